@@ -1,0 +1,69 @@
+// Communicator: the collective interface that the data loader, model, optimizer and checkpoint
+// code use, so that none of them needs MPI or NCCL. Implementations: MpiCommunicator (host memory,
+// CPU path) and NcclCommunicator (device memory) in src/mpi_bootstrap/, and SelfCommunicator (one
+// member, no library) here for single-process tests.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace trainer {
+
+enum class ReduceOp { kSum, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The group's name in error messages ("dp", "tp", "pp", "world", ...).
+  virtual const std::string& name() const = 0;
+  // True when buffers are device pointers (NCCL); false for host memory (MPI, self).
+  virtual bool device_memory() const = 0;
+
+  // In place over `count` elements of `dtype`.
+  virtual Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  // recv holds size() * count elements, rank r's `count` at offset r * count.
+  virtual Status AllGather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // send holds size() * count elements; recv gets the sum of every rank's block rank().
+  virtual Status ReduceScatter(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual Status Broadcast(void* data, size_t count, DType dtype, int root) = 0;
+  virtual Status Send(const void* data, size_t count, DType dtype, int peer) = 0;
+  virtual Status Recv(void* data, size_t count, DType dtype, int peer) = 0;
+  virtual Status Barrier() = 0;
+};
+
+// A group of one: every collective is a copy or nothing. Send/Recv have no peer.
+class SelfCommunicator final : public Communicator {
+ public:
+  explicit SelfCommunicator(std::string name = "self") : name_(std::move(name)) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const std::string& name() const override { return name_; }
+  bool device_memory() const override { return false; }
+  Status AllReduce(void*, size_t, DType, ReduceOp) override { return Status::Ok(); }
+  Status AllGather(const void* send, void* recv, size_t count, DType dtype) override {
+    if (send != recv) std::memmove(recv, send, count * DTypeSize(dtype));
+    return Status::Ok();
+  }
+  Status ReduceScatter(const void* send, void* recv, size_t count, DType dtype) override {
+    return AllGather(send, recv, count, dtype);
+  }
+  Status Broadcast(void*, size_t, DType, int) override { return Status::Ok(); }
+  Status Send(const void*, size_t, DType, int peer) override { return NoPeer(peer); }
+  Status Recv(void*, size_t, DType, int peer) override { return NoPeer(peer); }
+  Status Barrier() override { return Status::Ok(); }
+
+ private:
+  Status NoPeer(int peer) const {
+    return RuntimeError("send/recv on a one-member group (" + name_ + "): peer " +
+                        std::to_string(peer) + " does not exist");
+  }
+  std::string name_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,52 @@
+// Rank-prefixed logging (see log.h).
+#include "common/log.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <vector>
+
+namespace trainer {
+namespace {
+ProcessIdentity g_identity;
+}
+
+void SetProcessIdentity(const ProcessIdentity& identity) { g_identity = identity; }
+const ProcessIdentity& GetProcessIdentity() { return g_identity; }
+
+std::string RankTag() {
+  if (g_identity.world_size <= 1) return "";
+  return "[rank " + std::to_string(g_identity.rank) + " " + g_identity.host + "] ";
+}
+
+void LogInfo(const std::string& message) {
+  if (g_identity.rank != 0) return;
+  std::fprintf(stdout, "%s\n", message.c_str());
+  std::fflush(stdout);
+}
+
+void LogWarning(const std::string& message) {
+  std::string tag = g_identity.rank == 0 ? "" : RankTag();
+  std::fprintf(stderr, "%swarning: %s\n", tag.c_str(), message.c_str());
+  std::fflush(stderr);
+}
+
+void LogError(const std::string& message) {
+  std::string tag = g_identity.rank == 0 ? "" : RankTag();
+  std::fprintf(stderr, "%serror: %s\n", tag.c_str(), message.c_str());
+  std::fflush(stderr);
+}
+
+std::string StrFormat(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  va_list copy;
+  va_copy(copy, args);
+  int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  std::vector<char> buffer(static_cast<size_t>(n) + 1);
+  std::vsnprintf(buffer.data(), buffer.size(), format, args);
+  va_end(args);
+  return std::string(buffer.data(), static_cast<size_t>(n));
+}
+
+}  // namespace trainer

@@ -1,0 +1,32 @@
+// Rank-prefixed logging. Rank 0 speaks by default; other ranks only for their own errors and
+// warnings, prefixed "[rank R host]". The identity is set once by the bootstrap.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace trainer {
+
+struct ProcessIdentity {
+  int rank = 0;
+  int world_size = 1;
+  std::string host = "localhost";
+};
+
+void SetProcessIdentity(const ProcessIdentity& identity);
+const ProcessIdentity& GetProcessIdentity();
+
+// "<message>" on rank 0 only (stdout).
+void LogInfo(const std::string& message);
+// "warning: <message>" on any rank that calls it (stderr), prefixed "[rank R host]" off rank 0.
+void LogWarning(const std::string& message);
+// "error: <message>" on the calling rank (stderr), prefixed like warnings off rank 0.
+void LogError(const std::string& message);
+// "[rank R host] " (empty string on single-process runs), for messages that name their origin.
+std::string RankTag();
+
+// printf-style formatting into a std::string.
+std::string StrFormat(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace trainer

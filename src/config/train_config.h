@@ -1,0 +1,103 @@
+// TrainConfig: the typed, resolved configuration of a run, in the sections of the YAML files
+// (Global, Model, Distributed, Engine, Optimizer, Data, Checkpoint). Parsed and validated once
+// (config_loader.h); everything else reads these plain structs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct GlobalConfig {
+  uint64_t seed = 1234;
+  int global_batch_size = 8;  // sequences per optimizer step, over all DP ranks
+  int micro_batch_size = 2;   // sequences per forward/backward on one rank
+  std::string device = "auto";  // auto | cpu | cuda
+};
+
+struct ModelConfig {
+  int vocab_size = 257;        // real vocabulary (byte tokenizer: 256 bytes + end-of-document)
+  int vocab_pad_multiple = 128;  // the embedding/LM head hold vocab rounded up to this
+  int hidden_size = 64;
+  int num_layers = 2;
+  int num_heads = 4;
+  int ffn_hidden_size = 0;     // 0 means 4 * hidden_size
+  int max_seq_len = 64;        // position embeddings; also the training sequence length
+  int seq_len = 0;             // training sequence length; 0 means max_seq_len
+  std::string recompute = "none";  // none | gelu | block (GPU path)
+  bool sequence_parallel = false;
+
+  int ffn_size() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int sequence_length() const { return seq_len > 0 ? seq_len : max_seq_len; }
+  int padded_vocab() const {
+    int m = vocab_pad_multiple > 0 ? vocab_pad_multiple : 1;
+    return (vocab_size + m - 1) / m * m;
+  }
+  int head_size() const { return hidden_size / num_heads; }
+};
+
+struct DistributedConfig {
+  int dp_degree = 0;  // 0 means world_size / (tp * pp * ...)
+  int tp_degree = 1;  // alias mp_degree (PaddleFleetX)
+  int pp_degree = 1;
+  int ep_degree = 1;  // reserved for MoE: carved out of DP
+  std::vector<int> pp_layers;  // layers per stage; empty means balanced
+  bool zero_stage1 = false;    // shard optimizer state over DP
+};
+
+struct EngineConfig {
+  int max_steps = 100;
+  int logging_freq = 10;
+  int eval_freq = 50;    // 0 disables evaluation
+  int eval_iters = 4;    // validation micro-batches per evaluation (per DP rank)
+  int save_steps = 0;    // 0 disables periodic checkpoints
+  std::string output_dir = "out";
+  std::string mix_precision = "bf16";  // bf16 | fp32 (the CPU path is always fp32)
+};
+
+struct OptimizerConfig {
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int warmup_steps = 10;
+  int decay_steps = 0;  // cosine decay length after warmup; 0 means max_steps - warmup_steps
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+};
+
+struct DataConfig {
+  std::string train_path;
+  std::string val_path;       // empty: hold out val_fraction of train_path's samples
+  double val_fraction = 0.0;  // used only when val_path is empty
+};
+
+struct CheckpointConfig {
+  std::string dir;       // empty means <output_dir>/checkpoints
+  int keep_last = 2;     // 0 keeps all
+  int keep_every = 0;    // also keep every step that is a multiple of this; 0 disables
+  std::string resume;    // "" (none), "auto" (latest committed) or a checkpoint folder
+};
+
+struct TrainConfig {
+  GlobalConfig global;
+  ModelConfig model;
+  DistributedConfig distributed;
+  EngineConfig engine;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+
+  // Derived once by validation (ValidateConfig) from the world size.
+  int world_size = 1;
+  int gradient_accumulation_steps() const {
+    return global.global_batch_size / (global.micro_batch_size * distributed.dp_degree);
+  }
+  std::string checkpoint_dir() const {
+    return checkpoint.dir.empty() ? engine.output_dir + "/checkpoints" : checkpoint.dir;
+  }
+};
+
+}  // namespace trainer

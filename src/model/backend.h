@@ -1,0 +1,130 @@
+// Backend: memory and the layer kernels that the GPT model is written against, once, for every
+// device. CpuBackend (src/model/cpu/) is the fp32 reference; CudaBackend (src/model/cuda/) runs
+// bf16 with fp32 master weights. Each op checks shapes (op tier) and calls a launcher/kernel.
+//
+// Conventions
+// - N = B*T rows; C = hidden size (or its local shard); tensors are row-major.
+// - "compute" tensors (parameters as used by the forward pass, activations) have
+//   compute_dtype(): f32 on CPU, bf16 on CUDA. Gradients of parameters, master weights, Adam
+//   moments, LayerNorm statistics, attention statistics and losses are always f32.
+// - Parameter-gradient outputs ACCUMULATE (+=) so that micro-batches add up; activation-gradient
+//   outputs are OVERWRITTEN unless the op says otherwise.
+// - Weights are stored like PyTorch's nn.Linear: (out_features, in_features); y = x W^T + b.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace trainer {
+
+enum class Activation { kNone, kGelu };
+
+struct AdamWParams {
+  float lr = 0.f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.f;
+  int step = 1;             // 1-based, for bias correction
+  float grad_scale = 1.f;   // multiplies the gradient first (clipping)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;          // "cpu" or "cuda:<device>"
+  virtual DType compute_dtype() const = 0;
+  virtual bool device_memory() const = 0;        // buffers are not host-addressable
+
+  // ---- memory (allocation happens at setup, never inside the step loop) ----
+  virtual Status Allocate(size_t bytes, void** out) = 0;  // zero-filled, 256-byte aligned
+  virtual void Free(void* ptr) = 0;
+  virtual Status CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual Status CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual Status Zero(Tensor t) = 0;
+  // dst = src converted between f32 and the compute dtype (or a plain copy when equal).
+  virtual Status Convert(Tensor dst, Tensor src) = 0;
+  virtual Status Synchronize() = 0;
+
+  // ---- layers ----
+  // out (B,T,C) = wte[tokens - vocab_start] (zero when the token is outside this rank's rows)
+  //              + wpe[t] (when wpe is not empty).
+  // tokens (B,T) i32; wte (Vlocal, C); wpe (maxT, C) or empty.
+  virtual Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                                  int vocab_start) = 0;
+  // dwte (Vlocal, C) f32 += ; dwpe (maxT, C) f32 += (skipped when empty); dout (B,T,C).
+  virtual Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                   int vocab_start) = 0;
+
+  // out (N,C), mean (N) f32, rstd (N) f32 = LayerNorm(in (N,C); weight (C), bias (C)), eps 1e-5.
+  virtual Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
+                                  Tensor bias) = 0;
+  // din (N,C) += ; dweight, dbias (C) f32 += .
+  virtual Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                                   Tensor in, Tensor weight, Tensor mean, Tensor rstd) = 0;
+
+  // out (N,OC) = act(in (N,C) @ weight (OC,C)^T + bias (OC)); bias may be empty.
+  // With kGelu, pre_act (N,OC) receives the value before GELU (needed by backward).
+  virtual Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
+                               Activation act) = 0;
+  // din (N,C) = dout @ weight (overwritten; skipped when empty);
+  // dweight (OC,C) f32 += dout^T @ in; dbias (OC) f32 += column sums of dout (skipped when empty).
+  virtual Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                                Tensor weight) = 0;
+  // dx (N,D) = dy * GELU'(pre_act) (tanh approximation); dx may alias dy.
+  virtual Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
+
+  // Causal self-attention over qkv (B,T,3*NH*HS) laid out [q heads | k heads | v heads]:
+  // out (B,T,NH*HS); stats (B,NH,T) f32 = per-row logsumexp of the scaled scores.
+  virtual Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) = 0;
+  // dqkv (B,T,3*NH*HS) overwritten.
+  virtual Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
+                                   int num_heads) = 0;
+
+  // out = a + b (all the same shape); out may alias a or b.
+  virtual Status Add(Tensor out, Tensor a, Tensor b) = 0;
+  // out += a.
+  virtual Status AddInPlace(Tensor out, Tensor a) = 0;
+
+  // ---- vocabulary-parallel cross-entropy, in three passes with all-reduces between ----
+  // logits (N,Vlocal) hold this rank's columns [vocab_start, vocab_start + Vlocal); only global
+  // columns < vocab_size are real (the rest are padding, masked out).
+  // row_max (N) f32 = max over this rank's real columns (-inf when it has none).
+  virtual Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
+                                    int vocab_size) = 0;
+  // After row_max is reduced (max) over the group:
+  // sums (2,N) f32: row 0 = sum of exp(logit - row_max) over real columns, row 1 = the target's
+  // logit when the target is one of this rank's columns, else 0. targets (N) i32.
+  virtual Status CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
+                                  int vocab_start, int vocab_size) = 0;
+  // After sums is reduced (sum) over the group:
+  // losses (N) f32 = log(sumexp) + row_max - target_logit;
+  // dlogits (N,Vlocal) = dloss_scale * (softmax - onehot(target)), zero on padding columns.
+  // dlogits may alias logits. Skipped (losses only) when dlogits is empty.
+  virtual Status CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits,
+                                      Tensor row_max, Tensor sums, Tensor targets, int vocab_start,
+                                      int vocab_size, float dloss_scale) = 0;
+
+  // ---- optimizer ----
+  // One AdamW step over contiguous f32 spans (master, grad, m, v: n elements); writes the
+  // compute-dtype copy `param` (n elements) from the updated master.
+  virtual Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
+                       const AdamWParams& p) = 0;
+  // *out = sum of squares of the f32 span (accumulated in double on the host side).
+  virtual Status SumSquares(Tensor x, double* out) = 0;
+  // x *= s (f32 or compute dtype).
+  virtual Status Scale(Tensor x, float s) = 0;
+};
+
+std::unique_ptr<Backend> MakeCpuBackend();
+// nullptr with an error status when CUDA is not compiled in or no GPU is visible.
+Status MakeCudaBackend(int device, std::unique_ptr<Backend>* out);
+// True when this binary was built with the CUDA backend.
+bool CudaBackendCompiled();
+
+}  // namespace trainer

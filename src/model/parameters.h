@@ -1,0 +1,87 @@
+// The parameter registry: every parameter of the GPT with its nanoGPT name, full shape, the shape
+// this rank holds, and how the full tensor is split over the tensor-parallel group. Checkpoints
+// store full tensors by name, so any layout can read any checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/train_config.h"
+
+namespace trainer {
+
+// How the full tensor maps to the local shard over the TP group of size tp_size.
+enum class ShardKind {
+  kReplicated,    // every TP rank holds the whole tensor
+  kSplitRows,     // dim 0 split into tp_size contiguous blocks
+  kSplitCols,     // dim 1 split into tp_size contiguous blocks (2-D only)
+  kSplitQkvRows,  // dim 0 is [q; k; v], each third split into tp_size blocks (by heads)
+};
+
+// Where this rank sits for the purpose of the model's parameters.
+struct ModelPartition {
+  int tp_rank = 0;
+  int tp_size = 1;
+  int pp_rank = 0;
+  int pp_size = 1;
+  int first_layer = 0;  // first transformer block held by this stage
+  int num_layers = 0;   // blocks held by this stage
+  bool first_stage() const { return pp_rank == 0; }
+  bool last_stage() const { return pp_rank == pp_size - 1; }
+};
+
+struct ParameterInfo {
+  std::string name;                 // e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> full_shape;  // e.g. {3C, C}
+  std::vector<int64_t> local_shape;
+  ShardKind shard = ShardKind::kReplicated;
+  size_t offset = 0;         // element offset into the flat parameter/gradient/optimizer buffers
+  bool weight_decay = true;  // false for biases, LayerNorm parameters (and position embeddings? no)
+  // The canonical holder: counted in the gradient norm and written to checkpoints from this rank.
+  // False on TP ranks > 0 for replicated tensors, and for the last stage's copy of the tied
+  // token embedding when pp_size > 1.
+  bool canonical = true;
+  // True for the last stage's copy of transformer.wte.weight (the LM head) when pp_size > 1:
+  // its gradient is summed with stage 0's over the embedding group.
+  bool tied_copy = false;
+
+  int64_t local_numel() const {
+    int64_t n = 1;
+    for (int64_t s : local_shape) n *= s;
+    return n;
+  }
+  int64_t full_numel() const {
+    int64_t n = 1;
+    for (int64_t s : full_shape) n *= s;
+    return n;
+  }
+};
+
+// Blocks per pipeline stage: `pp_layers` when given, else balanced (earlier stages take the
+// remainder).
+std::vector<int> StageLayerCounts(int num_layers, int pp_size, const std::vector<int>& pp_layers);
+ModelPartition MakePartition(const ModelConfig& model, const DistributedConfig& dist, int tp_rank,
+                             int pp_rank);
+
+// The parameters this rank holds, in buffer order (decayed tensors first, then the rest, so that
+// AdamW runs in two launches); offsets filled in.
+std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model, const ModelPartition& part);
+// Total elements of the local flat buffers.
+size_t TotalLocalElements(const std::vector<ParameterInfo>& params);
+// Index of the first non-decayed parameter (the split between the two AdamW spans).
+size_t FirstNoDecayElement(const std::vector<ParameterInfo>& params);
+
+// Copy this rank's shard out of a full tensor (host f32), and back.
+void ExtractShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* full,
+                  float* local);
+void InsertShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* local,
+                 float* full);
+
+// GPT-2 initialisation of a full tensor, a pure function of (seed, name): normal(0, 0.02),
+// residual projections (attn.c_proj, mlp.c_proj weights) scaled by 1/sqrt(2*num_layers),
+// biases zero, LayerNorm weights one. Identical whatever the layout.
+void InitFullTensor(const ModelConfig& model, uint64_t seed, const std::string& name,
+                    const std::vector<int64_t>& full_shape, float* out);
+
+}  // namespace trainer
