@@ -86,6 +86,14 @@ class Backend {
   virtual Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
                                    int num_heads) = 0;
 
+  // residual (N,C) = a + b, then out, mean, rstd = LayerNorm(residual) (one pass on the GPU).
+  // residual may alias a.
+  virtual Status AddLayerNormForward(Tensor residual, Tensor out, Tensor mean, Tensor rstd,
+                                     Tensor a, Tensor b, Tensor weight, Tensor bias) {
+    TRAINER_RETURN_IF_ERROR(Add(residual, a, b));
+    return LayerNormForward(out, mean, rstd, residual, weight, bias);
+  }
+
   // out = a + b (all the same shape); out may alias a or b.
   virtual Status Add(Tensor out, Tensor a, Tensor b) = 0;
   // out += a.
