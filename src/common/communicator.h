@@ -34,6 +34,10 @@ class Communicator {
   virtual Status Broadcast(void* data, size_t count, DType dtype, int root) = 0;
   virtual Status Send(const void* data, size_t count, DType dtype, int peer) = 0;
   virtual Status Recv(void* data, size_t count, DType dtype, int peer) = 0;
+  // Send to send_peer and receive from recv_peer at once (no deadlock between two stages that
+  // exchange in both directions, as the 1F1B pipeline schedule does).
+  virtual Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv,
+                          size_t recv_count, int recv_peer, DType dtype) = 0;
   virtual Status Barrier() = 0;
 };
 
@@ -56,6 +60,9 @@ class SelfCommunicator final : public Communicator {
   Status Broadcast(void*, size_t, DType, int) override { return Status::Ok(); }
   Status Send(const void*, size_t, DType, int peer) override { return NoPeer(peer); }
   Status Recv(void*, size_t, DType, int peer) override { return NoPeer(peer); }
+  Status SendRecv(const void*, size_t, int peer, void*, size_t, int, DType) override {
+    return NoPeer(peer);
+  }
   Status Barrier() override { return Status::Ok(); }
 
  private:

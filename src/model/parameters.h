@@ -37,7 +37,7 @@ struct ParameterInfo {
   std::vector<int64_t> local_shape;
   ShardKind shard = ShardKind::kReplicated;
   size_t offset = 0;         // element offset into the flat parameter/gradient/optimizer buffers
-  bool weight_decay = true;  // false for biases, LayerNorm parameters (and position embeddings? no)
+  bool weight_decay = true;  // false for biases and LayerNorm parameters (as nanoGPT: dim < 2)
   // The canonical holder: counted in the gradient norm and written to checkpoints from this rank.
   // False on TP ranks > 0 for replicated tensors, and for the last stage's copy of the tied
   // token embedding when pp_size > 1.
@@ -83,5 +83,9 @@ void InsertShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* 
 // biases zero, LayerNorm weights one. Identical whatever the layout.
 void InitFullTensor(const ModelConfig& model, uint64_t seed, const std::string& name,
                     const std::vector<int64_t>& full_shape, float* out);
+// This rank's initial parameters as a host f32 flat array in buffer order (padding zero).
+std::vector<float> InitialParameterValues(const ModelConfig& model, const ModelPartition& part,
+                                          const std::vector<ParameterInfo>& params,
+                                          uint64_t seed);
 
 }  // namespace trainer

@@ -1,0 +1,290 @@
+// GptModel (gpt.h): buffers, parameter views, and the stage's forward and backward passes.
+#include "model/gpt.h"
+
+#include "common/log.h"
+#include "model/transformer_block.h"
+
+namespace trainer {
+
+GptModel::~GptModel() {
+  for (Slot& s : slots_)
+    for (BlockActivations* b : s.blocks) delete b;
+  for (void* p : allocations_) backend_->Free(p);
+}
+
+Status GptModel::Create(const ModelConfig& config, const ModelPartition& partition,
+                        Backend* backend, Communicator* tp, int micro_batch, int seq_len,
+                        int num_slots, std::unique_ptr<GptModel>* out) {
+  std::unique_ptr<GptModel> m(new GptModel());
+  m->config_ = config;
+  m->partition_ = partition;
+  m->backend_ = backend;
+  m->tp_ = tp;
+  m->B_ = micro_batch;
+  m->T_ = seq_len;
+  m->num_slots_ = num_slots;
+  m->params_ = BuildParameterList(config, partition);
+  TRAINER_RETURN_IF_ERROR(m->AllocateBuffers());
+  for (int i = 0; i < partition.num_layers; ++i) {
+    m->layer_weights_.push_back(m->Weights(partition.first_layer + i, false));
+    m->layer_grads_.push_back(m->Weights(partition.first_layer + i, true));
+  }
+  *out = std::move(m);
+  return Status::Ok();
+}
+
+Tensor GptModel::Alloc(std::initializer_list<int64_t> shape, DType dtype) {
+  Tensor t(nullptr, dtype, shape);
+  void* p = nullptr;
+  Status s = backend_->Allocate(t.bytes(), &p);
+  if (!s.ok()) return Tensor();
+  allocations_.push_back(p);
+  t.data = p;
+  return t;
+}
+
+namespace {
+Tensor View(void* base, size_t offset, DType dtype, const std::vector<int64_t>& shape) {
+  Tensor t;
+  t.data = static_cast<char*>(base) + offset * DTypeSize(dtype);
+  t.dtype = dtype;
+  for (int64_t s : shape) t.shape[t.ndim++] = s;
+  return t;
+}
+}  // namespace
+
+Tensor GptModel::Parameter(const ParameterInfo& p) const {
+  return View(param_buffer_.data, p.offset, param_buffer_.dtype, p.local_shape);
+}
+Tensor GptModel::Gradient(const ParameterInfo& p) const {
+  return View(grad_buffer_.data, p.offset, DType::kF32, p.local_shape);
+}
+
+const ParameterInfo* GptModel::Find(const std::string& name) const {
+  for (const ParameterInfo& p : params_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+Tensor GptModel::P(const std::string& suffix, int layer) const {
+  const std::string name =
+      layer < 0 ? suffix : "transformer.h." + std::to_string(layer) + "." + suffix;
+  const ParameterInfo* p = Find(name);
+  return p ? Parameter(*p) : Tensor();
+}
+Tensor GptModel::G(const std::string& suffix, int layer) const {
+  const std::string name =
+      layer < 0 ? suffix : "transformer.h." + std::to_string(layer) + "." + suffix;
+  const ParameterInfo* p = Find(name);
+  return p ? Gradient(*p) : Tensor();
+}
+
+Status GptModel::AllocateBuffers() {
+  const DType cd = backend_->compute_dtype();
+  const int64_t B = B_, T = T_, N = B_ * T_, C = config_.hidden_size;
+  const int tp = partition_.tp_size;
+  const int64_t Cl = C / tp, Fl = config_.ffn_size() / tp, Vl = config_.padded_vocab() / tp;
+  const int64_t heads = config_.num_heads / tp;
+  const int64_t total = static_cast<int64_t>(TotalLocalElements(params_));
+  param_buffer_ = Alloc({total}, cd);
+  grad_buffer_ = Alloc({total}, DType::kF32);
+  slots_.resize(num_slots_);
+  for (Slot& s : slots_) {
+    s.tokens = Alloc({B, T}, DType::kI32);
+    s.targets = Alloc({B, T}, DType::kI32);
+    s.input = Alloc({B, T, C}, cd);
+    for (int l = 0; l < partition_.num_layers; ++l) {
+      auto* a = new BlockActivations();
+      s.blocks.push_back(a);
+      a->ln1_out = Alloc({B, T, C}, cd);
+      a->ln1_mean = Alloc({N}, DType::kF32);
+      a->ln1_rstd = Alloc({N}, DType::kF32);
+      a->qkv = Alloc({B, T, 3 * Cl}, cd);
+      a->att_out = Alloc({B, T, Cl}, cd);
+      a->att_stats = Alloc({B, heads, T}, DType::kF32);
+      a->residual_mid = Alloc({B, T, C}, cd);
+      a->ln2_out = Alloc({B, T, C}, cd);
+      a->ln2_mean = Alloc({N}, DType::kF32);
+      a->ln2_rstd = Alloc({N}, DType::kF32);
+      a->fc_pre = Alloc({B, T, Fl}, cd);
+      a->fc_out = Alloc({B, T, Fl}, cd);
+      a->residual_out = Alloc({B, T, C}, cd);
+    }
+    if (partition_.last_stage()) {
+      s.lnf_out = Alloc({N, C}, cd);
+      s.lnf_mean = Alloc({N}, DType::kF32);
+      s.lnf_rstd = Alloc({N}, DType::kF32);
+    }
+  }
+  scratch_.proj = Alloc({B, T, C}, cd);
+  scratch_.dresidual = Alloc({B, T, C}, cd);
+  scratch_.dln = Alloc({B, T, C}, cd);
+  scratch_.dqkv = Alloc({B, T, 3 * Cl}, cd);
+  scratch_.datt = Alloc({B, T, Cl}, cd);
+  scratch_.dfc = Alloc({B, T, Fl}, cd);
+  if (partition_.last_stage()) {
+    scratch_.logits = Alloc({N, Vl}, cd);
+    scratch_.losses = Alloc({N}, DType::kF32);
+    scratch_.row_max = Alloc({N}, DType::kF32);
+    scratch_.sums = Alloc({2, N}, DType::kF32);
+    host_losses_.resize(N);
+  }
+  for (void* p : allocations_)
+    if (p == nullptr) return RuntimeError("model buffers: allocation failed");
+  if (allocations_.size() < 2 || param_buffer_.empty() || grad_buffer_.empty() ||
+      scratch_.dfc.empty() || (partition_.last_stage() && scratch_.sums.empty()))
+    return RuntimeError(StrFormat(
+        "out of memory allocating the model's buffers on %s (micro_batch %d, seq_len %d). "
+        "Lower Global.micro_batch_size or enable Model.recompute",
+        backend_->name().c_str(), B_, T_));
+  return Status::Ok();
+}
+
+Status GptModel::SetParameters(const std::vector<float>& flat) {
+  TRAINER_ASSERT(flat.size() == TotalLocalElements(params_), "flat parameter size mismatch");
+  return UploadCompute(backend_, param_buffer_, flat.data());
+}
+
+Status UploadCompute(Backend* backend, Tensor dst, const float* host) {
+  const size_t n = static_cast<size_t>(dst.numel());
+  if (dst.dtype == DType::kF32) return backend->CopyToDevice(dst.data, host, n * sizeof(float));
+  std::vector<uint16_t> converted(n);
+  for (size_t i = 0; i < n; ++i) converted[i] = FloatToBF16(host[i]);
+  return backend->CopyToDevice(dst.data, converted.data(), n * sizeof(uint16_t));
+}
+
+Tensor GptModel::StageInput(int slot) const { return slots_[slot].input; }
+Tensor GptModel::StageOutput(int slot) const {
+  const Slot& s = slots_[slot];
+  return s.blocks.empty() ? s.input : s.blocks.back()->residual_out;
+}
+Tensor GptModel::OutputGradient() const { return scratch_.dresidual; }
+
+Status GptModel::TpAllReduce(Tensor t) {
+  if (tp_ == nullptr || tp_->size() == 1) return Status::Ok();
+  return tp_->AllReduce(t.data, static_cast<size_t>(t.numel()), t.dtype, ReduceOp::kSum);
+}
+
+BlockWeights GptModel::Weights(int layer, bool gradients) const {
+  auto get = [&](const char* name) { return gradients ? G(name, layer) : P(name, layer); };
+  BlockWeights w;
+  w.ln1_w = get("ln_1.weight");
+  w.ln1_b = get("ln_1.bias");
+  w.attn_w = get("attn.c_attn.weight");
+  w.attn_b = get("attn.c_attn.bias");
+  w.proj_w = get("attn.c_proj.weight");
+  w.proj_b = get("attn.c_proj.bias");
+  w.ln2_w = get("ln_2.weight");
+  w.ln2_b = get("ln_2.bias");
+  w.fc_w = get("mlp.c_fc.weight");
+  w.fc_b = get("mlp.c_fc.bias");
+  w.fcproj_w = get("mlp.c_proj.weight");
+  w.fcproj_b = get("mlp.c_proj.bias");
+  return w;
+}
+
+BlockContext GptModel::Context() const {
+  BlockContext ctx;
+  ctx.backend = backend_;
+  ctx.tp = tp_;
+  ctx.local_heads = config_.num_heads / partition_.tp_size;
+  ctx.scratch = {scratch_.proj, scratch_.dln, scratch_.dqkv, scratch_.datt, scratch_.dfc};
+  return ctx;
+}
+
+Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets, bool with_loss,
+                         float dloss_scale) {
+  Slot& s = slots_[slot];
+  const size_t token_bytes = static_cast<size_t>(B_) * T_ * sizeof(int32_t);
+  if (partition_.first_stage()) {
+    TRAINER_RETURN_IF_ERROR(backend_->CopyToDevice(s.tokens.data, tokens, token_bytes));
+    const bool add_positions = partition_.tp_rank == 0;  // once, before the all-reduce
+    TRAINER_RETURN_IF_ERROR(backend_->EmbeddingForward(
+        s.input, s.tokens, P("transformer.wte.weight"),
+        add_positions ? P("transformer.wpe.weight") : Tensor(), VocabStart()));
+    TRAINER_RETURN_IF_ERROR(TpAllReduce(s.input));
+  }
+  const BlockContext ctx = Context();
+  Tensor x = s.input;
+  for (int i = 0; i < partition_.num_layers; ++i) {
+    TRAINER_RETURN_IF_ERROR(BlockForward(ctx, layer_weights_[i], x, s.blocks[i]));
+    x = s.blocks[i]->residual_out;
+  }
+  if (!partition_.last_stage()) return Status::Ok();
+  last_forward_slot_ = slot;
+  TRAINER_RETURN_IF_ERROR(backend_->LayerNormForward(s.lnf_out, s.lnf_mean, s.lnf_rstd, x,
+                                                     P("transformer.ln_f.weight"),
+                                                     P("transformer.ln_f.bias")));
+  const Tensor wte = P("transformer.wte.weight");
+  TRAINER_RETURN_IF_ERROR(
+      backend_->MatmulForward(scratch_.logits, Tensor(), s.lnf_out, wte, Tensor(),
+                              Activation::kNone));
+  if (!with_loss) return Status::Ok();
+  TRAINER_RETURN_IF_ERROR(backend_->CopyToDevice(s.targets.data, targets, token_bytes));
+  return CrossEntropy(s.targets, dloss_scale);
+}
+
+Status GptModel::CrossEntropy(Tensor targets, float dloss_scale) {
+  const int N = B_ * T_, V = config_.vocab_size;
+  Tensor flat_targets(targets.data, DType::kI32, {N});
+  TRAINER_RETURN_IF_ERROR(
+      backend_->CrossEntropyRowMax(scratch_.row_max, scratch_.logits, VocabStart(), V));
+  if (tp_ != nullptr && tp_->size() > 1)
+    TRAINER_RETURN_IF_ERROR(tp_->AllReduce(scratch_.row_max.data, N, DType::kF32, ReduceOp::kMax));
+  TRAINER_RETURN_IF_ERROR(backend_->CrossEntropySums(scratch_.sums, scratch_.logits,
+                                                     scratch_.row_max, flat_targets,
+                                                     VocabStart(), V));
+  if (tp_ != nullptr && tp_->size() > 1)
+    TRAINER_RETURN_IF_ERROR(
+        tp_->AllReduce(scratch_.sums.data, 2 * static_cast<size_t>(N), DType::kF32, ReduceOp::kSum));
+  return backend_->CrossEntropyBackward(scratch_.losses,
+                                        dloss_scale != 0.f ? scratch_.logits : Tensor(),
+                                        scratch_.logits, scratch_.row_max, scratch_.sums,
+                                        flat_targets, VocabStart(), V, dloss_scale);
+}
+
+Status GptModel::LossSum(double* out) {
+  TRAINER_RETURN_IF_ERROR(backend_->CopyToHost(host_losses_.data(), scratch_.losses.data,
+                                               host_losses_.size() * sizeof(float)));
+  double sum = 0.0;
+  for (float l : host_losses_) sum += l;
+  *out = sum;
+  return Status::Ok();
+}
+
+Status GptModel::Backward(int slot) {
+  Slot& s = slots_[slot];
+  Tensor dres = scratch_.dresidual;
+  if (partition_.last_stage()) {
+    if (last_forward_slot_ != slot)
+      return RuntimeError("GptModel::Backward: the last stage must run Backward(slot) right "
+                          "after Forward(slot) (the logits buffer is shared)");
+    Tensor x = StageOutput(slot);
+    TRAINER_RETURN_IF_ERROR(backend_->MatmulBackward(scratch_.dln, G("transformer.wte.weight"),
+                                                     Tensor(), scratch_.logits, s.lnf_out,
+                                                     P("transformer.wte.weight")));
+    TRAINER_RETURN_IF_ERROR(TpAllReduce(scratch_.dln));
+    TRAINER_RETURN_IF_ERROR(backend_->Zero(dres));
+    TRAINER_RETURN_IF_ERROR(backend_->LayerNormBackward(
+        dres, G("transformer.ln_f.weight"), G("transformer.ln_f.bias"), scratch_.dln, x,
+        P("transformer.ln_f.weight"), s.lnf_mean, s.lnf_rstd));
+  }
+  const BlockContext ctx = Context();
+  for (int i = partition_.num_layers - 1; i >= 0; --i) {
+    Tensor x = i == 0 ? s.input : s.blocks[i - 1]->residual_out;
+    TRAINER_RETURN_IF_ERROR(
+        BlockBackward(ctx, layer_weights_[i], layer_grads_[i], x, *s.blocks[i], dres));
+  }
+  if (partition_.first_stage()) {
+    // Every TP rank computes the (replicated) position-embedding gradient from the replicated
+    // dres, so the replicas stay equal.
+    TRAINER_RETURN_IF_ERROR(backend_->EmbeddingBackward(G("transformer.wte.weight"),
+                                                        G("transformer.wpe.weight"), dres,
+                                                        s.tokens, VocabStart()));
+  }
+  return Status::Ok();
+}
+
+Status GptModel::ZeroGradients() { return backend_->Zero(grad_buffer_); }
+
+}  // namespace trainer

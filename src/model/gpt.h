@@ -1,0 +1,109 @@
+// GptModel: one pipeline stage of a GPT-2 (token + position embeddings, pre-LayerNorm blocks with
+// causal attention and a GELU MLP, final LayerNorm, LM head tied to the token embedding,
+// cross-entropy), written once against Backend, with Megatron-style tensor parallelism over the
+// TP communicator (column/row-parallel linears, vocabulary-parallel embedding and loss).
+//
+// Activations live in `num_slots` slots so that a pipeline schedule can keep several
+// micro-batches in flight; the logits buffer is shared, so on the last stage Backward(slot) must
+// follow Forward(slot) before the next Forward (true of 1F1B and of plain accumulation).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/communicator.h"
+#include "model/backend.h"
+#include "model/parameters.h"
+#include "model/transformer_block.h"
+
+namespace trainer {
+
+// Upload a host f32 array into a compute-dtype tensor (converting to bf16 when needed).
+Status UploadCompute(Backend* backend, Tensor dst, const float* host);
+
+class GptModel {
+ public:
+  // micro_batch B and seq_len T fix the activation shapes. `tp` is the tensor-parallel group
+  // (its memory space must match the backend's). Parameters start at zero: set them with
+  // SetParameters (e.g. from InitialParameterValues, or a checkpoint).
+  static Status Create(const ModelConfig& config, const ModelPartition& partition,
+                       Backend* backend, Communicator* tp, int micro_batch, int seq_len,
+                       int num_slots, std::unique_ptr<GptModel>* out);
+  ~GptModel();
+
+  const ModelConfig& config() const { return config_; }
+  const ModelPartition& partition() const { return partition_; }
+  const std::vector<ParameterInfo>& parameters() const { return params_; }
+  Backend* backend() const { return backend_; }
+  // Flat buffers in parameter order: compute-dtype parameters and f32 gradients.
+  Tensor parameter_buffer() const { return param_buffer_; }
+  Tensor gradient_buffer() const { return grad_buffer_; }
+  Tensor Parameter(const ParameterInfo& p) const;
+  Tensor Gradient(const ParameterInfo& p) const;
+  const ParameterInfo* Find(const std::string& name) const;
+
+  // Forward of one micro-batch into `slot`. tokens/targets are host (B,T) arrays: tokens are used
+  // on the first stage, targets on the last (with_loss). Non-first stages read StageInput(slot),
+  // which the caller has filled. On the last stage with_loss computes the per-token losses and,
+  // when `dloss_scale` != 0, the logits gradient scaled by it (ready for Backward).
+  Status Forward(int slot, const int32_t* tokens, const int32_t* targets, bool with_loss,
+                 float dloss_scale);
+  // Sum of this micro-batch's per-token losses (last stage, after Forward with_loss).
+  Status LossSum(double* out);
+  // Backward of `slot`. Non-last stages read OutputGradient(), which the caller has filled; after
+  // the call, non-first stages find d(StageInput) in OutputGradient() (same buffer, in place).
+  Status Backward(int slot);
+  Status ZeroGradients();
+  // Replace this rank's parameters from a host f32 flat array in buffer order.
+  Status SetParameters(const std::vector<float>& flat);
+
+  Tensor StageInput(int slot) const;   // (B,T,C) compute dtype
+  Tensor StageOutput(int slot) const;  // (B,T,C) compute dtype, residual stream after the stage
+  Tensor OutputGradient() const;       // (B,T,C) compute dtype, shared by all slots
+
+ private:
+  GptModel() = default;
+  Status AllocateBuffers();
+  Tensor Alloc(std::initializer_list<int64_t> shape, DType dtype);
+  Status TpAllReduce(Tensor t);
+  Status CrossEntropy(Tensor targets, float dloss_scale);
+  int VocabStart() const { return partition_.tp_rank * config_.padded_vocab() / partition_.tp_size; }
+  BlockWeights Weights(int layer, bool gradients) const;
+  BlockContext Context() const;
+  Tensor P(const std::string& suffix, int layer = -1) const;  // parameter by short name
+  Tensor G(const std::string& suffix, int layer = -1) const;  // its gradient
+
+  ModelConfig config_;
+  ModelPartition partition_;
+  Backend* backend_ = nullptr;
+  Communicator* tp_ = nullptr;
+  int B_ = 0, T_ = 0, num_slots_ = 0;
+  std::vector<ParameterInfo> params_;
+  Tensor param_buffer_, grad_buffer_;
+  std::vector<void*> allocations_;
+  std::vector<BlockWeights> layer_weights_, layer_grads_;  // by local layer index
+
+  struct Slot {
+    Tensor tokens, targets;             // (B,T) i32 on the device
+    Tensor input;                       // (B,T,C) residual stream entering the stage
+    std::vector<BlockActivations*> blocks;
+    Tensor lnf_out, lnf_mean, lnf_rstd;  // last stage
+  };
+  std::vector<Slot> slots_;
+  struct Scratch {
+    Tensor proj;        // (B,T,C) output of a row-parallel linear before its all-reduce
+    Tensor dresidual;   // (B,T,C) gradient of the residual stream
+    Tensor dln;         // (B,T,C)
+    Tensor dqkv;        // (B,T,3C/tp)
+    Tensor datt;        // (B,T,C/tp)
+    Tensor dfc;         // (B,T,F/tp)
+    Tensor logits;      // (B,T,V/tp), also holds the logits gradient
+    Tensor losses;      // (B,T) f32
+    Tensor row_max;     // (B*T) f32
+    Tensor sums;        // (2, B*T) f32
+  } scratch_;
+  std::vector<float> host_losses_;
+  int last_forward_slot_ = -1;
+};
+
+}  // namespace trainer

@@ -1,0 +1,190 @@
+// MpiRuntime and MpiCommunicator (mpi_runtime.h).
+#include "mpi_bootstrap/mpi_runtime.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+
+#include "common/log.h"
+#include "mpi_bootstrap/mpi_check.h"
+
+namespace trainer {
+namespace {
+
+MPI_Datatype ToMpi(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kI32: return MPI_INT;
+    case DType::kBF16: return MPI_UINT16_T;  // only moved, never reduced, on the host path
+  }
+  return MPI_BYTE;
+}
+
+Status CheckReducible(DType t, const std::string& group) {
+  if (t == DType::kBF16)
+    return RuntimeError("MPI reduction of bf16 on group " + group +
+                        " is not supported: the CPU path is fp32");
+  return Status::Ok();
+}
+
+// MPI counts are int: refuse what does not fit instead of truncating.
+Status CheckCount(size_t count, const std::string& group) {
+  if (count > static_cast<size_t>(INT_MAX))
+    return RuntimeError(StrFormat("MPI message of %zu elements on group %s exceeds INT_MAX",
+                                  count, group.c_str()));
+  return Status::Ok();
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, bool owns)
+    : comm_(comm), name_(std::move(name)), owns_(owns) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_ && !finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+Status MpiCommunicator::AllReduce(void* data, size_t count, DType dtype, ReduceOp op) {
+  TRAINER_RETURN_IF_ERROR(CheckReducible(dtype, name_));
+  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), ToMpi(dtype),
+                          op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_));
+  return Status::Ok();
+}
+
+Status MpiCommunicator::AllGather(const void* send, void* recv, size_t count, DType dtype) {
+  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
+  const int n = static_cast<int>(count);
+  if (send == static_cast<const char*>(recv) + count * DTypeSize(dtype) * rank_) {
+    MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, ToMpi(dtype), comm_));
+  } else {
+    MPI_CHECK(MPI_Allgather(send, n, ToMpi(dtype), recv, n, ToMpi(dtype), comm_));
+  }
+  return Status::Ok();
+}
+
+Status MpiCommunicator::ReduceScatter(const void* send, void* recv, size_t count, DType dtype) {
+  TRAINER_RETURN_IF_ERROR(CheckReducible(dtype, name_));
+  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
+  MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), ToMpi(dtype), MPI_SUM,
+                                     comm_));
+  return Status::Ok();
+}
+
+Status MpiCommunicator::Broadcast(void* data, size_t count, DType dtype, int root) {
+  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
+  MPI_CHECK(MPI_Bcast(data, static_cast<int>(count), ToMpi(dtype), root, comm_));
+  return Status::Ok();
+}
+
+Status MpiCommunicator::Send(const void* data, size_t count, DType dtype, int peer) {
+  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
+  MPI_CHECK(MPI_Send(data, static_cast<int>(count), ToMpi(dtype), peer, 0, comm_));
+  return Status::Ok();
+}
+
+Status MpiCommunicator::Recv(void* data, size_t count, DType dtype, int peer) {
+  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
+  MPI_CHECK(MPI_Recv(data, static_cast<int>(count), ToMpi(dtype), peer, 0, comm_,
+                     MPI_STATUS_IGNORE));
+  return Status::Ok();
+}
+
+Status MpiCommunicator::SendRecv(const void* send, size_t send_count, int send_peer, void* recv,
+                                 size_t recv_count, int recv_peer, DType dtype) {
+  TRAINER_RETURN_IF_ERROR(CheckCount(send_count, name_));
+  TRAINER_RETURN_IF_ERROR(CheckCount(recv_count, name_));
+  MPI_CHECK(MPI_Sendrecv(send, static_cast<int>(send_count), ToMpi(dtype), send_peer, 0, recv,
+                         static_cast<int>(recv_count), ToMpi(dtype), recv_peer, 0, comm_,
+                         MPI_STATUS_IGNORE));
+  return Status::Ok();
+}
+
+Status MpiCommunicator::Barrier() {
+  MPI_CHECK(MPI_Barrier(comm_));
+  return Status::Ok();
+}
+
+Status MpiRuntime::Init(int* argc, char*** argv, std::unique_ptr<MpiRuntime>* out) {
+  std::unique_ptr<MpiRuntime> rt(new MpiRuntime());
+  int provided = 0;
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  // Errors come back as codes (turned into Status), not as aborts inside MPI.
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank_));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &rt->size_));
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  rt->host_ = host;
+  SetProcessIdentity({rt->rank_, rt->size_, rt->host_});
+
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt->rank_, MPI_INFO_NULL,
+                                &local));
+  MPI_CHECK(MPI_Comm_rank(local, &rt->local_rank_));
+  MPI_CHECK(MPI_Comm_size(local, &rt->local_size_));
+  MPI_Comm_free(&local);
+
+  std::vector<char> names(static_cast<size_t>(rt->size_) * 256);
+  MPI_CHECK(MPI_Allgather(host, 256, MPI_CHAR, names.data(), 256, MPI_CHAR, MPI_COMM_WORLD));
+  rt->local_ranks_.resize(rt->size_);
+  MPI_CHECK(MPI_Allgather(&rt->local_rank_, 1, MPI_INT, rt->local_ranks_.data(), 1, MPI_INT,
+                          MPI_COMM_WORLD));
+  for (int r = 0; r < rt->size_; ++r) rt->hosts_.emplace_back(&names[static_cast<size_t>(r) * 256]);
+  rt->world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", false);
+  *out = std::move(rt);
+  return Status::Ok();
+}
+
+MpiRuntime::~MpiRuntime() { Finalize(); }
+
+Status MpiRuntime::Agree(const Status& local, bool* should_print) {
+  int mine[2] = {local.ok() ? size_ : rank_, local.exit_code()};
+  int lowest_failing = 0, worst_code = 0;
+  MPI_CHECK(MPI_Allreduce(&mine[0], &lowest_failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(&mine[1], &worst_code, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  *should_print = lowest_failing == rank_;
+  if (lowest_failing == size_) return Status::Ok();
+  if (!local.ok()) return local;
+  return Status(static_cast<ExitCode>(worst_code), "");
+}
+
+Status MpiRuntime::MakeGroups(const Topology& topo, ProcessGroups* out) {
+  out->topology = topo;
+  out->coord = topo.CoordOf(rank_);
+  const Topology::Coord c = out->coord;
+  auto split = [&](int color, int key, const char* name, std::unique_ptr<MpiCommunicator>* g) {
+    MPI_Comm comm;
+    int rc = MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm);
+    if (rc != MPI_SUCCESS) return rc;
+    if (comm != MPI_COMM_NULL) *g = std::make_unique<MpiCommunicator>(comm, name, true);
+    return MPI_SUCCESS;
+  };
+  // Same (dp, pp): TP group; same (tp, pp): DP group; same (tp, dp): PP group.
+  MPI_CHECK(split(c.dp + topo.dp * c.pp, c.tp, "tp", &out->tp));
+  MPI_CHECK(split(c.tp + topo.tp * c.pp, c.dp, "dp", &out->dp));
+  MPI_CHECK(split(c.tp + topo.tp * c.dp, c.pp, "pp", &out->pp));
+  const bool ends = topo.pp > 1 && (c.pp == 0 || c.pp == topo.pp - 1);
+  MPI_CHECK(split(ends ? c.tp + topo.tp * c.dp : MPI_UNDEFINED, c.pp, "embedding",
+                  &out->embedding));
+  return Status::Ok();
+}
+
+void MpiRuntime::Abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); std::_Exit(code); }
+
+void MpiRuntime::Finalize() {
+  if (finalized_) return;
+  finalized_ = true;
+  world_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace trainer
