@@ -92,6 +92,9 @@ struct TrainConfig {
 
   // Derived once by validation (ValidateConfig) from the world size.
   int world_size = 1;
+  // Where the values came from, for error messages (set by LoadConfig; not keys, not printed).
+  std::string config_path;                    // the YAML file; "" means defaults only
+  std::vector<std::string> config_overrides;  // the -o Section.key=value overrides, in order
   int gradient_accumulation_steps() const {
     return global.global_batch_size / (global.micro_batch_size * distributed.dp_degree);
   }

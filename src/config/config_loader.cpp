@@ -1,0 +1,250 @@
+// LoadConfig, FormatConfig and AllConfigKeys (see config_loader.h); ValidateConfig is in
+// config_validate.cpp.
+#include "config/config_loader.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "common/log.h"
+#include "config/config_keys.h"
+#include "config/suggest.h"
+
+namespace trainer {
+namespace {
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string text;
+  for (size_t i = 0; i < items.size(); ++i) text += (i ? ", " : "") + items[i];
+  return text;
+}
+
+std::string Trim(const std::string& s) {
+  size_t begin = s.find_first_not_of(" \t");
+  if (begin == std::string::npos) return "";
+  size_t end = s.find_last_not_of(" \t");
+  return s.substr(begin, end - begin + 1);
+}
+
+bool IsSection(const std::string& name) {
+  const std::vector<std::string>& sections = ConfigSectionNames();
+  return std::find(sections.begin(), sections.end(), name) != sections.end();
+}
+
+int LineOf(const YAML::Node& node) {
+  return node.Mark().line + 1;
+}
+
+std::string AtLine(const std::string& path, const YAML::Node& node) {
+  return path + " line " + std::to_string(LineOf(node));
+}
+
+// The valid key nearest to section.name as "Section.key", or "": within the section when it
+// exists, across all keys when it does not, and finally a key of the same (or nearly the same)
+// name in another section ("Model.lr" -> "Optimizer.lr").
+std::string SuggestKey(const std::string& section, const std::string& name) {
+  if (IsSection(section)) {
+    std::string match = ClosestMatch(name, ConfigKeyNames(section));
+    if (!match.empty()) return section + "." + match;
+  } else {
+    std::string match = ClosestMatch(section + "." + name, ConfigKeyNames(""));
+    if (!match.empty()) return match;
+  }
+  std::vector<std::string> bare_names;
+  for (const ConfigKey& key : ConfigKeyTable()) bare_names.push_back(key.name);
+  // Only near-exact here: a short unrelated name is always within 2 edits of some key.
+  std::string match = ClosestMatch(name, bare_names);
+  if (match.empty() || EditDistance(name, match) > name.size() / 4) return "";
+  for (const ConfigKey& key : ConfigKeyTable())
+    if (match == key.name) return key.full_name();
+  return "";
+}
+
+Status UnknownKey(const std::string& section, const std::string& name, const std::string& where) {
+  std::string message = "unknown key " + section + "." + name + " (" + where + ").";
+  std::string suggestion = SuggestKey(section, name);
+  if (!suggestion.empty()) return UsageError(message + " Did you mean " + suggestion + "?");
+  if (IsSection(section))
+    return UsageError(message + " Keys of " + section + ": " + Join(ConfigKeyNames(section)) + ".");
+  return UsageError(message + " Sections are " + Join(ConfigSectionNames()) +
+                    "; docs/config.md lists every key.");
+}
+
+// A section that is not one of ours: report its first key with a suggestion across sections
+// (a misspelt section usually holds valid keys), or the section itself when it holds none.
+Status UnknownSection(const std::string& path, const YAML::Node& name, const YAML::Node& body) {
+  if (body.IsMap() && body.size() > 0) {
+    const YAML::Node first_key = body.begin()->first;
+    return UnknownKey(name.Scalar(), first_key.Scalar(), AtLine(path, first_key));
+  }
+  std::string message = "unknown section " + name.Scalar() + " (" + AtLine(path, name) + ").";
+  std::string suggestion = ClosestMatch(name.Scalar(), ConfigSectionNames());
+  if (!suggestion.empty()) return UsageError(message + " Did you mean " + suggestion + "?");
+  return UsageError(message + " Sections are " + Join(ConfigSectionNames()) + ".");
+}
+
+// Reads the whole file, or says why it cannot.
+StatusOr<std::string> ReadConfigFile(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error))
+    return UsageError("cannot read config file (" + path +
+                      "): it is a directory. Pass a YAML file, e.g. configs/tiny-cpu.yaml.");
+  std::ifstream file(path);
+  if (!file) {
+    return UsageError("cannot open config file (" + path + "): " + std::strerror(errno) +
+                      ". Check the path; the shipped configs are in configs/, e.g. "
+                      "configs/tiny-cpu.yaml.");
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// Applies the sections of a parsed YAML document to `config`.
+Status ApplyDocument(const std::string& path, const YAML::Node& root, TrainConfig* config) {
+  if (root.IsNull()) return Status::Ok();  // an empty file: defaults
+  if (!root.IsMap()) {
+    return UsageError("config is not a map of sections (" + AtLine(path, root) +
+                      "): the top level must hold sections such as `Model:` with indented "
+                      "`key: value` lines. Rewrite it in that form (see configs/tiny-cpu.yaml).");
+  }
+  std::map<std::string, int> section_lines;  // section -> line of its first appearance
+  std::map<std::string, std::pair<std::string, int>> key_lines;  // canonical -> (spelling, line)
+  for (const auto& section_entry : root) {
+    const YAML::Node& name_node = section_entry.first;
+    const YAML::Node& body = section_entry.second;
+    if (!name_node.IsScalar())
+      return UsageError("config section name is not a plain word (" + AtLine(path, name_node) +
+                        "). Use one of " + Join(ConfigSectionNames()) + ".");
+    const std::string section = name_node.Scalar();
+    if (!IsSection(section)) return UnknownSection(path, name_node, body);
+    auto [previous, inserted] = section_lines.emplace(section, LineOf(name_node));
+    if (!inserted) {
+      return UsageError(
+          StrFormat("duplicate section %s (%s line %d; first at line %d). Merge the two into one.",
+                    section.c_str(), path.c_str(), LineOf(name_node), previous->second));
+    }
+    if (body.IsNull()) continue;  // `Model:` with nothing under it
+    if (!body.IsMap()) {
+      return UsageError("section " + section + " is not a map (" + AtLine(path, name_node) +
+                        "): it must hold indented `key: value` lines. Indent its keys under `" +
+                        section + ":`.");
+    }
+    for (const auto& entry : body) {
+      const YAML::Node& key_node = entry.first;
+      const YAML::Node& value = entry.second;
+      const std::string name = key_node.IsScalar() ? key_node.Scalar() : "?";
+      const ConfigKey* key = FindConfigKey(section, name);
+      if (key == nullptr) return UnknownKey(section, name, AtLine(path, key_node));
+      const std::string spelling = section + "." + name;
+      auto [seen, first] = key_lines.emplace(key->full_name(), std::make_pair(spelling, 0));
+      if (!first) {
+        const auto& [previous_spelling, previous_line] = seen->second;
+        if (previous_spelling == spelling) {
+          return UsageError(StrFormat("duplicate key %s (%s line %d; first at line %d). Keep one.",
+                                      spelling.c_str(), path.c_str(), LineOf(key_node),
+                                      previous_line));
+        }
+        return UsageError(
+            StrFormat("%s and %s both set (%s lines %d and %d): they are the same key. Keep one.",
+                      previous_spelling.c_str(), spelling.c_str(), path.c_str(), previous_line,
+                      LineOf(key_node)));
+      }
+      seen->second.second = LineOf(key_node);
+      // A missing value has no position of its own: point at its key.
+      const std::string where = AtLine(path, value.IsNull() ? key_node : value);
+      TRAINER_RETURN_IF_ERROR(ParseField(key->field(*config), value, spelling, where));
+    }
+  }
+  return Status::Ok();
+}
+
+// Applies one "Section.key=value" override.
+Status ApplyOverride(const std::string& text, TrainConfig* config) {
+  const std::string where = "from -o " + text;
+  const size_t equals = text.find('=');
+  if (equals == std::string::npos) {
+    return UsageError("malformed override -o " + text +
+                      " (command line): no '=' between key and value. Write -o "
+                      "Section.key=value, e.g. -o Model.hidden_size=256.");
+  }
+  const std::string name = Trim(text.substr(0, equals));
+  const std::string value_text = text.substr(equals + 1);
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == name.size()) {
+    std::string message =
+        "malformed override -o " + text + " (command line): the key must be Section.key. ";
+    std::string suggestion = dot == std::string::npos ? SuggestKey("", name) : "";
+    if (!suggestion.empty())
+      return UsageError(message + "Did you mean -o " + suggestion + "=" + value_text + "?");
+    return UsageError(message + "Write -o Section.key=value, e.g. -o Model.hidden_size=256.");
+  }
+  const std::string section = name.substr(0, dot);
+  const std::string key_name = name.substr(dot + 1);
+  const ConfigKey* key = FindConfigKey(section, key_name);
+  if (key == nullptr) return UnknownKey(section, key_name, where);
+  YAML::Node value;
+  try {
+    value = YAML::Load(value_text);
+  } catch (const YAML::Exception& e) {
+    return UsageError("invalid value in override -o " + text + " (command line): " + e.msg +
+                      ". Quote the value in YAML, e.g. -o 'Data.train_path=\"a: b.h5\"'.");
+  }
+  return ParseField(key->field(*config), value, name, where);
+}
+
+}  // namespace
+
+StatusOr<TrainConfig> LoadConfig(const std::string& yaml_path,
+                                 const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  config.config_path = yaml_path;
+  config.config_overrides = overrides;
+  if (!yaml_path.empty()) {
+    TRAINER_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(yaml_path));
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      return UsageError(
+          StrFormat("invalid YAML in config file (%s line %d, column %d): %s. Fix "
+                    "the syntax at that line.",
+                    yaml_path.c_str(), e.mark.line + 1, e.mark.column + 1, e.msg.c_str()));
+    }
+    TRAINER_RETURN_IF_ERROR(ApplyDocument(yaml_path, root, &config));
+  }
+  for (const std::string& text : overrides) TRAINER_RETURN_IF_ERROR(ApplyOverride(text, &config));
+  return config;
+}
+
+std::string FormatConfig(const TrainConfig& config) {
+  TrainConfig copy = config;  // the key table hands out pointers into a mutable config
+  std::string text = "# trainer config, fully resolved (docs/config.md lists every key)\n";
+  const DistributedConfig& dist = config.distributed;
+  if (dist.dp_degree > 0 && config.global.micro_batch_size > 0) {
+    text += StrFormat("# world size %d = dp %d x tp %d x pp %d; %d gradient accumulation steps\n",
+                      config.world_size, dist.dp_degree, dist.tp_degree, dist.pp_degree,
+                      config.gradient_accumulation_steps());
+  }
+  std::string section;
+  for (const ConfigKey& key : ConfigKeyTable()) {
+    if (section != key.section) {
+      section = key.section;
+      text += section + ":\n";
+    }
+    text += std::string("  ") + key.name + ": " + FormatField(key.field(copy)) + "\n";
+  }
+  return text;
+}
+
+std::vector<std::string> AllConfigKeys() {
+  return ConfigKeyNames("");
+}
+
+}  // namespace trainer

@@ -1,0 +1,369 @@
+// ValidateConfig (see config_loader.h): value ranges and enumerations, then the model's shape
+// against the parallel degrees and the world size, then the batch. Each violation is one
+// UsageError line: `<key>=<value> <problem> (<where it was set>). <fix>`.
+#include <cstdlib>
+#include <initializer_list>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "config/config_keys.h"
+#include "config/config_loader.h"
+
+namespace trainer {
+namespace {
+
+constexpr double kNoBound = std::numeric_limits<double>::infinity();
+
+// Numeric keys and their valid range: min <= value (min < value when above_min), value < below.
+struct RangeRule {
+  const char* key;
+  double min;
+  bool above_min;
+  double below;
+};
+const RangeRule kRangeRules[] = {
+    {"Global.global_batch_size", 1, false, kNoBound},
+    {"Global.micro_batch_size", 1, false, kNoBound},
+    {"Model.vocab_size", 1, false, kNoBound},
+    {"Model.vocab_pad_multiple", 1, false, kNoBound},
+    {"Model.hidden_size", 1, false, kNoBound},
+    {"Model.num_layers", 1, false, kNoBound},
+    {"Model.num_heads", 1, false, kNoBound},
+    {"Model.ffn_hidden_size", 0, false, kNoBound},
+    {"Model.max_seq_len", 1, false, kNoBound},
+    {"Model.seq_len", 0, false, kNoBound},
+    {"Distributed.dp_degree", 0, false, kNoBound},
+    {"Distributed.tp_degree", 1, false, kNoBound},
+    {"Distributed.pp_degree", 1, false, kNoBound},
+    {"Distributed.ep_degree", 1, false, kNoBound},
+    {"Engine.max_steps", 1, false, kNoBound},
+    {"Engine.logging_freq", 1, false, kNoBound},
+    {"Engine.eval_freq", 0, false, kNoBound},
+    {"Engine.eval_iters", 1, false, kNoBound},
+    {"Engine.save_steps", 0, false, kNoBound},
+    {"Optimizer.lr", 0, false, kNoBound},
+    {"Optimizer.min_lr", 0, false, kNoBound},
+    {"Optimizer.warmup_steps", 0, false, kNoBound},
+    {"Optimizer.decay_steps", 0, false, kNoBound},
+    {"Optimizer.weight_decay", 0, false, kNoBound},
+    {"Optimizer.beta1", 0, false, 1},
+    {"Optimizer.beta2", 0, false, 1},
+    {"Optimizer.eps", 0, true, kNoBound},
+    {"Optimizer.grad_clip", 0, false, kNoBound},
+    {"Data.val_fraction", 0, false, 1},
+    {"Checkpoint.keep_last", 0, false, kNoBound},
+    {"Checkpoint.keep_every", 0, false, kNoBound},
+};
+
+// String keys with a fixed set of values.
+struct ChoiceRule {
+  const char* key;
+  std::vector<std::string> choices;
+};
+const ChoiceRule kChoiceRules[] = {
+    {"Global.device", {"auto", "cpu", "cuda"}},
+    {"Model.recompute", {"none", "gelu", "block"}},
+    {"Engine.mix_precision", {"bf16", "fp32"}},
+};
+
+// String keys that must not be empty, and how to fill them.
+struct RequiredRule {
+  const char* key;
+  const char* fix;
+};
+const RequiredRule kRequiredRules[] = {
+    {"Data.train_path",
+     "Set it to a packed HDF5 dataset (trainer pack makes one), e.g. -o "
+     "Data.train_path=data/demo.h5"},
+    {"Engine.output_dir", "Set it to a folder for metrics and checkpoints, e.g. out/run1"},
+};
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string text;
+  for (size_t i = 0; i < items.size(); ++i) text += (i ? ", " : "") + items[i];
+  return text;
+}
+
+// Reads keys of one config by name and words the errors about them.
+class Checker {
+ public:
+  explicit Checker(TrainConfig* config) : config_(config) {}
+
+  // The field of "Section.key" (nullptr only for a misspelt name in this file: a bug).
+  const FieldRef* Field(const std::string& full_name) {
+    size_t dot = full_name.find('.');
+    const ConfigKey* key = FindConfigKey(full_name.substr(0, dot), full_name.substr(dot + 1));
+    if (key == nullptr) return nullptr;
+    field_ = key->field(*config_);
+    return &field_;
+  }
+
+  // "Model.hidden_size=130", "Global.device=\"gpu\"".
+  std::string Show(const std::string& key) { return key + "=" + Value(key); }
+  std::string Value(const std::string& key) { return FormatField(*Field(key)); }
+
+  // Where the first of `keys` that an override set came from ("from -o Model.hidden_size=130",
+  // the last such override), else the config file, else "built-in defaults".
+  std::string Where(std::initializer_list<std::string> keys) const {
+    const std::vector<std::string>& overrides = config_->config_overrides;
+    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+      std::string name = it->substr(0, it->find('='));
+      name.erase(0, name.find_first_not_of(" \t"));
+      name.erase(name.find_last_not_of(" \t") + 1);
+      for (const std::string& key : keys)
+        if (CanonicalKeyName(name) == key) return "from -o " + *it;
+    }
+    return config_->config_path.empty() ? "built-in defaults" : config_->config_path;
+  }
+
+  // "<what> (<where>). <fix>."
+  Status Fail(const std::string& what, std::initializer_list<std::string> keys,
+              const std::string& fix) const {
+    return UsageError(what + " (" + Where(keys) + "). " + fix + ".");
+  }
+
+ private:
+  TrainConfig* config_;
+  FieldRef field_;
+};
+
+double NumericValue(const FieldRef& field) {
+  if (auto* v = std::get_if<int*>(&field)) return **v;
+  if (auto* v = std::get_if<double*>(&field)) return **v;
+  if (auto* v = std::get_if<uint64_t*>(&field)) return static_cast<double>(**v);
+  return 0;
+}
+
+Status CheckRanges(Checker& check) {
+  for (const RangeRule& rule : kRangeRules) {
+    const FieldRef* field = check.Field(rule.key);
+    TRAINER_ASSERT(field != nullptr, std::string("no such config key ") + rule.key);
+    double value = NumericValue(*field);
+    bool ok = (rule.above_min ? value > rule.min : value >= rule.min) && value < rule.below;
+    if (ok) continue;
+    const std::string key = rule.key;
+    if (rule.below != kNoBound) {
+      std::string range = StrFormat("[%g, %g)", rule.min, rule.below);
+      return check.Fail(check.Show(key) + " must be in " + range, {key},
+                        "Set " + key + " to a value in " + range);
+    }
+    if (rule.above_min) {
+      return check.Fail(check.Show(key) + StrFormat(" must be > %g", rule.min), {key},
+                        "Set " + key + StrFormat(" to a value above %g", rule.min));
+    }
+    return check.Fail(check.Show(key) + StrFormat(" must be >= %g", rule.min), {key},
+                      "Set " + key + StrFormat(" to %g or more", rule.min));
+  }
+  return Status::Ok();
+}
+
+Status CheckStrings(Checker& check) {
+  for (const ChoiceRule& rule : kChoiceRules) {
+    const FieldRef* field = check.Field(rule.key);
+    TRAINER_ASSERT(field != nullptr && std::holds_alternative<std::string*>(*field),
+                   std::string("no string config key ") + rule.key);
+    const std::string& value = *std::get<std::string*>(*field);
+    bool ok = false;
+    for (const std::string& choice : rule.choices) ok = ok || value == choice;
+    if (!ok) {
+      return check.Fail(check.Show(rule.key) + " must be one of " + Join(rule.choices), {rule.key},
+                        std::string("Set ") + rule.key + " to one of them");
+    }
+  }
+  for (const RequiredRule& rule : kRequiredRules) {
+    const FieldRef* field = check.Field(rule.key);
+    TRAINER_ASSERT(field != nullptr && std::holds_alternative<std::string*>(*field),
+                   std::string("no string config key ") + rule.key);
+    if (std::get<std::string*>(*field)->empty())
+      return check.Fail(std::string(rule.key) + " is empty", {rule.key}, rule.fix);
+  }
+  return Status::Ok();
+}
+
+// Shapes that do not depend on the parallel layout.
+Status CheckModel(const TrainConfig& c, Checker& check) {
+  const ModelConfig& m = c.model;
+  if (m.seq_len > m.max_seq_len) {
+    return check.Fail(check.Show("Model.seq_len") + " exceeds " + check.Show("Model.max_seq_len"),
+                      {"Model.seq_len", "Model.max_seq_len"},
+                      StrFormat("Set Model.seq_len to at most %d (0 means max_seq_len), or raise "
+                                "Model.max_seq_len",
+                                m.max_seq_len));
+  }
+  if (m.hidden_size % m.num_heads != 0) {
+    int example = m.hidden_size / m.num_heads * m.num_heads;
+    return check.Fail(
+        check.Show("Model.hidden_size") + " is not divisible by " + check.Show("Model.num_heads"),
+        {"Model.hidden_size", "Model.num_heads"},
+        StrFormat("Set Model.hidden_size to a multiple of %d, e.g. %d", m.num_heads,
+                  example > 0 ? example : m.num_heads));
+  }
+  return Status::Ok();
+}
+
+// dp_degree (derived when 0) * tp_degree * pp_degree must be the world size.
+Status CheckWorld(TrainConfig* c, Checker& check) {
+  DistributedConfig& d = c->distributed;
+  const long long model_ranks = static_cast<long long>(d.tp_degree) * d.pp_degree;
+  const std::initializer_list<std::string> keys = {"Distributed.dp_degree", "Distributed.tp_degree",
+                                                   "Distributed.pp_degree"};
+  if (d.dp_degree == 0) {
+    if (c->world_size % model_ranks != 0) {
+      return check.Fail(
+          StrFormat("world size %d is not divisible by Distributed.tp_degree*pp_degree=%d*%d=%lld, "
+                    "so dp_degree cannot be derived",
+                    c->world_size, d.tp_degree, d.pp_degree, model_ranks),
+          keys,
+          StrFormat("Launch a multiple of %lld ranks, or change Distributed.tp_degree and "
+                    "pp_degree so that their product divides %d",
+                    model_ranks, c->world_size));
+    }
+    d.dp_degree = static_cast<int>(c->world_size / model_ranks);
+    return Status::Ok();
+  }
+  const long long product = model_ranks * d.dp_degree;
+  if (product == c->world_size) return Status::Ok();
+  std::string what = StrFormat(
+      "Distributed.dp_degree*tp_degree*pp_degree=%d*%d*%d=%lld does not match the world "
+      "size %d",
+      d.dp_degree, d.tp_degree, d.pp_degree, product, c->world_size);
+  if (c->world_size % model_ranks == 0) {
+    return check.Fail(what, keys,
+                      StrFormat("Set Distributed.dp_degree to %lld (or 0 to derive it), or launch "
+                                "%lld ranks",
+                                c->world_size / model_ranks, product));
+  }
+  return check.Fail(what, keys,
+                    StrFormat("Launch %lld ranks, or change the degrees so that their product "
+                              "is %d",
+                              product, c->world_size));
+}
+
+// `shown`=value must be a multiple of Distributed.tp_degree.
+Status CheckSplitByTp(const TrainConfig& c, Checker& check, const std::string& key,
+                      const std::string& shown, int value) {
+  const int tp = c.distributed.tp_degree;
+  if (value % tp == 0) return Status::Ok();
+  return check.Fail(shown + " is not divisible by " + check.Show("Distributed.tp_degree"),
+                    {key, "Distributed.tp_degree"},
+                    StrFormat("Set Distributed.tp_degree to a divisor of %d, or set %s to a "
+                              "multiple of %d",
+                              value, key.c_str(), tp));
+}
+
+// How the model is split over the tensor-, pipeline- and expert-parallel groups.
+Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
+  const ModelConfig& m = c.model;
+  const DistributedConfig& d = c.distributed;
+  if (d.dp_degree % d.ep_degree != 0) {
+    return check.Fail(
+        check.Show("Distributed.ep_degree") +
+            StrFormat(" does not divide dp_degree=%d", d.dp_degree),
+        {"Distributed.ep_degree", "Distributed.dp_degree"},
+        StrFormat("Set Distributed.ep_degree to a divisor of %d (1 unless the model has experts)",
+                  d.dp_degree));
+  }
+  // hidden_size first: with num_heads | hidden_size, tp | num_heads would imply tp | hidden_size.
+  TRAINER_RETURN_IF_ERROR(CheckSplitByTp(c, check, "Model.hidden_size",
+                                         check.Show("Model.hidden_size"), m.hidden_size));
+  TRAINER_RETURN_IF_ERROR(
+      CheckSplitByTp(c, check, "Model.num_heads", check.Show("Model.num_heads"), m.num_heads));
+  TRAINER_RETURN_IF_ERROR(CheckSplitByTp(
+      c, check, "Model.ffn_hidden_size",
+      m.ffn_hidden_size > 0 ? check.Show("Model.ffn_hidden_size")
+                            : StrFormat("ffn size 4*Model.hidden_size=%d", m.ffn_size()),
+      m.ffn_size()));
+  if (m.padded_vocab() % d.tp_degree != 0) {
+    long long multiple = std::lcm(static_cast<long long>(m.vocab_pad_multiple), d.tp_degree);
+    return check.Fail(
+        StrFormat("padded vocabulary %d (Model.vocab_size=%d rounded up to a multiple of "
+                  "Model.vocab_pad_multiple=%d) is not divisible by Distributed.tp_degree=%d",
+                  m.padded_vocab(), m.vocab_size, m.vocab_pad_multiple, d.tp_degree),
+        {"Model.vocab_pad_multiple", "Model.vocab_size", "Distributed.tp_degree"},
+        StrFormat("Set Model.vocab_pad_multiple to a multiple of %d, e.g. %lld", d.tp_degree,
+                  multiple));
+  }
+  if (m.sequence_parallel && m.sequence_length() % d.tp_degree != 0) {
+    return check.Fail(
+        StrFormat("Model.sequence_parallel=true needs the sequence length %d to be divisible by "
+                  "Distributed.tp_degree=%d",
+                  m.sequence_length(), d.tp_degree),
+        {"Model.sequence_parallel", "Model.seq_len", "Model.max_seq_len", "Distributed.tp_degree"},
+        StrFormat("Set Model.seq_len to a multiple of %d, or Model.sequence_parallel to false",
+                  d.tp_degree));
+  }
+  if (d.pp_degree > m.num_layers) {
+    return check.Fail(
+        check.Show("Distributed.pp_degree") + " exceeds " + check.Show("Model.num_layers"),
+        {"Distributed.pp_degree", "Model.num_layers"},
+        StrFormat("Set Distributed.pp_degree to at most %d: every stage needs at least one layer",
+                  m.num_layers));
+  }
+  if (d.pp_layers.empty()) return Status::Ok();
+  const std::initializer_list<std::string> keys = {"Distributed.pp_layers", "Distributed.pp_degree",
+                                                   "Model.num_layers"};
+  if (static_cast<int>(d.pp_layers.size()) != d.pp_degree) {
+    return check.Fail(
+        check.Show("Distributed.pp_layers") +
+            StrFormat(" has %zu %s but Distributed.pp_degree=%d", d.pp_layers.size(),
+                      d.pp_layers.size() == 1 ? "entry" : "entries", d.pp_degree),
+        keys,
+        StrFormat("Give one layer count per stage (%d entries), or leave Distributed.pp_layers "
+                  "empty for a balanced split",
+                  d.pp_degree));
+  }
+  long long sum = 0;
+  for (size_t stage = 0; stage < d.pp_layers.size(); ++stage) {
+    if (d.pp_layers[stage] < 1) {
+      return check.Fail(check.Show("Distributed.pp_layers") +
+                            StrFormat(" gives stage %zu %d layers", stage, d.pp_layers[stage]),
+                        keys, "Give every stage at least 1 layer");
+    }
+    sum += d.pp_layers[stage];
+  }
+  if (sum != m.num_layers) {
+    return check.Fail(check.Show("Distributed.pp_layers") +
+                          StrFormat(" sums to %lld but Model.num_layers=%d", sum, m.num_layers),
+                      keys, StrFormat("Make the layer counts add up to %d", m.num_layers));
+  }
+  return Status::Ok();
+}
+
+Status CheckBatchAndSchedule(const TrainConfig& c, Checker& check) {
+  const GlobalConfig& g = c.global;
+  const long long per_step = static_cast<long long>(g.micro_batch_size) * c.distributed.dp_degree;
+  if (g.global_batch_size % per_step != 0) {
+    return check.Fail(
+        StrFormat("Global.global_batch_size=%d is not divisible by micro_batch_size*dp_degree="
+                  "%d*%d=%lld",
+                  g.global_batch_size, g.micro_batch_size, c.distributed.dp_degree, per_step),
+        {"Global.global_batch_size", "Global.micro_batch_size", "Distributed.dp_degree"},
+        StrFormat("Set global_batch_size to a multiple of %lld", per_step));
+  }
+  if (c.optimizer.min_lr > c.optimizer.lr) {
+    return check.Fail(check.Show("Optimizer.min_lr") + " exceeds " + check.Show("Optimizer.lr"),
+                      {"Optimizer.min_lr", "Optimizer.lr"},
+                      "Set Optimizer.min_lr to at most " + check.Value("Optimizer.lr"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateConfig(TrainConfig* config, int world_size) {
+  TRAINER_ASSERT(world_size >= 1, "the world size must be at least 1");
+  config->world_size = world_size;
+  Checker check(config);
+  TRAINER_RETURN_IF_ERROR(CheckRanges(check));
+  TRAINER_RETURN_IF_ERROR(CheckStrings(check));
+  TRAINER_RETURN_IF_ERROR(CheckModel(*config, check));
+  TRAINER_RETURN_IF_ERROR(CheckWorld(config, check));
+  TRAINER_RETURN_IF_ERROR(CheckParallelLayout(*config, check));
+  return CheckBatchAndSchedule(*config, check);
+}
+
+}  // namespace trainer
