@@ -6,7 +6,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,7 @@ class ConfigTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
   }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string WriteFile(const std::string& name, const std::string& text) {
     std::string path = dir_ + "/" + name;
@@ -103,6 +105,21 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Checkpoint.keep_every",
                                              "Checkpoint.resume"};
   EXPECT_EQ(AllConfigKeys(), expected);
+}
+
+TEST(ConfigKeys, DocsDescribeEveryKeyInItsSection) {
+  std::ifstream file(std::string(TRAINER_SOURCE_DIR) + "/docs/config.md");
+  std::stringstream text;
+  text << file.rdbuf();
+  const std::string docs = text.str();
+  for (const std::string& key : AllConfigKeys()) {
+    const std::string section = key.substr(0, key.find('.'));
+    size_t begin = docs.find("\n### " + section + "\n");
+    ASSERT_NE(begin, std::string::npos) << "docs/config.md has no section " << section;
+    size_t end = docs.find("\n#", begin + 1);
+    size_t row = docs.find("| `" + key.substr(section.size() + 1) + "` |", begin);
+    EXPECT_TRUE(row != std::string::npos && row < end) << "docs/config.md lacks " << key;
+  }
 }
 
 TEST(Suggest, EditDistanceAndClosestMatch) {
