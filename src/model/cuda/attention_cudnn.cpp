@@ -1,0 +1,266 @@
+// cuDNN frontend SDPA (see attention_cudnn.h): graphs built on first use per shape and cached,
+// including the shapes cuDNN rejects (so a rejected shape costs one attempt and one warning).
+#include "model/cuda/attention_cudnn.h"
+
+#if TRAINER_WITH_CUDNN
+
+#include <cudnn_frontend.h>
+
+#include <cmath>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/op_checks.h"
+
+namespace trainer {
+namespace cuda {
+
+namespace fe = cudnn_frontend;
+
+namespace {
+
+enum TensorUid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+struct Shape {
+  int64_t B, T, NH, HS;
+  // Every attention tensor is seen as (B, NH, T, HS).
+  std::vector<int64_t> dims() const { return {B, NH, T, HS}; }
+  // Views of q, k or v inside qkv (B,T,3,NH,HS) (the k and v pointers are offset by NH*HS, 2NH*HS).
+  std::vector<int64_t> qkv_strides() const { return {T * 3 * NH * HS, HS, 3 * NH * HS, 1}; }
+  // out and dout (B,T,NH,HS).
+  std::vector<int64_t> out_strides() const { return {T * NH * HS, HS, NH * HS, 1}; }
+  std::vector<int64_t> stats_dims() const { return {B, NH, T, 1}; }
+  std::vector<int64_t> stats_strides() const { return {NH * T, T, 1, 1}; }
+  float scale() const { return 1.f / std::sqrt(static_cast<float>(HS)); }
+};
+
+using GraphPtr = std::shared_ptr<fe::graph::Graph>;
+
+GraphPtr NewGraph() {
+  auto graph = std::make_shared<fe::graph::Graph>();
+  graph->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return graph;
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> Input(const GraphPtr& graph, const char* name,
+                                                    int64_t uid, std::vector<int64_t> dims,
+                                                    std::vector<int64_t> strides) {
+  return graph->tensor(fe::graph::Tensor_attributes()
+                           .set_name(name)
+                           .set_uid(uid)
+                           .set_dim(std::move(dims))
+                           .set_stride(std::move(strides)));
+}
+
+GraphPtr ForwardGraph(const Shape& s) {
+  GraphPtr graph = NewGraph();
+  auto q = Input(graph, "q", kQ, s.dims(), s.qkv_strides());
+  auto k = Input(graph, "k", kK, s.dims(), s.qkv_strides());
+  auto v = Input(graph, "v", kV, s.dims(), s.qkv_strides());
+  auto options = fe::graph::SDPA_attributes()
+                     .set_name("causal_attention")
+                     .set_generate_stats(true)
+                     .set_causal_mask(true)
+                     .set_attn_scale(s.scale());
+  auto [o, stats] = graph->sdpa(q, k, v, options);
+  o->set_output(true).set_dim(s.dims()).set_stride(s.out_strides()).set_uid(kO);
+  stats->set_output(true)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim(s.stats_dims())
+      .set_stride(s.stats_strides())
+      .set_uid(kStats);
+  return graph;
+}
+
+GraphPtr BackwardGraph(const Shape& s) {
+  GraphPtr graph = NewGraph();
+  auto q = Input(graph, "q", kQ, s.dims(), s.qkv_strides());
+  auto k = Input(graph, "k", kK, s.dims(), s.qkv_strides());
+  auto v = Input(graph, "v", kV, s.dims(), s.qkv_strides());
+  auto o = Input(graph, "o", kO, s.dims(), s.out_strides());
+  auto dout = Input(graph, "dout", kDO, s.dims(), s.out_strides());
+  auto stats = Input(graph, "stats", kStats, s.stats_dims(), s.stats_strides());
+  stats->set_data_type(fe::DataType_t::FLOAT);
+  auto options = fe::graph::SDPA_backward_attributes()
+                     .set_name("causal_attention_backward")
+                     .set_causal_mask(true)
+                     .set_attn_scale(s.scale());
+  auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, dout, stats, options);
+  dq->set_output(true).set_dim(s.dims()).set_stride(s.qkv_strides()).set_uid(kDQ);
+  dk->set_output(true).set_dim(s.dims()).set_stride(s.qkv_strides()).set_uid(kDK);
+  dv->set_output(true).set_dim(s.dims()).set_stride(s.qkv_strides()).set_uid(kDV);
+  return graph;
+}
+
+// Validates, lowers and plans the graph; false with the frontend's message when unsupported.
+bool BuildPlans(const GraphPtr& graph, cudnnHandle_t handle, std::string* why) {
+  fe::error_t e = graph->validate();
+  if (e.is_good()) e = graph->build_operation_graph(handle);
+  if (e.is_good()) e = graph->create_execution_plans({fe::HeurMode_t::A});
+  if (e.is_good()) e = graph->check_support(handle);
+  if (e.is_good()) e = graph->build_plans(handle);
+  if (e.is_bad()) *why = e.get_message();
+  return e.is_good();
+}
+
+}  // namespace
+
+struct CudnnAttention::Impl {
+  cudnnHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+  // (B, T, NH, HS, backward) -> graph; nullptr when cuDNN rejected the shape.
+  std::map<std::tuple<int, int, int, int, bool>, GraphPtr> graphs;
+
+  ~Impl() {
+    if (workspace) cudaFree(workspace);
+    if (handle) cudnnDestroy(handle);
+  }
+
+  // The cached graph for the shape, built (and the workspace grown) on first use.
+  Status Graph(const Shape& s, bool backward, GraphPtr* out) {
+    const auto key = std::make_tuple((int)s.B, (int)s.T, (int)s.NH, (int)s.HS, backward);
+    auto it = graphs.find(key);
+    if (it == graphs.end()) {
+      GraphPtr graph = backward ? BackwardGraph(s) : ForwardGraph(s);
+      std::string why;
+      if (BuildPlans(graph, handle, &why)) {
+        int64_t bytes = 0;
+        fe::error_t e = graph->get_workspace_size(bytes);
+        if (e.is_bad())
+          return RuntimeError("cuDNN attention workspace query (" + Where() +
+                              "): " + e.get_message());
+        TRAINER_RETURN_IF_ERROR(GrowWorkspace(bytes));
+      } else {
+        LogWarning(
+            StrFormat("cuDNN has no fused attention %s for B=%lld T=%lld NH=%lld HS=%lld "
+                      "(%s); using the slower fallback kernels for this shape",
+                      backward ? "backward" : "forward", (long long)s.B, (long long)s.T,
+                      (long long)s.NH, (long long)s.HS, why.c_str()));
+        graph = nullptr;
+      }
+      it = graphs.emplace(key, graph).first;
+    }
+    *out = it->second;
+    return Status::Ok();
+  }
+
+  Status GrowWorkspace(int64_t bytes) {
+    if (bytes <= workspace_bytes) return Status::Ok();
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // the old workspace may still be in use
+    if (workspace) CUDA_CHECK(cudaFree(workspace));
+    workspace = nullptr;
+    workspace_bytes = 0;
+    CUDA_CHECK(cudaMalloc(&workspace, bytes));
+    workspace_bytes = bytes;
+    return Status::Ok();
+  }
+
+  Status Execute(const GraphPtr& graph, std::unordered_map<int64_t, void*>& pack) {
+    fe::error_t e = graph->execute(handle, pack, workspace);
+    if (e.is_bad())
+      return RuntimeError("cuDNN attention execution (" + Where() + "): " + e.get_message() +
+                          ". Rerun with CUDNN_FRONTEND_LOG_INFO=1 for details");
+    return Status::Ok();
+  }
+};
+
+CudnnAttention::CudnnAttention() : impl_(std::make_unique<Impl>()) {}
+CudnnAttention::~CudnnAttention() = default;
+bool CudnnAttention::Compiled() {
+  return true;
+}
+
+Status CudnnAttention::Create(cudaStream_t stream, std::unique_ptr<CudnnAttention>* out) {
+  std::unique_ptr<CudnnAttention> attention(new CudnnAttention());
+  attention->impl_->stream = stream;
+  CUDNN_CHECK(cudnnCreate(&attention->impl_->handle));
+  CUDNN_CHECK(cudnnSetStream(attention->impl_->handle, stream));
+  *out = std::move(attention);
+  return Status::Ok();
+}
+
+Status CudnnAttention::Forward(DType dtype, void* out, float* stats, const void* qkv, int B, int T,
+                               int NH, int HS, bool* supported) {
+  *supported = false;
+  if (dtype != DType::kBF16) return Status::Ok();
+  const Shape s{B, T, NH, HS};
+  GraphPtr graph;
+  TRAINER_RETURN_IF_ERROR(impl_->Graph(s, /*backward=*/false, &graph));
+  if (!graph) return Status::Ok();
+  char* base = static_cast<char*>(const_cast<void*>(qkv));
+  const size_t head_block = static_cast<size_t>(NH) * HS * DTypeSize(dtype);
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, base}, {kK, base + head_block}, {kV, base + 2 * head_block}, {kO, out}, {kStats, stats}};
+  *supported = true;
+  return impl_->Execute(graph, pack);
+}
+
+Status CudnnAttention::Backward(DType dtype, void* dqkv, const void* dout, const void* qkv,
+                                const void* out, const float* stats, int B, int T, int NH, int HS,
+                                bool* supported) {
+  *supported = false;
+  if (dtype != DType::kBF16) return Status::Ok();
+  const Shape s{B, T, NH, HS};
+  GraphPtr graph;
+  TRAINER_RETURN_IF_ERROR(impl_->Graph(s, /*backward=*/true, &graph));
+  if (!graph) return Status::Ok();
+  char* base = static_cast<char*>(const_cast<void*>(qkv));
+  char* dbase = static_cast<char*>(dqkv);
+  const size_t head_block = static_cast<size_t>(NH) * HS * DTypeSize(dtype);
+  std::unordered_map<int64_t, void*> pack = {{kQ, base},
+                                             {kK, base + head_block},
+                                             {kV, base + 2 * head_block},
+                                             {kO, const_cast<void*>(out)},
+                                             {kDO, const_cast<void*>(dout)},
+                                             {kStats, const_cast<float*>(stats)},
+                                             {kDQ, dbase},
+                                             {kDK, dbase + head_block},
+                                             {kDV, dbase + 2 * head_block}};
+  *supported = true;
+  return impl_->Execute(graph, pack);
+}
+
+}  // namespace cuda
+}  // namespace trainer
+
+#else  // !TRAINER_WITH_CUDNN: no fused attention; every call reports "unsupported".
+
+#include "model/cuda/op_checks.h"
+
+namespace trainer {
+namespace cuda {
+
+struct CudnnAttention::Impl {};
+CudnnAttention::CudnnAttention() = default;
+CudnnAttention::~CudnnAttention() = default;
+bool CudnnAttention::Compiled() {
+  return false;
+}
+
+Status CudnnAttention::Create(cudaStream_t, std::unique_ptr<CudnnAttention>*) {
+  return EnvironmentError("cuDNN fused attention (" + Where() +
+                          "): this binary was built without the cuDNN frontend. Run "
+                          "scripts/fetch_cudnn_frontend.sh and rebuild");
+}
+Status CudnnAttention::Forward(DType, void*, float*, const void*, int, int, int, int,
+                               bool* supported) {
+  *supported = false;
+  return Status::Ok();
+}
+Status CudnnAttention::Backward(DType, void*, const void*, const void*, const void*, const float*,
+                                int, int, int, int, bool* supported) {
+  *supported = false;
+  return Status::Ok();
+}
+
+}  // namespace cuda
+}  // namespace trainer
+
+#endif  // TRAINER_WITH_CUDNN

@@ -1,0 +1,206 @@
+// Our own causal self-attention (forward and backward) for builds without the cuDNN frontend or
+// shapes it rejects: one warp per query row (forward, dq) or key row (dk, dv), online softmax and
+// every accumulation in f32. Correct and simple rather than fast: O(T^2 HS) with no tiling.
+#include "model/cuda/cuda_common.cuh"
+#include "model/cuda/kernels.h"
+
+namespace trainer {
+namespace cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxPerLane = 8;  // head sizes up to 32 * 8 = 256
+
+// Where head h of position (b, t) lives in qkv (B,T,3,NH,HS) and in out/dout (B,T,NH,HS).
+struct AttentionLayout {
+  int B, T, NH, HS;
+  float scale;
+  __device__ int64_t Q(int b, int t, int h) const {
+    return ((int64_t)b * T + t) * 3 * NH * HS + (int64_t)h * HS;
+  }
+  __device__ int64_t K(int b, int t, int h) const { return Q(b, t, h) + (int64_t)NH * HS; }
+  __device__ int64_t V(int b, int t, int h) const { return Q(b, t, h) + 2 * (int64_t)NH * HS; }
+  __device__ int64_t O(int b, int t, int h) const {
+    return ((int64_t)b * T + t) * NH * HS + (int64_t)h * HS;
+  }
+  __device__ int64_t Stat(int b, int t, int h) const { return ((int64_t)b * NH + h) * T + t; }
+};
+
+// Loads this lane's share (elements lane, lane + 32, ...) of a head vector.
+template <typename T>
+__device__ __forceinline__ void LoadLane(float (&dst)[kMaxPerLane], const T* src, int HS) {
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int d = lane + j * kWarpSize;
+    dst[j] = d < HS ? ToFloat(src[d]) : 0.f;
+  }
+}
+
+// Dot product of a lane-distributed vector with a head vector in memory; every lane gets it.
+template <typename T>
+__device__ __forceinline__ float WarpDot(const float (&x)[kMaxPerLane], const T* y, int HS) {
+  const int lane = threadIdx.x % kWarpSize;
+  float sum = 0.f;
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int d = lane + j * kWarpSize;
+    if (d < HS) sum += x[j] * ToFloat(y[d]);
+  }
+  return WarpSum(sum);
+}
+
+template <typename T>
+__device__ __forceinline__ void StoreLane(T* dst, const float (&src)[kMaxPerLane], float scale,
+                                          int HS) {
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int d = lane + j * kWarpSize;
+    if (d < HS) dst[d] = FromFloat<T>(src[j] * scale);
+  }
+}
+
+// Warp index over all (b, h, t) rows: t fastest, so a block's warps share keys in cache.
+__device__ __forceinline__ bool WarpRow(const AttentionLayout& L, int* b, int* h, int* t) {
+  const int64_t row = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= (int64_t)L.B * L.NH * L.T) return false;
+  *t = static_cast<int>(row % L.T);
+  *h = static_cast<int>((row / L.T) % L.NH);
+  *b = static_cast<int>(row / ((int64_t)L.T * L.NH));
+  return true;
+}
+
+template <typename T>
+__global__ void ForwardKernel(T* out, float* stats, const T* qkv, AttentionLayout L) {
+  int b, h, i;
+  if (!WarpRow(L, &b, &h, &i)) return;
+  const int lane = threadIdx.x % kWarpSize;
+  float q[kMaxPerLane], acc[kMaxPerLane] = {};
+  LoadLane(q, qkv + L.Q(b, i, h), L.HS);
+  float running_max = -INFINITY, running_sum = 0.f;
+  for (int j = 0; j <= i; ++j) {
+    const float s = L.scale * WarpDot(q, qkv + L.K(b, j, h), L.HS);
+    const float new_max = fmaxf(running_max, s);
+    const float correction = expf(running_max - new_max);
+    const float p = expf(s - new_max);
+    running_sum = running_sum * correction + p;
+    const T* v = qkv + L.V(b, j, h);
+#pragma unroll
+    for (int k = 0; k < kMaxPerLane; ++k) {
+      const int d = lane + k * kWarpSize;
+      acc[k] = acc[k] * correction + (d < L.HS ? p * ToFloat(v[d]) : 0.f);
+    }
+    running_max = new_max;
+  }
+  StoreLane(out + L.O(b, i, h), acc, 1.f / running_sum, L.HS);
+  if (lane == 0) stats[L.Stat(b, i, h)] = running_max + logf(running_sum);
+}
+
+// delta (B,NH,T) = rowwise dot(dout, out), the softmax-backward correction term.
+template <typename T>
+__global__ void DeltaKernel(float* delta, const T* dout, const T* out, AttentionLayout L) {
+  int b, h, i;
+  if (!WarpRow(L, &b, &h, &i)) return;
+  float o[kMaxPerLane];
+  LoadLane(o, out + L.O(b, i, h), L.HS);
+  const float d = WarpDot(o, dout + L.O(b, i, h), L.HS);
+  if (threadIdx.x % kWarpSize == 0) delta[L.Stat(b, i, h)] = d;
+}
+
+// dq_i = scale * sum_{j<=i} p_ij (dout_i . v_j - delta_i) k_j.
+template <typename T>
+__global__ void QueryGradKernel(T* dqkv, const T* dout, const T* qkv, const float* stats,
+                                const float* delta, AttentionLayout L) {
+  int b, h, i;
+  if (!WarpRow(L, &b, &h, &i)) return;
+  const int lane = threadIdx.x % kWarpSize;
+  float q[kMaxPerLane], g[kMaxPerLane], acc[kMaxPerLane] = {};
+  LoadLane(q, qkv + L.Q(b, i, h), L.HS);
+  LoadLane(g, dout + L.O(b, i, h), L.HS);
+  const float lse = stats[L.Stat(b, i, h)], di = delta[L.Stat(b, i, h)];
+  for (int j = 0; j <= i; ++j) {
+    const T* k = qkv + L.K(b, j, h);
+    const float p = expf(L.scale * WarpDot(q, k, L.HS) - lse);
+    const float ds = p * (WarpDot(g, qkv + L.V(b, j, h), L.HS) - di);
+#pragma unroll
+    for (int m = 0; m < kMaxPerLane; ++m) {
+      const int d = lane + m * kWarpSize;
+      if (d < L.HS) acc[m] += ds * ToFloat(k[d]);
+    }
+  }
+  StoreLane(dqkv + L.Q(b, i, h), acc, L.scale, L.HS);
+}
+
+// dk_j = scale * sum_{i>=j} ds_ij q_i and dv_j = sum_{i>=j} p_ij dout_i.
+template <typename T>
+__global__ void KeyValueGradKernel(T* dqkv, const T* dout, const T* qkv, const float* stats,
+                                   const float* delta, AttentionLayout L) {
+  int b, h, j;
+  if (!WarpRow(L, &b, &h, &j)) return;
+  const int lane = threadIdx.x % kWarpSize;
+  float k[kMaxPerLane], v[kMaxPerLane], dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
+  LoadLane(k, qkv + L.K(b, j, h), L.HS);
+  LoadLane(v, qkv + L.V(b, j, h), L.HS);
+  for (int i = j; i < L.T; ++i) {
+    const T* q = qkv + L.Q(b, i, h);
+    const T* g = dout + L.O(b, i, h);
+    const float p = expf(L.scale * WarpDot(k, q, L.HS) - stats[L.Stat(b, i, h)]);
+    const float ds = p * (WarpDot(v, g, L.HS) - delta[L.Stat(b, i, h)]);
+#pragma unroll
+    for (int m = 0; m < kMaxPerLane; ++m) {
+      const int d = lane + m * kWarpSize;
+      if (d < L.HS) {
+        dk[m] += ds * ToFloat(q[d]);
+        dv[m] += p * ToFloat(g[d]);
+      }
+    }
+  }
+  StoreLane(dqkv + L.K(b, j, h), dk, L.scale, L.HS);
+  StoreLane(dqkv + L.V(b, j, h), dv, 1.f, L.HS);
+}
+
+AttentionLayout MakeLayout(int B, int T, int NH, int HS) {
+  return AttentionLayout{B, T, NH, HS, 1.f / sqrtf(static_cast<float>(HS))};
+}
+
+unsigned RowBlocks(int B, int T, int NH) {
+  return CeilDiv((int64_t)B * NH * T, kWarpsPerBlock);
+}
+
+}  // namespace
+
+cudaError_t LaunchAttentionForwardFallback(DType dtype, void* out, float* stats, const void* qkv,
+                                           int B, int T, int NH, int HS, cudaStream_t stream) {
+  if (HS > kMaxPerLane * kWarpSize) return cudaErrorInvalidValue;
+  const AttentionLayout L = MakeLayout(B, T, NH, HS);
+  TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
+                              ForwardKernel<E>
+                              <<<RowBlocks(B, T, NH), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+                                  static_cast<E*>(out), stats, static_cast<const E*>(qkv), L));
+  return cudaGetLastError();
+}
+
+size_t AttentionBackwardFallbackScratchFloats(int B, int T, int NH) {
+  return static_cast<size_t>(B) * NH * T;
+}
+
+cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void* dout,
+                                            const void* qkv, const void* out, const float* stats,
+                                            float* scratch, int B, int T, int NH, int HS,
+                                            cudaStream_t stream) {
+  if (HS > kMaxPerLane * kWarpSize) return cudaErrorInvalidValue;
+  const AttentionLayout L = MakeLayout(B, T, NH, HS);
+  const unsigned blocks = RowBlocks(B, T, NH), threads = kWarpsPerBlock * kWarpSize;
+  TRAINER_DISPATCH_FLOAT_TYPE(
+      dtype, E, const E* g = static_cast<const E*>(dout); const E* x = static_cast<const E*>(qkv);
+      DeltaKernel<E><<<blocks, threads, 0, stream>>>(scratch, g, static_cast<const E*>(out), L);
+      QueryGradKernel<E>
+      <<<blocks, threads, 0, stream>>>(static_cast<E*>(dqkv), g, x, stats, scratch, L);
+      KeyValueGradKernel<E>
+      <<<blocks, threads, 0, stream>>>(static_cast<E*>(dqkv), g, x, stats, scratch, L));
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace trainer

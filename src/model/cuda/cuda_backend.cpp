@@ -1,0 +1,246 @@
+// CudaBackend: creation (device, stream, cuBLASLt and cuDNN handles), memory, copies,
+// elementwise ops and the optimizer ops; MakeCudaBackend and CudaBackendCompiled. The layer ops
+// are in cuda_backend_layers.cpp.
+#include "model/cuda/cuda_backend.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "model/cuda/attention_cudnn.h"
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/kernels.h"
+#include "model/cuda/matmul.h"
+#include "model/cuda/op_checks.h"
+
+namespace trainer {
+
+using cuda::CheckFloatType;
+using cuda::CheckTensor;
+using cuda::OpError;
+using cuda::Where;
+
+Status CudaBackend::Create(int device, DType compute, std::unique_ptr<CudaBackend>* out) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the error so later CUDA calls do not report it
+    return EnvironmentError(
+        StrFormat("no CUDA device visible (%s): cudaGetDeviceCount found %d device(s)%s%s. Set "
+                  "Global.device=cpu, or run on a GPU node with a working driver (check "
+                  "CUDA_VISIBLE_DEVICES)",
+                  Where().c_str(), count, e != cudaSuccess ? " and returned " : "",
+                  e != cudaSuccess ? cudaGetErrorString(e) : ""));
+  }
+  if (device < 0 || device >= count)
+    return EnvironmentError(StrFormat(
+        "CUDA device %d does not exist (%s): %d device(s) visible. Check the GPU binding of "
+        "the ranks on this node (one rank per GPU) and CUDA_VISIBLE_DEVICES",
+        device, Where().c_str(), count));
+  if (compute != DType::kBF16 && compute != DType::kF32)
+    return UsageError(
+        StrFormat("CUDA backend compute dtype (%s): %s is not supported. Use bf16 "
+                  "or f32",
+                  Where().c_str(), DTypeName(compute)));
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(device, compute));
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));
+  TRAINER_RETURN_IF_ERROR(cuda::CublasLtMatmul::Create(backend->stream_, &backend->matmul_));
+  if (cuda::CudnnAttention::Compiled())
+    TRAINER_RETURN_IF_ERROR(
+        cuda::CudnnAttention::Create(backend->stream_, &backend->cudnn_attention_));
+  CUDA_CHECK(cudaMalloc(&backend->scratch_, kInitialScratchBytes));
+  backend->scratch_bytes_ = kInitialScratchBytes;
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&backend->host_result_), sizeof(double)));
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&backend->staging_), 2 * kStagingSlotBytes));
+  for (cudaEvent_t& event : backend->staging_free_)
+    CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  *out = std::move(backend);
+  return Status::Ok();
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  cudnn_attention_.reset();
+  matmul_.reset();
+  for (cudaEvent_t event : staging_free_)
+    if (event) cudaEventDestroy(event);
+  if (staging_) cudaFreeHost(staging_);
+  if (host_result_) cudaFreeHost(host_result_);
+  if (scratch_) cudaFree(scratch_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+bool CudaBackend::CudnnAttentionCompiled() {
+  return cuda::CudnnAttention::Compiled();
+}
+
+std::string CudaBackend::name() const {
+  return "cuda:" + std::to_string(device_);
+}
+
+Status CudaBackend::Scratch(size_t bytes, void** out) {
+  if (bytes > scratch_bytes_) {
+    // Only the first use of a larger shape gets here (the first step), never the steady state.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier ops may still read the old buffer
+    CUDA_CHECK(cudaFree(scratch_));
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    const size_t rounded = (bytes + (1u << 20) - 1) & ~static_cast<size_t>((1u << 20) - 1);
+    CUDA_CHECK(cudaMalloc(&scratch_, rounded));
+    scratch_bytes_ = rounded;
+  }
+  *out = scratch_;
+  return Status::Ok();
+}
+
+// ---- memory ----
+
+Status CudaBackend::Allocate(size_t bytes, void** out) {
+  *out = nullptr;
+  if (bytes == 0) return Status::Ok();
+  const cudaError_t e = cudaMalloc(out, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    return RuntimeError(StrFormat(
+        "GPU memory allocation of %.1f MiB (%s, %s): %s with %.1f of %.1f GiB free. Lower "
+        "Global.micro_batch_size, use recompute, or spread the model over more GPUs (tp/pp)",
+        bytes / 1048576.0, name().c_str(), Where().c_str(), cudaGetErrorString(e),
+        free_bytes / 1073741824.0, total_bytes / 1073741824.0));
+  }
+  CUDA_CHECK(cudaMemsetAsync(*out, 0, bytes, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+void CudaBackend::Free(void* ptr) {
+  if (ptr == nullptr) return;
+  cudaStreamSynchronize(stream_);
+  cudaFree(ptr);
+}
+
+Status CudaBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {
+  if (bytes > kStagingSlotBytes) {  // large copies happen at setup: plain and synchronous
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+  const int slot = staging_next_;
+  staging_next_ ^= 1;
+  char* staging = staging_ + slot * kStagingSlotBytes;
+  CUDA_CHECK(cudaEventSynchronize(staging_free_[slot]));  // the copy two calls ago is done
+  std::memcpy(staging, host_src, bytes);
+  CUDA_CHECK(cudaMemcpyAsync(dst, staging, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaEventRecord(staging_free_[slot], stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::CopyDeviceToDevice(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::Zero(Tensor t) {
+  if (t.empty()) return Status::Ok();
+  CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::Convert(Tensor dst, Tensor src) {
+  TRAINER_RETURN_IF_ERROR(CheckFloatType("Convert", "src", src));
+  TRAINER_RETURN_IF_ERROR(CheckFloatType("Convert", "dst", dst));
+  TRAINER_RETURN_IF_ERROR(CheckTensor("Convert", "dst", dst, dst.dtype, src.numel()));
+  CUDA_CHECK(cuda::LaunchConvert(dst.dtype, dst.data, src.dtype, src.data, src.numel(), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::Synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+// ---- elementwise ----
+
+Status CudaBackend::Add(Tensor out, Tensor a, Tensor b) {
+  TRAINER_RETURN_IF_ERROR(CheckFloatType("Add", "out", out));
+  TRAINER_RETURN_IF_ERROR(CheckTensor("Add", "a", a, out.dtype, out.numel()));
+  TRAINER_RETURN_IF_ERROR(CheckTensor("Add", "b", b, out.dtype, out.numel()));
+  CUDA_CHECK(cuda::LaunchAdd(out.dtype, out.data, a.data, b.data, out.numel(), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::AddInPlace(Tensor out, Tensor a) {
+  return Add(out, out, a);
+}
+
+Status CudaBackend::Scale(Tensor x, float s) {
+  if (x.empty()) return Status::Ok();
+  TRAINER_RETURN_IF_ERROR(CheckFloatType("Scale", "x", x));
+  CUDA_CHECK(cuda::LaunchScale(x.dtype, x.data, s, x.numel(), stream_));
+  return Status::Ok();
+}
+
+// ---- optimizer ----
+
+Status CudaBackend::AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
+                          const AdamWParams& p) {
+  const int64_t n = master.numel();
+  TRAINER_RETURN_IF_ERROR(CheckTensor("AdamW", "master", master, DType::kF32, n));
+  TRAINER_RETURN_IF_ERROR(CheckTensor("AdamW", "grad", grad, DType::kF32, n));
+  TRAINER_RETURN_IF_ERROR(CheckTensor("AdamW", "m", m, DType::kF32, n));
+  TRAINER_RETURN_IF_ERROR(CheckTensor("AdamW", "v", v, DType::kF32, n));
+  TRAINER_RETURN_IF_ERROR(CheckFloatType("AdamW", "param", param));
+  TRAINER_RETURN_IF_ERROR(CheckTensor("AdamW", "param", param, param.dtype, n));
+  if (p.step < 1) return OpError("AdamW", StrFormat("step is %d, expected >= 1", p.step));
+  if (n == 0) return Status::Ok();
+  cuda::AdamWStep step{p.lr,
+                       p.beta1,
+                       p.beta2,
+                       p.eps,
+                       p.weight_decay,
+                       p.grad_scale,
+                       static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), p.step)),
+                       static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), p.step))};
+  CUDA_CHECK(cuda::LaunchAdamW(param.dtype, param.data, master.as<float>(), grad.as<float>(),
+                               m.as<float>(), v.as<float>(), n, step, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::SumSquares(Tensor x, double* out) {
+  *out = 0.0;
+  if (x.numel() == 0) return Status::Ok();
+  TRAINER_RETURN_IF_ERROR(CheckTensor("SumSquares", "x", x, DType::kF32, x.numel()));
+  void* scratch = nullptr;
+  TRAINER_RETURN_IF_ERROR(Scratch((cuda::kSumSquaresPartials + 1) * sizeof(double), &scratch));
+  double* partials = static_cast<double*>(scratch);
+  double* result = partials + cuda::kSumSquaresPartials;
+  CUDA_CHECK(cuda::LaunchSumSquares(x.as<float>(), x.numel(), partials, result, stream_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(host_result_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  *out = *host_result_;
+  return Status::Ok();
+}
+
+// ---- factory (declared in model/backend.h) ----
+
+Status MakeCudaBackend(int device, std::unique_ptr<Backend>* out) {
+  out->reset();
+  std::unique_ptr<CudaBackend> backend;
+  TRAINER_RETURN_IF_ERROR(CudaBackend::Create(device, DType::kBF16, &backend));
+  *out = std::move(backend);
+  return Status::Ok();
+}
+
+bool CudaBackendCompiled() {
+  return true;
+}
+
+}  // namespace trainer

@@ -1,0 +1,121 @@
+// CudaBackend: the Backend (src/model/backend.h) on one NVIDIA GPU. Compute tensors are bf16 (or
+// f32 when created so); parameter gradients, master weights, Adam moments, statistics and losses
+// are f32. Every op runs on one stream (stream(), shared with NcclCommunicator and the engine).
+// Matrix products go through cuBLASLt (matmul.h), attention through cuDNN's fused SDPA when built
+// with the frontend (attention_cudnn.h) or our own kernels otherwise; the rest are custom kernels
+// (kernels.h). Memory: Allocate() is cudaMalloc + cudaMemset at setup; ops that need temporary
+// room share one scratch buffer that is reserved at creation and grows only on first use of a
+// larger shape (the first step), so the step loop itself never allocates.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "model/backend.h"
+
+namespace trainer {
+namespace cuda {
+class CublasLtMatmul;
+class CudnnAttention;
+}  // namespace cuda
+
+// Which implementation each op took, counted since creation (for tests and logs).
+struct CudaPathCounts {
+  int gelu_epilogue = 0;       // GELU fused into the matmul (cuBLASLt GELU_AUX[_BIAS])
+  int gelu_kernel = 0;         // matmul with bias epilogue, then our GELU kernel
+  int bias_grad_epilogue = 0;  // dbias from cuBLASLt's BGRADB epilogue
+  int bias_grad_kernel = 0;    // dbias from our column-sum kernels
+  int attention_cudnn = 0;     // forward or backward calls through cuDNN
+  int attention_fallback = 0;  // forward or backward calls through our kernels
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Binds `device`, creates the stream and the library handles. compute: kBF16 (training) or kF32.
+  static Status Create(int device, DType compute, std::unique_ptr<CudaBackend>* out);
+  ~CudaBackend() override;
+
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
+  // True when built with the cuDNN frontend (fused attention available for bf16).
+  static bool CudnnAttentionCompiled();
+  // Testing and diagnosis knobs: force our attention kernels; disable the GELU and bias-gradient
+  // epilogues (the bias epilogue is always used).
+  void set_force_attention_fallback(bool on) { force_attention_fallback_ = on; }
+  void set_matmul_epilogues(bool on) { matmul_epilogues_ = on; }
+  const CudaPathCounts& path_counts() const { return counts_; }
+
+  std::string name() const override;
+  DType compute_dtype() const override { return compute_; }
+  bool device_memory() const override { return true; }
+
+  Status Allocate(size_t bytes, void** out) override;
+  void Free(void* ptr) override;
+  Status CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
+  Status CopyToHost(void* host_dst, const void* src, size_t bytes) override;
+  Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes) override;
+  Status Zero(Tensor t) override;
+  Status Convert(Tensor dst, Tensor src) override;
+  Status Synchronize() override;
+
+  Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                          int vocab_start) override;
+  Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                           int vocab_start) override;
+  Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
+                          Tensor bias) override;
+  Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                           Tensor weight, Tensor mean, Tensor rstd) override;
+  Status AddLayerNormForward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a,
+                             Tensor b, Tensor weight, Tensor bias) override;
+  Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
+                       Activation act) override;
+  Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                        Tensor weight) override;
+  Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
+  Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) override;
+  Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
+                           int num_heads) override;
+  Status Add(Tensor out, Tensor a, Tensor b) override;
+  Status AddInPlace(Tensor out, Tensor a) override;
+  Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
+                            int vocab_size) override;
+  Status CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
+                          int vocab_start, int vocab_size) override;
+  Status CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
+                              Tensor sums, Tensor targets, int vocab_start, int vocab_size,
+                              float dloss_scale) override;
+  Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
+               const AdamWParams& p) override;
+  Status SumSquares(Tensor x, double* out) override;
+  Status Scale(Tensor x, float s) override;
+
+ private:
+  static constexpr size_t kInitialScratchBytes = 32u << 20;
+  static constexpr size_t kStagingSlotBytes = 4u << 20;
+
+  CudaBackend(int device, DType compute) : device_(device), compute_(compute) {}
+  // Scratch of at least `bytes` for the current op (contents do not survive the op).
+  Status Scratch(size_t bytes, void** out);
+
+  int device_;
+  DType compute_;
+  cudaStream_t stream_ = nullptr;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  double* host_result_ = nullptr;  // pinned, for SumSquares
+  // Two pinned slots for small host-to-device copies (token batches), so that CopyToDevice
+  // returns without waiting for the GPU; an event per slot says when it may be reused.
+  char* staging_ = nullptr;
+  cudaEvent_t staging_free_[2] = {nullptr, nullptr};
+  int staging_next_ = 0;
+  std::unique_ptr<cuda::CublasLtMatmul> matmul_;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
+  bool force_attention_fallback_ = false;
+  bool matmul_epilogues_ = true;
+  CudaPathCounts counts_;
+};
+
+}  // namespace trainer

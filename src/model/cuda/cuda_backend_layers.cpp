@@ -1,0 +1,364 @@
+// CudaBackend's layer ops (the op tier): shape and dtype checks, then the cuBLASLt, cuDNN or
+// custom-kernel route. Matmuls are row-major here and column-major to cuBLASLt: y = x W^T is
+// y^T (OC,N) = W (as (C,OC) column-major, transposed) times x^T (C,N).
+#include "model/cuda/attention_cudnn.h"
+#include "model/cuda/cuda_backend.h"
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/kernels.h"
+#include "model/cuda/matmul.h"
+#include "model/cuda/op_checks.h"
+
+namespace trainer {
+
+using cuda::CheckOptional;
+using cuda::CheckTensor;
+using cuda::Cols;
+using cuda::OpError;
+using cuda::Rows;
+
+// ---- embedding ----
+
+Status CudaBackend::EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                                     int vocab_start) {
+  const char* op = "EmbeddingForward";
+  const int64_t N = tokens.numel(), T = Cols(tokens), C = Cols(wte), V = Rows(wte);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "tokens", tokens, DType::kI32, N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "wte", wte, compute_, V * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, N * C));
+  if (!wpe.empty()) {
+    TRAINER_RETURN_IF_ERROR(CheckTensor(op, "wpe", wpe, compute_, Rows(wpe) * C));
+    if (Rows(wpe) < T)
+      return OpError(op, StrFormat("wpe has %lld positions, sequences have %lld",
+                                   (long long)Rows(wpe), (long long)T));
+  }
+  CUDA_CHECK(cuda::LaunchEmbeddingForward(compute_, out.data, tokens.as<int32_t>(), wte.data,
+                                          wpe.data, N, static_cast<int>(T), static_cast<int>(C),
+                                          vocab_start, static_cast<int>(V), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                      int vocab_start) {
+  const char* op = "EmbeddingBackward";
+  const int64_t N = tokens.numel(), T = Cols(tokens), C = Cols(dwte), V = Rows(dwte);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "tokens", tokens, DType::kI32, N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dwte", dwte, DType::kF32, V * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dout", dout, compute_, N * C));
+  if (!dwpe.empty()) {
+    TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dwpe", dwpe, DType::kF32, Rows(dwpe) * C));
+    if (Rows(dwpe) < T)
+      return OpError(op, StrFormat("dwpe has %lld positions, sequences have %lld",
+                                   (long long)Rows(dwpe), (long long)T));
+  }
+  CUDA_CHECK(cuda::LaunchEmbeddingBackward(
+      compute_, dwte.as<float>(), dwpe.empty() ? nullptr : dwpe.as<float>(), dout.data,
+      tokens.as<int32_t>(), static_cast<int>(N / T), static_cast<int>(T), static_cast<int>(C),
+      vocab_start, static_cast<int>(V), stream_));
+  return Status::Ok();
+}
+
+// ---- layer norm ----
+
+Status CudaBackend::LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
+                                     Tensor bias) {
+  return AddLayerNormForward(Tensor(), out, mean, rstd, in, Tensor(), weight, bias);
+}
+
+Status CudaBackend::AddLayerNormForward(Tensor residual, Tensor out, Tensor mean, Tensor rstd,
+                                        Tensor a, Tensor b, Tensor weight, Tensor bias) {
+  const char* op = b.empty() ? "LayerNormForward" : "AddLayerNormForward";
+  const int64_t N = Rows(a), C = Cols(a);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", a, compute_, N * C));
+  if (!b.empty()) {
+    TRAINER_RETURN_IF_ERROR(CheckTensor(op, "b", b, compute_, N * C));
+    TRAINER_RETURN_IF_ERROR(CheckTensor(op, "residual", residual, compute_, N * C));
+  }
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, N * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "mean", mean, DType::kF32, N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "rstd", rstd, DType::kF32, N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "bias", bias, compute_, C));
+  CUDA_CHECK(cuda::LaunchLayerNormForward(compute_, out.data, mean.as<float>(), rstd.as<float>(),
+                                          residual.data, a.data, b.data, weight.data, bias.data, N,
+                                          static_cast<int>(C), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                                      Tensor in, Tensor weight, Tensor mean, Tensor rstd) {
+  const char* op = "LayerNormBackward";
+  const int64_t N = Rows(in), C = Cols(in);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "din", din, compute_, N * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dout", dout, compute_, N * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dweight", dweight, DType::kF32, C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dbias", dbias, DType::kF32, C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "mean", mean, DType::kF32, N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "rstd", rstd, DType::kF32, N));
+  void* scratch = nullptr;
+  TRAINER_RETURN_IF_ERROR(Scratch(
+      cuda::LayerNormBackwardScratchFloats(N, static_cast<int>(C)) * sizeof(float), &scratch));
+  CUDA_CHECK(cuda::LaunchLayerNormBackward(
+      compute_, din.data, dweight.as<float>(), dbias.as<float>(), dout.data, in.data, weight.data,
+      mean.as<float>(), rstd.as<float>(), N, static_cast<int>(C), static_cast<float*>(scratch),
+      stream_));
+  return Status::Ok();
+}
+
+// ---- matmul ----
+
+Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
+                                  Activation act) {
+  const char* op = "MatmulForward";
+  const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
+  const bool gelu = act == Activation::kGelu;
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, OC * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, N * OC));
+  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "bias", bias, compute_, OC));
+  if (gelu) TRAINER_RETURN_IF_ERROR(CheckTensor(op, "pre_act", pre_act, compute_, N * OC));
+
+  cuda::Gemm g;
+  g.transpose_a = true;
+  g.m = OC;
+  g.n = N;
+  g.k = C;
+  g.a = {weight.data, compute_, C};
+  g.b = {in.data, compute_, C};
+  g.d_dtype = compute_;
+  g.ldd = OC;
+  g.bias = bias.data;
+  g.bias_dtype = compute_;
+  bool supported = false;
+  // cuBLASLt wants the aux leading dimension divisible by 8.
+  if (gelu && matmul_epilogues_ && OC % 8 == 0) {
+    g.d = out.data;
+    g.epilogue = bias.empty() ? cuda::GemmEpilogue::kGeluAux : cuda::GemmEpilogue::kGeluAuxBias;
+    g.aux = pre_act.data;
+    g.aux_ld = OC;
+    TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+    if (supported) {
+      ++counts_.gelu_epilogue;
+      return Status::Ok();
+    }
+    g.aux = nullptr;
+    g.aux_ld = 0;
+  }
+  g.d = gelu ? pre_act.data : out.data;
+  g.epilogue = bias.empty() ? cuda::GemmEpilogue::kNone : cuda::GemmEpilogue::kBias;
+  TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+  if (!supported)
+    return OpError(op, StrFormat("cuBLASLt has no algorithm for (N,C)=(%lld,%lld) x (OC=%lld)",
+                                 (long long)N, (long long)C, (long long)OC));
+  if (gelu) {
+    ++counts_.gelu_kernel;
+    CUDA_CHECK(cuda::LaunchGeluForward(compute_, out.data, pre_act.data, N * OC, stream_));
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                                   Tensor weight) {
+  const char* op = "MatmulBackward";
+  const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, OC * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dout", dout, compute_, N * OC));
+  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "din", din, compute_, N * C));
+  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dweight", dweight, DType::kF32, OC * C));
+  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dbias", dbias, DType::kF32, OC));
+  bool supported = false;
+
+  if (!din.empty()) {  // din^T (C,N) = W (C,OC) dout^T (OC,N)
+    cuda::Gemm g;
+    g.m = C;
+    g.n = N;
+    g.k = OC;
+    g.a = {weight.data, compute_, C};
+    g.b = {dout.data, compute_, OC};
+    g.d = din.data;
+    g.d_dtype = compute_;
+    g.ldd = C;
+    TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+    if (!supported) return OpError(op, "cuBLASLt has no algorithm for din");
+  }
+
+  void* scratch = nullptr;
+  bool dbias_done = dbias.empty();
+  if (!dweight.empty()) {  // dW^T (C,OC) += x^T (C,N) dout (N,OC), accumulated in f32
+    cuda::Gemm g;
+    g.transpose_b = true;
+    g.m = C;
+    g.n = OC;
+    g.k = N;
+    g.a = {in.data, compute_, C};
+    g.b = {dout.data, compute_, OC};
+    g.d = dweight.data;
+    g.d_dtype = DType::kF32;
+    g.ldd = C;
+    g.beta = 1.f;
+    if (!dbias_done && matmul_epilogues_) {
+      // BGRADB overwrites its output: sum into scratch, then add into dbias.
+      TRAINER_RETURN_IF_ERROR(Scratch(OC * sizeof(float), &scratch));
+      g.epilogue = cuda::GemmEpilogue::kBiasGradient;
+      g.bias = scratch;
+      g.bias_dtype = DType::kF32;
+      TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+      if (supported) {
+        CUDA_CHECK(cuda::LaunchAddPartials(dbias.as<float>(), static_cast<const float*>(scratch), 1,
+                                           static_cast<int>(OC), stream_));
+        ++counts_.bias_grad_epilogue;
+        dbias_done = true;
+      }
+    }
+    if (g.epilogue == cuda::GemmEpilogue::kNone || !supported) {
+      g.epilogue = cuda::GemmEpilogue::kNone;
+      g.bias = nullptr;
+      TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+      if (!supported) return OpError(op, "cuBLASLt has no algorithm for dweight");
+    }
+  }
+  if (!dbias_done) {
+    const int chunks = cuda::ColumnReductionChunks(N);
+    TRAINER_RETURN_IF_ERROR(Scratch(static_cast<size_t>(chunks) * OC * sizeof(float), &scratch));
+    float* partials = static_cast<float*>(scratch);
+    CUDA_CHECK(cuda::LaunchColumnSumsPartial(compute_, partials, dout.data, N, static_cast<int>(OC),
+                                             chunks, stream_));
+    CUDA_CHECK(cuda::LaunchAddPartials(dbias.as<float>(), partials, chunks, static_cast<int>(OC),
+                                       stream_));
+    ++counts_.bias_grad_kernel;
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) {
+  const char* op = "GeluBackward";
+  const int64_t n = pre_act.numel();
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "pre_act", pre_act, compute_, n));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dy", dy, compute_, n));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dx", dx, compute_, n));
+  CUDA_CHECK(cuda::LaunchGeluBackward(compute_, dx.data, dy.data, pre_act.data, n, stream_));
+  return Status::Ok();
+}
+
+// ---- attention ----
+
+namespace {
+
+struct AttentionShape {
+  int B = 0, T = 0, NH = 0, HS = 0;
+};
+
+Status AttentionShapeOf(const char* op, const Tensor& qkv, int num_heads, AttentionShape* s) {
+  if (qkv.ndim != 3) return OpError(op, "qkv " + qkv.shape_string() + " is not (B, T, 3*NH*HS)");
+  if (num_heads <= 0 || qkv.dim(2) % (3 * num_heads) != 0)
+    return OpError(op, StrFormat("qkv width %lld is not 3 * num_heads (%d) * head size",
+                                 (long long)qkv.dim(2), num_heads));
+  *s = AttentionShape{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), num_heads,
+                      static_cast<int>(qkv.dim(2) / (3 * num_heads))};
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CudaBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) {
+  const char* op = "AttentionForward";
+  AttentionShape s;
+  TRAINER_RETURN_IF_ERROR(AttentionShapeOf(op, qkv, num_heads, &s));
+  const int64_t rows = static_cast<int64_t>(s.B) * s.T;
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "qkv", qkv, compute_, rows * 3 * s.NH * s.HS));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, rows * s.NH * s.HS));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "stats", stats, DType::kF32, rows * s.NH));
+  if (cudnn_attention_ && !force_attention_fallback_) {
+    bool supported = false;
+    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(compute_, out.data, stats.as<float>(),
+                                                      qkv.data, s.B, s.T, s.NH, s.HS, &supported));
+    if (supported) {
+      ++counts_.attention_cudnn;
+      return Status::Ok();
+    }
+  }
+  ++counts_.attention_fallback;
+  CUDA_CHECK(cuda::LaunchAttentionForwardFallback(compute_, out.data, stats.as<float>(), qkv.data,
+                                                  s.B, s.T, s.NH, s.HS, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
+                                      Tensor stats, int num_heads) {
+  const char* op = "AttentionBackward";
+  AttentionShape s;
+  TRAINER_RETURN_IF_ERROR(AttentionShapeOf(op, qkv, num_heads, &s));
+  const int64_t rows = static_cast<int64_t>(s.B) * s.T;
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "qkv", qkv, compute_, rows * 3 * s.NH * s.HS));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dqkv", dqkv, compute_, rows * 3 * s.NH * s.HS));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, rows * s.NH * s.HS));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dout", dout, compute_, rows * s.NH * s.HS));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "stats", stats, DType::kF32, rows * s.NH));
+  if (cudnn_attention_ && !force_attention_fallback_) {
+    bool supported = false;
+    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Backward(compute_, dqkv.data, dout.data, qkv.data,
+                                                       out.data, stats.as<float>(), s.B, s.T, s.NH,
+                                                       s.HS, &supported));
+    if (supported) {
+      ++counts_.attention_cudnn;
+      return Status::Ok();
+    }
+  }
+  ++counts_.attention_fallback;
+  void* scratch = nullptr;
+  TRAINER_RETURN_IF_ERROR(Scratch(
+      cuda::AttentionBackwardFallbackScratchFloats(s.B, s.T, s.NH) * sizeof(float), &scratch));
+  CUDA_CHECK(cuda::LaunchAttentionBackwardFallback(
+      compute_, dqkv.data, dout.data, qkv.data, out.data, stats.as<float>(),
+      static_cast<float*>(scratch), s.B, s.T, s.NH, s.HS, stream_));
+  return Status::Ok();
+}
+
+// ---- cross-entropy ----
+
+Status CudaBackend::CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
+                                       int vocab_size) {
+  const char* op = "CrossEntropyRowMax";
+  const int64_t N = Rows(logits), V = Cols(logits);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "row_max", row_max, DType::kF32, N));
+  CUDA_CHECK(cuda::LaunchCrossEntropyRowMax(compute_, row_max.as<float>(), logits.data, N,
+                                            static_cast<int>(V), vocab_start, vocab_size, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
+                                     int vocab_start, int vocab_size) {
+  const char* op = "CrossEntropySums";
+  const int64_t N = Rows(logits), V = Cols(logits);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "row_max", row_max, DType::kF32, N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "targets", targets, DType::kI32, N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "sums", sums, DType::kF32, 2 * N));
+  CUDA_CHECK(cuda::LaunchCrossEntropySums(compute_, sums.as<float>(), logits.data,
+                                          row_max.as<float>(), targets.as<int32_t>(), N,
+                                          static_cast<int>(V), vocab_start, vocab_size, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits,
+                                         Tensor row_max, Tensor sums, Tensor targets,
+                                         int vocab_start, int vocab_size, float dloss_scale) {
+  const char* op = "CrossEntropyBackward";
+  const int64_t N = Rows(logits), V = Cols(logits);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
+  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dlogits", dlogits, compute_, N * V));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "row_max", row_max, DType::kF32, N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "sums", sums, DType::kF32, 2 * N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "targets", targets, DType::kI32, N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "losses", losses, DType::kF32, N));
+  CUDA_CHECK(cuda::LaunchCrossEntropyBackward(compute_, losses.as<float>(), dlogits.data,
+                                              logits.data, row_max.as<float>(), sums.as<float>(),
+                                              targets.as<int32_t>(), N, static_cast<int>(V),
+                                              vocab_start, vocab_size, dloss_scale, stream_));
+  return Status::Ok();
+}
+
+}  // namespace trainer

@@ -1,0 +1,116 @@
+// Device-side helpers shared by the CUDA kernels: element conversion between f32 and bf16, warp
+// and block reductions, and launch-size arithmetic. Included by .cu files only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "common/tensor.h"
+
+namespace trainer {
+namespace cuda {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarpSize = 32;
+
+__device__ __forceinline__ float ToFloat(float x) {
+  return x;
+}
+__device__ __forceinline__ float ToFloat(bf16 x) {
+  return __bfloat162float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 FromFloat<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum (or max) over the whole block; every thread gets the result. `scratch` holds 32 floats.
+// Must be called by all threads of the block (it synchronises).
+__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int num_warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
+  v = WarpSum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < num_warps ? scratch[lane] : 0.f;
+  return WarpSum(v);
+}
+__device__ __forceinline__ float BlockMax(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int num_warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
+  v = WarpMax(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < num_warps ? scratch[lane] : -INFINITY;
+  return WarpMax(v);
+}
+
+// tanh-approximated GELU and its derivative (GPT-2's), in f32.
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+__device__ __forceinline__ float Gelu(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  return 0.5f * x * (1.f + tanhf(u));
+}
+__device__ __forceinline__ float GeluDerivative(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float t = tanhf(u);
+  const float du = kGeluScale * (1.f + 3.f * kGeluCubic * x * x);
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * du;
+}
+
+inline unsigned CeilDiv(int64_t a, int64_t b) {
+  return static_cast<unsigned>((a + b - 1) / b);
+}
+
+// Grid size for grid-stride loops over n elements: enough blocks to fill the GPU, no more.
+inline unsigned GridStrideBlocks(int64_t n, int threads) {
+  const int64_t max_blocks = 132 * 16;  // a few waves on the largest GPUs; loops cover the rest
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks));
+}
+
+}  // namespace cuda
+}  // namespace trainer
+
+// Runs `...` with `T` bound to the element type of a compute tensor (f32 or bf16); other dtypes
+// make the enclosing launcher return cudaErrorInvalidValue.
+#define TRAINER_DISPATCH_FLOAT_TYPE(dtype, T, ...) \
+  switch (dtype) {                                 \
+    case ::trainer::DType::kF32: {                 \
+      using T = float;                             \
+      __VA_ARGS__;                                 \
+      break;                                       \
+    }                                              \
+    case ::trainer::DType::kBF16: {                \
+      using T = ::trainer::cuda::bf16;             \
+      __VA_ARGS__;                                 \
+      break;                                       \
+    }                                              \
+    default:                                       \
+      return cudaErrorInvalidValue;                \
+  }

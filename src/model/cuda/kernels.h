@@ -1,0 +1,108 @@
+// Launchers of the CUDA backend's custom kernels (the middle tier): each picks a grid for raw
+// device pointers, enqueues on `stream` and returns cudaGetLastError(). Compute tensors are f32 or
+// bf16 as `dtype` says; statistics, parameter gradients, master weights and moments are f32.
+// Shapes follow src/model/backend.h; shape checks are the op tier's job (cuda_backend*.cpp).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/tensor.h"
+
+namespace trainer {
+namespace cuda {
+
+// ---- embedding.cu ----
+// out (N,C) = wte[tokens[n] - vocab_start] (zero outside [0, vocab_local)) + wpe[n % T] (if any).
+cudaError_t LaunchEmbeddingForward(DType dtype, void* out, const int32_t* tokens, const void* wte,
+                                   const void* wpe, int64_t N, int T, int C, int vocab_start,
+                                   int vocab_local, cudaStream_t stream);
+// dwte (vocab_local,C) += dout rows by token; dwpe (T.., C) += dout summed over the batch.
+// dwpe may be null. dwte accumulates with atomics (order of additions is not fixed).
+cudaError_t LaunchEmbeddingBackward(DType dtype, float* dwte, float* dwpe, const void* dout,
+                                    const int32_t* tokens, int B, int T, int C, int vocab_start,
+                                    int vocab_local, cudaStream_t stream);
+
+// ---- layernorm.cu ----
+// With b == nullptr: out, mean, rstd = LayerNorm(a). Otherwise residual = a + b (rounded to dtype),
+// then LayerNorm(residual); residual may alias a or b.
+cudaError_t LaunchLayerNormForward(DType dtype, void* out, float* mean, float* rstd, void* residual,
+                                   const void* a, const void* b, const void* weight,
+                                   const void* bias, int64_t N, int C, cudaStream_t stream);
+// Floats of scratch that LaunchLayerNormBackward needs for (N, C).
+size_t LayerNormBackwardScratchFloats(int64_t N, int C);
+// din (N,C) += ; dweight, dbias (C) += (f32). scratch: LayerNormBackwardScratchFloats(N, C).
+cudaError_t LaunchLayerNormBackward(DType dtype, void* din, float* dweight, float* dbias,
+                                    const void* dout, const void* in, const void* weight,
+                                    const float* mean, const float* rstd, int64_t N, int C,
+                                    float* scratch, cudaStream_t stream);
+
+// ---- elementwise.cu ----
+cudaError_t LaunchGeluForward(DType dtype, void* out, const void* in, int64_t n,
+                              cudaStream_t stream);
+// dx = dy * GELU'(pre_act); dx may alias dy.
+cudaError_t LaunchGeluBackward(DType dtype, void* dx, const void* dy, const void* pre_act,
+                               int64_t n, cudaStream_t stream);
+// out = a + b; out may alias a or b.
+cudaError_t LaunchAdd(DType dtype, void* out, const void* a, const void* b, int64_t n,
+                      cudaStream_t stream);
+cudaError_t LaunchScale(DType dtype, void* x, float s, int64_t n, cudaStream_t stream);
+// dst = src converted (f32 <-> bf16, or a copy).
+cudaError_t LaunchConvert(DType dst_dtype, void* dst, DType src_dtype, const void* src, int64_t n,
+                          cudaStream_t stream);
+
+// ---- reduce.cu ----
+// Row chunks used by the two-stage column reductions for N rows.
+int ColumnReductionChunks(int64_t N);
+// partials (chunks, C) f32 = column sums of x (N,C) over each chunk of rows.
+cudaError_t LaunchColumnSumsPartial(DType dtype, float* partials, const void* x, int64_t N, int C,
+                                    int chunks, cudaStream_t stream);
+// out[c] += sum over r < chunks of partials[r * count + c], for c < count (fixed order).
+cudaError_t LaunchAddPartials(float* out, const float* partials, int chunks, int count,
+                              cudaStream_t stream);
+// Doubles of scratch that LaunchSumSquares needs.
+constexpr int kSumSquaresPartials = 1024;
+// *result (device double) = sum of x[i]^2; partials: kSumSquaresPartials doubles.
+cudaError_t LaunchSumSquares(const float* x, int64_t n, double* partials, double* result,
+                             cudaStream_t stream);
+
+// ---- attention_fallback.cu (our own causal attention, fp32 accumulation) ----
+// qkv (B,T,3,NH,HS); out (B,T,NH,HS); stats (B,NH,T) = logsumexp of the scaled scores.
+cudaError_t LaunchAttentionForwardFallback(DType dtype, void* out, float* stats, const void* qkv,
+                                           int B, int T, int NH, int HS, cudaStream_t stream);
+// Floats of scratch that LaunchAttentionBackwardFallback needs.
+size_t AttentionBackwardFallbackScratchFloats(int B, int T, int NH);
+// dqkv (B,T,3,NH,HS) overwritten.
+cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void* dout,
+                                            const void* qkv, const void* out, const float* stats,
+                                            float* scratch, int B, int T, int NH, int HS,
+                                            cudaStream_t stream);
+
+// ---- cross_entropy.cu (block per row; see Backend::CrossEntropy* for the three passes) ----
+cudaError_t LaunchCrossEntropyRowMax(DType dtype, float* row_max, const void* logits, int64_t N,
+                                     int vocab_local, int vocab_start, int vocab_size,
+                                     cudaStream_t stream);
+cudaError_t LaunchCrossEntropySums(DType dtype, float* sums, const void* logits,
+                                   const float* row_max, const int32_t* targets, int64_t N,
+                                   int vocab_local, int vocab_start, int vocab_size,
+                                   cudaStream_t stream);
+// dlogits may be null (losses only) or alias logits.
+cudaError_t LaunchCrossEntropyBackward(DType dtype, float* losses, void* dlogits,
+                                       const void* logits, const float* row_max, const float* sums,
+                                       const int32_t* targets, int64_t N, int vocab_local,
+                                       int vocab_start, int vocab_size, float dloss_scale,
+                                       cudaStream_t stream);
+
+// ---- adamw.cu ----
+struct AdamWStep {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  float bias_correction1, bias_correction2;  // 1 - beta^step
+};
+// One launch over n elements: updates master, m, v and writes param (dtype) from the new master.
+cudaError_t LaunchAdamW(DType dtype, void* param, float* master, const float* grad, float* m,
+                        float* v, int64_t n, const AdamWStep& step, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace trainer

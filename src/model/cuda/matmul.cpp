@@ -1,0 +1,193 @@
+// cuBLASLt GEMMs with epilogues (see matmul.h). Each distinct problem (shapes, dtypes, epilogue,
+// pointer alignments) gets its descriptors and the heuristic's best algorithm once; later calls
+// only set the pointers and run.
+#include "model/cuda/matmul.h"
+
+#include "model/cuda/cuda_check.h"
+
+namespace trainer {
+namespace cuda {
+
+struct CublasLtMatmul::Plan {
+  bool supported = false;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+namespace {
+
+cudaDataType_t CudaType(DType t) {
+  return t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+// Largest power of two (up to 256) that divides the address.
+int64_t Alignment(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  int64_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+cublasLtEpilogue_t LtEpilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::kGeluAux:
+      return CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmEpilogue::kGeluAuxBias:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::kBiasGradient:
+      return CUBLASLT_EPILOGUE_BGRADB;
+    case GemmEpilogue::kNone:
+      break;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+bool HasBias(GemmEpilogue e) {
+  return e != GemmEpilogue::kNone && e != GemmEpilogue::kGeluAux;
+}
+bool HasAux(GemmEpilogue e) {
+  return e == GemmEpilogue::kGeluAux || e == GemmEpilogue::kGeluAuxBias;
+}
+
+std::vector<int64_t> PlanKey(const Gemm& g) {
+  return {g.transpose_a,
+          g.transpose_b,
+          g.m,
+          g.n,
+          g.k,
+          g.a.ld,
+          g.b.ld,
+          g.ldd,
+          (int64_t)g.a.dtype,
+          (int64_t)g.b.dtype,
+          (int64_t)g.d_dtype,
+          g.beta != 0.f,
+          (int64_t)g.epilogue,
+          (int64_t)g.bias_dtype,
+          g.aux_ld,
+          Alignment(g.a.data),
+          Alignment(g.b.data),
+          Alignment(g.d),
+          Alignment(g.bias),
+          Alignment(g.aux)};
+}
+
+}  // namespace
+
+Status CublasLtMatmul::Create(cudaStream_t stream, std::unique_ptr<CublasLtMatmul>* out) {
+  std::unique_ptr<CublasLtMatmul> m(new CublasLtMatmul());
+  m->stream_ = stream;
+  CUBLAS_CHECK(cublasLtCreate(&m->handle_));
+  CUDA_CHECK(cudaMalloc(&m->workspace_, kWorkspaceBytes));
+  *out = std::move(m);
+  return Status::Ok();
+}
+
+CublasLtMatmul::~CublasLtMatmul() {
+  plans_.clear();
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+Status CublasLtMatmul::BuildPlan(const Gemm& g, Plan* plan) {
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  const cublasLtEpilogue_t epilogue = LtEpilogue(g.epilogue);
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                              sizeof(epilogue)));
+  if (HasBias(g.epilogue)) {
+    const int32_t bias_type = CudaType(g.bias_dtype);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                &bias_type, sizeof(bias_type)));
+    // The heuristic reads the pointers' alignment.
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &g.bias, sizeof(g.bias)));
+  }
+  if (HasAux(g.epilogue)) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                &g.aux_ld, sizeof(g.aux_ld)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+  }
+  // Stored (before op) shapes: A is (k,m) when transposed, else (m,k); B likewise with n.
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CudaType(g.a.dtype), g.transpose_a ? g.k : g.m,
+                                          g.transpose_a ? g.m : g.k, g.a.ld));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CudaType(g.b.dtype), g.transpose_b ? g.n : g.k,
+                                          g.transpose_b ? g.k : g.n, g.b.ld));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, CudaType(g.d_dtype), g.m, g.n, g.ldd));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t workspace = kWorkspaceBytes;
+  const uint32_t align_a = Alignment(g.a.data), align_b = Alignment(g.b.data),
+                 align_d = Alignment(g.d);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                  &align_a, sizeof(align_a));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                  &align_b, sizeof(align_b));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                  &align_d, sizeof(align_d));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                  &align_d, sizeof(align_d));
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    // "Not supported" here means no algorithm fits: the caller takes another route.
+    const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
+        handle_, plan->desc, plan->a, plan->b, plan->d, plan->d, pref, 1, &result, &found);
+    if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED)
+      status = heuristic;
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  CUBLAS_CHECK(status);
+  plan->supported = found > 0;
+  if (plan->supported) plan->algo = result.algo;
+  return Status::Ok();
+}
+
+Status CublasLtMatmul::Run(const Gemm& g, bool* supported) {
+  std::vector<int64_t> key = PlanKey(g);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    auto plan = std::make_unique<Plan>();
+    TRAINER_RETURN_IF_ERROR(BuildPlan(g, plan.get()));
+    it = plans_.emplace(std::move(key), std::move(plan)).first;
+  }
+  Plan& plan = *it->second;
+  *supported = plan.supported;
+  if (!plan.supported) return Status::Ok();
+  if (HasBias(g.epilogue))
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &g.bias, sizeof(g.bias)));
+  if (HasAux(g.epilogue))
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+  const float alpha = 1.f, beta = g.beta;
+  CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, g.a.data, plan.a, g.b.data, plan.b, &beta,
+                              g.d, plan.d, g.d, plan.d, &plan.algo, workspace_, kWorkspaceBytes,
+                              stream_));
+  return Status::Ok();
+}
+
+}  // namespace cuda
+}  // namespace trainer

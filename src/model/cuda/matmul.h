@@ -1,0 +1,76 @@
+// CublasLtMatmul: column-major GEMMs through cuBLASLt with its epilogues (bias, GELU with the
+// pre-activation as aux output, bias gradient), f32 accumulation, one 32 MiB workspace allocated
+// at creation, and descriptors plus the heuristic's algorithm cached per problem.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace trainer {
+namespace cuda {
+
+enum class GemmEpilogue {
+  kNone,
+  kBias,          // D = AB + bias (bias of length m, broadcast over columns)
+  kGeluAux,       // D = GELU(AB), aux = AB
+  kGeluAuxBias,   // D = GELU(AB + bias), aux = AB + bias
+  kBiasGradient,  // D = AB (+ beta D); bias = sums of op(B) over k (length n), overwritten
+};
+
+struct GemmOperand {
+  const void* data = nullptr;
+  DType dtype = DType::kBF16;
+  int64_t ld = 0;
+};
+
+// D (m,n) = op(A) (m,k) op(B) (k,n) [+ beta D], column-major; C is D.
+struct Gemm {
+  bool transpose_a = false;
+  bool transpose_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  GemmOperand a, b;
+  void* d = nullptr;
+  DType d_dtype = DType::kBF16;
+  int64_t ldd = 0;
+  float beta = 0.f;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  void* bias = nullptr;  // bias input, or bias-gradient output
+  DType bias_dtype = DType::kBF16;
+  void* aux = nullptr;  // GELU pre-activation output, dtype of D, leading dimension aux_ld
+  int64_t aux_ld = 0;
+};
+
+class CublasLtMatmul {
+ public:
+  static constexpr size_t kWorkspaceBytes = 32u << 20;
+
+  static Status Create(cudaStream_t stream, std::unique_ptr<CublasLtMatmul>* out);
+  ~CublasLtMatmul();
+  CublasLtMatmul(const CublasLtMatmul&) = delete;
+  CublasLtMatmul& operator=(const CublasLtMatmul&) = delete;
+
+  // Enqueues the GEMM on the stream. *supported = false (and nothing runs) when cuBLASLt has no
+  // algorithm for this problem, so that the caller can take another route.
+  Status Run(const Gemm& gemm, bool* supported);
+
+ private:
+  struct Plan;
+  CublasLtMatmul() = default;
+  Status BuildPlan(const Gemm& gemm, Plan* plan);
+
+  cublasLtHandle_t handle_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace cuda
+}  // namespace trainer

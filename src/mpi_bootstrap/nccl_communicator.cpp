@@ -1,0 +1,133 @@
+// NcclCommunicator (nccl_communicator.h): each call maps to one NCCL call on the stream; failures
+// become Status lines naming the group, the call, the rank and the host.
+#if TRAINER_WITH_CUDA
+
+#include "mpi_bootstrap/nccl_communicator.h"
+
+#include "common/log.h"
+
+namespace trainer {
+
+namespace {
+
+ncclDataType_t NcclType(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kF64:
+      return ncclFloat64;
+  }
+  return ncclFloat32;
+}
+
+std::string Where(const std::string& group, int rank) {
+  const ProcessIdentity& id = GetProcessIdentity();
+  return StrFormat("group %s, member %d, rank %d on %s", group.c_str(), rank, id.rank,
+                   id.host.c_str());
+}
+
+}  // namespace
+
+Status NcclCommunicator::Create(const ncclUniqueId& id, int rank, int size, std::string name,
+                                cudaStream_t stream, std::unique_ptr<NcclCommunicator>* out) {
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(rank, size, std::move(name), stream));
+  const ncclResult_t r = ncclCommInitRank(&c->comm_, size, id, rank);
+  if (r != ncclSuccess) {
+    c->comm_ = nullptr;
+    return EnvironmentError(StrFormat(
+        "NCCL communicator setup (%s): ncclCommInitRank returned %s. Check that every rank of "
+        "the group started, that each rank has its own GPU, and NCCL_DEBUG=INFO for details",
+        Where(c->name_, rank).c_str(), ncclGetErrorString(r)));
+  }
+  const cudaError_t e = cudaMalloc(&c->barrier_value_, sizeof(float));
+  if (e != cudaSuccess)
+    return RuntimeError(StrFormat("NCCL barrier buffer (%s): cudaMalloc returned %s",
+                                  Where(c->name_, rank).c_str(), cudaGetErrorString(e)));
+  *out = std::move(c);
+  return Status::Ok();
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_) ncclCommDestroy(comm_);
+  if (barrier_value_) cudaFree(barrier_value_);
+}
+
+Status NcclCommunicator::Check(ncclResult_t result, const char* call) {
+  if (result == ncclSuccess) return Status::Ok();
+  return RuntimeError(StrFormat(
+      "NCCL %s failed (%s): %s (%s). Check the other ranks' errors, "
+      "and NCCL_DEBUG=WARN for details",
+      call, Where(name_, rank_).c_str(), ncclGetErrorString(result), ncclGetLastError(comm_)));
+}
+
+Status NcclCommunicator::AllReduce(void* data, size_t count, DType dtype, ReduceOp op) {
+  return Check(ncclAllReduce(data, data, count, NcclType(dtype),
+                             op == ReduceOp::kMax ? ncclMax : ncclSum, comm_, stream_),
+               "all-reduce");
+}
+
+Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count, DType dtype) {
+  return Check(ncclAllGather(send, recv, count, NcclType(dtype), comm_, stream_), "all-gather");
+}
+
+Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t count, DType dtype) {
+  return Check(ncclReduceScatter(send, recv, count, NcclType(dtype), ncclSum, comm_, stream_),
+               "reduce-scatter");
+}
+
+Status NcclCommunicator::Broadcast(void* data, size_t count, DType dtype, int root) {
+  return Check(ncclBroadcast(data, data, count, NcclType(dtype), root, comm_, stream_),
+               "broadcast");
+}
+
+Status NcclCommunicator::Send(const void* data, size_t count, DType dtype, int peer) {
+  return Check(ncclSend(data, count, NcclType(dtype), peer, comm_, stream_), "send");
+}
+
+Status NcclCommunicator::Recv(void* data, size_t count, DType dtype, int peer) {
+  return Check(ncclRecv(data, count, NcclType(dtype), peer, comm_, stream_), "recv");
+}
+
+Status NcclCommunicator::SendRecv(const void* send, size_t send_count, int send_peer, void* recv,
+                                  size_t recv_count, int recv_peer, DType dtype) {
+  TRAINER_RETURN_IF_ERROR(Check(ncclGroupStart(), "send-recv group start"));
+  ncclResult_t send_result = ncclSuccess, recv_result = ncclSuccess;
+  if (send_peer >= 0 && send_count > 0)
+    send_result = ncclSend(send, send_count, NcclType(dtype), send_peer, comm_, stream_);
+  if (recv_peer >= 0 && recv_count > 0)
+    recv_result = ncclRecv(recv, recv_count, NcclType(dtype), recv_peer, comm_, stream_);
+  const ncclResult_t end_result = ncclGroupEnd();
+  TRAINER_RETURN_IF_ERROR(Check(send_result, "send (send-recv)"));
+  TRAINER_RETURN_IF_ERROR(Check(recv_result, "recv (send-recv)"));
+  return Check(end_result, "send-recv");
+}
+
+Status NcclCommunicator::Barrier() {
+  TRAINER_RETURN_IF_ERROR(
+      Check(ncclAllReduce(barrier_value_, barrier_value_, 1, ncclFloat32, ncclSum, comm_, stream_),
+            "barrier"));
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess)
+    return RuntimeError(StrFormat("NCCL barrier (%s): waiting for the stream returned %s",
+                                  Where(name_, rank_).c_str(), cudaGetErrorString(e)));
+  return CheckAsyncError();
+}
+
+Status NcclCommunicator::CheckAsyncError() {
+  ncclResult_t async_error = ncclSuccess;
+  TRAINER_RETURN_IF_ERROR(Check(ncclCommGetAsyncError(comm_, &async_error), "error query"));
+  return Check(async_error, "asynchronous operation");
+}
+
+void NcclCommunicator::Abort() {
+  if (comm_) ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+}  // namespace trainer
+
+#endif  // TRAINER_WITH_CUDA
