@@ -11,11 +11,19 @@
 
 namespace trainer {
 
-enum class DType : uint8_t { kF32, kBF16, kI32 };
+enum class DType : uint8_t { kF32, kBF16, kI32, kF64 };
 
-inline size_t DTypeSize(DType t) { return t == DType::kBF16 ? 2 : 4; }
+inline size_t DTypeSize(DType t) {
+  return t == DType::kBF16 ? 2 : t == DType::kF64 ? 8 : 4;
+}
 inline const char* DTypeName(DType t) {
-  return t == DType::kF32 ? "f32" : t == DType::kBF16 ? "bf16" : "i32";
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kI32: return "i32";
+    case DType::kF64: return "f64";
+  }
+  return "?";
 }
 
 struct Tensor {

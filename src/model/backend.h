@@ -134,5 +134,9 @@ std::unique_ptr<Backend> MakeCpuBackend();
 Status MakeCudaBackend(int device, std::unique_ptr<Backend>* out);
 // True when this binary was built with the CUDA backend.
 bool CudaBackendCompiled();
+// The backend's CUDA stream (cudaStream_t) for NCCL, or nullptr on the CPU backend.
+void* BackendStream(Backend* backend);
+// CUDA devices this process can see (0 without CUDA, a driver or a GPU).
+int VisibleCudaDevices();
 
 }  // namespace trainer

@@ -1,6 +1,7 @@
 // GptModel (gpt.h): buffers, parameter views, and the stage's forward and backward passes.
 #include "model/gpt.h"
 
+#include "common/check.h"
 #include "common/log.h"
 #include "model/transformer_block.h"
 

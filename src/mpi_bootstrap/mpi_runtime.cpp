@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstring>
 
+#include "common/agree.h"
 #include "common/log.h"
 #include "mpi_bootstrap/mpi_check.h"
 
@@ -16,6 +17,7 @@ MPI_Datatype ToMpi(DType t) {
   switch (t) {
     case DType::kF32: return MPI_FLOAT;
     case DType::kI32: return MPI_INT;
+    case DType::kF64: return MPI_DOUBLE;
     case DType::kBF16: return MPI_UINT16_T;  // only moved, never reduced, on the host path
   }
   return MPI_BYTE;
@@ -145,14 +147,7 @@ Status MpiRuntime::Init(int* argc, char*** argv, std::unique_ptr<MpiRuntime>* ou
 MpiRuntime::~MpiRuntime() { Finalize(); }
 
 Status MpiRuntime::Agree(const Status& local, bool* should_print) {
-  int mine[2] = {local.ok() ? size_ : rank_, local.exit_code()};
-  int lowest_failing = 0, worst_code = 0;
-  MPI_CHECK(MPI_Allreduce(&mine[0], &lowest_failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  MPI_CHECK(MPI_Allreduce(&mine[1], &worst_code, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  *should_print = lowest_failing == rank_;
-  if (lowest_failing == size_) return Status::Ok();
-  if (!local.ok()) return local;
-  return Status(static_cast<ExitCode>(worst_code), "");
+  return AgreeOnStatus(world_.get(), local, should_print);
 }
 
 Status MpiRuntime::MakeGroups(const Topology& topo, ProcessGroups* out) {

@@ -12,7 +12,7 @@
 
 #include "common/communicator.h"
 #include "common/status.h"
-#include "mpi_bootstrap/topology.h"
+#include "common/topology.h"
 
 namespace trainer {
 

@@ -1,6 +1,8 @@
 // AdamW (adamw.h).
 #include "optimizer/adamw.h"
 
+#include "common/check.h"
+
 namespace trainer {
 
 AdamW::~AdamW() {

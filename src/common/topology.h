@@ -1,5 +1,6 @@
 // Topology: the DP x TP x PP (x EP) rank grid in Megatron order (TP fastest, so TP peers share a
-// node; then DP; then PP). EP is carved out of DP and reserved for MoE. Pure arithmetic, no MPI.
+// node; then DP; then PP). EP is carved out of DP and reserved for MoE. Pure arithmetic, no MPI,
+// so the model, checkpoint and engine layers can use it.
 #pragma once
 
 #include <string>

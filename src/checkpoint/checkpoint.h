@@ -1,0 +1,85 @@
+// Checkpoints: one HDF5 file per step with full (unsharded) fp32 tensors under nanoGPT names
+// (/model/<name>, /optim/exp_avg/<name>, /optim/exp_avg_sq/<name>), each chunked with HDF5's
+// Fletcher32 checksum filter, and root attributes for the training state, the resolved config and
+// the layout it was written from (docs/checkpoint-format.md).
+//
+// Save: every rank sends its canonical shards, tensor by tensor, to world rank 0 (memory bounded
+// by one full tensor), which writes step-N.tmp/checkpoint.h5, fsyncs, renames the folder to
+// step-N/, then atomically replaces `latest`. Load: every rank reads only its own slices by
+// hyperslab, so any layout resumes any checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/parallel_groups.h"
+#include "config/train_config.h"
+#include "optimizer/adamw.h"
+
+namespace trainer {
+
+constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointWriteRequest {
+  std::string directory;  // Checkpoint.dir
+  int64_t step = 0;
+  int64_t consumed_samples = 0;
+  int64_t tokens_seen = 0;
+  uint64_t seed = 0;
+  std::string config_text;  // FormatConfig(config)
+  int keep_last = 0;
+  int keep_every = 0;
+  std::vector<int> stage_layers;  // blocks per pipeline stage of the writing layout
+};
+
+struct CheckpointSaveReport {
+  std::string path;
+  long long bytes = 0;
+  double seconds = 0;
+};
+
+struct CheckpointLoadResult {
+  std::string path;  // the folder loaded, empty when starting from scratch
+  int64_t step = 0;
+  int64_t consumed_samples = 0;
+  int64_t tokens_seen = 0;
+};
+
+// Collective over the world. Errors (disk full, permissions) reach every rank; the last committed
+// checkpoint is never touched before the new one is committed.
+Status SaveCheckpointCollective(const CheckpointWriteRequest& request, GptModel* model,
+                                AdamW* optimizer, const ParallelGroups& groups,
+                                CheckpointSaveReport* report);
+
+// resume: "auto" (latest committed that verifies; none found means a fresh start) or a folder.
+Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,
+                                const TrainConfig& config, GptModel* model, AdamW* optimizer,
+                                const ParallelGroups& groups, CheckpointLoadResult* result);
+
+// Rank 0 at start: report and remove step-*.tmp folders left by a crash.
+Status RemoveIncompleteCheckpoints(const std::string& directory);
+
+// ---- single-process helpers (also used by `trainer inspect`) ----
+struct CheckpointSummary {
+  int format_version = 0;
+  int64_t step = 0, consumed_samples = 0, tokens_seen = 0;
+  uint64_t seed = 0;
+  std::string layout;  // "dp=2 tp=2 pp=2"
+  std::string config_text;
+  struct TensorInfo {
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  std::vector<TensorInfo> tensors;  // under /model
+};
+// Reads the attributes and tensor shapes of `file` (a checkpoint.h5).
+Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary);
+// Reads every dataset, so that a failed checksum or truncation shows. ok when it verifies.
+Status VerifyCheckpoint(const std::string& file);
+// The checkpoint file inside a step folder (or the path itself when it is a file).
+std::string CheckpointFile(const std::string& folder_or_file);
+// Committed step folders in `directory`, newest first.
+std::vector<std::string> CommittedCheckpoints(const std::string& directory);
+
+}  // namespace trainer

@@ -1,0 +1,126 @@
+// Shard holders and HDF5 tensor I/O for checkpoints (checkpoint_layout.h).
+#include "checkpoint/checkpoint_layout.h"
+
+#include <algorithm>
+
+namespace trainer {
+
+const char* StateGroup(int which) {
+  static const char* kGroups[kStateCount] = {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"};
+  return kGroups[which];
+}
+
+std::vector<ParameterInfo> FullParameterList(const ModelConfig& model) {
+  ModelPartition whole;
+  whole.num_layers = model.num_layers;
+  return BuildParameterList(model, whole);
+}
+
+int StageOf(const ParameterInfo& p, const ModelConfig& model, const DistributedConfig& dist) {
+  const std::string prefix = "transformer.h.";
+  if (p.name.rfind(prefix, 0) != 0)
+    return p.name.rfind("transformer.ln_f", 0) == 0 ? dist.pp_degree - 1 : 0;
+  const int layer = std::stoi(p.name.substr(prefix.size()));
+  std::vector<int> counts = StageLayerCounts(model.num_layers, dist.pp_degree, dist.pp_layers);
+  int end = 0;
+  for (int s = 0; s < static_cast<int>(counts.size()); ++s) {
+    end += counts[s];
+    if (layer < end) return s;
+  }
+  return dist.pp_degree - 1;
+}
+
+std::vector<int> CanonicalHolders(const ParameterInfo& p, const ModelConfig& model,
+                                  const DistributedConfig& dist, const Topology& topo) {
+  const int stage = StageOf(p, model, dist);
+  const int tp_count = p.shard == ShardKind::kReplicated ? 1 : topo.tp;
+  std::vector<int> ranks;
+  for (int t = 0; t < tp_count; ++t) ranks.push_back(topo.RankOf(t, 0, stage));
+  return ranks;
+}
+
+Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_t>& shape,
+                   const float* data) {
+  const int rank = static_cast<int>(shape.size());
+  std::vector<hsize_t> dims(shape.begin(), shape.end()), chunk(dims);
+  // Chunks of at most ~1 Mi elements (whole rows for 2-D tensors).
+  const hsize_t limit = hsize_t{1} << 20;
+  if (rank == 1) chunk[0] = std::max<hsize_t>(1, std::min(dims[0], limit));
+  else chunk[0] = std::max<hsize_t>(1, std::min(dims[0], limit / std::max<hsize_t>(1, dims[1])));
+  Hdf5Handle space, plist, dataset;
+  HDF5_CHECK(space.Reset(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose));
+  HDF5_CHECK(plist.Reset(H5Pcreate(H5P_DATASET_CREATE), H5Pclose));
+  HDF5_CHECK(H5Pset_chunk(plist.get(), rank, chunk.data()));
+  HDF5_CHECK(H5Pset_fletcher32(plist.get()));
+  Hdf5Handle lcpl;
+  HDF5_CHECK(lcpl.Reset(H5Pcreate(H5P_LINK_CREATE), H5Pclose));
+  HDF5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1));
+  HDF5_CHECK(dataset.Reset(H5Dcreate2(file, path.c_str(), H5T_IEEE_F32LE, space.get(),
+                                      lcpl.get(), plist.get(), H5P_DEFAULT),
+                           H5Dclose));
+  HDF5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  HDF5_CHECK(dataset.Close());
+  return Status::Ok();
+}
+
+Status DatasetShape(hid_t file, const std::string& path, std::vector<int64_t>* shape) {
+  Hdf5Handle dataset, space;
+  HDF5_CHECK(dataset.Reset(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose));
+  HDF5_CHECK(space.Reset(H5Dget_space(dataset.get()), H5Sclose));
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  HDF5_CHECK(rank);
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  HDF5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+  shape->assign(dims.begin(), dims.end());
+  return Status::Ok();
+}
+
+namespace {
+// Read the block [start, start+count) (per dimension) into `out` (contiguous).
+Status ReadBlock(hid_t dataset, const std::vector<hsize_t>& start,
+                 const std::vector<hsize_t>& count, float* out) {
+  Hdf5Handle file_space, mem_space;
+  HDF5_CHECK(file_space.Reset(H5Dget_space(dataset), H5Sclose));
+  HDF5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                 count.data(), nullptr));
+  HDF5_CHECK(mem_space.Reset(H5Screate_simple(static_cast<int>(count.size()), count.data(),
+                                              nullptr),
+                             H5Sclose));
+  HDF5_CHECK(H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT,
+                     out));
+  return Status::Ok();
+}
+}  // namespace
+
+Status ReadShard(hid_t file, const std::string& path, const ParameterInfo& p, int tp_rank,
+                 int tp_size, float* local) {
+  Hdf5Handle dataset;
+  HDF5_CHECK(dataset.Reset(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose));
+  std::vector<hsize_t> full(p.full_shape.begin(), p.full_shape.end());
+  std::vector<hsize_t> start(full.size(), 0), count(full);
+  switch (p.shard) {
+    case ShardKind::kReplicated:
+      return ReadBlock(dataset.get(), start, count, local);
+    case ShardKind::kSplitRows:
+      count[0] = full[0] / tp_size;
+      start[0] = count[0] * tp_rank;
+      return ReadBlock(dataset.get(), start, count, local);
+    case ShardKind::kSplitCols:
+      count[1] = full[1] / tp_size;
+      start[1] = count[1] * tp_rank;
+      return ReadBlock(dataset.get(), start, count, local);
+    case ShardKind::kSplitQkvRows: {
+      const hsize_t third = full[0] / 3, rows = third / tp_size;
+      const hsize_t row_len = full.size() > 1 ? full[1] : 1;
+      count[0] = rows;
+      for (hsize_t part = 0; part < 3; ++part) {
+        start[0] = part * third + rows * tp_rank;
+        TRAINER_RETURN_IF_ERROR(ReadBlock(dataset.get(), start, count, local + part * rows * row_len));
+      }
+      return Status::Ok();
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace trainer

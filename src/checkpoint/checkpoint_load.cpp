@@ -1,0 +1,224 @@
+// Loading, verifying and summarising checkpoints (checkpoint.h).
+#include <algorithm>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_layout.h"
+#include "common/agree.h"
+#include "common/filesystem.h"
+#include "common/log.h"
+
+namespace trainer {
+namespace {
+
+Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
+  SilenceHdf5Errors();
+  if (!PathExists(file))
+    return CheckpointError(StrFormat("checkpoint file %s does not exist. Pass a step folder "
+                                     "(e.g. %s/step-00000100) or --resume auto",
+                                     file.c_str(), ParentDirectory(ParentDirectory(file)).c_str()));
+  if (handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose) < 0)
+    return CheckpointError(StrFormat("cannot open checkpoint %s: %s. The file is not a readable "
+                                     "HDF5 checkpoint",
+                                     file.c_str(), Hdf5ErrorText().c_str()));
+  return Status::Ok();
+}
+
+struct DatasetList {
+  std::vector<std::string> paths;
+};
+
+herr_t CollectDataset(hid_t, const char* name, const H5O_info_t* info, void* data) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<DatasetList*>(data)->paths.push_back(name);
+  return 0;
+}
+
+// "Model.hidden_size: checkpoint 128, config 256; ..." for every differing shape key.
+std::string ShapeDifferences(hid_t f, const ModelConfig& m) {
+  const std::pair<const char*, int64_t> keys[] = {
+      {"hidden_size", m.hidden_size},   {"num_layers", m.num_layers},
+      {"num_heads", m.num_heads},       {"vocab_size", m.vocab_size},
+      {"padded_vocab_size", m.padded_vocab()}, {"ffn_hidden_size", m.ffn_size()},
+      {"max_seq_len", m.max_seq_len}};
+  std::string diff;
+  for (const auto& [key, expected] : keys) {
+    int64_t stored = 0;
+    if (!Hdf5ReadIntAttribute(f, key, &stored).ok()) continue;
+    if (stored != expected)
+      diff += StrFormat("%sModel.%s: checkpoint %lld, config %lld", diff.empty() ? "" : "; ", key,
+                        static_cast<long long>(stored), static_cast<long long>(expected));
+  }
+  return diff;
+}
+
+// Choose the checkpoint folder to load on rank 0 (empty: none, start fresh).
+Status ResolveOnRoot(const std::string& directory, const std::string& resume, std::string* chosen) {
+  chosen->clear();
+  if (resume != "auto") {
+    Status v = VerifyCheckpoint(CheckpointFile(resume));
+    if (!v.ok()) return v;
+    *chosen = resume;
+    return Status::Ok();
+  }
+  std::vector<std::string> candidates;
+  auto latest = ReadSmallFile(directory + "/latest");
+  if (latest.ok()) {
+    std::string name = latest.value();
+    name.erase(std::remove(name.begin(), name.end(), '\n'), name.end());
+    if (!name.empty()) candidates.push_back(directory + "/" + name);
+  }
+  for (const std::string& c : CommittedCheckpoints(directory))
+    if (std::find(candidates.begin(), candidates.end(), c) == candidates.end())
+      candidates.push_back(c);
+  for (const std::string& c : candidates) {
+    Status v = VerifyCheckpoint(CheckpointFile(c));
+    if (v.ok()) {
+      *chosen = c;
+      return Status::Ok();
+    }
+    LogWarning(StrFormat("checkpoint %s does not verify (%s); falling back to the previous one",
+                         c.c_str(), v.message().c_str()));
+  }
+  if (!candidates.empty())
+    return CheckpointError(StrFormat("no checkpoint in %s verifies (Checkpoint.dir). Remove the "
+                                     "damaged step folders or start without --resume",
+                                     directory.c_str()));
+  LogInfo(StrFormat("no checkpoint in %s: starting from scratch", directory.c_str()));
+  return Status::Ok();
+}
+
+// Every rank: read this rank's slices of master weights and moments.
+Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel* model,
+                 AdamW* optimizer, CheckpointLoadResult* result) {
+  const std::string file = CheckpointFile(folder);
+  Hdf5Handle f;
+  TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
+  const std::string diff = ShapeDifferences(f.get(), config.model);
+  if (!diff.empty())
+    return CheckpointError(StrFormat("checkpoint %s does not match the model in the config (%s). "
+                                     "Resume with the checkpoint's model shape",
+                                     file.c_str(), diff.c_str()));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "step", &result->step));
+  TRAINER_RETURN_IF_ERROR(
+      Hdf5ReadIntAttribute(f.get(), "consumed_samples", &result->consumed_samples));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "tokens_seen", &result->tokens_seen));
+  const ModelPartition& part = model->partition();
+  const size_t total = TotalLocalElements(model->parameters());
+  for (int w = 0; w < kStateCount; ++w) {
+    std::vector<float> flat(total, 0.f);
+    for (const ParameterInfo& p : model->parameters()) {
+      const std::string path = std::string(StateGroup(w)) + "/" + p.name;
+      std::vector<int64_t> shape;
+      Status s = DatasetShape(f.get(), path, &shape);
+      if (!s.ok() || shape != p.full_shape)
+        return CheckpointError(StrFormat("checkpoint %s: %s is %s; the config expects a tensor "
+                                         "of %lld elements in shape dims %zu",
+                                         file.c_str(), path.c_str(),
+                                         s.ok() ? "of another shape" : "missing",
+                                         static_cast<long long>(p.full_numel()),
+                                         p.full_shape.size()));
+      s = ReadShard(f.get(), path, p, part.tp_rank, part.tp_size, flat.data() + p.offset);
+      if (!s.ok())
+        return CheckpointError(StrFormat("checkpoint %s: reading %s failed (%s). The file is "
+                                         "damaged; resume from another checkpoint",
+                                         file.c_str(), path.c_str(), s.message().c_str()));
+    }
+    if (w == 0) TRAINER_RETURN_IF_ERROR(optimizer->SetMaster(flat));
+    else TRAINER_RETURN_IF_ERROR(optimizer->Upload(w, flat));
+  }
+  result->path = folder;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string CheckpointFile(const std::string& folder_or_file) {
+  return IsDirectory(folder_or_file) ? folder_or_file + "/checkpoint.h5" : folder_or_file;
+}
+
+std::vector<std::string> CommittedCheckpoints(const std::string& directory) {
+  std::vector<std::string> out;
+  auto names = ListDirectory(directory);
+  if (!names.ok()) return out;
+  for (const std::string& n : names.value())
+    if (n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos &&
+        IsDirectory(directory + "/" + n))
+      out.push_back(directory + "/" + n);
+  std::sort(out.rbegin(), out.rend());  // zero-padded step numbers: newest first
+  return out;
+}
+
+Status VerifyCheckpoint(const std::string& file) {
+  Hdf5Handle f;
+  TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
+  int64_t version = 0;
+  if (!Hdf5ReadIntAttribute(f.get(), "format_version", &version).ok() ||
+      version != kCheckpointFormatVersion)
+    return CheckpointError(StrFormat("%s has no format_version %d attribute: not a checkpoint of "
+                                     "this trainer", file.c_str(), kCheckpointFormatVersion));
+  DatasetList list;
+  if (H5Ovisit(f.get(), H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
+    return CheckpointError(StrFormat("cannot list the tensors of %s: %s", file.c_str(),
+                                     Hdf5ErrorText().c_str()));
+  if (list.paths.empty())
+    return CheckpointError(StrFormat("%s holds no tensors", file.c_str()));
+  std::vector<float> buffer;
+  for (const std::string& path : list.paths) {
+    std::vector<int64_t> shape;
+    TRAINER_RETURN_IF_ERROR(DatasetShape(f.get(), path, &shape));
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    buffer.resize(static_cast<size_t>(n));
+    Hdf5Handle d;
+    if (d.Reset(H5Dopen2(f.get(), path.c_str(), H5P_DEFAULT), H5Dclose) < 0 ||
+        H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()) < 0)
+      return CheckpointError(StrFormat("%s: tensor %s fails its checksum or cannot be read (%s)",
+                                       file.c_str(), path.c_str(), Hdf5ErrorText().c_str()));
+  }
+  return Status::Ok();
+}
+
+Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
+  Hdf5Handle f;
+  TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
+  int64_t version = 0, seed = 0;
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "format_version", &version));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "step", &s->step));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "consumed_samples", &s->consumed_samples));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "tokens_seen", &s->tokens_seen));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "seed", &seed));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "layout", &s->layout));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "config", &s->config_text));
+  s->format_version = static_cast<int>(version);
+  s->seed = static_cast<uint64_t>(seed);
+  DatasetList list;
+  if (H5Ovisit(f.get(), H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
+    return CheckpointError(StrFormat("cannot list the tensors of %s", file.c_str()));
+  for (const std::string& path : list.paths) {
+    if (path.rfind("model/", 0) != 0) continue;
+    CheckpointSummary::TensorInfo t;
+    t.name = path.substr(6);
+    TRAINER_RETURN_IF_ERROR(DatasetShape(f.get(), path, &t.shape));
+    s->tensors.push_back(t);
+  }
+  return Status::Ok();
+}
+
+Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,
+                                const TrainConfig& config, GptModel* model, AdamW* optimizer,
+                                const ParallelGroups& groups, CheckpointLoadResult* result) {
+  // Rank 0 chooses (and verifies) the checkpoint; everyone learns the choice.
+  std::string chosen;
+  Status resolved = groups.world_rank == 0 ? ResolveOnRoot(directory, resume, &chosen) : Status();
+  TRAINER_RETURN_IF_ERROR(AgreeOnStatus(groups.world_host, resolved));
+  int length = static_cast<int>(chosen.size());
+  TRAINER_RETURN_IF_ERROR(groups.world_host->Broadcast(&length, 1, DType::kI32, 0));
+  chosen.resize(static_cast<size_t>(length));
+  std::vector<int> chars(chosen.begin(), chosen.end());
+  TRAINER_RETURN_IF_ERROR(groups.world_host->Broadcast(chars.data(), chars.size(), DType::kI32, 0));
+  chosen.assign(chars.begin(), chars.end());
+  *result = CheckpointLoadResult();
+  if (chosen.empty()) return Status::Ok();  // nothing to resume: the caller initialises
+  return AgreeOnStatus(groups.world_host, LoadLocal(chosen, config, model, optimizer, result));
+}
+
+}  // namespace trainer

@@ -1,0 +1,65 @@
+// `trainer pack`: text or token files -> packed-token HDF5 file(s) (docs/data-format.md). Parses
+// the command line with Boost.Program_options and calls PackDataset (src/data/packer.h).
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "common/log.h"
+#include "data/packer.h"
+
+namespace trainer {
+namespace po = boost::program_options;
+
+int RunPackCommand(const std::vector<std::string>& args) {
+  PackOptions options;
+  po::options_description description(
+      "usage: trainer pack --input FILE... --output PATH [options]\n"
+      "Each input file is one document; an end-of-document token follows each.\noptions");
+  // clang-format off
+  description.add_options()
+      ("help,h", "show this help and exit")
+      ("input,i", po::value<std::vector<std::string>>(&options.inputs)->multitoken(),
+       "input files, one document each (required)")
+      ("output,o", po::value<std::string>(&options.output),
+       "HDF5 file to write, e.g. data.h5 (required)")
+      ("tokenizer", po::value<std::string>(&options.tokenizer)->default_value(options.tokenizer),
+       "bytes (vocab 257, eod 256), u16 or u32 (raw little-endian token files)")
+      ("vocab-size", po::value<int64_t>(&options.vocab_size)->default_value(options.vocab_size),
+       "vocabulary size; 0 = the tokenizer's own (required for u16/u32)")
+      ("eod-id", po::value<int64_t>(&options.eod_id)->default_value(options.eod_id),
+       "end-of-document id; -1 = the tokenizer's own (vocab-size - 1 for u16/u32)")
+      ("val-fraction", po::value<double>(&options.val_fraction)->default_value(0.0),
+       "fraction of the tokens (the end of the stream) written to the validation file")
+      ("val-output", po::value<std::string>(&options.val_output)->default_value(""),
+       "validation file; empty = the output name with .val before .h5")
+      ("quiet", "no progress lines on stderr");
+  // clang-format on
+  po::variables_map values;
+  try {
+    po::store(po::command_line_parser(args).options(description).run(), values);
+    po::notify(values);
+  } catch (const po::error& e) {
+    Status usage = UsageError(std::string("invalid pack arguments (command line): ") + e.what() +
+                              ". See `trainer pack --help`");
+    LogError(usage.message());
+    return usage.exit_code();
+  }
+  if (values.count("help")) {
+    std::ostringstream help;
+    help << description;
+    std::cout << help.str();
+    return static_cast<int>(ExitCode::kOk);
+  }
+  options.show_progress = values.count("quiet") == 0;
+  PackSummary summary;
+  Status status = PackDataset(options, &summary);
+  if (!status.ok()) {
+    LogError(status.message());
+    return status.exit_code();
+  }
+  LogInfo(summary.OneLine());
+  return static_cast<int>(ExitCode::kOk);
+}
+
+}  // namespace trainer

@@ -1,0 +1,133 @@
+// RunContext (run_context.h).
+#include "cli/run_context.h"
+
+#include "common/log.h"
+#include "mpi_bootstrap/nccl_bootstrap.h"
+
+namespace trainer {
+
+Status RunContext::Init() {
+  Status s = MpiRuntime::Init(nullptr, nullptr, &runtime);
+  if (!s.ok()) {
+    LogError(s.message() + ". Is this binary started by mpirun/srun with a working MPI?");
+    return Status(ExitCode::kEnvironment, "");
+  }
+  return Status::Ok();
+}
+
+Status RunContext::Agree(const Status& local) {
+  bool should_print = false;
+  Status s = runtime->Agree(local, &should_print);
+  if (!s.ok() && should_print && !s.message().empty()) LogError(s.message());
+  reported_ = !s.ok();
+  return s;
+}
+
+Status RunContext::SetupDevice(const TrainConfig& config) {
+  const std::string& wanted = config.global.device;
+  const int visible = VisibleCudaDevices();
+  const bool use_cuda = wanted == "cuda" || (wanted == "auto" && visible > 0);
+  if (!use_cuda) {
+    backend = MakeCpuBackend();
+    if (wanted == "auto")
+      LogInfo(CudaBackendCompiled() ? "device: cpu (no GPU visible; fp32 CPU path)"
+                                    : "device: cpu (built without CUDA; fp32 CPU path)");
+    else
+      LogInfo("device: cpu (fp32 CPU path)");
+    return Status::Ok();
+  }
+  if (!CudaBackendCompiled())
+    return EnvironmentError("Global.device=cuda but this trainer was built without CUDA. Rebuild "
+                            "with -DTRAINER_CUDA=ON or set Global.device=cpu");
+  if (runtime->local_rank() >= visible)
+    return EnvironmentError(StrFormat(
+        "%d ranks on host %s but only %d GPU(s) visible to rank %d (CUDA_VISIBLE_DEVICES=%s). "
+        "Start one rank per GPU (e.g. --ntasks-per-node=%d)",
+        runtime->local_size(), runtime->host().c_str(), visible, runtime->rank(),
+        std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset",
+        visible));
+  device = runtime->local_rank();
+  LogInfo(StrFormat("device: cuda (bf16 compute, fp32 master weights), %d GPU(s) per host",
+                    visible));
+  return MakeCudaBackend(device, &backend);
+}
+
+Status RunContext::BuildGroups(const TrainConfig& config) {
+  Topology topo;
+  topo.world_size = runtime->size();
+  topo.tp = config.distributed.tp_degree;
+  topo.pp = config.distributed.pp_degree;
+  topo.dp = config.distributed.dp_degree;
+  topo.ep = config.distributed.ep_degree;
+  TRAINER_RETURN_IF_ERROR(runtime->MakeGroups(topo, &mpi_groups));
+  groups.topology = topo;
+  groups.coord = mpi_groups.coord;
+  groups.world_rank = runtime->rank();
+  groups.world_host = runtime->world();
+  groups.tp = mpi_groups.tp.get();
+  groups.dp = mpi_groups.dp.get();
+  groups.pp = mpi_groups.pp.get();
+  groups.embedding = mpi_groups.embedding.get();
+  if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups());
+  return Status::Ok();
+}
+
+void RunContext::PrintRankMap() {
+  const int n = runtime->size();
+  std::vector<int> devices(n, -1);
+  devices[runtime->rank()] = device;
+  if (!runtime->world()->AllReduce(devices.data(), n, DType::kI32, ReduceOp::kMax).ok()) return;
+  if (runtime->rank() != 0) return;
+  const Topology& t = groups.topology;
+  std::string map = StrFormat("rank map (%d ranks: dp %d x tp %d x pp %d, TP fastest):", n, t.dp,
+                              t.tp, t.pp);
+  bool tp_spans_hosts = false;
+  for (int r = 0; r < n; ++r) {
+    const Topology::Coord c = t.CoordOf(r);
+    map += StrFormat("\n  rank %3d  host %-16s local %2d  device %-6s  %s", r,
+                     runtime->hosts()[r].c_str(), runtime->local_ranks()[r],
+                     devices[r] < 0 ? "cpu" : ("cuda:" + std::to_string(devices[r])).c_str(),
+                     t.Describe(r).c_str());
+    const int tp_leader = t.RankOf(0, c.dp, c.pp);
+    if (runtime->hosts()[r] != runtime->hosts()[tp_leader]) tp_spans_hosts = true;
+  }
+  LogInfo(map);
+  if (tp_spans_hosts)
+    LogWarning("a tensor-parallel group spans hosts: TP all-reduces will cross the network. Keep "
+               "tp_degree <= GPUs per node and launch ranks host by host (TP is the fastest "
+               "coordinate)");
+}
+
+int RunContext::Finish(const Status& status) {
+  const int code = status.exit_code();
+  if (!status.ok() && !reported_ && !status.message().empty()) {
+    // Only this rank may know: print, and stop every rank rather than leave one in a collective.
+    LogError(status.message());
+    if (runtime && runtime->size() > 1) runtime->Abort(code);
+  }
+  if (runtime) runtime->Finalize();
+  return code;
+}
+
+Status RunContext::BuildDeviceGroups() {
+  // One NCCL communicator per MPI group (the embedding group only where this rank belongs to it).
+  void* stream = BackendStream(backend.get());
+  auto make = [&](MpiCommunicator* mpi, Communicator** slot) -> Status {
+    if (mpi == nullptr) {
+      *slot = nullptr;
+      return Status::Ok();
+    }
+    std::unique_ptr<Communicator> nccl;
+    TRAINER_RETURN_IF_ERROR(MakeNcclCommunicator(mpi, stream, &nccl));
+    *slot = nccl.get();
+    device_groups.push_back(std::move(nccl));
+    return Status::Ok();
+  };
+  TRAINER_RETURN_IF_ERROR(make(mpi_groups.tp.get(), &groups.tp));
+  TRAINER_RETURN_IF_ERROR(make(mpi_groups.dp.get(), &groups.dp));
+  TRAINER_RETURN_IF_ERROR(make(mpi_groups.pp.get(), &groups.pp));
+  // Every rank takes part in the embedding group's split, but only its members build NCCL.
+  return make(mpi_groups.embedding.get(), &groups.embedding);
+}
+
+}  // namespace trainer

@@ -1,0 +1,42 @@
+// RunContext: what a distributed subcommand (train, check) sets up around its work: the MPI
+// runtime, the backend of this rank (CPU, or the GPU of its local rank), the process groups of
+// the configured layout, and the end of the run (one error line, every rank stopping).
+#pragma once
+
+#include <memory>
+
+#include "common/parallel_groups.h"
+#include "config/train_config.h"
+#include "model/backend.h"
+#include "mpi_bootstrap/mpi_runtime.h"
+
+namespace trainer {
+
+struct RunContext {
+  std::unique_ptr<MpiRuntime> runtime;
+  std::unique_ptr<Backend> backend;
+  int device = -1;  // CUDA device of this rank, -1 on the CPU path
+  ProcessGroups mpi_groups;
+  std::vector<std::unique_ptr<Communicator>> device_groups;  // NCCL (GPU path)
+  ParallelGroups groups;
+
+  Status Init();
+  // All ranks agree on `local`; the lowest failing rank prints its line once.
+  Status Agree(const Status& local);
+  // Global.device: auto | cpu | cuda; binds the rank's GPU by local rank.
+  Status SetupDevice(const TrainConfig& config);
+  // MPI groups of the layout; NCCL communicators on the GPU path.
+  Status BuildGroups(const TrainConfig& config);
+  // Rank 0 prints host, local rank, device and grid coordinates of every rank; warns when a TP
+  // group spans hosts.
+  void PrintRankMap();
+  // Ends the run: agreed errors were printed by Agree; an error only this rank knows is printed
+  // here and stops every rank through MPI_Abort. Returns the exit code.
+  int Finish(const Status& status);
+
+ private:
+  Status BuildDeviceGroups();  // NCCL communicators from ids broadcast over the MPI groups
+  bool reported_ = false;      // the status handed to Finish went through Agree
+};
+
+}  // namespace trainer

@@ -1,0 +1,86 @@
+// `trainer train`: parse options and config, validate against the world size on every rank,
+// choose the device, build the process groups, then set up and run the Trainer. Every failure
+// ends all ranks with one line and a non-zero exit code (docs/cli.md).
+#include <unistd.h>
+
+#include <iostream>
+
+#include "cli/cli_options.h"
+#include "cli/commands.h"
+#include "cli/run_context.h"
+#include "common/log.h"
+#include "config/config_loader.h"
+#include "engine/signals.h"
+#include "engine/trainer.h"
+
+namespace trainer {
+namespace {
+
+// TRAINER_WAIT_FOR_DEBUGGER=<rank>: that rank prints its PID and host and waits until a debugger
+// sets `debugger_attached` (gdb -p PID, then: set var debugger_attached=1, continue).
+volatile int debugger_attached = 0;
+void MaybeWaitForDebugger(int rank, const std::string& host) {
+  const char* wanted = std::getenv("TRAINER_WAIT_FOR_DEBUGGER");
+  if (wanted == nullptr || std::atoi(wanted) != rank) return;
+  std::fprintf(stderr,
+               "[rank %d %s] waiting for a debugger: gdb -p %d, then 'set var "
+               "debugger_attached=1' and 'continue'\n",
+               rank, host.c_str(), static_cast<int>(getpid()));
+  while (!debugger_attached) sleep(1);
+}
+
+}  // namespace
+
+int RunTrainCommand(const std::vector<std::string>& args) {
+  po::options_description options("trainer train options");
+  std::string config_path, resume;
+  std::vector<std::string> overrides;
+  options.add_options()("config,c", po::value(&config_path)->default_value(""),
+                        "YAML config file (configs/*.yaml); empty: built-in defaults")(
+      "override,o", po::value(&overrides)->composing(),
+      "Section.key=value, repeatable (e.g. -o Engine.max_steps=50)")(
+      "resume", po::value(&resume)->default_value(""),
+      "auto (latest committed checkpoint, if any) or a checkpoint folder; overrides "
+      "Checkpoint.resume")("print-config", "print the resolved config and exit");
+
+  RunContext ctx;
+  Status status = ctx.Init();
+  if (!status.ok()) return ctx.Finish(status);
+  MaybeWaitForDebugger(ctx.runtime->rank(), ctx.runtime->host());
+
+  po::variables_map vm;
+  bool help = false;
+  status = ParseCommandLine("train", args, options, &vm, &help);
+  if (status.ok() && help) {
+    if (ctx.runtime->rank() == 0)
+      PrintCommandHelp("train", "--config FILE [-o Section.key=value ...] [--resume auto|PATH]",
+                       options);
+    return ctx.Finish(Status::Ok());
+  }
+  TrainConfig config;
+  if (status.ok()) {
+    if (!resume.empty()) overrides.push_back("Checkpoint.resume=" + resume);
+    auto loaded = LoadConfig(config_path, overrides);
+    status = loaded.ok() ? ValidateConfig(&loaded.value(), ctx.runtime->size()) : loaded.status();
+    if (status.ok()) config = loaded.value();
+  }
+  // Every rank parsed the same files: the verdict is the same, rank 0 prints it.
+  status = ctx.Agree(status);
+  if (!status.ok()) return ctx.Finish(status);
+  LogInfo("resolved config:\n" + FormatConfig(config));
+  if (vm.count("print-config")) return ctx.Finish(Status::Ok());
+
+  status = ctx.Agree(ctx.SetupDevice(config));
+  if (status.ok()) status = ctx.Agree(ctx.BuildGroups(config));
+  if (!status.ok()) return ctx.Finish(status);
+  ctx.PrintRankMap();
+
+  InstallPreemptionHandlers();
+  Trainer trainer(config, ctx.groups, ctx.backend.get());
+  status = ctx.Agree(trainer.Setup());
+  if (status.ok()) status = ctx.Agree(trainer.Restore());
+  if (status.ok()) status = trainer.Run();
+  return ctx.Finish(status);
+}
+
+}  // namespace trainer

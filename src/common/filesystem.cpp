@@ -1,0 +1,128 @@
+// File-system helpers (filesystem.h).
+#include "common/filesystem.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+
+namespace trainer {
+namespace {
+Status IoError(const std::string& what, const std::string& path) {
+  return RuntimeError(StrFormat("%s %s failed: %s", what.c_str(), path.c_str(),
+                                std::strerror(errno)));
+}
+}  // namespace
+
+Status MakeDirectories(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if ((i == path.size() || path[i] == '/') && !partial.empty()) {
+      if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+        return RuntimeError(StrFormat("cannot create folder %s: %s. Check the path and its "
+                                      "permissions",
+                                      partial.c_str(), std::strerror(errno)));
+    }
+    if (i < path.size()) partial += path[i];
+  }
+  return Status::Ok();
+}
+
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+Status SyncPath(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return IoError("open for fsync of", path);
+  int rc = fsync(fd);
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  if (rc != 0) return IoError("fsync of", path);
+  return Status::Ok();
+}
+
+std::string ParentDirectory(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+Status RenameDurably(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0) return IoError("rename to " + to + " of", from);
+  return SyncPath(ParentDirectory(to));
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return IoError("create", tmp);
+  bool ok = std::fwrite(contents.data(), 1, contents.size(), f) == contents.size() &&
+            std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  int saved = errno;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    errno = saved;
+    std::remove(tmp.c_str());
+    return IoError("write", tmp);
+  }
+  return RenameDurably(tmp, path);
+}
+
+StatusOr<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return IoError("open", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
+  DIR* dir = opendir(path.c_str());
+  if (dir == nullptr) return IoError("list", path);
+  std::vector<std::string> names;
+  while (struct dirent* e = readdir(dir)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Status RemoveTree(const std::string& path) {
+  if (IsDirectory(path)) {
+    auto entries = ListDirectory(path);
+    if (!entries.ok()) return entries.status();
+    for (const std::string& name : entries.value())
+      TRAINER_RETURN_IF_ERROR(RemoveTree(path + "/" + name));
+    if (rmdir(path.c_str()) != 0) return IoError("remove folder", path);
+    return Status::Ok();
+  }
+  if (std::remove(path.c_str()) != 0 && errno != ENOENT) return IoError("remove", path);
+  return Status::Ok();
+}
+
+long long FileSize(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : 0;
+}
+
+}  // namespace trainer

@@ -1,0 +1,51 @@
+// MetricsWriter (metrics.h).
+#include "engine/metrics.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "common/filesystem.h"
+#include "common/log.h"
+
+namespace trainer {
+
+Status MetricsWriter::Open(const std::string& output_dir, bool enabled,
+                           std::unique_ptr<MetricsWriter>* out) {
+  std::unique_ptr<MetricsWriter> w(new MetricsWriter());
+  if (enabled) {
+    TRAINER_RETURN_IF_ERROR(MakeDirectories(output_dir));
+    w->path_ = output_dir + "/metrics.jsonl";
+    w->file_ = std::fopen(w->path_.c_str(), "a");
+    if (w->file_ == nullptr)
+      return RuntimeError(StrFormat("cannot open %s for appending: %s (Engine.output_dir). "
+                                    "Choose a writable Engine.output_dir",
+                                    w->path_.c_str(), std::strerror(errno)));
+  }
+  *out = std::move(w);
+  return Status::Ok();
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+Status MetricsWriter::Write(const std::vector<std::pair<std::string, double>>& record) {
+  if (file_ == nullptr) return Status::Ok();
+  std::string line = "{";
+  for (size_t i = 0; i < record.size(); ++i) {
+    const double v = record[i].second;
+    std::string value;
+    if (!std::isfinite(v)) value = "null";
+    else if (v == std::floor(v) && std::fabs(v) < 1e15) value = StrFormat("%.0f", v);
+    else value = StrFormat("%.8g", v);
+    line += (i ? ", \"" : "\"") + record[i].first + "\": " + value;
+  }
+  line += "}\n";
+  if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0)
+    return RuntimeError(StrFormat("cannot write %s: %s", path_.c_str(), std::strerror(errno)));
+  return Status::Ok();
+}
+
+}  // namespace trainer

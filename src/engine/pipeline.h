@@ -1,0 +1,50 @@
+// The pipeline schedule for one optimizer step: 1F1B (warm-up forwards, steady one-forward-
+// one-backward, cool-down backwards) over the micro-batches, with activations and their gradients
+// passed between neighbouring stages through the PP communicator. With one stage it is plain
+// gradient accumulation. Also the forward-only pass used by evaluation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/communicator.h"
+#include "model/gpt.h"
+
+namespace trainer {
+
+struct MicroBatches {
+  int count = 0;
+  int batch = 0, seq_len = 0;
+  const int32_t* inputs = nullptr;   // (count*batch, T) host
+  const int32_t* targets = nullptr;  // (count*batch, T) host
+  const int32_t* tokens(int mb) const { return inputs + static_cast<size_t>(mb) * batch * seq_len; }
+  const int32_t* labels(int mb) const { return targets + static_cast<size_t>(mb) * batch * seq_len; }
+};
+
+class PipelineStage {
+ public:
+  // pp may be null (one stage). slots: the model's activation slots (NumSlots()).
+  PipelineStage(GptModel* model, Communicator* pp) : model_(model), pp_(pp) {}
+
+  // Activation slots this stage needs for `micro_batches` micro-batches in flight under 1F1B.
+  static int NumSlots(int stage, int num_stages, int micro_batches);
+
+  // Forward and backward of every micro-batch; gradients accumulate in the model. On the last
+  // stage *loss_sum receives the sum of the per-token losses (0 elsewhere).
+  Status TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum);
+  // Forward only, with the loss on the last stage.
+  Status EvalStep(const MicroBatches& mb, double* loss_sum);
+
+ private:
+  int stage() const { return pp_ ? pp_->rank() : 0; }
+  int stages() const { return pp_ ? pp_->size() : 1; }
+  int Slot(int mb, int micro_batches) const;
+  size_t ActivationCount() const;
+  Status Forward(const MicroBatches& mb, int i, float dloss_scale, double* loss_sum);
+  Status Backward(const MicroBatches& mb, int i);
+
+  GptModel* model_;
+  Communicator* pp_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,283 @@
+// Trainer (trainer.h): setup and the step loop.
+#include "engine/trainer.h"
+
+#include <chrono>
+#include <algorithm>
+#include <cmath>
+
+#include "checkpoint/checkpoint.h"
+#include "common/log.h"
+#include "config/config_loader.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "engine/signals.h"
+#include "optimizer/lr_schedule.h"
+
+namespace trainer {
+namespace {
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+}  // namespace
+
+Trainer::Trainer(const TrainConfig& config, const ParallelGroups& groups, Backend* backend)
+    : config_(config), groups_(groups), backend_(backend) {}
+
+Trainer::~Trainer() = default;
+
+Status Trainer::Setup() {
+  const Topology& topo = groups_.topology;
+  const Topology::Coord& c = groups_.coord;
+  const ModelPartition part = MakePartition(config_.model, config_.distributed, c.tp, c.pp);
+  const int micro = config_.gradient_accumulation_steps();
+  const int slots = PipelineStage::NumSlots(c.pp, topo.pp, micro);
+  TRAINER_RETURN_IF_ERROR(GptModel::Create(config_.model, part, backend_, groups_.tp,
+                                           config_.global.micro_batch_size,
+                                           config_.model.sequence_length(), slots, &model_));
+  TRAINER_RETURN_IF_ERROR(AdamW::Create(model_.get(), config_.optimizer, &optimizer_));
+  pipeline_ = std::make_unique<PipelineStage>(model_.get(), topo.pp > 1 ? groups_.pp : nullptr);
+  const size_t tokens = static_cast<size_t>(micro) * config_.global.micro_batch_size *
+                        config_.model.sequence_length();
+  inputs_.assign(tokens, 0);
+  targets_.assign(tokens, 0);
+  TRAINER_RETURN_IF_ERROR(OpenData());
+  const bool root = groups_.world_rank == 0;
+  TRAINER_RETURN_IF_ERROR(MetricsWriter::Open(config_.engine.output_dir, root, &metrics_));
+  if (root) TRAINER_RETURN_IF_ERROR(RemoveIncompleteCheckpoints(config_.checkpoint_dir()));
+  return Status::Ok();
+}
+
+Status Trainer::Restore() {
+  if (!config_.checkpoint.resume.empty()) {
+    TRAINER_RETURN_IF_ERROR(Resume());
+    if (state_.step > 0) return Status::Ok();
+  }
+  return optimizer_->SetMaster(InitialParameterValues(config_.model, model_->partition(),
+                                                      model_->parameters(),
+                                                      config_.global.seed));
+}
+
+Status Trainer::OpenData() {
+  const int T = config_.model.sequence_length();
+  auto train = TokenDataset::Open(config_.data.train_path, config_.model.vocab_size);
+  if (!train.ok()) return train.status();
+  train_data_ = std::move(train.value());
+  // Without a validation file, the last val_fraction of the samples (at least one) are held out.
+  const int64_t n = train_data_->NumSamples(T);
+  const bool held_out = config_.data.val_path.empty() && config_.data.val_fraction > 0;
+  const int64_t n_val =
+      held_out ? std::max<int64_t>(1, static_cast<int64_t>(n * config_.data.val_fraction)) : 0;
+  train_split_ = {0, n - n_val};
+  if (train_split_.num_samples < config_.global.global_batch_size)
+    return DataError(StrFormat(
+        "dataset too small (%s, Data.train_path): %lld training samples of %d tokens, fewer than "
+        "one global batch of %d. Use more data, or a smaller Global.global_batch_size or "
+        "Model.seq_len",
+        config_.data.train_path.c_str(), static_cast<long long>(train_split_.num_samples), T,
+        config_.global.global_batch_size));
+  sampler_ = std::make_unique<GlobalSampler>(train_split_.num_samples, config_.global.seed);
+  if (config_.data.val_path.empty()) {
+    val_split_ = {n - n_val, n_val};
+    return Status::Ok();
+  }
+  auto val = TokenDataset::Open(config_.data.val_path, config_.model.vocab_size);
+  if (!val.ok()) return val.status();
+  val_data_ = std::move(val.value());
+  val_split_ = {0, val_data_->NumSamples(T)};
+  return val_data_->RequireSamples(T, 1, "Data.val_path");
+}
+
+Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, TokenDataset* data,
+                          const DataSplit& split) {
+  // Only the first stage needs inputs and only the last needs targets; both read the same rows.
+  const ModelPartition& part = model_->partition();
+  if (!part.first_stage() && !part.last_stage()) return Status::Ok();
+  const std::vector<int64_t> mine =
+      GlobalSampler::DpSlice(global_ids, groups_.coord.dp, groups_.topology.dp);
+  return data->ReadSamples(split, mine, config_.model.sequence_length(), inputs_.data(),
+                           targets_.data());
+}
+
+Status Trainer::ReduceGradients() {
+  const Tensor grads = model_->gradient_buffer();
+  if (groups_.topology.dp > 1)
+    TRAINER_RETURN_IF_ERROR(groups_.dp->AllReduce(grads.data, static_cast<size_t>(grads.numel()),
+                                                  DType::kF32, ReduceOp::kSum));
+  if (groups_.embedding != nullptr) {  // tied token embedding on the first and last stage
+    const ParameterInfo* wte = model_->Find("transformer.wte.weight");
+    Tensor g = model_->Gradient(*wte);
+    TRAINER_RETURN_IF_ERROR(groups_.embedding->AllReduce(g.data, static_cast<size_t>(g.numel()),
+                                                         DType::kF32, ReduceOp::kSum));
+  }
+  return Status::Ok();
+}
+
+Status Trainer::GlobalGradNorm(double* norm) {
+  double sum = 0.0;
+  TRAINER_RETURN_IF_ERROR(optimizer_->LocalGradNormSquared(&sum));
+  // Canonical parameters are disjoint over TP x PP and equal over DP: sum over one DP replica.
+  double total = groups_.coord.dp == 0 ? sum : 0.0;
+  TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&total, 1, DType::kF64, ReduceOp::kSum));
+  *norm = std::sqrt(total);
+  return Status::Ok();
+}
+
+Status Trainer::ShareLastStageValue(double* value) {
+  // Sum over DP on the last stage, then every stage takes the last stage's value.
+  const bool last = model_->partition().last_stage();
+  double v = last ? *value : 0.0;
+  TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&v, 1, DType::kF64, ReduceOp::kSum));
+  // Every TP rank of the last stage holds the same loss: count one TP rank.
+  *value = v / groups_.topology.tp;
+  return Status::Ok();
+}
+
+Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
+  const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
+  const int GB = config_.global.global_batch_size;
+  TRAINER_RETURN_IF_ERROR(ReadBatch(sampler_->GlobalBatch(state_.consumed_samples, GB),
+                                    train_data_.get(), train_split_));
+  TRAINER_RETURN_IF_ERROR(model_->ZeroGradients());
+  MicroBatches mb;
+  mb.count = config_.gradient_accumulation_steps();
+  mb.batch = B;
+  mb.seq_len = T;
+  mb.inputs = inputs_.data();
+  mb.targets = targets_.data();
+  const double tokens = static_cast<double>(GB) * T;
+  double loss_sum = 0.0;
+  TRAINER_RETURN_IF_ERROR(
+      pipeline_->TrainStep(mb, static_cast<float>(1.0 / tokens), &loss_sum));
+  TRAINER_RETURN_IF_ERROR(ReduceGradients());
+  TRAINER_RETURN_IF_ERROR(GlobalGradNorm(grad_norm));
+  const double clip = config_.optimizer.grad_clip;
+  const float scale =
+      (clip > 0 && *grad_norm > clip) ? static_cast<float>(clip / (*grad_norm + 1e-6)) : 1.f;
+  const int step = static_cast<int>(state_.step + 1);
+  *lr = LearningRate(config_.optimizer, config_.engine.max_steps, step);
+  TRAINER_RETURN_IF_ERROR(optimizer_->Step(step, *lr, scale));
+  TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&loss_sum));
+  *loss = loss_sum / tokens;
+  state_.step = step;
+  state_.consumed_samples += GB;
+  state_.tokens_seen += static_cast<int64_t>(tokens);
+  return Status::Ok();
+}
+
+Status Trainer::Evaluate(double* val_loss) {
+  const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
+  const int dp = groups_.topology.dp;
+  if (val_split_.num_samples <= 0) return DataError("no validation samples: set Data.val_path or "
+                                        "Data.val_fraction > 0, or Engine.eval_freq=0");
+  TokenDataset* data = val_data_ ? val_data_.get() : train_data_.get();
+  double total = 0.0;
+  const int iters = config_.engine.eval_iters;
+  for (int it = 0; it < iters; ++it) {
+    TRAINER_RETURN_IF_ERROR(
+        ReadBatch(ValidationBatch(it, B * dp, val_split_.num_samples), data, val_split_));
+    MicroBatches mb;
+    mb.count = 1;
+    mb.batch = B;
+    mb.seq_len = T;
+    mb.inputs = inputs_.data();
+    mb.targets = targets_.data();
+    double sum = 0.0;
+    TRAINER_RETURN_IF_ERROR(pipeline_->EvalStep(mb, &sum));
+    total += sum;
+  }
+  TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&total));
+  *val_loss = total / (static_cast<double>(iters) * B * dp * T);
+  return Status::Ok();
+}
+
+Status Trainer::Run() {
+  const EngineConfig& e = config_.engine;
+  const double tokens_per_step =
+      static_cast<double>(config_.global.global_batch_size) * config_.model.sequence_length();
+  const auto start = std::chrono::steady_clock::now();
+  auto window_start = start;
+  int window_steps = 0;
+  while (state_.step < e.max_steps) {
+    double loss = 0, norm = 0, lr = 0;
+    TRAINER_RETURN_IF_ERROR(TrainStep(&loss, &norm, &lr));
+    ++window_steps;
+    const int step = static_cast<int>(state_.step);
+    if (step % e.logging_freq == 0 || step == e.max_steps || step == 1) {
+      TRAINER_RETURN_IF_ERROR(backend_->Synchronize());
+      const double window = Seconds(window_start);
+      const double tokens_per_s = tokens_per_step * window_steps / window;
+      const double elapsed = Seconds(start);
+      LogInfo(StrFormat("step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
+                        "%.1f ms/step | elapsed %.1fs",
+                        step, e.max_steps, loss, lr, norm, tokens_per_s,
+                        1e3 * window / window_steps, elapsed));
+      TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step},
+                                               {"loss", loss},
+                                               {"lr", lr},
+                                               {"grad_norm", norm},
+                                               {"tokens_per_s", tokens_per_s},
+                                               {"step_ms", 1e3 * window / window_steps},
+                                               {"elapsed_s", elapsed},
+                                               {"consumed_samples", state_.consumed_samples}}));
+      window_start = std::chrono::steady_clock::now();
+      window_steps = 0;
+    }
+    if (e.eval_freq > 0 && (step % e.eval_freq == 0 || step == e.max_steps)) {
+      double val = 0;
+      TRAINER_RETURN_IF_ERROR(Evaluate(&val));
+      LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, val));
+      TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step}, {"val_loss", val}}));
+    }
+    const bool save_due = e.save_steps > 0 && (step % e.save_steps == 0 || step == e.max_steps);
+    // Agree on a preemption signal at the step boundary (any rank's signal stops all).
+    double stop = PreemptionRequested() ? 1.0 : 0.0;
+    TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&stop, 1, DType::kF64, ReduceOp::kSum));
+    if (save_due || stop > 0) TRAINER_RETURN_IF_ERROR(SaveCheckpoint());
+    if (stop > 0 && step < e.max_steps) {
+      LogInfo(StrFormat("stopped by a preemption signal after step %d; checkpoint saved. "
+                        "Resume with --resume auto (exit code 75)", step));
+      return Status(ExitCode::kPreempted, "");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Trainer::SaveCheckpoint() {
+  CheckpointWriteRequest request;
+  request.directory = config_.checkpoint_dir();
+  request.step = state_.step;
+  request.consumed_samples = state_.consumed_samples;
+  request.tokens_seen = state_.tokens_seen;
+  request.seed = config_.global.seed;
+  request.config_text = FormatConfig(config_);
+  request.keep_last = config_.checkpoint.keep_last;
+  request.keep_every = config_.checkpoint.keep_every;
+  request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
+                                          config_.distributed.pp_layers);
+  CheckpointSaveReport report;
+  TRAINER_RETURN_IF_ERROR(SaveCheckpointCollective(request, model_.get(), optimizer_.get(),
+                                                   groups_, &report));
+  LogInfo(StrFormat("saved checkpoint %s (%.1f MB in %.2fs)", report.path.c_str(),
+                    report.bytes / 1e6, report.seconds));
+  return metrics_->Write({{"step", static_cast<double>(state_.step)},
+                          {"checkpoint_bytes", static_cast<double>(report.bytes)},
+                          {"checkpoint_save_s", report.seconds}});
+}
+
+Status Trainer::Resume() {
+  CheckpointLoadResult loaded;
+  TRAINER_RETURN_IF_ERROR(LoadCheckpointCollective(config_.checkpoint_dir(),
+                                                   config_.checkpoint.resume, config_,
+                                                   model_.get(), optimizer_.get(), groups_,
+                                                   &loaded));
+  if (loaded.path.empty()) return Status::Ok();  // nothing to resume from
+  state_.step = loaded.step;
+  state_.consumed_samples = loaded.consumed_samples;
+  state_.tokens_seen = loaded.tokens_seen;
+  LogInfo(StrFormat("resumed from %s at step %lld (%lld samples consumed)", loaded.path.c_str(),
+                    static_cast<long long>(state_.step),
+                    static_cast<long long>(state_.consumed_samples)));
+  return Status::Ok();
+}
+
+}  // namespace trainer

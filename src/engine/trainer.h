@@ -1,0 +1,76 @@
+// Trainer: the training loop of one rank. Setup (backend, model stage, optimizer, data, resume),
+// then steps: this rank's DP slice of the global batch -> micro-batches through the pipeline
+// schedule -> DP gradient reduction -> global-norm clip -> AdamW -> metrics, evaluation,
+// checkpoints, and a coordinated stop on preemption signals. No MPI here: groups come in as
+// Communicators.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/communicator.h"
+#include "common/parallel_groups.h"
+#include "config/train_config.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "engine/metrics.h"
+#include "engine/pipeline.h"
+#include "model/backend.h"
+#include "optimizer/adamw.h"
+
+namespace trainer {
+
+
+struct TrainingState {
+  int64_t step = 0;               // optimizer steps taken
+  int64_t consumed_samples = 0;   // position in the global sample order
+  int64_t tokens_seen = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, const ParallelGroups& groups, Backend* backend);
+  ~Trainer();
+
+  // Build the model and optimizer, open the data. Local to this rank: callers agree on the
+  // result across ranks before going on.
+  Status Setup();
+  // Initialise parameters, or resume when Checkpoint.resume is set. Collective over the world.
+  Status Restore();
+  // Train to Engine.max_steps. Returns ExitCode::kPreempted after saving on a signal.
+  Status Run();
+
+  const TrainingState& state() const { return state_; }
+  GptModel* model() { return model_.get(); }
+  AdamW* optimizer() { return optimizer_.get(); }
+  // Average validation loss over Engine.eval_iters batches (collective).
+  Status Evaluate(double* val_loss);
+
+ private:
+  Status OpenData();
+  Status TrainStep(double* loss, double* grad_norm, double* lr);
+  Status ReduceGradients();
+  Status GlobalGradNorm(double* norm);
+  // Reads this rank's DP slice of `global_ids` (ids relative to `split`) into inputs_/targets_.
+  Status ReadBatch(const std::vector<int64_t>& global_ids, TokenDataset* data,
+                   const DataSplit& split);
+  Status ShareLastStageValue(double* value);  // last stage -> every stage, summed over DP
+  Status SaveCheckpoint();
+  Status Resume();
+
+  TrainConfig config_;
+  ParallelGroups groups_;
+  Backend* backend_;
+  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<PipelineStage> pipeline_;
+  std::unique_ptr<TokenDataset> train_data_, val_data_;
+  std::unique_ptr<GlobalSampler> sampler_;
+  DataSplit train_split_, val_split_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::vector<int32_t> inputs_, targets_;  // (GA*B, T) host, this rank's slice
+  TrainingState state_;
+};
+
+}  // namespace trainer

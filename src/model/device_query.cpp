@@ -1,0 +1,31 @@
+// Device queries that do not depend on the build (backend.h): VisibleCudaDevices and
+// BackendStream answer in CPU-only builds too.
+#include "model/backend.h"
+
+#if TRAINER_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "model/cuda/cuda_backend.h"
+#endif
+
+namespace trainer {
+
+int VisibleCudaDevices() {
+#if TRAINER_WITH_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  return count;
+#else
+  return 0;
+#endif
+}
+
+void* BackendStream(Backend* backend) {
+#if TRAINER_WITH_CUDA
+  if (auto* cuda = dynamic_cast<CudaBackend*>(backend)) return cuda->stream();
+#endif
+  (void)backend;
+  return nullptr;
+}
+
+}  // namespace trainer

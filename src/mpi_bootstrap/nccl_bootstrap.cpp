@@ -1,0 +1,39 @@
+// MakeNcclCommunicator (nccl_bootstrap.h).
+#include "mpi_bootstrap/nccl_bootstrap.h"
+
+#include "mpi_bootstrap/mpi_check.h"
+
+#if TRAINER_WITH_CUDA
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "mpi_bootstrap/nccl_communicator.h"
+#endif
+
+namespace trainer {
+
+Status MakeNcclCommunicator(MpiCommunicator* group, void* stream,
+                            std::unique_ptr<Communicator>* out) {
+#if TRAINER_WITH_CUDA
+  ncclUniqueId id;
+  if (group->rank() == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+      return RuntimeError(std::string("ncclGetUniqueId failed on group ") + group->name() + ": " +
+                          ncclGetErrorString(r));
+  }
+  MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group->comm()));
+  std::unique_ptr<NcclCommunicator> comm;
+  TRAINER_RETURN_IF_ERROR(NcclCommunicator::Create(id, group->rank(), group->size(), group->name(),
+                                                   static_cast<cudaStream_t>(stream), &comm));
+  *out = std::move(comm);
+  return Status::Ok();
+#else
+  (void)group;
+  (void)stream;
+  (void)out;
+  return EnvironmentError("NCCL communicators need a CUDA build of the trainer");
+#endif
+}
+
+}  // namespace trainer

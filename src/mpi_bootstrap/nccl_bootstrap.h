@@ -1,0 +1,17 @@
+// NCCL communicators for the process groups: the group's rank 0 creates the ncclUniqueId, sends
+// it with MPI_Bcast over the group's MPI communicator, and every member calls ncclCommInitRank
+// (inside NcclCommunicator::Create). Available when built with CUDA.
+#pragma once
+
+#include <memory>
+
+#include "common/communicator.h"
+#include "mpi_bootstrap/mpi_runtime.h"
+
+namespace trainer {
+
+// `stream`: the backend's CUDA stream (cudaStream_t), on which collectives are enqueued.
+Status MakeNcclCommunicator(MpiCommunicator* group, void* stream,
+                            std::unique_ptr<Communicator>* out);
+
+}  // namespace trainer
