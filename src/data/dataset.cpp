@@ -1,0 +1,268 @@
+// TokenDataset (see dataset.h).
+#include "data/dataset.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace trainer {
+namespace {
+
+const char* kRepack = "Re-create it with `trainer pack`";
+
+std::string DescribeType(hid_t type) {
+  H5T_class_t type_class = H5Tget_class(type);
+  size_t bits = 8 * H5Tget_size(type);
+  switch (type_class) {
+    case H5T_INTEGER:
+      return StrFormat("%sint%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "", bits);
+    case H5T_FLOAT:
+      return StrFormat("float%zu", bits);
+    case H5T_STRING:
+      return "string";
+    default:
+      return StrFormat("a non-numeric type (class %d)", static_cast<int>(type_class));
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& path,
+                                                           int64_t model_vocab_size,
+                                                           const DatasetOpenOptions& options) {
+  SilenceHdf5Errors();
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0)
+    return DataError("dataset file not found (" + path +
+                     "): no such file. Check the path or create it with `trainer pack`");
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    return DataError("not an HDF5 file (" + path +
+                     "): no HDF5 signature found. Pass a file written by `trainer pack`");
+  std::unique_ptr<TokenDataset> dataset(new TokenDataset());
+  dataset->path_ = path;
+  // Readers never write: skip file locks, which some parallel file systems do not support.
+  Hdf5Handle access_props;
+  HDF5_CHECK(access_props.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose));
+#if H5_VERSION_GE(1, 10, 7)
+  HDF5_CHECK(H5Pset_file_locking(access_props.get(), false, true));
+#endif
+  if (dataset->file_.Reset(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access_props.get()), H5Fclose) < 0)
+    return DataError("cannot open dataset (" + path + "): " + Hdf5ErrorText() +
+                     ". Check the file's permissions and that it is complete");
+  TRAINER_RETURN_IF_ERROR(dataset->Validate(model_vocab_size, options));
+  return dataset;
+}
+
+Status TokenDataset::Validate(int64_t model_vocab_size, const DatasetOpenOptions& options) {
+  const char* path = path_.c_str();
+  // /tokens: 1-D uint16 or uint32, not empty.
+  if (H5Lexists(file_.get(), "tokens", H5P_DEFAULT) <= 0)
+    return DataError(
+        StrFormat("dataset has no /tokens (%s): not a packed-token file. %s", path, kRepack));
+  Hdf5Handle access_props;  // no chunk cache: reads go straight to the samples' bytes
+  HDF5_CHECK(access_props.Reset(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose));
+  HDF5_CHECK(H5Pset_chunk_cache(access_props.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT));
+  if (tokens_.Reset(H5Dopen2(file_.get(), "tokens", access_props.get()), H5Dclose) < 0)
+    return DataError(
+        StrFormat("cannot open /tokens (%s): %s. %s", path, Hdf5ErrorText().c_str(), kRepack));
+  Hdf5Handle type;
+  HDF5_CHECK(type.Reset(H5Dget_type(tokens_.get()), H5Tclose));
+  size_t type_size = H5Tget_size(type.get());
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_sign(type.get()) != H5T_SGN_NONE ||
+      (type_size != 2 && type_size != 4))
+    return DataError(StrFormat("wrong token type (%s, /tokens): %s, expected uint16 or uint32. %s",
+                               path, DescribeType(type.get()).c_str(), kRepack));
+  token_bytes_ = static_cast<int>(type_size);
+  num_tokens_ = Hdf5Length1D(tokens_.get());
+  if (num_tokens_ < 0)
+    return DataError(StrFormat("wrong /tokens shape (%s): not 1-D. %s", path, kRepack));
+  if (num_tokens_ == 0)
+    return DataError(
+        StrFormat("empty dataset (%s, /tokens): it holds no tokens. Pack some text "
+                  "into it",
+                  path));
+
+  // Root attributes.
+  for (const char* name : {"format_version", "vocab_size", "eod_id", "tokenizer"}) {
+    if (H5Aexists(file_.get(), name) <= 0)
+      return DataError(StrFormat("dataset has no '%s' attribute (%s): not a packed-token file. %s",
+                                 name, path, kRepack));
+    Hdf5Handle attribute, attribute_type;
+    HDF5_CHECK(attribute.Reset(H5Aopen(file_.get(), name, H5P_DEFAULT), H5Aclose));
+    HDF5_CHECK(attribute_type.Reset(H5Aget_type(attribute.get()), H5Tclose));
+    H5T_class_t want = std::string(name) == "tokenizer" ? H5T_STRING : H5T_INTEGER;
+    if (H5Tget_class(attribute_type.get()) != want)
+      return DataError(StrFormat("wrong type of attribute '%s' (%s): %s, expected %s. %s", name,
+                                 path, DescribeType(attribute_type.get()).c_str(),
+                                 want == H5T_STRING ? "a string" : "an integer", kRepack));
+  }
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(file_.get(), "format_version", &format_version_));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(file_.get(), "vocab_size", &vocab_size_));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(file_.get(), "eod_id", &eod_id_));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(file_.get(), "tokenizer", &tokenizer_));
+  if (format_version_ != 1)
+    return DataError(
+        StrFormat("unsupported dataset format_version (%s): %lld, this trainer reads "
+                  "1. Re-pack it with this trainer",
+                  path, static_cast<long long>(format_version_)));
+  if (vocab_size_ <= 0 || vocab_size_ > (int64_t{1} << 32))
+    return DataError(StrFormat("invalid vocab_size attribute (%s): %lld. %s", path,
+                               static_cast<long long>(vocab_size_), kRepack));
+  if (model_vocab_size > 0 && vocab_size_ > model_vocab_size)
+    return DataError(StrFormat(
+        "dataset vocabulary larger than the model's (%s, Model.vocab_size): vocab_size %lld > "
+        "Model.vocab_size %lld. Set Model.vocab_size to at least %lld or use data packed with the "
+        "model's tokenizer",
+        path, static_cast<long long>(vocab_size_), static_cast<long long>(model_vocab_size),
+        static_cast<long long>(vocab_size_)));
+  if (eod_id_ < 0 || eod_id_ >= vocab_size_)
+    return DataError(StrFormat(
+        "invalid eod_id attribute (%s): %lld is outside [0, vocab_size "
+        "%lld). %s",
+        path, static_cast<long long>(eod_id_), static_cast<long long>(vocab_size_), kRepack));
+  TRAINER_RETURN_IF_ERROR(ValidateTokens(options));
+  return ValidateDocOffsets();
+}
+
+Status TokenDataset::ValidateTokens(const DatasetOpenOptions& options) {
+  const int64_t chunk = std::max<int64_t>(1, options.scan_chunk_tokens);
+  std::vector<uint32_t> buffer;
+  fully_scanned_ = false;
+  if (!options.scan_tokens) return Status::Ok();
+  fully_scanned_ = num_tokens_ * token_bytes_ <= options.full_scan_max_bytes;
+  if (fully_scanned_) {
+    for (int64_t start = 0; start < num_tokens_; start += chunk)
+      TRAINER_RETURN_IF_ERROR(ReadTokens(start, std::min(chunk, num_tokens_ - start), &buffer));
+  } else {  // large file: its ends only (docs/data-format.md)
+    TRAINER_RETURN_IF_ERROR(ReadTokens(0, std::min(chunk, num_tokens_), &buffer));
+    int64_t last = std::max<int64_t>(0, num_tokens_ - chunk);
+    TRAINER_RETURN_IF_ERROR(ReadTokens(last, num_tokens_ - last, &buffer));
+  }
+  return Status::Ok();
+}
+
+Status TokenDataset::ValidateDocOffsets() {
+  const char* path = path_.c_str();
+  if (H5Lexists(file_.get(), "doc_offsets", H5P_DEFAULT) <= 0)
+    return DataError(
+        StrFormat("dataset has no /doc_offsets (%s): not a packed-token file. %s", path, kRepack));
+  if (doc_offsets_.Reset(H5Dopen2(file_.get(), "doc_offsets", H5P_DEFAULT), H5Dclose) < 0)
+    return DataError(
+        StrFormat("cannot open /doc_offsets (%s): %s. %s", path, Hdf5ErrorText().c_str(), kRepack));
+  Hdf5Handle type;
+  HDF5_CHECK(type.Reset(H5Dget_type(doc_offsets_.get()), H5Tclose));
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 8)
+    return DataError(StrFormat("wrong /doc_offsets type (%s): %s, expected uint64. %s", path,
+                               DescribeType(type.get()).c_str(), kRepack));
+  int64_t length = Hdf5Length1D(doc_offsets_.get());
+  if (length < 2)
+    return DataError(
+        StrFormat("wrong /doc_offsets shape (%s): expected 1-D with at least 2 "
+                  "entries (document starts and the total). %s",
+                  path, kRepack));
+  num_documents_ = length - 1;
+  // The ends always; every entry (non-decreasing) when the tokens were fully scanned too.
+  std::vector<uint64_t> offsets(fully_scanned_ ? length : 1);
+  uint64_t last = 0;
+  TRAINER_RETURN_IF_ERROR(
+      Hdf5ReadRange1D(doc_offsets_.get(), length - 1, 1, H5T_NATIVE_UINT64, &last));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadRange1D(doc_offsets_.get(), 0,
+                                          static_cast<int64_t>(offsets.size()), H5T_NATIVE_UINT64,
+                                          offsets.data()));
+  bool sorted = std::is_sorted(offsets.begin(), offsets.end());
+  if (offsets.front() != 0 || last != static_cast<uint64_t>(num_tokens_) || !sorted)
+    return DataError(StrFormat(
+        "inconsistent /doc_offsets (%s): they must rise from 0 to the "
+        "token count %lld (first %llu, last %llu). %s",
+        path, static_cast<long long>(num_tokens_), static_cast<unsigned long long>(offsets.front()),
+        static_cast<unsigned long long>(last), kRepack));
+  return Status::Ok();
+}
+
+Status TokenDataset::ReadTokens(int64_t start, int64_t count, std::vector<uint32_t>* buffer) {
+  if (buffer->size() < static_cast<size_t>(count)) buffer->resize(static_cast<size_t>(count));
+  Status read = Hdf5ReadRange1D(tokens_.get(), start, count, H5T_NATIVE_UINT32, buffer->data());
+  if (!read.ok())
+    return Status(read.code(),
+                  StrFormat("cannot read tokens (%s, /tokens[%lld:%lld]): %s", path_.c_str(),
+                            static_cast<long long>(start), static_cast<long long>(start + count),
+                            read.message().c_str()));
+  const uint32_t* tokens = buffer->data();
+  for (int64_t i = 0; i < count; ++i) {
+    if (tokens[i] >= static_cast<uint64_t>(vocab_size_))
+      return DataError(
+          StrFormat("token out of range (%s, /tokens[%lld]): token id %u >= "
+                    "vocab_size %lld. Re-pack the data with the right tokenizer or "
+                    "--vocab-size",
+                    path_.c_str(), static_cast<long long>(start + i), tokens[i],
+                    static_cast<long long>(vocab_size_)));
+  }
+  return Status::Ok();
+}
+
+int64_t TokenDataset::NumSamples(int seq_len) const {
+  if (seq_len <= 0 || num_tokens_ < 1) return 0;
+  return (num_tokens_ - 1) / seq_len;
+}
+
+Status TokenDataset::RequireSamples(int seq_len, int64_t min_samples,
+                                    const std::string& key) const {
+  int64_t have = NumSamples(seq_len);
+  if (have >= min_samples) return Status::Ok();
+  return DataError(
+      StrFormat("dataset too short (%s, %s): %lld tokens hold %lld samples of %d+1 "
+                "tokens, need at least %lld. Pack more text or lower Model.seq_len",
+                path_.c_str(), key.c_str(), static_cast<long long>(num_tokens_),
+                static_cast<long long>(have), seq_len, static_cast<long long>(min_samples)));
+}
+
+Status TokenDataset::ReadSamples(const std::vector<int64_t>& sample_ids, int seq_len,
+                                 int32_t* inputs, int32_t* targets) {
+  return ReadSampleRange(DataSplit{0, NumSamples(seq_len)}, sample_ids, seq_len, inputs, targets);
+}
+
+Status TokenDataset::ReadSamples(const DataSplit& split, const std::vector<int64_t>& split_ids,
+                                 int seq_len, int32_t* inputs, int32_t* targets) {
+  return ReadSampleRange(split, split_ids, seq_len, inputs, targets);
+}
+
+Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids,
+                                     int seq_len, int32_t* inputs, int32_t* targets) {
+  const int64_t T = seq_len;
+  const int64_t file_samples = NumSamples(seq_len);
+  const size_t n = ids.size();
+  for (int64_t id : ids) {
+    if (seq_len <= 0 || id < 0 || id >= split.num_samples ||
+        split.first_sample + id >= file_samples)
+      return RuntimeError(StrFormat(
+          "sample id out of range (%s): id %lld of a split of %lld "
+          "samples from %lld (file: %lld samples of %d tokens). The "
+          "caller's sample order is wrong (a bug)",
+          path_.c_str(), static_cast<long long>(id), static_cast<long long>(split.num_samples),
+          static_cast<long long>(split.first_sample), static_cast<long long>(file_samples),
+          seq_len));
+  }
+  size_t i = 0;
+  while (i < n) {
+    size_t j = i;  // [i, j] is a run of consecutive ids: one read of k*T+1 tokens
+    while (j + 1 < n && ids[j + 1] == ids[j] + 1) ++j;
+    const int64_t k = static_cast<int64_t>(j - i + 1);
+    const int64_t first = split.first_sample + ids[i];
+    TRAINER_RETURN_IF_ERROR(ReadTokens(first * T, k * T + 1, &staging_));
+    for (int64_t r = 0; r < k; ++r) {
+      const uint32_t* sample = staging_.data() + r * T;  // (T+1) tokens
+      int32_t* in = inputs + (static_cast<int64_t>(i) + r) * T;
+      int32_t* out = targets + (static_cast<int64_t>(i) + r) * T;
+      for (int64_t t = 0; t < T; ++t) {
+        in[t] = static_cast<int32_t>(sample[t]);
+        out[t] = static_cast<int32_t>(sample[t + 1]);
+      }
+    }
+    i = j + 1;
+  }
+  return Status::Ok();
+}
+
+}  // namespace trainer

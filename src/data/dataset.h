@@ -1,0 +1,90 @@
+// TokenDataset: a packed-token HDF5 file (docs/data-format.md) opened read-only and validated,
+// read sample by sample through hyperslabs so that each rank touches only its own samples.
+// Sample i of length T is tokens[i*T : i*T+T+1]: inputs are its first T tokens, targets the last T.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "data/hdf5_util.h"
+
+namespace trainer {
+
+// A contiguous range of a file's samples (the training or validation part of a file).
+struct DataSplit {
+  int64_t first_sample = 0;
+  int64_t num_samples = 0;
+};
+
+struct DatasetOpenOptions {
+  // false skips the token scan on open (e.g. on every rank but one, so that a large job does not
+  // read the file once per rank); ReadSamples still checks every token it returns.
+  bool scan_tokens = true;
+  // Files up to this size have every token checked against vocab_size when opened; larger files
+  // only their first and last scan chunk (ReadSamples still checks every token it returns).
+  int64_t full_scan_max_bytes = int64_t{1} << 30;
+  int64_t scan_chunk_tokens = int64_t{1} << 22;
+};
+
+class TokenDataset {
+ public:
+  // Opens and validates `path`. model_vocab_size > 0: the file's vocab_size must not exceed it
+  // (<= 0 skips that check, e.g. for `trainer inspect`). Every error is kData naming the file.
+  static StatusOr<std::unique_ptr<TokenDataset>> Open(const std::string& path,
+                                                      int64_t model_vocab_size,
+                                                      const DatasetOpenOptions& options = {});
+
+  const std::string& path() const { return path_; }
+  int64_t num_tokens() const { return num_tokens_; }
+  int64_t num_documents() const { return num_documents_; }
+  int64_t vocab_size() const { return vocab_size_; }
+  int64_t eod_id() const { return eod_id_; }
+  int64_t format_version() const { return format_version_; }
+  const std::string& tokenizer() const { return tokenizer_; }
+  int token_bytes() const { return token_bytes_; }  // 2 (uint16) or 4 (uint32)
+  // True when Open checked every token (the file was under full_scan_max_bytes).
+  bool fully_scanned() const { return fully_scanned_; }
+
+  // Samples of `seq_len` tokens (plus one target token): (num_tokens - 1) / seq_len.
+  int64_t NumSamples(int seq_len) const;
+  // kData error unless the file holds at least `min_samples` samples of `seq_len`; `key` names the
+  // config key in the message (e.g. "Data.train_path").
+  Status RequireSamples(int seq_len, int64_t min_samples, const std::string& key) const;
+
+  // Reads samples by file sample id into inputs (n, T) and targets (n, T), int32, n = ids.size().
+  // One hyperslab read per run of consecutive ids; nothing outside the samples is read.
+  Status ReadSamples(const std::vector<int64_t>& sample_ids, int seq_len, int32_t* inputs,
+                     int32_t* targets);
+  // The same with ids relative to `split` (0 is split.first_sample).
+  Status ReadSamples(const DataSplit& split, const std::vector<int64_t>& split_ids, int seq_len,
+                     int32_t* inputs, int32_t* targets);
+
+ private:
+  TokenDataset() = default;
+  Status Validate(int64_t model_vocab_size, const DatasetOpenOptions& options);
+  Status ValidateTokens(const DatasetOpenOptions& options);
+  Status ValidateDocOffsets();
+  // Reads tokens [start, start + count) into `buffer` (grown as needed) and checks each id.
+  Status ReadTokens(int64_t start, int64_t count, std::vector<uint32_t>* buffer);
+  Status ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids, int seq_len,
+                         int32_t* inputs, int32_t* targets);
+
+  std::string path_;
+  Hdf5Handle file_;
+  Hdf5Handle tokens_;
+  Hdf5Handle doc_offsets_;
+  int token_bytes_ = 2;
+  int64_t num_tokens_ = 0;
+  int64_t num_documents_ = 0;
+  int64_t vocab_size_ = 0;
+  int64_t eod_id_ = 0;
+  int64_t format_version_ = 0;
+  std::string tokenizer_;
+  bool fully_scanned_ = false;
+  std::vector<uint32_t> staging_;  // grows to the largest read once, then is reused
+};
+
+}  // namespace trainer

@@ -1,0 +1,352 @@
+// PackDataset (see packer.h).
+#include "data/packer.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+
+#include "common/log.h"
+#include "data/progress.h"
+#include "data/token_file_writer.h"
+#include "data/tokenizer.h"
+
+namespace trainer {
+namespace {
+
+// Removes the listed files when it goes out of scope, unless Release()d: no half-written .tmp
+// files are left behind after an error.
+class TemporaryFiles {
+ public:
+  ~TemporaryFiles() {
+    for (const std::string& path : paths_) std::remove(path.c_str());
+  }
+  void Add(const std::string& path) { paths_.push_back(path); }
+  void Release() { paths_.clear(); }
+
+ private:
+  std::vector<std::string> paths_;
+};
+
+std::string ParentFolder(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+Status CheckOutputFolder(const std::string& path, const char* flag) {
+  std::string folder = ParentFolder(path);
+  struct stat info;
+  if (stat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+    return DataError(
+        StrFormat("cannot write output (%s, %s): folder %s does not exist. Create it "
+                  "or choose another %s",
+                  path.c_str(), flag, folder.c_str(), flag));
+  if (access(folder.c_str(), W_OK) != 0)
+    return DataError(
+        StrFormat("cannot write output (%s, %s): folder %s is not writable. Choose "
+                  "a writable %s",
+                  path.c_str(), flag, folder.c_str(), flag));
+  return Status::Ok();
+}
+
+// Sizes of the inputs in bytes; errors name a missing or unreadable input.
+Status StatInputs(const std::vector<std::string>& inputs, std::vector<int64_t>* sizes) {
+  for (const std::string& input : inputs) {
+    struct stat info;
+    if (stat(input.c_str(), &info) != 0)
+      return DataError("input file not found (" + input +
+                       ", --input): no such file. Check the --input list");
+    if (!S_ISREG(info.st_mode))
+      return DataError("input is not a regular file (" + input +
+                       ", --input): pass files, not folders");
+    if (access(input.c_str(), R_OK) != 0)
+      return DataError("input file not readable (" + input +
+                       ", --input): permission denied. Fix its permissions");
+    sizes->push_back(static_cast<int64_t>(info.st_size));
+  }
+  return Status::Ok();
+}
+
+// Reads inputs chunk by chunk through the tokenizer; shared by the counting and writing passes.
+// Memory: one read chunk and its tokens, whatever the corpus size.
+class InputReader {
+ public:
+  InputReader(const PackOptions& options, Tokenizer* tokenizer, int64_t total_bytes)
+      : tokenizer_(tokenizer),
+        show_progress_(options.show_progress),
+        progress_("pack", total_bytes, stderr),
+        bytes_(static_cast<size_t>(std::max<int64_t>(1, options.read_chunk_bytes))) {
+    tokens_.reserve(bytes_.size());
+  }
+
+  // Calls consume(tokens, count) for every token of document `input` (without its eod) and
+  // sets *count to their number.
+  template <typename Consume>
+  Status Read(const std::string& input, Consume consume, int64_t* count) {
+    std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(input.c_str(), "rb"), std::fclose);
+    if (!file) return DataError("cannot open input file (" + input + ", --input): fopen failed");
+    tokenizer_->BeginDocument(input);
+    *count = 0;
+    for (;;) {
+      size_t n = std::fread(bytes_.data(), 1, bytes_.size(), file.get());
+      if (n == 0) {
+        if (std::ferror(file.get()))
+          return DataError("cannot read input file (" + input + ", --input): read error");
+        break;
+      }
+      tokens_.clear();
+      TRAINER_RETURN_IF_ERROR(tokenizer_->Encode(bytes_.data(), n, &tokens_));
+      TRAINER_RETURN_IF_ERROR(consume(tokens_.data(), tokens_.size()));
+      *count += static_cast<int64_t>(tokens_.size());
+      bytes_done_ += static_cast<int64_t>(n);
+      if (show_progress_) progress_.Update(bytes_done_);
+    }
+    tokens_.clear();
+    TRAINER_RETURN_IF_ERROR(tokenizer_->EndDocument(&tokens_));
+    TRAINER_RETURN_IF_ERROR(consume(tokens_.data(), tokens_.size()));
+    *count += static_cast<int64_t>(tokens_.size());
+    return Status::Ok();
+  }
+
+  void Finish() {
+    if (show_progress_) progress_.Finish();
+  }
+
+ private:
+  Tokenizer* tokenizer_;
+  bool show_progress_;
+  ProgressReporter progress_;
+  int64_t bytes_done_ = 0;
+  std::vector<uint8_t> bytes_;
+  std::vector<uint32_t> tokens_;
+};
+
+// Sends stream positions [0, cut) to `train` and [cut, ...) to `val`.
+class SplitWriter {
+ public:
+  SplitWriter(TokenFileWriter* train, TokenFileWriter* val, int64_t cut)
+      : train_(train), val_(val), cut_(cut) {}
+  Status Append(const uint32_t* tokens, size_t count) {
+    while (count > 0) {
+      size_t n = count;
+      TokenFileWriter* target = val_;
+      if (position_ < cut_) {
+        n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(count), cut_ - position_));
+        target = train_;
+      }
+      TRAINER_RETURN_IF_ERROR(target->Append(tokens, n));
+      tokens += n;
+      count -= n;
+      position_ += static_cast<int64_t>(n);
+    }
+    return Status::Ok();
+  }
+  int64_t position() const { return position_; }
+
+ private:
+  TokenFileWriter* train_;
+  TokenFileWriter* val_;
+  int64_t cut_;
+  int64_t position_ = 0;
+};
+
+// Token count (without eod) of every input, from its size when the tokenizer can tell, else by
+// tokenizing it once without writing.
+Status CountTokens(const PackOptions& options, const std::vector<int64_t>& sizes,
+                   Tokenizer* tokenizer, InputReader* reader, std::vector<int64_t>* counts) {
+  auto discard = [](const uint32_t*, size_t) { return Status::Ok(); };
+  for (size_t i = 0; i < options.inputs.size(); ++i) {
+    int64_t count = tokenizer->TokenCount(sizes[i]);
+    if (count < 0) TRAINER_RETURN_IF_ERROR(reader->Read(options.inputs[i], discard, &count));
+    counts->push_back(count);
+  }
+  return Status::Ok();
+}
+
+Status RenameInto(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    return DataError("cannot rename output (" + from + " -> " + to +
+                     "): rename failed. Check the folder's permissions");
+  return Status::Ok();
+}
+
+std::string Plural(int64_t n, const char* word) {
+  return StrFormat("%lld %s%s", static_cast<long long>(n), word, n == 1 ? "" : "s");
+}
+
+}  // namespace
+
+std::string PackSummary::OneLine() const {
+  std::string line =
+      "packed " + Plural(documents, "document") + ", " + Plural(tokens, "token") +
+      StrFormat(" (%s, vocab %lld)", tokenizer.c_str(), static_cast<long long>(vocab_size));
+  if (empty_inputs > 0) line += ", " + Plural(empty_inputs, "empty input") + " skipped";
+  for (size_t i = 0; i < files.size(); ++i) {
+    line += (i == 0 ? ": " : ", ") + files[i].path + " (" + Plural(files[i].tokens, "token") +
+            ", " + Plural(files[i].documents, "document") + ")";
+  }
+  return line;
+}
+
+std::string DefaultValidationPath(const std::string& output) {
+  const std::string ext = ".h5";
+  if (output.size() > ext.size() &&
+      output.compare(output.size() - ext.size(), ext.size(), ext) == 0)
+    return output.substr(0, output.size() - ext.size()) + ".val.h5";
+  return output + ".val.h5";
+}
+
+StatusOr<int64_t> ValidationCut(const std::vector<uint64_t>& doc_offsets, double val_fraction) {
+  int64_t documents = static_cast<int64_t>(doc_offsets.size()) - 1;
+  int64_t total = documents > 0 ? static_cast<int64_t>(doc_offsets.back()) : 0;
+  int64_t want_val = std::llround(val_fraction * static_cast<double>(total));
+  if (documents >= 2) {
+    // The boundary k in [1, documents - 1] closest to total - want_val.
+    int64_t target = total - want_val;
+    int64_t best = static_cast<int64_t>(doc_offsets[1]);
+    for (int64_t k = 2; k < documents; ++k) {
+      int64_t offset = static_cast<int64_t>(doc_offsets[k]);
+      if (std::llabs(offset - target) < std::llabs(best - target)) best = offset;
+    }
+    return best;
+  }
+  if (total < 4)
+    return DataError(
+        StrFormat("too little data to split (--val-fraction %g): %lld tokens in one "
+                  "document, need at least 4. Pack more text or drop --val-fraction",
+                  val_fraction, static_cast<long long>(total)));
+  return total - std::clamp<int64_t>(want_val, 2, total - 2);
+}
+
+Status PackDataset(const PackOptions& options, PackSummary* summary) {
+  TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                           MakeTokenizer(options.tokenizer, options.vocab_size, options.eod_id));
+  return PackDatasetWithTokenizer(options, tokenizer.get(), summary);
+}
+
+Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer,
+                                PackSummary* summary) {
+  *summary = PackSummary();
+  if (options.inputs.empty())
+    return UsageError("no input files (pack, --input): pass at least one file");
+  if (options.output.empty())
+    return UsageError("no output file (pack, --output): pass the HDF5 file to write");
+  if (!(options.val_fraction >= 0.0 && options.val_fraction < 1.0))
+    return UsageError(
+        StrFormat("invalid --val-fraction (pack): %g is outside [0, 1). Pass e.g. "
+                  "0.01 to hold out 1%% of the tokens",
+                  options.val_fraction));
+  const bool split = options.val_fraction > 0.0;
+  const std::string val_path =
+      options.val_output.empty() ? DefaultValidationPath(options.output) : options.val_output;
+  if (split && val_path == options.output)
+    return UsageError("--val-output equals --output (" + val_path + "): pick another name");
+  std::vector<int64_t> sizes;
+  TRAINER_RETURN_IF_ERROR(StatInputs(options.inputs, &sizes));
+  TRAINER_RETURN_IF_ERROR(CheckOutputFolder(options.output, "--output"));
+  if (split) TRAINER_RETURN_IF_ERROR(CheckOutputFolder(val_path, "--val-output"));
+  const Status empty_input = DataError(StrFormat(
+      "empty input (%s%s): all %zu input files are empty. Pass files that hold text or tokens",
+      options.inputs.front().c_str(), options.inputs.size() > 1 ? ", ..." : "",
+      options.inputs.size()));
+
+  int64_t total_bytes = 0;
+  bool must_count = false;  // a counting pass reads the inputs twice
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    total_bytes += sizes[i];
+    must_count = must_count || (split && tokenizer->TokenCount(sizes[i]) < 0);
+  }
+  InputReader reader(options, tokenizer, must_count ? 2 * total_bytes : total_bytes);
+
+  // With a split, plan the stream first: document starts, the total and the cut.
+  int64_t total = -1;  // unknown until written when there is no split
+  int64_t cut = std::numeric_limits<int64_t>::max();
+  if (split) {
+    std::vector<int64_t> counts;
+    TRAINER_RETURN_IF_ERROR(CountTokens(options, sizes, tokenizer, &reader, &counts));
+    std::vector<uint64_t> planned{0};
+    for (int64_t count : counts)
+      if (count > 0) planned.push_back(planned.back() + static_cast<uint64_t>(count) + 1);
+    total = static_cast<int64_t>(planned.back());
+    if (total == 0) return empty_input;
+    TRAINER_ASSIGN_OR_RETURN(cut, ValidationCut(planned, options.val_fraction));
+  }
+
+  // Every input byte yields at most one token (plus one eod per document): small corpora get
+  // small chunks instead of a mostly empty 1 Mi-token chunk.
+  const int64_t max_tokens =
+      total >= 0 ? total : total_bytes + static_cast<int64_t>(options.inputs.size());
+  const TokenFileInfo info{tokenizer->vocab_size(), tokenizer->eod_id(), tokenizer->name()};
+  TemporaryFiles temporaries;
+  const std::string train_tmp = options.output + ".tmp";
+  const std::string val_tmp = val_path + ".tmp";
+  temporaries.Add(train_tmp);
+  TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<TokenFileWriter> train,
+                           TokenFileWriter::Create(train_tmp, info,
+                                                   std::clamp<int64_t>(std::min(max_tokens, cut), 1,
+                                                                       options.chunk_tokens)));
+  std::unique_ptr<TokenFileWriter> val;
+  if (split) {
+    temporaries.Add(val_tmp);
+    TRAINER_ASSIGN_OR_RETURN(
+        val, TokenFileWriter::Create(val_tmp, info,
+                                     std::clamp<int64_t>(total - cut, 1, options.chunk_tokens)));
+  }
+
+  // The writing pass: one eod after each non-empty document.
+  SplitWriter writer(train.get(), val.get(), cut);
+  auto write = [&writer](const uint32_t* tokens, size_t n) { return writer.Append(tokens, n); };
+  const uint32_t eod = static_cast<uint32_t>(tokenizer->eod_id());
+  std::vector<uint64_t> doc_offsets;
+  for (const std::string& input : options.inputs) {
+    const int64_t start = writer.position();
+    int64_t count = 0;
+    TRAINER_RETURN_IF_ERROR(reader.Read(input, write, &count));
+    if (count == 0) {  // an empty document: skipped, no eod
+      ++summary->empty_inputs;
+      continue;
+    }
+    TRAINER_RETURN_IF_ERROR(writer.Append(&eod, 1));
+    doc_offsets.push_back(static_cast<uint64_t>(start));
+  }
+  reader.Finish();
+  doc_offsets.push_back(static_cast<uint64_t>(writer.position()));
+  if (writer.position() == 0) return empty_input;
+  TRAINER_ASSERT(!split || writer.position() == total,
+                 "the tokenizer gave other token counts than planned");
+  summary->tokenizer = tokenizer->name();
+  summary->vocab_size = tokenizer->vocab_size();
+  summary->documents = static_cast<int64_t>(doc_offsets.size()) - 1;
+  summary->tokens = writer.position();
+
+  if (!split) {
+    TRAINER_RETURN_IF_ERROR(train->Finish(doc_offsets));
+    TRAINER_RETURN_IF_ERROR(RenameInto(train_tmp, options.output));
+    temporaries.Release();
+    summary->files.push_back({options.output, summary->documents, summary->tokens});
+    return Status::Ok();
+  }
+  // Documents starting before the cut train; a document cut in two belongs to both.
+  auto boundary =
+      std::upper_bound(doc_offsets.begin(), doc_offsets.end(), static_cast<uint64_t>(cut));
+  std::vector<uint64_t> train_offsets(doc_offsets.begin(), boundary);
+  if (train_offsets.back() != static_cast<uint64_t>(cut)) train_offsets.push_back(cut);
+  std::vector<uint64_t> val_offsets{0};
+  for (auto it = boundary; it != doc_offsets.end(); ++it) val_offsets.push_back(*it - cut);
+  TRAINER_RETURN_IF_ERROR(train->Finish(train_offsets));
+  TRAINER_RETURN_IF_ERROR(val->Finish(val_offsets));
+  TRAINER_RETURN_IF_ERROR(RenameInto(val_tmp, val_path));
+  TRAINER_RETURN_IF_ERROR(RenameInto(train_tmp, options.output));
+  temporaries.Release();
+  summary->files.push_back({options.output, static_cast<int64_t>(train_offsets.size()) - 1, cut});
+  summary->files.push_back({val_path, static_cast<int64_t>(val_offsets.size()) - 1, total - cut});
+  return Status::Ok();
+}
+
+}  // namespace trainer

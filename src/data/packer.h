@@ -1,0 +1,62 @@
+// PackDataset: `trainer pack` without the command line. Streams input files (one document each)
+// through a Tokenizer into a packed-token HDF5 file, optionally sending the end of the token
+// stream to a validation file (the cut is planned from token counts first, so each token is
+// written once, to its file). Writes `<output>.tmp` and renames it, so a crash never leaves a
+// half-written file under the real name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "data/tokenizer.h"
+
+namespace trainer {
+
+struct PackOptions {
+  std::vector<std::string> inputs;  // one document per file, in this order
+  std::string output;               // e.g. data.h5
+  std::string tokenizer = "bytes";  // bytes | u16 | u32 (see MakeTokenizer)
+  int64_t vocab_size = 0;           // 0: the tokenizer's own (required for u16/u32)
+  int64_t eod_id = -1;              // -1: the tokenizer's own (vocab_size - 1 for u16/u32)
+  double val_fraction = 0.0;        // in [0, 1): the last fraction of tokens go to val_output
+  std::string val_output;           // empty: DefaultValidationPath(output)
+  int64_t read_chunk_bytes = int64_t{4} << 20;  // input read size
+  int64_t chunk_tokens = int64_t{1} << 20;      // HDF5 chunk of /tokens (smaller for tiny inputs)
+  bool show_progress = true;                    // progress lines on stderr for runs over ~2 s
+};
+
+struct PackedFile {
+  std::string path;
+  int64_t documents = 0;
+  int64_t tokens = 0;
+};
+
+struct PackSummary {
+  std::string tokenizer;
+  int64_t vocab_size = 0;
+  int64_t documents = 0;          // non-empty input files
+  int64_t tokens = 0;             // including one eod per document
+  int64_t empty_inputs = 0;       // empty input files (skipped: no tokens, no eod)
+  std::vector<PackedFile> files;  // the training file, then the validation file if any
+
+  // "packed 3 documents, 1234 tokens (bytes, vocab 257): data.h5 (...), data.val.h5 (...)"
+  std::string OneLine() const;
+};
+
+// data.h5 -> data.val.h5; names without ".h5" get ".val.h5" appended.
+std::string DefaultValidationPath(const std::string& output);
+
+// The token index where the validation part starts: the last `val_fraction` of `total` tokens,
+// cut at the nearest document boundary when there are several documents (doc_offsets has the
+// start of each plus the total), else at a token position. Both parts keep >= 1 document (or
+// >= 2 tokens for a single document). Data error when there is too little to split.
+StatusOr<int64_t> ValidationCut(const std::vector<uint64_t>& doc_offsets, double val_fraction);
+
+Status PackDataset(const PackOptions& options, PackSummary* summary);
+// The same with a given tokenizer (options.tokenizer, vocab_size and eod_id are not used).
+Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer,
+                                PackSummary* summary);
+
+}  // namespace trainer

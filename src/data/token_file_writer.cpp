@@ -1,0 +1,105 @@
+// TokenFileWriter (see token_file_writer.h).
+#include "data/token_file_writer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace trainer {
+
+StatusOr<std::unique_ptr<TokenFileWriter>> TokenFileWriter::Create(const std::string& path,
+                                                                   const TokenFileInfo& info,
+                                                                   int64_t chunk_tokens) {
+  SilenceHdf5Errors();
+  std::unique_ptr<TokenFileWriter> writer(new TokenFileWriter());
+  writer->path_ = path;
+  writer->info_ = info;
+  writer->token_bytes_ = info.vocab_size <= 65536 ? 2 : 4;
+  writer->mem_type_ = writer->token_bytes_ == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32;
+  writer->chunk_tokens_ = std::max<int64_t>(1, chunk_tokens);
+  writer->buffer_.resize(static_cast<size_t>(writer->chunk_tokens_ * writer->token_bytes_));
+
+  if (writer->file_.Reset(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                          H5Fclose) < 0) {
+    return DataError("cannot create output file (" + path + "): " + Hdf5ErrorText() +
+                     ". Choose a writable --output folder with free space");
+  }
+  hsize_t initial[1] = {0};
+  hsize_t max_dims[1] = {H5S_UNLIMITED};
+  hsize_t chunk[1] = {static_cast<hsize_t>(writer->chunk_tokens_)};
+  Hdf5Handle space, create_props, access_props;
+  HDF5_CHECK(space.Reset(H5Screate_simple(1, initial, max_dims), H5Sclose));
+  HDF5_CHECK(create_props.Reset(H5Pcreate(H5P_DATASET_CREATE), H5Pclose));
+  HDF5_CHECK(H5Pset_chunk(create_props.get(), 1, chunk));
+  HDF5_CHECK(H5Pset_fill_time(create_props.get(), H5D_FILL_TIME_NEVER));
+  // No chunk cache: every write covers whole chunks (but the last), which go straight to disk.
+  HDF5_CHECK(access_props.Reset(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose));
+  HDF5_CHECK(H5Pset_chunk_cache(access_props.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT));
+  hid_t file_type = writer->token_bytes_ == 2 ? H5T_STD_U16LE : H5T_STD_U32LE;
+  HDF5_CHECK(writer->tokens_.Reset(H5Dcreate2(writer->file_.get(), "tokens", file_type, space.get(),
+                                              H5P_DEFAULT, create_props.get(), access_props.get()),
+                                   H5Dclose));
+  return writer;
+}
+
+Status TokenFileWriter::Append(const uint32_t* tokens, size_t count) {
+  size_t i = 0;
+  while (i < count) {
+    size_t room = static_cast<size_t>(chunk_tokens_ - buffered_);
+    size_t n = std::min(room, count - i);
+    if (token_bytes_ == 2) {
+      auto* out = reinterpret_cast<uint16_t*>(buffer_.data()) + buffered_;
+      for (size_t k = 0; k < n; ++k) out[k] = static_cast<uint16_t>(tokens[i + k]);
+    } else {
+      std::memcpy(reinterpret_cast<uint32_t*>(buffer_.data()) + buffered_, tokens + i, n * 4);
+    }
+    buffered_ += static_cast<int64_t>(n);
+    i += n;
+    if (buffered_ == chunk_tokens_) TRAINER_RETURN_IF_ERROR(WriteBuffer());
+  }
+  return Status::Ok();
+}
+
+Status TokenFileWriter::WriteBuffer() {
+  if (buffered_ == 0) return Status::Ok();
+  hsize_t new_size[1] = {static_cast<hsize_t>(written_ + buffered_)};
+  HDF5_CHECK(H5Dset_extent(tokens_.get(), new_size));
+  TRAINER_RETURN_IF_ERROR(
+      Hdf5WriteRange1D(tokens_.get(), written_, buffered_, mem_type_, buffer_.data()));
+  written_ += buffered_;
+  buffered_ = 0;
+  return Status::Ok();
+}
+
+Status TokenFileWriter::Flush() {
+  return WriteBuffer();
+}
+
+Status TokenFileWriter::Finish(const std::vector<uint64_t>& doc_offsets) {
+  TRAINER_RETURN_IF_ERROR(Flush());
+  TRAINER_ASSERT(!doc_offsets.empty() && doc_offsets.front() == 0 &&
+                     doc_offsets.back() == static_cast<uint64_t>(written_),
+                 "doc_offsets must start at 0 and end at the token count");
+  hsize_t dims[1] = {doc_offsets.size()};
+  Hdf5Handle space, offsets;
+  HDF5_CHECK(space.Reset(H5Screate_simple(1, dims, nullptr), H5Sclose));
+  HDF5_CHECK(offsets.Reset(H5Dcreate2(file_.get(), "doc_offsets", H5T_STD_U64LE, space.get(),
+                                      H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                           H5Dclose));
+  HDF5_CHECK(H5Dwrite(offsets.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                      doc_offsets.data()));
+  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(file_.get(), "format_version", kDataFormatVersion));
+  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(file_.get(), "vocab_size", info_.vocab_size));
+  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(file_.get(), "eod_id", info_.eod_id));
+  TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(file_.get(), "tokenizer", info_.tokenizer));
+  HDF5_CHECK(offsets.Close());
+  HDF5_CHECK(tokens_.Close());
+  if (file_.Close() < 0) {
+    return DataError("cannot finish output file (" + path_ + "): " + Hdf5ErrorText() +
+                     ". Check the free space of the --output folder");
+  }
+  return Status::Ok();
+}
+
+}  // namespace trainer

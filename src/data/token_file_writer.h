@@ -1,0 +1,60 @@
+// TokenFileWriter: writes one packed-token HDF5 file (docs/data-format.md) as a stream: tokens
+// are appended in chunk-sized writes to the extendible /tokens dataset, so memory stays at one
+// chunk whatever the corpus size; Finish() adds /doc_offsets and the root attributes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "data/hdf5_util.h"
+
+namespace trainer {
+
+inline constexpr int kDataFormatVersion = 1;
+
+struct TokenFileInfo {
+  int64_t vocab_size = 0;  // /tokens is uint16 when vocab_size <= 65536, else uint32
+  int64_t eod_id = 0;
+  std::string tokenizer;
+};
+
+class TokenFileWriter {
+ public:
+  // Creates (truncates) `path`; /tokens is chunked by `chunk_tokens`.
+  static StatusOr<std::unique_ptr<TokenFileWriter>> Create(const std::string& path,
+                                                           const TokenFileInfo& info,
+                                                           int64_t chunk_tokens);
+  ~TokenFileWriter() = default;
+
+  // Buffers tokens (each < vocab_size) and writes every full chunk.
+  Status Append(const uint32_t* tokens, size_t count);
+  // Writes the buffered partial chunk.
+  Status Flush();
+  // Tokens appended so far (written and buffered).
+  int64_t num_tokens() const { return written_ + buffered_; }
+  // Flushes, writes /doc_offsets (starts of documents plus the total) and the attributes, closes.
+  Status Finish(const std::vector<uint64_t>& doc_offsets);
+
+  const std::string& path() const { return path_; }
+  int token_bytes() const { return token_bytes_; }
+
+ private:
+  TokenFileWriter() = default;
+  Status WriteBuffer();
+
+  std::string path_;
+  TokenFileInfo info_;
+  int token_bytes_ = 2;
+  hid_t mem_type_ = H5I_INVALID_HID;  // H5T_NATIVE_UINT16 or H5T_NATIVE_UINT32
+  int64_t chunk_tokens_ = 0;
+  Hdf5Handle file_;
+  Hdf5Handle tokens_;
+  std::vector<uint8_t> buffer_;  // (chunk_tokens * token_bytes) bytes
+  int64_t buffered_ = 0;
+  int64_t written_ = 0;
+};
+
+}  // namespace trainer

@@ -1,0 +1,118 @@
+// Tests of the global sample order (src/data/sampler.h): splitmix64 against its published
+// reference outputs, each epoch a permutation, seeds, epoch crossing, DP slicing that does not
+// change the global batches, and the validation sequence.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "data/sampler.h"
+
+namespace trainer {
+namespace {
+
+std::vector<int64_t> Iota(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+TEST(SamplerTest, SplitMix64MatchesReferenceOutputs) {
+  // The first outputs of Vigna's splitmix64.c seeded with 0.
+  SplitMix64 rng(0);
+  EXPECT_EQ(rng.Next(), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(rng.Next(), 0x6e789e6aa1b965f4ULL);
+  EXPECT_EQ(rng.Next(), 0x06c45d188009454fULL);
+}
+
+TEST(SamplerTest, BelowIsRoughlyUniform) {
+  SplitMix64 rng(42);
+  std::vector<int> counts(6, 0);
+  for (int i = 0; i < 60000; ++i) ++counts[rng.Below(6)];
+  for (int c : counts) EXPECT_NEAR(c, 10000, 500);
+}
+
+TEST(SamplerTest, EveryEpochIsAPermutation) {
+  const int64_t n = 1000;
+  GlobalSampler sampler(n, 7);
+  std::vector<int64_t> previous;
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    std::vector<int64_t> order = sampler.GlobalBatch(epoch * n, static_cast<int>(n));
+    std::vector<int64_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, Iota(n)) << "epoch " << epoch;
+    EXPECT_NE(order, Iota(n));   // actually shuffled
+    EXPECT_NE(order, previous);  // a new order each epoch
+    previous = order;
+  }
+}
+
+TEST(SamplerTest, SameSeedSameOrderDifferentSeedDifferentOrder) {
+  GlobalSampler a(500, 1234), b(500, 1234), c(500, 1235);
+  EXPECT_EQ(a.GlobalBatch(0, 500), b.GlobalBatch(0, 500));
+  EXPECT_EQ(a.GlobalBatch(1000, 500), b.GlobalBatch(1000, 500));
+  EXPECT_NE(a.GlobalBatch(0, 500), c.GlobalBatch(0, 500));
+}
+
+TEST(SamplerTest, BatchesWalkTheEpochOrdersAndCrossEpochs) {
+  const int64_t n = 10;
+  GlobalSampler sampler(n, 99);
+  std::vector<int64_t> epoch0 = sampler.EpochOrder(0);
+  std::vector<int64_t> epoch1 = sampler.EpochOrder(1);
+  std::vector<int64_t> both = epoch0;
+  both.insert(both.end(), epoch1.begin(), epoch1.end());
+  // Batches of 4 from position 0: the concatenated orders, crossing into epoch 1 at 8..11.
+  for (int64_t consumed = 0; consumed + 4 <= 2 * n; consumed += 4) {
+    std::vector<int64_t> batch = sampler.GlobalBatch(consumed, 4);
+    EXPECT_EQ(batch, std::vector<int64_t>(both.begin() + consumed, both.begin() + consumed + 4))
+        << "consumed " << consumed;
+  }
+  // Resuming from any position gives what an uninterrupted run would have seen.
+  GlobalSampler resumed(n, 99);
+  EXPECT_EQ(resumed.GlobalBatch(9, 3), (std::vector<int64_t>{epoch0[9], epoch1[0], epoch1[1]}));
+  EXPECT_EQ(sampler.EpochOf(19), 1);
+  EXPECT_EQ(sampler.EpochOf(20), 2);
+}
+
+TEST(SamplerTest, DpSlicesConcatenateToTheGlobalBatchForAnyDpSize) {
+  GlobalSampler sampler(1000, 5);
+  const int global_batch = 16;
+  for (int64_t step = 0; step < 100; ++step) {  // crosses the epoch end at sample 1000
+    std::vector<int64_t> global = sampler.GlobalBatch(step * global_batch, global_batch);
+    for (int dp : {1, 2, 4}) {
+      std::vector<int64_t> joined;
+      for (int rank = 0; rank < dp; ++rank) {
+        std::vector<int64_t> slice = GlobalSampler::DpSlice(global, rank, dp);
+        EXPECT_EQ(slice.size(), static_cast<size_t>(global_batch / dp));
+        joined.insert(joined.end(), slice.begin(), slice.end());
+      }
+      ASSERT_EQ(joined, global) << "dp " << dp << " step " << step;
+    }
+  }
+  // Uneven sizes still partition the batch.
+  std::vector<int64_t> seven = Iota(7);
+  std::vector<int64_t> joined;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::vector<int64_t> slice = GlobalSampler::DpSlice(seven, rank, 3);
+    joined.insert(joined.end(), slice.begin(), slice.end());
+  }
+  EXPECT_EQ(joined, seven);
+  EXPECT_TRUE(GlobalSampler::DpSlice(seven, 3, 3).empty());
+}
+
+TEST(SamplerTest, ValidationBatchesCycleInOrder) {
+  EXPECT_EQ(ValidationBatch(0, 3, 5), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(ValidationBatch(1, 3, 5), (std::vector<int64_t>{3, 4, 0}));
+  EXPECT_EQ(ValidationBatch(2, 3, 5), (std::vector<int64_t>{1, 2, 3}));
+  for (int64_t index : {0LL, 1LL, 17LL, 123456789LL}) {
+    for (int batch : {1, 4, 7, 13}) {
+      std::vector<int64_t> expected;
+      for (int j = 0; j < batch; ++j) expected.push_back((index * batch + j) % 11);
+      EXPECT_EQ(ValidationBatch(index, batch, 11), expected) << index << " " << batch;
+    }
+  }
+  EXPECT_TRUE(ValidationBatch(0, 4, 0).empty());
+}
+
+}  // namespace
+}  // namespace trainer

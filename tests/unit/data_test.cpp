@@ -1,0 +1,336 @@
+// Tests of the dataset reader (src/data/dataset.h, data_sources.h): samples read by hyperslab
+// equal the file's slices (checked against files written here with the HDF5 C API), every bad
+// file is a kData error naming the file, and the train/validation splits.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "data/data_sources.h"
+#include "data/dataset.h"
+#include "data/hdf5_util.h"
+#include "data_test_util.h"
+
+namespace trainer {
+namespace {
+
+using testing_data::DataTest;
+using testing_data::SyntheticFile;
+using testing_data::WriteBytes;
+using testing_data::WriteSyntheticFile;
+
+std::vector<uint32_t> RandomTokens(size_t n, uint32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> tokens(n);
+  for (uint32_t& t : tokens) t = rng() % vocab;
+  return tokens;
+}
+
+// Reads `ids` and checks every row against tokens[id*T : id*T+T+1] of `tokens` (offset by first).
+void ExpectSamplesMatch(TokenDataset& dataset, const std::vector<uint32_t>& tokens,
+                        const std::vector<int64_t>& ids, int T, int64_t first = 0) {
+  std::vector<int32_t> inputs(ids.size() * T, -1), targets(ids.size() * T, -1);
+  Status status = first == 0 ? dataset.ReadSamples(ids, T, inputs.data(), targets.data())
+                             : dataset.ReadSamples(DataSplit{first, 1 << 30}, ids, T, inputs.data(),
+                                                   targets.data());
+  ASSERT_TRUE(status.ok()) << status.message();
+  for (size_t r = 0; r < ids.size(); ++r) {
+    for (int t = 0; t < T; ++t) {
+      size_t pos = static_cast<size_t>((first + ids[r]) * T + t);
+      ASSERT_EQ(inputs[r * T + t], static_cast<int32_t>(tokens[pos])) << "row " << r << " t " << t;
+      ASSERT_EQ(targets[r * T + t], static_cast<int32_t>(tokens[pos + 1]))
+          << "row " << r << " t " << t;
+    }
+  }
+}
+
+class DatasetTest : public DataTest {
+ protected:
+  // Opens `path` expecting a kData error that names the file and mentions `what`.
+  void ExpectOpenFails(const std::string& path, const std::string& what, int64_t model_vocab = 0) {
+    auto opened = TokenDataset::Open(path, model_vocab);
+    ASSERT_FALSE(opened.ok());
+    EXPECT_EQ(opened.status().code(), ExitCode::kData) << opened.status().message();
+    EXPECT_NE(opened.status().message().find(path), std::string::npos) << opened.status().message();
+    EXPECT_NE(opened.status().message().find(what), std::string::npos) << opened.status().message();
+  }
+};
+
+TEST_F(DatasetTest, ReadSamplesEqualFileSlicesUint16) {
+  const int T = 16;
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(50 * T + 1 + 7, 1000, 1);  // 50 samples and a few spare tokens
+  WriteSyntheticFile(Path("d.h5"), spec);
+  auto opened = TokenDataset::Open(Path("d.h5"), 1024);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  TokenDataset& dataset = **opened;
+  EXPECT_EQ(dataset.num_tokens(), static_cast<int64_t>(spec.tokens.size()));
+  EXPECT_EQ(dataset.token_bytes(), 2);
+  EXPECT_EQ(dataset.vocab_size(), 1000);
+  EXPECT_EQ(dataset.eod_id(), 999);
+  EXPECT_EQ(dataset.tokenizer(), "synthetic");
+  EXPECT_EQ(dataset.num_documents(), 1);
+  EXPECT_TRUE(dataset.fully_scanned());
+  EXPECT_EQ(dataset.NumSamples(T), 50);
+  for (int t : {1, 2, 7, 100, 807, 808, 809}) {
+    EXPECT_EQ(dataset.NumSamples(t), (static_cast<int64_t>(spec.tokens.size()) - 1) / t) << t;
+  }
+  // Runs of consecutive ids (merged reads), repeats, the first and the last sample.
+  ExpectSamplesMatch(dataset, spec.tokens, {3, 4, 5, 10, 0, 49, 7, 7, 48, 49}, T);
+  ExpectSamplesMatch(dataset, spec.tokens, {49}, T);
+  ExpectSamplesMatch(dataset, spec.tokens, {5, 6}, T, /*first=*/40);
+}
+
+TEST_F(DatasetTest, ReadSamplesEqualFileSlicesUint32) {
+  const int T = 5;
+  SyntheticFile spec;
+  spec.token_type = H5T_STD_U32LE;
+  spec.vocab_size = 100000;
+  spec.eod_id = 0;
+  spec.tokens = RandomTokens(101, 100000, 2);
+  WriteSyntheticFile(Path("d.h5"), spec);
+  auto opened = TokenDataset::Open(Path("d.h5"), 100000);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  EXPECT_EQ((*opened)->token_bytes(), 4);
+  ExpectSamplesMatch(**opened, spec.tokens, {19, 0, 1, 2, 18}, T);
+}
+
+TEST_F(DatasetTest, OutOfRangeSampleIdIsAnError) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(41, 1000, 3);
+  WriteSyntheticFile(Path("d.h5"), spec);
+  auto opened = TokenDataset::Open(Path("d.h5"), 0);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  std::vector<int32_t> in(8), out(8);
+  EXPECT_FALSE((*opened)->ReadSamples({5}, 8, in.data(), out.data()).ok());  // 5 samples: 0..4
+  EXPECT_TRUE((*opened)->ReadSamples({4}, 8, in.data(), out.data()).ok());
+  EXPECT_FALSE((*opened)->ReadSamples({-1}, 8, in.data(), out.data()).ok());
+  EXPECT_FALSE((*opened)->ReadSamples(DataSplit{2, 2}, {2}, 8, in.data(), out.data()).ok());
+}
+
+TEST_F(DatasetTest, MissingFile) {
+  ExpectOpenFails(Path("nope.h5"), "not found");
+}
+
+TEST_F(DatasetTest, NotAnHdf5File) {
+  WriteBytes(Path("text.h5"), "just some text, not HDF5\n");
+  ExpectOpenFails(Path("text.h5"), "not an HDF5 file");
+}
+
+TEST_F(DatasetTest, MissingTokens) {
+  SyntheticFile spec;
+  spec.write_tokens = false;
+  spec.doc_offsets = {0, 10};
+  WriteSyntheticFile(Path("d.h5"), spec);
+  ExpectOpenFails(Path("d.h5"), "/tokens");
+}
+
+TEST_F(DatasetTest, MissingDocOffsets) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(10, 1000, 4);
+  spec.write_doc_offsets = false;
+  WriteSyntheticFile(Path("d.h5"), spec);
+  ExpectOpenFails(Path("d.h5"), "/doc_offsets");
+}
+
+TEST_F(DatasetTest, WrongTokenTypes) {
+  const std::pair<hid_t, const char*> wrong[] = {{H5T_STD_I32LE, "int32"},
+                                                 {H5T_IEEE_F32LE, "float32"},
+                                                 {H5T_STD_U8LE, "uint8"},
+                                                 {H5T_STD_U64LE, "uint64"}};
+  for (const auto& [type, name] : wrong) {
+    SyntheticFile spec;
+    spec.tokens = RandomTokens(10, 100, 5);
+    spec.token_type = type;
+    std::string path = Path(std::string("d_") + name + ".h5");
+    WriteSyntheticFile(path, spec);
+    ExpectOpenFails(path, std::string("wrong token type"));
+    ExpectOpenFails(path, name);
+  }
+}
+
+TEST_F(DatasetTest, MissingAttributes) {
+  for (const char* attribute : {"format_version", "vocab_size", "eod_id", "tokenizer"}) {
+    SyntheticFile spec;
+    spec.tokens = RandomTokens(10, 1000, 6);
+    spec.skip_attributes = {attribute};
+    std::string path = Path(std::string("no_") + attribute + ".h5");
+    WriteSyntheticFile(path, spec);
+    ExpectOpenFails(path, std::string("'") + attribute + "'");
+  }
+}
+
+TEST_F(DatasetTest, VocabularyLargerThanModel) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(10, 1000, 7);
+  WriteSyntheticFile(Path("d.h5"), spec);
+  ExpectOpenFails(Path("d.h5"), "Model.vocab_size", /*model_vocab=*/999);
+  EXPECT_TRUE(TokenDataset::Open(Path("d.h5"), 1000).ok());
+}
+
+TEST_F(DatasetTest, TokenOutOfVocabulary) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(300, 1000, 8);
+  spec.tokens[123] = 1000;  // == vocab_size
+  WriteSyntheticFile(Path("d.h5"), spec);
+  ExpectOpenFails(Path("d.h5"), "/tokens[123]");
+}
+
+TEST_F(DatasetTest, LargeFilesScanOnlyTheirEndsAndReadsStillCheck) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(400, 1000, 9);
+  spec.tokens[200] = 4000;  // in the middle: not scanned in large-file mode
+  WriteSyntheticFile(Path("d.h5"), spec);
+  DatasetOpenOptions large;
+  large.full_scan_max_bytes = 0;  // treat as large
+  large.scan_chunk_tokens = 50;
+  auto opened = TokenDataset::Open(Path("d.h5"), 1000, large);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  EXPECT_FALSE((*opened)->fully_scanned());
+  std::vector<int32_t> in(10), out(10);
+  EXPECT_TRUE((*opened)->ReadSamples({0}, 10, in.data(), out.data()).ok());
+  Status bad = (*opened)->ReadSamples({20}, 10, in.data(), out.data());  // tokens 200..210
+  EXPECT_EQ(bad.code(), ExitCode::kData);
+  EXPECT_NE(bad.message().find(Path("d.h5")), std::string::npos) << bad.message();
+  EXPECT_NE(bad.message().find("/tokens[200]"), std::string::npos) << bad.message();
+  // A bad token in the last chunk is found on open.
+  spec.tokens[200] = 1;
+  spec.tokens[390] = 1000;
+  WriteSyntheticFile(Path("e.h5"), spec);
+  auto last = TokenDataset::Open(Path("e.h5"), 1000, large);
+  ASSERT_FALSE(last.ok());
+  EXPECT_EQ(last.status().code(), ExitCode::kData);
+  // Without the scan (ranks other than the validating one) the file opens; reads still check.
+  DatasetOpenOptions no_scan;
+  no_scan.scan_tokens = false;
+  auto unscanned = TokenDataset::Open(Path("e.h5"), 1000, no_scan);
+  ASSERT_TRUE(unscanned.ok()) << unscanned.status().message();
+  EXPECT_FALSE((*unscanned)->fully_scanned());
+  EXPECT_EQ((*unscanned)->ReadSamples({38}, 10, in.data(), out.data()).code(), ExitCode::kData);
+}
+
+TEST_F(DatasetTest, TooShortForOneSample) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(64, 1000, 10);
+  WriteSyntheticFile(Path("d.h5"), spec);
+  auto opened = TokenDataset::Open(Path("d.h5"), 1000);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  EXPECT_EQ((*opened)->NumSamples(64), 0);  // 64 tokens: no sample of 64+1
+  EXPECT_EQ((*opened)->NumSamples(63), 1);
+  Status short_status = (*opened)->RequireSamples(64, 1, "Data.train_path");
+  EXPECT_EQ(short_status.code(), ExitCode::kData);
+  EXPECT_NE(short_status.message().find(Path("d.h5")), std::string::npos);
+  EXPECT_NE(short_status.message().find("Data.train_path"), std::string::npos);
+  EXPECT_TRUE((*opened)->RequireSamples(63, 1, "Data.train_path").ok());
+}
+
+TEST_F(DatasetTest, EmptyTokens) {
+  SyntheticFile spec;
+  WriteSyntheticFile(Path("d.h5"), spec);
+  ExpectOpenFails(Path("d.h5"), "empty dataset");
+}
+
+TEST_F(DatasetTest, InconsistentDocOffsetsAndVersion) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(10, 1000, 11);
+  spec.doc_offsets = {0, 4, 9};  // does not end at 10
+  WriteSyntheticFile(Path("offsets.h5"), spec);
+  ExpectOpenFails(Path("offsets.h5"), "/doc_offsets");
+  spec.doc_offsets = {0, 6, 4, 10};  // not sorted
+  WriteSyntheticFile(Path("unsorted.h5"), spec);
+  ExpectOpenFails(Path("unsorted.h5"), "/doc_offsets");
+  spec.doc_offsets = {};
+  spec.format_version = 2;
+  WriteSyntheticFile(Path("version.h5"), spec);
+  ExpectOpenFails(Path("version.h5"), "format_version");
+}
+
+TEST_F(DatasetTest, Hdf5CheckReportsTheCallAndHdf5sReason) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(10, 1000, 12);
+  WriteSyntheticFile(Path("d.h5"), spec);
+  hid_t file = H5Fopen(Path("d.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  auto open_missing = [&]() -> Status {
+    Hdf5Handle dataset;
+    HDF5_CHECK(dataset.Reset(H5Dopen2(file, "no_such_dataset", H5P_DEFAULT), H5Dclose));
+    return Status::Ok();
+  };
+  Status status = open_missing();
+  H5Fclose(file);
+  EXPECT_EQ(status.code(), ExitCode::kRuntime);
+  EXPECT_NE(status.message().find("HDF5 call failed"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("H5Dopen2"), std::string::npos) << status.message();
+  EXPECT_EQ(status.message().find('\n'), std::string::npos) << status.message();
+}
+
+TEST(DataSplitTest, HoldOutTheLastFloorFraction) {
+  auto splits = HoldOutValidation("f.h5", 100, 0.1);
+  ASSERT_TRUE(splits.ok());
+  EXPECT_EQ(splits->train.first_sample, 0);
+  EXPECT_EQ(splits->train.num_samples, 90);
+  EXPECT_EQ(splits->val.first_sample, 90);
+  EXPECT_EQ(splits->val.num_samples, 10);
+  splits = HoldOutValidation("f.h5", 109, 0.1);  // floor(10.9) = 10
+  ASSERT_TRUE(splits.ok());
+  EXPECT_EQ(splits->val.num_samples, 10);
+  EXPECT_EQ(splits->train.num_samples, 99);
+  splits = HoldOutValidation("f.h5", 5, 0.01);  // at least one
+  ASSERT_TRUE(splits.ok());
+  EXPECT_EQ(splits->val.num_samples, 1);
+  EXPECT_EQ(splits->val.first_sample, 4);
+  splits = HoldOutValidation("f.h5", 5, 0.0);
+  ASSERT_TRUE(splits.ok());
+  EXPECT_EQ(splits->val.num_samples, 0);
+  EXPECT_EQ(splits->train.num_samples, 5);
+  splits = HoldOutValidation("f.h5", 1, 0.5);
+  ASSERT_FALSE(splits.ok());
+  EXPECT_EQ(splits.status().code(), ExitCode::kData);
+  EXPECT_NE(splits.status().message().find("f.h5"), std::string::npos);
+}
+
+TEST_F(DatasetTest, OpenDataSourcesPicksFilesAndSplits) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(101, 1000, 13);  // 10 samples of 10
+  WriteSyntheticFile(Path("train.h5"), spec);
+  spec.tokens.resize(31);  // 3 samples of 10
+  WriteSyntheticFile(Path("val.h5"), spec);
+  spec.tokens.resize(5);
+  WriteSyntheticFile(Path("tiny.h5"), spec);
+
+  DataConfig data;
+  data.train_path = Path("train.h5");
+  data.val_fraction = 0.2;
+  auto held_out = OpenDataSources(data, 1000, 10);
+  ASSERT_TRUE(held_out.ok()) << held_out.status().message();
+  EXPECT_EQ(held_out->train.num_samples, 8);
+  EXPECT_EQ(held_out->val.first_sample, 8);
+  EXPECT_EQ(held_out->val.num_samples, 2);
+  EXPECT_EQ(held_out->val_file, held_out->train_file);
+
+  data.val_path = Path("val.h5");
+  auto separate = OpenDataSources(data, 1000, 10);
+  ASSERT_TRUE(separate.ok()) << separate.status().message();
+  EXPECT_EQ(separate->train.num_samples, 10);
+  EXPECT_EQ(separate->val.num_samples, 3);
+  EXPECT_EQ(separate->val_file->path(), Path("val.h5"));
+
+  data.val_path.clear();
+  data.val_fraction = 0.0;
+  auto none = OpenDataSources(data, 1000, 10);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->val_file, nullptr);
+  EXPECT_EQ(none->train.num_samples, 10);
+
+  data.val_path = Path("tiny.h5");
+  auto tiny = OpenDataSources(data, 1000, 10);
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_EQ(tiny.status().code(), ExitCode::kData);
+  EXPECT_NE(tiny.status().message().find("Data.val_path"), std::string::npos);
+  EXPECT_NE(tiny.status().message().find(Path("tiny.h5")), std::string::npos);
+
+  DataConfig missing;
+  EXPECT_EQ(OpenDataSources(missing, 1000, 10).status().code(), ExitCode::kUsage);
+}
+
+}  // namespace
+}  // namespace trainer
