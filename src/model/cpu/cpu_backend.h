@@ -1,0 +1,65 @@
+// CpuBackend: the fp32 reference implementation of trainer::Backend on host memory. Each op
+// checks shapes and dtypes (returning a Status naming the op and the tensors) and calls the raw
+// kernels of cpu_kernels.h. The ops live one layer per file (embedding.cpp, layernorm.cpp, ...).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/backend.h"
+
+namespace trainer {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  DType compute_dtype() const override { return DType::kF32; }
+  bool device_memory() const override { return false; }
+
+  Status Allocate(size_t bytes, void** out) override;
+  void Free(void* ptr) override;
+  Status CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
+  Status CopyToHost(void* host_dst, const void* src, size_t bytes) override;
+  Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes) override;
+  Status Zero(Tensor t) override;
+  Status Convert(Tensor dst, Tensor src) override;
+  Status Synchronize() override { return Status::Ok(); }
+
+  Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                          int vocab_start) override;
+  Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                           int vocab_start) override;
+  Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
+                          Tensor bias) override;
+  Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                           Tensor weight, Tensor mean, Tensor rstd) override;
+  Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
+                       Activation act) override;
+  Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                        Tensor weight) override;
+  Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
+  Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) override;
+  Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
+                           int num_heads) override;
+  Status Add(Tensor out, Tensor a, Tensor b) override;
+  Status AddInPlace(Tensor out, Tensor a) override;
+  Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
+                            int vocab_size) override;
+  Status CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
+                          int vocab_start, int vocab_size) override;
+  Status CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
+                              Tensor sums, Tensor targets, int vocab_start, int vocab_size,
+                              float dloss_scale) override;
+  Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
+               const AdamWParams& p) override;
+  Status SumSquares(Tensor x, double* out) override;
+  Status Scale(Tensor x, float s) override;
+
+ private:
+  // Attention's per-thread rows of probabilities: grown on the first call of a shape, then
+  // reused, so the step loop does not allocate after its first step.
+  float* AttentionScratch(int T);
+  std::vector<float> attention_scratch_;
+};
+
+}  // namespace trainer

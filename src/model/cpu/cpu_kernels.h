@@ -1,0 +1,96 @@
+// The CPU fp32 kernels: plain loops over raw pointers (no shapes, no Status), parallelised with
+// OpenMP static schedules. They are the CPU twins of the CUDA kernels and the reference that GPU
+// tests compare against. Every output element is computed by one fixed sequence of operations, so
+// results are bit-identical from call to call and do not depend on the number of threads.
+// Sizes: N = B*T rows, C = channels, OC = output channels, V = this rank's vocabulary columns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace trainer {
+namespace cpu {
+
+// ---- elementwise (cpu_backend.cpp) ----
+void add(float* out, const float* a, const float* b, size_t n);  // out may alias a or b
+void add_inplace(float* out, const float* a, size_t n);
+void scale(float* x, float s, size_t n);
+
+// ---- embedding.cpp ----
+// out (B,T,C) = wte[tokens - vocab_start] (zero row when outside [0, V)) + wpe[t] (wpe may be
+// null). tokens (B,T); wte (V,C); wpe (>= T, C).
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C, int vocab_start, int V);
+// dwte (V,C) += ; dwpe (>= T, C) += (skipped when null); dout (B,T,C).
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C, int vocab_start, int V);
+
+// ---- layernorm.cpp ----
+constexpr float kLayerNormEps = 1e-5f;
+// out (N,C), mean (N), rstd (N) = LayerNorm(in (N,C)) * weight (C) + bias (C).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                       const float* bias, int64_t N, int C);
+// din (N,C) += ; dweight (C) += ; dbias (C) += .
+void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout,
+                        const float* in, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int C);
+
+// ---- matmul.cpp ----
+// The general product under all matmuls: out (M,N) (row stride ldo) =
+// (accumulate ? out : 0) + A (M,K) @ B (K,N), where A(i,k) = a[i*a_rs + k*a_cs] and
+// B(k,j) = b[k*b_rs + j*b_cs]. Cache-blocked, packed, register-tiled; the sum over k always runs
+// in increasing k from the initial out value.
+void gemm(float* out, int64_t ldo, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+          int64_t b_rs, int64_t b_cs, int64_t M, int64_t N, int64_t K, bool accumulate);
+// out (N,OC) = act(in (N,C) @ weight (OC,C)^T + bias (OC)); bias may be null. With gelu,
+// pre_act (N,OC) receives the value before GELU (required then).
+void matmul_forward(float* out, float* pre_act, const float* in, const float* weight,
+                    const float* bias, int64_t N, int C, int OC, bool gelu);
+// din (N,C) = dout (N,OC) @ weight (OC,C) (skipped when null); dweight (OC,C) += dout^T @ in;
+// dbias (OC) += column sums of dout (skipped when null).
+void matmul_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                     const float* weight, int64_t N, int C, int OC);
+
+// ---- gelu.cpp (tanh approximation, as GPT-2) ----
+void gelu_forward(float* out, const float* in, size_t n);  // out may alias in
+// dx = dy * GELU'(pre_act); dx may alias dy.
+void gelu_backward(float* dx, const float* dy, const float* pre_act, size_t n);
+
+// ---- attention.cpp ----
+// Causal attention, scale 1/sqrt(HS). qkv (B,T,3*NH*HS) = [q heads | k heads | v heads];
+// out (B,T,NH*HS); stats (B,NH,T) = logsumexp over s <= t of the scaled scores.
+// scratch: attention_scratch_floats(T, threads) floats, threads >= omp_get_max_threads().
+size_t attention_scratch_floats(int T, int threads);
+void attention_forward(float* out, float* stats, const float* qkv, float* scratch, int B, int T,
+                       int NH, int HS);
+// dqkv (B,T,3*NH*HS) overwritten; the probabilities are recomputed from qkv and stats, and
+// sum_s p_s dp_s from dout . out (no scratch).
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* stats, int B, int T, int NH, int HS);
+
+// ---- cross_entropy.cpp (vocabulary-parallel; logits (N,V) hold global columns
+// [vocab_start, vocab_start + V), of which only those < vocab_size are real) ----
+// row_max (N) = max over real columns (-inf when there are none).
+void crossentropy_row_max(float* row_max, const float* logits, int64_t N, int V, int vocab_start,
+                          int vocab_size);
+// sums (2,N): row 0 = sum over real columns of exp(logit - row_max); row 1 = the target's logit
+// when it is one of this rank's real columns, else 0.
+void crossentropy_sums(float* sums, const float* logits, const float* row_max,
+                       const int32_t* targets, int64_t N, int V, int vocab_start, int vocab_size);
+// losses (N) = log(sums[0]) + row_max - sums[1]; dlogits (N,V) = dloss_scale * (softmax -
+// onehot(target)), zero on padding columns (skipped when null; may alias logits).
+void crossentropy_backward(float* losses, float* dlogits, const float* logits, const float* row_max,
+                           const float* sums, const int32_t* targets, int64_t N, int V,
+                           int vocab_start, int vocab_size, float dloss_scale);
+
+// ---- adamw.cpp ----
+// One AdamW step (decoupled weight decay, bias-corrected) over n elements; then param = master.
+// param may alias master.
+void adamw_update(float* param, float* master, const float* grad, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                  float grad_scale);
+// Sum of squares accumulated in double, in a fixed order.
+double sum_squares(const float* x, size_t n);
+
+}  // namespace cpu
+}  // namespace trainer

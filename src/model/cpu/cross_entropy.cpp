@@ -1,0 +1,140 @@
+// Vocabulary-parallel softmax cross-entropy in three passes (row max, exp sums and target logit,
+// then losses and logit gradients), with all-reduces between them done by the caller; padding
+// columns (global index >= vocab_size) are masked out. Kernels and the CpuBackend CrossEntropy*
+// ops. Rows are independent and split over threads.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/log.h"
+#include "model/cpu/cpu_backend.h"
+#include "model/cpu/cpu_kernels.h"
+#include "model/cpu/op_checks.h"
+
+namespace trainer {
+namespace cpu {
+namespace {
+
+// Local columns [0, real) are real vocabulary entries; the rest are padding.
+inline int RealColumns(int V, int vocab_start, int vocab_size) {
+  return std::clamp(vocab_size - vocab_start, 0, V);
+}
+
+}  // namespace
+
+void crossentropy_row_max(float* row_max, const float* logits, int64_t N, int V, int vocab_start,
+                          int vocab_size) {
+  const int real = RealColumns(V, vocab_start, vocab_size);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * V;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < real; ++j) m = std::max(m, x[j]);
+    row_max[n] = m;
+  }
+}
+
+void crossentropy_sums(float* sums, const float* logits, const float* row_max,
+                       const int32_t* targets, int64_t N, int V, int vocab_start, int vocab_size) {
+  const int real = RealColumns(V, vocab_start, vocab_size);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * V;
+    const float m = row_max[n];
+    double sum = 0.0;
+    // A -inf maximum means no real column anywhere in this row: nothing to add (and no inf-inf).
+    if (std::isfinite(m)) {
+      for (int j = 0; j < real; ++j) sum += std::exp(x[j] - m);
+    }
+    const int64_t target = static_cast<int64_t>(targets[n]) - vocab_start;
+    sums[n] = static_cast<float>(sum);
+    sums[N + n] = (target >= 0 && target < real) ? x[target] : 0.f;
+  }
+}
+
+void crossentropy_backward(float* losses, float* dlogits, const float* logits, const float* row_max,
+                           const float* sums, const int32_t* targets, int64_t N, int V,
+                           int vocab_start, int vocab_size, float dloss_scale) {
+  const int real = RealColumns(V, vocab_start, vocab_size);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float m = row_max[n], sum = sums[n];
+    losses[n] = std::log(sum) + m - sums[N + n];
+    if (dlogits == nullptr) continue;
+    const float* x = logits + n * V;
+    float* d = dlogits + n * V;  // may be x
+    const float inv_sum = 1.f / sum;
+    const int64_t target = static_cast<int64_t>(targets[n]) - vocab_start;
+    for (int j = 0; j < real; ++j) {
+      const float prob = std::exp(x[j] - m) * inv_sum;
+      d[j] = dloss_scale * (prob - (j == target ? 1.f : 0.f));
+    }
+    for (int j = real; j < V; ++j) d[j] = 0.f;
+  }
+}
+
+}  // namespace cpu
+
+namespace {
+
+// t holds per_row values for each row of logits.
+Status CheckRows(const char* op, const char* name, const Tensor& t, DType dtype,
+                 const Tensor& logits, int64_t per_row) {
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, name, t, dtype));
+  return cpu::CheckSize(op, name, t, "elements", t.numel(), per_row * cpu::Rows(logits));
+}
+
+Status CheckLogits(const char* op, const Tensor& logits, int vocab_start, int vocab_size) {
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "logits", logits, DType::kF32));
+  if (vocab_start < 0 || vocab_size <= 0)
+    return cpu::OpError(
+        op, StrFormat("vocab_start %d / vocab_size %d out of range", vocab_start, vocab_size));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CpuBackend::CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
+                                      int vocab_size) {
+  const char* op = "CrossEntropyRowMax";
+  TRAINER_RETURN_IF_ERROR(CheckLogits(op, logits, vocab_start, vocab_size));
+  TRAINER_RETURN_IF_ERROR(CheckRows(op, "row_max", row_max, DType::kF32, logits, 1));
+  cpu::crossentropy_row_max(row_max.as<float>(), logits.as<float>(), cpu::Rows(logits),
+                            static_cast<int>(cpu::Cols(logits)), vocab_start, vocab_size);
+  return Status::Ok();
+}
+
+Status CpuBackend::CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
+                                    int vocab_start, int vocab_size) {
+  const char* op = "CrossEntropySums";
+  TRAINER_RETURN_IF_ERROR(CheckLogits(op, logits, vocab_start, vocab_size));
+  TRAINER_RETURN_IF_ERROR(CheckRows(op, "sums", sums, DType::kF32, logits, 2));
+  TRAINER_RETURN_IF_ERROR(CheckRows(op, "row_max", row_max, DType::kF32, logits, 1));
+  TRAINER_RETURN_IF_ERROR(CheckRows(op, "targets", targets, DType::kI32, logits, 1));
+  cpu::crossentropy_sums(sums.as<float>(), logits.as<float>(), row_max.as<float>(),
+                         targets.as<int32_t>(), cpu::Rows(logits),
+                         static_cast<int>(cpu::Cols(logits)), vocab_start, vocab_size);
+  return Status::Ok();
+}
+
+Status CpuBackend::CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits,
+                                        Tensor row_max, Tensor sums, Tensor targets,
+                                        int vocab_start, int vocab_size, float dloss_scale) {
+  const char* op = "CrossEntropyBackward";
+  TRAINER_RETURN_IF_ERROR(CheckLogits(op, logits, vocab_start, vocab_size));
+  TRAINER_RETURN_IF_ERROR(CheckRows(op, "losses", losses, DType::kF32, logits, 1));
+  TRAINER_RETURN_IF_ERROR(CheckRows(op, "row_max", row_max, DType::kF32, logits, 1));
+  TRAINER_RETURN_IF_ERROR(CheckRows(op, "sums", sums, DType::kF32, logits, 2));
+  TRAINER_RETURN_IF_ERROR(CheckRows(op, "targets", targets, DType::kI32, logits, 1));
+  if (!dlogits.empty()) {
+    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dlogits", dlogits, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "dlogits", dlogits, "logits", logits));
+  }
+  cpu::crossentropy_backward(
+      losses.as<float>(), dlogits.empty() ? nullptr : dlogits.as<float>(), logits.as<float>(),
+      row_max.as<float>(), sums.as<float>(), targets.as<int32_t>(), cpu::Rows(logits),
+      static_cast<int>(cpu::Cols(logits)), vocab_start, vocab_size, dloss_scale);
+  return Status::Ok();
+}
+
+}  // namespace trainer

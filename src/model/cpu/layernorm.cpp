@@ -1,0 +1,134 @@
+// LayerNorm over the last dimension (eps 1e-5): forward and backward kernels and the CpuBackend
+// LayerNorm* ops. Row statistics are accumulated in double; the parameter gradients are reduced
+// over rows by column ranges, in row order (no atomics).
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "model/cpu/cpu_backend.h"
+#include "model/cpu/cpu_kernels.h"
+#include "model/cpu/op_checks.h"
+
+namespace trainer {
+namespace cpu {
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                       const float* bias, int64_t N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = in + n * C;  // (C)
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < C; ++c) sum += x[c];
+    const double mu = sum / C;
+    double sq = 0.0;
+#pragma omp simd reduction(+ : sq)
+    for (int c = 0; c < C; ++c) sq += (x[c] - mu) * (x[c] - mu);
+    const float m = static_cast<float>(mu);
+    const float s = static_cast<float>(1.0 / std::sqrt(sq / C + kLayerNormEps));
+    float* o = out + n * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout,
+                        const float* in, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int C) {
+  // Parameter gradients first, so that din may alias dout.
+  constexpr int kColumnChunk = 32;
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < C; c0 += kColumnChunk) {
+    const int c1 = std::min(C, c0 + kColumnChunk);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* x = in + n * C;
+      const float* g = dout + n * C;
+      const float m = mean[n], s = rstd[n];
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) {
+        dweight[c] += g[c] * ((x[c] - m) * s);
+        dbias[c] += g[c];
+      }
+    }
+  }
+  // din += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * weight.
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = in + n * C;
+    const float* g = dout + n * C;
+    const float m = mean[n], s = rstd[n];
+    double dnorm_sum = 0.0, dnorm_norm_sum = 0.0;
+#pragma omp simd reduction(+ : dnorm_sum, dnorm_norm_sum)
+    for (int c = 0; c < C; ++c) {
+      const float dnorm = g[c] * weight[c];
+      dnorm_sum += dnorm;
+      dnorm_norm_sum += dnorm * ((x[c] - m) * s);
+    }
+    const float dnorm_mean = static_cast<float>(dnorm_sum / C);
+    const float dnorm_norm_mean = static_cast<float>(dnorm_norm_sum / C);
+    float* d = din + n * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) {
+      const float norm = (x[c] - m) * s;
+      d[c] += s * (g[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean);
+    }
+  }
+}
+
+}  // namespace cpu
+
+namespace {
+
+// The (N) statistics and (C) parameters around an (N,C) tensor x.
+Status CheckLayerNormShapes(const char* op, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                            const char* w_name, const Tensor& weight, const char* b_name,
+                            const Tensor& bias) {
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "in", x, DType::kF32));
+  const std::pair<const char*, const Tensor*> per_row[] = {{"mean", &mean}, {"rstd", &rstd}};
+  for (const auto& [name, t] : per_row) {
+    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, name, *t, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, name, *t, "in", x, "N", t->numel(), cpu::Rows(x)));
+  }
+  const std::pair<const char*, const Tensor*> per_column[] = {{w_name, &weight}, {b_name, &bias}};
+  for (const auto& [name, t] : per_column) {
+    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, name, *t, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, name, *t, "in", x, "C", t->numel(), cpu::Cols(x)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CpuBackend::LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
+                                    Tensor bias) {
+  const char* op = "LayerNormForward";
+  TRAINER_RETURN_IF_ERROR(CheckLayerNormShapes(op, in, mean, rstd, "weight", weight, "bias", bias));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "out", out, "in", in));
+  cpu::layernorm_forward(out.as<float>(), mean.as<float>(), rstd.as<float>(), in.as<float>(),
+                         weight.as<float>(), bias.as<float>(), cpu::Rows(in),
+                         static_cast<int>(cpu::Cols(in)));
+  return Status::Ok();
+}
+
+Status CpuBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                                     Tensor in, Tensor weight, Tensor mean, Tensor rstd) {
+  const char* op = "LayerNormBackward";
+  TRAINER_RETURN_IF_ERROR(
+      CheckLayerNormShapes(op, in, mean, rstd, "dweight", dweight, "dbias", dbias));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "weight", weight, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "weight", weight, "dweight", dweight));
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"din", &din}, {"dout", &dout}}) {
+    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, name, *t, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, name, *t, "in", in));
+  }
+  cpu::layernorm_backward(din.as<float>(), dweight.as<float>(), dbias.as<float>(), dout.as<float>(),
+                          in.as<float>(), weight.as<float>(), mean.as<float>(), rstd.as<float>(),
+                          cpu::Rows(in), static_cast<int>(cpu::Cols(in)));
+  return Status::Ok();
+}
+
+}  // namespace trainer

@@ -1,0 +1,231 @@
+// Matrix products: the packed, register-tiled gemm kernel under every matmul, the
+// matmul_forward/matmul_backward kernels (bias, fused GELU, bias gradient) and the CpuBackend
+// MatmulForward/MatmulBackward ops.
+//
+// gemm splits out (M,N) into kBlockRows x kBlockCols tasks (OpenMP static schedule). A task walks
+// K in chunks of kBlockK: it packs its rows of A (zero-padded to whole register tiles), then for
+// each kTileCols-wide panel packs B (zero-padded) and runs the kTileRows x kTileCols register
+// tile over the chunk. The sum for each element runs in increasing k from its initial value
+// whatever the blocking, so results do not depend on the number of threads. The task function is
+// compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time (target_clones).
+#include <algorithm>
+
+#include "common/log.h"
+#include "model/cpu/cpu_backend.h"
+#include "model/cpu/cpu_kernels.h"
+#include "model/cpu/op_checks.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TRAINER_CPU_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TRAINER_CPU_CLONES
+#endif
+
+namespace trainer {
+namespace cpu {
+namespace {
+
+constexpr int kTileRows = 8;     // rows of the register tile
+constexpr int kTileCols = 32;    // columns of the register tile (two 16-float vectors)
+constexpr int kBlockK = 256;     // k-chunk: a packed B panel (kBlockK x kTileCols) stays in L1
+constexpr int kBlockRows = 64;   // rows of out per task (a multiple of kTileRows)
+constexpr int kBlockCols = 256;  // columns of out per task (a multiple of kTileCols)
+
+struct GemmArgs {
+  float* out;
+  int64_t ldo;
+  const float* a;
+  int64_t a_rs, a_cs;
+  const float* b;
+  int64_t b_rs, b_cs;
+  int64_t K;
+  bool accumulate;
+};
+
+// One task: out[m0:m1, n0:n1] over all of K.
+TRAINER_CPU_CLONES
+void gemm_block(const GemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  // A packed as [row tile][k][kTileRows]; B panel as [k][kTileCols].
+  alignas(64) float a_pack[kBlockRows * kBlockK];
+  alignas(64) float b_pack[kBlockK * kTileCols];
+  const int64_t row_tiles = (m1 - m0 + kTileRows - 1) / kTileRows;
+  for (int64_t k0 = 0; k0 < g.K; k0 += kBlockK) {
+    const int64_t kc = std::min<int64_t>(kBlockK, g.K - k0);
+    const bool load = g.accumulate || k0 > 0;
+    for (int64_t t = 0; t < row_tiles; ++t) {
+      float* ap = a_pack + t * kc * kTileRows;
+      for (int r = 0; r < kTileRows; ++r) {
+        const int64_t row = m0 + t * kTileRows + r;
+        if (row < m1) {
+          const float* src = g.a + row * g.a_rs + k0 * g.a_cs;
+          for (int64_t k = 0; k < kc; ++k) ap[k * kTileRows + r] = src[k * g.a_cs];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) ap[k * kTileRows + r] = 0.f;
+        }
+      }
+    }
+    for (int64_t n = n0; n < n1; n += kTileCols) {
+      const int cols = static_cast<int>(std::min<int64_t>(kTileCols, n1 - n));
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = g.b + (k0 + k) * g.b_rs + n * g.b_cs;
+        float* dst = b_pack + k * kTileCols;
+        if (g.b_cs == 1 && cols == kTileCols) {
+#pragma omp simd
+          for (int j = 0; j < kTileCols; ++j) dst[j] = src[j];
+        } else {
+          for (int j = 0; j < kTileCols; ++j) dst[j] = j < cols ? src[j * g.b_cs] : 0.f;
+        }
+      }
+      for (int64_t t = 0; t < row_tiles; ++t) {
+        const int64_t m = m0 + t * kTileRows;
+        const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m1 - m));
+        const bool full = rows == kTileRows && cols == kTileCols;
+        float acc[kTileRows][kTileCols];
+        for (int r = 0; r < kTileRows; ++r) {
+          const float* o = g.out + (m + r) * g.ldo + n;
+          if (full && load) {
+#pragma omp simd
+            for (int j = 0; j < kTileCols; ++j) acc[r][j] = o[j];
+          } else {
+            for (int j = 0; j < kTileCols; ++j)
+              acc[r][j] = (load && r < rows && j < cols) ? o[j] : 0.f;
+          }
+        }
+        const float* ap = a_pack + t * kc * kTileRows;
+        for (int64_t k = 0; k < kc; ++k) {
+          const float* bp = b_pack + k * kTileCols;
+#pragma GCC unroll 8
+          for (int r = 0; r < kTileRows; ++r) {
+            const float av = ap[k * kTileRows + r];
+#pragma omp simd
+            for (int j = 0; j < kTileCols; ++j) acc[r][j] += av * bp[j];
+          }
+        }
+        for (int r = 0; r < rows; ++r) {
+          float* o = g.out + (m + r) * g.ldo + n;
+          if (full) {
+#pragma omp simd
+            for (int j = 0; j < kTileCols; ++j) o[j] = acc[r][j];
+          } else {
+            for (int j = 0; j < cols; ++j) o[j] = acc[r][j];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(float* out, int64_t ldo, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+          int64_t b_rs, int64_t b_cs, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i) std::fill(out + i * ldo, out + i * ldo + N, 0.f);
+    return;
+  }
+  const GemmArgs args{out, ldo, a, a_rs, a_cs, b, b_rs, b_cs, K, accumulate};
+  const int64_t row_blocks = (M + kBlockRows - 1) / kBlockRows;
+  const int64_t col_blocks = (N + kBlockCols - 1) / kBlockCols;
+#pragma omp parallel for schedule(static)
+  for (int64_t task = 0; task < row_blocks * col_blocks; ++task) {
+    const int64_t m0 = task / col_blocks * kBlockRows, n0 = task % col_blocks * kBlockCols;
+    gemm_block(args, m0, std::min(M, m0 + kBlockRows), n0, std::min(N, n0 + kBlockCols));
+  }
+}
+
+void matmul_forward(float* out, float* pre_act, const float* in, const float* weight,
+                    const float* bias, int64_t N, int C, int OC, bool gelu) {
+  float* linear = gelu ? pre_act : out;  // (N,OC)
+  if (bias != nullptr) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) std::copy(bias, bias + OC, linear + n * OC);
+  }
+  // A = in (N,C); B(c, o) = weight[o*C + c].
+  gemm(linear, OC, in, C, 1, weight, 1, C, N, OC, C, bias != nullptr);
+  if (gelu) gelu_forward(out, pre_act, static_cast<size_t>(N) * OC);
+}
+
+void matmul_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                     const float* weight, int64_t N, int C, int OC) {
+  // din (N,C) = dout (N,OC) @ weight (OC,C).
+  if (din != nullptr) gemm(din, C, dout, OC, 1, weight, C, 1, N, C, OC, false);
+  // dweight (OC,C) += dout^T @ in: A(o, n) = dout[n*OC + o].
+  gemm(dweight, C, dout, 1, OC, in, C, 1, OC, C, N, true);
+  if (dbias != nullptr) {
+    constexpr int kColumnChunk = 64;
+#pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += kColumnChunk) {
+      const int o1 = std::min(OC, o0 + kColumnChunk);
+      for (int64_t n = 0; n < N; ++n) {
+        const float* row = dout + n * OC;
+#pragma omp simd
+        for (int o = o0; o < o1; ++o) dbias[o] += row[o];
+      }
+    }
+  }
+}
+
+}  // namespace cpu
+
+Status CpuBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
+                                 Activation act) {
+  const char* op = "MatmulForward";
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "in", in, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "weight", weight, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckSize(op, "weight", weight, "dimensions", weight.ndim, 2));
+  const int64_t N = cpu::Rows(in), C = cpu::Cols(in), OC = weight.dim(0);
+  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, "in", in, "weight", weight, "C", C, weight.dim(1)));
+  TRAINER_RETURN_IF_ERROR(
+      cpu::CheckAgree(op, "out", out, "weight", weight, "OC", cpu::Cols(out), OC));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, "out", out, "in", in, "N", cpu::Rows(out), N));
+  if (!bias.empty()) {
+    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "bias", bias, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(
+        cpu::CheckAgree(op, "bias", bias, "weight", weight, "OC", bias.numel(), OC));
+  }
+  const bool gelu = act == Activation::kGelu;
+  if (gelu) {
+    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "pre_act", pre_act, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "pre_act", pre_act, "out", out));
+  }
+  cpu::matmul_forward(out.as<float>(), gelu ? pre_act.as<float>() : nullptr, in.as<float>(),
+                      weight.as<float>(), bias.empty() ? nullptr : bias.as<float>(), N,
+                      static_cast<int>(C), static_cast<int>(OC), gelu);
+  return Status::Ok();
+}
+
+Status CpuBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                                  Tensor weight) {
+  const char* op = "MatmulBackward";
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dweight", dweight, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dout", dout, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "in", in, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "weight", weight, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckSize(op, "weight", weight, "dimensions", weight.ndim, 2));
+  const int64_t N = cpu::Rows(in), C = cpu::Cols(in), OC = weight.dim(0);
+  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, "in", in, "weight", weight, "C", C, weight.dim(1)));
+  TRAINER_RETURN_IF_ERROR(
+      cpu::CheckAgree(op, "dout", dout, "weight", weight, "OC", cpu::Cols(dout), OC));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, "dout", dout, "in", in, "N", cpu::Rows(dout), N));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "dweight", dweight, "weight", weight));
+  if (!din.empty()) {
+    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "din", din, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "din", din, "in", in));
+  }
+  if (!dbias.empty()) {
+    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dbias", dbias, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(
+        cpu::CheckAgree(op, "dbias", dbias, "weight", weight, "OC", dbias.numel(), OC));
+  }
+  cpu::matmul_backward(din.empty() ? nullptr : din.as<float>(), dweight.as<float>(),
+                       dbias.empty() ? nullptr : dbias.as<float>(), dout.as<float>(),
+                       in.as<float>(), weight.as<float>(), N, static_cast<int>(C),
+                       static_cast<int>(OC));
+  return Status::Ok();
+}
+
+}  // namespace trainer

@@ -1,0 +1,13 @@
+# The CPU fp32 reference backend (src/model/cpu/): every op against naive double-precision loops
+# and central finite differences, the vocabulary-parallel cross-entropy over two simulated ranks,
+# AdamW against its closed form, and bit-identical results across calls and thread counts.
+trainer_gtest(cpu_backend_test
+  SOURCES unit/cpu_backend_test.cpp unit/cpu_matmul_attention_test.cpp
+          unit/cpu_loss_optimizer_test.cpp
+  LIBS trainer_model
+  LABELS unit
+  TIMEOUT 120)
+
+# Matmul throughput of the CPU kernels (a tool, not a test): cpu_matmul_bench [N C OC [repeats]].
+add_executable(cpu_matmul_bench ${PROJECT_SOURCE_DIR}/bench/cpu_matmul_bench.cpp)
+target_link_libraries(cpu_matmul_bench PRIVATE trainer_model)
