@@ -90,9 +90,9 @@ CONF
 }
 
 wait_for_idle() {
-  local host i state_now
+  local host state_now
   host=$(hostname -s)
-  for i in $(seq 1 60); do
+  for _ in $(seq 1 60); do
     state_now=$(SLURM_CONF=$conf sinfo -h -n "$host" -o %t 2>/dev/null || true)
     if [[ $state_now == idle* || $state_now == mix* || $state_now == alloc* ]]; then
       return 0
