@@ -31,6 +31,7 @@ Status Trainer::Setup() {
   const ModelPartition part = MakePartition(config_.model, config_.distributed, c.tp, c.pp);
   const int micro = config_.gradient_accumulation_steps();
   const int slots = PipelineStage::NumSlots(c.pp, topo.pp, micro);
+  TRAINER_RETURN_IF_ERROR(OpenData());  // cheap checks first
   TRAINER_RETURN_IF_ERROR(GptModel::Create(config_.model, part, backend_, groups_.tp,
                                            config_.global.micro_batch_size,
                                            config_.model.sequence_length(), slots, &model_));
@@ -40,7 +41,6 @@ Status Trainer::Setup() {
                         config_.model.sequence_length();
   inputs_.assign(tokens, 0);
   targets_.assign(tokens, 0);
-  TRAINER_RETURN_IF_ERROR(OpenData());
   const bool root = groups_.world_rank == 0;
   TRAINER_RETURN_IF_ERROR(MetricsWriter::Open(config_.engine.output_dir, root, &metrics_));
   if (root) TRAINER_RETURN_IF_ERROR(RemoveIncompleteCheckpoints(config_.checkpoint_dir()));

@@ -1,0 +1,6 @@
+# End-to-end tests of the trainer binary: every parallel layout against one rank, exact resume,
+# bad inputs, and a short real run on tinyshakespeare.
+trainer_script_test(parallel_layouts SCRIPT parallel_layouts.sh LABELS "e2e;mpi" TIMEOUT 600)
+trainer_script_test(resume_exact SCRIPT resume_exact.sh LABELS "e2e;mpi" TIMEOUT 300)
+trainer_script_test(bad_inputs SCRIPT bad_inputs.sh LABELS "e2e;mpi" TIMEOUT 300)
+trainer_script_test(shakespeare SCRIPT shakespeare.sh LABELS "e2e;mpi" TIMEOUT 400)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Each bad input (config, CLI, data, layout) ends every rank with a non-zero exit code and one
+# clear line, within the time limit (a hang fails the test), under mpiexec with 2 ranks.
+source "$(dirname "$0")/lib.sh"
+make_small_dataset data.h5
+printf 'Model:\n  hiden_size: 64\n' > typo.yaml
+printf 'Model:\n  hidden_size: abc\n' > wrong_type.yaml
+printf 'not an hdf5 file\n' > garbage.h5
+SMALL=(-o Data.train_path=data.h5 -o Global.device=cpu -o Model.hidden_size=32
+       -o Model.num_layers=2 -o Model.max_seq_len=32 -o Engine.max_steps=2 -o Engine.eval_freq=0)
+checks=0
+# expect NAME CODE PATTERN NP ARGS...: exit code CODE and PATTERN once on stderr.
+expect() {
+  local name=$1 code=$2 pattern=$3 np=$4; shift 4
+  set +e
+  run_np "$np" "$@" > "$name.out" 2> "$name.err"
+  local rc=$?
+  set -e
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "$name: hung (killed by the time limit)"
+  [ $rc -eq "$code" ] || { cat "$name.err"; fail "$name: exit code $rc, expected $code"; }
+  local n
+  n=$(grep -c -- "$pattern" "$name.err" || true)
+  [ "$n" -ge 1 ] || { cat "$name.err"; fail "$name: message /$pattern/ not found"; }
+  [ "$(grep -c '^.*error: ' "$name.err")" -le 1 ] || { cat "$name.err"; fail "$name: more than one error line"; }
+  checks=$((checks + 1))
+  echo "ok: $name -> $rc: $(grep -m1 -- 'error' "$name.err")"
+}
+expect unknown_key 2 "Did you mean Model.hidden_size" 2 train -c typo.yaml "${SMALL[@]}"
+expect wrong_type 2 "Model.hidden_size must be an integer" 2 train -c wrong_type.yaml
+expect missing_config 2 "nonexistent.yaml" 2 train -c nonexistent.yaml
+expect bad_override 2 "Engine.max_step" 2 train "${SMALL[@]}" -o Engine.max_step=3
+expect bad_option 2 "unrecognised option\|unrecognized option" 2 train --no-such-option
+expect layout_product 2 "world size" 2 train "${SMALL[@]}" -o Distributed.tp_degree=4
+expect batch_divisible 2 "global_batch_size" 2 train "${SMALL[@]}" -o Global.global_batch_size=6 -o Global.micro_batch_size=4
+expect seq_too_long 2 "max_seq_len" 2 train "${SMALL[@]}" -o Model.seq_len=64
+expect heads_vs_tp 2 "num_heads" 2 train "${SMALL[@]}" -o Model.num_heads=3 -o Model.hidden_size=48 -o Distributed.tp_degree=2
+expect missing_data 3 "missing.h5" 2 train "${SMALL[@]}" -o Data.train_path=missing.h5
+expect not_hdf5 3 "garbage.h5" 2 train "${SMALL[@]}" -o Data.train_path=garbage.h5
+expect vocab_too_small 3 "vocab" 2 train "${SMALL[@]}" -o Model.vocab_size=200
+expect data_too_short 3 "data.h5" 2 train "${SMALL[@]}" -o Model.max_seq_len=2048 -o Global.global_batch_size=512 -o Global.micro_batch_size=1
+expect unknown_command 2 "unknown command" 1 frobnicate
+expect resume_missing 4 "does not exist" 2 train "${SMALL[@]}" --resume nowhere/step-00000001
+echo "$checks bad inputs rejected with one clear line"
