@@ -14,7 +14,7 @@ namespace po = boost::program_options;
 int RunPackCommand(const std::vector<std::string>& args) {
   PackOptions options;
   po::options_description description(
-      "usage: trainer pack --input FILE... --output PATH [options]\n"
+      "usage: trainer pack --input FILE... --output PATH [options]  (or FILE... --output PATH)\n"
       "Each input file is one document; an end-of-document token follows each.\noptions");
   // clang-format off
   description.add_options()
@@ -31,13 +31,16 @@ int RunPackCommand(const std::vector<std::string>& args) {
        "end-of-document id; -1 = the tokenizer's own (vocab-size - 1 for u16/u32)")
       ("val-fraction", po::value<double>(&options.val_fraction)->default_value(0.0),
        "fraction of the tokens (the end of the stream) written to the validation file")
-      ("val-output", po::value<std::string>(&options.val_output)->default_value(""),
+      ("val-output", po::value<std::string>(&options.val_output)->default_value("", "\"\""),
        "validation file; empty = the output name with .val before .h5")
       ("quiet", "no progress lines on stderr");
   // clang-format on
+  po::positional_options_description positional;  // bare arguments are inputs too
+  positional.add("input", -1);
   po::variables_map values;
   try {
-    po::store(po::command_line_parser(args).options(description).run(), values);
+    po::store(po::command_line_parser(args).options(description).positional(positional).run(),
+              values);
     po::notify(values);
   } catch (const po::error& e) {
     Status usage = UsageError(std::string("invalid pack arguments (command line): ") + e.what() +

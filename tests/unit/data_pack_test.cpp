@@ -363,6 +363,14 @@ TEST_F(PackTest, CommandLineRunsAndReportsErrors) {
   EXPECT_EQ(ReadPackedFile(Path("out.h5")).tokens.size(), 6u);
   EXPECT_EQ(ReadPackedFile(Path("out.val.h5")).tokens.size(), 6u);
 
+  // Bare arguments are inputs; --input may repeat.
+  WriteBytes(Path("b.txt"), "!");
+  ::testing::internal::CaptureStdout();
+  code = RunPackCommand({Path("a.txt"), "--output", Path("two.h5"), "--input", Path("b.txt")});
+  ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(ReadPackedFile(Path("two.h5")).doc_offsets, (std::vector<uint64_t>{0, 12, 14}));
+
   ::testing::internal::CaptureStderr();
   code = RunPackCommand({"--input", Path("gone.txt"), "--output", Path("x.h5")});
   std::string err = ::testing::internal::GetCapturedStderr();
