@@ -245,7 +245,7 @@ TEST(CpuSumSquares, MatchesDoubleLoop) {
 // all outputs concatenated.
 std::vector<float> RunAllOps(int threads) {
   omp_set_num_threads(threads);
-  const int B = 2, T = 37, NH = 3, HS = 16, C = NH * HS, N = B * T, F = 4 * C, V = 300;
+  const int B = 2, T = 67, NH = 3, HS = 16, C = NH * HS, N = B * T, F = 4 * C, V = 300;
   CpuBackend backend;
   std::vector<float> result;
   auto keep = [&result](const std::vector<float>& v) {

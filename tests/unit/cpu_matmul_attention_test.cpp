@@ -243,7 +243,8 @@ TEST_P(CpuAttention, ForwardAndBackwardMatchFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuAttention,
                          ::testing::Values(AttentionCase{1, 1, 1, 4}, AttentionCase{1, 9, 1, 8},
                                            AttentionCase{2, 7, 3, 4}, AttentionCase{3, 13, 3, 5},
-                                           AttentionCase{2, 16, 1, 16}));
+                                           AttentionCase{2, 16, 1, 16},
+                                           AttentionCase{1, 67, 2, 3}));  // 2 query blocks
 
 }  // namespace
 }  // namespace trainer

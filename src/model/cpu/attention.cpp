@@ -1,10 +1,14 @@
 // Causal multi-head self-attention on the packed qkv layout (B,T,3*NH*HS) = [q | k | v], each
 // NH heads of HS columns: forward and backward kernels and the CpuBackend Attention* ops. Work is
-// split over (batch, head) pairs; each pair is done by one thread in a fixed order, so the
-// key/value gradients need no atomics. The backward pass recomputes the probabilities from the
-// saved logsumexp statistics instead of keeping a (B,NH,T,T) buffer.
+// split over (batch, head) pairs; each pair is done by one thread in a fixed order (so the key
+// and value gradients need no atomics), a block of kQueryBlock query rows at a time, with the
+// products done by gemm over the keys up to the block's last row (the causal mask skips the
+// rest). The backward pass recomputes the probabilities from the saved logsumexp statistics
+// instead of keeping a (B,NH,T,T) buffer. Per-thread scratch: two (kQueryBlock, T) blocks and the
+// transposed keys (and values) of the head.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -17,6 +21,8 @@ namespace trainer {
 namespace cpu {
 namespace {
 
+constexpr int kQueryBlock = 64;
+
 inline float dot(const float* a, const float* b, int n) {
   float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
@@ -24,82 +30,133 @@ inline float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
-inline void axpy(float* y, float alpha, const float* x, int n) {
-#pragma omp simd
-  for (int i = 0; i < n; ++i) y[i] += alpha * x[i];
+// One (batch, head): pointers to its first q, k, v row (row stride 3C) and its output/gradient
+// rows (row stride C).
+struct HeadView {
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t C;  // NH*HS
+  int64_t C3;
+};
+
+inline HeadView Head(const float* qkv, int b, int h, int T, int NH, int HS) {
+  const int64_t C = static_cast<int64_t>(NH) * HS, C3 = 3 * C;
+  const float* q = qkv + static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h) * HS;
+  return HeadView{q, q + C, q + 2 * C, C, C3};
+}
+
+// xt (HS, T) = x (T, HS) (row stride C3) transposed, so that gemm reads its rows contiguously.
+inline void Transpose(float* xt, const float* x, int64_t C3, int T, int HS) {
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < HS; ++i) xt[static_cast<int64_t>(i) * T + t] = x[t * C3 + i];
+}
+
+// scores (rows, keys) (row stride T) = q[t0 : t0+rows] k[0 : keys]^T, with kt = k^T (HS, T).
+inline void Scores(float* scores, const HeadView& hv, const float* kt, int t0, int rows, int keys,
+                   int T, int HS) {
+  gemm(scores, T, hv.q + t0 * hv.C3, hv.C3, 1, kt, T, 1, rows, keys, HS, false);
+}
+
+// Per thread: two (kQueryBlock, T) blocks and two (HS, T) transposes.
+inline size_t ScratchPerThread(int T, int HS) {
+  return (2 * static_cast<size_t>(kQueryBlock) + 2 * static_cast<size_t>(HS)) * T;
 }
 
 }  // namespace
 
-size_t attention_scratch_floats(int T, int threads) {
-  return static_cast<size_t>(T) * static_cast<size_t>(threads > 0 ? threads : 1);
+size_t attention_scratch_floats(int T, int HS, int threads) {
+  return ScratchPerThread(T, HS) * static_cast<size_t>(threads > 0 ? threads : 1);
 }
 
 void attention_forward(float* out, float* stats, const float* qkv, float* scratch, int B, int T,
                        int NH, int HS) {
-  const int64_t C = static_cast<int64_t>(NH) * HS, C3 = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      float* p = scratch + static_cast<size_t>(omp_get_thread_num()) * T;  // (T) this row's probs
-      const float* base = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;
-      for (int t = 0; t < T; ++t) {
-        const float* q = base + t * C3;
-        float row_max = -std::numeric_limits<float>::infinity();
-        for (int s = 0; s <= t; ++s) {
-          p[s] = dot(q, base + s * C3 + C, HS) * scale;
-          row_max = p[s] > row_max ? p[s] : row_max;
+      const HeadView hv = Head(qkv, b, h, T, NH, HS);
+      // p (kQueryBlock, T): scores, then probabilities (zero above the diagonal); kt (HS, T).
+      float* p = scratch + ScratchPerThread(T, HS) * omp_get_thread_num();
+      float* kt = p + 2 * static_cast<int64_t>(kQueryBlock) * T;
+      Transpose(kt, hv.k, hv.C3, T, HS);
+      float* row_stats = stats + (static_cast<int64_t>(b) * NH + h) * T;
+      for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+        const int rows = std::min(kQueryBlock, T - t0), keys = t0 + rows;
+        Scores(p, hv, kt, t0, rows, keys, T, HS);
+        for (int r = 0; r < rows; ++r) {
+          const int t = t0 + r;
+          float* pr = p + static_cast<int64_t>(r) * T;
+          float row_max = -std::numeric_limits<float>::infinity();
+          for (int s = 0; s <= t; ++s) {
+            pr[s] *= scale;
+            row_max = std::max(row_max, pr[s]);
+          }
+          double sum = 0.0;
+          for (int s = 0; s <= t; ++s) {
+            pr[s] = std::exp(pr[s] - row_max);
+            sum += pr[s];
+          }
+          const float inv_sum = static_cast<float>(1.0 / sum);
+          for (int s = 0; s <= t; ++s) pr[s] *= inv_sum;
+          for (int s = t + 1; s < keys; ++s) pr[s] = 0.f;
+          row_stats[t] = row_max + static_cast<float>(std::log(sum));
         }
-        double sum = 0.0;
-        for (int s = 0; s <= t; ++s) {
-          p[s] = std::exp(p[s] - row_max);
-          sum += p[s];
-        }
-        float* o = out + (static_cast<int64_t>(b) * T + t) * C + h * HS;  // (HS)
-        for (int i = 0; i < HS; ++i) o[i] = 0.f;
-        for (int s = 0; s <= t; ++s) axpy(o, p[s], base + s * C3 + 2 * C, HS);
-        const float inv_sum = static_cast<float>(1.0 / sum);
-        for (int i = 0; i < HS; ++i) o[i] *= inv_sum;
-        stats[(static_cast<int64_t>(b) * NH + h) * T + t] =
-            row_max + static_cast<float>(std::log(sum));
+        // out rows (rows, HS) = p (rows, keys) @ v[0 : keys].
+        float* o = out + (static_cast<int64_t>(b) * T + t0) * hv.C + static_cast<int64_t>(h) * HS;
+        gemm(o, hv.C, p, T, 1, hv.v, hv.C3, 1, rows, HS, keys, false);
       }
     }
   }
 }
 
-// With p_ts = exp(scale * q_t.k_s - stats_t) and D_t = dout_t . out_t = sum_s p_ts (dout_t . v_s):
-// dv_s += p_ts dout_t; ds_ts = p_ts (dout_t . v_s - D_t); dq_t += scale ds_ts k_s;
-// dk_s += scale ds_ts q_t.
+// With p_ts = exp(scale * q_t.k_s - stats_t), dp_ts = dout_t . v_s and
+// D_t = sum_s p_ts dp_ts = dout_t . out_t: ds_ts = scale * p_ts (dp_ts - D_t);
+// dq_t = sum_s ds_ts k_s; dk_s = sum_t ds_ts q_t; dv_s = sum_t p_ts dout_t.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* stats, int B, int T, int NH, int HS) {
-  const int64_t C = static_cast<int64_t>(NH) * HS, C3 = 3 * C;
+                        const float* stats, float* scratch, int B, int T, int NH, int HS) {
   const float scale = 1.f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      const int64_t offset = static_cast<int64_t>(b) * T * C3 + h * HS;
-      const float* base = qkv + offset;
-      float* dbase = dqkv + offset;
-      for (int t = 0; t < T; ++t)
-        for (int part = 0; part < 3; ++part)
-          for (int i = 0; i < HS; ++i) dbase[t * C3 + part * C + i] = 0.f;
-      const float* row_stats = stats + (static_cast<int64_t>(b) * NH + h) * T;
+      const HeadView hv = Head(qkv, b, h, T, NH, HS);
+      const int64_t head_offset = hv.q - qkv;
+      float* dq = dqkv + head_offset;
+      float* dk = dq + hv.C;
+      float* dv = dq + 2 * hv.C;
       for (int t = 0; t < T; ++t) {
-        const int64_t row = (static_cast<int64_t>(b) * T + t) * C + h * HS;
-        const float* q = base + t * C3;
-        const float* g = dout + row;  // (HS)
-        const float d = dot(g, out + row, HS);
-        float* dq = dbase + t * C3;
-        for (int s = 0; s <= t; ++s) {
-          const float* k = base + s * C3 + C;
-          const float* v = base + s * C3 + 2 * C;
-          const float p = std::exp(dot(q, k, HS) * scale - row_stats[t]);
-          const float ds = p * (dot(g, v, HS) - d) * scale;
-          axpy(dbase + s * C3 + 2 * C, p, g, HS);
-          axpy(dq, ds, k, HS);
-          axpy(dbase + s * C3 + C, ds, q, HS);
+        std::fill(dk + t * hv.C3, dk + t * hv.C3 + HS, 0.f);
+        std::fill(dv + t * hv.C3, dv + t * hv.C3 + HS, 0.f);
+      }
+      float* p = scratch + ScratchPerThread(T, HS) * omp_get_thread_num();  // (kQB, T)
+      float* ds = p + static_cast<int64_t>(kQueryBlock) * T;                // (kQB, T)
+      float* kt = ds + static_cast<int64_t>(kQueryBlock) * T;               // (HS, T)
+      float* vt = kt + static_cast<int64_t>(HS) * T;                        // (HS, T)
+      Transpose(kt, hv.k, hv.C3, T, HS);
+      Transpose(vt, hv.v, hv.C3, T, HS);
+      const float* row_stats = stats + (static_cast<int64_t>(b) * NH + h) * T;
+      const int64_t row0 = static_cast<int64_t>(b) * T * hv.C + static_cast<int64_t>(h) * HS;
+      for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+        const int rows = std::min(kQueryBlock, T - t0), keys = t0 + rows;
+        const float* g = dout + row0 + t0 * hv.C;  // (rows, HS), row stride C
+        Scores(p, hv, kt, t0, rows, keys, T, HS);
+        // ds (rows, keys) = dout rows @ v[0 : keys]^T, then the softmax backward in place.
+        gemm(ds, T, g, hv.C, 1, vt, T, 1, rows, keys, HS, false);
+        for (int r = 0; r < rows; ++r) {
+          const int t = t0 + r;
+          float* pr = p + static_cast<int64_t>(r) * T;
+          float* dsr = ds + static_cast<int64_t>(r) * T;
+          const float d = dot(g + r * hv.C, out + row0 + static_cast<int64_t>(t) * hv.C, HS);
+          for (int s = 0; s <= t; ++s) {
+            pr[s] = std::exp(pr[s] * scale - row_stats[t]);
+            dsr[s] = scale * pr[s] * (dsr[s] - d);
+          }
+          for (int s = t + 1; s < keys; ++s) pr[s] = dsr[s] = 0.f;
         }
+        // dq rows = ds @ k[0 : keys]; dk[0 : keys] += ds^T @ q rows; dv[0 : keys] += p^T @ dout.
+        gemm(dq + t0 * hv.C3, hv.C3, ds, T, 1, hv.k, hv.C3, 1, rows, HS, keys, false);
+        gemm(dk, hv.C3, ds, 1, T, hv.q + t0 * hv.C3, hv.C3, 1, keys, HS, rows, true);
+        gemm(dv, hv.C3, p, 1, T, g, hv.C, 1, keys, HS, rows, true);
       }
     }
   }
@@ -132,10 +189,9 @@ Status CheckAttentionShapes(const char* op, const Tensor& qkv, const char* x_nam
 Status CpuBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) {
   TRAINER_RETURN_IF_ERROR(
       CheckAttentionShapes("AttentionForward", qkv, "out", out, stats, num_heads));
-  const int T = static_cast<int>(qkv.dim(1));
-  cpu::attention_forward(out.as<float>(), stats.as<float>(), qkv.as<float>(), AttentionScratch(T),
-                         static_cast<int>(qkv.dim(0)), T, num_heads,
-                         static_cast<int>(qkv.dim(2) / 3 / num_heads));
+  const int T = static_cast<int>(qkv.dim(1)), HS = static_cast<int>(qkv.dim(2) / 3 / num_heads);
+  cpu::attention_forward(out.as<float>(), stats.as<float>(), qkv.as<float>(),
+                         AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)), T, num_heads, HS);
   return Status::Ok();
 }
 
@@ -147,10 +203,10 @@ Status CpuBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tenso
   TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "out", out, "dout", dout));
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dqkv", dqkv, DType::kF32));
   TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "dqkv", dqkv, "qkv", qkv));
+  const int T = static_cast<int>(qkv.dim(1)), HS = static_cast<int>(qkv.dim(2) / 3 / num_heads);
   cpu::attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(),
-                          stats.as<float>(), static_cast<int>(qkv.dim(0)),
-                          static_cast<int>(qkv.dim(1)), num_heads,
-                          static_cast<int>(qkv.dim(2) / 3 / num_heads));
+                          stats.as<float>(), AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)),
+                          T, num_heads, HS);
   return Status::Ok();
 }
 

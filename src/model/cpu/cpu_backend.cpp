@@ -170,8 +170,8 @@ Status CpuBackend::Scale(Tensor x, float s) {
                                          x.shape_string().c_str(), DTypeName(x.dtype)));
 }
 
-float* CpuBackend::AttentionScratch(int T) {
-  const size_t need = cpu::attention_scratch_floats(T, omp_get_max_threads());
+float* CpuBackend::AttentionScratch(int T, int HS) {
+  const size_t need = cpu::attention_scratch_floats(T, HS, omp_get_max_threads());
   if (attention_scratch_.size() < need) attention_scratch_.resize(need);
   return attention_scratch_.data();
 }

@@ -58,7 +58,7 @@ class CpuBackend final : public Backend {
  private:
   // Attention's per-thread rows of probabilities: grown on the first call of a shape, then
   // reused, so the step loop does not allocate after its first step.
-  float* AttentionScratch(int T);
+  float* AttentionScratch(int T, int HS);
   std::vector<float> attention_scratch_;
 };
 

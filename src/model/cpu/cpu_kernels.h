@@ -39,7 +39,8 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
 // The general product under all matmuls: out (M,N) (row stride ldo) =
 // (accumulate ? out : 0) + A (M,K) @ B (K,N), where A(i,k) = a[i*a_rs + k*a_cs] and
 // B(k,j) = b[k*b_rs + j*b_cs]. Cache-blocked, packed, register-tiled; the sum over k always runs
-// in increasing k from the initial out value.
+// in increasing k from the initial out value. Parallel when called outside a parallel region,
+// on the calling thread inside one.
 void gemm(float* out, int64_t ldo, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
           int64_t b_rs, int64_t b_cs, int64_t M, int64_t N, int64_t K, bool accumulate);
 // out (N,OC) = act(in (N,C) @ weight (OC,C)^T + bias (OC)); bias may be null. With gelu,
@@ -59,14 +60,14 @@ void gelu_backward(float* dx, const float* dy, const float* pre_act, size_t n);
 // ---- attention.cpp ----
 // Causal attention, scale 1/sqrt(HS). qkv (B,T,3*NH*HS) = [q heads | k heads | v heads];
 // out (B,T,NH*HS); stats (B,NH,T) = logsumexp over s <= t of the scaled scores.
-// scratch: attention_scratch_floats(T, threads) floats, threads >= omp_get_max_threads().
-size_t attention_scratch_floats(int T, int threads);
+// scratch: attention_scratch_floats(T, HS, threads) floats, threads >= omp_get_max_threads().
+size_t attention_scratch_floats(int T, int HS, int threads);
 void attention_forward(float* out, float* stats, const float* qkv, float* scratch, int B, int T,
                        int NH, int HS);
 // dqkv (B,T,3*NH*HS) overwritten; the probabilities are recomputed from qkv and stats, and
-// sum_s p_s dp_s from dout . out (no scratch).
+// sum_s p_ts dp_ts as dout_t . out_t.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* stats, int B, int T, int NH, int HS);
+                        const float* stats, float* scratch, int B, int T, int NH, int HS);
 
 // ---- cross_entropy.cpp (vocabulary-parallel; logits (N,V) hold global columns
 // [vocab_start, vocab_start + V), of which only those < vocab_size are real) ----

@@ -8,6 +8,8 @@
 // tile over the chunk. The sum for each element runs in increasing k from its initial value
 // whatever the blocking, so results do not depend on the number of threads. The task function is
 // compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time (target_clones).
+#include <omp.h>
+
 #include <algorithm>
 
 #include "common/log.h"
@@ -129,7 +131,7 @@ void gemm(float* out, int64_t ldo, const float* a, int64_t a_rs, int64_t a_cs, c
   const GemmArgs args{out, ldo, a, a_rs, a_cs, b, b_rs, b_cs, K, accumulate};
   const int64_t row_blocks = (M + kBlockRows - 1) / kBlockRows;
   const int64_t col_blocks = (N + kBlockCols - 1) / kBlockCols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
   for (int64_t task = 0; task < row_blocks * col_blocks; ++task) {
     const int64_t m0 = task / col_blocks * kBlockRows, n0 = task % col_blocks * kBlockCols;
     gemm_block(args, m0, std::min(M, m0 + kBlockRows), n0, std::min(N, n0 + kBlockCols));
