@@ -19,6 +19,8 @@ using cuda::CheckTensor;
 using cuda::OpError;
 using cuda::Where;
 
+CudaBackend::CudaBackend(int device, DType compute) : device_(device), compute_(compute) {}
+
 Status CudaBackend::Create(int device, DType compute, std::unique_ptr<CudaBackend>* out) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
@@ -45,9 +47,11 @@ Status CudaBackend::Create(int device, DType compute, std::unique_ptr<CudaBacken
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));
   TRAINER_RETURN_IF_ERROR(cuda::CublasLtMatmul::Create(backend->stream_, &backend->matmul_));
-  if (cuda::CudnnAttention::Compiled())
-    TRAINER_RETURN_IF_ERROR(
-        cuda::CudnnAttention::Create(backend->stream_, &backend->cudnn_attention_));
+  if (cuda::CudnnAttention::Compiled()) {
+    const Status cudnn = cuda::CudnnAttention::Create(backend->stream_, &backend->cudnn_attention_);
+    if (!cudnn.ok())  // a missing or broken cuDNN costs speed, not the run
+      LogWarning(cudnn.message() + "; attention uses the slower fallback kernels");
+  }
   CUDA_CHECK(cudaMalloc(&backend->scratch_, kInitialScratchBytes));
   backend->scratch_bytes_ = kInitialScratchBytes;
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&backend->host_result_), sizeof(double)));

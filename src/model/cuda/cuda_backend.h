@@ -96,7 +96,7 @@ class CudaBackend final : public Backend {
   static constexpr size_t kInitialScratchBytes = 32u << 20;
   static constexpr size_t kStagingSlotBytes = 4u << 20;
 
-  CudaBackend(int device, DType compute) : device_(device), compute_(compute) {}
+  CudaBackend(int device, DType compute);  // out of line: members' types are incomplete here
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
   Status Scratch(size_t bytes, void** out);
 

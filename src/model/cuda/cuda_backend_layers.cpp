@@ -318,9 +318,21 @@ Status CudaBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tens
 
 // ---- cross-entropy ----
 
+namespace {
+
+Status CheckVocabulary(const char* op, int vocab_start, int vocab_size) {
+  if (vocab_start < 0 || vocab_size <= 0)
+    return OpError(
+        op, StrFormat("vocab_start %d / vocab_size %d out of range", vocab_start, vocab_size));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CudaBackend::CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
                                        int vocab_size) {
   const char* op = "CrossEntropyRowMax";
+  TRAINER_RETURN_IF_ERROR(CheckVocabulary(op, vocab_start, vocab_size));
   const int64_t N = Rows(logits), V = Cols(logits);
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "row_max", row_max, DType::kF32, N));
@@ -332,6 +344,7 @@ Status CudaBackend::CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_
 Status CudaBackend::CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
                                      int vocab_start, int vocab_size) {
   const char* op = "CrossEntropySums";
+  TRAINER_RETURN_IF_ERROR(CheckVocabulary(op, vocab_start, vocab_size));
   const int64_t N = Rows(logits), V = Cols(logits);
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "row_max", row_max, DType::kF32, N));
@@ -347,6 +360,7 @@ Status CudaBackend::CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor l
                                          Tensor row_max, Tensor sums, Tensor targets,
                                          int vocab_start, int vocab_size, float dloss_scale) {
   const char* op = "CrossEntropyBackward";
+  TRAINER_RETURN_IF_ERROR(CheckVocabulary(op, vocab_start, vocab_size));
   const int64_t N = Rows(logits), V = Cols(logits);
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
   TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dlogits", dlogits, compute_, N * V));

@@ -1,0 +1,239 @@
+// GPU tests of the CUDA backend's layer ops against the CPU fp32 backend: embedding, LayerNorm
+// (plain and fused with the residual add), matmul forward/backward through every cuBLASLt route
+// (epilogues on and off, sizes that are not multiples of 8), GELU backward and the elementwise
+// ops. Inputs are fresh random values, rounded to bf16 so both backends see the same numbers.
+#include <cstdio>
+
+#include "cuda_test_util.h"
+
+namespace trainer {
+namespace cuda_testing {
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+// a - b elementwise (to compare what an accumulating op added, not what was there before).
+std::vector<float> Minus(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d[i] = a[i] - b[i];
+  return d;
+}
+
+class CudaLayersTest : public CudaVsCpuTest {};
+
+TEST_F(CudaLayersTest, EmbeddingMatchesCpu) {
+  const int B = 3, T = 37, C = 72, V = 131, maxT = 40;
+  for (int vocab_start : {0, 70}) {  // 70: a vocabulary shard, some tokens belong to others
+    SCOPED_TRACE(Trace() + ", vocab_start " + std::to_string(vocab_start));
+    std::vector<int32_t> tokens = RandomInts(B * T, rng_, 0, 200);
+    std::vector<float> wte = Random(V * C), wpe = Random(maxT * C), dout = Random(B * T * C);
+    const std::vector<float> dwte0 = RandomFloats(V * C, rng_),
+                             dwpe0 = RandomFloats(maxT * C, rng_);
+    std::vector<float> out(B * T * C), dwte = dwte0, dwpe = dwpe0;
+    ASSERT_STATUS_OK(cpu_->EmbeddingForward(HostView(out, {B, T, C}), HostView(tokens, {B, T}),
+                                            HostView(wte, {V, C}), HostView(wpe, {maxT, C}),
+                                            vocab_start));
+    ASSERT_STATUS_OK(cpu_->EmbeddingBackward(HostView(dwte, {V, C}), HostView(dwpe, {maxT, C}),
+                                             HostView(dout, {B, T, C}), HostView(tokens, {B, T}),
+                                             vocab_start));
+
+    auto g_tokens = Ints(tokens, {B, T});
+    auto g_wte = Compute(wte, {V, C}), g_wpe = Compute(wpe, {maxT, C});
+    auto g_out = Compute(std::vector<float>(B * T * C), {B, T, C});
+    auto g_dout = Compute(dout, {B, T, C});
+    auto g_dwte = F32(dwte0, {V, C}), g_dwpe = F32(dwpe0, {maxT, C});
+    ASSERT_STATUS_OK(gpu_->EmbeddingForward(g_out->tensor(), g_tokens->tensor(), g_wte->tensor(),
+                                            g_wpe->tensor(), vocab_start));
+    ASSERT_STATUS_OK(gpu_->EmbeddingBackward(g_dwte->tensor(), g_dwpe->tensor(), g_dout->tensor(),
+                                             g_tokens->tensor(), vocab_start));
+    EXPECT_RELATIVE_ERROR_BELOW(g_out->Download(), out, 1e-2);
+    EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dwte->Download(), dwte0), Minus(dwte, dwte0), 1e-5);
+    EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dwpe->Download(), dwpe0), Minus(dwpe, dwpe0), 1e-5);
+  }
+}
+
+TEST_F(CudaLayersTest, LayerNormForwardAndBackwardMatchCpu) {
+  SCOPED_TRACE(Trace());
+  const int N = 74, C = 200;  // C not a multiple of the warp size
+  std::vector<float> in = Random(N * C, -2.f, 3.f), weight = Random(C, 0.5f, 1.5f),
+                     bias = Random(C), dout = Random(N * C);
+  const std::vector<float> din0 = Random(N * C), dw0 = RandomFloats(C, rng_),
+                           db0 = RandomFloats(C, rng_);
+  std::vector<float> out(N * C), mean(N), rstd(N), din = din0, dw = dw0, db = db0;
+  ASSERT_STATUS_OK(cpu_->LayerNormForward(HostView(out, {N, C}), HostView(mean, {N}),
+                                          HostView(rstd, {N}), HostView(in, {N, C}),
+                                          HostView(weight, {C}), HostView(bias, {C})));
+  ASSERT_STATUS_OK(cpu_->LayerNormBackward(
+      HostView(din, {N, C}), HostView(dw, {C}), HostView(db, {C}), HostView(dout, {N, C}),
+      HostView(in, {N, C}), HostView(weight, {C}), HostView(mean, {N}), HostView(rstd, {N})));
+
+  auto g_in = Compute(in, {N, C}), g_w = Compute(weight, {C}), g_b = Compute(bias, {C});
+  auto g_out = Compute(std::vector<float>(N * C), {N, C});
+  auto g_mean = F32(std::vector<float>(N), {N}), g_rstd = F32(std::vector<float>(N), {N});
+  auto g_dout = Compute(dout, {N, C}), g_din = Compute(din0, {N, C});
+  auto g_dw = F32(dw0, {C}), g_db = F32(db0, {C});
+  ASSERT_STATUS_OK(gpu_->LayerNormForward(g_out->tensor(), g_mean->tensor(), g_rstd->tensor(),
+                                          g_in->tensor(), g_w->tensor(), g_b->tensor()));
+  // Backward from the GPU's own statistics (as in training).
+  ASSERT_STATUS_OK(gpu_->LayerNormBackward(g_din->tensor(), g_dw->tensor(), g_db->tensor(),
+                                           g_dout->tensor(), g_in->tensor(), g_w->tensor(),
+                                           g_mean->tensor(), g_rstd->tensor()));
+  EXPECT_RELATIVE_ERROR_BELOW(g_out->Download(), out, 1e-2);
+  EXPECT_RELATIVE_ERROR_BELOW(g_mean->Download(), mean, 1e-5);
+  EXPECT_RELATIVE_ERROR_BELOW(g_rstd->Download(), rstd, 1e-5);
+  EXPECT_RELATIVE_ERROR_BELOW(Minus(g_din->Download(), din0), Minus(din, din0), 2e-2);
+  EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dw->Download(), dw0), Minus(dw, dw0), 1e-4);
+  EXPECT_RELATIVE_ERROR_BELOW(Minus(g_db->Download(), db0), Minus(db, db0), 1e-5);
+}
+
+TEST_F(CudaLayersTest, AddLayerNormMatchesAddThenLayerNormOnCpu) {
+  SCOPED_TRACE(Trace());
+  const int N = 53, C = 136;
+  std::vector<float> a = Random(N * C), b = Random(N * C), weight = Random(C, 0.5f, 1.5f),
+                     bias = Random(C);
+  // The GPU rounds the residual to bf16 before normalising it: the reference does the same.
+  std::vector<float> residual(N * C);
+  for (int i = 0; i < N * C; ++i) residual[i] = a[i] + b[i];
+  residual = Rounded(residual, gpu_->compute_dtype());
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  ASSERT_STATUS_OK(cpu_->LayerNormForward(HostView(out, {N, C}), HostView(mean, {N}),
+                                          HostView(rstd, {N}), HostView(residual, {N, C}),
+                                          HostView(weight, {C}), HostView(bias, {C})));
+
+  auto g_a = Compute(a, {N, C}), g_b = Compute(b, {N, C});  // residual aliases a
+  auto g_w = Compute(weight, {C}), g_bias = Compute(bias, {C});
+  auto g_out = Compute(std::vector<float>(N * C), {N, C});
+  auto g_mean = F32(std::vector<float>(N), {N}), g_rstd = F32(std::vector<float>(N), {N});
+  ASSERT_STATUS_OK(gpu_->AddLayerNormForward(g_a->tensor(), g_out->tensor(), g_mean->tensor(),
+                                             g_rstd->tensor(), g_a->tensor(), g_b->tensor(),
+                                             g_w->tensor(), g_bias->tensor()));
+  EXPECT_RELATIVE_ERROR_BELOW(g_a->Download(), residual, 1e-6);
+  EXPECT_RELATIVE_ERROR_BELOW(g_out->Download(), out, 1e-2);
+  EXPECT_RELATIVE_ERROR_BELOW(g_rstd->Download(), rstd, 1e-5);
+}
+
+struct MatmulCase {
+  int N, C, OC;
+  bool bias;
+  Activation act;
+};
+
+class CudaMatmulTest : public CudaVsCpuTest,
+                       public ::testing::WithParamInterface<std::tuple<MatmulCase, bool>> {};
+
+TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
+  const MatmulCase c = std::get<0>(GetParam());
+  const bool epilogues = std::get<1>(GetParam());
+  SCOPED_TRACE(Trace() + StrFormat(", N=%d C=%d OC=%d bias=%d gelu=%d epilogues=%d", c.N, c.C, c.OC,
+                                   c.bias, c.act == Activation::kGelu, epilogues));
+  gpu_->set_matmul_epilogues(epilogues);
+  const bool gelu = c.act == Activation::kGelu;
+  const int N = c.N, C = c.C, OC = c.OC;
+  std::vector<float> in = Random(N * C), weight = Random(OC * C, -0.2f, 0.2f),
+                     bias = c.bias ? Random(OC) : std::vector<float>(), dout = Random(N * OC);
+  const std::vector<float> dw0 = RandomFloats(OC * C, rng_), db0 = RandomFloats(OC, rng_);
+  std::vector<float> out(N * OC), pre(N * OC), din(N * C), dw = dw0, db = db0;
+  const Tensor no_tensor;
+  ASSERT_STATUS_OK(cpu_->MatmulForward(
+      HostView(out, {N, OC}), gelu ? HostView(pre, {N, OC}) : no_tensor, HostView(in, {N, C}),
+      HostView(weight, {OC, C}), c.bias ? HostView(bias, {OC}) : no_tensor, c.act));
+  ASSERT_STATUS_OK(cpu_->MatmulBackward(
+      HostView(din, {N, C}), HostView(dw, {OC, C}), c.bias ? HostView(db, {OC}) : no_tensor,
+      HostView(dout, {N, OC}), HostView(in, {N, C}), HostView(weight, {OC, C})));
+
+  auto g_in = Compute(in, {N, C}), g_w = Compute(weight, {OC, C});
+  auto g_bias = c.bias ? Compute(bias, {OC}) : nullptr;
+  auto g_out = Compute(std::vector<float>(N * OC), {N, OC});
+  auto g_pre = Compute(std::vector<float>(N * OC), {N, OC});
+  auto g_dout = Compute(dout, {N, OC}), g_din = Compute(std::vector<float>(N * C), {N, C});
+  auto g_dw = F32(dw0, {OC, C}), g_db = F32(db0, {OC});
+  ASSERT_STATUS_OK(gpu_->MatmulForward(g_out->tensor(), gelu ? g_pre->tensor() : no_tensor,
+                                       g_in->tensor(), g_w->tensor(),
+                                       c.bias ? g_bias->tensor() : no_tensor, c.act));
+  ASSERT_STATUS_OK(gpu_->MatmulBackward(g_din->tensor(), g_dw->tensor(),
+                                        c.bias ? g_db->tensor() : no_tensor, g_dout->tensor(),
+                                        g_in->tensor(), g_w->tensor()));
+  EXPECT_RELATIVE_ERROR_BELOW(g_out->Download(), out, 1e-2);
+  if (gelu) {
+    EXPECT_RELATIVE_ERROR_BELOW(g_pre->Download(), pre, 1e-2);
+  }
+  EXPECT_RELATIVE_ERROR_BELOW(g_din->Download(), din, 1e-2);
+  EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dw->Download(), dw0), Minus(dw, dw0), 1e-3);
+  if (c.bias) {
+    EXPECT_RELATIVE_ERROR_BELOW(Minus(g_db->Download(), db0), Minus(db, db0), 1e-4);
+  }
+  const CudaPathCounts& p = gpu_->path_counts();
+  std::printf(
+      "[matmul paths] N=%d C=%d OC=%d bias=%d gelu=%d epilogues=%d: gelu_epilogue=%d "
+      "gelu_kernel=%d bias_grad_epilogue=%d bias_grad_kernel=%d\n",
+      N, C, OC, c.bias, gelu, epilogues, p.gelu_epilogue, p.gelu_kernel, p.bias_grad_epilogue,
+      p.bias_grad_kernel);
+  if (!epilogues) {
+    EXPECT_EQ(p.gelu_epilogue + p.bias_grad_epilogue, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaMatmulTest,
+    ::testing::Combine(::testing::Values(MatmulCase{74, 96, 136, true, Activation::kGelu},
+                                         MatmulCase{74, 96, 136, false, Activation::kGelu},
+                                         MatmulCase{74, 96, 100, true, Activation::kGelu},
+                                         MatmulCase{74, 96, 136, true, Activation::kNone},
+                                         MatmulCase{37, 64, 257, true, Activation::kNone},
+                                         MatmulCase{130, 72, 384, false, Activation::kNone}),
+                       ::testing::Bool()));
+
+TEST_F(CudaLayersTest, GeluBackwardInPlaceMatchesCpu) {
+  SCOPED_TRACE(Trace());
+  const int n = 4097;
+  std::vector<float> pre = Random(n, -4.f, 4.f), dy = Random(n), dx(n);
+  ASSERT_STATUS_OK(cpu_->GeluBackward(HostView(dx, {n}), HostView(dy, {n}), HostView(pre, {n})));
+  auto g_pre = Compute(pre, {n}), g_dy = Compute(dy, {n});
+  ASSERT_STATUS_OK(gpu_->GeluBackward(g_dy->tensor(), g_dy->tensor(), g_pre->tensor()));
+  EXPECT_RELATIVE_ERROR_BELOW(g_dy->Download(), dx, 1e-2);
+}
+
+TEST_F(CudaLayersTest, ElementwiseOpsMatchHostArithmetic) {
+  SCOPED_TRACE(Trace());
+  const int n = 1000;
+  const std::vector<float> a = Random(n), b = Random(n);
+  const std::vector<float> x = RandomFloats(n, rng_);
+  std::vector<float> sum(n), scaled(n), rounded(n);
+  for (int i = 0; i < n; ++i) {
+    sum[i] = a[i] + b[i];
+    scaled[i] = x[i] * 0.37f;
+    rounded[i] = BF16ToFloat(FloatToBF16(x[i]));
+  }
+  auto g_a = Compute(a, {n}), g_b = Compute(b, {n}), g_out = Compute(std::vector<float>(n), {n});
+  ASSERT_STATUS_OK(gpu_->Add(g_out->tensor(), g_a->tensor(), g_b->tensor()));
+  EXPECT_RELATIVE_ERROR_BELOW(g_out->Download(), sum, 4e-3);
+  ASSERT_STATUS_OK(gpu_->AddInPlace(g_a->tensor(), g_b->tensor()));
+  EXPECT_RELATIVE_ERROR_BELOW(g_a->Download(), sum, 4e-3);
+
+  auto g_x = F32(x, {n}), g_half = Compute(std::vector<float>(n), {n});
+  ASSERT_STATUS_OK(gpu_->Scale(g_x->tensor(), 0.37f));
+  EXPECT_RELATIVE_ERROR_BELOW(g_x->Download(), scaled, 1e-7);
+  g_x = F32(x, {n});
+  ASSERT_STATUS_OK(gpu_->Convert(g_half->tensor(), g_x->tensor()));  // f32 -> bf16 (RNE)
+  EXPECT_EQ(g_half->Download(), rounded);
+  ASSERT_STATUS_OK(gpu_->Convert(g_x->tensor(), g_half->tensor()));  // bf16 -> f32, exact
+  EXPECT_EQ(g_x->Download(), rounded);
+  ASSERT_STATUS_OK(gpu_->Zero(g_x->tensor()));
+  EXPECT_EQ(g_x->Download(), std::vector<float>(n, 0.f));
+}
+
+TEST_F(CudaLayersTest, AllocateIsZeroFilledAndShapeErrorsAreReported) {
+  DeviceBuffer buffer(gpu_.get(), DType::kF32, {12345});
+  ASSERT_STATUS_OK(buffer.status());
+  EXPECT_EQ(buffer.Download(), std::vector<float>(12345, 0.f));
+  // A wrong shape is an error Status naming the op and the tensor, not a crash.
+  auto g_a = Compute(Random(10), {10}), g_b = Compute(Random(11), {11});
+  const Status s = gpu_->Add(g_a->tensor(), g_a->tensor(), g_b->tensor());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("Add"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("b (11)"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace cuda_testing
+}  // namespace trainer

@@ -1,0 +1,122 @@
+// GPU tests of the vocabulary-parallel cross-entropy passes (padding masked, a shard without the
+// target, a shard with no real columns, dlogits written over the logits), AdamW and the sum of
+// squares, against the CPU fp32 backend and a double-precision host loop.
+#include <cmath>
+
+#include "cuda_test_util.h"
+
+namespace trainer {
+namespace cuda_testing {
+namespace {
+
+std::vector<float> Minus(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d[i] = a[i] - b[i];
+  return d;
+}
+
+struct CrossEntropyCase {
+  int N, vocab_local, vocab_start, vocab_size;
+};
+
+class CudaCrossEntropyTest : public CudaVsCpuTest,
+                             public ::testing::WithParamInterface<CrossEntropyCase> {};
+
+TEST_P(CudaCrossEntropyTest, ThreePassesMatchCpu) {
+  const CrossEntropyCase c = GetParam();
+  SCOPED_TRACE(Trace() + StrFormat(", N=%d Vlocal=%d vocab_start=%d vocab_size=%d", c.N,
+                                   c.vocab_local, c.vocab_start, c.vocab_size));
+  const int N = c.N, V = c.vocab_local;
+  std::vector<float> logits = Random(static_cast<size_t>(N) * V, -4.f, 4.f);
+  std::vector<int32_t> targets = RandomInts(N, rng_, 0, c.vocab_size - 1);
+  const float scale = 1.f / N;
+  std::vector<float> row_max(N), sums(2 * N), losses(N), dlogits(static_cast<size_t>(N) * V);
+  ASSERT_STATUS_OK(cpu_->CrossEntropyRowMax(HostView(row_max, {N}), HostView(logits, {N, V}),
+                                            c.vocab_start, c.vocab_size));
+  ASSERT_STATUS_OK(cpu_->CrossEntropySums(HostView(sums, {2, N}), HostView(logits, {N, V}),
+                                          HostView(row_max, {N}), HostView(targets, {N}),
+                                          c.vocab_start, c.vocab_size));
+  const bool has_real_columns = c.vocab_start < c.vocab_size;
+  if (has_real_columns)
+    ASSERT_STATUS_OK(cpu_->CrossEntropyBackward(HostView(losses, {N}), HostView(dlogits, {N, V}),
+                                                HostView(logits, {N, V}), HostView(row_max, {N}),
+                                                HostView(sums, {2, N}), HostView(targets, {N}),
+                                                c.vocab_start, c.vocab_size, scale));
+
+  auto g_logits = Compute(logits, {N, V});
+  auto g_targets = Ints(targets, {N});
+  auto g_max = F32(std::vector<float>(N), {N}), g_sums = F32(std::vector<float>(2 * N), {2, N});
+  auto g_losses = F32(std::vector<float>(N), {N});
+  ASSERT_STATUS_OK(
+      gpu_->CrossEntropyRowMax(g_max->tensor(), g_logits->tensor(), c.vocab_start, c.vocab_size));
+  const std::vector<float> got_max = g_max->Download();
+  if (!has_real_columns) {  // no real column on this shard: -inf, for the max all-reduce
+    for (float m : got_max) EXPECT_EQ(m, -INFINITY);
+    return;
+  }
+  EXPECT_EQ(got_max, row_max);  // a max of the same bf16 values is exact
+  ASSERT_STATUS_OK(gpu_->CrossEntropySums(g_sums->tensor(), g_logits->tensor(), g_max->tensor(),
+                                          g_targets->tensor(), c.vocab_start, c.vocab_size));
+  ASSERT_STATUS_OK(gpu_->CrossEntropyBackward(
+      g_losses->tensor(), g_logits->tensor(), g_logits->tensor(), g_max->tensor(), g_sums->tensor(),
+      g_targets->tensor(), c.vocab_start, c.vocab_size, scale));
+  EXPECT_RELATIVE_ERROR_BELOW(g_sums->Download(), sums, 1e-5);
+  EXPECT_RELATIVE_ERROR_BELOW(g_losses->Download(), losses, 1e-5);
+  const std::vector<float> got_dlogits = g_logits->Download();  // written over the logits
+  EXPECT_RELATIVE_ERROR_BELOW(got_dlogits, dlogits, 1e-2);
+  // Padding columns carry exactly zero gradient.
+  for (int n = 0; n < N; ++n)
+    for (int v = std::max(0, c.vocab_size - c.vocab_start); v < V; ++v)
+      ASSERT_EQ(got_dlogits[static_cast<size_t>(n) * V + v], 0.f) << "row " << n << " col " << v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shards, CudaCrossEntropyTest,
+                         ::testing::Values(CrossEntropyCase{37, 384, 0, 300},       // padded vocab
+                                           CrossEntropyCase{29, 128, 128, 200},     // 2nd shard
+                                           CrossEntropyCase{5, 128, 256, 200},      // all padding
+                                           CrossEntropyCase{3, 50304, 0, 50257}));  // GPT-2
+
+TEST_F(CudaVsCpuTest, AdamWMatchesCpu) {
+  SCOPED_TRACE(Trace());
+  const int n = 5003;
+  const std::vector<float> master0 = RandomFloats(n, rng_), grad = RandomFloats(n, rng_),
+                           m0 = RandomFloats(n, rng_, -0.01f, 0.01f),
+                           v0 = RandomFloats(n, rng_, 0.f, 1e-3f);
+  AdamWParams p;
+  p.lr = 1e-3f;
+  p.weight_decay = 0.1f;
+  p.step = 3;
+  p.grad_scale = 0.5f;
+  std::vector<float> master = master0, m = m0, v = v0, param(n), g = grad;
+  ASSERT_STATUS_OK(cpu_->AdamW(HostView(param, {n}), HostView(master, {n}), HostView(g, {n}),
+                               HostView(m, {n}), HostView(v, {n}), p));
+
+  auto g_param = Compute(std::vector<float>(n), {n});
+  auto g_master = F32(master0, {n}), g_grad = F32(grad, {n}), g_m = F32(m0, {n}),
+       g_v = F32(v0, {n});
+  ASSERT_STATUS_OK(gpu_->AdamW(g_param->tensor(), g_master->tensor(), g_grad->tensor(),
+                               g_m->tensor(), g_v->tensor(), p));
+  EXPECT_RELATIVE_ERROR_BELOW(Minus(g_master->Download(), master0), Minus(master, master0), 1e-4);
+  EXPECT_RELATIVE_ERROR_BELOW(g_m->Download(), m, 1e-6);
+  EXPECT_RELATIVE_ERROR_BELOW(g_v->Download(), v, 1e-6);
+  // The bf16 copy is the updated master rounded to nearest even (a master one f32 ulp away may
+  // round the other way on a tie: the tolerance allows a few such elements, not truncation).
+  EXPECT_RELATIVE_ERROR_BELOW(g_param->Download(), Rounded(master, DType::kBF16), 2e-4);
+}
+
+TEST_F(CudaVsCpuTest, SumSquaresMatchesDoubleLoop) {
+  SCOPED_TRACE(Trace());
+  for (int n : {1, 1000, (1 << 20) + 3}) {
+    const std::vector<float> x = RandomFloats(n, rng_);
+    double want = 0.0;
+    for (float value : x) want += static_cast<double>(value) * value;
+    auto g_x = F32(x, {n});
+    double got = -1.0;
+    ASSERT_STATUS_OK(gpu_->SumSquares(g_x->tensor(), &got));
+    EXPECT_NEAR(got, want, 1e-12 * want) << "n=" << n;
+  }
+}
+
+}  // namespace
+}  // namespace cuda_testing
+}  // namespace trainer
