@@ -32,7 +32,7 @@ check_hello() {
 }
 
 # 1. srun with PMIx: Slurm itself starts the two ranks.
-timeout 60 srun --mpi=pmix -n 2 "$hello" >"$scratch/srun.out" 2>&1 ||
+timeout 30 srun --mpi=pmix -n 2 "$hello" >"$scratch/srun.out" 2>&1 ||
   fail "srun --mpi=pmix -n 2 failed: $(tail -n 5 "$scratch/srun.out")"
 check_hello "$scratch/srun.out" "srun --mpi=pmix -n 2"
 
@@ -45,7 +45,7 @@ cat >"$scratch/hello.sbatch" <<JOB
 echo "job \$SLURM_JOB_ID on \$SLURM_JOB_NODELIST with \$SLURM_NTASKS tasks"
 mpirun --oversubscribe -n 2 "$hello"
 JOB
-job=$(timeout 120 sbatch --wait --parsable "$scratch/hello.sbatch") || fail "sbatch --wait failed (job ${job:-?})"
+job=$(timeout 60 sbatch --wait --parsable "$scratch/hello.sbatch") || fail "sbatch --wait failed (job ${job:-?})"
 log=$scratch/hello-$job.out
 [[ -f $log ]] || fail "sbatch: the job log $log was not written"
 grep -q "^job $job on .* with 2 tasks$" "$log" || fail "sbatch: the job did not see its allocation (see $log)"

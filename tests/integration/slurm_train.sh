@@ -42,15 +42,18 @@ common=(-o Data.train_path="$scratch/data.h5" -o Model.hidden_size=64 -o Model.n
         -o Global.micro_batch_size=4 -o Engine.eval_freq=0 -o Engine.logging_freq=1
         -o Checkpoint.keep_last=0)
 
-# checkpoint_steps DIR: the N of every step-N folder, ascending.
+# checkpoint_steps DIR: the N of every committed step-N folder (N may be zero-padded), ascending.
 checkpoint_steps() {
-  find "$1" -mindepth 1 -maxdepth 1 -name 'step-*' 2>/dev/null | sed -E 's/.*step-([0-9]+)$/\1/' |
-    grep -E '^[0-9]+$' | sort -n
+  local dir name
+  for dir in "$1"/step-*; do
+    name=${dir##*/step-}
+    [[ -d $dir && $name =~ ^[0-9]+$ ]] && echo $((10#$name))
+  done | sort -n
 }
 
 # 1. A plain run with sbatch --wait.
 run1=$scratch/run1
-job=$(timeout 150 sbatch --wait --parsable --ntasks=2 --chdir="$scratch" --output="$scratch/train-%j.out" \
+job=$(timeout 120 sbatch --wait --parsable --ntasks=2 --chdir="$scratch" --output="$scratch/train-%j.out" \
   "$src/slurm/train.sbatch" "$config" "${common[@]}" -o Engine.max_steps=20 -o Engine.save_steps=10 \
   -o Engine.output_dir="$run1")
 rc=$?
@@ -75,7 +78,8 @@ add_cleanup "scancel $job 2>/dev/null"
 
 # Wait until training has logged a few steps, then signal the batch script as Slurm would.
 logged_steps() { { wc -l <"$run2/metrics.jsonl"; } 2>/dev/null || echo 0; }
-for _ in $(seq 1 300); do
+deadline=$((SECONDS + 60))
+while [[ $SECONDS -lt $deadline ]]; do
   [[ $(logged_steps) -ge 3 ]] && break
   job_active "$job" || fail "job $job ended $(job_field "$job" JobState) before it was signalled (see $log)"
   sleep 0.2
@@ -85,7 +89,8 @@ scancel --batch --signal=USR1 "$job" || fail "scancel --signal=USR1 $job failed"
 
 # The requeued job waits for its begin time (Slurm adds about two minutes); once the old step is
 # gone from this node, let it start now.
-for _ in $(seq 1 600); do
+deadline=$((SECONDS + 150))
+while [[ $SECONDS -lt $deadline ]]; do
   state=$(job_field "$job" JobState)
   restarts=$(job_field "$job" Restarts)
   if [[ $state == PENDING && ${restarts:-0} -ge 1 ]] && ! pgrep -f "slurmstepd: \[$job\." >/dev/null; then
@@ -105,5 +110,8 @@ steps=$(checkpoint_steps "$run2/checkpoints")
 preempt_step=$(head -n 1 <<<"$steps")
 [[ $preempt_step -gt 0 && $preempt_step -lt $max_steps ]] ||
   fail "no checkpoint from the preemption (0 < step < $max_steps) in $run2/checkpoints (found: ${steps//$'\n'/ })"
+# metrics.jsonl gets both runs' records: a resumed run does not log step 1 again.
+first_steps=$(grep -cE '"step": ?1[,}]' "$run2/metrics.jsonl")
+[[ $first_steps -eq 1 ]] || fail "step 1 was logged $first_steps times in $run2/metrics.jsonl: the requeued run started over instead of resuming"
 echo "ok: preempted at step $preempt_step, requeued, resumed, finished at step $max_steps"
 echo "PASS"
