@@ -59,32 +59,22 @@ Status Trainer::Restore() {
 
 Status Trainer::OpenData() {
   const int T = config_.model.sequence_length();
-  auto train = TokenDataset::Open(config_.data.train_path, config_.model.vocab_size);
-  if (!train.ok()) return train.status();
-  train_data_ = std::move(train.value());
-  // Without a validation file, the last val_fraction of the samples (at least one) are held out.
-  const int64_t n = train_data_->NumSamples(T);
-  const bool held_out = config_.data.val_path.empty() && config_.data.val_fraction > 0;
-  const int64_t n_val =
-      held_out ? std::max<int64_t>(1, static_cast<int64_t>(n * config_.data.val_fraction)) : 0;
-  train_split_ = {0, n - n_val};
-  if (train_split_.num_samples < config_.global.global_batch_size)
+  // World rank 0 checks every token once; the others rely on ReadSamples' per-sample checks, so
+  // no rank reads more than its own samples.
+  DatasetOpenOptions options;
+  options.scan_tokens = groups_.world_rank == 0;
+  auto opened = OpenDataSources(config_.data, config_.model.vocab_size, T, options);
+  if (!opened.ok()) return opened.status();
+  data_ = std::move(opened.value());
+  if (data_.train.num_samples < config_.global.global_batch_size)
     return DataError(StrFormat(
         "dataset too small (%s, Data.train_path): %lld training samples of %d tokens, fewer than "
         "one global batch of %d. Use more data, or a smaller Global.global_batch_size or "
         "Model.seq_len",
-        config_.data.train_path.c_str(), static_cast<long long>(train_split_.num_samples), T,
+        config_.data.train_path.c_str(), static_cast<long long>(data_.train.num_samples), T,
         config_.global.global_batch_size));
-  sampler_ = std::make_unique<GlobalSampler>(train_split_.num_samples, config_.global.seed);
-  if (config_.data.val_path.empty()) {
-    val_split_ = {n - n_val, n_val};
-    return Status::Ok();
-  }
-  auto val = TokenDataset::Open(config_.data.val_path, config_.model.vocab_size);
-  if (!val.ok()) return val.status();
-  val_data_ = std::move(val.value());
-  val_split_ = {0, val_data_->NumSamples(T)};
-  return val_data_->RequireSamples(T, 1, "Data.val_path");
+  sampler_ = std::make_unique<GlobalSampler>(data_.train.num_samples, config_.global.seed);
+  return Status::Ok();
 }
 
 Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, TokenDataset* data,
@@ -136,7 +126,7 @@ Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
   const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
   const int GB = config_.global.global_batch_size;
   TRAINER_RETURN_IF_ERROR(ReadBatch(sampler_->GlobalBatch(state_.consumed_samples, GB),
-                                    train_data_.get(), train_split_));
+                                    data_.train_file.get(), data_.train));
   TRAINER_RETURN_IF_ERROR(model_->ZeroGradients());
   MicroBatches mb;
   mb.count = config_.gradient_accumulation_steps();
@@ -167,14 +157,14 @@ Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
 Status Trainer::Evaluate(double* val_loss) {
   const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
   const int dp = groups_.topology.dp;
-  if (val_split_.num_samples <= 0) return DataError("no validation samples: set Data.val_path or "
+  if (data_.val_file == nullptr || data_.val.num_samples <= 0) return DataError("no validation samples: set Data.val_path or "
                                         "Data.val_fraction > 0, or Engine.eval_freq=0");
-  TokenDataset* data = val_data_ ? val_data_.get() : train_data_.get();
   double total = 0.0;
   const int iters = config_.engine.eval_iters;
   for (int it = 0; it < iters; ++it) {
     TRAINER_RETURN_IF_ERROR(
-        ReadBatch(ValidationBatch(it, B * dp, val_split_.num_samples), data, val_split_));
+        ReadBatch(ValidationBatch(it, B * dp, data_.val.num_samples), data_.val_file.get(),
+                  data_.val));
     MicroBatches mb;
     mb.count = 1;
     mb.batch = B;

@@ -12,6 +12,7 @@
 #include "common/communicator.h"
 #include "common/parallel_groups.h"
 #include "config/train_config.h"
+#include "data/data_sources.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "engine/metrics.h"
@@ -65,9 +66,8 @@ class Trainer {
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<PipelineStage> pipeline_;
-  std::unique_ptr<TokenDataset> train_data_, val_data_;
+  DataSources data_;
   std::unique_ptr<GlobalSampler> sampler_;
-  DataSplit train_split_, val_split_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::vector<int32_t> inputs_, targets_;  // (GA*B, T) host, this rank's slice
   TrainingState state_;
