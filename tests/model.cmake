@@ -1,0 +1,4 @@
+# The GPT stage as a whole on the CPU backend (initial loss, gradients by finite differences) and
+# the parameter registry (TP shards, stage partition).
+trainer_gtest(model_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/model_test.cpp
+              LIBS trainer_model TIMEOUT 120)
