@@ -93,6 +93,12 @@ Status Trainer::ReduceGradients() {
   if (groups_.topology.dp > 1)
     TRAINER_RETURN_IF_ERROR(groups_.dp->AllReduce(grads.data, static_cast<size_t>(grads.numel()),
                                                   DType::kF32, ReduceOp::kSum));
+  for (const ParameterInfo& p : model_->parameters()) {  // LayerNorms under sequence parallelism
+    if (!p.grad_sum_over_tp) continue;
+    Tensor g = model_->Gradient(p);
+    TRAINER_RETURN_IF_ERROR(groups_.tp->AllReduce(g.data, static_cast<size_t>(g.numel()),
+                                                  DType::kF32, ReduceOp::kSum));
+  }
   if (groups_.embedding != nullptr) {  // tied token embedding on the first and last stage
     const ParameterInfo* wte = model_->Find("transformer.wte.weight");
     Tensor g = model_->Gradient(*wte);
@@ -187,6 +193,9 @@ Status Trainer::Run() {
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
   int window_steps = 0;
+  // Idle share of a 1F1B step: (P - 1) / (M + P - 1) for P stages and M micro-batches.
+  const int P = groups_.topology.pp, M = config_.gradient_accumulation_steps();
+  const double bubble = static_cast<double>(P - 1) / (M + P - 1);
   while (state_.step < e.max_steps) {
     double loss = 0, norm = 0, lr = 0;
     TRAINER_RETURN_IF_ERROR(TrainStep(&loss, &norm, &lr));
@@ -208,7 +217,8 @@ Status Trainer::Run() {
                                                {"tokens_per_s", tokens_per_s},
                                                {"step_ms", 1e3 * window / window_steps},
                                                {"elapsed_s", elapsed},
-                                               {"consumed_samples", state_.consumed_samples}}));
+                                               {"consumed_samples", state_.consumed_samples},
+                                               {"pipeline_bubble", bubble}}));
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;
     }

@@ -25,6 +25,11 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
   m->T_ = seq_len;
   m->num_slots_ = num_slots;
   m->params_ = BuildParameterList(config, partition);
+  if (m->SequenceParallel() && (micro_batch * seq_len) % partition.tp_size != 0)
+    return UsageError(StrFormat(
+        "Model.sequence_parallel splits the %d x %d tokens of a micro-batch over tp_degree=%d "
+        "ranks, which does not divide them. Choose a micro_batch_size*seq_len divisible by %d",
+        micro_batch, seq_len, partition.tp_size, partition.tp_size));
   TRAINER_RETURN_IF_ERROR(m->AllocateBuffers());
   for (int i = 0; i < partition.num_layers; ++i) {
     m->layer_weights_.push_back(m->Weights(partition.first_layer + i, false));
@@ -86,6 +91,7 @@ Status GptModel::AllocateBuffers() {
   const int tp = partition_.tp_size;
   const int64_t Cl = C / tp, Fl = config_.ffn_size() / tp, Vl = config_.padded_vocab() / tp;
   const int64_t heads = config_.num_heads / tp;
+  const int64_t R = SequenceParallel() ? N / tp : N;  // rows of the residual stream here
   const int64_t total = static_cast<int64_t>(TotalLocalElements(params_));
   param_buffer_ = Alloc({total}, cd);
   grad_buffer_ = Alloc({total}, DType::kF32);
@@ -93,32 +99,37 @@ Status GptModel::AllocateBuffers() {
   for (Slot& s : slots_) {
     s.tokens = Alloc({B, T}, DType::kI32);
     s.targets = Alloc({B, T}, DType::kI32);
-    s.input = Alloc({B, T, C}, cd);
+    s.input = Alloc({R, C}, cd);
     for (int l = 0; l < partition_.num_layers; ++l) {
       auto* a = new BlockActivations();
       s.blocks.push_back(a);
       a->ln1_out = Alloc({B, T, C}, cd);
-      a->ln1_mean = Alloc({N}, DType::kF32);
-      a->ln1_rstd = Alloc({N}, DType::kF32);
+      a->ln1_mean = Alloc({R}, DType::kF32);
+      a->ln1_rstd = Alloc({R}, DType::kF32);
       a->qkv = Alloc({B, T, 3 * Cl}, cd);
       a->att_out = Alloc({B, T, Cl}, cd);
       a->att_stats = Alloc({B, heads, T}, DType::kF32);
-      a->residual_mid = Alloc({B, T, C}, cd);
+      a->residual_mid = Alloc({R, C}, cd);
       a->ln2_out = Alloc({B, T, C}, cd);
-      a->ln2_mean = Alloc({N}, DType::kF32);
-      a->ln2_rstd = Alloc({N}, DType::kF32);
+      a->ln2_mean = Alloc({R}, DType::kF32);
+      a->ln2_rstd = Alloc({R}, DType::kF32);
       a->fc_pre = Alloc({B, T, Fl}, cd);
       a->fc_out = Alloc({B, T, Fl}, cd);
-      a->residual_out = Alloc({B, T, C}, cd);
+      a->residual_out = Alloc({R, C}, cd);
     }
     if (partition_.last_stage()) {
       s.lnf_out = Alloc({N, C}, cd);
-      s.lnf_mean = Alloc({N}, DType::kF32);
-      s.lnf_rstd = Alloc({N}, DType::kF32);
+      s.lnf_mean = Alloc({R}, DType::kF32);
+      s.lnf_rstd = Alloc({R}, DType::kF32);
     }
   }
   scratch_.proj = Alloc({B, T, C}, cd);
-  scratch_.dresidual = Alloc({B, T, C}, cd);
+  scratch_.dresidual = Alloc({R, C}, cd);
+  if (SequenceParallel()) {
+    scratch_.rows = Alloc({R, C}, cd);
+    scratch_.ln_rows = Alloc({R, C}, cd);
+    scratch_.dres_all = Alloc({B, T, C}, cd);
+  }
   scratch_.dln = Alloc({B, T, C}, cd);
   scratch_.dqkv = Alloc({B, T, 3 * Cl}, cd);
   scratch_.datt = Alloc({B, T, Cl}, cd);
@@ -161,11 +172,6 @@ Tensor GptModel::StageOutput(int slot) const {
 }
 Tensor GptModel::OutputGradient() const { return scratch_.dresidual; }
 
-Status GptModel::TpAllReduce(Tensor t) {
-  if (tp_ == nullptr || tp_->size() == 1) return Status::Ok();
-  return tp_->AllReduce(t.data, static_cast<size_t>(t.numel()), t.dtype, ReduceOp::kSum);
-}
-
 BlockWeights GptModel::Weights(int layer, bool gradients) const {
   auto get = [&](const char* name) { return gradients ? G(name, layer) : P(name, layer); };
   BlockWeights w;
@@ -189,7 +195,9 @@ BlockContext GptModel::Context() const {
   ctx.backend = backend_;
   ctx.tp = tp_;
   ctx.local_heads = config_.num_heads / partition_.tp_size;
-  ctx.scratch = {scratch_.proj, scratch_.dln, scratch_.dqkv, scratch_.datt, scratch_.dfc};
+  ctx.sequence_parallel = SequenceParallel();
+  ctx.scratch = {scratch_.proj, scratch_.dln,  scratch_.dqkv,    scratch_.datt,
+                 scratch_.dfc,  scratch_.rows, scratch_.ln_rows, scratch_.dres_all};
   return ctx;
 }
 
@@ -200,10 +208,16 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
   if (partition_.first_stage()) {
     TRAINER_RETURN_IF_ERROR(backend_->CopyToDevice(s.tokens.data, tokens, token_bytes));
     const bool add_positions = partition_.tp_rank == 0;  // once, before the all-reduce
+    const BlockContext ctx = Context();
+    // Vocabulary-parallel: each TP rank embeds the tokens of its rows of wte, then the sum.
+    const Tensor embedded = SequenceParallel() ? scratch_.proj : s.input;
     TRAINER_RETURN_IF_ERROR(backend_->EmbeddingForward(
-        s.input, s.tokens, P("transformer.wte.weight"),
+        embedded, s.tokens, P("transformer.wte.weight"),
         add_positions ? P("transformer.wpe.weight") : Tensor(), VocabStart()));
-    TRAINER_RETURN_IF_ERROR(TpAllReduce(s.input));
+    Tensor summed;
+    TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, embedded, &summed));
+    if (summed.data != s.input.data)
+      TRAINER_RETURN_IF_ERROR(backend_->CopyDeviceToDevice(s.input.data, summed.data, summed.bytes()));
   }
   const BlockContext ctx = Context();
   Tensor x = s.input;
@@ -213,9 +227,11 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
   }
   if (!partition_.last_stage()) return Status::Ok();
   last_forward_slot_ = slot;
-  TRAINER_RETURN_IF_ERROR(backend_->LayerNormForward(s.lnf_out, s.lnf_mean, s.lnf_rstd, x,
+  const Tensor ln = RowBlockTarget(ctx, s.lnf_out);
+  TRAINER_RETURN_IF_ERROR(backend_->LayerNormForward(ln, s.lnf_mean, s.lnf_rstd, x,
                                                      P("transformer.ln_f.weight"),
                                                      P("transformer.ln_f.bias")));
+  TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, s.lnf_out));
   const Tensor wte = P("transformer.wte.weight");
   TRAINER_RETURN_IF_ERROR(
       backend_->MatmulForward(scratch_.logits, Tensor(), s.lnf_out, wte, Tensor(),
@@ -264,10 +280,11 @@ Status GptModel::Backward(int slot) {
     TRAINER_RETURN_IF_ERROR(backend_->MatmulBackward(scratch_.dln, G("transformer.wte.weight"),
                                                      Tensor(), scratch_.logits, s.lnf_out,
                                                      P("transformer.wte.weight")));
-    TRAINER_RETURN_IF_ERROR(TpAllReduce(scratch_.dln));
+    Tensor dln;
+    TRAINER_RETURN_IF_ERROR(ReduceRows(Context(), scratch_.dln, &dln));
     TRAINER_RETURN_IF_ERROR(backend_->Zero(dres));
     TRAINER_RETURN_IF_ERROR(backend_->LayerNormBackward(
-        dres, G("transformer.ln_f.weight"), G("transformer.ln_f.bias"), scratch_.dln, x,
+        dres, G("transformer.ln_f.weight"), G("transformer.ln_f.bias"), dln, x,
         P("transformer.ln_f.weight"), s.lnf_mean, s.lnf_rstd));
   }
   const BlockContext ctx = Context();
@@ -279,8 +296,10 @@ Status GptModel::Backward(int slot) {
   if (partition_.first_stage()) {
     // Every TP rank computes the (replicated) position-embedding gradient from the replicated
     // dres, so the replicas stay equal.
+    const Tensor dres_all = SequenceParallel() ? scratch_.dres_all : dres;
+    TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dres, dres_all));
     TRAINER_RETURN_IF_ERROR(backend_->EmbeddingBackward(G("transformer.wte.weight"),
-                                                        G("transformer.wpe.weight"), dres,
+                                                        G("transformer.wpe.weight"), dres_all,
                                                         s.tokens, VocabStart()));
   }
   return Status::Ok();

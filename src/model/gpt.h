@@ -57,15 +57,17 @@ class GptModel {
   // Replace this rank's parameters from a host f32 flat array in buffer order.
   Status SetParameters(const std::vector<float>& flat);
 
-  Tensor StageInput(int slot) const;   // (B,T,C) compute dtype
-  Tensor StageOutput(int slot) const;  // (B,T,C) compute dtype, residual stream after the stage
-  Tensor OutputGradient() const;       // (B,T,C) compute dtype, shared by all slots
+  // The residual stream between stages: (B*T, C), or this rank's (B*T/tp, C) rows with
+  // Model.sequence_parallel; compute dtype.
+  Tensor StageInput(int slot) const;
+  Tensor StageOutput(int slot) const;  // after the stage's last block
+  Tensor OutputGradient() const;       // shared by all slots
 
  private:
   GptModel() = default;
   Status AllocateBuffers();
   Tensor Alloc(std::initializer_list<int64_t> shape, DType dtype);
-  Status TpAllReduce(Tensor t);
+  bool SequenceParallel() const { return config_.sequence_parallel && partition_.tp_size > 1; }
   Status CrossEntropy(Tensor targets, float dloss_scale);
   int VocabStart() const { return partition_.tp_rank * config_.padded_vocab() / partition_.tp_size; }
   BlockWeights Weights(int layer, bool gradients) const;
@@ -101,6 +103,7 @@ class GptModel {
     Tensor losses;      // (B,T) f32
     Tensor row_max;     // (B*T) f32
     Tensor sums;        // (2, B*T) f32
+    Tensor rows, ln_rows, dres_all;  // sequence parallelism (see BlockScratch)
   } scratch_;
   std::vector<float> host_losses_;
   int last_forward_slot_ = -1;

@@ -51,6 +51,8 @@ std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
     p.shard = kind;
     p.weight_decay = decay;
     p.canonical = kind != ShardKind::kReplicated || part.tp_rank == 0;
+    p.grad_sum_over_tp = model.sequence_parallel && tp > 1 &&
+                         p.name.find(".ln_") != std::string::npos;
     list.push_back(std::move(p));
   };
   const bool tied_copy = part.last_stage() && !part.first_stage();

@@ -45,6 +45,9 @@ struct ParameterInfo {
   // True for the last stage's copy of transformer.wte.weight (the LM head) when pp_size > 1:
   // its gradient is summed with stage 0's over the embedding group.
   bool tied_copy = false;
+  // True for LayerNorm parameters under sequence parallelism: each TP rank sees only its rows, so
+  // their gradients are summed over the TP group before the optimizer step.
+  bool grad_sum_over_tp = false;
 
   int64_t local_numel() const {
     int64_t n = 1;

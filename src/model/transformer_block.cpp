@@ -4,67 +4,91 @@
 namespace trainer {
 namespace {
 
-// Sum the partial results of a row-parallel linear (or the input gradient of a column-parallel
-// one) over the TP group.
-Status ReduceOverTp(const BlockContext& ctx, Tensor t) {
-  if (ctx.tp == nullptr || ctx.tp->size() == 1) return Status::Ok();
-  return ctx.tp->AllReduce(t.data, static_cast<size_t>(t.numel()), t.dtype, ReduceOp::kSum);
-}
+bool Parallel(const BlockContext& ctx) { return ctx.tp != nullptr && ctx.tp->size() > 1; }
+bool SequenceParallel(const BlockContext& ctx) { return Parallel(ctx) && ctx.sequence_parallel; }
 
-// The bias of a row-parallel linear is added once: by TP rank 0, before the all-reduce.
+// The bias of a row-parallel linear is added once: by TP rank 0, before the all-reduce (or
+// reduce-scatter).
 Tensor RowParallelBias(const BlockContext& ctx, Tensor bias) {
   return (ctx.tp == nullptr || ctx.tp->rank() == 0) ? bias : Tensor();
 }
 
 }  // namespace
 
+Tensor RowBlockTarget(const BlockContext& ctx, Tensor all_rows) {
+  return SequenceParallel(ctx) ? ctx.scratch.ln_rows : all_rows;
+}
+
+Status GatherRows(const BlockContext& ctx, Tensor row_block, Tensor all_rows) {
+  if (!SequenceParallel(ctx)) return Status::Ok();
+  return ctx.tp->AllGather(row_block.data, all_rows.data, static_cast<size_t>(row_block.numel()),
+                           row_block.dtype);
+}
+
+Status ReduceRows(const BlockContext& ctx, Tensor partial, Tensor* out) {
+  *out = partial;
+  if (!Parallel(ctx)) return Status::Ok();
+  const size_t n = static_cast<size_t>(partial.numel());
+  if (!SequenceParallel(ctx)) return ctx.tp->AllReduce(partial.data, n, partial.dtype, ReduceOp::kSum);
+  *out = ctx.scratch.rows;
+  return ctx.tp->ReduceScatter(partial.data, out->data, n / ctx.tp->size(), partial.dtype);
+}
+
 Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x,
                     BlockActivations* a) {
   Backend* be = ctx.backend;
   const BlockScratch& s = ctx.scratch;
+  Tensor summed;
   // Attention half.
-  TRAINER_RETURN_IF_ERROR(
-      be->LayerNormForward(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b));
+  Tensor ln = RowBlockTarget(ctx, a->ln1_out);
+  TRAINER_RETURN_IF_ERROR(be->LayerNormForward(ln, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b));
+  TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, a->ln1_out));
   TRAINER_RETURN_IF_ERROR(
       be->MatmulForward(a->qkv, Tensor(), a->ln1_out, w.attn_w, w.attn_b, Activation::kNone));
   TRAINER_RETURN_IF_ERROR(be->AttentionForward(a->att_out, a->att_stats, a->qkv, ctx.local_heads));
   TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->att_out, w.proj_w,
                                             RowParallelBias(ctx, w.proj_b), Activation::kNone));
-  TRAINER_RETURN_IF_ERROR(ReduceOverTp(ctx, s.proj));
-  TRAINER_RETURN_IF_ERROR(be->AddLayerNormForward(a->residual_mid, a->ln2_out, a->ln2_mean,
-                                                  a->ln2_rstd, x, s.proj, w.ln2_w, w.ln2_b));
+  TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
+  ln = RowBlockTarget(ctx, a->ln2_out);
+  TRAINER_RETURN_IF_ERROR(be->AddLayerNormForward(a->residual_mid, ln, a->ln2_mean, a->ln2_rstd,
+                                                  x, summed, w.ln2_w, w.ln2_b));
+  TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, a->ln2_out));
   // MLP half.
   TRAINER_RETURN_IF_ERROR(
       be->MatmulForward(a->fc_out, a->fc_pre, a->ln2_out, w.fc_w, w.fc_b, Activation::kGelu));
   TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->fc_out, w.fcproj_w,
                                             RowParallelBias(ctx, w.fcproj_b), Activation::kNone));
-  TRAINER_RETURN_IF_ERROR(ReduceOverTp(ctx, s.proj));
-  return be->Add(a->residual_out, a->residual_mid, s.proj);
+  TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
+  return be->Add(a->residual_out, a->residual_mid, summed);
 }
 
 Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
                      Tensor x, const BlockActivations& a, Tensor dresidual) {
   Backend* be = ctx.backend;
   const BlockScratch& s = ctx.scratch;
+  // The row-parallel linears need the gradient of every row; their bias gradient is then the
+  // same on every TP rank, so the replicas of the bias stay equal.
+  const Tensor dres_all = SequenceParallel(ctx) ? s.dres_all : dresidual;
+  Tensor dln;
   // MLP half: residual_out = residual_mid + fcproj(gelu(fc(ln2(residual_mid)))).
-  // The row-parallel bias gradient is computed on every TP rank (dresidual is replicated), so the
-  // replicas of the bias stay equal.
+  TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.dfc, g.fcproj_w, g.fcproj_b, dresidual, a.fc_out, w.fcproj_w));
+      be->MatmulBackward(s.dfc, g.fcproj_w, g.fcproj_b, dres_all, a.fc_out, w.fcproj_w));
   TRAINER_RETURN_IF_ERROR(be->GeluBackward(s.dfc, s.dfc, a.fc_pre));
   TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfc, a.ln2_out, w.fc_w));
-  TRAINER_RETURN_IF_ERROR(ReduceOverTp(ctx, s.dln));
-  TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln2_w, g.ln2_b, s.dln,
-                                                a.residual_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd));
+  TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
+  TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln2_w, g.ln2_b, dln, a.residual_mid,
+                                                w.ln2_w, a.ln2_mean, a.ln2_rstd));
   // Attention half: residual_mid = x + proj(attention(c_attn(ln1(x)))).
+  TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.datt, g.proj_w, g.proj_b, dresidual, a.att_out, w.proj_w));
+      be->MatmulBackward(s.datt, g.proj_w, g.proj_b, dres_all, a.att_out, w.proj_w));
   TRAINER_RETURN_IF_ERROR(
       be->AttentionBackward(s.dqkv, s.datt, a.qkv, a.att_out, a.att_stats, ctx.local_heads));
   TRAINER_RETURN_IF_ERROR(
       be->MatmulBackward(s.dln, g.attn_w, g.attn_b, s.dqkv, a.ln1_out, w.attn_w));
-  TRAINER_RETURN_IF_ERROR(ReduceOverTp(ctx, s.dln));
-  return be->LayerNormBackward(dresidual, g.ln1_w, g.ln1_b, s.dln, x, w.ln1_w, a.ln1_mean,
+  TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
+  return be->LayerNormBackward(dresidual, g.ln1_w, g.ln1_b, dln, x, w.ln1_w, a.ln1_mean,
                                a.ln1_rstd);
 }
 

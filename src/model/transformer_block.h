@@ -2,6 +2,10 @@
 // c_attn and c_fc are column-parallel (this rank's heads / FFN columns), the two c_proj are
 // row-parallel and followed by an all-reduce over the TP group (one forward and one backward
 // all-reduce per block half, as in Megatron-LM).
+//
+// With sequence parallelism the residual stream and the LayerNorms hold only this rank's block of
+// the B*T rows (N/tp); the LayerNorm output is all-gathered before the column-parallel linear and
+// the row-parallel output is reduce-scattered (instead of all-reduced) back to row blocks.
 #pragma once
 
 #include "common/communicator.h"
@@ -20,30 +24,45 @@ struct BlockWeights {
 };
 
 // What the backward pass needs from the forward pass of one block and one micro-batch.
+// R = rows of the residual stream on this rank: B*T, or B*T/tp with sequence parallelism.
 struct BlockActivations {
-  Tensor ln1_out, ln1_mean, ln1_rstd;  // (B,T,C), (B*T), (B*T)
+  Tensor ln1_out, ln1_mean, ln1_rstd;  // (B,T,C) all rows, (R), (R)
   Tensor qkv;                          // (B,T,3C/tp)
   Tensor att_out, att_stats;           // (B,T,C/tp), (B,NH/tp,T)
-  Tensor residual_mid;                 // (B,T,C) x + attention
-  Tensor ln2_out, ln2_mean, ln2_rstd;  // (B,T,C), (B*T), (B*T)
+  Tensor residual_mid;                 // (R,C) x + attention
+  Tensor ln2_out, ln2_mean, ln2_rstd;  // (B,T,C) all rows, (R), (R)
   Tensor fc_pre, fc_out;               // (B,T,F/tp) before and after GELU
-  Tensor residual_out;                 // (B,T,C) residual_mid + MLP
+  Tensor residual_out;                 // (R,C) residual_mid + MLP
 };
 
 struct BlockScratch {
-  Tensor proj;  // (B,T,C)
-  Tensor dln;   // (B,T,C)
-  Tensor dqkv;  // (B,T,3C/tp)
-  Tensor datt;  // (B,T,C/tp)
-  Tensor dfc;   // (B,T,F/tp)
+  Tensor proj;      // (B,T,C)
+  Tensor dln;       // (B,T,C)
+  Tensor dqkv;      // (B,T,3C/tp)
+  Tensor datt;      // (B,T,C/tp)
+  Tensor dfc;       // (B,T,F/tp)
+  // Sequence parallelism only:
+  Tensor rows;      // (R,C) a reduce-scattered projection or gradient
+  Tensor ln_rows;   // (R,C) a LayerNorm output before its all-gather
+  Tensor dres_all;  // (B,T,C) the all-gathered residual gradient
 };
 
 struct BlockContext {
   Backend* backend;
   Communicator* tp;
   int local_heads;
+  bool sequence_parallel;
   BlockScratch scratch;
 };
+
+// Sequence-parallel plumbing, shared with the embedding and the LM head (gpt.cpp).
+// LayerNorm target: scratch.ln_rows with sequence parallelism, else `all_rows` itself.
+Tensor RowBlockTarget(const BlockContext& ctx, Tensor all_rows);
+// all_rows = the row blocks of every TP rank (all-gather); nothing without sequence parallelism.
+Status GatherRows(const BlockContext& ctx, Tensor row_block, Tensor all_rows);
+// Sums a partial (B,T,C) over the TP group: into *out = scratch.rows (reduce-scatter) with
+// sequence parallelism, else in place (all-reduce, *out = partial).
+Status ReduceRows(const BlockContext& ctx, Tensor partial, Tensor* out);
 
 // x (B,T,C) -> act.residual_out.
 Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x,

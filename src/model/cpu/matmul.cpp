@@ -7,7 +7,7 @@
 // each kTileCols-wide panel packs B (zero-padded) and runs the kTileRows x kTileCols register
 // tile over the chunk. The sum for each element runs in increasing k from its initial value
 // whatever the blocking, so results do not depend on the number of threads. The task function is
-// compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time (target_clones).
+// compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time (simd.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -16,13 +16,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
 #include "model/cpu/op_checks.h"
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TRAINER_CPU_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define TRAINER_CPU_CLONES
-#endif
+#include "model/cpu/simd.h"
 
 namespace trainer {
 namespace cpu {

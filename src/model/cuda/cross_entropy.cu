@@ -17,14 +17,39 @@ __device__ __forceinline__ int RealColumns(int vocab_local, int vocab_start, int
   return real < 0 ? 0 : (real > vocab_local ? vocab_local : real);
 }
 
+// Logits move in 16-byte packs (8 bf16 or 4 f32) where the row is aligned, the rest one by one.
+template <typename T>
+constexpr int kPack = 16 / sizeof(T);
+
+__device__ __forceinline__ bool Aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Calls f(c, logit) for every column c < count of `row` (this thread's share).
+template <typename T, typename F>
+__device__ __forceinline__ void ForEachColumn(const T* row, int count, F&& f) {
+  int begin = 0;
+  if (Aligned16(row)) {
+    const int packs = count / kPack<T>;
+    for (int i = threadIdx.x; i < packs; i += blockDim.x) {
+      int4 raw = reinterpret_cast<const int4*>(row)[i];
+      const T* values = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) f(i * kPack<T> + k, ToFloat(values[k]));
+    }
+    begin = packs * kPack<T>;
+  }
+  for (int c = begin + threadIdx.x; c < count; c += blockDim.x) f(c, ToFloat(row[c]));
+}
+
 template <typename T>
 __global__ void RowMaxKernel(float* row_max, const T* logits, int vocab_local, int vocab_start,
                              int vocab_size) {
   __shared__ float scratch[kWarpSize];
   const T* row = logits + (int64_t)blockIdx.x * vocab_local;
-  const int real = RealColumns(vocab_local, vocab_start, vocab_size);
   float m = -INFINITY;
-  for (int c = threadIdx.x; c < real; c += blockDim.x) m = fmaxf(m, ToFloat(row[c]));
+  ForEachColumn(row, RealColumns(vocab_local, vocab_start, vocab_size),
+                [&](int, float x) { m = fmaxf(m, x); });
   m = BlockMax(m, scratch);
   if (threadIdx.x == 0) row_max[blockIdx.x] = m;
 }
@@ -41,7 +66,7 @@ __global__ void SumsKernel(float* sums, const T* logits, const float* row_max,
   const int real = RealColumns(vocab_local, vocab_start, vocab_size);
   const float m = row_max[n];
   float sum = 0.f;
-  for (int c = threadIdx.x; c < real; c += blockDim.x) sum += expf(ToFloat(row[c]) - m);
+  ForEachColumn(row, real, [&](int, float x) { sum += expf(x - m); });
   sum = BlockSum(sum, scratch);
   if (threadIdx.x == 0) {
     const int t = targets[n] - vocab_start;
@@ -66,11 +91,24 @@ __global__ void BackwardKernel(float* losses, T* dlogits, const T* logits, const
   const int real = RealColumns(vocab_local, vocab_start, vocab_size);
   const int t = targets[n] - vocab_start;
   const float inv_sum = 1.f / sum;
-  for (int c = threadIdx.x; c < vocab_local; c += blockDim.x) {
-    float g = 0.f;
-    if (c < real) g = dloss_scale * (expf(ToFloat(row[c]) - m) * inv_sum - (c == t ? 1.f : 0.f));
-    drow[c] = FromFloat<T>(g);
+  auto grad = [&](int c, float x) {
+    return c < real ? dloss_scale * (expf(x - m) * inv_sum - (c == t ? 1.f : 0.f)) : 0.f;
+  };
+  int begin = 0;
+  if (Aligned16(row) && Aligned16(drow)) {
+    const int packs = vocab_local / kPack<T>;
+    for (int i = threadIdx.x; i < packs; i += blockDim.x) {
+      int4 raw = reinterpret_cast<const int4*>(row)[i];
+      T* values = reinterpret_cast<T*>(&raw);
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k)
+        values[k] = FromFloat<T>(grad(i * kPack<T> + k, ToFloat(values[k])));
+      reinterpret_cast<int4*>(drow)[i] = raw;
+    }
+    begin = packs * kPack<T>;
   }
+  for (int c = begin + threadIdx.x; c < vocab_local; c += blockDim.x)
+    drow[c] = FromFloat<T>(grad(c, ToFloat(row[c])));
 }
 
 }  // namespace

@@ -29,12 +29,22 @@ __global__ void ColumnSumsPartialKernel(float* partials, const T* x, int64_t N, 
   }
 }
 
+// out[c] += sum over chunks of partials[r][c]. Block (32 columns x 8 chunk lanes): each lane sums
+// every 8th chunk, then the lanes are added in a fixed order (deterministic, many loads in flight).
 __global__ void AddPartialsKernel(float* out, const float* partials, int chunks, int count) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= count) return;
+  __shared__ float shared[kRowLanes][kWarpSize + 1];
+  const int c = blockIdx.x * kWarpSize + threadIdx.x;
   float sum = 0.f;
-  for (int r = 0; r < chunks; ++r) sum += partials[(int64_t)r * count + c];
-  out[c] += sum;
+  if (c < count) {
+#pragma unroll 4
+    for (int r = threadIdx.y; r < chunks; r += kRowLanes) sum += partials[(int64_t)r * count + c];
+  }
+  shared[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < count) {
+    for (int y = 1; y < kRowLanes; ++y) sum += shared[y][threadIdx.x];
+    out[c] += sum;
+  }
 }
 
 // Stage 1: each block writes the sum of squares of its grid-stride share as one double.
@@ -57,11 +67,14 @@ __global__ void SumSquaresPartialKernel(const float* x, int64_t n, double* parti
   }
 }
 
-// Stage 2: one thread adds the partials in order (at most kSumSquaresPartials of them).
+// Stage 2: one warp adds the partials (at most kSumSquaresPartials), lane-strided then by a
+// fixed shuffle tree, so the result does not depend on timing.
 __global__ void SumPartialsKernel(const double* partials, int count, double* result) {
   double total = 0.0;
-  for (int i = 0; i < count; ++i) total += partials[i];
-  *result = total;
+  for (int i = threadIdx.x; i < count; i += kWarpSize) total += partials[i];
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    total += __shfl_xor_sync(0xffffffffu, total, offset);
+  if (threadIdx.x == 0) *result = total;
 }
 
 }  // namespace
@@ -82,9 +95,8 @@ cudaError_t LaunchColumnSumsPartial(DType dtype, float* partials, const void* x,
 
 cudaError_t LaunchAddPartials(float* out, const float* partials, int chunks, int count,
                               cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  AddPartialsKernel<<<CeilDiv(count, kThreads), kThreads, 0, stream>>>(out, partials, chunks,
-                                                                       count);
+  const dim3 block(kWarpSize, kRowLanes);
+  AddPartialsKernel<<<CeilDiv(count, kWarpSize), block, 0, stream>>>(out, partials, chunks, count);
   return cudaGetLastError();
 }
 
@@ -94,7 +106,7 @@ cudaError_t LaunchSumSquares(const float* x, int64_t n, double* partials, double
   int64_t blocks = (n + kThreads - 1) / kThreads;
   blocks = blocks < 1 ? 1 : (blocks > kSumSquaresPartials ? kSumSquaresPartials : blocks);
   SumSquaresPartialKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, partials);
-  SumPartialsKernel<<<1, 1, 0, stream>>>(partials, static_cast<int>(blocks), result);
+  SumPartialsKernel<<<1, kWarpSize, 0, stream>>>(partials, static_cast<int>(blocks), result);
   return cudaGetLastError();
 }
 
