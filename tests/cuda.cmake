@@ -9,5 +9,6 @@ if(TRAINER_WITH_CUDA)
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_layers_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_attention_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_loss_optimizer_test.cpp
+                        ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_perf_test.cpp
                 LIBS trainer_model LABELS gpu TIMEOUT 300)
 endif()

@@ -71,9 +71,10 @@ TEST_P(CudaCrossEntropyTest, ThreePassesMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, CudaCrossEntropyTest,
-                         ::testing::Values(CrossEntropyCase{37, 384, 0, 300},       // padded vocab
-                                           CrossEntropyCase{29, 128, 128, 200},     // 2nd shard
-                                           CrossEntropyCase{5, 128, 256, 200},      // all padding
+                         ::testing::Values(CrossEntropyCase{37, 384, 0, 300},    // padded vocab
+                                           CrossEntropyCase{29, 128, 128, 200},  // 2nd shard
+                                           CrossEntropyCase{7, 301, 0, 290},     // unaligned rows
+                                           CrossEntropyCase{5, 128, 256, 200},   // all padding
                                            CrossEntropyCase{3, 50304, 0, 50257}));  // GPT-2
 
 TEST_F(CudaVsCpuTest, AdamWMatchesCpu) {
