@@ -45,8 +45,10 @@ Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_
   std::vector<hsize_t> dims(shape.begin(), shape.end()), chunk(dims);
   // Chunks of at most ~1 Mi elements (whole rows for 2-D tensors).
   const hsize_t limit = hsize_t{1} << 20;
-  if (rank == 1) chunk[0] = std::max<hsize_t>(1, std::min(dims[0], limit));
-  else chunk[0] = std::max<hsize_t>(1, std::min(dims[0], limit / std::max<hsize_t>(1, dims[1])));
+  if (rank == 1)
+    chunk[0] = std::max<hsize_t>(1, std::min(dims[0], limit));
+  else
+    chunk[0] = std::max<hsize_t>(1, std::min(dims[0], limit / std::max<hsize_t>(1, dims[1])));
   Hdf5Handle space, plist, dataset;
   HDF5_CHECK(space.Reset(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose));
   HDF5_CHECK(plist.Reset(H5Pcreate(H5P_DATASET_CREATE), H5Pclose));
@@ -55,8 +57,8 @@ Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_
   Hdf5Handle lcpl;
   HDF5_CHECK(lcpl.Reset(H5Pcreate(H5P_LINK_CREATE), H5Pclose));
   HDF5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1));
-  HDF5_CHECK(dataset.Reset(H5Dcreate2(file, path.c_str(), H5T_IEEE_F32LE, space.get(),
-                                      lcpl.get(), plist.get(), H5P_DEFAULT),
+  HDF5_CHECK(dataset.Reset(H5Dcreate2(file, path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(),
+                                      plist.get(), H5P_DEFAULT),
                            H5Dclose));
   HDF5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
   HDF5_CHECK(dataset.Close());
@@ -83,11 +85,10 @@ Status ReadBlock(hid_t dataset, const std::vector<hsize_t>& start,
   HDF5_CHECK(file_space.Reset(H5Dget_space(dataset), H5Sclose));
   HDF5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
                                  count.data(), nullptr));
-  HDF5_CHECK(mem_space.Reset(H5Screate_simple(static_cast<int>(count.size()), count.data(),
-                                              nullptr),
-                             H5Sclose));
-  HDF5_CHECK(H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT,
-                     out));
+  HDF5_CHECK(mem_space.Reset(
+      H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose));
+  HDF5_CHECK(
+      H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT, out));
   return Status::Ok();
 }
 }  // namespace
@@ -115,7 +116,8 @@ Status ReadShard(hid_t file, const std::string& path, const ParameterInfo& p, in
       count[0] = rows;
       for (hsize_t part = 0; part < 3; ++part) {
         start[0] = part * third + rows * tp_rank;
-        TRAINER_RETURN_IF_ERROR(ReadBlock(dataset.get(), start, count, local + part * rows * row_len));
+        TRAINER_RETURN_IF_ERROR(
+            ReadBlock(dataset.get(), start, count, local + part * rows * row_len));
       }
       return Status::Ok();
     }

@@ -13,13 +13,15 @@ namespace {
 Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
   SilenceHdf5Errors();
   if (!PathExists(file))
-    return CheckpointError(StrFormat("checkpoint file %s does not exist. Pass a step folder "
-                                     "(e.g. %s/step-00000100) or --resume auto",
-                                     file.c_str(), ParentDirectory(ParentDirectory(file)).c_str()));
+    return CheckpointError(
+        StrFormat("checkpoint file %s does not exist. Pass a step folder "
+                  "(e.g. %s/step-00000100) or --resume auto",
+                  file.c_str(), ParentDirectory(ParentDirectory(file)).c_str()));
   if (handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose) < 0)
-    return CheckpointError(StrFormat("cannot open checkpoint %s: %s. The file is not a readable "
-                                     "HDF5 checkpoint",
-                                     file.c_str(), Hdf5ErrorText().c_str()));
+    return CheckpointError(
+        StrFormat("cannot open checkpoint %s: %s. The file is not a readable "
+                  "HDF5 checkpoint",
+                  file.c_str(), Hdf5ErrorText().c_str()));
   return Status::Ok();
 }
 
@@ -34,11 +36,13 @@ herr_t CollectDataset(hid_t, const char* name, const H5O_info_t* info, void* dat
 
 // "Model.hidden_size: checkpoint 128, config 256; ..." for every differing shape key.
 std::string ShapeDifferences(hid_t f, const ModelConfig& m) {
-  const std::pair<const char*, int64_t> keys[] = {
-      {"hidden_size", m.hidden_size},   {"num_layers", m.num_layers},
-      {"num_heads", m.num_heads},       {"vocab_size", m.vocab_size},
-      {"padded_vocab_size", m.padded_vocab()}, {"ffn_hidden_size", m.ffn_size()},
-      {"max_seq_len", m.max_seq_len}};
+  const std::pair<const char*, int64_t> keys[] = {{"hidden_size", m.hidden_size},
+                                                  {"num_layers", m.num_layers},
+                                                  {"num_heads", m.num_heads},
+                                                  {"vocab_size", m.vocab_size},
+                                                  {"padded_vocab_size", m.padded_vocab()},
+                                                  {"ffn_hidden_size", m.ffn_size()},
+                                                  {"max_seq_len", m.max_seq_len}};
   std::string diff;
   for (const auto& [key, expected] : keys) {
     int64_t stored = 0;
@@ -79,9 +83,10 @@ Status ResolveOnRoot(const std::string& directory, const std::string& resume, st
                          c.c_str(), v.message().c_str()));
   }
   if (!candidates.empty())
-    return CheckpointError(StrFormat("no checkpoint in %s verifies (Checkpoint.dir). Remove the "
-                                     "damaged step folders or start without --resume",
-                                     directory.c_str()));
+    return CheckpointError(
+        StrFormat("no checkpoint in %s verifies (Checkpoint.dir). Remove the "
+                  "damaged step folders or start without --resume",
+                  directory.c_str()));
   LogInfo(StrFormat("no checkpoint in %s: starting from scratch", directory.c_str()));
   return Status::Ok();
 }
@@ -94,9 +99,10 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   const std::string diff = ShapeDifferences(f.get(), config.model);
   if (!diff.empty())
-    return CheckpointError(StrFormat("checkpoint %s does not match the model in the config (%s). "
-                                     "Resume with the checkpoint's model shape",
-                                     file.c_str(), diff.c_str()));
+    return CheckpointError(
+        StrFormat("checkpoint %s does not match the model in the config (%s). "
+                  "Resume with the checkpoint's model shape",
+                  file.c_str(), diff.c_str()));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "step", &result->step));
   TRAINER_RETURN_IF_ERROR(
       Hdf5ReadIntAttribute(f.get(), "consumed_samples", &result->consumed_samples));
@@ -110,20 +116,22 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
       std::vector<int64_t> shape;
       Status s = DatasetShape(f.get(), path, &shape);
       if (!s.ok() || shape != p.full_shape)
-        return CheckpointError(StrFormat("checkpoint %s: %s is %s; the config expects a tensor "
-                                         "of %lld elements in shape dims %zu",
-                                         file.c_str(), path.c_str(),
-                                         s.ok() ? "of another shape" : "missing",
-                                         static_cast<long long>(p.full_numel()),
-                                         p.full_shape.size()));
+        return CheckpointError(
+            StrFormat("checkpoint %s: %s is %s; the config expects a tensor "
+                      "of %lld elements in shape dims %zu",
+                      file.c_str(), path.c_str(), s.ok() ? "of another shape" : "missing",
+                      static_cast<long long>(p.full_numel()), p.full_shape.size()));
       s = ReadShard(f.get(), path, p, part.tp_rank, part.tp_size, flat.data() + p.offset);
       if (!s.ok())
-        return CheckpointError(StrFormat("checkpoint %s: reading %s failed (%s). The file is "
-                                         "damaged; resume from another checkpoint",
-                                         file.c_str(), path.c_str(), s.message().c_str()));
+        return CheckpointError(
+            StrFormat("checkpoint %s: reading %s failed (%s). The file is "
+                      "damaged; resume from another checkpoint",
+                      file.c_str(), path.c_str(), s.message().c_str()));
     }
-    if (w == 0) TRAINER_RETURN_IF_ERROR(optimizer->SetMaster(flat));
-    else TRAINER_RETURN_IF_ERROR(optimizer->Upload(w, flat));
+    if (w == 0)
+      TRAINER_RETURN_IF_ERROR(optimizer->SetMaster(flat));
+    else
+      TRAINER_RETURN_IF_ERROR(optimizer->Upload(w, flat));
   }
   result->path = folder;
   return Status::Ok();
@@ -153,14 +161,15 @@ Status VerifyCheckpoint(const std::string& file) {
   int64_t version = 0;
   if (!Hdf5ReadIntAttribute(f.get(), "format_version", &version).ok() ||
       version != kCheckpointFormatVersion)
-    return CheckpointError(StrFormat("%s has no format_version %d attribute: not a checkpoint of "
-                                     "this trainer", file.c_str(), kCheckpointFormatVersion));
+    return CheckpointError(
+        StrFormat("%s has no format_version %d attribute: not a checkpoint of "
+                  "this trainer",
+                  file.c_str(), kCheckpointFormatVersion));
   DatasetList list;
   if (H5Ovisit(f.get(), H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
-    return CheckpointError(StrFormat("cannot list the tensors of %s: %s", file.c_str(),
-                                     Hdf5ErrorText().c_str()));
-  if (list.paths.empty())
-    return CheckpointError(StrFormat("%s holds no tensors", file.c_str()));
+    return CheckpointError(
+        StrFormat("cannot list the tensors of %s: %s", file.c_str(), Hdf5ErrorText().c_str()));
+  if (list.paths.empty()) return CheckpointError(StrFormat("%s holds no tensors", file.c_str()));
   std::vector<float> buffer;
   for (const std::string& path : list.paths) {
     std::vector<int64_t> shape;

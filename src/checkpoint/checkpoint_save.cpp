@@ -11,7 +11,9 @@
 namespace trainer {
 namespace {
 
-std::string StepFolderName(int64_t step) { return StrFormat("step-%08lld", static_cast<long long>(step)); }
+std::string StepFolderName(int64_t step) {
+  return StrFormat("step-%08lld", static_cast<long long>(step));
+}
 
 std::string LayoutString(const Topology& t) {
   return StrFormat("dp=%d tp=%d pp=%d ep=%d", t.dp, t.tp, t.pp, t.ep);
@@ -30,9 +32,10 @@ Status CreateCheckpointFile(const std::string& file, const CheckpointWriteReques
   SilenceHdf5Errors();
   if (!handle->valid() &&
       handle->Reset(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose) < 0)
-    return CheckpointError(StrFormat("cannot create checkpoint file %s: %s. Check that "
-                                     "Checkpoint.dir is writable and has free space",
-                                     file.c_str(), Hdf5ErrorText().c_str()));
+    return CheckpointError(
+        StrFormat("cannot create checkpoint file %s: %s. Check that "
+                  "Checkpoint.dir is writable and has free space",
+                  file.c_str(), Hdf5ErrorText().c_str()));
   const hid_t f = handle->get();
   TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "format_version", kCheckpointFormatVersion));
   TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "step", r.step));
@@ -59,9 +62,10 @@ Status CreateCheckpointFile(const std::string& file, const CheckpointWriteReques
 Status Commit(const CheckpointWriteRequest& r, Hdf5Handle* file, const std::string& tmp_dir,
               const std::string& final_dir) {
   if (file->Close() < 0)
-    return CheckpointError(StrFormat("closing %s/checkpoint.h5 failed: %s (disk full?). The "
-                                     "previous checkpoint is intact",
-                                     tmp_dir.c_str(), Hdf5ErrorText().c_str()));
+    return CheckpointError(
+        StrFormat("closing %s/checkpoint.h5 failed: %s (disk full?). The "
+                  "previous checkpoint is intact",
+                  tmp_dir.c_str(), Hdf5ErrorText().c_str()));
   Status s = SyncPath(tmp_dir + "/checkpoint.h5");
   if (s.ok()) s = SyncPath(tmp_dir);
   if (s.ok() && PathExists(final_dir)) s = RemoveTree(final_dir);  // a re-save of the same step
@@ -81,9 +85,8 @@ Status Commit(const CheckpointWriteRequest& r, Hdf5Handle* file, const std::stri
 
 }  // namespace
 
-Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model,
-                                AdamW* optimizer, const ParallelGroups& groups,
-                                CheckpointSaveReport* report) {
+Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model, AdamW* optimizer,
+                                const ParallelGroups& groups, CheckpointSaveReport* report) {
   const auto start = std::chrono::steady_clock::now();
   const ModelConfig& mc = model->config();
   DistributedConfig dist;
@@ -104,7 +107,8 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
     if (write_status.ok() && PathExists(tmp_dir)) write_status = RemoveTree(tmp_dir);
     if (write_status.ok()) write_status = MakeDirectories(tmp_dir);
     if (write_status.ok())
-      write_status = CreateCheckpointFile(tmp_dir + "/checkpoint.h5", r, mc, groups.topology, &file);
+      write_status =
+          CreateCheckpointFile(tmp_dir + "/checkpoint.h5", r, mc, groups.topology, &file);
     if (!write_status.ok() && write_status.code() != ExitCode::kCheckpoint)
       write_status = CheckpointError(write_status.message());
   }
@@ -127,13 +131,15 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
       for (size_t t = 0; t < holders.size(); ++t) {
         ParameterInfo shard_info = fp;
         shard_info.shard = holders.size() == 1 ? ShardKind::kReplicated : fp.shard;
-        const size_t n = static_cast<size_t>(fp.full_numel() / static_cast<int64_t>(holders.size()));
+        const size_t n =
+            static_cast<size_t>(fp.full_numel() / static_cast<int64_t>(holders.size()));
         const float* src = nullptr;
         if (holders[t] == 0) {
           src = state[w].data() + mine->offset;
         } else {
           shard.resize(n);
-          TRAINER_RETURN_IF_ERROR(groups.world_host->Recv(shard.data(), n, DType::kF32, holders[t]));
+          TRAINER_RETURN_IF_ERROR(
+              groups.world_host->Recv(shard.data(), n, DType::kF32, holders[t]));
           src = shard.data();
         }
         InsertShard(shard_info, static_cast<int>(t), static_cast<int>(holders.size()), src,
@@ -141,20 +147,20 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
       }
       if (!write_status.ok()) continue;  // keep receiving so that no sender hangs
       if (InjectedWriteFault(tensor_index)) {
-        write_status = CheckpointError(StrFormat(
-            "writing %s to %s failed: No space left on device (injected by "
-            "TRAINER_FAULT_CHECKPOINT_WRITE). The previous checkpoint is intact",
-            fp.name.c_str(), tmp_dir.c_str()));
+        write_status = CheckpointError(
+            StrFormat("writing %s to %s failed: No space left on device (injected by "
+                      "TRAINER_FAULT_CHECKPOINT_WRITE). The previous checkpoint is intact",
+                      fp.name.c_str(), tmp_dir.c_str()));
         continue;
       }
-      Status s = WriteTensor(file.get(), std::string(StateGroup(w)) + "/" + fp.name,
-                             fp.full_shape, full.data());
+      Status s = WriteTensor(file.get(), std::string(StateGroup(w)) + "/" + fp.name, fp.full_shape,
+                             full.data());
       if (!s.ok())
-        write_status = CheckpointError(StrFormat("writing %s to %s failed: %s. The previous "
-                                                 "checkpoint is intact; free space or fix "
-                                                 "permissions on Checkpoint.dir",
-                                                 fp.name.c_str(), tmp_dir.c_str(),
-                                                 s.message().c_str()));
+        write_status =
+            CheckpointError(StrFormat("writing %s to %s failed: %s. The previous "
+                                      "checkpoint is intact; free space or fix "
+                                      "permissions on Checkpoint.dir",
+                                      fp.name.c_str(), tmp_dir.c_str(), s.message().c_str()));
       ++tensor_index;
     }
   }
@@ -168,8 +174,7 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
   if (code != 0) return is_root ? write_status : Status(static_cast<ExitCode>(code), "");
   report->path = final_dir;
   report->bytes = is_root ? FileSize(final_dir + "/checkpoint.h5") : 0;
-  report->seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return Status::Ok();
 }
 

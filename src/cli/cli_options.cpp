@@ -17,8 +17,8 @@ Status ParseCommandLine(const std::string& command, const std::vector<std::strin
     *help = vm->count("help") > 0;
     if (!*help) po::notify(*vm);
   } catch (const po::error& e) {
-    return UsageError(std::string(e.what()) + " (trainer " + command +
-                      "). Run 'trainer " + command + " --help' for the options");
+    return UsageError(std::string(e.what()) + " (trainer " + command + "). Run 'trainer " +
+                      command + " --help' for the options");
   }
   return Status::Ok();
 }

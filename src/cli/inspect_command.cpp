@@ -82,8 +82,7 @@ int RunInspectCommand(const std::vector<std::string>& args) {
   }
   if (s.ok() && path.empty())
     s = UsageError("trainer inspect needs a PATH (a dataset .h5, or a checkpoint step folder)");
-  if (s.ok() && !PathExists(path))
-    s = UsageError("trainer inspect: " + path + " does not exist");
+  if (s.ok() && !PathExists(path)) s = UsageError("trainer inspect: " + path + " does not exist");
   if (s.ok()) {
     const bool checkpoint = IsDirectory(path) || path.find("checkpoint") != std::string::npos;
     s = checkpoint ? InspectCheckpoint(path) : InspectDataset(path);

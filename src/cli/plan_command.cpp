@@ -13,7 +13,9 @@
 namespace trainer {
 namespace {
 
-double GiB(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+double GiB(double bytes) {
+  return bytes / (1024.0 * 1024.0 * 1024.0);
+}
 
 // Bytes of the activations that one slot keeps for one block (see BlockActivations).
 double BlockActivationBytes(const ModelConfig& m, int tp, int B, double compute_bytes) {
@@ -56,25 +58,27 @@ int RunPlanCommand(const std::vector<std::string>& args) {
   const double cb = gpu ? 2.0 : 4.0;  // compute dtype bytes (bf16 on GPU)
   const DistributedConfig& d = c.distributed;
   const int micro = c.gradient_accumulation_steps(), B = c.global.micro_batch_size;
-  std::cout << StrFormat("plan: %d ranks = dp %d x tp %d x pp %d; %d micro-batches of %d x %d "
-                         "tokens per rank per step; %s\n",
-                         world, d.dp_degree, d.tp_degree, d.pp_degree, micro, B,
-                         c.model.sequence_length(),
-                         gpu ? "bf16 compute, fp32 master/moments/grads" : "fp32 (CPU)");
+  std::cout << StrFormat(
+      "plan: %d ranks = dp %d x tp %d x pp %d; %d micro-batches of %d x %d "
+      "tokens per rank per step; %s\n",
+      world, d.dp_degree, d.tp_degree, d.pp_degree, micro, B, c.model.sequence_length(),
+      gpu ? "bf16 compute, fp32 master/moments/grads" : "fp32 (CPU)");
   for (int stage = 0; stage < d.pp_degree; ++stage) {
     const ModelPartition part = MakePartition(c.model, d, 0, stage);
-    const double params = static_cast<double>(TotalLocalElements(BuildParameterList(c.model, part)));
+    const double params =
+        static_cast<double>(TotalLocalElements(BuildParameterList(c.model, part)));
     const int slots = PipelineStage::NumSlots(stage, d.pp_degree, micro);
     const double act = slots * part.num_layers * BlockActivationBytes(c.model, d.tp_degree, B, cb);
     const double logits = part.last_stage() ? static_cast<double>(B) * c.model.sequence_length() *
                                                   c.model.padded_vocab() / d.tp_degree * cb
                                             : 0.0;
     const double state = params * (cb + 4 /*grad*/ + 12 /*master, m, v*/);
-    std::cout << StrFormat("  stage %d: %d blocks, %.1fM parameters per rank | weights+grads+"
-                           "optimizer %.2f GiB | activations (%d slots) %.2f GiB | logits %.2f "
-                           "GiB | total ~%.2f GiB\n",
-                           stage, part.num_layers, params / 1e6, GiB(state), slots, GiB(act),
-                           GiB(logits), GiB(state + act + logits));
+    std::cout << StrFormat(
+        "  stage %d: %d blocks, %.1fM parameters per rank | weights+grads+"
+        "optimizer %.2f GiB | activations (%d slots) %.2f GiB | logits %.2f "
+        "GiB | total ~%.2f GiB\n",
+        stage, part.num_layers, params / 1e6, GiB(state), slots, GiB(act), GiB(logits),
+        GiB(state + act + logits));
   }
   return 0;
 }

@@ -37,8 +37,9 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
     return Status::Ok();
   }
   if (!CudaBackendCompiled())
-    return EnvironmentError("Global.device=cuda but this trainer was built without CUDA. Rebuild "
-                            "with -DTRAINER_CUDA=ON or set Global.device=cpu");
+    return EnvironmentError(
+        "Global.device=cuda but this trainer was built without CUDA. Rebuild "
+        "with -DTRAINER_CUDA=ON or set Global.device=cpu");
   if (runtime->local_rank() >= visible)
     return EnvironmentError(StrFormat(
         "%d ranks on host %s but only %d GPU(s) visible to rank %d (CUDA_VISIBLE_DEVICES=%s). "
@@ -47,8 +48,8 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
         std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset",
         visible));
   device = runtime->local_rank();
-  LogInfo(StrFormat("device: cuda (bf16 compute, fp32 master weights), %d GPU(s) per host",
-                    visible));
+  LogInfo(
+      StrFormat("device: cuda (bf16 compute, fp32 master weights), %d GPU(s) per host", visible));
   return MakeCudaBackend(device, &backend);
 }
 
@@ -79,8 +80,8 @@ void RunContext::PrintRankMap() {
   if (!runtime->world()->AllReduce(devices.data(), n, DType::kI32, ReduceOp::kMax).ok()) return;
   if (runtime->rank() != 0) return;
   const Topology& t = groups.topology;
-  std::string map = StrFormat("rank map (%d ranks: dp %d x tp %d x pp %d, TP fastest):", n, t.dp,
-                              t.tp, t.pp);
+  std::string map =
+      StrFormat("rank map (%d ranks: dp %d x tp %d x pp %d, TP fastest):", n, t.dp, t.tp, t.pp);
   bool tp_spans_hosts = false;
   for (int r = 0; r < n; ++r) {
     const Topology::Coord c = t.CoordOf(r);
@@ -93,9 +94,10 @@ void RunContext::PrintRankMap() {
   }
   LogInfo(map);
   if (tp_spans_hosts)
-    LogWarning("a tensor-parallel group spans hosts: TP all-reduces will cross the network. Keep "
-               "tp_degree <= GPUs per node and launch ranks host by host (TP is the fastest "
-               "coordinate)");
+    LogWarning(
+        "a tensor-parallel group spans hosts: TP all-reduces will cross the network. Keep "
+        "tp_degree <= GPUs per node and launch ranks host by host (TP is the fastest "
+        "coordinate)");
 }
 
 int RunContext::Finish(const Status& status) {

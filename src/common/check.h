@@ -21,16 +21,15 @@ inline Status LibraryFailure(const char* library, const char* expression, const 
 }  // namespace trainer
 
 // `is_ok(result)` decides success; `describe(result)` gives the library's own error text.
-#define TRAINER_LIBRARY_CHECK(library, expr, is_ok, describe)                                 \
-  do {                                                                                        \
-    auto _result_ = (expr);                                                                   \
-    if (!(is_ok(_result_)))                                                                   \
+#define TRAINER_LIBRARY_CHECK(library, expr, is_ok, describe)                                   \
+  do {                                                                                          \
+    auto _result_ = (expr);                                                                     \
+    if (!(is_ok(_result_)))                                                                     \
       return ::trainer::LibraryFailure(library, #expr, describe(_result_), __FILE__, __LINE__); \
   } while (0)
 
 // Internal invariant (a bug, not a user error): report like a library failure.
-#define TRAINER_ASSERT(cond, what)                                                           \
-  do {                                                                                       \
-    if (!(cond))                                                                             \
-      return ::trainer::LibraryFailure("invariant", #cond, what, __FILE__, __LINE__);        \
+#define TRAINER_ASSERT(cond, what)                                                               \
+  do {                                                                                           \
+    if (!(cond)) return ::trainer::LibraryFailure("invariant", #cond, what, __FILE__, __LINE__); \
   } while (0)

@@ -18,8 +18,8 @@
 namespace trainer {
 namespace {
 Status IoError(const std::string& what, const std::string& path) {
-  return RuntimeError(StrFormat("%s %s failed: %s", what.c_str(), path.c_str(),
-                                std::strerror(errno)));
+  return RuntimeError(
+      StrFormat("%s %s failed: %s", what.c_str(), path.c_str(), std::strerror(errno)));
 }
 }  // namespace
 
@@ -28,9 +28,10 @@ Status MakeDirectories(const std::string& path) {
   for (size_t i = 0; i <= path.size(); ++i) {
     if ((i == path.size() || path[i] == '/') && !partial.empty()) {
       if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-        return RuntimeError(StrFormat("cannot create folder %s: %s. Check the path and its "
-                                      "permissions",
-                                      partial.c_str(), std::strerror(errno)));
+        return RuntimeError(
+            StrFormat("cannot create folder %s: %s. Check the path and its "
+                      "permissions",
+                      partial.c_str(), std::strerror(errno)));
     }
     if (i < path.size()) partial += path[i];
   }

@@ -10,8 +10,12 @@ namespace {
 ProcessIdentity g_identity;
 }
 
-void SetProcessIdentity(const ProcessIdentity& identity) { g_identity = identity; }
-const ProcessIdentity& GetProcessIdentity() { return g_identity; }
+void SetProcessIdentity(const ProcessIdentity& identity) {
+  g_identity = identity;
+}
+const ProcessIdentity& GetProcessIdentity() {
+  return g_identity;
+}
 
 std::string RankTag() {
   if (g_identity.world_size <= 1) return "";

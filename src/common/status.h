@@ -36,10 +36,18 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status UsageError(std::string m) { return Status(ExitCode::kUsage, std::move(m)); }
-inline Status DataError(std::string m) { return Status(ExitCode::kData, std::move(m)); }
-inline Status CheckpointError(std::string m) { return Status(ExitCode::kCheckpoint, std::move(m)); }
-inline Status RuntimeError(std::string m) { return Status(ExitCode::kRuntime, std::move(m)); }
+inline Status UsageError(std::string m) {
+  return Status(ExitCode::kUsage, std::move(m));
+}
+inline Status DataError(std::string m) {
+  return Status(ExitCode::kData, std::move(m));
+}
+inline Status CheckpointError(std::string m) {
+  return Status(ExitCode::kCheckpoint, std::move(m));
+}
+inline Status RuntimeError(std::string m) {
+  return Status(ExitCode::kRuntime, std::move(m));
+}
 inline Status EnvironmentError(std::string m) {
   return Status(ExitCode::kEnvironment, std::move(m));
 }
@@ -48,7 +56,7 @@ inline Status EnvironmentError(std::string m) {
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
@@ -65,17 +73,17 @@ class [[nodiscard]] StatusOr {
 }  // namespace trainer
 
 // Return early from the enclosing function when `expr` (a Status) is an error.
-#define TRAINER_RETURN_IF_ERROR(expr)             \
-  do {                                            \
-    ::trainer::Status _status_ = (expr);          \
-    if (!_status_.ok()) return _status_;          \
+#define TRAINER_RETURN_IF_ERROR(expr)    \
+  do {                                   \
+    ::trainer::Status _status_ = (expr); \
+    if (!_status_.ok()) return _status_; \
   } while (0)
 
 // Assign the value of a StatusOr or return its error.
 #define TRAINER_CONCAT_INNER(a, b) a##b
 #define TRAINER_CONCAT(a, b) TRAINER_CONCAT_INNER(a, b)
-#define TRAINER_ASSIGN_OR_RETURN(lhs, expr)                                  \
-  auto TRAINER_CONCAT(_statusor_, __LINE__) = (expr);                        \
-  if (!TRAINER_CONCAT(_statusor_, __LINE__).ok())                            \
-    return TRAINER_CONCAT(_statusor_, __LINE__).status();                    \
+#define TRAINER_ASSIGN_OR_RETURN(lhs, expr)               \
+  auto TRAINER_CONCAT(_statusor_, __LINE__) = (expr);     \
+  if (!TRAINER_CONCAT(_statusor_, __LINE__).ok())         \
+    return TRAINER_CONCAT(_statusor_, __LINE__).status(); \
   lhs = std::move(TRAINER_CONCAT(_statusor_, __LINE__).value())

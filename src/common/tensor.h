@@ -18,10 +18,14 @@ inline size_t DTypeSize(DType t) {
 }
 inline const char* DTypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
-    case DType::kF64: return "f64";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
+    case DType::kF64:
+      return "f64";
   }
   return "?";
 }

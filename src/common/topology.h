@@ -29,9 +29,8 @@ struct Topology {
   // "dp 1/2 tp 0/2 pp 1/2"
   std::string Describe(int rank) const {
     Coord c = CoordOf(rank);
-    return "dp " + std::to_string(c.dp) + "/" + std::to_string(dp) + " tp " +
-           std::to_string(c.tp) + "/" + std::to_string(tp) + " pp " + std::to_string(c.pp) + "/" +
-           std::to_string(pp);
+    return "dp " + std::to_string(c.dp) + "/" + std::to_string(dp) + " tp " + std::to_string(c.tp) +
+           "/" + std::to_string(tp) + " pp " + std::to_string(c.pp) + "/" + std::to_string(pp);
   }
 };
 

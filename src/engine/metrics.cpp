@@ -19,9 +19,10 @@ Status MetricsWriter::Open(const std::string& output_dir, bool enabled,
     w->path_ = output_dir + "/metrics.jsonl";
     w->file_ = std::fopen(w->path_.c_str(), "a");
     if (w->file_ == nullptr)
-      return RuntimeError(StrFormat("cannot open %s for appending: %s (Engine.output_dir). "
-                                    "Choose a writable Engine.output_dir",
-                                    w->path_.c_str(), std::strerror(errno)));
+      return RuntimeError(
+          StrFormat("cannot open %s for appending: %s (Engine.output_dir). "
+                    "Choose a writable Engine.output_dir",
+                    w->path_.c_str(), std::strerror(errno)));
   }
   *out = std::move(w);
   return Status::Ok();
@@ -37,9 +38,12 @@ Status MetricsWriter::Write(const std::vector<std::pair<std::string, double>>& r
   for (size_t i = 0; i < record.size(); ++i) {
     const double v = record[i].second;
     std::string value;
-    if (!std::isfinite(v)) value = "null";
-    else if (v == std::floor(v) && std::fabs(v) < 1e15) value = StrFormat("%.0f", v);
-    else value = StrFormat("%.8g", v);
+    if (!std::isfinite(v))
+      value = "null";
+    else if (v == std::floor(v) && std::fabs(v) < 1e15)
+      value = StrFormat("%.0f", v);
+    else
+      value = StrFormat("%.8g", v);
     line += (i ? ", \"" : "\"") + record[i].first + "\": " + value;
   }
   line += "}\n";

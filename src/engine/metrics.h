@@ -14,7 +14,8 @@ namespace trainer {
 
 class MetricsWriter {
  public:
-  static Status Open(const std::string& output_dir, bool enabled, std::unique_ptr<MetricsWriter>* out);
+  static Status Open(const std::string& output_dir, bool enabled,
+                     std::unique_ptr<MetricsWriter>* out);
   ~MetricsWriter();
   // {"step": 3, "loss": 4.2, ...} in the given order; values printed with %.6g unless integral.
   Status Write(const std::vector<std::pair<std::string, double>>& record);

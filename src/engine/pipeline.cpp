@@ -20,8 +20,8 @@ size_t PipelineStage::ActivationCount() const {
 
 Status PipelineStage::Forward(const MicroBatches& mb, int i, float dloss_scale, double* loss_sum) {
   const bool last = stage() == stages() - 1;
-  TRAINER_RETURN_IF_ERROR(model_->Forward(Slot(i, mb.count), mb.tokens(i), mb.labels(i), last,
-                                          dloss_scale));
+  TRAINER_RETURN_IF_ERROR(
+      model_->Forward(Slot(i, mb.count), mb.tokens(i), mb.labels(i), last, dloss_scale));
   if (!last) return Status::Ok();
   double sum = 0.0;
   TRAINER_RETURN_IF_ERROR(model_->LossSum(&sum));
@@ -72,8 +72,7 @@ Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, doubl
       TRAINER_RETURN_IF_ERROR(send_backward());
     } else if (!first) {  // send d(input) of i, receive the input of f + 1 (same slot as i)
       TRAINER_RETURN_IF_ERROR(pp_->SendRecv(model_->OutputGradient().data, n, s - 1,
-                                            model_->StageInput(Slot(f + 1, M)).data, n, s - 1,
-                                            dt));
+                                            model_->StageInput(Slot(f + 1, M)).data, n, s - 1, dt));
     }
   }
   for (int i = steady; i < M; ++i) {

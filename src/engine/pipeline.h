@@ -18,7 +18,9 @@ struct MicroBatches {
   const int32_t* inputs = nullptr;   // (count*batch, T) host
   const int32_t* targets = nullptr;  // (count*batch, T) host
   const int32_t* tokens(int mb) const { return inputs + static_cast<size_t>(mb) * batch * seq_len; }
-  const int32_t* labels(int mb) const { return targets + static_cast<size_t>(mb) * batch * seq_len; }
+  const int32_t* labels(int mb) const {
+    return targets + static_cast<size_t>(mb) * batch * seq_len;
+  }
 };
 
 class PipelineStage {

@@ -6,7 +6,9 @@
 namespace trainer {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
-void Handle(int signal) { g_signal = signal; }
+void Handle(int signal) {
+  g_signal = signal;
+}
 }  // namespace
 
 void InstallPreemptionHandlers() {
@@ -18,7 +20,11 @@ void InstallPreemptionHandlers() {
   sigaction(SIGUSR1, &action, nullptr);
 }
 
-bool PreemptionRequested() { return g_signal != 0; }
-int PreemptionSignal() { return g_signal; }
+bool PreemptionRequested() {
+  return g_signal != 0;
+}
+int PreemptionSignal() {
+  return g_signal;
+}
 
 }  // namespace trainer

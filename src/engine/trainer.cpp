@@ -1,8 +1,8 @@
 // Trainer (trainer.h): setup and the step loop.
 #include "engine/trainer.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "checkpoint/checkpoint.h"
@@ -53,8 +53,7 @@ Status Trainer::Restore() {
     if (state_.step > 0) return Status::Ok();
   }
   return optimizer_->SetMaster(InitialParameterValues(config_.model, model_->partition(),
-                                                      model_->parameters(),
-                                                      config_.global.seed));
+                                                      model_->parameters(), config_.global.seed));
 }
 
 Status Trainer::OpenData() {
@@ -96,8 +95,8 @@ Status Trainer::ReduceGradients() {
   for (const ParameterInfo& p : model_->parameters()) {  // LayerNorms under sequence parallelism
     if (!p.grad_sum_over_tp) continue;
     Tensor g = model_->Gradient(p);
-    TRAINER_RETURN_IF_ERROR(groups_.tp->AllReduce(g.data, static_cast<size_t>(g.numel()),
-                                                  DType::kF32, ReduceOp::kSum));
+    TRAINER_RETURN_IF_ERROR(
+        groups_.tp->AllReduce(g.data, static_cast<size_t>(g.numel()), DType::kF32, ReduceOp::kSum));
   }
   if (groups_.embedding != nullptr) {  // tied token embedding on the first and last stage
     const ParameterInfo* wte = model_->Find("transformer.wte.weight");
@@ -142,8 +141,7 @@ Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
   mb.targets = targets_.data();
   const double tokens = static_cast<double>(GB) * T;
   double loss_sum = 0.0;
-  TRAINER_RETURN_IF_ERROR(
-      pipeline_->TrainStep(mb, static_cast<float>(1.0 / tokens), &loss_sum));
+  TRAINER_RETURN_IF_ERROR(pipeline_->TrainStep(mb, static_cast<float>(1.0 / tokens), &loss_sum));
   TRAINER_RETURN_IF_ERROR(ReduceGradients());
   TRAINER_RETURN_IF_ERROR(GlobalGradNorm(grad_norm));
   const double clip = config_.optimizer.grad_clip;
@@ -163,14 +161,15 @@ Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
 Status Trainer::Evaluate(double* val_loss) {
   const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
   const int dp = groups_.topology.dp;
-  if (data_.val_file == nullptr || data_.val.num_samples <= 0) return DataError("no validation samples: set Data.val_path or "
-                                        "Data.val_fraction > 0, or Engine.eval_freq=0");
+  if (data_.val_file == nullptr || data_.val.num_samples <= 0)
+    return DataError(
+        "no validation samples: set Data.val_path or "
+        "Data.val_fraction > 0, or Engine.eval_freq=0");
   double total = 0.0;
   const int iters = config_.engine.eval_iters;
   for (int it = 0; it < iters; ++it) {
-    TRAINER_RETURN_IF_ERROR(
-        ReadBatch(ValidationBatch(it, B * dp, data_.val.num_samples), data_.val_file.get(),
-                  data_.val));
+    TRAINER_RETURN_IF_ERROR(ReadBatch(ValidationBatch(it, B * dp, data_.val.num_samples),
+                                      data_.val_file.get(), data_.val));
     MicroBatches mb;
     mb.count = 1;
     mb.batch = B;
@@ -206,10 +205,10 @@ Status Trainer::Run() {
       const double window = Seconds(window_start);
       const double tokens_per_s = tokens_per_step * window_steps / window;
       const double elapsed = Seconds(start);
-      LogInfo(StrFormat("step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
-                        "%.1f ms/step | elapsed %.1fs",
-                        step, e.max_steps, loss, lr, norm, tokens_per_s,
-                        1e3 * window / window_steps, elapsed));
+      LogInfo(StrFormat(
+          "step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
+          "%.1f ms/step | elapsed %.1fs",
+          step, e.max_steps, loss, lr, norm, tokens_per_s, 1e3 * window / window_steps, elapsed));
       TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step},
                                                {"loss", loss},
                                                {"lr", lr},
@@ -234,8 +233,10 @@ Status Trainer::Run() {
     TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&stop, 1, DType::kF64, ReduceOp::kSum));
     if (save_due || stop > 0) TRAINER_RETURN_IF_ERROR(SaveCheckpoint());
     if (stop > 0 && step < e.max_steps) {
-      LogInfo(StrFormat("stopped by a preemption signal after step %d; checkpoint saved. "
-                        "Resume with --resume auto (exit code 75)", step));
+      LogInfo(
+          StrFormat("stopped by a preemption signal after step %d; checkpoint saved. "
+                    "Resume with --resume auto (exit code 75)",
+                    step));
       return Status(ExitCode::kPreempted, "");
     }
   }
@@ -255,8 +256,8 @@ Status Trainer::SaveCheckpoint() {
   request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
                                           config_.distributed.pp_layers);
   CheckpointSaveReport report;
-  TRAINER_RETURN_IF_ERROR(SaveCheckpointCollective(request, model_.get(), optimizer_.get(),
-                                                   groups_, &report));
+  TRAINER_RETURN_IF_ERROR(
+      SaveCheckpointCollective(request, model_.get(), optimizer_.get(), groups_, &report));
   LogInfo(StrFormat("saved checkpoint %s (%.1f MB in %.2fs)", report.path.c_str(),
                     report.bytes / 1e6, report.seconds));
   return metrics_->Write({{"step", static_cast<double>(state_.step)},
@@ -267,9 +268,8 @@ Status Trainer::SaveCheckpoint() {
 Status Trainer::Resume() {
   CheckpointLoadResult loaded;
   TRAINER_RETURN_IF_ERROR(LoadCheckpointCollective(config_.checkpoint_dir(),
-                                                   config_.checkpoint.resume, config_,
-                                                   model_.get(), optimizer_.get(), groups_,
-                                                   &loaded));
+                                                   config_.checkpoint.resume, config_, model_.get(),
+                                                   optimizer_.get(), groups_, &loaded));
   if (loaded.path.empty()) return Status::Ok();  // nothing to resume from
   state_.step = loaded.step;
   state_.consumed_samples = loaded.consumed_samples;

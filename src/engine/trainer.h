@@ -22,10 +22,9 @@
 
 namespace trainer {
 
-
 struct TrainingState {
-  int64_t step = 0;               // optimizer steps taken
-  int64_t consumed_samples = 0;   // position in the global sample order
+  int64_t step = 0;              // optimizer steps taken
+  int64_t consumed_samples = 0;  // position in the global sample order
   int64_t tokens_seen = 0;
 };
 

@@ -165,12 +165,16 @@ Status UploadCompute(Backend* backend, Tensor dst, const float* host) {
   return backend->CopyToDevice(dst.data, converted.data(), n * sizeof(uint16_t));
 }
 
-Tensor GptModel::StageInput(int slot) const { return slots_[slot].input; }
+Tensor GptModel::StageInput(int slot) const {
+  return slots_[slot].input;
+}
 Tensor GptModel::StageOutput(int slot) const {
   const Slot& s = slots_[slot];
   return s.blocks.empty() ? s.input : s.blocks.back()->residual_out;
 }
-Tensor GptModel::OutputGradient() const { return scratch_.dresidual; }
+Tensor GptModel::OutputGradient() const {
+  return scratch_.dresidual;
+}
 
 BlockWeights GptModel::Weights(int layer, bool gradients) const {
   auto get = [&](const char* name) { return gradients ? G(name, layer) : P(name, layer); };
@@ -217,7 +221,8 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
     Tensor summed;
     TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, embedded, &summed));
     if (summed.data != s.input.data)
-      TRAINER_RETURN_IF_ERROR(backend_->CopyDeviceToDevice(s.input.data, summed.data, summed.bytes()));
+      TRAINER_RETURN_IF_ERROR(
+          backend_->CopyDeviceToDevice(s.input.data, summed.data, summed.bytes()));
   }
   const BlockContext ctx = Context();
   Tensor x = s.input;
@@ -228,14 +233,12 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
   if (!partition_.last_stage()) return Status::Ok();
   last_forward_slot_ = slot;
   const Tensor ln = RowBlockTarget(ctx, s.lnf_out);
-  TRAINER_RETURN_IF_ERROR(backend_->LayerNormForward(ln, s.lnf_mean, s.lnf_rstd, x,
-                                                     P("transformer.ln_f.weight"),
-                                                     P("transformer.ln_f.bias")));
+  TRAINER_RETURN_IF_ERROR(backend_->LayerNormForward(
+      ln, s.lnf_mean, s.lnf_rstd, x, P("transformer.ln_f.weight"), P("transformer.ln_f.bias")));
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, s.lnf_out));
   const Tensor wte = P("transformer.wte.weight");
-  TRAINER_RETURN_IF_ERROR(
-      backend_->MatmulForward(scratch_.logits, Tensor(), s.lnf_out, wte, Tensor(),
-                              Activation::kNone));
+  TRAINER_RETURN_IF_ERROR(backend_->MatmulForward(scratch_.logits, Tensor(), s.lnf_out, wte,
+                                                  Tensor(), Activation::kNone));
   if (!with_loss) return Status::Ok();
   TRAINER_RETURN_IF_ERROR(backend_->CopyToDevice(s.targets.data, targets, token_bytes));
   return CrossEntropy(s.targets, dloss_scale);
@@ -248,16 +251,14 @@ Status GptModel::CrossEntropy(Tensor targets, float dloss_scale) {
       backend_->CrossEntropyRowMax(scratch_.row_max, scratch_.logits, VocabStart(), V));
   if (tp_ != nullptr && tp_->size() > 1)
     TRAINER_RETURN_IF_ERROR(tp_->AllReduce(scratch_.row_max.data, N, DType::kF32, ReduceOp::kMax));
-  TRAINER_RETURN_IF_ERROR(backend_->CrossEntropySums(scratch_.sums, scratch_.logits,
-                                                     scratch_.row_max, flat_targets,
-                                                     VocabStart(), V));
+  TRAINER_RETURN_IF_ERROR(backend_->CrossEntropySums(
+      scratch_.sums, scratch_.logits, scratch_.row_max, flat_targets, VocabStart(), V));
   if (tp_ != nullptr && tp_->size() > 1)
-    TRAINER_RETURN_IF_ERROR(
-        tp_->AllReduce(scratch_.sums.data, 2 * static_cast<size_t>(N), DType::kF32, ReduceOp::kSum));
-  return backend_->CrossEntropyBackward(scratch_.losses,
-                                        dloss_scale != 0.f ? scratch_.logits : Tensor(),
-                                        scratch_.logits, scratch_.row_max, scratch_.sums,
-                                        flat_targets, VocabStart(), V, dloss_scale);
+    TRAINER_RETURN_IF_ERROR(tp_->AllReduce(scratch_.sums.data, 2 * static_cast<size_t>(N),
+                                           DType::kF32, ReduceOp::kSum));
+  return backend_->CrossEntropyBackward(
+      scratch_.losses, dloss_scale != 0.f ? scratch_.logits : Tensor(), scratch_.logits,
+      scratch_.row_max, scratch_.sums, flat_targets, VocabStart(), V, dloss_scale);
 }
 
 Status GptModel::LossSum(double* out) {
@@ -274,8 +275,9 @@ Status GptModel::Backward(int slot) {
   Tensor dres = scratch_.dresidual;
   if (partition_.last_stage()) {
     if (last_forward_slot_ != slot)
-      return RuntimeError("GptModel::Backward: the last stage must run Backward(slot) right "
-                          "after Forward(slot) (the logits buffer is shared)");
+      return RuntimeError(
+          "GptModel::Backward: the last stage must run Backward(slot) right "
+          "after Forward(slot) (the logits buffer is shared)");
     Tensor x = StageOutput(slot);
     TRAINER_RETURN_IF_ERROR(backend_->MatmulBackward(scratch_.dln, G("transformer.wte.weight"),
                                                      Tensor(), scratch_.logits, s.lnf_out,
@@ -283,9 +285,9 @@ Status GptModel::Backward(int slot) {
     Tensor dln;
     TRAINER_RETURN_IF_ERROR(ReduceRows(Context(), scratch_.dln, &dln));
     TRAINER_RETURN_IF_ERROR(backend_->Zero(dres));
-    TRAINER_RETURN_IF_ERROR(backend_->LayerNormBackward(
-        dres, G("transformer.ln_f.weight"), G("transformer.ln_f.bias"), dln, x,
-        P("transformer.ln_f.weight"), s.lnf_mean, s.lnf_rstd));
+    TRAINER_RETURN_IF_ERROR(
+        backend_->LayerNormBackward(dres, G("transformer.ln_f.weight"), G("transformer.ln_f.bias"),
+                                    dln, x, P("transformer.ln_f.weight"), s.lnf_mean, s.lnf_rstd));
   }
   const BlockContext ctx = Context();
   for (int i = partition_.num_layers - 1; i >= 0; --i) {
@@ -305,6 +307,8 @@ Status GptModel::Backward(int slot) {
   return Status::Ok();
 }
 
-Status GptModel::ZeroGradients() { return backend_->Zero(grad_buffer_); }
+Status GptModel::ZeroGradients() {
+  return backend_->Zero(grad_buffer_);
+}
 
 }  // namespace trainer

@@ -26,9 +26,9 @@ class GptModel {
   // micro_batch B and seq_len T fix the activation shapes. `tp` is the tensor-parallel group
   // (its memory space must match the backend's). Parameters start at zero: set them with
   // SetParameters (e.g. from InitialParameterValues, or a checkpoint).
-  static Status Create(const ModelConfig& config, const ModelPartition& partition,
-                       Backend* backend, Communicator* tp, int micro_batch, int seq_len,
-                       int num_slots, std::unique_ptr<GptModel>* out);
+  static Status Create(const ModelConfig& config, const ModelPartition& partition, Backend* backend,
+                       Communicator* tp, int micro_batch, int seq_len, int num_slots,
+                       std::unique_ptr<GptModel>* out);
   ~GptModel();
 
   const ModelConfig& config() const { return config_; }
@@ -69,7 +69,9 @@ class GptModel {
   Tensor Alloc(std::initializer_list<int64_t> shape, DType dtype);
   bool SequenceParallel() const { return config_.sequence_parallel && partition_.tp_size > 1; }
   Status CrossEntropy(Tensor targets, float dloss_scale);
-  int VocabStart() const { return partition_.tp_rank * config_.padded_vocab() / partition_.tp_size; }
+  int VocabStart() const {
+    return partition_.tp_rank * config_.padded_vocab() / partition_.tp_size;
+  }
   BlockWeights Weights(int layer, bool gradients) const;
   BlockContext Context() const;
   Tensor P(const std::string& suffix, int layer = -1) const;  // parameter by short name
@@ -86,23 +88,23 @@ class GptModel {
   std::vector<BlockWeights> layer_weights_, layer_grads_;  // by local layer index
 
   struct Slot {
-    Tensor tokens, targets;             // (B,T) i32 on the device
-    Tensor input;                       // (B,T,C) residual stream entering the stage
+    Tensor tokens, targets;  // (B,T) i32 on the device
+    Tensor input;            // (B,T,C) residual stream entering the stage
     std::vector<BlockActivations*> blocks;
     Tensor lnf_out, lnf_mean, lnf_rstd;  // last stage
   };
   std::vector<Slot> slots_;
   struct Scratch {
-    Tensor proj;        // (B,T,C) output of a row-parallel linear before its all-reduce
-    Tensor dresidual;   // (B,T,C) gradient of the residual stream
-    Tensor dln;         // (B,T,C)
-    Tensor dqkv;        // (B,T,3C/tp)
-    Tensor datt;        // (B,T,C/tp)
-    Tensor dfc;         // (B,T,F/tp)
-    Tensor logits;      // (B,T,V/tp), also holds the logits gradient
-    Tensor losses;      // (B,T) f32
-    Tensor row_max;     // (B*T) f32
-    Tensor sums;        // (2, B*T) f32
+    Tensor proj;       // (B,T,C) output of a row-parallel linear before its all-reduce
+    Tensor dresidual;  // (B,T,C) gradient of the residual stream
+    Tensor dln;        // (B,T,C)
+    Tensor dqkv;       // (B,T,3C/tp)
+    Tensor datt;       // (B,T,C/tp)
+    Tensor dfc;        // (B,T,F/tp)
+    Tensor logits;     // (B,T,V/tp), also holds the logits gradient
+    Tensor losses;     // (B,T) f32
+    Tensor row_max;    // (B*T) f32
+    Tensor sums;       // (2, B*T) f32
     Tensor rows, ln_rows, dres_all;  // sequence parallelism (see BlockScratch)
   } scratch_;
   std::vector<float> host_losses_;

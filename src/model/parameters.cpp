@@ -51,8 +51,8 @@ std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
     p.shard = kind;
     p.weight_decay = decay;
     p.canonical = kind != ShardKind::kReplicated || part.tp_rank == 0;
-    p.grad_sum_over_tp = model.sequence_parallel && tp > 1 &&
-                         p.name.find(".ln_") != std::string::npos;
+    p.grad_sum_over_tp =
+        model.sequence_parallel && tp > 1 && p.name.find(".ln_") != std::string::npos;
     list.push_back(std::move(p));
   };
   const bool tied_copy = part.last_stage() && !part.first_stage();
@@ -63,8 +63,8 @@ std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
       list.back().canonical = false;
     }
   }
-  if (part.first_stage()) add("transformer.wpe.weight", {model.max_seq_len, C},
-                              ShardKind::kReplicated, true);
+  if (part.first_stage())
+    add("transformer.wpe.weight", {model.max_seq_len, C}, ShardKind::kReplicated, true);
   for (int l = part.first_layer; l < part.first_layer + part.num_layers; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C}, ShardKind::kReplicated, false);
@@ -173,7 +173,8 @@ uint64_t HashName(const std::string& name) {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -205,8 +206,7 @@ void InitFullTensor(const ModelConfig& model, uint64_t seed, const std::string& 
 }
 
 std::vector<float> InitialParameterValues(const ModelConfig& model, const ModelPartition& part,
-                                          const std::vector<ParameterInfo>& params,
-                                          uint64_t seed) {
+                                          const std::vector<ParameterInfo>& params, uint64_t seed) {
   std::vector<float> flat(TotalLocalElements(params), 0.f);
   std::vector<float> full;
   for (const ParameterInfo& p : params) {

@@ -78,8 +78,7 @@ size_t FirstNoDecayElement(const std::vector<ParameterInfo>& params);
 // Copy this rank's shard out of a full tensor (host f32), and back.
 void ExtractShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* full,
                   float* local);
-void InsertShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* local,
-                 float* full);
+void InsertShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* local, float* full);
 
 // GPT-2 initialisation of a full tensor, a pure function of (seed, name): normal(0, 0.02),
 // residual projections (attn.c_proj, mlp.c_proj weights) scaled by 1/sqrt(2*num_layers),
@@ -88,7 +87,6 @@ void InitFullTensor(const ModelConfig& model, uint64_t seed, const std::string& 
                     const std::vector<int64_t>& full_shape, float* out);
 // This rank's initial parameters as a host f32 flat array in buffer order (padding zero).
 std::vector<float> InitialParameterValues(const ModelConfig& model, const ModelPartition& part,
-                                          const std::vector<ParameterInfo>& params,
-                                          uint64_t seed);
+                                          const std::vector<ParameterInfo>& params, uint64_t seed);
 
 }  // namespace trainer

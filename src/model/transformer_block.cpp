@@ -4,8 +4,12 @@
 namespace trainer {
 namespace {
 
-bool Parallel(const BlockContext& ctx) { return ctx.tp != nullptr && ctx.tp->size() > 1; }
-bool SequenceParallel(const BlockContext& ctx) { return Parallel(ctx) && ctx.sequence_parallel; }
+bool Parallel(const BlockContext& ctx) {
+  return ctx.tp != nullptr && ctx.tp->size() > 1;
+}
+bool SequenceParallel(const BlockContext& ctx) {
+  return Parallel(ctx) && ctx.sequence_parallel;
+}
 
 // The bias of a row-parallel linear is added once: by TP rank 0, before the all-reduce (or
 // reduce-scatter).
@@ -29,13 +33,13 @@ Status ReduceRows(const BlockContext& ctx, Tensor partial, Tensor* out) {
   *out = partial;
   if (!Parallel(ctx)) return Status::Ok();
   const size_t n = static_cast<size_t>(partial.numel());
-  if (!SequenceParallel(ctx)) return ctx.tp->AllReduce(partial.data, n, partial.dtype, ReduceOp::kSum);
+  if (!SequenceParallel(ctx))
+    return ctx.tp->AllReduce(partial.data, n, partial.dtype, ReduceOp::kSum);
   *out = ctx.scratch.rows;
   return ctx.tp->ReduceScatter(partial.data, out->data, n / ctx.tp->size(), partial.dtype);
 }
 
-Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x,
-                    BlockActivations* a) {
+Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, BlockActivations* a) {
   Backend* be = ctx.backend;
   const BlockScratch& s = ctx.scratch;
   Tensor summed;
@@ -50,8 +54,8 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x,
                                             RowParallelBias(ctx, w.proj_b), Activation::kNone));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
   ln = RowBlockTarget(ctx, a->ln2_out);
-  TRAINER_RETURN_IF_ERROR(be->AddLayerNormForward(a->residual_mid, ln, a->ln2_mean, a->ln2_rstd,
-                                                  x, summed, w.ln2_w, w.ln2_b));
+  TRAINER_RETURN_IF_ERROR(be->AddLayerNormForward(a->residual_mid, ln, a->ln2_mean, a->ln2_rstd, x,
+                                                  summed, w.ln2_w, w.ln2_b));
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, a->ln2_out));
   // MLP half.
   TRAINER_RETURN_IF_ERROR(

@@ -15,11 +15,11 @@ namespace trainer {
 
 // The weights (or their gradients) of one block, as this rank holds them.
 struct BlockWeights {
-  Tensor ln1_w, ln1_b;      // (C)
-  Tensor attn_w, attn_b;    // (3C/tp, C), (3C/tp)
-  Tensor proj_w, proj_b;    // (C, C/tp), (C)
-  Tensor ln2_w, ln2_b;      // (C)
-  Tensor fc_w, fc_b;        // (F/tp, C), (F/tp)
+  Tensor ln1_w, ln1_b;        // (C)
+  Tensor attn_w, attn_b;      // (3C/tp, C), (3C/tp)
+  Tensor proj_w, proj_b;      // (C, C/tp), (C)
+  Tensor ln2_w, ln2_b;        // (C)
+  Tensor fc_w, fc_b;          // (F/tp, C), (F/tp)
   Tensor fcproj_w, fcproj_b;  // (C, F/tp), (C)
 };
 
@@ -36,11 +36,11 @@ struct BlockActivations {
 };
 
 struct BlockScratch {
-  Tensor proj;      // (B,T,C)
-  Tensor dln;       // (B,T,C)
-  Tensor dqkv;      // (B,T,3C/tp)
-  Tensor datt;      // (B,T,C/tp)
-  Tensor dfc;       // (B,T,F/tp)
+  Tensor proj;  // (B,T,C)
+  Tensor dln;   // (B,T,C)
+  Tensor dqkv;  // (B,T,3C/tp)
+  Tensor datt;  // (B,T,C/tp)
+  Tensor dfc;   // (B,T,F/tp)
   // Sequence parallelism only:
   Tensor rows;      // (R,C) a reduce-scattered projection or gradient
   Tensor ln_rows;   // (R,C) a LayerNorm output before its all-gather

@@ -8,7 +8,9 @@
 #include "common/check.h"
 
 namespace trainer {
-inline bool MpiOk(int code) { return code == MPI_SUCCESS; }
+inline bool MpiOk(int code) {
+  return code == MPI_SUCCESS;
+}
 inline std::string MpiErrorText(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
@@ -17,4 +19,5 @@ inline std::string MpiErrorText(int code) {
 }
 }  // namespace trainer
 
-#define MPI_CHECK(expr) TRAINER_LIBRARY_CHECK("MPI", expr, ::trainer::MpiOk, ::trainer::MpiErrorText)
+#define MPI_CHECK(expr) \
+  TRAINER_LIBRARY_CHECK("MPI", expr, ::trainer::MpiOk, ::trainer::MpiErrorText)

@@ -15,10 +15,14 @@ namespace {
 
 MPI_Datatype ToMpi(DType t) {
   switch (t) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kI32: return MPI_INT;
-    case DType::kF64: return MPI_DOUBLE;
-    case DType::kBF16: return MPI_UINT16_T;  // only moved, never reduced, on the host path
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kI32:
+      return MPI_INT;
+    case DType::kF64:
+      return MPI_DOUBLE;
+    case DType::kBF16:
+      return MPI_UINT16_T;  // only moved, never reduced, on the host path
   }
   return MPI_BYTE;
 }
@@ -33,8 +37,8 @@ Status CheckReducible(DType t, const std::string& group) {
 // MPI counts are int: refuse what does not fit instead of truncating.
 Status CheckCount(size_t count, const std::string& group) {
   if (count > static_cast<size_t>(INT_MAX))
-    return RuntimeError(StrFormat("MPI message of %zu elements on group %s exceeds INT_MAX",
-                                  count, group.c_str()));
+    return RuntimeError(
+        StrFormat("MPI message of %zu elements on group %s exceeds INT_MAX", count, group.c_str()));
   return Status::Ok();
 }
 
@@ -74,8 +78,8 @@ Status MpiCommunicator::AllGather(const void* send, void* recv, size_t count, DT
 Status MpiCommunicator::ReduceScatter(const void* send, void* recv, size_t count, DType dtype) {
   TRAINER_RETURN_IF_ERROR(CheckReducible(dtype, name_));
   TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
-  MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), ToMpi(dtype), MPI_SUM,
-                                     comm_));
+  MPI_CHECK(
+      MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), ToMpi(dtype), MPI_SUM, comm_));
   return Status::Ok();
 }
 
@@ -93,8 +97,8 @@ Status MpiCommunicator::Send(const void* data, size_t count, DType dtype, int pe
 
 Status MpiCommunicator::Recv(void* data, size_t count, DType dtype, int peer) {
   TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
-  MPI_CHECK(MPI_Recv(data, static_cast<int>(count), ToMpi(dtype), peer, 0, comm_,
-                     MPI_STATUS_IGNORE));
+  MPI_CHECK(
+      MPI_Recv(data, static_cast<int>(count), ToMpi(dtype), peer, 0, comm_, MPI_STATUS_IGNORE));
   return Status::Ok();
 }
 
@@ -127,8 +131,8 @@ Status MpiRuntime::Init(int* argc, char*** argv, std::unique_ptr<MpiRuntime>* ou
   SetProcessIdentity({rt->rank_, rt->size_, rt->host_});
 
   MPI_Comm local;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt->rank_, MPI_INFO_NULL,
-                                &local));
+  MPI_CHECK(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt->rank_, MPI_INFO_NULL, &local));
   MPI_CHECK(MPI_Comm_rank(local, &rt->local_rank_));
   MPI_CHECK(MPI_Comm_size(local, &rt->local_size_));
   MPI_Comm_free(&local);
@@ -144,7 +148,9 @@ Status MpiRuntime::Init(int* argc, char*** argv, std::unique_ptr<MpiRuntime>* ou
   return Status::Ok();
 }
 
-MpiRuntime::~MpiRuntime() { Finalize(); }
+MpiRuntime::~MpiRuntime() {
+  Finalize();
+}
 
 Status MpiRuntime::Agree(const Status& local, bool* should_print) {
   return AgreeOnStatus(world_.get(), local, should_print);
@@ -166,12 +172,15 @@ Status MpiRuntime::MakeGroups(const Topology& topo, ProcessGroups* out) {
   MPI_CHECK(split(c.tp + topo.tp * c.pp, c.dp, "dp", &out->dp));
   MPI_CHECK(split(c.tp + topo.tp * c.dp, c.pp, "pp", &out->pp));
   const bool ends = topo.pp > 1 && (c.pp == 0 || c.pp == topo.pp - 1);
-  MPI_CHECK(split(ends ? c.tp + topo.tp * c.dp : MPI_UNDEFINED, c.pp, "embedding",
-                  &out->embedding));
+  MPI_CHECK(
+      split(ends ? c.tp + topo.tp * c.dp : MPI_UNDEFINED, c.pp, "embedding", &out->embedding));
   return Status::Ok();
 }
 
-void MpiRuntime::Abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); std::_Exit(code); }
+void MpiRuntime::Abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
 
 void MpiRuntime::Finalize() {
   if (finalized_) return;

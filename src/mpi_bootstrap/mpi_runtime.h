@@ -33,8 +33,8 @@ class MpiCommunicator final : public Communicator {
   Status Broadcast(void* data, size_t count, DType dtype, int root) override;
   Status Send(const void* data, size_t count, DType dtype, int peer) override;
   Status Recv(void* data, size_t count, DType dtype, int peer) override;
-  Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv,
-                  size_t recv_count, int recv_peer, DType dtype) override;
+  Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv, size_t recv_count,
+                  int recv_peer, DType dtype) override;
   Status Barrier() override;
 
  private:

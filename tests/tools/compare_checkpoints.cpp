@@ -73,8 +73,9 @@ int main(int argc, char** argv) {
     }
   }
   const double global = std::sqrt(total_diff) / std::max(std::sqrt(total_norm), 1e-30);
-  std::printf("%zu tensors; relative difference %.3e overall (tolerance %.1e), worst tensor "
-              "%.3e (%s, tolerance %.1e)\n",
-              names.size(), global, tol, worst, worst_name.c_str(), tensor_tol);
+  std::printf(
+      "%zu tensors; relative difference %.3e overall (tolerance %.1e), worst tensor "
+      "%.3e (%s, tolerance %.1e)\n",
+      names.size(), global, tol, worst, worst_name.c_str(), tensor_tol);
   return global <= tol && worst <= tensor_tol ? 0 : 1;
 }

@@ -72,8 +72,9 @@ TEST(GptModel, EveryGradientMatchesFiniteDifferences) {
   const double eps = 1e-2;
   for (const ParameterInfo& p : f.model->parameters()) {
     // A few elements of every tensor (the wte rows of real tokens only: pad rows get no gradient).
-    const int64_t n = p.name == "transformer.wte.weight" ? f.config.vocab_size * f.config.hidden_size
-                                                          : p.local_numel();
+    const int64_t n = p.name == "transformer.wte.weight"
+                          ? f.config.vocab_size * f.config.hidden_size
+                          : p.local_numel();
     for (int k = 0; k < 4; ++k) {
       const size_t i = p.offset + static_cast<size_t>(rng() % n);
       const float saved = f.params[i];
