@@ -16,6 +16,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
 #include "model/cpu/op_checks.h"
+#include "model/cpu/simd.h"
 
 namespace trainer {
 namespace cpu {
@@ -58,6 +59,41 @@ inline void Scores(float* scores, const HeadView& hv, const float* kt, int t0, i
   gemm(scores, T, hv.q + t0 * hv.C3, hv.C3, 1, kt, T, 1, rows, keys, HS, false);
 }
 
+// Causal softmax of one row of raw scores p[0..len) (len = t + 1) in place, zeros in
+// p[len..keys); returns the logsumexp of the scaled scores.
+TRAINER_CPU_CLONES
+float SoftmaxRow(float* p, int len, int keys, float scale) {
+  float row_max = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : row_max)
+  for (int s = 0; s < len; ++s) {
+    p[s] *= scale;
+    row_max = std::max(row_max, p[s]);
+  }
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (int s = 0; s < len; ++s) {
+    p[s] = SimdExp(p[s] - row_max);
+    sum += p[s];
+  }
+  const float inv_sum = static_cast<float>(1.0 / sum);
+#pragma omp simd
+  for (int s = 0; s < len; ++s) p[s] *= inv_sum;
+  for (int s = len; s < keys; ++s) p[s] = 0.f;
+  return row_max + static_cast<float>(std::log(sum));
+}
+
+// One row of the softmax backward: p[s] = exp(scale * scores[s] - lse) (in place over the
+// scores) and ds[s] = scale * p[s] * (dp[s] - d) (in place over dp), zeros in [len, keys).
+TRAINER_CPU_CLONES
+void SoftmaxBackwardRow(float* p, float* ds, int len, int keys, float scale, float lse, float d) {
+#pragma omp simd
+  for (int s = 0; s < len; ++s) {
+    p[s] = SimdExp(p[s] * scale - lse);
+    ds[s] = scale * p[s] * (ds[s] - d);
+  }
+  for (int s = len; s < keys; ++s) p[s] = ds[s] = 0.f;
+}
+
 // Per thread: two (kQueryBlock, T) blocks and two (HS, T) transposes.
 inline size_t ScratchPerThread(int T, int HS) {
   return (2 * static_cast<size_t>(kQueryBlock) + 2 * static_cast<size_t>(HS)) * T;
@@ -84,24 +120,8 @@ void attention_forward(float* out, float* stats, const float* qkv, float* scratc
       for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
         const int rows = std::min(kQueryBlock, T - t0), keys = t0 + rows;
         Scores(p, hv, kt, t0, rows, keys, T, HS);
-        for (int r = 0; r < rows; ++r) {
-          const int t = t0 + r;
-          float* pr = p + static_cast<int64_t>(r) * T;
-          float row_max = -std::numeric_limits<float>::infinity();
-          for (int s = 0; s <= t; ++s) {
-            pr[s] *= scale;
-            row_max = std::max(row_max, pr[s]);
-          }
-          double sum = 0.0;
-          for (int s = 0; s <= t; ++s) {
-            pr[s] = std::exp(pr[s] - row_max);
-            sum += pr[s];
-          }
-          const float inv_sum = static_cast<float>(1.0 / sum);
-          for (int s = 0; s <= t; ++s) pr[s] *= inv_sum;
-          for (int s = t + 1; s < keys; ++s) pr[s] = 0.f;
-          row_stats[t] = row_max + static_cast<float>(std::log(sum));
-        }
+        for (int r = 0; r < rows; ++r)
+          row_stats[t0 + r] = SoftmaxRow(p + static_cast<int64_t>(r) * T, t0 + r + 1, keys, scale);
         // out rows (rows, HS) = p (rows, keys) @ v[0 : keys].
         float* o = out + (static_cast<int64_t>(b) * T + t0) * hv.C + static_cast<int64_t>(h) * HS;
         gemm(o, hv.C, p, T, 1, hv.v, hv.C3, 1, rows, HS, keys, false);
@@ -144,14 +164,9 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         gemm(ds, T, g, hv.C, 1, vt, T, 1, rows, keys, HS, false);
         for (int r = 0; r < rows; ++r) {
           const int t = t0 + r;
-          float* pr = p + static_cast<int64_t>(r) * T;
-          float* dsr = ds + static_cast<int64_t>(r) * T;
           const float d = dot(g + r * hv.C, out + row0 + static_cast<int64_t>(t) * hv.C, HS);
-          for (int s = 0; s <= t; ++s) {
-            pr[s] = std::exp(pr[s] * scale - row_stats[t]);
-            dsr[s] = scale * pr[s] * (dsr[s] - d);
-          }
-          for (int s = t + 1; s < keys; ++s) pr[s] = dsr[s] = 0.f;
+          SoftmaxBackwardRow(p + static_cast<int64_t>(r) * T, ds + static_cast<int64_t>(r) * T,
+                             t + 1, keys, scale, row_stats[t], d);
         }
         // dq rows = ds @ k[0 : keys]; dk[0 : keys] += ds^T @ q rows; dv[0 : keys] += p^T @ dout.
         gemm(dq + t0 * hv.C3, hv.C3, ds, T, 1, hv.k, hv.C3, 1, rows, HS, keys, false);

@@ -10,6 +10,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
 #include "model/cpu/op_checks.h"
+#include "model/cpu/simd.h"
 
 namespace trainer {
 namespace cpu {
@@ -18,6 +19,22 @@ namespace {
 // Local columns [0, real) are real vocabulary entries; the rest are padding.
 inline int RealColumns(int V, int vocab_start, int vocab_size) {
   return std::clamp(vocab_size - vocab_start, 0, V);
+}
+
+// sum_j exp(x[j] - m) over n columns, in double.
+TRAINER_CPU_CLONES
+double SumExp(const float* x, float m, int n) {
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < n; ++j) sum += SimdExp(x[j] - m);
+  return sum;
+}
+
+// d[j] = scale * exp(x[j] - m) * inv_sum over n columns (d may be x).
+TRAINER_CPU_CLONES
+void ScaledSoftmax(float* d, const float* x, float m, float inv_sum, float scale, int n) {
+#pragma omp simd
+  for (int j = 0; j < n; ++j) d[j] = scale * (SimdExp(x[j] - m) * inv_sum);
 }
 
 }  // namespace
@@ -40,12 +57,8 @@ void crossentropy_sums(float* sums, const float* logits, const float* row_max,
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * V;
-    const float m = row_max[n];
-    double sum = 0.0;
-    // A -inf maximum means no real column anywhere in this row: nothing to add (and no inf-inf).
-    if (std::isfinite(m)) {
-      for (int j = 0; j < real; ++j) sum += std::exp(x[j] - m);
-    }
+    // A rank without real columns adds nothing (and never forms inf - inf).
+    const double sum = real > 0 ? SumExp(x, row_max[n], real) : 0.0;
     const int64_t target = static_cast<int64_t>(targets[n]) - vocab_start;
     sums[n] = static_cast<float>(sum);
     sums[N + n] = (target >= 0 && target < real) ? x[target] : 0.f;
@@ -65,11 +78,12 @@ void crossentropy_backward(float* losses, float* dlogits, const float* logits, c
     float* d = dlogits + n * V;  // may be x
     const float inv_sum = 1.f / sum;
     const int64_t target = static_cast<int64_t>(targets[n]) - vocab_start;
-    for (int j = 0; j < real; ++j) {
-      const float prob = std::exp(x[j] - m) * inv_sum;
-      d[j] = dloss_scale * (prob - (j == target ? 1.f : 0.f));
-    }
-    for (int j = real; j < V; ++j) d[j] = 0.f;
+    const bool local_target = target >= 0 && target < real;
+    // The target's probability, read before d overwrites x; same arithmetic as ScaledSoftmax.
+    const float target_prob = local_target ? SimdExp(x[target] - m) * inv_sum : 0.f;
+    ScaledSoftmax(d, x, m, inv_sum, dloss_scale, real);
+    if (local_target) d[target] = dloss_scale * (target_prob - 1.f);
+    std::fill(d + real, d + V, 0.f);
   }
 }
 

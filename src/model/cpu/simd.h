@@ -7,8 +7,8 @@
 //   Cephes-style, within 1 ulp of the exact value), so that loops calling it vectorize under
 //   `#pragma omp simd` without -ffast-math. Unlike a libm call, a vector lane and the scalar
 //   remainder of a loop give the same bits, which keeps the kernels' results independent of how
-//   the work is split over threads. It saturates: 1.2e-38 below -87.3, 2.4e38 above 88.4; NaN
-//   stays NaN.
+//   the work is split over threads. Inputs are clamped to [-87.3, 88.4] (so exp(-inf) is 1.2e-38,
+//   not 0); NaN stays NaN.
 #pragma once
 
 #include <algorithm>
@@ -32,8 +32,10 @@ inline float SimdExp(float x) {
   constexpr float kMax = 88.3762626647949f;
   constexpr float kMin = -87.3365447505531f;  // exp(kMin) is the smallest normal float
   constexpr float kRound = 12582912.f;        // 1.5 * 2^23: adding it rounds to an integer
+  constexpr uint32_t kRoundBits = 0x4B400000u;
   const float clamped = std::min(std::max(x, kMin), kMax);  // keeps NaN
-  const float n = (clamped * kLog2e + kRound) - kRound;  // round(x / ln 2)
+  const float shifted = clamped * kLog2e + kRound;  // n = round(x / ln 2) in the low mantissa bits
+  const float n = shifted - kRound;
   const float r = (clamped - n * kLn2High) - n * kLn2Low;  // |r| <= ln2 / 2
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -41,12 +43,13 @@ inline float SimdExp(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.f;  // exp(r)
-  // 2^n as float bits; n in [-126, 127].
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  const float exp_r = p * r * r + r + 1.f;
+  uint32_t bits;  // 2^n: exponent field n + 127
+  std::memcpy(&bits, &shifted, sizeof(bits));
+  bits = (bits - kRoundBits + 127u) << 23;
   float two_n;
   std::memcpy(&two_n, &bits, sizeof(two_n));
-  return er * two_n;
+  return exp_r * two_n;
 }
 
 }  // namespace cpu
