@@ -63,14 +63,24 @@ void gemm_block(const GemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t n
     }
     for (int64_t n = n0; n < n1; n += kTileCols) {
       const int cols = static_cast<int>(std::min<int64_t>(kTileCols, n1 - n));
-      for (int64_t k = 0; k < kc; ++k) {
-        const float* src = g.b + (k0 + k) * g.b_rs + n * g.b_cs;
-        float* dst = b_pack + k * kTileCols;
-        if (g.b_cs == 1 && cols == kTileCols) {
+      if (g.b_rs == 1) {
+        // B's columns are contiguous along k (B = weight^T): read them along k.
+        for (int j = 0; j < cols; ++j) {
+          const float* src = g.b + k0 + (n + j) * g.b_cs;
+          for (int64_t k = 0; k < kc; ++k) b_pack[k * kTileCols + j] = src[k];
+        }
+        for (int j = cols; j < kTileCols; ++j)
+          for (int64_t k = 0; k < kc; ++k) b_pack[k * kTileCols + j] = 0.f;
+      } else {
+        for (int64_t k = 0; k < kc; ++k) {
+          const float* src = g.b + (k0 + k) * g.b_rs + n * g.b_cs;
+          float* dst = b_pack + k * kTileCols;
+          if (g.b_cs == 1 && cols == kTileCols) {
 #pragma omp simd
-          for (int j = 0; j < kTileCols; ++j) dst[j] = src[j];
-        } else {
-          for (int j = 0; j < kTileCols; ++j) dst[j] = j < cols ? src[j * g.b_cs] : 0.f;
+            for (int j = 0; j < kTileCols; ++j) dst[j] = src[j];
+          } else {
+            for (int j = 0; j < kTileCols; ++j) dst[j] = j < cols ? src[j * g.b_cs] : 0.f;
+          }
         }
       }
       for (int64_t t = 0; t < row_tiles; ++t) {
