@@ -14,7 +14,11 @@
 #   scripts/netns_hosts.sh destroy             # deletes every namespace and file create made
 #
 # Environment: TRAINER_NETNS_PREFIX (default trnode), TRAINER_NETNS_COUNT (default 2),
-# TRAINER_NETNS_SUBNET (first three octets, default 10.213.57; host i gets .(10+i)).
+# TRAINER_NETNS_SUBNET (first three octets, default 10.213.57; host i gets .(10+i)),
+# TRAINER_NETNS_PRIVATE_DIRS ("HOST:DIR[,HOST:DIR...]": `exec` and `rsh` on HOST first mount an
+# empty tmpfs over the existing folder DIR, inside the command's own mount namespace, so that HOST
+# sees a folder of its own where the others share one: an unshared checkpoint folder, a data file
+# missing on one host).
 set -euo pipefail
 
 prefix=${TRAINER_NETNS_PREFIX:-trnode}
@@ -103,8 +107,19 @@ exec_on() {
   local host=$1
   shift
   namespace_exists "$host" || die "running on $host: no such network namespace. Run '$0 create' first."
+  # ip netns exec runs the command in a mount namespace of its own (a slave of the root one), so
+  # a tmpfs mounted there is seen by this command and its children only.
+  local entry dir mounts=""
+  local private=${TRAINER_NETNS_PRIVATE_DIRS:-}
+  for entry in ${private//,/ }; do
+    [[ ${entry%%:*} == "$host" ]] || continue
+    dir=${entry#*:}
+    [[ -d $dir && $dir != *"'"* ]] ||
+      die "private folder $dir for $host (TRAINER_NETNS_PRIVATE_DIRS): not an existing folder without quotes or spaces. Create it first."
+    mounts+="mount -t tmpfs -o size=64m trainer-private '$dir' && "
+  done
   # shellcheck disable=SC2016  # $0 and $@ belong to the inner sh
-  exec ip netns exec "$host" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
+  exec ip netns exec "$host" unshare --uts sh -c "${mounts}"'hostname "$0" && exec "$@"' "$host" "$@"
 }
 
 # rsh HOST WORDS...: what ssh does with a remote command: the words joined by spaces, run by sh.

@@ -1,38 +1,517 @@
-// `trainer check [--config FILE] [-o ...]`: run under the same launcher as training; checks the
-// MPI world and rank map, device binding, the configured layout's groups (an all-reduce on each,
-// checked for the exact result, with its bandwidth), and ends with one verdict line.
+// `trainer check [--config FILE] [-o ...]`: run under the same launcher as training, it checks and
+// reports per host: the MPI world (against the ranks the launcher started) and the rank map; the
+// GPUs each rank sees and its binding (two ranks on one GPU is an error); CUDA driver/runtime, NCCL
+// and cuDNN versions equal on all ranks; /dev/shm; that the checkpoint folder is shared (probe
+// files); that the data files open on every rank; then an all-reduce on every group of the
+// configured layout, checked for the exact result, with its bandwidth. It ends with "works well on
+// N ranks (H hosts, G GPUs)", or names each failing rank, host and check with the fix and exits 5.
+//
+// Every rank runs each check on itself; the failures of a check are gathered to every rank (so
+// that all agree on the exit code) and rank 0 prints them, one line each.
+#include <unistd.h>
+
 #include <chrono>
-#include <iostream>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
 #include <set>
 
+#include "cli/check_gpu.h"
+#include "cli/check_probes.h"
+#include "cli/check_report.h"
 #include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "cli/run_context.h"
 #include "common/log.h"
 #include "config/config_loader.h"
+#include "data/data_sources.h"
+#include "mpi_bootstrap/nccl_bootstrap.h"
 
 namespace trainer {
 namespace {
 
-// All-reduce of rank-dependent integers-as-floats: the exact sum is known in closed form.
-Status CheckAllReduce(Communicator* group, const char* name, size_t count, double* gbps) {
-  std::vector<float> data(count);
-  for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>((group->rank() + 1) * (i % 7));
-  const auto start = std::chrono::steady_clock::now();
-  TRAINER_RETURN_IF_ERROR(group->AllReduce(data.data(), count, DType::kF32, ReduceOp::kSum));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int n = group->size();
-  const double rank_sum = n * (n + 1) / 2.0;
-  for (size_t i = 0; i < count; ++i)
-    if (data[i] != static_cast<float>(rank_sum * (i % 7)))
-      return EnvironmentError(StrFormat(
-          "all-reduce on the %s group gave a wrong result at element %zu (%g, expected %g). "
-          "Check the MPI/NCCL transport settings (docs/launching.md)",
-          name, i, data[i], rank_sum * (i % 7)));
-  // Bus bandwidth as NCCL's tests define it: 2 (n-1)/n * bytes / time.
-  *gbps = n > 1 ? 2.0 * (n - 1) / n * count * sizeof(float) / seconds / 1e9 : 0.0;
-  return Status::Ok();
+// NCCL keeps the buffers between GPUs of one host in /dev/shm; NVIDIA's containers ask for 1 GiB.
+constexpr double kMinShmBytesForNccl = 1024.0 * 1024 * 1024;
+constexpr size_t kHostAllReduceFloats = size_t{1} << 20;    // 4 MiB per call (MPI, host memory)
+constexpr size_t kDeviceAllReduceFloats = size_t{1} << 24;  // 64 MiB per call (NCCL)
+constexpr int kTimedAllReduces = 5;
+constexpr double kProbeWaitSeconds = 3.0;  // how long a probe file may take to show up
+constexpr size_t kMaxLinesPerCheck = 32;   // failure lines printed per check; the rest counted
+
+// What a rank learns about itself before the process groups exist, gathered to every rank.
+struct RankFacts {
+  int32_t device = -1;        // bound CUDA device; -1 on the CPU path
+  int32_t device_failed = 0;  // binding the device or reading it failed on this rank
+  int32_t visible_gpus = 0;
+  int32_t unused = 0;
+  double shm_total = -1, shm_free = -1;
+  char gpu_uuid[48] = {};
+  char gpu_pci[32] = {};
+  char gpu_name[64] = {};
+  char versions[128] = {};
+  char cuda_visible_devices[64] = {};
+};
+static_assert(sizeof(RankFacts) % 4 == 0, "RankFacts travels as 32-bit words");
+
+void CopyText(char* dst, size_t size, const std::string& src) {
+  std::snprintf(dst, size, "%s", src.c_str());
+}
+
+class EnvironmentCheck {
+ public:
+  EnvironmentCheck(RunContext* ctx, const TrainConfig& config, bool folder_given, bool data_given)
+      : ctx_(ctx),
+        config_(config),
+        folder_given_(folder_given),
+        data_given_(data_given),
+        world_(ctx->runtime->world()),
+        rank_(ctx->runtime->rank()),
+        hosts_(ctx->runtime->hosts()) {}
+
+  // Runs every check. Non-ok only when a step could not run at all (a broken collective); failed
+  // checks are counted, reported, and turned into exit code 5 by Verdict().
+  Status Run() {
+    TRAINER_RETURN_IF_ERROR(CheckWorld());
+    TRAINER_RETURN_IF_ERROR(CheckDevices());
+    TRAINER_RETURN_IF_ERROR(BuildGroups());
+    ctx_->PrintRankMap();
+    TRAINER_RETURN_IF_ERROR(CheckFolder());
+    TRAINER_RETURN_IF_ERROR(CheckData());
+    return CheckAllReduces();
+  }
+
+  Status Verdict() const {
+    std::set<std::string> distinct_hosts(hosts_.begin(), hosts_.end());
+    const int n = world_->size();
+    if (failures_.empty()) {
+      LogInfo(StrFormat("works well on %s (%s, %s)", Plural(n, "rank").c_str(),
+                        Plural(distinct_hosts.size(), "host").c_str(),
+                        Plural(gpus_used_, "GPU").c_str()));
+      return Status::Ok();
+    }
+    std::set<int> ranks;
+    std::set<std::string> hosts, checks;
+    for (const CheckFailure& f : failures_) {
+      ranks.insert(f.rank);
+      hosts.insert(hosts_[f.rank]);
+      checks.insert(f.check);
+    }
+    std::string check_list, host_list;
+    for (const std::string& c : checks) check_list += (check_list.empty() ? "" : ", ") + c;
+    for (const std::string& h : hosts) host_list += (host_list.empty() ? "" : ", ") + h;
+    if (rank_ == 0)
+      LogError(
+          StrFormat("trainer check (%s, %s): %s (%s) on %zu of %d ranks (%s; %s). Fix the "
+                    "lines above and run trainer check again",
+                    Plural(n, "rank").c_str(), Plural(distinct_hosts.size(), "host").c_str(),
+                    Plural(failures_.size(), "failure").c_str(), check_list.c_str(), ranks.size(),
+                    n, FormatRanks({ranks.begin(), ranks.end()}).c_str(), host_list.c_str()));
+    // Every rank holds the same failures: all return 5, none needs to print.
+    return Status(ExitCode::kEnvironment, "");
+  }
+
+ private:
+  // Gathers every rank's failures to every rank; rank 0 prints them. Returns how many there were.
+  StatusOr<size_t> Report(const std::vector<CheckFailure>& mine) {
+    std::vector<CheckFailure> gathered;
+    TRAINER_RETURN_IF_ERROR(GatherFailures(world_, mine, &gathered));
+    std::map<std::string, size_t> printed;
+    for (const CheckFailure& f : gathered) {
+      if (printed[f.check]++ < kMaxLinesPerCheck && rank_ == 0)
+        LogError(StrFormat("%s (rank %d on %s): %s", f.check.c_str(), f.rank,
+                           hosts_[f.rank].c_str(), f.message.c_str()));
+      failures_.push_back(f);
+    }
+    for (const auto& [check, count] : printed)
+      if (count > kMaxLinesPerCheck && rank_ == 0)
+        LogError(StrFormat("%s: %zu more ranks failed this check (not shown)", check.c_str(),
+                           count - kMaxLinesPerCheck));
+    return gathered.size();
+  }
+
+  size_t FailuresOf(const std::string& check) const {
+    size_t n = 0;
+    for (const CheckFailure& f : failures_) n += f.check == check;
+    return n;
+  }
+
+  // The MPI world holds every rank the launcher started (a launcher without a working PMI starts
+  // N worlds of one rank each).
+  Status CheckWorld() {
+    std::string variable;
+    const int launched = LauncherWorldSize(&variable);
+    const int n = world_->size();
+    std::vector<CheckFailure> mine;
+    if (launched > 0 && launched != n)
+      mine.push_back({rank_, "MPI world",
+                      StrFormat("the launcher started %d ranks (%s) but this rank's MPI world "
+                                "holds %d: the ranks did not join one world. Start the trainer "
+                                "with srun --mpi=pmix or with the mpirun of the MPI it was built "
+                                "with (docs/launching.md)",
+                                launched, variable.c_str(), n)});
+    TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
+    if (failed == 0)
+      LogInfo(StrFormat(
+          "MPI world: %s%s", Plural(n, "rank").c_str(),
+          variable.empty() ? "" : (", as the launcher started (" + variable + ")").c_str()));
+    return Status::Ok();
+  }
+
+  // Binds each rank's device, gathers what every rank found, and checks across ranks: GPU
+  // binding, versions, /dev/shm. When any rank has no usable GPU, every rank continues on the
+  // CPU path so that the remaining checks still run.
+  Status CheckDevices() {
+    RankFacts me;
+    std::vector<CheckFailure> mine;
+    Status setup = ctx_->SetupDevice(config_);
+    if (setup.ok()) {
+      StatusOr<GpuFacts> gpu = QueryGpu(ctx_->device);
+      if (gpu.ok()) {
+        me.visible_gpus = gpu->visible;
+        CopyText(me.gpu_uuid, sizeof(me.gpu_uuid), gpu->uuid);
+        CopyText(me.gpu_pci, sizeof(me.gpu_pci), gpu->pci_bus_id);
+        CopyText(me.gpu_name, sizeof(me.gpu_name), gpu->name);
+      } else {
+        setup = gpu.status();
+      }
+    }
+    if (!setup.ok()) {
+      me.device_failed = 1;
+      mine.push_back({rank_, "GPU binding", setup.message()});
+    }
+    me.device = setup.ok() ? ctx_->device : -1;
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    CopyText(me.cuda_visible_devices, sizeof(me.cuda_visible_devices), visible ? visible : "unset");
+    CopyText(me.versions, sizeof(me.versions), GpuLibraryVersions());
+    const ShmFacts shm = QueryShm("/dev/shm");
+    me.shm_total = shm.total_bytes;
+    me.shm_free = shm.free_bytes;
+    TRAINER_RETURN_IF_ERROR(AllGatherValues(world_, me, &facts_));
+
+    // Every rank derives the same cross-rank failures; rank 0 alone reports them.
+    std::vector<CheckFailure> derived = CrossRankCheckFailures();
+    bool all_on_gpu = true, any_gpu = false;
+    for (const RankFacts& f : facts_) {
+      all_on_gpu = all_on_gpu && f.device >= 0 && !f.device_failed;
+      any_gpu = any_gpu || f.device >= 0 || f.device_failed;
+    }
+    for (const CheckFailure& f : derived) all_on_gpu = all_on_gpu && f.check != "GPU binding";
+    if (rank_ == 0) mine.insert(mine.end(), derived.begin(), derived.end());
+    if (!all_on_gpu && (ctx_->backend == nullptr || ctx_->backend->device_memory())) {
+      ctx_->backend = MakeCpuBackend();
+      ctx_->device = -1;
+    }
+    if (!all_on_gpu && any_gpu)
+      LogInfo("the checks below run on the CPU path (MPI): not every rank has a GPU of its own");
+    gpus_used_ = all_on_gpu ? world_->size() : 0;
+
+    PrintHosts();
+    TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
+    (void)failed;
+    if (FailuresOf("GPU binding") == 0)
+      LogInfo(gpus_used_ > 0 ? StrFormat("GPU binding: each of the %s on a GPU of its own",
+                                         Plural(gpus_used_, "rank").c_str())
+                             : "GPU binding: no GPU used (CPU path)");
+    if (FailuresOf("versions") == 0)
+      LogInfo(StrFormat("versions: the same on every rank (%s)", facts_[0].versions));
+    if (FailuresOf("/dev/shm") == 0)
+      LogInfo(gpus_used_ > 0 ? StrFormat("/dev/shm: at least %s on every host with several GPU "
+                                         "ranks",
+                                         FormatBytes(kMinShmBytesForNccl).c_str())
+                             : "/dev/shm: not needed by the CPU path (sizes above)");
+    return Status::Ok();
+  }
+
+  std::vector<CheckFailure> CrossRankCheckFailures() const {
+    std::vector<CheckFailure> out;
+    const int n = world_->size();
+    int first_gpu_rank = -1;
+    for (int r = 0; r < n && first_gpu_rank < 0; ++r)
+      if (facts_[r].device >= 0) first_gpu_rank = r;
+    std::map<std::pair<std::string, std::string>, int> gpu_owner;  // (host, uuid) -> first rank
+    std::map<std::string, int> ranks_on_host;
+    for (int r = 0; r < n; ++r) ++ranks_on_host[hosts_[r]];
+    std::set<std::string> shm_reported;
+    for (int r = 0; r < n; ++r) {
+      const RankFacts& f = facts_[r];
+      if (f.device < 0 && !f.device_failed && first_gpu_rank >= 0)
+        out.push_back({r, "GPU binding",
+                       StrFormat("runs on the CPU (%d GPUs visible, CUDA_VISIBLE_DEVICES=%s) "
+                                 "while rank %d on %s uses cuda:%d. Give every host GPUs, or set "
+                                 "Global.device=cpu",
+                                 f.visible_gpus, f.cuda_visible_devices, first_gpu_rank,
+                                 hosts_[first_gpu_rank].c_str(), facts_[first_gpu_rank].device)});
+      if (f.device >= 0) {
+        auto [owner, fresh] = gpu_owner.emplace(std::make_pair(hosts_[r], f.gpu_uuid), r);
+        if (!fresh)
+          out.push_back(
+              {r, "GPU binding",
+               StrFormat("cuda:%d (%s, PCI %s) is the GPU that rank %d uses too: two ranks on "
+                         "one GPU. Start one rank per GPU (as many ranks per host as GPUs) and "
+                         "give each rank all of the host's GPUs or exactly its own "
+                         "(CUDA_VISIBLE_DEVICES=%s here)",
+                         f.device, f.gpu_uuid, f.gpu_pci, owner->second, f.cuda_visible_devices)});
+      }
+      if (std::strcmp(f.versions, facts_[0].versions) != 0)
+        out.push_back({r, "versions",
+                       StrFormat("%s, but rank 0 on %s has %s. Install the same CUDA driver, "
+                                 "toolkit, NCCL and cuDNN on every host (or run one container "
+                                 "image everywhere)",
+                                 f.versions, hosts_[0].c_str(), facts_[0].versions)});
+      const bool nccl_in_host = f.device >= 0 && ranks_on_host[hosts_[r]] > 1;
+      if (nccl_in_host && f.shm_total < kMinShmBytesForNccl &&
+          shm_reported.insert(hosts_[r]).second)
+        out.push_back(
+            {r, "/dev/shm",
+             StrFormat("%s for %d GPU ranks on this host, below %s: NCCL keeps the "
+                       "buffers between GPUs of one host there and fails when it is "
+                       "full. Give containers more (docker run --shm-size=8g; "
+                       "Kubernetes: an emptyDir with medium Memory at /dev/shm, as in "
+                       "k8s/mpijob.yaml)",
+                       f.shm_total < 0 ? "missing" : FormatBytes(f.shm_total).c_str(),
+                       ranks_on_host[hosts_[r]], FormatBytes(kMinShmBytesForNccl).c_str())});
+    }
+    return out;
+  }
+
+  // One line per host: its ranks, GPUs, /dev/shm and versions (those of its first rank).
+  void PrintHosts() const {
+    std::vector<std::string> order;
+    std::map<std::string, std::vector<int>> ranks;
+    for (int r = 0; r < world_->size(); ++r) {
+      if (ranks[hosts_[r]].empty()) order.push_back(hosts_[r]);
+      ranks[hosts_[r]].push_back(r);
+    }
+    std::string text = StrFormat("%s:", Plural(order.size(), "host").c_str());
+    for (const std::string& host : order) {
+      const std::vector<int>& on_host = ranks[host];
+      const RankFacts& first = facts_[on_host[0]];
+      std::set<std::string> gpus;
+      for (int r : on_host)
+        if (facts_[r].device >= 0) gpus.insert(facts_[r].gpu_uuid);
+      const std::string shm = first.shm_total < 0 ? "missing"
+                                                  : FormatBytes(first.shm_total) + " (" +
+                                                        FormatBytes(first.shm_free) + " free)";
+      const std::string gpu_text =
+          first.visible_gpus == 0
+              ? std::string("no GPU visible")
+              : StrFormat("%s visible (CUDA_VISIBLE_DEVICES=%s), %zu bound (%s)",
+                          Plural(first.visible_gpus, "GPU").c_str(), first.cuda_visible_devices,
+                          gpus.size(), first.gpu_name);
+      text += StrFormat("\n  %-16s %s %s; %s; /dev/shm %s; %s", host.c_str(),
+                        on_host.size() == 1 ? "rank" : "ranks", FormatRanks(on_host).c_str(),
+                        gpu_text.c_str(), shm.c_str(), first.versions);
+    }
+    LogInfo(text);
+  }
+
+  Status BuildGroups() {
+    Status s = ctx_->BuildGroups(config_);
+    if (s.ok() && ctx_->backend->device_memory()) {
+      // The world over NCCL too: the groups of the layout may not span every link between hosts.
+      s = MakeNcclCommunicator(world_, BackendStream(ctx_->backend.get()), &nccl_world_);
+    }
+    if (!s.ok()) s = EnvironmentError(s.message());
+    return ctx_->Agree(s);
+  }
+
+  // Every rank writes a probe file into the checkpoint folder; rank 0 must see every probe and
+  // every rank must see rank 0's (rank 0 writes checkpoints that every rank reads back).
+  Status CheckFolder() {
+    if (!folder_given_) {
+      LogInfo("checkpoint folder: not checked (pass --config, or -o Checkpoint.dir=...)");
+      return Status::Ok();
+    }
+    const std::string folder = config_.checkpoint_dir();
+    int32_t nonce_words[2] = {0, 0};
+    if (rank_ == 0) {
+      std::random_device entropy;
+      const uint64_t value =
+          (uint64_t{entropy()} << 32) ^ entropy() ^ static_cast<uint64_t>(getpid()) ^
+          static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+      std::memcpy(nonce_words, &value, sizeof(value));
+    }
+    TRAINER_RETURN_IF_ERROR(world_->Broadcast(nonce_words, 2, DType::kI32, 0));
+    uint64_t nonce;
+    std::memcpy(&nonce, nonce_words, sizeof(nonce));
+
+    std::vector<CheckFailure> mine;
+    const Status wrote = WriteProbe(folder, nonce, rank_, hosts_[rank_]);
+    if (!wrote.ok())
+      mine.push_back({rank_, "checkpoint folder",
+                      StrFormat("no probe file written in %s: %s (every rank must be able to "
+                                "write there; Checkpoint.dir picks the folder)",
+                                folder.c_str(), wrote.message().c_str())});
+    // The gather also orders every write before every look below.
+    std::vector<int32_t> written;
+    TRAINER_RETURN_IF_ERROR(AllGatherValues<int32_t>(world_, wrote.ok() ? 1 : 0, &written));
+    const double deadline = SteadySeconds() + kProbeWaitSeconds;
+    std::vector<int32_t> rank0_sees(world_->size(), 1);
+    if (rank_ == 0) {
+      for (int r = 1; r < world_->size(); ++r)
+        if (written[r]) rank0_sees[r] = SeesProbe(folder, nonce, r, hosts_[r], deadline);
+    }
+    const int32_t sees_rank0 =
+        rank_ == 0 || !written[0] || SeesProbe(folder, nonce, 0, hosts_[0], deadline);
+    std::vector<int32_t> sees;
+    TRAINER_RETURN_IF_ERROR(AllGatherValues(world_, sees_rank0, &sees));
+    if (wrote.ok()) std::remove(ProbePath(folder, nonce, rank_).c_str());
+    for (int r = 1; r < world_->size() && rank_ == 0; ++r) {
+      if (rank0_sees[r] && sees[r]) continue;
+      const char* why = !rank0_sees[r] && !sees[r] ? "neither sees the probe file the other wrote"
+                        : !rank0_sees[r] ? "rank 0 does not see the probe file this rank wrote"
+                                         : "this rank does not see the probe file rank 0 wrote";
+      mine.push_back({r, "checkpoint folder",
+                      StrFormat("%s is not the folder that rank 0 on %s sees: %s. Put "
+                                "Checkpoint.dir (or Engine.output_dir) on a file system that every "
+                                "host mounts at the same path (NFS, Lustre, ...)",
+                                folder.c_str(), hosts_[0].c_str(), why)});
+    }
+    TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
+    if (failed == 0)
+      LogInfo(
+          StrFormat("checkpoint folder %s: shared by every rank (rank 0 sees the probe file "
+                    "of each rank, each rank sees rank 0's)",
+                    folder.c_str()));
+    return Status::Ok();
+  }
+
+  // The data files open on every rank, and every rank's copy holds as many tokens as rank 0's.
+  Status CheckData() {
+    if (!data_given_) {
+      LogInfo("data file: not checked (pass --config, or -o Data.train_path=...)");
+      return Status::Ok();
+    }
+    DatasetOpenOptions options;
+    options.scan_tokens = false;  // opening and the metadata are the point; `trainer inspect` scans
+    StatusOr<DataSources> sources = OpenDataSources(config_.data, config_.model.vocab_size,
+                                                    config_.model.sequence_length(), options);
+    const double tokens =
+        sources.ok() ? static_cast<double>(sources->train_file->num_tokens()) : -1;
+    std::vector<double> all_tokens;
+    TRAINER_RETURN_IF_ERROR(AllGatherValues(world_, tokens, &all_tokens));
+    std::vector<CheckFailure> mine;
+    const std::string& path = config_.data.train_path;
+    if (!sources.ok()) {
+      std::string message = sources.status().message();
+      if (all_tokens[0] >= 0 && hosts_[rank_] != hosts_[0])
+        message += StrFormat(
+            "; the file opens on rank 0 on %s: put it on a file system that every "
+            "host mounts, or copy it to the same path on every host",
+            hosts_[0].c_str());
+      mine.push_back({rank_, "data file", message});
+    } else if (all_tokens[0] >= 0 && tokens != all_tokens[0]) {
+      mine.push_back({rank_, "data file",
+                      StrFormat("%s holds %.0f tokens here but %.0f on rank 0 on %s: the copies "
+                                "differ. Give every host the same file (a shared file system, or "
+                                "one copy made from the same source)",
+                                path.c_str(), tokens, all_tokens[0], hosts_[0].c_str())});
+    }
+    TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
+    if (failed == 0) {
+      const int seq_len = config_.model.sequence_length();
+      std::string text = StrFormat(
+          "data file %s: opens on every rank (%.0f tokens, vocab %lld; %lld training samples of %d "
+          "tokens",
+          path.c_str(), tokens, static_cast<long long>(sources->train_file->vocab_size()),
+          static_cast<long long>(sources->train.num_samples), seq_len);
+      if (sources->val_file)
+        text += StrFormat(", %lld validation samples from %s",
+                          static_cast<long long>(sources->val.num_samples),
+                          sources->val_file->path().c_str());
+      LogInfo(text + ")");
+    }
+    return Status::Ok();
+  }
+
+  // An all-reduce on every group of the layout (and on the world), each result checked against
+  // the exact sum of the members' contributions, with the bus bandwidth of the slowest and the
+  // fastest group of each kind.
+  Status CheckAllReduces() {
+    const Topology& t = ctx_->groups.topology;
+    const Topology::Coord c = ctx_->groups.coord;
+    std::vector<int> world_members(world_->size()), tp, dp, pp, embedding;
+    for (int r = 0; r < world_->size(); ++r) world_members[r] = r;
+    for (int i = 0; i < t.tp; ++i) tp.push_back(t.RankOf(i, c.dp, c.pp));
+    for (int i = 0; i < t.dp; ++i) dp.push_back(t.RankOf(c.tp, i, c.pp));
+    for (int i = 0; i < t.pp; ++i) pp.push_back(t.RankOf(c.tp, c.dp, i));
+    if (t.pp > 1) embedding = {t.RankOf(c.tp, c.dp, 0), t.RankOf(c.tp, c.dp, t.pp - 1)};
+    struct Kind {
+      const char* name;
+      Communicator* comm;  // null where this rank is not a member (embedding)
+      int groups;
+      const std::vector<int>& members;
+    };
+    std::vector<Kind> kinds = {{"world", world_, 1, world_members}};
+    if (nccl_world_) kinds.push_back({"world", nccl_world_.get(), 1, world_members});
+    kinds.push_back({"tp", ctx_->groups.tp, t.dp * t.pp, tp});
+    kinds.push_back({"dp", ctx_->groups.dp, t.tp * t.pp, dp});
+    kinds.push_back({"pp", ctx_->groups.pp, t.tp * t.dp, pp});
+    if (t.pp > 1) kinds.push_back({"embedding", ctx_->groups.embedding, t.tp * t.dp, embedding});
+    const float contribution = static_cast<float>(rank_ % 13 + 1);
+    for (const Kind& kind : kinds) {
+      const int size = static_cast<int>(kind.members.size());
+      const bool device = kind.comm != nullptr && kind.comm->device_memory();
+      const char* transport = device ? "NCCL, device memory" : "MPI, host memory";
+      if (size == 1) {
+        LogInfo(StrFormat("all-reduce on %s: groups of one rank, nothing to exchange", kind.name));
+        continue;
+      }
+      const size_t count = device ? kDeviceAllReduceFloats : kHostAllReduceFloats;
+      double bus_gbps = -1;
+      std::vector<CheckFailure> mine;
+      if (kind.comm != nullptr) {
+        double group_sum = 0, seconds = 0;
+        for (int m : kind.members) group_sum += m % 13 + 1;
+        std::string mismatch;
+        TRAINER_RETURN_IF_ERROR(TimeExactAllReduce(kind.comm, ctx_->backend.get(), contribution,
+                                                   group_sum, count, kTimedAllReduces, &seconds,
+                                                   &mismatch));
+        if (!mismatch.empty())
+          mine.push_back(
+              {rank_, "all-reduce",
+               StrFormat("%s group of ranks %s (%s): %s. Rerun with %s and check the "
+                         "transport settings in docs/launching.md",
+                         kind.name, FormatRanks(kind.members).c_str(), transport, mismatch.c_str(),
+                         device ? "NCCL_DEBUG=INFO" : "OMPI_MCA_btl=self,vader,tcp")});
+        // Bus bandwidth as NCCL's tests define it: 2 (n-1)/n * bytes / time.
+        bus_gbps =
+            seconds > 0 ? 2.0 * (size - 1) / size * count * sizeof(float) / seconds / 1e9 : 0;
+      }
+      double range[2] = {bus_gbps < 0 ? -1e300 : -bus_gbps, bus_gbps};  // max of -bw: the minimum
+      TRAINER_RETURN_IF_ERROR(world_->AllReduce(range, 2, DType::kF64, ReduceOp::kMax));
+      TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
+      if (failed > 0) continue;
+      const std::string bandwidth =
+          kind.groups == 1
+              ? StrFormat("%.2f GB/s", range[1])
+              : StrFormat("%.2f GB/s (slowest group) to %.2f GB/s", -range[0], range[1]);
+      LogInfo(
+          StrFormat("all-reduce on %s: %s of %d ranks (%s, %s per call): exact; bus "
+                    "bandwidth %s",
+                    kind.name, Plural(kind.groups, "group").c_str(), size, transport,
+                    FormatBytes(count * sizeof(float)).c_str(), bandwidth.c_str()));
+    }
+    return Status::Ok();
+  }
+
+  RunContext* ctx_;
+  const TrainConfig& config_;
+  const bool folder_given_, data_given_;
+  MpiCommunicator* world_;
+  const int rank_;
+  const std::vector<std::string>& hosts_;
+  std::vector<RankFacts> facts_;
+  std::unique_ptr<Communicator> nccl_world_;
+  int gpus_used_ = 0;
+  std::vector<CheckFailure> failures_;  // every rank's failures, the same on every rank
+};
+
+bool OverridesKey(const std::vector<std::string>& overrides, const std::string& key) {
+  for (const std::string& o : overrides)
+    if (o.compare(0, key.size() + 1, key + "=") == 0) return true;
+  return false;
 }
 
 }  // namespace
@@ -55,38 +534,27 @@ int RunCheckCommand(const std::vector<std::string>& args) {
       PrintCommandHelp("check", "[--config FILE] [-o Section.key=value ...]", options);
     return ctx.Finish(Status::Ok());
   }
+  // Without a config, only what was named with -o is checked besides the world and the devices.
+  const bool data_given = !config_path.empty() || OverridesKey(overrides, "Data.train_path");
+  const bool folder_given = !config_path.empty() || OverridesKey(overrides, "Checkpoint.dir") ||
+                            OverridesKey(overrides, "Engine.output_dir");
   TrainConfig config;
   if (status.ok()) {
-    if (config_path.empty()) overrides.push_back("Data.train_path=unused");
+    if (!data_given) overrides.push_back("Data.train_path=unused");
     auto loaded = LoadConfig(config_path, overrides);
     status = loaded.ok() ? ValidateConfig(&loaded.value(), ctx.runtime->size()) : loaded.status();
     if (status.ok()) config = loaded.value();
   }
+  // A config that does not fit the world is a usage error (exit 2), as in `trainer train`.
   status = ctx.Agree(status);
-  if (status.ok()) status = ctx.Agree(ctx.SetupDevice(config));
-  if (status.ok()) status = ctx.Agree(ctx.BuildGroups(config));
   if (!status.ok()) return ctx.Finish(status);
-  ctx.PrintRankMap();
-  struct Group {
-    const char* name;
-    Communicator* comm;
-  };
-  const Group groups[] = {{"world", ctx.runtime->world()},
-                          {"tp", ctx.mpi_groups.tp.get()},
-                          {"dp", ctx.mpi_groups.dp.get()},
-                          {"pp", ctx.mpi_groups.pp.get()}};
-  for (const Group& g : groups) {
-    double gbps = 0;
-    status = ctx.Agree(CheckAllReduce(g.comm, g.name, size_t{1} << 22, &gbps));
-    if (!status.ok()) return ctx.Finish(status);
-    LogInfo(StrFormat("all-reduce on %-5s groups (size %d): exact, %.2f GB/s bus bandwidth "
-                      "(host memory)",
-                      g.name, g.comm->size(), gbps));
-  }
-  std::set<std::string> hosts(ctx.runtime->hosts().begin(), ctx.runtime->hosts().end());
-  LogInfo(StrFormat("works well on %d ranks (%zu hosts, %d GPUs)", ctx.runtime->size(),
-                    hosts.size(), ctx.device >= 0 ? ctx.runtime->size() : 0));
-  return ctx.Finish(Status::Ok());
+
+  EnvironmentCheck check(&ctx, config, folder_given, data_given);
+  status = check.Run();
+  if (!status.ok() && status.code() != ExitCode::kEnvironment)
+    status = EnvironmentError(status.message());
+  if (status.ok()) status = check.Verdict();
+  return ctx.Finish(status);
 }
 
 }  // namespace trainer

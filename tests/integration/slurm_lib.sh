@@ -70,3 +70,64 @@ job_active() {
     *) return 1 ;;
   esac
 }
+
+# start_netns_hosts: two network-namespace hosts of this test's own (scripts/netns_hosts.sh),
+# deleted on exit. Sets netns (the script), host1, host2 and $scratch/hostfile (one slot each),
+# and exports what slurm/mpirun_hostfile.sh needs to reach them (TRAINER_NET, TRAINER_RSH_AGENT).
+# Skips without `ip netns`.
+start_netns_hosts() {
+  require_tools ip unshare mpirun
+  # A prefix of our own so that parallel runs do not meet; the subnet exists only inside them.
+  export TRAINER_NETNS_PREFIX=trt$$n TRAINER_NETNS_COUNT=2 TRAINER_NETNS_SUBNET=10.213.57
+  netns=$src/scripts/netns_hosts.sh
+  # shellcheck disable=SC2034  # host2 is for the sourcing test
+  host1=${TRAINER_NETNS_PREFIX}1 host2=${TRAINER_NETNS_PREFIX}2
+  local probe=${TRAINER_NETNS_PREFIX}-probe
+  ip netns add "$probe" 2>/dev/null || skip "ip netns add does not work here (no CAP_NET_ADMIN?)"
+  ip netns del "$probe"
+  add_cleanup "bash '$netns' destroy >/dev/null"
+  bash "$netns" create >/dev/null || fail "scripts/netns_hosts.sh create failed"
+  bash "$netns" hostfile 1 >"$scratch/hostfile"
+  export TRAINER_NET=$TRAINER_NETNS_SUBNET.0/24 TRAINER_RSH_AGENT="$netns rsh"
+}
+
+# on_netns_hosts CMD...: CMD as one rank on each namespace host, through slurm/mpirun_hostfile.sh
+# started on host1 (60 s at most). Returns the command's exit code.
+on_netns_hosts() {
+  timeout --kill-after=5 60 bash "$netns" exec "$host1" bash "$src/slurm/mpirun_hostfile.sh" \
+    -H "$scratch/hostfile" -N 1 -- "$@"
+}
+
+# make_text_dataset OUT: three generated text documents (~200 KB) packed with the byte tokenizer.
+make_text_dataset() {
+  local out=$1 dir doc line
+  dir=$(dirname "$out")
+  for doc in 1 2 3; do
+    for line in $(seq 1 1500); do
+      echo "document $doc line $line: the quick brown fox jumps over the lazy dog $((line * doc % 97))"
+    done >"$dir/doc$doc.txt"
+  done
+  "$trainer" pack --input "$dir"/doc1.txt "$dir"/doc2.txt "$dir"/doc3.txt --output "$out" \
+    >"$dir/pack.out" 2>&1 || fail "trainer pack failed: $(tail -n 5 "$dir/pack.out")"
+}
+
+# step_losses METRICS: "step loss" for each training record of a metrics.jsonl.
+step_losses() {
+  sed -nE 's/^\{"step": *([0-9]+), *"loss": *([^,}]+).*/\1 \2/p' "$1"
+}
+
+# compare_step_losses RUN REFERENCE TOL [FROM_STEP]: every loss that RUN's metrics.jsonl logged
+# (at steps >= FROM_STEP) equals REFERENCE's loss at the same step within relative TOL. Prints
+# the count and the worst difference; fails when a step is missing from REFERENCE or none match.
+compare_step_losses() {
+  awk -v tol="$3" -v from="${4:-0}" '
+    FNR == NR { reference[$1] = $2; next }
+    $1 < from { next }
+    !($1 in reference) { printf "step %d is not in the reference run\n", $1; bad = 1; next }
+    { n++; d = $2 - reference[$1]; d = d < 0 ? -d : d; r = reference[$1];
+      r = d / (r < 0 ? -r : r); if (r >= worst) { worst = r; at = $1 }; last = $1 }
+    END { if (n == 0) { print "no losses to compare"; exit 1 }
+          printf "%d steps (%d-%d), worst relative difference %.3e at step %d (tolerance %s)\n",
+                 n, (from > 1 ? from : 1), last, worst, at, tol;
+          exit (bad || worst > tol) ? 1 : 0 }' <(step_losses "$2") <(step_losses "$1")
+}

@@ -1,0 +1,28 @@
+// GPU facts for `trainer check`: how many GPUs a rank sees, the identity of the one it is bound to
+// (UUID and PCI bus id, so that two ranks on one GPU can be found), and the CUDA driver/runtime,
+// NCCL and cuDNN versions. Only this file's .cpp touches CUDA; in a build without CUDA every
+// answer says so ("CUDA: not built").
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "common/status.h"
+
+namespace trainer {
+
+struct GpuFacts {
+  int visible = 0;         // CUDA devices this process sees
+  std::string uuid;        // "GPU-1a2b3c4d-..." as nvidia-smi -L prints it; empty when none bound
+  std::string pci_bus_id;  // "0000:3b:00.0"
+  std::string name;        // "NVIDIA H200"
+  size_t memory_bytes = 0;
+};
+
+// Facts about CUDA device `device` (the rank's bound device), or only `visible` when device < 0.
+StatusOr<GpuFacts> QueryGpu(int device);
+
+// "CUDA driver 12.8, runtime 12.8, NCCL 2.26.2, cuDNN 9.8.0", or "CUDA: not built".
+std::string GpuLibraryVersions();
+
+}  // namespace trainer

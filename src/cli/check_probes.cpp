@@ -1,0 +1,138 @@
+// One-rank parts of `trainer check` (check_probes.h).
+#include "cli/check_probes.h"
+
+#include <sys/statvfs.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "common/filesystem.h"
+#include "common/log.h"
+
+namespace trainer {
+
+int LauncherWorldSize(std::string* variable) {
+  // mpirun's own variables first: under mpirun inside a Slurm allocation, SLURM_STEP_NUM_TASKS
+  // counts mpirun's daemons, not the ranks.
+  const bool direct_srun = std::getenv("SLURM_PROCID") != nullptr;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    if (std::string(name) == "SLURM_STEP_NUM_TASKS" && !direct_srun) continue;
+    *variable = std::string(name) + "=" + value;
+    return std::atoi(value);
+  }
+  variable->clear();
+  return 0;
+}
+
+ShmFacts QueryShm(const std::string& path) {
+  ShmFacts facts;
+  struct statvfs fs;
+  if (statvfs(path.c_str(), &fs) != 0) return facts;
+  facts.total_bytes = static_cast<double>(fs.f_blocks) * fs.f_frsize;
+  facts.free_bytes = static_cast<double>(fs.f_bavail) * fs.f_frsize;
+  return facts;
+}
+
+std::string FormatBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? StrFormat("%.0f B", bytes) : StrFormat("%.1f %s", bytes, units[unit]);
+}
+
+std::string ProbePath(const std::string& folder, uint64_t nonce, int rank) {
+  return StrFormat("%s/.trainer-check-%016llx-%d", folder.c_str(),
+                   static_cast<unsigned long long>(nonce), rank);
+}
+
+namespace {
+std::string ProbeContents(uint64_t nonce, int rank, const std::string& host) {
+  return StrFormat("trainer check %016llx rank %d host %s\n",
+                   static_cast<unsigned long long>(nonce), rank, host.c_str());
+}
+}  // namespace
+
+Status WriteProbe(const std::string& folder, uint64_t nonce, int rank, const std::string& host) {
+  TRAINER_RETURN_IF_ERROR(MakeDirectories(folder));
+  return WriteFileAtomically(ProbePath(folder, nonce, rank), ProbeContents(nonce, rank, host));
+}
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool SeesProbe(const std::string& folder, uint64_t nonce, int rank, const std::string& host,
+               double deadline_seconds) {
+  const std::string path = ProbePath(folder, nonce, rank);
+  const std::string expected = ProbeContents(nonce, rank, host);
+  while (true) {
+    if (PathExists(path)) {
+      StatusOr<std::string> contents = ReadSmallFile(path);
+      if (contents.ok() && contents.value() == expected) return true;
+    }
+    if (SteadySeconds() >= deadline_seconds) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+namespace {
+
+// Host-side staging of one all-reduce: the pattern this member contributes, and the check.
+void FillPattern(std::vector<float>* host, float contribution) {
+  for (size_t i = 0; i < host->size(); ++i)
+    (*host)[i] = contribution * static_cast<float>(i % 5 + 1);
+}
+
+std::string FirstMismatch(const std::vector<float>& host, double group_sum) {
+  for (size_t i = 0; i < host.size(); ++i) {
+    const float exact = static_cast<float>(group_sum * static_cast<double>(i % 5 + 1));
+    if (host[i] != exact)
+      return StrFormat("element %zu of %zu is %.9g where the exact sum is %.9g", i, host.size(),
+                       host[i], exact);
+  }
+  return "";
+}
+
+}  // namespace
+
+Status TimeExactAllReduce(Communicator* group, Backend* backend, float contribution,
+                          double group_sum, size_t count, int iterations, double* seconds_per_call,
+                          std::string* mismatch) {
+  mismatch->clear();
+  std::vector<float> host(count);
+  void* device = nullptr;
+  const size_t bytes = count * sizeof(float);
+  if (group->device_memory()) TRAINER_RETURN_IF_ERROR(backend->Allocate(bytes, &device));
+  double total = 0;
+  Status status;
+  for (int call = 0; call <= iterations && status.ok(); ++call) {
+    FillPattern(&host, contribution);
+    void* data = host.data();
+    if (device != nullptr) {
+      status = backend->CopyToDevice(device, host.data(), bytes);
+      if (status.ok()) status = backend->Synchronize();
+      data = device;
+    }
+    if (status.ok()) status = group->Barrier();
+    if (!status.ok()) break;
+    const double start = SteadySeconds();
+    status = group->AllReduce(data, count, DType::kF32, ReduceOp::kSum);
+    if (status.ok() && device != nullptr) status = backend->Synchronize();
+    if (!status.ok()) break;
+    if (call > 0) total += SteadySeconds() - start;  // call 0 warms up (connections, buffers)
+    if (device != nullptr) status = backend->CopyToHost(host.data(), device, bytes);
+    if (status.ok() && mismatch->empty()) *mismatch = FirstMismatch(host, group_sum);
+  }
+  if (device != nullptr) backend->Free(device);
+  *seconds_per_call = iterations > 0 ? total / iterations : 0;
+  return status;
+}
+
+}  // namespace trainer

@@ -1,0 +1,52 @@
+// The parts of `trainer check` that one rank runs on its own: the world size its launcher meant
+// to start, the size of /dev/shm, probe files in the checkpoint folder, and a timed all-reduce
+// whose exact result is known in closed form. check_command.cpp gathers what they find.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/communicator.h"
+#include "common/status.h"
+#include "model/backend.h"
+
+namespace trainer {
+
+// Ranks the launcher started, from its environment: OMPI_COMM_WORLD_SIZE (mpirun), PMI_SIZE
+// (MPICH/Intel MPI), or SLURM_STEP_NUM_TASKS when srun started this process directly. 0 when none
+// is set; *variable gets "NAME=value".
+int LauncherWorldSize(std::string* variable);
+
+// Size and free room of a tmpfs such as /dev/shm, in bytes; -1 when the path is missing.
+struct ShmFacts {
+  double total_bytes = -1;
+  double free_bytes = -1;
+};
+ShmFacts QueryShm(const std::string& path);
+
+// "12.5 GiB"
+std::string FormatBytes(double bytes);
+
+// Probe files: rank `rank` writes <folder>/.trainer-check-<nonce>-<rank> holding a line that
+// names the nonce, the rank and its host; a folder is shared when every rank sees every probe.
+std::string ProbePath(const std::string& folder, uint64_t nonce, int rank);
+// Creates the folder if needed and writes this rank's probe (durably, by rename).
+Status WriteProbe(const std::string& folder, uint64_t nonce, int rank, const std::string& host);
+// True once the probe of `rank` (written on `host`) is there with the expected contents; polls
+// until `deadline_seconds` of the steady clock (network file systems may show files late).
+bool SeesProbe(const std::string& folder, uint64_t nonce, int rank, const std::string& host,
+               double deadline_seconds);
+double SteadySeconds();
+
+// All-reduces of `count` floats on `group`: one warm-up, then `iterations` timed calls, each
+// result compared with the exact sum. Element i is contribution * (i % 5 + 1) on this member, so
+// the sum is group_sum * (i % 5 + 1) (exact in f32 while group_sum * 5 < 2^24). Buffers are device
+// memory of `backend` when the group wants them (NCCL), else host memory. A wrong result is kept
+// as *mismatch ("" when exact) while the remaining calls still run, so that every member makes the
+// same calls. *seconds_per_call: mean time of one call (from a barrier to its result).
+Status TimeExactAllReduce(Communicator* group, Backend* backend, float contribution,
+                          double group_sum, size_t count, int iterations, double* seconds_per_call,
+                          std::string* mismatch);
+
+}  // namespace trainer

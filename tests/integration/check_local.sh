@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `trainer check` under mpiexec on this machine:
+#   - 2 ranks (dp 2) and 4 ranks (tp 2 x pp 2, so that the embedding group exists too) pass, with
+#     an exact all-reduce on every group of the layout, the checkpoint folder and the data file
+#     seen by every rank, the probe files removed, and the verdict line;
+#   - a layout that does not fit the world size exits 2 with the config's line;
+#   - a checkpoint folder that cannot be created and a missing data file exit 5, naming each rank,
+#     its host and the check;
+#   - a process that its launcher meant to be one of 2 ranks but that sits alone in its MPI world
+#     (what srun without a working PMI gives) exits 5 with the MPI world check's line.
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "$0")/lib.sh"
+make_small_dataset data.h5
+host=$(hostname)
+CONFIG=(-c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=data.h5 -o Engine.output_dir=out)
+
+# check NAME CODE NP ARGS...: runs `trainer check`, expects exit code CODE; output in NAME.out.
+check() {
+  local name=$1 code=$2 np=$3
+  shift 3
+  local rc=0
+  run_np "$np" check "$@" >"$name.out" 2>&1 || rc=$?
+  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$name: hung (killed by the time limit)"
+  [[ $rc -eq $code ]] || { cat "$name.out"; fail "$name: exit code $rc, expected $code"; }
+}
+# expect_line NAME REGEX: a line of NAME.out matches the extended REGEX.
+expect_line() {
+  grep -qE -- "$2" "$1.out" || { cat "$1.out"; fail "$1: no line matching /$2/"; }
+}
+
+# 1. Passing runs.
+check pass2 0 2 "${CONFIG[@]}"
+expect_line pass2 "^MPI world: 2 ranks, as the launcher started \(OMPI_COMM_WORLD_SIZE=2\)$"
+expect_line pass2 "^  $host +ranks 0-1; no GPU visible; /dev/shm .*; CUDA: not built$"
+expect_line pass2 "^versions: the same on every rank \(CUDA: not built\)$"
+expect_line pass2 "^checkpoint folder out/checkpoints: shared by every rank"
+expect_line pass2 "^data file data.h5: opens on every rank \([0-9]+ tokens, vocab 257;"
+expect_line pass2 "^all-reduce on world: 1 group of 2 ranks \(MPI, host memory, 4.0 MiB per call\): exact; bus bandwidth [0-9.]+ GB/s$"
+expect_line pass2 "^all-reduce on dp: 1 group of 2 ranks .*: exact;"
+expect_line pass2 "^works well on 2 ranks \(1 host, 0 GPUs\)$"
+grep -q "error:" pass2.out && { cat pass2.out; fail "pass2: an error line in a passing check"; }
+echo "ok: 2 ranks: $(grep '^all-reduce on world' pass2.out)"
+
+check pass4 0 4 "${CONFIG[@]}" -o Distributed.tp_degree=2 -o Distributed.pp_degree=2
+expect_line pass4 "^rank map \(4 ranks: dp 1 x tp 2 x pp 2"
+for kind in world tp pp embedding; do
+  groups=$([[ $kind == world ]] && echo "1 group of 4" || echo "2 groups of 2")
+  expect_line pass4 "^all-reduce on $kind: $groups ranks \(MPI, host memory, 4.0 MiB per call\): exact; bus bandwidth [0-9.]+ GB/s"
+done
+expect_line pass4 "^all-reduce on dp: groups of one rank, nothing to exchange$"
+expect_line pass4 "^works well on 4 ranks \(1 host, 0 GPUs\)$"
+echo "ok: 4 ranks (tp 2 x pp 2):"
+grep '^all-reduce' pass4.out | sed 's/^/    /'
+leftovers=$(find out/checkpoints -name '.trainer-check-*' | wc -l)
+[[ $leftovers -eq 0 ]] || fail "$leftovers probe files left in out/checkpoints"
+echo "ok: probe files removed"
+
+# 2. A layout that does not fit the world: the config's usage error, exit 2.
+check bad_layout 2 2 "${CONFIG[@]}" -o Distributed.tp_degree=3
+expect_line bad_layout "^error: world size 2 is not divisible by Distributed.tp_degree"
+echo "ok: tp 3 on 2 ranks -> exit 2: $(grep -m1 '^error' bad_layout.out | cut -c1-100)..."
+
+# 3. Failing checks on every rank: one line per rank and check, the summary, exit 5.
+touch not_a_folder
+check broken 5 2 "${CONFIG[@]}" -o Checkpoint.dir=not_a_folder/checkpoints -o Data.train_path=missing.h5
+for rank in 0 1; do
+  expect_line broken "^error: checkpoint folder \(rank $rank on $host\): no probe file written in not_a_folder/checkpoints: .*Not a directory"
+  expect_line broken "^error: data file \(rank $rank on $host\): dataset file not found \(missing.h5\)"
+done
+expect_line broken "^error: trainer check \(2 ranks, 1 host\): 4 failures \(checkpoint folder, data file\) on 2 of 2 ranks \(0-1; $host\)"
+expect_line broken "^all-reduce on world: .*exact" # the remaining checks still ran
+grep -q "^works well" broken.out && fail "broken: a verdict of success"
+echo "ok: unwritable folder and missing data -> exit 5, each rank named"
+
+# 4. Alone in an MPI world of 1 while the launcher (srun) started 2: what a missing PMI gives.
+rc=0
+SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1 timeout 60 "$TRAINER" check >alone.out 2>&1 || rc=$?
+[[ $rc -eq 5 ]] || { cat alone.out; fail "alone: exit code $rc, expected 5"; }
+expect_line alone "^error: MPI world \(rank 0 on $host\): the launcher started 2 ranks \(SLURM_STEP_NUM_TASKS=2\) but this rank's MPI world holds 1"
+echo "ok: a rank alone in its world -> exit 5"
+echo "PASS"

@@ -1,0 +1,6 @@
+# `trainer check` and launch tests of the real trainer. check_local runs under plain mpiexec; the
+# others (label slurm) need root for network-namespace hosts or the local Slurm cluster and skip
+# (77) without them. TIMEOUTs exceed each script's own time limits, so that a slow run still ends
+# in the script's cleanup (namespaces, daemons) rather than in CTest's kill.
+trainer_script_test(check_local SCRIPT check_local.sh LABELS "e2e;mpi" TIMEOUT 120)
+trainer_script_test(check_netns SCRIPT check_netns.sh LABELS slurm TIMEOUT 240)
