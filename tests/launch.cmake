@@ -4,3 +4,7 @@
 # in the script's cleanup (namespaces, daemons) rather than in CTest's kill.
 trainer_script_test(check_local SCRIPT check_local.sh LABELS "e2e;mpi" TIMEOUT 120)
 trainer_script_test(check_netns SCRIPT check_netns.sh LABELS slurm TIMEOUT 240)
+trainer_script_test(launch_netns_train SCRIPT launch_netns_train.sh LABELS slurm TIMEOUT 240)
+trainer_script_test(launch_srun SCRIPT launch_srun.sh LABELS slurm TIMEOUT 240)
+# Every test that starts the local Slurm cluster uses the same ports: one at a time.
+set_tests_properties(launch_srun PROPERTIES RESOURCE_LOCK trainer_local_slurm)

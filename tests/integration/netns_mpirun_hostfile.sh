@@ -13,22 +13,12 @@ trainer=$1 src=$2 scratch=$3
 source "$src/tests/integration/slurm_lib.sh"
 
 require_root
-require_tools ip unshare mpicc mpirun
-# A prefix of our own so that parallel runs do not meet; the subnet exists only inside them.
-export TRAINER_NETNS_PREFIX=trt$$n TRAINER_NETNS_COUNT=2 TRAINER_NETNS_SUBNET=10.213.57
-netns=$src/scripts/netns_hosts.sh
-host1=${TRAINER_NETNS_PREFIX}1 host2=${TRAINER_NETNS_PREFIX}2
-probe=${TRAINER_NETNS_PREFIX}-probe
-ip netns add "$probe" 2>/dev/null || skip "ip netns add does not work here (no CAP_NET_ADMIN?)"
-ip netns del "$probe"
-
+require_tools mpicc
 fresh_scratch
 hello=$scratch/mpi_hello
 build_mpi_hello "$hello"
 
-add_cleanup "bash '$netns' destroy >/dev/null"
-bash "$netns" create || fail "scripts/netns_hosts.sh create failed"
-bash "$netns" hostfile 1 >"$scratch/hostfile"
+start_netns_hosts
 [[ $(cat "$scratch/hostfile") == "$host1 slots=1"$'\n'"$host2 slots=1" ]] ||
   fail "the hostfile does not name both hosts: $(cat "$scratch/hostfile")"
 
@@ -42,9 +32,7 @@ interface_bytes() {
 bytes_before=$(interface_bytes)
 
 # mpirun runs on host1; the agent starts host2's daemon inside host2's namespace.
-export TRAINER_NET=$TRAINER_NETNS_SUBNET.0/24 TRAINER_RSH_AGENT="$netns rsh"
-timeout 60 bash "$netns" exec "$host1" bash "$src/slurm/mpirun_hostfile.sh" \
-  -H "$scratch/hostfile" -N 1 -- "$hello" >"$scratch/mpirun.out" 2>&1 ||
+on_netns_hosts "$hello" >"$scratch/mpirun.out" 2>&1 ||
   fail "mpirun --hostfile across the namespaces failed: $(tail -n 20 "$scratch/mpirun.out")"
 cat "$scratch/mpirun.out"
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # slurm/train.sbatch on the local Slurm cluster with the real trainer (CPU, 2 ranks, a shrunken
 # configs/tiny-cpu.yaml on text packed by `trainer pack`):
-#   1. sbatch --wait of a 20-step run: the job completes, logs, and leaves checkpoints step-10 and
-#      step-20 plus `latest`.
-#   2. preemption: a running job gets SIGUSR1 (as Slurm sends it before the time limit), the ranks
-#      save and exit 75, train.sbatch requeues the job, the second run resumes with --resume auto
-#      and finishes: the job ends COMPLETED after 1 restart, with the preemption's checkpoint
-#      (0 < step < max) and the final one.
+#   1. sbatch --wait of an uninterrupted 100-step run: the job completes, logs, and leaves
+#      checkpoints step-50 and step-100 plus `latest`.
+#   2. preemption: the same run in a job that gets SIGUSR1 (as Slurm sends it before the time
+#      limit); the ranks save and exit 75, train.sbatch requeues the job, the second run resumes
+#      with --resume auto and finishes: the job ends COMPLETED after 1 restart, with the
+#      preemption's checkpoint (0 < step < max) and the final one. Its losses, those after the
+#      resume and the final one included, equal the uninterrupted run's (relative 1e-5).
 # Skips (77) without root or Slurm, or while the trainer lacks `train` (or the tiny config).
 # Arguments: $1 trainer binary, $2 source dir, $3 scratch dir.
 set -uo pipefail
@@ -23,15 +24,7 @@ config=$src/configs/tiny-cpu.yaml
 [[ -f $config ]] || skip "$config does not exist yet"
 
 fresh_scratch
-
-# Three generated text documents (~200 KB), packed with the byte tokenizer.
-for doc in 1 2 3; do
-  for line in $(seq 1 1500); do
-    echo "document $doc line $line: the quick brown fox jumps over the lazy dog $((line * doc % 97))"
-  done >"$scratch/doc$doc.txt"
-done
-"$trainer" pack --input "$scratch"/doc1.txt "$scratch"/doc2.txt "$scratch"/doc3.txt \
-  --output "$scratch/data.h5" >"$scratch/pack.out" 2>&1 || fail "trainer pack failed: $(tail -n 5 "$scratch/pack.out")"
+make_text_dataset "$scratch/data.h5"
 
 start_local_cluster "$scratch/cluster"
 export TRAINER_BIN=$trainer
@@ -51,25 +44,27 @@ checkpoint_steps() {
   done | sort -n
 }
 
-# 1. A plain run with sbatch --wait.
+# 1. An uninterrupted run with sbatch --wait: the reference of the preempted one.
 run1=$scratch/run1
+max_steps=100
 job=$(timeout 120 sbatch --wait --parsable --ntasks=2 --chdir="$scratch" --output="$scratch/train-%j.out" \
-  "$src/slurm/train.sbatch" "$config" "${common[@]}" -o Engine.max_steps=20 -o Engine.save_steps=10 \
-  -o Engine.output_dir="$run1")
+  "$src/slurm/train.sbatch" "$config" "${common[@]}" -o Engine.max_steps=$max_steps \
+  -o Engine.save_steps=$((max_steps / 2)) -o Engine.output_dir="$run1")
 rc=$?
 log=$scratch/train-$job.out
 [[ $rc -eq 0 ]] || fail "sbatch --wait of train.sbatch exited $rc: $(tail -n 20 "$log" 2>/dev/null)"
 grep -q "train.sbatch .*job $job: exit 0$" "$log" || fail "the job log has no 'exit 0' line (see $log)"
 [[ $(job_field "$job" JobState) == COMPLETED ]] || fail "job $job ended $(job_field "$job" JobState)"
 steps=$(checkpoint_steps "$run1/checkpoints" | paste -sd' ')
-[[ $steps == "10 20" ]] || fail "expected checkpoints step-10 and step-20 in $run1/checkpoints, found '$steps'"
+[[ $steps == "$((max_steps / 2)) $max_steps" ]] ||
+  fail "expected checkpoints step-$((max_steps / 2)) and step-$max_steps in $run1/checkpoints, found '$steps'"
 [[ -e $run1/checkpoints/latest ]] || fail "$run1/checkpoints/latest is missing"
-[[ -s $run1/metrics.jsonl ]] || fail "$run1/metrics.jsonl is missing or empty"
-echo "ok: sbatch --wait train.sbatch: 20 steps, checkpoints $steps"
+[[ $(step_losses "$run1/metrics.jsonl" | wc -l) -eq $max_steps ]] ||
+  fail "$run1/metrics.jsonl does not hold $max_steps training records"
+echo "ok: sbatch --wait train.sbatch: $max_steps steps, checkpoints $steps"
 
 # 2. Preemption: USR1 to the batch script mid-run, exit 75, requeue, resume, finish.
 run2=$scratch/run2
-max_steps=100
 job=$(sbatch --parsable --ntasks=2 --chdir="$scratch" --output="$scratch/train-%j.out" \
   "$src/slurm/train.sbatch" "$config" "${common[@]}" -o Engine.max_steps=$max_steps \
   -o Engine.save_steps=$max_steps -o Engine.output_dir="$run2") || fail "sbatch of train.sbatch failed"
@@ -114,4 +109,17 @@ preempt_step=$(head -n 1 <<<"$steps")
 first_steps=$(grep -cE '"step": ?1[,}]' "$run2/metrics.jsonl")
 [[ $first_steps -eq 1 ]] || fail "step 1 was logged $first_steps times in $run2/metrics.jsonl: the requeued run started over instead of resuming"
 echo "ok: preempted at step $preempt_step, requeued, resumed, finished at step $max_steps"
+
+# The preempted and resumed run computed what the uninterrupted one did.
+[[ $(step_losses "$run2/metrics.jsonl" | wc -l) -eq $max_steps ]] ||
+  fail "$run2/metrics.jsonl does not hold $max_steps training records (one per step)"
+echo -n "all steps: "
+compare_step_losses "$run2/metrics.jsonl" "$run1/metrics.jsonl" 1e-5 ||
+  fail "the preempted run's losses differ from the uninterrupted run's"
+echo -n "after the resume: "
+compare_step_losses "$run2/metrics.jsonl" "$run1/metrics.jsonl" 1e-5 $((preempt_step + 1)) ||
+  fail "the losses after the resume differ from the uninterrupted run's"
+final=$(step_losses "$run2/metrics.jsonl" | awk -v s=$max_steps '$1 == s {print $2}')
+final_reference=$(step_losses "$run1/metrics.jsonl" | awk -v s=$max_steps '$1 == s {print $2}')
+echo "ok: final loss $final after preemption and resume, $final_reference uninterrupted"
 echo "PASS"

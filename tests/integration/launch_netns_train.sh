@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The real trainer launched with `mpirun --hostfile` (slurm/mpirun_hostfile.sh) across two hosts
+# made of network namespaces (scripts/netns_hosts.sh), one rank on each: a 10-step run of a
+# shrunken configs/tiny-cpu.yaml must log the same losses (relative 1e-5) and write the same
+# checkpoint as a plain 2-rank mpiexec run on this machine. Deletes every namespace it made, even
+# on failure. Skips (77) without root or `ip netns`.
+# Arguments: $1 trainer binary, $2 source dir, $3 scratch dir.
+set -uo pipefail
+trainer=$1 src=$2 scratch=$3
+# shellcheck source=tests/integration/slurm_lib.sh
+source "$src/tests/integration/slurm_lib.sh"
+
+require_root
+"$trainer" train --help >/dev/null 2>&1 || skip "$trainer has no train subcommand"
+fresh_scratch
+make_text_dataset "$scratch/data.h5"
+start_netns_hosts
+export OMP_NUM_THREADS=1
+
+steps=10
+args=(train -c "$src/configs/tiny-cpu.yaml" -o Data.train_path="$scratch/data.h5"
+      -o Model.hidden_size=64 -o Model.num_layers=2 -o Model.max_seq_len=64
+      -o Global.global_batch_size=8 -o Global.micro_batch_size=4 -o Engine.max_steps="$steps"
+      -o Engine.eval_freq=0 -o Engine.logging_freq=1 -o Engine.save_steps="$steps")
+
+# The reference: 2 ranks on this host.
+timeout --kill-after=5 60 "${MPIEXEC:-mpiexec}" --oversubscribe --bind-to none -n 2 "$trainer" \
+  "${args[@]}" -o Engine.output_dir="$scratch/local" >"$scratch/local.out" 2>&1 ||
+  fail "the 2-rank mpiexec run failed: $(tail -n 20 "$scratch/local.out")"
+
+# The same over the two namespace hosts.
+on_netns_hosts "$trainer" "${args[@]}" -o Engine.output_dir="$scratch/hosts" >"$scratch/hosts.out" 2>&1 ||
+  fail "the run over $host1 and $host2 failed: $(tail -n 20 "$scratch/hosts.out")"
+grep -qE "^  rank +0  host $host1 " "$scratch/hosts.out" || fail "rank 0 did not run on $host1 (see $scratch/hosts.out)"
+grep -qE "^  rank +1  host $host2 " "$scratch/hosts.out" || fail "rank 1 did not run on $host2 (see $scratch/hosts.out)"
+echo "ok: mpirun --hostfile ran rank 0 on $host1 and rank 1 on $host2"
+
+logged=$(step_losses "$scratch/hosts/metrics.jsonl" | wc -l)
+[[ $logged -eq $steps ]] || fail "the run over two hosts logged $logged steps, expected $steps"
+compare_step_losses "$scratch/hosts/metrics.jsonl" "$scratch/local/metrics.jsonl" 1e-5 ||
+  fail "the losses over two hosts differ from the single-host run"
+checkpoint() { find "$1/checkpoints" -path "*step-*$steps/checkpoint.h5" | head -n 1; }
+hosts_checkpoint=$(checkpoint "$scratch/hosts") local_checkpoint=$(checkpoint "$scratch/local")
+[[ -n $hosts_checkpoint && -n $local_checkpoint ]] || fail "no step-$steps checkpoint in $scratch/hosts or $scratch/local"
+"${COMPARE_CHECKPOINTS:-compare_checkpoints}" "$hosts_checkpoint" "$local_checkpoint" 1e-5 1e-3 ||
+  fail "the checkpoint written over two hosts differs from the single-host one"
+echo "ok: losses and checkpoint equal to the single-host 2-rank run"
+echo "PASS"
