@@ -2,6 +2,12 @@
 # others (label slurm) need root for network-namespace hosts or the local Slurm cluster and skip
 # (77) without them. TIMEOUTs exceed each script's own time limits, so that a slow run still ends
 # in the script's cleanup (namespaces, daemons) rather than in CTest's kill.
+# The one-rank parts of `trainer check` (compiled from src/cli/, which is part of the executable).
+trainer_gtest(check_probes_test
+              SOURCES unit/check_probes_test.cpp ${PROJECT_SOURCE_DIR}/src/cli/check_probes.cpp
+                      ${PROJECT_SOURCE_DIR}/src/cli/check_report.cpp
+                      ${PROJECT_SOURCE_DIR}/src/cli/check_gpu.cpp
+              LIBS trainer_mpi trainer_model TIMEOUT 60)
 trainer_script_test(check_local SCRIPT check_local.sh LABELS "e2e;mpi" TIMEOUT 120)
 trainer_script_test(check_netns SCRIPT check_netns.sh LABELS slurm TIMEOUT 240)
 trainer_script_test(launch_netns_train SCRIPT launch_netns_train.sh LABELS slurm TIMEOUT 240)

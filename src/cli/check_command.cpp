@@ -229,7 +229,8 @@ class EnvironmentCheck {
     int first_gpu_rank = -1;
     for (int r = 0; r < n && first_gpu_rank < 0; ++r)
       if (facts_[r].device >= 0) first_gpu_rank = r;
-    std::map<std::pair<std::string, std::string>, int> gpu_owner;  // (host, uuid) -> first rank
+    // UUIDs are unique across machines: two "hosts" (containers, namespaces) may share a GPU.
+    std::map<std::string, int> gpu_owner;  // uuid -> first rank that uses it
     std::map<std::string, int> ranks_on_host;
     for (int r = 0; r < n; ++r) ++ranks_on_host[hosts_[r]];
     std::set<std::string> shm_reported;
@@ -243,15 +244,15 @@ class EnvironmentCheck {
                                  f.visible_gpus, f.cuda_visible_devices, first_gpu_rank,
                                  hosts_[first_gpu_rank].c_str(), facts_[first_gpu_rank].device)});
       if (f.device >= 0) {
-        auto [owner, fresh] = gpu_owner.emplace(std::make_pair(hosts_[r], f.gpu_uuid), r);
+        auto [owner, fresh] = gpu_owner.emplace(f.gpu_uuid, r);
         if (!fresh)
-          out.push_back(
-              {r, "GPU binding",
-               StrFormat("cuda:%d (%s, PCI %s) is the GPU that rank %d uses too: two ranks on "
-                         "one GPU. Start one rank per GPU (as many ranks per host as GPUs) and "
-                         "give each rank all of the host's GPUs or exactly its own "
-                         "(CUDA_VISIBLE_DEVICES=%s here)",
-                         f.device, f.gpu_uuid, f.gpu_pci, owner->second, f.cuda_visible_devices)});
+          out.push_back({r, "GPU binding",
+                         StrFormat("cuda:%d (%s, PCI %s) is the GPU that rank %d on %s uses too: "
+                                   "two ranks on one GPU. Start one rank per GPU (as many ranks "
+                                   "per host as GPUs) and give each rank all of the host's GPUs "
+                                   "or exactly its own (CUDA_VISIBLE_DEVICES=%s here)",
+                                   f.device, f.gpu_uuid, f.gpu_pci, owner->second,
+                                   hosts_[owner->second].c_str(), f.cuda_visible_devices)});
       }
       if (std::strcmp(f.versions, facts_[0].versions) != 0)
         out.push_back({r, "versions",

@@ -1,0 +1,177 @@
+// Tests of the one-rank parts of `trainer check` (src/cli/check_probes.h, check_report.h,
+// check_gpu.h): the all-reduce check catches a wrong element in any timed call, probe files are
+// seen only with the right nonce, rank and host, the launcher's rank count comes from the right
+// variable, failures survive the gather, and rank lists are compressed as documented.
+#include "cli/check_probes.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "cli/check_gpu.h"
+#include "cli/check_report.h"
+#include "common/filesystem.h"
+
+namespace trainer {
+namespace {
+
+// A stand-in for a group of `members` ranks that all contribute what this one does: the sum is
+// `members` times the input. Optionally adds 1 to one element in one call (a broken transport).
+class ScalingCommunicator final : public Communicator {
+ public:
+  ScalingCommunicator(int members, int corrupt_call, size_t corrupt_element)
+      : members_(members), corrupt_call_(corrupt_call), corrupt_element_(corrupt_element) {}
+  int rank() const override { return 0; }
+  int size() const override { return members_; }
+  const std::string& name() const override { return name_; }
+  bool device_memory() const override { return false; }
+  Status AllReduce(void* data, size_t count, DType dtype, ReduceOp) override {
+    float* x = static_cast<float*>(data);
+    for (size_t i = 0; i < count; ++i) x[i] *= static_cast<float>(members_);
+    if (calls_++ == corrupt_call_ && corrupt_element_ < count) x[corrupt_element_] += 1.0f;
+    return Status::Ok();
+  }
+  Status AllGather(const void*, void*, size_t, DType) override { return Unused(); }
+  Status ReduceScatter(const void*, void*, size_t, DType) override { return Unused(); }
+  Status Broadcast(void*, size_t, DType, int) override { return Unused(); }
+  Status Send(const void*, size_t, DType, int) override { return Unused(); }
+  Status Recv(void*, size_t, DType, int) override { return Unused(); }
+  Status SendRecv(const void*, size_t, int, void*, size_t, int, DType) override { return Unused(); }
+  Status Barrier() override { return Status::Ok(); }
+  int calls() const { return calls_; }
+
+ private:
+  Status Unused() { return RuntimeError("not used by the all-reduce check"); }
+  int members_, corrupt_call_;
+  size_t corrupt_element_;
+  int calls_ = 0;
+  std::string name_ = "test";
+};
+
+TEST(CheckAllReduce, ExactSumPasses) {
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  ScalingCommunicator group(3, -1, 0);
+  double seconds = -1;
+  std::string mismatch = "stale";
+  // Each of 3 members contributes 7 * (i % 5 + 1): the exact sum is 21 * (i % 5 + 1).
+  ASSERT_TRUE(TimeExactAllReduce(&group, cpu.get(), 7.f, 21.0, 1000, 4, &seconds, &mismatch).ok());
+  EXPECT_EQ(mismatch, "");
+  EXPECT_EQ(group.calls(), 5);  // one warm-up and four timed calls
+  EXPECT_GE(seconds, 0.0);
+}
+
+TEST(CheckAllReduce, WrongGroupSumIsCaught) {
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  ScalingCommunicator group(3, -1, 0);
+  double seconds = 0;
+  std::string mismatch;
+  // A member missing from the sum (20 instead of 21) shows at element 0 already.
+  ASSERT_TRUE(TimeExactAllReduce(&group, cpu.get(), 7.f, 20.0, 100, 2, &seconds, &mismatch).ok());
+  EXPECT_NE(mismatch.find("element 0 of 100 is 21 where the exact sum is 20"), std::string::npos)
+      << mismatch;
+}
+
+TEST(CheckAllReduce, OneWrongElementInTheLastCallIsCaught) {
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  ScalingCommunicator group(2, /*corrupt_call=*/3, /*corrupt_element=*/777);
+  double seconds = 0;
+  std::string mismatch;
+  ASSERT_TRUE(TimeExactAllReduce(&group, cpu.get(), 1.f, 2.0, 1000, 3, &seconds, &mismatch).ok());
+  // Element 777: 2 * (777 % 5 + 1) = 6, corrupted to 7.
+  EXPECT_NE(mismatch.find("element 777 of 1000 is 7 where the exact sum is 6"), std::string::npos)
+      << mismatch;
+  EXPECT_EQ(group.calls(), 4);  // the check did not stop the calls early
+}
+
+class ProbeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    folder_ = ::testing::TempDir() + "check_probes_" + std::to_string(getpid()) + "/a/b";
+  }
+  void TearDown() override { (void)RemoveTree(ParentDirectory(ParentDirectory(folder_))); }
+  std::string folder_;
+};
+
+TEST_F(ProbeTest, SeenOnlyWithTheRightNonceRankAndHost) {
+  ASSERT_TRUE(WriteProbe(folder_, 0x1234, 3, "node7").ok());  // creates the folders
+  const double now = SteadySeconds();
+  EXPECT_TRUE(SeesProbe(folder_, 0x1234, 3, "node7", now));
+  EXPECT_FALSE(SeesProbe(folder_, 0x1235, 3, "node7", now));  // an older run's probe
+  EXPECT_FALSE(SeesProbe(folder_, 0x1234, 2, "node7", now));  // another rank's
+  EXPECT_FALSE(SeesProbe(folder_, 0x1234, 3, "node8", now));  // same name written elsewhere
+  ASSERT_EQ(std::remove(ProbePath(folder_, 0x1234, 3).c_str()), 0);
+  EXPECT_FALSE(SeesProbe(folder_, 0x1234, 3, "node7", now));
+}
+
+TEST_F(ProbeTest, WaitsUntilTheDeadline) {
+  const double start = SteadySeconds();
+  EXPECT_FALSE(SeesProbe(folder_, 1, 0, "h", start + 0.3));
+  EXPECT_GE(SteadySeconds() - start, 0.3);
+}
+
+TEST(LauncherWorldSize, MpirunBeforeSrun) {
+  std::string variable;
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("SLURM_STEP_NUM_TASKS", "2", 1);
+  setenv("SLURM_PROCID", "0", 1);
+  EXPECT_EQ(LauncherWorldSize(&variable), 4);  // mpirun's daemons may be an srun step of 2
+  EXPECT_EQ(variable, "OMPI_COMM_WORLD_SIZE=4");
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  unsetenv("PMI_SIZE");
+  EXPECT_EQ(LauncherWorldSize(&variable), 2);
+  EXPECT_EQ(variable, "SLURM_STEP_NUM_TASKS=2");
+  unsetenv("SLURM_PROCID");  // not started by srun: a batch script's variables say nothing
+  EXPECT_EQ(LauncherWorldSize(&variable), 0);
+  EXPECT_EQ(variable, "");
+  unsetenv("SLURM_STEP_NUM_TASKS");
+}
+
+TEST(CheckReport, FailuresSurviveTheGather) {
+  SelfCommunicator self("world");
+  std::vector<CheckFailure> mine = {{0, "data file", "not found (x.h5): no such file. Fix"},
+                                    {3, "checkpoint folder", "a: b; c (d)"}};
+  std::vector<CheckFailure> all;
+  ASSERT_TRUE(GatherFailures(&self, mine, &all).ok());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1].rank, 3);
+  EXPECT_EQ(all[1].check, "checkpoint folder");
+  EXPECT_EQ(all[1].message, "a: b; c (d)");
+  ASSERT_TRUE(GatherFailures(&self, {}, &all).ok());
+  EXPECT_TRUE(all.empty());
+}
+
+TEST(CheckReport, RankLists) {
+  EXPECT_EQ(FormatRanks({0, 1, 2, 3, 8, 10, 11}), "0-3, 8, 10-11");
+  EXPECT_EQ(FormatRanks({5}), "5");
+  EXPECT_EQ(FormatRanks({}), "");
+  EXPECT_EQ(FormatRanks({0, 2, 4, 6, 7}, 2), "0, 2 and 3 more");
+  EXPECT_EQ(Plural(1, "host"), "1 host");
+  EXPECT_EQ(Plural(0, "GPU"), "0 GPUs");
+}
+
+TEST(CheckFacts, ShmAndBytes) {
+  EXPECT_LT(QueryShm("/nonexistent/shm").total_bytes, 0);
+  const ShmFacts root = QueryShm("/");
+  EXPECT_GT(root.total_bytes, 0);
+  EXPECT_LE(root.free_bytes, root.total_bytes);
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(1536.0 * 1024 * 1024), "1.5 GiB");
+}
+
+TEST(CheckFacts, GpuAnswersMatchTheBuild) {
+  StatusOr<GpuFacts> none = QueryGpu(-1);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->uuid.empty());
+#if TRAINER_WITH_CUDA
+  EXPECT_EQ(GpuLibraryVersions().rfind("CUDA driver ", 0), 0u) << GpuLibraryVersions();
+#else
+  EXPECT_EQ(none->visible, 0);
+  EXPECT_EQ(GpuLibraryVersions(), "CUDA: not built");
+  EXPECT_FALSE(QueryGpu(0).ok());  // a bound device in a build without CUDA is an error
+#endif
+}
+
+}  // namespace
+}  // namespace trainer
