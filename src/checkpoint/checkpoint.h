@@ -1,11 +1,14 @@
 // Checkpoints: one HDF5 file per step with full (unsharded) fp32 tensors under nanoGPT names
 // (/model/<name>, /optim/exp_avg/<name>, /optim/exp_avg_sq/<name>), each chunked with HDF5's
-// Fletcher32 checksum filter, and root attributes for the training state, the resolved config and
-// the layout it was written from (docs/checkpoint-format.md).
+// Fletcher32 checksum filter and carrying a `crc32` attribute (CRC-32 of the whole tensor, as
+// zlib computes it), and root attributes (the manifest) for the training state, every rank's RNG
+// state, the resolved config and the layout it was written from (docs/checkpoint-format.md).
 //
 // Save: every rank sends its canonical shards, tensor by tensor, to world rank 0 (memory bounded
-// by one full tensor), which writes step-N.tmp/checkpoint.h5, fsyncs, renames the folder to
-// step-N/, then atomically replaces `latest`. Load: every rank reads only its own slices by
+// by one full tensor), which writes step-N.tmp/checkpoint.h5, fsyncs the file and the folder,
+// renames the folder to step-N/, then atomically replaces `latest` (write, fsync, rename), and only
+// then applies retention. Load: rank 0 verifies every checksum of the chosen checkpoint (falling
+// back to the previous one under --resume auto), then every rank reads only its own slices by
 // hyperslab, so any layout resumes any checkpoint.
 #pragma once
 
@@ -19,7 +22,9 @@
 
 namespace trainer {
 
-constexpr int kCheckpointFormatVersion = 1;
+// 2 added the per-tensor `crc32` attributes and `tensor_count`; version 1 files still load
+// (verified by their Fletcher32 chunk checksums alone).
+constexpr int kCheckpointFormatVersion = 2;
 
 struct CheckpointWriteRequest {
   std::string directory;  // Checkpoint.dir
@@ -57,7 +62,7 @@ Status LoadCheckpointCollective(const std::string& directory, const std::string&
                                 const TrainConfig& config, GptModel* model, AdamW* optimizer,
                                 const ParallelGroups& groups, CheckpointLoadResult* result);
 
-// Rank 0 at start: report and remove step-*.tmp folders left by a crash.
+// Rank 0 at start: report and remove step-*.tmp folders left by a crash (and a stray latest.tmp).
 Status RemoveIncompleteCheckpoints(const std::string& directory);
 
 // ---- single-process helpers (also used by `trainer inspect`) ----
@@ -75,10 +80,13 @@ struct CheckpointSummary {
 };
 // Reads the attributes and tensor shapes of `file` (a checkpoint.h5).
 Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary);
-// Reads every dataset, so that a failed checksum or truncation shows. ok when it verifies.
+// Reads every tensor (one at a time) and checks its Fletcher32 chunk checksums, its CRC-32
+// attribute and the tensor count, so that a flipped bit or a truncation shows. ok when it verifies.
 Status VerifyCheckpoint(const std::string& file);
 // The checkpoint file inside a step folder (or the path itself when it is a file).
 std::string CheckpointFile(const std::string& folder_or_file);
+// "step-00000100": the folder name of a step's checkpoint (zero-padded, so names sort by step).
+std::string CheckpointFolderName(int64_t step);
 // Committed step folders in `directory`, newest first.
 std::vector<std::string> CommittedCheckpoints(const std::string& directory);
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "checkpoint/checksum.h"
+
 namespace trainer {
 
 const char* StateGroup(int which) {
@@ -61,6 +63,10 @@ Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_
                                       plist.get(), H5P_DEFAULT),
                            H5Dclose));
   HDF5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  size_t count = 1;
+  for (hsize_t d : dims) count *= d;
+  TRAINER_RETURN_IF_ERROR(
+      Hdf5WriteIntAttribute(dataset.get(), kChecksumAttribute, TensorChecksum(data, count)));
   HDF5_CHECK(dataset.Close());
   return Status::Ok();
 }

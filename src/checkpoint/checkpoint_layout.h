@@ -1,5 +1,7 @@
 // Internal to src/checkpoint: which ranks hold the canonical shards of each full parameter, and
-// HDF5 dataset helpers for full fp32 tensors with Fletcher32 checksums.
+// HDF5 dataset helpers for full fp32 tensors with two checksums: HDF5's Fletcher32 on every chunk
+// (checked by HDF5 on every read, hyperslabs included) and our CRC-32 of the whole tensor in the
+// dataset's `crc32` attribute (checked by VerifyCheckpoint).
 #pragma once
 
 #include <hdf5.h>
@@ -25,7 +27,11 @@ int StageOf(const ParameterInfo& p, const ModelConfig& model, const DistributedC
 std::vector<int> CanonicalHolders(const ParameterInfo& p, const ModelConfig& model,
                                   const DistributedConfig& dist, const Topology& topo);
 
-// Create a chunked f32 dataset with the Fletcher32 filter and write `data` (full shape).
+// Name of the per-tensor CRC-32 attribute (checksum.h), an integer on each dataset.
+constexpr const char* kChecksumAttribute = "crc32";
+
+// Create a chunked f32 dataset with the Fletcher32 filter, write `data` (full shape) and its
+// CRC-32 attribute.
 Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_t>& shape,
                    const float* data);
 // Read this TP rank's shard of `p` from the dataset at `path` (hyperslabs only; no full read).

@@ -3,6 +3,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_layout.h"
+#include "checkpoint/checksum.h"
 #include "common/agree.h"
 #include "common/filesystem.h"
 #include "common/log.h"
@@ -23,6 +24,12 @@ Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
                   "HDF5 checkpoint",
                   file.c_str(), Hdf5ErrorText().c_str()));
   return Status::Ok();
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
 }
 
 struct DatasetList {
@@ -79,7 +86,7 @@ Status ResolveOnRoot(const std::string& directory, const std::string& resume, st
       *chosen = c;
       return Status::Ok();
     }
-    LogWarning(StrFormat("checkpoint %s does not verify (%s); falling back to the previous one",
+    LogWarning(StrFormat("checkpoint %s does not verify, falling back to the previous one: %s",
                          c.c_str(), v.message().c_str()));
   }
   if (!candidates.empty())
@@ -117,10 +124,11 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
       Status s = DatasetShape(f.get(), path, &shape);
       if (!s.ok() || shape != p.full_shape)
         return CheckpointError(
-            StrFormat("checkpoint %s: %s is %s; the config expects a tensor "
-                      "of %lld elements in shape dims %zu",
-                      file.c_str(), path.c_str(), s.ok() ? "of another shape" : "missing",
-                      static_cast<long long>(p.full_numel()), p.full_shape.size()));
+            StrFormat("checkpoint %s does not match the model in the config "
+                      "(%s: checkpoint %s, config %s). Resume with the "
+                      "checkpoint's model shape",
+                      file.c_str(), path.c_str(), s.ok() ? ShapeText(shape).c_str() : "missing",
+                      ShapeText(p.full_shape).c_str()));
       s = ReadShard(f.get(), path, p, part.tp_rank, part.tp_size, flat.data() + p.offset);
       if (!s.ok())
         return CheckpointError(
@@ -159,16 +167,24 @@ Status VerifyCheckpoint(const std::string& file) {
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   int64_t version = 0;
-  if (!Hdf5ReadIntAttribute(f.get(), "format_version", &version).ok() ||
-      version != kCheckpointFormatVersion)
+  if (!Hdf5ReadIntAttribute(f.get(), "format_version", &version).ok() || version < 1 ||
+      version > kCheckpointFormatVersion)
     return CheckpointError(
-        StrFormat("%s has no format_version %d attribute: not a checkpoint of "
-                  "this trainer",
+        StrFormat("%s has no format_version attribute between 1 and %d: not a "
+                  "checkpoint of this trainer (or of a newer one)",
                   file.c_str(), kCheckpointFormatVersion));
+  const bool has_crc = version >= 2;
   DatasetList list;
   if (H5Ovisit(f.get(), H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
     return CheckpointError(
         StrFormat("cannot list the tensors of %s: %s", file.c_str(), Hdf5ErrorText().c_str()));
+  int64_t expected_count = 0;
+  if (has_crc && (!Hdf5ReadIntAttribute(f.get(), "tensor_count", &expected_count).ok() ||
+                  expected_count != static_cast<int64_t>(list.paths.size())))
+    return CheckpointError(
+        StrFormat("%s holds %zu tensors, its manifest says %lld: the file is "
+                  "damaged. Resume from another checkpoint",
+                  file.c_str(), list.paths.size(), static_cast<long long>(expected_count)));
   if (list.paths.empty()) return CheckpointError(StrFormat("%s holds no tensors", file.c_str()));
   std::vector<float> buffer;
   for (const std::string& path : list.paths) {
@@ -180,8 +196,25 @@ Status VerifyCheckpoint(const std::string& file) {
     Hdf5Handle d;
     if (d.Reset(H5Dopen2(f.get(), path.c_str(), H5P_DEFAULT), H5Dclose) < 0 ||
         H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()) < 0)
-      return CheckpointError(StrFormat("%s: tensor %s fails its checksum or cannot be read (%s)",
-                                       file.c_str(), path.c_str(), Hdf5ErrorText().c_str()));
+      return CheckpointError(
+          StrFormat("%s: tensor %s fails its Fletcher32 chunk checksum or "
+                    "cannot be read (%s): the file is damaged. Resume from "
+                    "another checkpoint",
+                    file.c_str(), path.c_str(), Hdf5ErrorText().c_str()));
+    if (!has_crc) continue;
+    int64_t stored = -1;
+    if (!Hdf5ReadIntAttribute(d.get(), kChecksumAttribute, &stored).ok())
+      return CheckpointError(
+          StrFormat("%s: tensor %s has no %s attribute: the file is damaged. "
+                    "Resume from another checkpoint",
+                    file.c_str(), path.c_str(), kChecksumAttribute));
+    const uint32_t computed = TensorChecksum(buffer.data(), buffer.size());
+    if (stored != static_cast<int64_t>(computed))
+      return CheckpointError(
+          StrFormat("%s: tensor %s fails its CRC-32 checksum (stored %08llx, "
+                    "computed %08x): the file is damaged. Resume from another "
+                    "checkpoint",
+                    file.c_str(), path.c_str(), static_cast<unsigned long long>(stored), computed));
   }
   return Status::Ok();
 }

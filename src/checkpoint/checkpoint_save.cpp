@@ -1,4 +1,7 @@
-// Saving checkpoints (checkpoint.h): gather to rank 0, atomic commit, retention.
+// Saving checkpoints (checkpoint.h): gather to rank 0, atomic commit, retention, cleanup of
+// interrupted saves. A failed save ends with one line naming the path, the system's reason and
+// what to do; the last committed checkpoint is never touched before the new one is committed.
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -11,79 +14,214 @@
 namespace trainer {
 namespace {
 
-std::string StepFolderName(int64_t step) {
-  return StrFormat("step-%08lld", static_cast<long long>(step));
-}
-
 std::string LayoutString(const Topology& t) {
   return StrFormat("dp=%d tp=%d pp=%d ep=%d", t.dp, t.tp, t.pp, t.ep);
 }
 
+// One line per world rank: the random generator state it would need to resume. The run draws no
+// random numbers after initialisation (no dropout; the data order is a pure function of the seed
+// and consumed_samples), so every rank's state is empty; the manifest says so rank by rank.
+std::string RngStates(const Topology& t) {
+  std::string lines;
+  for (int r = 0; r < t.world_size; ++r)
+    lines += StrFormat("rank %d (%s): none\n", r, t.Describe(r).c_str());
+  return lines;
+}
+
+// The system error number inside an HDF5 error text ("... errno = 28, error message = ..."),
+// or 0 when HDF5 did not report one.
+int Hdf5Errno(const std::string& text) {
+  const size_t at = text.find("errno = ");
+  return at == std::string::npos ? 0 : std::atoi(text.c_str() + at + 8);
+}
+
+// What to do about a save that failed with `error_number`.
+std::string SaveAdvice(int error_number, const std::string& dir) {
+  switch (error_number) {
+    case ENOSPC:
+    case EDQUOT:
+      return "Free space in " + dir + " or set Checkpoint.dir to a larger file system";
+    case EROFS:
+    case EACCES:
+    case EPERM:
+      return "Make " + dir + " writable or set Checkpoint.dir to a writable folder";
+    case ENOENT:
+    case ESTALE:
+      return "Something removed " + dir + " (or its step folder) during the save; keep it in place";
+    default:
+      return "Check " + dir + " (Checkpoint.dir) and its file system";
+  }
+}
+
 // Test hook: TRAINER_FAULT_CHECKPOINT_WRITE=<k> makes the k-th tensor write fail as a full disk
-// would (for tests on machines without a small file system to fill).
+// would (for tests on machines where no small file system can be mounted).
 bool InjectedWriteFault(int tensor_index) {
   const char* v = std::getenv("TRAINER_FAULT_CHECKPOINT_WRITE");
   return v != nullptr && std::atoi(v) == tensor_index;
 }
 
-// Rank 0's side: open the file and write attributes.
-Status CreateCheckpointFile(const std::string& file, const CheckpointWriteRequest& r,
-                            const ModelConfig& model, const Topology& topo, Hdf5Handle* handle) {
-  SilenceHdf5Errors();
-  if (!handle->valid() &&
-      handle->Reset(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose) < 0)
-    return CheckpointError(
-        StrFormat("cannot create checkpoint file %s: %s. Check that "
-                  "Checkpoint.dir is writable and has free space",
-                  file.c_str(), Hdf5ErrorText().c_str()));
-  const hid_t f = handle->get();
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "format_version", kCheckpointFormatVersion));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "step", r.step));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "consumed_samples", r.consumed_samples));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "tokens_seen", r.tokens_seen));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "seed", static_cast<int64_t>(r.seed)));
-  // The run draws no random numbers after initialisation (no dropout; the data order is a pure
-  // function of seed and position), so (seed, consumed_samples) is the whole RNG state.
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "rng_state", "seed+consumed_samples"));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "config", r.config_text));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "layout", LayoutString(topo)));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "world_size", topo.world_size));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "hidden_size", model.hidden_size));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "num_layers", model.num_layers));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "num_heads", model.num_heads));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "vocab_size", model.vocab_size));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "padded_vocab_size", model.padded_vocab()));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "ffn_hidden_size", model.ffn_size()));
-  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "max_seq_len", model.max_seq_len));
-  return Status::Ok();
-}
-
-// Commit on rank 0: close, fsync, rename the folder, replace `latest`, apply retention.
-Status Commit(const CheckpointWriteRequest& r, Hdf5Handle* file, const std::string& tmp_dir,
-              const std::string& final_dir) {
-  if (file->Close() < 0)
-    return CheckpointError(
-        StrFormat("closing %s/checkpoint.h5 failed: %s (disk full?). The "
-                  "previous checkpoint is intact",
-                  tmp_dir.c_str(), Hdf5ErrorText().c_str()));
-  Status s = SyncPath(tmp_dir + "/checkpoint.h5");
-  if (s.ok()) s = SyncPath(tmp_dir);
-  if (s.ok() && PathExists(final_dir)) s = RemoveTree(final_dir);  // a re-save of the same step
-  if (s.ok()) s = RenameDurably(tmp_dir, final_dir);
-  if (s.ok()) s = WriteFileAtomically(r.directory + "/latest", StepFolderName(r.step) + "\n");
-  if (!s.ok()) return CheckpointError(s.message() + ". The previous checkpoint is intact");
-  // Retention, only now that the new one is committed.
-  std::vector<std::string> committed = CommittedCheckpoints(r.directory);
-  for (size_t i = 0; i < committed.size(); ++i) {
-    const int64_t step = std::atoll(committed[i].c_str() + committed[i].rfind('-') + 1);
-    const bool recent = r.keep_last <= 0 || static_cast<int>(i) < r.keep_last;
-    const bool milestone = r.keep_every > 0 && step % r.keep_every == 0;
-    if (!recent && !milestone) TRAINER_RETURN_IF_ERROR(RemoveTree(committed[i]));
+// Rank 0's side of one save: the folders, the open file, and the first error.
+class SaveOnRoot {
+ public:
+  SaveOnRoot(const CheckpointWriteRequest& r, const Topology& topo) : r_(r), topo_(topo) {
+    final_dir_ = r.directory + "/" + CheckpointFolderName(r.step);
+    tmp_dir_ = final_dir_ + ".tmp";
+    auto latest = ReadSmallFile(r.directory + "/latest");
+    previous_ = latest.ok() ? r.directory + "/" + TrimLine(latest.value()) : "";
   }
-  return Status::Ok();
-}
+  const std::string& final_dir() const { return final_dir_; }
+  const Status& status() const { return status_; }
+  bool ok() const { return status_.ok(); }
+
+  void Begin(const ModelConfig& model, int tensor_count) {
+    errno = 0;
+    if (Try(MakeDirectories(r_.directory), r_.directory) &&
+        (!PathExists(tmp_dir_) || Try(RemoveTree(tmp_dir_), tmp_dir_)) &&
+        Try(MakeDirectories(tmp_dir_), tmp_dir_))
+      CreateFile(model, tensor_count);
+  }
+
+  void Write(int tensor_index, int state, const ParameterInfo& p, const float* full) {
+    if (!ok()) return;
+    const std::string path = std::string(StateGroup(state)) + "/" + p.name;
+    if (InjectedWriteFault(tensor_index)) {
+      Fail(file_path() + ":" + path, ENOSPC,
+           "No space left on device (injected by TRAINER_FAULT_CHECKPOINT_WRITE)");
+      return;
+    }
+    Status s = WriteTensor(file_.get(), path, p.full_shape, full);
+    if (!s.ok()) FailHdf5(file_path() + ":" + path);
+  }
+
+  // Close, fsync, rename into place, replace `latest`, then apply retention.
+  void Commit() {
+    if (!ok()) return;
+    if (file_.Close() < 0) {
+      FailHdf5(file_path());  // the final flush: a full disk often shows here
+      return;
+    }
+    errno = 0;
+    if (!Try(SyncPath(file_path()), file_path()) || !Try(SyncPath(tmp_dir_), tmp_dir_)) return;
+    if (IsDirectory(final_dir_)) {
+      // A re-save of a step (after resuming from an earlier one): replace the file atomically so
+      // that step-N/ always holds a complete checkpoint.
+      if (!Try(RenameDurably(file_path(), final_dir_ + "/checkpoint.h5"), final_dir_)) return;
+      (void)RemoveTree(tmp_dir_);  // now empty; a leftover is removed at the next start
+    } else if (!Try(RenameDurably(tmp_dir_, final_dir_), final_dir_)) {
+      return;
+    }
+    if (!Try(WriteFileAtomically(r_.directory + "/latest", CheckpointFolderName(r_.step) + "\n"),
+             r_.directory + "/latest"))
+      return;
+    ApplyRetention();
+  }
+
+  // After a failure: close and remove the partial folder (best effort; the next start also does).
+  void Abandon() {
+    file_.Close();
+    if (PathExists(tmp_dir_)) (void)RemoveTree(tmp_dir_);
+  }
+
+ private:
+  static std::string TrimLine(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+    return s;
+  }
+  std::string file_path() const { return tmp_dir_ + "/checkpoint.h5"; }
+
+  // Records the first failure as one line: where, the system's reason, what to do.
+  void Fail(const std::string& where, int error_number, const std::string& why) {
+    if (!ok()) return;
+    const ProcessIdentity& id = GetProcessIdentity();
+    status_ = CheckpointError(StrFormat(
+        "saving checkpoint step %lld failed (%s, Checkpoint.dir, rank %d on %s): %s. %s; the last "
+        "committed checkpoint (%s) is intact, resume from it with --resume auto",
+        static_cast<long long>(r_.step), where.c_str(), id.rank, id.host.c_str(), why.c_str(),
+        SaveAdvice(error_number, r_.directory).c_str(),
+        previous_.empty() ? "none yet" : previous_.c_str()));
+  }
+  // A file-system helper's result; errno still holds its reason when it failed.
+  bool Try(const Status& s, const std::string& where) {
+    if (s.ok()) return true;
+    const int error_number = errno;
+    Fail(where, error_number, error_number != 0 ? std::strerror(error_number) : s.message());
+    return false;
+  }
+  void FailHdf5(const std::string& where) {
+    std::string text = Hdf5ErrorText();
+    const int error_number = Hdf5Errno(text);
+    for (char& c : text)
+      if (c == '\n') c = ' ';
+    Fail(where, error_number, error_number != 0 ? std::strerror(error_number) : text);
+  }
+
+  void CreateFile(const ModelConfig& model, int tensor_count) {
+    SilenceHdf5Errors();
+    if (file_.Reset(H5Fcreate(file_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                    H5Fclose) < 0) {
+      FailHdf5(file_path());
+      return;
+    }
+    if (!WriteManifest(model, tensor_count).ok()) FailHdf5(file_path());
+  }
+
+  // Root attributes: the training state, the RNG states, the config and the writing layout.
+  Status WriteManifest(const ModelConfig& model, int tensor_count) {
+    const hid_t f = file_.get();
+    const std::pair<const char*, int64_t> integers[] = {
+        {"format_version", kCheckpointFormatVersion},
+        {"step", r_.step},
+        {"consumed_samples", r_.consumed_samples},
+        {"tokens_seen", r_.tokens_seen},
+        {"seed", static_cast<int64_t>(r_.seed)},
+        {"world_size", topo_.world_size},
+        {"tensor_count", tensor_count},
+        {"hidden_size", model.hidden_size},
+        {"num_layers", model.num_layers},
+        {"num_heads", model.num_heads},
+        {"vocab_size", model.vocab_size},
+        {"padded_vocab_size", model.padded_vocab()},
+        {"ffn_hidden_size", model.ffn_size()},
+        {"max_seq_len", model.max_seq_len}};
+    for (const auto& [name, value] : integers)
+      TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, name, value));
+    TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "rng_state", "seed+consumed_samples"));
+    TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "rng_states", RngStates(topo_)));
+    TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "config", r_.config_text));
+    TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "layout", LayoutString(topo_)));
+    return Hdf5WriteStringAttribute(f, "checksum", "crc32 (zlib) of each tensor's float32 bytes");
+  }
+
+  // Keeps the newest keep_last (0: all), every multiple of keep_every, and always the new one.
+  // Runs only after the new checkpoint is committed; a failure to delete is a warning.
+  void ApplyRetention() {
+    const std::vector<std::string> committed = CommittedCheckpoints(r_.directory);
+    for (size_t i = 0; i < committed.size(); ++i) {
+      const int64_t step = std::atoll(committed[i].c_str() + committed[i].rfind('-') + 1);
+      const bool recent = r_.keep_last <= 0 || static_cast<int>(i) < r_.keep_last;
+      const bool milestone = r_.keep_every > 0 && step % r_.keep_every == 0;
+      if (recent || milestone || committed[i] == final_dir_) continue;
+      Status s = RemoveTree(committed[i]);
+      if (!s.ok())
+        LogWarning(
+            StrFormat("cannot remove old checkpoint %s (Checkpoint.keep_last=%d): %s. It "
+                      "stays on disk; remove it by hand",
+                      committed[i].c_str(), r_.keep_last, s.message().c_str()));
+    }
+  }
+
+  const CheckpointWriteRequest& r_;
+  const Topology& topo_;
+  std::string final_dir_, tmp_dir_, previous_;
+  Hdf5Handle file_;
+  Status status_;
+};
 
 }  // namespace
+
+std::string CheckpointFolderName(int64_t step) {
+  return StrFormat("step-%08lld", static_cast<long long>(step));
+}
 
 Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model, AdamW* optimizer,
                                 const ParallelGroups& groups, CheckpointSaveReport* report) {
@@ -98,28 +236,19 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
   for (int w = 0; w < kStateCount; ++w) TRAINER_RETURN_IF_ERROR(optimizer->Download(w, &state[w]));
 
   const bool is_root = groups.world_rank == 0;
-  const std::string final_dir = r.directory + "/" + StepFolderName(r.step);
-  const std::string tmp_dir = final_dir + ".tmp";
-  Status write_status;
-  Hdf5Handle file;
-  if (is_root) {
-    write_status = MakeDirectories(r.directory);
-    if (write_status.ok() && PathExists(tmp_dir)) write_status = RemoveTree(tmp_dir);
-    if (write_status.ok()) write_status = MakeDirectories(tmp_dir);
-    if (write_status.ok())
-      write_status =
-          CreateCheckpointFile(tmp_dir + "/checkpoint.h5", r, mc, groups.topology, &file);
-    if (!write_status.ok() && write_status.code() != ExitCode::kCheckpoint)
-      write_status = CheckpointError(write_status.message());
-  }
   const std::vector<ParameterInfo> full_list = FullParameterList(mc);
+  SaveOnRoot root(r, groups.topology);
+  if (is_root) root.Begin(mc, static_cast<int>(full_list.size()) * kStateCount);
+
+  // Tensor by tensor: the canonical holders (DP rank 0 of the stage, each TP rank) send their
+  // shards to rank 0, which assembles the full tensor (the only full-size buffer) and writes it.
   std::vector<float> full, shard;
   int tensor_index = 0;
   for (const ParameterInfo& fp : full_list) {
     const std::vector<int> holders = CanonicalHolders(fp, mc, dist, groups.topology);
     const ParameterInfo* mine = model->Find(fp.name);
     const bool i_hold = mine != nullptr && mine->canonical && groups.coord.dp == 0;
-    for (int w = 0; w < kStateCount; ++w) {
+    for (int w = 0; w < kStateCount; ++w, ++tensor_index) {
       if (i_hold && !is_root) {
         TRAINER_RETURN_IF_ERROR(groups.world_host->Send(state[w].data() + mine->offset,
                                                         static_cast<size_t>(mine->local_numel()),
@@ -137,6 +266,7 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
         if (holders[t] == 0) {
           src = state[w].data() + mine->offset;
         } else {
+          // Keep receiving after a write error, so that no sender hangs.
           shard.resize(n);
           TRAINER_RETURN_IF_ERROR(
               groups.world_host->Recv(shard.data(), n, DType::kF32, holders[t]));
@@ -145,35 +275,18 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
         InsertShard(shard_info, static_cast<int>(t), static_cast<int>(holders.size()), src,
                     full.data());
       }
-      if (!write_status.ok()) continue;  // keep receiving so that no sender hangs
-      if (InjectedWriteFault(tensor_index)) {
-        write_status = CheckpointError(
-            StrFormat("writing %s to %s failed: No space left on device (injected by "
-                      "TRAINER_FAULT_CHECKPOINT_WRITE). The previous checkpoint is intact",
-                      fp.name.c_str(), tmp_dir.c_str()));
-        continue;
-      }
-      Status s = WriteTensor(file.get(), std::string(StateGroup(w)) + "/" + fp.name, fp.full_shape,
-                             full.data());
-      if (!s.ok())
-        write_status =
-            CheckpointError(StrFormat("writing %s to %s failed: %s. The previous "
-                                      "checkpoint is intact; free space or fix "
-                                      "permissions on Checkpoint.dir",
-                                      fp.name.c_str(), tmp_dir.c_str(), s.message().c_str()));
-      ++tensor_index;
+      root.Write(tensor_index, w, fp, full.data());
     }
   }
-  if (is_root && write_status.ok()) write_status = Commit(r, &file, tmp_dir, final_dir);
-  if (is_root && !write_status.ok()) {
-    file.Close();
-    RemoveTree(tmp_dir);  // best effort; a leftover .tmp is also cleaned at the next start
+  if (is_root) {
+    root.Commit();
+    if (!root.ok()) root.Abandon();
   }
-  int code = write_status.exit_code();
+  int code = is_root ? root.status().exit_code() : 0;
   TRAINER_RETURN_IF_ERROR(groups.world_host->Broadcast(&code, 1, DType::kI32, 0));
-  if (code != 0) return is_root ? write_status : Status(static_cast<ExitCode>(code), "");
-  report->path = final_dir;
-  report->bytes = is_root ? FileSize(final_dir + "/checkpoint.h5") : 0;
+  if (code != 0) return is_root ? root.status() : Status(static_cast<ExitCode>(code), "");
+  report->path = root.final_dir();
+  report->bytes = is_root ? FileSize(root.final_dir() + "/checkpoint.h5") : 0;
   report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return Status::Ok();
 }
@@ -181,13 +294,19 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
 Status RemoveIncompleteCheckpoints(const std::string& directory) {
   if (!IsDirectory(directory)) return Status::Ok();
   auto names = ListDirectory(directory);
-  if (!names.ok()) return names.status();
+  if (!names.ok())
+    return CheckpointError(names.status().message() + " (Checkpoint.dir). Check its permissions");
   for (const std::string& name : names.value()) {
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
+    if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".tmp") != 0) continue;
+    if (name.rfind("step-", 0) == 0)
       LogWarning(StrFormat("removing incomplete checkpoint %s/%s left by an interrupted save",
                            directory.c_str(), name.c_str()));
-      TRAINER_RETURN_IF_ERROR(RemoveTree(directory + "/" + name));
-    }
+    Status s = RemoveTree(directory + "/" + name);
+    if (!s.ok())
+      return CheckpointError(
+          StrFormat("cannot remove the incomplete checkpoint %s/%s "
+                    "(Checkpoint.dir): %s. Remove it by hand",
+                    directory.c_str(), name.c_str(), s.message().c_str()));
   }
   return Status::Ok();
 }

@@ -1,0 +1,89 @@
+# Helpers of the checkpoint_*.sh tests (sourced after lib.sh): step-aligned loss comparison,
+# finding one rank's process, flipping a byte inside a stored tensor, inspect checks.
+
+# "step loss" per training record of a metrics.jsonl, as printed.
+step_losses() {
+  grep '"loss": ' "$1" | sed -E 's/.*"step": ([0-9]+),.*"loss": ([^,}]*).*/\1 \2/'
+}
+
+# compare_step_losses RUN REF TOL [FIRST_STEP]: every training record of RUN at a step >=
+# FIRST_STEP (default 1) has REF's loss for that step, to a relative TOL (0: the same printed
+# value). A step of RUN missing from REF fails; so does RUN having no such records.
+compare_step_losses() {
+  local run=$1 ref=$2 tol=$3 first=${4:-1}
+  awk -v tol="$tol" -v first="$first" '
+    NR == FNR { ref[$1] = $2; next }
+    $1 < first { next }
+    { n++
+      if (!($1 in ref)) { printf "step %d: not in the reference\n", $1; bad++; next }
+      if (tol == 0) { if ($2 != ref[$1]) { printf "step %d: %s vs %s\n", $1, $2, ref[$1]; bad++ } ; next }
+      d = $2 - ref[$1]; if (d < 0) d = -d; r = d / (ref[$1] < 0 ? -ref[$1] : ref[$1])
+      if (r > worst) worst = r
+      if (r > tol) { printf "step %d: %s vs %s (relative %.3e)\n", $1, $2, ref[$1], r; bad++ } }
+    END { if (n == 0) { print "no losses to compare"; exit 1 }
+          printf "%d losses from step %d on, worst relative difference %.3e (tolerance %s)\n",
+                 n, first, worst, tol
+          exit bad > 0 }' <(step_losses "$ref") <(step_losses "$run")
+}
+
+# rank_pid MPIRUN_PID RANK: the pid of that world rank among mpirun's children (Open MPI sets
+# OMPI_COMM_WORLD_RANK in each rank's environment); empty when not (yet) found.
+rank_pid() {
+  local child
+  for child in $(pgrep -P "$1"); do
+    if grep -qxz "OMPI_COMM_WORLD_RANK=$2" "/proc/$child/environ" 2> /dev/null; then
+      echo "$child"
+      return 0
+    fi
+  done
+}
+
+# flip_tensor_byte FILE DATASET: inverts one byte in the middle of DATASET's stored values (found
+# by searching the file for the tensor's own bytes, as h5dump writes them), in place.
+flip_tensor_byte() {
+  local file=$1 dataset=$2 bytes=flip_$$.bin
+  h5dump -d "$dataset" -b LE -o "$bytes" "$file" > /dev/null || fail "h5dump of $dataset in $file"
+  local size middle pattern offsets
+  size=$(stat -c %s "$bytes")
+  middle=$((size / 2 / 4 * 4))
+  pattern=$(od -An -v -tx1 -j "$middle" -N 32 "$bytes" | tr -d ' \n' | sed 's/../\\x&/g')
+  offsets=$(LC_ALL=C grep -obUaP "$pattern" "$file" | cut -d: -f1)
+  [ "$(wc -w <<<"$offsets")" -eq 1 ] || fail "$dataset: its bytes occur $(wc -w <<<"$offsets") times in $file"
+  local at=$((offsets + 3)) old
+  old=$(od -An -tu1 -j "$at" -N 1 "$file" | tr -d ' ')
+  printf "\\x$(printf %02x $((old ^ 0xff)))" | dd of="$file" bs=1 seek="$at" conv=notrunc status=none
+  rm -f "$bytes"
+  echo "flipped byte $at of $file (inside $dataset): $old -> $((old ^ 0xff))"
+}
+
+# expect_verified FOLDER: `trainer inspect` exits 0 and says the checkpoint verifies.
+expect_verified() {
+  "$TRAINER" inspect "$1" > inspect.out 2>&1 || { cat inspect.out; fail "inspect $1 exited non-zero"; }
+  grep -q "^  verifies         yes" inspect.out || { cat inspect.out; fail "inspect $1: no 'verifies yes'"; }
+}
+
+# latest_step DIR: the step number `latest` names (empty when there is no latest).
+latest_step() {
+  [ -f "$1/latest" ] || return 0
+  sed -E 's/^step-0*([0-9]+)$/\1/; s/^$/0/' "$1/latest"
+}
+
+# one_error_line LOG PATTERN: LOG holds exactly one "error: " line and it matches PATTERN.
+one_error_line() {
+  local n
+  n=$(grep -c 'error: ' "$1" || true)
+  [ "$n" -eq 1 ] || { cat "$1"; fail "$1: $n error lines, expected one"; }
+  grep 'error: ' "$1" | grep -q -- "$2" || { cat "$1"; fail "$1: the error line does not match /$2/"; }
+}
+
+# line_count FILE: its number of lines (0 when it does not exist).
+line_count() {
+  if [ -f "$1" ]; then wc -l < "$1"; else echo 0; fi
+}
+
+# newest_step DIR: the highest step with a committed step folder (empty when there is none).
+newest_step() {
+  local folders=("$1"/step-????????)
+  [ -d "${folders[-1]}" ] || return 0
+  sed -E 's/.*step-0*([0-9]+)$/\1/' <<<"${folders[-1]}"
+}
