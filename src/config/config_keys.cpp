@@ -51,6 +51,8 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Engine, engine, save_steps),
     CONFIG_KEY(Engine, engine, output_dir),
     CONFIG_KEY(Engine, engine, mix_precision),
+    CONFIG_KEY(Engine, engine, profile),
+    CONFIG_KEY(Engine, engine, peak_tflops),
 
     CONFIG_KEY(Optimizer, optimizer, lr),
     CONFIG_KEY(Optimizer, optimizer, min_lr),

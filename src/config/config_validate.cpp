@@ -45,6 +45,7 @@ const RangeRule kRangeRules[] = {
     {"Engine.eval_freq", 0, false, kNoBound},
     {"Engine.eval_iters", 1, false, kNoBound},
     {"Engine.save_steps", 0, false, kNoBound},
+    {"Engine.peak_tflops", 0, true, kNoBound},
     {"Optimizer.lr", 0, false, kNoBound},
     {"Optimizer.min_lr", 0, false, kNoBound},
     {"Optimizer.warmup_steps", 0, false, kNoBound},

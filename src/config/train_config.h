@@ -54,6 +54,8 @@ struct EngineConfig {
   int save_steps = 0;    // 0 disables periodic checkpoints
   std::string output_dir = "out";
   std::string mix_precision = "bf16";  // bf16 | fp32 (the CPU path is always fp32)
+  bool profile = false;         // time the phases of each step (CUDA events) and report them
+  double peak_tflops = 989.0;  // dense bf16 peak of one GPU, for MFU (H100/H200 SXM: 989)
 };
 
 struct OptimizerConfig {

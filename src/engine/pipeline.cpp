@@ -33,51 +33,65 @@ Status PipelineStage::Backward(const MicroBatches& mb, int i) {
   return model_->Backward(Slot(i, mb.count));
 }
 
-Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum) {
+Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum,
+                                PhaseTimer* timer) {
   *loss_sum = 0.0;
   const int s = stage(), P = stages(), M = mb.count;
   const bool first = s == 0, last = s == P - 1;
   const size_t n = ActivationCount();
   const DType dt = model_->OutputGradient().dtype;
+  // Every call books its time with the timer (transfers only where there was one).
+  auto timed = [&](Phase phase, const Status& status) {
+    return status.ok() ? timer->Charge(phase) : status;
+  };
+  auto forward = [&](int i) { return timed(Phase::kForward, Forward(mb, i, dloss_scale, loss_sum)); };
+  auto backward = [&](int i) { return timed(Phase::kBackward, Backward(mb, i)); };
+  auto transfer = [&](const Status& status) { return timed(Phase::kPipelineTransfer, status); };
   auto recv_forward = [&](int i) {
-    return first ? Status::Ok() : pp_->Recv(model_->StageInput(Slot(i, M)).data, n, dt, s - 1);
+    return first ? Status::Ok()
+                 : transfer(pp_->Recv(model_->StageInput(Slot(i, M)).data, n, dt, s - 1));
   };
   auto send_forward = [&](int i) {
-    return last ? Status::Ok() : pp_->Send(model_->StageOutput(Slot(i, M)).data, n, dt, s + 1);
+    return last ? Status::Ok()
+                : transfer(pp_->Send(model_->StageOutput(Slot(i, M)).data, n, dt, s + 1));
   };
   auto recv_backward = [&]() {
-    return last ? Status::Ok() : pp_->Recv(model_->OutputGradient().data, n, dt, s + 1);
+    return last ? Status::Ok()
+                : transfer(pp_->Recv(model_->OutputGradient().data, n, dt, s + 1));
   };
   auto send_backward = [&]() {
-    return first ? Status::Ok() : pp_->Send(model_->OutputGradient().data, n, dt, s - 1);
+    return first ? Status::Ok()
+                 : transfer(pp_->Send(model_->OutputGradient().data, n, dt, s - 1));
   };
 
   const int warmup = std::min(P - 1 - s, M);
   const int steady = M - warmup;
   for (int i = 0; i < warmup; ++i) {
     TRAINER_RETURN_IF_ERROR(recv_forward(i));
-    TRAINER_RETURN_IF_ERROR(Forward(mb, i, dloss_scale, loss_sum));
+    TRAINER_RETURN_IF_ERROR(forward(i));
     TRAINER_RETURN_IF_ERROR(send_forward(i));
   }
   if (steady > 0) TRAINER_RETURN_IF_ERROR(recv_forward(warmup));
   for (int i = 0; i < steady; ++i) {
     const int f = warmup + i;  // micro-batch going forward; i goes backward
-    TRAINER_RETURN_IF_ERROR(Forward(mb, f, dloss_scale, loss_sum));
+    TRAINER_RETURN_IF_ERROR(forward(f));
     if (!last) {  // send this output, receive the gradient of micro-batch i
-      TRAINER_RETURN_IF_ERROR(pp_->SendRecv(model_->StageOutput(Slot(f, M)).data, n, s + 1,
-                                            model_->OutputGradient().data, n, s + 1, dt));
+      TRAINER_RETURN_IF_ERROR(transfer(pp_->SendRecv(model_->StageOutput(Slot(f, M)).data, n,
+                                                     s + 1, model_->OutputGradient().data, n,
+                                                     s + 1, dt)));
     }
-    TRAINER_RETURN_IF_ERROR(Backward(mb, i));
+    TRAINER_RETURN_IF_ERROR(backward(i));
     if (i == steady - 1) {
       TRAINER_RETURN_IF_ERROR(send_backward());
     } else if (!first) {  // send d(input) of i, receive the input of f + 1 (same slot as i)
-      TRAINER_RETURN_IF_ERROR(pp_->SendRecv(model_->OutputGradient().data, n, s - 1,
-                                            model_->StageInput(Slot(f + 1, M)).data, n, s - 1, dt));
+      TRAINER_RETURN_IF_ERROR(transfer(pp_->SendRecv(model_->OutputGradient().data, n, s - 1,
+                                                     model_->StageInput(Slot(f + 1, M)).data, n,
+                                                     s - 1, dt)));
     }
   }
   for (int i = steady; i < M; ++i) {
     TRAINER_RETURN_IF_ERROR(recv_backward());
-    TRAINER_RETURN_IF_ERROR(Backward(mb, i));
+    TRAINER_RETURN_IF_ERROR(backward(i));
     TRAINER_RETURN_IF_ERROR(send_backward());
   }
   return Status::Ok();

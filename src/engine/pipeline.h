@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/communicator.h"
+#include "engine/phase_timer.h"
 #include "model/gpt.h"
 
 namespace trainer {
@@ -32,8 +33,10 @@ class PipelineStage {
   static int NumSlots(int stage, int num_stages, int micro_batches);
 
   // Forward and backward of every micro-batch; gradients accumulate in the model. On the last
-  // stage *loss_sum receives the sum of the per-token losses (0 elsewhere).
-  Status TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum);
+  // stage *loss_sum receives the sum of the per-token losses (0 elsewhere). `timer` books the
+  // forward, backward and transfer time.
+  Status TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum,
+                   PhaseTimer* timer);
   // Forward only, with the loss on the last stage.
   Status EvalStep(const MicroBatches& mb, double* loss_sum);
 

@@ -36,6 +36,7 @@ Status Trainer::Setup() {
                                            config_.global.micro_batch_size,
                                            config_.model.sequence_length(), slots, &model_));
   TRAINER_RETURN_IF_ERROR(AdamW::Create(model_.get(), config_.optimizer, &optimizer_));
+  timer_ = std::make_unique<PhaseTimer>(backend_, false);
   pipeline_ = std::make_unique<PipelineStage>(model_.get(), topo.pp > 1 ? groups_.pp : nullptr);
   const size_t tokens = static_cast<size_t>(micro) * config_.global.micro_batch_size *
                         config_.model.sequence_length();
@@ -130,9 +131,11 @@ Status Trainer::ShareLastStageValue(double* value) {
 Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
   const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
   const int GB = config_.global.global_batch_size;
+  TRAINER_RETURN_IF_ERROR(timer_->BeginStep());
   TRAINER_RETURN_IF_ERROR(ReadBatch(sampler_->GlobalBatch(state_.consumed_samples, GB),
                                     data_.train_file.get(), data_.train));
   TRAINER_RETURN_IF_ERROR(model_->ZeroGradients());
+  TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kData));
   MicroBatches mb;
   mb.count = config_.gradient_accumulation_steps();
   mb.batch = B;
@@ -141,8 +144,10 @@ Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
   mb.targets = targets_.data();
   const double tokens = static_cast<double>(GB) * T;
   double loss_sum = 0.0;
-  TRAINER_RETURN_IF_ERROR(pipeline_->TrainStep(mb, static_cast<float>(1.0 / tokens), &loss_sum));
+  TRAINER_RETURN_IF_ERROR(
+      pipeline_->TrainStep(mb, static_cast<float>(1.0 / tokens), &loss_sum, timer_.get()));
   TRAINER_RETURN_IF_ERROR(ReduceGradients());
+  TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kGradReduce));
   TRAINER_RETURN_IF_ERROR(GlobalGradNorm(grad_norm));
   const double clip = config_.optimizer.grad_clip;
   const float scale =
@@ -150,6 +155,8 @@ Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
   const int step = static_cast<int>(state_.step + 1);
   *lr = LearningRate(config_.optimizer, config_.engine.max_steps, step);
   TRAINER_RETURN_IF_ERROR(optimizer_->Step(step, *lr, scale));
+  TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kOptimizer));
+  TRAINER_RETURN_IF_ERROR(timer_->EndStep());
   TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&loss_sum));
   *loss = loss_sum / tokens;
   state_.step = step;
@@ -195,7 +202,20 @@ Status Trainer::Run() {
   // Idle share of a 1F1B step: (P - 1) / (M + P - 1) for P stages and M micro-batches.
   const int P = groups_.topology.pp, M = config_.gradient_accumulation_steps();
   const double bubble = static_cast<double>(P - 1) / (M + P - 1);
+  // Model FLOPs utilisation as nanoGPT/PaLM count it: 6N + 12 L C T per token, against the dense
+  // bf16 peak of every GPU in the job (Engine.peak_tflops each).
+  const ModelConfig& m = config_.model;
+  double params = 0;
+  for (const ParameterInfo& p : AllParameters(m)) params += p.full_numel();
+  const double flops_per_token =
+      6.0 * params + 12.0 * m.num_layers * m.hidden_size * m.sequence_length();
+  const bool on_gpu = backend_->device_memory();
+  const double peak = config_.engine.peak_tflops * 1e12 * groups_.topology.world_size;
+  const int64_t first_step = state_.step;
   while (state_.step < e.max_steps) {
+    // Engine.profile times the phases of every step after three warm-up steps.
+    if (e.profile && state_.step == first_step + 3)
+      timer_ = std::make_unique<PhaseTimer>(backend_, true);
     double loss = 0, norm = 0, lr = 0;
     TRAINER_RETURN_IF_ERROR(TrainStep(&loss, &norm, &lr));
     ++window_steps;
@@ -205,10 +225,13 @@ Status Trainer::Run() {
       const double window = Seconds(window_start);
       const double tokens_per_s = tokens_per_step * window_steps / window;
       const double elapsed = Seconds(start);
-      LogInfo(StrFormat(
-          "step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
-          "%.1f ms/step | elapsed %.1fs",
-          step, e.max_steps, loss, lr, norm, tokens_per_s, 1e3 * window / window_steps, elapsed));
+      const double mfu = on_gpu ? tokens_per_s * flops_per_token / peak : 0.0;
+      const double memory_gib = DeviceMemoryUsed(backend_) / (1024.0 * 1024.0 * 1024.0);
+      const std::string mfu_text = on_gpu ? StrFormat("MFU %.1f%% | ", 100 * mfu) : "";
+      LogInfo(StrFormat("step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
+                        "%.1f ms/step | %s%.2f GiB | elapsed %.1fs",
+                        step, e.max_steps, loss, lr, norm, tokens_per_s,
+                        1e3 * window / window_steps, mfu_text.c_str(), memory_gib, elapsed));
       TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step},
                                                {"loss", loss},
                                                {"lr", lr},
@@ -217,7 +240,9 @@ Status Trainer::Run() {
                                                {"step_ms", 1e3 * window / window_steps},
                                                {"elapsed_s", elapsed},
                                                {"consumed_samples", state_.consumed_samples},
-                                               {"pipeline_bubble", bubble}}));
+                                               {"pipeline_bubble", bubble},
+                                               {"mfu", mfu},
+                                               {"memory_gib", memory_gib}}));
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;
     }
@@ -239,6 +264,12 @@ Status Trainer::Run() {
                     step));
       return Status(ExitCode::kPreempted, "");
     }
+  }
+  if (timer_->enabled()) {
+    LogInfo(timer_->Report());
+    std::vector<std::pair<std::string, double>> record = timer_->Record();
+    record.insert(record.begin(), {"step", static_cast<double>(state_.step)});
+    TRAINER_RETURN_IF_ERROR(metrics_->Write(record));
   }
   return Status::Ok();
 }

@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "engine/metrics.h"
+#include "engine/phase_timer.h"
 #include "engine/pipeline.h"
 #include "model/backend.h"
 #include "optimizer/adamw.h"
@@ -65,6 +66,7 @@ class Trainer {
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<PipelineStage> pipeline_;
+  std::unique_ptr<PhaseTimer> timer_;  // enabled by Engine.profile after warm-up
   DataSources data_;
   std::unique_ptr<GlobalSampler> sampler_;
   std::unique_ptr<MetricsWriter> metrics_;

@@ -51,6 +51,14 @@ class Backend {
   virtual Status Convert(Tensor dst, Tensor src) = 0;
   virtual Status Synchronize() = 0;
 
+  // ---- timing (Engine.profile) ----
+  // Mark(i) records timing mark i (0 <= i < kMaxMarks) in the backend's stream order (a CUDA
+  // event on the GPU, the host clock on the CPU); SecondsBetween(i, j) waits for mark j and
+  // returns the time from mark i to mark j.
+  static constexpr int kMaxMarks = 64;
+  virtual Status Mark(int index) = 0;
+  virtual Status SecondsBetween(int from, int to, double* seconds) = 0;
+
   // ---- layers ----
   // out (B,T,C) = wte[tokens - vocab_start] (zero when the token is outside this rank's rows)
   //              + wpe[t] (when wpe is not empty).
@@ -136,6 +144,9 @@ Status MakeCudaBackend(int device, std::unique_ptr<Backend>* out);
 bool CudaBackendCompiled();
 // The backend's CUDA stream (cudaStream_t) for NCCL, or nullptr on the CPU backend.
 void* BackendStream(Backend* backend);
+// Memory this process uses on the backend's device, in bytes: the GPU's used memory
+// (cudaMemGetInfo), or the peak resident set size on the CPU path.
+double DeviceMemoryUsed(Backend* backend);
 // CUDA devices this process can see (0 without CUDA, a driver or a GPU).
 int VisibleCudaDevices();
 

@@ -2,6 +2,8 @@
 // BackendStream answer in CPU-only builds too.
 #include "model/backend.h"
 
+#include <sys/resource.h>
+
 #if TRAINER_WITH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -26,6 +28,20 @@ void* BackendStream(Backend* backend) {
 #endif
   (void)backend;
   return nullptr;
+}
+
+double DeviceMemoryUsed(Backend* backend) {
+#if TRAINER_WITH_CUDA
+  if (backend->device_memory()) {
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
+      return static_cast<double>(total - free_bytes);
+  }
+#endif
+  (void)backend;
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // kilobytes on Linux
 }
 
 }  // namespace trainer

@@ -98,6 +98,12 @@ std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
   return ordered;
 }
 
+std::vector<ParameterInfo> AllParameters(const ModelConfig& model) {
+  ModelPartition whole;
+  whole.num_layers = model.num_layers;
+  return BuildParameterList(model, whole);
+}
+
 size_t TotalLocalElements(const std::vector<ParameterInfo>& params) {
   if (params.empty()) return 0;
   const ParameterInfo& last = params.back();

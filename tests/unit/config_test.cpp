@@ -88,6 +88,8 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Engine.save_steps",
                                              "Engine.output_dir",
                                              "Engine.mix_precision",
+                                             "Engine.profile",
+                                             "Engine.peak_tflops",
                                              "Optimizer.lr",
                                              "Optimizer.min_lr",
                                              "Optimizer.warmup_steps",

@@ -181,3 +181,21 @@ std::unique_ptr<Backend> MakeCpuBackend() {
 }
 
 }  // namespace trainer
+
+namespace trainer {
+
+// The CPU backend runs every op before returning, so the host clock is its stream order.
+Status CpuBackend::Mark(int index) {
+  if (index < 0 || index >= kMaxMarks) return RuntimeError("CpuBackend::Mark: index out of range");
+  marks_[index] = std::chrono::steady_clock::now();
+  return Status::Ok();
+}
+
+Status CpuBackend::SecondsBetween(int from, int to, double* seconds) {
+  if (from < 0 || to < 0 || from >= kMaxMarks || to >= kMaxMarks)
+    return RuntimeError("CpuBackend::SecondsBetween: index out of range");
+  *seconds = std::chrono::duration<double>(marks_[to] - marks_[from]).count();
+  return Status::Ok();
+}
+
+}  // namespace trainer

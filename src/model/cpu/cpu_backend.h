@@ -3,6 +3,9 @@
 // kernels of cpu_kernels.h. The ops live one layer per file (embedding.cpp, layernorm.cpp, ...).
 #pragma once
 
+#include <array>
+#include <chrono>
+
 #include <string>
 #include <vector>
 
@@ -24,6 +27,8 @@ class CpuBackend final : public Backend {
   Status Zero(Tensor t) override;
   Status Convert(Tensor dst, Tensor src) override;
   Status Synchronize() override { return Status::Ok(); }
+  Status Mark(int index) override;
+  Status SecondsBetween(int from, int to, double* seconds) override;
 
   Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
                           int vocab_start) override;
@@ -60,6 +65,7 @@ class CpuBackend final : public Backend {
   // reused, so the step loop does not allocate after its first step.
   float* AttentionScratch(int T, int HS);
   std::vector<float> attention_scratch_;
+  std::array<std::chrono::steady_clock::time_point, kMaxMarks> marks_{};
 };
 
 }  // namespace trainer

@@ -68,6 +68,8 @@ CudaBackend::~CudaBackend() {
   matmul_.reset();
   for (cudaEvent_t event : staging_free_)
     if (event) cudaEventDestroy(event);
+  for (cudaEvent_t event : marks_)
+    if (event) cudaEventDestroy(event);
   if (staging_) cudaFreeHost(staging_);
   if (host_result_) cudaFreeHost(host_result_);
   if (scratch_) cudaFree(scratch_);
@@ -167,6 +169,23 @@ Status CudaBackend::Convert(Tensor dst, Tensor src) {
 
 Status CudaBackend::Synchronize() {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::Mark(int index) {
+  if (index < 0 || index >= kMaxMarks) return RuntimeError("CudaBackend::Mark: index out of range");
+  if (marks_[index] == nullptr) CUDA_CHECK(cudaEventCreate(&marks_[index]));  // first profiled step
+  CUDA_CHECK(cudaEventRecord(marks_[index], stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::SecondsBetween(int from, int to, double* seconds) {
+  if (from < 0 || to < 0 || from >= kMaxMarks || to >= kMaxMarks || !marks_[from] || !marks_[to])
+    return RuntimeError("CudaBackend::SecondsBetween: mark not recorded");
+  CUDA_CHECK(cudaEventSynchronize(marks_[to]));
+  float ms = 0.f;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[from], marks_[to]));
+  *seconds = ms * 1e-3;
   return Status::Ok();
 }
 

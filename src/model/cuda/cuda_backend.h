@@ -59,6 +59,8 @@ class CudaBackend final : public Backend {
   Status Zero(Tensor t) override;
   Status Convert(Tensor dst, Tensor src) override;
   Status Synchronize() override;
+  Status Mark(int index) override;
+  Status SecondsBetween(int from, int to, double* seconds) override;
 
   Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
                           int vocab_start) override;
@@ -110,6 +112,7 @@ class CudaBackend final : public Backend {
   // returns without waiting for the GPU; an event per slot says when it may be reused.
   char* staging_ = nullptr;
   cudaEvent_t staging_free_[2] = {nullptr, nullptr};
+  cudaEvent_t marks_[kMaxMarks] = {};  // timing events, created on first use
   int staging_next_ = 0;
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;

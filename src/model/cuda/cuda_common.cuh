@@ -2,6 +2,9 @@
 // and block reductions, and launch-size arithmetic. Included by .cu files only.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -99,6 +102,31 @@ inline unsigned GridStrideBlocks(int64_t n, int threads) {
 
 // Runs `...` with `T` bound to the element type of a compute tensor (f32 or bf16); other dtypes
 // make the enclosing launcher return cudaErrorInvalidValue.
+// 16 bytes of T (8 bf16 or 4 f32), for vectorised loads and stores.
+template <typename T>
+struct Vec16 {
+  static constexpr int kCount = 16 / sizeof(T);
+  T v[kCount];
+};
+template <typename T>
+__device__ __forceinline__ Vec16<T> Load16(const T* p) {
+  Vec16<T> out;
+  *reinterpret_cast<int4*>(out.v) = *reinterpret_cast<const int4*>(p);
+  return out;
+}
+template <typename T>
+__device__ __forceinline__ void Store16(T* p, const Vec16<T>& x) {
+  *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(x.v);
+}
+// True when every pointer is 16-byte aligned and n fills whole Vec16s.
+template <typename T>
+inline bool Vectorisable(int64_t n, std::initializer_list<const void*> pointers) {
+  if (n % Vec16<T>::kCount != 0) return false;
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
 #define TRAINER_DISPATCH_FLOAT_TYPE(dtype, T, ...) \
   switch (dtype) {                                 \
     case ::trainer::DType::kF32: {                 \

@@ -18,16 +18,41 @@ __global__ void GeluForwardKernel(T* out, const T* in, int64_t n) {
   TRAINER_GRID_STRIDE_LOOP(i, n) out[i] = FromFloat<T>(Gelu(ToFloat(in[i])));
 }
 
-template <typename T>
-__global__ void GeluBackwardKernel(T* dx, const T* dy, const T* pre_act, int64_t n) {
-  TRAINER_GRID_STRIDE_LOOP(i, n) {
-    dx[i] = FromFloat<T>(ToFloat(dy[i]) * GeluDerivative(ToFloat(pre_act[i])));
+// out[i] = op(a[i], b[i]); with kVector, 16 bytes per load (n counts Vec16s then).
+template <typename T, bool kVector, typename Op>
+__global__ void BinaryKernel(T* out, const T* a, const T* b, int64_t n, Op op) {
+  if (kVector) {
+    TRAINER_GRID_STRIDE_LOOP(i, n) {
+      Vec16<T> x = Load16(a + i * Vec16<T>::kCount), y = Load16(b + i * Vec16<T>::kCount);
+#pragma unroll
+      for (int k = 0; k < Vec16<T>::kCount; ++k)
+        x.v[k] = FromFloat<T>(op(ToFloat(x.v[k]), ToFloat(y.v[k])));
+      Store16(out + i * Vec16<T>::kCount, x);
+    }
+  } else {
+    TRAINER_GRID_STRIDE_LOOP(i, n) out[i] = FromFloat<T>(op(ToFloat(a[i]), ToFloat(b[i])));
   }
 }
 
-template <typename T>
-__global__ void AddKernel(T* out, const T* a, const T* b, int64_t n) {
-  TRAINER_GRID_STRIDE_LOOP(i, n) out[i] = FromFloat<T>(ToFloat(a[i]) + ToFloat(b[i]));
+struct GeluBackwardOp {
+  __device__ float operator()(float dy, float pre_act) const {
+    return dy * GeluDerivative(pre_act);
+  }
+};
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+template <typename T, typename Op>
+void LaunchBinary(T* out, const T* a, const T* b, int64_t n, Op op, cudaStream_t stream) {
+  if (Vectorisable<T>(n, {out, a, b})) {
+    const int64_t vectors = n / Vec16<T>::kCount;
+    BinaryKernel<T, true><<<GridStrideBlocks(vectors, kThreads), kThreads, 0, stream>>>(
+        out, a, b, vectors, op);
+  } else {
+    BinaryKernel<T, false><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(out, a, b, n,
+                                                                                   op);
+  }
 }
 
 template <typename T>
@@ -53,19 +78,18 @@ cudaError_t LaunchGeluForward(DType dtype, void* out, const void* in, int64_t n,
 
 cudaError_t LaunchGeluBackward(DType dtype, void* dx, const void* dy, const void* pre_act,
                                int64_t n, cudaStream_t stream) {
-  TRAINER_DISPATCH_FLOAT_TYPE(
-      dtype, E,
-      GeluBackwardKernel<E><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(
-          static_cast<E*>(dx), static_cast<const E*>(dy), static_cast<const E*>(pre_act), n));
+  TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
+                              LaunchBinary(static_cast<E*>(dx), static_cast<const E*>(dy),
+                                           static_cast<const E*>(pre_act), n, GeluBackwardOp(),
+                                           stream));
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAdd(DType dtype, void* out, const void* a, const void* b, int64_t n,
                       cudaStream_t stream) {
-  TRAINER_DISPATCH_FLOAT_TYPE(
-      dtype, E,
-      AddKernel<E><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(
-          static_cast<E*>(out), static_cast<const E*>(a), static_cast<const E*>(b), n));
+  TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
+                              LaunchBinary(static_cast<E*>(out), static_cast<const E*>(a),
+                                           static_cast<const E*>(b), n, AddOp(), stream));
   return cudaGetLastError();
 }
 

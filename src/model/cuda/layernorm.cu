@@ -1,6 +1,6 @@
 // LayerNorm forward (optionally fused with the residual add before it) and backward, one warp per
 // row with f32 statistics; the weight/bias gradients go through a deterministic two-stage column
-// reduction (per-chunk partials in scratch, then a fixed-order sum added into the f32 gradients).
+// reduction (per-tile partials in scratch, then a fixed-order sum added into the f32 gradients).
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -50,63 +50,81 @@ __global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd, T* resi
   }
 }
 
-// din (N,C) += dx, where dx = rstd * (dn - mean(dn) - n * mean(dn * n)), dn = dout * weight.
-template <typename T>
-__global__ void LayerNormBackwardInputKernel(T* din, const T* dout, const T* in, const T* weight,
-                                             const float* mean, const float* rstd, int64_t N,
-                                             int C) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (row >= N) return;
-  const int64_t offset = row * C;
-  const float m = mean[row], s = rstd[row];
+// Backward over a tile of kTileRows rows per block, in two phases:
+//  1. one warp per row: din (N,C) += rstd * (dn - mean(dn) - n * mean(dn * n)), dn = dout * weight,
+//     with 16-byte loads when C allows; the row statistics go to shared memory;
+//  2. one thread per column: the tile's sums of dout * n (weight gradient) and dout (bias
+//     gradient) in a fixed row order (the tile was just read, so from L1/L2), written to
+//     partials [2][tiles][C] and summed over tiles in a fixed order afterwards: deterministic.
+constexpr int kTileRows = 32;
+
+// Phase 1 for one row (one warp): sums, then din += dx. kVector: C is a multiple of 16 bytes.
+template <typename T, bool kVector>
+__device__ void LayerNormBackwardRow(T* din, const T* dout, const T* in, const T* weight, float m,
+                                     float s, int C, int lane) {
+  constexpr int V = kVector ? Vec16<T>::kCount : 1;
   float sum_dn = 0.f, sum_dn_n = 0.f;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float n = (ToFloat(in[offset + c]) - m) * s;
-    const float dn = ToFloat(dout[offset + c]) * ToFloat(weight[c]);
-    sum_dn += dn;
-    sum_dn_n += dn * n;
+  for (int c0 = lane * V; c0 < C; c0 += kWarpSize * V) {
+    Vec16<T> g, x, w;
+    if (kVector) {
+      g = Load16(dout + c0), x = Load16(in + c0), w = Load16(weight + c0);
+    } else {
+      g.v[0] = dout[c0], x.v[0] = in[c0], w.v[0] = weight[c0];
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float dn = ToFloat(g.v[k]) * ToFloat(w.v[k]);
+      sum_dn += dn;
+      sum_dn_n += dn * (ToFloat(x.v[k]) - m) * s;
+    }
   }
   const float mean_dn = WarpSum(sum_dn) / C, mean_dn_n = WarpSum(sum_dn_n) / C;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float n = (ToFloat(in[offset + c]) - m) * s;
-    const float dn = ToFloat(dout[offset + c]) * ToFloat(weight[c]);
-    const float dx = s * (dn - mean_dn - n * mean_dn_n);
-    din[offset + c] = FromFloat<T>(ToFloat(din[offset + c]) + dx);
+  for (int c0 = lane * V; c0 < C; c0 += kWarpSize * V) {
+    Vec16<T> g, x, w, d;
+    if (kVector) {
+      g = Load16(dout + c0), x = Load16(in + c0), w = Load16(weight + c0), d = Load16(din + c0);
+    } else {
+      g.v[0] = dout[c0], x.v[0] = in[c0], w.v[0] = weight[c0], d.v[0] = din[c0];
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float n = (ToFloat(x.v[k]) - m) * s;
+      const float dn = ToFloat(g.v[k]) * ToFloat(w.v[k]);
+      d.v[k] = FromFloat<T>(ToFloat(d.v[k]) + s * (dn - mean_dn - n * mean_dn_n));
+    }
+    if (kVector) Store16(din + c0, d);
+    else din[c0] = d.v[0];
   }
 }
 
-// Block (32 columns x 8 row lanes) per (column tile, row chunk): partial sums of dout * n (the
-// weight gradient) and dout (the bias gradient) into partials [2][chunks][C].
-template <typename T>
-__global__ void LayerNormBackwardParamsKernel(float* partials, const T* dout, const T* in,
-                                              const float* mean, const float* rstd, int64_t N,
-                                              int C, int chunks) {
-  __shared__ float dw_shared[kRowsPerBlock][kWarpSize + 1];
-  __shared__ float db_shared[kRowsPerBlock][kWarpSize + 1];
-  const int c = blockIdx.x * kWarpSize + threadIdx.x;
-  const int chunk = blockIdx.y;
-  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-  const int64_t begin = chunk * rows_per_chunk;
-  const int64_t end = begin + rows_per_chunk < N ? begin + rows_per_chunk : N;
-  float dw = 0.f, db = 0.f;
-  if (c < C) {
-    for (int64_t row = begin + threadIdx.y; row < end; row += kRowsPerBlock) {
-      const float g = ToFloat(dout[row * C + c]);
-      dw += g * (ToFloat(in[row * C + c]) - mean[row]) * rstd[row];
+template <typename T, bool kVector>
+__global__ void LayerNormBackwardKernel(T* din, float* partials, const T* dout, const T* in,
+                                        const T* weight, const float* mean, const float* rstd,
+                                        int64_t N, int C) {
+  __shared__ float tile_mean[kTileRows], tile_rstd[kTileRows];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  const int64_t first = (int64_t)blockIdx.x * kTileRows;
+  const int rows = (int)min((int64_t)kTileRows, N - first);
+  for (int r = warp; r < rows; r += warps) {
+    const int64_t row = first + r;
+    const float m = mean[row], s = rstd[row];
+    if (lane == 0) tile_mean[r] = m, tile_rstd[r] = s;
+    LayerNormBackwardRow<T, kVector>(din + row * C, dout + row * C, in + row * C, weight, m, s, C,
+                                     lane);
+  }
+  __syncthreads();
+  const int tiles = gridDim.x;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float dw = 0.f, db = 0.f;
+    for (int r = 0; r < rows; ++r) {
+      const int64_t i = (first + r) * C + c;
+      const float g = ToFloat(dout[i]);
+      dw += g * (ToFloat(in[i]) - tile_mean[r]) * tile_rstd[r];
       db += g;
     }
-  }
-  dw_shared[threadIdx.y][threadIdx.x] = dw;
-  db_shared[threadIdx.y][threadIdx.x] = db;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < kRowsPerBlock; ++y) {
-      dw += dw_shared[y][threadIdx.x];
-      db += db_shared[y][threadIdx.x];
-    }
-    partials[(int64_t)chunk * C + c] = dw;
-    partials[((int64_t)chunks + chunk) * C + c] = db;
+    partials[(int64_t)blockIdx.x * C + c] = dw;
+    partials[((int64_t)tiles + blockIdx.x) * C + c] = db;
   }
 }
 
@@ -126,30 +144,27 @@ cudaError_t LaunchLayerNormForward(DType dtype, void* out, float* mean, float* r
 }
 
 size_t LayerNormBackwardScratchFloats(int64_t N, int C) {
-  return 2 * static_cast<size_t>(ColumnReductionChunks(N)) * C;
+  return 2 * static_cast<size_t>(CeilDiv(N, kTileRows)) * C;
 }
 
 cudaError_t LaunchLayerNormBackward(DType dtype, void* din, float* dweight, float* dbias,
                                     const void* dout, const void* in, const void* weight,
                                     const float* mean, const float* rstd, int64_t N, int C,
                                     float* scratch, cudaStream_t stream) {
-  const int chunks = ColumnReductionChunks(N);
-  const dim3 param_grid(CeilDiv(C, kWarpSize), chunks);
-  const dim3 param_block(kWarpSize, kRowsPerBlock);
+  const int tiles = static_cast<int>(CeilDiv(N, kTileRows));
+  const int threads = 256;
   TRAINER_DISPATCH_FLOAT_TYPE(
       dtype, E,
-      LayerNormBackwardInputKernel<E>
-      <<<CeilDiv(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(
-          static_cast<E*>(din), static_cast<const E*>(dout), static_cast<const E*>(in),
-          static_cast<const E*>(weight), mean, rstd, N, C);
-      LayerNormBackwardParamsKernel<E><<<param_grid, param_block, 0, stream>>>(
-          scratch, static_cast<const E*>(dout), static_cast<const E*>(in), mean, rstd, N, C,
-          chunks));
+      const bool vector = C % (16 / sizeof(E)) == 0;
+      auto kernel = vector ? LayerNormBackwardKernel<E, true> : LayerNormBackwardKernel<E, false>;
+      kernel<<<tiles, threads, 0, stream>>>(static_cast<E*>(din), scratch,
+                                            static_cast<const E*>(dout), static_cast<const E*>(in),
+                                            static_cast<const E*>(weight), mean, rstd, N, C));
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  err = LaunchAddPartials(dweight, scratch, chunks, C, stream);
+  err = LaunchAddPartials(dweight, scratch, tiles, C, stream);
   if (err != cudaSuccess) return err;
-  return LaunchAddPartials(dbias, scratch + (size_t)chunks * C, chunks, C, stream);
+  return LaunchAddPartials(dbias, scratch + (size_t)tiles * C, tiles, C, stream);
 }
 
 }  // namespace cuda

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Side-by-side throughput on the GPU machine, in one call: the trainer and the PyTorch peer
+# (nanoGPT-style GPT-2, bf16 autocast, SDPA flash attention, fused AdamW, torch.compile) on the
+# same shapes and random tokens. Prints one JSON line per run (tokens/s, MFU, memory) and the
+# ratio. docs/performance.md records the results and the exact command.
+#
+#   bench/gpu_vs_pytorch.sh TRAINER PEER_SCRIPT MODEL...
+#   MODEL: 124m:B | 350m:B | 1.3b:B   (B = micro batch of one GPU; global batch = B x GPUs)
+#   env: STEPS (default 40), NP (GPUs for the trainer, default 1), SKIP_PEER=1
+set -euo pipefail
+TRAINER=$1 PEER=$2; shift 2
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STEPS=${STEPS:-40}
+NP=${NP:-1}
+WORK=${WORK:-/tmp/bench}
+mkdir -p "$WORK"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ ! -f "$WORK/random.h5" ]; then
+  python3 -c "import numpy as np; np.random.seed(0); np.random.randint(0, 50257, size=20_000_000, dtype=np.uint16).tofile('$WORK/random.u16')"
+  "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/random.u16" --output "$WORK/random.h5" --quiet
+fi
+for spec in "$@"; do
+  model=${spec%%:*} B=${spec##*:}
+  case $model in
+    124m) cfg=configs/gpt2-124m.yaml; shape='"L":12,"H":12,"D":768,"T":1024' ;;
+    350m) cfg=configs/gpt2-350m.yaml; shape='"L":24,"H":16,"D":1024,"T":1024' ;;
+    1.3b) cfg=configs/gpt-1.3b.yaml;  shape='"L":24,"H":16,"D":2048,"T":2048' ;;
+    *) echo "unknown model $model" >&2; exit 2 ;;
+  esac
+  out="$WORK/$model-b$B-np$NP${TAG:-}"
+  rm -rf "$out"
+  mpirun -n "$NP" --bind-to none "$TRAINER" train -c "$ROOT/$cfg" -o Data.train_path="$WORK/random.h5" \
+    -o Global.micro_batch_size="$B" -o Global.global_batch_size=$((B * NP)) \
+    -o Engine.max_steps="$STEPS" -o Engine.logging_freq=10 -o Engine.eval_freq=0 \
+    -o Engine.save_steps=0 -o Engine.output_dir="$out" -o Checkpoint.resume= -o Global.device=cuda \
+    -o Data.val_path= -o Data.val_fraction=0 \
+    ${TRAINER_ARGS:-} > "$out.log" 2>&1 || { tail -30 "$out.log"; continue; }
+  # Median tokens/s over the logging windows after the first 10 steps (warm-up, graph builds).
+  ours=$(python3 - "$out/metrics.jsonl" <<'PY'
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
+rows = [r for r in rows if r["step"] > 10]
+print(json.dumps({"tok_s": round(statistics.median(r["tokens_per_s"] for r in rows)),
+                  "mfu": round(statistics.median(r["mfu"] for r in rows), 4),
+                  "mem_gib": round(max(r["memory_gib"] for r in rows), 2),
+                  "loss": rows[-1]["loss"]}))
+PY
+)
+  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours}"
+  if [ "${SKIP_PEER:-0}" != 1 ] && [ "$NP" = 1 ]; then
+    peer=$(python3 "$PEER" "[{\"V\":50304,$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2>"$out.peer.err" | tail -1)
+    echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer}"
+    python3 -c "
+import json, sys
+a = json.loads(sys.argv[1]); b = json.loads(sys.argv[2])
+if 'tok_s' in b: print(json.dumps({'model': sys.argv[3], 'B': int(sys.argv[4]), 'ratio_trainer_over_pytorch': round(a['tok_s'] / b['tok_s'], 3)}))
+else: print(json.dumps({'peer_error': b}))" "$ours" "$peer" "$model" "$B"
+  fi
+done

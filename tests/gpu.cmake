@@ -1,0 +1,9 @@
+# The GPU path as a whole: the model's loss and gradients against the CPU path (gpu label, skipped
+# without a GPU), and training runs on one and two GPUs against the CPU and one-GPU loss curves.
+if(TRAINER_WITH_CUDA)
+  trainer_gtest(gpu_model_test
+                SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_test_main.cpp
+                        ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_model_test.cpp
+                LIBS trainer_model LABELS gpu TIMEOUT 300)
+endif()
+trainer_script_test(gpu_training SCRIPT gpu_training.sh LABELS "gpu;e2e" TIMEOUT 600)
