@@ -11,18 +11,20 @@
 namespace trainer {
 namespace {
 
+constexpr const char* kDamagedAdvice =
+    "The file is damaged: resume from another checkpoint (--resume auto falls back to the newest "
+    "one that verifies)";
+
 Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
   SilenceHdf5Errors();
   if (!PathExists(file))
     return CheckpointError(
-        StrFormat("checkpoint file %s does not exist. Pass a step folder "
-                  "(e.g. %s/step-00000100) or --resume auto",
+        StrFormat("checkpoint file does not exist (%s, --resume). Pass a step folder (e.g. "
+                  "%s/step-00000100) or --resume auto",
                   file.c_str(), ParentDirectory(ParentDirectory(file)).c_str()));
   if (handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose) < 0)
-    return CheckpointError(
-        StrFormat("cannot open checkpoint %s: %s. The file is not a readable "
-                  "HDF5 checkpoint",
-                  file.c_str(), Hdf5ErrorText().c_str()));
+    return CheckpointError(StrFormat("cannot open checkpoint (%s): %s. %s", file.c_str(),
+                                     Hdf5ErrorText().c_str(), kDamagedAdvice));
   return Status::Ok();
 }
 
@@ -91,8 +93,9 @@ Status ResolveOnRoot(const std::string& directory, const std::string& resume, st
   }
   if (!candidates.empty())
     return CheckpointError(
-        StrFormat("no checkpoint in %s verifies (Checkpoint.dir). Remove the "
-                  "damaged step folders or start without --resume",
+        StrFormat("no checkpoint verifies (%s, Checkpoint.dir): every step folder fails its "
+                  "checks (warnings above). Remove the damaged step folders or start without "
+                  "--resume",
                   directory.c_str()));
   LogInfo(StrFormat("no checkpoint in %s: starting from scratch", directory.c_str()));
   return Status::Ok();
@@ -107,9 +110,9 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
   const std::string diff = ShapeDifferences(f.get(), config.model);
   if (!diff.empty())
     return CheckpointError(
-        StrFormat("checkpoint %s does not match the model in the config (%s). "
-                  "Resume with the checkpoint's model shape",
-                  file.c_str(), diff.c_str()));
+        StrFormat("checkpoint does not match the model in the config (%s): %s. Resume with the "
+                  "checkpoint's model shape (h5dump -a /config %s shows its config)",
+                  file.c_str(), diff.c_str(), file.c_str()));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "step", &result->step));
   TRAINER_RETURN_IF_ERROR(
       Hdf5ReadIntAttribute(f.get(), "consumed_samples", &result->consumed_samples));
@@ -124,17 +127,15 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
       Status s = DatasetShape(f.get(), path, &shape);
       if (!s.ok() || shape != p.full_shape)
         return CheckpointError(
-            StrFormat("checkpoint %s does not match the model in the config "
-                      "(%s: checkpoint %s, config %s). Resume with the "
-                      "checkpoint's model shape",
+            StrFormat("checkpoint does not match the model in the config (%s): /%s: "
+                      "checkpoint %s, config %s. Resume with the checkpoint's model shape",
                       file.c_str(), path.c_str(), s.ok() ? ShapeText(shape).c_str() : "missing",
                       ShapeText(p.full_shape).c_str()));
       s = ReadShard(f.get(), path, p, part.tp_rank, part.tp_size, flat.data() + p.offset);
       if (!s.ok())
-        return CheckpointError(
-            StrFormat("checkpoint %s: reading %s failed (%s). The file is "
-                      "damaged; resume from another checkpoint",
-                      file.c_str(), path.c_str(), s.message().c_str()));
+        return CheckpointError(StrFormat(
+            "reading a checkpoint tensor failed (%s, /%s, rank %d): %s. %s", file.c_str(),
+            path.c_str(), GetProcessIdentity().rank, Hdf5ErrorText().c_str(), kDamagedAdvice));
     }
     if (w == 0)
       TRAINER_RETURN_IF_ERROR(optimizer->SetMaster(flat));
@@ -170,22 +171,25 @@ Status VerifyCheckpoint(const std::string& file) {
   if (!Hdf5ReadIntAttribute(f.get(), "format_version", &version).ok() || version < 1 ||
       version > kCheckpointFormatVersion)
     return CheckpointError(
-        StrFormat("%s has no format_version attribute between 1 and %d: not a "
-                  "checkpoint of this trainer (or of a newer one)",
+        StrFormat("not a checkpoint of this trainer (%s): no format_version attribute between 1 "
+                  "and %d. Pass a checkpoint written by this trainer (or a newer trainer for a "
+                  "newer format)",
                   file.c_str(), kCheckpointFormatVersion));
   const bool has_crc = version >= 2;
   DatasetList list;
   if (H5Ovisit(f.get(), H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
-    return CheckpointError(
-        StrFormat("cannot list the tensors of %s: %s", file.c_str(), Hdf5ErrorText().c_str()));
+    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
+                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
   int64_t expected_count = 0;
   if (has_crc && (!Hdf5ReadIntAttribute(f.get(), "tensor_count", &expected_count).ok() ||
                   expected_count != static_cast<int64_t>(list.paths.size())))
+    return CheckpointError(StrFormat(
+        "checkpoint tensors missing (%s): it holds %zu tensors, its manifest says "
+        "%lld. %s",
+        file.c_str(), list.paths.size(), static_cast<long long>(expected_count), kDamagedAdvice));
+  if (list.paths.empty())
     return CheckpointError(
-        StrFormat("%s holds %zu tensors, its manifest says %lld: the file is "
-                  "damaged. Resume from another checkpoint",
-                  file.c_str(), list.paths.size(), static_cast<long long>(expected_count)));
-  if (list.paths.empty()) return CheckpointError(StrFormat("%s holds no tensors", file.c_str()));
+        StrFormat("checkpoint holds no tensors (%s). %s", file.c_str(), kDamagedAdvice));
   std::vector<float> buffer;
   for (const std::string& path : list.paths) {
     std::vector<int64_t> shape;
@@ -197,24 +201,22 @@ Status VerifyCheckpoint(const std::string& file) {
     if (d.Reset(H5Dopen2(f.get(), path.c_str(), H5P_DEFAULT), H5Dclose) < 0 ||
         H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()) < 0)
       return CheckpointError(
-          StrFormat("%s: tensor %s fails its Fletcher32 chunk checksum or "
-                    "cannot be read (%s): the file is damaged. Resume from "
-                    "another checkpoint",
-                    file.c_str(), path.c_str(), Hdf5ErrorText().c_str()));
+          StrFormat("checkpoint tensor fails its Fletcher32 chunk checksum or cannot be read "
+                    "(%s, /%s): %s. %s",
+                    file.c_str(), path.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
     if (!has_crc) continue;
     int64_t stored = -1;
     if (!Hdf5ReadIntAttribute(d.get(), kChecksumAttribute, &stored).ok())
-      return CheckpointError(
-          StrFormat("%s: tensor %s has no %s attribute: the file is damaged. "
-                    "Resume from another checkpoint",
-                    file.c_str(), path.c_str(), kChecksumAttribute));
+      return CheckpointError(StrFormat("checkpoint tensor has no %s attribute (%s, /%s). %s",
+                                       kChecksumAttribute, file.c_str(), path.c_str(),
+                                       kDamagedAdvice));
     const uint32_t computed = TensorChecksum(buffer.data(), buffer.size());
     if (stored != static_cast<int64_t>(computed))
       return CheckpointError(
-          StrFormat("%s: tensor %s fails its CRC-32 checksum (stored %08llx, "
-                    "computed %08x): the file is damaged. Resume from another "
-                    "checkpoint",
-                    file.c_str(), path.c_str(), static_cast<unsigned long long>(stored), computed));
+          StrFormat("checkpoint tensor fails its CRC-32 checksum (%s, /%s): stored %08llx, "
+                    "computed %08x. %s",
+                    file.c_str(), path.c_str(), static_cast<unsigned long long>(stored), computed,
+                    kDamagedAdvice));
   }
   return Status::Ok();
 }
@@ -234,7 +236,8 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
   s->seed = static_cast<uint64_t>(seed);
   DatasetList list;
   if (H5Ovisit(f.get(), H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
-    return CheckpointError(StrFormat("cannot list the tensors of %s", file.c_str()));
+    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
+                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
   for (const std::string& path : list.paths) {
     if (path.rfind("model/", 0) != 0) continue;
     CheckpointSummary::TensorInfo t;

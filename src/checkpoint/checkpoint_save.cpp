@@ -90,14 +90,14 @@ class SaveOnRoot {
       return;
     }
     Status s = WriteTensor(file_.get(), path, p.full_shape, full);
-    if (!s.ok()) FailHdf5(file_path() + ":" + path);
+    if (!s.ok()) FailHdf5(file_path() + ":" + path, s.message());
   }
 
   // Close, fsync, rename into place, replace `latest`, then apply retention.
   void Commit() {
     if (!ok()) return;
     if (file_.Close() < 0) {
-      FailHdf5(file_path());  // the final flush: a full disk often shows here
+      FailHdf5(file_path(), Hdf5ErrorText());  // the final flush: a full disk often shows here
       return;
     }
     errno = 0;
@@ -147,8 +147,8 @@ class SaveOnRoot {
     Fail(where, error_number, error_number != 0 ? std::strerror(error_number) : s.message());
     return false;
   }
-  void FailHdf5(const std::string& where) {
-    std::string text = Hdf5ErrorText();
+  // `text` holds HDF5's error stack as it was at the failure (later calls clear it).
+  void FailHdf5(const std::string& where, std::string text) {
     const int error_number = Hdf5Errno(text);
     for (char& c : text)
       if (c == '\n') c = ' ';
@@ -159,10 +159,11 @@ class SaveOnRoot {
     SilenceHdf5Errors();
     if (file_.Reset(H5Fcreate(file_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                     H5Fclose) < 0) {
-      FailHdf5(file_path());
+      FailHdf5(file_path(), Hdf5ErrorText());
       return;
     }
-    if (!WriteManifest(model, tensor_count).ok()) FailHdf5(file_path());
+    Status s = WriteManifest(model, tensor_count);
+    if (!s.ok()) FailHdf5(file_path(), s.message());
   }
 
   // Root attributes: the training state, the RNG states, the config and the writing layout.

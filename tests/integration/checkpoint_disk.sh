@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Save errors on 2 ranks: a full disk (a small tmpfs), a read-only folder (the tmpfs remounted
+# read-only) and, where nothing can be mounted, the injected fault TRAINER_FAULT_CHECKPOINT_WRITE.
+# Each must end the run with exit 4 and one error line naming the folder, the reason and the fix;
+# the previous checkpoint stays `latest`, verifies, and a resume from it continues with the losses
+# of an uninterrupted run. Everything mounted here is unmounted on exit.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+make_small_dataset data.h5
+COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
+        -o Model.hidden_size=64 -o Model.num_layers=2 -o Model.num_heads=4 -o Model.max_seq_len=32
+        -o Global.global_batch_size=8 -o Global.micro_batch_size=2 -o Engine.max_steps=8
+        -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Optimizer.warmup_steps=2
+        -o Engine.save_steps=2 -o Checkpoint.keep_last=0)
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=ref > ref.log 2>&1 || fail "uninterrupted run"
+
+# expect_save_failure NAME DIR STEP PATTERN ARGS...: a run to STEP+2 fails its save with exit 4 and
+# one error line matching PATTERN; step-STEP stays latest and verifies; no step-*.tmp is left.
+expect_save_failure() {
+  local name=$1 dir=$2 step=$3 pattern=$4; shift 4
+  set +e
+  run_np 2 train "${COMMON[@]}" -o Engine.output_dir="$name" -o Checkpoint.dir="$dir" \
+    --resume auto "$@" > "$name.out" 2> "$name.err"
+  local rc=$?
+  set -e
+  [ $rc -eq 4 ] || { cat "$name.err"; fail "$name: exit $rc, expected 4"; }
+  one_error_line "$name.err" "$pattern"
+  grep 'error: ' "$name.err" | grep -q "the last committed checkpoint ($dir/step-$(printf %08d "$step")) is intact" ||
+    fail "$name: the error line does not name the intact checkpoint"
+  [ "$(latest_step "$dir")" = "$step" ] || fail "$name: latest moved to '$(latest_step "$dir")'"
+  expect_verified "$dir/step-$(printf %08d "$step")"
+  ! compgen -G "$dir/step-*.tmp" > /dev/null || fail "$name: a .tmp folder was left behind"
+  echo "ok: $name -> exit 4: $(grep 'error: ' "$name.err")"
+}
+
+# resume_and_compare NAME DIR STEP: --resume auto from step STEP to the end matches the reference.
+resume_and_compare() {
+  run_np 2 train "${COMMON[@]}" -o Engine.output_dir="$1" -o Checkpoint.dir="$2" --resume auto \
+    > "$1.resume.log" 2>&1 || { tail "$1.resume.log"; fail "$1: resume"; }
+  grep -q "resumed from $2/step-$(printf %08d "$3") at step $3 " "$1.resume.log" ||
+    fail "$1: did not resume from step $3"
+  compare_step_losses "$1/metrics.jsonl" ref/metrics.jsonl 0 || fail "$1: losses differ"
+}
+
+# The injected fault (always): the 5th tensor write fails at the save of step 4.
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=injected -o Checkpoint.dir=injected/ckpt \
+  -o Engine.max_steps=2 -o Optimizer.decay_steps=6 > injected.first.log 2>&1 || fail "first 2 steps"
+TRAINER_FAULT_CHECKPOINT_WRITE=5 expect_save_failure injected injected/ckpt 2 \
+  "No space left on device (injected.*Free space in injected/ckpt"
+resume_and_compare injected injected/ckpt 2
+
+MNT=$SCRATCH/mnt
+mkdir -p "$MNT"
+if ! mount -t tmpfs -o size=16m tmpfs "$MNT" 2> mount.err; then
+  echo "skipping the tmpfs cases (cannot mount: $(cat mount.err)); the injected fault passed"
+  exit 0
+fi
+trap 'umount "$MNT" 2> /dev/null || umount -l "$MNT"' EXIT
+CK=$MNT/ckpt
+
+# A full disk: after step 2 is saved, shrink the tmpfs to what it holds plus 64 KiB.
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=full -o Checkpoint.dir=$CK -o Engine.max_steps=2 \
+  -o Optimizer.decay_steps=6 > full.first.log 2>&1 || fail "first 2 steps on tmpfs"
+used_kib=$(du -sk "$MNT" | cut -f1)
+mount -o remount,size=$((used_kib + 64))k "$MNT"
+expect_save_failure full $CK 2 "(.*$CK/step-00000004.tmp.*): No space left on device. Free space in $CK"
+mount -o remount,size=16m "$MNT"
+resume_and_compare full $CK 2
+
+# A read-only folder: the same tmpfs remounted read-only (root ignores chmod); the run loads the
+# step-8 checkpoint, trains two more steps, and cannot save.
+mount -o remount,ro "$MNT"
+expect_save_failure readonly $CK 8 "(.*$CK/step-00000010.tmp.*): Read-only file system. Make $CK writable" \
+  -o Engine.max_steps=10 -o Optimizer.decay_steps=6
+mount -o remount,rw "$MNT"
+echo "full disk, read-only folder and injected fault: exit 4, one line, previous checkpoint intact"

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# What a checkpoint folder holds and how damage is caught, on 2 ranks:
+# - retention: save every step for 10 steps with keep_last=2, keep_every=4 -> steps 4, 8, 9, 10;
+# - `trainer inspect` prints step, layout, every shape (the same as `h5ls -r`) and "verifies yes";
+#   each tensor's crc32 attribute equals Python's zlib.crc32 of its bytes (independent CRC);
+# - one flipped byte in a tensor: inspect says NO and exits 4; `--resume auto` warns, falls back
+#   to step 9, and redoes step 10 with the same loss and bit-identical parameters as before;
+# - a flipped byte in a copy without HDF5's Fletcher32 filter: caught by the CRC-32 alone;
+# - a folder whose only checkpoint is damaged: exit 4, "no checkpoint ... verifies";
+# - a leftover step-*.tmp is reported and removed at start;
+# - a config of another model shape: exit 4 naming each differing key.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+make_small_dataset data.h5
+COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
+        -o Model.hidden_size=64 -o Model.num_layers=2 -o Model.num_heads=4 -o Model.max_seq_len=32
+        -o Global.global_batch_size=8 -o Global.micro_batch_size=2 -o Engine.max_steps=10
+        -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Optimizer.warmup_steps=2
+        -o Engine.save_steps=1 -o Checkpoint.keep_last=2 -o Checkpoint.keep_every=4)
+CKPT=run/checkpoints
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=run > run.log 2>&1 || { tail run.log; fail "training"; }
+
+# Retention.
+kept=$(cd $CKPT && echo step-*)
+[ "$kept" = "step-00000004 step-00000008 step-00000009 step-00000010" ] ||
+  fail "retention kept '$kept', expected steps 4, 8 (keep_every=4), 9 and 10 (keep_last=2)"
+[ "$(cat $CKPT/latest)" = step-00000010 ] || fail "latest is '$(cat $CKPT/latest)'"
+grep -q '"checkpoint_bytes": [1-9]' run/metrics.jsonl || fail "no checkpoint_bytes in the metrics"
+grep -q '"checkpoint_save_s": ' run/metrics.jsonl || fail "no checkpoint_save_s in the metrics"
+echo "ok: retention kept $kept; save metrics present"
+
+# inspect vs h5ls.
+FILE=$CKPT/step-00000010/checkpoint.h5
+expect_verified $CKPT/step-00000010
+cp inspect.out inspect10.out
+grep -q "^  step             10$" inspect10.out || fail "inspect: no step 10"
+grep -q "^  written on       dp=2 tp=1 pp=1" inspect10.out || fail "inspect: no writing layout"
+h5ls -r "$FILE" > h5ls.out
+# h5ls: "/model/NAME Dataset {A, B}"; inspect: "    NAME [A, B]".
+diff <(grep '^/model/' h5ls.out | sed -E 's|^/model/([^ ]+) +Dataset \{(.*)\}|\1 [\2]|' | sort) \
+     <(grep -E '^    transformer' inspect10.out | sed 's/^ *//' | sort) ||
+  fail "inspect's shapes differ from h5ls -r"
+for group in /optim/exp_avg /optim/exp_avg_sq; do
+  [ "$(grep -c "^$group/" h5ls.out)" -eq "$(grep -c '^/model/' h5ls.out)" ] ||
+    fail "$group does not hold one tensor per parameter"
+done
+echo "ok: inspect shows step 10, layout dp=2, $(grep -c '^/model/' h5ls.out) shapes as h5ls -r does"
+if command -v python3 > /dev/null; then
+  checked=0
+  for dataset in $(grep -o '^/[^ ]*' h5ls.out | grep -E '^/(model|optim)/.*\.'); do
+    h5dump -d "$dataset" -b LE -o tensor.bin "$FILE" > /dev/null
+    stored=$(h5dump -a "$dataset/crc32" "$FILE" | grep -oE '\(0\): [0-9]+' | cut -d' ' -f2)
+    zlib=$(python3 -c 'import sys, zlib; print(zlib.crc32(open("tensor.bin", "rb").read()))')
+    [ "$stored" = "$zlib" ] || fail "$dataset: crc32 attribute $stored, zlib.crc32 $zlib"
+    checked=$((checked + 1))
+  done
+  echo "ok: $checked crc32 attributes equal Python's zlib.crc32 of the tensor bytes"
+fi
+
+# One flipped byte in step 10: refused; --resume auto falls back to step 9 and redoes step 10.
+cp "$FILE" good10.h5
+flip_tensor_byte "$FILE" /model/transformer.h.1.mlp.c_fc.weight
+set +e
+"$TRAINER" inspect $CKPT/step-00000010 > bad_inspect.out 2> bad_inspect.err
+rc=$?
+set -e
+[ $rc -eq 4 ] || { cat bad_inspect.out bad_inspect.err; fail "inspect of a damaged file: exit $rc"; }
+grep -q "^  verifies         NO" bad_inspect.out || fail "inspect does not say NO"
+one_error_line bad_inspect.err "Fletcher32 chunk checksum.*transformer.h.1.mlp.c_fc.weight"
+echo "ok: inspect refuses the damaged file: $(cat bad_inspect.err)"
+mkdir $CKPT/step-00000011.tmp && echo partial > $CKPT/step-00000011.tmp/checkpoint.h5
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=run --resume auto > fallback.log 2>&1 ||
+  { cat fallback.log; fail "resume after damage"; }
+grep -q "warning: removing incomplete checkpoint $CKPT/step-00000011.tmp" fallback.log ||
+  fail "the leftover .tmp was not reported"
+[ ! -e $CKPT/step-00000011.tmp ] || fail "the leftover .tmp was not removed"
+grep -q "warning: checkpoint $CKPT/step-00000010 does not verify, falling back to the previous one" \
+  fallback.log || { cat fallback.log; fail "no fallback warning"; }
+grep -q "resumed from $CKPT/step-00000009 at step 9 " fallback.log || fail "did not resume from step 9"
+[ "$(step_losses run/metrics.jsonl | grep -c '^10 ')" -eq 2 ] || fail "step 10 was not redone"
+[ "$(step_losses run/metrics.jsonl | grep '^10 ' | sort -u | wc -l)" -eq 1 ] ||
+  fail "the redone step 10 has another loss"
+"$COMPARE_CHECKPOINTS" good10.h5 "$FILE" 0 || fail "the re-saved step 10 differs from the first"
+expect_verified $CKPT/step-00000010
+echo "ok: --resume auto fell back to step 9; step 10 redone bit-identically and re-saved"
+
+# The CRC-32 alone: a copy without the Fletcher32 filter, contiguous, then one flipped byte.
+mkdir -p crc/step-00000009
+h5repack -f NONE -l CONTI $CKPT/step-00000009/checkpoint.h5 crc/step-00000009/checkpoint.h5
+expect_verified crc/step-00000009  # a faithful copy still verifies
+flip_tensor_byte crc/step-00000009/checkpoint.h5 /optim/exp_avg/transformer.h.0.attn.c_attn.weight
+set +e
+"$TRAINER" inspect crc/step-00000009 > crc_inspect.out 2> crc_inspect.err
+rc=$?
+set -e
+[ $rc -eq 4 ] || { cat crc_inspect.out crc_inspect.err; fail "inspect without Fletcher32: exit $rc"; }
+one_error_line crc_inspect.err "fails its CRC-32 checksum (.*transformer.h.0.attn.c_attn.weight)"
+echo "ok: without Fletcher32 the CRC-32 catches it: $(cat crc_inspect.err)"
+set +e
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=crc_run --resume crc/step-00000009 > crc_run.out 2> crc_run.err
+rc=$?
+set -e
+[ $rc -eq 4 ] || { cat crc_run.err; fail "--resume of a damaged checkpoint: exit $rc"; }
+one_error_line crc_run.err "CRC-32"
+
+# The only checkpoint is damaged: nothing to fall back to.
+mkdir -p lonely && cp -r crc/step-00000009 lonely/ && echo step-00000009 > lonely/latest
+set +e
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=lonely_run -o Checkpoint.dir=lonely --resume auto \
+  > lonely.out 2> lonely.err
+rc=$?
+set -e
+[ $rc -eq 4 ] || { cat lonely.err; fail "every checkpoint damaged: exit $rc"; }
+one_error_line lonely.err "no checkpoint verifies (lonely, Checkpoint.dir)"
+echo "ok: with no good checkpoint left: $(grep 'error: ' lonely.err)"
+
+# Another model shape: every differing key named.
+set +e
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=run -o Model.hidden_size=128 \
+  -o Model.num_layers=3 --resume auto > shape.out 2> shape.err
+rc=$?
+set -e
+[ $rc -eq 4 ] || { cat shape.err; fail "shape mismatch: exit $rc"; }
+one_error_line shape.err "Model.hidden_size: checkpoint 64, config 128; Model.num_layers: checkpoint 2, config 3"
+echo "ok: $(grep 'error: ' shape.err)"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Resume on another layout: a checkpoint saved at step 5 on dp2-tp2-pp2 (8 ranks) resumes on tp4,
+# dp4, pp2 and one rank; steps 6-10 must give the losses of an uninterrupted single-rank run (to a
+# relative 1e-5: only the reduction order differs) with the same consumed_samples (no sample
+# skipped or repeated, although the DP size changes), and the step-10 parameters and moments must
+# match (an independent HDF5 reader, as parallel_layouts.sh). The tiny GPT's 5 layers split
+# unevenly over 2 stages, so the stage boundaries move too.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+make_small_dataset data.h5
+COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
+        -o Model.hidden_size=64 -o Model.num_layers=5 -o Model.num_heads=4 -o Model.max_seq_len=32
+        -o Global.global_batch_size=8 -o Global.micro_batch_size=2 -o Engine.logging_freq=1
+        -o Engine.eval_freq=0 -o Engine.save_steps=5 -o Optimizer.warmup_steps=2
+        -o Optimizer.decay_steps=8 -o Optimizer.lr=3e-3)
+run_np 1 train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=single > single.log 2>&1 ||
+  fail "uninterrupted single-rank run"
+run_np 8 train "${COMMON[@]}" -o Engine.max_steps=5 -o Engine.output_dir=saved \
+  -o Distributed.tp_degree=2 -o Distributed.pp_degree=2 > saved.log 2>&1 ||
+  { tail -20 saved.log; fail "dp2-tp2-pp2 run to step 5"; }
+SAVED=saved/checkpoints/step-00000005
+expect_verified $SAVED
+grep -q "^  written on       dp=2 tp=2 pp=2" inspect.out || fail "the checkpoint does not say dp2-tp2-pp2"
+compare_step_losses saved/metrics.jsonl single/metrics.jsonl 1e-5 || fail "dp2-tp2-pp2 steps 1-5"
+
+for layout in tp4 dp4 pp2 single; do
+  tp=1 pp=1 np=1
+  case $layout in tp4) tp=4 np=4;; dp4) np=4;; pp2) pp=2 np=2;; esac
+  run_np $np train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=$layout.resumed \
+    -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp --resume $SAVED \
+    > $layout.log 2>&1 || { tail -20 $layout.log; fail "resume on $layout"; }
+  grep -q "resumed from $SAVED at step 5 (40 samples consumed)" $layout.log ||
+    fail "$layout did not resume at step 5 with 40 samples consumed"
+  echo "== dp2-tp2-pp2 -> $layout"
+  compare_step_losses $layout.resumed/metrics.jsonl single/metrics.jsonl 1e-5 6 ||
+    fail "$layout: losses after the resume differ"
+  [ "$(grep -o '"consumed_samples": [0-9]*' $layout.resumed/metrics.jsonl | tail -n 1)" = \
+    '"consumed_samples": 80' ] || fail "$layout: not 80 samples consumed after step 10"
+  "$COMPARE_CHECKPOINTS" $layout.resumed/checkpoints/step-00000010/checkpoint.h5 \
+    single/checkpoints/step-00000010/checkpoint.h5 1e-5 1e-3 || fail "$layout: parameters differ"
+done
+echo "a dp2-tp2-pp2 checkpoint resumes on tp4, dp4, pp2 and one rank as the uninterrupted run goes on"
