@@ -40,7 +40,8 @@ Status InspectCheckpoint(const std::string& path) {
   }
   std::cout << "  parameters       " << total << "\n";
   Status v = VerifyCheckpoint(file);
-  std::cout << "  verifies         " << (v.ok() ? "yes (every chunk's Fletcher32 checksum)" : "NO")
+  std::cout << "  verifies         "
+            << (v.ok() ? "yes (CRC-32 of every tensor, Fletcher32 of every chunk)" : "NO")
             << std::endl;
   return v;
 }
