@@ -44,7 +44,7 @@ struct RankFacts {
   int32_t device = -1;        // bound CUDA device; -1 on the CPU path
   int32_t device_failed = 0;  // binding the device or reading it failed on this rank
   int32_t visible_gpus = 0;
-  int32_t unused = 0;
+  int32_t padding = 0;  // explicit: the struct travels as bytes
   double shm_total = -1, shm_free = -1;
   char gpu_uuid[48] = {};
   char gpu_pci[32] = {};
@@ -190,7 +190,7 @@ class EnvironmentCheck {
     TRAINER_RETURN_IF_ERROR(AllGatherValues(world_, me, &facts_));
 
     // Every rank derives the same cross-rank failures; rank 0 alone reports them.
-    std::vector<CheckFailure> derived = CrossRankCheckFailures();
+    std::vector<CheckFailure> derived = CrossRankFailures();
     bool all_on_gpu = true, any_gpu = false;
     for (const RankFacts& f : facts_) {
       all_on_gpu = all_on_gpu && f.device >= 0 && !f.device_failed;
@@ -207,11 +207,10 @@ class EnvironmentCheck {
     gpus_used_ = all_on_gpu ? world_->size() : 0;
 
     PrintHosts();
-    TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
-    (void)failed;
+    TRAINER_RETURN_IF_ERROR(Report(mine).status());
     if (FailuresOf("GPU binding") == 0)
-      LogInfo(gpus_used_ > 0 ? StrFormat("GPU binding: each of the %s on a GPU of its own",
-                                         Plural(gpus_used_, "rank").c_str())
+      LogInfo(gpus_used_ > 0 ? StrFormat("GPU binding: every rank on a GPU of its own (%s)",
+                                         Plural(gpus_used_, "GPU").c_str())
                              : "GPU binding: no GPU used (CPU path)");
     if (FailuresOf("versions") == 0)
       LogInfo(StrFormat("versions: the same on every rank (%s)", facts_[0].versions));
@@ -223,7 +222,7 @@ class EnvironmentCheck {
     return Status::Ok();
   }
 
-  std::vector<CheckFailure> CrossRankCheckFailures() const {
+  std::vector<CheckFailure> CrossRankFailures() const {
     std::vector<CheckFailure> out;
     const int n = world_->size();
     int first_gpu_rank = -1;
@@ -309,7 +308,7 @@ class EnvironmentCheck {
 
   Status BuildGroups() {
     Status s = ctx_->BuildGroups(config_);
-    if (s.ok() && ctx_->backend->device_memory()) {
+    if (s.ok() && ctx_->backend->device_memory() && world_->size() > 1) {
       // The world over NCCL too: the groups of the layout may not span every link between hosts.
       s = MakeNcclCommunicator(world_, BackendStream(ctx_->backend.get()), &nccl_world_);
     }
