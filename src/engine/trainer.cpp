@@ -40,8 +40,10 @@ Status Trainer::Setup() {
   pipeline_ = std::make_unique<PipelineStage>(model_.get(), topo.pp > 1 ? groups_.pp : nullptr);
   const size_t tokens = static_cast<size_t>(micro) * config_.global.micro_batch_size *
                         config_.model.sequence_length();
-  inputs_.assign(tokens, 0);
-  targets_.assign(tokens, 0);
+  for (HostBatch& b : batches_) {
+    b.inputs.assign(tokens, 0);
+    b.targets.assign(tokens, 0);
+  }
   const bool root = groups_.world_rank == 0;
   TRAINER_RETURN_IF_ERROR(MetricsWriter::Open(config_.engine.output_dir, root, &metrics_));
   if (root) TRAINER_RETURN_IF_ERROR(RemoveIncompleteCheckpoints(config_.checkpoint_dir()));
@@ -78,14 +80,44 @@ Status Trainer::OpenData() {
 }
 
 Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, TokenDataset* data,
-                          const DataSplit& split) {
+                          const DataSplit& split, HostBatch* batch) {
   // Only the first stage needs inputs and only the last needs targets; both read the same rows.
   const ModelPartition& part = model_->partition();
   if (!part.first_stage() && !part.last_stage()) return Status::Ok();
   const std::vector<int64_t> mine =
       GlobalSampler::DpSlice(global_ids, groups_.coord.dp, groups_.topology.dp);
-  return data->ReadSamples(split, mine, config_.model.sequence_length(), inputs_.data(),
-                           targets_.data());
+  return data->ReadSamples(split, mine, config_.model.sequence_length(), batch->inputs.data(),
+                           batch->targets.data());
+}
+
+void Trainer::StartPrefetch(int64_t consumed_samples) {
+  HostBatch* next = &batches_[1 - current_];
+  std::vector<int64_t> ids =
+      sampler_->GlobalBatch(consumed_samples, config_.global.global_batch_size);
+  prefetched_position_ = consumed_samples;
+  prefetch_ = std::async(std::launch::async, [this, ids = std::move(ids), next] {
+    return ReadBatch(ids, data_.train_file.get(), data_.train, next);
+  });
+}
+
+Status Trainer::JoinPrefetch() {
+  if (prefetch_.valid()) prefetch_status_ = prefetch_.get();
+  return Status::Ok();
+}
+
+Status Trainer::TakeBatch(int64_t consumed_samples) {
+  TRAINER_RETURN_IF_ERROR(JoinPrefetch());
+  const Status s = prefetch_status_;
+  const bool usable = prefetched_position_ == consumed_samples;
+  prefetch_status_ = Status::Ok();
+  prefetched_position_ = -1;
+  if (usable) {
+    if (!s.ok()) return s;
+    current_ = 1 - current_;
+    return Status::Ok();
+  }
+  return ReadBatch(sampler_->GlobalBatch(consumed_samples, config_.global.global_batch_size),
+                   data_.train_file.get(), data_.train, &batches_[current_]);
 }
 
 Status Trainer::ReduceGradients() {
@@ -132,16 +164,16 @@ Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
   const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
   const int GB = config_.global.global_batch_size;
   TRAINER_RETURN_IF_ERROR(timer_->BeginStep());
-  TRAINER_RETURN_IF_ERROR(ReadBatch(sampler_->GlobalBatch(state_.consumed_samples, GB),
-                                    data_.train_file.get(), data_.train));
+  TRAINER_RETURN_IF_ERROR(TakeBatch(state_.consumed_samples));
+  StartPrefetch(state_.consumed_samples + GB);
   TRAINER_RETURN_IF_ERROR(model_->ZeroGradients());
   TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kData));
   MicroBatches mb;
   mb.count = config_.gradient_accumulation_steps();
   mb.batch = B;
   mb.seq_len = T;
-  mb.inputs = inputs_.data();
-  mb.targets = targets_.data();
+  mb.inputs = batches_[current_].inputs.data();
+  mb.targets = batches_[current_].targets.data();
   const double tokens = static_cast<double>(GB) * T;
   double loss_sum = 0.0;
   TRAINER_RETURN_IF_ERROR(
@@ -172,17 +204,19 @@ Status Trainer::Evaluate(double* val_loss) {
     return DataError(
         "no validation samples: set Data.val_path or "
         "Data.val_fraction > 0, or Engine.eval_freq=0");
+  TRAINER_RETURN_IF_ERROR(JoinPrefetch());  // HDF5 serves one thread at a time
+  HostBatch* batch = &batches_[current_];     // the finished step's batch; the prefetched one stays
   double total = 0.0;
   const int iters = config_.engine.eval_iters;
   for (int it = 0; it < iters; ++it) {
     TRAINER_RETURN_IF_ERROR(ReadBatch(ValidationBatch(it, B * dp, data_.val.num_samples),
-                                      data_.val_file.get(), data_.val));
+                                      data_.val_file.get(), data_.val, batch));
     MicroBatches mb;
     mb.count = 1;
     mb.batch = B;
     mb.seq_len = T;
-    mb.inputs = inputs_.data();
-    mb.targets = targets_.data();
+    mb.inputs = batch->inputs.data();
+    mb.targets = batch->targets.data();
     double sum = 0.0;
     TRAINER_RETURN_IF_ERROR(pipeline_->EvalStep(mb, &sum));
     total += sum;
@@ -275,6 +309,7 @@ Status Trainer::Run() {
 }
 
 Status Trainer::SaveCheckpoint() {
+  TRAINER_RETURN_IF_ERROR(JoinPrefetch());  // HDF5 serves one thread at a time
   CheckpointWriteRequest request;
   request.directory = config_.checkpoint_dir();
   request.step = state_.step;

@@ -5,6 +5,7 @@
 // Communicators.
 #pragma once
 
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,9 +54,19 @@ class Trainer {
   Status TrainStep(double* loss, double* grad_norm, double* lr);
   Status ReduceGradients();
   Status GlobalGradNorm(double* norm);
-  // Reads this rank's DP slice of `global_ids` (ids relative to `split`) into inputs_/targets_.
+  // A host batch: this rank's (GA*B, T) inputs and targets.
+  struct HostBatch {
+    std::vector<int32_t> inputs, targets;
+  };
+  // Reads this rank's DP slice of `global_ids` (ids relative to `split`) into *batch.
   Status ReadBatch(const std::vector<int64_t>& global_ids, TokenDataset* data,
-                   const DataSplit& split);
+                   const DataSplit& split, HostBatch* batch);
+  // The training batch after `consumed_samples`, read in the background while the step runs.
+  // HDF5 serves one thread at a time: JoinPrefetch before any other HDF5 use.
+  void StartPrefetch(int64_t consumed_samples);
+  Status JoinPrefetch();
+  // Makes batches_[current_] the batch after `consumed_samples` (prefetched, or read now).
+  Status TakeBatch(int64_t consumed_samples);
   Status ShareLastStageValue(double* value);  // last stage -> every stage, summed over DP
   Status SaveCheckpoint();
   Status Resume();
@@ -70,7 +81,11 @@ class Trainer {
   DataSources data_;
   std::unique_ptr<GlobalSampler> sampler_;
   std::unique_ptr<MetricsWriter> metrics_;
-  std::vector<int32_t> inputs_, targets_;  // (GA*B, T) host, this rank's slice
+  HostBatch batches_[2];  // the batch in use and the one being prefetched
+  int current_ = 0;
+  std::future<Status> prefetch_;
+  Status prefetch_status_;
+  int64_t prefetched_position_ = -1;
   TrainingState state_;
 };
 
