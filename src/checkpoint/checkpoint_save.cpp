@@ -47,7 +47,9 @@ std::string SaveAdvice(int error_number, const std::string& dir) {
       return "Make " + dir + " writable or set Checkpoint.dir to a writable folder";
     case ENOENT:
     case ESTALE:
-      return "Something removed " + dir + " (or its step folder) during the save; keep it in place";
+      return dir +
+             " (or its step folder) was removed: recreate it, keep it in place while training, "
+             "or set Checkpoint.dir to an existing folder";
     default:
       return "Check " + dir + " (Checkpoint.dir) and its file system";
   }
@@ -133,12 +135,14 @@ class SaveOnRoot {
   void Fail(const std::string& where, int error_number, const std::string& why) {
     if (!ok()) return;
     const ProcessIdentity& id = GetProcessIdentity();
+    const std::string previous = previous_.empty()
+                                     ? "no checkpoint had been committed yet"
+                                     : "the last committed checkpoint (" + previous_ +
+                                           ") is intact, resume from it with --resume auto";
     status_ = CheckpointError(StrFormat(
-        "saving checkpoint step %lld failed (%s, Checkpoint.dir, rank %d on %s): %s. %s; the last "
-        "committed checkpoint (%s) is intact, resume from it with --resume auto",
+        "saving checkpoint step %lld failed (%s, Checkpoint.dir, rank %d on %s): %s. %s; %s",
         static_cast<long long>(r_.step), where.c_str(), id.rank, id.host.c_str(), why.c_str(),
-        SaveAdvice(error_number, r_.directory).c_str(),
-        previous_.empty() ? "none yet" : previous_.c_str()));
+        SaveAdvice(error_number, r_.directory).c_str(), previous.c_str()));
   }
   // A file-system helper's result; errno still holds its reason when it failed.
   bool Try(const Status& s, const std::string& where) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Save errors on 2 ranks: a full disk (a small tmpfs), a read-only folder (the tmpfs remounted
-# read-only) and, where nothing can be mounted, the injected fault TRAINER_FAULT_CHECKPOINT_WRITE.
+# read-only), a vanished folder, and the injected fault TRAINER_FAULT_CHECKPOINT_WRITE (which
+# covers the full disk where nothing can be mounted).
 # Each must end the run with exit 4 and one error line naming the folder, the reason and the fix;
 # the previous checkpoint stays `latest`, verifies, and a resume from it continues with the losses
 # of an uninterrupted run. Everything mounted here is unmounted on exit.
@@ -49,6 +50,18 @@ TRAINER_FAULT_CHECKPOINT_WRITE=5 expect_save_failure injected injected/ckpt 2 \
   "No space left on device (injected.*Free space in injected/ckpt"
 resume_and_compare injected injected/ckpt 2
 
+# A vanished folder: Checkpoint.dir is a link whose target is removed between two runs.
+mkdir -p vanish_target && ln -sfn "$PWD/vanish_target" vanish_link
+rm -rf vanish_target
+set +e
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=vanished -o Checkpoint.dir=vanish_link \
+  -o Engine.max_steps=2 -o Optimizer.decay_steps=6 --resume auto > vanished.out 2> vanished.err
+rc=$?
+set -e
+[ $rc -eq 4 ] || { cat vanished.err; fail "vanished: exit $rc, expected 4"; }
+one_error_line vanished.err "(vanish_link/step-00000002.tmp.*): No such file or directory. vanish_link (or its step folder) was removed"
+echo "ok: vanished -> exit 4: $(grep 'error: ' vanished.err)"
+
 MNT=$SCRATCH/mnt
 mkdir -p "$MNT"
 if ! mount -t tmpfs -o size=16m tmpfs "$MNT" 2> mount.err; then
@@ -73,4 +86,4 @@ mount -o remount,ro "$MNT"
 expect_save_failure readonly $CK 8 "(.*$CK/step-00000010.tmp.*): Read-only file system. Make $CK writable" \
   -o Engine.max_steps=10 -o Optimizer.decay_steps=6
 mount -o remount,rw "$MNT"
-echo "full disk, read-only folder and injected fault: exit 4, one line, previous checkpoint intact"
+echo "full disk, read-only, vanished folder, injected fault: exit 4, one line, previous checkpoint intact"
