@@ -12,12 +12,6 @@ const char* StateGroup(int which) {
   return kGroups[which];
 }
 
-std::vector<ParameterInfo> FullParameterList(const ModelConfig& model) {
-  ModelPartition whole;
-  whole.num_layers = model.num_layers;
-  return BuildParameterList(model, whole);
-}
-
 int StageOf(const ParameterInfo& p, const ModelConfig& model, const DistributedConfig& dist) {
   const std::string prefix = "transformer.h.";
   if (p.name.rfind(prefix, 0) != 0)

@@ -19,8 +19,6 @@ namespace trainer {
 constexpr int kStateCount = 3;
 const char* StateGroup(int which);  // "/model", "/optim/exp_avg", "/optim/exp_avg_sq"
 
-// Full parameter list (as one rank holding everything would see it).
-std::vector<ParameterInfo> FullParameterList(const ModelConfig& model);
 // Pipeline stage that holds `p` for the given layer partition.
 int StageOf(const ParameterInfo& p, const ModelConfig& model, const DistributedConfig& dist);
 // World ranks (dp 0) holding the canonical shards of `p`, in TP order.

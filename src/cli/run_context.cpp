@@ -40,14 +40,20 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
     return EnvironmentError(
         "Global.device=cuda but this trainer was built without CUDA. Rebuild "
         "with -DTRAINER_CUDA=ON or set Global.device=cpu");
-  if (runtime->local_rank() >= visible)
+  // One GPU per rank: the local rank's GPU, or the only GPU this rank sees (Slurm's
+  // --gpus-per-task / --gpu-bind give each rank its own CUDA_VISIBLE_DEVICES).
+  if (visible == 1) {
+    device = 0;
+  } else if (runtime->local_rank() < visible) {
+    device = runtime->local_rank();
+  } else {
     return EnvironmentError(StrFormat(
         "%d ranks on host %s but only %d GPU(s) visible to rank %d (CUDA_VISIBLE_DEVICES=%s). "
         "Start one rank per GPU (e.g. --ntasks-per-node=%d)",
         runtime->local_size(), runtime->host().c_str(), visible, runtime->rank(),
         std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset",
         visible));
-  device = runtime->local_rank();
+  }
   LogInfo(
       StrFormat("device: cuda (bf16 compute, fp32 master weights), %d GPU(s) per host", visible));
   return MakeCudaBackend(device, &backend);

@@ -240,7 +240,7 @@ Status Trainer::Run() {
   // bf16 peak of every GPU in the job (Engine.peak_tflops each).
   const ModelConfig& m = config_.model;
   double params = 0;
-  for (const ParameterInfo& p : AllParameters(m)) params += p.full_numel();
+  for (const ParameterInfo& p : FullParameterList(m)) params += p.full_numel();
   const double flops_per_token =
       6.0 * params + 12.0 * m.num_layers * m.hidden_size * m.sequence_length();
   const bool on_gpu = backend_->device_memory();

@@ -98,7 +98,7 @@ std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
   return ordered;
 }
 
-std::vector<ParameterInfo> AllParameters(const ModelConfig& model) {
+std::vector<ParameterInfo> FullParameterList(const ModelConfig& model) {
   ModelPartition whole;
   whole.num_layers = model.num_layers;
   return BuildParameterList(model, whole);

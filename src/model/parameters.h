@@ -71,7 +71,7 @@ ModelPartition MakePartition(const ModelConfig& model, const DistributedConfig& 
 // AdamW runs in two launches); offsets filled in.
 std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model, const ModelPartition& part);
 // Every parameter of the model, as one rank holding all of it would see it (tp 1, pp 1).
-std::vector<ParameterInfo> AllParameters(const ModelConfig& model);
+std::vector<ParameterInfo> FullParameterList(const ModelConfig& model);
 // Total elements of the local flat buffers.
 size_t TotalLocalElements(const std::vector<ParameterInfo>& params);
 // Index of the first non-decayed parameter (the split between the two AdamW spans).
