@@ -54,9 +54,10 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
         std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset",
         visible));
   }
-  LogInfo(
-      StrFormat("device: cuda (bf16 compute, fp32 master weights), %d GPU(s) per host", visible));
-  return MakeCudaBackend(device, &backend);
+  const bool bf16 = config.engine.mix_precision == "bf16";
+  LogInfo(StrFormat("device: cuda (%s compute, fp32 master weights), %d GPU(s) per host",
+                    bf16 ? "bf16" : "fp32", visible));
+  return MakeCudaBackend(device, &backend, bf16 ? DType::kBF16 : DType::kF32);
 }
 
 Status RunContext::BuildGroups(const TrainConfig& config) {

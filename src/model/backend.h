@@ -84,6 +84,8 @@ class Backend {
   // dweight (OC,C) f32 += dout^T @ in; dbias (OC) f32 += column sums of dout (skipped when empty).
   virtual Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                                 Tensor weight) = 0;
+  // out = GELU(in) (tanh approximation), for activation recomputation; out may alias in.
+  virtual Status GeluForward(Tensor out, Tensor in) = 0;
   // dx (N,D) = dy * GELU'(pre_act) (tanh approximation); dx may alias dy.
   virtual Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
 
@@ -138,8 +140,9 @@ class Backend {
 };
 
 std::unique_ptr<Backend> MakeCpuBackend();
-// nullptr with an error status when CUDA is not compiled in or no GPU is visible.
-Status MakeCudaBackend(int device, std::unique_ptr<Backend>* out);
+// nullptr with an error status when CUDA is not compiled in or no GPU is visible. `compute` is
+// the dtype of parameters and activations: kBF16 (Engine.mix_precision=bf16) or kF32.
+Status MakeCudaBackend(int device, std::unique_ptr<Backend>* out, DType compute = DType::kBF16);
 // True when this binary was built with the CUDA backend.
 bool CudaBackendCompiled();
 // The backend's CUDA stream (cudaStream_t) for NCCL, or nullptr on the CPU backend.

@@ -8,7 +8,7 @@
 
 namespace trainer {
 
-Status MakeCudaBackend(int device, std::unique_ptr<Backend>* out) {
+Status MakeCudaBackend(int device, std::unique_ptr<Backend>* out, DType) {
   out->reset();
   const ProcessIdentity& id = GetProcessIdentity();
   return EnvironmentError(StrFormat(

@@ -85,6 +85,28 @@ Tensor GptModel::G(const std::string& suffix, int layer) const {
   return p ? Gradient(*p) : Tensor();
 }
 
+BlockActivations GptModel::AllocateBlockActivations() {
+  const DType cd = backend_->compute_dtype();
+  const int64_t B = B_, T = T_, C = config_.hidden_size, tp = partition_.tp_size;
+  const int64_t Cl = C / tp, Fl = config_.ffn_size() / tp, heads = config_.num_heads / tp;
+  const int64_t R = SequenceParallel() ? B * T / tp : B * T;
+  BlockActivations a;
+  a.ln1_out = Alloc({B, T, C}, cd);
+  a.ln1_mean = Alloc({R}, DType::kF32);
+  a.ln1_rstd = Alloc({R}, DType::kF32);
+  a.qkv = Alloc({B, T, 3 * Cl}, cd);
+  a.att_out = Alloc({B, T, Cl}, cd);
+  a.att_stats = Alloc({B, heads, T}, DType::kF32);
+  a.residual_mid = Alloc({R, C}, cd);
+  a.ln2_out = Alloc({B, T, C}, cd);
+  a.ln2_mean = Alloc({R}, DType::kF32);
+  a.ln2_rstd = Alloc({R}, DType::kF32);
+  a.fc_pre = Alloc({B, T, Fl}, cd);
+  a.fc_out = Alloc({B, T, Fl}, cd);
+  a.residual_out = Alloc({R, C}, cd);
+  return a;
+}
+
 Status GptModel::AllocateBuffers() {
   const DType cd = backend_->compute_dtype();
   const int64_t B = B_, T = T_, N = B_ * T_, C = config_.hidden_size;
@@ -95,27 +117,32 @@ Status GptModel::AllocateBuffers() {
   const int64_t total = static_cast<int64_t>(TotalLocalElements(params_));
   param_buffer_ = Alloc({total}, cd);
   grad_buffer_ = Alloc({total}, DType::kF32);
+  recompute_ = config_.recompute;
+  if (recompute_ != "none") shared_ = AllocateBlockActivations();
   slots_.resize(num_slots_);
   for (Slot& s : slots_) {
     s.tokens = Alloc({B, T}, DType::kI32);
     s.targets = Alloc({B, T}, DType::kI32);
     s.input = Alloc({R, C}, cd);
     for (int l = 0; l < partition_.num_layers; ++l) {
-      auto* a = new BlockActivations();
+      // Model.recompute: "block" keeps only each block's output per slot (the rest is one shared
+      // set, recomputed in backward); "gelu" shares the GELU output; "none" keeps everything.
+      auto* a = new BlockActivations(recompute_ == "none" ? AllocateBlockActivations() : shared_);
       s.blocks.push_back(a);
-      a->ln1_out = Alloc({B, T, C}, cd);
-      a->ln1_mean = Alloc({R}, DType::kF32);
-      a->ln1_rstd = Alloc({R}, DType::kF32);
-      a->qkv = Alloc({B, T, 3 * Cl}, cd);
-      a->att_out = Alloc({B, T, Cl}, cd);
-      a->att_stats = Alloc({B, heads, T}, DType::kF32);
-      a->residual_mid = Alloc({R, C}, cd);
-      a->ln2_out = Alloc({B, T, C}, cd);
-      a->ln2_mean = Alloc({R}, DType::kF32);
-      a->ln2_rstd = Alloc({R}, DType::kF32);
-      a->fc_pre = Alloc({B, T, Fl}, cd);
-      a->fc_out = Alloc({B, T, Fl}, cd);
-      a->residual_out = Alloc({R, C}, cd);
+      if (recompute_ == "gelu") {
+        a->ln1_out = Alloc({B, T, C}, cd);
+        a->ln1_mean = Alloc({R}, DType::kF32);
+        a->ln1_rstd = Alloc({R}, DType::kF32);
+        a->qkv = Alloc({B, T, 3 * Cl}, cd);
+        a->att_out = Alloc({B, T, Cl}, cd);
+        a->att_stats = Alloc({B, heads, T}, DType::kF32);
+        a->residual_mid = Alloc({R, C}, cd);
+        a->ln2_out = Alloc({B, T, C}, cd);
+        a->ln2_mean = Alloc({R}, DType::kF32);
+        a->ln2_rstd = Alloc({R}, DType::kF32);
+        a->fc_pre = Alloc({B, T, Fl}, cd);
+      }
+      if (recompute_ != "none") a->residual_out = Alloc({R, C}, cd);
     }
     if (partition_.last_stage()) {
       s.lnf_out = Alloc({N, C}, cd);
@@ -292,8 +319,14 @@ Status GptModel::Backward(int slot) {
   const BlockContext ctx = Context();
   for (int i = partition_.num_layers - 1; i >= 0; --i) {
     Tensor x = i == 0 ? s.input : s.blocks[i - 1]->residual_out;
-    TRAINER_RETURN_IF_ERROR(
-        BlockBackward(ctx, layer_weights_[i], layer_grads_[i], x, *s.blocks[i], dres));
+    BlockActivations a = *s.blocks[i];
+    if (recompute_ == "block") {  // the forward again, into the shared set
+      a.residual_out = shared_.residual_out;
+      TRAINER_RETURN_IF_ERROR(BlockForward(ctx, layer_weights_[i], x, &a));
+    } else if (recompute_ == "gelu") {
+      TRAINER_RETURN_IF_ERROR(backend_->GeluForward(a.fc_out, a.fc_pre));
+    }
+    TRAINER_RETURN_IF_ERROR(BlockBackward(ctx, layer_weights_[i], layer_grads_[i], x, a, dres));
   }
   if (partition_.first_stage()) {
     // Every TP rank computes the (replicated) position-embedding gradient from the replicated

@@ -66,6 +66,7 @@ class GptModel {
  private:
   GptModel() = default;
   Status AllocateBuffers();
+  BlockActivations AllocateBlockActivations();
   Tensor Alloc(std::initializer_list<int64_t> shape, DType dtype);
   bool SequenceParallel() const { return config_.sequence_parallel && partition_.tp_size > 1; }
   Status CrossEntropy(Tensor targets, float dloss_scale);
@@ -94,6 +95,8 @@ class GptModel {
     Tensor lnf_out, lnf_mean, lnf_rstd;  // last stage
   };
   std::vector<Slot> slots_;
+  std::string recompute_;    // Model.recompute: none | gelu | block
+  BlockActivations shared_;  // activations shared by every block and slot under recomputation
   struct Scratch {
     Tensor proj;       // (B,T,C) output of a row-parallel linear before its all-reduce
     Tensor dresidual;  // (B,T,C) gradient of the residual stream

@@ -92,6 +92,35 @@ TEST(GptModel, EveryGradientMatchesFiniteDifferences) {
   }
 }
 
+// Recomputing activations (the GELU output, or whole blocks) must not change a single bit of the
+// loss or of any gradient on the deterministic CPU path.
+TEST(GptModel, RecomputationGivesBitIdenticalLossAndGradients) {
+  std::vector<float> reference;
+  double reference_loss = 0;
+  for (const char* mode : {"none", "gelu", "block"}) {
+    Fixture f;
+    f.config.recompute = mode;
+    ModelPartition part;
+    part.num_layers = f.config.num_layers;
+    ASSERT_TRUE(
+        GptModel::Create(f.config, part, f.backend.get(), nullptr, f.B, f.T, 1, &f.model).ok());
+    ASSERT_TRUE(f.model->SetParameters(f.params).ok());
+    ASSERT_TRUE(f.model->ZeroGradients().ok());
+    const double loss = f.Loss(1.f / (f.B * f.T));
+    ASSERT_TRUE(f.model->Backward(0).ok());
+    std::vector<float> grads(f.params.size());
+    Tensor g = f.model->gradient_buffer();
+    ASSERT_TRUE(f.backend->CopyToHost(grads.data(), g.data, g.bytes()).ok());
+    if (reference.empty()) {
+      reference = grads;
+      reference_loss = loss;
+      continue;
+    }
+    EXPECT_EQ(loss, reference_loss) << mode;
+    EXPECT_EQ(grads, reference) << mode;
+  }
+}
+
 TEST(ParameterRegistry, ShardsOfEveryTpRankReassembleTheFullTensor) {
   ModelConfig m = TinyModel();
   for (int tp : {2, 4}) {

@@ -57,6 +57,15 @@ void gelu_backward(float* dx, const float* dy, const float* pre_act, size_t n) {
 
 }  // namespace cpu
 
+Status CpuBackend::GeluForward(Tensor out, Tensor in) {
+  const char* op = "GeluForward";
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "in", in, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "out", out, "in", in));
+  cpu::gelu_forward(out.as<float>(), in.as<float>(), static_cast<size_t>(out.numel()));
+  return Status::Ok();
+}
+
 Status CpuBackend::GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) {
   const char* op = "GeluBackward";
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dx", dx, DType::kF32));

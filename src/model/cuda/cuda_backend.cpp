@@ -254,10 +254,10 @@ Status CudaBackend::SumSquares(Tensor x, double* out) {
 
 // ---- factory (declared in model/backend.h) ----
 
-Status MakeCudaBackend(int device, std::unique_ptr<Backend>* out) {
+Status MakeCudaBackend(int device, std::unique_ptr<Backend>* out, DType compute) {
   out->reset();
   std::unique_ptr<CudaBackend> backend;
-  TRAINER_RETURN_IF_ERROR(CudaBackend::Create(device, DType::kBF16, &backend));
+  TRAINER_RETURN_IF_ERROR(CudaBackend::Create(device, compute, &backend));
   *out = std::move(backend);
   return Status::Ok();
 }

@@ -76,6 +76,7 @@ class CudaBackend final : public Backend {
                        Activation act) override;
   Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                         Tensor weight) override;
+  Status GeluForward(Tensor out, Tensor in) override;
   Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) override;
   Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,

@@ -232,6 +232,15 @@ Status CudaBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Ten
   return Status::Ok();
 }
 
+Status CudaBackend::GeluForward(Tensor out, Tensor in) {
+  const char* op = "GeluForward";
+  const int64_t n = in.numel();
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, n));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, n));
+  CUDA_CHECK(cuda::LaunchGeluForward(compute_, out.data, in.data, n, stream_));
+  return Status::Ok();
+}
+
 Status CudaBackend::GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) {
   const char* op = "GeluBackward";
   const int64_t n = pre_act.numel();
