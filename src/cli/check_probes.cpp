@@ -124,6 +124,8 @@ Status TimeExactAllReduce(Communicator* group, Backend* backend, float contribut
     if (!status.ok()) break;
     const double start = SteadySeconds();
     status = group->AllReduce(data, count, DType::kF32, ReduceOp::kSum);
+    // A group on a stream of its own (DP) finishes before the backend's stream goes on.
+    if (status.ok() && device != nullptr) status = group->FinishBefore(BackendStream(backend));
     if (status.ok() && device != nullptr) status = backend->Synchronize();
     if (!status.ok()) break;
     if (call > 0) total += SteadySeconds() - start;  // call 0 warms up (connections, buffers)

@@ -121,19 +121,20 @@ int RunContext::Finish(const Status& status) {
 Status RunContext::BuildDeviceGroups() {
   // One NCCL communicator per MPI group (the embedding group only where this rank belongs to it).
   void* stream = BackendStream(backend.get());
-  auto make = [&](MpiCommunicator* mpi, Communicator** slot) -> Status {
+  auto make = [&](MpiCommunicator* mpi, Communicator** slot, bool own_stream = false) -> Status {
     if (mpi == nullptr) {
       *slot = nullptr;
       return Status::Ok();
     }
     std::unique_ptr<Communicator> nccl;
-    TRAINER_RETURN_IF_ERROR(MakeNcclCommunicator(mpi, stream, &nccl));
+    TRAINER_RETURN_IF_ERROR(MakeNcclCommunicator(mpi, stream, &nccl, own_stream));
     *slot = nccl.get();
     device_groups.push_back(std::move(nccl));
     return Status::Ok();
   };
   TRAINER_RETURN_IF_ERROR(make(mpi_groups.tp.get(), &groups.tp));
-  TRAINER_RETURN_IF_ERROR(make(mpi_groups.dp.get(), &groups.dp));
+  // The DP group runs on a stream of its own: gradient buckets are reduced during backward.
+  TRAINER_RETURN_IF_ERROR(make(mpi_groups.dp.get(), &groups.dp, /*own_stream=*/true));
   TRAINER_RETURN_IF_ERROR(make(mpi_groups.pp.get(), &groups.pp));
   // Every rank takes part in the embedding group's split, but only its members build NCCL.
   return make(mpi_groups.embedding.get(), &groups.embedding);

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "common/tensor.h"
@@ -39,6 +40,19 @@ class Communicator {
   virtual Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv,
                           size_t recv_count, int recv_peer, DType dtype) = 0;
   virtual Status Barrier() = 0;
+
+  // Several in-place all-reduces issued together (one fused launch on NCCL).
+  virtual Status AllReduceGroup(const std::vector<Tensor>& tensors, ReduceOp op) {
+    for (const Tensor& t : tensors)
+      TRAINER_RETURN_IF_ERROR(AllReduce(t.data, static_cast<size_t>(t.numel()), t.dtype, op));
+    return Status::Ok();
+  }
+  // Stream ordering, for device communicators that run on a stream of their own (to overlap with
+  // compute); no-ops elsewhere. StartAfter(s): the collectives issued next wait for the work
+  // queued on stream s so far. FinishBefore(s): work queued on s from now on waits for the
+  // collectives issued so far.
+  virtual Status StartAfter(void* stream) { return Status::Ok(); }
+  virtual Status FinishBefore(void* stream) { return Status::Ok(); }
 };
 
 // A group of one: every collective is a copy or nothing. Send/Recv have no peer.

@@ -30,7 +30,8 @@ Status PipelineStage::Forward(const MicroBatches& mb, int i, float dloss_scale, 
 }
 
 Status PipelineStage::Backward(const MicroBatches& mb, int i) {
-  return model_->Backward(Slot(i, mb.count));
+  // Every schedule ends each stage's step with the backward of the last micro-batch.
+  return model_->Backward(Slot(i, mb.count), i == mb.count - 1 ? hook_ : nullptr);
 }
 
 Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum,

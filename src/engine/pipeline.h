@@ -37,6 +37,8 @@ class PipelineStage {
   // forward, backward and transfer time.
   Status TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum,
                    PhaseTimer* timer);
+  // Called after each block's backward of the step's last micro-batch (see GptModel::Backward).
+  void set_last_backward_hook(std::function<Status(int)> hook) { hook_ = std::move(hook); }
   // Forward only, with the loss on the last stage.
   Status EvalStep(const MicroBatches& mb, double* loss_sum);
 
@@ -50,6 +52,7 @@ class PipelineStage {
 
   GptModel* model_;
   Communicator* pp_;
+  std::function<Status(int)> hook_;
 };
 
 }  // namespace trainer

@@ -38,6 +38,7 @@ Status Trainer::Setup() {
   TRAINER_RETURN_IF_ERROR(AdamW::Create(model_.get(), config_.optimizer, &optimizer_));
   timer_ = std::make_unique<PhaseTimer>(backend_, false);
   pipeline_ = std::make_unique<PipelineStage>(model_.get(), topo.pp > 1 ? groups_.pp : nullptr);
+  SetUpOverlappedReduction();
   const size_t tokens = static_cast<size_t>(micro) * config_.global.micro_batch_size *
                         config_.model.sequence_length();
   for (HostBatch& b : batches_) {
@@ -120,11 +121,35 @@ Status Trainer::TakeBatch(int64_t consumed_samples) {
                    data_.train_file.get(), data_.train, &batches_[current_]);
 }
 
+void Trainer::SetUpOverlappedReduction() {
+  // On GPUs the DP group has a stream of its own: each block's gradients are all-reduced as soon
+  // as the last micro-batch's backward is through the block, while earlier blocks still compute.
+  if (groups_.topology.dp == 1 || !groups_.dp->device_memory()) return;
+  compute_stream_ = BackendStream(backend_);
+  const ModelPartition& part = model_->partition();
+  buckets_.assign(static_cast<size_t>(part.num_layers), {});
+  for (const ParameterInfo& p : model_->parameters()) {
+    const std::string prefix = "transformer.h.";
+    const bool in_block = p.name.rfind(prefix, 0) == 0;
+    const int local = in_block ? std::stoi(p.name.substr(prefix.size())) - part.first_layer : -1;
+    (in_block ? buckets_[static_cast<size_t>(local)] : tail_bucket_).push_back(model_->Gradient(p));
+  }
+  pipeline_->set_last_backward_hook([this](int block) {
+    TRAINER_RETURN_IF_ERROR(groups_.dp->StartAfter(compute_stream_));
+    return groups_.dp->AllReduceGroup(buckets_[static_cast<size_t>(block)], ReduceOp::kSum);
+  });
+}
+
 Status Trainer::ReduceGradients() {
   const Tensor grads = model_->gradient_buffer();
-  if (groups_.topology.dp > 1)
+  if (compute_stream_ != nullptr) {  // the blocks' buckets are on their way: add the rest, wait
+    TRAINER_RETURN_IF_ERROR(groups_.dp->StartAfter(compute_stream_));
+    TRAINER_RETURN_IF_ERROR(groups_.dp->AllReduceGroup(tail_bucket_, ReduceOp::kSum));
+    TRAINER_RETURN_IF_ERROR(groups_.dp->FinishBefore(compute_stream_));
+  } else if (groups_.topology.dp > 1) {
     TRAINER_RETURN_IF_ERROR(groups_.dp->AllReduce(grads.data, static_cast<size_t>(grads.numel()),
                                                   DType::kF32, ReduceOp::kSum));
+  }
   for (const ParameterInfo& p : model_->parameters()) {  // LayerNorms under sequence parallelism
     if (!p.grad_sum_over_tp) continue;
     Tensor g = model_->Gradient(p);

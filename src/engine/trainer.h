@@ -52,6 +52,7 @@ class Trainer {
  private:
   Status OpenData();
   Status TrainStep(double* loss, double* grad_norm, double* lr);
+  void SetUpOverlappedReduction();
   Status ReduceGradients();
   Status GlobalGradNorm(double* norm);
   // A host batch: this rank's (GA*B, T) inputs and targets.
@@ -77,7 +78,11 @@ class Trainer {
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<PipelineStage> pipeline_;
-  std::unique_ptr<PhaseTimer> timer_;  // enabled by Engine.profile after warm-up
+  std::unique_ptr<PhaseTimer> timer_;
+  // Overlapped DP reduction (GPU): one bucket of gradient tensors per local block, and the rest.
+  void* compute_stream_ = nullptr;  // set when the reduction overlaps the backward pass
+  std::vector<std::vector<Tensor>> buckets_;
+  std::vector<Tensor> tail_bucket_;  // enabled by Engine.profile after warm-up
   DataSources data_;
   std::unique_ptr<GlobalSampler> sampler_;
   std::unique_ptr<MetricsWriter> metrics_;

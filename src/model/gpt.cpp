@@ -297,7 +297,7 @@ Status GptModel::LossSum(double* out) {
   return Status::Ok();
 }
 
-Status GptModel::Backward(int slot) {
+Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done) {
   Slot& s = slots_[slot];
   Tensor dres = scratch_.dresidual;
   if (partition_.last_stage()) {
@@ -327,6 +327,7 @@ Status GptModel::Backward(int slot) {
       TRAINER_RETURN_IF_ERROR(backend_->GeluForward(a.fc_out, a.fc_pre));
     }
     TRAINER_RETURN_IF_ERROR(BlockBackward(ctx, layer_weights_[i], layer_grads_[i], x, a, dres));
+    if (block_done) TRAINER_RETURN_IF_ERROR(block_done(i));
   }
   if (partition_.first_stage()) {
     // Every TP rank computes the (replicated) position-embedding gradient from the replicated

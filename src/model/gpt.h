@@ -8,6 +8,7 @@
 // follow Forward(slot) before the next Forward (true of 1F1B and of plain accumulation).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -52,7 +53,9 @@ class GptModel {
   Status LossSum(double* out);
   // Backward of `slot`. Non-last stages read OutputGradient(), which the caller has filled; after
   // the call, non-first stages find d(StageInput) in OutputGradient() (same buffer, in place).
-  Status Backward(int slot);
+  // `block_done(i)`, when given, runs after block i (local index) is through its backward: the
+  // gradients of its parameters are final for this call (the DP reduction starts there).
+  Status Backward(int slot, const std::function<Status(int)>& block_done = nullptr);
   Status ZeroGradients();
   // Replace this rank's parameters from a host f32 flat array in buffer order.
   Status SetParameters(const std::vector<float>& flat);

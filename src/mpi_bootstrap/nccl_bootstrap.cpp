@@ -13,7 +13,7 @@
 namespace trainer {
 
 Status MakeNcclCommunicator(MpiCommunicator* group, void* stream,
-                            std::unique_ptr<Communicator>* out) {
+                            std::unique_ptr<Communicator>* out, bool own_stream) {
 #if TRAINER_WITH_CUDA
   ncclUniqueId id;
   if (group->rank() == 0) {
@@ -25,13 +25,15 @@ Status MakeNcclCommunicator(MpiCommunicator* group, void* stream,
   MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group->comm()));
   std::unique_ptr<NcclCommunicator> comm;
   TRAINER_RETURN_IF_ERROR(NcclCommunicator::Create(id, group->rank(), group->size(), group->name(),
-                                                   static_cast<cudaStream_t>(stream), &comm));
+                                                   static_cast<cudaStream_t>(stream), &comm,
+                                                   own_stream));
   *out = std::move(comm);
   return Status::Ok();
 #else
   (void)group;
   (void)stream;
   (void)out;
+  (void)own_stream;
   return EnvironmentError("NCCL communicators need a CUDA build of the trainer");
 #endif
 }

@@ -10,8 +10,9 @@
 
 namespace trainer {
 
-// `stream`: the backend's CUDA stream (cudaStream_t), on which collectives are enqueued.
+// `stream`: the backend's CUDA stream (cudaStream_t), on which collectives are enqueued; with
+// own_stream the communicator runs on a new stream of its own instead (to overlap with compute).
 Status MakeNcclCommunicator(MpiCommunicator* group, void* stream,
-                            std::unique_ptr<Communicator>* out);
+                            std::unique_ptr<Communicator>* out, bool own_stream = false);
 
 }  // namespace trainer

@@ -33,8 +33,17 @@ std::string Where(const std::string& group, int rank) {
 }  // namespace
 
 Status NcclCommunicator::Create(const ncclUniqueId& id, int rank, int size, std::string name,
-                                cudaStream_t stream, std::unique_ptr<NcclCommunicator>* out) {
+                                cudaStream_t stream, std::unique_ptr<NcclCommunicator>* out,
+                                bool own_stream) {
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(rank, size, std::move(name), stream));
+  if (own_stream) {
+    cudaError_t e = cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->order_event_, cudaEventDisableTiming);
+    if (e != cudaSuccess)
+      return RuntimeError(StrFormat("NCCL communicator stream (%s): %s",
+                                    Where(c->name_, rank).c_str(), cudaGetErrorString(e)));
+    c->owns_stream_ = true;
+  }
   const ncclResult_t r = ncclCommInitRank(&c->comm_, size, id, rank);
   if (r != ncclSuccess) {
     c->comm_ = nullptr;
@@ -52,8 +61,45 @@ Status NcclCommunicator::Create(const ncclUniqueId& id, int rank, int size, std:
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  if (owns_stream_) cudaStreamSynchronize(stream_);
   if (comm_) ncclCommDestroy(comm_);
   if (barrier_value_) cudaFree(barrier_value_);
+  if (order_event_) cudaEventDestroy(order_event_);
+  if (owns_stream_) cudaStreamDestroy(stream_);
+}
+
+Status NcclCommunicator::AllReduceGroup(const std::vector<Tensor>& tensors, ReduceOp op) {
+  TRAINER_RETURN_IF_ERROR(Check(ncclGroupStart(), "all-reduce group start"));
+  ncclResult_t first_error = ncclSuccess;
+  for (const Tensor& t : tensors) {
+    const ncclResult_t r = ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()),
+                                         NcclType(t.dtype), op == ReduceOp::kMax ? ncclMax : ncclSum,
+                                         comm_, stream_);
+    if (first_error == ncclSuccess) first_error = r;
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  TRAINER_RETURN_IF_ERROR(Check(first_error, "all-reduce (group)"));
+  return Check(end, "all-reduce group");
+}
+
+// Record on one stream, wait on the other: device-side ordering, the host does not block.
+static Status OrderStreams(cudaEvent_t event, cudaStream_t first, cudaStream_t then,
+                           const std::string& where) {
+  cudaError_t e = cudaEventRecord(event, first);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(then, event, 0);
+  if (e != cudaSuccess)
+    return RuntimeError(StrFormat("stream ordering (%s): %s", where.c_str(), cudaGetErrorString(e)));
+  return Status::Ok();
+}
+
+Status NcclCommunicator::StartAfter(void* stream) {
+  if (!owns_stream_) return Status::Ok();
+  return OrderStreams(order_event_, static_cast<cudaStream_t>(stream), stream_, name_);
+}
+
+Status NcclCommunicator::FinishBefore(void* stream) {
+  if (!owns_stream_) return Status::Ok();
+  return OrderStreams(order_event_, stream_, static_cast<cudaStream_t>(stream), name_);
 }
 
 Status NcclCommunicator::Check(ncclResult_t result, const char* call) {

@@ -19,9 +19,11 @@ namespace trainer {
 class NcclCommunicator final : public Communicator {
  public:
   // ncclCommInitRank on the current CUDA device (bind the device first). Collectives go on
-  // `stream`; nullptr means the legacy default stream.
+  // `stream`; nullptr means the legacy default stream; own_stream: a new stream of its own
+  // (ordered against the compute stream with StartAfter/FinishBefore).
   static Status Create(const ncclUniqueId& id, int rank, int size, std::string name,
-                       cudaStream_t stream, std::unique_ptr<NcclCommunicator>* out);
+                       cudaStream_t stream, std::unique_ptr<NcclCommunicator>* out,
+                       bool own_stream = false);
   static Status Create(const ncclUniqueId& id, int rank, int size, std::string name,
                        std::unique_ptr<NcclCommunicator>* out) {
     return Create(id, rank, size, std::move(name), nullptr, out);
@@ -48,6 +50,9 @@ class NcclCommunicator final : public Communicator {
                   int recv_peer, DType dtype) override;
   // Waits until every member got here and all earlier work on the stream is done.
   Status Barrier() override;
+  Status AllReduceGroup(const std::vector<Tensor>& tensors, ReduceOp op) override;
+  Status StartAfter(void* stream) override;
+  Status FinishBefore(void* stream) override;
 
   // An error that NCCL found asynchronously (a peer died, a network failure), as a Status.
   Status CheckAsyncError();
@@ -66,6 +71,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
   float* barrier_value_ = nullptr;  // one device float all-reduced by Barrier()
+  bool owns_stream_ = false;
+  cudaEvent_t order_event_ = nullptr;  // for StartAfter / FinishBefore
 };
 
 }  // namespace trainer

@@ -31,8 +31,11 @@ expect_line() {
 # 1. Passing runs.
 check pass2 0 2 "${CONFIG[@]}"
 expect_line pass2 "^MPI world: 2 ranks, as the launcher started \(OMPI_COMM_WORLD_SIZE=2\)$"
-expect_line pass2 "^  $host +ranks 0-1; no GPU visible; /dev/shm .*; CUDA: not built$"
-expect_line pass2 "^versions: the same on every rank \(CUDA: not built\)$"
+# A CPU-only build says "CUDA: not built"; a CUDA build on a machine without a GPU names the
+# library versions it was built with and "driver none".
+VERSIONS="(CUDA: not built|CUDA driver none, runtime [0-9.]+, NCCL [0-9.]+, cuDNN [0-9.]+)"
+expect_line pass2 "^  $host +ranks 0-1; no GPU visible; /dev/shm .*; $VERSIONS$"
+expect_line pass2 "^versions: the same on every rank \($VERSIONS\)$"
 expect_line pass2 "^checkpoint folder out/checkpoints: shared by every rank"
 expect_line pass2 "^data file data.h5: opens on every rank \([0-9]+ tokens, vocab 257;"
 expect_line pass2 "^all-reduce on world: 1 group of 2 ranks \(MPI, host memory, 4.0 MiB per call\): exact; bus bandwidth [0-9.]+ GB/s$"
