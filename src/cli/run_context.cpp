@@ -76,7 +76,7 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   groups.dp = mpi_groups.dp.get();
   groups.pp = mpi_groups.pp.get();
   groups.embedding = mpi_groups.embedding.get();
-  if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups());
+  if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups(config));
   return Status::Ok();
 }
 
@@ -118,7 +118,7 @@ int RunContext::Finish(const Status& status) {
   return code;
 }
 
-Status RunContext::BuildDeviceGroups() {
+Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
   // One NCCL communicator per MPI group (the embedding group only where this rank belongs to it).
   void* stream = BackendStream(backend.get());
   auto make = [&](MpiCommunicator* mpi, Communicator** slot, bool own_stream = false) -> Status {
@@ -133,8 +133,10 @@ Status RunContext::BuildDeviceGroups() {
     return Status::Ok();
   };
   TRAINER_RETURN_IF_ERROR(make(mpi_groups.tp.get(), &groups.tp));
-  // The DP group runs on a stream of its own: gradient buckets are reduced during backward.
-  TRAINER_RETURN_IF_ERROR(make(mpi_groups.dp.get(), &groups.dp, /*own_stream=*/true));
+  // With Distributed.overlap_grad_reduce the DP group runs on a stream of its own: gradient
+  // buckets are reduced during the backward pass.
+  TRAINER_RETURN_IF_ERROR(
+      make(mpi_groups.dp.get(), &groups.dp, config.distributed.overlap_grad_reduce));
   TRAINER_RETURN_IF_ERROR(make(mpi_groups.pp.get(), &groups.pp));
   // Every rank takes part in the embedding group's split, but only its members build NCCL.
   return make(mpi_groups.embedding.get(), &groups.embedding);

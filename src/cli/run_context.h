@@ -35,7 +35,8 @@ struct RunContext {
   int Finish(const Status& status);
 
  private:
-  Status BuildDeviceGroups();  // NCCL communicators from ids broadcast over the MPI groups
+  // NCCL communicators from ids broadcast over the MPI groups.
+  Status BuildDeviceGroups(const TrainConfig& config);
   bool reported_ = false;      // the status handed to Finish went through Agree
 };
 

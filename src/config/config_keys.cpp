@@ -43,6 +43,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Distributed, distributed, ep_degree),
     CONFIG_KEY(Distributed, distributed, pp_layers),
     CONFIG_KEY(Distributed, distributed, zero_stage1),
+    CONFIG_KEY(Distributed, distributed, overlap_grad_reduce),
 
     CONFIG_KEY(Engine, engine, max_steps),
     CONFIG_KEY(Engine, engine, logging_freq),

@@ -268,6 +268,15 @@ Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
         StrFormat("Set Distributed.ep_degree to a divisor of %d (1 unless the model has experts)",
                   d.dp_degree));
   }
+  // Reserved keys whose features have not landed yet: refuse rather than silently ignore them.
+  if (d.ep_degree > 1)
+    return check.Fail(check.Show("Distributed.ep_degree") +
+                          " asks for expert parallelism, but this trainer has no MoE layers yet",
+                      {"Distributed.ep_degree"}, "Set Distributed.ep_degree to 1");
+  if (d.zero_stage1)
+    return check.Fail("Distributed.zero_stage1=true: sharding the optimizer state over DP is not "
+                      "implemented yet",
+                      {"Distributed.zero_stage1"}, "Set Distributed.zero_stage1 to false");
   // hidden_size first: with num_heads | hidden_size, tp | num_heads would imply tp | hidden_size.
   TRAINER_RETURN_IF_ERROR(CheckSplitByTp(c, check, "Model.hidden_size",
                                          check.Show("Model.hidden_size"), m.hidden_size));

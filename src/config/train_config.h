@@ -44,6 +44,9 @@ struct DistributedConfig {
   int ep_degree = 1;  // reserved for MoE: carved out of DP
   std::vector<int> pp_layers;  // layers per stage; empty means balanced
   bool zero_stage1 = false;    // shard optimizer state over DP
+  // GPU: all-reduce each block's gradients over DP during the backward pass, on a stream of its
+  // own (off by default until validated on a multi-GPU machine; see docs/performance.md).
+  bool overlap_grad_reduce = false;
 };
 
 struct EngineConfig {

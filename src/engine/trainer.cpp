@@ -124,7 +124,9 @@ Status Trainer::TakeBatch(int64_t consumed_samples) {
 void Trainer::SetUpOverlappedReduction() {
   // On GPUs the DP group has a stream of its own: each block's gradients are all-reduced as soon
   // as the last micro-batch's backward is through the block, while earlier blocks still compute.
-  if (groups_.topology.dp == 1 || !groups_.dp->device_memory()) return;
+  if (!config_.distributed.overlap_grad_reduce || groups_.topology.dp == 1 ||
+      !groups_.dp->device_memory())
+    return;
   compute_stream_ = BackendStream(backend_);
   const ModelPartition& part = model_->partition();
   buckets_.assign(static_cast<size_t>(part.num_layers), {});
