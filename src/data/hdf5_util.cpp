@@ -45,7 +45,10 @@ int64_t Hdf5Length1D(hid_t dataset) {
   return static_cast<int64_t>(dims[0]);
 }
 
-Status Hdf5ReadRange1D(hid_t dataset, int64_t start, int64_t count, hid_t mem_type, void* buffer) {
+namespace {
+// Reads or writes elements [start, start + count) of a 1-D dataset by hyperslab.
+Status TransferRange1D(hid_t dataset, int64_t start, int64_t count, hid_t mem_type, void* buffer,
+                       bool write) {
   if (count <= 0) return Status::Ok();
   Hdf5Handle file_space;
   HDF5_CHECK(file_space.Reset(H5Dget_space(dataset), H5Sclose));
@@ -55,23 +58,23 @@ Status Hdf5ReadRange1D(hid_t dataset, int64_t start, int64_t count, hid_t mem_ty
       H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, offset, nullptr, extent, nullptr));
   Hdf5Handle mem_space;
   HDF5_CHECK(mem_space.Reset(H5Screate_simple(1, extent, nullptr), H5Sclose));
-  HDF5_CHECK(H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer));
+  if (write)
+    HDF5_CHECK(
+        H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer));
+  else
+    HDF5_CHECK(H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer));
   return Status::Ok();
+}
+}  // namespace
+
+Status Hdf5ReadRange1D(hid_t dataset, int64_t start, int64_t count, hid_t mem_type, void* buffer) {
+  return TransferRange1D(dataset, start, count, mem_type, buffer, /*write=*/false);
 }
 
 Status Hdf5WriteRange1D(hid_t dataset, int64_t start, int64_t count, hid_t mem_type,
                         const void* buffer) {
-  if (count <= 0) return Status::Ok();
-  Hdf5Handle file_space;
-  HDF5_CHECK(file_space.Reset(H5Dget_space(dataset), H5Sclose));
-  hsize_t offset[1] = {static_cast<hsize_t>(start)};
-  hsize_t extent[1] = {static_cast<hsize_t>(count)};
-  HDF5_CHECK(
-      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, offset, nullptr, extent, nullptr));
-  Hdf5Handle mem_space;
-  HDF5_CHECK(mem_space.Reset(H5Screate_simple(1, extent, nullptr), H5Sclose));
-  HDF5_CHECK(H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer));
-  return Status::Ok();
+  return TransferRange1D(dataset, start, count, mem_type, const_cast<void*>(buffer),
+                         /*write=*/true);
 }
 
 Status Hdf5WriteIntAttribute(hid_t object, const char* name, int64_t value) {

@@ -4,22 +4,8 @@
 
 #include "model/backend.h"
 
-#if TRAINER_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 namespace trainer {
 namespace {
-
-int VisibleDevices() {
-#if TRAINER_WITH_CUDA
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
-  return count;
-#else
-  return 0;
-#endif
-}
 
 TEST(CudaAvailability, FactoryAnswersForThisBuildAndMachine) {
   std::unique_ptr<Backend> backend;
@@ -31,7 +17,7 @@ TEST(CudaAvailability, FactoryAnswersForThisBuildAndMachine) {
     EXPECT_EQ(backend, nullptr);
     return;
   }
-  const int devices = VisibleDevices();
+  const int devices = VisibleCudaDevices();
   if (devices == 0) {
     EXPECT_EQ(status.code(), ExitCode::kEnvironment);
     EXPECT_NE(status.message().find("no CUDA device visible"), std::string::npos)
