@@ -12,6 +12,7 @@
 #include "config/config_loader.h"
 #include "engine/signals.h"
 #include "engine/trainer.h"
+#include "mpi_bootstrap/watchdog.h"
 
 namespace trainer {
 namespace {
@@ -77,6 +78,8 @@ int RunTrainCommand(const std::vector<std::string>& args) {
 
   InstallPreemptionHandlers();
   Trainer trainer(config, ctx.groups, ctx.backend.get());
+  Watchdog watchdog(config.engine.watchdog_s);
+  trainer.set_progress_callback([&watchdog](const char* phase) { watchdog.Beat(phase); });
   status = ctx.Agree(trainer.Setup());
   if (status.ok()) status = ctx.Agree(trainer.Restore());
   if (status.ok()) status = trainer.Run();

@@ -52,6 +52,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Engine, engine, save_steps),
     CONFIG_KEY(Engine, engine, output_dir),
     CONFIG_KEY(Engine, engine, mix_precision),
+    CONFIG_KEY(Engine, engine, watchdog_s),
     CONFIG_KEY(Engine, engine, profile),
     CONFIG_KEY(Engine, engine, peak_tflops),
 

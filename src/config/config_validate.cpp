@@ -46,6 +46,7 @@ const RangeRule kRangeRules[] = {
     {"Engine.eval_iters", 1, false, kNoBound},
     {"Engine.save_steps", 0, false, kNoBound},
     {"Engine.peak_tflops", 0, true, kNoBound},
+    {"Engine.watchdog_s", 0, false, kNoBound},
     {"Optimizer.lr", 0, false, kNoBound},
     {"Optimizer.min_lr", 0, false, kNoBound},
     {"Optimizer.warmup_steps", 0, false, kNoBound},

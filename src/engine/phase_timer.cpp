@@ -5,8 +5,8 @@
 
 namespace trainer {
 namespace {
-const char* kPhaseNames[] = {"data", "forward", "backward", "pipeline_transfer", "grad_reduce",
-                             "optimizer"};
+const char* kPhaseNames[] = {"data",        "forward",  "backward", "pipeline_transfer",
+                             "grad_reduce", "optimizer"};
 }  // namespace
 
 Status PhaseTimer::BeginStep() {
@@ -48,8 +48,8 @@ std::string PhaseTimer::Report() const {
   double total = 0;
   for (double s : seconds_) total += s;
   if (steps_ == 0 || total == 0) return "no profiled steps";
-  std::string out = StrFormat("step time by phase over %d steps (%.1f ms/step):", steps_,
-                              1e3 * total / steps_);
+  std::string out =
+      StrFormat("step time by phase over %d steps (%.1f ms/step):", steps_, 1e3 * total / steps_);
   for (int p = 0; p < static_cast<int>(Phase::kCount); ++p)
     if (seconds_[p] > 0)
       out += StrFormat(" %s %.2f ms (%.0f%%)", kPhaseNames[p], 1e3 * seconds_[p] / steps_,

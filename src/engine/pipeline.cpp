@@ -45,7 +45,9 @@ Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, doubl
   auto timed = [&](Phase phase, const Status& status) {
     return status.ok() ? timer->Charge(phase) : status;
   };
-  auto forward = [&](int i) { return timed(Phase::kForward, Forward(mb, i, dloss_scale, loss_sum)); };
+  auto forward = [&](int i) {
+    return timed(Phase::kForward, Forward(mb, i, dloss_scale, loss_sum));
+  };
   auto backward = [&](int i) { return timed(Phase::kBackward, Backward(mb, i)); };
   auto transfer = [&](const Status& status) { return timed(Phase::kPipelineTransfer, status); };
   auto recv_forward = [&](int i) {
@@ -57,12 +59,10 @@ Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, doubl
                 : transfer(pp_->Send(model_->StageOutput(Slot(i, M)).data, n, dt, s + 1));
   };
   auto recv_backward = [&]() {
-    return last ? Status::Ok()
-                : transfer(pp_->Recv(model_->OutputGradient().data, n, dt, s + 1));
+    return last ? Status::Ok() : transfer(pp_->Recv(model_->OutputGradient().data, n, dt, s + 1));
   };
   auto send_backward = [&]() {
-    return first ? Status::Ok()
-                 : transfer(pp_->Send(model_->OutputGradient().data, n, dt, s - 1));
+    return first ? Status::Ok() : transfer(pp_->Send(model_->OutputGradient().data, n, dt, s - 1));
   };
 
   const int warmup = std::min(P - 1 - s, M);
@@ -77,17 +77,16 @@ Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, doubl
     const int f = warmup + i;  // micro-batch going forward; i goes backward
     TRAINER_RETURN_IF_ERROR(forward(f));
     if (!last) {  // send this output, receive the gradient of micro-batch i
-      TRAINER_RETURN_IF_ERROR(transfer(pp_->SendRecv(model_->StageOutput(Slot(f, M)).data, n,
-                                                     s + 1, model_->OutputGradient().data, n,
-                                                     s + 1, dt)));
+      TRAINER_RETURN_IF_ERROR(transfer(pp_->SendRecv(model_->StageOutput(Slot(f, M)).data, n, s + 1,
+                                                     model_->OutputGradient().data, n, s + 1, dt)));
     }
     TRAINER_RETURN_IF_ERROR(backward(i));
     if (i == steady - 1) {
       TRAINER_RETURN_IF_ERROR(send_backward());
     } else if (!first) {  // send d(input) of i, receive the input of f + 1 (same slot as i)
-      TRAINER_RETURN_IF_ERROR(transfer(pp_->SendRecv(model_->OutputGradient().data, n, s - 1,
-                                                     model_->StageInput(Slot(f + 1, M)).data, n,
-                                                     s - 1, dt)));
+      TRAINER_RETURN_IF_ERROR(
+          transfer(pp_->SendRecv(model_->OutputGradient().data, n, s - 1,
+                                 model_->StageInput(Slot(f + 1, M)).data, n, s - 1, dt)));
     }
   }
   for (int i = steady; i < M; ++i) {

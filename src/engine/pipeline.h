@@ -35,8 +35,7 @@ class PipelineStage {
   // Forward and backward of every micro-batch; gradients accumulate in the model. On the last
   // stage *loss_sum receives the sum of the per-token losses (0 elsewhere). `timer` books the
   // forward, backward and transfer time.
-  Status TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum,
-                   PhaseTimer* timer);
+  Status TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum, PhaseTimer* timer);
   // Called after each block's backward of the step's last micro-batch (see GptModel::Backward).
   void set_last_backward_hook(std::function<Status(int)> hook) { hook_ = std::move(hook); }
   // Forward only, with the loss on the last stage.

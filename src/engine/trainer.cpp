@@ -232,7 +232,7 @@ Status Trainer::Evaluate(double* val_loss) {
         "no validation samples: set Data.val_path or "
         "Data.val_fraction > 0, or Engine.eval_freq=0");
   TRAINER_RETURN_IF_ERROR(JoinPrefetch());  // HDF5 serves one thread at a time
-  HostBatch* batch = &batches_[current_];     // the finished step's batch; the prefetched one stays
+  HostBatch* batch = &batches_[current_];   // the finished step's batch; the prefetched one stays
   double total = 0.0;
   const int iters = config_.engine.eval_iters;
   for (int it = 0; it < iters; ++it) {
@@ -278,6 +278,7 @@ Status Trainer::Run() {
     if (e.profile && state_.step == first_step + 3)
       timer_ = std::make_unique<PhaseTimer>(backend_, true);
     double loss = 0, norm = 0, lr = 0;
+    progress_("a training step");
     TRAINER_RETURN_IF_ERROR(TrainStep(&loss, &norm, &lr));
     ++window_steps;
     const int step = static_cast<int>(state_.step);
@@ -289,10 +290,11 @@ Status Trainer::Run() {
       const double mfu = on_gpu ? tokens_per_s * flops_per_token / peak : 0.0;
       const double memory_gib = DeviceMemoryUsed(backend_) / (1024.0 * 1024.0 * 1024.0);
       const std::string mfu_text = on_gpu ? StrFormat("MFU %.1f%% | ", 100 * mfu) : "";
-      LogInfo(StrFormat("step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
-                        "%.1f ms/step | %s%.2f GiB | elapsed %.1fs",
-                        step, e.max_steps, loss, lr, norm, tokens_per_s,
-                        1e3 * window / window_steps, mfu_text.c_str(), memory_gib, elapsed));
+      LogInfo(
+          StrFormat("step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
+                    "%.1f ms/step | %s%.2f GiB | elapsed %.1fs",
+                    step, e.max_steps, loss, lr, norm, tokens_per_s, 1e3 * window / window_steps,
+                    mfu_text.c_str(), memory_gib, elapsed));
       TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step},
                                                {"loss", loss},
                                                {"lr", lr},
@@ -309,6 +311,7 @@ Status Trainer::Run() {
     }
     if (e.eval_freq > 0 && (step % e.eval_freq == 0 || step == e.max_steps)) {
       double val = 0;
+      progress_("an evaluation");
       TRAINER_RETURN_IF_ERROR(Evaluate(&val));
       LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, val));
       TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step}, {"val_loss", val}}));
@@ -317,6 +320,7 @@ Status Trainer::Run() {
     // Agree on a preemption signal at the step boundary (any rank's signal stops all).
     double stop = PreemptionRequested() ? 1.0 : 0.0;
     TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&stop, 1, DType::kF64, ReduceOp::kSum));
+    progress_("a checkpoint save");
     if (save_due || stop > 0) TRAINER_RETURN_IF_ERROR(SaveCheckpoint());
     if (stop > 0 && step < e.max_steps) {
       LogInfo(

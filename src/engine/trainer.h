@@ -5,6 +5,7 @@
 // Communicators.
 #pragma once
 
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -44,6 +45,11 @@ class Trainer {
   Status Run();
 
   const TrainingState& state() const { return state_; }
+  // Called with a phase name (a string literal) whenever a new phase of work starts, so that a
+  // watchdog can tell a stuck collective from progress.
+  void set_progress_callback(std::function<void(const char*)> progress) {
+    progress_ = std::move(progress);
+  }
   GptModel* model() { return model_.get(); }
   AdamW* optimizer() { return optimizer_.get(); }
   // Average validation loss over Engine.eval_iters batches (collective).
@@ -92,6 +98,7 @@ class Trainer {
   Status prefetch_status_;
   int64_t prefetched_position_ = -1;
   TrainingState state_;
+  std::function<void(const char*)> progress_ = [](const char*) {};
 };
 
 }  // namespace trainer

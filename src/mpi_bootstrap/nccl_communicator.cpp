@@ -72,9 +72,9 @@ Status NcclCommunicator::AllReduceGroup(const std::vector<Tensor>& tensors, Redu
   TRAINER_RETURN_IF_ERROR(Check(ncclGroupStart(), "all-reduce group start"));
   ncclResult_t first_error = ncclSuccess;
   for (const Tensor& t : tensors) {
-    const ncclResult_t r = ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()),
-                                         NcclType(t.dtype), op == ReduceOp::kMax ? ncclMax : ncclSum,
-                                         comm_, stream_);
+    const ncclResult_t r =
+        ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), NcclType(t.dtype),
+                      op == ReduceOp::kMax ? ncclMax : ncclSum, comm_, stream_);
     if (first_error == ncclSuccess) first_error = r;
   }
   const ncclResult_t end = ncclGroupEnd();
@@ -88,7 +88,8 @@ static Status OrderStreams(cudaEvent_t event, cudaStream_t first, cudaStream_t t
   cudaError_t e = cudaEventRecord(event, first);
   if (e == cudaSuccess) e = cudaStreamWaitEvent(then, event, 0);
   if (e != cudaSuccess)
-    return RuntimeError(StrFormat("stream ordering (%s): %s", where.c_str(), cudaGetErrorString(e)));
+    return RuntimeError(
+        StrFormat("stream ordering (%s): %s", where.c_str(), cudaGetErrorString(e)));
   return Status::Ok();
 }
 

@@ -89,6 +89,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Engine.save_steps",
                                              "Engine.output_dir",
                                              "Engine.mix_precision",
+                                             "Engine.watchdog_s",
                                              "Engine.profile",
                                              "Engine.peak_tflops",
                                              "Optimizer.lr",
