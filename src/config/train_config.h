@@ -45,7 +45,7 @@ struct DistributedConfig {
   std::vector<int> pp_layers;  // layers per stage; empty means balanced
   bool zero_stage1 = false;    // shard optimizer state over DP
   // GPU: all-reduce each block's gradients over DP during the backward pass, on a stream of its
-  // own (off by default until validated on a multi-GPU machine; see docs/performance.md).
+  // own (off by default: on one NVLink node it costs as much as it hides; docs/performance.md).
   bool overlap_grad_reduce = false;
 };
 

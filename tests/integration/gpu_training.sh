@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training on GPUs against the references (skipped, exit 77, without a GPU):
 #  - 50 steps on one GPU (bf16) track the CPU fp32 loss curve within bf16 tolerance;
-#  - dp2, tp2 and pp2 on two GPUs follow the one-GPU curve (when two GPUs are visible).
+#  - dp2 (with and without the overlapped gradient reduction), tp2 and pp2 on two GPUs follow the
+#    one-GPU curve (when two GPUs are visible).
 source "$(dirname "$0")/lib.sh"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "${GPUS:-0}" -ge 1 ] || { echo "skip: no GPU visible"; exit 77; }
@@ -29,7 +30,8 @@ train gpu1 1 cuda
 echo "== one GPU (bf16) vs CPU (fp32)"
 compare_curves gpu1/metrics.jsonl cpu/metrics.jsonl 0.05 0.01 || fail "GPU curve leaves the CPU curve"
 if [ "$GPUS" -ge 2 ]; then
-  for layout in "dp2" "tp2 -o Distributed.tp_degree=2" "pp2 -o Distributed.pp_degree=2"; do
+  for layout in "dp2" "dp2-overlap -o Distributed.overlap_grad_reduce=true" \
+                "tp2 -o Distributed.tp_degree=2" "pp2 -o Distributed.pp_degree=2"; do
     set -- $layout; name=$1; shift
     train "$name" 2 cuda "$@"
     echo "== $name on two GPUs vs one GPU"
