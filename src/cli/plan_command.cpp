@@ -71,10 +71,10 @@ int RunPlanCommand(const std::vector<std::string>& args) {
     // Model.recompute: "gelu" shares the GELU output, "block" keeps one block output per layer
     // and slot plus one shared set.
     const double block = BlockActivationBytes(c.model, d.tp_degree, B, cb);
-    const double rows = static_cast<double>(B) * c.model.sequence_length() *
-                        c.model.hidden_size / (c.model.sequence_parallel ? d.tp_degree : 1);
-    const double gelu = static_cast<double>(B) * c.model.sequence_length() * c.model.ffn_size() /
-                        d.tp_degree * cb;
+    const double rows = static_cast<double>(B) * c.model.sequence_length() * c.model.hidden_size /
+                        (c.model.sequence_parallel ? d.tp_degree : 1);
+    const double gelu =
+        static_cast<double>(B) * c.model.sequence_length() * c.model.ffn_size() / d.tp_degree * cb;
     double act = slots * part.num_layers * block;
     if (c.model.recompute == "gelu") act = slots * part.num_layers * (block - gelu) + gelu;
     if (c.model.recompute == "block") act = slots * part.num_layers * rows * cb + block;

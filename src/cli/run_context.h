@@ -37,7 +37,7 @@ struct RunContext {
  private:
   // NCCL communicators from ids broadcast over the MPI groups.
   Status BuildDeviceGroups(const TrainConfig& config);
-  bool reported_ = false;      // the status handed to Finish went through Agree
+  bool reported_ = false;  // the status handed to Finish went through Agree
 };
 
 }  // namespace trainer

@@ -275,9 +275,10 @@ Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
                           " asks for expert parallelism, but this trainer has no MoE layers yet",
                       {"Distributed.ep_degree"}, "Set Distributed.ep_degree to 1");
   if (d.zero_stage1)
-    return check.Fail("Distributed.zero_stage1=true: sharding the optimizer state over DP is not "
-                      "implemented yet",
-                      {"Distributed.zero_stage1"}, "Set Distributed.zero_stage1 to false");
+    return check.Fail(
+        "Distributed.zero_stage1=true: sharding the optimizer state over DP is not "
+        "implemented yet",
+        {"Distributed.zero_stage1"}, "Set Distributed.zero_stage1 to false");
   // hidden_size first: with num_heads | hidden_size, tp | num_heads would imply tp | hidden_size.
   TRAINER_RETURN_IF_ERROR(CheckSplitByTp(c, check, "Model.hidden_size",
                                          check.Show("Model.hidden_size"), m.hidden_size));

@@ -11,20 +11,20 @@ namespace trainer {
 
 struct GlobalConfig {
   uint64_t seed = 1234;
-  int global_batch_size = 8;  // sequences per optimizer step, over all DP ranks
-  int micro_batch_size = 2;   // sequences per forward/backward on one rank
+  int global_batch_size = 8;    // sequences per optimizer step, over all DP ranks
+  int micro_batch_size = 2;     // sequences per forward/backward on one rank
   std::string device = "auto";  // auto | cpu | cuda
 };
 
 struct ModelConfig {
-  int vocab_size = 257;        // real vocabulary (byte tokenizer: 256 bytes + end-of-document)
+  int vocab_size = 257;          // real vocabulary (byte tokenizer: 256 bytes + end-of-document)
   int vocab_pad_multiple = 128;  // the embedding/LM head hold vocab rounded up to this
   int hidden_size = 64;
   int num_layers = 2;
   int num_heads = 4;
-  int ffn_hidden_size = 0;     // 0 means 4 * hidden_size
-  int max_seq_len = 64;        // position embeddings; also the training sequence length
-  int seq_len = 0;             // training sequence length; 0 means max_seq_len
+  int ffn_hidden_size = 0;         // 0 means 4 * hidden_size
+  int max_seq_len = 64;            // position embeddings; also the training sequence length
+  int seq_len = 0;                 // training sequence length; 0 means max_seq_len
   std::string recompute = "none";  // none | gelu | block (GPU path)
   bool sequence_parallel = false;
 
@@ -41,7 +41,7 @@ struct DistributedConfig {
   int dp_degree = 0;  // 0 means world_size / (tp * pp * ...)
   int tp_degree = 1;  // alias mp_degree (PaddleFleetX)
   int pp_degree = 1;
-  int ep_degree = 1;  // reserved for MoE: carved out of DP
+  int ep_degree = 1;           // reserved for MoE: carved out of DP
   std::vector<int> pp_layers;  // layers per stage; empty means balanced
   bool zero_stage1 = false;    // shard optimizer state over DP
   // GPU: all-reduce each block's gradients over DP during the backward pass, on a stream of its
@@ -52,13 +52,13 @@ struct DistributedConfig {
 struct EngineConfig {
   int max_steps = 100;
   int logging_freq = 10;
-  int eval_freq = 50;    // 0 disables evaluation
-  int eval_iters = 4;    // validation micro-batches per evaluation (per DP rank)
-  int save_steps = 0;    // 0 disables periodic checkpoints
+  int eval_freq = 50;  // 0 disables evaluation
+  int eval_iters = 4;  // validation micro-batches per evaluation (per DP rank)
+  int save_steps = 0;  // 0 disables periodic checkpoints
   std::string output_dir = "out";
   std::string mix_precision = "bf16";  // bf16 | fp32 (the CPU path is always fp32)
-  double watchdog_s = 900;      // abort all ranks when a step makes no progress this long; 0: off
-  bool profile = false;         // time the phases of each step (CUDA events) and report them
+  double watchdog_s = 900;     // abort all ranks when a step makes no progress this long; 0: off
+  bool profile = false;        // time the phases of each step (CUDA events) and report them
   double peak_tflops = 989.0;  // dense bf16 peak of one GPU, for MFU (H100/H200 SXM: 989)
 };
 
@@ -81,10 +81,10 @@ struct DataConfig {
 };
 
 struct CheckpointConfig {
-  std::string dir;       // empty means <output_dir>/checkpoints
-  int keep_last = 2;     // 0 keeps all
-  int keep_every = 0;    // also keep every step that is a multiple of this; 0 disables
-  std::string resume;    // "" (none), "auto" (latest committed) or a checkpoint folder
+  std::string dir;     // empty means <output_dir>/checkpoints
+  int keep_last = 2;   // 0 keeps all
+  int keep_every = 0;  // also keep every step that is a multiple of this; 0 disables
+  std::string resume;  // "" (none), "auto" (latest committed) or a checkpoint folder
 };
 
 struct TrainConfig {

@@ -59,8 +59,7 @@ Status TransferRange1D(hid_t dataset, int64_t start, int64_t count, hid_t mem_ty
   Hdf5Handle mem_space;
   HDF5_CHECK(mem_space.Reset(H5Screate_simple(1, extent, nullptr), H5Sclose));
   if (write)
-    HDF5_CHECK(
-        H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer));
+    HDF5_CHECK(H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer));
   else
     HDF5_CHECK(H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer));
   return Status::Ok();

@@ -29,16 +29,16 @@ struct AdamWParams {
   float beta2 = 0.95f;
   float eps = 1e-8f;
   float weight_decay = 0.f;
-  int step = 1;             // 1-based, for bias correction
-  float grad_scale = 1.f;   // multiplies the gradient first (clipping)
+  int step = 1;            // 1-based, for bias correction
+  float grad_scale = 1.f;  // multiplies the gradient first (clipping)
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;          // "cpu" or "cuda:<device>"
+  virtual std::string name() const = 0;  // "cpu" or "cuda:<device>"
   virtual DType compute_dtype() const = 0;
-  virtual bool device_memory() const = 0;        // buffers are not host-addressable
+  virtual bool device_memory() const = 0;  // buffers are not host-addressable
 
   // ---- memory (allocation happens at setup, never inside the step loop) ----
   virtual Status Allocate(size_t bytes, void** out) = 0;  // zero-filled, 256-byte aligned
@@ -73,8 +73,8 @@ class Backend {
   virtual Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
                                   Tensor bias) = 0;
   // din (N,C) += ; dweight, dbias (C) f32 += .
-  virtual Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                                   Tensor in, Tensor weight, Tensor mean, Tensor rstd) = 0;
+  virtual Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                                   Tensor weight, Tensor mean, Tensor rstd) = 0;
 
   // out (N,OC) = act(in (N,C) @ weight (OC,C)^T + bias (OC)); bias may be empty.
   // With kGelu, pre_act (N,OC) receives the value before GELU (needed by backward).
@@ -124,9 +124,9 @@ class Backend {
   // losses (N) f32 = log(sumexp) + row_max - target_logit;
   // dlogits (N,Vlocal) = dloss_scale * (softmax - onehot(target)), zero on padding columns.
   // dlogits may alias logits. Skipped (losses only) when dlogits is empty.
-  virtual Status CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits,
-                                      Tensor row_max, Tensor sums, Tensor targets, int vocab_start,
-                                      int vocab_size, float dloss_scale) = 0;
+  virtual Status CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
+                                      Tensor sums, Tensor targets, int vocab_start, int vocab_size,
+                                      float dloss_scale) = 0;
 
   // ---- optimizer ----
   // One AdamW step over contiguous f32 spans (master, grad, m, v: n elements); writes the

@@ -1,8 +1,8 @@
 // Device queries that do not depend on the build (backend.h): VisibleCudaDevices and
 // BackendStream answer in CPU-only builds too.
-#include "model/backend.h"
-
 #include <sys/resource.h>
+
+#include "model/backend.h"
 
 #if TRAINER_WITH_CUDA
 #include <cuda_runtime_api.h>

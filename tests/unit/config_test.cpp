@@ -400,8 +400,9 @@ TEST(ConfigValidate, DerivesDataParallelDegree) {
   EXPECT_EQ(config->distributed.dp_degree, 4);
   EXPECT_EQ(config->gradient_accumulation_steps(), 2);  // 16 / (2 * 4)
   // Reserved features refuse to be switched on rather than being silently ignored.
-  ExpectUsageError(ValidateWith({"Distributed.ep_degree=2", "Global.global_batch_size=8"}, 4),
-                   {"Distributed.ep_degree=2", "no MoE layers yet", "Set Distributed.ep_degree to 1"});
+  ExpectUsageError(
+      ValidateWith({"Distributed.ep_degree=2", "Global.global_batch_size=8"}, 4),
+      {"Distributed.ep_degree=2", "no MoE layers yet", "Set Distributed.ep_degree to 1"});
   ExpectUsageError(ValidateWith({"Distributed.zero_stage1=true"}, 1),
                    {"Distributed.zero_stage1=true", "not implemented yet"});
 }

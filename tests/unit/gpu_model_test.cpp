@@ -16,9 +16,9 @@ struct PassResult {
   std::vector<float> grads;
 };
 
-PassResult ForwardBackward(Backend* backend, const ModelConfig& config, const std::vector<float>& params,
-                    const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
-                    int B, int T) {
+PassResult ForwardBackward(Backend* backend, const ModelConfig& config,
+                           const std::vector<float>& params, const std::vector<int32_t>& tokens,
+                           const std::vector<int32_t>& targets, int B, int T) {
   ModelPartition part;
   part.num_layers = config.num_layers;
   std::unique_ptr<GptModel> model;
@@ -40,7 +40,7 @@ TEST(GpuModel, LossAndEveryGradientMatchTheCpuPath) {
   ModelConfig config;
   config.vocab_size = 1000;  // padded to 1024
   config.hidden_size = 128;
-  config.num_heads = 2;      // head size 64
+  config.num_heads = 2;  // head size 64
   config.num_layers = 2;
   config.max_seq_len = 128;
   const int B = 2, T = 77;

@@ -5,7 +5,6 @@
 
 #include <array>
 #include <chrono>
-
 #include <string>
 #include <vector>
 

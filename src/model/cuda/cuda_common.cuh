@@ -2,14 +2,12 @@
 // and block reductions, and launch-size arithmetic. Included by .cu files only.
 #pragma once
 
-#include <cstdint>
-#include <initializer_list>
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
 #include <cstdint>
+#include <initializer_list>
 
 #include "common/tensor.h"
 

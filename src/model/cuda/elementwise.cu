@@ -47,11 +47,11 @@ template <typename T, typename Op>
 void LaunchBinary(T* out, const T* a, const T* b, int64_t n, Op op, cudaStream_t stream) {
   if (Vectorisable<T>(n, {out, a, b})) {
     const int64_t vectors = n / Vec16<T>::kCount;
-    BinaryKernel<T, true><<<GridStrideBlocks(vectors, kThreads), kThreads, 0, stream>>>(
-        out, a, b, vectors, op);
+    BinaryKernel<T, true>
+        <<<GridStrideBlocks(vectors, kThreads), kThreads, 0, stream>>>(out, a, b, vectors, op);
   } else {
-    BinaryKernel<T, false><<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(out, a, b, n,
-                                                                                   op);
+    BinaryKernel<T, false>
+        <<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(out, a, b, n, op);
   }
 }
 
@@ -78,10 +78,10 @@ cudaError_t LaunchGeluForward(DType dtype, void* out, const void* in, int64_t n,
 
 cudaError_t LaunchGeluBackward(DType dtype, void* dx, const void* dy, const void* pre_act,
                                int64_t n, cudaStream_t stream) {
-  TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
-                              LaunchBinary(static_cast<E*>(dx), static_cast<const E*>(dy),
-                                           static_cast<const E*>(pre_act), n, GeluBackwardOp(),
-                                           stream));
+  TRAINER_DISPATCH_FLOAT_TYPE(
+      dtype, E,
+      LaunchBinary(static_cast<E*>(dx), static_cast<const E*>(dy), static_cast<const E*>(pre_act),
+                   n, GeluBackwardOp(), stream));
   return cudaGetLastError();
 }
 

@@ -92,8 +92,10 @@ __device__ void LayerNormBackwardRow(T* din, const T* dout, const T* in, const T
       const float dn = ToFloat(g.v[k]) * ToFloat(w.v[k]);
       d.v[k] = FromFloat<T>(ToFloat(d.v[k]) + s * (dn - mean_dn - n * mean_dn_n));
     }
-    if (kVector) Store16(din + c0, d);
-    else din[c0] = d.v[0];
+    if (kVector)
+      Store16(din + c0, d);
+    else
+      din[c0] = d.v[0];
   }
 }
 
@@ -154,8 +156,7 @@ cudaError_t LaunchLayerNormBackward(DType dtype, void* din, float* dweight, floa
   const int tiles = static_cast<int>(CeilDiv(N, kTileRows));
   const int threads = 256;
   TRAINER_DISPATCH_FLOAT_TYPE(
-      dtype, E,
-      const bool vector = C % (16 / sizeof(E)) == 0;
+      dtype, E, const bool vector = C % (16 / sizeof(E)) == 0;
       auto kernel = vector ? LayerNormBackwardKernel<E, true> : LayerNormBackwardKernel<E, false>;
       kernel<<<tiles, threads, 0, stream>>>(static_cast<E*>(din), scratch,
                                             static_cast<const E*>(dout), static_cast<const E*>(in),
