@@ -42,6 +42,12 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
         "with -DTRAINER_CUDA=ON or set Global.device=cpu");
   // One GPU per rank: the local rank's GPU, or the only GPU this rank sees (Slurm's
   // --gpus-per-task / --gpu-bind give each rank its own CUDA_VISIBLE_DEVICES).
+  const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible == 0)
+    return EnvironmentError(StrFormat(
+        "Global.device=cuda but no GPU is visible (rank %d on %s, CUDA_VISIBLE_DEVICES=%s). Run "
+        "on a GPU node (check the driver with nvidia-smi), or set Global.device=cpu or auto",
+        runtime->rank(), runtime->host().c_str(), cvd ? cvd : "unset"));
   if (visible == 1) {
     device = 0;
   } else if (runtime->local_rank() < visible) {
@@ -51,8 +57,7 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
         "%d ranks on host %s but only %d GPU(s) visible to rank %d (CUDA_VISIBLE_DEVICES=%s). "
         "Start one rank per GPU (e.g. --ntasks-per-node=%d)",
         runtime->local_size(), runtime->host().c_str(), visible, runtime->rank(),
-        std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset",
-        visible));
+        cvd ? cvd : "unset", visible));
   }
   const bool bf16 = config.engine.mix_precision == "bf16";
   LogInfo(StrFormat("device: cuda (%s compute, fp32 master weights), %d GPU(s) per host",
