@@ -39,5 +39,8 @@ expect not_hdf5 3 "garbage.h5" 2 train "${SMALL[@]}" -o Data.train_path=garbage.
 expect vocab_too_small 3 "vocab" 2 train "${SMALL[@]}" -o Model.vocab_size=200
 expect data_too_short 3 "data.h5" 2 train "${SMALL[@]}" -o Model.max_seq_len=2048 -o Global.global_batch_size=512 -o Global.micro_batch_size=1
 expect unknown_command 2 "unknown command" 1 frobnicate
+if ! nvidia-smi -L > /dev/null 2>&1; then  # a GPU asked for where there is none
+  expect no_gpu 5 "no GPU is visible\|built without CUDA" 2 train "${SMALL[@]}" -o Global.device=cuda
+fi
 expect resume_missing 4 "does not exist" 2 train "${SMALL[@]}" --resume nowhere/step-00000001
 echo "$checks bad inputs rejected with one clear line"
