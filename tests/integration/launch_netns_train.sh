@@ -35,14 +35,6 @@ grep -qE "^  rank +0  host $host1 " "$scratch/hosts.out" || fail "rank 0 did not
 grep -qE "^  rank +1  host $host2 " "$scratch/hosts.out" || fail "rank 1 did not run on $host2 (see $scratch/hosts.out)"
 echo "ok: mpirun --hostfile ran rank 0 on $host1 and rank 1 on $host2"
 
-logged=$(step_losses "$scratch/hosts/metrics.jsonl" | wc -l)
-[[ $logged -eq $steps ]] || fail "the run over two hosts logged $logged steps, expected $steps"
-compare_step_losses "$scratch/hosts/metrics.jsonl" "$scratch/local/metrics.jsonl" 1e-5 ||
-  fail "the losses over two hosts differ from the single-host run"
-checkpoint() { find "$1/checkpoints" -path "*step-*$steps/checkpoint.h5" | head -n 1; }
-hosts_checkpoint=$(checkpoint "$scratch/hosts") local_checkpoint=$(checkpoint "$scratch/local")
-[[ -n $hosts_checkpoint && -n $local_checkpoint ]] || fail "no step-$steps checkpoint in $scratch/hosts or $scratch/local"
-"${COMPARE_CHECKPOINTS:-compare_checkpoints}" "$hosts_checkpoint" "$local_checkpoint" 1e-5 1e-3 ||
-  fail "the checkpoint written over two hosts differs from the single-host one"
+expect_same_run "$scratch/hosts" "$scratch/local" "$steps" "the run over two hosts"
 echo "ok: losses and checkpoint equal to the single-host 2-rank run"
 echo "PASS"

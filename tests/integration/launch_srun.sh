@@ -47,14 +47,6 @@ timeout --kill-after=5 60 srun --mpi=pmix -n 2 "$trainer" "${args[@]}" \
   -o Engine.output_dir="$scratch/srun" >"$scratch/srun.out" 2>&1 ||
   fail "srun --mpi=pmix -n 2 trainer train failed: $(tail -n 20 "$scratch/srun.out")"
 grep -q "^rank map (2 ranks" "$scratch/srun.out" || fail "the srun run was not one world of 2 ranks (see $scratch/srun.out)"
-logged=$(step_losses "$scratch/srun/metrics.jsonl" | wc -l)
-[[ $logged -eq $steps ]] || fail "the srun run logged $logged steps, expected $steps"
-compare_step_losses "$scratch/srun/metrics.jsonl" "$scratch/mpiexec/metrics.jsonl" 1e-5 ||
-  fail "the losses under srun differ from the mpiexec run"
-checkpoint() { find "$1/checkpoints" -path "*step-*$steps/checkpoint.h5" | head -n 1; }
-srun_checkpoint=$(checkpoint "$scratch/srun") mpiexec_checkpoint=$(checkpoint "$scratch/mpiexec")
-[[ -n $srun_checkpoint && -n $mpiexec_checkpoint ]] || fail "no step-$steps checkpoint in $scratch/srun or $scratch/mpiexec"
-"${COMPARE_CHECKPOINTS:-compare_checkpoints}" "$srun_checkpoint" "$mpiexec_checkpoint" 1e-5 1e-3 ||
-  fail "the checkpoint written under srun differs from the mpiexec one"
+expect_same_run "$scratch/srun" "$scratch/mpiexec" "$steps" "the srun run"
 echo "ok: srun --mpi=pmix -n 2 trainer train: losses and checkpoint equal to mpiexec -n 2"
 echo "PASS"

@@ -131,3 +131,20 @@ compare_step_losses() {
                  n, (from > 1 ? from : 1), last, worst, at, tol;
           exit (bad || worst > tol) ? 1 : 0 }' <(step_losses "$2") <(step_losses "$1")
 }
+
+# expect_same_run RUN REFERENCE STEPS WHAT: the run in folder RUN logged STEPS losses equal to
+# REFERENCE's (relative 1e-5) and wrote a final checkpoint equal to REFERENCE's.
+expect_same_run() {
+  local run=$1 reference=$2 steps=$3 what=$4
+  local logged
+  logged=$(step_losses "$run/metrics.jsonl" | wc -l)
+  [[ $logged -eq $steps ]] || fail "$what logged $logged steps, expected $steps"
+  compare_step_losses "$run/metrics.jsonl" "$reference/metrics.jsonl" 1e-5 ||
+    fail "the losses of $what differ from $reference"
+  local a b
+  a=$(find "$run/checkpoints" -path "*step-*$steps/checkpoint.h5" | head -n 1)
+  b=$(find "$reference/checkpoints" -path "*step-*$steps/checkpoint.h5" | head -n 1)
+  [[ -n $a && -n $b ]] || fail "no step-$steps checkpoint in $run or $reference"
+  "${COMPARE_CHECKPOINTS:-compare_checkpoints}" "$a" "$b" 1e-5 1e-3 ||
+    fail "the checkpoint written by $what differs from $reference's"
+}
