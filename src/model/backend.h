@@ -128,6 +128,18 @@ class Backend {
                                       Tensor sums, Tensor targets, int vocab_start, int vocab_size,
                                       float dloss_scale) = 0;
 
+  // All of the above at once for a rank that holds the whole vocabulary (vocab_start 0, no TP):
+  // losses, and dlogits when not empty. row_max (N) and sums (2,N) are scratch. The default runs
+  // the three passes; the GPU does it in one pass over the logits where a row fits on chip.
+  virtual Status CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
+                                   Tensor sums, Tensor targets, int vocab_size,
+                                   float dloss_scale) {
+    TRAINER_RETURN_IF_ERROR(CrossEntropyRowMax(row_max, logits, 0, vocab_size));
+    TRAINER_RETURN_IF_ERROR(CrossEntropySums(sums, logits, row_max, targets, 0, vocab_size));
+    return CrossEntropyBackward(losses, dlogits, logits, row_max, sums, targets, 0, vocab_size,
+                                dloss_scale);
+  }
+
   // ---- optimizer ----
   // One AdamW step over contiguous f32 spans (master, grad, m, v: n elements); writes the
   // compute-dtype copy `param` (n elements) from the updated master.

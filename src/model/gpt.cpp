@@ -274,6 +274,11 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
 Status GptModel::CrossEntropy(Tensor targets, float dloss_scale) {
   const int N = B_ * T_, V = config_.vocab_size;
   Tensor flat_targets(targets.data, DType::kI32, {N});
+  if (tp_ == nullptr || tp_->size() == 1)  // the whole vocabulary here: one pass
+    return backend_->CrossEntropyFused(scratch_.losses,
+                                       dloss_scale != 0.f ? scratch_.logits : Tensor(),
+                                       scratch_.logits, scratch_.row_max, scratch_.sums,
+                                       flat_targets, V, dloss_scale);
   TRAINER_RETURN_IF_ERROR(
       backend_->CrossEntropyRowMax(scratch_.row_max, scratch_.logits, VocabStart(), V));
   if (tp_ != nullptr && tp_->size() > 1)

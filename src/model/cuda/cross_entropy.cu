@@ -111,7 +111,76 @@ __global__ void BackwardKernel(float* losses, T* dlogits, const T* logits, const
     drow[c] = FromFloat<T>(grad(c, ToFloat(row[c])));
 }
 
+// The whole row in one block (one pass over global memory): the row is staged in shared memory,
+// then max, sum of exp and the target's logit come from there, and the loss and gradient are
+// written out. For ranks holding the whole vocabulary (no TP) when the row fits in shared memory.
+template <typename T>
+__global__ void FusedKernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
+                            int vocab_local, int vocab_size, float dloss_scale) {
+  extern __shared__ int4 staged_raw[];
+  T* staged = reinterpret_cast<T*>(staged_raw);
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * vocab_local;
+  const int real = vocab_size < vocab_local ? vocab_size : vocab_local;
+  const int packs = vocab_local / kPack<T>;  // vocab_local is a multiple of the pack (launcher)
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < packs; i += blockDim.x) {
+    int4 raw = reinterpret_cast<const int4*>(row)[i];
+    staged_raw[i] = raw;
+    const T* values = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k)
+      if (i * kPack<T> + k < real) m = fmaxf(m, ToFloat(values[k]));
+  }
+  m = BlockMax(m, scratch);  // also orders the staging before the reads below
+  float s = 0.f;
+  for (int c = threadIdx.x; c < real; c += blockDim.x) s += expf(ToFloat(staged[c]) - m);
+  s = BlockSum(s, scratch);
+  const int t = targets[r];
+  if (threadIdx.x == 0) losses[r] = logf(s) + m - ToFloat(staged[t]);
+  if (dlogits == nullptr) return;
+  const float inv_sum = 1.f / s;
+  T* drow = dlogits + r * vocab_local;
+  for (int i = threadIdx.x; i < packs; i += blockDim.x) {
+    int4 raw = staged_raw[i];
+    T* values = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) {
+      const int c = i * kPack<T> + k;
+      const float g = c < real ? dloss_scale * (expf(ToFloat(values[k]) - m) * inv_sum -
+                                                (c == t ? 1.f : 0.f))
+                               : 0.f;
+      values[k] = FromFloat<T>(g);
+    }
+    reinterpret_cast<int4*>(drow)[i] = raw;
+  }
+}
+
 }  // namespace
+
+bool LaunchCrossEntropyFused(DType dtype, float* losses, void* dlogits, const void* logits,
+                             const int32_t* targets, int64_t N, int vocab_local, int vocab_size,
+                             float dloss_scale, cudaStream_t stream, cudaError_t* error) {
+  const size_t element = DTypeSize(dtype);
+  const size_t bytes = static_cast<size_t>(vocab_local) * element;
+  int device = 0, max_shared = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  const bool fits = bytes % 16 == 0 && bytes + 1024 <= static_cast<size_t>(max_shared) &&
+                    reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(dlogits) % 16 == 0;
+  if (!fits) return false;
+  TRAINER_DISPATCH_FLOAT_TYPE(
+      dtype, E,
+      *error = cudaFuncSetAttribute(FusedKernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes));
+      if (*error == cudaSuccess) FusedKernel<E><<<static_cast<unsigned>(N), kThreads, bytes, stream>>>(
+          losses, static_cast<E*>(dlogits), static_cast<const E*>(logits), targets, vocab_local,
+          vocab_size, dloss_scale));
+  if (*error == cudaSuccess) *error = cudaGetLastError();
+  return true;
+}
 
 cudaError_t LaunchCrossEntropyRowMax(DType dtype, float* row_max, const void* logits, int64_t N,
                                      int vocab_local, int vocab_start, int vocab_size,

@@ -90,6 +90,9 @@ class CudaBackend final : public Backend {
   Status CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
                               Tensor sums, Tensor targets, int vocab_start, int vocab_size,
                               float dloss_scale) override;
+  Status CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
+                           Tensor sums, Tensor targets, int vocab_size,
+                           float dloss_scale) override;
   Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
                const AdamWParams& p) override;
   Status SumSquares(Tensor x, double* out) override;

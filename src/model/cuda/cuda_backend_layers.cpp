@@ -384,4 +384,25 @@ Status CudaBackend::CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor l
   return Status::Ok();
 }
 
+Status CudaBackend::CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits,
+                                      Tensor row_max, Tensor sums, Tensor targets, int vocab_size,
+                                      float dloss_scale) {
+  const char* op = "CrossEntropyFused";
+  TRAINER_RETURN_IF_ERROR(CheckVocabulary(op, 0, vocab_size));
+  const int64_t N = Rows(logits), V = Cols(logits);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
+  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dlogits", dlogits, compute_, N * V));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "targets", targets, DType::kI32, N));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "losses", losses, DType::kF32, N));
+  cudaError_t error = cudaSuccess;
+  if (cuda::LaunchCrossEntropyFused(compute_, losses.as<float>(), dlogits.data, logits.data,
+                                    targets.as<int32_t>(), N, static_cast<int>(V), vocab_size,
+                                    dloss_scale, stream_, &error)) {
+    CUDA_CHECK(error);
+    return Status::Ok();
+  }
+  return Backend::CrossEntropyFused(losses, dlogits, logits, row_max, sums, targets, vocab_size,
+                                    dloss_scale);
+}
+
 }  // namespace trainer

@@ -81,6 +81,11 @@ cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void*
                                             cudaStream_t stream);
 
 // ---- cross_entropy.cu (block per row; see Backend::CrossEntropy* for the three passes) ----
+// One pass for a rank that holds the whole vocabulary, when a row fits in shared memory; false
+// (nothing launched) otherwise. *error: the launch's result.
+bool LaunchCrossEntropyFused(DType dtype, float* losses, void* dlogits, const void* logits,
+                             const int32_t* targets, int64_t N, int vocab_local, int vocab_size,
+                             float dloss_scale, cudaStream_t stream, cudaError_t* error);
 cudaError_t LaunchCrossEntropyRowMax(DType dtype, float* row_max, const void* logits, int64_t N,
                                      int vocab_local, int vocab_start, int vocab_size,
                                      cudaStream_t stream);
