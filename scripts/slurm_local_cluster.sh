@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real one-machine Slurm cluster for tests and demos: writes a slurm.conf for this host into a
 # state folder, starts its own munged (own socket), slurmctld and slurmd as root, waits until the
-# node is idle, and stops them again by their PID files. Installs nothing (scripts/install_slurm.sh
+# node is idle, and stops them again by their PID files. Installs nothing (scripts/install_deps.sh --tests
 # does). All daemon traffic stays on 127.0.0.1.
 #
 #   scripts/slurm_local_cluster.sh start  STATE_DIR   # then: export SLURM_CONF=STATE_DIR/slurm.conf
@@ -106,7 +106,7 @@ start() {
   [[ $(id -u) -eq 0 ]] || die "starting the local Slurm cluster ($state): not root. Run it as root."
   local tool
   for tool in munged slurmctld slurmd sinfo; do
-    command -v "$tool" >/dev/null || die "starting the local Slurm cluster: $tool not found. Run scripts/install_slurm.sh."
+    command -v "$tool" >/dev/null || die "starting the local Slurm cluster: $tool not found. Run scripts/install_deps.sh --tests."
   done
   if pid_alive "$state/slurmctld.pid" || pid_alive "$state/slurmd.pid"; then
     die "starting the local Slurm cluster ($state): daemons from this state folder already run. Run '$0 stop $state' first."

@@ -1,6 +1,6 @@
 # Launcher tests (label slurm): a real one-node Slurm cluster (scripts/slurm_local_cluster.sh) and
 # network-namespace hosts for mpirun --hostfile (scripts/netns_hosts.sh). They need root, Slurm,
-# munge and iproute2 (scripts/install_slurm.sh) and skip (77) without them; slurm_train also skips
+# munge and iproute2 (scripts/install_deps.sh --tests) and skip (77) without them; slurm_train also skips
 # until the trainer has its train and pack subcommands. Each stops what it started.
 # TIMEOUTs exceed the sum of each script's own time limits, so that a slow run still ends in the
 # script's cleanup rather than in CTest's kill (which would leave the daemons running).

@@ -16,7 +16,7 @@ require_root() { [[ $(id -u) -eq 0 ]] || skip "needs root"; }
 require_tools() {
   local tool
   for tool in "$@"; do
-    command -v "$tool" >/dev/null || skip "$tool not found (scripts/install_slurm.sh installs Slurm, munge and iproute2)"
+    command -v "$tool" >/dev/null || skip "$tool not found (scripts/install_deps.sh --tests installs Slurm, munge and iproute2)"
   done
 }
 
