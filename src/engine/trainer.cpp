@@ -32,6 +32,13 @@ Status Trainer::Setup() {
   const int micro = config_.gradient_accumulation_steps();
   const int slots = PipelineStage::NumSlots(c.pp, topo.pp, micro);
   TRAINER_RETURN_IF_ERROR(OpenData());  // cheap checks first
+  // One arena for the model's buffers and the optimizer's master weights and moments.
+  const size_t optimizer_bytes = Backend::AllocationSize(
+      TotalLocalElements(BuildParameterList(config_.model, part)) * sizeof(float));
+  TRAINER_RETURN_IF_ERROR(backend_->ReserveArena(
+      GptModel::BufferBytes(config_.model, part, backend_, config_.global.micro_batch_size,
+                            config_.model.sequence_length(), slots) +
+      3 * optimizer_bytes));
   TRAINER_RETURN_IF_ERROR(GptModel::Create(config_.model, part, backend_, groups_.tp,
                                            config_.global.micro_batch_size,
                                            config_.model.sequence_length(), slots, &model_));

@@ -42,6 +42,11 @@ class Backend {
 
   // ---- memory (allocation happens at setup, never inside the step loop) ----
   virtual Status Allocate(size_t bytes, void** out) = 0;  // zero-filled, 256-byte aligned
+  // One arena for what Allocate will be asked for (sized at setup, so the buffers neither
+  // fragment the device memory nor cost a cudaMalloc each). A no-op on the CPU.
+  virtual Status ReserveArena(size_t bytes) { return Status::Ok(); }
+  // Bytes Allocate hands out for `bytes` (its alignment), for sizing the arena.
+  static size_t AllocationSize(size_t bytes) { return (bytes + 255) / 256 * 256; }
   virtual void Free(void* ptr) = 0;
   virtual Status CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual Status CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;

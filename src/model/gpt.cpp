@@ -41,12 +41,36 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
 
 Tensor GptModel::Alloc(std::initializer_list<int64_t> shape, DType dtype) {
   Tensor t(nullptr, dtype, shape);
+  if (sizing_only_) {  // count, and hand out a placeholder that is never dereferenced
+    sized_bytes_ += Backend::AllocationSize(t.bytes());
+    t.data = reinterpret_cast<void*>(Backend::AllocationSize(1));
+    return t;
+  }
   void* p = nullptr;
   Status s = backend_->Allocate(t.bytes(), &p);
-  if (!s.ok()) return Tensor();
+  if (!s.ok()) {
+    if (alloc_status_.ok()) alloc_status_ = s;
+    return Tensor();
+  }
   allocations_.push_back(p);
   t.data = p;
   return t;
+}
+
+size_t GptModel::BufferBytes(const ModelConfig& config, const ModelPartition& partition,
+                             Backend* backend, int micro_batch, int seq_len, int num_slots) {
+  GptModel sizing;
+  sizing.config_ = config;
+  sizing.partition_ = partition;
+  sizing.backend_ = backend;
+  sizing.B_ = micro_batch;
+  sizing.T_ = seq_len;
+  sizing.num_slots_ = num_slots;
+  sizing.params_ = BuildParameterList(config, partition);
+  sizing.sizing_only_ = true;
+  Status ignored = sizing.AllocateBuffers();
+  (void)ignored;
+  return sizing.sized_bytes_;
 }
 
 namespace {
@@ -168,6 +192,7 @@ Status GptModel::AllocateBuffers() {
     scratch_.sums = Alloc({2, N}, DType::kF32);
     host_losses_.resize(N);
   }
+  if (!alloc_status_.ok()) return alloc_status_;
   for (void* p : allocations_)
     if (p == nullptr) return RuntimeError("model buffers: allocation failed");
   if (allocations_.size() < 2 || param_buffer_.empty() || grad_buffer_.empty() ||

@@ -32,6 +32,10 @@ class GptModel {
                        std::unique_ptr<GptModel>* out);
   ~GptModel();
 
+  // Bytes that Create's buffers take on `backend` (for Backend::ReserveArena).
+  static size_t BufferBytes(const ModelConfig& config, const ModelPartition& partition,
+                            Backend* backend, int micro_batch, int seq_len, int num_slots);
+
   const ModelConfig& config() const { return config_; }
   const ModelPartition& partition() const { return partition_; }
   const std::vector<ParameterInfo>& parameters() const { return params_; }
@@ -89,6 +93,9 @@ class GptModel {
   std::vector<ParameterInfo> params_;
   Tensor param_buffer_, grad_buffer_;
   std::vector<void*> allocations_;
+  bool sizing_only_ = false;  // BufferBytes: Alloc counts instead of allocating
+  size_t sized_bytes_ = 0;
+  Status alloc_status_;       // the first failed allocation
   std::vector<BlockWeights> layer_weights_, layer_grads_;  // by local layer index
 
   struct Slot {

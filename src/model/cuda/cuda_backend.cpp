@@ -73,6 +73,7 @@ CudaBackend::~CudaBackend() {
   if (staging_) cudaFreeHost(staging_);
   if (host_result_) cudaFreeHost(host_result_);
   if (scratch_) cudaFree(scratch_);
+  if (arena_) cudaFree(arena_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -101,9 +102,25 @@ Status CudaBackend::Scratch(size_t bytes, void** out) {
 
 // ---- memory ----
 
+Status CudaBackend::ReserveArena(size_t bytes) {
+  if (arena_ != nullptr || bytes == 0) return Status::Ok();
+  void* arena = nullptr;
+  TRAINER_RETURN_IF_ERROR(Allocate(bytes, &arena));  // cudaMalloc + zero fill
+  arena_ = static_cast<char*>(arena);
+  arena_size_ = bytes;
+  arena_used_ = 0;
+  return Status::Ok();
+}
+
 Status CudaBackend::Allocate(size_t bytes, void** out) {
   *out = nullptr;
   if (bytes == 0) return Status::Ok();
+  const size_t rounded = AllocationSize(bytes);
+  if (arena_ != nullptr && arena_used_ + rounded <= arena_size_) {  // zero-filled at reservation
+    *out = arena_ + arena_used_;
+    arena_used_ += rounded;
+    return Status::Ok();
+  }
   const cudaError_t e = cudaMalloc(out, bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -122,6 +139,8 @@ Status CudaBackend::Allocate(size_t bytes, void** out) {
 
 void CudaBackend::Free(void* ptr) {
   if (ptr == nullptr) return;
+  const char* p = static_cast<const char*>(ptr);
+  if (arena_ != nullptr && p >= arena_ && p < arena_ + arena_size_) return;  // the arena's
   cudaStreamSynchronize(stream_);
   cudaFree(ptr);
 }

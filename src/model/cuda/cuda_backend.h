@@ -52,6 +52,7 @@ class CudaBackend final : public Backend {
   bool device_memory() const override { return true; }
 
   Status Allocate(size_t bytes, void** out) override;
+  Status ReserveArena(size_t bytes) override;
   void Free(void* ptr) override;
   Status CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
   Status CopyToHost(void* host_dst, const void* src, size_t bytes) override;
@@ -110,6 +111,8 @@ class CudaBackend final : public Backend {
   DType compute_;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
+  char* arena_ = nullptr;  // ReserveArena: Allocate bumps through it, Free leaves it alone
+  size_t arena_size_ = 0, arena_used_ = 0;
   size_t scratch_bytes_ = 0;
   double* host_result_ = nullptr;  // pinned, for SumSquares
   // Two pinned slots for small host-to-device copies (token batches), so that CopyToDevice
