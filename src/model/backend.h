@@ -91,6 +91,13 @@ class Backend {
                                 Tensor weight) = 0;
   // out = GELU(in) (tanh approximation), for activation recomputation; out may alias in.
   virtual Status GeluForward(Tensor out, Tensor in) = 0;
+  // MatmulBackward where `in` is GELU(gelu_pre_act): din (N,C) = (dout @ weight) * GELU'(pre_act),
+  // the gradient before the GELU (one pass on the GPU: cuBLASLt's DGELU epilogue).
+  virtual Status MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                                           Tensor in, Tensor weight, Tensor gelu_pre_act) {
+    TRAINER_RETURN_IF_ERROR(MatmulBackward(din, dweight, dbias, dout, in, weight));
+    return GeluBackward(din, din, gelu_pre_act);
+  }
   // dx (N,D) = dy * GELU'(pre_act) (tanh approximation); dx may alias dy.
   virtual Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
 

@@ -76,9 +76,8 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   Tensor dln;
   // MLP half: residual_out = residual_mid + fcproj(gelu(fc(ln2(residual_mid)))).
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
-  TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.dfc, g.fcproj_w, g.fcproj_b, dres_all, a.fc_out, w.fcproj_w));
-  TRAINER_RETURN_IF_ERROR(be->GeluBackward(s.dfc, s.dfc, a.fc_pre));
+  TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(s.dfc, g.fcproj_w, g.fcproj_b, dres_all,
+                                                        a.fc_out, w.fcproj_w, a.fc_pre));
   TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfc, a.ln2_out, w.fc_w));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
   TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln2_w, g.ln2_b, dln, a.residual_mid,

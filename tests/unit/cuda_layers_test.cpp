@@ -162,6 +162,20 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   if (c.bias) {
     EXPECT_RELATIVE_ERROR_BELOW(Minus(g_db->Download(), db0), Minus(db, db0), 1e-4);
   }
+  // Backward through a GELU that produced `in`: din before the GELU, against the CPU's
+  // MatmulBackward followed by GeluBackward (pre-activations: the input itself, any values do).
+  std::vector<float> din_gelu(N * C), dw_gelu = dw0, db_gelu = db0;
+  ASSERT_STATUS_OK(cpu_->MatmulBackwardThroughGelu(
+      HostView(din_gelu, {N, C}), HostView(dw_gelu, {OC, C}),
+      c.bias ? HostView(db_gelu, {OC}) : no_tensor, HostView(dout, {N, OC}), HostView(in, {N, C}),
+      HostView(weight, {OC, C}), HostView(in, {N, C})));
+  auto g_din_gelu = Compute(std::vector<float>(N * C), {N, C});
+  auto g_dw_gelu = F32(dw0, {OC, C}), g_db_gelu = F32(db0, {OC});
+  ASSERT_STATUS_OK(gpu_->MatmulBackwardThroughGelu(
+      g_din_gelu->tensor(), g_dw_gelu->tensor(), c.bias ? g_db_gelu->tensor() : no_tensor,
+      g_dout->tensor(), g_in->tensor(), g_w->tensor(), g_in->tensor()));
+  EXPECT_RELATIVE_ERROR_BELOW(g_din_gelu->Download(), din_gelu, 1e-2);
+  EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dw_gelu->Download(), dw0), Minus(dw_gelu, dw0), 1e-3);
   const CudaPathCounts& p = gpu_->path_counts();
   std::printf(
       "[matmul paths] N=%d C=%d OC=%d bias=%d gelu=%d epilogues=%d: gelu_epilogue=%d "

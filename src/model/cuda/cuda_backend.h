@@ -77,6 +77,8 @@ class CudaBackend final : public Backend {
                        Activation act) override;
   Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                         Tensor weight) override;
+  Status MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                                   Tensor in, Tensor weight, Tensor gelu_pre_act) override;
   Status GeluForward(Tensor out, Tensor in) override;
   Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) override;
@@ -104,6 +106,9 @@ class CudaBackend final : public Backend {
   static constexpr size_t kStagingSlotBytes = 4u << 20;
 
   CudaBackend(int device, DType compute);  // out of line: members' types are incomplete here
+  // MatmulBackward, with din multiplied by GELU'(gelu_pre_act) when that is given.
+  Status MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                            Tensor weight, Tensor gelu_pre_act);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
   Status Scratch(size_t bytes, void** out);
 

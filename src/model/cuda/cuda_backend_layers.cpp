@@ -160,6 +160,17 @@ Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor 
 
 Status CudaBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                                    Tensor weight) {
+  return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, Tensor());
+}
+
+Status CudaBackend::MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias,
+                                              Tensor dout, Tensor in, Tensor weight,
+                                              Tensor gelu_pre_act) {
+  return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, gelu_pre_act);
+}
+
+Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                                       Tensor in, Tensor weight, Tensor gelu_pre_act) {
   const char* op = "MatmulBackward";
   const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
@@ -180,8 +191,26 @@ Status CudaBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Ten
     g.d = din.data;
     g.d_dtype = compute_;
     g.ldd = C;
-    TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
-    if (!supported) return OpError(op, "cuBLASLt has no algorithm for din");
+    const bool gelu = !gelu_pre_act.empty();
+    if (gelu) TRAINER_RETURN_IF_ERROR(CheckTensor(op, "gelu_pre_act", gelu_pre_act, compute_, N * C));
+    if (gelu && matmul_epilogues_) {  // din = GELU'(pre_act) * (W dout^T) in the GEMM's epilogue
+      g.epilogue = cuda::GemmEpilogue::kDGelu;
+      g.aux = gelu_pre_act.data;
+      g.aux_ld = C;
+      TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+      if (supported) ++counts_.gelu_epilogue;
+      g.epilogue = cuda::GemmEpilogue::kNone;
+      g.aux = nullptr;
+    }
+    if (!supported) {
+      TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+      if (!supported) return OpError(op, "cuBLASLt has no algorithm for din");
+      if (gelu) {
+        CUDA_CHECK(cuda::LaunchGeluBackward(compute_, din.data, din.data, gelu_pre_act.data,
+                                            N * C, stream_));
+        ++counts_.gelu_kernel;
+      }
+    }
   }
 
   void* scratch = nullptr;

@@ -45,6 +45,8 @@ cublasLtEpilogue_t LtEpilogue(GemmEpilogue e) {
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case GemmEpilogue::kBiasGradient:
       return CUBLASLT_EPILOGUE_BGRADB;
+    case GemmEpilogue::kDGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
     case GemmEpilogue::kNone:
       break;
   }
@@ -52,10 +54,11 @@ cublasLtEpilogue_t LtEpilogue(GemmEpilogue e) {
 }
 
 bool HasBias(GemmEpilogue e) {
-  return e != GemmEpilogue::kNone && e != GemmEpilogue::kGeluAux;
+  return e != GemmEpilogue::kNone && e != GemmEpilogue::kGeluAux && e != GemmEpilogue::kDGelu;
 }
 bool HasAux(GemmEpilogue e) {
-  return e == GemmEpilogue::kGeluAux || e == GemmEpilogue::kGeluAuxBias;
+  return e == GemmEpilogue::kGeluAux || e == GemmEpilogue::kGeluAuxBias ||
+         e == GemmEpilogue::kDGelu;
 }
 
 std::vector<int64_t> PlanKey(const Gemm& g) {

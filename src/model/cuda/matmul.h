@@ -23,6 +23,7 @@ enum class GemmEpilogue {
   kGeluAux,       // D = GELU(AB), aux = AB
   kGeluAuxBias,   // D = GELU(AB + bias), aux = AB + bias
   kBiasGradient,  // D = AB (+ beta D); bias = sums of op(B) over k (length n), overwritten
+  kDGelu,         // D = GELU'(aux) * AB, aux = the GELU's input (dtype of D)
 };
 
 struct GemmOperand {
@@ -44,7 +45,7 @@ struct Gemm {
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   void* bias = nullptr;  // bias input, or bias-gradient output
   DType bias_dtype = DType::kBF16;
-  void* aux = nullptr;  // GELU pre-activation output, dtype of D, leading dimension aux_ld
+  void* aux = nullptr;  // GELU pre-activation (output; input for kDGelu), dtype of D, ld aux_ld
   int64_t aux_ld = 0;
 };
 
