@@ -5,3 +5,4 @@ trainer_script_test(resume_exact SCRIPT resume_exact.sh LABELS "e2e;mpi" TIMEOUT
 trainer_script_test(bad_inputs SCRIPT bad_inputs.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(shakespeare SCRIPT shakespeare.sh LABELS "e2e;mpi" TIMEOUT 400)
 trainer_script_test(watchdog SCRIPT watchdog.sh LABELS "e2e;mpi" TIMEOUT 120)
+trainer_script_test(tensorboard SCRIPT tensorboard.sh LABELS "e2e" TIMEOUT 120)

@@ -53,6 +53,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Engine, engine, output_dir),
     CONFIG_KEY(Engine, engine, mix_precision),
     CONFIG_KEY(Engine, engine, watchdog_s),
+    CONFIG_KEY(Engine, engine, tensorboard),
     CONFIG_KEY(Engine, engine, profile),
     CONFIG_KEY(Engine, engine, peak_tflops),
 

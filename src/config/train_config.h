@@ -58,6 +58,7 @@ struct EngineConfig {
   std::string output_dir = "out";
   std::string mix_precision = "bf16";  // bf16 | fp32 (the CPU path is always fp32)
   double watchdog_s = 900;     // abort all ranks when a step makes no progress this long; 0: off
+  bool tensorboard = true;     // also write the metrics as TensorBoard scalars
   bool profile = false;        // time the phases of each step (CUDA events) and report them
   double peak_tflops = 989.0;  // dense bf16 peak of one GPU, for MFU (H100/H200 SXM: 989)
 };

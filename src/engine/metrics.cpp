@@ -11,7 +11,7 @@
 
 namespace trainer {
 
-Status MetricsWriter::Open(const std::string& output_dir, bool enabled,
+Status MetricsWriter::Open(const std::string& output_dir, bool enabled, bool tensorboard,
                            std::unique_ptr<MetricsWriter>* out) {
   std::unique_ptr<MetricsWriter> w(new MetricsWriter());
   if (enabled) {
@@ -23,6 +23,9 @@ Status MetricsWriter::Open(const std::string& output_dir, bool enabled,
           StrFormat("cannot open %s for appending: %s (Engine.output_dir). "
                     "Choose a writable Engine.output_dir",
                     w->path_.c_str(), std::strerror(errno)));
+    if (tensorboard)
+      TRAINER_RETURN_IF_ERROR(
+          TensorBoardWriter::Open(output_dir + "/tensorboard", &w->tensorboard_));
   }
   *out = std::move(w);
   return Status::Ok();
@@ -33,6 +36,17 @@ MetricsWriter::~MetricsWriter() {
 }
 
 Status MetricsWriter::Write(const std::vector<std::pair<std::string, double>>& record) {
+  if (tensorboard_) {  // every value but the step is a scalar named by its key
+    int64_t step = 0;
+    std::vector<std::pair<std::string, double>> scalars;
+    for (const auto& [key, value] : record) {
+      if (key == "step")
+        step = static_cast<int64_t>(value);
+      else
+        scalars.emplace_back(key, value);
+    }
+    TRAINER_RETURN_IF_ERROR(tensorboard_->WriteScalars(step, scalars));
+  }
   if (file_ == nullptr) return Status::Ok();
   std::string line = "{";
   for (size_t i = 0; i < record.size(); ++i) {

@@ -1,5 +1,6 @@
 // MetricsWriter: metrics.jsonl in Engine.output_dir (one JSON object per line, snake_case keys),
-// written by rank 0, plus the human log line. Appends on resume.
+// written by rank 0, and the same scalars for TensorBoard under <output_dir>/tensorboard
+// (Engine.tensorboard). Appends on resume.
 #pragma once
 
 #include <cstdio>
@@ -9,12 +10,13 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/tensorboard.h"
 
 namespace trainer {
 
 class MetricsWriter {
  public:
-  static Status Open(const std::string& output_dir, bool enabled,
+  static Status Open(const std::string& output_dir, bool enabled, bool tensorboard,
                      std::unique_ptr<MetricsWriter>* out);
   ~MetricsWriter();
   // {"step": 3, "loss": 4.2, ...} in the given order; values printed with %.6g unless integral.
@@ -24,6 +26,7 @@ class MetricsWriter {
   MetricsWriter() = default;
   FILE* file_ = nullptr;
   std::string path_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace trainer

@@ -53,7 +53,8 @@ Status Trainer::Setup() {
     b.targets.assign(tokens, 0);
   }
   const bool root = groups_.world_rank == 0;
-  TRAINER_RETURN_IF_ERROR(MetricsWriter::Open(config_.engine.output_dir, root, &metrics_));
+  TRAINER_RETURN_IF_ERROR(
+      MetricsWriter::Open(config_.engine.output_dir, root, config_.engine.tensorboard, &metrics_));
   if (root) TRAINER_RETURN_IF_ERROR(RemoveIncompleteCheckpoints(config_.checkpoint_dir()));
   return Status::Ok();
 }

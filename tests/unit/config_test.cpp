@@ -90,6 +90,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Engine.output_dir",
                                              "Engine.mix_precision",
                                              "Engine.watchdog_s",
+                                             "Engine.tensorboard",
                                              "Engine.profile",
                                              "Engine.peak_tflops",
                                              "Optimizer.lr",

@@ -1,0 +1,39 @@
+// TensorBoardWriter: scalars in TensorBoard's event-file format, so `tensorboard --logdir
+// <Engine.output_dir>/tensorboard` plots what metrics.jsonl holds. An event file is a sequence of
+// TFRecords (length, masked CRC-32C of the length, an Event protobuf, masked CRC-32C of it); the
+// few protobuf fields needed (Event.wall_time/step/file_version/summary, Summary.Value.tag and
+// simple_value) are encoded here by hand, so no protobuf library is needed.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trainer {
+
+// CRC-32C (Castagnoli), as TFRecord framing uses it.
+uint32_t Crc32c(const void* data, size_t bytes);
+
+class TensorBoardWriter {
+ public:
+  // Creates <folder>/events.out.tfevents.<seconds>.<host> with its file_version record.
+  static Status Open(const std::string& folder, std::unique_ptr<TensorBoardWriter>* out);
+  ~TensorBoardWriter();
+  // One event at `step` with a scalar per (tag, value).
+  Status WriteScalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
+  const std::string& path() const { return path_; }
+
+ private:
+  TensorBoardWriter() = default;
+  Status WriteRecord(const std::string& event);
+
+  FILE* file_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace trainer
