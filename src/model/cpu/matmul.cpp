@@ -174,20 +174,27 @@ void matmul_backward(float* din, float* dweight, float* dbias, const float* dout
   }
 }
 
+// The shapes of a linear layer, all f32: in (N,C), weight (OC,C), out (N,OC) (out is the forward's
+// output or the backward's dout, named out_name in messages).
+Status CheckLinear(const char* op, const char* out_name, const Tensor& out, const Tensor& in,
+                   const Tensor& weight, int64_t* N, int64_t* C, int64_t* OC) {
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, out_name, out, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(CheckSize(op, "weight", weight, "dimensions", weight.ndim, 2));
+  *N = Rows(in), *C = Cols(in), *OC = weight.dim(0);
+  TRAINER_RETURN_IF_ERROR(CheckAgree(op, "in", in, "weight", weight, "C", *C, weight.dim(1)));
+  TRAINER_RETURN_IF_ERROR(CheckAgree(op, out_name, out, "weight", weight, "OC", Cols(out), *OC));
+  return CheckAgree(op, out_name, out, "in", in, "N", Rows(out), *N);
+}
+
 }  // namespace cpu
 
 Status CpuBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
                                  Activation act) {
   const char* op = "MatmulForward";
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "in", in, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "weight", weight, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSize(op, "weight", weight, "dimensions", weight.ndim, 2));
-  const int64_t N = cpu::Rows(in), C = cpu::Cols(in), OC = weight.dim(0);
-  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, "in", in, "weight", weight, "C", C, weight.dim(1)));
-  TRAINER_RETURN_IF_ERROR(
-      cpu::CheckAgree(op, "out", out, "weight", weight, "OC", cpu::Cols(out), OC));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, "out", out, "in", in, "N", cpu::Rows(out), N));
+  int64_t N = 0, C = 0, OC = 0;
+  TRAINER_RETURN_IF_ERROR(cpu::CheckLinear(op, "out", out, in, weight, &N, &C, &OC));
   if (!bias.empty()) {
     TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "bias", bias, DType::kF32));
     TRAINER_RETURN_IF_ERROR(
@@ -208,15 +215,8 @@ Status CpuBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tens
                                   Tensor weight) {
   const char* op = "MatmulBackward";
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dweight", dweight, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dout", dout, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "in", in, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "weight", weight, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSize(op, "weight", weight, "dimensions", weight.ndim, 2));
-  const int64_t N = cpu::Rows(in), C = cpu::Cols(in), OC = weight.dim(0);
-  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, "in", in, "weight", weight, "C", C, weight.dim(1)));
-  TRAINER_RETURN_IF_ERROR(
-      cpu::CheckAgree(op, "dout", dout, "weight", weight, "OC", cpu::Cols(dout), OC));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, "dout", dout, "in", in, "N", cpu::Rows(dout), N));
+  int64_t N = 0, C = 0, OC = 0;
+  TRAINER_RETURN_IF_ERROR(cpu::CheckLinear(op, "dout", dout, in, weight, &N, &C, &OC));
   TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "dweight", dweight, "weight", weight));
   if (!din.empty()) {
     TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "din", din, DType::kF32));
