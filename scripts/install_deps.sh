@@ -9,7 +9,7 @@ packages=(build-essential cmake ninja-build pkg-config python3 python3-pip
           openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libyaml-cpp-dev
           libboost-program-options-dev libgtest-dev)
 if [[ "${1:-}" == "--tests" ]]; then
-  packages+=(slurm-wlm munge iproute2 util-linux)
+  packages+=(slurm-wlm munge iproute2 util-linux procps)  # procps: pgrep in the kill tests
 fi
 
 missing=()

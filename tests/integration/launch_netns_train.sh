@@ -18,15 +18,8 @@ start_netns_hosts
 export OMP_NUM_THREADS=1
 
 steps=10
-args=(train -c "$src/configs/tiny-cpu.yaml" -o Data.train_path="$scratch/data.h5"
-      -o Model.hidden_size=64 -o Model.num_layers=2 -o Model.max_seq_len=64
-      -o Global.global_batch_size=8 -o Global.micro_batch_size=4 -o Engine.max_steps="$steps"
-      -o Engine.eval_freq=0 -o Engine.logging_freq=1 -o Engine.save_steps="$steps")
-
-# The reference: 2 ranks on this host.
-timeout --kill-after=5 60 "${MPIEXEC:-mpiexec}" --oversubscribe --bind-to none -n 2 "$trainer" \
-  "${args[@]}" -o Engine.output_dir="$scratch/local" >"$scratch/local.out" 2>&1 ||
-  fail "the 2-rank mpiexec run failed: $(tail -n 20 "$scratch/local.out")"
+set_tiny_train_args "$scratch/data.h5" "$steps"
+run_reference "$scratch/local"  # 2 ranks on this host
 
 # The same over the two namespace hosts.
 on_netns_hosts "$trainer" "${args[@]}" -o Engine.output_dir="$scratch/hosts" >"$scratch/hosts.out" 2>&1 ||

@@ -36,13 +36,8 @@ echo "ok: srun --mpi=pmix -n 2 trainer check: $(grep '^MPI world' "$scratch/chec
 
 # 2. trainer train under srun, against mpiexec.
 steps=10
-args=(train -c "$src/configs/tiny-cpu.yaml" -o Data.train_path="$scratch/data.h5"
-      -o Model.hidden_size=64 -o Model.num_layers=2 -o Model.max_seq_len=64
-      -o Global.global_batch_size=8 -o Global.micro_batch_size=4 -o Engine.max_steps="$steps"
-      -o Engine.eval_freq=0 -o Engine.logging_freq=1 -o Engine.save_steps="$steps")
-timeout --kill-after=5 60 "${MPIEXEC:-mpiexec}" --oversubscribe --bind-to none -n 2 "$trainer" \
-  "${args[@]}" -o Engine.output_dir="$scratch/mpiexec" >"$scratch/mpiexec.out" 2>&1 ||
-  fail "the 2-rank mpiexec run failed: $(tail -n 20 "$scratch/mpiexec.out")"
+set_tiny_train_args "$scratch/data.h5" "$steps"
+run_reference "$scratch/mpiexec"
 timeout --kill-after=5 60 srun --mpi=pmix -n 2 "$trainer" "${args[@]}" \
   -o Engine.output_dir="$scratch/srun" >"$scratch/srun.out" 2>&1 ||
   fail "srun --mpi=pmix -n 2 trainer train failed: $(tail -n 20 "$scratch/srun.out")"

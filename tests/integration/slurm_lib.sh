@@ -148,3 +148,18 @@ expect_same_run() {
   "${COMPARE_CHECKPOINTS:-compare_checkpoints}" "$a" "$b" 1e-5 1e-3 ||
     fail "the checkpoint written by $what differs from $reference's"
 }
+
+# set_tiny_train_args DATA STEPS: the `trainer train` arguments of the launch tests, in `args`.
+set_tiny_train_args() {
+  args=(train -c "$src/configs/tiny-cpu.yaml" -o Data.train_path="$1"
+        -o Model.hidden_size=64 -o Model.num_layers=2 -o Model.max_seq_len=64
+        -o Global.global_batch_size=8 -o Global.micro_batch_size=4 -o Engine.max_steps="$2"
+        -o Engine.eval_freq=0 -o Engine.logging_freq=1 -o Engine.save_steps="$2")
+}
+
+# run_reference DIR: the same training under plain `mpiexec -n 2` on this host, into DIR.
+run_reference() {
+  timeout --kill-after=5 60 "${MPIEXEC:-mpiexec}" --oversubscribe --bind-to none -n 2 "$trainer" \
+    "${args[@]}" -o Engine.output_dir="$1" >"$1.out" 2>&1 ||
+    fail "the 2-rank mpiexec run failed: $(tail -n 20 "$1.out")"
+}
