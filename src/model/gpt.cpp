@@ -31,6 +31,15 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
         "ranks, which does not divide them. Choose a micro_batch_size*seq_len divisible by %d",
         micro_batch, seq_len, partition.tp_size, partition.tp_size));
   TRAINER_RETURN_IF_ERROR(m->AllocateBuffers());
+  // Views looked up once, so the step loop does no name lookups.
+  for (bool gradients : {false, true}) {
+    EndTensors& e = gradients ? m->end_grads_ : m->ends_;
+    auto get = [&](const char* name) { return gradients ? m->G(name) : m->P(name); };
+    e.wte = get("transformer.wte.weight");
+    e.wpe = get("transformer.wpe.weight");
+    e.lnf_w = get("transformer.ln_f.weight");
+    e.lnf_b = get("transformer.ln_f.bias");
+  }
   for (int i = 0; i < partition.num_layers; ++i) {
     m->layer_weights_.push_back(m->Weights(partition.first_layer + i, false));
     m->layer_grads_.push_back(m->Weights(partition.first_layer + i, true));
@@ -268,8 +277,7 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
     // Vocabulary-parallel: each TP rank embeds the tokens of its rows of wte, then the sum.
     const Tensor embedded = SequenceParallel() ? scratch_.proj : s.input;
     TRAINER_RETURN_IF_ERROR(backend_->EmbeddingForward(
-        embedded, s.tokens, P("transformer.wte.weight"),
-        add_positions ? P("transformer.wpe.weight") : Tensor(), VocabStart()));
+        embedded, s.tokens, ends_.wte, add_positions ? ends_.wpe : Tensor(), VocabStart()));
     Tensor summed;
     TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, embedded, &summed));
     if (summed.data != s.input.data)
@@ -285,10 +293,10 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
   if (!partition_.last_stage()) return Status::Ok();
   last_forward_slot_ = slot;
   const Tensor ln = RowBlockTarget(ctx, s.lnf_out);
-  TRAINER_RETURN_IF_ERROR(backend_->LayerNormForward(
-      ln, s.lnf_mean, s.lnf_rstd, x, P("transformer.ln_f.weight"), P("transformer.ln_f.bias")));
+  TRAINER_RETURN_IF_ERROR(
+      backend_->LayerNormForward(ln, s.lnf_mean, s.lnf_rstd, x, ends_.lnf_w, ends_.lnf_b));
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, s.lnf_out));
-  const Tensor wte = P("transformer.wte.weight");
+  const Tensor wte = ends_.wte;
   TRAINER_RETURN_IF_ERROR(backend_->MatmulForward(scratch_.logits, Tensor(), s.lnf_out, wte,
                                                   Tensor(), Activation::kNone));
   if (!with_loss) return Status::Ok();
@@ -300,10 +308,9 @@ Status GptModel::CrossEntropy(Tensor targets, float dloss_scale) {
   const int N = B_ * T_, V = config_.vocab_size;
   Tensor flat_targets(targets.data, DType::kI32, {N});
   if (tp_ == nullptr || tp_->size() == 1)  // the whole vocabulary here: one pass
-    return backend_->CrossEntropyFused(scratch_.losses,
-                                       dloss_scale != 0.f ? scratch_.logits : Tensor(),
-                                       scratch_.logits, scratch_.row_max, scratch_.sums,
-                                       flat_targets, V, dloss_scale);
+    return backend_->CrossEntropyFused(
+        scratch_.losses, dloss_scale != 0.f ? scratch_.logits : Tensor(), scratch_.logits,
+        scratch_.row_max, scratch_.sums, flat_targets, V, dloss_scale);
   TRAINER_RETURN_IF_ERROR(
       backend_->CrossEntropyRowMax(scratch_.row_max, scratch_.logits, VocabStart(), V));
   if (tp_ != nullptr && tp_->size() > 1)
@@ -336,15 +343,13 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
           "GptModel::Backward: the last stage must run Backward(slot) right "
           "after Forward(slot) (the logits buffer is shared)");
     Tensor x = StageOutput(slot);
-    TRAINER_RETURN_IF_ERROR(backend_->MatmulBackward(scratch_.dln, G("transformer.wte.weight"),
-                                                     Tensor(), scratch_.logits, s.lnf_out,
-                                                     P("transformer.wte.weight")));
+    TRAINER_RETURN_IF_ERROR(backend_->MatmulBackward(scratch_.dln, end_grads_.wte, Tensor(),
+                                                     scratch_.logits, s.lnf_out, ends_.wte));
     Tensor dln;
     TRAINER_RETURN_IF_ERROR(ReduceRows(Context(), scratch_.dln, &dln));
     TRAINER_RETURN_IF_ERROR(backend_->Zero(dres));
-    TRAINER_RETURN_IF_ERROR(
-        backend_->LayerNormBackward(dres, G("transformer.ln_f.weight"), G("transformer.ln_f.bias"),
-                                    dln, x, P("transformer.ln_f.weight"), s.lnf_mean, s.lnf_rstd));
+    TRAINER_RETURN_IF_ERROR(backend_->LayerNormBackward(
+        dres, end_grads_.lnf_w, end_grads_.lnf_b, dln, x, ends_.lnf_w, s.lnf_mean, s.lnf_rstd));
   }
   const BlockContext ctx = Context();
   for (int i = partition_.num_layers - 1; i >= 0; --i) {
@@ -364,8 +369,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
     // dres, so the replicas stay equal.
     const Tensor dres_all = SequenceParallel() ? scratch_.dres_all : dres;
     TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dres, dres_all));
-    TRAINER_RETURN_IF_ERROR(backend_->EmbeddingBackward(G("transformer.wte.weight"),
-                                                        G("transformer.wpe.weight"), dres_all,
+    TRAINER_RETURN_IF_ERROR(backend_->EmbeddingBackward(end_grads_.wte, end_grads_.wpe, dres_all,
                                                         s.tokens, VocabStart()));
   }
   return Status::Ok();

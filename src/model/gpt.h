@@ -95,8 +95,12 @@ class GptModel {
   std::vector<void*> allocations_;
   bool sizing_only_ = false;  // BufferBytes: Alloc counts instead of allocating
   size_t sized_bytes_ = 0;
-  Status alloc_status_;       // the first failed allocation
+  Status alloc_status_;                                    // the first failed allocation
   std::vector<BlockWeights> layer_weights_, layer_grads_;  // by local layer index
+  // The embeddings and the final LayerNorm (empty where this stage does not hold them).
+  struct EndTensors {
+    Tensor wte, wpe, lnf_w, lnf_b;
+  } ends_, end_grads_;
 
   struct Slot {
     Tensor tokens, targets;  // (B,T) i32 on the device
