@@ -109,13 +109,12 @@ void Trainer::StartPrefetch(int64_t consumed_samples) {
   });
 }
 
-Status Trainer::JoinPrefetch() {
-  if (prefetch_.valid()) prefetch_status_ = prefetch_.get();
-  return Status::Ok();
+void Trainer::JoinPrefetch() {
+  if (prefetch_.valid()) prefetch_status_ = prefetch_.get();  // kept for TakeBatch
 }
 
 Status Trainer::TakeBatch(int64_t consumed_samples) {
-  TRAINER_RETURN_IF_ERROR(JoinPrefetch());
+  JoinPrefetch();
   const Status s = prefetch_status_;
   const bool usable = prefetched_position_ == consumed_samples;
   prefetch_status_ = Status::Ok();
@@ -239,7 +238,7 @@ Status Trainer::Evaluate(double* val_loss) {
     return DataError(
         "no validation samples: set Data.val_path or "
         "Data.val_fraction > 0, or Engine.eval_freq=0");
-  TRAINER_RETURN_IF_ERROR(JoinPrefetch());  // HDF5 serves one thread at a time
+  JoinPrefetch();  // HDF5 serves one thread at a time
   HostBatch* batch = &batches_[current_];   // the finished step's batch; the prefetched one stays
   double total = 0.0;
   const int iters = config_.engine.eval_iters;
@@ -348,7 +347,7 @@ Status Trainer::Run() {
 }
 
 Status Trainer::SaveCheckpoint() {
-  TRAINER_RETURN_IF_ERROR(JoinPrefetch());  // HDF5 serves one thread at a time
+  JoinPrefetch();  // HDF5 serves one thread at a time
   CheckpointWriteRequest request;
   request.directory = config_.checkpoint_dir();
   request.step = state_.step;

@@ -71,7 +71,7 @@ class Trainer {
   // The training batch after `consumed_samples`, read in the background while the step runs.
   // HDF5 serves one thread at a time: JoinPrefetch before any other HDF5 use.
   void StartPrefetch(int64_t consumed_samples);
-  Status JoinPrefetch();
+  void JoinPrefetch();
   // Makes batches_[current_] the batch after `consumed_samples` (prefetched, or read now).
   Status TakeBatch(int64_t consumed_samples);
   Status ShareLastStageValue(double* value);  // last stage -> every stage, summed over DP
