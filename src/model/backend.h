@@ -85,6 +85,14 @@ class Backend {
   // With kGelu, pre_act (N,OC) receives the value before GELU (needed by backward).
   virtual Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
                                Activation act) = 0;
+  // out (N,OC) = residual (N,OC) + in (N,C) @ weight (OC,C)^T + bias (OC): a linear layer whose
+  // output joins the residual stream (the GPU adds the residual in the GEMM). out must not alias
+  // in or residual.
+  virtual Status MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,
+                                          Tensor residual) {
+    TRAINER_RETURN_IF_ERROR(MatmulForward(out, Tensor(), in, weight, bias, Activation::kNone));
+    return Add(out, out, residual);
+  }
   // din (N,C) = dout @ weight (overwritten; skipped when empty);
   // dweight (OC,C) f32 += dout^T @ in; dbias (OC) f32 += column sums of dout (skipped when empty).
   virtual Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
@@ -144,8 +152,7 @@ class Backend {
   // losses, and dlogits when not empty. row_max (N) and sums (2,N) are scratch. The default runs
   // the three passes; the GPU does it in one pass over the logits where a row fits on chip.
   virtual Status CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
-                                   Tensor sums, Tensor targets, int vocab_size,
-                                   float dloss_scale) {
+                                   Tensor sums, Tensor targets, int vocab_size, float dloss_scale) {
     TRAINER_RETURN_IF_ERROR(CrossEntropyRowMax(row_max, logits, 0, vocab_size));
     TRAINER_RETURN_IF_ERROR(CrossEntropySums(sums, logits, row_max, targets, 0, vocab_size));
     return CrossEntropyBackward(losses, dlogits, logits, row_max, sums, targets, 0, vocab_size,

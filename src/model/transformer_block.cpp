@@ -42,6 +42,9 @@ Status ReduceRows(const BlockContext& ctx, Tensor partial, Tensor* out) {
 Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, BlockActivations* a) {
   Backend* be = ctx.backend;
   const BlockScratch& s = ctx.scratch;
+  // Without TP, each residual add rides the output projection's GEMM; with TP, the projection's
+  // partial sums are reduced over the group first.
+  const bool tp = Parallel(ctx);
   Tensor summed;
   // Attention half.
   Tensor ln = RowBlockTarget(ctx, a->ln1_out);
@@ -50,16 +53,26 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   TRAINER_RETURN_IF_ERROR(
       be->MatmulForward(a->qkv, Tensor(), a->ln1_out, w.attn_w, w.attn_b, Activation::kNone));
   TRAINER_RETURN_IF_ERROR(be->AttentionForward(a->att_out, a->att_stats, a->qkv, ctx.local_heads));
-  TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->att_out, w.proj_w,
-                                            RowParallelBias(ctx, w.proj_b), Activation::kNone));
-  TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
   ln = RowBlockTarget(ctx, a->ln2_out);
-  TRAINER_RETURN_IF_ERROR(be->AddLayerNormForward(a->residual_mid, ln, a->ln2_mean, a->ln2_rstd, x,
-                                                  summed, w.ln2_w, w.ln2_b));
+  if (tp) {
+    TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->att_out, w.proj_w,
+                                              RowParallelBias(ctx, w.proj_b), Activation::kNone));
+    TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
+    TRAINER_RETURN_IF_ERROR(be->AddLayerNormForward(a->residual_mid, ln, a->ln2_mean, a->ln2_rstd,
+                                                    x, summed, w.ln2_w, w.ln2_b));
+  } else {
+    TRAINER_RETURN_IF_ERROR(
+        be->MatmulForwardAddResidual(a->residual_mid, a->att_out, w.proj_w, w.proj_b, x));
+    TRAINER_RETURN_IF_ERROR(
+        be->LayerNormForward(ln, a->ln2_mean, a->ln2_rstd, a->residual_mid, w.ln2_w, w.ln2_b));
+  }
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, a->ln2_out));
   // MLP half.
   TRAINER_RETURN_IF_ERROR(
       be->MatmulForward(a->fc_out, a->fc_pre, a->ln2_out, w.fc_w, w.fc_b, Activation::kGelu));
+  if (!tp)
+    return be->MatmulForwardAddResidual(a->residual_out, a->fc_out, w.fcproj_w, w.fcproj_b,
+                                        a->residual_mid);
   TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->fc_out, w.fcproj_w,
                                             RowParallelBias(ctx, w.fcproj_b), Activation::kNone));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));

@@ -162,6 +162,21 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   if (c.bias) {
     EXPECT_RELATIVE_ERROR_BELOW(Minus(g_db->Download(), db0), Minus(db, db0), 1e-4);
   }
+  // The linear layer feeding the residual stream: out = residual + in W^T + bias (one GEMM on the
+  // GPU), against the CPU's MatmulForward followed by Add.
+  if (!gelu) {
+    std::vector<float> residual = Random(N * OC);
+    std::vector<float> summed(N * OC);
+    ASSERT_STATUS_OK(cpu_->MatmulForwardAddResidual(
+        HostView(summed, {N, OC}), HostView(in, {N, C}), HostView(weight, {OC, C}),
+        c.bias ? HostView(bias, {OC}) : no_tensor, HostView(residual, {N, OC})));
+    auto g_residual = Compute(residual, {N, OC});
+    auto g_summed = Compute(std::vector<float>(N * OC), {N, OC});
+    ASSERT_STATUS_OK(gpu_->MatmulForwardAddResidual(
+        g_summed->tensor(), g_in->tensor(), g_w->tensor(), c.bias ? g_bias->tensor() : no_tensor,
+        g_residual->tensor()));
+    EXPECT_RELATIVE_ERROR_BELOW(g_summed->Download(), summed, 1e-2);
+  }
   // Backward through a GELU that produced `in`: din before the GELU, against the CPU's
   // MatmulBackward followed by GeluBackward (pre-activations: the input itself, any values do).
   std::vector<float> din_gelu(N * C), dw_gelu = dw0, db_gelu = db0;

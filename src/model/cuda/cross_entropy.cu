@@ -2,6 +2,8 @@
 // row max, then (sum of exp, target logit), then losses and dlogits written over the logits
 // buffer, so probabilities for the whole vocabulary are never stored anywhere else. Padding
 // columns (global index >= vocab_size) are masked: they take no part and get zero gradient.
+#include <cuda_pipeline.h>
+
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -111,36 +113,48 @@ __global__ void BackwardKernel(float* losses, T* dlogits, const T* logits, const
     drow[c] = FromFloat<T>(grad(c, ToFloat(row[c])));
 }
 
-// The whole row in one block (one pass over global memory): the row is staged in shared memory,
-// then max, sum of exp and the target's logit come from there, and the loss and gradient are
-// written out. For ranks holding the whole vocabulary (no TP) when the row fits in shared memory.
+// The whole row in one block (one pass over global memory): the row is copied into shared memory
+// with asynchronous copies (all of it in flight at once), then max, sum of exp and the target's
+// logit come from there, and the loss and gradient are written out. For ranks holding the whole
+// vocabulary (no TP) when the row fits in shared memory. exp(x - m) is computed as
+// exp2(x log2e - m log2e), one FMA and one ex2 per element.
 template <typename T>
 __global__ void FusedKernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
                             int vocab_local, int vocab_size, float dloss_scale) {
   extern __shared__ int4 staged_raw[];
-  T* staged = reinterpret_cast<T*>(staged_raw);
+  const T* staged = reinterpret_cast<const T*>(staged_raw);
   __shared__ float scratch[32];
+  constexpr float kLog2e = 1.4426950408889634f;
   const int64_t r = blockIdx.x;
-  const T* row = logits + r * vocab_local;
+  const int4* row = reinterpret_cast<const int4*>(logits + r * vocab_local);
   const int real = vocab_size < vocab_local ? vocab_size : vocab_local;
   const int packs = vocab_local / kPack<T>;  // vocab_local is a multiple of the pack (launcher)
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < packs; i += blockDim.x) {
-    int4 raw = reinterpret_cast<const int4*>(row)[i];
-    staged_raw[i] = raw;
-    const T* values = reinterpret_cast<const T*>(&raw);
+  for (int i = threadIdx.x; i < packs; i += blockDim.x)
+    __pipeline_memcpy_async(&staged_raw[i], &row[i], sizeof(int4));
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  // Calls f(c, logit) for this thread's real columns, 16 bytes of shared memory at a time.
+  auto for_each_real = [&](auto&& f) {
+    for (int i = threadIdx.x; i < packs; i += blockDim.x) {
+      int4 raw = staged_raw[i];
+      const T* values = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int k = 0; k < kPack<T>; ++k)
-      if (i * kPack<T> + k < real) m = fmaxf(m, ToFloat(values[k]));
-  }
-  m = BlockMax(m, scratch);  // also orders the staging before the reads below
+      for (int k = 0; k < kPack<T>; ++k)
+        if (i * kPack<T> + k < real) f(ToFloat(values[k]));
+    }
+  };
+  float m = -INFINITY;
+  for_each_real([&](float x) { m = fmaxf(m, x); });
+  m = BlockMax(m, scratch);
+  const float m_log2 = m * kLog2e;
   float s = 0.f;
-  for (int c = threadIdx.x; c < real; c += blockDim.x) s += expf(ToFloat(staged[c]) - m);
+  for_each_real([&](float x) { s += exp2f(fmaf(x, kLog2e, -m_log2)); });
   s = BlockSum(s, scratch);
   const int t = targets[r];
   if (threadIdx.x == 0) losses[r] = logf(s) + m - ToFloat(staged[t]);
   if (dlogits == nullptr) return;
-  const float inv_sum = 1.f / s;
+  const float scale_over_sum = dloss_scale / s;
   T* drow = dlogits + r * vocab_local;
   for (int i = threadIdx.x; i < packs; i += blockDim.x) {
     int4 raw = staged_raw[i];
@@ -148,9 +162,8 @@ __global__ void FusedKernel(float* losses, T* dlogits, const T* logits, const in
 #pragma unroll
     for (int k = 0; k < kPack<T>; ++k) {
       const int c = i * kPack<T> + k;
-      const float g = c < real ? dloss_scale * (expf(ToFloat(values[k]) - m) * inv_sum -
-                                                (c == t ? 1.f : 0.f))
-                               : 0.f;
+      const float p = exp2f(fmaf(ToFloat(values[k]), kLog2e, -m_log2));
+      const float g = c < real ? p * scale_over_sum - (c == t ? dloss_scale : 0.f) : 0.f;
       values[k] = FromFloat<T>(g);
     }
     reinterpret_cast<int4*>(drow)[i] = raw;
@@ -175,9 +188,10 @@ bool LaunchCrossEntropyFused(DType dtype, float* losses, void* dlogits, const vo
       dtype, E,
       *error = cudaFuncSetAttribute(FusedKernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(bytes));
-      if (*error == cudaSuccess) FusedKernel<E><<<static_cast<unsigned>(N), kThreads, bytes, stream>>>(
-          losses, static_cast<E*>(dlogits), static_cast<const E*>(logits), targets, vocab_local,
-          vocab_size, dloss_scale));
+      if (*error == cudaSuccess)
+          FusedKernel<E><<<static_cast<unsigned>(N), kThreads, bytes, stream>>>(
+              losses, static_cast<E*>(dlogits), static_cast<const E*>(logits), targets, vocab_local,
+              vocab_size, dloss_scale));
   if (*error == cudaSuccess) *error = cudaGetLastError();
   return true;
 }

@@ -73,12 +73,14 @@ class CudaBackend final : public Backend {
                            Tensor weight, Tensor mean, Tensor rstd) override;
   Status AddLayerNormForward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a,
                              Tensor b, Tensor weight, Tensor bias) override;
+  Status MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,
+                                  Tensor residual) override;
   Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
                        Activation act) override;
   Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                         Tensor weight) override;
-  Status MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                                   Tensor in, Tensor weight, Tensor gelu_pre_act) override;
+  Status MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                                   Tensor weight, Tensor gelu_pre_act) override;
   Status GeluForward(Tensor out, Tensor in) override;
   Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) override;
@@ -94,8 +96,7 @@ class CudaBackend final : public Backend {
                               Tensor sums, Tensor targets, int vocab_start, int vocab_size,
                               float dloss_scale) override;
   Status CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
-                           Tensor sums, Tensor targets, int vocab_size,
-                           float dloss_scale) override;
+                           Tensor sums, Tensor targets, int vocab_size, float dloss_scale) override;
   Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
                const AdamWParams& p) override;
   Status SumSquares(Tensor x, double* out) override;

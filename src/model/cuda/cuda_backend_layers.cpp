@@ -108,6 +108,49 @@ Status CudaBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, 
 
 // ---- matmul ----
 
+namespace {
+
+// y^T (OC,N) = W (C,OC)^T x^T (C,N) [+ bias]: the linear layer's forward GEMM, without output.
+cuda::Gemm LinearForwardGemm(DType compute, const Tensor& in, const Tensor& weight,
+                             const Tensor& bias) {
+  cuda::Gemm g;
+  g.transpose_a = true;
+  g.m = Rows(weight);
+  g.n = Rows(in);
+  g.k = Cols(in);
+  g.a = {weight.data, compute, g.k};
+  g.b = {in.data, compute, g.k};
+  g.d_dtype = compute;
+  g.ldd = g.m;
+  g.bias = bias.data;
+  g.bias_dtype = compute;
+  g.epilogue = bias.empty() ? cuda::GemmEpilogue::kNone : cuda::GemmEpilogue::kBias;
+  return g;
+}
+
+}  // namespace
+
+Status CudaBackend::MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,
+                                             Tensor residual) {
+  const char* op = "MatmulForwardAddResidual";
+  const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, OC * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, N * OC));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "residual", residual, compute_, N * OC));
+  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "bias", bias, compute_, OC));
+  if (out.data == residual.data || out.data == in.data)
+    return OpError(op, "out aliases in or residual");
+  cuda::Gemm g = LinearForwardGemm(compute_, in, weight, bias);
+  g.d = out.data;
+  g.c = residual.data;  // D = residual + W x (+ bias), rounded once
+  g.beta = 1.f;
+  bool supported = false;
+  if (matmul_epilogues_) TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+  if (supported) return Status::Ok();
+  return Backend::MatmulForwardAddResidual(out, in, weight, bias, residual);
+}
+
 Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
                                   Activation act) {
   const char* op = "MatmulForward";
@@ -119,17 +162,7 @@ Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor 
   TRAINER_RETURN_IF_ERROR(CheckOptional(op, "bias", bias, compute_, OC));
   if (gelu) TRAINER_RETURN_IF_ERROR(CheckTensor(op, "pre_act", pre_act, compute_, N * OC));
 
-  cuda::Gemm g;
-  g.transpose_a = true;
-  g.m = OC;
-  g.n = N;
-  g.k = C;
-  g.a = {weight.data, compute_, C};
-  g.b = {in.data, compute_, C};
-  g.d_dtype = compute_;
-  g.ldd = OC;
-  g.bias = bias.data;
-  g.bias_dtype = compute_;
+  cuda::Gemm g = LinearForwardGemm(compute_, in, weight, bias);
   bool supported = false;
   // cuBLASLt wants the aux leading dimension divisible by 8.
   if (gelu && matmul_epilogues_ && OC % 8 == 0) {
@@ -163,9 +196,8 @@ Status CudaBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Ten
   return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, Tensor());
 }
 
-Status CudaBackend::MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias,
-                                              Tensor dout, Tensor in, Tensor weight,
-                                              Tensor gelu_pre_act) {
+Status CudaBackend::MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                                              Tensor in, Tensor weight, Tensor gelu_pre_act) {
   return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, gelu_pre_act);
 }
 
@@ -192,7 +224,8 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
     g.d_dtype = compute_;
     g.ldd = C;
     const bool gelu = !gelu_pre_act.empty();
-    if (gelu) TRAINER_RETURN_IF_ERROR(CheckTensor(op, "gelu_pre_act", gelu_pre_act, compute_, N * C));
+    if (gelu)
+      TRAINER_RETURN_IF_ERROR(CheckTensor(op, "gelu_pre_act", gelu_pre_act, compute_, N * C));
     if (gelu && matmul_epilogues_) {  // din = GELU'(pre_act) * (W dout^T) in the GEMM's epilogue
       g.epilogue = cuda::GemmEpilogue::kDGelu;
       g.aux = gelu_pre_act.data;
@@ -206,8 +239,8 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
       TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
       if (!supported) return OpError(op, "cuBLASLt has no algorithm for din");
       if (gelu) {
-        CUDA_CHECK(cuda::LaunchGeluBackward(compute_, din.data, din.data, gelu_pre_act.data,
-                                            N * C, stream_));
+        CUDA_CHECK(cuda::LaunchGeluBackward(compute_, din.data, din.data, gelu_pre_act.data, N * C,
+                                            stream_));
         ++counts_.gelu_kernel;
       }
     }
@@ -413,8 +446,8 @@ Status CudaBackend::CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor l
   return Status::Ok();
 }
 
-Status CudaBackend::CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits,
-                                      Tensor row_max, Tensor sums, Tensor targets, int vocab_size,
+Status CudaBackend::CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
+                                      Tensor sums, Tensor targets, int vocab_size,
                                       float dloss_scale) {
   const char* op = "CrossEntropyFused";
   TRAINER_RETURN_IF_ERROR(CheckVocabulary(op, 0, vocab_size));

@@ -1,6 +1,7 @@
 // CublasLtMatmul: column-major GEMMs through cuBLASLt with its epilogues (bias, GELU with the
 // pre-activation as aux output, bias gradient), f32 accumulation, one 32 MiB workspace allocated
-// at creation, and descriptors plus the heuristic's algorithm cached per problem.
+// at creation, and descriptors plus the chosen algorithm cached per problem (the fastest of the
+// heuristic's candidates, timed on first use, or its first choice).
 #pragma once
 
 #include <cublasLt.h>
@@ -32,7 +33,8 @@ struct GemmOperand {
   int64_t ld = 0;
 };
 
-// D (m,n) = op(A) (m,k) op(B) (k,n) [+ beta D], column-major; C is D.
+// D (m,n) = op(A) (m,k) op(B) (k,n) [+ beta C], column-major; C is D unless c is given (then
+// with D's shape, dtype and leading dimension).
 struct Gemm {
   bool transpose_a = false;
   bool transpose_b = false;
@@ -42,6 +44,7 @@ struct Gemm {
   DType d_dtype = DType::kBF16;
   int64_t ldd = 0;
   float beta = 0.f;
+  const void* c = nullptr;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   void* bias = nullptr;  // bias input, or bias-gradient output
   DType bias_dtype = DType::kBF16;
@@ -61,15 +64,21 @@ class CublasLtMatmul {
   // Enqueues the GEMM on the stream. *supported = false (and nothing runs) when cuBLASLt has no
   // algorithm for this problem, so that the caller can take another route.
   Status Run(const Gemm& gemm, bool* supported);
+  // Time the heuristic's candidates when a problem is first seen (default on).
+  void set_autotune(bool on) { autotune_ = on; }
 
  private:
   struct Plan;
   CublasLtMatmul() = default;
   Status BuildPlan(const Gemm& gemm, Plan* plan);
+  Status TimeCandidates(const Gemm& gemm, Plan* plan,
+                        const cublasLtMatmulHeuristicResult_t* results, int count);
+  static constexpr int kCandidates = 16;
 
   cublasLtHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
+  bool autotune_ = true;
   std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans_;
 };
 
