@@ -25,8 +25,6 @@ class CudnnAttention;
 struct CudaPathCounts {
   int gelu_epilogue = 0;       // GELU fused into the matmul (cuBLASLt GELU_AUX[_BIAS])
   int gelu_kernel = 0;         // matmul with bias epilogue, then our GELU kernel
-  int bias_grad_epilogue = 0;  // dbias from cuBLASLt's BGRADB epilogue
-  int bias_grad_kernel = 0;    // dbias from our column-sum kernels
   int attention_cudnn = 0;     // forward or backward calls through cuDNN
   int attention_fallback = 0;  // forward or backward calls through our kernels
 };

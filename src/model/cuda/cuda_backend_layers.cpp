@@ -246,8 +246,6 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
     }
   }
 
-  void* scratch = nullptr;
-  bool dbias_done = dbias.empty();
   if (!dweight.empty()) {  // dW^T (C,OC) += x^T (C,N) dout (N,OC), accumulated in f32
     cuda::Gemm g;
     g.transpose_b = true;
@@ -260,36 +258,21 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
     g.d_dtype = DType::kF32;
     g.ldd = C;
     g.beta = 1.f;
-    if (!dbias_done && matmul_epilogues_) {
-      // BGRADB overwrites its output: sum into scratch, then add into dbias.
-      TRAINER_RETURN_IF_ERROR(Scratch(OC * sizeof(float), &scratch));
-      g.epilogue = cuda::GemmEpilogue::kBiasGradient;
-      g.bias = scratch;
-      g.bias_dtype = DType::kF32;
-      TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
-      if (supported) {
-        CUDA_CHECK(cuda::LaunchAddPartials(dbias.as<float>(), static_cast<const float*>(scratch), 1,
-                                           static_cast<int>(OC), stream_));
-        ++counts_.bias_grad_epilogue;
-        dbias_done = true;
-      }
-    }
-    if (g.epilogue == cuda::GemmEpilogue::kNone || !supported) {
-      g.epilogue = cuda::GemmEpilogue::kNone;
-      g.bias = nullptr;
-      TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
-      if (!supported) return OpError(op, "cuBLASLt has no algorithm for dweight");
-    }
+    TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+    if (!supported) return OpError(op, "cuBLASLt has no algorithm for dweight");
   }
-  if (!dbias_done) {
+  // The bias gradient by our own two-stage column sums, not cuBLASLt's BGRADB epilogue: that one
+  // runs as a separate, slower pass over dout anyway (and forces split-K GEMMs with their own
+  // reduction pass), and its sums would depend on the algorithm the GEMM's tuning picked.
+  if (!dbias.empty()) {
     const int chunks = cuda::ColumnReductionChunks(N);
+    void* scratch = nullptr;
     TRAINER_RETURN_IF_ERROR(Scratch(static_cast<size_t>(chunks) * OC * sizeof(float), &scratch));
     float* partials = static_cast<float*>(scratch);
     CUDA_CHECK(cuda::LaunchColumnSumsPartial(compute_, partials, dout.data, N, static_cast<int>(OC),
                                              chunks, stream_));
     CUDA_CHECK(cuda::LaunchAddPartials(dbias.as<float>(), partials, chunks, static_cast<int>(OC),
                                        stream_));
-    ++counts_.bias_grad_kernel;
   }
   return Status::Ok();
 }

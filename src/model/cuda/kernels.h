@@ -31,9 +31,11 @@ cudaError_t LaunchEmbeddingBackward(DType dtype, float* dwte, float* dwpe, const
 cudaError_t LaunchLayerNormForward(DType dtype, void* out, float* mean, float* rstd, void* residual,
                                    const void* a, const void* b, const void* weight,
                                    const void* bias, int64_t N, int C, cudaStream_t stream);
-// Floats of scratch that LaunchLayerNormBackward needs for (N, C).
+// Floats of scratch that LaunchLayerNormBackward needs for (N, C): its partial sums of the
+// weight/bias gradients, (chunks, 2, C) with chunks <= ceil(N / 32).
 size_t LayerNormBackwardScratchFloats(int64_t N, int C);
-// din (N,C) += ; dweight, dbias (C) += (f32). scratch: LayerNormBackwardScratchFloats(N, C).
+// din (N,C) += ; dweight, dbias (C) += (f32), summed in an order that depends only on (N, C)
+// (deterministic). din must not alias dout or in. scratch: LayerNormBackwardScratchFloats(N, C).
 cudaError_t LaunchLayerNormBackward(DType dtype, void* din, float* dweight, float* dbias,
                                     const void* dout, const void* in, const void* weight,
                                     const float* mean, const float* rstd, int64_t N, int C,
@@ -62,6 +64,10 @@ cudaError_t LaunchColumnSumsPartial(DType dtype, float* partials, const void* x,
 // out[c] += sum over r < chunks of partials[r * count + c], for c < count (fixed order).
 cudaError_t LaunchAddPartials(float* out, const float* partials, int chunks, int count,
                               cudaStream_t stream);
+// Two outputs in one launch, partials (chunks, 2, count): out0[c] += sum over r of
+// partials[(2 r) * count + c] and out1[c] += sum over r of partials[(2 r + 1) * count + c].
+cudaError_t LaunchAddPartialsPair(float* out0, float* out1, const float* partials, int chunks,
+                                  int count, cudaStream_t stream);
 // Doubles of scratch that LaunchSumSquares needs.
 constexpr int kSumSquaresPartials = 1024;
 // *result (device double) = sum of x[i]^2; partials: kSumSquaresPartials doubles.

@@ -1,6 +1,20 @@
 // LayerNorm forward (optionally fused with the residual add before it) and backward, one warp per
-// row with f32 statistics; the weight/bias gradients go through a deterministic two-stage column
-// reduction (per-tile partials in scratch, then a fixed-order sum added into the f32 gradients).
+// row with f32 statistics (two passes: mean, then the sum of squared deviations).
+//
+// Two paths per direction:
+//  - the register path (rows a whole number of 16-byte vectors, 16-byte aligned pointers, C up to
+//    2048 bf16 / 1024 f32 forward and 1024 backward): each lane keeps its share of the row as
+//    16-byte vectors in registers, so every tensor is read and written exactly once. The backward
+//    also accumulates its rows' weight/bias gradients in registers and writes one partial row per
+//    block (a fixed range of rows, from N alone);
+//  - the generic path (any C, any alignment): scalar or 16-byte loads that re-read the row from
+//    L1/L2, and a backward that writes one partial row per tile of kTileRows rows.
+// Either way the weight/bias gradients are deterministic: each partial row sums a fixed set of rows
+// in a fixed order, and one LaunchAddPartialsPair (reduce.cu) adds the partials in a fixed order
+// into the f32 gradients.
+#include <algorithm>
+#include <type_traits>
+
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -9,15 +23,232 @@ namespace cuda {
 namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
-constexpr int kRowsPerBlock = 8;  // one warp per row
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / kWarpSize;  // one warp per row
+
+// ---- register path ----
+// Lane `lane` holds the row's 16-byte vectors k = 0 .. kVecs-1 starting at column
+// VecColumn(k, lane), so a warp's k-th load covers 512 contiguous bytes; columns >= C are skipped
+// (the vectors are filled in order, so the first missing one ends the row).
+template <typename T>
+__device__ __forceinline__ int VecColumn(int k, int lane) {
+  return (k * kWarpSize + lane) * Vec16<T>::kCount;
+}
+
+// The backward's blocks are smaller: its lanes also hold two f32 accumulators per element, so
+// registers set its occupancy. Blocks per SM to aim for: three up to 24 elements per lane (about
+// 170 registers, e.g. C = 768 in bf16), two above.
+constexpr int kBackwardThreads = 128;
+constexpr int kBackwardWarps = kBackwardThreads / kWarpSize;
+template <typename T, int kVecs>
+constexpr int kBackwardMinBlocks = kVecs <= 24 / Vec16<T>::kCount ? 3 : 2;
+
+// Most vectors per lane of the forward (C <= 2048 bf16 / 1024 f32) and of the backward, which
+// also keeps two f32 accumulators per element (32 elements per lane: C <= 1024).
+constexpr int kMaxForwardVecs = 8;
+template <typename T>
+constexpr int kMaxBackwardVecs = 32 / Vec16<T>::kCount;
+
+// Calls launch(std::integral_constant<int, K>()) with the smallest K of {1, 2, 3, 4, 6, 8} that
+// holds `vecs` vectors per lane; false (nothing called) when vecs > kMaxVecs.
+template <int kMaxVecs, typename Launch>
+bool DispatchVecs(int vecs, const Launch& launch) {
+  static_assert(kMaxVecs == 4 || kMaxVecs == 8, "vector counts are 1, 2, 3, 4, 6, 8");
+  if (vecs > kMaxVecs) return false;
+  if (vecs <= 1) {
+    launch(std::integral_constant<int, 1>());
+  } else if (vecs <= 2) {
+    launch(std::integral_constant<int, 2>());
+  } else if (vecs <= 3) {
+    launch(std::integral_constant<int, 3>());
+  } else if (vecs <= 4) {
+    launch(std::integral_constant<int, 4>());
+  } else if constexpr (kMaxVecs > 4) {
+    if (vecs <= 6)
+      launch(std::integral_constant<int, 6>());
+    else
+      launch(std::integral_constant<int, 8>());
+  }
+  return true;
+}
+
+// Vectors per lane that a row of C elements needs (C a multiple of Vec16<T>::kCount).
+template <typename T>
+int VecsPerLane(int C) {
+  return static_cast<int>(CeilDiv(C / Vec16<T>::kCount, kWarpSize));
+}
 
 // out (N,C), mean (N), rstd (N). With b: residual = a + b first (rounded to T), normalised after.
+// Each lane reads a and b before writing the same columns of residual, so residual may alias them.
+template <typename T, int kVecs>
+__global__ void __launch_bounds__(kThreads)
+    LayerNormForwardRegisterKernel(T* out, float* mean, float* rstd, T* residual, const T* a,
+                                   const T* b, const T* __restrict__ weight,
+                                   const T* __restrict__ bias, int64_t N, int C) {
+  constexpr int V = Vec16<T>::kCount;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const int64_t offset = row * C;
+  Vec16<T> x[kVecs];  // the row: (kVecs, V) per lane
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    if (VecColumn<T>(k, lane) >= C) break;
+    x[k] = Load16(a + offset + VecColumn<T>(k, lane));
+  }
+  if (b != nullptr) {
+    Vec16<T> y[kVecs];
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (VecColumn<T>(k, lane) >= C) break;
+      y[k] = Load16(b + offset + VecColumn<T>(k, lane));
+    }
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (VecColumn<T>(k, lane) >= C) break;
+#pragma unroll
+      for (int j = 0; j < V; ++j) x[k].v[j] = FromFloat<T>(ToFloat(x[k].v[j]) + ToFloat(y[k].v[j]));
+      Store16(residual + offset + VecColumn<T>(k, lane), x[k]);
+    }
+  }
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    if (VecColumn<T>(k, lane) >= C) break;
+#pragma unroll
+    for (int j = 0; j < V; ++j) sum += ToFloat(x[k].v[j]);
+  }
+  const float m = WarpSum(sum) / C;
+  float sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    if (VecColumn<T>(k, lane) >= C) break;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float d = ToFloat(x[k].v[j]) - m;
+      sq += d * d;
+    }
+  }
+  const float s = rsqrtf(WarpSum(sq) / C + kLayerNormEps);
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int c = VecColumn<T>(k, lane);
+    if (c >= C) break;
+    const Vec16<T> w = Load16(weight + c), bb = Load16(bias + c);
+    Vec16<T> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float n = (ToFloat(x[k].v[j]) - m) * s;
+      o.v[j] = FromFloat<T>(n * ToFloat(w.v[j]) + ToFloat(bb.v[j]));
+    }
+    Store16(out + offset + c, o);
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+// Backward over rows [blockIdx.x * rows_per_block, + rows_per_block) (clipped to N); warp w takes
+// rows w, w + 4, ... of that range. Per row, with n = (in - mean) * rstd and dn = dout * weight:
+// din (N,C) += rstd * (dn - mean(dn) - n * mean(dn * n)), dout, in and din read once into
+// registers; the warp's column sums of dout * n (dweight) and dout (dbias) stay in registers. The
+// block then adds its warps in a fixed order (warp 0 first) in shared memory and writes partials
+// (gridDim.x, 2, C): its dweight row, then its dbias row.
+template <typename T, int kVecs>
+__global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>)
+    LayerNormBackwardRegisterKernel(T* din, float* partials, const T* dout, const T* in,
+                                    const T* __restrict__ weight, const float* mean,
+                                    const float* rstd, int64_t N, int C, int64_t rows_per_block) {
+  constexpr int V = Vec16<T>::kCount;
+  extern __shared__ float block_sums[];  // (2, C)
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int64_t first = (int64_t)blockIdx.x * rows_per_block;
+  const int64_t end = min(N, first + rows_per_block);
+  Vec16<T> w[kVecs];
+  float dw[kVecs][V], db[kVecs][V];  // this warp's column sums of dout * n and of dout
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) dw[k][j] = db[k][j] = 0.f;
+    if (VecColumn<T>(k, lane) < C) w[k] = Load16(weight + VecColumn<T>(k, lane));
+  }
+  for (int64_t row = first + warp; row < end; row += kBackwardWarps) {
+    const int64_t offset = row * C;
+    const float m = mean[row], s = rstd[row];
+    Vec16<T> g[kVecs], x[kVecs], d[kVecs];
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t i = offset + VecColumn<T>(k, lane);
+      if (VecColumn<T>(k, lane) >= C) break;
+      g[k] = Load16(dout + i), x[k] = Load16(in + i), d[k] = Load16(din + i);
+    }
+    float sum_dn = 0.f, sum_dn_n = 0.f;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (VecColumn<T>(k, lane) >= C) break;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float gj = ToFloat(g[k].v[j]), n = (ToFloat(x[k].v[j]) - m) * s;
+        const float dn = gj * ToFloat(w[k].v[j]);
+        sum_dn += dn;
+        sum_dn_n += dn * n;
+        dw[k][j] += gj * n;
+        db[k][j] += gj;
+      }
+    }
+    const float mean_dn = WarpSum(sum_dn) / C, mean_dn_n = WarpSum(sum_dn_n) / C;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (VecColumn<T>(k, lane) >= C) break;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float n = (ToFloat(x[k].v[j]) - m) * s;
+        const float dn = ToFloat(g[k].v[j]) * ToFloat(w[k].v[j]);
+        d[k].v[j] = FromFloat<T>(ToFloat(d[k].v[j]) + s * (dn - mean_dn - n * mean_dn_n));
+      }
+      Store16(din + offset + VecColumn<T>(k, lane), d[k]);
+    }
+  }
+  for (int turn = 0; turn < kBackwardWarps; ++turn) {
+    if (warp == turn) {
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        const int c = VecColumn<T>(k, lane);
+        if (c >= C) break;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          block_sums[c + j] = (turn == 0 ? 0.f : block_sums[c + j]) + dw[k][j];
+          block_sums[C + c + j] = (turn == 0 ? 0.f : block_sums[C + c + j]) + db[k][j];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  float* block_partials = partials + (int64_t)blockIdx.x * 2 * C;
+  for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) block_partials[i] = block_sums[i];
+}
+
+// Register-path backward grid, from N alone (so are the partial sums): kBackwardMinRows rows per
+// block or more, at most kBackwardMaxBlocks blocks (one wave of three blocks per SM on the 132 SMs
+// of an H100/H200).
+constexpr int kBackwardMinRows = 32;
+constexpr int kBackwardMaxBlocks = 3 * 132;
+int64_t BackwardRowsPerBlock(int64_t N) {
+  const int64_t blocks = std::min<int64_t>(CeilDiv(N, kBackwardMinRows), kBackwardMaxBlocks);
+  return std::max<int64_t>(CeilDiv(N, std::max<int64_t>(blocks, 1)), 1);
+}
+
+// ---- generic path ----
+
+// out (N,C), mean (N), rstd (N) as LayerNormForwardRegisterKernel, for any C and alignment: scalar
+// loads, the row re-read from L1/L2 by each pass.
 template <typename T>
 __global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd, T* residual, const T* a,
                                        const T* b, const T* weight, const T* bias, int64_t N,
                                        int C) {
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
+  const int64_t row = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
   if (row >= N) return;
   const int64_t offset = row * C;
   const T* x = a + offset;
@@ -50,15 +281,15 @@ __global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd, T* resi
   }
 }
 
-// Backward over a tile of kTileRows rows per block, in two phases:
-//  1. one warp per row: din (N,C) += rstd * (dn - mean(dn) - n * mean(dn * n)), dn = dout * weight,
-//     with 16-byte loads when C allows; the row statistics go to shared memory;
+// Generic backward over a tile of kTileRows rows per block, in two phases:
+//  1. one warp per row: din += as in the register path, with 16-byte loads when kVector; the
+//     row statistics go to shared memory;
 //  2. one thread per column: the tile's sums of dout * n (weight gradient) and dout (bias
 //     gradient) in a fixed row order (the tile was just read, so from L1/L2), written to
-//     partials [2][tiles][C] and summed over tiles in a fixed order afterwards: deterministic.
+//     partials (tiles, 2, C).
 constexpr int kTileRows = 32;
 
-// Phase 1 for one row (one warp): sums, then din += dx. kVector: C is a multiple of 16 bytes.
+// Phase 1 for one row (one warp): sums, then din += dx. kVector: 16-byte loads.
 template <typename T, bool kVector>
 __device__ void LayerNormBackwardRow(T* din, const T* dout, const T* in, const T* weight, float m,
                                      float s, int C, int lane) {
@@ -116,7 +347,7 @@ __global__ void LayerNormBackwardKernel(T* din, float* partials, const T* dout, 
                                      lane);
   }
   __syncthreads();
-  const int tiles = gridDim.x;
+  float* tile_partials = partials + (int64_t)blockIdx.x * 2 * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float dw = 0.f, db = 0.f;
     for (int r = 0; r < rows; ++r) {
@@ -125,9 +356,44 @@ __global__ void LayerNormBackwardKernel(T* din, float* partials, const T* dout, 
       dw += g * (ToFloat(in[i]) - tile_mean[r]) * tile_rstd[r];
       db += g;
     }
-    partials[(int64_t)blockIdx.x * C + c] = dw;
-    partials[((int64_t)tiles + blockIdx.x) * C + c] = db;
+    tile_partials[c] = dw;
+    tile_partials[C + c] = db;
   }
+}
+
+template <typename T>
+void ForwardImpl(T* out, float* mean, float* rstd, T* residual, const T* a, const T* b,
+                 const T* weight, const T* bias, int64_t N, int C, cudaStream_t stream) {
+  const unsigned blocks = CeilDiv(N, kWarpsPerBlock);
+  const bool registers =
+      Vectorisable<T>(C, {out, residual, a, b, weight, bias}) &&
+      DispatchVecs<kMaxForwardVecs>(VecsPerLane<T>(C), [&](auto vecs) {
+        LayerNormForwardRegisterKernel<T, decltype(vecs)::value>
+            <<<blocks, kThreads, 0, stream>>>(out, mean, rstd, residual, a, b, weight, bias, N, C);
+      });
+  if (!registers)
+    LayerNormForwardKernel<T>
+        <<<blocks, kThreads, 0, stream>>>(out, mean, rstd, residual, a, b, weight, bias, N, C);
+}
+
+// Launches the backward's first stage; returns the number of partial rows it writes.
+template <typename T>
+int BackwardImpl(T* din, float* partials, const T* dout, const T* in, const T* weight,
+                 const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
+  const bool vector = Vectorisable<T>(C, {din, dout, in, weight});
+  const int64_t rows_per_block = BackwardRowsPerBlock(N);
+  const unsigned blocks = CeilDiv(N, rows_per_block);
+  const size_t shared_bytes = 2 * sizeof(float) * C;
+  if (vector && DispatchVecs<kMaxBackwardVecs<T>>(VecsPerLane<T>(C), [&](auto vecs) {
+        LayerNormBackwardRegisterKernel<T, decltype(vecs)::value>
+            <<<blocks, kBackwardThreads, shared_bytes, stream>>>(din, partials, dout, in, weight,
+                                                                 mean, rstd, N, C, rows_per_block);
+      }))
+    return static_cast<int>(blocks);
+  const unsigned tiles = CeilDiv(N, kTileRows);
+  auto kernel = vector ? LayerNormBackwardKernel<T, true> : LayerNormBackwardKernel<T, false>;
+  kernel<<<tiles, kThreads, 0, stream>>>(din, partials, dout, in, weight, mean, rstd, N, C);
+  return static_cast<int>(tiles);
 }
 
 }  // namespace
@@ -135,37 +401,36 @@ __global__ void LayerNormBackwardKernel(T* din, float* partials, const T* dout, 
 cudaError_t LaunchLayerNormForward(DType dtype, void* out, float* mean, float* rstd, void* residual,
                                    const void* a, const void* b, const void* weight,
                                    const void* bias, int64_t N, int C, cudaStream_t stream) {
-  const unsigned blocks = CeilDiv(N, kRowsPerBlock);
+  if (N == 0) return cudaSuccess;
   TRAINER_DISPATCH_FLOAT_TYPE(
       dtype, E,
-      LayerNormForwardKernel<E><<<blocks, kRowsPerBlock * kWarpSize, 0, stream>>>(
-          static_cast<E*>(out), mean, rstd, static_cast<E*>(residual), static_cast<const E*>(a),
-          static_cast<const E*>(b), static_cast<const E*>(weight), static_cast<const E*>(bias), N,
-          C));
+      ForwardImpl<E>(static_cast<E*>(out), mean, rstd, static_cast<E*>(residual),
+                     static_cast<const E*>(a), static_cast<const E*>(b),
+                     static_cast<const E*>(weight), static_cast<const E*>(bias), N, C, stream));
   return cudaGetLastError();
 }
 
 size_t LayerNormBackwardScratchFloats(int64_t N, int C) {
-  return 2 * static_cast<size_t>(CeilDiv(N, kTileRows)) * C;
+  // Partial rows (chunks, 2, C): one per tile on the generic path, at most that many otherwise.
+  const int64_t chunks =
+      std::max<int64_t>(CeilDiv(N, kTileRows), CeilDiv(N, BackwardRowsPerBlock(N)));
+  return 2 * static_cast<size_t>(chunks) * C;
 }
 
 cudaError_t LaunchLayerNormBackward(DType dtype, void* din, float* dweight, float* dbias,
                                     const void* dout, const void* in, const void* weight,
                                     const float* mean, const float* rstd, int64_t N, int C,
                                     float* scratch, cudaStream_t stream) {
-  const int tiles = static_cast<int>(CeilDiv(N, kTileRows));
-  const int threads = 256;
+  if (N == 0) return cudaSuccess;
+  int chunks = 0;
   TRAINER_DISPATCH_FLOAT_TYPE(
-      dtype, E, const bool vector = C % (16 / sizeof(E)) == 0;
-      auto kernel = vector ? LayerNormBackwardKernel<E, true> : LayerNormBackwardKernel<E, false>;
-      kernel<<<tiles, threads, 0, stream>>>(static_cast<E*>(din), scratch,
-                                            static_cast<const E*>(dout), static_cast<const E*>(in),
-                                            static_cast<const E*>(weight), mean, rstd, N, C));
-  cudaError_t err = cudaGetLastError();
+      dtype, E,
+      chunks = BackwardImpl<E>(static_cast<E*>(din), scratch, static_cast<const E*>(dout),
+                               static_cast<const E*>(in), static_cast<const E*>(weight), mean, rstd,
+                               N, C, stream));
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  err = LaunchAddPartials(dweight, scratch, tiles, C, stream);
-  if (err != cudaSuccess) return err;
-  return LaunchAddPartials(dbias, scratch + (size_t)tiles * C, tiles, C, stream);
+  return LaunchAddPartialsPair(dweight, dbias, scratch, chunks, C, stream);
 }
 
 }  // namespace cuda

@@ -44,8 +44,6 @@ cublasLtEpilogue_t LtEpilogue(GemmEpilogue e) {
       return CUBLASLT_EPILOGUE_GELU_AUX;
     case GemmEpilogue::kGeluAuxBias:
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case GemmEpilogue::kBiasGradient:
-      return CUBLASLT_EPILOGUE_BGRADB;
     case GemmEpilogue::kDGelu:
       return CUBLASLT_EPILOGUE_DGELU;
     case GemmEpilogue::kNone:
@@ -157,11 +155,14 @@ Status CublasLtMatmul::BuildPlan(const Gemm& g, Plan* plan) {
     status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                   &align_d, sizeof(align_d));
   if (status == CUBLAS_STATUS_SUCCESS) {
-    // "Not supported" here means no algorithm fits: the caller takes another route.
+    // "Not supported" (or, for some epilogue and type combinations, "invalid value") here means
+    // no algorithm fits: the caller takes another route.
     const cublasStatus_t heuristic =
         cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d,
                                        pref, kCandidates, results, &found);
-    if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED)
+    if (heuristic != CUBLAS_STATUS_SUCCESS) found = 0;
+    if (heuristic != CUBLAS_STATUS_SUCCESS && heuristic != CUBLAS_STATUS_NOT_SUPPORTED &&
+        heuristic != CUBLAS_STATUS_INVALID_VALUE)
       status = heuristic;
   }
   cublasLtMatmulPreferenceDestroy(pref);
@@ -169,10 +170,7 @@ Status CublasLtMatmul::BuildPlan(const Gemm& g, Plan* plan) {
   plan->supported = found > 0;
   if (!plan->supported) return Status::Ok();
   plan->algo = results[0].algo;
-  // A bias gradient is a value every TP rank must compute identically (replicated biases), so its
-  // GEMM keeps the heuristic's deterministic first choice.
-  if (autotune_ && found > 1 && g.epilogue != GemmEpilogue::kBiasGradient)
-    TRAINER_RETURN_IF_ERROR(TimeCandidates(g, plan, results, found));
+  if (autotune_ && found > 1) TRAINER_RETURN_IF_ERROR(TimeCandidates(g, plan, results, found));
   return Status::Ok();
 }
 

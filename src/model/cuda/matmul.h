@@ -1,5 +1,5 @@
 // CublasLtMatmul: column-major GEMMs through cuBLASLt with its epilogues (bias, GELU with the
-// pre-activation as aux output, bias gradient), f32 accumulation, one 32 MiB workspace allocated
+// pre-activation as aux output, GELU gradient), f32 accumulation, one 32 MiB workspace allocated
 // at creation, and descriptors plus the chosen algorithm cached per problem (the fastest of the
 // heuristic's candidates, timed on first use, or its first choice).
 #pragma once
@@ -20,11 +20,10 @@ namespace cuda {
 
 enum class GemmEpilogue {
   kNone,
-  kBias,          // D = AB + bias (bias of length m, broadcast over columns)
-  kGeluAux,       // D = GELU(AB), aux = AB
-  kGeluAuxBias,   // D = GELU(AB + bias), aux = AB + bias
-  kBiasGradient,  // D = AB (+ beta D); bias = sums of op(B) over k (length n), overwritten
-  kDGelu,         // D = GELU'(aux) * AB, aux = the GELU's input (dtype of D)
+  kBias,         // D = AB + bias (bias of length m, broadcast over columns)
+  kGeluAux,      // D = GELU(AB), aux = AB
+  kGeluAuxBias,  // D = GELU(AB + bias), aux = AB + bias
+  kDGelu,        // D = GELU'(aux) * AB, aux = the GELU's input (dtype of D)
 };
 
 struct GemmOperand {

@@ -9,42 +9,91 @@ namespace {
 
 constexpr int kRowLanes = 8;
 
-// Block (32 columns x 8 row lanes) per (column tile, row chunk): partials (chunks, C).
-template <typename T>
+// Block (32 lanes x 8 row lanes) per (column tile, row chunk): partials (chunks, C). Each lane
+// owns kCount adjacent columns (one 16-byte load per row when the rows allow it, else one column),
+// so a warp reads 512 contiguous bytes per row; the 8 row lanes are added in a fixed order.
+template <typename T, int kCount>
 __global__ void ColumnSumsPartialKernel(float* partials, const T* x, int64_t N, int C, int chunks) {
-  __shared__ float shared[kRowLanes][kWarpSize + 1];
-  const int c = blockIdx.x * kWarpSize + threadIdx.x;
+  __shared__ float shared[kRowLanes][kWarpSize * kCount];
+  const int c0 = (blockIdx.x * kWarpSize + threadIdx.x) * kCount;
   const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
   const int64_t begin = blockIdx.y * rows_per_chunk;
   const int64_t end = begin + rows_per_chunk < N ? begin + rows_per_chunk : N;
-  float sum = 0.f;
-  if (c < C)
-    for (int64_t row = begin + threadIdx.y; row < end; row += kRowLanes)
-      sum += ToFloat(x[row * C + c]);
-  shared[threadIdx.y][threadIdx.x] = sum;
+  float sum[kCount] = {};
+  if (c0 < C) {
+    for (int64_t row = begin + threadIdx.y; row < end; row += kRowLanes) {
+      if constexpr (kCount == 1) {
+        sum[0] += ToFloat(x[row * C + c0]);
+      } else {
+        const Vec16<T> v = Load16(x + row * C + c0);
+#pragma unroll
+        for (int k = 0; k < kCount; ++k) sum[k] += ToFloat(v.v[k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kCount; ++k) shared[threadIdx.y][threadIdx.x * kCount + k] = sum[k];
   __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < kRowLanes; ++y) sum += shared[y][threadIdx.x];
-    partials[(int64_t)blockIdx.y * C + c] = sum;
+  // The block's kCount * 32 columns, one thread each: add the row lanes in order.
+  const int flat = threadIdx.y * kWarpSize + threadIdx.x;
+  for (int j = flat; j < kWarpSize * kCount; j += kWarpSize * kRowLanes) {
+    const int c = blockIdx.x * kWarpSize * kCount + j;
+    if (c >= C) continue;
+    float total = shared[0][j];
+    for (int y = 1; y < kRowLanes; ++y) total += shared[y][j];
+    partials[(int64_t)blockIdx.y * C + c] = total;
   }
 }
 
-// out[c] += sum over chunks of partials[r][c]. Block (32 columns x 8 chunk lanes): each lane sums
-// every 8th chunk, then the lanes are added in a fixed order (deterministic, many loads in flight).
-__global__ void AddPartialsKernel(float* out, const float* partials, int chunks, int count) {
-  __shared__ float shared[kRowLanes][kWarpSize + 1];
-  const int c = blockIdx.x * kWarpSize + threadIdx.x;
+// out[c] += sum over r < chunks of partials[r * width + c], where out is out0 + c for c < split and
+// out1 + (c - split) after. Block (32 columns x `lanes` chunk lanes, lanes a power of two that
+// depends on chunks only): lane y sums chunks y, y + lanes, ... in order, kBatch loads in flight at
+// a time (past the last chunk it adds zeros), then the lanes are added by a fixed tree. The
+// summation order depends only on (chunks, width): deterministic.
+constexpr int kMaxChunkLanes = 32;
+__global__ void AddPartialsKernel(float* out0, float* out1, const float* partials, int chunks,
+                                  int width, int split) {
+  constexpr int kBatch = 8;
+  __shared__ float shared[kMaxChunkLanes][kWarpSize + 1];
+  const int c = blockIdx.x * kWarpSize + threadIdx.x, y = threadIdx.y, lanes = blockDim.y;
   float sum = 0.f;
-  if (c < count) {
-#pragma unroll 4
-    for (int r = threadIdx.y; r < chunks; r += kRowLanes) sum += partials[(int64_t)r * count + c];
+  if (c < width) {
+    for (int r0 = y; r0 < chunks; r0 += kBatch * lanes) {
+      float v[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int r = r0 + i * lanes;
+        v[i] = r < chunks ? partials[(int64_t)r * width + c] : 0.f;
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) sum += v[i];
+    }
   }
-  shared[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < count) {
-    for (int y = 1; y < kRowLanes; ++y) sum += shared[y][threadIdx.x];
-    out[c] += sum;
+  shared[y][threadIdx.x] = sum;
+  for (int half = lanes / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (y < half) {
+      sum += shared[y + half][threadIdx.x];
+      shared[y][threadIdx.x] = sum;
+    }
   }
+  if (y == 0 && c < width) (c < split ? out0[c] : out1[c - split]) += sum;
+}
+
+// Chunk lanes per column for AddPartialsKernel: enough to keep every lane's sum short.
+int ChunkLanes(int chunks) {
+  int lanes = 1;
+  while (lanes < chunks && lanes < kMaxChunkLanes) lanes *= 2;
+  return lanes;
+}
+
+cudaError_t AddPartials(float* out0, float* out1, const float* partials, int chunks, int width,
+                        int split, cudaStream_t stream) {
+  if (width == 0) return cudaSuccess;
+  const dim3 block(kWarpSize, ChunkLanes(chunks));
+  AddPartialsKernel<<<CeilDiv(width, kWarpSize), block, 0, stream>>>(out0, out1, partials, chunks,
+                                                                     width, split);
+  return cudaGetLastError();
 }
 
 // Stage 1: each block writes the sum of squares of its grid-stride share as one double.
@@ -86,18 +135,28 @@ int ColumnReductionChunks(int64_t N) {
 
 cudaError_t LaunchColumnSumsPartial(DType dtype, float* partials, const void* x, int64_t N, int C,
                                     int chunks, cudaStream_t stream) {
-  const dim3 grid(CeilDiv(C, kWarpSize), chunks), block(kWarpSize, kRowLanes);
-  TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
-                              ColumnSumsPartialKernel<E><<<grid, block, 0, stream>>>(
-                                  partials, static_cast<const E*>(x), N, C, chunks));
+  const dim3 block(kWarpSize, kRowLanes);
+  TRAINER_DISPATCH_FLOAT_TYPE(
+      dtype, E, constexpr int kVector = Vec16<E>::kCount; if (Vectorisable<E>(C, {x})) {
+        const dim3 grid(CeilDiv(C, kWarpSize * kVector), chunks);
+        ColumnSumsPartialKernel<E, kVector>
+            <<<grid, block, 0, stream>>>(partials, static_cast<const E*>(x), N, C, chunks);
+      } else {
+        const dim3 grid(CeilDiv(C, kWarpSize), chunks);
+        ColumnSumsPartialKernel<E, 1>
+            <<<grid, block, 0, stream>>>(partials, static_cast<const E*>(x), N, C, chunks);
+      });
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAddPartials(float* out, const float* partials, int chunks, int count,
                               cudaStream_t stream) {
-  const dim3 block(kWarpSize, kRowLanes);
-  AddPartialsKernel<<<CeilDiv(count, kWarpSize), block, 0, stream>>>(out, partials, chunks, count);
-  return cudaGetLastError();
+  return AddPartials(out, nullptr, partials, chunks, count, count, stream);
+}
+
+cudaError_t LaunchAddPartialsPair(float* out0, float* out1, const float* partials, int chunks,
+                                  int count, cudaStream_t stream) {
+  return AddPartials(out0, out1, partials, chunks, 2 * count, count, stream);
 }
 
 cudaError_t LaunchSumSquares(const float* x, int64_t n, double* partials, double* result,
