@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Per-kernel times of two training steps on one GPU, with Nsight Compute (ncu, in the CUDA
+# toolkit): every kernel of steps 3-4 of GPT-2 124M (B=32) is timed on its own
+# (gpu__time_duration, clocks left alone), then bench/kernel_summary.py sums one step by kernel.
+# docs/performance.md ("Where a step's time goes") shows the result and the command.
+#
+#   bench/kernel_profile.sh TRAINER OUT_CSV [extra trainer -o overrides...]
+#   env: NCU (default /usr/local/cuda/bin/ncu), WORK (default /tmp/bench), MODEL (default
+#        configs/gpt2-124m.yaml), B (default 32)
+set -euo pipefail
+TRAINER=$1 OUT=$2; shift 2
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+NCU=${NCU:-/usr/local/cuda/bin/ncu}
+WORK=${WORK:-/tmp/bench}
+B=${B:-32}
+mkdir -p "$WORK"
+if [ ! -f "$WORK/random.h5" ]; then
+  python3 -c "import numpy as np; np.random.seed(0); np.random.randint(0, 50257, size=20_000_000, dtype=np.uint16).tofile('$WORK/random.u16')"
+  "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/random.u16" --output "$WORK/random.h5" --quiet
+fi
+# ~460 kernels per step: skipping 700 leaves steps 1-2 (graph builds, GEMM tuning) out.
+"$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 700 \
+  --launch-count 700 "$TRAINER" train -c "$ROOT/${MODEL:-configs/gpt2-124m.yaml}" \
+  -o Data.train_path="$WORK/random.h5" -o Global.micro_batch_size="$B" \
+  -o Global.global_batch_size="$B" -o Engine.max_steps=6 -o Engine.logging_freq=1 \
+  -o Engine.eval_freq=0 -o Engine.save_steps=0 -o Engine.output_dir="$WORK/kernel-profile" \
+  -o Checkpoint.resume= -o Global.device=cuda -o Data.val_path= -o Data.val_fraction=0 "$@" \
+  > "$OUT"

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Sums one training step of an ncu CSV (bench/kernel_profile.sh) by kernel.
+
+The step is the span between the AdamW launches of two consecutive steps. Prints the kernel
+count, the sum of the kernel times, and each kernel name's total, count and share.
+
+    python3 bench/kernel_summary.py ncu.csv [--sequence FIRST LAST]
+"""
+import argparse
+import collections
+import csv
+import re
+
+
+def short_name(name):
+    name = name.replace("void ", "").replace("trainer::", "")
+    name = name.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    return re.sub(r"\(.*", "", name)[:80]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("csv")
+    parser.add_argument("--sequence", nargs=2, type=int, metavar=("FIRST", "LAST"),
+                        help="also list kernels FIRST..LAST of the step in launch order")
+    args = parser.parse_args()
+    rows = [r for r in csv.reader(open(args.csv)) if len(r) > 10]
+    column = {h: i for i, h in enumerate(rows[0])}
+    kernels = [(short_name(r[column["Kernel Name"]]),
+                float(r[column["Metric Value"]].replace(",", "")) / 1e6)
+               for r in rows[1:] if r[column["Metric Name"]] == "gpu__time_duration.sum"]
+    adam = [i for i, (name, _) in enumerate(kernels) if name.startswith("AdamWKernel")]
+    # AdamW is two launches per step (decay and no-decay spans): the step runs from just after
+    # one step's pair to the end of the next pair.
+    ends = [i for i in adam if i + 1 not in adam]
+    if len(ends) < 2:
+        raise SystemExit("fewer than two optimizer steps in the profile")
+    step = kernels[ends[0] + 1:ends[1] + 1]
+    total = sum(t for _, t in step)
+    print(f"one step: {len(step)} kernels, {total:.2f} ms of kernel time")
+    by_name = collections.defaultdict(lambda: [0, 0.0])
+    for name, t in step:
+        by_name[name][0] += 1
+        by_name[name][1] += t
+    for name, (count, t) in sorted(by_name.items(), key=lambda item: -item[1][1]):
+        print(f"{t:8.3f} ms {100 * t / total:5.1f}% {count:4d}x  {name}")
+    if args.sequence:
+        first, last = args.sequence
+        for name, t in step[first:last]:
+            print(f"{t * 1e3:8.1f} us  {name}")
+
+
+if __name__ == "__main__":
+    main()
