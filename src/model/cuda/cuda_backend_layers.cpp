@@ -110,6 +110,16 @@ Status CudaBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, 
 
 namespace {
 
+// The shapes of a linear layer: in (N,C), weight (OC,C), and out_name (N,OC) (the forward's out
+// or the backward's dout), all in the compute dtype.
+Status CheckLinear(const char* op, DType compute, const Tensor& in, const Tensor& weight,
+                   const char* out_name, const Tensor& out, int64_t* N, int64_t* C, int64_t* OC) {
+  *N = Rows(in), *C = Cols(in), *OC = Rows(weight);
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute, *N * *C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute, *OC * *C));
+  return CheckTensor(op, out_name, out, compute, *N * *OC);
+}
+
 // y^T (OC,N) = W (C,OC)^T x^T (C,N) [+ bias]: the linear layer's forward GEMM, without output.
 cuda::Gemm LinearForwardGemm(DType compute, const Tensor& in, const Tensor& weight,
                              const Tensor& bias) {
@@ -133,10 +143,8 @@ cuda::Gemm LinearForwardGemm(DType compute, const Tensor& in, const Tensor& weig
 Status CudaBackend::MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,
                                              Tensor residual) {
   const char* op = "MatmulForwardAddResidual";
-  const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, OC * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, N * OC));
+  int64_t N = 0, C = 0, OC = 0;
+  TRAINER_RETURN_IF_ERROR(CheckLinear(op, compute_, in, weight, "out", out, &N, &C, &OC));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "residual", residual, compute_, N * OC));
   TRAINER_RETURN_IF_ERROR(CheckOptional(op, "bias", bias, compute_, OC));
   if (out.data == residual.data || out.data == in.data)
@@ -154,11 +162,9 @@ Status CudaBackend::MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weigh
 Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
                                   Activation act) {
   const char* op = "MatmulForward";
-  const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
   const bool gelu = act == Activation::kGelu;
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, OC * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, N * OC));
+  int64_t N = 0, C = 0, OC = 0;
+  TRAINER_RETURN_IF_ERROR(CheckLinear(op, compute_, in, weight, "out", out, &N, &C, &OC));
   TRAINER_RETURN_IF_ERROR(CheckOptional(op, "bias", bias, compute_, OC));
   if (gelu) TRAINER_RETURN_IF_ERROR(CheckTensor(op, "pre_act", pre_act, compute_, N * OC));
 
@@ -204,10 +210,8 @@ Status CudaBackend::MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor
 Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
                                        Tensor in, Tensor weight, Tensor gelu_pre_act) {
   const char* op = "MatmulBackward";
-  const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, OC * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dout", dout, compute_, N * OC));
+  int64_t N = 0, C = 0, OC = 0;
+  TRAINER_RETURN_IF_ERROR(CheckLinear(op, compute_, in, weight, "dout", dout, &N, &C, &OC));
   TRAINER_RETURN_IF_ERROR(CheckOptional(op, "din", din, compute_, N * C));
   TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dweight", dweight, DType::kF32, OC * C));
   TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dbias", dbias, DType::kF32, OC));
