@@ -1,6 +1,7 @@
 // The whole GPT on the GPU against the CPU fp32 path: the same parameters (bf16-rounded), the same
 // tokens; the loss and every parameter's gradient must agree within bf16 tolerance. Odd sizes:
-// T not a multiple of 64, vocabulary not a multiple of 128, head size 64.
+// T not a multiple of 64, vocabulary not a multiple of 128, head size 64. Also activation
+// recomputation on the GPU against keeping the activations.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,41 +37,75 @@ PassResult ForwardBackward(Backend* backend, const ModelConfig& config,
   return run;
 }
 
-TEST(GpuModel, LossAndEveryGradientMatchTheCpuPath) {
-  ModelConfig config;
-  config.vocab_size = 1000;  // padded to 1024
-  config.hidden_size = 128;
-  config.num_heads = 2;  // head size 64
-  config.num_layers = 2;
-  config.max_seq_len = 128;
-  const int B = 2, T = 77;
-  ModelPartition part;
-  part.num_layers = config.num_layers;
-  std::vector<float> params =
-      InitialParameterValues(config, part, BuildParameterList(config, part), 5);
-  for (float& p : params) p = BF16ToFloat(FloatToBF16(p));  // both paths see the same values
-  std::mt19937 rng(9);
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) {
-    tokens[i] = static_cast<int32_t>(rng() % config.vocab_size);
-    targets[i] = static_cast<int32_t>(rng() % config.vocab_size);
-  }
-  std::unique_ptr<Backend> cpu = MakeCpuBackend(), gpu;
-  ASSERT_TRUE(MakeCudaBackend(0, &gpu).ok());
-  const PassResult want = ForwardBackward(cpu.get(), config, params, tokens, targets, B, T);
-  const PassResult got = ForwardBackward(gpu.get(), config, params, tokens, targets, B, T);
-  EXPECT_NEAR(got.loss, want.loss, 1e-2 * want.loss);
-  for (const ParameterInfo& p : BuildParameterList(config, part)) {
-    double diff = 0, norm = 0;
-    for (int64_t i = 0; i < p.local_numel(); ++i) {
-      const double w = want.grads[p.offset + i], g = got.grads[p.offset + i];
-      diff += (g - w) * (g - w);
-      norm += w * w;
+// A tiny GPT with odd sizes, bf16-representable parameters and random tokens.
+class GpuModel : public ::testing::Test {
+ protected:
+  static constexpr int B = 2, T = 77;
+  void SetUp() override {
+    config_.vocab_size = 1000;  // padded to 1024
+    config_.hidden_size = 128;
+    config_.num_heads = 2;  // head size 64
+    config_.num_layers = 2;
+    config_.max_seq_len = 128;
+    part_.num_layers = config_.num_layers;
+    params_ = InitialParameterValues(config_, part_, BuildParameterList(config_, part_), 5);
+    for (float& p : params_) p = BF16ToFloat(FloatToBF16(p));  // both paths see the same values
+    std::mt19937 rng(9);
+    tokens_.resize(B * T);
+    targets_.resize(B * T);
+    for (int i = 0; i < B * T; ++i) {
+      tokens_[i] = static_cast<int32_t>(rng() % config_.vocab_size);
+      targets_[i] = static_cast<int32_t>(rng() % config_.vocab_size);
     }
-    if (norm == 0) continue;
-    // The key bias has a true gradient of zero (softmax ignores it): only rounding noise.
-    if (p.name.find("c_attn.bias") != std::string::npos) continue;
-    EXPECT_LT(std::sqrt(diff / norm), 5e-2) << p.name;
+    ASSERT_TRUE(MakeCudaBackend(0, &gpu_).ok());
+  }
+  PassResult Run(Backend* backend, const ModelConfig& config) {
+    return ForwardBackward(backend, config, params_, tokens_, targets_, B, T);
+  }
+  // Each parameter's gradient against the reference, as ||got - want|| / ||want|| < tolerance.
+  void ExpectGradientsNear(const PassResult& got, const PassResult& want, double tolerance) {
+    for (const ParameterInfo& p : BuildParameterList(config_, part_)) {
+      double diff = 0, norm = 0;
+      for (int64_t i = 0; i < p.local_numel(); ++i) {
+        const double w = want.grads[p.offset + i], g = got.grads[p.offset + i];
+        diff += (g - w) * (g - w);
+        norm += w * w;
+      }
+      if (norm == 0) continue;
+      // The key bias has a true gradient of zero (softmax ignores it): only rounding noise.
+      if (p.name.find("c_attn.bias") != std::string::npos) continue;
+      EXPECT_LT(std::sqrt(diff / norm), tolerance) << p.name;
+    }
+  }
+  ModelConfig config_;
+  ModelPartition part_;
+  std::vector<float> params_;
+  std::vector<int32_t> tokens_, targets_;
+  std::unique_ptr<Backend> gpu_;
+};
+
+TEST_F(GpuModel, LossAndEveryGradientMatchTheCpuPath) {
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  const PassResult want = Run(cpu.get(), config_);
+  const PassResult got = Run(gpu_.get(), config_);
+  EXPECT_NEAR(got.loss, want.loss, 1e-2 * want.loss);
+  ExpectGradientsNear(got, want, 5e-2);
+}
+
+// Recomputation reruns the same GPU ops (GEMMs with the residual in C, cuDNN attention) on the
+// same inputs: the loss agrees to f32 rounding and the gradients to well inside the bf16
+// tolerance of the CPU comparison (cuDNN's attention backward may add in another order, and a
+// gradient that differs there is rounded to bf16 differently). A recomputation that got any
+// activation wrong is off by far more.
+TEST_F(GpuModel, RecomputationMatchesKeepingActivations) {
+  const PassResult want = Run(gpu_.get(), config_);
+  for (const char* mode : {"gelu", "block"}) {
+    SCOPED_TRACE(mode);
+    ModelConfig config = config_;
+    config.recompute = mode;
+    const PassResult got = Run(gpu_.get(), config);
+    EXPECT_NEAR(got.loss, want.loss, 1e-5 * want.loss);
+    ExpectGradientsNear(got, want, 1e-2);
   }
 }
 
