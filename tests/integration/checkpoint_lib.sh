@@ -43,11 +43,21 @@ rank_pid() {
 flip_tensor_byte() {
   local file=$1 dataset=$2 bytes=flip_$$.bin
   h5dump -d "$dataset" -b LE -o "$bytes" "$file" > /dev/null || fail "h5dump of $dataset in $file"
-  local size middle pattern offsets
-  size=$(stat -c %s "$bytes")
-  middle=$((size / 2 / 4 * 4))
-  pattern=$(od -An -v -tx1 -j "$middle" -N 32 "$bytes" | tr -d ' \n' | sed 's/../\\x&/g')
-  offsets=$(LC_ALL=C grep -obUaP "$pattern" "$file" | cut -d: -f1)
+  # Where the 32 bytes from the middle of the tensor sit in the file (a byte search, not grep:
+  # grep matches lines, so a 0x0a among the 32 bytes would hide the match).
+  local offsets
+  offsets=$(python3 - "$bytes" "$file" <<'PY'
+import sys
+tensor, whole = (open(path, "rb").read() for path in sys.argv[1:3])
+middle = len(tensor) // 2 // 4 * 4
+pattern = tensor[middle:middle + 32]
+found, at = [], whole.find(pattern)
+while at >= 0:
+    found.append(at)
+    at = whole.find(pattern, at + 1)
+print(" ".join(map(str, found)))
+PY
+)
   [ "$(wc -w <<<"$offsets")" -eq 1 ] || fail "$dataset: its bytes occur $(wc -w <<<"$offsets") times in $file"
   local at=$((offsets + 3)) old
   old=$(od -An -tu1 -j "$at" -N 1 "$file" | tr -d ' ')
