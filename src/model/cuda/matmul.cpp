@@ -1,7 +1,7 @@
 // cuBLASLt GEMMs with epilogues (see matmul.h). Each distinct problem (shapes, dtypes, epilogue,
-// pointer alignments) gets its descriptors and the heuristic's best algorithm once; later calls
-// only set the pointers and run. With autotuning on, the heuristic's candidates are timed on the
-// first call and the fastest is kept.
+// pointer alignments) gets its descriptors and algorithm once; later calls
+// only set the pointers and run. The heuristic's candidates are timed on the first call and the
+// fastest is kept.
 #include "model/cuda/matmul.h"
 
 #include "model/cuda/cuda_check.h"
@@ -170,7 +170,7 @@ Status CublasLtMatmul::BuildPlan(const Gemm& g, Plan* plan) {
   plan->supported = found > 0;
   if (!plan->supported) return Status::Ok();
   plan->algo = results[0].algo;
-  if (autotune_ && found > 1) TRAINER_RETURN_IF_ERROR(TimeCandidates(g, plan, results, found));
+  if (found > 1) TRAINER_RETURN_IF_ERROR(TimeCandidates(g, plan, results, found));
   return Status::Ok();
 }
 

@@ -1,7 +1,7 @@
 // CublasLtMatmul: column-major GEMMs through cuBLASLt with its epilogues (bias, GELU with the
 // pre-activation as aux output, GELU gradient), f32 accumulation, one 32 MiB workspace allocated
 // at creation, and descriptors plus the chosen algorithm cached per problem (the fastest of the
-// heuristic's candidates, timed on first use, or its first choice).
+// heuristic's candidates, timed on first use).
 #pragma once
 
 #include <cublasLt.h>
@@ -45,7 +45,7 @@ struct Gemm {
   float beta = 0.f;
   const void* c = nullptr;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
-  void* bias = nullptr;  // bias input, or bias-gradient output
+  void* bias = nullptr;  // bias input (kBias, kGeluAuxBias)
   DType bias_dtype = DType::kBF16;
   void* aux = nullptr;  // GELU pre-activation (output; input for kDGelu), dtype of D, ld aux_ld
   int64_t aux_ld = 0;
@@ -63,8 +63,6 @@ class CublasLtMatmul {
   // Enqueues the GEMM on the stream. *supported = false (and nothing runs) when cuBLASLt has no
   // algorithm for this problem, so that the caller can take another route.
   Status Run(const Gemm& gemm, bool* supported);
-  // Time the heuristic's candidates when a problem is first seen (default on).
-  void set_autotune(bool on) { autotune_ = on; }
 
  private:
   struct Plan;
@@ -77,7 +75,6 @@ class CublasLtMatmul {
   cublasLtHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
-  bool autotune_ = true;
   std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans_;
 };
 
