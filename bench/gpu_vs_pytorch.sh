@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side throughput on the GPU machine, in one call: the trainer and the PyTorch peer
 # (nanoGPT-style GPT-2, bf16 autocast, SDPA flash attention, fused AdamW, torch.compile) on the
-# same shapes and random tokens. Prints one JSON line per run (tokens/s, MFU, memory) and the
-# ratio. docs/performance.md records the results and the exact command.
+# same shapes and random tokens. Prints one JSON line per run (tokens/s, MFU, memory, and the
+# GPU's SM clock and power while it ran) and the ratio. docs/performance.md records the results
+# and the exact command.
 #
 #   bench/gpu_vs_pytorch.sh TRAINER PEER_SCRIPT MODEL...
 #   MODEL: 124m:B | 350m:B | 1.3b:B   (B = micro batch of one GPU; global batch = B x GPUs)
@@ -15,6 +16,31 @@ NP=${NP:-1}
 WORK=${WORK:-/tmp/bench}
 mkdir -p "$WORK"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The GPU's clock and power, sampled every 200 ms while a run goes (an H200 at its 700 W limit
+# runs well below its 1980 MHz boost clock, so both sides of a ratio should show similar figures).
+# gpu_sampling_start FILE; ...; gpu_sampling_stop FILE prints {"sm_mhz":..,"power_w":..}: the
+# medians over the samples with the GPU busy (utilization >= 90%).
+gpu_sampling_start() {
+  SAMPLER=
+  command -v nvidia-smi > /dev/null || return 0
+  nvidia-smi -i 0 --query-gpu=utilization.gpu,clocks.sm,power.draw --format=csv,noheader,nounits \
+    -lms 200 > "$1" 2> /dev/null &
+  SAMPLER=$!
+}
+gpu_sampling_stop() {
+  [ -n "$SAMPLER" ] && kill "$SAMPLER" 2> /dev/null && wait "$SAMPLER" 2> /dev/null
+  python3 - "$1" <<'PY'
+import statistics, sys
+rows = []
+for line in open(sys.argv[1]) if len(sys.argv) > 1 else []:
+    try: rows.append([float(x) for x in line.split(",")])
+    except ValueError: pass
+busy = [r for r in rows if r[0] >= 90]
+print('{"sm_mhz": %s, "power_w": %s}' % (
+    round(statistics.median(r[1] for r in busy)) if busy else "null",
+    round(statistics.median(r[2] for r in busy)) if busy else "null"))
+PY
+}
 if [ ! -f "$WORK/random.h5" ]; then
   python3 -c "import numpy as np; np.random.seed(0); np.random.randint(0, 50257, size=20_000_000, dtype=np.uint16).tofile('$WORK/random.u16')"
   "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/random.u16" --output "$WORK/random.h5" --quiet
@@ -29,12 +55,14 @@ for spec in "$@"; do
   esac
   out="$WORK/$model-b$B-np$NP${TAG:-}"
   rm -rf "$out"
+  gpu_sampling_start "$out.gpu"
   mpirun -n "$NP" --bind-to none "$TRAINER" train -c "$ROOT/$cfg" -o Data.train_path="$WORK/random.h5" \
     -o Global.micro_batch_size="$B" -o Global.global_batch_size=$((B * NP)) \
     -o Engine.max_steps="$STEPS" -o Engine.logging_freq=10 -o Engine.eval_freq=0 \
     -o Engine.save_steps=0 -o Engine.output_dir="$out" -o Checkpoint.resume= -o Global.device=cuda \
     -o Data.val_path= -o Data.val_fraction=0 \
-    ${TRAINER_ARGS:-} > "$out.log" 2>&1 || { tail -30 "$out.log"; continue; }
+    ${TRAINER_ARGS:-} > "$out.log" 2>&1 || { gpu_sampling_stop "$out.gpu" > /dev/null; tail -30 "$out.log"; continue; }
+  gpu=$(gpu_sampling_stop "$out.gpu")
   # Median tokens/s over the logging windows after the first 10 steps (warm-up, graph builds).
   ours=$(python3 - "$out/metrics.jsonl" <<'PY'
 import json, sys, statistics
@@ -46,10 +74,12 @@ print(json.dumps({"tok_s": round(statistics.median(r["tokens_per_s"] for r in ro
                   "loss": rows[-1]["loss"]}))
 PY
 )
-  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours}"
+  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"gpu0\":$gpu}"
   if [ "${SKIP_PEER:-0}" != 1 ] && [ "$NP" = 1 ]; then
+    gpu_sampling_start "$out.peer.gpu"
     peer=$(python3 "$PEER" "[{\"V\":50304,$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2>"$out.peer.err" | tail -1)
-    echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer}"
+    gpu=$(gpu_sampling_stop "$out.peer.gpu")
+    echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer,\"gpu0\":$gpu}"
     python3 -c "
 import json, sys
 a = json.loads(sys.argv[1]); b = json.loads(sys.argv[2])
