@@ -175,6 +175,34 @@ TEST_F(CudaPerfTest, DISABLED_Gpt2SmallShapes) {
          P * 4.0);
 }
 
+// LayerNorm over the hidden sizes of the configs (GPT-2 124M/350M, the 1.3B), 32768 rows (the rows
+// of one micro-batch of each): which path each width takes shows as its bandwidth.
+TEST_F(CudaPerfTest, DISABLED_LayerNormWidths) {
+  const int64_t N = 32768;
+  const DType bf = DType::kBF16, f32 = DType::kF32;
+  for (int64_t C : {768, 1024, 1536, 2048}) {
+    auto x = Compute(Random(N * C), {N, C}), dout = Compute(Random(N * C), {N, C});
+    auto w = Compute(Random(C), {C}), b = Compute(Random(C), {C});
+    auto out = Zeros(bf, {N, C}), din = Zeros(bf, {N, C});
+    auto mean = Zeros(f32, {N}), rstd = Zeros(f32, {N});
+    auto dw = Zeros(f32, {C}), db = Zeros(f32, {C});
+    char what[64];
+    std::snprintf(what, sizeof(what), "layernorm forward C=%lld", (long long)C);
+    Report(what, Time([&] {
+             return gpu_->LayerNormForward(out->tensor(), mean->tensor(), rstd->tensor(),
+                                           x->tensor(), w->tensor(), b->tensor());
+           }),
+           0, 2.0 * N * C * 2);
+    std::snprintf(what, sizeof(what), "layernorm backward C=%lld", (long long)C);
+    Report(what, Time([&] {
+             return gpu_->LayerNormBackward(din->tensor(), dw->tensor(), db->tensor(),
+                                            dout->tensor(), x->tensor(), w->tensor(),
+                                            mean->tensor(), rstd->tensor());
+           }),
+           0, 4.0 * N * C * 2);
+  }
+}
+
 }  // namespace
 }  // namespace cuda_testing
 }  // namespace trainer

@@ -3,10 +3,10 @@
 //
 // Two paths per direction:
 //  - the register path (rows a whole number of 16-byte vectors, 16-byte aligned pointers, C up to
-//    2048 bf16 / 1024 f32 forward and 1024 backward): each lane keeps its share of the row as
-//    16-byte vectors in registers, so every tensor is read and written exactly once. The backward
-//    also accumulates its rows' weight/bias gradients in registers and writes one partial row per
-//    block (a fixed range of rows, from N alone);
+//    2048 bf16 / 1024 f32): each lane keeps its share of the row as 16-byte vectors in registers,
+//    so every tensor is read and written exactly once. The backward also accumulates its rows'
+//    weight/bias gradients per warp (in registers up to C = 1024 bf16, in shared memory above)
+//    and writes one partial row per block (a fixed range of rows, from N alone);
 //  - the generic path (any C, any alignment): scalar or 16-byte loads that re-read the row from
 //    L1/L2, and a backward that writes one partial row per tile of kTileRows rows.
 // Either way the weight/bias gradients are deterministic: each partial row sums a fixed set of rows
@@ -35,9 +35,10 @@ __device__ __forceinline__ int VecColumn(int k, int lane) {
   return (k * kWarpSize + lane) * Vec16<T>::kCount;
 }
 
-// The backward's blocks are smaller: its lanes also hold two f32 accumulators per element, so
-// registers set its occupancy. Blocks per SM to aim for: three up to 24 elements per lane (about
-// 170 registers, e.g. C = 768 in bf16), two above.
+// The backward's blocks are smaller: its lanes also hold two f32 accumulators per element (or
+// the row's three tensors, in the wide kernel), so registers set its occupancy. Blocks per SM to
+// aim for, which also sizes its grid (one wave): three up to 24 elements per lane (about 170
+// registers, e.g. C = 768 in bf16), two above.
 constexpr int kBackwardThreads = 128;
 constexpr int kBackwardWarps = kBackwardThreads / kWarpSize;
 template <typename T, int kVecs>
@@ -149,31 +150,22 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Backward over rows [blockIdx.x * rows_per_block, + rows_per_block) (clipped to N); warp w takes
-// rows w, w + 4, ... of that range. Per row, with n = (in - mean) * rstd and dn = dout * weight:
-// din (N,C) += rstd * (dn - mean(dn) - n * mean(dn * n)), dout, in and din read once into
-// registers; the warp's column sums of dout * n (dweight) and dout (dbias) stay in registers. The
-// block then adds its warps in a fixed order (warp 0 first) in shared memory and writes partials
-// (gridDim.x, 2, C): its dweight row, then its dbias row.
-template <typename T, int kVecs>
-__global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>)
-    LayerNormBackwardRegisterKernel(T* din, float* partials, const T* dout, const T* in,
-                                    const T* __restrict__ weight, const float* mean,
-                                    const float* rstd, int64_t N, int C, int64_t rows_per_block) {
+// Backward rows [first, end) of one warp (rows first, first + kBackwardWarps, ...). Per row, with
+// n = (in - mean) * rstd and dn = dout * weight: din (N,C) += rstd * (dn - mean(dn) - n *
+// mean(dn * n)), dout, in and din read once into registers; accumulate(k, j, dout * n, dout) is
+// called for each element the lane holds (vector k, element j), for the weight/bias sums.
+template <typename T, int kVecs, typename Accumulate>
+__device__ __forceinline__ void LayerNormBackwardRows(T* din, const T* dout, const T* in,
+                                                      const T* __restrict__ weight,
+                                                      const float* mean, const float* rstd, int C,
+                                                      int64_t first, int64_t end, int lane,
+                                                      Accumulate&& accumulate) {
   constexpr int V = Vec16<T>::kCount;
-  extern __shared__ float block_sums[];  // (2, C)
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int64_t first = (int64_t)blockIdx.x * rows_per_block;
-  const int64_t end = min(N, first + rows_per_block);
   Vec16<T> w[kVecs];
-  float dw[kVecs][V], db[kVecs][V];  // this warp's column sums of dout * n and of dout
 #pragma unroll
-  for (int k = 0; k < kVecs; ++k) {
-#pragma unroll
-    for (int j = 0; j < V; ++j) dw[k][j] = db[k][j] = 0.f;
+  for (int k = 0; k < kVecs; ++k)
     if (VecColumn<T>(k, lane) < C) w[k] = Load16(weight + VecColumn<T>(k, lane));
-  }
-  for (int64_t row = first + warp; row < end; row += kBackwardWarps) {
+  for (int64_t row = first; row < end; row += kBackwardWarps) {
     const int64_t offset = row * C;
     const float m = mean[row], s = rstd[row];
     Vec16<T> g[kVecs], x[kVecs], d[kVecs];
@@ -193,8 +185,7 @@ __global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>
         const float dn = gj * ToFloat(w[k].v[j]);
         sum_dn += dn;
         sum_dn_n += dn * n;
-        dw[k][j] += gj * n;
-        db[k][j] += gj;
+        accumulate(k, j, gj * n, gj);
       }
     }
     const float mean_dn = WarpSum(sum_dn) / C, mean_dn_n = WarpSum(sum_dn_n) / C;
@@ -210,6 +201,33 @@ __global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>
       Store16(din + offset + VecColumn<T>(k, lane), d[k]);
     }
   }
+}
+
+// Backward over rows [blockIdx.x * rows_per_block, + rows_per_block) (clipped to N); warp w takes
+// rows w, w + 4, ... of that range (LayerNormBackwardRows). The warp's column sums of dout * n
+// (dweight) and dout (dbias) stay in registers. The block then adds its warps in a fixed order
+// (warp 0 first) in shared memory and writes partials (gridDim.x, 2, C): its dweight row, then its
+// dbias row.
+template <typename T, int kVecs>
+__global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>)
+    LayerNormBackwardRegisterKernel(T* din, float* partials, const T* dout, const T* in,
+                                    const T* __restrict__ weight, const float* mean,
+                                    const float* rstd, int64_t N, int C, int64_t rows_per_block) {
+  constexpr int V = Vec16<T>::kCount;
+  extern __shared__ float block_sums[];  // (2, C)
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int64_t first = (int64_t)blockIdx.x * rows_per_block;
+  const int64_t end = min(N, first + rows_per_block);
+  float dw[kVecs][V], db[kVecs][V];  // this warp's column sums of dout * n and of dout
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k)
+#pragma unroll
+    for (int j = 0; j < V; ++j) dw[k][j] = db[k][j] = 0.f;
+  LayerNormBackwardRows<T, kVecs>(din, dout, in, weight, mean, rstd, C, first + warp, end, lane,
+                                  [&](int k, int j, float g_n, float g) {
+                                    dw[k][j] += g_n;
+                                    db[k][j] += g;
+                                  });
   for (int turn = 0; turn < kBackwardWarps; ++turn) {
     if (warp == turn) {
 #pragma unroll
@@ -229,13 +247,60 @@ __global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>
   for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) block_partials[i] = block_sums[i];
 }
 
-// Register-path backward grid, from N alone (so are the partial sums): kBackwardMinRows rows per
-// block or more, at most kBackwardMaxBlocks blocks (one wave of three blocks per SM on the 132 SMs
-// of an H100/H200).
+// The register kernel for rows too wide for its register accumulators (bf16 C up to 2048): the
+// same rows, but each warp's column sums live in shared memory, (warps, 2, kVecs * V, 32) floats,
+// element (k, j) of lane l at (k * V + j) * 32 + l, so a warp's updates hit 32 distinct banks.
+// The warps are then added in the same fixed order into the same partials.
+template <typename T, int kVecs>
+constexpr int WideSlots() {  // accumulators per warp and sum
+  return kVecs * Vec16<T>::kCount * kWarpSize;
+}
+template <typename T, int kVecs>
+constexpr size_t kWideSharedBytes = sizeof(float) * kBackwardWarps * 2 * WideSlots<T, kVecs>();
+
+template <typename T, int kVecs>
+__global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>)
+    LayerNormBackwardWideKernel(T* din, float* partials, const T* dout, const T* in,
+                                const T* __restrict__ weight, const float* mean, const float* rstd,
+                                int64_t N, int C, int64_t rows_per_block) {
+  constexpr int V = Vec16<T>::kCount, S = WideSlots<T, kVecs>();
+  extern __shared__ float sums[];  // (warps, 2, S)
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int64_t first = (int64_t)blockIdx.x * rows_per_block;
+  const int64_t end = min(N, first + rows_per_block);
+  float* dw = sums + warp * 2 * S;
+  float* db = dw + S;
+  for (int i = lane; i < 2 * S; i += kWarpSize) dw[i] = 0.f;
+  __syncwarp();
+  LayerNormBackwardRows<T, kVecs>(din, dout, in, weight, mean, rstd, C, first + warp, end, lane,
+                                  [&](int k, int j, float g_n, float g) {
+                                    const int slot = (k * V + j) * kWarpSize + lane;
+                                    dw[slot] += g_n;
+                                    db[slot] += g;
+                                  });
+  __syncthreads();
+  float* block_partials = partials + (int64_t)blockIdx.x * 2 * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const int slot = (c / (kWarpSize * V) * V + c % V) * kWarpSize + c / V % kWarpSize;
+    float w_sum = 0.f, b_sum = 0.f;
+    for (int w = 0; w < kBackwardWarps; ++w) {
+      w_sum += sums[w * 2 * S + slot];
+      b_sum += sums[w * 2 * S + S + slot];
+    }
+    block_partials[c] = w_sum;
+    block_partials[C + c] = b_sum;
+  }
+}
+
+// Register-path backward grid, from N and the kernel alone (so are the partial sums): at least
+// kBackwardMinRows rows per block, at most one wave of `blocks_per_sm` blocks (what the kernel's
+// registers allow, kBackwardMinBlocks) on the 132 SMs of an H100/H200: a second, partial wave
+// would leave SMs idle for its whole length.
 constexpr int kBackwardMinRows = 32;
-constexpr int kBackwardMaxBlocks = 3 * 132;
-int64_t BackwardRowsPerBlock(int64_t N) {
-  const int64_t blocks = std::min<int64_t>(CeilDiv(N, kBackwardMinRows), kBackwardMaxBlocks);
+constexpr int kSms = 132;
+int64_t BackwardRowsPerBlock(int64_t N, int blocks_per_sm) {
+  const int64_t blocks =
+      std::min<int64_t>(CeilDiv(N, kBackwardMinRows), static_cast<int64_t>(blocks_per_sm) * kSms);
   return std::max<int64_t>(CeilDiv(N, std::max<int64_t>(blocks, 1)), 1);
 }
 
@@ -381,15 +446,32 @@ template <typename T>
 int BackwardImpl(T* din, float* partials, const T* dout, const T* in, const T* weight,
                  const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
   const bool vector = Vectorisable<T>(C, {din, dout, in, weight});
-  const int64_t rows_per_block = BackwardRowsPerBlock(N);
-  const unsigned blocks = CeilDiv(N, rows_per_block);
-  const size_t shared_bytes = 2 * sizeof(float) * C;
+  int launched = 0;  // blocks of the register kernel that ran
+  auto grid = [&](int blocks_per_sm, int64_t* rows_per_block) {
+    *rows_per_block = BackwardRowsPerBlock(N, blocks_per_sm);
+    launched = static_cast<int>(CeilDiv(N, *rows_per_block));
+    return static_cast<unsigned>(launched);
+  };
   if (vector && DispatchVecs<kMaxBackwardVecs<T>>(VecsPerLane<T>(C), [&](auto vecs) {
-        LayerNormBackwardRegisterKernel<T, decltype(vecs)::value>
-            <<<blocks, kBackwardThreads, shared_bytes, stream>>>(din, partials, dout, in, weight,
-                                                                 mean, rstd, N, C, rows_per_block);
+        constexpr int K = decltype(vecs)::value;
+        int64_t rows = 0;
+        const unsigned blocks = grid(kBackwardMinBlocks<T, K>, &rows);
+        LayerNormBackwardRegisterKernel<T, K>
+            <<<blocks, kBackwardThreads, 2 * sizeof(float) * C, stream>>>(
+                din, partials, dout, in, weight, mean, rstd, N, C, rows);
       }))
-    return static_cast<int>(blocks);
+    return launched;
+  if (vector && DispatchVecs<kMaxForwardVecs>(VecsPerLane<T>(C), [&](auto vecs) {
+        constexpr int K = decltype(vecs)::value;
+        int64_t rows = 0;
+        const unsigned blocks = grid(kBackwardMinBlocks<T, K>, &rows);
+        auto kernel = LayerNormBackwardWideKernel<T, K>;
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(kWideSharedBytes<T, K>));
+        kernel<<<blocks, kBackwardThreads, kWideSharedBytes<T, K>, stream>>>(
+            din, partials, dout, in, weight, mean, rstd, N, C, rows);
+      }))
+    return launched;
   const unsigned tiles = CeilDiv(N, kTileRows);
   auto kernel = vector ? LayerNormBackwardKernel<T, true> : LayerNormBackwardKernel<T, false>;
   kernel<<<tiles, kThreads, 0, stream>>>(din, partials, dout, in, weight, mean, rstd, N, C);
@@ -413,7 +495,7 @@ cudaError_t LaunchLayerNormForward(DType dtype, void* out, float* mean, float* r
 size_t LayerNormBackwardScratchFloats(int64_t N, int C) {
   // Partial rows (chunks, 2, C): one per tile on the generic path, at most that many otherwise.
   const int64_t chunks =
-      std::max<int64_t>(CeilDiv(N, kTileRows), CeilDiv(N, BackwardRowsPerBlock(N)));
+      std::max<int64_t>(CeilDiv(N, kTileRows), CeilDiv(N, BackwardRowsPerBlock(N, 3)));
   return 2 * static_cast<size_t>(chunks) * C;
 }
 
