@@ -55,14 +55,15 @@ TEST_F(CudaLayersTest, EmbeddingMatchesCpu) {
 // LayerNorm shapes that reach every path of layernorm.cu. In bf16 (8 per 16 bytes): the register
 // path with one vector per lane and idle lanes (74 x 200; three backward blocks, the last one
 // shorter), three per lane with the backward grid at its cap and a ragged last block (13001 x 768),
-// six per lane with idle lanes (37 x 1032) and eight per lane with many blocks and a ragged last
-// one (3001 x 2048), both with the backward's sums in shared memory; the generic path for an odd C
-// (45 x 201) and for rows too long for registers (9 x 2056). In f32 (4 per 16 bytes): two and six
-// vectors per lane for the first two, the generic path for the others.
+// four per lane with a grid of two blocks per SM at its cap (9001 x 1024), six per lane with idle
+// lanes (37 x 1032) and eight per lane with many blocks and a ragged last one (3001 x 2048), both
+// with the backward's sums in shared memory; the generic path for an odd C (45 x 201) and for
+// rows too long for registers (9 x 2056). In f32 (4 per 16 bytes): two, six and eight vectors per
+// lane for the first three, the generic path for the others.
 struct LayerNormShape {
   int N, C;
 };
-constexpr LayerNormShape kLayerNormShapes[] = {{74, 200},    {13001, 768}, {37, 1032},
+constexpr LayerNormShape kLayerNormShapes[] = {{74, 200},    {13001, 768}, {9001, 1024}, {37, 1032},
                                                {3001, 2048}, {45, 201},    {9, 2056}};
 
 class CudaLayerNormTest : public CudaVsCpuTest {
