@@ -466,8 +466,12 @@ int BackwardImpl(T* din, float* partials, const T* dout, const T* in, const T* w
         int64_t rows = 0;
         const unsigned blocks = grid(kBackwardMinBlocks<T, K>, &rows);
         auto kernel = LayerNormBackwardWideKernel<T, K>;
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(kWideSharedBytes<T, K>));
+        // Over 48 KiB of dynamic shared memory needs opting in, once per kernel (not every step;
+        // one GPU per process). A failure shows as the launch's error.
+        static const cudaError_t opted_in =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(kWideSharedBytes<T, K>));
+        (void)opted_in;
         kernel<<<blocks, kBackwardThreads, kWideSharedBytes<T, K>, stream>>>(
             din, partials, dout, in, weight, mean, rstd, N, C, rows);
       }))
