@@ -12,3 +12,15 @@ if(TRAINER_WITH_CUDA)
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_perf_test.cpp
                 LIBS trainer_model LABELS gpu TIMEOUT 300)
 endif()
+if(TRAINER_WITH_CUDA AND TRAINER_WITH_CUDNN_FRONTEND)
+  # Not a test: cuBLASLt's GELU epilogues against cuDNN's fused matmul graphs (bench/).
+  add_executable(gemm_gelu_fusion_bench ${PROJECT_SOURCE_DIR}/bench/gemm_gelu_fusion_bench.cpp)
+  target_include_directories(gemm_gelu_fusion_bench SYSTEM PRIVATE ${CUDNN_FRONTEND_INCLUDE_DIR}
+                                                                   ${CUDNN_INCLUDE_DIR})
+  target_link_libraries(gemm_gelu_fusion_bench PRIVATE trainer_model)
+endif()
+if(TRAINER_WITH_CUDA)
+  # Not a test: cuBLASLt's GEMM candidates timed idle and at the power limit (bench/).
+  add_executable(gemm_power_bench ${PROJECT_SOURCE_DIR}/bench/gemm_power_bench.cpp)
+  target_link_libraries(gemm_power_bench PRIVATE CUDA::cudart CUDA::cublasLt ${CMAKE_DL_LIBS})
+endif()

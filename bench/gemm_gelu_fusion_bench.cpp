@@ -1,0 +1,327 @@
+// GEMM + GELU on one GPU: cuBLASLt's epilogues (the trainer's route) against cuDNN's runtime-fused
+// matmul graphs, at the MLP shapes of GPT-2 124M, 350M and the 1.3B config. Forward:
+// pre = x W^T + b and out = GELU(pre) in one kernel. Backward: din = GELU'(pre) * (dout W), with
+// and without the bias gradient (column sums of din) in the same graph. Every cuDNN plan is timed
+// (events, after a warm-up); the result is checked against cuBLASLt's. Prints one line per route.
+//   gemm_gelu_fusion_bench [rows]
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/tensor.h"
+#include "model/cuda/matmul.h"
+
+namespace fe = cudnn_frontend;
+using trainer::DType;
+using trainer::cuda::Gemm;
+using trainer::cuda::GemmEpilogue;
+
+namespace {
+
+#define CHECK(expr)                                                                        \
+  do {                                                                                     \
+    if (!(expr)) {                                                                         \
+      std::fprintf(stderr, "gemm_gelu_fusion_bench: %s failed (%s:%d)\n", #expr, __FILE__, \
+                   __LINE__);                                                              \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+struct Buffer {
+  void* data = nullptr;
+  size_t count = 0;
+  explicit Buffer(size_t n, size_t bytes_each = 2) : count(n) {
+    CHECK(cudaMalloc(&data, n * bytes_each) == cudaSuccess);
+  }
+  ~Buffer() { cudaFree(data); }
+};
+
+void FillRandomBF16(Buffer* b, float scale, uint32_t seed) {
+  std::vector<uint16_t> host(b->count);
+  uint32_t s = seed;
+  for (auto& h : host) {
+    s = s * 1664525u + 1013904223u;
+    const float u = (s >> 8) * (1.f / 16777216.f) * 2.f - 1.f;
+    h = trainer::FloatToBF16(u * scale);
+  }
+  CHECK(cudaMemcpy(b->data, host.data(), host.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+}
+
+std::vector<float> Download(const Buffer& b, size_t bytes_each = 2) {
+  std::vector<float> out(b.count);
+  if (bytes_each == 4) {
+    CHECK(cudaMemcpy(out.data(), b.data, b.count * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    return out;
+  }
+  std::vector<uint16_t> host(b.count);
+  CHECK(cudaMemcpy(host.data(), b.data, b.count * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+  for (size_t i = 0; i < host.size(); ++i) out[i] = trainer::BF16ToFloat(host[i]);
+  return out;
+}
+
+double RelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    d += (a[i] - b[i]) * (double)(a[i] - b[i]), n += (double)b[i] * b[i];
+  return std::sqrt(d / (n > 0 ? n : 1));
+}
+
+double TimeMs(cudaStream_t stream, const std::function<bool()>& op, int iterations = 20) {
+  if (!op()) return -1;
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, stream);
+  for (int i = 0; i < iterations; ++i)
+    if (!op()) return -1;
+  cudaEventRecord(stop, stream);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / iterations;
+}
+
+enum Uid : int64_t { kX = 1, kW, kBias, kPre, kOut, kDout, kDin, kDbias };
+
+using GraphPtr = std::shared_ptr<fe::graph::Graph>;
+
+std::shared_ptr<fe::graph::Tensor_attributes> In(const GraphPtr& g, const char* name, int64_t uid,
+                                                 std::vector<int64_t> dims,
+                                                 std::vector<int64_t> strides) {
+  return g->tensor(fe::graph::Tensor_attributes()
+                       .set_name(name)
+                       .set_uid(uid)
+                       .set_dim(std::move(dims))
+                       .set_stride(std::move(strides))
+                       .set_data_type(fe::DataType_t::BFLOAT16));
+}
+
+GraphPtr NewGraph() {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+fe::graph::Pointwise_attributes Pointwise(const char* name, fe::PointwiseMode_t mode) {
+  return fe::graph::Pointwise_attributes().set_name(name).set_mode(mode).set_compute_data_type(
+      fe::DataType_t::FLOAT);
+}
+
+// pre (N,F) = x (N,C) W^T (C,F) + b;  out = GELU(pre).  gelu=false: pre only (a plain bias GEMM).
+GraphPtr ForwardGraph(int64_t N, int64_t C, int64_t F, bool gelu) {
+  GraphPtr g = NewGraph();
+  auto x = In(g, "x", kX, {1, N, C}, {N * C, C, 1});
+  auto w = In(g, "wT", kW, {1, C, F}, {C * F, 1, C});
+  auto b = In(g, "bias", kBias, {1, 1, F}, {F, F, 1});
+  auto mm = g->matmul(
+      x, w,
+      fe::graph::Matmul_attributes().set_name("mm").set_compute_data_type(fe::DataType_t::FLOAT));
+  mm->set_data_type(fe::DataType_t::FLOAT);
+  auto pre = g->pointwise(mm, b, Pointwise("bias", fe::PointwiseMode_t::ADD));
+  pre->set_output(true).set_uid(kPre).set_data_type(fe::DataType_t::BFLOAT16);
+  if (gelu) {
+    auto out = g->pointwise(pre, Pointwise("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
+    out->set_output(true).set_uid(kOut).set_data_type(fe::DataType_t::BFLOAT16);
+  }
+  return g;
+}
+
+// din (N,F) = GELU'(pre) * (dout (N,C) W (C,F)) [, dbias (F) = column sums of din].
+GraphPtr BackwardGraph(int64_t N, int64_t C, int64_t F, bool with_dbias) {
+  GraphPtr g = NewGraph();
+  auto dout = In(g, "dout", kDout, {1, N, C}, {N * C, C, 1});
+  auto w = In(g, "w", kW, {1, C, F}, {C * F, F, 1});
+  auto pre = In(g, "pre", kPre, {1, N, F}, {N * F, F, 1});
+  auto mm = g->matmul(
+      dout, w,
+      fe::graph::Matmul_attributes().set_name("mm").set_compute_data_type(fe::DataType_t::FLOAT));
+  mm->set_data_type(fe::DataType_t::FLOAT);
+  auto din = g->pointwise(mm, pre, Pointwise("dgelu", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
+  din->set_output(true).set_uid(kDin).set_data_type(fe::DataType_t::BFLOAT16);
+  if (with_dbias) {
+    auto dbias = g->reduction(din, fe::graph::Reduction_attributes()
+                                       .set_name("dbias")
+                                       .set_mode(fe::ReductionMode_t::ADD)
+                                       .set_compute_data_type(fe::DataType_t::FLOAT));
+    dbias->set_output(true).set_uid(kDbias).set_data_type(fe::DataType_t::FLOAT).set_dim({1, 1, F});
+  }
+  return g;
+}
+
+struct CudnnRun {
+  std::string best_name;
+  double best_ms = -1;
+  int plans = 0;
+  int best_index = -1;
+};
+
+// Builds every plan of the graph, times each, leaves the best one's result in the outputs.
+CudnnRun TimeGraph(const char* what, const GraphPtr& g, cudnnHandle_t handle, cudaStream_t stream,
+                   std::unordered_map<int64_t, void*> pack) {
+  CudnnRun r;
+  fe::error_t e = g->validate();
+  if (e.is_good()) e = g->build_operation_graph(handle);
+  if (e.is_good()) e = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+  if (e.is_good()) e = g->check_support(handle);
+  if (e.is_good()) e = g->build_plans(handle, fe::BuildPlanPolicy_t::ALL);
+  if (!e.is_good()) {
+    std::printf("  %-34s cuDNN: not supported (%s)\n", what, e.get_message().c_str());
+    return r;
+  }
+  const int64_t count = g->get_execution_plan_count();
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t ws_bytes = 0;
+    if (!g->get_workspace_size_plan_at_index(i, ws_bytes).is_good()) continue;
+    void* ws = nullptr;
+    if (ws_bytes > 0 && cudaMalloc(&ws, ws_bytes) != cudaSuccess) continue;
+    const double ms =
+        TimeMs(stream, [&] { return g->execute_plan_at_index(handle, pack, ws, i).is_good(); });
+    std::string name;
+    g->get_plan_name_at_index(i, name);
+    cudaFree(ws);
+    if (ms < 0) continue;
+    ++r.plans;
+    std::printf("    plan %2lld %-60s %8.3f ms\n", (long long)i, name.c_str(), ms);
+    if (r.best_ms < 0 || ms < r.best_ms) r.best_ms = ms, r.best_name = name, r.best_index = (int)i;
+  }
+  if (r.best_index >= 0) {  // leave the best plan's results in the outputs
+    int64_t ws_bytes = 0;
+    g->get_workspace_size_plan_at_index(r.best_index, ws_bytes);
+    void* ws = nullptr;
+    if (ws_bytes > 0) cudaMalloc(&ws, ws_bytes);
+    g->execute_plan_at_index(handle, pack, ws, r.best_index);
+    cudaStreamSynchronize(stream);
+    cudaFree(ws);
+  }
+  return r;
+}
+
+void Report(const char* what, double ms, double flops) {
+  if (ms < 0) {
+    std::printf("  %-34s (no result)\n", what);
+    return;
+  }
+  std::printf("  %-34s %8.3f ms  %6.1f TFLOP/s\n", what, ms, flops / ms / 1e9);
+}
+
+void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudnnHandle_t handle,
+              trainer::cuda::CublasLtMatmul* lt) {
+  const int64_t F = 4 * C;
+  const double flops = 2.0 * N * C * F;
+  std::printf("%s: rows %lld, C %lld, F %lld\n", label, (long long)N, (long long)C, (long long)F);
+  Buffer x(N * C), w_fc(F * C), b_fc(F), pre(N * F), out(N * F), pre2(N * F), out2(N * F);
+  Buffer dout(N * C), w_proj(C * F), din(N * F), din2(N * F), dbias(F, 4);
+  FillRandomBF16(&x, 1.f, 1);
+  FillRandomBF16(&w_fc, 0.05f, 2);
+  FillRandomBF16(&b_fc, 0.1f, 3);
+  FillRandomBF16(&dout, 1.f, 4);
+  FillRandomBF16(&w_proj, 0.05f, 5);
+
+  // cuBLASLt, column-major: pre^T (F,N) = W (C,F)^T x^T (C,N).
+  Gemm fwd;
+  fwd.transpose_a = true;
+  fwd.m = F, fwd.n = N, fwd.k = C;
+  fwd.a = {w_fc.data, DType::kBF16, C};
+  fwd.b = {x.data, DType::kBF16, C};
+  fwd.d_dtype = DType::kBF16;
+  fwd.ldd = F;
+  fwd.bias = b_fc.data;
+  bool ok = false;
+  Gemm plain = fwd;
+  plain.d = pre.data;
+  plain.epilogue = GemmEpilogue::kBias;
+  Report("cuBLASLt bias", TimeMs(stream, [&] { return lt->Run(plain, &ok).ok() && ok; }), flops);
+  Gemm gelu = fwd;
+  gelu.d = out.data;
+  gelu.epilogue = GemmEpilogue::kGeluAuxBias;
+  gelu.aux = pre.data;
+  gelu.aux_ld = F;
+  Report("cuBLASLt GELU_AUX_BIAS", TimeMs(stream, [&] { return lt->Run(gelu, &ok).ok() && ok; }),
+         flops);
+  cudaStreamSynchronize(stream);
+
+  CudnnRun plain_dnn =
+      TimeGraph("cuDNN matmul+bias", ForwardGraph(N, C, F, false), handle, stream,
+                {{kX, x.data}, {kW, w_fc.data}, {kBias, b_fc.data}, {kPre, pre2.data}});
+  Report("cuDNN matmul+bias (best plan)", plain_dnn.best_ms, flops);
+  CudnnRun gelu_dnn = TimeGraph(
+      "cuDNN matmul+bias+GELU", ForwardGraph(N, C, F, true), handle, stream,
+      {{kX, x.data}, {kW, w_fc.data}, {kBias, b_fc.data}, {kPre, pre2.data}, {kOut, out2.data}});
+  Report("cuDNN matmul+bias+GELU (best plan)", gelu_dnn.best_ms, flops);
+  if (gelu_dnn.best_ms > 0)
+    std::printf("  check: pre %.2e, out %.2e (relative to cuBLASLt)\n",
+                RelativeDiff(Download(pre2), Download(pre)),
+                RelativeDiff(Download(out2), Download(out)));
+
+  // Backward: din^T (F,N) = W_proj^T... column-major: din^T (F,N) = Wp (F,C) dout^T (C,N), where
+  // the row-major W_proj (C,F) is Wp column-major (F,C) with ld F.
+  Gemm bwd;
+  bwd.m = F, bwd.n = N, bwd.k = C;
+  bwd.a = {w_proj.data, DType::kBF16, F};
+  bwd.b = {dout.data, DType::kBF16, C};
+  bwd.d = din.data;
+  bwd.d_dtype = DType::kBF16;
+  bwd.ldd = F;
+  Report("cuBLASLt plain (din)", TimeMs(stream, [&] { return lt->Run(bwd, &ok).ok() && ok; }),
+         flops);
+  Gemm dgelu = bwd;
+  dgelu.epilogue = GemmEpilogue::kDGelu;
+  dgelu.aux = pre.data;
+  dgelu.aux_ld = F;
+  Report("cuBLASLt DGELU", TimeMs(stream, [&] { return lt->Run(dgelu, &ok).ok() && ok; }), flops);
+  cudaStreamSynchronize(stream);
+  CudnnRun dgelu_dnn =
+      TimeGraph("cuDNN matmul+dGELU", BackwardGraph(N, C, F, false), handle, stream,
+                {{kDout, dout.data}, {kW, w_proj.data}, {kPre, pre.data}, {kDin, din2.data}});
+  Report("cuDNN matmul+dGELU (best plan)", dgelu_dnn.best_ms, flops);
+  if (dgelu_dnn.best_ms > 0)
+    std::printf("  check: din %.2e\n", RelativeDiff(Download(din2), Download(din)));
+  CudnnRun dbias_dnn =
+      TimeGraph("cuDNN matmul+dGELU+dbias", BackwardGraph(N, C, F, true), handle, stream,
+                {{kDout, dout.data},
+                 {kW, w_proj.data},
+                 {kPre, pre.data},
+                 {kDin, din2.data},
+                 {kDbias, dbias.data}});
+  Report("cuDNN matmul+dGELU+dbias (best plan)", dbias_dnn.best_ms, flops);
+  if (dbias_dnn.best_ms > 0) {
+    const std::vector<float> d = Download(din), db = Download(dbias, 4);
+    std::vector<float> want(F, 0.f);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < F; ++c) want[c] += d[r * F + c];
+    std::printf("  check: din %.2e, dbias %.2e\n", RelativeDiff(Download(din2), d),
+                RelativeDiff(db, want));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 32768;
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream) == cudaSuccess);
+  cudnnHandle_t handle;
+  CHECK(cudnnCreate(&handle) == CUDNN_STATUS_SUCCESS);
+  CHECK(cudnnSetStream(handle, stream) == CUDNN_STATUS_SUCCESS);
+  std::unique_ptr<trainer::cuda::CublasLtMatmul> lt;
+  CHECK(trainer::cuda::CublasLtMatmul::Create(stream, &lt).ok());
+  std::printf("cuDNN %zu, frontend %d\n", cudnnGetVersion(), CUDNN_FRONTEND_VERSION);
+  RunShape("GPT-2 124M MLP", rows, 768, stream, handle, lt.get());
+  RunShape("GPT-2 350M MLP", rows / 2, 1024, stream, handle, lt.get());
+  RunShape("GPT 1.3B MLP", rows, 2048, stream, handle, lt.get());
+  cudnnDestroy(handle);
+  return 0;
+}
