@@ -190,7 +190,7 @@ CudnnRun TimeGraph(const char* what, const GraphPtr& g, cudnnHandle_t handle, cu
     const double ms =
         TimeMs(stream, [&] { return g->execute_plan_at_index(handle, pack, ws, i).is_good(); });
     std::string name;
-    g->get_plan_name_at_index(i, name);
+    if (!g->get_plan_name_at_index(i, name).is_good()) name = "?";
     cudaFree(ws);
     if (ms < 0) continue;
     ++r.plans;
@@ -199,10 +199,10 @@ CudnnRun TimeGraph(const char* what, const GraphPtr& g, cudnnHandle_t handle, cu
   }
   if (r.best_index >= 0) {  // leave the best plan's results in the outputs
     int64_t ws_bytes = 0;
-    g->get_workspace_size_plan_at_index(r.best_index, ws_bytes);
     void* ws = nullptr;
-    if (ws_bytes > 0) cudaMalloc(&ws, ws_bytes);
-    g->execute_plan_at_index(handle, pack, ws, r.best_index);
+    CHECK(g->get_workspace_size_plan_at_index(r.best_index, ws_bytes).is_good());
+    CHECK(ws_bytes == 0 || cudaMalloc(&ws, ws_bytes) == cudaSuccess);
+    CHECK(g->execute_plan_at_index(handle, pack, ws, r.best_index).is_good());
     cudaStreamSynchronize(stream);
     cudaFree(ws);
   }
