@@ -77,9 +77,13 @@ class Backend {
   // out (N,C), mean (N) f32, rstd (N) f32 = LayerNorm(in (N,C); weight (C), bias (C)), eps 1e-5.
   virtual Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
                                   Tensor bias) = 0;
-  // din (N,C) += ; dweight, dbias (C) f32 += .
-  virtual Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                                   Tensor weight, Tensor mean, Tensor rstd) = 0;
+  // din (N,C) += ; dweight, dbias (C) f32 += ; din_sums (C) f32 += the column sums of din as it
+  // was on entry (skipped when empty). When din is the residual stream's gradient, those are the
+  // bias gradient of the linear layer whose output joined the stream there: summed here, where
+  // din is read anyway, instead of in a pass of their own.
+  virtual Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
+                                   Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                                   Tensor rstd) = 0;
 
   // out (N,OC) = act(in (N,C) @ weight (OC,C)^T + bias (OC)); bias may be empty.
   // With kGelu, pre_act (N,OC) receives the value before GELU (needed by backward).

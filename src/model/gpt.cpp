@@ -348,8 +348,9 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
     Tensor dln;
     TRAINER_RETURN_IF_ERROR(ReduceRows(Context(), scratch_.dln, &dln));
     TRAINER_RETURN_IF_ERROR(backend_->Zero(dres));
-    TRAINER_RETURN_IF_ERROR(backend_->LayerNormBackward(
-        dres, end_grads_.lnf_w, end_grads_.lnf_b, dln, x, ends_.lnf_w, s.lnf_mean, s.lnf_rstd));
+    TRAINER_RETURN_IF_ERROR(backend_->LayerNormBackward(dres, end_grads_.lnf_w, end_grads_.lnf_b,
+                                                        Tensor(), dln, x, ends_.lnf_w, s.lnf_mean,
+                                                        s.lnf_rstd));
   }
   const BlockContext ctx = Context();
   for (int i = partition_.num_layers - 1; i >= 0; --i) {

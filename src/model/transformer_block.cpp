@@ -86,26 +86,31 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   // The row-parallel linears need the gradient of every row; their bias gradient is then the
   // same on every TP rank, so the replicas of the bias stay equal.
   const Tensor dres_all = SequenceParallel(ctx) ? s.dres_all : dresidual;
+  // Without TP, the output projections' bias gradients are column sums of the residual gradient,
+  // which the LayerNorm backward after each one reads anyway: it sums them there.
+  const bool ln_sums = !Parallel(ctx);
+  const Tensor fcproj_db = ln_sums ? Tensor() : g.fcproj_b, proj_db = ln_sums ? Tensor() : g.proj_b;
   Tensor dln;
   // MLP half: residual_out = residual_mid + fcproj(gelu(fc(ln2(residual_mid)))).
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
-  TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(s.dfc, g.fcproj_w, g.fcproj_b, dres_all,
+  TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(s.dfc, g.fcproj_w, fcproj_db, dres_all,
                                                         a.fc_out, w.fcproj_w, a.fc_pre));
   TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfc, a.ln2_out, w.fc_w));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
-  TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln2_w, g.ln2_b, dln, a.residual_mid,
-                                                w.ln2_w, a.ln2_mean, a.ln2_rstd));
+  TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln2_w, g.ln2_b,
+                                                ln_sums ? g.fcproj_b : Tensor(), dln,
+                                                a.residual_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd));
   // Attention half: residual_mid = x + proj(attention(c_attn(ln1(x)))).
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.datt, g.proj_w, g.proj_b, dres_all, a.att_out, w.proj_w));
+      be->MatmulBackward(s.datt, g.proj_w, proj_db, dres_all, a.att_out, w.proj_w));
   TRAINER_RETURN_IF_ERROR(
       be->AttentionBackward(s.dqkv, s.datt, a.qkv, a.att_out, a.att_stats, ctx.local_heads));
   TRAINER_RETURN_IF_ERROR(
       be->MatmulBackward(s.dln, g.attn_w, g.attn_b, s.dqkv, a.ln1_out, w.attn_w));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
-  return be->LayerNormBackward(dresidual, g.ln1_w, g.ln1_b, dln, x, w.ln1_w, a.ln1_mean,
-                               a.ln1_rstd);
+  return be->LayerNormBackward(dresidual, g.ln1_w, g.ln1_b, ln_sums ? g.proj_b : Tensor(), dln, x,
+                               w.ln1_w, a.ln1_mean, a.ln1_rstd);
 }
 
 }  // namespace trainer

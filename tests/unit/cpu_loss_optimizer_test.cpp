@@ -318,7 +318,7 @@ std::vector<float> RunAllOps(int threads) {
                                   View(dqkv, {N, 3 * C}), View(ln, {N, C}), View(wqkv, {3 * C, C}))
                   .ok());
   EXPECT_TRUE(backend
-                  .LayerNormBackward(View(dx, {N, C}), View(dlnw, {C}), View(dlnb, {C}),
+                  .LayerNormBackward(View(dx, {N, C}), View(dlnw, {C}), View(dlnb, {C}), Tensor(),
                                      View(dln, {N, C}), View(x, {N, C}), View(lnw, {C}),
                                      View(mean, {N}), View(rstd, {N}))
                   .ok());

@@ -98,14 +98,21 @@ TEST_F(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
     std::vector<float> in = Random(NC, -2.f, 3.f), weight = Random(C, 0.5f, 1.5f), bias = Random(C),
                        dout = Random(NC);
     const std::vector<float> din0 = Random(NC), dw0 = RandomFloats(C, rng_),
-                             db0 = RandomFloats(C, rng_);
-    std::vector<float> out(NC), mean(N), rstd(N), din = din0, dw = dw0, db = db0;
+                             db0 = RandomFloats(C, rng_), sums0 = RandomFloats(C, rng_);
+    std::vector<float> out(NC), mean(N), rstd(N), din = din0, dw = dw0, db = db0, sums = sums0;
     ASSERT_STATUS_OK(cpu_->LayerNormForward(HostView(out, {N, C}), HostView(mean, {N}),
                                             HostView(rstd, {N}), HostView(in, {N, C}),
                                             HostView(weight, {C}), HostView(bias, {C})));
-    ASSERT_STATUS_OK(cpu_->LayerNormBackward(
-        HostView(din, {N, C}), HostView(dw, {C}), HostView(db, {C}), HostView(dout, {N, C}),
-        HostView(in, {N, C}), HostView(weight, {C}), HostView(mean, {N}), HostView(rstd, {N})));
+    ASSERT_STATUS_OK(
+        cpu_->LayerNormBackward(HostView(din, {N, C}), HostView(dw, {C}), HostView(db, {C}),
+                                HostView(sums, {C}), HostView(dout, {N, C}), HostView(in, {N, C}),
+                                HostView(weight, {C}), HostView(mean, {N}), HostView(rstd, {N})));
+    // din's column sums on entry, summed here in double: the reference for both backends.
+    std::vector<double> column_sums(C, 0.0);
+    for (size_t i = 0; i < NC; ++i) column_sums[i % C] += din0[i];
+    std::vector<float> want_sums(C);
+    for (int c = 0; c < C; ++c) want_sums[c] = static_cast<float>(column_sums[c]);
+    EXPECT_RELATIVE_ERROR_BELOW(Minus(sums, sums0), want_sums, 1e-5);
 
     auto g_in = On(gpu, dt, in, {N, C}), g_w = On(gpu, dt, weight, {C}),
          g_b = On(gpu, dt, bias, {C});
@@ -114,29 +121,43 @@ TEST_F(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
          g_rstd = On(gpu, f32, std::vector<float>(N), {N});
     auto g_dout = On(gpu, dt, dout, {N, C}), g_din = On(gpu, dt, din0, {N, C});
     auto g_dw = On(gpu, f32, dw0, {C}), g_db = On(gpu, f32, db0, {C});
+    auto g_sums = On(gpu, f32, sums0, {C});
     ASSERT_STATUS_OK(gpu->LayerNormForward(g_out->tensor(), g_mean->tensor(), g_rstd->tensor(),
                                            g_in->tensor(), g_w->tensor(), g_b->tensor()));
-    // Backward from the GPU's own statistics (as in training).
-    auto backward = [&] {
-      return gpu->LayerNormBackward(g_din->tensor(), g_dw->tensor(), g_db->tensor(),
-                                    g_dout->tensor(), g_in->tensor(), g_w->tensor(),
-                                    g_mean->tensor(), g_rstd->tensor());
+    // Backward from the GPU's own statistics (as in training), with or without din's sums.
+    auto backward = [&](bool with_sums) {
+      return gpu->LayerNormBackward(
+          g_din->tensor(), g_dw->tensor(), g_db->tensor(), with_sums ? g_sums->tensor() : Tensor(),
+          g_dout->tensor(), g_in->tensor(), g_w->tensor(), g_mean->tensor(), g_rstd->tensor());
     };
-    ASSERT_STATUS_OK(backward());
+    auto reset = [&] {
+      ASSERT_TRUE(g_din->Upload(din0).ok() && g_dw->Upload(dw0).ok() && g_db->Upload(db0).ok() &&
+                  g_sums->Upload(sums0).ok());
+    };
+    ASSERT_STATUS_OK(backward(true));
     EXPECT_RELATIVE_ERROR_BELOW(g_out->Download(), out, 1e-2);
     EXPECT_RELATIVE_ERROR_BELOW(g_mean->Download(), mean, 1e-5);
     EXPECT_RELATIVE_ERROR_BELOW(g_rstd->Download(), rstd, 1e-5);
     const std::vector<float> got_din = g_din->Download(), got_dw = g_dw->Download(),
-                             got_db = g_db->Download();
+                             got_db = g_db->Download(), got_sums = g_sums->Download();
     EXPECT_RELATIVE_ERROR_BELOW(Minus(got_din, din0), Minus(din, din0), 2e-2);
     EXPECT_RELATIVE_ERROR_BELOW(Minus(got_dw, dw0), Minus(dw, dw0), 1e-4);
     EXPECT_RELATIVE_ERROR_BELOW(Minus(got_db, db0), Minus(db, db0), 1e-5);
+    EXPECT_RELATIVE_ERROR_BELOW(Minus(got_sums, sums0), want_sums, 1e-5);
+    // Summing din's columns leaves the other results bitwise as they are without it.
+    reset();
+    ASSERT_STATUS_OK(backward(false));
+    EXPECT_TRUE(g_din->Download() == got_din) << "din differs with and without din's sums";
+    EXPECT_TRUE(g_dw->Download() == got_dw) << "dweight differs with and without din's sums";
+    EXPECT_TRUE(g_db->Download() == got_db) << "dbias differs with and without din's sums";
+    EXPECT_TRUE(g_sums->Download() == sums0) << "din's sums written when not asked for";
     // Deterministic: the same inputs give bitwise the same gradients.
-    ASSERT_TRUE(g_din->Upload(din0).ok() && g_dw->Upload(dw0).ok() && g_db->Upload(db0).ok());
-    ASSERT_STATUS_OK(backward());
+    reset();
+    ASSERT_STATUS_OK(backward(true));
     EXPECT_TRUE(g_din->Download() == got_din) << "din differs between two identical runs";
     EXPECT_TRUE(g_dw->Download() == got_dw) << "dweight differs between two identical runs";
     EXPECT_TRUE(g_db->Download() == got_db) << "dbias differs between two identical runs";
+    EXPECT_TRUE(g_sums->Download() == got_sums) << "din's sums differ between two identical runs";
   });
 }
 

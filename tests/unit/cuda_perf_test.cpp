@@ -66,7 +66,7 @@ TEST_F(CudaPerfTest, DISABLED_Gpt2SmallShapes) {
          }),
          0, 4 * N * C * e2);
   Report("layernorm backward", Time([&] {
-           return gpu_->LayerNormBackward(din->tensor(), dln_w->tensor(), dln_b->tensor(),
+           return gpu_->LayerNormBackward(din->tensor(), dln_w->tensor(), dln_b->tensor(), Tensor(),
                                           ln_out->tensor(), x->tensor(), ln_w->tensor(),
                                           mean->tensor(), rstd->tensor());
          }),
@@ -146,6 +146,12 @@ TEST_F(CudaPerfTest, DISABLED_Gpt2SmallShapes) {
           },
           5),
       0, 4 * N * V * e2);
+  Report("cross-entropy fused (in place)", Time([&] {
+           return gpu_->CrossEntropyFused(losses->tensor(), logits->tensor(), logits->tensor(),
+                                          row_max->tensor(), sums->tensor(), targets->tensor(),
+                                          50257, 1.f / N);
+         }),
+         0, 2 * N * V * e2);
 
   auto tokens = Ints(RandomInts(N, rng_, 0, 50256), {B, T});
   auto wpe = Compute(Random(T * C), {T, C}), dwte = Zeros(f32, {V, C}), dwpe = Zeros(f32, {T, C});
@@ -195,9 +201,17 @@ TEST_F(CudaPerfTest, DISABLED_LayerNormWidths) {
            0, 2.0 * N * C * 2);
     std::snprintf(what, sizeof(what), "layernorm backward C=%lld", (long long)C);
     Report(what, Time([&] {
-             return gpu_->LayerNormBackward(din->tensor(), dw->tensor(), db->tensor(),
+             return gpu_->LayerNormBackward(din->tensor(), dw->tensor(), db->tensor(), Tensor(),
                                             dout->tensor(), x->tensor(), w->tensor(),
                                             mean->tensor(), rstd->tensor());
+           }),
+           0, 4.0 * N * C * 2);
+    auto sums = Zeros(f32, {C});
+    std::snprintf(what, sizeof(what), "layernorm backward + din sums C=%lld", (long long)C);
+    Report(what, Time([&] {
+             return gpu_->LayerNormBackward(din->tensor(), dw->tensor(), db->tensor(),
+                                            sums->tensor(), dout->tensor(), x->tensor(),
+                                            w->tensor(), mean->tensor(), rstd->tensor());
            }),
            0, 4.0 * N * C * 2);
   }

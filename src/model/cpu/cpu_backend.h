@@ -35,8 +35,8 @@ class CpuBackend final : public Backend {
                            int vocab_start) override;
   Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
                           Tensor bias) override;
-  Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                           Tensor weight, Tensor mean, Tensor rstd) override;
+  Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums, Tensor dout,
+                           Tensor in, Tensor weight, Tensor mean, Tensor rstd) override;
   Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
                        Activation act) override;
   Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,

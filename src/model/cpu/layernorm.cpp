@@ -113,8 +113,9 @@ Status CpuBackend::LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor
   return Status::Ok();
 }
 
-Status CpuBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                                     Tensor in, Tensor weight, Tensor mean, Tensor rstd) {
+Status CpuBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
+                                     Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                                     Tensor rstd) {
   const char* op = "LayerNormBackward";
   TRAINER_RETURN_IF_ERROR(
       CheckLayerNormShapes(op, in, mean, rstd, "dweight", dweight, "dbias", dbias));
@@ -125,9 +126,16 @@ Status CpuBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, T
     TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, name, *t, DType::kF32));
     TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, name, *t, "in", in));
   }
+  const int64_t N = cpu::Rows(in);
+  const int C = static_cast<int>(cpu::Cols(in));
+  if (!din_sums.empty()) {
+    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "din_sums", din_sums, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "din_sums", din_sums, "dbias", dbias));
+    cpu::column_sums_accumulate(din_sums.as<float>(), din.as<float>(), N, C);
+  }
   cpu::layernorm_backward(din.as<float>(), dweight.as<float>(), dbias.as<float>(), dout.as<float>(),
-                          in.as<float>(), weight.as<float>(), mean.as<float>(), rstd.as<float>(),
-                          cpu::Rows(in), static_cast<int>(cpu::Cols(in)));
+                          in.as<float>(), weight.as<float>(), mean.as<float>(), rstd.as<float>(), N,
+                          C);
   return Status::Ok();
 }
 

@@ -154,24 +154,26 @@ void matmul_forward(float* out, float* pre_act, const float* in, const float* we
   if (gelu) gelu_forward(out, pre_act, static_cast<size_t>(N) * OC);
 }
 
+void column_sums_accumulate(float* sums, const float* x, int64_t N, int C) {
+  constexpr int kColumnChunk = 64;
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < C; c0 += kColumnChunk) {
+    const int c1 = std::min(C, c0 + kColumnChunk);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = x + n * C;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) sums[c] += row[c];
+    }
+  }
+}
+
 void matmul_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t N, int C, int OC) {
   // din (N,C) = dout (N,OC) @ weight (OC,C).
   if (din != nullptr) gemm(din, C, dout, OC, 1, weight, C, 1, N, C, OC, false);
   // dweight (OC,C) += dout^T @ in: A(o, n) = dout[n*OC + o].
   gemm(dweight, C, dout, 1, OC, in, C, 1, OC, C, N, true);
-  if (dbias != nullptr) {
-    constexpr int kColumnChunk = 64;
-#pragma omp parallel for schedule(static)
-    for (int o0 = 0; o0 < OC; o0 += kColumnChunk) {
-      const int o1 = std::min(OC, o0 + kColumnChunk);
-      for (int64_t n = 0; n < N; ++n) {
-        const float* row = dout + n * OC;
-#pragma omp simd
-        for (int o = o0; o < o1; ++o) dbias[o] += row[o];
-      }
-    }
-  }
+  if (dbias != nullptr) column_sums_accumulate(dbias, dout, N, OC);
 }
 
 // The shapes of a linear layer, all f32: in (N,C), weight (OC,C), out (N,OC) (out is the forward's

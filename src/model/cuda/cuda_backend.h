@@ -67,8 +67,8 @@ class CudaBackend final : public Backend {
                            int vocab_start) override;
   Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
                           Tensor bias) override;
-  Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                           Tensor weight, Tensor mean, Tensor rstd) override;
+  Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums, Tensor dout,
+                           Tensor in, Tensor weight, Tensor mean, Tensor rstd) override;
   Status AddLayerNormForward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a,
                              Tensor b, Tensor weight, Tensor bias) override;
   Status MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,

@@ -84,8 +84,9 @@ Status CudaBackend::AddLayerNormForward(Tensor residual, Tensor out, Tensor mean
   return Status::Ok();
 }
 
-Status CudaBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                                      Tensor in, Tensor weight, Tensor mean, Tensor rstd) {
+Status CudaBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
+                                      Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                                      Tensor rstd) {
   const char* op = "LayerNormBackward";
   const int64_t N = Rows(in), C = Cols(in);
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
@@ -93,16 +94,18 @@ Status CudaBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, 
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dout", dout, compute_, N * C));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dweight", dweight, DType::kF32, C));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dbias", dbias, DType::kF32, C));
+  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "din_sums", din_sums, DType::kF32, C));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, C));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "mean", mean, DType::kF32, N));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "rstd", rstd, DType::kF32, N));
   void* scratch = nullptr;
   TRAINER_RETURN_IF_ERROR(Scratch(
       cuda::LayerNormBackwardScratchFloats(N, static_cast<int>(C)) * sizeof(float), &scratch));
-  CUDA_CHECK(cuda::LaunchLayerNormBackward(
-      compute_, din.data, dweight.as<float>(), dbias.as<float>(), dout.data, in.data, weight.data,
-      mean.as<float>(), rstd.as<float>(), N, static_cast<int>(C), static_cast<float*>(scratch),
-      stream_));
+  CUDA_CHECK(
+      cuda::LaunchLayerNormBackward(compute_, din.data, dweight.as<float>(), dbias.as<float>(),
+                                    din_sums.empty() ? nullptr : din_sums.as<float>(), dout.data,
+                                    in.data, weight.data, mean.as<float>(), rstd.as<float>(), N,
+                                    static_cast<int>(C), static_cast<float*>(scratch), stream_));
   return Status::Ok();
 }
 
@@ -275,7 +278,7 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
     float* partials = static_cast<float*>(scratch);
     CUDA_CHECK(cuda::LaunchColumnSumsPartial(compute_, partials, dout.data, N, static_cast<int>(OC),
                                              chunks, stream_));
-    CUDA_CHECK(cuda::LaunchAddPartials(dbias.as<float>(), partials, chunks, static_cast<int>(OC),
+    CUDA_CHECK(cuda::LaunchAddPartials({dbias.as<float>()}, partials, chunks, static_cast<int>(OC),
                                        stream_));
   }
   return Status::Ok();

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "common/tensor.h"
 
@@ -15,6 +16,10 @@ namespace trainer {
 namespace cuda {
 
 using bf16 = __nv_bfloat16;
+
+// The DType of an element type (float or bf16).
+template <typename T>
+constexpr DType kDTypeOf = std::is_same<T, float>::value ? DType::kF32 : DType::kBF16;
 
 constexpr int kWarpSize = 32;
 

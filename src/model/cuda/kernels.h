@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "common/tensor.h"
 
@@ -32,14 +33,17 @@ cudaError_t LaunchLayerNormForward(DType dtype, void* out, float* mean, float* r
                                    const void* a, const void* b, const void* weight,
                                    const void* bias, int64_t N, int C, cudaStream_t stream);
 // Floats of scratch that LaunchLayerNormBackward needs for (N, C): its partial sums of the
-// weight/bias gradients, (chunks, 2, C) with chunks <= ceil(N / 32).
+// weight/bias gradients (and of din's column sums), at most (ceil(N / 32), 3, C), plus the
+// generic path's column-sum partials.
 size_t LayerNormBackwardScratchFloats(int64_t N, int C);
-// din (N,C) += ; dweight, dbias (C) += (f32), summed in an order that depends only on (N, C)
+// din (N,C) += ; dweight, dbias (C) += (f32); din_sums (C) f32 += the column sums of din as it was
+// on entry (skipped when null): the bias gradient of the linear layer that wrote that residual
+// gradient, read here anyway. All summed in an order that depends only on (N, C)
 // (deterministic). din must not alias dout or in. scratch: LayerNormBackwardScratchFloats(N, C).
 cudaError_t LaunchLayerNormBackward(DType dtype, void* din, float* dweight, float* dbias,
-                                    const void* dout, const void* in, const void* weight,
-                                    const float* mean, const float* rstd, int64_t N, int C,
-                                    float* scratch, cudaStream_t stream);
+                                    float* din_sums, const void* dout, const void* in,
+                                    const void* weight, const float* mean, const float* rstd,
+                                    int64_t N, int C, float* scratch, cudaStream_t stream);
 
 // ---- elementwise.cu ----
 cudaError_t LaunchGeluForward(DType dtype, void* out, const void* in, int64_t n,
@@ -61,13 +65,12 @@ int ColumnReductionChunks(int64_t N);
 // partials (chunks, C) f32 = column sums of x (N,C) over each chunk of rows.
 cudaError_t LaunchColumnSumsPartial(DType dtype, float* partials, const void* x, int64_t N, int C,
                                     int chunks, cudaStream_t stream);
-// out[c] += sum over r < chunks of partials[r * count + c], for c < count (fixed order).
-cudaError_t LaunchAddPartials(float* out, const float* partials, int chunks, int count,
-                              cudaStream_t stream);
-// Two outputs in one launch, partials (chunks, 2, count): out0[c] += sum over r of
-// partials[(2 r) * count + c] and out1[c] += sum over r of partials[(2 r + 1) * count + c].
-cudaError_t LaunchAddPartialsPair(float* out0, float* out1, const float* partials, int chunks,
-                                  int count, cudaStream_t stream);
+// Partial rows (chunks, outs, count) into up to kMaxPartialOutputs f32 outputs of `count`
+// columns: outs[i][c] += sum over r < chunks of partials[(r * outs + i) * count + c], in a fixed
+// order (deterministic).
+constexpr int kMaxPartialOutputs = 3;
+cudaError_t LaunchAddPartials(std::initializer_list<float*> outs, const float* partials, int chunks,
+                              int count, cudaStream_t stream);
 // Doubles of scratch that LaunchSumSquares needs.
 constexpr int kSumSquaresPartials = 1024;
 // *result (device double) = sum of x[i]^2; partials: kSumSquaresPartials doubles.

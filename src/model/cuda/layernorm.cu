@@ -10,8 +10,9 @@
 //  - the generic path (any C, any alignment): scalar or 16-byte loads that re-read the row from
 //    L1/L2, and a backward that writes one partial row per tile of kTileRows rows.
 // Either way the weight/bias gradients are deterministic: each partial row sums a fixed set of rows
-// in a fixed order, and one LaunchAddPartialsPair (reduce.cu) adds the partials in a fixed order
-// into the f32 gradients.
+// in a fixed order, and one LaunchAddPartials (reduce.cu) adds the partials in a fixed order
+// into the f32 gradients. The backward can also sum din's columns as it reads them (the bias
+// gradient of the linear layer that wrote the residual gradient), the same way.
 #include <algorithm>
 #include <type_traits>
 
@@ -152,8 +153,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // Backward rows [first, end) of one warp (rows first, first + kBackwardWarps, ...). Per row, with
 // n = (in - mean) * rstd and dn = dout * weight: din (N,C) += rstd * (dn - mean(dn) - n *
-// mean(dn * n)), dout, in and din read once into registers; accumulate(k, j, dout * n, dout) is
-// called for each element the lane holds (vector k, element j), for the weight/bias sums.
+// mean(dn * n)), dout, in and din read once into registers; accumulate(k, j, dout * n, dout, din)
+// is called for each element the lane holds (vector k, element j; din as it was on entry), for
+// the weight/bias sums and din's column sums.
 template <typename T, int kVecs, typename Accumulate>
 __device__ __forceinline__ void LayerNormBackwardRows(T* din, const T* dout, const T* in,
                                                       const T* __restrict__ weight,
@@ -185,7 +187,7 @@ __device__ __forceinline__ void LayerNormBackwardRows(T* din, const T* dout, con
         const float dn = gj * ToFloat(w[k].v[j]);
         sum_dn += dn;
         sum_dn_n += dn * n;
-        accumulate(k, j, gj * n, gj);
+        accumulate(k, j, gj * n, gj, ToFloat(d[k].v[j]));
       }
     }
     const float mean_dn = WarpSum(sum_dn) / C, mean_dn_n = WarpSum(sum_dn_n) / C;
@@ -203,30 +205,53 @@ __device__ __forceinline__ void LayerNormBackwardRows(T* din, const T* dout, con
   }
 }
 
+// Per-warp shared-memory accumulators for a row of kVecs 16-byte vectors per lane: element
+// (k, j) of lane l at slot (k * V + j) * 32 + l, so a warp's updates hit 32 distinct banks.
+template <typename T, int kVecs>
+constexpr int WideSlots() {  // accumulators per warp and sum
+  return kVecs * Vec16<T>::kCount * kWarpSize;
+}
+template <typename T>
+__device__ __forceinline__ int SlotOfColumn(int c) {
+  constexpr int V = Vec16<T>::kCount;
+  return (c / (kWarpSize * V) * V + c % V) * kWarpSize + c / V % kWarpSize;
+}
+
+// Partial rows per block: dweight, dbias, then (kSums) din's column sums.
+template <bool kSums>
+constexpr int kPartialRows = kSums ? 3 : 2;
+
 // Backward over rows [blockIdx.x * rows_per_block, + rows_per_block) (clipped to N); warp w takes
 // rows w, w + 4, ... of that range (LayerNormBackwardRows). The warp's column sums of dout * n
-// (dweight) and dout (dbias) stay in registers. The block then adds its warps in a fixed order
-// (warp 0 first) in shared memory and writes partials (gridDim.x, 2, C): its dweight row, then its
-// dbias row.
-template <typename T, int kVecs>
+// (dweight) and dout (dbias) stay in registers; with kSums, its column sums of din (on entry) go
+// to per-warp shared-memory slots. The block then adds its warps in a fixed order (warp 0 first)
+// and writes partials (gridDim.x, kPartialRows, C): its dweight row, its dbias row, then its din
+// row.
+template <typename T, int kVecs, bool kSums>
 __global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>)
     LayerNormBackwardRegisterKernel(T* din, float* partials, const T* dout, const T* in,
                                     const T* __restrict__ weight, const float* mean,
                                     const float* rstd, int64_t N, int C, int64_t rows_per_block) {
-  constexpr int V = Vec16<T>::kCount;
-  extern __shared__ float block_sums[];  // (2, C)
+  constexpr int V = Vec16<T>::kCount, S = WideSlots<T, kVecs>();
+  extern __shared__ float block_sums[];  // (2, C), then with kSums (warps, S)
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t first = (int64_t)blockIdx.x * rows_per_block;
   const int64_t end = min(N, first + rows_per_block);
+  float* din_slots = block_sums + 2 * C + warp * S;  // used with kSums only
+  if (kSums) {
+    for (int i = lane; i < S; i += kWarpSize) din_slots[i] = 0.f;
+    __syncwarp();
+  }
   float dw[kVecs][V], db[kVecs][V];  // this warp's column sums of dout * n and of dout
 #pragma unroll
   for (int k = 0; k < kVecs; ++k)
 #pragma unroll
     for (int j = 0; j < V; ++j) dw[k][j] = db[k][j] = 0.f;
   LayerNormBackwardRows<T, kVecs>(din, dout, in, weight, mean, rstd, C, first + warp, end, lane,
-                                  [&](int k, int j, float g_n, float g) {
+                                  [&](int k, int j, float g_n, float g, float d) {
                                     dw[k][j] += g_n;
                                     db[k][j] += g;
+                                    if (kSums) din_slots[(k * V + j) * kWarpSize + lane] += d;
                                   });
   for (int turn = 0; turn < kBackwardWarps; ++turn) {
     if (warp == turn) {
@@ -243,52 +268,62 @@ __global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>
     }
     __syncthreads();
   }
-  float* block_partials = partials + (int64_t)blockIdx.x * 2 * C;
+  float* block_partials = partials + (int64_t)blockIdx.x * kPartialRows<kSums> * C;
   for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) block_partials[i] = block_sums[i];
+  if (kSums) {
+    const float* slots = block_sums + 2 * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      float sum = 0.f;
+      for (int w = 0; w < kBackwardWarps; ++w) sum += slots[w * S + SlotOfColumn<T>(c)];
+      block_partials[2 * C + c] = sum;
+    }
+  }
+}
+
+template <typename T, int kVecs, bool kSums>
+constexpr size_t kRegisterSharedBytes(int C) {
+  return sizeof(float) * (2 * C + (kSums ? kBackwardWarps * WideSlots<T, kVecs>() : 0));
 }
 
 // The register kernel for rows too wide for its register accumulators (bf16 C up to 2048): the
-// same rows, but each warp's column sums live in shared memory, (warps, 2, kVecs * V, 32) floats,
-// element (k, j) of lane l at (k * V + j) * 32 + l, so a warp's updates hit 32 distinct banks.
-// The warps are then added in the same fixed order into the same partials.
-template <typename T, int kVecs>
-constexpr int WideSlots() {  // accumulators per warp and sum
-  return kVecs * Vec16<T>::kCount * kWarpSize;
-}
-template <typename T, int kVecs>
-constexpr size_t kWideSharedBytes = sizeof(float) * kBackwardWarps * 2 * WideSlots<T, kVecs>();
+// same rows, but each warp's column sums live in shared memory, (warps, kPartialRows, S) floats
+// laid out as the register kernel's din slots. The warps are then added in the same fixed order
+// into the same partials.
+template <typename T, int kVecs, bool kSums>
+constexpr size_t kWideSharedBytes =
+    sizeof(float) * kBackwardWarps* kPartialRows<kSums>* WideSlots<T, kVecs>();
 
-template <typename T, int kVecs>
+template <typename T, int kVecs, bool kSums>
 __global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>)
     LayerNormBackwardWideKernel(T* din, float* partials, const T* dout, const T* in,
                                 const T* __restrict__ weight, const float* mean, const float* rstd,
                                 int64_t N, int C, int64_t rows_per_block) {
-  constexpr int V = Vec16<T>::kCount, S = WideSlots<T, kVecs>();
-  extern __shared__ float sums[];  // (warps, 2, S)
+  constexpr int V = Vec16<T>::kCount, S = WideSlots<T, kVecs>(), R = kPartialRows<kSums>;
+  extern __shared__ float sums[];  // (warps, R, S)
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t first = (int64_t)blockIdx.x * rows_per_block;
   const int64_t end = min(N, first + rows_per_block);
-  float* dw = sums + warp * 2 * S;
+  float* dw = sums + warp * R * S;
   float* db = dw + S;
-  for (int i = lane; i < 2 * S; i += kWarpSize) dw[i] = 0.f;
+  float* dd = db + S;  // kSums only
+  for (int i = lane; i < R * S; i += kWarpSize) dw[i] = 0.f;
   __syncwarp();
   LayerNormBackwardRows<T, kVecs>(din, dout, in, weight, mean, rstd, C, first + warp, end, lane,
-                                  [&](int k, int j, float g_n, float g) {
+                                  [&](int k, int j, float g_n, float g, float d) {
                                     const int slot = (k * V + j) * kWarpSize + lane;
                                     dw[slot] += g_n;
                                     db[slot] += g;
+                                    if (kSums) dd[slot] += d;
                                   });
   __syncthreads();
-  float* block_partials = partials + (int64_t)blockIdx.x * 2 * C;
+  float* block_partials = partials + (int64_t)blockIdx.x * R * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const int slot = (c / (kWarpSize * V) * V + c % V) * kWarpSize + c / V % kWarpSize;
-    float w_sum = 0.f, b_sum = 0.f;
-    for (int w = 0; w < kBackwardWarps; ++w) {
-      w_sum += sums[w * 2 * S + slot];
-      b_sum += sums[w * 2 * S + S + slot];
+    const int slot = SlotOfColumn<T>(c);
+    for (int r = 0; r < R; ++r) {
+      float sum = 0.f;
+      for (int w = 0; w < kBackwardWarps; ++w) sum += sums[(w * R + r) * S + slot];
+      block_partials[r * C + c] = sum;
     }
-    block_partials[c] = w_sum;
-    block_partials[C + c] = b_sum;
   }
 }
 
@@ -441,45 +476,93 @@ void ForwardImpl(T* out, float* mean, float* rstd, T* residual, const T* a, cons
         <<<blocks, kThreads, 0, stream>>>(out, mean, rstd, residual, a, b, weight, bias, N, C);
 }
 
-// Launches the backward's first stage; returns the number of partial rows it writes.
-template <typename T>
-int BackwardImpl(T* din, float* partials, const T* dout, const T* in, const T* weight,
-                 const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
-  const bool vector = Vectorisable<T>(C, {din, dout, in, weight});
+// Launches the backward's first stage; returns the number of blocks (partial rows of
+// kPartialRows<kSums> * C) it writes, or 0 when the register kernels do not fit the row.
+template <typename T, bool kSums>
+int RegisterBackward(T* din, float* partials, const T* dout, const T* in, const T* weight,
+                     const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
+  if (!Vectorisable<T>(C, {din, dout, in, weight})) return 0;
   int launched = 0;  // blocks of the register kernel that ran
   auto grid = [&](int blocks_per_sm, int64_t* rows_per_block) {
     *rows_per_block = BackwardRowsPerBlock(N, blocks_per_sm);
     launched = static_cast<int>(CeilDiv(N, *rows_per_block));
     return static_cast<unsigned>(launched);
   };
-  if (vector && DispatchVecs<kMaxBackwardVecs<T>>(VecsPerLane<T>(C), [&](auto vecs) {
+  // Over 48 KiB of dynamic shared memory needs opting in, once per kernel (not every step; one
+  // GPU per process). A failure shows as the launch's error.
+  auto opt_in = [](auto kernel, size_t bytes) {
+    if (bytes > 48 * 1024)
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes));
+    return 0;
+  };
+  if (DispatchVecs<kMaxBackwardVecs<T>>(VecsPerLane<T>(C), [&](auto vecs) {
         constexpr int K = decltype(vecs)::value;
         int64_t rows = 0;
         const unsigned blocks = grid(kBackwardMinBlocks<T, K>, &rows);
-        LayerNormBackwardRegisterKernel<T, K>
-            <<<blocks, kBackwardThreads, 2 * sizeof(float) * C, stream>>>(
+        LayerNormBackwardRegisterKernel<T, K, kSums>
+            <<<blocks, kBackwardThreads, kRegisterSharedBytes<T, K, kSums>(C), stream>>>(
                 din, partials, dout, in, weight, mean, rstd, N, C, rows);
       }))
     return launched;
-  if (vector && DispatchVecs<kMaxForwardVecs>(VecsPerLane<T>(C), [&](auto vecs) {
+  if (DispatchVecs<kMaxForwardVecs>(VecsPerLane<T>(C), [&](auto vecs) {
         constexpr int K = decltype(vecs)::value;
+        constexpr size_t kBytes = kWideSharedBytes<T, K, kSums>;
         int64_t rows = 0;
         const unsigned blocks = grid(kBackwardMinBlocks<T, K>, &rows);
-        auto kernel = LayerNormBackwardWideKernel<T, K>;
-        // Over 48 KiB of dynamic shared memory needs opting in, once per kernel (not every step;
-        // one GPU per process). A failure shows as the launch's error.
-        static const cudaError_t opted_in =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(kWideSharedBytes<T, K>));
+        auto kernel = LayerNormBackwardWideKernel<T, K, kSums>;
+        static const int opted_in = opt_in(kernel, kBytes);
         (void)opted_in;
-        kernel<<<blocks, kBackwardThreads, kWideSharedBytes<T, K>, stream>>>(
-            din, partials, dout, in, weight, mean, rstd, N, C, rows);
+        kernel<<<blocks, kBackwardThreads, kBytes, stream>>>(din, partials, dout, in, weight, mean,
+                                                             rstd, N, C, rows);
       }))
     return launched;
+  return 0;
+}
+
+// The generic path: partials (tiles, 2, C); returns the number of tiles.
+template <typename T>
+int GenericBackward(T* din, float* partials, const T* dout, const T* in, const T* weight,
+                    const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
   const unsigned tiles = CeilDiv(N, kTileRows);
-  auto kernel = vector ? LayerNormBackwardKernel<T, true> : LayerNormBackwardKernel<T, false>;
+  auto kernel = Vectorisable<T>(C, {din, dout, in, weight}) ? LayerNormBackwardKernel<T, true>
+                                                            : LayerNormBackwardKernel<T, false>;
   kernel<<<tiles, kThreads, 0, stream>>>(din, partials, dout, in, weight, mean, rstd, N, C);
   return static_cast<int>(tiles);
+}
+
+// Partial rows of the register path, at most (the generic path's tiles are at least as many).
+int64_t MaxBackwardChunks(int64_t N) {
+  return std::max<int64_t>(CeilDiv(N, kTileRows), CeilDiv(N, BackwardRowsPerBlock(N, 3)));
+}
+
+template <typename T>
+cudaError_t BackwardImpl(T* din, float* dweight, float* dbias, float* din_sums, const T* dout,
+                         const T* in, const T* weight, const float* mean, const float* rstd,
+                         int64_t N, int C, float* scratch, cudaStream_t stream) {
+  int chunks =
+      din_sums
+          ? RegisterBackward<T, true>(din, scratch, dout, in, weight, mean, rstd, N, C, stream)
+          : RegisterBackward<T, false>(din, scratch, dout, in, weight, mean, rstd, N, C, stream);
+  if (chunks > 0) {
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    return din_sums ? LaunchAddPartials({dweight, dbias, din_sums}, scratch, chunks, C, stream)
+                    : LaunchAddPartials({dweight, dbias}, scratch, chunks, C, stream);
+  }
+  if (din_sums) {  // din's column sums first (on entry), by the two-stage column reduction
+    float* sum_partials = scratch + 3 * MaxBackwardChunks(N) * C;
+    const int sum_chunks = ColumnReductionChunks(N);
+    cudaError_t err =
+        LaunchColumnSumsPartial(kDTypeOf<T>, sum_partials, din, N, C, sum_chunks, stream);
+    if (err == cudaSuccess)
+      err = LaunchAddPartials({din_sums}, sum_partials, sum_chunks, C, stream);
+    if (err != cudaSuccess) return err;
+  }
+  chunks = GenericBackward<T>(din, scratch, dout, in, weight, mean, rstd, N, C, stream);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  return LaunchAddPartials({dweight, dbias}, scratch, chunks, C, stream);
 }
 
 }  // namespace
@@ -497,26 +580,22 @@ cudaError_t LaunchLayerNormForward(DType dtype, void* out, float* mean, float* r
 }
 
 size_t LayerNormBackwardScratchFloats(int64_t N, int C) {
-  // Partial rows (chunks, 2, C): one per tile on the generic path, at most that many otherwise.
-  const int64_t chunks =
-      std::max<int64_t>(CeilDiv(N, kTileRows), CeilDiv(N, BackwardRowsPerBlock(N, 3)));
-  return 2 * static_cast<size_t>(chunks) * C;
+  // Partial rows (chunks, 2 or 3, C), then room for the generic path's column-sum partials.
+  return (3 * static_cast<size_t>(MaxBackwardChunks(N)) + ColumnReductionChunks(N)) * C;
 }
 
 cudaError_t LaunchLayerNormBackward(DType dtype, void* din, float* dweight, float* dbias,
-                                    const void* dout, const void* in, const void* weight,
-                                    const float* mean, const float* rstd, int64_t N, int C,
-                                    float* scratch, cudaStream_t stream) {
+                                    float* din_sums, const void* dout, const void* in,
+                                    const void* weight, const float* mean, const float* rstd,
+                                    int64_t N, int C, float* scratch, cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
-  int chunks = 0;
+  cudaError_t err = cudaSuccess;
   TRAINER_DISPATCH_FLOAT_TYPE(
       dtype, E,
-      chunks = BackwardImpl<E>(static_cast<E*>(din), scratch, static_cast<const E*>(dout),
-                               static_cast<const E*>(in), static_cast<const E*>(weight), mean, rstd,
-                               N, C, stream));
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-  return LaunchAddPartialsPair(dweight, dbias, scratch, chunks, C, stream);
+      err = BackwardImpl<E>(static_cast<E*>(din), dweight, dbias, din_sums,
+                            static_cast<const E*>(dout), static_cast<const E*>(in),
+                            static_cast<const E*>(weight), mean, rstd, N, C, scratch, stream));
+  return err;
 }
 
 }  // namespace cuda

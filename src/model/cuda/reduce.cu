@@ -1,5 +1,7 @@
 // Reductions: deterministic two-stage column sums (bias gradients), the fixed-order sum of
 // per-chunk partials into f32 gradients, and the sum of squares for the global gradient norm.
+#include <algorithm>
+
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -45,14 +47,21 @@ __global__ void ColumnSumsPartialKernel(float* partials, const T* x, int64_t N, 
   }
 }
 
-// out[c] += sum over r < chunks of partials[r * width + c], where out is out0 + c for c < split and
-// out1 + (c - split) after. Block (32 columns x `lanes` chunk lanes, lanes a power of two that
-// depends on chunks only): lane y sums chunks y, y + lanes, ... in order, kBatch loads in flight at
-// a time (past the last chunk it adds zeros), then the lanes are added by a fixed tree. The
-// summation order depends only on (chunks, width): deterministic.
+// Up to three f32 outputs of `count` columns each; column c of a partial row goes to
+// out[c / count][c % count].
+struct PartialOutputs {
+  float* out[kMaxPartialOutputs] = {};
+  int count = 0;
+};
+
+// outs[c] += sum over r < chunks of partials[r * width + c] (width = outputs * count). Block (32
+// columns x `lanes` chunk lanes, lanes a power of two that depends on chunks only): lane y sums
+// chunks y, y + lanes, ... in order, kBatch loads in flight at a time (past the last chunk it adds
+// zeros), then the lanes are added by a fixed tree. The summation order depends only on
+// (chunks, width): deterministic.
 constexpr int kMaxChunkLanes = 32;
-__global__ void AddPartialsKernel(float* out0, float* out1, const float* partials, int chunks,
-                                  int width, int split) {
+__global__ void AddPartialsKernel(PartialOutputs outs, const float* partials, int chunks,
+                                  int width) {
   constexpr int kBatch = 8;
   __shared__ float shared[kMaxChunkLanes][kWarpSize + 1];
   const int c = blockIdx.x * kWarpSize + threadIdx.x, y = threadIdx.y, lanes = blockDim.y;
@@ -77,7 +86,7 @@ __global__ void AddPartialsKernel(float* out0, float* out1, const float* partial
       shared[y][threadIdx.x] = sum;
     }
   }
-  if (y == 0 && c < width) (c < split ? out0[c] : out1[c - split]) += sum;
+  if (y == 0 && c < width) outs.out[c / outs.count][c % outs.count] += sum;
 }
 
 // Chunk lanes per column for AddPartialsKernel: enough to keep every lane's sum short.
@@ -85,15 +94,6 @@ int ChunkLanes(int chunks) {
   int lanes = 1;
   while (lanes < chunks && lanes < kMaxChunkLanes) lanes *= 2;
   return lanes;
-}
-
-cudaError_t AddPartials(float* out0, float* out1, const float* partials, int chunks, int width,
-                        int split, cudaStream_t stream) {
-  if (width == 0) return cudaSuccess;
-  const dim3 block(kWarpSize, ChunkLanes(chunks));
-  AddPartialsKernel<<<CeilDiv(width, kWarpSize), block, 0, stream>>>(out0, out1, partials, chunks,
-                                                                     width, split);
-  return cudaGetLastError();
 }
 
 // Stage 1: each block writes the sum of squares of its grid-stride share as one double.
@@ -149,14 +149,18 @@ cudaError_t LaunchColumnSumsPartial(DType dtype, float* partials, const void* x,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchAddPartials(float* out, const float* partials, int chunks, int count,
-                              cudaStream_t stream) {
-  return AddPartials(out, nullptr, partials, chunks, count, count, stream);
-}
-
-cudaError_t LaunchAddPartialsPair(float* out0, float* out1, const float* partials, int chunks,
-                                  int count, cudaStream_t stream) {
-  return AddPartials(out0, out1, partials, chunks, 2 * count, count, stream);
+cudaError_t LaunchAddPartials(std::initializer_list<float*> outs, const float* partials, int chunks,
+                              int count, cudaStream_t stream) {
+  const int n = static_cast<int>(outs.size());
+  if (count == 0 || n == 0) return cudaSuccess;
+  if (n > kMaxPartialOutputs) return cudaErrorInvalidValue;
+  PartialOutputs o;
+  o.count = count;
+  std::copy(outs.begin(), outs.end(), o.out);
+  const int width = n * count;
+  const dim3 block(kWarpSize, ChunkLanes(chunks));
+  AddPartialsKernel<<<CeilDiv(width, kWarpSize), block, 0, stream>>>(o, partials, chunks, width);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchSumSquares(const float* x, int64_t n, double* partials, double* result,
