@@ -113,51 +113,75 @@ __global__ void BackwardKernel(float* losses, T* dlogits, const T* logits, const
     drow[c] = FromFloat<T>(grad(c, ToFloat(row[c])));
 }
 
-// The whole row in one block (one pass over global memory): the row is copied into shared memory
-// with asynchronous copies (all of it in flight at once), then max, sum of exp and the target's
-// logit come from there, and the loss and gradient are written out. For ranks holding the whole
-// vocabulary (no TP) when the row fits in shared memory. exp(x - m) is computed as
-// exp2(x log2e - m log2e), one FMA and one ex2 per element.
+// The whole row in one block (one pass over global memory). Each thread stages its own 16-byte
+// packs of the row (packs t, t + blockDim.x, ...) in shared memory with asynchronous copies, issued
+// in kStages groups, and only ever reads back the packs it copied itself, so no barrier guards the
+// data. While later groups are still in flight it folds the arrived ones into a running maximum
+// and sum of exp (online softmax); the block then combines the threads' (max, sum) pairs, and each
+// thread writes the loss gradient of its packs. For ranks holding the whole vocabulary (no TP)
+// when the row fits in shared memory. exp(x - m) is computed as exp2(x log2e - m log2e), one FMA
+// and one ex2 per element.
 template <typename T>
-__global__ void FusedKernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
-                            int vocab_local, int vocab_size, float dloss_scale) {
-  extern __shared__ int4 staged_raw[];
-  const T* staged = reinterpret_cast<const T*>(staged_raw);
-  __shared__ float scratch[32];
+__global__ void __launch_bounds__(kThreads)
+    FusedKernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int vocab_local,
+                int vocab_size, float dloss_scale) {
+  constexpr int kStages = 4;
   constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ int4 staged[];
+  __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   const int4* row = reinterpret_cast<const int4*>(logits + r * vocab_local);
   const int real = vocab_size < vocab_local ? vocab_size : vocab_local;
   const int packs = vocab_local / kPack<T>;  // vocab_local is a multiple of the pack (launcher)
-  for (int i = threadIdx.x; i < packs; i += blockDim.x)
-    __pipeline_memcpy_async(&staged_raw[i], &row[i], sizeof(int4));
-  __pipeline_commit();
-  __pipeline_wait_prior(0);
-  __syncthreads();
-  // Calls f(c, logit) for this thread's real columns, 16 bytes of shared memory at a time.
-  auto for_each_real = [&](auto&& f) {
-    for (int i = threadIdx.x; i < packs; i += blockDim.x) {
-      int4 raw = staged_raw[i];
-      const T* values = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-      for (int k = 0; k < kPack<T>; ++k)
-        if (i * kPack<T> + k < real) f(ToFloat(values[k]));
-    }
+  const int per_thread = (packs + blockDim.x - 1) / blockDim.x;
+  const int per_stage = (per_thread + kStages - 1) / kStages;
+  // This thread's j-th pack, or -1 past the row's end.
+  auto pack = [&](int j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    return i < packs ? i : -1;
   };
-  float m = -INFINITY;
-  for_each_real([&](float x) { m = fmaxf(m, x); });
-  m = BlockMax(m, scratch);
-  const float m_log2 = m * kLog2e;
-  float s = 0.f;
-  for_each_real([&](float x) { s += exp2f(fmaf(x, kLog2e, -m_log2)); });
-  s = BlockSum(s, scratch);
+#pragma unroll
+  for (int stage = 0; stage < kStages; ++stage) {
+    for (int j = stage * per_stage; j < min(per_thread, (stage + 1) * per_stage); ++j)
+      if (const int i = pack(j); i >= 0) __pipeline_memcpy_async(&staged[i], &row[i], sizeof(int4));
+    __pipeline_commit();
+  }
+  float m = -INFINITY, s = 0.f;  // running max of the real logits and sum of exp(x - m)
+#pragma unroll
+  for (int stage = 0; stage < kStages; ++stage) {
+    __pipeline_wait_prior(kStages - 1 - stage);
+    for (int j = stage * per_stage; j < min(per_thread, (stage + 1) * per_stage); ++j) {
+      const int i = pack(j);
+      if (i < 0) break;
+      int4 raw = staged[i];
+      const T* values = reinterpret_cast<const T*>(&raw);
+      float x[kPack<T>], pack_max = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) {
+        x[k] = i * kPack<T> + k < real ? ToFloat(values[k]) : -INFINITY;  // padding: exp = 0
+        pack_max = fmaxf(pack_max, x[k]);
+      }
+      if (pack_max == -INFINITY) continue;  // all padding
+      if (pack_max > m) {  // rescale the sum to the new maximum (exp2(-inf) = 0 at the start)
+        s *= exp2f((m - pack_max) * kLog2e);
+        m = pack_max;
+      }
+      const float m_log2 = m * kLog2e;
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) s += exp2f(fmaf(x[k], kLog2e, -m_log2));
+    }
+  }
+  const float row_max = BlockMax(m, scratch);
+  const float sum = BlockSum(m == -INFINITY ? 0.f : s * exp2f((m - row_max) * kLog2e), scratch);
   const int t = targets[r];
-  if (threadIdx.x == 0) losses[r] = logf(s) + m - ToFloat(staged[t]);
+  if (threadIdx.x == 0) losses[r] = logf(sum) + row_max - ToFloat(logits[r * vocab_local + t]);
   if (dlogits == nullptr) return;
-  const float scale_over_sum = dloss_scale / s;
-  T* drow = dlogits + r * vocab_local;
-  for (int i = threadIdx.x; i < packs; i += blockDim.x) {
-    int4 raw = staged_raw[i];
+  const float m_log2 = row_max * kLog2e, scale_over_sum = dloss_scale / sum;
+  int4* drow = reinterpret_cast<int4*>(dlogits + r * vocab_local);
+  for (int j = 0; j < per_thread; ++j) {
+    const int i = pack(j);
+    if (i < 0) break;
+    int4 raw = staged[i];
     T* values = reinterpret_cast<T*>(&raw);
 #pragma unroll
     for (int k = 0; k < kPack<T>; ++k) {
@@ -166,7 +190,7 @@ __global__ void FusedKernel(float* losses, T* dlogits, const T* logits, const in
       const float g = c < real ? p * scale_over_sum - (c == t ? dloss_scale : 0.f) : 0.f;
       values[k] = FromFloat<T>(g);
     }
-    reinterpret_cast<int4*>(drow)[i] = raw;
+    drow[i] = raw;
   }
 }
 
