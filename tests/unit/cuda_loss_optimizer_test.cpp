@@ -88,21 +88,38 @@ TEST_F(CudaVsCpuTest, AdamWMatchesCpu) {
   p.weight_decay = 0.1f;
   p.step = 3;
   p.grad_scale = 0.5f;
-  std::vector<float> master = master0, m = m0, v = v0, param(n), g = grad;
-  ASSERT_STATUS_OK(cpu_->AdamW(HostView(param, {n}), HostView(master, {n}), HostView(g, {n}),
-                               HostView(m, {n}), HostView(v, {n}), p));
-
-  auto g_param = Compute(std::vector<float>(n), {n});
-  auto g_master = F32(master0, {n}), g_grad = F32(grad, {n}), g_m = F32(m0, {n}),
-       g_v = F32(v0, {n});
-  ASSERT_STATUS_OK(gpu_->AdamW(g_param->tensor(), g_master->tensor(), g_grad->tensor(),
-                               g_m->tensor(), g_v->tensor(), p));
-  EXPECT_RELATIVE_ERROR_BELOW(Minus(g_master->Download(), master0), Minus(master, master0), 1e-4);
-  EXPECT_RELATIVE_ERROR_BELOW(g_m->Download(), m, 1e-6);
-  EXPECT_RELATIVE_ERROR_BELOW(g_v->Download(), v, 1e-6);
-  // The bf16 copy is the updated master rounded to nearest even (a master one f32 ulp away may
-  // round the other way on a tie: the tolerance allows a few such elements, not truncation).
-  EXPECT_RELATIVE_ERROR_BELOW(g_param->Download(), Rounded(master, DType::kBF16), 2e-4);
+  // Offset 0: four elements per thread where aligned, one for the last three; offset 1 (a span
+  // that starts inside a 16-byte word): one element per thread throughout.
+  for (int offset : {0, 1}) {
+    SCOPED_TRACE(StrFormat("span [%d, %d)", offset, n));
+    const int count = n - offset;
+    auto tail = [&](const std::vector<float>& x) {
+      return std::vector<float>(x.begin() + offset, x.end());
+    };
+    std::vector<float> master = tail(master0), m = tail(m0), v = tail(v0), param(count),
+                       g = tail(grad);
+    ASSERT_STATUS_OK(cpu_->AdamW(HostView(param, {count}), HostView(master, {count}),
+                                 HostView(g, {count}), HostView(m, {count}), HostView(v, {count}),
+                                 p));
+    auto g_param = Compute(std::vector<float>(n), {n});
+    auto g_master = F32(master0, {n}), g_grad = F32(grad, {n}), g_m = F32(m0, {n}),
+         g_v = F32(v0, {n});
+    ASSERT_STATUS_OK(
+        gpu_->AdamW(g_param->tensor().rows(offset, count), g_master->tensor().rows(offset, count),
+                    g_grad->tensor().rows(offset, count), g_m->tensor().rows(offset, count),
+                    g_v->tensor().rows(offset, count), p));
+    EXPECT_RELATIVE_ERROR_BELOW(Minus(tail(g_master->Download()), tail(master0)),
+                                Minus(master, tail(master0)), 1e-4);
+    EXPECT_RELATIVE_ERROR_BELOW(tail(g_m->Download()), m, 1e-6);
+    EXPECT_RELATIVE_ERROR_BELOW(tail(g_v->Download()), v, 1e-6);
+    // The bf16 copy is the updated master rounded to nearest even (a master one f32 ulp away may
+    // round the other way on a tie: the tolerance allows a few such elements, not truncation).
+    EXPECT_RELATIVE_ERROR_BELOW(tail(g_param->Download()), Rounded(master, DType::kBF16), 2e-4);
+    // Elements before the span stay as they were.
+    if (offset > 0) {
+      EXPECT_EQ(g_master->Download()[0], master0[0]);
+    }
+  }
 }
 
 TEST_F(CudaVsCpuTest, SumSquaresMatchesDoubleLoop) {
