@@ -2,8 +2,9 @@
 # Side-by-side throughput on the GPU machine, in one call: the trainer and the PyTorch peer
 # (nanoGPT-style GPT-2, bf16 autocast, SDPA flash attention, fused AdamW, torch.compile) on the
 # same shapes and random tokens. Prints one JSON line per run (tokens/s, MFU, memory, and the
-# GPU's SM clock and power while it ran) and the ratio. docs/performance.md records the results
-# and the exact command.
+# GPU's SM clock and power while it ran) and the ratio; for a model run at several micro-batches,
+# also the ratio of each side's best (what the targets compare). docs/performance.md records the
+# results and the exact command.
 #
 #   bench/gpu_vs_pytorch.sh TRAINER PEER_SCRIPT MODEL...
 #   MODEL: 124m:B | 350m:B | 1.3b:B   (B = micro batch of one GPU; global batch = B x GPUs)
@@ -45,6 +46,7 @@ if [ ! -f "$WORK/random.h5" ]; then
   python3 -c "import numpy as np; np.random.seed(0); np.random.randint(0, 50257, size=20_000_000, dtype=np.uint16).tofile('$WORK/random.u16')"
   "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/random.u16" --output "$WORK/random.h5" --quiet
 fi
+RESULTS=$(mktemp)
 for spec in "$@"; do
   model=${spec%%:*} B=${spec##*:}
   case $model in
@@ -74,12 +76,14 @@ print(json.dumps({"tok_s": round(statistics.median(r["tokens_per_s"] for r in ro
                   "loss": rows[-1]["loss"]}))
 PY
 )
-  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"gpu0\":$gpu}"
+  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"gpu0\":$gpu}" |
+    tee -a "$RESULTS"
   if [ "${SKIP_PEER:-0}" != 1 ] && [ "$NP" = 1 ]; then
     gpu_sampling_start "$out.peer.gpu"
     peer=$(python3 "$PEER" "[{\"V\":50304,$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2>"$out.peer.err" | tail -1)
     gpu=$(gpu_sampling_stop "$out.peer.gpu")
-    echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer,\"gpu0\":$gpu}"
+    echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer,\"gpu0\":$gpu}" |
+      tee -a "$RESULTS"
     python3 -c "
 import json, sys
 a = json.loads(sys.argv[1]); b = json.loads(sys.argv[2])
@@ -87,3 +91,23 @@ if 'tok_s' in b: print(json.dumps({'model': sys.argv[3], 'B': int(sys.argv[4]), 
 else: print(json.dumps({'peer_error': b}))" "$ours" "$peer" "$model" "$B"
   fi
 done
+# The targets compare the best of each side over the micro-batches run (the peer's best is not
+# always at the trainer's best micro-batch): one line per model run at more than one.
+python3 - "$RESULTS" <<'PY'
+import json, sys
+runs = [json.loads(line) for line in open(sys.argv[1])]
+runs = [r for r in runs if isinstance(r["result"], dict) and "tok_s" in r["result"]
+        and r.get("gpus", 1) == 1]
+for model in sorted({r["model"] for r in runs}):
+    mine = [r for r in runs if r["model"] == model]
+    best = {who: max((r for r in mine if r["who"] == who), key=lambda r: r["result"]["tok_s"],
+                     default=None) for who in ("trainer", "pytorch")}
+    if len({r["B"] for r in mine}) < 2 or None in best.values():
+        continue
+    t, p = best["trainer"], best["pytorch"]
+    print(json.dumps({"model": model,
+                      "trainer_best": {"tok_s": t["result"]["tok_s"], "B": t["B"]},
+                      "pytorch_best": {"tok_s": p["result"]["tok_s"], "B": p["B"]},
+                      "ratio_of_bests": round(t["result"]["tok_s"] / p["result"]["tok_s"], 3)}))
+PY
+rm -f "$RESULTS"
