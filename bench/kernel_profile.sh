@@ -6,7 +6,8 @@
 #
 #   bench/kernel_profile.sh TRAINER OUT_CSV [extra trainer -o overrides...]
 #   env: NCU (default /usr/local/cuda/bin/ncu), WORK (default /tmp/bench), MODEL (default
-#        configs/gpt2-124m.yaml), B (default 32)
+#        configs/gpt2-124m.yaml), B (default 32), SKIP and COUNT (kernels to skip, then to time:
+#        default 700 each, two steps of 124M; 350M has about 750 kernels per step)
 set -euo pipefail
 TRAINER=$1 OUT=$2; shift 2
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,9 +19,9 @@ if [ ! -f "$WORK/random.h5" ]; then
   python3 -c "import numpy as np; np.random.seed(0); np.random.randint(0, 50257, size=20_000_000, dtype=np.uint16).tofile('$WORK/random.u16')"
   "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/random.u16" --output "$WORK/random.h5" --quiet
 fi
-# ~460 kernels per step: skipping 700 leaves steps 1-2 (graph builds, GEMM tuning) out.
-"$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 700 \
-  --launch-count 700 "$TRAINER" train -c "$ROOT/${MODEL:-configs/gpt2-124m.yaml}" \
+# 124M: ~390 kernels per step; skipping 700 leaves steps 1-2 (graph builds, GEMM tuning) out.
+"$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "${SKIP:-700}" \
+  --launch-count "${COUNT:-700}" "$TRAINER" train -c "$ROOT/${MODEL:-configs/gpt2-124m.yaml}" \
   -o Data.train_path="$WORK/random.h5" -o Global.micro_batch_size="$B" \
   -o Global.global_batch_size="$B" -o Engine.max_steps=6 -o Engine.logging_freq=1 \
   -o Engine.eval_freq=0 -o Engine.save_steps=0 -o Engine.output_dir="$WORK/kernel-profile" \
