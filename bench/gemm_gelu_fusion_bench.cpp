@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench_check.h"
 #include "common/tensor.h"
 #include "model/cuda/matmul.h"
 
@@ -27,20 +28,11 @@ using trainer::cuda::GemmEpilogue;
 
 namespace {
 
-#define CHECK(expr)                                                                        \
-  do {                                                                                     \
-    if (!(expr)) {                                                                         \
-      std::fprintf(stderr, "gemm_gelu_fusion_bench: %s failed (%s:%d)\n", #expr, __FILE__, \
-                   __LINE__);                                                              \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
 struct Buffer {
   void* data = nullptr;
   size_t count = 0;
   explicit Buffer(size_t n, size_t bytes_each = 2) : count(n) {
-    CHECK(cudaMalloc(&data, n * bytes_each) == cudaSuccess);
+    BENCH_CHECK(cudaMalloc(&data, n * bytes_each) == cudaSuccess);
   }
   ~Buffer() { cudaFree(data); }
 };
@@ -53,17 +45,18 @@ void FillRandomBF16(Buffer* b, float scale, uint32_t seed) {
     const float u = (s >> 8) * (1.f / 16777216.f) * 2.f - 1.f;
     h = trainer::FloatToBF16(u * scale);
   }
-  CHECK(cudaMemcpy(b->data, host.data(), host.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(b->data, host.data(), host.size() * 2, cudaMemcpyHostToDevice) ==
+              cudaSuccess);
 }
 
 std::vector<float> Download(const Buffer& b, size_t bytes_each = 2) {
   std::vector<float> out(b.count);
   if (bytes_each == 4) {
-    CHECK(cudaMemcpy(out.data(), b.data, b.count * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    BENCH_CHECK(cudaMemcpy(out.data(), b.data, b.count * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
     return out;
   }
   std::vector<uint16_t> host(b.count);
-  CHECK(cudaMemcpy(host.data(), b.data, b.count * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(host.data(), b.data, b.count * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
   for (size_t i = 0; i < host.size(); ++i) out[i] = trainer::BF16ToFloat(host[i]);
   return out;
 }
@@ -200,9 +193,9 @@ CudnnRun TimeGraph(const char* what, const GraphPtr& g, cudnnHandle_t handle, cu
   if (r.best_index >= 0) {  // leave the best plan's results in the outputs
     int64_t ws_bytes = 0;
     void* ws = nullptr;
-    CHECK(g->get_workspace_size_plan_at_index(r.best_index, ws_bytes).is_good());
-    CHECK(ws_bytes == 0 || cudaMalloc(&ws, ws_bytes) == cudaSuccess);
-    CHECK(g->execute_plan_at_index(handle, pack, ws, r.best_index).is_good());
+    BENCH_CHECK(g->get_workspace_size_plan_at_index(r.best_index, ws_bytes).is_good());
+    BENCH_CHECK(ws_bytes == 0 || cudaMalloc(&ws, ws_bytes) == cudaSuccess);
+    BENCH_CHECK(g->execute_plan_at_index(handle, pack, ws, r.best_index).is_good());
     cudaStreamSynchronize(stream);
     cudaFree(ws);
   }
@@ -312,12 +305,12 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
 int main(int argc, char** argv) {
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 32768;
   cudaStream_t stream;
-  CHECK(cudaStreamCreate(&stream) == cudaSuccess);
+  BENCH_CHECK(cudaStreamCreate(&stream) == cudaSuccess);
   cudnnHandle_t handle;
-  CHECK(cudnnCreate(&handle) == CUDNN_STATUS_SUCCESS);
-  CHECK(cudnnSetStream(handle, stream) == CUDNN_STATUS_SUCCESS);
+  BENCH_CHECK(cudnnCreate(&handle) == CUDNN_STATUS_SUCCESS);
+  BENCH_CHECK(cudnnSetStream(handle, stream) == CUDNN_STATUS_SUCCESS);
   std::unique_ptr<trainer::cuda::CublasLtMatmul> lt;
-  CHECK(trainer::cuda::CublasLtMatmul::Create(stream, &lt).ok());
+  BENCH_CHECK(trainer::cuda::CublasLtMatmul::Create(stream, &lt).ok());
   std::printf("cuDNN %zu, frontend %d\n", cudnnGetVersion(), CUDNN_FRONTEND_VERSION);
   RunShape("GPT-2 124M MLP", rows, 768, stream, handle, lt.get());
   RunShape("GPT-2 350M MLP", rows / 2, 1024, stream, handle, lt.get());

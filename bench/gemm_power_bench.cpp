@@ -14,15 +14,9 @@
 #include <cstdlib>
 #include <vector>
 
-namespace {
+#include "bench_check.h"
 
-#define CHECK(expr)                                                                             \
-  do {                                                                                          \
-    if (!(expr)) {                                                                              \
-      std::fprintf(stderr, "gemm_power_bench: %s failed (%s:%d)\n", #expr, __FILE__, __LINE__); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
+namespace {
 
 // The few NVML calls needed, loaded from the driver's library at run time.
 struct Nvml {
@@ -77,9 +71,9 @@ void Run(const Problem& p, cublasLtHandle_t lt, cudaStream_t stream, void* works
   const int64_t a_rows = p.transpose_a ? p.k : p.m, a_cols = p.transpose_a ? p.m : p.k;
   const int64_t b_rows = p.transpose_b ? p.n : p.k, b_cols = p.transpose_b ? p.k : p.n;
   void *a, *b, *d;
-  CHECK(cudaMalloc(&a, a_rows * a_cols * 2) == cudaSuccess);
-  CHECK(cudaMalloc(&b, b_rows * b_cols * 2) == cudaSuccess);
-  CHECK(cudaMalloc(&d, p.m * p.n * (p.f32_out_accumulate ? 4 : 2)) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&a, a_rows * a_cols * 2) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&b, b_rows * b_cols * 2) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&d, p.m * p.n * (p.f32_out_accumulate ? 4 : 2)) == cudaSuccess);
   {  // random bf16 operands in [-1, 1) (upper halves of an LCG), zero D
     std::vector<uint16_t> host(std::max(a_rows * a_cols, b_rows * b_cols));
     uint32_t s = 12345;
@@ -87,12 +81,15 @@ void Run(const Problem& p, cublasLtHandle_t lt, cudaStream_t stream, void* works
       s = s * 1664525u + 1013904223u;
       h = static_cast<uint16_t>(0x3c00 + ((s >> 16) & 0x7f)) ^ ((s >> 8) & 0x8000);
     }
-    CHECK(cudaMemcpy(a, host.data(), a_rows * a_cols * 2, cudaMemcpyHostToDevice) == cudaSuccess);
-    CHECK(cudaMemcpy(b, host.data(), b_rows * b_cols * 2, cudaMemcpyHostToDevice) == cudaSuccess);
-    CHECK(cudaMemset(d, 0, p.m * p.n * (p.f32_out_accumulate ? 4 : 2)) == cudaSuccess);
+    BENCH_CHECK(cudaMemcpy(a, host.data(), a_rows * a_cols * 2, cudaMemcpyHostToDevice) ==
+                cudaSuccess);
+    BENCH_CHECK(cudaMemcpy(b, host.data(), b_rows * b_cols * 2, cudaMemcpyHostToDevice) ==
+                cudaSuccess);
+    BENCH_CHECK(cudaMemset(d, 0, p.m * p.n * (p.f32_out_accumulate ? 4 : 2)) == cudaSuccess);
   }
   cublasLtMatmulDesc_t desc;
-  CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+  BENCH_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
+              CUBLAS_STATUS_SUCCESS);
   const cublasOperation_t ta = p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
@@ -107,8 +104,8 @@ void Run(const Problem& p, cublasLtHandle_t lt, cudaStream_t stream, void* works
                                        &workspace_bytes, sizeof(workspace_bytes));
   cublasLtMatmulHeuristicResult_t results[16];
   int found = 0;
-  CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 16, results, &found) ==
-        CUBLAS_STATUS_SUCCESS);
+  BENCH_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 16, results, &found) ==
+              CUBLAS_STATUS_SUCCESS);
   const float alpha = 1.f, beta = p.f32_out_accumulate ? 1.f : 0.f;
   const double flops = 2.0 * p.m * p.n * p.k;
   std::printf("%s: m %lld n %lld k %lld, %d candidates\n", p.name, (long long)p.m, (long long)p.n,
@@ -178,12 +175,12 @@ int main() {
   Nvml nvml;
   std::printf("NVML energy counter: %s\n", nvml.ok ? "yes" : "no");
   cudaStream_t stream;
-  CHECK(cudaStreamCreate(&stream) == cudaSuccess);
+  BENCH_CHECK(cudaStreamCreate(&stream) == cudaSuccess);
   cublasLtHandle_t lt;
-  CHECK(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS);
+  BENCH_CHECK(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS);
   const size_t workspace_bytes = 32u << 20;
   void* workspace;
-  CHECK(cudaMalloc(&workspace, workspace_bytes) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&workspace, workspace_bytes) == cudaSuccess);
   // Column-major, as the trainer calls cuBLASLt (y^T = W^T-as-stored x^T; dW^T += x^T dout).
   const Problem problems[] = {
       {"124M MLP up, forward (x W^T)", true, false, 3072, 32768, 768, false},

@@ -1,7 +1,6 @@
 // cuBLASLt GEMMs with epilogues (see matmul.h). Each distinct problem (shapes, dtypes, epilogue,
-// pointer alignments) gets its descriptors and algorithm once; later calls
-// only set the pointers and run. The heuristic's candidates are timed on the first call and the
-// fastest is kept.
+// pointer alignments) gets its descriptors and algorithm once; later calls only set the pointers
+// and run. The heuristic's candidates are timed on the first call and the fastest is kept.
 #include "model/cuda/matmul.h"
 
 #include "model/cuda/cuda_check.h"
