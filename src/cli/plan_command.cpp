@@ -81,7 +81,8 @@ int RunPlanCommand(const std::vector<std::string>& args) {
     const double logits = part.last_stage() ? static_cast<double>(B) * c.model.sequence_length() *
                                                   c.model.padded_vocab() / d.tp_degree * cb
                                             : 0.0;
-    const double state = params * (cb + 4 /*grad*/ + 12 /*master, m, v*/);
+    // Master weights and moments: 12 bytes per parameter, split over DP under ZeRO-1.
+    const double state = params * (cb + 4 /*grad*/ + 12.0 / part.flat_shards);
     std::cout << StrFormat(
         "  stage %d: %d blocks, %.1fM parameters per rank | weights+grads+"
         "optimizer %.2f GiB | activations (%d slots) %.2f GiB | logits %.2f "

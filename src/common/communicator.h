@@ -28,9 +28,11 @@ class Communicator {
 
   // In place over `count` elements of `dtype`.
   virtual Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
-  // recv holds size() * count elements, rank r's `count` at offset r * count.
+  // recv holds size() * count elements, rank r's `count` at offset r * count. In place when send
+  // is this rank's block of recv.
   virtual Status AllGather(const void* send, void* recv, size_t count, DType dtype) = 0;
-  // send holds size() * count elements; recv gets the sum of every rank's block rank().
+  // send holds size() * count elements; recv gets the sum of every rank's block rank(). In place
+  // when recv is this rank's block of send (NCCL's convention).
   virtual Status ReduceScatter(const void* send, void* recv, size_t count, DType dtype) = 0;
   virtual Status Broadcast(void* data, size_t count, DType dtype, int root) = 0;
   virtual Status Send(const void* data, size_t count, DType dtype, int peer) = 0;

@@ -274,11 +274,11 @@ Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
     return check.Fail(check.Show("Distributed.ep_degree") +
                           " asks for expert parallelism, but this trainer has no MoE layers yet",
                       {"Distributed.ep_degree"}, "Set Distributed.ep_degree to 1");
-  if (d.zero_stage1)
+  if (d.zero_stage1 && d.overlap_grad_reduce)
     return check.Fail(
-        "Distributed.zero_stage1=true: sharding the optimizer state over DP is not "
-        "implemented yet",
-        {"Distributed.zero_stage1"}, "Set Distributed.zero_stage1 to false");
+        "Distributed.zero_stage1=true and Distributed.overlap_grad_reduce=true: ZeRO-1 "
+        "reduce-scatters the gradients after the backward pass, it does not overlap them",
+        {"Distributed.zero_stage1", "Distributed.overlap_grad_reduce"}, "Set one of them to false");
   // hidden_size first: with num_heads | hidden_size, tp | num_heads would imply tp | hidden_size.
   TRAINER_RETURN_IF_ERROR(CheckSplitByTp(c, check, "Model.hidden_size",
                                          check.Show("Model.hidden_size"), m.hidden_size));

@@ -33,8 +33,10 @@ Status Trainer::Setup() {
   const int slots = PipelineStage::NumSlots(c.pp, topo.pp, micro);
   TRAINER_RETURN_IF_ERROR(OpenData());  // cheap checks first
   // One arena for the model's buffers and the optimizer's master weights and moments.
+  // Under ZeRO-1 (part.flat_shards > 1) the optimizer holds one piece of the flat buffers.
   const size_t optimizer_bytes = Backend::AllocationSize(
-      TotalLocalElements(BuildParameterList(config_.model, part)) * sizeof(float));
+      FlatBufferElements(BuildParameterList(config_.model, part), part.flat_shards) /
+      part.flat_shards * sizeof(float));
   TRAINER_RETURN_IF_ERROR(backend_->ReserveArena(
       GptModel::BufferBytes(config_.model, part, backend_, config_.global.micro_batch_size,
                             config_.model.sequence_length(), slots) +
@@ -42,7 +44,14 @@ Status Trainer::Setup() {
   TRAINER_RETURN_IF_ERROR(GptModel::Create(config_.model, part, backend_, groups_.tp,
                                            config_.global.micro_batch_size,
                                            config_.model.sequence_length(), slots, &model_));
-  TRAINER_RETURN_IF_ERROR(AdamW::Create(model_.get(), config_.optimizer, &optimizer_));
+  TRAINER_RETURN_IF_ERROR(AdamW::Create(model_.get(), config_.optimizer,
+                                        part.flat_shards > 1 ? groups_.dp : nullptr, &optimizer_));
+  if (part.flat_shards > 1)
+    LogInfo(
+        StrFormat("ZeRO-1: master weights and Adam moments sharded over %d DP ranks "
+                  "(%.1f MB of optimizer state per rank instead of %.1f MB)",
+                  part.flat_shards, 3 * optimizer_bytes / 1e6,
+                  3.0 * part.flat_shards * optimizer_bytes / 1e6));
   timer_ = std::make_unique<PhaseTimer>(backend_, false);
   pipeline_ = std::make_unique<PipelineStage>(model_.get(), topo.pp > 1 ? groups_.pp : nullptr);
   SetUpOverlappedReduction();
@@ -150,6 +159,12 @@ void Trainer::SetUpOverlappedReduction() {
 }
 
 Status Trainer::ReduceGradients() {
+  if (optimizer_->sharded()) {
+    // ZeRO-1: the whole-tensor sums over TP and the embedding group first, since the DP
+    // reduce-scatter leaves each rank only the piece it updates.
+    TRAINER_RETURN_IF_ERROR(ReduceSharedParameterGradients());
+    return optimizer_->ReduceScatterGradients();
+  }
   const Tensor grads = model_->gradient_buffer();
   if (compute_stream_ != nullptr) {  // the blocks' buckets are on their way: add the rest, wait
     TRAINER_RETURN_IF_ERROR(groups_.dp->StartAfter(compute_stream_));
@@ -159,6 +174,10 @@ Status Trainer::ReduceGradients() {
     TRAINER_RETURN_IF_ERROR(groups_.dp->AllReduce(grads.data, static_cast<size_t>(grads.numel()),
                                                   DType::kF32, ReduceOp::kSum));
   }
+  return ReduceSharedParameterGradients();
+}
+
+Status Trainer::ReduceSharedParameterGradients() {
   for (const ParameterInfo& p : model_->parameters()) {  // LayerNorms under sequence parallelism
     if (!p.grad_sum_over_tp) continue;
     Tensor g = model_->Gradient(p);
@@ -177,8 +196,9 @@ Status Trainer::ReduceGradients() {
 Status Trainer::GlobalGradNorm(double* norm) {
   double sum = 0.0;
   TRAINER_RETURN_IF_ERROR(optimizer_->LocalGradNormSquared(&sum));
-  // Canonical parameters are disjoint over TP x PP and equal over DP: sum over one DP replica.
-  double total = groups_.coord.dp == 0 ? sum : 0.0;
+  // Canonical parameters are disjoint over TP x PP and equal over DP: sum over one DP replica,
+  // or under ZeRO-1 over every DP rank's piece.
+  double total = optimizer_->sharded() || groups_.coord.dp == 0 ? sum : 0.0;
   TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&total, 1, DType::kF64, ReduceOp::kSum));
   *norm = std::sqrt(total);
   return Status::Ok();
@@ -238,8 +258,8 @@ Status Trainer::Evaluate(double* val_loss) {
     return DataError(
         "no validation samples: set Data.val_path or "
         "Data.val_fraction > 0, or Engine.eval_freq=0");
-  JoinPrefetch();  // HDF5 serves one thread at a time
-  HostBatch* batch = &batches_[current_];   // the finished step's batch; the prefetched one stays
+  JoinPrefetch();                          // HDF5 serves one thread at a time
+  HostBatch* batch = &batches_[current_];  // the finished step's batch; the prefetched one stays
   double total = 0.0;
   const int iters = config_.engine.eval_iters;
   for (int it = 0; it < iters; ++it) {

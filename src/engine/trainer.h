@@ -60,6 +60,9 @@ class Trainer {
   Status TrainStep(double* loss, double* grad_norm, double* lr);
   void SetUpOverlappedReduction();
   Status ReduceGradients();
+  // Gradients of parameters that several model-parallel ranks hold, summed over them: LayerNorms
+  // under sequence parallelism (TP group) and the tied token embedding (embedding group).
+  Status ReduceSharedParameterGradients();
   Status GlobalGradNorm(double* norm);
   // A host batch: this rank's (GA*B, T) inputs and targets.
   struct HostBatch {

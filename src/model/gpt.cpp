@@ -147,7 +147,7 @@ Status GptModel::AllocateBuffers() {
   const int64_t Cl = C / tp, Fl = config_.ffn_size() / tp, Vl = config_.padded_vocab() / tp;
   const int64_t heads = config_.num_heads / tp;
   const int64_t R = SequenceParallel() ? N / tp : N;  // rows of the residual stream here
-  const int64_t total = static_cast<int64_t>(TotalLocalElements(params_));
+  const int64_t total = static_cast<int64_t>(FlatBufferElements(params_, partition_.flat_shards));
   param_buffer_ = Alloc({total}, cd);
   grad_buffer_ = Alloc({total}, DType::kF32);
   recompute_ = config_.recompute;
@@ -215,7 +215,8 @@ Status GptModel::AllocateBuffers() {
 
 Status GptModel::SetParameters(const std::vector<float>& flat) {
   TRAINER_ASSERT(flat.size() == TotalLocalElements(params_), "flat parameter size mismatch");
-  return UploadCompute(backend_, param_buffer_, flat.data());
+  return UploadCompute(backend_, param_buffer_.rows(0, static_cast<int64_t>(flat.size())),
+                       flat.data());
 }
 
 Status UploadCompute(Backend* backend, Tensor dst, const float* host) {

@@ -40,7 +40,8 @@ class GptModel {
   const ModelPartition& partition() const { return partition_; }
   const std::vector<ParameterInfo>& parameters() const { return params_; }
   Backend* backend() const { return backend_; }
-  // Flat buffers in parameter order: compute-dtype parameters and f32 gradients.
+  // Flat buffers in parameter order: compute-dtype parameters and f32 gradients, of
+  // FlatBufferElements(parameters(), partition().flat_shards) elements (zero past the last).
   Tensor parameter_buffer() const { return param_buffer_; }
   Tensor gradient_buffer() const { return grad_buffer_; }
   Tensor Parameter(const ParameterInfo& p) const;

@@ -24,6 +24,7 @@ ModelPartition MakePartition(const ModelConfig& model, const DistributedConfig& 
   std::vector<int> counts = StageLayerCounts(model.num_layers, dist.pp_degree, dist.pp_layers);
   for (int s = 0; s < pp_rank; ++s) part.first_layer += counts[s];
   part.num_layers = counts[pp_rank];
+  part.flat_shards = dist.zero_stage1 ? dist.dp_degree : 1;
   return part;
 }
 
@@ -108,6 +109,11 @@ size_t TotalLocalElements(const std::vector<ParameterInfo>& params) {
   if (params.empty()) return 0;
   const ParameterInfo& last = params.back();
   return last.offset + (static_cast<size_t>(last.local_numel()) + 63) / 64 * 64;
+}
+
+size_t FlatBufferElements(const std::vector<ParameterInfo>& params, int shards) {
+  const size_t piece = 64 * static_cast<size_t>(shards);
+  return (TotalLocalElements(params) + piece - 1) / piece * piece;
 }
 
 size_t FirstNoDecayElement(const std::vector<ParameterInfo>& params) {

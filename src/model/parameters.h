@@ -27,6 +27,9 @@ struct ModelPartition {
   int pp_size = 1;
   int first_layer = 0;  // first transformer block held by this stage
   int num_layers = 0;   // blocks held by this stage
+  // The flat buffers split into this many equal pieces: the DP size under ZeRO-1
+  // (Distributed.zero_stage1, each DP rank updates one piece), else 1.
+  int flat_shards = 1;
   bool first_stage() const { return pp_rank == 0; }
   bool last_stage() const { return pp_rank == pp_size - 1; }
 };
@@ -74,6 +77,9 @@ std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model, const Mo
 std::vector<ParameterInfo> FullParameterList(const ModelConfig& model);
 // Total elements of the local flat buffers.
 size_t TotalLocalElements(const std::vector<ParameterInfo>& params);
+// Elements of the flat buffers as allocated: TotalLocalElements rounded up so that they split
+// into `shards` equal 64-element-aligned pieces (the tail past TotalLocalElements stays zero).
+size_t FlatBufferElements(const std::vector<ParameterInfo>& params, int shards);
 // Index of the first non-decayed parameter (the split between the two AdamW spans).
 size_t FirstNoDecayElement(const std::vector<ParameterInfo>& params);
 

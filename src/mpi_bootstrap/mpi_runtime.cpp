@@ -78,8 +78,18 @@ Status MpiCommunicator::AllGather(const void* send, void* recv, size_t count, DT
 Status MpiCommunicator::ReduceScatter(const void* send, void* recv, size_t count, DType dtype) {
   TRAINER_RETURN_IF_ERROR(CheckReducible(dtype, name_));
   TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
-  MPI_CHECK(
-      MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), ToMpi(dtype), MPI_SUM, comm_));
+  const size_t block = count * DTypeSize(dtype);
+  char* base = static_cast<char*>(recv) - block * static_cast<size_t>(rank_);
+  if (send != base) {
+    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), ToMpi(dtype), MPI_SUM,
+                                       comm_));
+    return Status::Ok();
+  }
+  // In place (NCCL's convention: recv is this rank's block of send). MPI's in-place form leaves
+  // the result at the start of the buffer instead: move it to this rank's block.
+  MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, static_cast<int>(count), ToMpi(dtype),
+                                     MPI_SUM, comm_));
+  if (rank_ != 0) std::memmove(recv, base, block);
   return Status::Ok();
 }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Training on GPUs against the references (skipped, exit 77, without a GPU):
 #  - 50 steps on one GPU (bf16) track the CPU fp32 loss curve within bf16 tolerance;
-#  - dp2 (with and without the overlapped gradient reduction), tp2 and pp2 on two GPUs follow the
-#    one-GPU curve (when two GPUs are visible).
+#  - dp2 (with and without the overlapped gradient reduction, and with ZeRO-1), tp2 and pp2 on two
+#    GPUs follow the one-GPU curve (when two GPUs are visible);
+#  - ZeRO-1's sharded optimizer state, saved whole at step 25, resumes on one GPU and on two with
+#    ZeRO-1 again, and both continue the uninterrupted ZeRO-1 curve.
 source "$(dirname "$0")/lib.sh"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "${GPUS:-0}" -ge 1 ] || { echo "skip: no GPU visible"; exit 77; }
@@ -20,11 +22,12 @@ train() {  # name np device overrides...
 # bf16 vs fp32: each step within 5% (measured on H200s: worst 3.5% in the first build, 0.1-0.4%
 # since), the mean over 50 steps within 1%
 # (measured: 0.13%).
-compare_curves() {  # a b tolerance_each tolerance_mean
-  paste <(losses "$1") <(losses "$2") | awk -v each="$3" -v mean="$4" '
+compare_curves() {  # a b tolerance_each tolerance_mean [steps, default 50: b's last ones]
+  local steps=${5:-50}
+  paste <(losses "$1") <(losses "$2" | tail -n "$steps") | awk -v each="$3" -v mean="$4" -v steps="$steps" '
     { n++; d = ($1 - $2) / $2; if (d < 0) d = -d; s += d; if (d > w) w = d }
     END { printf "%d steps: worst relative difference %.4f, mean %.4f\n", n, w, s / n;
-          exit !(n == 50 && w <= each && s / n <= mean) }'
+          exit !(n == steps && w <= each && s / n <= mean) }'
 }
 train cpu 1 cpu
 train gpu1 1 cuda
@@ -32,11 +35,21 @@ echo "== one GPU (bf16) vs CPU (fp32)"
 compare_curves gpu1/metrics.jsonl cpu/metrics.jsonl 0.05 0.01 || fail "GPU curve leaves the CPU curve"
 if [ "$GPUS" -ge 2 ]; then
   for layout in "dp2" "dp2-overlap -o Distributed.overlap_grad_reduce=true" \
+                "dp2-zero1 -o Distributed.zero_stage1=true -o Engine.save_steps=25 -o Checkpoint.keep_last=0" \
                 "tp2 -o Distributed.tp_degree=2" "pp2 -o Distributed.pp_degree=2"; do
     set -- $layout; name=$1; shift
     train "$name" 2 cuda "$@"
     echo "== $name on two GPUs vs one GPU"
     compare_curves "$name/metrics.jsonl" gpu1/metrics.jsonl 0.05 0.01 || fail "$name leaves the one-GPU curve"
+  done
+  for resumed in "resume-gpu1 1" "resume-zero1 2 -o Distributed.zero_stage1=true"; do
+    set -- $resumed; name=$1 np=$2; shift 2
+    mkdir -p "$name/checkpoints" && cp -r dp2-zero1/checkpoints/step-00000025 "$name/checkpoints/"
+    train "$name" "$np" cuda --resume auto "$@"
+    grep -q "resumed from" "$name.log" || fail "$name did not resume"
+    echo "== $name: steps 26-50 from dp2-zero1's step-25 checkpoint vs dp2-zero1"
+    compare_curves "$name/metrics.jsonl" dp2-zero1/metrics.jsonl 0.01 0.002 25 ||
+      fail "$name leaves the ZeRO-1 curve"
   done
 else
   echo "one GPU only: the two-GPU layouts were not run"

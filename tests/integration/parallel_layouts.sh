@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every parallel layout against the single-rank run on the same global batch: 10 steps of a tiny
-# GPT whose 5 layers do not divide evenly over 2 or 4 stages ("-sp": sequence parallelism, "-rc": whole-block activation recomputation). Losses (metrics.jsonl) and the final
+# GPT whose 5 layers do not divide evenly over 2 or 4 stages ("-sp": sequence parallelism, "-rc":
+# whole-block activation recomputation, "-z1": ZeRO-1, the optimizer state sharded over DP). Losses (metrics.jsonl) and the final
 # parameters and Adam moments (checkpoints, compared by an independent HDF5 reader) must agree to
 # a relative 1e-5 (fp32; only the reduction order differs), each tensor to 1e-3 (see
 # tests/tools/compare_checkpoints.cpp for why the key bias needs the looser bound).
@@ -17,14 +18,14 @@ run_layout() {  # name np overrides...
     { tail -20 "$name.log"; fail "layout $name exited non-zero"; }
 }
 run_layout single 1
-LAYOUTS=${TRAINER_TEST_LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 dp2-tp2 tp2-pp2 dp2-pp2 dp2-tp2-pp2 tp2-sp tp2-pp2-sp tp2-pp2-rc"}
+LAYOUTS=${TRAINER_TEST_LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 dp2-tp2 tp2-pp2 dp2-pp2 dp2-tp2-pp2 tp2-sp tp2-pp2-sp tp2-pp2-rc dp2-z1 dp4-z1 dp2-tp2-pp2-sp-z1"}
 for layout in $LAYOUTS; do
-  dp=1 tp=1 pp=1 sp=false rc=none
+  dp=1 tp=1 pp=1 sp=false rc=none z1=false
   for part in ${layout//-/ }; do
-    case $part in dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; sp) sp=true;; rc) rc=block;; esac
+    case $part in dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; sp) sp=true;; rc) rc=block;; z1) z1=true;; esac
   done
   run_layout "$layout" $((dp * tp * pp)) -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp \
-    -o Model.sequence_parallel=$sp -o Model.recompute=$rc
+    -o Model.sequence_parallel=$sp -o Model.recompute=$rc -o Distributed.zero_stage1=$z1
   echo "== $layout"
   compare_losses "$layout/metrics.jsonl" single/metrics.jsonl 1e-5 || fail "$layout losses differ"
   "$COMPARE_CHECKPOINTS" "$layout/checkpoints/step-00000010/checkpoint.h5" \

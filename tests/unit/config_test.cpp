@@ -404,8 +404,12 @@ TEST(ConfigValidate, DerivesDataParallelDegree) {
   ExpectUsageError(
       ValidateWith({"Distributed.ep_degree=2", "Global.global_batch_size=8"}, 4),
       {"Distributed.ep_degree=2", "no MoE layers yet", "Set Distributed.ep_degree to 1"});
-  ExpectUsageError(ValidateWith({"Distributed.zero_stage1=true"}, 1),
-                   {"Distributed.zero_stage1=true", "not implemented yet"});
+  ExpectUsageError(
+      ValidateWith({"Distributed.zero_stage1=true", "Distributed.overlap_grad_reduce=true",
+                    "Global.global_batch_size=8"},
+                   2),
+      {"Distributed.zero_stage1=true and Distributed.overlap_grad_reduce=true",
+       "Set one of them to false"});
 }
 
 TEST(ConfigValidate, WorldSizeMustMatchTheDegrees) {
