@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Per-kernel times of two training steps on one GPU, with Nsight Compute (ncu, in the CUDA
-# toolkit): every kernel of steps 3-4 of GPT-2 124M (B=32) is timed on its own
-# (gpu__time_duration, clocks left alone), then bench/kernel_summary.py sums one step by kernel.
+# Per-kernel times of training steps on one GPU, with Nsight Compute (ncu, in the CUDA toolkit):
+# every kernel of the steps after three warm-up steps (graph builds and GEMM tuning happen in the
+# first two) is timed on its own (gpu__time_duration, clocks left alone). Engine.profile brackets
+# those steps with cudaProfilerStart/Stop, and ncu starts with profiling off, so nothing before
+# them is intercepted for timing. bench/kernel_summary.py then sums one step by kernel.
 # docs/performance.md ("Where a step's time goes") shows the result and the command.
 #
 #   bench/kernel_profile.sh TRAINER OUT_CSV [extra trainer -o overrides...]
 #   env: NCU (default /usr/local/cuda/bin/ncu), WORK (default /tmp/bench), MODEL (default
-#        configs/gpt2-124m.yaml), B (default 32), SKIP and COUNT (kernels to skip, then to time:
-#        default 700 each, two steps of 124M; 350M has about 750 kernels per step)
+#        configs/gpt2-124m.yaml), B (default 32), STEPS (profiled steps, default 1)
 set -euo pipefail
 TRAINER=$1 OUT=$2; shift 2
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,11 +20,10 @@ if [ ! -f "$WORK/random.h5" ]; then
   python3 -c "import numpy as np; np.random.seed(0); np.random.randint(0, 50257, size=20_000_000, dtype=np.uint16).tofile('$WORK/random.u16')"
   "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/random.u16" --output "$WORK/random.h5" --quiet
 fi
-# 124M: ~390 kernels per step; skipping 700 leaves steps 1-2 (graph builds, GEMM tuning) out.
-"$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "${SKIP:-700}" \
-  --launch-count "${COUNT:-700}" "$TRAINER" train -c "$ROOT/${MODEL:-configs/gpt2-124m.yaml}" \
+"$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
+  "$TRAINER" train -c "$ROOT/${MODEL:-configs/gpt2-124m.yaml}" \
   -o Data.train_path="$WORK/random.h5" -o Global.micro_batch_size="$B" \
-  -o Global.global_batch_size="$B" -o Engine.max_steps=6 -o Engine.logging_freq=1 \
-  -o Engine.eval_freq=0 -o Engine.save_steps=0 -o Engine.output_dir="$WORK/kernel-profile" \
-  -o Checkpoint.resume= -o Global.device=cuda -o Data.val_path= -o Data.val_fraction=0 "$@" \
-  > "$OUT"
+  -o Global.global_batch_size="$B" -o Engine.max_steps=$((3 + ${STEPS:-1})) -o Engine.profile=true \
+  -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Engine.save_steps=0 \
+  -o Engine.output_dir="$WORK/kernel-profile" -o Checkpoint.resume= -o Global.device=cuda \
+  -o Data.val_path= -o Data.val_fraction=0 "$@" > "$OUT"

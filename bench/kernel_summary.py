@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Sums one training step of an ncu CSV (bench/kernel_profile.sh) by kernel.
 
-The step is the span between the AdamW launches of two consecutive steps. Prints the kernel
+The step is the profile's first: from its start (bench/kernel_profile.sh starts profiling at a
+step boundary) to the end of the first step's AdamW launches. Prints the kernel
 count, the sum of the kernel times, and each kernel name's total, count and share.
 
     python3 bench/kernel_summary.py ncu.csv [--sequence FIRST LAST]
@@ -29,12 +30,12 @@ def main():
     kernels = [(short_name(r[column["Kernel Name"]]),
                 float(r[column["Metric Value"]].replace(",", "")) / 1e6)
                for r in rows[1:] if r[column["Metric Name"]] == "gpu__time_duration.sum"]
-    adam = [i for i, (name, _) in enumerate(kernels) if name.startswith("AdamWKernel")]
-    # AdamW is two launches per step (decay and no-decay spans): the step runs from just after
-    # one step's pair to the end of the next pair.
-    ends = [i for i in adam if i + 1 not in adam]
+    adam = [i for i, (name, _) in enumerate(kernels) if name.startswith("AdamW")]
+    # AdamW is two launches per step (decay and no-decay spans). The profile starts at a step
+    # boundary (bench/kernel_profile.sh), so its first step ends with the first pair.
+    ends = [-1] + [i for i in adam if i + 1 not in adam]
     if len(ends) < 2:
-        raise SystemExit("fewer than two optimizer steps in the profile")
+        raise SystemExit("no optimizer step in the profile")
     step = kernels[ends[0] + 1:ends[1] + 1]
     total = sum(t for _, t in step)
     print(f"one step: {len(step)} kernels, {total:.2f} ms of kernel time")

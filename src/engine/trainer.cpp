@@ -302,8 +302,10 @@ Status Trainer::Run() {
   const int64_t first_step = state_.step;
   while (state_.step < e.max_steps) {
     // Engine.profile times the phases of every step after three warm-up steps.
-    if (e.profile && state_.step == first_step + 3)
+    if (e.profile && state_.step == first_step + 3) {
       timer_ = std::make_unique<PhaseTimer>(backend_, true);
+      TRAINER_RETURN_IF_ERROR(backend_->ProfilerRange(true));
+    }
     double loss = 0, norm = 0, lr = 0;
     progress_("a training step");
     TRAINER_RETURN_IF_ERROR(TrainStep(&loss, &norm, &lr));
@@ -358,6 +360,7 @@ Status Trainer::Run() {
     }
   }
   if (timer_->enabled()) {
+    TRAINER_RETURN_IF_ERROR(backend_->ProfilerRange(false));
     LogInfo(timer_->Report());
     std::vector<std::pair<std::string, double>> record = timer_->Record();
     record.insert(record.begin(), {"step", static_cast<double>(state_.step)});

@@ -63,6 +63,9 @@ class Backend {
   static constexpr int kMaxMarks = 64;
   virtual Status Mark(int index) = 0;
   virtual Status SecondsBetween(int from, int to, double* seconds) = 0;
+  // The profiled steps' bounds for an outside profiler (cudaProfilerStart/Stop on the GPU, so that
+  // `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi` see only them).
+  virtual Status ProfilerRange(bool start) { return Status::Ok(); }
 
   // ---- layers ----
   // out (B,T,C) = wte[tokens - vocab_start] (zero when the token is outside this rank's rows)

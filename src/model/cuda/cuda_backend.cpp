@@ -3,6 +3,8 @@
 // are in cuda_backend_layers.cpp.
 #include "model/cuda/cuda_backend.h"
 
+#include <cuda_profiler_api.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -188,6 +190,11 @@ Status CudaBackend::Convert(Tensor dst, Tensor src) {
 
 Status CudaBackend::Synchronize() {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::ProfilerRange(bool start) {
+  CUDA_CHECK(start ? cudaProfilerStart() : cudaProfilerStop());
   return Status::Ok();
 }
 

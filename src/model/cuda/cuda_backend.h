@@ -60,6 +60,7 @@ class CudaBackend final : public Backend {
   Status Synchronize() override;
   Status Mark(int index) override;
   Status SecondsBetween(int from, int to, double* seconds) override;
+  Status ProfilerRange(bool start) override;
 
   Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
                           int vocab_start) override;

@@ -1,7 +1,10 @@
 // cuBLASLt GEMMs with epilogues (see matmul.h). Each distinct problem (shapes, dtypes, epilogue,
 // pointer alignments) gets its descriptors and algorithm once; later calls only set the pointers
-// and run. The heuristic's candidates are timed on the first call and the fastest is kept.
+// and run. The heuristic's candidates (for the problem and for its half) are timed on the first
+// call and the fastest is kept.
 #include "model/cuda/matmul.h"
+
+#include <cstring>
 
 #include "model/cuda/cuda_check.h"
 
@@ -137,7 +140,7 @@ Status CublasLtMatmul::BuildPlan(const Gemm& g, Plan* plan) {
   const size_t workspace = kWorkspaceBytes;
   const uint32_t align_a = Alignment(g.a.data), align_b = Alignment(g.b.data),
                  align_d = Alignment(g.d), align_c = Alignment(g.c ? g.c : g.d);
-  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+  cublasLtMatmulHeuristicResult_t results[2 * kCandidates] = {};
   int found = 0;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
@@ -164,6 +167,8 @@ Status CublasLtMatmul::BuildPlan(const Gemm& g, Plan* plan) {
         heuristic != CUBLAS_STATUS_INVALID_VALUE)
       status = heuristic;
   }
+  if (status == CUBLAS_STATUS_SUCCESS && found > 0)
+    status = AddHalfProblemCandidates(g, *plan, pref, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_CHECK(status);
   plan->supported = found > 0;
@@ -171,6 +176,49 @@ Status CublasLtMatmul::BuildPlan(const Gemm& g, Plan* plan) {
   plan->algo = results[0].algo;
   if (found > 1) TRAINER_RETURN_IF_ERROR(TimeCandidates(g, plan, results, found));
   return Status::Ok();
+}
+
+// The heuristic proposes other kernels as a problem grows, and can leave out the one that runs it
+// fastest: for 350M's GELU-gradient GEMM at 32768 tokens it offered an SM80 kernel (717 us) but
+// not the SM90 kernel it offers at 16384 tokens (223 us there). So the candidates it proposes for
+// the problem with its larger output dimension halved join the list (up to kCandidates more),
+// each checked to run the whole problem within the workspace; timing then decides.
+cublasStatus_t CublasLtMatmul::AddHalfProblemCandidates(const Gemm& g, const Plan& plan,
+                                                        cublasLtMatmulPreference_t pref,
+                                                        cublasLtMatmulHeuristicResult_t* results,
+                                                        int* found) {
+  const bool half_n = g.n >= g.m;
+  const int64_t m = half_n ? g.m : g.m / 2, n = half_n ? g.n / 2 : g.n;
+  if (m < 1 || n < 1) return CUBLAS_STATUS_SUCCESS;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasStatus_t status = cublasLtMatrixLayoutCreate(
+      &a, CudaType(g.a.dtype), g.transpose_a ? g.k : m, g.transpose_a ? m : g.k, g.a.ld);
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatrixLayoutCreate(&b, CudaType(g.b.dtype), g.transpose_b ? n : g.k,
+                                        g.transpose_b ? g.k : n, g.b.ld);
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatrixLayoutCreate(&d, CudaType(g.d_dtype), m, n, g.ldd);
+  cublasLtMatmulHeuristicResult_t half[kCandidates] = {};
+  int half_found = 0;
+  if (status == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, a, b, d, d, pref, kCandidates, half,
+                                     &half_found) != CUBLAS_STATUS_SUCCESS)
+    half_found = 0;
+  for (int i = 0; i < half_found; ++i) {
+    bool known = false;
+    for (int j = 0; j < *found && !known; ++j)
+      known = std::memcmp(&results[j].algo, &half[i].algo, sizeof(half[i].algo)) == 0;
+    cublasLtMatmulHeuristicResult_t check = {};
+    if (known ||
+        cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, &half[i].algo,
+                                &check) != CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > kWorkspaceBytes)
+      continue;
+    results[(*found)++] = half[i];
+  }
+  for (cublasLtMatrixLayout_t layout : {a, b, d})
+    if (layout) cublasLtMatrixLayoutDestroy(layout);
+  return status;
 }
 
 // Runs each candidate algorithm on the problem's own operands (one warm-up, three timed runs)

@@ -1,7 +1,7 @@
 // CublasLtMatmul: column-major GEMMs through cuBLASLt with its epilogues (bias, GELU with the
 // pre-activation as aux output, GELU gradient), f32 accumulation, one 32 MiB workspace allocated
 // at creation, and descriptors plus the chosen algorithm cached per problem (the fastest of the
-// heuristic's candidates, timed on first use).
+// heuristic's candidates for the problem and for its half, timed on first use).
 #pragma once
 
 #include <cublasLt.h>
@@ -68,6 +68,9 @@ class CublasLtMatmul {
   struct Plan;
   CublasLtMatmul() = default;
   Status BuildPlan(const Gemm& gemm, Plan* plan);
+  cublasStatus_t AddHalfProblemCandidates(const Gemm& gemm, const Plan& plan,
+                                          cublasLtMatmulPreference_t pref,
+                                          cublasLtMatmulHeuristicResult_t* results, int* found);
   Status TimeCandidates(const Gemm& gemm, Plan* plan,
                         const cublasLtMatmulHeuristicResult_t* results, int count);
   static constexpr int kCandidates = 16;
