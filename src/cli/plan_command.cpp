@@ -60,9 +60,10 @@ int RunPlanCommand(const std::vector<std::string>& args) {
   const int micro = c.gradient_accumulation_steps(), B = c.global.micro_batch_size;
   std::cout << StrFormat(
       "plan: %d ranks = dp %d x tp %d x pp %d; %d micro-batches of %d x %d "
-      "tokens per rank per step; %s\n",
+      "tokens per rank per step; %s%s\n",
       world, d.dp_degree, d.tp_degree, d.pp_degree, micro, B, c.model.sequence_length(),
-      gpu ? "bf16 compute, fp32 master/moments/grads" : "fp32 (CPU)");
+      gpu ? "bf16 compute, fp32 master/moments/grads" : "fp32 (CPU)",
+      d.zero_stage1 && d.dp_degree > 1 ? "; ZeRO-1: master/moments split over dp" : "");
   for (int stage = 0; stage < d.pp_degree; ++stage) {
     const ModelPartition part = MakePartition(c.model, d, 0, stage);
     const double params =
