@@ -16,8 +16,11 @@ for _ in $(seq 100); do  # wait until training runs
   sleep 0.2
 done
 [ -s run/metrics.jsonl ] || { kill $launcher; cat run.err; fail "training did not start"; }
+# Rank 1 of this run only: other tests may be training at the same time (ctest -j), so the
+# process must also run in this test's folder.
 rank1=""
 for pid in $(pgrep -f "$TRAINER train"); do
+  [ "$(readlink /proc/$pid/cwd 2>/dev/null)" = "$(pwd -P)" ] || continue
   if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then rank1=$pid; fi
 done
 [ -n "$rank1" ] || { kill $launcher; fail "rank 1's process not found"; }
