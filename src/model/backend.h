@@ -7,8 +7,9 @@
 // - "compute" tensors (parameters as used by the forward pass, activations) have
 //   compute_dtype(): f32 on CPU, bf16 on CUDA. Gradients of parameters, master weights, Adam
 //   moments, LayerNorm statistics, attention statistics and losses are always f32.
-// - Parameter-gradient outputs ACCUMULATE (+=) so that micro-batches add up; activation-gradient
-//   outputs are OVERWRITTEN unless the op says otherwise.
+// - Parameter-gradient outputs ACCUMULATE (+=) so that micro-batches add up, except where an op
+//   takes a GradientWrite; activation-gradient outputs are OVERWRITTEN unless the op says
+//   otherwise.
 // - Weights are stored like PyTorch's nn.Linear: (out_features, in_features); y = x W^T + b.
 #pragma once
 
@@ -32,6 +33,11 @@ struct AdamWParams {
   int step = 1;            // 1-based, for bias correction
   float grad_scale = 1.f;  // multiplies the gradient first (clipping)
 };
+
+// How an op writes a parameter gradient: added to what is there (micro-batches add up), or over
+// it (the step's first micro-batch, which then needs no zeroed buffer: for a GEMM, beta = 0
+// instead of a memset and a read of the old values).
+enum class GradientWrite { kAccumulate, kOverwrite };
 
 class Backend {
  public:
@@ -101,16 +107,18 @@ class Backend {
     return Add(out, out, residual);
   }
   // din (N,C) = dout @ weight (overwritten; skipped when empty);
-  // dweight (OC,C) f32 += dout^T @ in; dbias (OC) f32 += column sums of dout (skipped when empty).
+  // dweight (OC,C) f32 += (or =, by dweight_write) dout^T @ in; dbias (OC) f32 += column sums of
+  // dout (skipped when empty).
   virtual Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                                Tensor weight) = 0;
+                                Tensor weight, GradientWrite dweight_write) = 0;
   // out = GELU(in) (tanh approximation), for activation recomputation; out may alias in.
   virtual Status GeluForward(Tensor out, Tensor in) = 0;
   // MatmulBackward where `in` is GELU(gelu_pre_act): din (N,C) = (dout @ weight) * GELU'(pre_act),
   // the gradient before the GELU (one pass on the GPU: cuBLASLt's DGELU epilogue).
   virtual Status MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                                           Tensor in, Tensor weight, Tensor gelu_pre_act) {
-    TRAINER_RETURN_IF_ERROR(MatmulBackward(din, dweight, dbias, dout, in, weight));
+                                           Tensor in, Tensor weight, Tensor gelu_pre_act,
+                                           GradientWrite dweight_write) {
+    TRAINER_RETURN_IF_ERROR(MatmulBackward(din, dweight, dbias, dout, in, weight, dweight_write));
     return GeluBackward(din, din, gelu_pre_act);
   }
   // dx (N,D) = dy * GELU'(pre_act) (tanh approximation); dx may alias dy.

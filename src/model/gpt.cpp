@@ -44,6 +44,18 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
     m->layer_weights_.push_back(m->Weights(partition.first_layer + i, false));
     m->layer_grads_.push_back(m->Weights(partition.first_layer + i, true));
   }
+  // ZeroGradients zeroes everything but the gradients that Backward's GEMMs write first: the
+  // blocks' weight matrices, and wte where the LM head is (elsewhere EmbeddingBackward adds to it).
+  size_t zero_from = 0;
+  for (const ParameterInfo& p : m->params_) {
+    const bool lm_head = p.name == "transformer.wte.weight" && partition.last_stage();
+    const bool block_matrix = p.local_shape.size() == 2 && p.name.rfind("transformer.h.", 0) == 0;
+    if (!lm_head && !block_matrix) continue;
+    if (p.offset > zero_from) m->zeroed_gradient_spans_.emplace_back(zero_from, p.offset);
+    zero_from = p.offset + static_cast<size_t>(p.local_numel());
+  }
+  const size_t flat = static_cast<size_t>(m->grad_buffer_.numel());
+  if (flat > zero_from) m->zeroed_gradient_spans_.emplace_back(zero_from, flat);
   *out = std::move(m);
   return Status::Ok();
 }
@@ -337,6 +349,9 @@ Status GptModel::LossSum(double* out) {
 
 Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done) {
   Slot& s = slots_[slot];
+  BlockContext ctx = Context();
+  if (overwrite_weight_gradients_) ctx.weight_gradients = GradientWrite::kOverwrite;
+  overwrite_weight_gradients_ = false;
   Tensor dres = scratch_.dresidual;
   if (partition_.last_stage()) {
     if (last_forward_slot_ != slot)
@@ -345,15 +360,15 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
           "after Forward(slot) (the logits buffer is shared)");
     Tensor x = StageOutput(slot);
     TRAINER_RETURN_IF_ERROR(backend_->MatmulBackward(scratch_.dln, end_grads_.wte, Tensor(),
-                                                     scratch_.logits, s.lnf_out, ends_.wte));
+                                                     scratch_.logits, s.lnf_out, ends_.wte,
+                                                     ctx.weight_gradients));
     Tensor dln;
-    TRAINER_RETURN_IF_ERROR(ReduceRows(Context(), scratch_.dln, &dln));
+    TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, scratch_.dln, &dln));
     TRAINER_RETURN_IF_ERROR(backend_->Zero(dres));
     TRAINER_RETURN_IF_ERROR(backend_->LayerNormBackward(dres, end_grads_.lnf_w, end_grads_.lnf_b,
                                                         Tensor(), dln, x, ends_.lnf_w, s.lnf_mean,
                                                         s.lnf_rstd));
   }
-  const BlockContext ctx = Context();
   for (int i = partition_.num_layers - 1; i >= 0; --i) {
     Tensor x = i == 0 ? s.input : s.blocks[i - 1]->residual_out;
     BlockActivations a = *s.blocks[i];
@@ -378,7 +393,11 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
 }
 
 Status GptModel::ZeroGradients() {
-  return backend_->Zero(grad_buffer_);
+  for (const auto& [begin, end] : zeroed_gradient_spans_)
+    TRAINER_RETURN_IF_ERROR(backend_->Zero(
+        grad_buffer_.rows(static_cast<int64_t>(begin), static_cast<int64_t>(end - begin))));
+  overwrite_weight_gradients_ = true;
+  return Status::Ok();
 }
 
 }  // namespace trainer

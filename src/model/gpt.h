@@ -61,6 +61,9 @@ class GptModel {
   // `block_done(i)`, when given, runs after block i (local index) is through its backward: the
   // gradients of its parameters are final for this call (the DP reduction starts there).
   Status Backward(int slot, const std::function<Status(int)>& block_done = nullptr);
+  // Starts a step's gradients at zero: the gradients that the next Backward writes first by a
+  // GEMM (the weight matrices, and the LM head's wte on the last stage) are overwritten by it
+  // (beta = 0); the rest (biases, LayerNorms, embeddings written by EmbeddingBackward) are zeroed.
   Status ZeroGradients();
   // Replace this rank's parameters from a host f32 flat array in buffer order.
   Status SetParameters(const std::vector<float>& flat);
@@ -127,6 +130,9 @@ class GptModel {
   } scratch_;
   std::vector<float> host_losses_;
   int last_forward_slot_ = -1;
+  // [begin, end) element ranges of the gradient buffer that ZeroGradients zeroes.
+  std::vector<std::pair<size_t, size_t>> zeroed_gradient_spans_;
+  bool overwrite_weight_gradients_ = false;  // set by ZeroGradients, cleared by Backward
 };
 
 }  // namespace trainer

@@ -93,9 +93,10 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   Tensor dln;
   // MLP half: residual_out = residual_mid + fcproj(gelu(fc(ln2(residual_mid)))).
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
+  const GradientWrite dw = ctx.weight_gradients;
   TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(s.dfc, g.fcproj_w, fcproj_db, dres_all,
-                                                        a.fc_out, w.fcproj_w, a.fc_pre));
-  TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfc, a.ln2_out, w.fc_w));
+                                                        a.fc_out, w.fcproj_w, a.fc_pre, dw));
+  TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfc, a.ln2_out, w.fc_w, dw));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
   TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln2_w, g.ln2_b,
                                                 ln_sums ? g.fcproj_b : Tensor(), dln,
@@ -103,11 +104,11 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   // Attention half: residual_mid = x + proj(attention(c_attn(ln1(x)))).
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.datt, g.proj_w, proj_db, dres_all, a.att_out, w.proj_w));
+      be->MatmulBackward(s.datt, g.proj_w, proj_db, dres_all, a.att_out, w.proj_w, dw));
   TRAINER_RETURN_IF_ERROR(
       be->AttentionBackward(s.dqkv, s.datt, a.qkv, a.att_out, a.att_stats, ctx.local_heads));
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.dln, g.attn_w, g.attn_b, s.dqkv, a.ln1_out, w.attn_w));
+      be->MatmulBackward(s.dln, g.attn_w, g.attn_b, s.dqkv, a.ln1_out, w.attn_w, dw));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
   return be->LayerNormBackward(dresidual, g.ln1_w, g.ln1_b, ln_sums ? g.proj_b : Tensor(), dln, x,
                                w.ln1_w, a.ln1_mean, a.ln1_rstd);

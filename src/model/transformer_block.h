@@ -53,6 +53,8 @@ struct BlockContext {
   int local_heads;
   bool sequence_parallel;
   BlockScratch scratch;
+  // How BlockBackward writes the weight matrices' gradients (the biases' always accumulate).
+  GradientWrite weight_gradients = GradientWrite::kAccumulate;
 };
 
 // Sequence-parallel plumbing, shared with the embedding and the LM head (gpt.cpp).

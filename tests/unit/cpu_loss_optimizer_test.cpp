@@ -301,12 +301,14 @@ std::vector<float> RunAllOps(int threads) {
                                                   dlnw(C), dlnb(C);
   EXPECT_TRUE(backend
                   .MatmulBackward(View(dln, {N, C}), View(dwte, {V, C}), Tensor(),
-                                  View(logits, {N, V}), View(ln, {N, C}), View(wte, {V, C}))
+                                  View(logits, {N, V}), View(ln, {N, C}), View(wte, {V, C}),
+                                  GradientWrite::kAccumulate)
                   .ok());
   EXPECT_TRUE(backend.GeluBackward(View(dfc, {N, F}), View(dfc, {N, F}), View(pre, {N, F})).ok());
   EXPECT_TRUE(backend
                   .MatmulBackward(View(datt, {N, C}), View(dwfc, {F, C}), Tensor(),
-                                  View(dfc, {N, F}), View(att, {N, C}), View(wfc, {F, C}))
+                                  View(dfc, {N, F}), View(att, {N, C}), View(wfc, {F, C}),
+                                  GradientWrite::kAccumulate)
                   .ok());
   EXPECT_TRUE(backend
                   .AttentionBackward(View(dqkv, {B, T, 3 * C}), View(datt, {B, T, C}),
@@ -315,7 +317,8 @@ std::vector<float> RunAllOps(int threads) {
                   .ok());
   EXPECT_TRUE(backend
                   .MatmulBackward(View(dln, {N, C}), View(dwqkv, {3 * C, C}), View(dbqkv, {3 * C}),
-                                  View(dqkv, {N, 3 * C}), View(ln, {N, C}), View(wqkv, {3 * C, C}))
+                                  View(dqkv, {N, 3 * C}), View(ln, {N, C}), View(wqkv, {3 * C, C}),
+                                  GradientWrite::kAccumulate)
                   .ok());
   EXPECT_TRUE(backend
                   .LayerNormBackward(View(dx, {N, C}), View(dlnw, {C}), View(dlnb, {C}), Tensor(),

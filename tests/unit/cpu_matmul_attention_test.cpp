@@ -86,7 +86,8 @@ TEST_P(CpuMatmul, ForwardAndBackwardMatchFiniteDifferences) {
   ASSERT_TRUE(backend
                   .MatmulBackward(View(din, {m.N, m.C}), View(dw, {m.OC, m.C}),
                                   m.bias ? View(db, {m.OC}) : Tensor(), View(dlinear, {m.N, m.OC}),
-                                  View(in, {m.N, m.C}), View(w, {m.OC, m.C}))
+                                  View(in, {m.N, m.C}), View(w, {m.OC, m.C}),
+                                  GradientWrite::kAccumulate)
                   .ok());
   const DoubleVec weights = ToDouble(dout);
   EXPECT_TRUE(
@@ -96,6 +97,14 @@ TEST_P(CpuMatmul, ForwardAndBackwardMatchFiniteDifferences) {
                1e-5));
   DoubleVec want_dw = NumericGradient(
       [&](const DoubleVec& x) { return MatmulReference(ind, x, bd, m); }, wd, weights);
+  // Written over instead of added to: the old contents (1e3 everywhere) play no part.
+  std::vector<float> dw_over(w.size(), 1e3f);
+  ASSERT_TRUE(backend
+                  .MatmulBackward(Tensor(), View(dw_over, {m.OC, m.C}), Tensor(),
+                                  View(dlinear, {m.N, m.OC}), View(in, {m.N, m.C}),
+                                  View(w, {m.OC, m.C}), GradientWrite::kOverwrite)
+                  .ok());
+  EXPECT_TRUE(AllClose(dw_over, want_dw, 1e-5));
   for (size_t i = 0; i < want_dw.size(); ++i) want_dw[i] += dw0[i];
   EXPECT_TRUE(AllClose(dw, want_dw, 1e-5));
   if (m.bias) {
@@ -132,7 +141,8 @@ TEST(CpuMatmulLarge, BlockedProductsMatchNaiveLoops) {
   std::vector<float> din(N * C), dw(OC * C, 0.f), db(OC, 0.f);
   ASSERT_TRUE(backend
                   .MatmulBackward(View(din, {N, C}), View(dw, {OC, C}), View(db, {OC}),
-                                  View(dout, {N, OC}), View(in, {N, C}), View(w, {OC, C}))
+                                  View(dout, {N, OC}), View(in, {N, C}), View(w, {OC, C}),
+                                  GradientWrite::kAccumulate)
                   .ok());
   DoubleVec want_din(N * C, 0.0), want_dw(OC * C, 0.0), want_db(OC, 0.0);
   for (int n = 0; n < N; ++n)
@@ -151,7 +161,7 @@ TEST(CpuMatmulLarge, BlockedProductsMatchNaiveLoops) {
   std::vector<float> dw2 = dw;
   ASSERT_TRUE(backend
                   .MatmulBackward(Tensor(), View(dw2, {OC, C}), Tensor(), View(dout, {N, OC}),
-                                  View(in, {N, C}), View(w, {OC, C}))
+                                  View(in, {N, C}), View(w, {OC, C}), GradientWrite::kAccumulate)
                   .ok());
   for (double& x : want_dw) x *= 2;
   EXPECT_TRUE(AllClose(dw2, want_dw, 1e-5));

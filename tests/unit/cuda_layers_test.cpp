@@ -218,9 +218,10 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   ASSERT_STATUS_OK(cpu_->MatmulForward(
       HostView(out, {N, OC}), gelu ? HostView(pre, {N, OC}) : no_tensor, HostView(in, {N, C}),
       HostView(weight, {OC, C}), c.bias ? HostView(bias, {OC}) : no_tensor, c.act));
-  ASSERT_STATUS_OK(cpu_->MatmulBackward(
-      HostView(din, {N, C}), HostView(dw, {OC, C}), c.bias ? HostView(db, {OC}) : no_tensor,
-      HostView(dout, {N, OC}), HostView(in, {N, C}), HostView(weight, {OC, C})));
+  ASSERT_STATUS_OK(cpu_->MatmulBackward(HostView(din, {N, C}), HostView(dw, {OC, C}),
+                                        c.bias ? HostView(db, {OC}) : no_tensor,
+                                        HostView(dout, {N, OC}), HostView(in, {N, C}),
+                                        HostView(weight, {OC, C}), GradientWrite::kAccumulate));
 
   auto g_in = Compute(in, {N, C}), g_w = Compute(weight, {OC, C});
   auto g_bias = c.bias ? Compute(bias, {OC}) : nullptr;
@@ -233,7 +234,7 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
                                        c.bias ? g_bias->tensor() : no_tensor, c.act));
   ASSERT_STATUS_OK(gpu_->MatmulBackward(g_din->tensor(), g_dw->tensor(),
                                         c.bias ? g_db->tensor() : no_tensor, g_dout->tensor(),
-                                        g_in->tensor(), g_w->tensor()));
+                                        g_in->tensor(), g_w->tensor(), GradientWrite::kAccumulate));
   EXPECT_RELATIVE_ERROR_BELOW(g_out->Download(), out, 1e-2);
   if (gelu) {
     EXPECT_RELATIVE_ERROR_BELOW(g_pre->Download(), pre, 1e-2);
@@ -243,6 +244,11 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   if (c.bias) {
     EXPECT_RELATIVE_ERROR_BELOW(Minus(g_db->Download(), db0), Minus(db, db0), 1e-4);
   }
+  // dweight written over (beta = 0) instead of added to: the old contents play no part.
+  auto g_dw_over = F32(dw0, {OC, C});
+  ASSERT_STATUS_OK(gpu_->MatmulBackward(no_tensor, g_dw_over->tensor(), no_tensor, g_dout->tensor(),
+                                        g_in->tensor(), g_w->tensor(), GradientWrite::kOverwrite));
+  EXPECT_RELATIVE_ERROR_BELOW(g_dw_over->Download(), Minus(dw, dw0), 1e-3);
   // The linear layer feeding the residual stream: out = residual + in W^T + bias (one GEMM on the
   // GPU), against the CPU's MatmulForward followed by Add.
   if (!gelu) {
@@ -264,12 +270,12 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   ASSERT_STATUS_OK(cpu_->MatmulBackwardThroughGelu(
       HostView(din_gelu, {N, C}), HostView(dw_gelu, {OC, C}),
       c.bias ? HostView(db_gelu, {OC}) : no_tensor, HostView(dout, {N, OC}), HostView(in, {N, C}),
-      HostView(weight, {OC, C}), HostView(in, {N, C})));
+      HostView(weight, {OC, C}), HostView(in, {N, C}), GradientWrite::kAccumulate));
   auto g_din_gelu = Compute(std::vector<float>(N * C), {N, C});
   auto g_dw_gelu = F32(dw0, {OC, C}), g_db_gelu = F32(db0, {OC});
   ASSERT_STATUS_OK(gpu_->MatmulBackwardThroughGelu(
       g_din_gelu->tensor(), g_dw_gelu->tensor(), c.bias ? g_db_gelu->tensor() : no_tensor,
-      g_dout->tensor(), g_in->tensor(), g_w->tensor(), g_in->tensor()));
+      g_dout->tensor(), g_in->tensor(), g_w->tensor(), g_in->tensor(), GradientWrite::kAccumulate));
   EXPECT_RELATIVE_ERROR_BELOW(g_din_gelu->Download(), din_gelu, 1e-2);
   EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dw_gelu->Download(), dw0), Minus(dw_gelu, dw0), 1e-3);
   const CudaPathCounts& p = gpu_->path_counts();

@@ -90,7 +90,8 @@ TEST_F(CudaPerfTest, DISABLED_Gpt2SmallShapes) {
          2.0 * N * C * F, 0);
   Report("matmul fc backward (din,dW,db)", Time([&] {
            return gpu_->MatmulBackward(din->tensor(), dw_fc->tensor(), db_fc->tensor(),
-                                       dfc->tensor(), ln_out->tensor(), w_fc->tensor());
+                                       dfc->tensor(), ln_out->tensor(), w_fc->tensor(),
+                                       GradientWrite::kAccumulate);
          }),
          4.0 * N * C * F, 0);
   Report("gelu backward",

@@ -63,12 +63,31 @@ TEST(GptModel, EveryGradientMatchesFiniteDifferences) {
   std::normal_distribution<float> normal(0.f, 0.3f);
   for (float& p : f.params) p += normal(rng);
   ASSERT_TRUE(f.model->SetParameters(f.params).ok());
+  // Leftovers of an earlier step in the gradient buffer: ZeroGradients zeroes some of it and the
+  // first Backward writes over the rest, so none of them may survive.
+  Tensor g = f.model->gradient_buffer();
+  const std::vector<float> leftovers(static_cast<size_t>(g.numel()), 1e3f);
+  ASSERT_TRUE(f.backend->CopyToDevice(g.data, leftovers.data(), g.bytes()).ok());
   ASSERT_TRUE(f.model->ZeroGradients().ok());
   f.Loss(1.f / (f.B * f.T));
   ASSERT_TRUE(f.model->Backward(0).ok());
-  std::vector<float> grads(f.params.size());
-  Tensor g = f.model->gradient_buffer();
+  std::vector<float> grads(static_cast<size_t>(g.numel()));
   ASSERT_TRUE(f.backend->CopyToHost(grads.data(), g.data, g.bytes()).ok());
+  // Padding between tensors must read zero too (the gradient norm sums over it).
+  for (size_t i = 0; i < grads.size(); ++i) {
+    bool inside = false;
+    for (const ParameterInfo& p : f.model->parameters())
+      inside = inside || (i >= p.offset && i < p.offset + static_cast<size_t>(p.local_numel()));
+    if (!inside) ASSERT_EQ(grads[i], 0.f) << "padding element " << i;
+  }
+  // A second micro-batch (the same one again) adds to the first: twice the gradients (up to the
+  // order of the additions: wte takes the LM head's and the embedding's parts).
+  f.Loss(1.f / (f.B * f.T));
+  ASSERT_TRUE(f.model->Backward(0).ok());
+  std::vector<float> twice(grads.size());
+  ASSERT_TRUE(f.backend->CopyToHost(twice.data(), g.data, g.bytes()).ok());
+  for (size_t i = 0; i < grads.size(); ++i)
+    ASSERT_NEAR(twice[i], 2 * grads[i], 1e-6 * std::fabs(grads[i]) + 1e-8) << "element " << i;
   const double eps = 1e-2;
   for (const ParameterInfo& p : f.model->parameters()) {
     // A few elements of every tensor (the wte rows of real tokens only: pad rows get no gradient).

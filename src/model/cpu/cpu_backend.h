@@ -40,7 +40,7 @@ class CpuBackend final : public Backend {
   Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
                        Activation act) override;
   Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                        Tensor weight) override;
+                        Tensor weight, GradientWrite dweight_write) override;
   Status GeluForward(Tensor out, Tensor in) override;
   Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) override;

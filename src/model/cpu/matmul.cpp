@@ -214,7 +214,7 @@ Status CpuBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor w
 }
 
 Status CpuBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                                  Tensor weight) {
+                                  Tensor weight, GradientWrite dweight_write) {
   const char* op = "MatmulBackward";
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dweight", dweight, DType::kF32));
   int64_t N = 0, C = 0, OC = 0;
@@ -229,6 +229,9 @@ Status CpuBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tens
     TRAINER_RETURN_IF_ERROR(
         cpu::CheckAgree(op, "dbias", dbias, "weight", weight, "OC", dbias.numel(), OC));
   }
+  // The reference kernel accumulates; over zero that is the overwritten value, bit for bit.
+  if (dweight_write == GradientWrite::kOverwrite)
+    std::fill(dweight.as<float>(), dweight.as<float>() + dweight.numel(), 0.f);
   cpu::matmul_backward(din.empty() ? nullptr : din.as<float>(), dweight.as<float>(),
                        dbias.empty() ? nullptr : dbias.as<float>(), dout.as<float>(),
                        in.as<float>(), weight.as<float>(), N, static_cast<int>(C),

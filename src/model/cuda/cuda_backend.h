@@ -77,9 +77,10 @@ class CudaBackend final : public Backend {
   Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
                        Activation act) override;
   Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                        Tensor weight) override;
+                        Tensor weight, GradientWrite dweight_write) override;
   Status MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                                   Tensor weight, Tensor gelu_pre_act) override;
+                                   Tensor weight, Tensor gelu_pre_act,
+                                   GradientWrite dweight_write) override;
   Status GeluForward(Tensor out, Tensor in) override;
   Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) override;
@@ -108,7 +109,7 @@ class CudaBackend final : public Backend {
   CudaBackend(int device, DType compute);  // out of line: members' types are incomplete here
   // MatmulBackward, with din multiplied by GELU'(gelu_pre_act) when that is given.
   Status MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                            Tensor weight, Tensor gelu_pre_act);
+                            Tensor weight, Tensor gelu_pre_act, GradientWrite dweight_write);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
   Status Scratch(size_t bytes, void** out);
 

@@ -201,17 +201,19 @@ Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor 
 }
 
 Status CudaBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                                   Tensor weight) {
-  return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, Tensor());
+                                   Tensor weight, GradientWrite dweight_write) {
+  return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, Tensor(), dweight_write);
 }
 
 Status CudaBackend::MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                                              Tensor in, Tensor weight, Tensor gelu_pre_act) {
-  return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, gelu_pre_act);
+                                              Tensor in, Tensor weight, Tensor gelu_pre_act,
+                                              GradientWrite dweight_write) {
+  return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, gelu_pre_act, dweight_write);
 }
 
 Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                                       Tensor in, Tensor weight, Tensor gelu_pre_act) {
+                                       Tensor in, Tensor weight, Tensor gelu_pre_act,
+                                       GradientWrite dweight_write) {
   const char* op = "MatmulBackward";
   int64_t N = 0, C = 0, OC = 0;
   TRAINER_RETURN_IF_ERROR(CheckLinear(op, compute_, in, weight, "dout", dout, &N, &C, &OC));
@@ -253,7 +255,7 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
     }
   }
 
-  if (!dweight.empty()) {  // dW^T (C,OC) += x^T (C,N) dout (N,OC), accumulated in f32
+  if (!dweight.empty()) {  // dW^T (C,OC) (+)= x^T (C,N) dout (N,OC), in f32
     cuda::Gemm g;
     g.transpose_b = true;
     g.m = C;
@@ -264,7 +266,7 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
     g.d = dweight.data;
     g.d_dtype = DType::kF32;
     g.ldd = C;
-    g.beta = 1.f;
+    g.beta = dweight_write == GradientWrite::kAccumulate ? 1.f : 0.f;
     TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
     if (!supported) return OpError(op, "cuBLASLt has no algorithm for dweight");
   }
