@@ -78,7 +78,9 @@ TEST(GptModel, EveryGradientMatchesFiniteDifferences) {
     bool inside = false;
     for (const ParameterInfo& p : f.model->parameters())
       inside = inside || (i >= p.offset && i < p.offset + static_cast<size_t>(p.local_numel()));
-    if (!inside) ASSERT_EQ(grads[i], 0.f) << "padding element " << i;
+    if (!inside) {
+      ASSERT_EQ(grads[i], 0.f) << "padding element " << i;
+    }
   }
   // A second micro-batch (the same one again) adds to the first: twice the gradients (up to the
   // order of the additions: wte takes the LM head's and the embedding's parts).
