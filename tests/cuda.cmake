@@ -24,3 +24,9 @@ if(TRAINER_WITH_CUDA)
   add_executable(gemm_power_bench ${PROJECT_SOURCE_DIR}/bench/gemm_power_bench.cpp)
   target_link_libraries(gemm_power_bench PRIVATE CUDA::cudart CUDA::cublasLt ${CMAKE_DL_LIBS})
 endif()
+if(TRAINER_WITH_CUDA AND TARGET CUDA::cupti)
+  # Not a test: a CUPTI injection library that records each kernel's real start and end in a
+  # running program (bench/kernel_timeline.cpp, bench/timeline_summary.py).
+  add_library(kernel_timeline SHARED ${PROJECT_SOURCE_DIR}/bench/kernel_timeline.cpp)
+  target_link_libraries(kernel_timeline PRIVATE CUDA::cupti)
+endif()

@@ -18,15 +18,16 @@ size_t PipelineStage::ActivationCount() const {
   return static_cast<size_t>(model_->OutputGradient().numel());
 }
 
-Status PipelineStage::Forward(const MicroBatches& mb, int i, float dloss_scale, double* loss_sum) {
+Status PipelineStage::Forward(const MicroBatches& mb, int i, float dloss_scale) {
   const bool last = stage() == stages() - 1;
   TRAINER_RETURN_IF_ERROR(
       model_->Forward(Slot(i, mb.count), mb.tokens(i), mb.labels(i), last, dloss_scale));
-  if (!last) return Status::Ok();
-  double sum = 0.0;
-  TRAINER_RETURN_IF_ERROR(model_->LossSum(&sum));
-  *loss_sum += sum;
-  return Status::Ok();
+  return last ? model_->AccumulateLoss(i == 0) : Status::Ok();
+}
+
+Status PipelineStage::LossSum(double* loss_sum) {
+  *loss_sum = 0.0;
+  return stage() == stages() - 1 ? model_->LossSum(loss_sum) : Status::Ok();
 }
 
 Status PipelineStage::Backward(const MicroBatches& mb, int i) {
@@ -34,9 +35,7 @@ Status PipelineStage::Backward(const MicroBatches& mb, int i) {
   return model_->Backward(Slot(i, mb.count), i == mb.count - 1 ? hook_ : nullptr);
 }
 
-Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum,
-                                PhaseTimer* timer) {
-  *loss_sum = 0.0;
+Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, PhaseTimer* timer) {
   const int s = stage(), P = stages(), M = mb.count;
   const bool first = s == 0, last = s == P - 1;
   const size_t n = ActivationCount();
@@ -45,9 +44,7 @@ Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, doubl
   auto timed = [&](Phase phase, const Status& status) {
     return status.ok() ? timer->Charge(phase) : status;
   };
-  auto forward = [&](int i) {
-    return timed(Phase::kForward, Forward(mb, i, dloss_scale, loss_sum));
-  };
+  auto forward = [&](int i) { return timed(Phase::kForward, Forward(mb, i, dloss_scale)); };
   auto backward = [&](int i) { return timed(Phase::kBackward, Backward(mb, i)); };
   auto transfer = [&](const Status& status) { return timed(Phase::kPipelineTransfer, status); };
   auto recv_forward = [&](int i) {
@@ -98,7 +95,6 @@ Status PipelineStage::TrainStep(const MicroBatches& mb, float dloss_scale, doubl
 }
 
 Status PipelineStage::EvalStep(const MicroBatches& mb, double* loss_sum) {
-  *loss_sum = 0.0;
   const int s = stage(), P = stages();
   const size_t n = ActivationCount();
   const DType dt = model_->OutputGradient().dtype;
@@ -108,14 +104,12 @@ Status PipelineStage::EvalStep(const MicroBatches& mb, double* loss_sum) {
     const bool last = s == P - 1;
     TRAINER_RETURN_IF_ERROR(model_->Forward(slot, mb.tokens(i), mb.labels(i), last, 0.f));
     if (last) {
-      double sum = 0.0;
-      TRAINER_RETURN_IF_ERROR(model_->LossSum(&sum));
-      *loss_sum += sum;
+      TRAINER_RETURN_IF_ERROR(model_->AccumulateLoss(i == 0));
     } else {
       TRAINER_RETURN_IF_ERROR(pp_->Send(model_->StageOutput(slot).data, n, dt, s + 1));
     }
   }
-  return Status::Ok();
+  return LossSum(loss_sum);
 }
 
 }  // namespace trainer

@@ -32,10 +32,12 @@ class PipelineStage {
   // Activation slots this stage needs for `micro_batches` micro-batches in flight under 1F1B.
   static int NumSlots(int stage, int num_stages, int micro_batches);
 
-  // Forward and backward of every micro-batch; gradients accumulate in the model. On the last
-  // stage *loss_sum receives the sum of the per-token losses (0 elsewhere). `timer` books the
-  // forward, backward and transfer time.
-  Status TrainStep(const MicroBatches& mb, float dloss_scale, double* loss_sum, PhaseTimer* timer);
+  // Forward and backward of every micro-batch; gradients accumulate in the model, and on the last
+  // stage the per-token losses add up on the device (LossSum reads them). `timer` books the
+  // forward, backward and transfer time. Nothing here waits for the GPU's results.
+  Status TrainStep(const MicroBatches& mb, float dloss_scale, PhaseTimer* timer);
+  // The last step's sum of per-token losses on the last stage, 0 elsewhere (waits for the device).
+  Status LossSum(double* loss_sum);
   // Called after each block's backward of the step's last micro-batch (see GptModel::Backward).
   void set_last_backward_hook(std::function<Status(int)> hook) { hook_ = std::move(hook); }
   // Forward only, with the loss on the last stage.
@@ -46,7 +48,7 @@ class PipelineStage {
   int stages() const { return pp_ ? pp_->size() : 1; }
   int Slot(int mb, int micro_batches) const;
   size_t ActivationCount() const;
-  Status Forward(const MicroBatches& mb, int i, float dloss_scale, double* loss_sum);
+  Status Forward(const MicroBatches& mb, int i, float dloss_scale);
   Status Backward(const MicroBatches& mb, int i);
 
   GptModel* model_;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "checkpoint/checkpoint.h"
+#include "common/gradient_clip.h"
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "data/dataset.h"
@@ -214,7 +215,11 @@ Status Trainer::ShareLastStageValue(double* value) {
   return Status::Ok();
 }
 
-Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
+bool Trainer::NormOnDevice() const {
+  return !optimizer_->sharded() && groups_.topology.tp == 1 && groups_.topology.pp == 1;
+}
+
+Status Trainer::TrainStep(double* lr) {
   const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
   const int GB = config_.global.global_batch_size;
   TRAINER_RETURN_IF_ERROR(timer_->BeginStep());
@@ -229,25 +234,39 @@ Status Trainer::TrainStep(double* loss, double* grad_norm, double* lr) {
   mb.inputs = batches_[current_].inputs.data();
   mb.targets = batches_[current_].targets.data();
   const double tokens = static_cast<double>(GB) * T;
-  double loss_sum = 0.0;
-  TRAINER_RETURN_IF_ERROR(
-      pipeline_->TrainStep(mb, static_cast<float>(1.0 / tokens), &loss_sum, timer_.get()));
+  TRAINER_RETURN_IF_ERROR(pipeline_->TrainStep(mb, static_cast<float>(1.0 / tokens), timer_.get()));
   TRAINER_RETURN_IF_ERROR(ReduceGradients());
   TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kGradReduce));
-  TRAINER_RETURN_IF_ERROR(GlobalGradNorm(grad_norm));
   const double clip = config_.optimizer.grad_clip;
-  const float scale =
-      (clip > 0 && *grad_norm > clip) ? static_cast<float>(clip / (*grad_norm + 1e-6)) : 1.f;
   const int step = static_cast<int>(state_.step + 1);
   *lr = LearningRate(config_.optimizer, config_.engine.max_steps, step);
-  TRAINER_RETURN_IF_ERROR(optimizer_->Step(step, *lr, scale));
+  if (NormOnDevice()) {  // the norm and the clipping scale stay on the GPU
+    TRAINER_RETURN_IF_ERROR(optimizer_->QueueLocalGradNormSquared());
+    TRAINER_RETURN_IF_ERROR(optimizer_->StepClippedOnDevice(step, *lr, clip));
+  } else {  // the norm needs a sum over ranks: the host waits for it
+    TRAINER_RETURN_IF_ERROR(GlobalGradNorm(&host_grad_norm_));
+    TRAINER_RETURN_IF_ERROR(optimizer_->Step(step, *lr, GradientClipScale(host_grad_norm_, clip)));
+  }
   TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kOptimizer));
   TRAINER_RETURN_IF_ERROR(timer_->EndStep());
-  TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&loss_sum));
-  *loss = loss_sum / tokens;
   state_.step = step;
   state_.consumed_samples += GB;
   state_.tokens_seen += static_cast<int64_t>(tokens);
+  return Status::Ok();
+}
+
+Status Trainer::StepResults(double* loss, double* grad_norm) {
+  double loss_sum = 0.0;
+  TRAINER_RETURN_IF_ERROR(pipeline_->LossSum(&loss_sum));
+  TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&loss_sum));
+  *loss = loss_sum /
+          (static_cast<double>(config_.global.global_batch_size) * config_.model.sequence_length());
+  if (NormOnDevice()) {
+    double sum_squares = 0.0;
+    TRAINER_RETURN_IF_ERROR(optimizer_->QueuedGradNormSquared(&sum_squares));
+    host_grad_norm_ = std::sqrt(sum_squares);
+  }
+  *grad_norm = host_grad_norm_;
   return Status::Ok();
 }
 
@@ -306,12 +325,14 @@ Status Trainer::Run() {
       timer_ = std::make_unique<PhaseTimer>(backend_, true);
       TRAINER_RETURN_IF_ERROR(backend_->ProfilerRange(true));
     }
-    double loss = 0, norm = 0, lr = 0;
+    double lr = 0;
     progress_("a training step");
-    TRAINER_RETURN_IF_ERROR(TrainStep(&loss, &norm, &lr));
+    TRAINER_RETURN_IF_ERROR(TrainStep(&lr));
     ++window_steps;
     const int step = static_cast<int>(state_.step);
     if (step % e.logging_freq == 0 || step == e.max_steps || step == 1) {
+      double loss = 0, norm = 0;
+      TRAINER_RETURN_IF_ERROR(StepResults(&loss, &norm));  // waits for the GPU
       TRAINER_RETURN_IF_ERROR(backend_->Synchronize());
       const double window = Seconds(window_start);
       const double tokens_per_s = tokens_per_step * window_steps / window;

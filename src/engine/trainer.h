@@ -57,7 +57,13 @@ class Trainer {
 
  private:
   Status OpenData();
-  Status TrainStep(double* loss, double* grad_norm, double* lr);
+  // Queues one step. Where the gradient norm needs no communication (see NormOnDevice), nothing
+  // in it waits for the GPU; StepResults reads the step's loss and norm later (collective).
+  Status TrainStep(double* lr);
+  Status StepResults(double* loss, double* grad_norm);
+  // This rank's gradient sum of squares is the global one (no TP, PP or ZeRO-1 split), so the
+  // clipping scale can be worked out on the device.
+  bool NormOnDevice() const;
   void SetUpOverlappedReduction();
   Status ReduceGradients();
   // Gradients of parameters that several model-parallel ranks hold, summed over them: LayerNorms
@@ -98,6 +104,7 @@ class Trainer {
   HostBatch batches_[2];  // the batch in use and the one being prefetched
   int current_ = 0;
   std::future<Status> prefetch_;
+  double host_grad_norm_ = 0.0;  // the last step's norm, where it was computed on the host
   Status prefetch_status_;
   int64_t prefetched_position_ = -1;
   TrainingState state_;

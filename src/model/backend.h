@@ -32,7 +32,15 @@ struct AdamWParams {
   float weight_decay = 0.f;
   int step = 1;            // 1-based, for bias correction
   float grad_scale = 1.f;  // multiplies the gradient first (clipping)
+  // When set (one f64 in backend memory: the global sum of squares of the gradients), the scale
+  // is taken from it on the device instead, GradientClipScale(sqrt(*it), max_grad_norm), so
+  // the host need not wait for the norm.
+  const double* grad_sum_squares = nullptr;
+  double max_grad_norm = 0.0;
 };
+
+// What SumInto adds up.
+enum class SumOf { kValues, kSquares };
 
 // How an op writes a parameter gradient: added to what is there (micro-batches add up), or over
 // it (the step's first micro-batch, which then needs no zeroed buffer: for a GEMM, beta = 0
@@ -181,6 +189,9 @@ class Backend {
                        const AdamWParams& p) = 0;
   // *out = sum of squares of the f32 span (accumulated in double on the host side).
   virtual Status SumSquares(Tensor x, double* out) = 0;
+  // total (one f64 element, in backend memory) = [total +] sum of the f32 span x (of its squares),
+  // without waiting for the device: the step's losses and gradient norm stay there.
+  virtual Status SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) = 0;
   // x *= s (f32 or compute dtype).
   virtual Status Scale(Tensor x, float s) = 0;
 };

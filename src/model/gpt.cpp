@@ -211,7 +211,7 @@ Status GptModel::AllocateBuffers() {
     scratch_.losses = Alloc({N}, DType::kF32);
     scratch_.row_max = Alloc({N}, DType::kF32);
     scratch_.sums = Alloc({2, N}, DType::kF32);
-    host_losses_.resize(N);
+    scratch_.loss_sum = Alloc({1}, DType::kF64);
   }
   if (!alloc_status_.ok()) return alloc_status_;
   for (void* p : allocations_)
@@ -338,13 +338,12 @@ Status GptModel::CrossEntropy(Tensor targets, float dloss_scale) {
       scratch_.row_max, scratch_.sums, flat_targets, VocabStart(), V, dloss_scale);
 }
 
+Status GptModel::AccumulateLoss(bool first) {
+  return backend_->SumInto(scratch_.loss_sum, scratch_.losses, SumOf::kValues, !first);
+}
+
 Status GptModel::LossSum(double* out) {
-  TRAINER_RETURN_IF_ERROR(backend_->CopyToHost(host_losses_.data(), scratch_.losses.data,
-                                               host_losses_.size() * sizeof(float)));
-  double sum = 0.0;
-  for (float l : host_losses_) sum += l;
-  *out = sum;
-  return Status::Ok();
+  return backend_->CopyToHost(out, scratch_.loss_sum.data, sizeof(double));
 }
 
 Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done) {

@@ -54,7 +54,10 @@ class GptModel {
   // when `dloss_scale` != 0, the logits gradient scaled by it (ready for Backward).
   Status Forward(int slot, const int32_t* tokens, const int32_t* targets, bool with_loss,
                  float dloss_scale);
-  // Sum of this micro-batch's per-token losses (last stage, after Forward with_loss).
+  // Adds this micro-batch's per-token losses to the step's loss sum, which stays on the device
+  // (last stage, after Forward with_loss; `first` starts a new sum). Nothing waits for the GPU.
+  Status AccumulateLoss(bool first);
+  // The loss sum so far (waits for the device).
   Status LossSum(double* out);
   // Backward of `slot`. Non-last stages read OutputGradient(), which the caller has filled; after
   // the call, non-first stages find d(StageInput) in OutputGradient() (same buffer, in place).
@@ -126,9 +129,9 @@ class GptModel {
     Tensor losses;     // (B,T) f32
     Tensor row_max;    // (B*T) f32
     Tensor sums;       // (2, B*T) f32
+    Tensor loss_sum;   // (1) f64: the step's losses, summed over its micro-batches
     Tensor rows, ln_rows, dres_all;  // sequence parallelism (see BlockScratch)
   } scratch_;
-  std::vector<float> host_losses_;
   int last_forward_slot_ = -1;
   // [begin, end) element ranges of the gradient buffer that ZeroGradients zeroes.
   std::vector<std::pair<size_t, size_t>> zeroed_gradient_spans_;

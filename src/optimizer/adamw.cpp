@@ -47,6 +47,10 @@ Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicato
     o->allocations_.push_back(p);
     *t = Tensor(p, DType::kF32, {static_cast<int64_t>(o->shard_size_)});
   }
+  void* norm = nullptr;
+  TRAINER_RETURN_IF_ERROR(be->Allocate(sizeof(double), &norm));
+  o->allocations_.push_back(norm);
+  o->grad_norm_squared_ = Tensor(norm, DType::kF64, {1});
   // Merge neighbouring canonical parameters into spans (padding between them is zero).
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i].canonical) continue;
@@ -100,29 +104,71 @@ Status AdamW::ReduceScatterGradients() {
                                      DType::kF32);
 }
 
-Status AdamW::LocalGradNormSquared(double* out) const {
-  double total = 0.0;
-  const Tensor grads = model_->gradient_buffer();
-  for (const auto& whole : canonical_spans_) {
-    const auto [begin, end] = Intersect(whole, shard_begin(), shard_end());
+namespace {
+
+// Calls f(span) for each canonical span of gradients that this rank updates.
+template <typename F>
+Status ForEachNormSpan(const std::vector<std::pair<size_t, size_t>>& spans, const Tensor& grads,
+                       size_t shard_begin, size_t shard_end, F&& f) {
+  for (const auto& whole : spans) {
+    const auto [begin, end] = Intersect(whole, shard_begin, shard_end);
     if (end == begin) continue;
-    Tensor span = grads.rows(static_cast<int64_t>(begin), static_cast<int64_t>(end - begin));
-    double part = 0.0;
-    TRAINER_RETURN_IF_ERROR(model_->backend()->SumSquares(span, &part));
-    total += part;
+    TRAINER_RETURN_IF_ERROR(
+        f(grads.rows(static_cast<int64_t>(begin), static_cast<int64_t>(end - begin))));
   }
-  *out = total;
   return Status::Ok();
+}
+
+}  // namespace
+
+Status AdamW::LocalGradNormSquared(double* out) const {
+  *out = 0.0;
+  return ForEachNormSpan(canonical_spans_, model_->gradient_buffer(), shard_begin(), shard_end(),
+                         [&](Tensor span) {
+                           double part = 0.0;
+                           TRAINER_RETURN_IF_ERROR(model_->backend()->SumSquares(span, &part));
+                           *out += part;
+                           return Status::Ok();
+                         });
+}
+
+Status AdamW::QueueLocalGradNormSquared() {
+  Backend* be = model_->backend();
+  bool first = true;
+  TRAINER_RETURN_IF_ERROR(ForEachNormSpan(
+      canonical_spans_, model_->gradient_buffer(), shard_begin(), shard_end(), [&](Tensor span) {
+        const bool accumulate = !first;
+        first = false;
+        return be->SumInto(grad_norm_squared_, span, SumOf::kSquares, accumulate);
+      }));
+  return first ? be->SumInto(grad_norm_squared_, Tensor(), SumOf::kSquares, false) : Status::Ok();
+}
+
+Status AdamW::QueuedGradNormSquared(double* out) const {
+  return model_->backend()->CopyToHost(out, grad_norm_squared_.data, sizeof(double));
+}
+
+Status AdamW::StepClippedOnDevice(int step, double lr, double max_norm) {
+  AdamWParams p;
+  p.step = step;
+  p.lr = static_cast<float>(lr);
+  p.grad_sum_squares = grad_norm_squared_.as<double>();
+  p.max_grad_norm = max_norm;
+  return StepWith(p);
 }
 
 Status AdamW::Step(int step, double lr, float grad_scale) {
   AdamWParams p;
+  p.step = step;
   p.lr = static_cast<float>(lr);
+  p.grad_scale = grad_scale;
+  return StepWith(p);
+}
+
+Status AdamW::StepWith(AdamWParams p) {
   p.beta1 = static_cast<float>(config_.beta1);
   p.beta2 = static_cast<float>(config_.beta2);
   p.eps = static_cast<float>(config_.eps);
-  p.step = step;
-  p.grad_scale = grad_scale;
   const Tensor params = model_->parameter_buffer(), grads = model_->gradient_buffer();
   const size_t flat_end = static_cast<size_t>(params.numel());
   const std::pair<size_t, size_t> spans[2] = {{0, first_no_decay_}, {first_no_decay_, flat_end}};

@@ -37,18 +37,28 @@ class AdamW {
   // Squared L2 norm of the canonical gradients this rank updates (sum over ranks to get the
   // global one: over one DP replica, or over every DP rank when sharded).
   Status LocalGradNormSquared(double* out) const;
+  // The same sum, left in device memory (nothing waits for the GPU): for layouts where this
+  // rank's sum is the global one (no TP, PP or ZeRO-1 split), StepClippedOnDevice then clips by it.
+  Status QueueLocalGradNormSquared();
+  // The sum that QueueLocalGradNormSquared left (waits for the GPU).
+  Status QueuedGradNormSquared(double* out) const;
   // One step with learning rate lr; gradients are multiplied by grad_scale first (clipping).
   Status Step(int step, double lr, float grad_scale);
+  // One step clipped to max_norm by the queued norm, GradientClipScale(norm, max_norm), which the
+  // device works out: the host need not wait for the norm.
+  Status StepClippedOnDevice(int step, double lr, double max_norm);
 
  private:
   AdamW() = default;
   // [begin, end) of the flat buffers that this rank updates.
   size_t shard_begin() const { return shard_begin_; }
+  Status StepWith(AdamWParams p);
   size_t shard_end() const { return shard_begin_ + shard_size_; }
   GptModel* model_ = nullptr;
   OptimizerConfig config_;
   Communicator* shard_group_ = nullptr;
-  Tensor master_, m_, v_;  // shard_size_ elements each, for [shard_begin_, shard_end())
+  Tensor master_, m_, v_;     // shard_size_ elements each, for [shard_begin_, shard_end())
+  Tensor grad_norm_squared_;  // (1) f64, QueueLocalGradNormSquared's result
   size_t total_ = 0, first_no_decay_ = 0, shard_begin_ = 0, shard_size_ = 0;
   // Contiguous [begin, end) element ranges of canonical parameters, for the norm.
   std::vector<std::pair<size_t, size_t>> canonical_spans_;

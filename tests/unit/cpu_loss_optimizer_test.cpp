@@ -222,6 +222,32 @@ TEST(CpuAdamW, LaterStepWithMomentsMatchesFormulaAndParamMayAliasMaster) {
   EXPECT_TRUE(AllClose(master, want, 1e-6));
 }
 
+// With grad_sum_squares given, the scale comes from it: max_norm / (norm + 1e-6) above max_norm,
+// 1 within it; the result is that of the same step with that grad_scale.
+TEST(CpuAdamW, ClipScaleFromSumOfSquares) {
+  const size_t n = 37;
+  for (const double sum_squares : {16.0, 0.25}) {  // norm 4 (clipped to 1), norm 0.5 (kept)
+    CpuBackend backend;
+    std::vector<float> a = RandomFloats(n, 97), grad = RandomFloats(n, 98);
+    std::vector<float> b = a, ma(n, 0.f), va(n, 0.f), mb(n, 0.f), vb(n, 0.f);
+    AdamWParams p;
+    p.lr = 1e-2f;
+    p.grad_sum_squares = &sum_squares;
+    p.max_grad_norm = 1.0;
+    ASSERT_TRUE(
+        backend.AdamW(View(a, {n}), View(a, {n}), View(grad, {n}), View(ma, {n}), View(va, {n}), p)
+            .ok());
+    AdamWParams q;
+    q.lr = p.lr;
+    q.grad_scale = sum_squares > 1 ? static_cast<float>(1.0 / (4.0 + 1e-6)) : 1.f;
+    ASSERT_TRUE(
+        backend.AdamW(View(b, {n}), View(b, {n}), View(grad, {n}), View(mb, {n}), View(vb, {n}), q)
+            .ok());
+    EXPECT_EQ(a, b) << sum_squares;
+    EXPECT_EQ(ma, mb) << sum_squares;
+  }
+}
+
 // ---- SumSquares ----
 
 TEST(CpuSumSquares, MatchesDoubleLoop) {
@@ -237,6 +263,26 @@ TEST(CpuSumSquares, MatchesDoubleLoop) {
   double got = -1.0;
   ASSERT_TRUE(backend.SumSquares(Tensor(), &got).ok());
   EXPECT_EQ(got, 0.0);
+}
+
+TEST(CpuSumInto, SetsThenAccumulates) {
+  CpuBackend backend;
+  std::vector<float> a = RandomFloats(1001, 7, -3.f, 3.f), b = RandomFloats(17, 8, -3.f, 3.f);
+  double want_a = 0.0, want_b = 0.0;
+  for (float f : a) want_a += f;
+  for (float f : b) want_b += f;
+  double total = 12345.0;  // overwritten by the first call
+  const Tensor t(&total, DType::kF64, {1});
+  ASSERT_TRUE(backend.SumInto(t, View(a, {1001}), SumOf::kValues, false).ok());
+  EXPECT_NEAR(total, want_a, 1e-9);
+  ASSERT_TRUE(backend.SumInto(t, View(b, {17}), SumOf::kValues, true).ok());
+  EXPECT_NEAR(total, want_a + want_b, 1e-9);
+  double squares = 0.0;
+  for (float f : b) squares += static_cast<double>(f) * f;
+  ASSERT_TRUE(backend.SumInto(t, View(b, {17}), SumOf::kSquares, true).ok());
+  EXPECT_NEAR(total, want_a + want_b + squares, 1e-9);
+  // total must be one f64
+  EXPECT_FALSE(backend.SumInto(View(a, {1001}), View(b, {17}), SumOf::kValues, true).ok());
 }
 
 // ---- determinism ----

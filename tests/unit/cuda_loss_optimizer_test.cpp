@@ -70,6 +70,46 @@ TEST_P(CudaCrossEntropyTest, ThreePassesMatchCpu) {
       ASSERT_EQ(got_dlogits[static_cast<size_t>(n) * V + v], 0.f) << "row " << n << " col " << v;
 }
 
+// The one-kernel path (whole vocabulary on the rank) against the CPU's three passes: losses, and
+// dlogits written over the logits. Every fourth row's target logit is far above the rest, so its
+// probability is close to 1 and its gradient, scale * (p - 1), is small: the kernel must not take
+// it from the rounded p.
+TEST_P(CudaCrossEntropyTest, FusedMatchesCpu) {
+  const CrossEntropyCase c = GetParam();
+  if (c.vocab_start != 0) GTEST_SKIP() << "the fused kernel holds the whole vocabulary";
+  SCOPED_TRACE(Trace() + StrFormat(", N=%d V=%d vocab_size=%d", c.N, c.vocab_local, c.vocab_size));
+  const int N = c.N, V = c.vocab_local;
+  std::vector<float> logits = Random(static_cast<size_t>(N) * V, -4.f, 4.f);
+  std::vector<int32_t> targets = RandomInts(N, rng_, 0, c.vocab_size - 1);
+  for (int n = 0; n < N; n += 4) logits[static_cast<size_t>(n) * V + targets[n]] = 14.f;
+  auto g_logits = Compute(logits, {N, V});
+  logits = g_logits->Download();  // the values the GPU holds (rounded to bf16 there)
+  const float scale = 1.f / N;
+  std::vector<float> row_max(N), sums(2 * N), losses(N), dlogits(static_cast<size_t>(N) * V);
+  ASSERT_STATUS_OK(cpu_->CrossEntropyFused(
+      HostView(losses, {N}), HostView(dlogits, {N, V}), HostView(logits, {N, V}),
+      HostView(row_max, {N}), HostView(sums, {2, N}), HostView(targets, {N}), c.vocab_size, scale));
+  auto g_targets = Ints(targets, {N});
+  auto g_max = F32(std::vector<float>(N), {N}), g_sums = F32(std::vector<float>(2 * N), {2, N});
+  auto g_losses = F32(std::vector<float>(N), {N});
+  ASSERT_STATUS_OK(gpu_->CrossEntropyFused(g_losses->tensor(), Tensor(), g_logits->tensor(),
+                                           g_max->tensor(), g_sums->tensor(), g_targets->tensor(),
+                                           c.vocab_size, scale));  // the loss alone (evaluation)
+  EXPECT_RELATIVE_ERROR_BELOW(g_losses->Download(), losses, 1e-5);
+  ASSERT_STATUS_OK(gpu_->CrossEntropyFused(g_losses->tensor(), g_logits->tensor(),
+                                           g_logits->tensor(), g_max->tensor(), g_sums->tensor(),
+                                           g_targets->tensor(), c.vocab_size, scale));
+  EXPECT_RELATIVE_ERROR_BELOW(g_losses->Download(), losses, 1e-5);
+  const std::vector<float> got = g_logits->Download();
+  EXPECT_RELATIVE_ERROR_BELOW(got, dlogits, 1e-2);
+  for (int n = 0; n < N; ++n) {
+    const size_t t = static_cast<size_t>(n) * V + targets[n];
+    EXPECT_NEAR(got[t], dlogits[t], 1e-2 * std::fabs(dlogits[t])) << "target of row " << n;
+    for (int v = c.vocab_size; v < V; ++v)
+      ASSERT_EQ(got[static_cast<size_t>(n) * V + v], 0.f) << "row " << n << " col " << v;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shards, CudaCrossEntropyTest,
                          ::testing::Values(CrossEntropyCase{37, 384, 0, 300},    // padded vocab
                                            CrossEntropyCase{29, 128, 128, 200},  // 2nd shard
@@ -122,6 +162,36 @@ TEST_F(CudaVsCpuTest, AdamWMatchesCpu) {
   }
 }
 
+// The clipping scale taken on the device from a sum of squares in device memory, against the CPU
+// step with the scale worked out here: max_norm / (norm + 1e-6) when the norm is above max_norm.
+TEST_F(CudaVsCpuTest, AdamWTakesTheClipScaleFromTheDevice) {
+  SCOPED_TRACE(Trace());
+  const int n = 4099;
+  for (const double sum_squares : {9.0, 0.04}) {  // norm 3 (clipped to 0.5), norm 0.2 (kept)
+    SCOPED_TRACE(StrFormat("sum of squares %g", sum_squares));
+    const std::vector<float> master0 = RandomFloats(n, rng_), grad = RandomFloats(n, rng_);
+    std::vector<float> master = master0, m(n, 0.f), v(n, 0.f), param(n);
+    AdamWParams p;
+    p.lr = 1e-3f;
+    p.grad_scale = sum_squares > 1 ? static_cast<float>(0.5 / (3.0 + 1e-6)) : 1.f;
+    ASSERT_STATUS_OK(cpu_->AdamW(HostView(param, {n}), HostView(master, {n}),
+                                 HostView(const_cast<std::vector<float>&>(grad), {n}),
+                                 HostView(m, {n}), HostView(v, {n}), p));
+    DeviceBuffer total(gpu_.get(), DType::kF64, {1});
+    ASSERT_STATUS_OK(gpu_->CopyToDevice(total.tensor().data, &sum_squares, sizeof(double)));
+    auto g_param = Compute(std::vector<float>(n), {n});
+    auto g_master = F32(master0, {n}), g_grad = F32(grad, {n});
+    auto g_m = F32(std::vector<float>(n), {n}), g_v = F32(std::vector<float>(n), {n});
+    p.grad_scale = 123.f;  // ignored: the device's sum of squares decides
+    p.grad_sum_squares = static_cast<const double*>(total.tensor().data);
+    p.max_grad_norm = 0.5;
+    ASSERT_STATUS_OK(gpu_->AdamW(g_param->tensor(), g_master->tensor(), g_grad->tensor(),
+                                 g_m->tensor(), g_v->tensor(), p));
+    EXPECT_RELATIVE_ERROR_BELOW(Minus(g_master->Download(), master0), Minus(master, master0), 1e-4);
+    EXPECT_RELATIVE_ERROR_BELOW(g_m->Download(), m, 1e-6);
+  }
+}
+
 TEST_F(CudaVsCpuTest, SumSquaresMatchesDoubleLoop) {
   SCOPED_TRACE(Trace());
   for (int n : {1, 1000, (1 << 20) + 3}) {
@@ -132,6 +202,27 @@ TEST_F(CudaVsCpuTest, SumSquaresMatchesDoubleLoop) {
     double got = -1.0;
     ASSERT_STATUS_OK(gpu_->SumSquares(g_x->tensor(), &got));
     EXPECT_NEAR(got, want, 1e-12 * want) << "n=" << n;
+  }
+}
+
+// SumInto keeps a device total: the first call sets it, the next ones add (the step's loss).
+TEST_F(CudaVsCpuTest, SumIntoSetsThenAccumulates) {
+  SCOPED_TRACE(Trace());
+  double want = 0.0;
+  DeviceBuffer total(gpu_.get(), DType::kF64, {1});
+  ASSERT_STATUS_OK(total.status());
+  bool first = true;
+  for (int n : {(1 << 20) + 3, 1, 1000}) {
+    const std::vector<float> x = RandomFloats(n, rng_);
+    const SumOf what = n == 1000 ? SumOf::kSquares : SumOf::kValues;
+    for (float value : x)
+      want += what == SumOf::kSquares ? static_cast<double>(value) * value : value;
+    auto g_x = F32(x, {n});
+    ASSERT_STATUS_OK(gpu_->SumInto(total.tensor(), g_x->tensor(), what, !first));
+    first = false;
+    double got = 0.0;
+    ASSERT_STATUS_OK(gpu_->CopyToHost(&got, total.tensor().data, sizeof(double)));
+    EXPECT_NEAR(got, want, 1e-9 * (1.0 + std::fabs(want))) << "after n=" << n;
   }
 }
 

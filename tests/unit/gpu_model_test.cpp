@@ -28,6 +28,7 @@ PassResult ForwardBackward(Backend* backend, const ModelConfig& config,
   EXPECT_TRUE(model->ZeroGradients().ok());
   EXPECT_TRUE(model->Forward(0, tokens.data(), targets.data(), true, 1.f / (B * T)).ok());
   PassResult run;
+  EXPECT_TRUE(model->AccumulateLoss(true).ok());
   EXPECT_TRUE(model->LossSum(&run.loss).ok());
   run.loss /= B * T;
   EXPECT_TRUE(model->Backward(0).ok());

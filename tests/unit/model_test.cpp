@@ -46,6 +46,7 @@ struct Fixture {
   double Loss(float dloss_scale = 0.f) {
     EXPECT_TRUE(model->Forward(0, tokens.data(), targets.data(), true, dloss_scale).ok());
     double sum = 0;
+    EXPECT_TRUE(model->AccumulateLoss(true).ok());
     EXPECT_TRUE(model->LossSum(&sum).ok());
     return sum / (B * T);
   }
@@ -54,6 +55,18 @@ struct Fixture {
 TEST(GptModel, InitialLossIsCloseToLogVocab) {
   Fixture f;
   EXPECT_NEAR(f.Loss(), std::log(61.0), 0.05);
+}
+
+// The step's loss sum stays with the model across micro-batches: the first starts it, the next
+// ones add to it.
+TEST(GptModel, LossSumAddsUpMicroBatches) {
+  Fixture f;
+  const double one = f.Loss() * (f.B * f.T);
+  ASSERT_TRUE(f.model->Forward(0, f.tokens.data(), f.targets.data(), true, 0.f).ok());
+  ASSERT_TRUE(f.model->AccumulateLoss(false).ok());
+  double two = 0.0;
+  ASSERT_TRUE(f.model->LossSum(&two).ok());
+  EXPECT_NEAR(two, 2 * one, 1e-9 * one);
 }
 
 TEST(GptModel, EveryGradientMatchesFiniteDifferences) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "common/gradient_clip.h"
 #include "common/log.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
@@ -68,7 +69,10 @@ Status CpuBackend::AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Ten
   if (p.step < 1) return cpu::OpError(op, StrFormat("step %d is not 1-based", p.step));
   cpu::adamw_update(param.as<float>(), master.as<float>(), grad.as<float>(), m.as<float>(),
                     v.as<float>(), static_cast<size_t>(master.numel()), p.lr, p.beta1, p.beta2,
-                    p.eps, p.weight_decay, p.step, p.grad_scale);
+                    p.eps, p.weight_decay, p.step,
+                    p.grad_sum_squares != nullptr
+                        ? GradientClipScale(std::sqrt(*p.grad_sum_squares), p.max_grad_norm)
+                        : p.grad_scale);
   return Status::Ok();
 }
 
@@ -79,6 +83,21 @@ Status CpuBackend::SumSquares(Tensor x, double* out) {
   }
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor("SumSquares", "x", x, DType::kF32));
   *out = cpu::sum_squares(x.as<float>(), static_cast<size_t>(x.numel()));
+  return Status::Ok();
+}
+
+Status CpuBackend::SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) {
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor("SumInto", "total", total, DType::kF64));
+  if (total.numel() != 1) return cpu::OpError("SumInto", "total must hold one element");
+  if (!x.empty()) TRAINER_RETURN_IF_ERROR(cpu::CheckTensor("SumInto", "x", x, DType::kF32));
+  const size_t n = static_cast<size_t>(x.numel());
+  double sum = 0.0;
+  if (what == SumOf::kSquares) {
+    sum = n > 0 ? cpu::sum_squares(x.as<float>(), n) : 0.0;
+  } else {
+    for (size_t i = 0; i < n; ++i) sum += x.as<float>()[i];
+  }
+  *total.as<double>() = accumulate ? *total.as<double>() + sum : sum;
   return Status::Ok();
 }
 

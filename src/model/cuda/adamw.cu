@@ -1,6 +1,7 @@
 // AdamW over one contiguous span (four elements per thread where the span is aligned, one for the
 // rest): fp32 master weights and moments, decoupled weight decay, and the compute-dtype copy of
 // the parameters written from the updated master.
+#include "common/gradient_clip.h"
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -19,10 +20,18 @@ __device__ __forceinline__ float AdamWUpdate(float g, float& m, float& v, float 
   return w - s.lr * (m_hat / (sqrtf(v_hat) + s.eps) + s.weight_decay * w);
 }
 
+// The step with its gradient scale taken from the device's sum of squares, where it is given.
+__device__ __forceinline__ AdamWStep Resolved(AdamWStep s) {
+  if (s.grad_sum_squares != nullptr)
+    s.grad_scale = GradientClipScale(sqrt(*s.grad_sum_squares), s.max_grad_norm);
+  return s;
+}
+
 // Elements [first, n), one per thread and grid-stride step.
 template <typename T>
 __global__ void AdamWKernel(T* param, float* master, const float* grad, float* m, float* v,
-                            int64_t first, int64_t n, AdamWStep s) {
+                            int64_t first, int64_t n, AdamWStep step) {
+  const AdamWStep s = Resolved(step);
   for (int64_t i = first + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     float mi = m[i], vi = v[i];
@@ -39,7 +48,8 @@ __global__ void AdamWKernel(T* param, float* master, const float* grad, float* m
 // in flight per instruction. The same arithmetic per element as AdamWKernel.
 template <typename T>
 __global__ void AdamWQuadKernel(T* param, float* master, const float* grad, float* m, float* v,
-                                int64_t quads, AdamWStep s) {
+                                int64_t quads, AdamWStep step) {
+  const AdamWStep s = Resolved(step);
   struct alignas(4 * sizeof(T)) Quad {
     T x[4];
   };

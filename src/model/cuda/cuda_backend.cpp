@@ -256,7 +256,9 @@ Status CudaBackend::AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Te
                        p.weight_decay,
                        p.grad_scale,
                        static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), p.step)),
-                       static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), p.step))};
+                       static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), p.step)),
+                       p.grad_sum_squares,
+                       p.max_grad_norm};
   CUDA_CHECK(cuda::LaunchAdamW(param.dtype, param.data, master.as<float>(), grad.as<float>(),
                                m.as<float>(), v.as<float>(), n, step, stream_));
   return Status::Ok();
@@ -270,11 +272,22 @@ Status CudaBackend::SumSquares(Tensor x, double* out) {
   TRAINER_RETURN_IF_ERROR(Scratch((cuda::kSumSquaresPartials + 1) * sizeof(double), &scratch));
   double* partials = static_cast<double*>(scratch);
   double* result = partials + cuda::kSumSquaresPartials;
-  CUDA_CHECK(cuda::LaunchSumSquares(x.as<float>(), x.numel(), partials, result, stream_));
+  CUDA_CHECK(cuda::LaunchSum(x.as<float>(), x.numel(), true, false, partials, result, stream_));
   CUDA_CHECK(
       cudaMemcpyAsync(host_result_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   *out = *host_result_;
+  return Status::Ok();
+}
+
+Status CudaBackend::SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) {
+  TRAINER_RETURN_IF_ERROR(CheckTensor("SumInto", "total", total, DType::kF64, 1));
+  if (x.numel() > 0)
+    TRAINER_RETURN_IF_ERROR(CheckTensor("SumInto", "x", x, DType::kF32, x.numel()));
+  void* scratch = nullptr;
+  TRAINER_RETURN_IF_ERROR(Scratch(cuda::kSumSquaresPartials * sizeof(double), &scratch));
+  CUDA_CHECK(cuda::LaunchSum(x.as<float>(), x.numel(), what == SumOf::kSquares, accumulate,
+                             static_cast<double*>(scratch), total.as<double>(), stream_));
   return Status::Ok();
 }
 

@@ -71,11 +71,12 @@ cudaError_t LaunchColumnSumsPartial(DType dtype, float* partials, const void* x,
 constexpr int kMaxPartialOutputs = 3;
 cudaError_t LaunchAddPartials(std::initializer_list<float*> outs, const float* partials, int chunks,
                               int count, cudaStream_t stream);
-// Doubles of scratch that LaunchSumSquares needs.
+// Doubles of scratch that LaunchSum needs.
 constexpr int kSumSquaresPartials = 1024;
-// *result (device double) = sum of x[i]^2; partials: kSumSquaresPartials doubles.
-cudaError_t LaunchSumSquares(const float* x, int64_t n, double* partials, double* result,
-                             cudaStream_t stream);
+// *result (device double) = [*result +] sum of x[i] (of x[i]^2 with `squares`); partials:
+// kSumSquaresPartials doubles.
+cudaError_t LaunchSum(const float* x, int64_t n, bool squares, bool accumulate, double* partials,
+                      double* result, cudaStream_t stream);
 
 // ---- attention_fallback.cu (our own causal attention, fp32 accumulation) ----
 // qkv (B,T,3,NH,HS); out (B,T,NH,HS); stats (B,NH,T) = logsumexp of the scaled scores.
@@ -113,6 +114,8 @@ cudaError_t LaunchCrossEntropyBackward(DType dtype, float* losses, void* dlogits
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
   float bias_correction1, bias_correction2;  // 1 - beta^step
+  const double* grad_sum_squares;            // when set, grad_scale comes from it (AdamWParams)
+  double max_grad_norm;
 };
 // One launch over n elements: updates master, m, v and writes param (dtype) from the new master.
 cudaError_t LaunchAdamW(DType dtype, void* param, float* master, const float* grad, float* m,

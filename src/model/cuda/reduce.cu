@@ -96,14 +96,16 @@ int ChunkLanes(int chunks) {
   return lanes;
 }
 
-// Stage 1: each block writes the sum of squares of its grid-stride share as one double.
-__global__ void SumSquaresPartialKernel(const float* x, int64_t n, double* partials) {
+// Stage 1: each block writes the sum (of squares with kSquares) of its grid-stride share as one
+// double.
+template <bool kSquares>
+__global__ void SumPartialKernel(const float* x, int64_t n, double* partials) {
   __shared__ double shared[1024 / kWarpSize];
   double sum = 0.0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const double v = x[i];
-    sum += v * v;
+    sum += kSquares ? v * v : v;
   }
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     sum += __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -118,12 +120,13 @@ __global__ void SumSquaresPartialKernel(const float* x, int64_t n, double* parti
 
 // Stage 2: one warp adds the partials (at most kSumSquaresPartials), lane-strided then by a
 // fixed shuffle tree, so the result does not depend on timing.
-__global__ void SumPartialsKernel(const double* partials, int count, double* result) {
+__global__ void SumPartialsKernel(const double* partials, int count, double* result,
+                                  bool accumulate) {
   double total = 0.0;
   for (int i = threadIdx.x; i < count; i += kWarpSize) total += partials[i];
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     total += __shfl_xor_sync(0xffffffffu, total, offset);
-  if (threadIdx.x == 0) *result = total;
+  if (threadIdx.x == 0) *result = accumulate ? *result + total : total;
 }
 
 }  // namespace
@@ -163,13 +166,15 @@ cudaError_t LaunchAddPartials(std::initializer_list<float*> outs, const float* p
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSumSquares(const float* x, int64_t n, double* partials, double* result,
-                             cudaStream_t stream) {
+cudaError_t LaunchSum(const float* x, int64_t n, bool squares, bool accumulate, double* partials,
+                      double* result, cudaStream_t stream) {
   constexpr int kThreads = 512;
   int64_t blocks = (n + kThreads - 1) / kThreads;
   blocks = blocks < 1 ? 1 : (blocks > kSumSquaresPartials ? kSumSquaresPartials : blocks);
-  SumSquaresPartialKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, partials);
-  SumPartialsKernel<<<1, kWarpSize, 0, stream>>>(partials, static_cast<int>(blocks), result);
+  auto partial = squares ? SumPartialKernel<true> : SumPartialKernel<false>;
+  partial<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, partials);
+  SumPartialsKernel<<<1, kWarpSize, 0, stream>>>(partials, static_cast<int>(blocks), result,
+                                                 accumulate);
   return cudaGetLastError();
 }
 

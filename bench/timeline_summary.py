@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Summarise a kernel timeline (bench/kernel_timeline.cpp) of a training run, step by step.
+
+A step starts with the token embedding's forward kernel. For the steps after --skip, prints the
+wall time per step, the time the GPU ran nothing (gaps between kernels, and which kernel each
+large gap follows), and the kernels by their summed time per step, as they ran under load.
+
+  python3 bench/timeline_summary.py t.csv [--skip 4] [--first-kernel EmbeddingForwardKernel]
+"""
+import argparse
+import collections
+import csv
+import re
+
+
+def short(name):
+    name = name.replace("(anonymous namespace)::", "").replace("void ", "", 1)
+    depth, cut = 0, len(name)
+    for i, c in enumerate(name):  # drop the argument list: the first "(" outside template <>
+        depth += (c == "<") - (c == ">")
+        if c == "(" and depth == 0:
+            cut = i
+            break
+    return name[:cut][:90]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--skip", type=int, default=4, help="warm-up steps left out")
+    ap.add_argument("--first-kernel", default="EmbeddingForwardKernel")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--gap-us", type=float, default=5.0, help="gaps listed when at least this")
+    args = ap.parse_args()
+    rows = []
+    with open(args.csv) as f:
+        for r in csv.DictReader(f):
+            if r["kind"] in ("kernel", "memset"):
+                rows.append((int(r["start_ns"]), int(r["end_ns"]), r["kind"], r["name"]))
+    rows.sort()
+    starts = [i for i, r in enumerate(rows) if r[2] == "kernel" and args.first_kernel in r[3]]
+    steps = [(starts[i], starts[i + 1]) for i in range(args.skip, len(starts) - 1)]
+    if not steps:
+        raise SystemExit(f"fewer than {args.skip + 2} steps in {args.csv}")
+    by_name = collections.defaultdict(float)
+    gap_after = collections.defaultdict(lambda: [0.0, 0])
+    wall = busy = 0.0
+    launches = 0
+    for a, b in steps:
+        t0, t1 = rows[a][0], rows[b][0]
+        wall += t1 - t0
+        end = t0
+        prev = "(step start)"
+        for s, e, kind, name in rows[a:b]:
+            by_name[(kind, short(name))] += e - s
+            launches += 1
+            if s > end:
+                gap = s - end
+                if gap >= args.gap_us * 1e3:
+                    gap_after[prev][0] += gap
+                    gap_after[prev][1] += 1
+            busy += max(0, e - max(s, end))
+            end = max(end, e)
+            prev = short(name)
+    n = len(steps)
+    print(f"{n} steps: {wall / n / 1e6:.3f} ms per step, GPU busy {busy / n / 1e6:.3f} ms "
+          f"({100 * busy / wall:.2f}%), idle {(wall - busy) / n / 1e6:.3f} ms, "
+          f"{launches / n:.0f} kernels and memsets per step")
+    print(f"\ngaps of {args.gap_us} us or more, by the kernel before them (per step):")
+    for name, (t, c) in sorted(gap_after.items(), key=lambda kv: -kv[1][0])[:15]:
+        print(f"  {t / n / 1e3:9.1f} us  {c / n:5.1f}x  {name}")
+    print("\nkernels by time per step, under load:")
+    for (kind, name), t in sorted(by_name.items(), key=lambda kv: -kv[1])[: args.top]:
+        print(f"  {t / n / 1e6:8.3f} ms {100 * t / wall:5.1f}%  {kind:6s} {name}")
+
+
+if __name__ == "__main__":
+    main()
