@@ -62,6 +62,9 @@ def main():
             busy += max(0, e - max(s, end))
             end = max(end, e)
             prev = short(name)
+        if t1 - end >= args.gap_us * 1e3:  # the gap up to the next step's first kernel
+            gap_after[prev][0] += t1 - end
+            gap_after[prev][1] += 1
     n = len(steps)
     print(f"{n} steps: {wall / n / 1e6:.3f} ms per step, GPU busy {busy / n / 1e6:.3f} ms "
           f"({100 * busy / wall:.2f}%), idle {(wall - busy) / n / 1e6:.3f} ms, "

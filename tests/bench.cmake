@@ -1,0 +1,3 @@
+# The bench tools' own logic: bench/timeline_summary.py on a synthetic timeline with closed-form
+# figures (the tools that need a GPU run only on the GPU machine).
+trainer_script_test(timeline_summary SCRIPT timeline_summary.sh LABELS "unit" TIMEOUT 60)
