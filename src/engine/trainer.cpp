@@ -33,15 +33,14 @@ Status Trainer::Setup() {
   const int micro = config_.gradient_accumulation_steps();
   const int slots = PipelineStage::NumSlots(c.pp, topo.pp, micro);
   TRAINER_RETURN_IF_ERROR(OpenData());  // cheap checks first
-  // One arena for the model's buffers and the optimizer's master weights and moments.
-  // Under ZeRO-1 (part.flat_shards > 1) the optimizer holds one piece of the flat buffers.
-  const size_t optimizer_bytes = Backend::AllocationSize(
-      FlatBufferElements(BuildParameterList(config_.model, part), part.flat_shards) /
-      part.flat_shards * sizeof(float));
+  // One arena for the model's buffers and the optimizer's state. Under ZeRO-1
+  // (part.flat_shards > 1) the optimizer holds one piece of the flat buffers.
+  const std::vector<ParameterInfo> params = BuildParameterList(config_.model, part);
+  const size_t optimizer_bytes = AdamW::BufferBytes(params, part.flat_shards);
   TRAINER_RETURN_IF_ERROR(backend_->ReserveArena(
       GptModel::BufferBytes(config_.model, part, backend_, config_.global.micro_batch_size,
                             config_.model.sequence_length(), slots) +
-      3 * optimizer_bytes));
+      optimizer_bytes));
   TRAINER_RETURN_IF_ERROR(GptModel::Create(config_.model, part, backend_, groups_.tp,
                                            config_.global.micro_batch_size,
                                            config_.model.sequence_length(), slots, &model_));
@@ -51,8 +50,7 @@ Status Trainer::Setup() {
     LogInfo(
         StrFormat("ZeRO-1: master weights and Adam moments sharded over %d DP ranks "
                   "(%.1f MB of optimizer state per rank instead of %.1f MB)",
-                  part.flat_shards, 3 * optimizer_bytes / 1e6,
-                  3.0 * part.flat_shards * optimizer_bytes / 1e6));
+                  part.flat_shards, optimizer_bytes / 1e6, AdamW::BufferBytes(params, 1) / 1e6));
   timer_ = std::make_unique<PhaseTimer>(backend_, false);
   pipeline_ = std::make_unique<PipelineStage>(model_.get(), topo.pp > 1 ? groups_.pp : nullptr);
   SetUpOverlappedReduction();
@@ -215,6 +213,10 @@ Status Trainer::ShareLastStageValue(double* value) {
   return Status::Ok();
 }
 
+double Trainer::TokensPerStep() const {
+  return static_cast<double>(config_.global.global_batch_size) * config_.model.sequence_length();
+}
+
 bool Trainer::NormOnDevice() const {
   return !optimizer_->sharded() && groups_.topology.tp == 1 && groups_.topology.pp == 1;
 }
@@ -233,7 +235,7 @@ Status Trainer::TrainStep(double* lr) {
   mb.seq_len = T;
   mb.inputs = batches_[current_].inputs.data();
   mb.targets = batches_[current_].targets.data();
-  const double tokens = static_cast<double>(GB) * T;
+  const double tokens = TokensPerStep();
   TRAINER_RETURN_IF_ERROR(pipeline_->TrainStep(mb, static_cast<float>(1.0 / tokens), timer_.get()));
   TRAINER_RETURN_IF_ERROR(ReduceGradients());
   TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kGradReduce));
@@ -259,8 +261,7 @@ Status Trainer::StepResults(double* loss, double* grad_norm) {
   double loss_sum = 0.0;
   TRAINER_RETURN_IF_ERROR(pipeline_->LossSum(&loss_sum));
   TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&loss_sum));
-  *loss = loss_sum /
-          (static_cast<double>(config_.global.global_batch_size) * config_.model.sequence_length());
+  *loss = loss_sum / TokensPerStep();
   if (NormOnDevice()) {
     double sum_squares = 0.0;
     TRAINER_RETURN_IF_ERROR(optimizer_->QueuedGradNormSquared(&sum_squares));
@@ -301,8 +302,7 @@ Status Trainer::Evaluate(double* val_loss) {
 
 Status Trainer::Run() {
   const EngineConfig& e = config_.engine;
-  const double tokens_per_step =
-      static_cast<double>(config_.global.global_batch_size) * config_.model.sequence_length();
+  const double tokens_per_step = TokensPerStep();
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
   int window_steps = 0;

@@ -64,6 +64,7 @@ class Trainer {
   // This rank's gradient sum of squares is the global one (no TP, PP or ZeRO-1 split), so the
   // clipping scale can be worked out on the device.
   bool NormOnDevice() const;
+  double TokensPerStep() const;  // global batch x sequence length
   void SetUpOverlappedReduction();
   Status ReduceGradients();
   // Gradients of parameters that several model-parallel ranks hold, summed over them: LayerNorms

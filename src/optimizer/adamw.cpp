@@ -20,6 +20,12 @@ char* ElementAddress(const Tensor& t, size_t index) {
 
 }  // namespace
 
+size_t AdamW::BufferBytes(const std::vector<ParameterInfo>& params, int shards) {
+  const size_t piece = FlatBufferElements(params, shards) / static_cast<size_t>(shards);
+  return 3 * Backend::AllocationSize(piece * sizeof(float)) +
+         Backend::AllocationSize(sizeof(double));
+}
+
 AdamW::~AdamW() {
   for (void* p : allocations_) model_->backend()->Free(p);
 }

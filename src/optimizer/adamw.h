@@ -21,6 +21,9 @@ class AdamW {
   // (partition().flat_shards == its size > 1), else nullptr.
   static Status Create(GptModel* model, const OptimizerConfig& config, Communicator* shard_group,
                        std::unique_ptr<AdamW>* out);
+  // Backend bytes that Create allocates for a model with `params` split into `shards` pieces:
+  // master weights and moments of one piece, and the device gradient norm (arena sizing).
+  static size_t BufferBytes(const std::vector<ParameterInfo>& params, int shards);
   ~AdamW();
 
   bool sharded() const { return shard_group_ != nullptr; }

@@ -232,6 +232,7 @@ TEST(CpuAdamW, ClipScaleFromSumOfSquares) {
     std::vector<float> b = a, ma(n, 0.f), va(n, 0.f), mb(n, 0.f), vb(n, 0.f);
     AdamWParams p;
     p.lr = 1e-2f;
+    p.grad_scale = 123.f;  // ignored: the sum of squares decides
     p.grad_sum_squares = &sum_squares;
     p.max_grad_norm = 1.0;
     ASSERT_TRUE(

@@ -169,13 +169,13 @@ TEST_F(CudaVsCpuTest, AdamWTakesTheClipScaleFromTheDevice) {
   const int n = 4099;
   for (const double sum_squares : {9.0, 0.04}) {  // norm 3 (clipped to 0.5), norm 0.2 (kept)
     SCOPED_TRACE(StrFormat("sum of squares %g", sum_squares));
-    const std::vector<float> master0 = RandomFloats(n, rng_), grad = RandomFloats(n, rng_);
-    std::vector<float> master = master0, m(n, 0.f), v(n, 0.f), param(n);
+    const std::vector<float> master0 = RandomFloats(n, rng_);
+    std::vector<float> grad = RandomFloats(n, rng_), master = master0, m(n, 0.f), v(n, 0.f),
+                       param(n);
     AdamWParams p;
     p.lr = 1e-3f;
     p.grad_scale = sum_squares > 1 ? static_cast<float>(0.5 / (3.0 + 1e-6)) : 1.f;
-    ASSERT_STATUS_OK(cpu_->AdamW(HostView(param, {n}), HostView(master, {n}),
-                                 HostView(const_cast<std::vector<float>&>(grad), {n}),
+    ASSERT_STATUS_OK(cpu_->AdamW(HostView(param, {n}), HostView(master, {n}), HostView(grad, {n}),
                                  HostView(m, {n}), HostView(v, {n}), p));
     DeviceBuffer total(gpu_.get(), DType::kF64, {1});
     ASSERT_STATUS_OK(gpu_->CopyToDevice(total.tensor().data, &sum_squares, sizeof(double)));
