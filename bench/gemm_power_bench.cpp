@@ -3,7 +3,7 @@
 // sustained (0.3 s of back-to-back GEMMs after 0.3 s of warm-up, when the GPU sits at its power
 // limit), with the energy per GEMM from NVML's energy counter and the SM clock at the end.
 // Answers: does the fastest candidate on an idle GPU stay the fastest at the power limit?
-//   gemm_power_bench
+//   gemm_power_bench [part of a problem's name: only those problems]
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "bench_check.h"
@@ -171,7 +172,7 @@ void Run(const Problem& p, cublasLtHandle_t lt, cudaStream_t stream, void* works
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   Nvml nvml;
   std::printf("NVML energy counter: %s\n", nvml.ok ? "yes" : "no");
   cudaStream_t stream;
@@ -189,8 +190,11 @@ int main() {
       {"124M LM head, logits", true, false, 50304, 32768, 768, false},
       {"350M MLP up, forward", true, false, 4096, 16384, 1024, false},
       {"1.3B MLP up, forward", true, false, 8192, 32768, 2048, false},
+      {"1.3B MLP up, weight gradient", false, true, 2048, 8192, 32768, true},
   };
-  for (const Problem& p : problems) Run(p, lt, stream, workspace, workspace_bytes, nvml);
+  for (const Problem& p : problems)
+    if (argc < 2 || std::strstr(p.name, argv[1]))
+      Run(p, lt, stream, workspace, workspace_bytes, nvml);
   cublasLtDestroy(lt);
   return 0;
 }

@@ -52,19 +52,20 @@ TEST_F(CudaLayersTest, EmbeddingMatchesCpu) {
   }
 }
 
-// LayerNorm shapes that reach every path of layernorm.cu. In bf16 (8 per 16 bytes): the register
-// path with one vector per lane and idle lanes (74 x 200; three backward blocks, the last one
-// shorter), three per lane with the backward grid at its cap and a ragged last block (13001 x 768),
-// four per lane with a grid of two blocks per SM at its cap (9001 x 1024), six per lane with idle
-// lanes (37 x 1032) and eight per lane with many blocks and a ragged last one (3001 x 2048), both
-// with the backward's sums in shared memory; the generic path for an odd C (45 x 201) and for
-// rows too long for registers (9 x 2056). In f32 (4 per 16 bytes): two, six and eight vectors per
-// lane for the first three, the generic path for the others.
+// LayerNorm shapes that reach every path of layernorm.cu. In bf16 (8 per 16 bytes), the forward's
+// register path with 1 to 8 vectors per lane, and the backward's register path with a row per
+// warp and one vector per lane with idle lanes (74 x 200; three blocks, the last one shorter) or
+// two (50 x 328), a row per two warps with idle lanes in the second and the grid at its cap with a
+// ragged last block (13001 x 768) or full (9001 x 1024), per four warps (37 x 1032, 3001 x 2048)
+// and per eight (9 x 2056); the generic paths for an odd C (45 x 201) and for rows too long for
+// registers (5 x 4104). In f32 (4 per 16 bytes) the same C take one to eight warps per row
+// (50, 82, 192, 256, 258 and 512 vectors), then the generic paths.
 struct LayerNormShape {
   int N, C;
 };
-constexpr LayerNormShape kLayerNormShapes[] = {{74, 200},    {13001, 768}, {9001, 1024}, {37, 1032},
-                                               {3001, 2048}, {45, 201},    {9, 2056}};
+constexpr LayerNormShape kLayerNormShapes[] = {{74, 200},    {50, 328},  {13001, 768},
+                                               {9001, 1024}, {37, 1032}, {3001, 2048},
+                                               {9, 2056},    {45, 201},  {5, 4104}};
 
 class CudaLayerNormTest : public CudaVsCpuTest {
  protected:

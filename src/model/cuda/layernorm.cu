@@ -2,11 +2,12 @@
 // row with f32 statistics (two passes: mean, then the sum of squared deviations).
 //
 // Two paths per direction:
-//  - the register path (rows a whole number of 16-byte vectors, 16-byte aligned pointers, C up to
-//    2048 bf16 / 1024 f32): each lane keeps its share of the row as 16-byte vectors in registers,
-//    so every tensor is read and written exactly once. The backward also accumulates its rows'
-//    weight/bias gradients per warp (in registers up to C = 1024 bf16, in shared memory above)
-//    and writes one partial row per block (a fixed range of rows, from N alone);
+//  - the register path (rows a whole number of 16-byte vectors, 16-byte aligned pointers; C up to
+//    2048 bf16 / 1024 f32 forward, 4096 / 2048 backward): each lane keeps its share of the row as
+//    16-byte vectors in registers, so every tensor is read and written exactly once. The forward
+//    takes a row per warp; the backward shares a row between 1-8 warps (two vectors per lane at
+//    most, so that many warps fit on an SM), accumulates its rows' weight/bias gradients per lane
+//    in registers and writes one partial row per block (a fixed range of rows, from N alone);
 //  - the generic path (any C, any alignment): scalar or 16-byte loads that re-read the row from
 //    L1/L2, and a backward that writes one partial row per tile of kTileRows rows.
 // Either way the weight/bias gradients are deterministic: each partial row sums a fixed set of rows
@@ -30,26 +31,15 @@ constexpr int kWarpsPerBlock = kThreads / kWarpSize;  // one warp per row
 // ---- register path ----
 // Lane `lane` holds the row's 16-byte vectors k = 0 .. kVecs-1 starting at column
 // VecColumn(k, lane), so a warp's k-th load covers 512 contiguous bytes; columns >= C are skipped
-// (the vectors are filled in order, so the first missing one ends the row).
-template <typename T>
+// (the vectors are filled in order, so the first missing one ends the row). The backward shares a
+// row between kLanes lanes of several warps the same way.
+template <typename T, int kLanes = kWarpSize>
 __device__ __forceinline__ int VecColumn(int k, int lane) {
-  return (k * kWarpSize + lane) * Vec16<T>::kCount;
+  return (k * kLanes + lane) * Vec16<T>::kCount;
 }
 
-// The backward's blocks are smaller: its lanes also hold two f32 accumulators per element (or
-// the row's three tensors, in the wide kernel), so registers set its occupancy. Blocks per SM to
-// aim for, which also sizes its grid (one wave): three up to 24 elements per lane (about 170
-// registers, e.g. C = 768 in bf16), two above.
-constexpr int kBackwardThreads = 128;
-constexpr int kBackwardWarps = kBackwardThreads / kWarpSize;
-template <typename T, int kVecs>
-constexpr int kBackwardMinBlocks = kVecs <= 24 / Vec16<T>::kCount ? 3 : 2;
-
-// Most vectors per lane of the forward (C <= 2048 bf16 / 1024 f32) and of the backward, which
-// also keeps two f32 accumulators per element (32 elements per lane: C <= 1024).
+// Most vectors per lane of the forward (C <= 2048 bf16 / 1024 f32).
 constexpr int kMaxForwardVecs = 8;
-template <typename T>
-constexpr int kMaxBackwardVecs = 32 / Vec16<T>::kCount;
 
 // Calls launch(std::integral_constant<int, K>()) with the smallest K of {1, 2, 3, 4, 6, 8} that
 // holds `vecs` vectors per lane; false (nothing called) when vecs > kMaxVecs.
@@ -151,90 +141,66 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Backward rows [first, end) of one warp (rows first, first + kBackwardWarps, ...). Per row, with
-// n = (in - mean) * rstd and dn = dout * weight: din (N,C) += rstd * (dn - mean(dn) - n *
-// mean(dn * n)), dout, in and din read once into registers; accumulate(k, j, dout * n, dout, din)
-// is called for each element the lane holds (vector k, element j; din as it was on entry), for
-// the weight/bias sums and din's column sums.
-template <typename T, int kVecs, typename Accumulate>
-__device__ __forceinline__ void LayerNormBackwardRows(T* din, const T* dout, const T* in,
-                                                      const T* __restrict__ weight,
-                                                      const float* mean, const float* rstd, int C,
-                                                      int64_t first, int64_t end, int lane,
-                                                      Accumulate&& accumulate) {
-  constexpr int V = Vec16<T>::kCount;
-  Vec16<T> w[kVecs];
+// ---- register path, backward ----
+// A row is shared by a group of kWarpsPerRow warps (1, 2, 4 or 8), so that each lane holds at most
+// kBackwardVecs 16-byte vectors of each of the row's three tensors (dout, in, din) and f32 sums of
+// two of them. That keeps registers per thread low: more warps fit on an SM, and more loads are
+// in flight (with one warp per row, C = 1024 bf16 took 225 registers, 8 warps per SM, ~2 TB/s).
+// Lane `lane` of the group's warp `member` holds vectors k = 0 .. kVecs-1 at column
+// VecColumn<T, kWarpsPerRow * kWarpSize>(k, member * kWarpSize + lane).
+constexpr int kBackwardThreads = 256;
+constexpr int kBackwardWarps = kBackwardThreads / kWarpSize;
+constexpr int kBackwardVecs = 2;
+constexpr int kBackwardMinBlocks = 2;  // blocks per SM the launch bounds ask registers for
+
+// Rows of C elements that the register backward takes: kBackwardVecs vectors per lane of 8 warps.
+template <typename T>
+constexpr int kMaxBackwardColumns = 8 * kWarpSize* kBackwardVecs* Vec16<T>::kCount;
+
+// The sum of v (each warp's own sum) over the kWarpsPerRow warps of row group `group`, added in
+// member order, so every lane of the group gets the same value. slots: the group's buffer for this
+// row, one of two that alternate between rows, so one barrier per row suffices: a warp writes a
+// buffer again only after the next row's barrier, which every member reaches after reading it.
+template <int kWarpsPerRow>
+__device__ __forceinline__ float2 GroupSum(float2 v, float2* slots, int group, int member,
+                                           int lane) {
+  if (kWarpsPerRow == 1) return v;
+  if (lane == 0) slots[member] = v;
+  asm volatile("bar.sync %0, %1;" ::"r"(group + 1), "r"(kWarpsPerRow * kWarpSize) : "memory");
+  float2 total = slots[0];
 #pragma unroll
-  for (int k = 0; k < kVecs; ++k)
-    if (VecColumn<T>(k, lane) < C) w[k] = Load16(weight + VecColumn<T>(k, lane));
-  for (int64_t row = first; row < end; row += kBackwardWarps) {
-    const int64_t offset = row * C;
-    const float m = mean[row], s = rstd[row];
-    Vec16<T> g[kVecs], x[kVecs], d[kVecs];
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      const int64_t i = offset + VecColumn<T>(k, lane);
-      if (VecColumn<T>(k, lane) >= C) break;
-      g[k] = Load16(dout + i), x[k] = Load16(in + i), d[k] = Load16(din + i);
-    }
-    float sum_dn = 0.f, sum_dn_n = 0.f;
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      if (VecColumn<T>(k, lane) >= C) break;
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float gj = ToFloat(g[k].v[j]), n = (ToFloat(x[k].v[j]) - m) * s;
-        const float dn = gj * ToFloat(w[k].v[j]);
-        sum_dn += dn;
-        sum_dn_n += dn * n;
-        accumulate(k, j, gj * n, gj, ToFloat(d[k].v[j]));
-      }
-    }
-    const float mean_dn = WarpSum(sum_dn) / C, mean_dn_n = WarpSum(sum_dn_n) / C;
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      if (VecColumn<T>(k, lane) >= C) break;
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float n = (ToFloat(x[k].v[j]) - m) * s;
-        const float dn = ToFloat(g[k].v[j]) * ToFloat(w[k].v[j]);
-        d[k].v[j] = FromFloat<T>(ToFloat(d[k].v[j]) + s * (dn - mean_dn - n * mean_dn_n));
-      }
-      Store16(din + offset + VecColumn<T>(k, lane), d[k]);
-    }
-  }
+  for (int i = 1; i < kWarpsPerRow; ++i) total.x += slots[i].x, total.y += slots[i].y;
+  return total;
 }
 
-// Per-warp shared-memory accumulators for a row of kVecs 16-byte vectors per lane: element
-// (k, j) of lane l at slot (k * V + j) * 32 + l, so a warp's updates hit 32 distinct banks.
+// din-sum slots per warp: element (k, j) of lane l at (k * V + j) * 32 + l, so a warp's updates
+// hit 32 distinct banks.
 template <typename T, int kVecs>
-constexpr int WideSlots() {  // accumulators per warp and sum
-  return kVecs * Vec16<T>::kCount * kWarpSize;
-}
-template <typename T>
-__device__ __forceinline__ int SlotOfColumn(int c) {
-  constexpr int V = Vec16<T>::kCount;
-  return (c / (kWarpSize * V) * V + c % V) * kWarpSize + c / V % kWarpSize;
-}
+constexpr int kSlotsPerWarp = kVecs* Vec16<T>::kCount* kWarpSize;
 
 // Partial rows per block: dweight, dbias, then (kSums) din's column sums.
 template <bool kSums>
 constexpr int kPartialRows = kSums ? 3 : 2;
 
-// Backward over rows [blockIdx.x * rows_per_block, + rows_per_block) (clipped to N); warp w takes
-// rows w, w + 4, ... of that range (LayerNormBackwardRows). The warp's column sums of dout * n
-// (dweight) and dout (dbias) stay in registers; with kSums, its column sums of din (on entry) go
-// to per-warp shared-memory slots. The block then adds its warps in a fixed order (warp 0 first)
-// and writes partials (gridDim.x, kPartialRows, C): its dweight row, its dbias row, then its din
-// row.
-template <typename T, int kVecs, bool kSums>
-__global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>)
+// Backward over rows [blockIdx.x * rows_per_block, + rows_per_block) (clipped to N); row group q
+// takes rows q, q + groups, ... of that range. Per row, with n = (in - mean) * rstd and
+// dn = dout * weight: din (N,C) += rstd * (dn - mean(dn) - n * mean(dn * n)), each tensor read
+// once into registers. Each lane sums dout * n (dweight) and dout (dbias) over its rows in
+// registers; with kSums, din's column sums (on entry) go to per-warp shared-memory slots. The
+// block then adds its groups in a fixed order (group 0 first) and writes partials
+// (gridDim.x, kPartialRows, C): its dweight row, its dbias row, then its din row.
+template <typename T, int kVecs, int kWarpsPerRow, bool kSums>
+__global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks)
     LayerNormBackwardRegisterKernel(T* din, float* partials, const T* dout, const T* in,
                                     const T* __restrict__ weight, const float* mean,
                                     const float* rstd, int64_t N, int C, int64_t rows_per_block) {
-  constexpr int V = Vec16<T>::kCount, S = WideSlots<T, kVecs>();
+  constexpr int V = Vec16<T>::kCount, S = kSlotsPerWarp<T, kVecs>;
+  constexpr int kLanes = kWarpsPerRow * kWarpSize, kGroups = kBackwardWarps / kWarpsPerRow;
   extern __shared__ float block_sums[];  // (2, C), then with kSums (warps, S)
+  __shared__ float2 row_sums[2][kGroups][kWarpsPerRow];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int group = warp / kWarpsPerRow, member = warp % kWarpsPerRow;
+  const int group_lane = member * kWarpSize + lane;
   const int64_t first = (int64_t)blockIdx.x * rows_per_block;
   const int64_t end = min(N, first + rows_per_block);
   float* din_slots = block_sums + 2 * C + warp * S;  // used with kSums only
@@ -242,22 +208,64 @@ __global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>
     for (int i = lane; i < S; i += kWarpSize) din_slots[i] = 0.f;
     __syncwarp();
   }
-  float dw[kVecs][V], db[kVecs][V];  // this warp's column sums of dout * n and of dout
+  Vec16<T> w[kVecs];
+  float dw[kVecs][V], db[kVecs][V];  // this lane's column sums of dout * n and of dout
 #pragma unroll
-  for (int k = 0; k < kVecs; ++k)
+  for (int k = 0; k < kVecs; ++k) {
+    if (VecColumn<T, kLanes>(k, group_lane) < C)
+      w[k] = Load16(weight + VecColumn<T, kLanes>(k, group_lane));
 #pragma unroll
     for (int j = 0; j < V; ++j) dw[k][j] = db[k][j] = 0.f;
-  LayerNormBackwardRows<T, kVecs>(din, dout, in, weight, mean, rstd, C, first + warp, end, lane,
-                                  [&](int k, int j, float g_n, float g, float d) {
-                                    dw[k][j] += g_n;
-                                    db[k][j] += g;
-                                    if (kSums) din_slots[(k * V + j) * kWarpSize + lane] += d;
-                                  });
-  for (int turn = 0; turn < kBackwardWarps; ++turn) {
-    if (warp == turn) {
+  }
+  int parity = 0;
+  for (int64_t row = first + group; row < end; row += kGroups) {
+    const int64_t offset = row * C;
+    const float m = mean[row], s = rstd[row];
+    Vec16<T> g[kVecs], x[kVecs], d[kVecs];
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int c = VecColumn<T, kLanes>(k, group_lane);
+      if (c >= C) break;
+      g[k] = Load16(dout + offset + c), x[k] = Load16(in + offset + c),
+      d[k] = Load16(din + offset + c);
+    }
+    float sum_dn = 0.f, sum_dn_n = 0.f;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (VecColumn<T, kLanes>(k, group_lane) >= C) break;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float gj = ToFloat(g[k].v[j]), n = (ToFloat(x[k].v[j]) - m) * s;
+        const float dn = gj * ToFloat(w[k].v[j]);
+        sum_dn += dn;
+        sum_dn_n += dn * n;
+        dw[k][j] += gj * n;
+        db[k][j] += gj;
+        if (kSums) din_slots[(k * V + j) * kWarpSize + lane] += ToFloat(d[k].v[j]);
+      }
+    }
+    const float2 sums = GroupSum<kWarpsPerRow>(make_float2(WarpSum(sum_dn), WarpSum(sum_dn_n)),
+                                               row_sums[parity][group], group, member, lane);
+    parity ^= 1;
+    const float mean_dn = sums.x / C, mean_dn_n = sums.y / C;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int c = VecColumn<T, kLanes>(k, group_lane);
+      if (c >= C) break;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float n = (ToFloat(x[k].v[j]) - m) * s;
+        const float dn = ToFloat(g[k].v[j]) * ToFloat(w[k].v[j]);
+        d[k].v[j] = FromFloat<T>(ToFloat(d[k].v[j]) + s * (dn - mean_dn - n * mean_dn_n));
+      }
+      Store16(din + offset + c, d[k]);
+    }
+  }
+  for (int turn = 0; turn < kGroups; ++turn) {
+    if (group == turn) {
 #pragma unroll
       for (int k = 0; k < kVecs; ++k) {
-        const int c = VecColumn<T>(k, lane);
+        const int c = VecColumn<T, kLanes>(k, group_lane);
         if (c >= C) break;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -273,8 +281,10 @@ __global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>
   if (kSums) {
     const float* slots = block_sums + 2 * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      const int vec = c / V, k = vec / kLanes, owner = vec % kLanes;  // owner: the group lane
+      const int slot = (owner / kWarpSize) * S + (k * V + c % V) * kWarpSize + owner % kWarpSize;
       float sum = 0.f;
-      for (int w = 0; w < kBackwardWarps; ++w) sum += slots[w * S + SlotOfColumn<T>(c)];
+      for (int q = 0; q < kGroups; ++q) sum += slots[q * kWarpsPerRow * S + slot];
       block_partials[2 * C + c] = sum;
     }
   }
@@ -282,60 +292,17 @@ __global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>
 
 template <typename T, int kVecs, bool kSums>
 constexpr size_t kRegisterSharedBytes(int C) {
-  return sizeof(float) * (2 * C + (kSums ? kBackwardWarps * WideSlots<T, kVecs>() : 0));
+  return sizeof(float) * (2 * C + (kSums ? kBackwardWarps * kSlotsPerWarp<T, kVecs> : 0));
 }
 
-// The register kernel for rows too wide for its register accumulators (bf16 C up to 2048): the
-// same rows, but each warp's column sums live in shared memory, (warps, kPartialRows, S) floats
-// laid out as the register kernel's din slots. The warps are then added in the same fixed order
-// into the same partials.
-template <typename T, int kVecs, bool kSums>
-constexpr size_t kWideSharedBytes =
-    sizeof(float) * kBackwardWarps* kPartialRows<kSums>* WideSlots<T, kVecs>();
-
-template <typename T, int kVecs, bool kSums>
-__global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks<T, kVecs>)
-    LayerNormBackwardWideKernel(T* din, float* partials, const T* dout, const T* in,
-                                const T* __restrict__ weight, const float* mean, const float* rstd,
-                                int64_t N, int C, int64_t rows_per_block) {
-  constexpr int V = Vec16<T>::kCount, S = WideSlots<T, kVecs>(), R = kPartialRows<kSums>;
-  extern __shared__ float sums[];  // (warps, R, S)
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int64_t first = (int64_t)blockIdx.x * rows_per_block;
-  const int64_t end = min(N, first + rows_per_block);
-  float* dw = sums + warp * R * S;
-  float* db = dw + S;
-  float* dd = db + S;  // kSums only
-  for (int i = lane; i < R * S; i += kWarpSize) dw[i] = 0.f;
-  __syncwarp();
-  LayerNormBackwardRows<T, kVecs>(din, dout, in, weight, mean, rstd, C, first + warp, end, lane,
-                                  [&](int k, int j, float g_n, float g, float d) {
-                                    const int slot = (k * V + j) * kWarpSize + lane;
-                                    dw[slot] += g_n;
-                                    db[slot] += g;
-                                    if (kSums) dd[slot] += d;
-                                  });
-  __syncthreads();
-  float* block_partials = partials + (int64_t)blockIdx.x * R * C;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const int slot = SlotOfColumn<T>(c);
-    for (int r = 0; r < R; ++r) {
-      float sum = 0.f;
-      for (int w = 0; w < kBackwardWarps; ++w) sum += sums[(w * R + r) * S + slot];
-      block_partials[r * C + c] = sum;
-    }
-  }
-}
-
-// Register-path backward grid, from N and the kernel alone (so are the partial sums): at least
-// kBackwardMinRows rows per block, at most one wave of `blocks_per_sm` blocks (what the kernel's
-// registers allow, kBackwardMinBlocks) on the 132 SMs of an H100/H200: a second, partial wave
-// would leave SMs idle for its whole length.
+// Register-path backward grid, from N alone (so are the partial sums): at least
+// kBackwardMinRows rows per block, at most one wave of kBackwardMinBlocks blocks per SM on the 132
+// SMs of an H100/H200: a second, partial wave would leave SMs idle for its whole length.
 constexpr int kBackwardMinRows = 32;
 constexpr int kSms = 132;
-int64_t BackwardRowsPerBlock(int64_t N, int blocks_per_sm) {
-  const int64_t blocks =
-      std::min<int64_t>(CeilDiv(N, kBackwardMinRows), static_cast<int64_t>(blocks_per_sm) * kSms);
+int64_t BackwardRowsPerBlock(int64_t N) {
+  const int64_t blocks = std::min<int64_t>(CeilDiv(N, kBackwardMinRows),
+                                           static_cast<int64_t>(kBackwardMinBlocks) * kSms);
   return std::max<int64_t>(CeilDiv(N, std::max<int64_t>(blocks, 1)), 1);
 }
 
@@ -476,48 +443,53 @@ void ForwardImpl(T* out, float* mean, float* rstd, T* residual, const T* a, cons
         <<<blocks, kThreads, 0, stream>>>(out, mean, rstd, residual, a, b, weight, bias, N, C);
 }
 
+// Calls launch(integral_constant<kVecs>, integral_constant<kWarpsPerRow>) with the fewest warps
+// per row (1, 2, 4, 8) that hold the row in kBackwardVecs vectors per lane, and the fewest
+// vectors per lane for those warps; false (nothing called) when 8 warps cannot hold it.
+template <typename T, typename Launch>
+bool DispatchBackward(int C, const Launch& launch) {
+  static_assert(kBackwardVecs == 2, "vector counts are 1 and 2");
+  const int64_t vecs = C / Vec16<T>::kCount;  // per row
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  if (vecs <= kWarpSize)
+    launch(One(), One());
+  else if (vecs <= 2 * kWarpSize)
+    launch(Two(), One());
+  else if (vecs <= 4 * kWarpSize)
+    launch(Two(), Two());
+  else if (vecs <= 8 * kWarpSize)
+    launch(Two(), std::integral_constant<int, 4>());
+  else if (vecs <= 16 * kWarpSize)
+    launch(Two(), std::integral_constant<int, 8>());
+  else
+    return false;
+  return true;
+}
+
 // Launches the backward's first stage; returns the number of blocks (partial rows of
-// kPartialRows<kSums> * C) it writes, or 0 when the register kernels do not fit the row.
+// kPartialRows<kSums> * C) it writes, or 0 when the register kernel does not fit the row.
 template <typename T, bool kSums>
 int RegisterBackward(T* din, float* partials, const T* dout, const T* in, const T* weight,
                      const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
   if (!Vectorisable<T>(C, {din, dout, in, weight})) return 0;
-  int launched = 0;  // blocks of the register kernel that ran
-  auto grid = [&](int blocks_per_sm, int64_t* rows_per_block) {
-    *rows_per_block = BackwardRowsPerBlock(N, blocks_per_sm);
-    launched = static_cast<int>(CeilDiv(N, *rows_per_block));
-    return static_cast<unsigned>(launched);
-  };
-  // Over 48 KiB of dynamic shared memory needs opting in, once per kernel (not every step; one
-  // GPU per process). A failure shows as the launch's error.
-  auto opt_in = [](auto kernel, size_t bytes) {
-    if (bytes > 48 * 1024)
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(bytes));
-    return 0;
-  };
-  if (DispatchVecs<kMaxBackwardVecs<T>>(VecsPerLane<T>(C), [&](auto vecs) {
-        constexpr int K = decltype(vecs)::value;
-        int64_t rows = 0;
-        const unsigned blocks = grid(kBackwardMinBlocks<T, K>, &rows);
-        LayerNormBackwardRegisterKernel<T, K, kSums>
-            <<<blocks, kBackwardThreads, kRegisterSharedBytes<T, K, kSums>(C), stream>>>(
-                din, partials, dout, in, weight, mean, rstd, N, C, rows);
-      }))
-    return launched;
-  if (DispatchVecs<kMaxForwardVecs>(VecsPerLane<T>(C), [&](auto vecs) {
-        constexpr int K = decltype(vecs)::value;
-        constexpr size_t kBytes = kWideSharedBytes<T, K, kSums>;
-        int64_t rows = 0;
-        const unsigned blocks = grid(kBackwardMinBlocks<T, K>, &rows);
-        auto kernel = LayerNormBackwardWideKernel<T, K, kSums>;
-        static const int opted_in = opt_in(kernel, kBytes);
-        (void)opted_in;
-        kernel<<<blocks, kBackwardThreads, kBytes, stream>>>(din, partials, dout, in, weight, mean,
-                                                             rstd, N, C, rows);
-      }))
-    return launched;
-  return 0;
+  const int64_t rows = BackwardRowsPerBlock(N);
+  const unsigned blocks = static_cast<unsigned>(CeilDiv(N, rows));
+  const bool launched = DispatchBackward<T>(C, [&](auto vecs, auto warps_per_row) {
+    constexpr int K = decltype(vecs)::value, G = decltype(warps_per_row)::value;
+    auto kernel = LayerNormBackwardRegisterKernel<T, K, G, kSums>;
+    // Up to 48 KiB of dynamic shared memory (bf16 rows of 4096 with din's sums) besides the static
+    // row sums: opted in once per kernel (not every step; one GPU per process). A failure shows as
+    // the launch's error.
+    static const cudaError_t opted_in = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(kRegisterSharedBytes<T, K, kSums>(kMaxBackwardColumns<T>)));
+    (void)opted_in;
+    const size_t bytes = kRegisterSharedBytes<T, K, kSums>(C);
+    kernel<<<blocks, kBackwardThreads, bytes, stream>>>(din, partials, dout, in, weight, mean, rstd,
+                                                        N, C, rows);
+  });
+  return launched ? static_cast<int>(blocks) : 0;
 }
 
 // The generic path: partials (tiles, 2, C); returns the number of tiles.
@@ -533,7 +505,7 @@ int GenericBackward(T* din, float* partials, const T* dout, const T* in, const T
 
 // Partial rows of the register path, at most (the generic path's tiles are at least as many).
 int64_t MaxBackwardChunks(int64_t N) {
-  return std::max<int64_t>(CeilDiv(N, kTileRows), CeilDiv(N, BackwardRowsPerBlock(N, 3)));
+  return std::max<int64_t>(CeilDiv(N, kTileRows), CeilDiv(N, BackwardRowsPerBlock(N)));
 }
 
 template <typename T>
