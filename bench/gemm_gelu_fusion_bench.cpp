@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench_check.h"
+#include "bench_timing.h"
 #include "common/tensor.h"
 #include "model/cuda/matmul.h"
 
@@ -69,20 +70,7 @@ double RelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 double TimeMs(cudaStream_t stream, const std::function<bool()>& op, int iterations = 20) {
-  if (!op()) return -1;
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start, stream);
-  for (int i = 0; i < iterations; ++i)
-    if (!op()) return -1;
-  cudaEventRecord(stop, stream);
-  cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / iterations;
+  return TimeBackToBack(stream, op, iterations);
 }
 
 enum Uid : int64_t { kX = 1, kW, kBias, kPre, kOut, kDout, kDin, kDbias };

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench_check.h"
+#include "bench_timing.h"
 
 namespace {
 
@@ -171,19 +172,8 @@ void Describe(const cublasLtMatmulAlgo_t& algo) {
 // Milliseconds per GEMM over `runs` back-to-back launches after one untimed; < 0 when it fails.
 float TimeRuns(const Operands& o, cublasLtHandle_t lt, const cublasLtMatmulAlgo_t& algo,
                void* workspace, size_t workspace_bytes, cudaStream_t stream, int runs) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  bool ok = o.Gemm(lt, algo, workspace, workspace_bytes, stream);
-  cudaEventRecord(start, stream);
-  for (int r = 0; r < runs && ok; ++r) ok = o.Gemm(lt, algo, workspace, workspace_bytes, stream);
-  cudaEventRecord(stop, stream);
-  cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ok && cudaGetLastError() == cudaSuccess ? ms / runs : -1.f;
+  return TimeBackToBack(
+      stream, [&] { return o.Gemm(lt, algo, workspace, workspace_bytes, stream); }, runs);
 }
 
 // Every configuration cuBLASLt accepts, timed (5 runs), then the 8 fastest and the heuristic's
