@@ -57,15 +57,16 @@ TEST_F(CudaLayersTest, EmbeddingMatchesCpu) {
 // warp and one vector per lane with idle lanes (74 x 200; three blocks, the last one shorter) or
 // two (50 x 328), a row per two warps with idle lanes in the second and the grid at its cap with a
 // ragged last block (13001 x 768) or full (9001 x 1024), per four warps (37 x 1032, 3001 x 2048)
-// and per eight (9 x 2056); the generic paths for an odd C (45 x 201) and for rows too long for
-// registers (5 x 4104). In f32 (4 per 16 bytes) the same C take one to eight warps per row
-// (50, 82, 192, 256, 258 and 512 vectors), then the generic paths.
+// and per eight (9 x 2056, and 3 x 4096: the longest row, 48 KiB of shared memory with din's
+// sums); the generic paths for an odd C (45 x 201) and for rows too long for registers (5 x 4104).
+// In f32 (4 per 16 bytes) the same C take one to eight warps per row (50, 82, 192, 256, 258 and
+// 512 vectors), then the generic paths.
 struct LayerNormShape {
   int N, C;
 };
-constexpr LayerNormShape kLayerNormShapes[] = {{74, 200},    {50, 328},  {13001, 768},
-                                               {9001, 1024}, {37, 1032}, {3001, 2048},
-                                               {9, 2056},    {45, 201},  {5, 4104}};
+constexpr LayerNormShape kLayerNormShapes[] = {{74, 200},  {50, 328},    {13001, 768}, {9001, 1024},
+                                               {37, 1032}, {3001, 2048}, {9, 2056},    {3, 4096},
+                                               {45, 201},  {5, 4104}};
 
 class CudaLayerNormTest : public CudaVsCpuTest {
  protected:
