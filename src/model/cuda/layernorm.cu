@@ -155,7 +155,7 @@ constexpr int kBackwardMinBlocks = 2;  // blocks per SM the launch bounds ask re
 
 // Rows of C elements that the register backward takes: kBackwardVecs vectors per lane of 8 warps.
 template <typename T>
-constexpr int kMaxBackwardColumns = 8 * kWarpSize* kBackwardVecs* Vec16<T>::kCount;
+constexpr int kMaxBackwardColumns = (8 * kWarpSize) * (kBackwardVecs * Vec16<T>::kCount);
 
 // The sum of v (each warp's own sum) over the kWarpsPerRow warps of row group `group`, added in
 // member order, so every lane of the group gets the same value. slots: the group's buffer for this
@@ -176,7 +176,7 @@ __device__ __forceinline__ float2 GroupSum(float2 v, float2* slots, int group, i
 // din-sum slots per warp: element (k, j) of lane l at (k * V + j) * 32 + l, so a warp's updates
 // hit 32 distinct banks.
 template <typename T, int kVecs>
-constexpr int kSlotsPerWarp = kVecs* Vec16<T>::kCount* kWarpSize;
+constexpr int kSlotsPerWarp = (kVecs * Vec16<T>::kCount) * kWarpSize;
 
 // Partial rows per block: dweight, dbias, then (kSums) din's column sums.
 template <bool kSums>
