@@ -194,7 +194,8 @@ Status Trainer::ReduceSharedParameterGradients() {
 
 Status Trainer::GlobalGradNorm(double* norm) {
   double sum = 0.0;
-  TRAINER_RETURN_IF_ERROR(optimizer_->LocalGradNormSquared(&sum));
+  TRAINER_RETURN_IF_ERROR(optimizer_->QueueLocalGradNormSquared());
+  TRAINER_RETURN_IF_ERROR(optimizer_->QueuedGradNormSquared(&sum));
   // Canonical parameters are disjoint over TP x PP and equal over DP: sum over one DP replica,
   // or under ZeRO-1 over every DP rank's piece.
   double total = optimizer_->sharded() || groups_.coord.dp == 0 ? sum : 0.0;

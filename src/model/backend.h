@@ -187,8 +187,6 @@ class Backend {
   // compute-dtype copy `param` (n elements) from the updated master.
   virtual Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
                        const AdamWParams& p) = 0;
-  // *out = sum of squares of the f32 span (accumulated in double on the host side).
-  virtual Status SumSquares(Tensor x, double* out) = 0;
   // total (one f64 element, in backend memory) = [total +] sum of the f32 span x (of its squares),
   // without waiting for the device: the step's losses and gradient norm stay there.
   virtual Status SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) = 0;

@@ -110,43 +110,19 @@ Status AdamW::ReduceScatterGradients() {
                                      DType::kF32);
 }
 
-namespace {
-
-// Calls f(span) for each canonical span of gradients that this rank updates.
-template <typename F>
-Status ForEachNormSpan(const std::vector<std::pair<size_t, size_t>>& spans, const Tensor& grads,
-                       size_t shard_begin, size_t shard_end, F&& f) {
-  for (const auto& whole : spans) {
-    const auto [begin, end] = Intersect(whole, shard_begin, shard_end);
-    if (end == begin) continue;
-    TRAINER_RETURN_IF_ERROR(
-        f(grads.rows(static_cast<int64_t>(begin), static_cast<int64_t>(end - begin))));
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status AdamW::LocalGradNormSquared(double* out) const {
-  *out = 0.0;
-  return ForEachNormSpan(canonical_spans_, model_->gradient_buffer(), shard_begin(), shard_end(),
-                         [&](Tensor span) {
-                           double part = 0.0;
-                           TRAINER_RETURN_IF_ERROR(model_->backend()->SumSquares(span, &part));
-                           *out += part;
-                           return Status::Ok();
-                         });
-}
-
 Status AdamW::QueueLocalGradNormSquared() {
   Backend* be = model_->backend();
-  bool first = true;
-  TRAINER_RETURN_IF_ERROR(ForEachNormSpan(
-      canonical_spans_, model_->gradient_buffer(), shard_begin(), shard_end(), [&](Tensor span) {
-        const bool accumulate = !first;
-        first = false;
-        return be->SumInto(grad_norm_squared_, span, SumOf::kSquares, accumulate);
-      }));
+  const Tensor grads = model_->gradient_buffer();
+  bool first = true;  // the first span sets the sum, the others add to it
+  for (const auto& whole : canonical_spans_) {
+    const auto [begin, end] = Intersect(whole, shard_begin(), shard_end());
+    if (end == begin) continue;
+    TRAINER_RETURN_IF_ERROR(
+        be->SumInto(grad_norm_squared_,
+                    grads.rows(static_cast<int64_t>(begin), static_cast<int64_t>(end - begin)),
+                    SumOf::kSquares, !first));
+    first = false;
+  }
   return first ? be->SumInto(grad_norm_squared_, Tensor(), SumOf::kSquares, false) : Status::Ok();
 }
 

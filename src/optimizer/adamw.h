@@ -37,11 +37,10 @@ class AdamW {
 
   // Sharded only: sum the gradients over the DP group, leaving this rank the sums of its piece.
   Status ReduceScatterGradients();
-  // Squared L2 norm of the canonical gradients this rank updates (sum over ranks to get the
-  // global one: over one DP replica, or over every DP rank when sharded).
-  Status LocalGradNormSquared(double* out) const;
-  // The same sum, left in device memory (nothing waits for the GPU): for layouts where this
-  // rank's sum is the global one (no TP, PP or ZeRO-1 split), StepClippedOnDevice then clips by it.
+  // Squared L2 norm of the canonical gradients this rank updates, left in device memory (nothing
+  // waits for the GPU). Summed over ranks it is the global one: over one DP replica, or over every
+  // DP rank when sharded. Where this rank's sum is already global (no TP, PP or ZeRO-1 split),
+  // StepClippedOnDevice clips by it without the host.
   Status QueueLocalGradNormSquared();
   // The sum that QueueLocalGradNormSquared left (waits for the GPU).
   Status QueuedGradNormSquared(double* out) const;

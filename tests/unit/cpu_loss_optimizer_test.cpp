@@ -1,5 +1,5 @@
 // CpuBackend tests, part 3: vocabulary-parallel cross-entropy (two simulated ranks reduced by
-// hand, padding columns), AdamW against the closed form, SumSquares against a double loop, and
+// hand, padding columns), AdamW against the closed form, SumInto against double loops, and
 // determinism: bit-identical results on repeated calls and for 1, 2 or 3 threads.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -249,20 +249,21 @@ TEST(CpuAdamW, ClipScaleFromSumOfSquares) {
   }
 }
 
-// ---- SumSquares ----
+// ---- SumInto ----
 
-TEST(CpuSumSquares, MatchesDoubleLoop) {
+TEST(CpuSumInto, SquaresMatchDoubleLoop) {
   CpuBackend backend;
+  double got = -1.0;
+  const Tensor total(&got, DType::kF64, {1});
   for (size_t n : {size_t{1}, size_t{63}, size_t{100003}}) {
     std::vector<float> x = RandomFloats(n, 101, -3.f, 3.f);
     double want = 0.0;
     for (float f : x) want += static_cast<double>(f) * f;
-    double got = -1.0;
-    ASSERT_TRUE(backend.SumSquares(View(x, {static_cast<int64_t>(n)}), &got).ok());
+    ASSERT_TRUE(
+        backend.SumInto(total, View(x, {static_cast<int64_t>(n)}), SumOf::kSquares, false).ok());
     EXPECT_NEAR(got, want, want * 1e-11) << n;  // float accumulation would be ~1e-7
   }
-  double got = -1.0;
-  ASSERT_TRUE(backend.SumSquares(Tensor(), &got).ok());
+  ASSERT_TRUE(backend.SumInto(total, Tensor(), SumOf::kSquares, false).ok());
   EXPECT_EQ(got, 0.0);
 }
 
@@ -385,7 +386,10 @@ std::vector<float> RunAllOps(int threads) {
                          View(m, {V, C}), View(v, {V, C}), p)
                   .ok());
   double norm = 0.0;
-  EXPECT_TRUE(backend.SumSquares(View(dwqkv, {3 * C, C}), &norm).ok());
+  EXPECT_TRUE(
+      backend
+          .SumInto(Tensor(&norm, DType::kF64, {1}), View(dwqkv, {3 * C, C}), SumOf::kSquares, false)
+          .ok());
   keep(dwte), keep(dwpe), keep(dx), keep(dwqkv), keep(dbqkv), keep(dqkv), keep(dwfc), keep(dlnw);
   keep(dlnb), keep(param), keep(m), keep(v);
   result.push_back(static_cast<float>(norm));

@@ -192,15 +192,18 @@ TEST_F(CudaVsCpuTest, AdamWTakesTheClipScaleFromTheDevice) {
   }
 }
 
-TEST_F(CudaVsCpuTest, SumSquaresMatchesDoubleLoop) {
+TEST_F(CudaVsCpuTest, SumIntoSquaresMatchDoubleLoop) {
   SCOPED_TRACE(Trace());
+  DeviceBuffer total(gpu_.get(), DType::kF64, {1});
+  ASSERT_STATUS_OK(total.status());
   for (int n : {1, 1000, (1 << 20) + 3}) {
     const std::vector<float> x = RandomFloats(n, rng_);
     double want = 0.0;
     for (float value : x) want += static_cast<double>(value) * value;
     auto g_x = F32(x, {n});
+    ASSERT_STATUS_OK(gpu_->SumInto(total.tensor(), g_x->tensor(), SumOf::kSquares, false));
     double got = -1.0;
-    ASSERT_STATUS_OK(gpu_->SumSquares(g_x->tensor(), &got));
+    ASSERT_STATUS_OK(gpu_->CopyToHost(&got, total.tensor().data, sizeof(double)));
     EXPECT_NEAR(got, want, 1e-12 * want) << "n=" << n;
   }
 }

@@ -177,9 +177,10 @@ TEST_F(CudaPerfTest, DISABLED_Gpt2SmallShapes) {
                               v->tensor(), p);
          }),
          0, P * (4.0 * 7 + 2));
-  double sum = 0;
-  Report("sum of squares (124M)", Time([&] { return gpu_->SumSquares(grad->tensor(), &sum); }), 0,
-         P * 4.0);
+  auto sum = Zeros(DType::kF64, {1});
+  Report("sum of squares (124M)",
+         Time([&] { return gpu_->SumInto(sum->tensor(), grad->tensor(), SumOf::kSquares, false); }),
+         0, P * 4.0);
 }
 
 // LayerNorm over the hidden sizes of the configs (GPT-2 124M/350M, the 1.3B), 32768 rows (the rows

@@ -1,6 +1,6 @@
 // The optimizer kernels: one AdamW step (decoupled weight decay, bias correction, gradient
 // pre-scaling for clipping) over a contiguous span, and the sum of squares used by the gradient
-// norm; with the CpuBackend AdamW and SumSquares ops.
+// norm; with the CpuBackend AdamW and SumInto ops.
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -73,16 +73,6 @@ Status CpuBackend::AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Ten
                     p.grad_sum_squares != nullptr
                         ? GradientClipScale(std::sqrt(*p.grad_sum_squares), p.max_grad_norm)
                         : p.grad_scale);
-  return Status::Ok();
-}
-
-Status CpuBackend::SumSquares(Tensor x, double* out) {
-  if (x.empty()) {
-    *out = 0.0;
-    return Status::Ok();
-  }
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor("SumSquares", "x", x, DType::kF32));
-  *out = cpu::sum_squares(x.as<float>(), static_cast<size_t>(x.numel()));
   return Status::Ok();
 }
 

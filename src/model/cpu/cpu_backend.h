@@ -57,7 +57,6 @@ class CpuBackend final : public Backend {
                               float dloss_scale) override;
   Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
                const AdamWParams& p) override;
-  Status SumSquares(Tensor x, double* out) override;
   Status SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) override;
   Status Scale(Tensor x, float s) override;
 

@@ -56,7 +56,6 @@ Status CudaBackend::Create(int device, DType compute, std::unique_ptr<CudaBacken
   }
   CUDA_CHECK(cudaMalloc(&backend->scratch_, kInitialScratchBytes));
   backend->scratch_bytes_ = kInitialScratchBytes;
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&backend->host_result_), sizeof(double)));
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&backend->staging_), 2 * kStagingSlotBytes));
   for (cudaEvent_t& event : backend->staging_free_)
     CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -73,7 +72,6 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t event : marks_)
     if (event) cudaEventDestroy(event);
   if (staging_) cudaFreeHost(staging_);
-  if (host_result_) cudaFreeHost(host_result_);
   if (scratch_) cudaFree(scratch_);
   if (arena_) cudaFree(arena_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -261,22 +259,6 @@ Status CudaBackend::AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Te
                        p.max_grad_norm};
   CUDA_CHECK(cuda::LaunchAdamW(param.dtype, param.data, master.as<float>(), grad.as<float>(),
                                m.as<float>(), v.as<float>(), n, step, stream_));
-  return Status::Ok();
-}
-
-Status CudaBackend::SumSquares(Tensor x, double* out) {
-  *out = 0.0;
-  if (x.numel() == 0) return Status::Ok();
-  TRAINER_RETURN_IF_ERROR(CheckTensor("SumSquares", "x", x, DType::kF32, x.numel()));
-  void* scratch = nullptr;
-  TRAINER_RETURN_IF_ERROR(Scratch((cuda::kSumSquaresPartials + 1) * sizeof(double), &scratch));
-  double* partials = static_cast<double*>(scratch);
-  double* result = partials + cuda::kSumSquaresPartials;
-  CUDA_CHECK(cuda::LaunchSum(x.as<float>(), x.numel(), true, false, partials, result, stream_));
-  CUDA_CHECK(
-      cudaMemcpyAsync(host_result_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  *out = *host_result_;
   return Status::Ok();
 }
 

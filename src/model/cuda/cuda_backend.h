@@ -99,7 +99,6 @@ class CudaBackend final : public Backend {
                            Tensor sums, Tensor targets, int vocab_size, float dloss_scale) override;
   Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
                const AdamWParams& p) override;
-  Status SumSquares(Tensor x, double* out) override;
   Status SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) override;
   Status Scale(Tensor x, float s) override;
 
@@ -121,7 +120,6 @@ class CudaBackend final : public Backend {
   char* arena_ = nullptr;  // ReserveArena: Allocate bumps through it, Free leaves it alone
   size_t arena_size_ = 0, arena_used_ = 0;
   size_t scratch_bytes_ = 0;
-  double* host_result_ = nullptr;  // pinned, for SumSquares
   // Two pinned slots for small host-to-device copies (token batches), so that CopyToDevice
   // returns without waiting for the GPU; an event per slot says when it may be reused.
   char* staging_ = nullptr;
