@@ -133,6 +133,7 @@ __global__ void __launch_bounds__(kThreads)
   const int4* row = reinterpret_cast<const int4*>(logits + r * vocab_local);
   const int real = vocab_size < vocab_local ? vocab_size : vocab_local;
   const int packs = vocab_local / kPack<T>;  // vocab_local is a multiple of the pack (launcher)
+  const int full_packs = real / kPack<T>;    // packs with no padding column
   const int per_thread = (packs + blockDim.x - 1) / blockDim.x;
   const int per_stage = (per_thread + kStages - 1) / kStages;
   // This thread's j-th pack, or -1 past the row's end.
@@ -157,10 +158,14 @@ __global__ void __launch_bounds__(kThreads)
       const T* values = reinterpret_cast<const T*>(&raw);
       float x[kPack<T>], pack_max = -INFINITY;
 #pragma unroll
-      for (int k = 0; k < kPack<T>; ++k) {
-        x[k] = i * kPack<T> + k < real ? ToFloat(values[k]) : -INFINITY;  // padding: exp = 0
-        pack_max = fmaxf(pack_max, x[k]);
+      for (int k = 0; k < kPack<T>; ++k) x[k] = ToFloat(values[k]);
+      if (i >= full_packs) {  // the row's last packs: padding takes no part (exp = 0)
+#pragma unroll
+        for (int k = 0; k < kPack<T>; ++k)
+          if (i * kPack<T> + k >= real) x[k] = -INFINITY;
       }
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) pack_max = fmaxf(pack_max, x[k]);
       if (pack_max == -INFINITY) continue;  // all padding
       if (pack_max > m) {  // rescale the sum to the new maximum (exp2(-inf) = 0 at the start)
         s *= exp2f((m - pack_max) * kLog2e);
@@ -177,19 +182,30 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) losses[r] = logf(sum) + row_max - ToFloat(logits[r * vocab_local + t]);
   if (dlogits == nullptr) return;
   const float m_log2 = row_max * kLog2e, scale_over_sum = dloss_scale / sum;
+  const int t_pack = t < real ? t / kPack<T> : -1;  // the pack holding a real target
   int4* drow = reinterpret_cast<int4*>(dlogits + r * vocab_local);
   for (int j = 0; j < per_thread; ++j) {
     const int i = pack(j);
     if (i < 0) break;
     int4 raw = staged[i];
     T* values = reinterpret_cast<T*>(&raw);
+    float g[kPack<T>];
 #pragma unroll
-    for (int k = 0; k < kPack<T>; ++k) {
-      const int c = i * kPack<T> + k;
-      const float p = exp2f(fmaf(ToFloat(values[k]), kLog2e, -m_log2));
-      const float g = c < real ? p * scale_over_sum - (c == t ? dloss_scale : 0.f) : 0.f;
-      values[k] = FromFloat<T>(g);
+    for (int k = 0; k < kPack<T>; ++k)
+      g[k] = exp2f(fmaf(ToFloat(values[k]), kLog2e, -m_log2)) * scale_over_sum;
+    // Per pack, not per element: the padding (zero gradient) and the target's one-hot.
+    if (i >= full_packs) {
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k)
+        if (i * kPack<T> + k >= real) g[k] = 0.f;
     }
+    if (i == t_pack) {
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k)
+        if (i * kPack<T> + k == t) g[k] -= dloss_scale;
+    }
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) values[k] = FromFloat<T>(g[k]);
     drow[i] = raw;
   }
 }
