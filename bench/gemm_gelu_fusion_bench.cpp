@@ -2,7 +2,9 @@
 // matmul graphs, at the MLP shapes of GPT-2 124M, 350M and the 1.3B config. Forward:
 // pre = x W^T + b and out = GELU(pre) in one kernel. Backward: din = GELU'(pre) * (dout W), with
 // and without the bias gradient (column sums of din) in the same graph. Every cuDNN plan is timed
-// (events, after a warm-up); the result is checked against cuBLASLt's. Prints one line per route.
+// (events, after a warm-up); the result is checked against cuBLASLt's. cuBLASLt's epilogues are
+// also timed with the weight stored the other way ("NN" forward, "TN" backward: does the other
+// operand order get a faster kernel?). Prints one line per route.
 //   gemm_gelu_fusion_bench [rows]
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -60,6 +62,17 @@ std::vector<float> Download(const Buffer& b, size_t bytes_each = 2) {
   BENCH_CHECK(cudaMemcpy(host.data(), b.data, b.count * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
   for (size_t i = 0; i < host.size(); ++i) out[i] = trainer::BF16ToFloat(host[i]);
   return out;
+}
+
+// dst (cols, rows) = src (rows, cols)^T, both dense row-major bf16 (dst allocated by the caller).
+void CopyTransposed(const Buffer& src, int64_t rows, int64_t cols, Buffer* dst) {
+  std::vector<uint16_t> in(src.count), out(src.count);
+  BENCH_CHECK(cudaMemcpy(in.data(), src.data, in.size() * 2, cudaMemcpyDeviceToHost) ==
+              cudaSuccess);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  BENCH_CHECK(cudaMemcpy(dst->data, out.data(), out.size() * 2, cudaMemcpyHostToDevice) ==
+              cudaSuccess);
 }
 
 double RelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -232,7 +245,28 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   gelu.aux_ld = F;
   Report("cuBLASLt GELU_AUX_BIAS", TimeMs(stream, [&] { return lt->Run(gelu, &ok).ok() && ok; }),
          flops);
+  // The same with the weight stored transposed (W^T row-major: column-major (F,C), ld F), "NN".
+  Buffer w_fc_t(F * C), out_nn(N * F), pre_nn(N * F);
+  CopyTransposed(w_fc, F, C, &w_fc_t);
+  Gemm fwd_nn = fwd;
+  fwd_nn.transpose_a = false;
+  fwd_nn.a = {w_fc_t.data, DType::kBF16, F};
+  Gemm plain_nn = fwd_nn;
+  plain_nn.d = pre_nn.data;
+  plain_nn.epilogue = GemmEpilogue::kBias;
+  Report("cuBLASLt bias, NN", TimeMs(stream, [&] { return lt->Run(plain_nn, &ok).ok() && ok; }),
+         flops);
+  Gemm gelu_nn = fwd_nn;
+  gelu_nn.d = out_nn.data;
+  gelu_nn.epilogue = GemmEpilogue::kGeluAuxBias;
+  gelu_nn.aux = pre_nn.data;
+  gelu_nn.aux_ld = F;
+  Report("cuBLASLt GELU_AUX_BIAS, NN",
+         TimeMs(stream, [&] { return lt->Run(gelu_nn, &ok).ok() && ok; }), flops);
   cudaStreamSynchronize(stream);
+  std::printf("  check: NN against TN: pre %.2e, out %.2e\n",
+              RelativeDiff(Download(pre_nn), Download(pre)),
+              RelativeDiff(Download(out_nn), Download(out)));
 
   CudnnRun plain_dnn =
       TimeGraph("cuDNN matmul+bias", ForwardGraph(N, C, F, false), handle, stream,
@@ -263,7 +297,23 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   dgelu.aux = pre.data;
   dgelu.aux_ld = F;
   Report("cuBLASLt DGELU", TimeMs(stream, [&] { return lt->Run(dgelu, &ok).ok() && ok; }), flops);
+  // The same with W_proj stored transposed (column-major (C,F), ld C), "TN".
+  Buffer w_proj_t(C * F), din_tn(N * F);
+  CopyTransposed(w_proj, C, F, &w_proj_t);
+  Gemm bwd_tn = bwd;
+  bwd_tn.transpose_a = true;
+  bwd_tn.a = {w_proj_t.data, DType::kBF16, C};
+  bwd_tn.d = din_tn.data;
+  Report("cuBLASLt plain (din), TN",
+         TimeMs(stream, [&] { return lt->Run(bwd_tn, &ok).ok() && ok; }), flops);
+  Gemm dgelu_tn = bwd_tn;
+  dgelu_tn.epilogue = GemmEpilogue::kDGelu;
+  dgelu_tn.aux = pre.data;
+  dgelu_tn.aux_ld = F;
+  Report("cuBLASLt DGELU, TN", TimeMs(stream, [&] { return lt->Run(dgelu_tn, &ok).ok() && ok; }),
+         flops);
   cudaStreamSynchronize(stream);
+  std::printf("  check: DGELU TN against NN %.2e\n", RelativeDiff(Download(din_tn), Download(din)));
   CudnnRun dgelu_dnn =
       TimeGraph("cuDNN matmul+dGELU", BackwardGraph(N, C, F, false), handle, stream,
                 {{kDout, dout.data}, {kW, w_proj.data}, {kPre, pre.data}, {kDin, din2.data}});
