@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "bench_check.h"
-#include "bench_timing.h"
 #include "common/tensor.h"
+#include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/matmul.h"
 
 namespace fe = cudnn_frontend;
@@ -83,7 +83,7 @@ double RelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 double TimeMs(cudaStream_t stream, const std::function<bool()>& op, int iterations = 20) {
-  return TimeBackToBack(stream, op, iterations);
+  return trainer::cuda::TimeBackToBack(stream, op, iterations);
 }
 
 enum Uid : int64_t { kX = 1, kW, kBias, kPre, kOut, kDout, kDin, kDbias };

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "bench_check.h"
-#include "bench_timing.h"
+#include "model/cuda/back_to_back_timing.h"
 
 namespace {
 
@@ -172,7 +172,7 @@ void Describe(const cublasLtMatmulAlgo_t& algo) {
 // Milliseconds per GEMM over `runs` back-to-back launches after one untimed; < 0 when it fails.
 float TimeRuns(const Operands& o, cublasLtHandle_t lt, const cublasLtMatmulAlgo_t& algo,
                void* workspace, size_t workspace_bytes, cudaStream_t stream, int runs) {
-  return TimeBackToBack(
+  return trainer::cuda::TimeBackToBack(
       stream, [&] { return o.Gemm(lt, algo, workspace, workspace_bytes, stream); }, runs);
 }
 

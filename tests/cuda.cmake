@@ -22,6 +22,7 @@ endif()
 if(TRAINER_WITH_CUDA)
   # Not a test: cuBLASLt's GEMM candidates timed idle and at the power limit (bench/).
   add_executable(gemm_power_bench ${PROJECT_SOURCE_DIR}/bench/gemm_power_bench.cpp)
+  target_include_directories(gemm_power_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(gemm_power_bench PRIVATE CUDA::cudart CUDA::cublasLt ${CMAKE_DL_LIBS})
 endif()
 if(TRAINER_WITH_CUDA AND TARGET CUDA::cupti)

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/cuda_check.h"
 
 namespace trainer {
@@ -239,9 +240,6 @@ Status CublasLtMatmul::TimeCandidates(const Gemm& g, Plan* plan,
     CUDA_CHECK(cudaMalloc(&saved, d_bytes));
     CUDA_CHECK(cudaMemcpyAsync(saved, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream_));
   }
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
   const float alpha = 1.f, beta = g.beta;
   auto launch = [&](int i) {
     return cublasLtMatmul(handle_, plan->desc, &alpha, g.a.data, plan->a, g.b.data, plan->b, &beta,
@@ -252,21 +250,16 @@ Status CublasLtMatmul::TimeCandidates(const Gemm& g, Plan* plan,
   std::vector<bool> runs(count, true);
   for (int round = 0; round < kRounds; ++round) {
     for (int i = 0; i < count; ++i) {
-      if (!runs[i] || !(runs[i] = launch(i))) continue;
-      CUDA_CHECK(cudaEventRecord(start, stream_));
-      for (int run = 0; run < kRuns && runs[i]; ++run) runs[i] = launch(i);
-      CUDA_CHECK(cudaEventRecord(stop, stream_));
-      CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (!runs[i]) continue;
+      const float ms = TimeBackToBack(
+          stream_, [&] { return launch(i); }, kRuns);
+      runs[i] = ms >= 0.f;
       if (runs[i]) best_ms[i] = std::min(best_ms[i], ms);
     }
   }
   const int best =
       static_cast<int>(std::min_element(best_ms.begin(), best_ms.end()) - best_ms.begin());
   plan->algo = results[best].algo;
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   if (saved) {
     CUDA_CHECK(cudaMemcpyAsync(g.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));

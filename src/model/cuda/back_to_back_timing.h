@@ -1,10 +1,13 @@
-// TimeBackToBack: the benchmark programs' one timing. Milliseconds per run of `op` (a launch that
-// returns true when it was accepted) over `runs` back-to-back launches after one untimed, between
-// two CUDA events on `stream`, so that the host's work per launch overlaps the GPU's; -1 when a
-// launch fails.
+// TimeBackToBack: the one timing of the GEMM tuner (matmul.cpp) and the benchmark programs.
+// Milliseconds per run of `op` (a launch that returns true when it was accepted) over `runs`
+// back-to-back launches after one untimed, between two CUDA events on `stream`, so that the host's
+// work per launch overlaps the GPU's; -1 when a launch fails.
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+namespace trainer {
+namespace cuda {
 
 template <typename Op>
 float TimeBackToBack(cudaStream_t stream, const Op& op, int runs) {
@@ -23,3 +26,6 @@ float TimeBackToBack(cudaStream_t stream, const Op& op, int runs) {
   cudaEventDestroy(stop);
   return ok && cudaGetLastError() == cudaSuccess ? ms / runs : -1.f;
 }
+
+}  // namespace cuda
+}  // namespace trainer
