@@ -119,6 +119,10 @@ class Backend {
   // dout (skipped when empty).
   virtual Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                                 Tensor weight, GradientWrite dweight_write) = 0;
+  // out (W) f32 += over the rows r of in (N,C): [row_weights[r] *] in[r, first_column + j], j < W;
+  // row_weights f32 (N) or empty. Without weights: a bias gradient from a block of dout's
+  // columns; with them: a vector times a matrix.
+  virtual Status ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) = 0;
   // out = GELU(in) (tanh approximation), for activation recomputation; out may alias in.
   virtual Status GeluForward(Tensor out, Tensor in) = 0;
   // MatmulBackward where `in` is GELU(gelu_pre_act): din (N,C) = (dout @ weight) * GELU'(pre_act),

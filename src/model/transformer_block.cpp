@@ -79,6 +79,24 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   return be->Add(a->residual_out, a->residual_mid, summed);
 }
 
+// The k and v thirds of the qkv bias gradient without a pass over dqkv. Softmax ignores a
+// constant added to a row of scores, and a k bias adds q_i . b_k to every score of row i: the
+// k bias gradient is zero. A v bias adds b_v to every attention output row (each row of the
+// attention weights sums to one), so its gradient is the column sum of the attention output's
+// gradient, sum_i dO_i = (sum_i dY_i) W_proj: the projection's bias gradient (already summed,
+// over every micro-batch so far) times W_proj, a (C) x (C, C/tp) product written afresh after
+// each micro-batch. The k third keeps the zero that ZeroGradients wrote.
+namespace {
+Status AttentionBiasGradients(const BlockContext& ctx, const BlockWeights& w,
+                              const BlockWeights& g) {
+  Backend* be = ctx.backend;
+  const int64_t local_c = g.attn_b.numel() / 3;
+  const Tensor v_bias = g.attn_b.rows(2 * local_c, local_c);
+  TRAINER_RETURN_IF_ERROR(be->Zero(v_bias));
+  return be->ColumnSums(v_bias, w.proj_w, 0, g.proj_b);
+}
+}  // namespace
+
 Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
                      Tensor x, const BlockActivations& a, Tensor dresidual) {
   Backend* be = ctx.backend;
@@ -108,10 +126,15 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   TRAINER_RETURN_IF_ERROR(
       be->AttentionBackward(s.dqkv, s.datt, a.qkv, a.att_out, a.att_stats, ctx.local_heads));
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.dln, g.attn_w, g.attn_b, s.dqkv, a.ln1_out, w.attn_w, dw));
+      be->MatmulBackward(s.dln, g.attn_w, Tensor(), s.dqkv, a.ln1_out, w.attn_w, dw));
+  // The qkv bias gradient reads only the q third of dqkv (see AttentionBiasGradients).
+  const int64_t local_c = g.attn_b.numel() / 3;
+  TRAINER_RETURN_IF_ERROR(be->ColumnSums(g.attn_b.rows(0, local_c), s.dqkv, 0, Tensor()));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
-  return be->LayerNormBackward(dresidual, g.ln1_w, g.ln1_b, ln_sums ? g.proj_b : Tensor(), dln, x,
-                               w.ln1_w, a.ln1_mean, a.ln1_rstd);
+  TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln1_w, g.ln1_b,
+                                                ln_sums ? g.proj_b : Tensor(), dln, x, w.ln1_w,
+                                                a.ln1_mean, a.ln1_rstd));
+  return AttentionBiasGradients(ctx, w, g);
 }
 
 }  // namespace trainer

@@ -1,5 +1,6 @@
-// CpuBackend tests, part 2: matmul (with and without bias, with GELU), GELU backward and causal
-// attention, against naive double-precision loops and central finite differences of them.
+// CpuBackend tests, part 2: matmul (with and without bias, with GELU), column sums, GELU backward
+// and causal attention, against naive double-precision loops and central finite differences of
+// them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -123,6 +124,31 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuMatmul,
                                            MatmulCase{4, 9, 40, true, true},
                                            MatmulCase{3, 300, 6, false, true},
                                            MatmulCase{300, 5, 7, true, false}));
+
+// ColumnSums: a block of columns of a wider matrix, with and without row weights, added to what
+// the output held.
+TEST(CpuColumnSums, WindowAndRowWeightsMatchNaiveLoops) {
+  const int N = 37, C = 30, first = 10, W = 11;
+  CpuBackend backend;
+  std::vector<float> in = RandomFloats(N * C, 61), weights = RandomFloats(N, 62);
+  const std::vector<float> out0 = RandomFloats(W, 63);
+  for (bool weighted : {false, true}) {
+    SCOPED_TRACE(weighted ? "weighted" : "plain");
+    std::vector<float> out = out0;
+    ASSERT_TRUE(backend
+                    .ColumnSums(View(out, {W}), View(in, {N, C}), first,
+                                weighted ? View(weights, {N}) : Tensor())
+                    .ok());
+    DoubleVec want(W, 0.0);
+    for (int j = 0; j < W; ++j) {
+      want[j] = out0[j];
+      for (int n = 0; n < N; ++n) want[j] += (weighted ? weights[n] : 1.0) * in[n * C + first + j];
+    }
+    EXPECT_TRUE(AllClose(out, want, 1e-5));
+  }
+  std::vector<float> out(W);
+  EXPECT_FALSE(backend.ColumnSums(View(out, {W}), View(in, {N, C}), C - W + 1, Tensor()).ok());
+}
 
 // Shapes spanning several cache blocks in every dimension (rows, columns, k), checked against
 // the closed-form gradients computed by naive loops.

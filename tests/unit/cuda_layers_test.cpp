@@ -1,7 +1,8 @@
 // GPU tests of the CUDA backend's layer ops against the CPU fp32 backend: embedding, LayerNorm
 // (plain and fused with the residual add), matmul forward/backward through every cuBLASLt route
-// (epilogues on and off, sizes that are not multiples of 8), GELU backward and the elementwise
-// ops. Inputs are fresh random values, rounded to bf16 so both backends see the same numbers.
+// (epilogues on and off, sizes that are not multiples of 8), column sums, GELU backward and the
+// elementwise ops. Inputs are fresh random values, rounded to bf16 so both backends see the same
+// numbers.
 #include <cstdio>
 
 #include "cuda_test_util.h"
@@ -299,6 +300,33 @@ INSTANTIATE_TEST_SUITE_P(
                                          MatmulCase{37, 64, 257, true, Activation::kNone},
                                          MatmulCase{130, 72, 384, false, Activation::kNone}),
                        ::testing::Bool()));
+
+// ColumnSums: a block of columns of a wider matrix, plain and row-weighted, through the 16-byte
+// loads (columns and row stride multiples of 8) and the one-column loads (odd ones).
+TEST_F(CudaLayersTest, ColumnSumsMatchCpu) {
+  struct Case {
+    int N, C, first, W;
+  };
+  for (const Case c : {Case{1000, 3 * 64, 0, 64}, Case{517, 3 * 64, 128, 64}, Case{77, 45, 9, 13},
+                       Case{3000, 1024, 0, 1024}}) {
+    for (bool weighted : {false, true}) {
+      SCOPED_TRACE(Trace() + ", N " + std::to_string(c.N) + ", C " + std::to_string(c.C) +
+                   ", first " + std::to_string(c.first) + (weighted ? ", weighted" : ""));
+      std::vector<float> in = Random(c.N * c.C), weights = RandomFloats(c.N, rng_);
+      const std::vector<float> out0 = RandomFloats(c.W, rng_);
+      std::vector<float> out = out0;
+      const Tensor w_cpu = weighted ? HostView(weights, {c.N}) : Tensor();
+      ASSERT_STATUS_OK(
+          cpu_->ColumnSums(HostView(out, {c.W}), HostView(in, {c.N, c.C}), c.first, w_cpu));
+      auto g_in = Compute(in, {c.N, c.C});
+      auto g_weights = F32(weights, {c.N});
+      auto g_out = F32(out0, {c.W});
+      ASSERT_STATUS_OK(gpu_->ColumnSums(g_out->tensor(), g_in->tensor(), c.first,
+                                        weighted ? g_weights->tensor() : Tensor()));
+      EXPECT_RELATIVE_ERROR_BELOW(Minus(g_out->Download(), out0), Minus(out, out0), 1e-5);
+    }
+  }
+}
 
 TEST_F(CudaLayersTest, GeluBackwardInPlaceMatchesCpu) {
   SCOPED_TRACE(Trace());

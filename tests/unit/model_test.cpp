@@ -105,12 +105,15 @@ TEST(GptModel, EveryGradientMatchesFiniteDifferences) {
     ASSERT_NEAR(twice[i], 2 * grads[i], 1e-6 * std::fabs(grads[i]) + 1e-8) << "element " << i;
   const double eps = 1e-2;
   for (const ParameterInfo& p : f.model->parameters()) {
-    // A few elements of every tensor (the wte rows of real tokens only: pad rows get no gradient).
+    // A few elements of every tensor (the wte rows of real tokens only: pad rows get no gradient),
+    // and every element of the qkv biases, whose k and v thirds the model derives without summing
+    // dqkv (zero, and the projection's bias gradient times its weight).
     const int64_t n = p.name == "transformer.wte.weight"
                           ? f.config.vocab_size * f.config.hidden_size
                           : p.local_numel();
-    for (int k = 0; k < 4; ++k) {
-      const size_t i = p.offset + static_cast<size_t>(rng() % n);
+    const bool qkv_bias = p.name.find("attn.c_attn.bias") != std::string::npos;
+    for (int64_t k = 0; k < (qkv_bias ? n : 4); ++k) {
+      const size_t i = p.offset + static_cast<size_t>(qkv_bias ? k : rng() % n);
       const float saved = f.params[i];
       f.params[i] = saved + static_cast<float>(eps);
       ASSERT_TRUE(f.model->SetParameters(f.params).ok());

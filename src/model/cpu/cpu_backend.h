@@ -43,6 +43,7 @@ class CpuBackend final : public Backend {
                         Tensor weight, GradientWrite dweight_write) override;
   Status GeluForward(Tensor out, Tensor in) override;
   Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
+  Status ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
   Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) override;
   Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
                            int num_heads) override;

@@ -38,6 +38,9 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
 // ---- matmul.cpp ----
 // sums (C) += the column sums of x (N,C) (a bias gradient).
 void column_sums_accumulate(float* sums, const float* x, int64_t N, int C);
+// sums (C) += over the N rows of x (ld apart) of [weights[n] *] x[n*ld + c]; weights may be null.
+void column_sums_accumulate(float* sums, const float* x, int64_t N, int C, int64_t ld,
+                            const float* weights);
 // The general product under all matmuls: out (M,N) (row stride ldo) =
 // (accumulate ? out : 0) + A (M,K) @ B (K,N), where A(i,k) = a[i*a_rs + k*a_cs] and
 // B(k,j) = b[k*b_rs + j*b_cs]. Cache-blocked, packed, register-tiled; the sum over k always runs

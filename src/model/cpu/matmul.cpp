@@ -154,17 +154,23 @@ void matmul_forward(float* out, float* pre_act, const float* in, const float* we
   if (gelu) gelu_forward(out, pre_act, static_cast<size_t>(N) * OC);
 }
 
-void column_sums_accumulate(float* sums, const float* x, int64_t N, int C) {
+void column_sums_accumulate(float* sums, const float* x, int64_t N, int C, int64_t ld,
+                            const float* weights) {
   constexpr int kColumnChunk = 64;
 #pragma omp parallel for schedule(static)
   for (int c0 = 0; c0 < C; c0 += kColumnChunk) {
     const int c1 = std::min(C, c0 + kColumnChunk);
     for (int64_t n = 0; n < N; ++n) {
-      const float* row = x + n * C;
+      const float* row = x + n * ld;
+      const float w = weights ? weights[n] : 1.f;
 #pragma omp simd
-      for (int c = c0; c < c1; ++c) sums[c] += row[c];
+      for (int c = c0; c < c1; ++c) sums[c] += w * row[c];
     }
   }
+}
+
+void column_sums_accumulate(float* sums, const float* x, int64_t N, int C) {
+  column_sums_accumulate(sums, x, N, C, C, nullptr);
 }
 
 void matmul_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
@@ -236,6 +242,26 @@ Status CpuBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tens
                        dbias.empty() ? nullptr : dbias.as<float>(), dout.as<float>(),
                        in.as<float>(), weight.as<float>(), N, static_cast<int>(C),
                        static_cast<int>(OC));
+  return Status::Ok();
+}
+
+Status CpuBackend::ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) {
+  const char* op = "ColumnSums";
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
+  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "in", in, DType::kF32));
+  const int64_t N = cpu::Rows(in), C = cpu::Cols(in), W = out.numel();
+  if (first_column < 0 || first_column + W > C)
+    return cpu::OpError(op,
+                        StrFormat("columns [%lld, %lld) outside in's %lld", (long long)first_column,
+                                  (long long)(first_column + W), (long long)C));
+  if (!row_weights.empty()) {
+    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "row_weights", row_weights, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(
+        cpu::CheckAgree(op, "row_weights", row_weights, "in", in, "N", row_weights.numel(), N));
+  }
+  cpu::column_sums_accumulate(out.as<float>(), in.as<float>() + first_column, N,
+                              static_cast<int>(W), C,
+                              row_weights.empty() ? nullptr : row_weights.as<float>());
   return Status::Ok();
 }
 

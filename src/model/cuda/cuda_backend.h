@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
                                    GradientWrite dweight_write) override;
   Status GeluForward(Tensor out, Tensor in) override;
   Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
+  Status ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
   Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) override;
   Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
                            int num_heads) override;
@@ -112,6 +113,8 @@ class CudaBackend final : public Backend {
                             Tensor weight, Tensor gelu_pre_act, GradientWrite dweight_write);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
   Status Scratch(size_t bytes, void** out);
+  Status AddColumnSums(float* out, const void* x, int64_t N, int64_t C, int64_t ld,
+                       const float* row_weights);
 
   int device_;
   DType compute_;

@@ -273,17 +273,37 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
   // The bias gradient by our own two-stage column sums, not cuBLASLt's BGRADB epilogue: that one
   // runs as a separate, slower pass over dout anyway (and forces split-K GEMMs with their own
   // reduction pass), and its sums would depend on the algorithm the GEMM's tuning picked.
-  if (!dbias.empty()) {
-    const int chunks = cuda::ColumnReductionChunks(N);
-    void* scratch = nullptr;
-    TRAINER_RETURN_IF_ERROR(Scratch(static_cast<size_t>(chunks) * OC * sizeof(float), &scratch));
-    float* partials = static_cast<float*>(scratch);
-    CUDA_CHECK(cuda::LaunchColumnSumsPartial(compute_, partials, dout.data, N, static_cast<int>(OC),
-                                             chunks, stream_));
-    CUDA_CHECK(cuda::LaunchAddPartials({dbias.as<float>()}, partials, chunks, static_cast<int>(OC),
-                                       stream_));
-  }
+  if (!dbias.empty())
+    TRAINER_RETURN_IF_ERROR(AddColumnSums(dbias.as<float>(), dout.data, N, OC, OC, nullptr));
   return Status::Ok();
+}
+
+// out (C) f32 += the (row-weighted) column sums of x: deterministic, two stages (partials per
+// chunk of rows in scratch, then their fixed-order sum).
+Status CudaBackend::AddColumnSums(float* out, const void* x, int64_t N, int64_t C, int64_t ld,
+                                  const float* row_weights) {
+  const int chunks = cuda::ColumnReductionChunks(N);
+  void* scratch = nullptr;
+  TRAINER_RETURN_IF_ERROR(Scratch(static_cast<size_t>(chunks) * C * sizeof(float), &scratch));
+  float* partials = static_cast<float*>(scratch);
+  CUDA_CHECK(cuda::LaunchColumnSumsPartial(compute_, partials, x, N, static_cast<int>(C), ld,
+                                           row_weights, chunks, stream_));
+  CUDA_CHECK(cuda::LaunchAddPartials({out}, partials, chunks, static_cast<int>(C), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) {
+  const char* op = "ColumnSums";
+  const int64_t N = Rows(in), C = Cols(in), W = out.numel();
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, DType::kF32, W));
+  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "row_weights", row_weights, DType::kF32, N));
+  if (first_column < 0 || first_column + W > C)
+    return OpError(op, StrFormat("columns [%lld, %lld) outside in's %lld", (long long)first_column,
+                                 (long long)(first_column + W), (long long)C));
+  const char* first = static_cast<const char*>(in.data) + first_column * DTypeSize(compute_);
+  return AddColumnSums(out.as<float>(), first, N, W, C,
+                       row_weights.empty() ? nullptr : row_weights.as<float>());
 }
 
 Status CudaBackend::GeluForward(Tensor out, Tensor in) {

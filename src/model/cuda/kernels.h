@@ -62,9 +62,11 @@ cudaError_t LaunchConvert(DType dst_dtype, void* dst, DType src_dtype, const voi
 // ---- reduce.cu ----
 // Row chunks used by the two-stage column reductions for N rows.
 int ColumnReductionChunks(int64_t N);
-// partials (chunks, C) f32 = column sums of x (N,C) over each chunk of rows.
+// partials (chunks, C) f32 = sums over each chunk of rows of x's first C columns (N rows, ld
+// elements apart), each row times row_weights[row] (f32, N) when given.
 cudaError_t LaunchColumnSumsPartial(DType dtype, float* partials, const void* x, int64_t N, int C,
-                                    int chunks, cudaStream_t stream);
+                                    int64_t ld, const float* row_weights, int chunks,
+                                    cudaStream_t stream);
 // Partial rows (chunks, outs, count) into up to kMaxPartialOutputs f32 outputs of `count`
 // columns: outs[i][c] += sum over r < chunks of partials[(r * outs + i) * count + c], in a fixed
 // order (deterministic).

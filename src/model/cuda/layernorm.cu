@@ -525,8 +525,8 @@ cudaError_t BackwardImpl(T* din, float* dweight, float* dbias, float* din_sums, 
   if (din_sums) {  // din's column sums first (on entry), by the two-stage column reduction
     float* sum_partials = scratch + 3 * MaxBackwardChunks(N) * C;
     const int sum_chunks = ColumnReductionChunks(N);
-    cudaError_t err =
-        LaunchColumnSumsPartial(kDTypeOf<T>, sum_partials, din, N, C, sum_chunks, stream);
+    cudaError_t err = LaunchColumnSumsPartial(kDTypeOf<T>, sum_partials, din, N, C, C, nullptr,
+                                              sum_chunks, stream);
     if (err == cudaSuccess)
       err = LaunchAddPartials({din_sums}, sum_partials, sum_chunks, C, stream);
     if (err != cudaSuccess) return err;

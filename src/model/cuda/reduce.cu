@@ -13,9 +13,11 @@ constexpr int kRowLanes = 8;
 
 // Block (32 lanes x 8 row lanes) per (column tile, row chunk): partials (chunks, C). Each lane
 // owns kCount adjacent columns (one 16-byte load per row when the rows allow it, else one column),
-// so a warp reads 512 contiguous bytes per row; the 8 row lanes are added in a fixed order.
-template <typename T, int kCount>
-__global__ void ColumnSumsPartialKernel(float* partials, const T* x, int64_t N, int C, int chunks) {
+// so a warp reads 512 contiguous bytes per row; the 8 row lanes are added in a fixed order. Rows
+// are ld elements apart; with kWeighted, row r counts row_weights[r] times.
+template <typename T, int kCount, bool kWeighted>
+__global__ void ColumnSumsPartialKernel(float* partials, const T* x, int64_t N, int C, int64_t ld,
+                                        const float* row_weights, int chunks) {
   __shared__ float shared[kRowLanes][kWarpSize * kCount];
   const int c0 = (blockIdx.x * kWarpSize + threadIdx.x) * kCount;
   const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
@@ -24,12 +26,21 @@ __global__ void ColumnSumsPartialKernel(float* partials, const T* x, int64_t N, 
   float sum[kCount] = {};
   if (c0 < C) {
     for (int64_t row = begin + threadIdx.y; row < end; row += kRowLanes) {
+      float v[kCount];
       if constexpr (kCount == 1) {
-        sum[0] += ToFloat(x[row * C + c0]);
+        v[0] = ToFloat(x[row * ld + c0]);
       } else {
-        const Vec16<T> v = Load16(x + row * C + c0);
+        const Vec16<T> packed = Load16(x + row * ld + c0);
 #pragma unroll
-        for (int k = 0; k < kCount; ++k) sum[k] += ToFloat(v.v[k]);
+        for (int k = 0; k < kCount; ++k) v[k] = ToFloat(packed.v[k]);
+      }
+      if constexpr (kWeighted) {
+        const float w = row_weights[row];
+#pragma unroll
+        for (int k = 0; k < kCount; ++k) sum[k] = fmaf(w, v[k], sum[k]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kCount; ++k) sum[k] += v[k];
       }
     }
   }
@@ -137,18 +148,21 @@ int ColumnReductionChunks(int64_t N) {
 }
 
 cudaError_t LaunchColumnSumsPartial(DType dtype, float* partials, const void* x, int64_t N, int C,
-                                    int chunks, cudaStream_t stream) {
+                                    int64_t ld, const float* row_weights, int chunks,
+                                    cudaStream_t stream) {
   const dim3 block(kWarpSize, kRowLanes);
   TRAINER_DISPATCH_FLOAT_TYPE(
-      dtype, E, constexpr int kVector = Vec16<E>::kCount; if (Vectorisable<E>(C, {x})) {
-        const dim3 grid(CeilDiv(C, kWarpSize * kVector), chunks);
-        ColumnSumsPartialKernel<E, kVector>
-            <<<grid, block, 0, stream>>>(partials, static_cast<const E*>(x), N, C, chunks);
-      } else {
-        const dim3 grid(CeilDiv(C, kWarpSize), chunks);
-        ColumnSumsPartialKernel<E, 1>
-            <<<grid, block, 0, stream>>>(partials, static_cast<const E*>(x), N, C, chunks);
-      });
+      dtype, E, const E* rows = static_cast<const E*>(x); constexpr int kVector = Vec16<E>::kCount;
+      const bool vector = Vectorisable<E>(C, {x}) && ld % kVector == 0;
+      const dim3 grid(CeilDiv(C, kWarpSize * (vector ? kVector : 1)), chunks);
+      if (vector && row_weights) ColumnSumsPartialKernel<E, kVector, true>
+      <<<grid, block, 0, stream>>>(partials, rows, N, C, ld, row_weights, chunks);
+      else if (vector) ColumnSumsPartialKernel<E, kVector, false>
+      <<<grid, block, 0, stream>>>(partials, rows, N, C, ld, nullptr, chunks);
+      else if (row_weights) ColumnSumsPartialKernel<E, 1, true>
+      <<<grid, block, 0, stream>>>(partials, rows, N, C, ld, row_weights, chunks);
+      else ColumnSumsPartialKernel<E, 1, false>
+      <<<grid, block, 0, stream>>>(partials, rows, N, C, ld, nullptr, chunks););
   return cudaGetLastError();
 }
 
