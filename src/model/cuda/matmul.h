@@ -1,7 +1,8 @@
 // CublasLtMatmul: column-major GEMMs through cuBLASLt with its epilogues (bias, GELU with the
 // pre-activation as aux output, GELU gradient), f32 accumulation, one 32 MiB workspace allocated
 // at creation, and descriptors plus the chosen algorithm cached per problem (the fastest of the
-// heuristic's candidates for the problem and for its half, timed on first use).
+// heuristic's candidates for the problem, for its half and, with a bias, for it without the bias,
+// timed on first use).
 #pragma once
 
 #include <cublasLt.h>
@@ -71,6 +72,12 @@ class CublasLtMatmul {
   cublasStatus_t AddHalfProblemCandidates(const Gemm& gemm, const Plan& plan,
                                           cublasLtMatmulPreference_t pref,
                                           cublasLtMatmulHeuristicResult_t* results, int* found);
+  cublasStatus_t AddBiasFreeCandidates(const Gemm& gemm, const Plan& plan,
+                                       cublasLtMatmulPreference_t pref,
+                                       cublasLtMatmulHeuristicResult_t* results, int* found);
+  void MergeCheckedCandidates(const Plan& plan, const cublasLtMatmulHeuristicResult_t* extra,
+                              int extra_found, cublasLtMatmulHeuristicResult_t* results,
+                              int* found);
   Status TimeCandidates(const Gemm& gemm, Plan* plan,
                         const cublasLtMatmulHeuristicResult_t* results, int count);
   static constexpr int kCandidates = 16;
