@@ -19,9 +19,9 @@ train() {  # name np device overrides...
   run_np "$np" train "${COMMON[@]}" -o Global.device="$device" -o Engine.output_dir="$name" "$@" \
     > "$name.log" 2>&1 || { tail -20 "$name.log"; fail "$name failed"; }
 }
-# bf16 vs fp32: each step within 5% (measured on H200s: worst 3.5% in the first build, 0.1-0.4%
-# since), the mean over 50 steps within 1%
-# (measured: 0.13%).
+# bf16 vs fp32: each step within 5%, the mean over 50 steps within 1%. Measured on H200s: worst
+# 3.5% in the first build, 0.1-0.4% since, 1.3% (step 20; mean 0.17-0.19%) once docs/*.md, which
+# make_small_dataset packs, changed in the tenth session: the worst step depends on the data.
 compare_curves() {  # a b tolerance_each tolerance_mean [steps, default 50: b's last ones]
   local steps=${5:-50}
   paste <(losses "$1") <(losses "$2" | tail -n "$steps") | awk -v each="$3" -v mean="$4" -v steps="$steps" '

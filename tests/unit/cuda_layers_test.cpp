@@ -298,7 +298,14 @@ INSTANTIATE_TEST_SUITE_P(
                                          MatmulCase{74, 96, 100, true, Activation::kGelu},
                                          MatmulCase{74, 96, 136, true, Activation::kNone},
                                          MatmulCase{37, 64, 257, true, Activation::kNone},
-                                         MatmulCase{130, 72, 384, false, Activation::kNone}),
+                                         MatmulCase{130, 72, 384, false, Activation::kNone},
+                                         // The GPU integration test's block (4 x 128 tokens,
+                                         // C = 128): qkv, projection, MLP, qkv with TP=2.
+                                         MatmulCase{512, 128, 384, true, Activation::kNone},
+                                         MatmulCase{512, 128, 128, true, Activation::kNone},
+                                         MatmulCase{512, 128, 512, true, Activation::kGelu},
+                                         MatmulCase{512, 512, 128, true, Activation::kNone},
+                                         MatmulCase{512, 128, 192, true, Activation::kNone}),
                        ::testing::Bool()));
 
 // ColumnSums: a block of columns of a wider matrix, plain and row-weighted, through the 16-byte
