@@ -134,6 +134,7 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln1_w, g.ln1_b,
                                                 ln_sums ? g.proj_b : Tensor(), dln, x, w.ln1_w,
                                                 a.ln1_mean, a.ln1_rstd));
+  // Last: without TP, g.proj_b is complete only once ln1's backward has summed it (ln_sums).
   return AttentionBiasGradients(ctx, w, g);
 }
 
