@@ -31,3 +31,8 @@ if(TRAINER_WITH_CUDA AND TARGET CUDA::cupti)
   add_library(kernel_timeline SHARED ${PROJECT_SOURCE_DIR}/bench/kernel_timeline.cpp)
   target_link_libraries(kernel_timeline PRIVATE CUDA::cupti)
 endif()
+if(TRAINER_WITH_CUDA)
+  # Not a test: a streaming kernel on fewer SMs, alone and between GEMMs, at the power limit (bench/).
+  add_executable(memory_energy_bench ${PROJECT_SOURCE_DIR}/bench/memory_energy_bench.cu)
+  target_link_libraries(memory_energy_bench PRIVATE CUDA::cudart CUDA::cublasLt ${CMAKE_DL_LIBS})
+endif()
