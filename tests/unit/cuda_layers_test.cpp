@@ -202,15 +202,22 @@ struct MatmulCase {
   Activation act;
 };
 
+// How the GELU is computed: our kernel after the GEMM (no epilogues), cuBLASLt's epilogues, or
+// (forward) cuDNN's fused matmul + bias + GELU graph.
+enum class GeluRoute { kKernel, kCublasLt, kCudnn };
+
 class CudaMatmulTest : public CudaVsCpuTest,
-                       public ::testing::WithParamInterface<std::tuple<MatmulCase, bool>> {};
+                       public ::testing::WithParamInterface<std::tuple<MatmulCase, GeluRoute>> {};
 
 TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   const MatmulCase c = std::get<0>(GetParam());
-  const bool epilogues = std::get<1>(GetParam());
-  SCOPED_TRACE(Trace() + StrFormat(", N=%d C=%d OC=%d bias=%d gelu=%d epilogues=%d", c.N, c.C, c.OC,
-                                   c.bias, c.act == Activation::kGelu, epilogues));
+  const GeluRoute route = std::get<1>(GetParam());
+  const bool epilogues = route != GeluRoute::kKernel;
+  SCOPED_TRACE(Trace() + StrFormat(", N=%d C=%d OC=%d bias=%d gelu=%d route=%d", c.N, c.C, c.OC,
+                                   c.bias, c.act == Activation::kGelu, static_cast<int>(route)));
   gpu_->set_matmul_epilogues(epilogues);
+  gpu_->set_gelu_matmul_route(route == GeluRoute::kCudnn ? GeluMatmulRoute::kCudnn
+                                                         : GeluMatmulRoute::kCublasLt);
   const bool gelu = c.act == Activation::kGelu;
   const int N = c.N, C = c.C, OC = c.OC;
   std::vector<float> in = Random(N * C), weight = Random(OC * C, -0.2f, 0.2f),
@@ -283,11 +290,17 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dw_gelu->Download(), dw0), Minus(dw_gelu, dw0), 1e-3);
   const CudaPathCounts& p = gpu_->path_counts();
   std::printf(
-      "[matmul paths] N=%d C=%d OC=%d bias=%d gelu=%d epilogues=%d: gelu_epilogue=%d "
-      "gelu_kernel=%d\n",
-      N, C, OC, c.bias, gelu, epilogues, p.gelu_epilogue, p.gelu_kernel);
+      "[matmul paths] N=%d C=%d OC=%d bias=%d gelu=%d route=%d: gelu_epilogue=%d "
+      "gelu_cudnn=%d gelu_kernel=%d\n",
+      N, C, OC, c.bias, gelu, static_cast<int>(route), p.gelu_epilogue, p.gelu_cudnn,
+      p.gelu_kernel);
   if (!epilogues) {
     EXPECT_EQ(p.gelu_epilogue, 0);
+  }
+  if (route != GeluRoute::kCudnn) {
+    EXPECT_EQ(p.gelu_cudnn, 0);
+  } else if (gelu && N == 512 && CudaBackend::CudnnAttentionCompiled()) {
+    EXPECT_EQ(p.gelu_cudnn, 1);  // the integration test's MLP shape takes cuDNN when forced
   }
 }
 
@@ -306,7 +319,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          MatmulCase{512, 128, 512, true, Activation::kGelu},
                                          MatmulCase{512, 512, 128, true, Activation::kNone},
                                          MatmulCase{512, 128, 192, true, Activation::kNone}),
-                       ::testing::Bool()));
+                       ::testing::Values(GeluRoute::kKernel, GeluRoute::kCublasLt,
+                                         GeluRoute::kCudnn)));
 
 // ColumnSums: a block of columns of a wider matrix, plain and row-weighted, through the 16-byte
 // loads (columns and row stride multiples of 8) and the one-column loads (odd ones).

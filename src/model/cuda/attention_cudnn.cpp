@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/cuda/cuda_check.h"
+#include "model/cuda/cudnn_workspace.h"
 #include "model/cuda/op_checks.h"
 
 namespace trainer {
@@ -113,13 +114,11 @@ bool BuildPlans(const GraphPtr& graph, cudnnHandle_t handle, std::string* why) {
 struct CudnnAttention::Impl {
   cudnnHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
-  void* workspace = nullptr;
-  int64_t workspace_bytes = 0;
+  CudnnWorkspace workspace;
   // (B, T, NH, HS, backward) -> graph; nullptr when cuDNN rejected the shape.
   std::map<std::tuple<int, int, int, int, bool>, GraphPtr> graphs;
 
   ~Impl() {
-    if (workspace) cudaFree(workspace);
     if (handle) cudnnDestroy(handle);
   }
 
@@ -136,7 +135,7 @@ struct CudnnAttention::Impl {
         if (e.is_bad())
           return RuntimeError("cuDNN attention workspace query (" + Where() +
                               "): " + e.get_message());
-        TRAINER_RETURN_IF_ERROR(GrowWorkspace(bytes));
+        TRAINER_RETURN_IF_ERROR(workspace.Grow(bytes, stream));
       } else {
         LogWarning(
             StrFormat("cuDNN has no fused attention %s for B=%lld T=%lld NH=%lld HS=%lld "
@@ -151,19 +150,8 @@ struct CudnnAttention::Impl {
     return Status::Ok();
   }
 
-  Status GrowWorkspace(int64_t bytes) {
-    if (bytes <= workspace_bytes) return Status::Ok();
-    CUDA_CHECK(cudaStreamSynchronize(stream));  // the old workspace may still be in use
-    if (workspace) CUDA_CHECK(cudaFree(workspace));
-    workspace = nullptr;
-    workspace_bytes = 0;
-    CUDA_CHECK(cudaMalloc(&workspace, bytes));
-    workspace_bytes = bytes;
-    return Status::Ok();
-  }
-
   Status Execute(const GraphPtr& graph, std::unordered_map<int64_t, void*>& pack) {
-    fe::error_t e = graph->execute(handle, pack, workspace);
+    fe::error_t e = graph->execute(handle, pack, workspace.data);
     if (e.is_bad())
       return RuntimeError("cuDNN attention execution (" + Where() + "): " + e.get_message() +
                           ". Rerun with CUDNN_FRONTEND_LOG_INFO=1 for details");

@@ -12,6 +12,7 @@
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/kernels.h"
 #include "model/cuda/matmul.h"
+#include "model/cuda/matmul_gelu_cudnn.h"
 #include "model/cuda/op_checks.h"
 
 namespace trainer {
@@ -53,6 +54,9 @@ Status CudaBackend::Create(int device, DType compute, std::unique_ptr<CudaBacken
     const Status cudnn = cuda::CudnnAttention::Create(backend->stream_, &backend->cudnn_attention_);
     if (!cudnn.ok())  // a missing or broken cuDNN costs speed, not the run
       LogWarning(cudnn.message() + "; attention uses the slower fallback kernels");
+    // Without it the GELU GEMMs stay on cuBLASLt (the attention's warning covers a broken cuDNN).
+    if (!cuda::CudnnGeluMatmul::Create(backend->stream_, &backend->cudnn_gelu_matmul_).ok())
+      backend->cudnn_gelu_matmul_.reset();
   }
   CUDA_CHECK(cudaMalloc(&backend->scratch_, kInitialScratchBytes));
   backend->scratch_bytes_ = kInitialScratchBytes;
@@ -66,6 +70,7 @@ Status CudaBackend::Create(int device, DType compute, std::unique_ptr<CudaBacken
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   cudnn_attention_.reset();
+  cudnn_gelu_matmul_.reset();
   matmul_.reset();
   for (cudaEvent_t event : staging_free_)
     if (event) cudaEventDestroy(event);

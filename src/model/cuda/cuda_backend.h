@@ -1,8 +1,10 @@
 // CudaBackend: the Backend (src/model/backend.h) on one NVIDIA GPU. Compute tensors are bf16 (or
 // f32 when created so); parameter gradients, master weights, Adam moments, statistics and losses
 // are f32. Every op runs on one stream (stream(), shared with NcclCommunicator and the engine).
-// Matrix products go through cuBLASLt (matmul.h), attention through cuDNN's fused SDPA when built
-// with the frontend (attention_cudnn.h) or our own kernels otherwise; the rest are custom kernels
+// Matrix products go through cuBLASLt (matmul.h), except the forward GEMM with a GELU where cuDNN's
+// fused matmul + bias + GELU graph (matmul_gelu_cudnn.h) times faster for the shape; attention
+// through cuDNN's fused SDPA when built with the frontend (attention_cudnn.h) or our own kernels
+// otherwise; the rest are custom kernels
 // (kernels.h). Memory: Allocate() is cudaMalloc + cudaMemset at setup; ops that need temporary
 // room share one scratch buffer that is reserved at creation and grows only on first use of a
 // larger shape (the first step), so the step loop itself never allocates.
@@ -10,8 +12,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "model/backend.h"
 
@@ -19,11 +23,19 @@ namespace trainer {
 namespace cuda {
 class CublasLtMatmul;
 class CudnnAttention;
+class CudnnGeluMatmul;
+struct Gemm;
+struct GeluMatmulArgs;
 }  // namespace cuda
+
+// Which library runs the forward GEMM with a GELU (bf16, epilogues on): the faster of the two for
+// each shape, timed on first use (kFastest); or one of them forced (tests, diagnosis).
+enum class GeluMatmulRoute { kFastest, kCublasLt, kCudnn };
 
 // Which implementation each op took, counted since creation (for tests and logs).
 struct CudaPathCounts {
-  int gelu_epilogue = 0;       // GELU fused into the matmul (cuBLASLt GELU_AUX[_BIAS])
+  int gelu_epilogue = 0;       // GELU fused into the matmul (cuBLASLt GELU_AUX[_BIAS], DGELU)
+  int gelu_cudnn = 0;          // forward matmul + bias + GELU as one cuDNN graph
   int gelu_kernel = 0;         // matmul with bias epilogue, then our GELU kernel
   int attention_cudnn = 0;     // forward or backward calls through cuDNN
   int attention_fallback = 0;  // forward or backward calls through our kernels
@@ -43,6 +55,7 @@ class CudaBackend final : public Backend {
   // epilogues (the bias epilogue is always used).
   void set_force_attention_fallback(bool on) { force_attention_fallback_ = on; }
   void set_matmul_epilogues(bool on) { matmul_epilogues_ = on; }
+  void set_gelu_matmul_route(GeluMatmulRoute route) { gelu_route_ = route; }
   const CudaPathCounts& path_counts() const { return counts_; }
 
   std::string name() const override;
@@ -111,6 +124,10 @@ class CudaBackend final : public Backend {
   // MatmulBackward, with din multiplied by GELU'(gelu_pre_act) when that is given.
   Status MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                             Tensor weight, Tensor gelu_pre_act, GradientWrite dweight_write);
+  // The forward GEMM with a GELU through cuDNN when that is the shape's route (decided on first
+  // use by timing `gemm`, the cuBLASLt GELU_AUX[_BIAS] route, against cuDNN's fastest plan);
+  // *done = false leaves it to cuBLASLt.
+  Status GeluMatmulByCudnn(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args, bool* done);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
   Status Scratch(size_t bytes, void** out);
   Status AddColumnSums(float* out, const void* x, int64_t N, int64_t C, int64_t ld,
@@ -131,6 +148,10 @@ class CudaBackend final : public Backend {
   int staging_next_ = 0;
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
+  std::unique_ptr<cuda::CudnnGeluMatmul> cudnn_gelu_matmul_;
+  GeluMatmulRoute gelu_route_ = GeluMatmulRoute::kFastest;
+  // (N, C, F, bias) -> whether cuDNN runs that forward GELU GEMM.
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, bool> gelu_by_cudnn_;
   bool force_attention_fallback_ = false;
   bool matmul_epilogues_ = true;
   CudaPathCounts counts_;

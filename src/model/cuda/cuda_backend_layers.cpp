@@ -1,11 +1,14 @@
 // CudaBackend's layer ops (the op tier): shape and dtype checks, then the cuBLASLt, cuDNN or
 // custom-kernel route. Matmuls are row-major here and column-major to cuBLASLt: y = x W^T is
 // y^T (OC,N) = W (as (C,OC) column-major, transposed) times x^T (C,N).
+#include "common/log.h"
 #include "model/cuda/attention_cudnn.h"
+#include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/kernels.h"
 #include "model/cuda/matmul.h"
+#include "model/cuda/matmul_gelu_cudnn.h"
 #include "model/cuda/op_checks.h"
 
 namespace trainer {
@@ -179,6 +182,19 @@ Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor 
     g.epilogue = bias.empty() ? cuda::GemmEpilogue::kGeluAux : cuda::GemmEpilogue::kGeluAuxBias;
     g.aux = pre_act.data;
     g.aux_ld = OC;
+    cuda::GeluMatmulArgs args;
+    args.out = out.data;
+    args.pre = pre_act.data;
+    args.in = in.data;
+    args.weight = weight.data;
+    args.bias = bias.empty() ? nullptr : bias.data;
+    args.N = N, args.C = C, args.F = OC;
+    bool by_cudnn = false;
+    TRAINER_RETURN_IF_ERROR(GeluMatmulByCudnn(g, args, &by_cudnn));
+    if (by_cudnn) {
+      ++counts_.gelu_cudnn;
+      return Status::Ok();
+    }
     TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
     if (supported) {
       ++counts_.gelu_epilogue;
@@ -198,6 +214,40 @@ Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor 
     CUDA_CHECK(cuda::LaunchGeluForward(compute_, out.data, pre_act.data, N * OC, stream_));
   }
   return Status::Ok();
+}
+
+Status CudaBackend::GeluMatmulByCudnn(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args,
+                                      bool* done) {
+  *done = false;
+  if (!cudnn_gelu_matmul_ || compute_ != DType::kBF16 || gelu_route_ == GeluMatmulRoute::kCublasLt)
+    return Status::Ok();
+  const auto key = std::make_tuple(args.N, args.C, args.F, args.bias != nullptr);
+  auto it = gelu_by_cudnn_.find(key);
+  if (it == gelu_by_cudnn_.end()) {
+    bool use_cudnn = gelu_route_ == GeluMatmulRoute::kCudnn;
+    if (!use_cudnn) {  // cuBLASLt's time (its first run tunes it), then cuDNN's fastest plan's
+      const float cublaslt_ms = cuda::TimeBackToBack(
+          stream_,
+          [&] {
+            bool ran = false;
+            return matmul_->Run(gemm, &ran).ok() && ran;
+          },
+          3);
+      float cudnn_ms = -1.f;
+      bool supported = false;
+      TRAINER_RETURN_IF_ERROR(cudnn_gelu_matmul_->Run(args, &supported, &cudnn_ms));
+      use_cudnn = supported && cudnn_ms > 0 && (cublaslt_ms <= 0 || cudnn_ms < cublaslt_ms);
+      LogInfo(
+          StrFormat("GELU GEMM (%lld x %lld -> %lld): cuBLASLt epilogue %.3f ms, cuDNN fused "
+                    "graph %.3f ms%s; using %s",
+                    (long long)args.N, (long long)args.C, (long long)args.F, cublaslt_ms, cudnn_ms,
+                    supported ? "" : " (no plan)", use_cudnn ? "cuDNN" : "cuBLASLt"));
+      // The outputs now hold cuDNN's result; when cuBLASLt wins, the caller runs it again.
+    }
+    it = gelu_by_cudnn_.emplace(key, use_cudnn).first;
+  }
+  if (!it->second) return Status::Ok();
+  return cudnn_gelu_matmul_->Run(args, done);
 }
 
 Status CudaBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,

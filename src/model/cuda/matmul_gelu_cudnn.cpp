@@ -1,0 +1,193 @@
+// cuDNN frontend matmul + bias + GELU graphs (see matmul_gelu_cudnn.h): one per shape, built on
+// first use with its fastest plan chosen by timing, including the shapes cuDNN rejects (so a
+// rejected shape costs one attempt).
+#include "model/cuda/matmul_gelu_cudnn.h"
+
+#if TRAINER_WITH_CUDNN
+
+#include <cudnn_frontend.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include "model/cuda/back_to_back_timing.h"
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/cudnn_workspace.h"
+#include "model/cuda/op_checks.h"
+
+namespace trainer {
+namespace cuda {
+
+namespace fe = cudnn_frontend;
+
+namespace {
+
+enum TensorUid : int64_t { kIn = 1, kWeight, kBias, kPre, kOut };
+
+// The heuristic's first plans built and timed per shape: each is a runtime-compiled kernel, and
+// the fastest has always been among the first few.
+constexpr int64_t kPlansTimed = 6;
+
+using GraphPtr = std::shared_ptr<fe::graph::Graph>;
+
+std::shared_ptr<fe::graph::Tensor_attributes> Input(const GraphPtr& g, const char* name,
+                                                    int64_t uid, std::vector<int64_t> dims,
+                                                    std::vector<int64_t> strides) {
+  return g->tensor(fe::graph::Tensor_attributes()
+                       .set_name(name)
+                       .set_uid(uid)
+                       .set_dim(std::move(dims))
+                       .set_stride(std::move(strides)));
+}
+
+fe::graph::Pointwise_attributes Pointwise(const char* name, fe::PointwiseMode_t mode) {
+  return fe::graph::Pointwise_attributes().set_name(name).set_mode(mode).set_compute_data_type(
+      fe::DataType_t::FLOAT);
+}
+
+// pre (1,N,F) = in (1,N,C) x weight^T (1,C,F) [+ bias (1,1,F)], out = GELU_tanh(pre); the
+// product and the bias add in f32, pre and out stored in bf16.
+GraphPtr GeluGraph(int64_t N, int64_t C, int64_t F, bool bias) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto in = Input(g, "in", kIn, {1, N, C}, {N * C, C, 1});
+  auto weight_t = Input(g, "weight_t", kWeight, {1, C, F}, {C * F, 1, C});  // weight (F,C)
+  auto pre = g->matmul(in, weight_t,
+                       fe::graph::Matmul_attributes().set_name("matmul").set_compute_data_type(
+                           fe::DataType_t::FLOAT));
+  pre->set_data_type(fe::DataType_t::FLOAT);
+  if (bias) {
+    auto b = Input(g, "bias", kBias, {1, 1, F}, {F, F, 1});
+    pre = g->pointwise(pre, b, Pointwise("bias", fe::PointwiseMode_t::ADD));
+  }
+  pre->set_output(true).set_uid(kPre).set_data_type(fe::DataType_t::BFLOAT16);
+  auto out = g->pointwise(pre, Pointwise("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
+  out->set_output(true).set_uid(kOut).set_data_type(fe::DataType_t::BFLOAT16);
+  return g;
+}
+
+std::unordered_map<int64_t, void*> Pack(const GeluMatmulArgs& a) {
+  std::unordered_map<int64_t, void*> pack = {{kIn, const_cast<void*>(a.in)},
+                                             {kWeight, const_cast<void*>(a.weight)},
+                                             {kPre, a.pre},
+                                             {kOut, a.out}};
+  if (a.bias) pack[kBias] = const_cast<void*>(a.bias);
+  return pack;
+}
+
+}  // namespace
+
+struct CudnnGeluMatmul::Impl {
+  struct Entry {
+    GraphPtr graph;     // nullptr when cuDNN rejected the shape
+    int64_t plan = -1;  // the fastest built plan
+  };
+  cudnnHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
+  CudnnWorkspace workspace;
+  // (N, C, F, bias) -> graph and plan.
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Entry> entries;
+
+  ~Impl() {
+    if (handle) cudnnDestroy(handle);
+  }
+
+  // Plans the shape's graph, builds its first plans and times each on the call's operands (three
+  // runs behind an untimed one); the entry keeps the fastest, and *best_ms its time.
+  Status Build(const GeluMatmulArgs& a, Entry* entry, float* best_ms) {
+    *best_ms = -1.f;
+    GraphPtr g = GeluGraph(a.N, a.C, a.F, a.bias != nullptr);
+    fe::error_t e = g->validate();
+    if (e.is_good()) e = g->build_operation_graph(handle);
+    if (e.is_good()) e = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    if (e.is_good()) e = g->check_support(handle);
+    if (e.is_bad()) return Status::Ok();  // unsupported: the caller keeps cuBLASLt
+    std::unordered_map<int64_t, void*> pack = Pack(a);
+    const int64_t count = std::min<int64_t>(g->get_execution_plan_count(), kPlansTimed);
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t bytes = 0;
+      if (g->build_plan_at_index(i).is_bad() ||
+          g->get_workspace_size_plan_at_index(i, bytes).is_bad())
+        continue;
+      TRAINER_RETURN_IF_ERROR(workspace.Grow(bytes, stream));
+      const float ms = TimeBackToBack(
+          stream,
+          [&] { return g->execute_plan_at_index(handle, pack, workspace.data, i).is_good(); }, 3);
+      if (ms > 0 && (*best_ms < 0 || ms < *best_ms)) *best_ms = ms, entry->plan = i;
+    }
+    if (entry->plan >= 0) entry->graph = g;
+    return Status::Ok();
+  }
+};
+
+CudnnGeluMatmul::CudnnGeluMatmul() : impl_(std::make_unique<Impl>()) {}
+CudnnGeluMatmul::~CudnnGeluMatmul() = default;
+bool CudnnGeluMatmul::Compiled() {
+  return true;
+}
+
+Status CudnnGeluMatmul::Create(cudaStream_t stream, std::unique_ptr<CudnnGeluMatmul>* out) {
+  std::unique_ptr<CudnnGeluMatmul> matmul(new CudnnGeluMatmul());
+  matmul->impl_->stream = stream;
+  CUDNN_CHECK(cudnnCreate(&matmul->impl_->handle));
+  CUDNN_CHECK(cudnnSetStream(matmul->impl_->handle, stream));
+  *out = std::move(matmul);
+  return Status::Ok();
+}
+
+Status CudnnGeluMatmul::Run(const GeluMatmulArgs& a, bool* supported, float* first_use_ms) {
+  *supported = false;
+  const auto key = std::make_tuple(a.N, a.C, a.F, a.bias != nullptr);
+  auto it = impl_->entries.find(key);
+  if (it == impl_->entries.end()) {
+    Impl::Entry entry;
+    float best_ms = -1.f;
+    TRAINER_RETURN_IF_ERROR(impl_->Build(a, &entry, &best_ms));
+    if (first_use_ms) *first_use_ms = best_ms;
+    it = impl_->entries.emplace(key, entry).first;
+  }
+  const Impl::Entry& entry = it->second;
+  if (!entry.graph) return Status::Ok();
+  std::unordered_map<int64_t, void*> pack = Pack(a);
+  fe::error_t e =
+      entry.graph->execute_plan_at_index(impl_->handle, pack, impl_->workspace.data, entry.plan);
+  if (e.is_bad())
+    return RuntimeError("cuDNN GELU matmul execution (" + Where() + "): " + e.get_message() +
+                        ". Rerun with CUDNN_FRONTEND_LOG_INFO=1 for details");
+  *supported = true;
+  return Status::Ok();
+}
+
+}  // namespace cuda
+}  // namespace trainer
+
+#else  // !TRAINER_WITH_CUDNN: no fused GELU graphs; Create fails, so the backend keeps cuBLASLt.
+
+#include "model/cuda/op_checks.h"
+
+namespace trainer {
+namespace cuda {
+
+struct CudnnGeluMatmul::Impl {};
+CudnnGeluMatmul::CudnnGeluMatmul() = default;
+CudnnGeluMatmul::~CudnnGeluMatmul() = default;
+bool CudnnGeluMatmul::Compiled() {
+  return false;
+}
+Status CudnnGeluMatmul::Create(cudaStream_t, std::unique_ptr<CudnnGeluMatmul>*) {
+  return EnvironmentError("cuDNN GELU matmul (" + Where() +
+                          "): this binary was built without the cuDNN frontend");
+}
+Status CudnnGeluMatmul::Run(const GeluMatmulArgs&, bool* supported, float*) {
+  *supported = false;
+  return Status::Ok();
+}
+
+}  // namespace cuda
+}  // namespace trainer
+
+#endif  // TRAINER_WITH_CUDNN
