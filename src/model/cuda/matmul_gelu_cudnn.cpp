@@ -26,8 +26,8 @@ namespace {
 
 enum TensorUid : int64_t { kIn = 1, kWeight, kBias, kPre, kOut };
 
-// The heuristic's first plans built and timed per shape: each is a runtime-compiled kernel, and
-// the fastest has always been among the first few.
+// The heuristic's first plans built and timed per shape (each is a kernel compiled at run time,
+// so building every plan would cost more start-up time for plans the heuristic ranks lower).
 constexpr int64_t kPlansTimed = 6;
 
 using GraphPtr = std::shared_ptr<fe::graph::Graph>;
