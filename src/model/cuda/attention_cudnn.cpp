@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "model/cuda/cuda_check.h"
-#include "model/cuda/cudnn_workspace.h"
+#include "model/cuda/cudnn_graph.h"
 #include "model/cuda/op_checks.h"
 
 namespace trainer {
@@ -38,31 +38,13 @@ struct Shape {
   float scale() const { return 1.f / std::sqrt(static_cast<float>(HS)); }
 };
 
-using GraphPtr = std::shared_ptr<fe::graph::Graph>;
-
-GraphPtr NewGraph() {
-  auto graph = std::make_shared<fe::graph::Graph>();
-  graph->set_io_data_type(fe::DataType_t::BFLOAT16)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  return graph;
-}
-
-std::shared_ptr<fe::graph::Tensor_attributes> Input(const GraphPtr& graph, const char* name,
-                                                    int64_t uid, std::vector<int64_t> dims,
-                                                    std::vector<int64_t> strides) {
-  return graph->tensor(fe::graph::Tensor_attributes()
-                           .set_name(name)
-                           .set_uid(uid)
-                           .set_dim(std::move(dims))
-                           .set_stride(std::move(strides)));
-}
+using GraphPtr = CudnnGraphPtr;
 
 GraphPtr ForwardGraph(const Shape& s) {
-  GraphPtr graph = NewGraph();
-  auto q = Input(graph, "q", kQ, s.dims(), s.qkv_strides());
-  auto k = Input(graph, "k", kK, s.dims(), s.qkv_strides());
-  auto v = Input(graph, "v", kV, s.dims(), s.qkv_strides());
+  GraphPtr graph = NewBf16Graph();
+  auto q = GraphInput(graph, "q", kQ, s.dims(), s.qkv_strides());
+  auto k = GraphInput(graph, "k", kK, s.dims(), s.qkv_strides());
+  auto v = GraphInput(graph, "v", kV, s.dims(), s.qkv_strides());
   auto options = fe::graph::SDPA_attributes()
                      .set_name("causal_attention")
                      .set_generate_stats(true)
@@ -79,13 +61,13 @@ GraphPtr ForwardGraph(const Shape& s) {
 }
 
 GraphPtr BackwardGraph(const Shape& s) {
-  GraphPtr graph = NewGraph();
-  auto q = Input(graph, "q", kQ, s.dims(), s.qkv_strides());
-  auto k = Input(graph, "k", kK, s.dims(), s.qkv_strides());
-  auto v = Input(graph, "v", kV, s.dims(), s.qkv_strides());
-  auto o = Input(graph, "o", kO, s.dims(), s.out_strides());
-  auto dout = Input(graph, "dout", kDO, s.dims(), s.out_strides());
-  auto stats = Input(graph, "stats", kStats, s.stats_dims(), s.stats_strides());
+  GraphPtr graph = NewBf16Graph();
+  auto q = GraphInput(graph, "q", kQ, s.dims(), s.qkv_strides());
+  auto k = GraphInput(graph, "k", kK, s.dims(), s.qkv_strides());
+  auto v = GraphInput(graph, "v", kV, s.dims(), s.qkv_strides());
+  auto o = GraphInput(graph, "o", kO, s.dims(), s.out_strides());
+  auto dout = GraphInput(graph, "dout", kDO, s.dims(), s.out_strides());
+  auto stats = GraphInput(graph, "stats", kStats, s.stats_dims(), s.stats_strides());
   stats->set_data_type(fe::DataType_t::FLOAT);
   auto options = fe::graph::SDPA_backward_attributes()
                      .set_name("causal_attention_backward")
@@ -112,15 +94,9 @@ bool BuildPlans(const GraphPtr& graph, cudnnHandle_t handle, std::string* why) {
 }  // namespace
 
 struct CudnnAttention::Impl {
-  cudnnHandle_t handle = nullptr;
-  cudaStream_t stream = nullptr;
-  CudnnWorkspace workspace;
+  CudnnContext cudnn;
   // (B, T, NH, HS, backward) -> graph; nullptr when cuDNN rejected the shape.
   std::map<std::tuple<int, int, int, int, bool>, GraphPtr> graphs;
-
-  ~Impl() {
-    if (handle) cudnnDestroy(handle);
-  }
 
   // The cached graph for the shape, built (and the workspace grown) on first use.
   Status Graph(const Shape& s, bool backward, GraphPtr* out) {
@@ -129,13 +105,13 @@ struct CudnnAttention::Impl {
     if (it == graphs.end()) {
       GraphPtr graph = backward ? BackwardGraph(s) : ForwardGraph(s);
       std::string why;
-      if (BuildPlans(graph, handle, &why)) {
+      if (BuildPlans(graph, cudnn.handle, &why)) {
         int64_t bytes = 0;
         fe::error_t e = graph->get_workspace_size(bytes);
         if (e.is_bad())
           return RuntimeError("cuDNN attention workspace query (" + Where() +
                               "): " + e.get_message());
-        TRAINER_RETURN_IF_ERROR(workspace.Grow(bytes, stream));
+        TRAINER_RETURN_IF_ERROR(cudnn.GrowWorkspace(bytes));
       } else {
         LogWarning(
             StrFormat("cuDNN has no fused attention %s for B=%lld T=%lld NH=%lld HS=%lld "
@@ -151,7 +127,7 @@ struct CudnnAttention::Impl {
   }
 
   Status Execute(const GraphPtr& graph, std::unordered_map<int64_t, void*>& pack) {
-    fe::error_t e = graph->execute(handle, pack, workspace.data);
+    fe::error_t e = graph->execute(cudnn.handle, pack, cudnn.workspace);
     if (e.is_bad())
       return RuntimeError("cuDNN attention execution (" + Where() + "): " + e.get_message() +
                           ". Rerun with CUDNN_FRONTEND_LOG_INFO=1 for details");
@@ -167,9 +143,7 @@ bool CudnnAttention::Compiled() {
 
 Status CudnnAttention::Create(cudaStream_t stream, std::unique_ptr<CudnnAttention>* out) {
   std::unique_ptr<CudnnAttention> attention(new CudnnAttention());
-  attention->impl_->stream = stream;
-  CUDNN_CHECK(cudnnCreate(&attention->impl_->handle));
-  CUDNN_CHECK(cudnnSetStream(attention->impl_->handle, stream));
+  TRAINER_RETURN_IF_ERROR(attention->impl_->cudnn.Open(stream));
   *out = std::move(attention);
   return Status::Ok();
 }

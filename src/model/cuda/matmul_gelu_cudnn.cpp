@@ -14,7 +14,7 @@
 
 #include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/cuda_check.h"
-#include "model/cuda/cudnn_workspace.h"
+#include "model/cuda/cudnn_graph.h"
 #include "model/cuda/op_checks.h"
 
 namespace trainer {
@@ -30,17 +30,7 @@ enum TensorUid : int64_t { kIn = 1, kWeight, kBias, kPre, kOut };
 // so building every plan would cost more start-up time for plans the heuristic ranks lower).
 constexpr int64_t kPlansTimed = 6;
 
-using GraphPtr = std::shared_ptr<fe::graph::Graph>;
-
-std::shared_ptr<fe::graph::Tensor_attributes> Input(const GraphPtr& g, const char* name,
-                                                    int64_t uid, std::vector<int64_t> dims,
-                                                    std::vector<int64_t> strides) {
-  return g->tensor(fe::graph::Tensor_attributes()
-                       .set_name(name)
-                       .set_uid(uid)
-                       .set_dim(std::move(dims))
-                       .set_stride(std::move(strides)));
-}
+using GraphPtr = CudnnGraphPtr;
 
 fe::graph::Pointwise_attributes Pointwise(const char* name, fe::PointwiseMode_t mode) {
   return fe::graph::Pointwise_attributes().set_name(name).set_mode(mode).set_compute_data_type(
@@ -50,18 +40,15 @@ fe::graph::Pointwise_attributes Pointwise(const char* name, fe::PointwiseMode_t 
 // pre (1,N,F) = in (1,N,C) x weight^T (1,C,F) [+ bias (1,1,F)], out = GELU_tanh(pre); the
 // product and the bias add in f32, pre and out stored in bf16.
 GraphPtr GeluGraph(int64_t N, int64_t C, int64_t F, bool bias) {
-  auto g = std::make_shared<fe::graph::Graph>();
-  g->set_io_data_type(fe::DataType_t::BFLOAT16)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  auto in = Input(g, "in", kIn, {1, N, C}, {N * C, C, 1});
-  auto weight_t = Input(g, "weight_t", kWeight, {1, C, F}, {C * F, 1, C});  // weight (F,C)
+  GraphPtr g = NewBf16Graph();
+  auto in = GraphInput(g, "in", kIn, {1, N, C}, {N * C, C, 1});
+  auto weight_t = GraphInput(g, "weight_t", kWeight, {1, C, F}, {C * F, 1, C});  // weight (F,C)
   auto pre = g->matmul(in, weight_t,
                        fe::graph::Matmul_attributes().set_name("matmul").set_compute_data_type(
                            fe::DataType_t::FLOAT));
   pre->set_data_type(fe::DataType_t::FLOAT);
   if (bias) {
-    auto b = Input(g, "bias", kBias, {1, 1, F}, {F, F, 1});
+    auto b = GraphInput(g, "bias", kBias, {1, 1, F}, {F, F, 1});
     pre = g->pointwise(pre, b, Pointwise("bias", fe::PointwiseMode_t::ADD));
   }
   pre->set_output(true).set_uid(kPre).set_data_type(fe::DataType_t::BFLOAT16);
@@ -86,15 +73,9 @@ struct CudnnGeluMatmul::Impl {
     GraphPtr graph;     // nullptr when cuDNN rejected the shape
     int64_t plan = -1;  // the fastest built plan
   };
-  cudnnHandle_t handle = nullptr;
-  cudaStream_t stream = nullptr;
-  CudnnWorkspace workspace;
+  CudnnContext cudnn;
   // (N, C, F, bias) -> graph and plan.
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Entry> entries;
-
-  ~Impl() {
-    if (handle) cudnnDestroy(handle);
-  }
 
   // Plans the shape's graph, builds its first plans and times each on the call's operands (three
   // runs behind an untimed one); the entry keeps the fastest, and *best_ms its time.
@@ -102,9 +83,9 @@ struct CudnnGeluMatmul::Impl {
     *best_ms = -1.f;
     GraphPtr g = GeluGraph(a.N, a.C, a.F, a.bias != nullptr);
     fe::error_t e = g->validate();
-    if (e.is_good()) e = g->build_operation_graph(handle);
+    if (e.is_good()) e = g->build_operation_graph(cudnn.handle);
     if (e.is_good()) e = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
-    if (e.is_good()) e = g->check_support(handle);
+    if (e.is_good()) e = g->check_support(cudnn.handle);
     if (e.is_bad()) return Status::Ok();  // unsupported: the caller keeps cuBLASLt
     std::unordered_map<int64_t, void*> pack = Pack(a);
     const int64_t count = std::min<int64_t>(g->get_execution_plan_count(), kPlansTimed);
@@ -113,10 +94,13 @@ struct CudnnGeluMatmul::Impl {
       if (g->build_plan_at_index(i).is_bad() ||
           g->get_workspace_size_plan_at_index(i, bytes).is_bad())
         continue;
-      TRAINER_RETURN_IF_ERROR(workspace.Grow(bytes, stream));
+      TRAINER_RETURN_IF_ERROR(cudnn.GrowWorkspace(bytes));
       const float ms = TimeBackToBack(
-          stream,
-          [&] { return g->execute_plan_at_index(handle, pack, workspace.data, i).is_good(); }, 3);
+          cudnn.stream,
+          [&] {
+            return g->execute_plan_at_index(cudnn.handle, pack, cudnn.workspace, i).is_good();
+          },
+          3);
       if (ms > 0 && (*best_ms < 0 || ms < *best_ms)) *best_ms = ms, entry->plan = i;
     }
     if (entry->plan >= 0) entry->graph = g;
@@ -132,9 +116,7 @@ bool CudnnGeluMatmul::Compiled() {
 
 Status CudnnGeluMatmul::Create(cudaStream_t stream, std::unique_ptr<CudnnGeluMatmul>* out) {
   std::unique_ptr<CudnnGeluMatmul> matmul(new CudnnGeluMatmul());
-  matmul->impl_->stream = stream;
-  CUDNN_CHECK(cudnnCreate(&matmul->impl_->handle));
-  CUDNN_CHECK(cudnnSetStream(matmul->impl_->handle, stream));
+  TRAINER_RETURN_IF_ERROR(matmul->impl_->cudnn.Open(stream));
   *out = std::move(matmul);
   return Status::Ok();
 }
@@ -153,8 +135,8 @@ Status CudnnGeluMatmul::Run(const GeluMatmulArgs& a, bool* supported, float* fir
   const Impl::Entry& entry = it->second;
   if (!entry.graph) return Status::Ok();
   std::unordered_map<int64_t, void*> pack = Pack(a);
-  fe::error_t e =
-      entry.graph->execute_plan_at_index(impl_->handle, pack, impl_->workspace.data, entry.plan);
+  fe::error_t e = entry.graph->execute_plan_at_index(impl_->cudnn.handle, pack,
+                                                     impl_->cudnn.workspace, entry.plan);
   if (e.is_bad())
     return RuntimeError("cuDNN GELU matmul execution (" + Where() + "): " + e.get_message() +
                         ". Rerun with CUDNN_FRONTEND_LOG_INFO=1 for details");
