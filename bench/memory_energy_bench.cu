@@ -6,12 +6,10 @@
 //   1. alone: the streaming kernel (y = a x + y, 16-byte accesses) on S SMs (one 1024-thread block
 //      per SM, held there by its shared memory) for S from 132 down, and as an ordinary launch
 //      (8 blocks of 256 threads per SM): GB/s, joules per GB (NVML's energy counter), watts, clock;
-//   2. the mix: 4 GEMMs then one streaming pass per round (~12% of its time), 2 s per variant after
-//   0.5 s of warm-up,
-//      two alternating rounds: rounds per second, energy per round, SM clock.
+//   2. the mix: 4 GEMMs then one streaming pass per round (~12% of its time), 2 s per variant
+//      after 0.5 s of warm-up, two alternating rounds: rounds per second, energy per round, clock.
 //   memory_energy_bench [streaming MB per array, default 256]
 #include <cuda_runtime.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -84,6 +82,7 @@ struct Stream {
       StreamAxpy<<<8 * sm_count, 256, 0, s>>>(x, y, n4, 0.5f);
     else
       StreamAxpy<<<l.sms, 1024, kPinningSharedBytes, s>>>(x, y, n4, 0.5f);
+    BENCH_CHECK(cudaGetLastError() == cudaSuccess);  // a refused launch would time nothing
   }
 };
 
