@@ -118,6 +118,11 @@ struct Operands {
     cublasLtMatmulDescDestroy(desc);
     for (void* p : {a, b, d, bias}) cudaFree(p);
   }
+  // Tells cuBLASLt's heuristic that only `sms` SMs are free (another stream holds the rest).
+  void TargetSms(int32_t sms) {
+    BENCH_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms,
+                                               sizeof(sms)) == CUBLAS_STATUS_SUCCESS);
+  }
   bool Gemm(cublasLtHandle_t lt, const cublasLtMatmulAlgo_t& algo, void* workspace,
             size_t workspace_bytes, cudaStream_t stream) const {
     return cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &algo, workspace,

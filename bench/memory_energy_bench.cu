@@ -6,14 +6,19 @@
 //   1. alone: the streaming kernel (y = a x + y, 16-byte accesses) on S SMs (one 1024-thread block
 //      per SM, held there by its shared memory) for S from 132 down, and as an ordinary launch
 //      (8 blocks of 256 threads per SM): GB/s, joules per GB (NVML's energy counter), watts, clock;
-//   2. the mix: 4 GEMMs then one streaming pass per round (~12% of its time), 2 s per variant
+//   2. the mix: 4 GEMMs and one streaming pass per round (~8-12% of its time), 2 s per variant
 //      after 0.5 s of warm-up, two alternating rounds: rounds per second, energy per round, clock.
-//   memory_energy_bench [streaming MB per array, default 256]
+//      The pass after the GEMMs (each launch of part 1), beside them on a second stream (ordinary,
+//      or on S SMs with the GEMMs planned for the others: CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET),
+//      or none.
+//   memory_energy_bench [streaming MB per array, default 256] [parts, default 12]
 #include <cuda_runtime.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "bench_check.h"
@@ -124,53 +129,98 @@ Measured Sustain(const bench::Nvml& nvml, cudaStream_t s, double warm_seconds, d
 
 }  // namespace
 
+// One way to run a round of the mix: 4 GEMMs, and the streaming pass after them (on the same
+// stream), beside them (on a second stream, launched first so that it holds its SMs), or none.
+struct MixVariant {
+  std::string name;
+  StreamLaunch pass;
+  enum class Pass { kNone, kAfter, kBeside } where;
+  std::unique_ptr<bench::Operands> gemm;
+  std::vector<cublasLtMatmulAlgo_t> algos;
+};
+
 int main(int argc, char** argv) {
   const size_t mb = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 256;
+  const std::string sections = argc > 2 ? argv[2] : "12";
   bench::Nvml nvml;
   std::printf("NVML energy counter: %s\n", nvml.ok ? "yes" : "no");
-  cudaStream_t s;
+  cudaStream_t s, side;
   BENCH_CHECK(cudaStreamCreate(&s) == cudaSuccess);
+  BENCH_CHECK(cudaStreamCreate(&side) == cudaSuccess);
   const Stream stream(mb << 20);
   std::vector<StreamLaunch> launches = {{0}};
   for (int sms : {132, 99, 66, 44, 33})
     if (sms <= stream.sm_count) launches.push_back({sms});
 
-  std::printf("1. the streaming kernel alone, %zu MB per array (%.0f MB moved per pass)\n", mb,
-              stream.Bytes() / 1e6);
-  std::printf("  %-26s %9s %8s %7s %7s\n", "launch", "GB/s", "J/GB", "W", "SM MHz");
-  for (const StreamLaunch& l : launches) {
-    const Measured m = Sustain(nvml, s, 0.3, 1.0, 20, [&] { stream.Launch(l, s); });
-    const double gb = stream.Bytes() * m.rounds / 1e9;
-    std::printf("  %-26s %9.1f %8.3f %7.1f %7.0f\n", l.Name(), gb / m.seconds, m.joules / gb,
-                m.joules / m.seconds, m.mean_mhz);
-    std::fflush(stdout);
+  if (sections.find('1') != std::string::npos) {
+    std::printf("1. the streaming kernel alone, %zu MB per array (%.0f MB moved per pass)\n", mb,
+                stream.Bytes() / 1e6);
+    std::printf("  %-26s %9s %8s %7s %7s\n", "launch", "GB/s", "J/GB", "W", "SM MHz");
+    for (const StreamLaunch& l : launches) {
+      const Measured m = Sustain(nvml, s, 0.3, 1.0, 20, [&] { stream.Launch(l, s); });
+      const double gb = stream.Bytes() * m.rounds / 1e9;
+      std::printf("  %-26s %9.1f %8.3f %7.1f %7.0f\n", l.Name(), gb / m.seconds, m.joules / gb,
+                  m.joules / m.seconds, m.mean_mhz);
+      std::fflush(stdout);
+    }
   }
+  if (sections.find('2') == std::string::npos) return 0;
 
   // 350M's MLP up, forward (32768 tokens): ~0.4 ms a GEMM at the power limit.
   const bench::Problem gemm_problem = {
       "350M MLP up, forward", true, false, 4096, 32768, 1024, false};
-  const bench::Operands gemm(gemm_problem);
   cublasLtHandle_t lt;
   BENCH_CHECK(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS);
   const size_t workspace_bytes = 32u << 20;
   void* workspace;
   BENCH_CHECK(cudaMalloc(&workspace, workspace_bytes) == cudaSuccess);
-  const std::vector<cublasLtMatmulAlgo_t> algos = bench::Heuristic(gemm, lt, workspace_bytes);
-  BENCH_CHECK(!algos.empty());
+  std::vector<MixVariant> variants;
+  auto add = [&](StreamLaunch pass, MixVariant::Pass where) {
+    MixVariant v{where == MixVariant::Pass::kNone    ? std::string("4 GEMMs alone")
+                 : where == MixVariant::Pass::kAfter ? std::string("after: ") + pass.Name()
+                                                     : std::string("beside: ") + pass.Name(),
+                 pass,
+                 where,
+                 std::make_unique<bench::Operands>(gemm_problem),
+                 {}};
+    // Beside a pass pinned to S SMs, the GEMMs are planned for the others.
+    if (where == MixVariant::Pass::kBeside && pass.sms > 0)
+      v.gemm->TargetSms(stream.sm_count - pass.sms);
+    v.algos = bench::Heuristic(*v.gemm, lt, workspace_bytes);
+    BENCH_CHECK(!v.algos.empty());
+    variants.push_back(std::move(v));
+  };
+  add({0}, MixVariant::Pass::kNone);
+  for (const StreamLaunch& l : launches) add(l, MixVariant::Pass::kAfter);
+  for (int sms : {0, 8, 16, 33})
+    if (sms <= stream.sm_count) add({sms}, MixVariant::Pass::kBeside);
+  cudaEvent_t fork, join;
+  BENCH_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) == cudaSuccess);
+  BENCH_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming) == cudaSuccess);
   const double flops = 2.0 * gemm_problem.m * gemm_problem.n * gemm_problem.k;
-  std::printf("2. the mix: 4 GEMMs (%s, %.0f GFLOP each) then one streaming pass per round\n",
+  std::printf("2. the mix: 4 GEMMs (%s, %.0f GFLOP each) and one streaming pass per round\n",
               gemm_problem.name, flops / 1e9);
-  std::printf("  %-26s %5s %9s %9s %7s %7s\n", "streaming launch", "round", "rounds/s", "J/round",
-              "W", "SM MHz");
+  std::printf("  %-34s %5s %9s %9s %7s %7s\n", "pass", "round", "rounds/s", "J/round", "W",
+              "SM MHz");
   for (int rep = 0; rep < 2; ++rep)
-    for (const StreamLaunch& l : launches) {
+    for (const MixVariant& v : variants) {
+      const bool beside = v.where == MixVariant::Pass::kBeside;
       const Measured m = Sustain(nvml, s, 0.5, 2.0, 10, [&] {
+        if (beside) {
+          BENCH_CHECK(cudaEventRecord(fork, s) == cudaSuccess);
+          BENCH_CHECK(cudaStreamWaitEvent(side, fork) == cudaSuccess);
+          stream.Launch(v.pass, side);
+          BENCH_CHECK(cudaEventRecord(join, side) == cudaSuccess);
+        }
         for (int g = 0; g < 4; ++g)
-          BENCH_CHECK(gemm.Gemm(lt, algos[0], workspace, workspace_bytes, s));
-        stream.Launch(l, s);
+          BENCH_CHECK(v.gemm->Gemm(lt, v.algos[0], workspace, workspace_bytes, s));
+        if (beside)
+          BENCH_CHECK(cudaStreamWaitEvent(s, join) == cudaSuccess);
+        else if (v.where == MixVariant::Pass::kAfter)
+          stream.Launch(v.pass, s);
       });
-      std::printf("  %-26s %5d %9.2f %9.3f %7.1f %7.0f\n", l.Name(), rep + 1, m.rounds / m.seconds,
-                  m.joules / m.rounds, m.joules / m.seconds, m.mean_mhz);
+      std::printf("  %-34s %5d %9.2f %9.3f %7.1f %7.0f\n", v.name.c_str(), rep + 1,
+                  m.rounds / m.seconds, m.joules / m.rounds, m.joules / m.seconds, m.mean_mhz);
       std::fflush(stdout);
     }
   cudaFree(workspace);
