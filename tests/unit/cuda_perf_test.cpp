@@ -219,6 +219,36 @@ TEST_F(CudaPerfTest, DISABLED_LayerNormWidths) {
   }
 }
 
+// Fused causal attention (cuDNN) at the configs' shapes, forward and backward, for comparison with
+// PyTorch's SDPA backends on the same shapes (bench/torch_sdpa_backends.py).
+TEST_F(CudaPerfTest, DISABLED_AttentionShapes) {
+  struct Shape {
+    const char* name;
+    int64_t B, T, NH, HS;
+  };
+  for (const Shape& s : {Shape{"124M B=64", 64, 1024, 12, 64}, Shape{"350M B=32", 32, 1024, 16, 64},
+                         Shape{"1.3B B=16", 16, 2048, 16, 128}}) {
+    const int64_t C = s.NH * s.HS, N = s.B * s.T;
+    auto qkv = Compute(Random(N * 3 * C), {s.B, s.T, 3 * C});
+    auto out = Zeros(DType::kBF16, {s.B, s.T, C}), stats = Zeros(DType::kF32, {s.B, s.NH, s.T});
+    auto dout = Compute(Random(N * C), {s.B, s.T, C});
+    auto dqkv = Zeros(DType::kBF16, {s.B, s.T, 3 * C});
+    const double flops = 4.0 * s.B * s.NH * s.T * s.T * s.HS / 2;  // causal: half the scores
+    char what[64];
+    std::snprintf(what, sizeof(what), "attention forward %s", s.name);
+    Report(what, Time([&] {
+             return gpu_->AttentionForward(out->tensor(), stats->tensor(), qkv->tensor(), s.NH);
+           }),
+           flops, 0);
+    std::snprintf(what, sizeof(what), "attention backward %s", s.name);
+    Report(what, Time([&] {
+             return gpu_->AttentionBackward(dqkv->tensor(), dout->tensor(), qkv->tensor(),
+                                            out->tensor(), stats->tensor(), s.NH);
+           }),
+           2.5 * flops, 0);
+  }
+}
+
 }  // namespace
 }  // namespace cuda_testing
 }  // namespace trainer
