@@ -1,0 +1,248 @@
+// Tests for ValidateConfig (one failing case per rule, asserting kUsage and the message's key and
+// fix) and for the shipped configs under configs/ (each loads and validates on its world size).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "config/config_loader.h"
+#include "config_test_util.h"
+
+namespace trainer {
+namespace {
+
+using namespace config_testing;
+
+// ---------------------------------------------------------------- validation
+
+TEST(ConfigValidate, DerivesDataParallelDegree) {
+  StatusOr<TrainConfig> config = LoadConfig(
+      "", {"Data.train_path=a.h5", "Distributed.tp_degree=2", "Global.global_batch_size=16"});
+  ASSERT_TRUE(config.ok());
+  Status status = ValidateConfig(&config.value(), 8);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(config->world_size, 8);
+  EXPECT_EQ(config->distributed.dp_degree, 4);
+  EXPECT_EQ(config->gradient_accumulation_steps(), 2);  // 16 / (2 * 4)
+  // Reserved features refuse to be switched on rather than being silently ignored.
+  ExpectUsageError(
+      ValidateWith({"Distributed.ep_degree=2", "Global.global_batch_size=8"}, 4),
+      {"Distributed.ep_degree=2", "no MoE layers yet", "Set Distributed.ep_degree to 1"});
+  ExpectUsageError(
+      ValidateWith({"Distributed.zero_stage1=true", "Distributed.overlap_grad_reduce=true",
+                    "Global.global_batch_size=8"},
+                   2),
+      {"Distributed.zero_stage1=true and Distributed.overlap_grad_reduce=true",
+       "Set one of them to false"});
+}
+
+TEST(ConfigValidate, WorldSizeMustMatchTheDegrees) {
+  ExpectUsageError(ValidateWith({"Distributed.dp_degree=2", "Distributed.tp_degree=2"}, 8),
+                   {"Distributed.dp_degree*tp_degree*pp_degree=2*2*1=4", "world size 8",
+                    "Set Distributed.dp_degree to 4", "launch 4 ranks"});
+  ExpectUsageError(ValidateWith({"Distributed.tp_degree=4"}, 6),
+                   {"world size 6 is not divisible by Distributed.tp_degree*pp_degree=4*1=4",
+                    "(from -o Distributed.tp_degree=4)", "Launch a multiple of 4 ranks"});
+  ExpectUsageError(ValidateWith({"Distributed.ep_degree=3", "Global.global_batch_size=24"}, 4),
+                   {"Distributed.ep_degree=3 does not divide dp_degree=4", "divisor of 4"});
+}
+
+TEST_F(ConfigTest, BatchMustSplitOverMicroBatchesAndRanks) {
+  ExpectUsageError(ValidateWith({"Global.global_batch_size=10"}, 4),
+                   {"Global.global_batch_size=10 is not divisible by micro_batch_size*dp_degree="
+                    "2*4=8 (from -o Global.global_batch_size=10). Set global_batch_size to a "
+                    "multiple of 8."});
+  // Set in a file: the file is named.
+  std::string path =
+      WriteFile("x.yaml", "Global:\n  global_batch_size: 10\nData:\n  train_path: t.h5\n");
+  StatusOr<TrainConfig> config = LoadConfig(path, {});
+  ASSERT_TRUE(config.ok());
+  ExpectUsageError(ValidateConfig(&config.value(), 4),
+                   {"Global.global_batch_size=10 is not divisible by micro_batch_size*dp_degree="
+                    "2*4=8 (" +
+                    path + "). Set global_batch_size to a multiple of 8."});
+}
+
+TEST(ConfigValidate, ModelShapes) {
+  ExpectUsageError(ValidateWith({"Model.seq_len=65"}, 1),
+                   {"Model.seq_len=65 exceeds Model.max_seq_len=64", "at most 64"});
+  ExpectUsageError(ValidateWith({"Model.hidden_size=66"}, 1),
+                   {"Model.hidden_size=66 is not divisible by Model.num_heads=4",
+                    "Set Model.hidden_size to a multiple of 4, e.g. 64"});
+}
+
+TEST(ConfigValidate, TensorParallelSplits) {
+  ExpectUsageError(
+      ValidateWith({"Model.hidden_size=102", "Model.num_heads=6", "Distributed.tp_degree=4"}, 4),
+      {"Model.hidden_size=102 is not divisible by Distributed.tp_degree=4", "divisor of 102"});
+  ExpectUsageError(
+      ValidateWith({"Model.hidden_size=96", "Model.num_heads=6", "Distributed.tp_degree=4"}, 4),
+      {"Model.num_heads=6 is not divisible by Distributed.tp_degree=4", "divisor of 6"});
+  ExpectUsageError(ValidateWith({"Model.ffn_hidden_size=255", "Distributed.tp_degree=2"}, 2),
+                   {"Model.ffn_hidden_size=255 is not divisible by Distributed.tp_degree=2",
+                    "Model.ffn_hidden_size to a multiple of 2"});
+  ExpectUsageError(ValidateWith({"Model.vocab_pad_multiple=1", "Distributed.tp_degree=2"}, 2),
+                   {"padded vocabulary 257", "not divisible by Distributed.tp_degree=2",
+                    "Set Model.vocab_pad_multiple to a multiple of 2"});
+  ExpectUsageError(
+      ValidateWith({"Model.sequence_parallel=true", "Model.seq_len=63", "Distributed.tp_degree=2"},
+                   2),
+      {"Model.sequence_parallel=true", "sequence length 63",
+       "Set Model.seq_len to a multiple of 2"});
+  EXPECT_TRUE(ValidateWith({"Model.sequence_parallel=true", "Distributed.tp_degree=2"}, 2).ok());
+}
+
+TEST(ConfigValidate, PipelineStages) {
+  ExpectUsageError(ValidateWith({"Distributed.pp_degree=3", "Global.global_batch_size=2"}, 3),
+                   {"Distributed.pp_degree=3 exceeds Model.num_layers=2", "at most 2"});
+  const std::vector<std::string> four = {"Model.num_layers=4", "Distributed.pp_degree=2"};
+  auto with = [&](const std::string& layers) {
+    std::vector<std::string> overrides = four;
+    overrides.push_back("Distributed.pp_layers=" + layers);
+    return ValidateWith(overrides, 2);
+  };
+  ExpectUsageError(with("[4]"), {"Distributed.pp_layers=[4] has 1 entry but "
+                                 "Distributed.pp_degree=2",
+                                 "one layer count per stage (2 entries)"});
+  ExpectUsageError(with("[4, 0]"),
+                   {"Distributed.pp_layers=[4, 0] gives stage 1 0 layers", "at least 1 layer"});
+  ExpectUsageError(with("[3, 2]"), {"Distributed.pp_layers=[3, 2] sums to 5 but "
+                                    "Model.num_layers=4",
+                                    "add up to 4"});
+  EXPECT_TRUE(with("[3, 1]").ok());
+}
+
+TEST(ConfigValidate, ValueRanges) {
+  struct Case {
+    std::string override_text;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"Global.global_batch_size=0", "Global.global_batch_size=0 must be >= 1"},
+      {"Global.micro_batch_size=0", "Global.micro_batch_size=0 must be >= 1"},
+      {"Model.vocab_size=0", "Model.vocab_size=0 must be >= 1"},
+      {"Model.vocab_pad_multiple=0", "Model.vocab_pad_multiple=0 must be >= 1"},
+      {"Model.hidden_size=0", "Model.hidden_size=0 must be >= 1"},
+      {"Model.num_layers=0", "Model.num_layers=0 must be >= 1"},
+      {"Model.num_heads=-2", "Model.num_heads=-2 must be >= 1"},
+      {"Model.ffn_hidden_size=-1", "Model.ffn_hidden_size=-1 must be >= 0"},
+      {"Model.max_seq_len=0", "Model.max_seq_len=0 must be >= 1"},
+      {"Model.seq_len=-1", "Model.seq_len=-1 must be >= 0"},
+      {"Distributed.dp_degree=-1", "Distributed.dp_degree=-1 must be >= 0"},
+      {"Distributed.tp_degree=0", "Distributed.tp_degree=0 must be >= 1"},
+      {"Distributed.mp_degree=0", "Distributed.tp_degree=0 must be >= 1"},
+      {"Distributed.pp_degree=0", "Distributed.pp_degree=0 must be >= 1"},
+      {"Distributed.ep_degree=0", "Distributed.ep_degree=0 must be >= 1"},
+      {"Engine.max_steps=0", "Engine.max_steps=0 must be >= 1"},
+      {"Engine.logging_freq=0", "Engine.logging_freq=0 must be >= 1"},
+      {"Engine.eval_freq=-1", "Engine.eval_freq=-1 must be >= 0"},
+      {"Engine.eval_iters=0", "Engine.eval_iters=0 must be >= 1"},
+      {"Engine.save_steps=-5", "Engine.save_steps=-5 must be >= 0"},
+      {"Optimizer.lr=-1e-3", "Optimizer.lr=-0.001 must be >= 0"},
+      {"Optimizer.min_lr=-1", "Optimizer.min_lr=-1.0 must be >= 0"},
+      {"Optimizer.warmup_steps=-1", "Optimizer.warmup_steps=-1 must be >= 0"},
+      {"Optimizer.decay_steps=-1", "Optimizer.decay_steps=-1 must be >= 0"},
+      {"Optimizer.weight_decay=-0.1", "Optimizer.weight_decay=-0.1 must be >= 0"},
+      {"Optimizer.beta1=1", "Optimizer.beta1=1.0 must be in [0, 1)"},
+      {"Optimizer.beta2=-0.5", "Optimizer.beta2=-0.5 must be in [0, 1)"},
+      {"Optimizer.eps=0", "Optimizer.eps=0.0 must be > 0"},
+      {"Optimizer.grad_clip=-1", "Optimizer.grad_clip=-1.0 must be >= 0"},
+      {"Data.val_fraction=1", "Data.val_fraction=1.0 must be in [0, 1)"},
+      {"Checkpoint.keep_last=-1", "Checkpoint.keep_last=-1 must be >= 0"},
+      {"Checkpoint.keep_every=-1", "Checkpoint.keep_every=-1 must be >= 0"},
+  };
+  for (const Case& c : cases) {
+    std::string key = c.message.substr(0, c.message.find('='));
+    ExpectUsageError(ValidateWith({c.override_text}, 1),
+                     {c.message, "(from -o " + c.override_text + ")", "Set " + key + " to"});
+  }
+  ExpectUsageError(ValidateWith({"Optimizer.lr=1e-4", "Optimizer.min_lr=1e-3"}, 1),
+                   {"Optimizer.min_lr=0.001 exceeds Optimizer.lr=0.0001",
+                    "Set Optimizer.min_lr to at most 0.0001"});
+}
+
+TEST(ConfigValidate, ChoicesAndRequiredStrings) {
+  ExpectUsageError(ValidateWith({"Global.device=gpu"}, 1),
+                   {"Global.device=\"gpu\" must be one of auto, cpu, cuda", "Set Global.device"});
+  ExpectUsageError(ValidateWith({"Engine.mix_precision=fp16"}, 1),
+                   {"Engine.mix_precision=\"fp16\" must be one of bf16, fp32"});
+  ExpectUsageError(ValidateWith({"Model.recompute=full"}, 1),
+                   {"Model.recompute=\"full\" must be one of none, gelu, block"});
+  ExpectUsageError(ValidateWith({"Engine.output_dir="}, 1),
+                   {"Engine.output_dir is empty", "Set it to a folder"});
+  StatusOr<TrainConfig> defaults = LoadConfig("", {});
+  ASSERT_TRUE(defaults.ok());
+  ExpectUsageError(ValidateConfig(&defaults.value(), 1),
+                   {"Data.train_path is empty (built-in defaults)", "-o Data.train_path="});
+}
+
+// ---------------------------------------------------------------- shipped configs
+
+TEST(ShippedConfigs, TinyCpuLoadsAndValidatesOnOneRank) {
+  StatusOr<TrainConfig> config = LoadConfig(Shipped("tiny-cpu.yaml"), {});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  Status status = ValidateConfig(&config.value(), 1);
+  ASSERT_TRUE(status.ok()) << status.message();
+  const TrainConfig& c = config.value();
+  EXPECT_EQ(c.model.vocab_size, 257);
+  EXPECT_EQ(c.model.padded_vocab(), 384);
+  EXPECT_EQ(c.model.hidden_size, 128);
+  EXPECT_EQ(c.model.num_layers, 4);
+  EXPECT_EQ(c.model.num_heads, 4);
+  EXPECT_EQ(c.model.max_seq_len, 128);
+  EXPECT_EQ(c.global.global_batch_size, 16);
+  EXPECT_EQ(c.global.micro_batch_size, 4);
+  EXPECT_EQ(c.gradient_accumulation_steps(), 4);
+  EXPECT_EQ(c.optimizer.lr, 3e-3);
+  EXPECT_EQ(c.optimizer.min_lr, 3e-4);
+  EXPECT_EQ(c.optimizer.warmup_steps, 20);
+  EXPECT_EQ(c.engine.max_steps, 300);
+  EXPECT_EQ(c.engine.logging_freq, 10);
+  EXPECT_EQ(c.engine.eval_freq, 100);
+  EXPECT_EQ(c.engine.save_steps, 100);
+  EXPECT_EQ(c.data.train_path, "data/demo.h5");
+  EXPECT_EQ(c.data.val_fraction, 0.05);
+  EXPECT_EQ(c.global.device, "cpu");
+  EXPECT_EQ(c.engine.output_dir, "out/tiny-cpu");
+  // Also on 2 and 4 ranks (the MPI demos), and overridable.
+  for (int world : {2, 4}) {
+    StatusOr<TrainConfig> again = LoadConfig(Shipped("tiny-cpu.yaml"), {"Data.train_path=x.h5"});
+    ASSERT_TRUE(again.ok());
+    Status valid = ValidateConfig(&again.value(), world);
+    EXPECT_TRUE(valid.ok()) << world << ": " << valid.message();
+  }
+}
+
+TEST(ShippedConfigs, GpuConfigsValidateOnTheirWorldSizes) {
+  struct Case {
+    std::string file;
+    int hidden, layers, heads, seq;
+    std::vector<std::string> overrides;
+    int world;
+  };
+  const std::vector<Case> cases = {
+      {"gpt2-124m.yaml", 768, 12, 12, 1024, {}, 1},
+      {"gpt2-124m.yaml", 768, 12, 12, 1024, {}, 8},
+      {"gpt2-124m.yaml", 768, 12, 12, 1024, {"Distributed.tp_degree=2"}, 8},
+      {"gpt2-350m.yaml", 1024, 24, 16, 1024, {}, 8},
+      {"gpt2-350m.yaml", 1024, 24, 16, 1024, {"Distributed.pp_degree=2"}, 16},
+      {"gpt-1.3b.yaml", 2048, 24, 16, 2048, {}, 8},
+      {"gpt-1.3b.yaml", 2048, 24, 16, 2048, {"Distributed.mp_degree=4"}, 32},
+  };
+  for (const Case& c : cases) {
+    StatusOr<TrainConfig> config = LoadConfig(Shipped(c.file), c.overrides);
+    ASSERT_TRUE(config.ok()) << c.file << ": " << config.status().message();
+    Status status = ValidateConfig(&config.value(), c.world);
+    EXPECT_TRUE(status.ok()) << c.file << " world " << c.world << ": " << status.message();
+    EXPECT_EQ(config->model.vocab_size, 50257);
+    EXPECT_EQ(config->model.padded_vocab(), 50304);
+    EXPECT_EQ(config->model.hidden_size, c.hidden);
+    EXPECT_EQ(config->model.num_layers, c.layers);
+    EXPECT_EQ(config->model.num_heads, c.heads);
+    EXPECT_EQ(config->model.sequence_length(), c.seq);
+    EXPECT_EQ(config->global.device, "cuda");
+  }
+}
+
+}  // namespace
+}  // namespace trainer
