@@ -125,14 +125,6 @@ struct CudnnAttention::Impl {
     *out = it->second;
     return Status::Ok();
   }
-
-  Status Execute(const GraphPtr& graph, std::unordered_map<int64_t, void*>& pack) {
-    fe::error_t e = graph->execute(cudnn.handle, pack, cudnn.workspace);
-    if (e.is_bad())
-      return RuntimeError("cuDNN attention execution (" + Where() + "): " + e.get_message() +
-                          ". Rerun with CUDNN_FRONTEND_LOG_INFO=1 for details");
-    return Status::Ok();
-  }
 };
 
 CudnnAttention::CudnnAttention() : impl_(std::make_unique<Impl>()) {}
@@ -161,7 +153,7 @@ Status CudnnAttention::Forward(DType dtype, void* out, float* stats, const void*
   std::unordered_map<int64_t, void*> pack = {
       {kQ, base}, {kK, base + head_block}, {kV, base + 2 * head_block}, {kO, out}, {kStats, stats}};
   *supported = true;
-  return impl_->Execute(graph, pack);
+  return impl_->cudnn.Execute("attention", graph, pack);
 }
 
 Status CudnnAttention::Backward(DType dtype, void* dqkv, const void* dout, const void* qkv,
@@ -186,7 +178,7 @@ Status CudnnAttention::Backward(DType dtype, void* dqkv, const void* dout, const
                                              {kDK, dbase + head_block},
                                              {kDV, dbase + 2 * head_block}};
   *supported = true;
-  return impl_->Execute(graph, pack);
+  return impl_->cudnn.Execute("attention", graph, pack);
 }
 
 }  // namespace cuda

@@ -1,8 +1,9 @@
 // What the cuDNN frontend users (fused attention, the fused GELU GEMM) share: CudnnContext, a
 // handle bound to the backend's stream with the one device workspace it grows only when a newly
-// built graph or plan needs more (so never inside the step loop once every shape has been seen);
-// and the graph helpers: a graph with bf16 inputs and outputs and f32 intermediates and compute,
-// and an input tensor of it. Include only where TRAINER_WITH_CUDNN is set.
+// built graph or plan needs more (so never inside the step loop once every shape has been seen),
+// which runs graphs and reports their failures in one form; and the graph helpers: a graph with
+// bf16 inputs and outputs and f32 intermediates and compute, and an input tensor of it. Include
+// only where TRAINER_WITH_CUDNN is set.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,10 +11,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
 #include "model/cuda/cuda_check.h"
+#include "model/cuda/op_checks.h"
 
 namespace trainer {
 namespace cuda {
@@ -57,6 +61,19 @@ struct CudnnContext {
     stream = on;
     CUDNN_CHECK(cudnnCreate(&handle));
     CUDNN_CHECK(cudnnSetStream(handle, stream));
+    return Status::Ok();
+  }
+
+  // Enqueues `graph` with the tensors in `pack` and the workspace: plan `plan`, or with plan < 0
+  // the plan build_plans chose. A failure names `what` and how to see cuDNN's reasons.
+  Status Execute(const char* what, const CudnnGraphPtr& graph,
+                 std::unordered_map<int64_t, void*>& pack, int64_t plan = -1) {
+    cudnn_frontend::error_t e =  // not const: get_message() is not a const member
+        plan < 0 ? graph->execute(handle, pack, workspace)
+                 : graph->execute_plan_at_index(handle, pack, workspace, plan);
+    if (e.is_bad())
+      return RuntimeError(std::string("cuDNN ") + what + " execution (" + Where() + "): " +
+                          e.get_message() + ". Rerun with CUDNN_FRONTEND_LOG_INFO=1 for details");
     return Status::Ok();
   }
 

@@ -135,11 +135,7 @@ Status CudnnGeluMatmul::Run(const GeluMatmulArgs& a, bool* supported, float* fir
   const Impl::Entry& entry = it->second;
   if (!entry.graph) return Status::Ok();
   std::unordered_map<int64_t, void*> pack = Pack(a);
-  fe::error_t e = entry.graph->execute_plan_at_index(impl_->cudnn.handle, pack,
-                                                     impl_->cudnn.workspace, entry.plan);
-  if (e.is_bad())
-    return RuntimeError("cuDNN GELU matmul execution (" + Where() + "): " + e.get_message() +
-                        ". Rerun with CUDNN_FRONTEND_LOG_INFO=1 for details");
+  TRAINER_RETURN_IF_ERROR(impl_->cudnn.Execute("GELU matmul", entry.graph, pack, entry.plan));
   *supported = true;
   return Status::Ok();
 }

@@ -140,6 +140,29 @@ __global__ void SumPartialsKernel(const double* partials, int count, double* res
   if (threadIdx.x == 0) *result = accumulate ? *result + total : total;
 }
 
+// The kernel for the rows' alignment (16-byte loads where they allow) and weighting, one block
+// per (column tile, row chunk).
+template <typename T>
+void ColumnSumsPartialTyped(float* partials, const T* x, int64_t N, int C, int64_t ld,
+                            const float* row_weights, int chunks, cudaStream_t stream) {
+  constexpr int kVector = Vec16<T>::kCount;
+  const bool vector = Vectorisable<T>(C, {x}) && ld % kVector == 0;
+  const dim3 grid(CeilDiv(C, kWarpSize * (vector ? kVector : 1)), chunks),
+      block(kWarpSize, kRowLanes);
+  if (vector && row_weights)
+    ColumnSumsPartialKernel<T, kVector, true>
+        <<<grid, block, 0, stream>>>(partials, x, N, C, ld, row_weights, chunks);
+  else if (vector)
+    ColumnSumsPartialKernel<T, kVector, false>
+        <<<grid, block, 0, stream>>>(partials, x, N, C, ld, nullptr, chunks);
+  else if (row_weights)
+    ColumnSumsPartialKernel<T, 1, true>
+        <<<grid, block, 0, stream>>>(partials, x, N, C, ld, row_weights, chunks);
+  else
+    ColumnSumsPartialKernel<T, 1, false>
+        <<<grid, block, 0, stream>>>(partials, x, N, C, ld, nullptr, chunks);
+}
+
 }  // namespace
 
 int ColumnReductionChunks(int64_t N) {
@@ -150,19 +173,9 @@ int ColumnReductionChunks(int64_t N) {
 cudaError_t LaunchColumnSumsPartial(DType dtype, float* partials, const void* x, int64_t N, int C,
                                     int64_t ld, const float* row_weights, int chunks,
                                     cudaStream_t stream) {
-  const dim3 block(kWarpSize, kRowLanes);
-  TRAINER_DISPATCH_FLOAT_TYPE(
-      dtype, E, const E* rows = static_cast<const E*>(x); constexpr int kVector = Vec16<E>::kCount;
-      const bool vector = Vectorisable<E>(C, {x}) && ld % kVector == 0;
-      const dim3 grid(CeilDiv(C, kWarpSize * (vector ? kVector : 1)), chunks);
-      if (vector && row_weights) ColumnSumsPartialKernel<E, kVector, true>
-      <<<grid, block, 0, stream>>>(partials, rows, N, C, ld, row_weights, chunks);
-      else if (vector) ColumnSumsPartialKernel<E, kVector, false>
-      <<<grid, block, 0, stream>>>(partials, rows, N, C, ld, nullptr, chunks);
-      else if (row_weights) ColumnSumsPartialKernel<E, 1, true>
-      <<<grid, block, 0, stream>>>(partials, rows, N, C, ld, row_weights, chunks);
-      else ColumnSumsPartialKernel<E, 1, false>
-      <<<grid, block, 0, stream>>>(partials, rows, N, C, ld, nullptr, chunks););
+  TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
+                              ColumnSumsPartialTyped(partials, static_cast<const E*>(x), N, C, ld,
+                                                     row_weights, chunks, stream));
   return cudaGetLastError();
 }
 
