@@ -4,8 +4,10 @@
 // and without the bias gradient (column sums of din) in the same graph. Every cuDNN plan is timed
 // (events, after a warm-up); the result is checked against cuBLASLt's. cuBLASLt's epilogues are
 // also timed with the weight stored the other way ("NN" forward, "TN" backward: does the other
-// operand order get a faster kernel?). Prints one line per route.
-//   gemm_gelu_fusion_bench [rows]
+// operand order get a faster kernel?). A third pair stores GELU's slope instead of pre: the
+// forward writes GELU(pre) and GELU'(pre), the backward multiplies (dout W) by the stored slope
+// (no GELU' in its epilogue). Prints one line per route.
+//   gemm_gelu_fusion_bench [rows] [shape name filter, e.g. 350M]
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <cudnn_frontend.h>
@@ -86,7 +88,7 @@ double TimeMs(cudaStream_t stream, const std::function<bool()>& op, int iteratio
   return trainer::cuda::TimeBackToBack(stream, op, iterations);
 }
 
-enum Uid : int64_t { kX = 1, kW, kBias, kPre, kOut, kDout, kDin, kDbias };
+enum Uid : int64_t { kX = 1, kW, kBias, kPre, kOut, kDout, kDin, kDbias, kSlope, kOne, kConstants };
 
 using GraphPtr = std::shared_ptr<fe::graph::Graph>;
 
@@ -114,8 +116,13 @@ fe::graph::Pointwise_attributes Pointwise(const char* name, fe::PointwiseMode_t 
       fe::DataType_t::FLOAT);
 }
 
-// pre (N,F) = x (N,C) W^T (C,F) + b;  out = GELU(pre).  gelu=false: pre only (a plain bias GEMM).
-GraphPtr ForwardGraph(int64_t N, int64_t C, int64_t F, bool gelu) {
+// What the forward graph writes besides the plain product: pre only (a bias GEMM), pre and
+// GELU(pre) (the trainer's route), or GELU(pre) and its slope GELU'(pre) (pre stays in the
+// kernel), so that the backward multiplies by a stored slope instead of evaluating GELU'.
+enum class ForwardOutputs { kPre, kPreAndGelu, kGeluAndSlope };
+
+// pre (N,F) = x (N,C) W^T (C,F) + b, then the outputs above.
+GraphPtr ForwardGraph(int64_t N, int64_t C, int64_t F, ForwardOutputs outputs) {
   GraphPtr g = NewGraph();
   auto x = In(g, "x", kX, {1, N, C}, {N * C, C, 1});
   auto w = In(g, "wT", kW, {1, C, F}, {C * F, 1, C});
@@ -125,25 +132,39 @@ GraphPtr ForwardGraph(int64_t N, int64_t C, int64_t F, bool gelu) {
       fe::graph::Matmul_attributes().set_name("mm").set_compute_data_type(fe::DataType_t::FLOAT));
   mm->set_data_type(fe::DataType_t::FLOAT);
   auto pre = g->pointwise(mm, b, Pointwise("bias", fe::PointwiseMode_t::ADD));
-  pre->set_output(true).set_uid(kPre).set_data_type(fe::DataType_t::BFLOAT16);
-  if (gelu) {
-    auto out = g->pointwise(pre, Pointwise("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
-    out->set_output(true).set_uid(kOut).set_data_type(fe::DataType_t::BFLOAT16);
+  if (outputs != ForwardOutputs::kGeluAndSlope)
+    pre->set_output(true).set_uid(kPre).set_data_type(fe::DataType_t::BFLOAT16);
+  if (outputs == ForwardOutputs::kPre) return g;
+  auto out = g->pointwise(pre, Pointwise("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
+  out->set_output(true).set_uid(kOut).set_data_type(fe::DataType_t::BFLOAT16);
+  if (outputs == ForwardOutputs::kGeluAndSlope) {
+    auto one = In(g, "one", kOne, {1, 1, 1}, {1, 1, 1});  // (constants need cuDNN 9.22)
+    auto slope =
+        g->pointwise(one, pre, Pointwise("slope", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
+    slope->set_output(true).set_uid(kSlope).set_data_type(fe::DataType_t::BFLOAT16);
   }
   return g;
 }
 
-// din (N,F) = GELU'(pre) * (dout (N,C) W (C,F)) [, dbias (F) = column sums of din].
-GraphPtr BackwardGraph(int64_t N, int64_t C, int64_t F, bool with_dbias) {
+// din (N,F) = GELU'(pre) * (dout (N,C) W (C,F)) [, dbias (F) = column sums of din]; or, with
+// multiply_by_slope, din = slope * (dout W) where slope = GELU'(pre) was stored by the forward.
+GraphPtr BackwardGraph(int64_t N, int64_t C, int64_t F, bool with_dbias,
+                       bool multiply_by_slope = false) {
   GraphPtr g = NewGraph();
   auto dout = In(g, "dout", kDout, {1, N, C}, {N * C, C, 1});
   auto w = In(g, "w", kW, {1, C, F}, {C * F, F, 1});
-  auto pre = In(g, "pre", kPre, {1, N, F}, {N * F, F, 1});
   auto mm = g->matmul(
       dout, w,
       fe::graph::Matmul_attributes().set_name("mm").set_compute_data_type(fe::DataType_t::FLOAT));
   mm->set_data_type(fe::DataType_t::FLOAT);
-  auto din = g->pointwise(mm, pre, Pointwise("dgelu", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
+  std::shared_ptr<fe::graph::Tensor_attributes> din;
+  if (multiply_by_slope) {
+    auto slope = In(g, "slope", kSlope, {1, N, F}, {N * F, F, 1});
+    din = g->pointwise(mm, slope, Pointwise("mul", fe::PointwiseMode_t::MUL));
+  } else {
+    auto pre = In(g, "pre", kPre, {1, N, F}, {N * F, F, 1});
+    din = g->pointwise(mm, pre, Pointwise("dgelu", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
+  }
   din->set_output(true).set_uid(kDin).set_data_type(fe::DataType_t::BFLOAT16);
   if (with_dbias) {
     auto dbias = g->reduction(din, fe::graph::Reduction_attributes()
@@ -152,6 +173,52 @@ GraphPtr BackwardGraph(int64_t N, int64_t C, int64_t F, bool with_dbias) {
                                        .set_compute_data_type(fe::DataType_t::FLOAT));
     dbias->set_output(true).set_uid(kDbias).set_data_type(fe::DataType_t::FLOAT).set_dim({1, 1, F});
   }
+  return g;
+}
+
+// The tanh-GELU slope written out in cuDNN's primitive pointwise ops (TANH_FWD, MUL, ADD, SUB)
+// instead of its GELU_APPROX_TANH_BWD: with t = tanh(k x (1 + a x^2)),
+// GELU'(x) = 0.5 (1 + t) + 0.5 k x (1 - t^2) (1 + 3a x^2). Constants are f32 (1,1,1) tensors at
+// kConstants + i (cuDNN 9.19 has no graph constants): 1, 0.5, k, a, 3a.
+constexpr float kSlopeConstants[5] = {1.f, 0.5f, 0.7978845608f, 0.044715f, 0.134145f};
+
+std::shared_ptr<fe::graph::Tensor_attributes> SlopeOps(
+    const GraphPtr& g, const std::shared_ptr<fe::graph::Tensor_attributes>& x) {
+  std::shared_ptr<fe::graph::Tensor_attributes> c[5];
+  for (int i = 0; i < 5; ++i) {
+    c[i] = In(g, "c", kConstants + i, {1, 1, 1}, {1, 1, 1});
+    c[i]->set_data_type(fe::DataType_t::FLOAT).set_name("c" + std::to_string(i));
+  }
+  using M = fe::PointwiseMode_t;
+  auto op = [&](const std::shared_ptr<fe::graph::Tensor_attributes>& l,
+                const std::shared_ptr<fe::graph::Tensor_attributes>& r, M mode) {
+    auto o = g->pointwise(l, r, Pointwise("op", mode));
+    o->set_data_type(fe::DataType_t::FLOAT);
+    return o;
+  };
+  auto x2 = op(x, x, M::MUL);
+  auto inner = op(op(op(op(x2, c[3], M::MUL), c[0], M::ADD), x, M::MUL), c[2], M::MUL);
+  auto t = g->pointwise(inner, Pointwise("tanh", M::TANH_FWD));
+  t->set_data_type(fe::DataType_t::FLOAT);
+  auto one_plus_t = op(t, c[0], M::ADD);
+  auto one_minus_t2 = op(c[0], op(t, t, M::MUL), M::SUB);
+  auto r = op(op(x2, c[4], M::MUL), c[0], M::ADD);
+  auto h = op(op(op(x, one_minus_t2, M::MUL), r, M::MUL), c[2], M::MUL);
+  return op(op(one_plus_t, h, M::ADD), c[1], M::MUL);
+}
+
+// din (N,F) = GELU'(pre) * (dout (N,C) W (C,F)), GELU' in primitive ops (SlopeOps).
+GraphPtr BackwardGraphExplicitSlope(int64_t N, int64_t C, int64_t F) {
+  GraphPtr g = NewGraph();
+  auto dout = In(g, "dout", kDout, {1, N, C}, {N * C, C, 1});
+  auto w = In(g, "w", kW, {1, C, F}, {C * F, F, 1});
+  auto pre = In(g, "pre", kPre, {1, N, F}, {N * F, F, 1});
+  auto mm = g->matmul(
+      dout, w,
+      fe::graph::Matmul_attributes().set_name("mm").set_compute_data_type(fe::DataType_t::FLOAT));
+  mm->set_data_type(fe::DataType_t::FLOAT);
+  auto din = g->pointwise(mm, SlopeOps(g, pre), Pointwise("mul", fe::PointwiseMode_t::MUL));
+  din->set_output(true).set_uid(kDin).set_data_type(fe::DataType_t::BFLOAT16);
   return g;
 }
 
@@ -269,17 +336,43 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
               RelativeDiff(Download(out_nn), Download(out)));
 
   CudnnRun plain_dnn =
-      TimeGraph("cuDNN matmul+bias", ForwardGraph(N, C, F, false), handle, stream,
+      TimeGraph("cuDNN matmul+bias", ForwardGraph(N, C, F, ForwardOutputs::kPre), handle, stream,
                 {{kX, x.data}, {kW, w_fc.data}, {kBias, b_fc.data}, {kPre, pre2.data}});
   Report("cuDNN matmul+bias (best plan)", plain_dnn.best_ms, flops);
   CudnnRun gelu_dnn = TimeGraph(
-      "cuDNN matmul+bias+GELU", ForwardGraph(N, C, F, true), handle, stream,
+      "cuDNN matmul+bias+GELU", ForwardGraph(N, C, F, ForwardOutputs::kPreAndGelu), handle, stream,
       {{kX, x.data}, {kW, w_fc.data}, {kBias, b_fc.data}, {kPre, pre2.data}, {kOut, out2.data}});
   Report("cuDNN matmul+bias+GELU (best plan)", gelu_dnn.best_ms, flops);
   if (gelu_dnn.best_ms > 0)
     std::printf("  check: pre %.2e, out %.2e (relative to cuBLASLt)\n",
                 RelativeDiff(Download(pre2), Download(pre)),
                 RelativeDiff(Download(out2), Download(out)));
+
+  Buffer slope(N * F), out3(N * F), one(1);
+  const uint16_t one_bf16 = trainer::FloatToBF16(1.f);
+  BENCH_CHECK(cudaMemcpy(one.data, &one_bf16, 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  CudnnRun slope_dnn =
+      TimeGraph("cuDNN matmul+bias+GELU+slope",
+                ForwardGraph(N, C, F, ForwardOutputs::kGeluAndSlope), handle, stream,
+                {{kX, x.data},
+                 {kW, w_fc.data},
+                 {kBias, b_fc.data},
+                 {kOut, out3.data},
+                 {kSlope, slope.data},
+                 {kOne, one.data}});
+  Report("cuDNN matmul+bias+GELU+slope (best)", slope_dnn.best_ms, flops);
+  if (slope_dnn.best_ms > 0) {  // the slope against GELU' of cuBLASLt's pre, on the host
+    const std::vector<float> p = Download(pre);
+    std::vector<float> want(p.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      const float x3 = p[i] * p[i] * p[i];
+      const float t = std::tanh(0.7978845608f * (p[i] + 0.044715f * x3));
+      want[i] = 0.5f * (1 + t) +
+                0.5f * p[i] * (1 - t * t) * 0.7978845608f * (1 + 3 * 0.044715f * p[i] * p[i]);
+    }
+    std::printf("  check: out %.2e, slope %.2e (relative to cuBLASLt's, GELU' on the host)\n",
+                RelativeDiff(Download(out3), Download(out)), RelativeDiff(Download(slope), want));
+  }
 
   // Backward: din^T (F,N) = W_proj^T... column-major: din^T (F,N) = Wp (F,C) dout^T (C,N), where
   // the row-major W_proj (C,F) is Wp column-major (F,C) with ld F.
@@ -320,6 +413,30 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   Report("cuDNN matmul+dGELU (best plan)", dgelu_dnn.best_ms, flops);
   if (dgelu_dnn.best_ms > 0)
     std::printf("  check: din %.2e\n", RelativeDiff(Download(din2), Download(din)));
+  if (slope_dnn.best_ms > 0) {
+    Buffer din3(N * F);
+    CudnnRun mul_dnn =
+        TimeGraph("cuDNN matmul*slope", BackwardGraph(N, C, F, false, true), handle, stream,
+                  {{kDout, dout.data}, {kW, w_proj.data}, {kSlope, slope.data}, {kDin, din3.data}});
+    Report("cuDNN matmul*slope (best plan)", mul_dnn.best_ms, flops);
+    if (mul_dnn.best_ms > 0)
+      std::printf("  check: din %.2e\n", RelativeDiff(Download(din3), Download(din)));
+  }
+  {
+    Buffer din4(N * F), constants(5 * 4, 4);  // one 16-byte slot per constant
+    std::vector<float> slots(5 * 4, 0.f);
+    for (int i = 0; i < 5; ++i) slots[4 * i] = kSlopeConstants[i];
+    BENCH_CHECK(cudaMemcpy(constants.data, slots.data(), slots.size() * 4,
+                           cudaMemcpyHostToDevice) == cudaSuccess);
+    std::unordered_map<int64_t, void*> pack = {
+        {kDout, dout.data}, {kW, w_proj.data}, {kPre, pre.data}, {kDin, din4.data}};
+    for (int i = 0; i < 5; ++i) pack[kConstants + i] = static_cast<float*>(constants.data) + 4 * i;
+    CudnnRun ops_dnn = TimeGraph("cuDNN matmul+dGELU as ops", BackwardGraphExplicitSlope(N, C, F),
+                                 handle, stream, pack);
+    Report("cuDNN matmul+dGELU as ops (best plan)", ops_dnn.best_ms, flops);
+    if (ops_dnn.best_ms > 0)
+      std::printf("  check: din %.2e\n", RelativeDiff(Download(din4), Download(din)));
+  }
   CudnnRun dbias_dnn =
       TimeGraph("cuDNN matmul+dGELU+dbias", BackwardGraph(N, C, F, true), handle, stream,
                 {{kDout, dout.data},
@@ -350,9 +467,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<trainer::cuda::CublasLtMatmul> lt;
   BENCH_CHECK(trainer::cuda::CublasLtMatmul::Create(stream, &lt).ok());
   std::printf("cuDNN %zu, frontend %d\n", cudnnGetVersion(), CUDNN_FRONTEND_VERSION);
-  RunShape("GPT-2 124M MLP", rows, 768, stream, handle, lt.get());
-  RunShape("GPT-2 350M MLP", rows / 2, 1024, stream, handle, lt.get());
-  RunShape("GPT 1.3B MLP", rows, 2048, stream, handle, lt.get());
+  const std::string only = argc > 2 ? argv[2] : "";
+  auto run = [&](const char* label, int64_t N, int64_t C) {
+    if (only.empty() || std::string(label).find(only) != std::string::npos)
+      RunShape(label, N, C, stream, handle, lt.get());
+  };
+  run("GPT-2 124M MLP", rows, 768);
+  run("GPT-2 350M MLP", rows / 2, 1024);
+  run("GPT 1.3B MLP", rows, 2048);
   cudnnDestroy(handle);
   return 0;
 }
