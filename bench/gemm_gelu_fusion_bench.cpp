@@ -146,36 +146,6 @@ GraphPtr ForwardGraph(int64_t N, int64_t C, int64_t F, ForwardOutputs outputs) {
   return g;
 }
 
-// din (N,F) = GELU'(pre) * (dout (N,C) W (C,F)) [, dbias (F) = column sums of din]; or, with
-// multiply_by_slope, din = slope * (dout W) where slope = GELU'(pre) was stored by the forward.
-GraphPtr BackwardGraph(int64_t N, int64_t C, int64_t F, bool with_dbias,
-                       bool multiply_by_slope = false) {
-  GraphPtr g = NewGraph();
-  auto dout = In(g, "dout", kDout, {1, N, C}, {N * C, C, 1});
-  auto w = In(g, "w", kW, {1, C, F}, {C * F, F, 1});
-  auto mm = g->matmul(
-      dout, w,
-      fe::graph::Matmul_attributes().set_name("mm").set_compute_data_type(fe::DataType_t::FLOAT));
-  mm->set_data_type(fe::DataType_t::FLOAT);
-  std::shared_ptr<fe::graph::Tensor_attributes> din;
-  if (multiply_by_slope) {
-    auto slope = In(g, "slope", kSlope, {1, N, F}, {N * F, F, 1});
-    din = g->pointwise(mm, slope, Pointwise("mul", fe::PointwiseMode_t::MUL));
-  } else {
-    auto pre = In(g, "pre", kPre, {1, N, F}, {N * F, F, 1});
-    din = g->pointwise(mm, pre, Pointwise("dgelu", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
-  }
-  din->set_output(true).set_uid(kDin).set_data_type(fe::DataType_t::BFLOAT16);
-  if (with_dbias) {
-    auto dbias = g->reduction(din, fe::graph::Reduction_attributes()
-                                       .set_name("dbias")
-                                       .set_mode(fe::ReductionMode_t::ADD)
-                                       .set_compute_data_type(fe::DataType_t::FLOAT));
-    dbias->set_output(true).set_uid(kDbias).set_data_type(fe::DataType_t::FLOAT).set_dim({1, 1, F});
-  }
-  return g;
-}
-
 // The tanh-GELU slope written out in cuDNN's primitive pointwise ops (TANH_FWD, MUL, ADD, SUB)
 // instead of its GELU_APPROX_TANH_BWD: with t = tanh(k x (1 + a x^2)),
 // GELU'(x) = 0.5 (1 + t) + 0.5 k x (1 - t^2) (1 + 3a x^2). Constants are f32 (1,1,1) tensors at
@@ -207,18 +177,39 @@ std::shared_ptr<fe::graph::Tensor_attributes> SlopeOps(
   return op(op(one_plus_t, h, M::ADD), c[1], M::MUL);
 }
 
-// din (N,F) = GELU'(pre) * (dout (N,C) W (C,F)), GELU' in primitive ops (SlopeOps).
-GraphPtr BackwardGraphExplicitSlope(int64_t N, int64_t C, int64_t F) {
+// How the backward graph forms din from the product dout W: GELU' by cuDNN's
+// GELU_APPROX_TANH_BWD (optionally with dbias, the column sums of din, in the same graph), by the
+// primitive ops above, or a multiply by the slope GELU'(pre) that the forward stored.
+enum class BackwardSlope { kDgelu, kDgeluAndDbias, kPrimitiveOps, kStored };
+
+// din (N,F) = GELU'(pre) * (dout (N,C) W (C,F)), GELU'(pre) formed as `slope` says.
+GraphPtr BackwardGraph(int64_t N, int64_t C, int64_t F, BackwardSlope slope) {
   GraphPtr g = NewGraph();
   auto dout = In(g, "dout", kDout, {1, N, C}, {N * C, C, 1});
   auto w = In(g, "w", kW, {1, C, F}, {C * F, F, 1});
-  auto pre = In(g, "pre", kPre, {1, N, F}, {N * F, F, 1});
   auto mm = g->matmul(
       dout, w,
       fe::graph::Matmul_attributes().set_name("mm").set_compute_data_type(fe::DataType_t::FLOAT));
   mm->set_data_type(fe::DataType_t::FLOAT);
-  auto din = g->pointwise(mm, SlopeOps(g, pre), Pointwise("mul", fe::PointwiseMode_t::MUL));
+  std::shared_ptr<fe::graph::Tensor_attributes> din;
+  if (slope == BackwardSlope::kStored) {
+    auto stored = In(g, "slope", kSlope, {1, N, F}, {N * F, F, 1});
+    din = g->pointwise(mm, stored, Pointwise("mul", fe::PointwiseMode_t::MUL));
+  } else {
+    auto pre = In(g, "pre", kPre, {1, N, F}, {N * F, F, 1});
+    din =
+        slope == BackwardSlope::kPrimitiveOps
+            ? g->pointwise(mm, SlopeOps(g, pre), Pointwise("mul", fe::PointwiseMode_t::MUL))
+            : g->pointwise(mm, pre, Pointwise("dgelu", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
+  }
   din->set_output(true).set_uid(kDin).set_data_type(fe::DataType_t::BFLOAT16);
+  if (slope == BackwardSlope::kDgeluAndDbias) {
+    auto dbias = g->reduction(din, fe::graph::Reduction_attributes()
+                                       .set_name("dbias")
+                                       .set_mode(fe::ReductionMode_t::ADD)
+                                       .set_compute_data_type(fe::DataType_t::FLOAT));
+    dbias->set_output(true).set_uid(kDbias).set_data_type(fe::DataType_t::FLOAT).set_dim({1, 1, F});
+  }
   return g;
 }
 
@@ -408,16 +399,16 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   cudaStreamSynchronize(stream);
   std::printf("  check: DGELU TN against NN %.2e\n", RelativeDiff(Download(din_tn), Download(din)));
   CudnnRun dgelu_dnn =
-      TimeGraph("cuDNN matmul+dGELU", BackwardGraph(N, C, F, false), handle, stream,
+      TimeGraph("cuDNN matmul+dGELU", BackwardGraph(N, C, F, BackwardSlope::kDgelu), handle, stream,
                 {{kDout, dout.data}, {kW, w_proj.data}, {kPre, pre.data}, {kDin, din2.data}});
   Report("cuDNN matmul+dGELU (best plan)", dgelu_dnn.best_ms, flops);
   if (dgelu_dnn.best_ms > 0)
     std::printf("  check: din %.2e\n", RelativeDiff(Download(din2), Download(din)));
   if (slope_dnn.best_ms > 0) {
     Buffer din3(N * F);
-    CudnnRun mul_dnn =
-        TimeGraph("cuDNN matmul*slope", BackwardGraph(N, C, F, false, true), handle, stream,
-                  {{kDout, dout.data}, {kW, w_proj.data}, {kSlope, slope.data}, {kDin, din3.data}});
+    CudnnRun mul_dnn = TimeGraph(
+        "cuDNN matmul*slope", BackwardGraph(N, C, F, BackwardSlope::kStored), handle, stream,
+        {{kDout, dout.data}, {kW, w_proj.data}, {kSlope, slope.data}, {kDin, din3.data}});
     Report("cuDNN matmul*slope (best plan)", mul_dnn.best_ms, flops);
     if (mul_dnn.best_ms > 0)
       std::printf("  check: din %.2e\n", RelativeDiff(Download(din3), Download(din)));
@@ -431,14 +422,16 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
     std::unordered_map<int64_t, void*> pack = {
         {kDout, dout.data}, {kW, w_proj.data}, {kPre, pre.data}, {kDin, din4.data}};
     for (int i = 0; i < 5; ++i) pack[kConstants + i] = static_cast<float*>(constants.data) + 4 * i;
-    CudnnRun ops_dnn = TimeGraph("cuDNN matmul+dGELU as ops", BackwardGraphExplicitSlope(N, C, F),
-                                 handle, stream, pack);
+    CudnnRun ops_dnn =
+        TimeGraph("cuDNN matmul+dGELU as ops", BackwardGraph(N, C, F, BackwardSlope::kPrimitiveOps),
+                  handle, stream, pack);
     Report("cuDNN matmul+dGELU as ops (best plan)", ops_dnn.best_ms, flops);
     if (ops_dnn.best_ms > 0)
       std::printf("  check: din %.2e\n", RelativeDiff(Download(din4), Download(din)));
   }
   CudnnRun dbias_dnn =
-      TimeGraph("cuDNN matmul+dGELU+dbias", BackwardGraph(N, C, F, true), handle, stream,
+      TimeGraph("cuDNN matmul+dGELU+dbias", BackwardGraph(N, C, F, BackwardSlope::kDgeluAndDbias),
+                handle, stream,
                 {{kDout, dout.data},
                  {kW, w_proj.data},
                  {kPre, pre.data},
