@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/log.h"
 #include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/cuda_check.h"
 
@@ -39,6 +40,30 @@ int64_t Alignment(const void* p) {
   int64_t alignment = 256;
   while (alignment > 1 && address % alignment != 0) alignment /= 2;
   return alignment;
+}
+
+const char* EpilogueName(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kBias:
+      return "BIAS";
+    case GemmEpilogue::kGeluAux:
+      return "GELU_AUX";
+    case GemmEpilogue::kGeluAuxBias:
+      return "GELU_AUX_BIAS";
+    case GemmEpilogue::kDGelu:
+      return "DGELU";
+    default:
+      return "none";
+  }
+}
+
+int AlgoId(const cublasLtMatmulAlgo_t& algo) {
+  int id = -1;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id),
+                                           &written) != CUBLAS_STATUS_SUCCESS)
+    id = -1;
+  return id;
 }
 
 cublasLtEpilogue_t LtEpilogue(GemmEpilogue e) {
@@ -301,6 +326,18 @@ Status CublasLtMatmul::TimeCandidates(const Gemm& g, Plan* plan,
   const int best =
       static_cast<int>(std::min_element(best_ms.begin(), best_ms.end()) - best_ms.begin());
   plan->algo = results[best].algo;
+  float runner_up = 1e30f;
+  for (int i = 0; i < count; ++i)
+    if (i != best) runner_up = std::min(runner_up, best_ms[i]);
+  // One line per problem (rank 0): what tuning chose and by how much, so that a run's GEMM choices
+  // can be compared with another's. Candidate 0 is the heuristic's own first choice.
+  auto shown = [](float ms) { return ms < 1e29f ? ms : -1.f; };
+  LogInfo(
+      StrFormat("GEMM tuning (%lld x %lld x %lld%s%s, %s): candidate %d of %d (algo %d), %.3f "
+                "ms; heuristic's first %.3f ms, runner-up %.3f ms",
+                (long long)g.m, (long long)g.n, (long long)g.k, g.transpose_a ? ", A^T" : "",
+                g.transpose_b ? ", B^T" : "", EpilogueName(g.epilogue), best, count,
+                AlgoId(plan->algo), shown(best_ms[best]), shown(best_ms[0]), shown(runner_up)));
   if (saved) {
     CUDA_CHECK(cudaMemcpyAsync(g.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
