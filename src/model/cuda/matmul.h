@@ -2,7 +2,7 @@
 // pre-activation as aux output, GELU gradient), f32 accumulation, one 32 MiB workspace allocated
 // at creation, and descriptors plus the chosen algorithm cached per problem (the fastest of the
 // heuristic's candidates for the problem, for its half and, with a bias, for it without the bias,
-// timed on first use).
+// timed on first use; rank 0 logs each problem's choice with its time and the runner-up's).
 #pragma once
 
 #include <cublasLt.h>
