@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's first command: install what is missing, build, pack a small dataset, and train the
-# tiny GPT (configs/tiny-cpu.yaml) on 2 CPU ranks under mpirun, printing the falling loss.
+# tiny GPT (configs/tiny-cpu.yaml) on 2 CPU ranks under mpirun, printing the falling loss, then a
+# sample of text from the trained model.
 # Text: ../shared/data/tinyshakespeare.txt when it exists, else the licence texts every
 # Debian/Ubuntu machine has plus this project's docs.
 set -euo pipefail
@@ -22,3 +23,7 @@ launcher=(mpirun --oversubscribe -n "$ranks")
 "${launcher[@]}" build/src/trainer train --config configs/tiny-cpu.yaml \
   -o Data.train_path=data/demo.h5 -o Data.val_path=data/demo.val.h5 "$@"
 echo "metrics: out/tiny-cpu/metrics.jsonl; checkpoints: out/tiny-cpu/checkpoints"
+if [[ -d out/tiny-cpu/checkpoints ]]; then
+  echo "a sample from the trained model (trainer sample out/tiny-cpu/checkpoints -n 300 -t 0.8):"
+  build/src/trainer sample out/tiny-cpu/checkpoints -n 300 -t 0.8
+fi

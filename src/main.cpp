@@ -1,4 +1,4 @@
-// trainer: one binary, several subcommands (train, pack, check, inspect, plan). main() only
+// trainer: one binary, several subcommands (train, pack, check, inspect, plan, sample). main() only
 // dispatches; each subcommand returns its exit code (docs/cli.md).
 #include <cstdio>
 #include <cstring>
@@ -17,7 +17,8 @@ void PrintUsage(FILE* out) {
                "  pack     turn text or token files into an HDF5 dataset\n"
                "  check    check the environment and collectives under the launcher\n"
                "  inspect  summarise a dataset or a checkpoint (and verify it)\n"
-               "  plan     estimate memory per rank for a config and layout\n\n"
+               "  plan     estimate memory per rank for a config and layout\n"
+               "  sample   generate text (or token ids) from a checkpoint\n\n"
                "'trainer <command> --help' lists the command's options with their defaults.\n"
                "Exit codes: 0 done, 1 runtime, 2 usage/config, 3 data, 4 checkpoint,\n"
                "            5 environment, 75 preempted after saving (requeue).\n");
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (command == "check") return trainer::RunCheckCommand(args);
   if (command == "inspect") return trainer::RunInspectCommand(args);
   if (command == "plan") return trainer::RunPlanCommand(args);
+  if (command == "sample") return trainer::RunSampleCommand(args);
   std::fprintf(stderr, "error: unknown command '%s'. Run 'trainer --help' for the list\n",
                command.c_str());
   return 2;

@@ -78,6 +78,10 @@ struct CheckpointSummary {
   };
   std::vector<TensorInfo> tensors;  // under /model
 };
+// The weights of a checkpoint (a step folder or its checkpoint.h5) into `model`, this process's
+// slices of them, after checking the file's model shape against `config` (`trainer sample`).
+Status LoadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
+                             GptModel* model);
 // Reads the attributes and tensor shapes of `file` (a checkpoint.h5).
 Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary);
 // Reads every tensor (one at a time) and checks its Fletcher32 chunk checksums, its CRC-32

@@ -101,42 +101,55 @@ Status ResolveOnRoot(const std::string& directory, const std::string& resume, st
   return Status::Ok();
 }
 
+// The model shape of `file` against the config's, as one error naming both.
+Status CheckModelShape(hid_t file_id, const std::string& file, const ModelConfig& model) {
+  const std::string diff = ShapeDifferences(file_id, model);
+  if (diff.empty()) return Status::Ok();
+  return CheckpointError(
+      StrFormat("checkpoint does not match the model in the config (%s): %s. Resume with the "
+                "checkpoint's model shape (h5dump -a /config %s shows its config)",
+                file.c_str(), diff.c_str(), file.c_str()));
+}
+
+// This rank's slices of one state (0: weights, then the moments) into `flat`, in the model's
+// buffer order.
+Status ReadState(hid_t file_id, const std::string& file, const GptModel& model, int state,
+                 std::vector<float>* flat) {
+  const ModelPartition& part = model.partition();
+  flat->assign(TotalLocalElements(model.parameters()), 0.f);
+  for (const ParameterInfo& p : model.parameters()) {
+    const std::string path = std::string(StateGroup(state)) + "/" + p.name;
+    std::vector<int64_t> shape;
+    Status s = DatasetShape(file_id, path, &shape);
+    if (!s.ok() || shape != p.full_shape)
+      return CheckpointError(
+          StrFormat("checkpoint does not match the model in the config (%s): /%s: "
+                    "checkpoint %s, config %s. Resume with the checkpoint's model shape",
+                    file.c_str(), path.c_str(), s.ok() ? ShapeText(shape).c_str() : "missing",
+                    ShapeText(p.full_shape).c_str()));
+    s = ReadShard(file_id, path, p, part.tp_rank, part.tp_size, flat->data() + p.offset);
+    if (!s.ok())
+      return CheckpointError(StrFormat(
+          "reading a checkpoint tensor failed (%s, /%s, rank %d): %s. %s", file.c_str(),
+          path.c_str(), GetProcessIdentity().rank, Hdf5ErrorText().c_str(), kDamagedAdvice));
+  }
+  return Status::Ok();
+}
+
 // Every rank: read this rank's slices of master weights and moments.
 Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel* model,
                  AdamW* optimizer, CheckpointLoadResult* result) {
   const std::string file = CheckpointFile(folder);
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
-  const std::string diff = ShapeDifferences(f.get(), config.model);
-  if (!diff.empty())
-    return CheckpointError(
-        StrFormat("checkpoint does not match the model in the config (%s): %s. Resume with the "
-                  "checkpoint's model shape (h5dump -a /config %s shows its config)",
-                  file.c_str(), diff.c_str(), file.c_str()));
+  TRAINER_RETURN_IF_ERROR(CheckModelShape(f.get(), file, config.model));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "step", &result->step));
   TRAINER_RETURN_IF_ERROR(
       Hdf5ReadIntAttribute(f.get(), "consumed_samples", &result->consumed_samples));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "tokens_seen", &result->tokens_seen));
-  const ModelPartition& part = model->partition();
-  const size_t total = TotalLocalElements(model->parameters());
   for (int w = 0; w < kStateCount; ++w) {
-    std::vector<float> flat(total, 0.f);
-    for (const ParameterInfo& p : model->parameters()) {
-      const std::string path = std::string(StateGroup(w)) + "/" + p.name;
-      std::vector<int64_t> shape;
-      Status s = DatasetShape(f.get(), path, &shape);
-      if (!s.ok() || shape != p.full_shape)
-        return CheckpointError(
-            StrFormat("checkpoint does not match the model in the config (%s): /%s: "
-                      "checkpoint %s, config %s. Resume with the checkpoint's model shape",
-                      file.c_str(), path.c_str(), s.ok() ? ShapeText(shape).c_str() : "missing",
-                      ShapeText(p.full_shape).c_str()));
-      s = ReadShard(f.get(), path, p, part.tp_rank, part.tp_size, flat.data() + p.offset);
-      if (!s.ok())
-        return CheckpointError(StrFormat(
-            "reading a checkpoint tensor failed (%s, /%s, rank %d): %s. %s", file.c_str(),
-            path.c_str(), GetProcessIdentity().rank, Hdf5ErrorText().c_str(), kDamagedAdvice));
-    }
+    std::vector<float> flat;
+    TRAINER_RETURN_IF_ERROR(ReadState(f.get(), file, *model, w, &flat));
     if (w == 0)
       TRAINER_RETURN_IF_ERROR(optimizer->SetMaster(flat));
     else
@@ -246,6 +259,17 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
     s->tensors.push_back(t);
   }
   return Status::Ok();
+}
+
+Status LoadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
+                             GptModel* model) {
+  const std::string file = CheckpointFile(folder_or_file);
+  Hdf5Handle f;
+  TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
+  TRAINER_RETURN_IF_ERROR(CheckModelShape(f.get(), file, config));
+  std::vector<float> flat;
+  TRAINER_RETURN_IF_ERROR(ReadState(f.get(), file, *model, 0, &flat));
+  return model->SetParameters(flat);
 }
 
 Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,

@@ -12,5 +12,6 @@ int RunPackCommand(const std::vector<std::string>& args);
 int RunCheckCommand(const std::vector<std::string>& args);
 int RunInspectCommand(const std::vector<std::string>& args);
 int RunPlanCommand(const std::vector<std::string>& args);
+int RunSampleCommand(const std::vector<std::string>& args);
 
 }  // namespace trainer

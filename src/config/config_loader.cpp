@@ -201,13 +201,12 @@ Status ApplyOverride(const std::string& text, TrainConfig* config) {
 
 }  // namespace
 
-StatusOr<TrainConfig> LoadConfig(const std::string& yaml_path,
-                                 const std::vector<std::string>& overrides) {
+StatusOr<TrainConfig> LoadConfigText(const std::string& text, const std::string& source,
+                                     const std::vector<std::string>& overrides) {
   TrainConfig config;
-  config.config_path = yaml_path;
+  config.config_path = source;
   config.config_overrides = overrides;
-  if (!yaml_path.empty()) {
-    TRAINER_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(yaml_path));
+  if (!source.empty()) {
     YAML::Node root;
     try {
       root = YAML::Load(text);
@@ -215,12 +214,21 @@ StatusOr<TrainConfig> LoadConfig(const std::string& yaml_path,
       return UsageError(
           StrFormat("invalid YAML in config file (%s line %d, column %d): %s. Fix "
                     "the syntax at that line.",
-                    yaml_path.c_str(), e.mark.line + 1, e.mark.column + 1, e.msg.c_str()));
+                    source.c_str(), e.mark.line + 1, e.mark.column + 1, e.msg.c_str()));
     }
-    TRAINER_RETURN_IF_ERROR(ApplyDocument(yaml_path, root, &config));
+    TRAINER_RETURN_IF_ERROR(ApplyDocument(source, root, &config));
   }
-  for (const std::string& text : overrides) TRAINER_RETURN_IF_ERROR(ApplyOverride(text, &config));
+  for (const std::string& o : overrides) TRAINER_RETURN_IF_ERROR(ApplyOverride(o, &config));
   return config;
+}
+
+StatusOr<TrainConfig> LoadConfig(const std::string& yaml_path,
+                                 const std::vector<std::string>& overrides) {
+  std::string text;
+  if (!yaml_path.empty()) {
+    TRAINER_ASSIGN_OR_RETURN(text, ReadConfigFile(yaml_path));
+  }
+  return LoadConfigText(text, yaml_path, overrides);
 }
 
 std::string FormatConfig(const TrainConfig& config) {

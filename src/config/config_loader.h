@@ -17,6 +17,10 @@ namespace trainer {
 // Distributed.tp_degree. Unknown keys, wrong types and malformed YAML are errors.
 StatusOr<TrainConfig> LoadConfig(const std::string& yaml_path,
                                  const std::vector<std::string>& overrides);
+// As LoadConfig, from YAML text (e.g. the resolved config a checkpoint carries) that `source`
+// names in errors; empty `source`: defaults and overrides only.
+StatusOr<TrainConfig> LoadConfigText(const std::string& text, const std::string& source,
+                                     const std::vector<std::string>& overrides);
 
 // Sets config->world_size, derives dp_degree when it is 0 (world / (tp * pp)), then checks every
 // rule of docs/config.md (degrees vs the world size, batch divisibility, model shapes vs the

@@ -317,6 +317,20 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
   return CrossEntropy(s.targets, dloss_scale);
 }
 
+Status GptModel::LogitsRow(int64_t row, std::vector<float>* out) const {
+  TRAINER_ASSERT(partition_.last_stage() && (tp_ == nullptr || tp_->size() == 1),
+                 "LogitsRow needs the last stage without TP");
+  TRAINER_ASSERT(row >= 0 && row < static_cast<int64_t>(B_) * T_, "LogitsRow: row out of range");
+  const int V = config_.vocab_size;
+  const Tensor logits = scratch_.logits.rows(row, 1);
+  out->resize(V);
+  if (logits.dtype == DType::kF32) return backend_->CopyToHost(out->data(), logits.data, V * 4);
+  std::vector<uint16_t> bf16(V);
+  TRAINER_RETURN_IF_ERROR(backend_->CopyToHost(bf16.data(), logits.data, V * 2));
+  for (int i = 0; i < V; ++i) (*out)[i] = BF16ToFloat(bf16[i]);
+  return Status::Ok();
+}
+
 Status GptModel::CrossEntropy(Tensor targets, float dloss_scale) {
   const int N = B_ * T_, V = config_.vocab_size;
   Tensor flat_targets(targets.data, DType::kI32, {N});

@@ -54,6 +54,9 @@ class GptModel {
   // when `dloss_scale` != 0, the logits gradient scaled by it (ready for Backward).
   Status Forward(int slot, const int32_t* tokens, const int32_t* targets, bool with_loss,
                  float dloss_scale);
+  // After a Forward on the last stage without TP: the logits of token row `row` (of B*T) over
+  // the vocabulary (vocab_size values, the padding left out), as f32 on the host.
+  Status LogitsRow(int64_t row, std::vector<float>* out) const;
   // Adds this micro-batch's per-token losses to the step's loss sum, which stays on the device
   // (last stage, after Forward with_loss; `first` starts a new sum). Nothing waits for the GPU.
   Status AccumulateLoss(bool first);

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# trainer sample: a model trained (TP=2, 2 ranks) on a text that repeats one 24-byte sentence
+# must continue a prompt with that text, taking the likeliest byte each time (--temperature 0):
+# the expected output is the text itself, known without the trainer. The checkpoint of a
+# two-rank layout loads on one process; the step folder, its checkpoint.h5 and the checkpoint
+# directory give the same sample; a seeded draw repeats. Bad input: one error line each and the
+# exit code (no checkpoint 4, more than one process / bad options 2).
+source "$(dirname "$0")/lib.sh"
+SENTENCE="the cat sat on the mat. "
+python3 -c "import sys; open('cat.txt', 'w').write(sys.argv[1] * 400)" "$SENTENCE"
+"$TRAINER" pack --input cat.txt --output cat.h5 --quiet
+run_np 2 train -c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=cat.h5 -o Data.val_fraction=0 \
+  -o Distributed.tp_degree=2 -o Model.num_layers=2 -o Model.hidden_size=64 \
+  -o Model.max_seq_len=64 -o Engine.max_steps=150 -o Engine.save_steps=150 -o Engine.eval_freq=0 \
+  -o Engine.logging_freq=50 -o Engine.output_dir=run > train.log 2>&1 ||
+  { tail -20 train.log; fail "training run failed"; }
+LOSS=$(losses run/metrics.jsonl | tail -1)
+awk -v l="$LOSS" 'BEGIN { exit !(l < 0.05) }' || fail "training did not learn the text (loss $LOSS)"
+
+PROMPT="the cat sat on the"
+"$TRAINER" sample run/checkpoints/step-00000150 --prompt "$PROMPT" -n 40 -t 0 --output greedy.txt \
+  2> sample.err > sample.log || { cat sample.log sample.err; fail "trainer sample failed"; }
+python3 - "$SENTENCE" "$PROMPT" <<'PY'
+import sys
+sentence, prompt = sys.argv[1], sys.argv[2]
+want = (sentence * 10)[:len(prompt) + 40]
+got = open("greedy.txt").read().rstrip("\n")
+assert got == want, f"sample {got!r}, expected {want!r}"
+print(f"greedy sample as expected: {got!r}")
+PY
+for path in run/checkpoints/step-00000150/checkpoint.h5 run/checkpoints; do
+  "$TRAINER" sample "$path" --prompt "$PROMPT" -n 40 -t 0 --output other.txt 2> /dev/null > /dev/null
+  cmp -s greedy.txt other.txt || fail "sampling from $path differs from the step folder's sample"
+done
+for i in 1 2; do
+  "$TRAINER" sample run/checkpoints -n 64 -t 1 -k 10 --seed 7 --output "draw$i.txt" 2> /dev/null \
+    > /dev/null
+done
+cmp -s draw1.txt draw2.txt || fail "two draws with --seed 7 differ"
+
+# expect_error CODE TEXT COMMAND...: exit code CODE and exactly one error line containing TEXT.
+expect_error() {
+  local code=$1 text=$2 rc=0
+  shift 2
+  "$@" > out.log 2> err.log || rc=$?
+  [ "$rc" = "$code" ] || { cat out.log err.log; fail "$*: exit $rc, expected $code"; }
+  if [ "$(grep -c '^error: ' err.log)" != 1 ] || ! grep -q "$text" err.log; then
+    cat err.log
+    fail "$*: expected one error line with '$text'"
+  fi
+}
+expect_error 4 "no checkpoint at nowhere" "$TRAINER" sample nowhere
+expect_error 2 "runs as one process" run_np 2 sample run/checkpoints
+expect_error 2 "not a token id" "$TRAINER" sample run/checkpoints --prompt-ids "1 999"
+expect_error 2 "tokens must be at least 1" "$TRAINER" sample run/checkpoints -n 0
+expect_error 2 "needs a checkpoint" "$TRAINER" sample
+echo "sample: all checks passed"
