@@ -149,8 +149,7 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
     else
       out << static_cast<char>(token);
   };
-  if (!o.prompt.empty() || !o.prompt_ids.empty())
-    for (int32_t t : context) emit(t);
+  const bool echo_prompt = !o.prompt.empty() || !o.prompt_ids.empty();
   std::mt19937_64 rng(o.seed);
   std::vector<int32_t> window(T);
   std::vector<float> logits;
@@ -162,6 +161,9 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
     TRAINER_RETURN_IF_ERROR(model->Forward(0, window.data(), nullptr, false, 0.f));
     TRAINER_RETURN_IF_ERROR(model->LogitsRow(static_cast<int64_t>(n) - 1, &logits));
     const int32_t next = Draw(logits, o.temperature, o.top_k, &rng);
+    // The prompt after the first forward: the GPU backend logs its first-use tuning then.
+    if (i == 0 && echo_prompt)
+      for (int32_t t : context) emit(t);
     context.push_back(next);
     emit(next);
     out.flush();
