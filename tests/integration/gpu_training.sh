@@ -4,7 +4,9 @@
 #  - dp2 (with and without the overlapped gradient reduction, and with ZeRO-1), tp2 and pp2 on two
 #    GPUs follow the one-GPU curve (when two GPUs are visible);
 #  - ZeRO-1's sharded optimizer state, saved whole at step 25, resumes on one GPU and on two with
-#    ZeRO-1 again, and both continue the uninterrupted ZeRO-1 curve.
+#    ZeRO-1 again, and both continue the uninterrupted ZeRO-1 curve;
+#  - trainer sample on the GPU (sample.sh with SAMPLE_DEVICE=cuda: a bf16 model trained on one
+#    repeated sentence continues a prompt with exactly that text).
 source "$(dirname "$0")/lib.sh"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "${GPUS:-0}" -ge 1 ] || { echo "skip: no GPU visible"; exit 77; }
@@ -29,6 +31,9 @@ compare_curves() {  # a b tolerance_each tolerance_mean [steps, default 50: b's 
     END { printf "%d steps: worst relative difference %.4f, mean %.4f\n", n, w, s / n;
           exit !(n == steps && w <= each && s / n <= mean) }'
 }
+SAMPLE_DEVICE=cuda bash "$SRC/tests/integration/sample.sh" "$TRAINER" "$SRC" "$SCRATCH/sample" ||
+  fail "trainer sample on the GPU"
+cd "$SCRATCH"
 train cpu 1 cpu
 train gpu1 1 cuda
 echo "== one GPU (bf16) vs CPU (fp32)"

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# trainer sample: a model trained (TP=2, 2 ranks) on a text that repeats one 24-byte sentence
+# trainer sample: a model trained (TP=2 on 2 CPU ranks; with SAMPLE_DEVICE=cuda, as
+# gpu_training.sh runs it, on one GPU in bf16) on a text that repeats one 24-byte sentence
 # must continue a prompt with that text, taking the likeliest byte each time (--temperature 0):
 # the expected output is the text itself, known without the trainer. The checkpoint of a
 # two-rank layout loads on one process; the step folder, its checkpoint.h5 and the checkpoint
 # directory give the same sample; a seeded draw repeats. Bad input: one error line each and the
 # exit code (no checkpoint 4, more than one process / bad options 2).
 source "$(dirname "$0")/lib.sh"
+DEVICE=${SAMPLE_DEVICE:-cpu}
+LAYOUT=(2 -o Distributed.tp_degree=2)  # ranks, then their overrides
+[ "$DEVICE" = cpu ] || LAYOUT=(1 -o Engine.mix_precision=bf16)
 SENTENCE="the cat sat on the mat. "
 python3 -c "import sys; open('cat.txt', 'w').write(sys.argv[1] * 400)" "$SENTENCE"
 "$TRAINER" pack --input cat.txt --output cat.h5 --quiet
-run_np 2 train -c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=cat.h5 -o Data.val_fraction=0 \
-  -o Distributed.tp_degree=2 -o Model.num_layers=2 -o Model.hidden_size=64 \
-  -o Model.max_seq_len=64 -o Engine.max_steps=150 -o Engine.save_steps=150 -o Engine.eval_freq=0 \
+run_np "${LAYOUT[0]}" train -c "$SRC/configs/tiny-cpu.yaml" "${LAYOUT[@]:1}" \
+  -o Global.device="$DEVICE" -o Data.train_path=cat.h5 -o Data.val_fraction=0 \
+  -o Model.num_layers=2 -o Model.hidden_size=64 -o Model.max_seq_len=64 -o Engine.max_steps=150 -o Engine.save_steps=150 -o Engine.eval_freq=0 \
   -o Engine.logging_freq=50 -o Engine.output_dir=run > train.log 2>&1 ||
   { tail -20 train.log; fail "training run failed"; }
 LOSS=$(losses run/metrics.jsonl | tail -1)
@@ -19,7 +23,8 @@ awk -v l="$LOSS" 'BEGIN { exit !(l < 0.05) }' || fail "training did not learn th
 
 PROMPT="the cat sat on the"
 "$TRAINER" sample run/checkpoints/step-00000150 --prompt "$PROMPT" -n 40 -t 0 --output greedy.txt \
-  2> sample.err > sample.log || { cat sample.log sample.err; fail "trainer sample failed"; }
+  -o Global.device="$DEVICE" 2> sample.err > sample.log ||
+  { cat sample.log sample.err; fail "trainer sample failed"; }
 python3 - "$SENTENCE" "$PROMPT" <<'PY'
 import sys
 sentence, prompt = sys.argv[1], sys.argv[2]
@@ -29,12 +34,13 @@ assert got == want, f"sample {got!r}, expected {want!r}"
 print(f"greedy sample as expected: {got!r}")
 PY
 for path in run/checkpoints/step-00000150/checkpoint.h5 run/checkpoints; do
-  "$TRAINER" sample "$path" --prompt "$PROMPT" -n 40 -t 0 --output other.txt 2> /dev/null > /dev/null
+  "$TRAINER" sample "$path" --prompt "$PROMPT" -n 40 -t 0 --output other.txt \
+    -o Global.device="$DEVICE" 2> /dev/null > /dev/null
   cmp -s greedy.txt other.txt || fail "sampling from $path differs from the step folder's sample"
 done
 for i in 1 2; do
-  "$TRAINER" sample run/checkpoints -n 64 -t 1 -k 10 --seed 7 --output "draw$i.txt" 2> /dev/null \
-    > /dev/null
+  "$TRAINER" sample run/checkpoints -n 64 -t 1 -k 10 --seed 7 --output "draw$i.txt" \
+    -o Global.device="$DEVICE" 2> /dev/null > /dev/null
 done
 cmp -s draw1.txt draw2.txt || fail "two draws with --seed 7 differ"
 
