@@ -15,7 +15,8 @@ python3 -c "import sys; open('cat.txt', 'w').write(sys.argv[1] * 400)" "$SENTENC
 "$TRAINER" pack --input cat.txt --output cat.h5 --quiet
 run_np "${LAYOUT[0]}" train -c "$SRC/configs/tiny-cpu.yaml" "${LAYOUT[@]:1}" \
   -o Global.device="$DEVICE" -o Data.train_path=cat.h5 -o Data.val_fraction=0 \
-  -o Model.num_layers=2 -o Model.hidden_size=64 -o Model.max_seq_len=64 -o Engine.max_steps=150 -o Engine.save_steps=150 -o Engine.eval_freq=0 \
+  -o Model.num_layers=2 -o Model.hidden_size=64 -o Model.max_seq_len=64 \
+  -o Engine.max_steps=150 -o Engine.save_steps=150 -o Engine.eval_freq=0 \
   -o Engine.logging_freq=50 -o Engine.output_dir=run > train.log 2>&1 ||
   { tail -20 train.log; fail "training run failed"; }
 LOSS=$(losses run/metrics.jsonl | tail -1)
