@@ -2,9 +2,9 @@
 # Side-by-side throughput on the GPU machine, in one call: the trainer and the PyTorch peer
 # (nanoGPT-style GPT-2, bf16 autocast, SDPA flash attention, fused AdamW, torch.compile) on the
 # same shapes and random tokens. Prints one JSON line per run (tokens/s, MFU, memory, and the
-# GPU's SM clock and power while it ran) and the ratio; for a model run at several micro-batches,
-# also the ratio of each side's best (what the targets compare). docs/performance.md records the
-# results and the exact command.
+# GPU's SM clock and power while it ran) and the ratio (also per SM clock cycle); for a model run
+# at several micro-batches, also the ratio of each side's best (what the targets compare).
+# docs/performance.md records the results and the exact command.
 #
 #   bench/gpu_vs_pytorch.sh TRAINER PEER_SCRIPT MODEL...
 #   MODEL: 124m:B | 350m:B | 1.3b:B   (B = micro batch of one GPU; global batch = B x GPUs)
@@ -79,16 +79,24 @@ PY
   echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"gpu0\":$gpu}" |
     tee -a "$RESULTS"
   if [ "${SKIP_PEER:-0}" != 1 ] && [ "$NP" = 1 ]; then
+    trainer_gpu=$gpu
     gpu_sampling_start "$out.peer.gpu"
     peer=$(python3 "$PEER" "[{\"V\":50304,$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2>"$out.peer.err" | tail -1)
     gpu=$(gpu_sampling_stop "$out.peer.gpu")
     echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer,\"gpu0\":$gpu}" |
       tee -a "$RESULTS"
+    # Also the ratio per SM clock cycle: at the power limit each side runs at its own clock, and
+    # the tokens/s ratio is about the square root of this one (docs/performance.md).
     python3 -c "
 import json, sys
 a = json.loads(sys.argv[1]); b = json.loads(sys.argv[2])
-if 'tok_s' in b: print(json.dumps({'model': sys.argv[3], 'B': int(sys.argv[4]), 'ratio_trainer_over_pytorch': round(a['tok_s'] / b['tok_s'], 3)}))
-else: print(json.dumps({'peer_error': b}))" "$ours" "$peer" "$model" "$B"
+ga = json.loads(sys.argv[5]); gb = json.loads(sys.argv[6])
+if 'tok_s' in b:
+    line = {'model': sys.argv[3], 'B': int(sys.argv[4]), 'ratio_trainer_over_pytorch': round(a['tok_s'] / b['tok_s'], 3)}
+    if ga.get('sm_mhz') and gb.get('sm_mhz'):
+        line['ratio_per_sm_clock'] = round(a['tok_s'] / ga['sm_mhz'] / (b['tok_s'] / gb['sm_mhz']), 3)
+    print(json.dumps(line))
+else: print(json.dumps({'peer_error': b}))" "$ours" "$peer" "$model" "$B" "$trainer_gpu" "$gpu"
   fi
 done
 # The targets compare the best of each side over the micro-batches run (the peer's best is not
