@@ -1,3 +1,6 @@
 # Engine pieces with closed-form answers (LR schedule, 1F1B slots, phase timer).
 trainer_gtest(engine_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/engine_test.cpp
               LIBS trainer_engine TIMEOUT 60)
+# trainer sample's draw of the next token against the softmax computed independently.
+trainer_gtest(token_draw_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/token_draw_test.cpp
+              ${PROJECT_SOURCE_DIR}/src/cli/token_draw.cpp LIBS trainer_common TIMEOUT 60)

@@ -5,10 +5,8 @@
 // the window sliding once the context holds max_seq_len tokens. For the bytes tokenizer (vocab 257)
 // the prompt and the output are text; otherwise token ids (--prompt-ids in, ids out).
 #include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <iostream>
-#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -16,6 +14,7 @@
 #include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "cli/run_context.h"
+#include "cli/token_draw.h"
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "config/config_loader.h"
@@ -93,25 +92,6 @@ Status PromptTokens(const SampleOptions& o, const ModelConfig& model, bool text,
   return Status::Ok();
 }
 
-// A token from logits: the likeliest at temperature 0, else a draw from the softmax at
-// `temperature` over the top_k likeliest (0: all).
-int32_t Draw(const std::vector<float>& logits, double temperature, int top_k,
-             std::mt19937_64* rng) {
-  std::vector<int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  const auto likelier = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  if (temperature <= 0) return *std::min_element(order.begin(), order.end(), likelier);
-  const size_t k = top_k > 0 ? std::min<size_t>(top_k, order.size()) : order.size();
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), likelier);
-  std::vector<double> weights(k);
-  for (size_t i = 0; i < k; ++i)
-    weights[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
-  std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
-  return order[pick(*rng)];
-}
-
 Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
   if (ctx->runtime->size() != 1)
     return UsageError(
@@ -160,7 +140,7 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
     std::copy(context.end() - n, context.end(), window.begin());
     TRAINER_RETURN_IF_ERROR(model->Forward(0, window.data(), nullptr, false, 0.f));
     TRAINER_RETURN_IF_ERROR(model->LogitsRow(static_cast<int64_t>(n) - 1, &logits));
-    const int32_t next = Draw(logits, o.temperature, o.top_k, &rng);
+    const int32_t next = DrawToken(logits, o.temperature, o.top_k, &rng);
     // The prompt after the first forward: the GPU backend logs its first-use tuning then.
     if (i == 0 && echo_prompt)
       for (int32_t t : context) emit(t);
