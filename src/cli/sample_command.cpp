@@ -72,8 +72,8 @@ Status PromptTokens(const SampleOptions& o, const ModelConfig& model, bool text,
   tokens->clear();
   if (!o.prompt.empty() && !text)
     return UsageError(
-        StrFormat("--prompt is text for the bytes tokenizer (vocab 257); this "
-                  "model's vocabulary is %d: give token ids with --prompt-ids",
+        StrFormat("--prompt is text for the bytes tokenizer (vocab 257); this model's vocabulary "
+                  "is %d: give token ids with --prompt-ids",
                   model.vocab_size));
   for (unsigned char c : o.prompt) tokens->push_back(c);
   std::istringstream ids(o.prompt_ids);
@@ -83,9 +83,8 @@ Status PromptTokens(const SampleOptions& o, const ModelConfig& model, bool text,
     const long value = std::strtol(id.c_str(), &end, 10);
     if (*end != '\0' || value < 0 || value >= model.vocab_size)
       return UsageError(
-          StrFormat("--prompt-ids: '%s' is not a token id below the vocabulary "
-                    "size %d",
-                    id.c_str(), model.vocab_size));
+          StrFormat("--prompt-ids: '%s' is not a token id below the vocabulary size %d", id.c_str(),
+                    model.vocab_size));
     tokens->push_back(static_cast<int32_t>(value));
   }
   if (tokens->empty()) tokens->push_back(model.vocab_size - 1);  // eod: pack's last id
@@ -95,8 +94,8 @@ Status PromptTokens(const SampleOptions& o, const ModelConfig& model, bool text,
 Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
   if (ctx->runtime->size() != 1)
     return UsageError(
-        StrFormat("trainer sample runs as one process (this run has %d): start "
-                  "it without mpirun/srun -n",
+        StrFormat("trainer sample runs as one process (this run has %d): start it without "
+                  "mpirun/srun -n",
                   ctx->runtime->size()));
   if (o.tokens < 1 || o.temperature < 0 || o.top_k < 0)
     return UsageError("--tokens must be at least 1, --temperature and --top-k at least 0");
@@ -190,8 +189,8 @@ int RunSampleCommand(const std::vector<std::string>& args) {
   }
   if (status.ok() && o.checkpoint.empty())
     status = UsageError(
-        "trainer sample needs a checkpoint: trainer sample CHECKPOINT (a step "
-        "folder, its checkpoint.h5, or a checkpoint directory)");
+        "trainer sample needs a checkpoint: trainer sample CHECKPOINT (a step folder, its "
+        "checkpoint.h5, or a checkpoint directory)");
   if (!status.ok()) return ctx.Finish(ctx.Agree(status));
   std::ofstream file;
   if (!o.output.empty()) {
