@@ -24,6 +24,7 @@
 #include "bench_check.h"
 #include "common/tensor.h"
 #include "model/cuda/back_to_back_timing.h"
+#include "model/cuda/cudnn_graph.h"
 #include "model/cuda/matmul.h"
 
 namespace fe = cudnn_frontend;
@@ -90,31 +91,11 @@ double TimeMs(cudaStream_t stream, const std::function<bool()>& op, int iteratio
 
 enum Uid : int64_t { kX = 1, kW, kBias, kPre, kOut, kDout, kDin, kDbias, kSlope, kOne, kConstants };
 
-using GraphPtr = std::shared_ptr<fe::graph::Graph>;
-
-std::shared_ptr<fe::graph::Tensor_attributes> In(const GraphPtr& g, const char* name, int64_t uid,
-                                                 std::vector<int64_t> dims,
-                                                 std::vector<int64_t> strides) {
-  return g->tensor(fe::graph::Tensor_attributes()
-                       .set_name(name)
-                       .set_uid(uid)
-                       .set_dim(std::move(dims))
-                       .set_stride(std::move(strides))
-                       .set_data_type(fe::DataType_t::BFLOAT16));
-}
-
-GraphPtr NewGraph() {
-  auto g = std::make_shared<fe::graph::Graph>();
-  g->set_io_data_type(fe::DataType_t::BFLOAT16)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  return g;
-}
-
-fe::graph::Pointwise_attributes Pointwise(const char* name, fe::PointwiseMode_t mode) {
-  return fe::graph::Pointwise_attributes().set_name(name).set_mode(mode).set_compute_data_type(
-      fe::DataType_t::FLOAT);
-}
+// The trainer's graph helpers (model/cuda/cudnn_graph.h).
+using trainer::cuda::GraphInput;
+using trainer::cuda::NewBf16Graph;
+using trainer::cuda::PointwiseF32;
+using GraphPtr = trainer::cuda::CudnnGraphPtr;
 
 // What the forward graph writes besides the plain product: pre only (a bias GEMM), pre and
 // GELU(pre) (the trainer's route), or GELU(pre) and its slope GELU'(pre) (pre stays in the
@@ -123,24 +104,24 @@ enum class ForwardOutputs { kPre, kPreAndGelu, kGeluAndSlope };
 
 // pre (N,F) = x (N,C) W^T (C,F) + b, then the outputs above.
 GraphPtr ForwardGraph(int64_t N, int64_t C, int64_t F, ForwardOutputs outputs) {
-  GraphPtr g = NewGraph();
-  auto x = In(g, "x", kX, {1, N, C}, {N * C, C, 1});
-  auto w = In(g, "wT", kW, {1, C, F}, {C * F, 1, C});
-  auto b = In(g, "bias", kBias, {1, 1, F}, {F, F, 1});
+  GraphPtr g = NewBf16Graph();
+  auto x = GraphInput(g, "x", kX, {1, N, C}, {N * C, C, 1});
+  auto w = GraphInput(g, "wT", kW, {1, C, F}, {C * F, 1, C});
+  auto b = GraphInput(g, "bias", kBias, {1, 1, F}, {F, F, 1});
   auto mm = g->matmul(
       x, w,
       fe::graph::Matmul_attributes().set_name("mm").set_compute_data_type(fe::DataType_t::FLOAT));
   mm->set_data_type(fe::DataType_t::FLOAT);
-  auto pre = g->pointwise(mm, b, Pointwise("bias", fe::PointwiseMode_t::ADD));
+  auto pre = g->pointwise(mm, b, PointwiseF32("bias", fe::PointwiseMode_t::ADD));
   if (outputs != ForwardOutputs::kGeluAndSlope)
     pre->set_output(true).set_uid(kPre).set_data_type(fe::DataType_t::BFLOAT16);
   if (outputs == ForwardOutputs::kPre) return g;
-  auto out = g->pointwise(pre, Pointwise("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
+  auto out = g->pointwise(pre, PointwiseF32("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
   out->set_output(true).set_uid(kOut).set_data_type(fe::DataType_t::BFLOAT16);
   if (outputs == ForwardOutputs::kGeluAndSlope) {
-    auto one = In(g, "one", kOne, {1, 1, 1}, {1, 1, 1});  // (constants need cuDNN 9.22)
+    auto one = GraphInput(g, "one", kOne, {1, 1, 1}, {1, 1, 1});  // (constants need cuDNN 9.22)
     auto slope =
-        g->pointwise(one, pre, Pointwise("slope", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
+        g->pointwise(one, pre, PointwiseF32("slope", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
     slope->set_output(true).set_uid(kSlope).set_data_type(fe::DataType_t::BFLOAT16);
   }
   return g;
@@ -156,19 +137,19 @@ std::shared_ptr<fe::graph::Tensor_attributes> SlopeOps(
     const GraphPtr& g, const std::shared_ptr<fe::graph::Tensor_attributes>& x) {
   std::shared_ptr<fe::graph::Tensor_attributes> c[5];
   for (int i = 0; i < 5; ++i) {
-    c[i] = In(g, "c", kConstants + i, {1, 1, 1}, {1, 1, 1});
+    c[i] = GraphInput(g, "c", kConstants + i, {1, 1, 1}, {1, 1, 1});
     c[i]->set_data_type(fe::DataType_t::FLOAT).set_name("c" + std::to_string(i));
   }
   using M = fe::PointwiseMode_t;
   auto op = [&](const std::shared_ptr<fe::graph::Tensor_attributes>& l,
                 const std::shared_ptr<fe::graph::Tensor_attributes>& r, M mode) {
-    auto o = g->pointwise(l, r, Pointwise("op", mode));
+    auto o = g->pointwise(l, r, PointwiseF32("op", mode));
     o->set_data_type(fe::DataType_t::FLOAT);
     return o;
   };
   auto x2 = op(x, x, M::MUL);
   auto inner = op(op(op(op(x2, c[3], M::MUL), c[0], M::ADD), x, M::MUL), c[2], M::MUL);
-  auto t = g->pointwise(inner, Pointwise("tanh", M::TANH_FWD));
+  auto t = g->pointwise(inner, PointwiseF32("tanh", M::TANH_FWD));
   t->set_data_type(fe::DataType_t::FLOAT);
   auto one_plus_t = op(t, c[0], M::ADD);
   auto one_minus_t2 = op(c[0], op(t, t, M::MUL), M::SUB);
@@ -184,23 +165,23 @@ enum class BackwardSlope { kDgelu, kDgeluAndDbias, kPrimitiveOps, kStored };
 
 // din (N,F) = GELU'(pre) * (dout (N,C) W (C,F)), GELU'(pre) formed as `slope` says.
 GraphPtr BackwardGraph(int64_t N, int64_t C, int64_t F, BackwardSlope slope) {
-  GraphPtr g = NewGraph();
-  auto dout = In(g, "dout", kDout, {1, N, C}, {N * C, C, 1});
-  auto w = In(g, "w", kW, {1, C, F}, {C * F, F, 1});
+  GraphPtr g = NewBf16Graph();
+  auto dout = GraphInput(g, "dout", kDout, {1, N, C}, {N * C, C, 1});
+  auto w = GraphInput(g, "w", kW, {1, C, F}, {C * F, F, 1});
   auto mm = g->matmul(
       dout, w,
       fe::graph::Matmul_attributes().set_name("mm").set_compute_data_type(fe::DataType_t::FLOAT));
   mm->set_data_type(fe::DataType_t::FLOAT);
   std::shared_ptr<fe::graph::Tensor_attributes> din;
   if (slope == BackwardSlope::kStored) {
-    auto stored = In(g, "slope", kSlope, {1, N, F}, {N * F, F, 1});
-    din = g->pointwise(mm, stored, Pointwise("mul", fe::PointwiseMode_t::MUL));
+    auto stored = GraphInput(g, "slope", kSlope, {1, N, F}, {N * F, F, 1});
+    din = g->pointwise(mm, stored, PointwiseF32("mul", fe::PointwiseMode_t::MUL));
   } else {
-    auto pre = In(g, "pre", kPre, {1, N, F}, {N * F, F, 1});
-    din =
-        slope == BackwardSlope::kPrimitiveOps
-            ? g->pointwise(mm, SlopeOps(g, pre), Pointwise("mul", fe::PointwiseMode_t::MUL))
-            : g->pointwise(mm, pre, Pointwise("dgelu", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
+    auto pre = GraphInput(g, "pre", kPre, {1, N, F}, {N * F, F, 1});
+    din = slope == BackwardSlope::kPrimitiveOps
+              ? g->pointwise(mm, SlopeOps(g, pre), PointwiseF32("mul", fe::PointwiseMode_t::MUL))
+              : g->pointwise(mm, pre,
+                             PointwiseF32("dgelu", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
   }
   din->set_output(true).set_uid(kDin).set_data_type(fe::DataType_t::BFLOAT16);
   if (slope == BackwardSlope::kDgeluAndDbias) {

@@ -2,8 +2,8 @@
 // handle bound to the backend's stream with the one device workspace it grows only when a newly
 // built graph or plan needs more (so never inside the step loop once every shape has been seen),
 // which runs graphs and reports their failures in one form; and the graph helpers: a graph with
-// bf16 inputs and outputs and f32 intermediates and compute, and an input tensor of it. Include
-// only where TRAINER_WITH_CUDNN is set.
+// bf16 inputs and outputs and f32 intermediates and compute, an input tensor of it, and a
+// pointwise node computing in f32. Include only where TRAINER_WITH_CUDNN is set.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -40,6 +40,15 @@ inline std::shared_ptr<cudnn_frontend::graph::Tensor_attributes> GraphInput(
                            .set_uid(uid)
                            .set_dim(std::move(dims))
                            .set_stride(std::move(strides)));
+}
+
+// A pointwise node computing in f32.
+inline cudnn_frontend::graph::Pointwise_attributes PointwiseF32(
+    const char* name, cudnn_frontend::PointwiseMode_t mode) {
+  return cudnn_frontend::graph::Pointwise_attributes()
+      .set_name(name)
+      .set_mode(mode)
+      .set_compute_data_type(cudnn_frontend::DataType_t::FLOAT);
 }
 
 struct CudnnContext {

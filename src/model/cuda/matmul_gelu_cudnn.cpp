@@ -32,11 +32,6 @@ constexpr int64_t kPlansTimed = 6;
 
 using GraphPtr = CudnnGraphPtr;
 
-fe::graph::Pointwise_attributes Pointwise(const char* name, fe::PointwiseMode_t mode) {
-  return fe::graph::Pointwise_attributes().set_name(name).set_mode(mode).set_compute_data_type(
-      fe::DataType_t::FLOAT);
-}
-
 // pre (1,N,F) = in (1,N,C) x weight^T (1,C,F) [+ bias (1,1,F)], out = GELU_tanh(pre); the
 // product and the bias add in f32, pre and out stored in bf16.
 GraphPtr GeluGraph(int64_t N, int64_t C, int64_t F, bool bias) {
@@ -49,10 +44,10 @@ GraphPtr GeluGraph(int64_t N, int64_t C, int64_t F, bool bias) {
   pre->set_data_type(fe::DataType_t::FLOAT);
   if (bias) {
     auto b = GraphInput(g, "bias", kBias, {1, 1, F}, {F, F, 1});
-    pre = g->pointwise(pre, b, Pointwise("bias", fe::PointwiseMode_t::ADD));
+    pre = g->pointwise(pre, b, PointwiseF32("bias", fe::PointwiseMode_t::ADD));
   }
   pre->set_output(true).set_uid(kPre).set_data_type(fe::DataType_t::BFLOAT16);
-  auto out = g->pointwise(pre, Pointwise("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
+  auto out = g->pointwise(pre, PointwiseF32("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
   out->set_output(true).set_uid(kOut).set_data_type(fe::DataType_t::BFLOAT16);
   return g;
 }
