@@ -1,13 +1,13 @@
 // CudaBackend: the Backend (src/model/backend.h) on one NVIDIA GPU. Compute tensors are bf16 (or
 // f32 when created so); parameter gradients, master weights, Adam moments, statistics and losses
 // are f32. Every op runs on one stream (stream(), shared with NcclCommunicator and the engine).
-// Matrix products go through cuBLASLt (matmul.h), except the forward GEMM with a GELU where cuDNN's
-// fused matmul + bias + GELU graph (matmul_gelu_cudnn.h) times faster for the shape; attention
-// through cuDNN's fused SDPA when built with the frontend (attention_cudnn.h) or our own kernels
-// otherwise; the rest are custom kernels
-// (kernels.h). Memory: Allocate() is cudaMalloc + cudaMemset at setup; ops that need temporary
-// room share one scratch buffer that is reserved at creation and grows only on first use of a
-// larger shape (the first step), so the step loop itself never allocates.
+// Matrix products go through cuBLASLt (matmul.h), except the forward GEMM with a GELU where
+// cuDNN's fused matmul + bias + GELU graph (matmul_gelu_cudnn.h) times faster for the shape;
+// attention through cuDNN's fused SDPA when built with the frontend (attention_cudnn.h) or our
+// own kernels otherwise; the rest are custom kernels (kernels.h). Memory: Allocate() is
+// cudaMalloc + cudaMemset at setup; ops that need temporary room share one scratch buffer that
+// is reserved at creation and grows only on first use of a larger shape (the first step), so the
+// step loop itself never allocates.
 #pragma once
 
 #include <cuda_runtime_api.h>
