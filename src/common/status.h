@@ -15,6 +15,7 @@ enum class ExitCode : int {
   kData = 3,         // dataset error
   kCheckpoint = 4,   // checkpoint error
   kEnvironment = 5,  // environment check failed
+  kDiverged = 6,     // non-finite loss or gradient norm: stopped before saving that state
   kPreempted = 75,   // EX_TEMPFAIL: stopped on a signal after saving
 };
 

@@ -331,8 +331,9 @@ Status Trainer::Run() {
     TRAINER_RETURN_IF_ERROR(TrainStep(&lr));
     ++window_steps;
     const int step = static_cast<int>(state_.step);
-    if (step % e.logging_freq == 0 || step == e.max_steps || step == 1) {
-      double loss = 0, norm = 0;
+    const bool log_due = step % e.logging_freq == 0 || step == e.max_steps || step == 1;
+    double loss = 0, norm = 0;
+    if (log_due) {
       TRAINER_RETURN_IF_ERROR(StepResults(&loss, &norm));  // waits for the GPU
       TRAINER_RETURN_IF_ERROR(backend_->Synchronize());
       const double window = Seconds(window_start);
@@ -359,6 +360,7 @@ Status Trainer::Run() {
                                                {"memory_gib", memory_gib}}));
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;
+      TRAINER_RETURN_IF_ERROR(StopIfDiverged(step, loss, norm));
     }
     if (e.eval_freq > 0 && (step % e.eval_freq == 0 || step == e.max_steps)) {
       double val = 0;
@@ -371,8 +373,15 @@ Status Trainer::Run() {
     // Agree on a preemption signal at the step boundary (any rank's signal stops all).
     double stop = PreemptionRequested() ? 1.0 : 0.0;
     TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&stop, 1, DType::kF64, ReduceOp::kSum));
-    progress_("a checkpoint save");
-    if (save_due || stop > 0) TRAINER_RETURN_IF_ERROR(SaveCheckpoint());
+    if (save_due || stop > 0) {
+      // Nothing non-finite is saved: a step that was not logged is checked first.
+      if (!log_due) {
+        TRAINER_RETURN_IF_ERROR(StepResults(&loss, &norm));
+        TRAINER_RETURN_IF_ERROR(StopIfDiverged(step, loss, norm));
+      }
+      progress_("a checkpoint save");
+      TRAINER_RETURN_IF_ERROR(SaveCheckpoint());
+    }
     if (stop > 0 && step < e.max_steps) {
       LogInfo(
           StrFormat("stopped by a preemption signal after step %d; checkpoint saved. "
@@ -391,6 +400,22 @@ Status Trainer::Run() {
   return Status::Ok();
 }
 
+Status Trainer::StopIfDiverged(int step, double loss, double grad_norm) const {
+  if (std::isfinite(loss) && std::isfinite(grad_norm)) return Status::Ok();
+  if (groups_.world_host->rank() == 0) {
+    const std::string saved = last_checkpoint_.empty()
+                                  ? "no checkpoint was saved or resumed from in this run"
+                                  : "the last checkpoint is " + last_checkpoint_;
+    LogError(StrFormat(
+        "training diverged (step %d; the loss and gradient norm are read every "
+        "Engine.logging_freq=%d steps and before each save): loss %g, gradient norm %g. Nothing "
+        "was saved from this state; %s. Lower Optimizer.lr or lengthen Optimizer.warmup_steps, "
+        "then resume from it with --resume auto",
+        step, config_.engine.logging_freq, loss, grad_norm, saved.c_str()));
+  }
+  return Status(ExitCode::kDiverged, "");
+}
+
 Status Trainer::SaveCheckpoint() {
   JoinPrefetch();  // HDF5 serves one thread at a time
   CheckpointWriteRequest request;
@@ -407,6 +432,7 @@ Status Trainer::SaveCheckpoint() {
   CheckpointSaveReport report;
   TRAINER_RETURN_IF_ERROR(
       SaveCheckpointCollective(request, model_.get(), optimizer_.get(), groups_, &report));
+  last_checkpoint_ = report.path;
   LogInfo(StrFormat("saved checkpoint %s (%.1f MB in %.2fs)", report.path.c_str(),
                     report.bytes / 1e6, report.seconds));
   return metrics_->Write({{"step", static_cast<double>(state_.step)},
@@ -420,6 +446,7 @@ Status Trainer::Resume() {
                                                    config_.checkpoint.resume, config_, model_.get(),
                                                    optimizer_.get(), groups_, &loaded));
   if (loaded.path.empty()) return Status::Ok();  // nothing to resume from
+  last_checkpoint_ = loaded.path;
   state_.step = loaded.step;
   state_.consumed_samples = loaded.consumed_samples;
   state_.tokens_seen = loaded.tokens_seen;

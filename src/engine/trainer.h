@@ -41,7 +41,9 @@ class Trainer {
   Status Setup();
   // Initialise parameters, or resume when Checkpoint.resume is set. Collective over the world.
   Status Restore();
-  // Train to Engine.max_steps. Returns ExitCode::kPreempted after saving on a signal.
+  // Train to Engine.max_steps. Returns ExitCode::kPreempted after saving on a signal, and
+  // ExitCode::kDiverged (every rank, nothing saved from that state) on a non-finite loss or
+  // gradient norm; both carry no message (rank 0 has logged it).
   Status Run();
 
   const TrainingState& state() const { return state_; }
@@ -61,6 +63,9 @@ class Trainer {
   // in it waits for the GPU; StepResults reads the step's loss and norm later (collective).
   Status TrainStep(double* lr);
   Status StepResults(double* loss, double* grad_norm);
+  // ExitCode::kDiverged when the step's loss or gradient norm is not finite. Both are sums over
+  // ranks, so every rank comes to the same verdict at the same step; rank 0 says what to do.
+  Status StopIfDiverged(int step, double loss, double grad_norm) const;
   // This rank's gradient sum of squares is the global one (no TP, PP or ZeRO-1 split), so the
   // clipping scale can be worked out on the device.
   bool NormOnDevice() const;
@@ -109,6 +114,7 @@ class Trainer {
   Status prefetch_status_;
   int64_t prefetched_position_ = -1;
   TrainingState state_;
+  std::string last_checkpoint_;  // saved or resumed from in this run; empty if none
   std::function<void(const char*)> progress_ = [](const char*) {};
 };
 

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A run that diverges stops on every rank with exit code 6 and one error line naming the step and
+# the last checkpoint, and saves nothing from the diverged state: a save step that is not a
+# logging step is checked first, and the checkpoint it resumed from is left byte for byte (with
+# Checkpoint.keep_last=1, one more save would have deleted it). On one rank, dp2 (the gradient
+# norm on the device's path) and pp2 (the norm summed over ranks on the host).
+source "$(dirname "$0")/lib.sh"
+make_small_dataset data.h5
+COMMON=(-o Data.train_path=data.h5 -o Global.device=cpu -o Model.hidden_size=64
+        -o Model.num_layers=2 -o Model.max_seq_len=32 -o Global.global_batch_size=8
+        -o Global.micro_batch_size=2 -o Engine.eval_freq=0 -o Checkpoint.keep_last=1)
+for variant in "1:" "dp2:" "pp2:-o Distributed.pp_degree=2"; do
+  name=${variant%%:*}
+  np=1
+  [ "$name" = 1 ] || np=2
+  read -r -a extra <<< "${variant#*:}"
+  out=run$name
+  run_np $np train "${COMMON[@]}" "${extra[@]}" -o Engine.max_steps=4 -o Engine.save_steps=2 \
+    -o Engine.logging_freq=1 -o Engine.output_dir=$out > $name.good.log 2>&1 ||
+    { cat $name.good.log; fail "$name: the healthy first run failed"; }
+  ckpt=$out/checkpoints/step-00000004
+  [ -f $ckpt/checkpoint.h5 ] || fail "$name: no step-4 checkpoint"
+  before=$(cd $out/checkpoints && find . -type f | sort | xargs sha256sum)
+  # Step 5 (logged) still starts from good parameters; its update with this learning rate ruins
+  # them, so step 6 (a save step, not a logging step) has a non-finite loss.
+  set +e
+  run_np $np train "${COMMON[@]}" "${extra[@]}" -o Engine.max_steps=12 -o Engine.save_steps=3 \
+    -o Engine.logging_freq=5 -o Optimizer.lr=1e30 -o Optimizer.warmup_steps=0 \
+    -o Engine.output_dir=$out --resume auto > $name.bad.log 2>&1
+  rc=$?
+  set -e
+  [ $rc -eq 6 ] || { cat $name.bad.log; fail "$name: exit code $rc, expected 6 (diverged)"; }
+  grep -q "resumed from $ckpt" $name.bad.log || { cat $name.bad.log; fail "$name: did not resume"; }
+  [ "$(grep -c 'training diverged' $name.bad.log)" -eq 1 ] ||
+    { cat $name.bad.log; fail "$name: expected exactly one 'training diverged' line"; }
+  grep -q "^error: training diverged (step 6;.*the last checkpoint is $ckpt\." $name.bad.log ||
+    { cat $name.bad.log; fail "$name: the error line does not name step 6 and $ckpt"; }
+  grep -q "saved checkpoint" $name.bad.log && fail "$name: a checkpoint was saved after diverging"
+  after=$(cd $out/checkpoints && find . -type f | sort | xargs sha256sum)
+  [ "$before" = "$after" ] || fail "$name: the checkpoint folder changed"
+  echo "$name: stopped at step 6 with exit code 6, step-4 checkpoint untouched"
+done
+echo "divergence stops every rank before anything is saved"
