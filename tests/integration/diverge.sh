@@ -3,16 +3,21 @@
 # the last checkpoint, and saves nothing from the diverged state: a save step that is not a
 # logging step is checked first, and the checkpoint it resumed from is left byte for byte (with
 # Checkpoint.keep_last=1, one more save would have deleted it). On one rank, dp2 (the gradient
-# norm on the device's path) and pp2 (the norm summed over ranks on the host).
+# norm on the device's path) and pp2 (the norm summed over ranks on the host). gpu_training.sh
+# runs it on GPUs too: DIVERGE_DEVICE=cuda, DIVERGE_RANKS=<GPUs> (the two-rank layouts need 2).
 source "$(dirname "$0")/lib.sh"
+DEVICE=${DIVERGE_DEVICE:-cpu}
+RANKS=${DIVERGE_RANKS:-2}
 make_small_dataset data.h5
-COMMON=(-o Data.train_path=data.h5 -o Global.device=cpu -o Model.hidden_size=64
-        -o Model.num_layers=2 -o Model.max_seq_len=32 -o Global.global_batch_size=8
-        -o Global.micro_batch_size=2 -o Engine.eval_freq=0 -o Checkpoint.keep_last=1)
+COMMON=(-o Data.train_path=data.h5 -o Global.device="$DEVICE" -o Model.hidden_size=128
+        -o Model.num_heads=4 -o Model.num_layers=2 -o Model.max_seq_len=32
+        -o Global.global_batch_size=8 -o Global.micro_batch_size=2 -o Engine.eval_freq=0
+        -o Checkpoint.keep_last=1)
 for variant in "1:" "dp2:" "pp2:-o Distributed.pp_degree=2"; do
   name=${variant%%:*}
   np=1
   [ "$name" = 1 ] || np=2
+  [ "$np" -le "$RANKS" ] || continue
   read -r -a extra <<< "${variant#*:}"
   out=run$name
   run_np $np train "${COMMON[@]}" "${extra[@]}" -o Engine.max_steps=4 -o Engine.save_steps=2 \

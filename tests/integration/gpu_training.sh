@@ -6,7 +6,9 @@
 #  - ZeRO-1's sharded optimizer state, saved whole at step 25, resumes on one GPU and on two with
 #    ZeRO-1 again, and both continue the uninterrupted ZeRO-1 curve;
 #  - trainer sample on the GPU (sample.sh with SAMPLE_DEVICE=cuda: a bf16 model trained on one
-#    repeated sentence continues a prompt with exactly that text).
+#    repeated sentence continues a prompt with exactly that text);
+#  - a diverging run on GPUs stops every rank with exit code 6 and saves nothing from it
+#    (diverge.sh with DIVERGE_DEVICE=cuda).
 source "$(dirname "$0")/lib.sh"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "${GPUS:-0}" -ge 1 ] || { echo "skip: no GPU visible"; exit 77; }
@@ -33,6 +35,8 @@ compare_curves() {  # a b tolerance_each tolerance_mean [steps, default 50: b's 
 }
 SAMPLE_DEVICE=cuda bash "$SRC/tests/integration/sample.sh" "$TRAINER" "$SRC" "$SCRATCH/sample" ||
   fail "trainer sample on the GPU"
+DIVERGE_DEVICE=cuda DIVERGE_RANKS=$GPUS bash "$SRC/tests/integration/diverge.sh" "$TRAINER" "$SRC" \
+  "$SCRATCH/diverge" || fail "the diverging run on the GPU"
 cd "$SCRATCH"
 train cpu 1 cpu
 train gpu1 1 cuda
