@@ -1,9 +1,13 @@
 # Checkpoint tests (src/checkpoint, tests/integration/checkpoint_*.sh): SIGKILL of the writer during
 # saves, full and read-only disks, resume on other layouts, damaged files and the fallback, shape
-# mismatches, inspect, retention, and preemption under plain mpirun. About 2.5 minutes in all on
-# 2 cores; the TIMEOUTs leave room for a loaded machine.
+# mismatches, inspect, retention, preemption under plain mpirun, and the folder's lock (one run
+# writes a folder at a time). About 2.5 minutes in all on 2 cores; the TIMEOUTs leave room for a
+# loaded machine.
+trainer_gtest(filesystem_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/filesystem_test.cpp
+              LIBS trainer_common TIMEOUT 60)
 trainer_script_test(checkpoint_kill SCRIPT checkpoint_kill.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(checkpoint_disk SCRIPT checkpoint_disk.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_layouts SCRIPT checkpoint_layouts.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(checkpoint_integrity SCRIPT checkpoint_integrity.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_preempt SCRIPT checkpoint_preempt.sh LABELS "e2e;mpi" TIMEOUT 240)
+trainer_script_test(checkpoint_lock SCRIPT checkpoint_lock.sh LABELS "e2e;mpi" TIMEOUT 240)

@@ -13,9 +13,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/filesystem.h"
 #include "common/parallel_groups.h"
 #include "config/train_config.h"
 #include "optimizer/adamw.h"
@@ -64,6 +66,16 @@ Status LoadCheckpointCollective(const std::string& directory, const std::string&
 
 // Rank 0 at start: report and remove step-*.tmp folders left by a crash (and a stray latest.tmp).
 Status RemoveIncompleteCheckpoints(const std::string& directory);
+
+// Rank 0 at start, before anything else touches the folder: creates `directory` and takes its
+// lock (<directory>/.lock) for the whole run, so that two runs never write one checkpoint folder
+// (their saves and retention would remove each other's checkpoints). A lock held by another run
+// is a checkpoint error naming the holder (host, pid, Slurm job, since when). A holder from an
+// earlier run of this Slurm job (requeued after a node failure: an NFS lock outlives its process
+// until the server's lease ends) is waited for, up to `wait_s` seconds. Where the folder cannot
+// be made or its file system keeps no locks: a warning, *lock stays empty, and the run goes on.
+Status LockCheckpointDirectory(const std::string& directory, double wait_s,
+                               std::unique_ptr<FileLock>* lock);
 
 // ---- single-process helpers (also used by `trainer inspect`) ----
 struct CheckpointSummary {

@@ -126,4 +126,44 @@ long long FileSize(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : 0;
 }
 
+Status FileLock::TryAcquire(const std::string& path, Outcome* outcome,
+                            std::unique_ptr<FileLock>* lock) {
+  lock->reset();
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError("open for locking of", path);
+  struct flock whole {};
+  whole.l_type = F_WRLCK;
+  whole.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file
+  int rc = fcntl(fd, F_OFD_SETLK, &whole);
+  if (rc != 0 && errno == EINVAL) rc = fcntl(fd, F_SETLK, &whole);  // kernels before 3.15
+  if (rc == 0) {
+    *outcome = Outcome::kAcquired;
+    lock->reset(new FileLock(fd, path));
+    return Status::Ok();
+  }
+  const int saved = errno;
+  close(fd);
+  if (saved == EAGAIN || saved == EACCES) {
+    *outcome = Outcome::kBusy;
+    return Status::Ok();
+  }
+  if (saved == ENOLCK || saved == ENOSYS || saved == EOPNOTSUPP) {
+    *outcome = Outcome::kUnsupported;
+    return Status::Ok();
+  }
+  errno = saved;
+  return IoError("locking", path);
+}
+
+FileLock::~FileLock() {
+  close(fd_);
+}
+
+Status FileLock::SetText(const std::string& text) {
+  if (ftruncate(fd_, 0) != 0 ||
+      pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+    return IoError("write", path_);
+  return Status::Ok();
+}
+
 }  // namespace trainer

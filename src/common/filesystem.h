@@ -1,7 +1,8 @@
 // Small POSIX file-system helpers with Status errors: folders, durable writes (fsync of a file
-// and of its folder), atomic replacement by rename, listing and removal.
+// and of its folder), atomic replacement by rename, listing, removal, and an exclusive file lock.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,5 +28,32 @@ Status RemoveTree(const std::string& path);
 std::string ParentDirectory(const std::string& path);
 // Bytes of a regular file (0 when missing).
 long long FileSize(const std::string& path);
+
+// An exclusive advisory lock on a whole file: an open-file-description lock (fcntl
+// F_OFD_SETLK; Linux's F_SETLK where that is missing), so a second open of the file conflicts
+// even within one process. Held until the FileLock is destroyed or the process ends, so a crash
+// releases it. Local file systems and NFS keep such locks; Lustre does when mounted with flock.
+class FileLock {
+ public:
+  enum class Outcome {
+    kAcquired,     // *lock holds it
+    kBusy,         // another open file holds it
+    kUnsupported,  // the file system keeps no locks (ENOLCK, ENOSYS, EOPNOTSUPP)
+  };
+  // Opens `path` (created if missing) and tries the lock once, without waiting. An error Status
+  // when the file cannot be opened for writing.
+  static Status TryAcquire(const std::string& path, Outcome* outcome,
+                           std::unique_ptr<FileLock>* lock);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  // Replaces the file's text (who holds the lock, for whoever finds it busy).
+  Status SetText(const std::string& text);
+
+ private:
+  FileLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_;
+  std::string path_;
+};
 
 }  // namespace trainer

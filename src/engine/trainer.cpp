@@ -16,6 +16,10 @@
 
 namespace trainer {
 namespace {
+// How long a requeued Slurm job waits for the checkpoint lock of its own earlier run (an NFS
+// lock can outlive a failed node by the server's lease time, 90 s by default).
+constexpr double kCheckpointLockWaitSeconds = 180.0;
+
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
@@ -61,6 +65,9 @@ Status Trainer::Setup() {
     b.targets.assign(tokens, 0);
   }
   const bool root = groups_.world_rank == 0;
+  if (root)  // first: a folder that another run writes to is left alone, metrics included
+    TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(config_.checkpoint_dir(),
+                                                    kCheckpointLockWaitSeconds, &checkpoint_lock_));
   TRAINER_RETURN_IF_ERROR(
       MetricsWriter::Open(config_.engine.output_dir, root, config_.engine.tensorboard, &metrics_));
   if (root) TRAINER_RETURN_IF_ERROR(RemoveIncompleteCheckpoints(config_.checkpoint_dir()));

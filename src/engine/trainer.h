@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/communicator.h"
+#include "common/filesystem.h"
 #include "common/parallel_groups.h"
 #include "config/train_config.h"
 #include "data/data_sources.h"
@@ -114,7 +115,8 @@ class Trainer {
   Status prefetch_status_;
   int64_t prefetched_position_ = -1;
   TrainingState state_;
-  std::string last_checkpoint_;  // saved or resumed from in this run; empty if none
+  std::string last_checkpoint_;                // saved or resumed from in this run; empty if none
+  std::unique_ptr<FileLock> checkpoint_lock_;  // rank 0: Checkpoint.dir's, for the whole run
   std::function<void(const char*)> progress_ = [](const char*) {};
 };
 

@@ -1,0 +1,108 @@
+// The checkpoint folder's lock (checkpoint.h: LockCheckpointDirectory): <Checkpoint.dir>/.lock,
+// held by world rank 0 for the whole run, its text naming the holder for whoever finds it busy.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <thread>
+
+#include "checkpoint/checkpoint.h"
+#include "common/filesystem.h"
+#include "common/log.h"
+
+namespace trainer {
+namespace {
+
+constexpr double kRetrySeconds = 2.0;
+
+std::string SlurmJobId() {
+  const char* id = std::getenv("SLURM_JOB_ID");
+  return id == nullptr ? "" : id;
+}
+
+// "host=node1 pid=1234 slurm_job=77 since=2026-11-30T15:10:00Z"
+std::string HolderText() {
+  char when[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const std::string job = SlurmJobId();
+  return StrFormat("host=%s pid=%d slurm_job=%s since=%s\n", GetProcessIdentity().host.c_str(),
+                   static_cast<int>(getpid()), job.empty() ? "-" : job.c_str(), when);
+}
+
+// The value of `key=` in a holder text ("" when absent).
+std::string HolderField(const std::string& text, const std::string& key) {
+  const std::string tag = key + "=";
+  size_t at = text.find(tag);
+  if (at == std::string::npos) return "";
+  at += tag.size();
+  return text.substr(at, text.find_first_of(" \n", at) - at);
+}
+
+// "host node1, pid 1234, Slurm job 77, since ..." or, for a text this code did not write, the text.
+std::string DescribeHolder(const std::string& text) {
+  const std::string host = HolderField(text, "host"), pid = HolderField(text, "pid");
+  if (host.empty() || pid.empty()) return "holder unknown";
+  std::string out = "host " + host + ", pid " + pid;
+  const std::string job = HolderField(text, "slurm_job");
+  if (!job.empty() && job != "-") out += ", Slurm job " + job;
+  const std::string since = HolderField(text, "since");
+  if (!since.empty()) out += ", since " + since;
+  return out;
+}
+
+}  // namespace
+
+Status LockCheckpointDirectory(const std::string& directory, double wait_s,
+                               std::unique_ptr<FileLock>* lock) {
+  lock->reset();
+  const std::string path = directory + "/.lock";
+  auto unguarded = [&](const std::string& why) {
+    LogWarning(
+        StrFormat("cannot lock %s (%s): nothing stops a second run from writing to "
+                  "Checkpoint.dir at the same time; make sure only one run uses it",
+                  path.c_str(), why.c_str()));
+    return Status::Ok();
+  };
+  Status made = MakeDirectories(directory);
+  if (!made.ok()) return unguarded(made.message());
+  const auto start = std::chrono::steady_clock::now();
+  bool announced = false;
+  for (;;) {
+    FileLock::Outcome outcome;
+    Status tried = FileLock::TryAcquire(path, &outcome, lock);
+    if (!tried.ok()) return unguarded(tried.message());
+    if (outcome == FileLock::Outcome::kUnsupported)
+      return unguarded("the file system keeps no locks");
+    if (outcome == FileLock::Outcome::kAcquired) {
+      Status written = (*lock)->SetText(HolderText());
+      if (!written.ok()) LogWarning(written.message() + " (the lock is held all the same)");
+      return Status::Ok();
+    }
+    auto holder = ReadSmallFile(path);
+    const std::string text = holder.ok() ? holder.value() : "";
+    const std::string job = SlurmJobId();
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // An earlier run of this same Slurm job (requeued after a node failure): its lock outlives it
+    // until the file server notices, so wait for that rather than fail the requeued job.
+    if (!job.empty() && HolderField(text, "slurm_job") == job && waited < wait_s) {
+      if (!announced)
+        LogInfo(
+            StrFormat("waiting up to %.0f s for the lock on %s left by an earlier run of "
+                      "Slurm job %s (%s)",
+                      wait_s, path.c_str(), job.c_str(), DescribeHolder(text).c_str()));
+      announced = true;
+      std::this_thread::sleep_for(std::chrono::duration<double>(kRetrySeconds));
+      continue;
+    }
+    return CheckpointError(StrFormat(
+        "checkpoint folder in use (%s, Checkpoint.dir): another run holds its lock (%s), and two "
+        "runs writing one folder would remove each other's checkpoints. Wait for that run to "
+        "end, or give this one its own Checkpoint.dir or Engine.output_dir",
+        path.c_str(), DescribeHolder(text).c_str()));
+  }
+}
+
+}  // namespace trainer
