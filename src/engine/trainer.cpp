@@ -8,6 +8,7 @@
 #include "checkpoint/checkpoint.h"
 #include "common/gradient_clip.h"
 #include "common/log.h"
+#include "config/config_diff.h"
 #include "config/config_loader.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
@@ -460,7 +461,27 @@ Status Trainer::Resume() {
   LogInfo(StrFormat("resumed from %s at step %lld (%lld samples consumed)", loaded.path.c_str(),
                     static_cast<long long>(state_.step),
                     static_cast<long long>(state_.consumed_samples)));
+  if (groups_.world_rank == 0) WarnAboutChangedSettings(loaded.path);
   return Status::Ok();
+}
+
+void Trainer::WarnAboutChangedSettings(const std::string& checkpoint) const {
+  CheckpointSummary saved;
+  if (!ReadCheckpointSummary(CheckpointFile(checkpoint), &saved).ok()) return;
+  auto before = LoadConfigText(saved.config_text, checkpoint, {});
+  if (!before.ok()) {
+    LogWarning(StrFormat("cannot compare this run's settings with those %s was saved with: %s",
+                         checkpoint.c_str(), before.status().message().c_str()));
+    return;
+  }
+  const std::vector<std::string> changes = ChangedSettings(before.value(), config_);
+  if (changes.empty()) return;
+  std::string list;
+  for (const std::string& c : changes) list += (list.empty() ? "" : ", ") + c;
+  LogWarning(
+      StrFormat("resumed with %zu setting%s other than those %s was saved with: %s. From "
+                "here on the run follows them, not what the saving run would have done",
+                changes.size(), changes.size() == 1 ? "" : "s", checkpoint.c_str(), list.c_str()));
 }
 
 }  // namespace trainer

@@ -93,6 +93,9 @@ class Trainer {
   Status ShareLastStageValue(double* value);  // last stage -> every stage, summed over DP
   Status SaveCheckpoint();
   Status Resume();
+  // Rank 0, after a resume: one warning listing the settings that differ from the saving run's
+  // (ChangedSettings), which make the run depart from what an uninterrupted one computes.
+  void WarnAboutChangedSettings(const std::string& checkpoint) const;
 
   TrainConfig config_;
   ParallelGroups groups_;

@@ -21,6 +21,8 @@ for variant in 1 2 2z; do
   run_np $np train "${COMMON[@]}" "${extra[@]}" -o Engine.max_steps=20 -o Engine.output_dir=part$variant --resume auto > part$variant.b.log 2>&1 ||
     { cat part$variant.b.log; fail "resumed half ($variant)"; }
   grep -q "resumed from" part$variant.b.log || fail "$variant did not resume"
+  # Same settings (the decay length in effect included): no warning about changed ones.
+  ! grep -q "other than those" part$variant.b.log || { cat part$variant.b.log; fail "$variant: warned of changed settings"; }
   diff <(losses full$variant/metrics.jsonl) <(losses part$variant/metrics.jsonl) ||
     fail "$variant: resumed losses are not bit-identical"
   "$COMPARE_CHECKPOINTS" full$variant/checkpoints/step-00000020/checkpoint.h5 \

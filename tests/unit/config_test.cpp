@@ -1,6 +1,6 @@
 // Tests for src/config/: LoadConfig (YAML, overrides, types, unknown keys with suggestions,
-// line numbers) and the FormatConfig round trip. Validation and the shipped configs:
-// config_validate_test.cpp.
+// line numbers), the FormatConfig round trip, and ChangedSettings. Validation and the shipped
+// configs: config_validate_test.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config_diff.h"
 #include "config/config_loader.h"
 #include "config/suggest.h"
 #include "config_test_util.h"
@@ -350,6 +351,46 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   StatusOr<TrainConfig> defaults = LoadConfig(WriteFile("d.yaml", FormatConfig(TrainConfig())), {});
   ASSERT_TRUE(defaults.ok()) << defaults.status().message();
   ExpectSameConfig(defaults.value(), TrainConfig());
+}
+
+// ---------------------------------------------------------------- ChangedSettings
+
+TEST(ChangedSettings, ListsWhatChangesTheNumbersAndNothingElse) {
+  TrainConfig before;
+  before.engine.max_steps = 100;
+  before.optimizer.warmup_steps = 10;
+  EXPECT_TRUE(ChangedSettings(before, before).empty());
+  TrainConfig after = before;  // where outputs go, how often, the layout: not listed
+  after.engine.output_dir = "elsewhere";
+  after.engine.logging_freq = 1;
+  after.engine.save_steps = 5;
+  after.global.micro_batch_size = 1;
+  after.distributed.tp_degree = 2;
+  after.model.recompute = "block";
+  after.checkpoint.keep_last = 9;
+  after.data.val_path = "val.h5";
+  after.optimizer.decay_steps = 90;  // the decay already in effect (100 - 10), now spelled out
+  EXPECT_TRUE(ChangedSettings(before, after).empty());
+  after.optimizer.lr = 2.5e-4;  // what the step computes: listed in FormatConfig's order
+  after.global.seed = 7;
+  after.data.train_path = "other.h5";
+  const std::vector<std::string> expected = {"Global.seed 1234 -> 7",
+                                             "Optimizer.lr 0.001 -> 0.00025",
+                                             "Data.train_path \"\" -> \"other.h5\""};
+  EXPECT_EQ(ChangedSettings(before, after), expected);
+}
+
+TEST(ChangedSettings, TheDecayLengthInEffect) {
+  TrainConfig before;
+  before.engine.max_steps = 100;
+  before.optimizer.warmup_steps = 10;
+  TrainConfig longer = before;  // training longer moves the cosine decay's end
+  longer.engine.max_steps = 200;
+  ASSERT_EQ(ChangedSettings(before, longer).size(), 1u);
+  EXPECT_NE(ChangedSettings(before, longer)[0].find(") 90 -> 190"), std::string::npos)
+      << ChangedSettings(before, longer)[0];
+  longer.optimizer.decay_steps = 90;  // unless the decay length is kept
+  EXPECT_TRUE(ChangedSettings(before, longer).empty());
 }
 
 }  // namespace

@@ -1,0 +1,22 @@
+// What changed between two configs that matters to the numbers a run computes: for resuming a
+// checkpoint with other settings than the run that saved it (Trainer::Resume warns).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/train_config.h"
+
+namespace trainer {
+
+// "Section.key before -> after" for each key whose value differs, in FormatConfig's order,
+// leaving out the keys that cannot change what a step computes beyond the summation order: where
+// outputs go and how often to log, evaluate and save (Engine.output_dir, logging_freq, eval_freq,
+// eval_iters, save_steps, watchdog_s, tensorboard, profile, peak_tflops, max_steps), the parallel
+// layout (Distributed.*, Global.micro_batch_size, Model.recompute, Model.sequence_parallel), the
+// validation data (Data.val_path) and the checkpoint folder's settings (Checkpoint.*). The
+// cosine decay length counts as changed only when its value in effect does
+// (Optimizer.decay_steps 0 means Engine.max_steps - Optimizer.warmup_steps).
+std::vector<std::string> ChangedSettings(const TrainConfig& before, const TrainConfig& after);
+
+}  // namespace trainer
