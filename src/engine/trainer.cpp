@@ -24,6 +24,15 @@ constexpr double kCheckpointLockWaitSeconds = 180.0;
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
+
+// " | ETA 1h02m" (or 4m05s, 12s) for the steps left at the last window's pace; "" when none are.
+std::string Eta(int steps_left, double seconds_per_step) {
+  if (steps_left <= 0) return "";
+  const long long s = std::llround(steps_left * seconds_per_step);
+  if (s >= 3600) return StrFormat(" | ETA %lldh%02lldm", s / 3600, s % 3600 / 60);
+  if (s >= 60) return StrFormat(" | ETA %lldm%02llds", s / 60, s % 60);
+  return StrFormat(" | ETA %llds", s);
+}
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, const ParallelGroups& groups, Backend* backend)
@@ -352,9 +361,10 @@ Status Trainer::Run() {
       const std::string mfu_text = on_gpu ? StrFormat("MFU %.1f%% | ", 100 * mfu) : "";
       LogInfo(
           StrFormat("step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
-                    "%.1f ms/step | %s%.2f GiB | elapsed %.1fs",
+                    "%.1f ms/step | %s%.2f GiB | elapsed %.1fs%s",
                     step, e.max_steps, loss, lr, norm, tokens_per_s, 1e3 * window / window_steps,
-                    mfu_text.c_str(), memory_gib, elapsed));
+                    mfu_text.c_str(), memory_gib, elapsed,
+                    Eta(e.max_steps - step, window / window_steps).c_str()));
       TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step},
                                                {"loss", loss},
                                                {"lr", lr},
