@@ -60,8 +60,15 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
         cvd ? cvd : "unset", visible));
   }
   const bool bf16 = config.engine.mix_precision == "bf16";
-  LogInfo(StrFormat("device: cuda (%s compute, fp32 master weights), %d GPU(s) per host",
-                    bf16 ? "bf16" : "fp32", visible));
+  const std::string name = CudaDeviceName(device);
+  LogInfo(StrFormat("device: cuda (%s compute, fp32 master weights), %d GPU(s) per host, %s",
+                    bf16 ? "bf16" : "fp32", visible, name.c_str()));
+  if (runtime->rank() == 0 && !PeakFitsDevice(name, config.engine.peak_tflops))
+    LogWarning(StrFormat(
+        "MFU is counted against Engine.peak_tflops=%g TFLOP/s, the dense bf16 peak of an "
+        "H100/H200 SXM, but this GPU is an %s: set Engine.peak_tflops to its dense bf16 peak "
+        "(312 for an A100) for a true MFU",
+        config.engine.peak_tflops, name.c_str()));
   return MakeCudaBackend(device, &backend, bf16 ? DType::kBF16 : DType::kF32);
 }
 

@@ -211,5 +211,11 @@ void* BackendStream(Backend* backend);
 double DeviceMemoryUsed(Backend* backend);
 // CUDA devices this process can see (0 without CUDA, a driver or a GPU).
 int VisibleCudaDevices();
+// The name of visible CUDA device `device` ("NVIDIA H200"), "" where there is none.
+std::string CudaDeviceName(int device);
+// Whether `peak_tflops` (Engine.peak_tflops, the MFU denominator) can be the dense bf16 peak of
+// the GPU named `device_name`: false only for the default 989 (H100, H200 and H800 SXM) on a GPU
+// that is none of those, whose MFU would then be off.
+bool PeakFitsDevice(const std::string& device_name, double peak_tflops);
 
 }  // namespace trainer

@@ -22,6 +22,22 @@ int VisibleCudaDevices() {
 #endif
 }
 
+std::string CudaDeviceName(int device) {
+#if TRAINER_WITH_CUDA
+  cudaDeviceProp properties;
+  if (cudaGetDeviceProperties(&properties, device) == cudaSuccess) return properties.name;
+#endif
+  (void)device;
+  return "";
+}
+
+bool PeakFitsDevice(const std::string& device_name, double peak_tflops) {
+  if (peak_tflops != 989.0) return true;  // set for this GPU by the user
+  for (const char* hopper : {"H100", "H200", "H800"})
+    if (device_name.find(hopper) != std::string::npos) return true;
+  return false;
+}
+
 void* BackendStream(Backend* backend) {
 #if TRAINER_WITH_CUDA
   if (auto* cuda = dynamic_cast<CudaBackend*>(backend)) return cuda->stream();

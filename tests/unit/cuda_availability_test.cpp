@@ -1,5 +1,6 @@
 // MakeCudaBackend in every build: a clear kEnvironment error without CUDA or without a GPU (the
 // message says what to do), and a working bf16 backend named "cuda:0" where a GPU is visible.
+// The device name and the check of the MFU denominator against it.
 #include <gtest/gtest.h>
 
 #include "model/backend.h"
@@ -35,6 +36,21 @@ TEST(CudaAvailability, FactoryAnswersForThisBuildAndMachine) {
   EXPECT_EQ(out_of_range.code(), ExitCode::kEnvironment);
   EXPECT_NE(out_of_range.message().find("does not exist"), std::string::npos)
       << out_of_range.message();
+}
+
+TEST(CudaAvailability, DeviceNameWhereThereIsADevice) {
+  const std::string name = CudaDeviceName(0);
+  EXPECT_EQ(name.empty(), VisibleCudaDevices() == 0) << name;
+  EXPECT_EQ(CudaDeviceName(VisibleCudaDevices() + 3), "");
+}
+
+TEST(PeakFitsDevice, TheDefaultPeakIsHoppersOnly) {
+  for (const char* hopper :
+       {"NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H800", "NVIDIA GH200 480GB"})
+    EXPECT_TRUE(PeakFitsDevice(hopper, 989.0)) << hopper;
+  for (const char* other : {"NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "NVIDIA H20", ""})
+    EXPECT_FALSE(PeakFitsDevice(other, 989.0)) << other;
+  EXPECT_TRUE(PeakFitsDevice("NVIDIA A100-SXM4-80GB", 312.0));  // set by the user: trusted
 }
 
 }  // namespace
