@@ -2,6 +2,7 @@
 #include "checkpoint/checkpoint_layout.h"
 
 #include <algorithm>
+#include <future>
 
 #include "checkpoint/checksum.h"
 
@@ -56,11 +57,18 @@ Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_
   HDF5_CHECK(dataset.Reset(H5Dcreate2(file, path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(),
                                       plist.get(), H5P_DEFAULT),
                            H5Dclose));
-  HDF5_CHECK(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
   size_t count = 1;
   for (hsize_t d : dims) count *= d;
-  TRAINER_RETURN_IF_ERROR(
-      Hdf5WriteIntAttribute(dataset.get(), kChecksumAttribute, TensorChecksum(data, count)));
+  // The CRC-32 of a large tensor on a second thread while HDF5 checksums and writes its chunks.
+  constexpr size_t kConcurrentChecksum = size_t{1} << 20;  // elements
+  std::future<uint32_t> crc =
+      std::async(count >= kConcurrentChecksum ? std::launch::async : std::launch::deferred,
+                 [data, count] { return TensorChecksum(data, count); });
+  const herr_t written =
+      H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  const uint32_t checksum = crc.get();  // joined before any return
+  HDF5_CHECK(written);
+  TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(dataset.get(), kChecksumAttribute, checksum));
   HDF5_CHECK(dataset.Close());
   return Status::Ok();
 }

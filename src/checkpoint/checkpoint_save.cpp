@@ -1,6 +1,7 @@
 // Saving checkpoints (checkpoint.h): gather to rank 0, atomic commit, retention, cleanup of
 // interrupted saves. A failed save ends with one line naming the path, the system's reason and
 // what to do; the last committed checkpoint is never touched before the new one is committed.
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -247,7 +248,14 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
 
   // Tensor by tensor: the canonical holders (DP rank 0 of the stage, each TP rank) send their
   // shards to rank 0, which assembles the full tensor (the only full-size buffer) and writes it.
+  // Every element of it comes from a shard, so the buffer is sized once and never cleared; a
+  // tensor that rank 0 holds whole, in the full layout, is written from where it lies.
   std::vector<float> full, shard;
+  if (is_root) {
+    int64_t largest = 0;
+    for (const ParameterInfo& fp : full_list) largest = std::max(largest, fp.full_numel());
+    full.resize(static_cast<size_t>(largest));
+  }
   int tensor_index = 0;
   for (const ParameterInfo& fp : full_list) {
     const std::vector<int> holders = CanonicalHolders(fp, mc, dist, groups.topology);
@@ -261,7 +269,10 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
         continue;
       }
       if (!is_root) continue;
-      full.assign(static_cast<size_t>(fp.full_numel()), 0.f);
+      if (holders.size() == 1 && holders[0] == 0 && mine->local_numel() == fp.full_numel()) {
+        root.Write(tensor_index, w, fp, state[w].data() + mine->offset);
+        continue;
+      }
       for (size_t t = 0; t < holders.size(); ++t) {
         ParameterInfo shard_info = fp;
         shard_info.shard = holders.size() == 1 ? ShardKind::kReplicated : fp.shard;
