@@ -40,7 +40,8 @@ std::string HolderField(const std::string& text, const std::string& key) {
   return text.substr(at, text.find_first_of(" \n", at) - at);
 }
 
-// "host node1, pid 1234, Slurm job 77, since ..." or, for a text this code did not write, the text.
+// "host node1, pid 1234, Slurm job 77, since ..."; "holder unknown" for a text this code did not
+// write (or an empty file: the holder had not written it yet).
 std::string DescribeHolder(const std::string& text) {
   const std::string host = HolderField(text, "host"), pid = HolderField(text, "pid");
   if (host.empty() || pid.empty()) return "holder unknown";

@@ -269,7 +269,8 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
         continue;
       }
       if (!is_root) continue;
-      if (holders.size() == 1 && holders[0] == 0 && mine->local_numel() == fp.full_numel()) {
+      if (holders.size() == 1 && holders[0] == 0 && mine != nullptr &&
+          mine->local_numel() == fp.full_numel()) {
         root.Write(tensor_index, w, fp, state[w].data() + mine->offset);
         continue;
       }

@@ -420,7 +420,7 @@ Status Trainer::Run() {
 
 Status Trainer::StopIfDiverged(int step, double loss, double grad_norm) const {
   if (std::isfinite(loss) && std::isfinite(grad_norm)) return Status::Ok();
-  if (groups_.world_host->rank() == 0) {
+  if (groups_.world_rank == 0) {
     const std::string saved = last_checkpoint_.empty()
                                   ? "no checkpoint was saved or resumed from in this run"
                                   : "the last checkpoint is " + last_checkpoint_;
