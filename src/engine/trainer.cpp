@@ -25,6 +25,11 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
+// %g, but "nan" for any NaN (printf writes "-nan" for some).
+std::string NumberText(double v) {
+  return std::isnan(v) ? "nan" : StrFormat("%g", v);
+}
+
 // " | ETA 1h02m" (or 4m05s, 12s) for the steps left at the last window's pace; "" when none are.
 std::string Eta(int steps_left, double seconds_per_step) {
   if (steps_left <= 0) return "";
@@ -426,10 +431,11 @@ Status Trainer::StopIfDiverged(int step, double loss, double grad_norm) const {
                                   : "the last checkpoint is " + last_checkpoint_;
     LogError(StrFormat(
         "training diverged (step %d; the loss and gradient norm are read every "
-        "Engine.logging_freq=%d steps and before each save): loss %g, gradient norm %g. Nothing "
+        "Engine.logging_freq=%d steps and before each save): loss %s, gradient norm %s. Nothing "
         "was saved from this state; %s. Lower Optimizer.lr or lengthen Optimizer.warmup_steps, "
         "then resume from it with --resume auto",
-        step, config_.engine.logging_freq, loss, grad_norm, saved.c_str()));
+        step, config_.engine.logging_freq, NumberText(loss).c_str(), NumberText(grad_norm).c_str(),
+        saved.c_str()));
   }
   return Status(ExitCode::kDiverged, "");
 }
