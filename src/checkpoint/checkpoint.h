@@ -76,6 +76,9 @@ Status RemoveIncompleteCheckpoints(const std::string& directory);
 // be made or its file system keeps no locks: a warning, *lock stays empty, and the run goes on.
 Status LockCheckpointDirectory(const std::string& directory, double wait_s,
                                std::unique_ptr<FileLock>* lock);
+// Who holds `directory`'s lock ("host node1, pid 1234, Slurm job 77, since ..."), "" when no run
+// does; asked without taking it (`trainer inspect`).
+std::string CheckpointDirectoryHolder(const std::string& directory);
 
 // ---- single-process helpers (also used by `trainer inspect`) ----
 struct CheckpointSummary {

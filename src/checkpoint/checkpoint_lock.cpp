@@ -106,4 +106,11 @@ Status LockCheckpointDirectory(const std::string& directory, double wait_s,
   }
 }
 
+std::string CheckpointDirectoryHolder(const std::string& directory) {
+  const std::string path = directory + "/.lock";
+  if (!FileLock::IsHeld(path)) return "";
+  auto text = ReadSmallFile(path);
+  return DescribeHolder(text.ok() ? text.value() : "");
+}
+
 }  // namespace trainer

@@ -1,6 +1,8 @@
 // `trainer inspect PATH`: summarise a dataset (.h5 with /tokens) or a checkpoint (a step folder
 // or its checkpoint.h5): shapes, training state, the layout it was written from, and whether
-// every tensor passes its checksum. Exit 0 when it verifies, 3/4 when it does not.
+// every tensor passes its checksum. Exit 0 when it verifies, 3/4 when it does not. A checkpoint
+// folder (Checkpoint.dir) first lists its steps, `latest`, interrupted saves and whether a run
+// holds it, then inspects the step `latest` names.
 #include <iostream>
 
 #include "checkpoint/checkpoint.h"
@@ -46,6 +48,35 @@ Status InspectCheckpoint(const std::string& path) {
   return v;
 }
 
+// A checkpoint folder (Checkpoint.dir): what it holds, then the checkpoint `latest` names.
+Status InspectCheckpointFolder(const std::string& dir) {
+  auto names = ListDirectory(dir);
+  if (!names.ok()) return CheckpointError(names.status().message());
+  std::string committed, incomplete;
+  for (const std::string& n : names.value()) {
+    if (n.rfind("step-", 0) != 0) continue;
+    std::string& list = n.find(".tmp") == std::string::npos ? committed : incomplete;
+    list += (list.empty() ? "" : ", ") + n;
+  }
+  auto latest = ReadSmallFile(dir + "/latest");
+  std::string step = latest.ok() ? latest.value() : "";
+  while (!step.empty() && (step.back() == '\n' || step.back() == ' ')) step.pop_back();
+  const std::string holder = CheckpointDirectoryHolder(dir);
+  std::cout << "checkpoint folder " << dir << "\n"
+            << "  latest           " << (step.empty() ? "(none)" : step) << "\n"
+            << "  committed        " << (committed.empty() ? "(none)" : committed) << "\n";
+  if (!incomplete.empty())
+    std::cout << "  incomplete       " << incomplete
+              << " (an interrupted save; the next run here removes it)\n";
+  std::cout << "  in use           " << (holder.empty() ? "no" : "yes: " + holder) << "\n";
+  if (step.empty())
+    return CheckpointError(
+        StrFormat("no committed checkpoint in %s (no `latest`). Train with "
+                  "Engine.save_steps > 0 to write one",
+                  dir.c_str()));
+  return InspectCheckpoint(dir + "/" + step);
+}
+
 Status InspectDataset(const std::string& path) {
   auto opened = TokenDataset::Open(path, 0);
   if (!opened.ok()) return opened.status();
@@ -71,7 +102,8 @@ int RunInspectCommand(const std::vector<std::string>& args) {
   po::options_description options("trainer inspect options");
   std::string path;
   options.add_options()("path", po::value(&path)->default_value(""),
-                        "dataset (.h5) or checkpoint (step folder or checkpoint.h5)");
+                        "dataset (.h5), checkpoint (step folder or checkpoint.h5) or checkpoint "
+                        "folder (Checkpoint.dir)");
   po::positional_options_description positional;
   positional.add("path", 1);
   po::variables_map vm;
@@ -85,8 +117,11 @@ int RunInspectCommand(const std::vector<std::string>& args) {
     s = UsageError("trainer inspect needs a PATH (a dataset .h5, or a checkpoint step folder)");
   if (s.ok() && !PathExists(path)) s = UsageError("trainer inspect: " + path + " does not exist");
   if (s.ok()) {
+    const bool folder = IsDirectory(path) && !PathExists(path + "/checkpoint.h5");
     const bool checkpoint = IsDirectory(path) || path.find("checkpoint") != std::string::npos;
-    s = checkpoint ? InspectCheckpoint(path) : InspectDataset(path);
+    s = folder       ? InspectCheckpointFolder(path)
+        : checkpoint ? InspectCheckpoint(path)
+                     : InspectDataset(path);
   }
   if (!s.ok()) LogError(s.message());
   return s.exit_code();

@@ -155,6 +155,18 @@ Status FileLock::TryAcquire(const std::string& path, Outcome* outcome,
   return IoError("locking", path);
 }
 
+bool FileLock::IsHeld(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct flock whole {};
+  whole.l_type = F_WRLCK;
+  whole.l_whence = SEEK_SET;
+  int rc = fcntl(fd, F_OFD_GETLK, &whole);
+  if (rc != 0 && errno == EINVAL) rc = fcntl(fd, F_GETLK, &whole);  // kernels before 3.15
+  close(fd);
+  return rc == 0 && whole.l_type != F_UNLCK;
+}
+
 FileLock::~FileLock() {
   close(fd_);
 }

@@ -49,6 +49,9 @@ class FileLock {
   FileLock& operator=(const FileLock&) = delete;
   // Replaces the file's text (who holds the lock, for whoever finds it busy).
   Status SetText(const std::string& text);
+  // Whether another open file holds the lock on `path`, asked without taking it (fcntl
+  // F_OFD_GETLK); false when the file does not exist or the file system keeps no locks.
+  static bool IsHeld(const std::string& path);
 
  private:
   FileLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

@@ -5,7 +5,8 @@
 #  - a lock held by another Slurm job stops the run the same way; one held by an earlier run of
 #    the same Slurm job (a requeue after a node failure) is waited for, and the run goes on once it
 #    is released;
-#  - a holder killed with SIGKILL leaves no lock behind.
+#  - a holder killed with SIGKILL leaves no lock behind;
+#  - `trainer inspect` of the folder names the lock's holder, or says that there is none.
 # The other holders are python3 processes taking the same lock with fcntl (lockf), as another
 # program on the machine would.
 source "$(dirname "$0")/lib.sh"
@@ -59,13 +60,19 @@ PY
 }
 short=(-o Engine.max_steps=$((MAX + 4)) -o Engine.output_dir=first --resume auto)
 
-# 2. Another Slurm job's lock: refused at once.
+# 2. Another Slurm job's lock: refused at once; `trainer inspect` of the folder names the holder.
 hold 4242 30 > hold.out
 set +e
 SLURM_JOB_ID=5 run_np 1 train "${COMMON[@]}" "${short[@]}" > other.out 2> other.err
 rc=$?
+"$TRAINER" inspect first/checkpoints > inspect_held.out 2>&1
+inspect_rc=$?
 set -e
 kill $holder_pid; wait $holder_pid 2> /dev/null || true
+[ $inspect_rc -eq 0 ] || { cat inspect_held.out; fail "inspect of the held folder: exit $inspect_rc"; }
+grep -q "^  latest           step-00000$MAX$" inspect_held.out || { cat inspect_held.out; fail "inspect: no latest"; }
+grep -q "^  in use           yes: host elsewhere, pid [0-9]*, Slurm job 4242, since earlier$" inspect_held.out ||
+  { cat inspect_held.out; fail "inspect does not name the lock's holder"; }
 [ $rc -eq 4 ] || { cat other.out other.err; fail "another job's lock: exit $rc, expected 4"; }
 one_error_line other.err "another run holds its lock (host elsewhere, pid [0-9]*, Slurm job 4242, since earlier)"
 echo "ok: another Slurm job's lock -> exit 4"
@@ -91,5 +98,7 @@ start=$SECONDS
 SLURM_JOB_ID=4242 run_np 1 train "${COMMON[@]}" -o Engine.max_steps=$((MAX + 8)) \
   -o Engine.output_dir=first --resume auto > killed.log 2>&1 || { cat killed.log; fail "run after a killed holder"; }
 ! grep -q "waiting up to" killed.log || fail "the run waited for a lock whose holder was killed"
-echo "ok: a SIGKILLed holder's lock is gone"
+"$TRAINER" inspect first/checkpoints > inspect_free.out 2>&1 || { cat inspect_free.out; fail "inspect after the runs"; }
+grep -q "^  in use           no$" inspect_free.out || { cat inspect_free.out; fail "inspect: the folder should be free"; }
+echo "ok: a SIGKILLed holder's lock is gone; inspect names a holder, and says when there is none"
 echo "one run per checkpoint folder: refused beside a live run or another job, waits for its own job"

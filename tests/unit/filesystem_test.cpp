@@ -1,5 +1,6 @@
 // FileLock (common/filesystem.h): exclusive within one process as well as between processes, kept
-// while the lock file is read, and released by the holder's end, a SIGKILL included.
+// while the lock file is read, released by the holder's end (a SIGKILL included), and IsHeld
+// answering without taking it.
 #include "common/filesystem.h"
 
 #include <gtest/gtest.h>
@@ -31,8 +32,11 @@ FileLock::Outcome Try(const std::string& path, std::unique_ptr<FileLock>* lock) 
 TEST(FileLock, ExclusiveUntilReleasedEvenWithinOneProcess) {
   const std::string path = ScratchFolder() + "/.lock";
   std::unique_ptr<FileLock> first, second;
+  EXPECT_FALSE(FileLock::IsHeld(path));  // no file yet, and asking creates none
+  EXPECT_FALSE(PathExists(path));
   ASSERT_EQ(Try(path, &first), FileLock::Outcome::kAcquired);
   EXPECT_TRUE(PathExists(path));
+  EXPECT_TRUE(FileLock::IsHeld(path));
   EXPECT_EQ(Try(path, &second), FileLock::Outcome::kBusy);
   EXPECT_EQ(second, nullptr);
   // Its text is for whoever finds it busy; reading the file (another open of it) keeps the lock.
@@ -43,6 +47,7 @@ TEST(FileLock, ExclusiveUntilReleasedEvenWithinOneProcess) {
   EXPECT_EQ(text.value(), "host=b pid=2\n");
   EXPECT_EQ(Try(path, &second), FileLock::Outcome::kBusy);
   first.reset();
+  EXPECT_FALSE(FileLock::IsHeld(path));
   EXPECT_EQ(Try(path, &second), FileLock::Outcome::kAcquired);
 }
 
@@ -65,10 +70,12 @@ TEST(FileLock, AnotherProcessHoldsItUntilKilled) {
   ASSERT_EQ(read(ready[0], &byte, 1), 1);
   ASSERT_EQ(byte, '1') << "the child could not take the lock";
   std::unique_ptr<FileLock> mine;
+  EXPECT_TRUE(FileLock::IsHeld(path));
   EXPECT_EQ(Try(path, &mine), FileLock::Outcome::kBusy);
   kill(child, SIGKILL);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_FALSE(FileLock::IsHeld(path));
   EXPECT_EQ(Try(path, &mine), FileLock::Outcome::kAcquired);
 }
 
