@@ -369,7 +369,8 @@ Status Trainer::Run() {
                     "%.1f ms/step | %s%.2f GiB | elapsed %.1fs%s",
                     step, e.max_steps, loss, lr, norm, tokens_per_s, 1e3 * window / window_steps,
                     mfu_text.c_str(), memory_gib, elapsed,
-                    Eta(e.max_steps - step, window / window_steps).c_str()));
+                    // Step 1's window holds the start-up (GEMM tuning, warm-up): no ETA from it.
+                    step == 1 ? "" : Eta(e.max_steps - step, window / window_steps).c_str()));
       TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step},
                                                {"loss", loss},
                                                {"lr", lr},
