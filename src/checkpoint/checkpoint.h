@@ -51,6 +51,7 @@ struct CheckpointLoadResult {
   int64_t step = 0;
   int64_t consumed_samples = 0;
   int64_t tokens_seen = 0;
+  std::string config_text;  // the resolved config the checkpoint was saved with
 };
 
 // Collective over the world. Errors (disk full, permissions) reach every rank; the last committed
@@ -106,6 +107,8 @@ Status VerifyCheckpoint(const std::string& file);
 std::string CheckpointFile(const std::string& folder_or_file);
 // "step-00000100": the folder name of a step's checkpoint (zero-padded, so names sort by step).
 std::string CheckpointFolderName(int64_t step);
+// The step folder name `latest` holds in `directory` ("step-00000300"), "" when there is none.
+std::string LatestCheckpointName(const std::string& directory);
 // Committed step folders in `directory`, newest first.
 std::vector<std::string> CommittedCheckpoints(const std::string& directory);
 

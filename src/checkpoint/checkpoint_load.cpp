@@ -1,5 +1,6 @@
 // Loading, verifying and summarising checkpoints (checkpoint.h).
 #include <algorithm>
+#include <cctype>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_layout.h"
@@ -73,12 +74,8 @@ Status ResolveOnRoot(const std::string& directory, const std::string& resume, st
     return Status::Ok();
   }
   std::vector<std::string> candidates;
-  auto latest = ReadSmallFile(directory + "/latest");
-  if (latest.ok()) {
-    std::string name = latest.value();
-    name.erase(std::remove(name.begin(), name.end(), '\n'), name.end());
-    if (!name.empty()) candidates.push_back(directory + "/" + name);
-  }
+  const std::string latest = LatestCheckpointName(directory);
+  if (!latest.empty()) candidates.push_back(directory + "/" + latest);
   for (const std::string& c : CommittedCheckpoints(directory))
     if (std::find(candidates.begin(), candidates.end(), c) == candidates.end())
       candidates.push_back(c);
@@ -147,6 +144,7 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
   TRAINER_RETURN_IF_ERROR(
       Hdf5ReadIntAttribute(f.get(), "consumed_samples", &result->consumed_samples));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "tokens_seen", &result->tokens_seen));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "config", &result->config_text));
   for (int w = 0; w < kStateCount; ++w) {
     std::vector<float> flat;
     TRAINER_RETURN_IF_ERROR(ReadState(f.get(), file, *model, w, &flat));
@@ -163,6 +161,13 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
 
 std::string CheckpointFile(const std::string& folder_or_file) {
   return IsDirectory(folder_or_file) ? folder_or_file + "/checkpoint.h5" : folder_or_file;
+}
+
+std::string LatestCheckpointName(const std::string& directory) {
+  auto latest = ReadSmallFile(directory + "/latest");
+  std::string name = latest.ok() ? latest.value() : "";
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  return name;
 }
 
 std::vector<std::string> CommittedCheckpoints(const std::string& directory) {

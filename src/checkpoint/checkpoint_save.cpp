@@ -69,8 +69,8 @@ class SaveOnRoot {
   SaveOnRoot(const CheckpointWriteRequest& r, const Topology& topo) : r_(r), topo_(topo) {
     final_dir_ = r.directory + "/" + CheckpointFolderName(r.step);
     tmp_dir_ = final_dir_ + ".tmp";
-    auto latest = ReadSmallFile(r.directory + "/latest");
-    previous_ = latest.ok() ? r.directory + "/" + TrimLine(latest.value()) : "";
+    const std::string latest = LatestCheckpointName(r.directory);
+    previous_ = latest.empty() ? "" : r.directory + "/" + latest;
   }
   const std::string& final_dir() const { return final_dir_; }
   const Status& status() const { return status_; }
@@ -126,10 +126,6 @@ class SaveOnRoot {
   }
 
  private:
-  static std::string TrimLine(std::string s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-    return s;
-  }
   std::string file_path() const { return tmp_dir_ + "/checkpoint.h5"; }
 
   // Records the first failure as one line: where, the system's reason, what to do.

@@ -53,14 +53,13 @@ Status InspectCheckpointFolder(const std::string& dir) {
   auto names = ListDirectory(dir);
   if (!names.ok()) return CheckpointError(names.status().message());
   std::string committed, incomplete;
-  for (const std::string& n : names.value()) {
-    if (n.rfind("step-", 0) != 0) continue;
-    std::string& list = n.find(".tmp") == std::string::npos ? committed : incomplete;
-    list += (list.empty() ? "" : ", ") + n;
-  }
-  auto latest = ReadSmallFile(dir + "/latest");
-  std::string step = latest.ok() ? latest.value() : "";
-  while (!step.empty() && (step.back() == '\n' || step.back() == ' ')) step.pop_back();
+  for (const std::string& n : names.value())
+    if (n.rfind("step-", 0) == 0 && n.find(".tmp") != std::string::npos)
+      incomplete += (incomplete.empty() ? "" : ", ") + n;
+  const std::vector<std::string> steps = CommittedCheckpoints(dir);  // newest first
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+    committed += (committed.empty() ? "" : ", ") + it->substr(it->rfind('/') + 1);
+  const std::string step = LatestCheckpointName(dir);
   const std::string holder = CheckpointDirectoryHolder(dir);
   std::cout << "checkpoint folder " << dir << "\n"
             << "  latest           " << (step.empty() ? "(none)" : step) << "\n"

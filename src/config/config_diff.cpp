@@ -1,14 +1,13 @@
-// Settings that differ between two configs (config_diff.h), compared as FormatConfig prints them,
-// so that both sides format their values the same way.
+// Settings that differ between two configs (config_diff.h), each value formatted as FormatConfig
+// prints it (the key table's FormatField), so that both sides read the same way.
 #include "config/config_diff.h"
 
 #include <algorithm>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "common/log.h"
-#include "config/config_loader.h"
+#include "config/config_keys.h"
 
 namespace trainer {
 namespace {
@@ -28,23 +27,11 @@ bool Weighed(const std::string& key) {
          Unweighed().count(key) == 0;
 }
 
-// FormatConfig's text as ("Section.key", "value") pairs, in order.
-std::vector<std::pair<std::string, std::string>> KeyValues(const TrainConfig& config) {
+// Each key's value as FormatConfig prints it, in its order.
+std::vector<std::pair<std::string, std::string>> KeyValues(TrainConfig config) {
   std::vector<std::pair<std::string, std::string>> out;
-  std::istringstream in(FormatConfig(config));
-  std::string line, section;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (line[0] != ' ') {
-      section = line.substr(0, line.find(':'));
-      continue;
-    }
-    const size_t start = line.find_first_not_of(' '), colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const size_t value = line.find_first_not_of(' ', colon + 1);
-    out.emplace_back(section + "." + line.substr(start, colon - start),
-                     value == std::string::npos ? "" : line.substr(value));
-  }
+  for (const ConfigKey& key : ConfigKeyTable())
+    out.emplace_back(key.full_name(), FormatField(key.field(config)));
   return out;
 }
 
@@ -58,9 +45,9 @@ int DecayInEffect(const TrainConfig& c) {
 
 std::vector<std::string> ChangedSettings(const TrainConfig& before, const TrainConfig& after) {
   std::vector<std::string> changes;
-  const auto a = KeyValues(before), b = KeyValues(after);
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    if (a[i].first == b[i].first && a[i].second != b[i].second && Weighed(a[i].first))
+  const auto a = KeyValues(before), b = KeyValues(after);  // the same keys, in the same order
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].second != b[i].second && Weighed(a[i].first))
       changes.push_back(a[i].first + " " + a[i].second + " -> " + b[i].second);
   if (DecayInEffect(before) != DecayInEffect(after))
     changes.push_back(

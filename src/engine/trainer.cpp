@@ -478,14 +478,13 @@ Status Trainer::Resume() {
   LogInfo(StrFormat("resumed from %s at step %lld (%lld samples consumed)", loaded.path.c_str(),
                     static_cast<long long>(state_.step),
                     static_cast<long long>(state_.consumed_samples)));
-  if (groups_.world_rank == 0) WarnAboutChangedSettings(loaded.path);
+  if (groups_.world_rank == 0) WarnAboutChangedSettings(loaded);
   return Status::Ok();
 }
 
-void Trainer::WarnAboutChangedSettings(const std::string& checkpoint) const {
-  CheckpointSummary saved;
-  if (!ReadCheckpointSummary(CheckpointFile(checkpoint), &saved).ok()) return;
-  auto before = LoadConfigText(saved.config_text, checkpoint, {});
+void Trainer::WarnAboutChangedSettings(const CheckpointLoadResult& loaded) const {
+  const std::string& checkpoint = loaded.path;
+  auto before = LoadConfigText(loaded.config_text, checkpoint, {});
   if (!before.ok()) {
     LogWarning(StrFormat("cannot compare this run's settings with those %s was saved with: %s",
                          checkpoint.c_str(), before.status().message().c_str()));

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "common/communicator.h"
 #include "common/filesystem.h"
 #include "common/parallel_groups.h"
@@ -95,7 +96,7 @@ class Trainer {
   Status Resume();
   // Rank 0, after a resume: one warning listing the settings that differ from the saving run's
   // (ChangedSettings), which make the run depart from what an uninterrupted one computes.
-  void WarnAboutChangedSettings(const std::string& checkpoint) const;
+  void WarnAboutChangedSettings(const CheckpointLoadResult& loaded) const;
 
   TrainConfig config_;
   ParallelGroups groups_;
