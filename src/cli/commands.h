@@ -13,5 +13,6 @@ int RunCheckCommand(const std::vector<std::string>& args);
 int RunInspectCommand(const std::vector<std::string>& args);
 int RunPlanCommand(const std::vector<std::string>& args);
 int RunSampleCommand(const std::vector<std::string>& args);
+int RunEvalCommand(const std::vector<std::string>& args);
 
 }  // namespace trainer

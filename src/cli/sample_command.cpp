@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint.h"
+#include "cli/checkpoint_model.h"
 #include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "cli/run_context.h"
@@ -32,38 +33,6 @@ struct SampleOptions {
   uint64_t seed = 1337;
   std::vector<std::string> overrides;
 };
-
-// The checkpoint file of a step folder, a checkpoint.h5, or a checkpoint directory (its newest
-// committed step).
-Status ResolveCheckpoint(const std::string& path, std::string* file) {
-  *file = CheckpointFile(path);
-  if (!PathExists(*file) && IsDirectory(path)) {
-    const std::vector<std::string> steps = CommittedCheckpoints(path);
-    if (!steps.empty()) *file = CheckpointFile(steps.front());
-  }
-  if (PathExists(*file)) return Status::Ok();
-  return CheckpointError(StrFormat(
-      "no checkpoint at %s (trainer sample CHECKPOINT): pass a step folder, its checkpoint.h5, or "
-      "a checkpoint directory (Checkpoint.dir, e.g. out/tiny-cpu/checkpoints)",
-      path.c_str()));
-}
-
-// The model's config from the checkpoint, the user's overrides, then one process: no TP, PP or
-// DP, one sequence of max_seq_len tokens.
-StatusOr<TrainConfig> SampleConfig(const std::string& file, const SampleOptions& o) {
-  CheckpointSummary summary;
-  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
-  std::vector<std::string> overrides = o.overrides;
-  for (const char* single :
-       {"Distributed.tp_degree=1", "Distributed.pp_degree=1", "Distributed.dp_degree=1",
-        "Distributed.pp_layers=[]", "Distributed.zero_stage1=false", "Model.seq_len=0",
-        "Model.sequence_parallel=false", "Global.micro_batch_size=1", "Global.global_batch_size=1"})
-    overrides.push_back(single);
-  TRAINER_ASSIGN_OR_RETURN(TrainConfig config,
-                           LoadConfigText(summary.config_text, file + " (/config)", overrides));
-  TRAINER_RETURN_IF_ERROR(ValidateConfig(&config, 1));
-  return config;
-}
 
 // The prompt as tokens: the bytes of --prompt (bytes tokenizer), or --prompt-ids; empty: one
 // end-of-document token (the start of a document).
@@ -100,8 +69,11 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
   if (o.tokens < 1 || o.temperature < 0 || o.top_k < 0)
     return UsageError("--tokens must be at least 1, --temperature and --top-k at least 0");
   std::string file;
-  TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, &file));
-  TRAINER_ASSIGN_OR_RETURN(const TrainConfig config, SampleConfig(file, o));
+  TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "sample", &file));
+  // One sequence of max_seq_len tokens (Model.seq_len=0).
+  std::vector<std::string> overrides = o.overrides;
+  overrides.push_back("Model.seq_len=0");
+  TRAINER_ASSIGN_OR_RETURN(const TrainConfig config, OneProcessConfig(file, overrides, 1));
   const ModelConfig& mc = config.model;
   const bool text = mc.vocab_size == ByteTokenizer::kVocabSize;
   std::vector<int32_t> context;
@@ -158,10 +130,8 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
 int RunSampleCommand(const std::vector<std::string>& args) {
   po::options_description options("trainer sample options");
   SampleOptions o;
-  options.add_options()("checkpoint", po::value(&o.checkpoint)->default_value(""),
-                        "step folder, checkpoint.h5, or checkpoint directory (its newest step)")(
-      "prompt,p", po::value(&o.prompt)->default_value(""),
-      "text to continue (bytes tokenizer); empty: start a new document")(
+  options.add_options()("prompt,p", po::value(&o.prompt)->default_value(""),
+                        "text to continue (bytes tokenizer); empty: start a new document")(
       "prompt-ids", po::value(&o.prompt_ids)->default_value(""),
       "token ids to continue, space-separated (any tokenizer)")(
       "tokens,n", po::value(&o.tokens)->default_value(256), "tokens to generate")(
@@ -170,28 +140,13 @@ int RunSampleCommand(const std::vector<std::string>& args) {
       "top-k,k", po::value(&o.top_k)->default_value(0),
       "draw among the k likeliest tokens; 0: all")("seed", po::value(&o.seed)->default_value(1337),
                                                    "random seed of the draws")(
-      "output", po::value(&o.output)->default_value(""), "write the sample here; empty: stdout")(
-      "override,o", po::value(&o.overrides)->composing(),
-      "Section.key=value over the checkpoint's config (e.g. -o Global.device=cpu)");
-  po::positional_options_description positional;
-  positional.add("checkpoint", 1);
-
+      "output", po::value(&o.output)->default_value(""), "write the sample here; empty: stdout");
   RunContext ctx;
-  Status status = ctx.Init();
-  if (!status.ok()) return ctx.Finish(status);
-  po::variables_map vm;
-  bool help = false;
-  status = ParseCommandLine("sample", args, options, &vm, &help, &positional);
-  if (status.ok() && help) {
-    PrintCommandHelp("sample", "CHECKPOINT [--prompt TEXT] [-n TOKENS] [-t TEMPERATURE] [-k K]",
-                     options);
-    return ctx.Finish(Status::Ok());
-  }
-  if (status.ok() && o.checkpoint.empty())
-    status = UsageError(
-        "trainer sample needs a checkpoint: trainer sample CHECKPOINT (a step folder, its "
-        "checkpoint.h5, or a checkpoint directory)");
-  if (!status.ok()) return ctx.Finish(ctx.Agree(status));
+  int exit_code = 0;
+  if (!StartCheckpointCommand("sample",
+                              "CHECKPOINT [--prompt TEXT] [-n TOKENS] [-t TEMPERATURE] [-k K]",
+                              args, &options, &o.checkpoint, &o.overrides, &ctx, &exit_code))
+    return exit_code;
   std::ofstream file;
   if (!o.output.empty()) {
     file.open(o.output);

@@ -7,6 +7,8 @@
 #    ZeRO-1 again, and both continue the uninterrupted ZeRO-1 curve;
 #  - trainer sample on the GPU (sample.sh with SAMPLE_DEVICE=cuda: a bf16 model trained on one
 #    repeated sentence continues a prompt with exactly that text);
+#  - trainer eval on the GPU (eval.sh with EVAL_DEVICE=cuda: the loss of a checkpoint on the
+#    training run's validation file, against that run's own evaluation);
 #  - a diverging run on GPUs stops every rank with exit code 6 and saves nothing from it
 #    (diverge.sh with DIVERGE_DEVICE=cuda).
 source "$(dirname "$0")/lib.sh"
@@ -35,6 +37,8 @@ compare_curves() {  # a b tolerance_each tolerance_mean [steps, default 50: b's 
 }
 SAMPLE_DEVICE=cuda bash "$SRC/tests/integration/sample.sh" "$TRAINER" "$SRC" "$SCRATCH/sample" ||
   fail "trainer sample on the GPU"
+EVAL_DEVICE=cuda bash "$SRC/tests/integration/eval.sh" "$TRAINER" "$SRC" "$SCRATCH/eval" ||
+  fail "trainer eval on the GPU"
 DIVERGE_DEVICE=cuda DIVERGE_RANKS=$GPUS bash "$SRC/tests/integration/diverge.sh" "$TRAINER" "$SRC" \
   "$SCRATCH/diverge" || fail "the diverging run on the GPU"
 cd "$SCRATCH"

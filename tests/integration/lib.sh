@@ -27,6 +27,18 @@ make_small_dataset() {
   "$TRAINER" pack --input "${inputs[@]}" --output "$out" >/dev/null
 }
 
+# expect_error CODE TEXT COMMAND...: exit code CODE and exactly one error line containing TEXT.
+expect_error() {
+  local code=$1 text=$2 rc=0
+  shift 2
+  "$@" > out.log 2> err.log || rc=$?
+  [ "$rc" = "$code" ] || { cat out.log err.log; fail "$*: exit $rc, expected $code"; }
+  if [ "$(grep -c '^error: ' err.log)" != 1 ] || ! grep -q "$text" err.log; then
+    cat err.log
+    fail "$*: expected one error line with '$text'"
+  fi
+}
+
 # Losses of metrics.jsonl training records, one per line, as printed (%.8g).
 losses() { grep -o '"loss": [^,}]*' "$1" | awk '{print $2}'; }
 

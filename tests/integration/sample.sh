@@ -45,17 +45,6 @@ for i in 1 2; do
 done
 cmp -s draw1.txt draw2.txt || fail "two draws with --seed 7 differ"
 
-# expect_error CODE TEXT COMMAND...: exit code CODE and exactly one error line containing TEXT.
-expect_error() {
-  local code=$1 text=$2 rc=0
-  shift 2
-  "$@" > out.log 2> err.log || rc=$?
-  [ "$rc" = "$code" ] || { cat out.log err.log; fail "$*: exit $rc, expected $code"; }
-  if [ "$(grep -c '^error: ' err.log)" != 1 ] || ! grep -q "$text" err.log; then
-    cat err.log
-    fail "$*: expected one error line with '$text'"
-  fi
-}
 expect_error 4 "no checkpoint at nowhere" "$TRAINER" sample nowhere
 expect_error 2 "runs as one process" run_np 2 sample run/checkpoints
 expect_error 2 "not a token id" "$TRAINER" sample run/checkpoints --prompt-ids "1 999"

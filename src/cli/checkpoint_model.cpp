@@ -1,0 +1,73 @@
+// The model of a checkpoint in one process (checkpoint_model.h).
+#include "cli/checkpoint_model.h"
+
+#include "checkpoint/checkpoint.h"
+#include "common/filesystem.h"
+#include "common/log.h"
+#include "config/config_loader.h"
+
+namespace trainer {
+
+bool StartCheckpointCommand(const char* command, const char* synopsis,
+                            const std::vector<std::string>& args, po::options_description* options,
+                            std::string* checkpoint, std::vector<std::string>* overrides,
+                            RunContext* ctx, int* exit_code) {
+  options->add_options()("checkpoint", po::value(checkpoint)->default_value(""),
+                         "step folder, checkpoint.h5, or checkpoint directory (its newest step)")(
+      "override,o", po::value(overrides)->composing(),
+      "Section.key=value over the checkpoint's config (e.g. -o Global.device=cpu)");
+  po::positional_options_description positional;
+  positional.add("checkpoint", 1);
+  Status status = ctx->Init();
+  if (!status.ok()) {
+    *exit_code = ctx->Finish(status);
+    return false;
+  }
+  po::variables_map vm;
+  bool help = false;
+  status = ParseCommandLine(command, args, *options, &vm, &help, &positional);
+  if (status.ok() && help) {
+    PrintCommandHelp(command, synopsis, *options);
+    *exit_code = ctx->Finish(Status::Ok());
+    return false;
+  }
+  if (status.ok() && checkpoint->empty())
+    status = UsageError(
+        StrFormat("trainer %s needs a checkpoint: trainer %s %s (CHECKPOINT: a step folder, its "
+                  "checkpoint.h5, or a checkpoint directory)",
+                  command, command, synopsis));
+  if (status.ok()) return true;
+  *exit_code = ctx->Finish(ctx->Agree(status));
+  return false;
+}
+
+Status ResolveCheckpoint(const std::string& path, const char* command, std::string* file) {
+  *file = CheckpointFile(path);
+  if (!PathExists(*file) && IsDirectory(path)) {
+    const std::vector<std::string> steps = CommittedCheckpoints(path);
+    if (!steps.empty()) *file = CheckpointFile(steps.front());
+  }
+  if (PathExists(*file)) return Status::Ok();
+  return CheckpointError(StrFormat(
+      "no checkpoint at %s (trainer %s CHECKPOINT): pass a step folder, its checkpoint.h5, or "
+      "a checkpoint directory (Checkpoint.dir, e.g. out/tiny-cpu/checkpoints)",
+      path.c_str(), command));
+}
+
+StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std::string> overrides,
+                                       int batch) {
+  CheckpointSummary summary;
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
+  for (const char* single : {"Distributed.tp_degree=1", "Distributed.pp_degree=1",
+                             "Distributed.dp_degree=1", "Distributed.pp_layers=[]",
+                             "Distributed.zero_stage1=false", "Model.sequence_parallel=false"})
+    overrides.push_back(single);
+  TRAINER_ASSIGN_OR_RETURN(TrainConfig config,
+                           LoadConfigText(summary.config_text, file + " (/config)", overrides));
+  if (batch > 0) config.global.micro_batch_size = batch;
+  config.global.global_batch_size = config.global.micro_batch_size;
+  TRAINER_RETURN_IF_ERROR(ValidateConfig(&config, 1));
+  return config;
+}
+
+}  // namespace trainer

@@ -1,0 +1,142 @@
+// `trainer eval CHECKPOINT --data FILE`: the mean loss (and perplexity) of a checkpoint's model on
+// a packed token file. One process loads the whole model (a checkpoint of any layout) with the
+// config the checkpoint carries, on the CPU or the GPU (Global.device), and runs the forward over
+// the file's samples of Model.seq_len tokens in order, a micro-batch at a time: the samples a
+// training run's evaluation reads from a validation file (Data.val_path), so that the two agree.
+// It reads the checkpoint only: a run may go on writing to the folder meanwhile.
+#include <cmath>
+#include <iostream>
+
+#include "checkpoint/checkpoint.h"
+#include "cli/checkpoint_model.h"
+#include "cli/cli_options.h"
+#include "cli/commands.h"
+#include "cli/run_context.h"
+#include "common/log.h"
+#include "data/dataset.h"
+#include "model/gpt.h"
+#include "model/parameters.h"
+
+namespace trainer {
+namespace {
+
+struct EvalOptions {
+  std::string checkpoint, data;
+  int batch = 0;      // sequences per forward; 0: the checkpoint's Global.micro_batch_size
+  int64_t limit = 0;  // micro-batches evaluated; 0: every whole one in the file
+  std::vector<std::string> overrides;
+};
+
+// `text` as a JSON string body: quotes, backslashes and control characters escaped.
+std::string JsonEscaped(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '"' || c == '\\')
+      out += {'\\', c};
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += StrFormat("\\u%04x", c);
+    else
+      out += c;
+  }
+  return out;
+}
+
+struct EvalResult {
+  int64_t step = 0, batches = 0, samples_left = 0;
+  int batch = 0, seq_len = 0;
+  double loss = 0;  // mean over batches * batch * seq_len tokens
+};
+
+Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalResult* r) {
+  if (ctx->runtime->size() != 1)
+    return UsageError(
+        StrFormat("trainer eval runs as one process (this run has %d): start it without "
+                  "mpirun/srun -n",
+                  ctx->runtime->size()));
+  if (o.batch < 0 || o.limit < 0) return UsageError("--batch and --batches must be at least 0");
+  TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "eval", file));
+  TRAINER_ASSIGN_OR_RETURN(const TrainConfig config, OneProcessConfig(*file, o.overrides, o.batch));
+  const ModelConfig& mc = config.model;
+  const int B = config.global.micro_batch_size, T = mc.sequence_length();
+  TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<TokenDataset> data,
+                           TokenDataset::Open(o.data, mc.vocab_size));
+  TRAINER_RETURN_IF_ERROR(data->RequireSamples(T, B, "--data"));
+  const int64_t samples = data->NumSamples(T);
+  r->batches = samples / B;
+  if (o.limit > 0 && o.limit < r->batches) r->batches = o.limit;
+  r->samples_left = samples - r->batches * B;
+  r->batch = B;
+  r->seq_len = T;
+  CheckpointSummary summary;
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(*file, &summary));
+  r->step = summary.step;
+
+  TRAINER_RETURN_IF_ERROR(ctx->SetupDevice(config));
+  TRAINER_RETURN_IF_ERROR(ctx->BuildGroups(config));
+  const ModelPartition part = MakePartition(mc, config.distributed, 0, 0);
+  Backend* backend = ctx->backend.get();
+  TRAINER_RETURN_IF_ERROR(backend->ReserveArena(GptModel::BufferBytes(mc, part, backend, B, T, 1)));
+  std::unique_ptr<GptModel> model;
+  TRAINER_RETURN_IF_ERROR(GptModel::Create(mc, part, backend, ctx->groups.tp, B, T, 1, &model));
+  TRAINER_RETURN_IF_ERROR(LoadCheckpointWeights(*file, mc, model.get()));
+  std::cerr << StrFormat("evaluating %s on %s: %lld micro-batches of %d x %d tokens on %s\n",
+                         file->c_str(), o.data.c_str(), static_cast<long long>(r->batches), B, T,
+                         backend->name().c_str());
+  std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
+  std::vector<int64_t> ids(static_cast<size_t>(B));
+  for (int64_t b = 0; b < r->batches; ++b) {
+    for (int j = 0; j < B; ++j) ids[static_cast<size_t>(j)] = b * B + j;
+    TRAINER_RETURN_IF_ERROR(data->ReadSamples(ids, T, inputs.data(), targets.data()));
+    TRAINER_RETURN_IF_ERROR(model->Forward(0, inputs.data(), targets.data(), true, 0.f));
+    TRAINER_RETURN_IF_ERROR(model->AccumulateLoss(b == 0));
+  }
+  double sum = 0;
+  TRAINER_RETURN_IF_ERROR(model->LossSum(&sum));
+  r->loss = sum / (static_cast<double>(r->batches) * B * T);
+  return Status::Ok();
+}
+
+}  // namespace
+
+int RunEvalCommand(const std::vector<std::string>& args) {
+  po::options_description options("trainer eval options");
+  EvalOptions o;
+  options.add_options()("data,d", po::value(&o.data)->default_value(""),
+                        "packed token file (trainer pack) whose samples are evaluated")(
+      "batch,b", po::value(&o.batch)->default_value(0),
+      "sequences per forward; 0: the checkpoint's Global.micro_batch_size")(
+      "batches", po::value(&o.limit)->default_value(0),
+      "evaluate the first N micro-batches only; 0: every whole micro-batch in the file");
+  RunContext ctx;
+  int exit_code = 0;
+  if (!StartCheckpointCommand("eval", "CHECKPOINT --data FILE [-b B] [--batches N] [-o ...]", args,
+                              &options, &o.checkpoint, &o.overrides, &ctx, &exit_code))
+    return exit_code;
+  Status status = Status::Ok();
+  if (o.data.empty())
+    status = UsageError(
+        "trainer eval needs a token file: trainer eval CHECKPOINT --data FILE (a file from "
+        "trainer pack)");
+  std::string file;
+  EvalResult r;
+  if (status.ok()) status = Evaluate(o, &ctx, &file, &r);
+  if (status.ok()) {
+    const int64_t tokens = r.batches * r.batch * r.seq_len;
+    std::cerr << StrFormat(
+        "eval: loss %.4f, perplexity %.2f over %lld tokens (%lld samples of "
+        "%d; %lld left over, fewer than a micro-batch or past --batches)\n",
+        r.loss, std::exp(r.loss), static_cast<long long>(tokens),
+        static_cast<long long>(r.batches * r.batch), r.seq_len,
+        static_cast<long long>(r.samples_left));
+    std::cout << StrFormat(
+                     "{\"checkpoint\": \"%s\", \"step\": %lld, \"data\": \"%s\", \"tokens\": "
+                     "%lld, \"loss\": %.6f, \"perplexity\": %.4f}",
+                     JsonEscaped(file).c_str(), static_cast<long long>(r.step),
+                     JsonEscaped(o.data).c_str(), static_cast<long long>(tokens), r.loss,
+                     std::exp(r.loss))
+              << std::endl;
+  }
+  return ctx.Finish(ctx.Agree(status));
+}
+
+}  // namespace trainer
