@@ -1,5 +1,5 @@
-// trainer: one binary, several subcommands (train, pack, check, inspect, plan, sample, eval).
-// main() only dispatches; each subcommand returns its exit code (docs/cli.md).
+// trainer: one binary, several subcommands (train, pack, check, inspect, plan, sample, eval,
+// export). main() only dispatches; each subcommand returns its exit code (docs/cli.md).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -19,7 +19,8 @@ void PrintUsage(FILE* out) {
                "  inspect  summarise a dataset or a checkpoint (and verify it)\n"
                "  plan     estimate memory per rank for a config and layout\n"
                "  sample   generate text (or token ids) from a checkpoint\n"
-               "  eval     the loss of a checkpoint's model on a token file\n\n"
+               "  eval     the loss of a checkpoint's model on a token file\n"
+               "  export   a checkpoint's model as Hugging Face GPT-2 (safetensors)\n\n"
                "'trainer <command> --help' lists the command's options with their defaults.\n"
                "Exit codes: 0 done, 1 runtime, 2 usage/config, 3 data, 4 checkpoint,\n"
                "            5 environment, 6 diverged, 75 preempted after saving (requeue).\n");
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   if (command == "plan") return trainer::RunPlanCommand(args);
   if (command == "sample") return trainer::RunSampleCommand(args);
   if (command == "eval") return trainer::RunEvalCommand(args);
+  if (command == "export") return trainer::RunExportCommand(args);
   std::fprintf(stderr, "error: unknown command '%s'. Run 'trainer --help' for the list\n",
                command.c_str());
   return 2;

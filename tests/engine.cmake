@@ -1,7 +1,8 @@
 # End-to-end tests of the trainer binary: every parallel layout against one rank, exact resume,
 # bad inputs, a diverging run (stops on every rank, saves nothing from it), a short real run on
 # tinyshakespeare, the memory plan against closed-form counts, sampling from a model trained
-# on a text known in advance, and trainer eval against the training run's own evaluation.
+# on a text known in advance, trainer eval against the training run's own evaluation, and trainer
+# export against a GPT-2 forward written independently in Python.
 trainer_script_test(parallel_layouts SCRIPT parallel_layouts.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(resume_exact SCRIPT resume_exact.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(bad_inputs SCRIPT bad_inputs.sh LABELS "e2e;mpi" TIMEOUT 300)
@@ -12,3 +13,4 @@ trainer_script_test(tensorboard SCRIPT tensorboard.sh LABELS "e2e" TIMEOUT 120)
 trainer_script_test(plan SCRIPT plan.sh LABELS "e2e" TIMEOUT 60)
 trainer_script_test(sample SCRIPT sample.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(eval SCRIPT eval.sh LABELS "e2e;mpi" TIMEOUT 300)
+trainer_script_test(export SCRIPT export.sh LABELS "e2e;mpi" TIMEOUT 300)

@@ -98,6 +98,10 @@ struct CheckpointSummary {
 // slices of them, after checking the file's model shape against `config` (`trainer sample`).
 Status LoadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
                              GptModel* model);
+// The weights of a checkpoint as whole tensors, for one process: `params` lists them (every
+// parameter of `config`'s model, as FullParameterList gives them) with their offsets into `flat`.
+Status ReadCheckpointTensors(const std::string& folder_or_file, const ModelConfig& config,
+                             std::vector<ParameterInfo>* params, std::vector<float>* flat);
 // Reads the attributes and tensor shapes of `file` (a checkpoint.h5).
 Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary);
 // Reads every tensor (one at a time) and checks its Fletcher32 chunk checksums, its CRC-32

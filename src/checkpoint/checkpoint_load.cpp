@@ -108,13 +108,12 @@ Status CheckModelShape(hid_t file_id, const std::string& file, const ModelConfig
                 file.c_str(), diff.c_str(), file.c_str()));
 }
 
-// This rank's slices of one state (0: weights, then the moments) into `flat`, in the model's
-// buffer order.
-Status ReadState(hid_t file_id, const std::string& file, const GptModel& model, int state,
-                 std::vector<float>* flat) {
-  const ModelPartition& part = model.partition();
-  flat->assign(TotalLocalElements(model.parameters()), 0.f);
-  for (const ParameterInfo& p : model.parameters()) {
+// The slices of one state (0: weights, then the moments) that `part` holds of `params` into
+// `flat`, in buffer order.
+Status ReadState(hid_t file_id, const std::string& file, const std::vector<ParameterInfo>& params,
+                 const ModelPartition& part, int state, std::vector<float>* flat) {
+  flat->assign(TotalLocalElements(params), 0.f);
+  for (const ParameterInfo& p : params) {
     const std::string path = std::string(StateGroup(state)) + "/" + p.name;
     std::vector<int64_t> shape;
     Status s = DatasetShape(file_id, path, &shape);
@@ -147,7 +146,8 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
   TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "config", &result->config_text));
   for (int w = 0; w < kStateCount; ++w) {
     std::vector<float> flat;
-    TRAINER_RETURN_IF_ERROR(ReadState(f.get(), file, *model, w, &flat));
+    TRAINER_RETURN_IF_ERROR(
+        ReadState(f.get(), file, model->parameters(), model->partition(), w, &flat));
     if (w == 0)
       TRAINER_RETURN_IF_ERROR(optimizer->SetMaster(flat));
     else
@@ -273,8 +273,21 @@ Status LoadCheckpointWeights(const std::string& folder_or_file, const ModelConfi
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   TRAINER_RETURN_IF_ERROR(CheckModelShape(f.get(), file, config));
   std::vector<float> flat;
-  TRAINER_RETURN_IF_ERROR(ReadState(f.get(), file, *model, 0, &flat));
+  TRAINER_RETURN_IF_ERROR(
+      ReadState(f.get(), file, model->parameters(), model->partition(), 0, &flat));
   return model->SetParameters(flat);
+}
+
+Status ReadCheckpointTensors(const std::string& folder_or_file, const ModelConfig& config,
+                             std::vector<ParameterInfo>* params, std::vector<float>* flat) {
+  const std::string file = CheckpointFile(folder_or_file);
+  Hdf5Handle f;
+  TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
+  TRAINER_RETURN_IF_ERROR(CheckModelShape(f.get(), file, config));
+  *params = FullParameterList(config);
+  ModelPartition whole;
+  whole.num_layers = config.num_layers;
+  return ReadState(f.get(), file, *params, whole, 0, flat);
 }
 
 Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,

@@ -14,5 +14,6 @@ int RunInspectCommand(const std::vector<std::string>& args);
 int RunPlanCommand(const std::vector<std::string>& args);
 int RunSampleCommand(const std::vector<std::string>& args);
 int RunEvalCommand(const std::vector<std::string>& args);
+int RunExportCommand(const std::vector<std::string>& args);
 
 }  // namespace trainer

@@ -27,20 +27,6 @@ struct EvalOptions {
   std::vector<std::string> overrides;
 };
 
-// `text` as a JSON string body: quotes, backslashes and control characters escaped.
-std::string JsonEscaped(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    if (c == '"' || c == '\\')
-      out += {'\\', c};
-    else if (static_cast<unsigned char>(c) < 0x20)
-      out += StrFormat("\\u%04x", c);
-    else
-      out += c;
-  }
-  return out;
-}
-
 struct EvalResult {
   int64_t step = 0, batches = 0, samples_left = 0;
   int batch = 0, seq_len = 0;
@@ -129,10 +115,10 @@ int RunEvalCommand(const std::vector<std::string>& args) {
         static_cast<long long>(r.batches * r.batch), r.seq_len,
         static_cast<long long>(r.samples_left));
     std::cout << StrFormat(
-                     "{\"checkpoint\": \"%s\", \"step\": %lld, \"data\": \"%s\", \"tokens\": "
+                     "{\"checkpoint\": %s, \"step\": %lld, \"data\": %s, \"tokens\": "
                      "%lld, \"loss\": %.6f, \"perplexity\": %.4f}",
-                     JsonEscaped(file).c_str(), static_cast<long long>(r.step),
-                     JsonEscaped(o.data).c_str(), static_cast<long long>(tokens), r.loss,
+                     JsonQuoted(file).c_str(), static_cast<long long>(r.step),
+                     JsonQuoted(o.data).c_str(), static_cast<long long>(tokens), r.loss,
                      std::exp(r.loss))
               << std::endl;
   }

@@ -53,4 +53,17 @@ std::string StrFormat(const char* format, ...) {
   return std::string(buffer.data(), static_cast<size_t>(n));
 }
 
+std::string JsonQuoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\')
+      out += {'\\', c};
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += StrFormat("\\u%04x", c);
+    else
+      out += c;
+  }
+  return out + "\"";
+}
+
 }  // namespace trainer

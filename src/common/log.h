@@ -28,5 +28,8 @@ std::string RankTag();
 
 // printf-style formatting into a std::string.
 std::string StrFormat(const char* format, ...) __attribute__((format(printf, 1, 2)));
+// `text` as a JSON string literal, quotes included (quotes, backslashes, control characters
+// escaped).
+std::string JsonQuoted(const std::string& text);
 
 }  // namespace trainer

@@ -1,0 +1,138 @@
+// `trainer export CHECKPOINT --output DIR`: the model of a checkpoint (any layout) for the
+// Hugging Face ecosystem. DIR/model.safetensors holds its weights under transformers' GPT-2 names
+// (GPT2LMHeadModel: its Conv1D layers store weights as (in, out), so the block matrices, (out, in)
+// here as in nanoGPT, are transposed; the vocabulary's padding rows are dropped; lm_head is tied
+// to wte), and DIR/config.json its GPT2Config (tanh GELU, LayerNorm eps 1e-5, no dropout). The
+// tensors are read from the checkpoint file and written out; no model is built.
+#include <iostream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "cli/checkpoint_model.h"
+#include "cli/commands.h"
+#include "common/filesystem.h"
+#include "common/log.h"
+#include "model/parameters.h"
+
+namespace trainer {
+namespace {
+
+struct ExportOptions {
+  std::string checkpoint, output, dtype = "f32";
+  std::vector<std::string> overrides;
+};
+
+// The checkpoint's tensors as transformers' GPT-2 stores them.
+std::vector<SafetensorsTensor> HuggingFaceTensors(const ModelConfig& mc,
+                                                  const std::vector<ParameterInfo>& params,
+                                                  const std::vector<float>& flat) {
+  std::vector<SafetensorsTensor> tensors;
+  for (const ParameterInfo& p : params) {
+    const float* values = flat.data() + p.offset;
+    SafetensorsTensor t;
+    t.name = p.name;
+    if (p.name == "transformer.wte.weight") {  // (V, C): the real vocabulary's rows
+      t.shape = {mc.vocab_size, p.full_shape[1]};
+      t.values.assign(values, values + mc.vocab_size * p.full_shape[1]);
+    } else if (p.full_shape.size() == 2 && p.name.rfind("transformer.h.", 0) == 0) {
+      const int64_t rows = p.full_shape[0], cols = p.full_shape[1];  // (out, in) -> (in, out)
+      t.shape = {cols, rows};
+      t.values.resize(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) t.values[c * rows + r] = values[r * cols + c];
+    } else {
+      t.shape = p.full_shape;
+      t.values.assign(values, values + p.full_numel());
+    }
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+std::string HuggingFaceConfig(const ModelConfig& mc, const std::string& dtype) {
+  const int eod = mc.vocab_size - 1;  // trainer pack's end-of-document id
+  return StrFormat(
+      "{\n"
+      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+      "  \"model_type\": \"gpt2\",\n"
+      "  \"vocab_size\": %d,\n"
+      "  \"n_positions\": %d,\n"
+      "  \"n_embd\": %d,\n"
+      "  \"n_layer\": %d,\n"
+      "  \"n_head\": %d,\n"
+      "  \"n_inner\": %d,\n"
+      "  \"activation_function\": \"gelu_new\",\n"
+      "  \"layer_norm_epsilon\": 1e-05,\n"
+      "  \"resid_pdrop\": 0.0,\n"
+      "  \"embd_pdrop\": 0.0,\n"
+      "  \"attn_pdrop\": 0.0,\n"
+      "  \"initializer_range\": 0.02,\n"
+      "  \"scale_attn_weights\": true,\n"
+      "  \"tie_word_embeddings\": true,\n"
+      "  \"bos_token_id\": %d,\n"
+      "  \"eos_token_id\": %d,\n"
+      "  \"torch_dtype\": \"%s\"\n"
+      "}\n",
+      mc.vocab_size, mc.max_seq_len, mc.hidden_size, mc.num_layers, mc.num_heads, mc.ffn_size(),
+      eod, eod, dtype == "bf16" ? "bfloat16" : "float32");
+}
+
+Status Export(const ExportOptions& o, RunContext* ctx) {
+  if (ctx->runtime->size() != 1)
+    return UsageError(StrFormat(
+        "trainer export runs as one process (this run has %d): start it without mpirun/srun -n",
+        ctx->runtime->size()));
+  if (o.dtype != "f32" && o.dtype != "bf16")
+    return UsageError(StrFormat("--dtype %s: use f32 or bf16", o.dtype.c_str()));
+  const std::string weights = o.output + "/model.safetensors", config = o.output + "/config.json";
+  for (const std::string& path : {weights, config})
+    if (PathExists(path))
+      return UsageError(
+          StrFormat("%s exists (trainer export --output %s): remove it or choose another --output",
+                    path.c_str(), o.output.c_str()));
+  std::string file;
+  TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", &file));
+  TRAINER_ASSIGN_OR_RETURN(const TrainConfig tc, OneProcessConfig(file, o.overrides, 0));
+  std::vector<ParameterInfo> params;
+  std::vector<float> flat;
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointTensors(file, tc.model, &params, &flat));
+  const std::vector<SafetensorsTensor> tensors = HuggingFaceTensors(tc.model, params, flat);
+  flat.clear();
+  flat.shrink_to_fit();
+  TRAINER_RETURN_IF_ERROR(MakeDirectories(o.output));
+  TRAINER_RETURN_IF_ERROR(WriteSafetensors(
+      weights, tensors, o.dtype == "bf16" ? SafetensorsDType::kBF16 : SafetensorsDType::kF32,
+      {{"format", "pt"}, {"source", file}}));
+  TRAINER_RETURN_IF_ERROR(WriteFileAtomically(config, HuggingFaceConfig(tc.model, o.dtype)));
+  int64_t count = 0;
+  for (const SafetensorsTensor& t : tensors) count += static_cast<int64_t>(t.values.size());
+  std::cout << StrFormat(
+                   "exported %s: %zu tensors, %lld parameters (%s) to %s/model.safetensors and "
+                   "config.json; load with transformers.GPT2LMHeadModel.from_pretrained(\"%s\")",
+                   file.c_str(), tensors.size(), static_cast<long long>(count), o.dtype.c_str(),
+                   o.output.c_str(), o.output.c_str())
+            << std::endl;
+  return Status::Ok();
+}
+
+}  // namespace
+
+int RunExportCommand(const std::vector<std::string>& args) {
+  po::options_description options("trainer export options");
+  ExportOptions o;
+  options.add_options()("output", po::value(&o.output)->default_value(""),
+                        "folder for model.safetensors and config.json (made if missing)")(
+      "dtype", po::value(&o.dtype)->default_value("f32"), "f32 or bf16 (rounded to nearest)");
+  RunContext ctx;
+  int exit_code = 0;
+  if (!StartCheckpointCommand("export", "CHECKPOINT --output DIR [--dtype f32|bf16]", args,
+                              &options, &o.checkpoint, &o.overrides, &ctx, &exit_code))
+    return exit_code;
+  Status status = Status::Ok();
+  if (o.output.empty())
+    status = UsageError("trainer export needs --output DIR (the folder for model.safetensors)");
+  if (status.ok()) status = Export(o, &ctx);
+  return ctx.Finish(ctx.Agree(status));
+}
+
+}  // namespace trainer
