@@ -31,6 +31,10 @@ bool StartCheckpointCommand(const char* command, const char* synopsis,
     *exit_code = ctx->Finish(Status::Ok());
     return false;
   }
+  if (status.ok() && ctx->runtime->size() != 1)
+    status = UsageError(StrFormat(
+        "trainer %s runs as one process (this run has %d): start it without mpirun/srun -n",
+        command, ctx->runtime->size()));
   if (status.ok() && checkpoint->empty())
     status = UsageError(
         StrFormat("trainer %s needs a checkpoint: trainer %s %s (CHECKPOINT: a step folder, its "
@@ -55,7 +59,7 @@ Status ResolveCheckpoint(const std::string& path, const char* command, std::stri
 }
 
 StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std::string> overrides,
-                                       int batch) {
+                                       int batch, int64_t* step) {
   CheckpointSummary summary;
   TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
   for (const char* single : {"Distributed.tp_degree=1", "Distributed.pp_degree=1",
@@ -67,6 +71,7 @@ StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std:
   if (batch > 0) config.global.micro_batch_size = batch;
   config.global.global_batch_size = config.global.micro_batch_size;
   TRAINER_RETURN_IF_ERROR(ValidateConfig(&config, 1));
+  if (step != nullptr) *step = summary.step;
   return config;
 }
 

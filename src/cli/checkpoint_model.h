@@ -1,8 +1,10 @@
 // The model of a checkpoint in one process, for the subcommands that use a trained model
-// (sample, eval): their common command line (CHECKPOINT, -o), which file a CHECKPOINT argument
-// names, and the checkpoint's own config with the user's overrides and a one-process layout.
+// (sample, eval, export): their common command line (CHECKPOINT, -o), which file a CHECKPOINT
+// argument names, and the checkpoint's own config with the user's overrides and a one-process
+// layout.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,7 +17,7 @@ namespace trainer {
 
 // The start of such a subcommand: adds the CHECKPOINT positional and -o overrides to `options`,
 // starts `ctx` and parses `args`. False when the command is over (--help, a bad or missing
-// argument: every rank told), with its exit code in *exit_code.
+// argument, more than one process: every rank told), with its exit code in *exit_code.
 bool StartCheckpointCommand(const char* command, const char* synopsis,
                             const std::vector<std::string>& args, po::options_description* options,
                             std::string* checkpoint, std::vector<std::string>* overrides,
@@ -27,8 +29,9 @@ Status ResolveCheckpoint(const std::string& path, const char* command, std::stri
 
 // The config the checkpoint `file` carries, then `overrides`, then one process (no TP, PP or DP,
 // no sequence parallelism) whose global batch is one micro-batch of `batch` sequences (> 0) or of
-// the config's Global.micro_batch_size (0); validated for one rank.
+// the config's Global.micro_batch_size (0); validated for one rank. *step (when given): the step
+// the checkpoint was saved at.
 StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std::string> overrides,
-                                       int batch);
+                                       int batch, int64_t* step = nullptr);
 
 }  // namespace trainer

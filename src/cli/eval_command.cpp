@@ -34,14 +34,10 @@ struct EvalResult {
 };
 
 Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalResult* r) {
-  if (ctx->runtime->size() != 1)
-    return UsageError(
-        StrFormat("trainer eval runs as one process (this run has %d): start it without "
-                  "mpirun/srun -n",
-                  ctx->runtime->size()));
   if (o.batch < 0 || o.limit < 0) return UsageError("--batch and --batches must be at least 0");
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "eval", file));
-  TRAINER_ASSIGN_OR_RETURN(const TrainConfig config, OneProcessConfig(*file, o.overrides, o.batch));
+  TRAINER_ASSIGN_OR_RETURN(const TrainConfig config,
+                           OneProcessConfig(*file, o.overrides, o.batch, &r->step));
   const ModelConfig& mc = config.model;
   const int B = config.global.micro_batch_size, T = mc.sequence_length();
   TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<TokenDataset> data,
@@ -53,9 +49,6 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
   r->samples_left = samples - r->batches * B;
   r->batch = B;
   r->seq_len = T;
-  CheckpointSummary summary;
-  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(*file, &summary));
-  r->step = summary.step;
 
   TRAINER_RETURN_IF_ERROR(ctx->SetupDevice(config));
   TRAINER_RETURN_IF_ERROR(ctx->BuildGroups(config));

@@ -78,10 +78,6 @@ std::string HuggingFaceConfig(const ModelConfig& mc, const std::string& dtype) {
 }
 
 Status Export(const ExportOptions& o, RunContext* ctx) {
-  if (ctx->runtime->size() != 1)
-    return UsageError(StrFormat(
-        "trainer export runs as one process (this run has %d): start it without mpirun/srun -n",
-        ctx->runtime->size()));
   if (o.dtype != "f32" && o.dtype != "bf16")
     return UsageError(StrFormat("--dtype %s: use f32 or bf16", o.dtype.c_str()));
   const std::string weights = o.output + "/model.safetensors", config = o.output + "/config.json";

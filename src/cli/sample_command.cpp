@@ -61,11 +61,6 @@ Status PromptTokens(const SampleOptions& o, const ModelConfig& model, bool text,
 }
 
 Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
-  if (ctx->runtime->size() != 1)
-    return UsageError(
-        StrFormat("trainer sample runs as one process (this run has %d): start it without "
-                  "mpirun/srun -n",
-                  ctx->runtime->size()));
   if (o.tokens < 1 || o.temperature < 0 || o.top_k < 0)
     return UsageError("--tokens must be at least 1, --temperature and --top-k at least 0");
   std::string file;
