@@ -1,7 +1,8 @@
 # Checkpoint tests (src/checkpoint, tests/integration/checkpoint_*.sh): SIGKILL of the writer during
 # saves, full and read-only disks, resume on other layouts, damaged files and the fallback, shape
-# mismatches, inspect, retention, preemption under plain mpirun, and the folder's lock (one run
-# writes a folder at a time). About 2.5 minutes in all on 2 cores; the TIMEOUTs leave room for a
+# mismatches, inspect, retention, preemption under plain mpirun, the folder's lock (one run
+# writes a folder at a time), and a fresh run's weights from a checkpoint or a Hugging Face GPT-2
+# (Checkpoint.init_from). About 2.5 minutes in all on 2 cores; the TIMEOUTs leave room for a
 # loaded machine.
 trainer_gtest(filesystem_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/filesystem_test.cpp
               LIBS trainer_common TIMEOUT 60)
@@ -11,3 +12,4 @@ trainer_script_test(checkpoint_layouts SCRIPT checkpoint_layouts.sh LABELS "e2e;
 trainer_script_test(checkpoint_integrity SCRIPT checkpoint_integrity.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_preempt SCRIPT checkpoint_preempt.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_lock SCRIPT checkpoint_lock.sh LABELS "e2e;mpi" TIMEOUT 240)
+trainer_script_test(init_from SCRIPT init_from.sh LABELS "e2e;mpi" TIMEOUT 240)

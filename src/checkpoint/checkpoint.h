@@ -98,10 +98,12 @@ struct CheckpointSummary {
 // slices of them, after checking the file's model shape against `config` (`trainer sample`).
 Status LoadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
                              GptModel* model);
-// The weights of a checkpoint as whole tensors, for one process: `params` lists them (every
-// parameter of `config`'s model, as FullParameterList gives them) with their offsets into `flat`.
-Status ReadCheckpointTensors(const std::string& folder_or_file, const ModelConfig& config,
-                             std::vector<ParameterInfo>* params, std::vector<float>* flat);
+// The slices that `part` holds of a checkpoint's weights into `flat`, in the buffer order of
+// `params` (this rank's list, or FullParameterList's for whole tensors), after checking the
+// file's model shape against `config`.
+Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
+                             const std::vector<ParameterInfo>& params, const ModelPartition& part,
+                             std::vector<float>* flat);
 // Reads the attributes and tensor shapes of `file` (a checkpoint.h5).
 Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary);
 // Reads every tensor (one at a time) and checks its Fletcher32 chunk checksums, its CRC-32
@@ -109,6 +111,9 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary
 Status VerifyCheckpoint(const std::string& file);
 // The checkpoint file inside a step folder (or the path itself when it is a file).
 std::string CheckpointFile(const std::string& folder_or_file);
+// The checkpoint file that `path` names: a step folder's, the file itself, or a checkpoint
+// directory's newest committed step's; "" when there is none.
+std::string FindCheckpointFile(const std::string& path);
 // "step-00000100": the folder name of a step's checkpoint (zero-padded, so names sort by step).
 std::string CheckpointFolderName(int64_t step);
 // The step folder name `latest` holds in `directory` ("step-00000300"), "" when there is none.

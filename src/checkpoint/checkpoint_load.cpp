@@ -29,12 +29,6 @@ Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
   return Status::Ok();
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 struct DatasetList {
   std::vector<std::string> paths;
 };
@@ -266,28 +260,31 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
   return Status::Ok();
 }
 
-Status LoadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
-                             GptModel* model) {
+Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
+                             const std::vector<ParameterInfo>& params, const ModelPartition& part,
+                             std::vector<float>* flat) {
   const std::string file = CheckpointFile(folder_or_file);
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   TRAINER_RETURN_IF_ERROR(CheckModelShape(f.get(), file, config));
+  return ReadState(f.get(), file, params, part, 0, flat);
+}
+
+Status LoadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
+                             GptModel* model) {
   std::vector<float> flat;
-  TRAINER_RETURN_IF_ERROR(
-      ReadState(f.get(), file, model->parameters(), model->partition(), 0, &flat));
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointWeights(folder_or_file, config, model->parameters(),
+                                                model->partition(), &flat));
   return model->SetParameters(flat);
 }
 
-Status ReadCheckpointTensors(const std::string& folder_or_file, const ModelConfig& config,
-                             std::vector<ParameterInfo>* params, std::vector<float>* flat) {
-  const std::string file = CheckpointFile(folder_or_file);
-  Hdf5Handle f;
-  TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
-  TRAINER_RETURN_IF_ERROR(CheckModelShape(f.get(), file, config));
-  *params = FullParameterList(config);
-  ModelPartition whole;
-  whole.num_layers = config.num_layers;
-  return ReadState(f.get(), file, *params, whole, 0, flat);
+std::string FindCheckpointFile(const std::string& path) {
+  std::string file = CheckpointFile(path);
+  if (!PathExists(file) && IsDirectory(path)) {
+    const std::vector<std::string> steps = CommittedCheckpoints(path);
+    if (!steps.empty()) file = CheckpointFile(steps.front());
+  }
+  return PathExists(file) ? file : "";
 }
 
 Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,

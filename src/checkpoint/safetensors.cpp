@@ -1,9 +1,12 @@
 // The safetensors writer (safetensors.h).
 #include "checkpoint/safetensors.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include "common/filesystem.h"
 #include "common/log.h"
@@ -78,6 +81,103 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
         StrFormat("writing %s failed: %s (disk full?)", tmp.c_str(), std::strerror(write_errno)));
   }
   return RenameDurably(tmp, path);
+}
+
+namespace {
+
+// IEEE half to float (normals, subnormals, infinities, NaN).
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const int exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | static_cast<uint32_t>(exponent - 15 + 127) << 23 | mantissa << 13;
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mantissa <<= 1;
+    } while ((mantissa & 0x400) == 0);
+    bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mantissa & 0x3ff) << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+}  // namespace
+
+Status ReadSafetensors(const std::string& path, std::map<std::string, SafetensorsTensor>* out) {
+  auto bad = [&](const std::string& why) {
+    return CheckpointError(StrFormat("%s is not a safetensors file this trainer reads: %s",
+                                     path.c_str(), why.c_str()));
+  };
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return CheckpointError(StrFormat("cannot open %s: %s", path.c_str(), std::strerror(errno)));
+  in.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  unsigned char length[8] = {};
+  if (size < 8 || !in.read(reinterpret_cast<char*>(length), 8)) return bad("shorter than 8 bytes");
+  uint64_t header_bytes = 0;
+  for (int i = 0; i < 8; ++i) header_bytes |= static_cast<uint64_t>(length[i]) << (8 * i);
+  if (header_bytes > size - 8) return bad("its header runs past the end of the file");
+  std::string header(header_bytes, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(header_bytes)))
+    return bad("its header cannot be read");
+  const uint64_t data_start = 8 + header_bytes, data_bytes = size - data_start;
+  YAML::Node root;
+  try {
+    root = YAML::Load(header);
+  } catch (const YAML::Exception& e) {
+    return bad(std::string("its header is not JSON (") + e.what() + ")");
+  }
+  if (!root.IsMap()) return bad("its header is not a JSON object");
+  out->clear();
+  try {
+    for (const auto& entry : root) {
+      const std::string name = entry.first.as<std::string>();
+      if (name == "__metadata__") continue;
+      const YAML::Node& info = entry.second;
+      const std::string dtype = info["dtype"].as<std::string>();
+      const size_t element = dtype == "F32" ? 4 : (dtype == "BF16" || dtype == "F16") ? 2 : 0;
+      if (element == 0) return bad(name + " has dtype " + dtype + " (F32, BF16 or F16 only)");
+      SafetensorsTensor t;
+      t.name = name;
+      uint64_t count = 1;
+      for (const auto& d : info["shape"]) {
+        t.shape.push_back(d.as<int64_t>());
+        count *= d.as<uint64_t>();
+      }
+      const uint64_t begin = info["data_offsets"][0].as<uint64_t>(),
+                     end = info["data_offsets"][1].as<uint64_t>();
+      if (begin > end || end > data_bytes || end - begin != count * element)
+        return bad(name + "'s data_offsets do not fit its shape or the file");
+      std::vector<unsigned char> raw(end - begin);
+      in.seekg(static_cast<std::streamoff>(data_start + begin));
+      if (!in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size())))
+        return bad(name + "'s data cannot be read");
+      t.values.resize(count);
+      for (uint64_t i = 0; i < count; ++i) {
+        if (element == 4) {
+          std::memcpy(&t.values[i], &raw[4 * i], 4);  // little-endian host
+        } else {
+          const uint16_t h = static_cast<uint16_t>(raw[2 * i] | raw[2 * i + 1] << 8);
+          t.values[i] = dtype == "BF16" ? BF16ToFloat(h) : HalfToFloat(h);
+        }
+      }
+      (*out)[name] = std::move(t);
+    }
+  } catch (const YAML::Exception& e) {
+    return bad(std::string("its header lacks a field (") + e.what() + ")");
+  }
+  return Status::Ok();
 }
 
 }  // namespace trainer

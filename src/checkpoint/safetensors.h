@@ -1,11 +1,13 @@
-// A writer of the safetensors format (Hugging Face's; https://huggingface.co/docs/safetensors):
-// an 8-byte little-endian header length, a JSON header naming each tensor's dtype, shape and byte
-// range, padded with spaces to a multiple of 8 bytes, then the tensors' bytes back to back, in
-// the order given. Values come in as f32 and are stored as F32 or BF16 (rounded to nearest even).
-// The file is written as <path>.tmp and renamed when complete.
+// The safetensors format (Hugging Face's; https://huggingface.co/docs/safetensors): an 8-byte
+// little-endian header length, a JSON header naming each tensor's dtype, shape and byte range,
+// padded with spaces to a multiple of 8 bytes, then the tensors' bytes back to back.
+// The writer takes f32 values and stores them as F32 or BF16 (rounded to nearest even), in the
+// order given, as <path>.tmp renamed when complete. The reader gives every tensor as f32 (from
+// F32, BF16 or F16; the JSON header parsed with yaml-cpp, JSON being YAML).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,5 +27,10 @@ enum class SafetensorsDType { kF32, kBF16 };
 Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                         SafetensorsDType dtype,
                         const std::vector<std::pair<std::string, std::string>>& metadata);
+
+// Every tensor of `path` by name, as f32. A file that does not follow the format (a header past
+// the file's end or not JSON, offsets outside the data or not matching the shape, another dtype)
+// is a checkpoint error naming the file.
+Status ReadSafetensors(const std::string& path, std::map<std::string, SafetensorsTensor>* out);
 
 }  // namespace trainer

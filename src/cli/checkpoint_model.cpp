@@ -46,12 +46,8 @@ bool StartCheckpointCommand(const char* command, const char* synopsis,
 }
 
 Status ResolveCheckpoint(const std::string& path, const char* command, std::string* file) {
-  *file = CheckpointFile(path);
-  if (!PathExists(*file) && IsDirectory(path)) {
-    const std::vector<std::string> steps = CommittedCheckpoints(path);
-    if (!steps.empty()) *file = CheckpointFile(steps.front());
-  }
-  if (PathExists(*file)) return Status::Ok();
+  *file = FindCheckpointFile(path);
+  if (!file->empty()) return Status::Ok();
   return CheckpointError(StrFormat(
       "no checkpoint at %s (trainer %s CHECKPOINT): pass a step folder, its checkpoint.h5, or "
       "a checkpoint directory (Checkpoint.dir, e.g. out/tiny-cpu/checkpoints)",

@@ -89,9 +89,11 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   std::string file;
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", &file));
   TRAINER_ASSIGN_OR_RETURN(const TrainConfig tc, OneProcessConfig(file, o.overrides, 0));
-  std::vector<ParameterInfo> params;
+  const std::vector<ParameterInfo> params = FullParameterList(tc.model);
+  ModelPartition whole;
+  whole.num_layers = tc.model.num_layers;
   std::vector<float> flat;
-  TRAINER_RETURN_IF_ERROR(ReadCheckpointTensors(file, tc.model, &params, &flat));
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointWeights(file, tc.model, params, whole, &flat));
   const std::vector<SafetensorsTensor> tensors = HuggingFaceTensors(tc.model, params, flat);
   flat.clear();
   flat.shrink_to_fit();

@@ -15,12 +15,6 @@
 namespace trainer {
 namespace {
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 Status InspectCheckpoint(const std::string& path) {
   const std::string file = CheckpointFile(path);
   CheckpointSummary s;

@@ -53,6 +53,12 @@ std::string StrFormat(const char* format, ...) {
   return std::string(buffer.data(), static_cast<size_t>(n));
 }
 
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
 std::string JsonQuoted(const std::string& text) {
   std::string out = "\"";
   for (const char c : text) {

@@ -2,7 +2,9 @@
 // warnings, prefixed "[rank R host]". The identity is set once by the bootstrap.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -28,6 +30,8 @@ std::string RankTag();
 
 // printf-style formatting into a std::string.
 std::string StrFormat(const char* format, ...) __attribute__((format(printf, 1, 2)));
+// "[2, 3]": a tensor shape for messages.
+std::string ShapeText(const std::vector<int64_t>& shape);
 // `text` as a JSON string literal, quotes included (quotes, backslashes, control characters
 // escaped).
 std::string JsonQuoted(const std::string& text);

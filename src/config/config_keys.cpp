@@ -75,6 +75,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Checkpoint, checkpoint, keep_last),
     CONFIG_KEY(Checkpoint, checkpoint, keep_every),
     CONFIG_KEY(Checkpoint, checkpoint, resume),
+    CONFIG_KEY(Checkpoint, checkpoint, init_from),
 };
 
 #undef CONFIG_KEY

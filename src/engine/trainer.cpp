@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/pretrained.h"
 #include "common/gradient_clip.h"
 #include "common/log.h"
 #include "config/config_diff.h"
@@ -93,6 +94,15 @@ Status Trainer::Restore() {
   if (!config_.checkpoint.resume.empty()) {
     TRAINER_RETURN_IF_ERROR(Resume());
     if (state_.step > 0) return Status::Ok();
+  }
+  if (!config_.checkpoint.init_from.empty()) {  // a fresh run from pretrained weights
+    std::vector<float> flat;
+    std::string what;
+    TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(config_.checkpoint.init_from, config_.model,
+                                                      model_->partition(), model_->parameters(),
+                                                      &flat, &what));
+    LogInfo("initial weights from " + what + "; step 0, fresh optimizer state");
+    return optimizer_->SetMaster(flat);
   }
   return optimizer_->SetMaster(InitialParameterValues(config_.model, model_->partition(),
                                                       model_->parameters(), config_.global.seed));

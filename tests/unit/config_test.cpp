@@ -72,7 +72,8 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Checkpoint.dir",
                                              "Checkpoint.keep_last",
                                              "Checkpoint.keep_every",
-                                             "Checkpoint.resume"};
+                                             "Checkpoint.resume",
+                                             "Checkpoint.init_from"};
   EXPECT_EQ(AllConfigKeys(), expected);
 }
 
@@ -315,6 +316,7 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.checkpoint.keep_last, b.checkpoint.keep_last);
   EXPECT_EQ(a.checkpoint.keep_every, b.checkpoint.keep_every);
   EXPECT_EQ(a.checkpoint.resume, b.checkpoint.resume);
+  EXPECT_EQ(a.checkpoint.init_from, b.checkpoint.init_from);
 }
 
 TEST_F(ConfigTest, FormatConfigRoundTrips) {
@@ -334,7 +336,7 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   c.engine = {12345, 7, 0, 9, 250, "out dir/with: colon # and hash", "fp32"};
   c.optimizer = {6e-4, 1.0 / 3.0, 700, 18000, 0.0, 0.8999999999999999, 0.999, 1e-12, 0.0};
   c.data = {"data/\"quoted\"\\back\tslash\n.h5", "", 0.05};
-  c.checkpoint = {"/abs/ckpt", 0, 1000, "auto"};
+  c.checkpoint = {"/abs/ckpt", 0, 1000, "auto", "hf/gpt2 \"pretrained\""};
   std::string text = FormatConfig(c);
   StatusOr<TrainConfig> back = LoadConfig(WriteFile("resolved.yaml", text), {});
   ASSERT_TRUE(back.ok()) << back.status().message() << "\n" << text;

@@ -1,0 +1,130 @@
+// Initial weights from a trainer checkpoint or a Hugging Face GPT-2 (pretrained.h).
+#include "checkpoint/pretrained.h"
+
+#include <map>
+#include <set>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "common/filesystem.h"
+#include "common/log.h"
+
+namespace trainer {
+namespace {
+
+const char kTransformer[] = "transformer.";
+
+// The safetensors file `path` names, "" when it names none.
+std::string SafetensorsFile(const std::string& path) {
+  if (IsDirectory(path))
+    return PathExists(path + "/model.safetensors") ? path + "/model.safetensors" : "";
+  const std::string suffix = ".safetensors";
+  const bool named = path.size() > suffix.size() &&
+                     path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return named && PathExists(path) ? path : "";
+}
+
+// Tensors of a GPT-2 file that the model does not take: the attention's causal-mask buffers
+// (older transformers) and lm_head, which is tied to wte.
+bool Skipped(const std::string& name) {
+  auto ends_with = [&](const std::string& end) {
+    return name.size() >= end.size() &&
+           name.compare(name.size() - end.size(), end.size(), end) == 0;
+  };
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || name == "lm_head.weight";
+}
+
+// `p`'s whole tensor in this trainer's layout from the file's tensor `t` (Hugging Face's layout).
+Status FromHuggingFace(const ModelConfig& model, const ParameterInfo& p, const SafetensorsTensor& t,
+                       const std::string& file, std::vector<float>* full) {
+  full->assign(static_cast<size_t>(p.full_numel()), 0.f);
+  const std::vector<int64_t>& want = p.full_shape;
+  auto mismatch = [&](const std::vector<int64_t>& expected, const char* key) {
+    return CheckpointError(
+        StrFormat("%s (Checkpoint.init_from): %s is %s, the config's model needs %s. Set %s to "
+                  "the pretrained model's",
+                  file.c_str(), t.name.c_str(), ShapeText(t.shape).c_str(),
+                  ShapeText(expected).c_str(), key));
+  };
+  if (p.name == "transformer.wte.weight") {  // (vocab_size, C); the padding rows stay zero
+    const std::vector<int64_t> expected = {model.vocab_size, want[1]};
+    if (t.shape != expected) return mismatch(expected, "Model.vocab_size and Model.hidden_size");
+    std::copy(t.values.begin(), t.values.end(), full->begin());
+  } else if (p.name == "transformer.wpe.weight") {  // the first max_seq_len positions
+    if (t.shape.size() != 2 || t.shape[1] != want[1] || t.shape[0] < want[0])
+      return mismatch(want, "Model.max_seq_len (at most the pretrained one) and Model.hidden_size");
+    std::copy(t.values.begin(), t.values.begin() + p.full_numel(), full->begin());
+  } else if (want.size() == 2 && p.name.rfind("transformer.h.", 0) == 0) {  // Conv1D: (in, out)
+    const int64_t rows = want[0], cols = want[1];
+    if (t.shape != std::vector<int64_t>{cols, rows})
+      return mismatch({cols, rows}, "Model.hidden_size, Model.ffn_hidden_size");
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) (*full)[r * cols + c] = t.values[c * rows + r];
+  } else {
+    if (t.shape != want) return mismatch(want, "Model.hidden_size, Model.ffn_hidden_size");
+    std::copy(t.values.begin(), t.values.end(), full->begin());
+  }
+  return Status::Ok();
+}
+
+Status FromSafetensors(const std::string& file, const ModelConfig& model,
+                       const ModelPartition& part, const std::vector<ParameterInfo>& params,
+                       std::vector<float>* flat) {
+  std::map<std::string, SafetensorsTensor> tensors;
+  TRAINER_RETURN_IF_ERROR(ReadSafetensors(file, &tensors));
+  auto find = [&](const std::string& name) -> const SafetensorsTensor* {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) it = tensors.find(name.substr(sizeof(kTransformer) - 1));
+    return it == tensors.end() ? nullptr : &it->second;
+  };
+  // A tensor the model has no place for means another model (more layers, another name scheme).
+  std::set<std::string> known;
+  for (const ParameterInfo& p : FullParameterList(model)) {
+    known.insert(p.name);
+    known.insert(p.name.substr(sizeof(kTransformer) - 1));
+  }
+  for (const auto& [name, t] : tensors)
+    if (!known.count(name) && !Skipped(name))
+      return CheckpointError(StrFormat(
+          "%s (Checkpoint.init_from) holds %s %s, which the config's model has no place for. "
+          "Set Model.num_layers to the pretrained model's (a GPT-2 with transformers' names)",
+          file.c_str(), name.c_str(), ShapeText(t.shape).c_str()));
+  flat->assign(TotalLocalElements(params), 0.f);
+  std::vector<float> full;
+  for (const ParameterInfo& p : params) {
+    const SafetensorsTensor* t = find(p.name);
+    if (t == nullptr)
+      return CheckpointError(
+          StrFormat("%s (Checkpoint.init_from) lacks %s, which the config's model has. Set "
+                    "Model.num_layers to the pretrained model's",
+                    file.c_str(), p.name.c_str()));
+    TRAINER_RETURN_IF_ERROR(FromHuggingFace(model, p, *t, file, &full));
+    ExtractShard(p, part.tp_rank, part.tp_size, full.data(), flat->data() + p.offset);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
+                                 const ModelPartition& part,
+                                 const std::vector<ParameterInfo>& params, std::vector<float>* flat,
+                                 std::string* what) {
+  const std::string safetensors = SafetensorsFile(path);
+  if (!safetensors.empty()) {
+    *what = safetensors + " (a Hugging Face GPT-2)";
+    return FromSafetensors(safetensors, model, part, params, flat);
+  }
+  const std::string checkpoint = FindCheckpointFile(path);
+  if (!checkpoint.empty()) {
+    *what = checkpoint + " (a trainer checkpoint's weights)";
+    return ReadCheckpointWeights(checkpoint, model, params, part, flat);
+  }
+  return CheckpointError(StrFormat(
+      "Checkpoint.init_from=%s names no weights: give a trainer checkpoint (a step folder, its "
+      "checkpoint.h5, or a checkpoint directory) or a Hugging Face GPT-2 (a folder with "
+      "model.safetensors, or the file)",
+      path.c_str()));
+}
+
+}  // namespace trainer

@@ -1,0 +1,25 @@
+// The weights a fresh run starts from with Checkpoint.init_from, instead of the GPT-2
+// initialisation: a trainer checkpoint (its weights only: not its optimizer state, step or data
+// position), or a Hugging Face GPT-2 (a folder holding model.safetensors, or the file: tensor
+// names with or without "transformer.", Conv1D matrices stored (in, out), F32, BF16 or F16; the
+// causal-mask buffers and the tied lm_head are skipped). Each rank takes its own slices; a shape
+// that does not fit the config's model is a checkpoint error naming the tensor and the key to set.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "config/train_config.h"
+#include "model/parameters.h"
+
+namespace trainer {
+
+// This rank's slices (`part`, `params`: its parameter list) of the weights at `path`, as a flat
+// f32 array in buffer order (padding zero). *what says which kind of file was read.
+Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
+                                 const ModelPartition& part,
+                                 const std::vector<ParameterInfo>& params, std::vector<float>* flat,
+                                 std::string* what);
+
+}  // namespace trainer

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Checkpoint.init_from: a fresh run starts from pretrained weights. A model trained with TP=2 on 2
+# CPU ranks is exported as Hugging Face GPT-2 (trainer export, checked against an independent
+# forward by export.sh); runs with learning rate 0 (one step leaves the weights as they start)
+# then start from that export on DP=2, from the trainer checkpoint itself on PP=2, from the export
+# renamed the way transformers' hub files are (no "transformer." prefix, the causal-mask buffers,
+# lm_head) on one rank, and from the bf16 export; the weights they save must be exactly the
+# trained model's (the bf16 export's values for the last). A resume takes its own checkpoint, not
+# init_from. Bad input stops every rank with one line and exit code 4: no weights at the path, a
+# hidden size, a layer count that does not fit.
+source "$(dirname "$0")/lib.sh"
+make_small_dataset data.h5
+COMMON=(-c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=data.h5 -o Data.val_fraction=0
+        -o Model.num_layers=2 -o Model.hidden_size=32 -o Model.num_heads=2 -o Model.max_seq_len=16
+        -o Global.micro_batch_size=2 -o Global.global_batch_size=4 -o Engine.eval_freq=0
+        -o Engine.logging_freq=1)
+run_np 2 train "${COMMON[@]}" -o Distributed.tp_degree=2 -o Engine.max_steps=20 \
+  -o Engine.save_steps=20 -o Engine.output_dir=trained > trained.log 2>&1 ||
+  { tail -20 trained.log; fail "training run failed"; }
+export_to() {  # checkpoints folder, output
+  "$TRAINER" export "$@" > /dev/null || fail "trainer export $*"
+}
+export_to trained/checkpoints --output hf
+export_to trained/checkpoints --output hf-bf16 --dtype bf16
+python3 - <<'PY'
+# The export as transformers' hub files name it: no "transformer." prefix, the attention's causal
+# mask buffers and lm_head written too.
+import json, os, struct
+data = open("hf/model.safetensors", "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+header, body = json.loads(data[8:8 + n]), data[8 + n:]
+header.pop("__metadata__")
+tensors = {}
+for name, h in header.items():
+    a, b = h["data_offsets"]
+    tensors[name.replace("transformer.", "", 1)] = (h["shape"], body[a:b])
+mask = struct.pack("<256f", *[1.0 if j <= i else 0.0 for i in range(16) for j in range(16)])
+for layer in range(2):
+    tensors[f"h.{layer}.attn.bias"] = ([1, 1, 16, 16], mask)
+tensors["lm_head.weight"] = tensors["wte.weight"]
+out, offset, head = b"", 0, {}
+for name, (shape, raw) in tensors.items():
+    head[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+    out, offset = out + raw, offset + len(raw)
+text = json.dumps(head).encode()
+text += b" " * (-len(text) % 8)
+os.makedirs("hub", exist_ok=True)
+open("hub/model.safetensors", "wb").write(struct.pack("<Q", len(text)) + text + out)
+PY
+
+frozen() {  # name ranks overrides...: one step at learning rate 0, saved, then exported
+  local name=$1 np=$2
+  shift 2
+  run_np "$np" train "${COMMON[@]}" -o Optimizer.lr=0 -o Optimizer.min_lr=0 -o Engine.max_steps=1 \
+    -o Engine.save_steps=1 -o Engine.output_dir="$name" "$@" > "$name.log" 2>&1 ||
+    { tail -20 "$name.log"; fail "$name failed"; }
+  grep -q "initial weights from" "$name.log" || fail "$name did not say where its weights came from"
+  export_to "$name/checkpoints" --output "hf-$name"
+}
+frozen from-hf 2 -o Checkpoint.init_from=hf
+frozen from-checkpoint 2 -o Distributed.pp_degree=2 -o Checkpoint.init_from=trained/checkpoints
+frozen from-hub 1 -o Checkpoint.init_from=hub/model.safetensors
+frozen from-bf16 1 -o Checkpoint.init_from=hf-bf16
+python3 - <<'PY'
+import json, struct
+def tensors(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__")
+    return {k: data[8 + n + h["data_offsets"][0]:8 + n + h["data_offsets"][1]] for k, h in header.items()}
+def f32_of_bf16(raw):
+    return b"".join(b"\0\0" + raw[i:i + 2] for i in range(0, len(raw), 2))
+want = tensors("hf/model.safetensors")
+for run in ("from-hf", "from-checkpoint", "from-hub"):
+    got = tensors(f"hf-{run}/model.safetensors")
+    assert got.keys() == want.keys() and all(got[k] == want[k] for k in want), run
+want16 = {k: f32_of_bf16(v) for k, v in tensors("hf-bf16/model.safetensors").items()}
+got = tensors("hf-from-bf16/model.safetensors")
+assert got.keys() == want16.keys() and all(got[k] == want16[k] for k in want16), "from-bf16"
+print(f"{len(want)} tensors: the weights of every run started from init_from are the trained ones")
+PY
+
+# A resume takes its own checkpoint (step 1), not init_from's weights.
+run_np 2 train "${COMMON[@]}" -o Optimizer.lr=0 -o Optimizer.min_lr=0 -o Engine.max_steps=2 \
+  -o Engine.output_dir=from-hf -o Checkpoint.init_from=nowhere --resume auto > resumed.log 2>&1 ||
+  { tail -20 resumed.log; fail "the resume with init_from set failed"; }
+grep -q "resumed from" resumed.log || fail "the run did not resume"
+! grep -q "initial weights from" resumed.log || fail "a resume took init_from's weights"
+
+expect_error 4 "names no weights" run_np 2 train "${COMMON[@]}" -o Engine.output_dir=bad1 \
+  -o Checkpoint.init_from=nowhere
+expect_error 4 "Model.hidden_size" run_np 2 train "${COMMON[@]}" -o Engine.output_dir=bad2 \
+  -o Model.hidden_size=64 -o Checkpoint.init_from=hf
+expect_error 4 "has no place for" run_np 1 train "${COMMON[@]}" -o Engine.output_dir=bad3 \
+  -o Model.num_layers=1 -o Checkpoint.init_from=hub
+expect_error 4 "lacks transformer.h.2" run_np 1 train "${COMMON[@]}" -o Engine.output_dir=bad4 \
+  -o Model.num_layers=3 -o Checkpoint.init_from=hf
+echo "PASS: Checkpoint.init_from"
