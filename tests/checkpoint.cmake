@@ -1,11 +1,12 @@
-# Checkpoint tests (src/checkpoint, tests/integration/checkpoint_*.sh): SIGKILL of the writer during
-# saves, full and read-only disks, resume on other layouts, damaged files and the fallback, shape
-# mismatches, inspect, retention, preemption under plain mpirun, the folder's lock (one run
-# writes a folder at a time), and a fresh run's weights from a checkpoint or a Hugging Face GPT-2
-# (Checkpoint.init_from). About 2.5 minutes in all on 2 cores; the TIMEOUTs leave room for a
-# loaded machine.
+# Checkpoint tests (src/checkpoint, tests/integration/checkpoint_*.sh): the safetensors reader and
+# writer against hand-built files, SIGKILL of the writer during saves, full and read-only disks,
+# resume on other layouts, damaged files and the fallback, shape mismatches, inspect, retention,
+# preemption under plain mpirun, the folder's lock (one run writes a folder at a time), and a
+# fresh run's weights from a checkpoint or a Hugging Face GPT-2 (Checkpoint.init_from).
 trainer_gtest(filesystem_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/filesystem_test.cpp
               LIBS trainer_common TIMEOUT 60)
+trainer_gtest(safetensors_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/safetensors_test.cpp
+              LIBS trainer_checkpoint TIMEOUT 60)
 trainer_script_test(checkpoint_kill SCRIPT checkpoint_kill.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(checkpoint_disk SCRIPT checkpoint_disk.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_layouts SCRIPT checkpoint_layouts.sh LABELS "e2e;mpi" TIMEOUT 300)
