@@ -35,8 +35,9 @@ std::vector<std::pair<std::string, std::string>> KeyValues(TrainConfig config) {
   return out;
 }
 
-// Steps of cosine decay after the warmup (0: none, the rate stays at Optimizer.lr).
+// Steps of decay after the warmup (0: none, the rate stays at Optimizer.lr).
 int DecayInEffect(const TrainConfig& c) {
+  if (c.optimizer.decay_style == "constant") return 0;
   if (c.optimizer.decay_steps > 0) return c.optimizer.decay_steps;
   return std::max(0, c.engine.max_steps - c.optimizer.warmup_steps);
 }
@@ -51,7 +52,7 @@ std::vector<std::string> ChangedSettings(const TrainConfig& before, const TrainC
       changes.push_back(a[i].first + " " + a[i].second + " -> " + b[i].second);
   if (DecayInEffect(before) != DecayInEffect(after))
     changes.push_back(
-        StrFormat("the cosine decay length (Optimizer.decay_steps, or when 0 Engine.max_steps - "
+        StrFormat("the decay length (Optimizer.decay_steps, or when 0 Engine.max_steps - "
                   "Optimizer.warmup_steps) %d -> %d",
                   DecayInEffect(before), DecayInEffect(after)));
   return changes;

@@ -15,8 +15,8 @@ namespace trainer {
 // eval_iters, save_steps, watchdog_s, tensorboard, profile, peak_tflops, max_steps), the parallel
 // layout (Distributed.*, Global.micro_batch_size, Model.recompute, Model.sequence_parallel), the
 // validation data (Data.val_path) and the checkpoint folder's settings (Checkpoint.*). The
-// cosine decay length counts as changed only when its value in effect does
-// (Optimizer.decay_steps 0 means Engine.max_steps - Optimizer.warmup_steps).
+// decay length counts as changed only when its value in effect does (Optimizer.decay_steps 0
+// means Engine.max_steps - Optimizer.warmup_steps; none with Optimizer.decay_style constant).
 std::vector<std::string> ChangedSettings(const TrainConfig& before, const TrainConfig& after);
 
 }  // namespace trainer

@@ -61,6 +61,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Optimizer, optimizer, min_lr),
     CONFIG_KEY(Optimizer, optimizer, warmup_steps),
     CONFIG_KEY(Optimizer, optimizer, decay_steps),
+    CONFIG_KEY(Optimizer, optimizer, decay_style),
     CONFIG_KEY(Optimizer, optimizer, weight_decay),
     CONFIG_KEY(Optimizer, optimizer, beta1),
     CONFIG_KEY(Optimizer, optimizer, beta2),

@@ -70,6 +70,7 @@ const ChoiceRule kChoiceRules[] = {
     {"Global.device", {"auto", "cpu", "cuda"}},
     {"Model.recompute", {"none", "gelu", "block"}},
     {"Engine.mix_precision", {"bf16", "fp32"}},
+    {"Optimizer.decay_style", {"cosine", "linear", "constant"}},
 };
 
 // String keys that must not be empty, and how to fill them.

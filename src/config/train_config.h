@@ -67,12 +67,14 @@ struct OptimizerConfig {
   double lr = 1e-3;
   double min_lr = 1e-4;
   int warmup_steps = 10;
-  int decay_steps = 0;  // cosine decay length after warmup; 0 means max_steps - warmup_steps
+  int decay_steps = 0;  // decay length after warmup; 0 means max_steps - warmup_steps
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0 disables clipping
+  // After warmup: "cosine" or "linear" from lr to min_lr over the decay steps, or "constant" lr.
+  std::string decay_style = "cosine";
 };
 
 struct DataConfig {

@@ -61,6 +61,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Optimizer.min_lr",
                                              "Optimizer.warmup_steps",
                                              "Optimizer.decay_steps",
+                                             "Optimizer.decay_style",
                                              "Optimizer.weight_decay",
                                              "Optimizer.beta1",
                                              "Optimizer.beta2",
@@ -304,6 +305,7 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.optimizer.min_lr, b.optimizer.min_lr);
   EXPECT_EQ(a.optimizer.warmup_steps, b.optimizer.warmup_steps);
   EXPECT_EQ(a.optimizer.decay_steps, b.optimizer.decay_steps);
+  EXPECT_EQ(a.optimizer.decay_style, b.optimizer.decay_style);
   EXPECT_EQ(a.optimizer.weight_decay, b.optimizer.weight_decay);
   EXPECT_EQ(a.optimizer.beta1, b.optimizer.beta1);
   EXPECT_EQ(a.optimizer.beta2, b.optimizer.beta2);
@@ -334,7 +336,7 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   c.model.sequence_parallel = true;
   c.distributed = {3, 2, 4, 1, {10, 12, 13, 13}, true};
   c.engine = {12345, 7, 0, 9, 250, "out dir/with: colon # and hash", "fp32"};
-  c.optimizer = {6e-4, 1.0 / 3.0, 700, 18000, 0.0, 0.8999999999999999, 0.999, 1e-12, 0.0};
+  c.optimizer = {6e-4, 1.0 / 3.0, 700, 18000, 0.0, 0.8999999999999999, 0.999, 1e-12, 0.0, "linear"};
   c.data = {"data/\"quoted\"\\back\tslash\n.h5", "", 0.05};
   c.checkpoint = {"/abs/ckpt", 0, 1000, "auto", "hf/gpt2 \"pretrained\""};
   std::string text = FormatConfig(c);
@@ -393,6 +395,11 @@ TEST(ChangedSettings, TheDecayLengthInEffect) {
       << ChangedSettings(before, longer)[0];
   longer.optimizer.decay_steps = 90;  // unless the decay length is kept
   EXPECT_TRUE(ChangedSettings(before, longer).empty());
+  TrainConfig constant = before;  // no decay: its length does not matter
+  constant.optimizer.decay_style = "constant";
+  TrainConfig constant_longer = constant;
+  constant_longer.engine.max_steps = 200;
+  EXPECT_TRUE(ChangedSettings(constant, constant_longer).empty());
 }
 
 }  // namespace

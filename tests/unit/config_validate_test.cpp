@@ -168,6 +168,8 @@ TEST(ConfigValidate, ChoicesAndRequiredStrings) {
                    {"Engine.mix_precision=\"fp16\" must be one of bf16, fp32"});
   ExpectUsageError(ValidateWith({"Model.recompute=full"}, 1),
                    {"Model.recompute=\"full\" must be one of none, gelu, block"});
+  ExpectUsageError(ValidateWith({"Optimizer.decay_style=step"}, 1),
+                   {"Optimizer.decay_style=\"step\" must be one of cosine, linear, constant"});
   ExpectUsageError(ValidateWith({"Engine.output_dir="}, 1),
                    {"Engine.output_dir is empty", "Set it to a folder"});
   StatusOr<TrainConfig> defaults = LoadConfig("", {});

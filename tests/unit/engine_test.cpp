@@ -28,6 +28,22 @@ TEST(LearningRate, WarmupThenCosineToTheFloor) {
   EXPECT_DOUBLE_EQ(LearningRate(o, max_steps, 500), 0.1);
 }
 
+TEST(LearningRate, LinearDecayAndConstantAfterTheSameWarmup) {
+  OptimizerConfig o;
+  o.lr = 1.0;
+  o.min_lr = 0.1;
+  o.warmup_steps = 10;
+  o.decay_style = "linear";
+  const int max_steps = 110;  // 100 decay steps
+  EXPECT_DOUBLE_EQ(LearningRate(o, max_steps, 5), 0.5);
+  EXPECT_NEAR(LearningRate(o, max_steps, 35), 1.0 - 0.9 * 0.25, 1e-12);  // a quarter of the way
+  EXPECT_NEAR(LearningRate(o, max_steps, 60), 0.55, 1e-12);
+  EXPECT_DOUBLE_EQ(LearningRate(o, max_steps, 110), 0.1);
+  o.decay_style = "constant";
+  EXPECT_DOUBLE_EQ(LearningRate(o, max_steps, 5), 0.5);  // the warmup stays
+  for (int step : {10, 35, 110, 500}) EXPECT_DOUBLE_EQ(LearningRate(o, max_steps, step), 1.0);
+}
+
 TEST(PipelineStage, SlotsCoverTheMicroBatchesInFlight) {
   // Stage s of P keeps min(P - s, M) micro-batches in flight under 1F1B.
   EXPECT_EQ(PipelineStage::NumSlots(0, 4, 8), 4);
