@@ -97,8 +97,8 @@ Status CheckModelShape(hid_t file_id, const std::string& file, const ModelConfig
   const std::string diff = ShapeDifferences(file_id, model);
   if (diff.empty()) return Status::Ok();
   return CheckpointError(
-      StrFormat("checkpoint does not match the model in the config (%s): %s. Resume with the "
-                "checkpoint's model shape (h5dump -a /config %s shows its config)",
+      StrFormat("checkpoint does not match the model in the config (%s): %s. Set the config's "
+                "Model keys to the checkpoint's (h5dump -a /config %s shows its config)",
                 file.c_str(), diff.c_str(), file.c_str()));
 }
 

@@ -7,7 +7,7 @@
 # lm_head) on one rank, and from the bf16 export; the weights they save must be exactly the
 # trained model's (the bf16 export's values for the last). A resume takes its own checkpoint, not
 # init_from. Bad input stops every rank with one line and exit code 4: no weights at the path, a
-# hidden size, a layer count that does not fit.
+# hidden size (of a Hugging Face file or of a trainer checkpoint), a layer count that does not fit.
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 COMMON=(-c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=data.h5 -o Data.val_fraction=0
@@ -92,6 +92,8 @@ expect_error 4 "names no weights" run_np 2 train "${COMMON[@]}" -o Engine.output
   -o Checkpoint.init_from=nowhere
 expect_error 4 "Model.hidden_size" run_np 2 train "${COMMON[@]}" -o Engine.output_dir=bad2 \
   -o Model.hidden_size=64 -o Checkpoint.init_from=hf
+expect_error 4 "does not match the model in the config" run_np 2 train "${COMMON[@]}" \
+  -o Engine.output_dir=bad5 -o Model.hidden_size=64 -o Checkpoint.init_from=trained/checkpoints
 expect_error 4 "has no place for" run_np 1 train "${COMMON[@]}" -o Engine.output_dir=bad3 \
   -o Model.num_layers=1 -o Checkpoint.init_from=hub
 expect_error 4 "lacks transformer.h.2" run_np 1 train "${COMMON[@]}" -o Engine.output_dir=bad4 \
