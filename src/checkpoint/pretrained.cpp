@@ -1,6 +1,9 @@
 // Initial weights from a trainer checkpoint or a Hugging Face GPT-2 (pretrained.h).
 #include "checkpoint/pretrained.h"
 
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -13,16 +16,6 @@ namespace trainer {
 namespace {
 
 const char kTransformer[] = "transformer.";
-
-// The safetensors file `path` names, "" when it names none.
-std::string SafetensorsFile(const std::string& path) {
-  if (IsDirectory(path))
-    return PathExists(path + "/model.safetensors") ? path + "/model.safetensors" : "";
-  const std::string suffix = ".safetensors";
-  const bool named = path.size() > suffix.size() &&
-                     path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
-  return named && PathExists(path) ? path : "";
-}
 
 // Tensors of a GPT-2 file that the model does not take: the attention's causal-mask buffers
 // (older transformers) and lm_head, which is tied to wte.
@@ -106,11 +99,20 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
 
 }  // namespace
 
+std::string HuggingFaceWeightsFile(const std::string& path) {
+  if (IsDirectory(path))
+    return PathExists(path + "/model.safetensors") ? path + "/model.safetensors" : "";
+  const std::string suffix = ".safetensors";
+  const bool named = path.size() > suffix.size() &&
+                     path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return named && PathExists(path) ? path : "";
+}
+
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
                                  const ModelPartition& part,
                                  const std::vector<ParameterInfo>& params, std::vector<float>* flat,
                                  std::string* what) {
-  const std::string safetensors = SafetensorsFile(path);
+  const std::string safetensors = HuggingFaceWeightsFile(path);
   if (!safetensors.empty()) {
     *what = safetensors + " (a Hugging Face GPT-2)";
     return FromSafetensors(safetensors, model, part, params, flat);
@@ -125,6 +127,45 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
       "checkpoint.h5, or a checkpoint directory) or a Hugging Face GPT-2 (a folder with "
       "model.safetensors, or the file)",
       path.c_str()));
+}
+
+Status ImpliedModelOverrides(const std::string& file, std::string* overrides, std::string* note) {
+  std::vector<SafetensorsEntry> entries;
+  uint64_t data_start = 0;
+  TRAINER_RETURN_IF_ERROR(ReadSafetensorsIndex(file, &entries, &data_start));
+  std::map<std::string, std::vector<int64_t>> shapes;  // without the "transformer." prefix
+  std::set<int> layers;
+  const std::string prefix = kTransformer, block = "h.";
+  for (const SafetensorsEntry& e : entries) {
+    std::string name = e.name.rfind(prefix, 0) == 0 ? e.name.substr(prefix.size()) : e.name;
+    if (name.rfind(block, 0) == 0) layers.insert(std::atoi(name.c_str() + block.size()));
+    shapes[name] = e.shape;
+  }
+  const auto wte = shapes["wte.weight"], wpe = shapes["wpe.weight"],
+             fc = shapes["h.0.mlp.c_fc.weight"];
+  if (wte.size() != 2 || wpe.size() != 2 || fc.size() != 2)
+    return CheckpointError(
+        StrFormat("%s does not hold a GPT-2 as transformers names it (wte.weight, wpe.weight, "
+                  "h.0.mlp.c_fc.weight, with or without \"transformer.\")",
+                  file.c_str()));
+  const int64_t C = wte[1];
+  *overrides = StrFormat(
+      "-o Model.vocab_size=%lld -o Model.hidden_size=%lld -o Model.num_layers=%zu "
+      "-o Model.max_seq_len=%lld -o Model.ffn_hidden_size=%lld",
+      static_cast<long long>(wte[0]), static_cast<long long>(C), layers.size(),
+      static_cast<long long>(wpe[0]), static_cast<long long>(fc[1] == 4 * C ? 0 : fc[1]));
+  note->clear();
+  const std::string config = ParentDirectory(file) + "/config.json";
+  try {
+    const YAML::Node c = YAML::LoadFile(config);  // JSON is YAML
+    if (c["n_head"]) {
+      *overrides += " -o Model.num_heads=" + c["n_head"].as<std::string>();
+      return Status::Ok();
+    }
+  } catch (const YAML::Exception&) {
+  }
+  *note = "no n_head in " + config + ": set Model.num_heads to the pretrained model's";
+  return Status::Ok();
 }
 
 }  // namespace trainer

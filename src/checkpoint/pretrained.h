@@ -15,6 +15,16 @@
 
 namespace trainer {
 
+// The safetensors file `path` names (itself, or the model.safetensors of a folder), "" when it
+// names none.
+std::string HuggingFaceWeightsFile(const std::string& path);
+
+// The Model keys that the Hugging Face GPT-2 `file` implies, as "-o Model.key=value ..." for
+// Checkpoint.init_from: vocab_size, hidden_size, max_seq_len, num_layers and ffn_hidden_size from
+// its tensor shapes (read from the header only), num_heads from the config.json beside it (the
+// shapes do not show it; without one it is left out, and *note says so).
+Status ImpliedModelOverrides(const std::string& file, std::string* overrides, std::string* note);
+
 // This rank's slices (`part`, `params`: its parameter list) of the weights at `path`, as a flat
 // f32 array in buffer order (padding zero). *what says which kind of file was read.
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,

@@ -110,13 +110,15 @@ float HalfToFloat(uint16_t h) {
   return f;
 }
 
+Status BadSafetensors(const std::string& path, const std::string& why) {
+  return CheckpointError(
+      StrFormat("%s is not a safetensors file this trainer reads: %s", path.c_str(), why.c_str()));
+}
+
 }  // namespace
 
-Status ReadSafetensors(const std::string& path, std::map<std::string, SafetensorsTensor>* out) {
-  auto bad = [&](const std::string& why) {
-    return CheckpointError(StrFormat("%s is not a safetensors file this trainer reads: %s",
-                                     path.c_str(), why.c_str()));
-  };
+Status ReadSafetensorsIndex(const std::string& path, std::vector<SafetensorsEntry>* entries,
+                            uint64_t* data_start) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return CheckpointError(StrFormat("cannot open %s: %s", path.c_str(), std::strerror(errno)));
@@ -124,58 +126,75 @@ Status ReadSafetensors(const std::string& path, std::map<std::string, Safetensor
   const uint64_t size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
   unsigned char length[8] = {};
-  if (size < 8 || !in.read(reinterpret_cast<char*>(length), 8)) return bad("shorter than 8 bytes");
+  if (size < 8 || !in.read(reinterpret_cast<char*>(length), 8))
+    return BadSafetensors(path, "shorter than 8 bytes");
   uint64_t header_bytes = 0;
   for (int i = 0; i < 8; ++i) header_bytes |= static_cast<uint64_t>(length[i]) << (8 * i);
-  if (header_bytes > size - 8) return bad("its header runs past the end of the file");
+  if (header_bytes > size - 8)
+    return BadSafetensors(path, "its header runs past the end of the file");
   std::string header(header_bytes, '\0');
   if (!in.read(header.data(), static_cast<std::streamsize>(header_bytes)))
-    return bad("its header cannot be read");
-  const uint64_t data_start = 8 + header_bytes, data_bytes = size - data_start;
+    return BadSafetensors(path, "its header cannot be read");
+  *data_start = 8 + header_bytes;
+  const uint64_t data_bytes = size - *data_start;
   YAML::Node root;
   try {
     root = YAML::Load(header);
   } catch (const YAML::Exception& e) {
-    return bad(std::string("its header is not JSON (") + e.what() + ")");
+    return BadSafetensors(path, std::string("its header is not JSON (") + e.what() + ")");
   }
-  if (!root.IsMap()) return bad("its header is not a JSON object");
-  out->clear();
+  if (!root.IsMap()) return BadSafetensors(path, "its header is not a JSON object");
+  entries->clear();
   try {
-    for (const auto& entry : root) {
-      const std::string name = entry.first.as<std::string>();
-      if (name == "__metadata__") continue;
-      const YAML::Node& info = entry.second;
-      const std::string dtype = info["dtype"].as<std::string>();
-      const size_t element = dtype == "F32" ? 4 : (dtype == "BF16" || dtype == "F16") ? 2 : 0;
-      if (element == 0) return bad(name + " has dtype " + dtype + " (F32, BF16 or F16 only)");
-      SafetensorsTensor t;
-      t.name = name;
-      uint64_t count = 1;
-      for (const auto& d : info["shape"]) {
-        t.shape.push_back(d.as<int64_t>());
-        count *= d.as<uint64_t>();
-      }
-      const uint64_t begin = info["data_offsets"][0].as<uint64_t>(),
-                     end = info["data_offsets"][1].as<uint64_t>();
-      if (begin > end || end > data_bytes || end - begin != count * element)
-        return bad(name + "'s data_offsets do not fit its shape or the file");
-      std::vector<unsigned char> raw(end - begin);
-      in.seekg(static_cast<std::streamoff>(data_start + begin));
-      if (!in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size())))
-        return bad(name + "'s data cannot be read");
-      t.values.resize(count);
-      for (uint64_t i = 0; i < count; ++i) {
-        if (element == 4) {
-          std::memcpy(&t.values[i], &raw[4 * i], 4);  // little-endian host
-        } else {
-          const uint16_t h = static_cast<uint16_t>(raw[2 * i] | raw[2 * i + 1] << 8);
-          t.values[i] = dtype == "BF16" ? BF16ToFloat(h) : HalfToFloat(h);
-        }
-      }
-      (*out)[name] = std::move(t);
+    for (const auto& item : root) {
+      SafetensorsEntry e;
+      e.name = item.first.as<std::string>();
+      if (e.name == "__metadata__") continue;
+      e.dtype = item.second["dtype"].as<std::string>();
+      for (const auto& d : item.second["shape"]) e.shape.push_back(d.as<int64_t>());
+      e.begin = item.second["data_offsets"][0].as<uint64_t>();
+      e.end = item.second["data_offsets"][1].as<uint64_t>();
+      if (e.begin > e.end || e.end > data_bytes)
+        return BadSafetensors(path, e.name + "'s data_offsets lie outside the file");
+      entries->push_back(std::move(e));
     }
   } catch (const YAML::Exception& e) {
-    return bad(std::string("its header lacks a field (") + e.what() + ")");
+    return BadSafetensors(path, std::string("its header lacks a field (") + e.what() + ")");
+  }
+  return Status::Ok();
+}
+
+Status ReadSafetensors(const std::string& path, std::map<std::string, SafetensorsTensor>* out) {
+  std::vector<SafetensorsEntry> entries;
+  uint64_t data_start = 0;
+  TRAINER_RETURN_IF_ERROR(ReadSafetensorsIndex(path, &entries, &data_start));
+  std::ifstream in(path, std::ios::binary);
+  out->clear();
+  for (const SafetensorsEntry& e : entries) {
+    const size_t element = e.dtype == "F32" ? 4 : (e.dtype == "BF16" || e.dtype == "F16") ? 2 : 0;
+    if (element == 0)
+      return BadSafetensors(path, e.name + " has dtype " + e.dtype + " (F32, BF16 or F16 only)");
+    uint64_t count = 1;
+    for (int64_t d : e.shape) count *= static_cast<uint64_t>(d);
+    if (e.end - e.begin != count * element)
+      return BadSafetensors(path, e.name + "'s data_offsets do not fit its shape");
+    std::vector<unsigned char> raw(e.end - e.begin);
+    in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+    if (!in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size())))
+      return BadSafetensors(path, e.name + "'s data cannot be read");
+    SafetensorsTensor t;
+    t.name = e.name;
+    t.shape = e.shape;
+    t.values.resize(count);
+    for (uint64_t i = 0; i < count; ++i) {
+      if (element == 4) {
+        std::memcpy(&t.values[i], &raw[4 * i], 4);  // little-endian host
+      } else {
+        const uint16_t h = static_cast<uint16_t>(raw[2 * i] | raw[2 * i + 1] << 8);
+        t.values[i] = e.dtype == "BF16" ? BF16ToFloat(h) : HalfToFloat(h);
+      }
+    }
+    (*out)[e.name] = std::move(t);
   }
   return Status::Ok();
 }

@@ -28,6 +28,18 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
                         SafetensorsDType dtype,
                         const std::vector<std::pair<std::string, std::string>>& metadata);
 
+// One tensor's entry in a file's header; [begin, end) is its byte range after the header.
+struct SafetensorsEntry {
+  std::string name, dtype;  // dtype as the file names it ("F32", "BF16", "F16", ...)
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+// The header of `path`: its tensors (not "__metadata__"), in the header's order, and where their
+// bytes start in the file. Errors as ReadSafetensors's.
+Status ReadSafetensorsIndex(const std::string& path, std::vector<SafetensorsEntry>* entries,
+                            uint64_t* data_start);
+
 // Every tensor of `path` by name, as f32. A file that does not follow the format (a header past
 // the file's end or not JSON, offsets outside the data or not matching the shape, another dtype)
 // is a checkpoint error naming the file.

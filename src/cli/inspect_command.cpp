@@ -2,10 +2,13 @@
 // or its checkpoint.h5): shapes, training state, the layout it was written from, and whether
 // every tensor passes its checksum. Exit 0 when it verifies, 3/4 when it does not. A checkpoint
 // folder (Checkpoint.dir) first lists its steps, `latest`, interrupted saves and whether a run
-// holds it, then inspects the step `latest` names.
+// holds it, then inspects the step `latest` names. A Hugging Face GPT-2 (model.safetensors or its
+// folder) lists its tensors and the Model keys that Checkpoint.init_from needs for it.
 #include <iostream>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/pretrained.h"
+#include "checkpoint/safetensors.h"
 #include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "common/filesystem.h"
@@ -70,6 +73,29 @@ Status InspectCheckpointFolder(const std::string& dir) {
   return InspectCheckpoint(dir + "/" + step);
 }
 
+// A Hugging Face GPT-2 (trainer export's, or transformers'): its tensors from the header, and the
+// Model keys that Checkpoint.init_from needs for it.
+Status InspectHuggingFace(const std::string& file) {
+  std::vector<SafetensorsEntry> entries;
+  uint64_t data_start = 0;
+  TRAINER_RETURN_IF_ERROR(ReadSafetensorsIndex(file, &entries, &data_start));
+  std::cout << "Hugging Face weights " << file << "\n  tensors (" << entries.size() << "):\n";
+  int64_t total = 0;
+  for (const SafetensorsEntry& e : entries) {
+    int64_t n = 1;
+    for (int64_t d : e.shape) n *= d;
+    total += n;
+    std::cout << "    " << e.name << " " << e.dtype << " " << ShapeText(e.shape) << "\n";
+  }
+  std::cout << "  values           " << total << "\n";
+  std::string overrides, note;
+  TRAINER_RETURN_IF_ERROR(ImpliedModelOverrides(file, &overrides, &note));
+  std::cout << "  init_from needs  " << overrides << "\n";
+  if (!note.empty()) std::cout << "  note             " << note << "\n";
+  std::cout.flush();
+  return Status::Ok();
+}
+
 Status InspectDataset(const std::string& path) {
   auto opened = TokenDataset::Open(path, 0);
   if (!opened.ok()) return opened.status();
@@ -95,8 +121,9 @@ int RunInspectCommand(const std::vector<std::string>& args) {
   po::options_description options("trainer inspect options");
   std::string path;
   options.add_options()("path", po::value(&path)->default_value(""),
-                        "dataset (.h5), checkpoint (step folder or checkpoint.h5) or checkpoint "
-                        "folder (Checkpoint.dir)");
+                        "dataset (.h5), checkpoint (step folder or checkpoint.h5), checkpoint "
+                        "folder (Checkpoint.dir), or Hugging Face GPT-2 (model.safetensors or its "
+                        "folder)");
   po::positional_options_description positional;
   positional.add("path", 1);
   po::variables_map vm;
@@ -109,7 +136,10 @@ int RunInspectCommand(const std::vector<std::string>& args) {
   if (s.ok() && path.empty())
     s = UsageError("trainer inspect needs a PATH (a dataset .h5, or a checkpoint step folder)");
   if (s.ok() && !PathExists(path)) s = UsageError("trainer inspect: " + path + " does not exist");
-  if (s.ok()) {
+  const std::string weights = s.ok() ? HuggingFaceWeightsFile(path) : "";
+  if (s.ok() && !weights.empty()) {
+    s = InspectHuggingFace(weights);
+  } else if (s.ok()) {
     const bool folder = IsDirectory(path) && !PathExists(path + "/checkpoint.h5");
     const bool checkpoint = IsDirectory(path) || path.find("checkpoint") != std::string::npos;
     s = folder       ? InspectCheckpointFolder(path)

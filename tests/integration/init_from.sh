@@ -6,7 +6,8 @@
 # renamed the way transformers' hub files are (no "transformer." prefix, the causal-mask buffers,
 # lm_head) on one rank, and from the bf16 export; the weights they save must be exactly the
 # trained model's (the bf16 export's values for the last). A resume takes its own checkpoint, not
-# init_from. Bad input stops every rank with one line and exit code 4: no weights at the path, a
+# init_from, and `trainer inspect` of a Hugging Face folder or file names the Model keys to set.
+# Bad input stops every rank with one line and exit code 4: no weights at the path, a
 # hidden size (of a Hugging Face file or of a trainer checkpoint), a layer count that does not fit.
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
@@ -47,6 +48,15 @@ text += b" " * (-len(text) % 8)
 os.makedirs("hub", exist_ok=True)
 open("hub/model.safetensors", "wb").write(struct.pack("<Q", len(text)) + text + out)
 PY
+
+# trainer inspect tells the Model keys init_from needs (num_heads from config.json, where there is one).
+"$TRAINER" inspect hf > inspect-hf.txt || { cat inspect-hf.txt; fail "trainer inspect hf"; }
+grep -qx "  init_from needs  -o Model.vocab_size=257 -o Model.hidden_size=32 -o Model.num_layers=2 -o Model.max_seq_len=16 -o Model.ffn_hidden_size=0 -o Model.num_heads=2" inspect-hf.txt ||
+  { cat inspect-hf.txt; fail "trainer inspect hf: not the Model keys of the trained model"; }
+"$TRAINER" inspect hub/model.safetensors > inspect-hub.txt || fail "trainer inspect hub"
+grep -q "init_from needs  -o Model.vocab_size=257 .*-o Model.num_layers=2" inspect-hub.txt &&
+  grep -q "no n_head in hub/config.json" inspect-hub.txt ||
+  { cat inspect-hub.txt; fail "trainer inspect hub/model.safetensors"; }
 
 frozen() {  # name ranks overrides...: one step at learning rate 0, saved, then exported
   local name=$1 np=$2
