@@ -17,6 +17,17 @@ namespace {
 
 const char kTransformer[] = "transformer.";
 
+// Whether transformers stores `p` transposed: the blocks' matrices (its Conv1D layers).
+bool StoredTransposed(const ParameterInfo& p) {
+  return p.full_shape.size() == 2 && p.name.rfind("transformer.h.", 0) == 0;
+}
+
+// out (cols, rows) = in (rows, cols) transposed.
+void Transpose(const float* in, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+}
+
 // Tensors of a GPT-2 file that the model does not take: the attention's causal-mask buffers
 // (older transformers) and lm_head, which is tied to wte.
 bool Skipped(const std::string& name) {
@@ -47,12 +58,11 @@ Status FromHuggingFace(const ModelConfig& model, const ParameterInfo& p, const S
     if (t.shape.size() != 2 || t.shape[1] != want[1] || t.shape[0] < want[0])
       return mismatch(want, "Model.max_seq_len (at most the pretrained one) and Model.hidden_size");
     std::copy(t.values.begin(), t.values.begin() + p.full_numel(), full->begin());
-  } else if (want.size() == 2 && p.name.rfind("transformer.h.", 0) == 0) {  // Conv1D: (in, out)
+  } else if (StoredTransposed(p)) {  // Conv1D: (in, out)
     const int64_t rows = want[0], cols = want[1];
     if (t.shape != std::vector<int64_t>{cols, rows})
       return mismatch({cols, rows}, "Model.hidden_size, Model.ffn_hidden_size");
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) (*full)[r * cols + c] = t.values[c * rows + r];
+    Transpose(t.values.data(), cols, rows, full->data());
   } else {
     if (t.shape != want) return mismatch(want, "Model.hidden_size, Model.ffn_hidden_size");
     std::copy(t.values.begin(), t.values.end(), full->begin());
@@ -98,6 +108,57 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
 }
 
 }  // namespace
+
+std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
+                                             const std::vector<ParameterInfo>& params,
+                                             const std::vector<float>& flat) {
+  std::vector<SafetensorsTensor> tensors;
+  for (const ParameterInfo& p : params) {
+    const float* values = flat.data() + p.offset;
+    SafetensorsTensor t;
+    t.name = p.name;
+    t.shape = p.full_shape;
+    if (p.name == "transformer.wte.weight") t.shape[0] = model.vocab_size;  // no padding rows
+    if (StoredTransposed(p)) std::swap(t.shape[0], t.shape[1]);
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    t.values.resize(static_cast<size_t>(n));
+    if (StoredTransposed(p))
+      Transpose(values, p.full_shape[0], p.full_shape[1], t.values.data());
+    else
+      std::copy(values, values + n, t.values.begin());
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+std::string HuggingFaceConfigJson(const ModelConfig& model, bool bf16) {
+  const int eod = model.vocab_size - 1;  // trainer pack's end-of-document id
+  return StrFormat(
+      "{\n"
+      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+      "  \"model_type\": \"gpt2\",\n"
+      "  \"vocab_size\": %d,\n"
+      "  \"n_positions\": %d,\n"
+      "  \"n_embd\": %d,\n"
+      "  \"n_layer\": %d,\n"
+      "  \"n_head\": %d,\n"
+      "  \"n_inner\": %d,\n"
+      "  \"activation_function\": \"gelu_new\",\n"
+      "  \"layer_norm_epsilon\": 1e-05,\n"
+      "  \"resid_pdrop\": 0.0,\n"
+      "  \"embd_pdrop\": 0.0,\n"
+      "  \"attn_pdrop\": 0.0,\n"
+      "  \"initializer_range\": 0.02,\n"
+      "  \"scale_attn_weights\": true,\n"
+      "  \"tie_word_embeddings\": true,\n"
+      "  \"bos_token_id\": %d,\n"
+      "  \"eos_token_id\": %d,\n"
+      "  \"torch_dtype\": \"%s\"\n"
+      "}\n",
+      model.vocab_size, model.max_seq_len, model.hidden_size, model.num_layers, model.num_heads,
+      model.ffn_size(), eod, eod, bf16 ? "bfloat16" : "float32");
+}
 
 std::string HuggingFaceWeightsFile(const std::string& path) {
   if (IsDirectory(path))

@@ -1,4 +1,7 @@
-// The weights a fresh run starts from with Checkpoint.init_from, instead of the GPT-2
+// Pretrained weights. Hugging Face's GPT-2 layout both ways (`trainer export`, `trainer inspect`,
+// Checkpoint.init_from): transformers' names, its Conv1D matrices stored (in, out) where this
+// trainer (as nanoGPT) stores (out, in), wte without the vocabulary's padding rows, lm_head tied.
+// And the weights a fresh run starts from with Checkpoint.init_from, instead of the GPT-2
 // initialisation: a trainer checkpoint (its weights only: not its optimizer state, step or data
 // position), or a Hugging Face GPT-2 (a folder holding model.safetensors, or the file: tensor
 // names with or without "transformer.", Conv1D matrices stored (in, out), F32, BF16 or F16; the
@@ -9,11 +12,19 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/safetensors.h"
 #include "common/status.h"
 #include "config/train_config.h"
 #include "model/parameters.h"
 
 namespace trainer {
+
+// Whole tensors (`params`: FullParameterList's, offsets into `flat`) as transformers' GPT-2
+// stores them, and the GPT2Config that goes with them (config.json).
+std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
+                                             const std::vector<ParameterInfo>& params,
+                                             const std::vector<float>& flat);
+std::string HuggingFaceConfigJson(const ModelConfig& model, bool bf16);
 
 // The safetensors file `path` names (itself, or the model.safetensors of a folder), "" when it
 // names none.

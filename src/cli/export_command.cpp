@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
 #include "cli/checkpoint_model.h"
 #include "cli/commands.h"
@@ -21,61 +22,6 @@ struct ExportOptions {
   std::string checkpoint, output, dtype = "f32";
   std::vector<std::string> overrides;
 };
-
-// The checkpoint's tensors as transformers' GPT-2 stores them.
-std::vector<SafetensorsTensor> HuggingFaceTensors(const ModelConfig& mc,
-                                                  const std::vector<ParameterInfo>& params,
-                                                  const std::vector<float>& flat) {
-  std::vector<SafetensorsTensor> tensors;
-  for (const ParameterInfo& p : params) {
-    const float* values = flat.data() + p.offset;
-    SafetensorsTensor t;
-    t.name = p.name;
-    if (p.name == "transformer.wte.weight") {  // (V, C): the real vocabulary's rows
-      t.shape = {mc.vocab_size, p.full_shape[1]};
-      t.values.assign(values, values + mc.vocab_size * p.full_shape[1]);
-    } else if (p.full_shape.size() == 2 && p.name.rfind("transformer.h.", 0) == 0) {
-      const int64_t rows = p.full_shape[0], cols = p.full_shape[1];  // (out, in) -> (in, out)
-      t.shape = {cols, rows};
-      t.values.resize(static_cast<size_t>(rows * cols));
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) t.values[c * rows + r] = values[r * cols + c];
-    } else {
-      t.shape = p.full_shape;
-      t.values.assign(values, values + p.full_numel());
-    }
-    tensors.push_back(std::move(t));
-  }
-  return tensors;
-}
-
-std::string HuggingFaceConfig(const ModelConfig& mc, const std::string& dtype) {
-  const int eod = mc.vocab_size - 1;  // trainer pack's end-of-document id
-  return StrFormat(
-      "{\n"
-      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-      "  \"model_type\": \"gpt2\",\n"
-      "  \"vocab_size\": %d,\n"
-      "  \"n_positions\": %d,\n"
-      "  \"n_embd\": %d,\n"
-      "  \"n_layer\": %d,\n"
-      "  \"n_head\": %d,\n"
-      "  \"n_inner\": %d,\n"
-      "  \"activation_function\": \"gelu_new\",\n"
-      "  \"layer_norm_epsilon\": 1e-05,\n"
-      "  \"resid_pdrop\": 0.0,\n"
-      "  \"embd_pdrop\": 0.0,\n"
-      "  \"attn_pdrop\": 0.0,\n"
-      "  \"initializer_range\": 0.02,\n"
-      "  \"scale_attn_weights\": true,\n"
-      "  \"tie_word_embeddings\": true,\n"
-      "  \"bos_token_id\": %d,\n"
-      "  \"eos_token_id\": %d,\n"
-      "  \"torch_dtype\": \"%s\"\n"
-      "}\n",
-      mc.vocab_size, mc.max_seq_len, mc.hidden_size, mc.num_layers, mc.num_heads, mc.ffn_size(),
-      eod, eod, dtype == "bf16" ? "bfloat16" : "float32");
-}
 
 Status Export(const ExportOptions& o, RunContext* ctx) {
   if (o.dtype != "f32" && o.dtype != "bf16")
@@ -94,14 +40,15 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   whole.num_layers = tc.model.num_layers;
   std::vector<float> flat;
   TRAINER_RETURN_IF_ERROR(ReadCheckpointWeights(file, tc.model, params, whole, &flat));
-  const std::vector<SafetensorsTensor> tensors = HuggingFaceTensors(tc.model, params, flat);
+  const std::vector<SafetensorsTensor> tensors = ToHuggingFace(tc.model, params, flat);
   flat.clear();
   flat.shrink_to_fit();
   TRAINER_RETURN_IF_ERROR(MakeDirectories(o.output));
   TRAINER_RETURN_IF_ERROR(WriteSafetensors(
       weights, tensors, o.dtype == "bf16" ? SafetensorsDType::kBF16 : SafetensorsDType::kF32,
       {{"format", "pt"}, {"source", file}}));
-  TRAINER_RETURN_IF_ERROR(WriteFileAtomically(config, HuggingFaceConfig(tc.model, o.dtype)));
+  TRAINER_RETURN_IF_ERROR(
+      WriteFileAtomically(config, HuggingFaceConfigJson(tc.model, o.dtype == "bf16")));
   int64_t count = 0;
   for (const SafetensorsTensor& t : tensors) count += static_cast<int64_t>(t.values.size());
   std::cout << StrFormat(
