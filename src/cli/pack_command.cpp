@@ -24,7 +24,10 @@ int RunPackCommand(const std::vector<std::string>& args) {
       ("output,o", po::value<std::string>(&options.output),
        "HDF5 file to write, e.g. data.h5 (required)")
       ("tokenizer", po::value<std::string>(&options.tokenizer)->default_value(options.tokenizer),
-       "bytes (vocab 257, eod 256), u16 or u32 (raw little-endian token files)")
+       "bytes (vocab 257, eod 256), gpt2 (GPT-2's byte-level BPE; --tokenizer-dir), u16 or u32 "
+       "(raw little-endian token files)")
+      ("tokenizer-dir", po::value<std::string>(&options.tokenizer_dir),
+       "gpt2: the folder with vocab.json and merges.txt (or encoder.json and vocab.bpe)")
       ("vocab-size", po::value<int64_t>(&options.vocab_size)->default_value(options.vocab_size),
        "vocabulary size; 0 = the tokenizer's own (required for u16/u32)")
       ("eod-id", po::value<int64_t>(&options.eod_id)->default_value(options.eod_id),

@@ -225,8 +225,9 @@ StatusOr<int64_t> ValidationCut(const std::vector<uint64_t>& doc_offsets, double
 }
 
 Status PackDataset(const PackOptions& options, PackSummary* summary) {
-  TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                           MakeTokenizer(options.tokenizer, options.vocab_size, options.eod_id));
+  TRAINER_ASSIGN_OR_RETURN(
+      std::unique_ptr<Tokenizer> tokenizer,
+      MakeTokenizer(options.tokenizer, options.vocab_size, options.eod_id, options.tokenizer_dir));
   return PackDatasetWithTokenizer(options, tokenizer.get(), summary);
 }
 

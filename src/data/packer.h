@@ -17,7 +17,8 @@ namespace trainer {
 struct PackOptions {
   std::vector<std::string> inputs;  // one document per file, in this order
   std::string output;               // e.g. data.h5
-  std::string tokenizer = "bytes";  // bytes | u16 | u32 (see MakeTokenizer)
+  std::string tokenizer = "bytes";  // bytes | gpt2 | u16 | u32 (see MakeTokenizer)
+  std::string tokenizer_dir;        // gpt2: the folder with vocab.json and merges.txt
   int64_t vocab_size = 0;           // 0: the tokenizer's own (required for u16/u32)
   int64_t eod_id = -1;              // -1: the tokenizer's own (vocab_size - 1 for u16/u32)
   double val_fraction = 0.0;        // in [0, 1): the last fraction of tokens go to val_output

@@ -1,7 +1,7 @@
 // Tokenizers for `trainer pack`: the streaming Tokenizer interface, ByteTokenizer (vocab 257:
 // bytes 0..255 and end-of-document 256) and PretokenizedReader (raw little-endian uint16 or uint32
-// token files, like nanoGPT's .bin), plus MakeTokenizer to pick one by name. Other tokenizers
-// (BPE, ...) can be added behind the same interface.
+// token files, like nanoGPT's .bin), plus MakeTokenizer to pick one by name (GPT-2's byte-level
+// BPE is in bpe_tokenizer.h).
 #pragma once
 
 #include <cstddef>
@@ -79,10 +79,12 @@ class PretokenizedReader final : public Tokenizer {
   size_t partial_size_ = 0;
 };
 
-// "bytes" (vocab_size 0 or 257, eod_id -1 or 256), "u16" (vocab_size 1..65536 required) or "u32"
-// (vocab_size 1..2^32 required). eod_id -1 means vocab_size - 1 for the pretokenized kinds
-// (GPT-2's <|endoftext|> is 50256 with vocab 50257). Usage errors name the offending flag.
+// "bytes" (vocab_size 0 or 257, eod_id -1 or 256), "u16" (vocab_size 1..65536 required), "u32"
+// (vocab_size 1..2^32 required) or "gpt2" (the files in tokenizer_dir; vocab_size 0 or theirs).
+// eod_id -1 means vocab_size - 1 for the pretokenized kinds (GPT-2's <|endoftext|> is 50256 with
+// vocab 50257) and <|endoftext|> for gpt2. Usage errors name the offending flag.
 StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::string& name, int64_t vocab_size,
-                                                   int64_t eod_id);
+                                                   int64_t eod_id,
+                                                   const std::string& tokenizer_dir = "");
 
 }  // namespace trainer

@@ -1,0 +1,270 @@
+// GPT-2's byte-level BPE (see bpe_tokenizer.h): the tokenizer files, the merges, the streaming.
+#include "data/bpe_tokenizer.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <limits>
+#include <sstream>
+
+#include "common/filesystem.h"
+#include "common/log.h"
+#include "data/gpt2_pieces.h"
+
+namespace trainer {
+namespace {
+
+// GPT-2's files spell each byte as one printable character: the bytes '!'..'~', 0xA1..0xAC and
+// 0xAE..0xFF as the code point of the same value, the other 68 bytes, in order, as U+0100...
+int Gpt2ByteCodePoint(int byte) {
+  static const std::vector<int> table = [] {
+    std::vector<int> t(256, -1);
+    auto printable = [](int b) {
+      return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    };
+    int next = 256;
+    for (int b = 0; b < 256; ++b) t[b] = printable(b) ? b : next++;
+    return t;
+  }();
+  return table[byte];
+}
+
+// The inverse: a code point of GPT-2's byte spelling -> the byte, -1 for other code points.
+int Gpt2CodePointByte(uint32_t code_point) {
+  static const std::vector<int> table = [] {
+    std::vector<int> t(512, -1);
+    for (int b = 0; b < 256; ++b) t[Gpt2ByteCodePoint(b)] = b;
+    return t;
+  }();
+  return code_point < table.size() ? table[code_point] : -1;
+}
+
+// The bytes a vocabulary or merges entry stands for. Entries that are not spelled in GPT-2's byte
+// characters (added tokens) stand for their own UTF-8.
+std::string EntryBytes(const std::string& entry) {
+  std::string bytes;
+  const uint8_t* text = reinterpret_cast<const uint8_t*>(entry.data());
+  for (size_t at = 0; at < entry.size();) {
+    const Utf8Char c = DecodeUtf8Char(text + at, entry.size() - at);
+    const int byte = c.code_point <= 0x10FFFF ? Gpt2CodePointByte(c.code_point) : -1;
+    if (byte < 0) return entry;
+    bytes.push_back(static_cast<char>(byte));
+    at += c.bytes;
+  }
+  return bytes;
+}
+
+bool FileExists(const std::string& path) {
+  return PathExists(path) && !IsDirectory(path);
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const BpeVocabulary>> BpeVocabulary::Load(const std::string& dir,
+                                                                   const std::string& flag) {
+  std::string vocabulary = dir + "/vocab.json", merges = dir + "/merges.txt";
+  if (!FileExists(vocabulary) || !FileExists(merges)) {
+    vocabulary = dir + "/encoder.json";
+    merges = dir + "/vocab.bpe";
+  }
+  if (!FileExists(vocabulary) || !FileExists(merges))
+    return UsageError(StrFormat(
+        "no GPT-2 tokenizer files in %s (%s): expected vocab.json and merges.txt (Hugging Face) "
+        "or encoder.json and vocab.bpe (OpenAI). Point %s at the folder that holds them",
+        dir.c_str(), flag.c_str(), flag.c_str()));
+  auto loaded = std::make_shared<BpeVocabulary>();
+  loaded->vocabulary_path_ = vocabulary;
+  loaded->merges_path_ = merges;
+  TRAINER_RETURN_IF_ERROR(loaded->ReadVocabulary(vocabulary));
+  TRAINER_RETURN_IF_ERROR(loaded->ReadMerges(merges));
+  loaded->description_ =
+      StrFormat("%lld tokens, %zu merges, %s", static_cast<long long>(loaded->size()),
+                loaded->merges_.size(), vocabulary.c_str());
+  return std::shared_ptr<const BpeVocabulary>(std::move(loaded));
+}
+
+Status BpeVocabulary::ReadVocabulary(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);  // JSON is YAML
+  } catch (const YAML::Exception& e) {
+    return DataError(
+        StrFormat("unreadable tokenizer vocabulary (%s): %s. Expected a JSON object "
+                  "from each token to its id",
+                  path.c_str(), e.what()));
+  }
+  if (!root.IsMap() || root.size() == 0)
+    return DataError(
+        StrFormat("unreadable tokenizer vocabulary (%s): not a JSON object of tokens "
+                  "to ids",
+                  path.c_str()));
+  constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
+  for (const auto& entry : root) {
+    const std::string token = entry.first.as<std::string>();
+    int64_t id = -1;
+    try {
+      id = entry.second.as<int64_t>();
+    } catch (const YAML::Exception&) {
+    }
+    if (id < 0 || id >= kMaxId)
+      return DataError(StrFormat("bad token id in %s: \"%s\" has id '%s'; ids are integers from 0",
+                                 path.c_str(), token.c_str(), entry.second.Scalar().c_str()));
+    if (static_cast<size_t>(id) >= token_bytes_.size()) token_bytes_.resize(id + 1);
+    std::string bytes = EntryBytes(token);
+    if (!token_bytes_[id].empty() || !ids_.emplace(bytes, static_cast<uint32_t>(id)).second)
+      return DataError(
+          StrFormat("duplicate entry in %s: \"%s\" (id %lld) repeats a token or an "
+                    "id",
+                    path.c_str(), token.c_str(), static_cast<long long>(id)));
+    token_bytes_[id] = std::move(bytes);
+  }
+  for (int b = 0; b < 256; ++b) {
+    const int64_t id = Find(std::string(1, static_cast<char>(b)));
+    if (id < 0)
+      return DataError(
+          StrFormat("incomplete tokenizer vocabulary (%s): no token for the byte "
+                    "0x%02X, which byte-level BPE needs for every byte",
+                    path.c_str(), b));
+    byte_ids_[b] = static_cast<uint32_t>(id);
+  }
+  return Status::Ok();
+}
+
+Status BpeVocabulary::ReadMerges(const std::string& path) {
+  TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(path));
+  std::istringstream lines(text);
+  std::string line;
+  uint32_t rank = 0;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (number == 1 && line.rfind("#version", 0) == 0)) continue;
+    const size_t space = line.find(' ');
+    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
+      return DataError(
+          StrFormat("bad merge in %s line %d: '%s'; each line is two tokens "
+                    "separated by one space",
+                    path.c_str(), number, line.c_str()));
+    const std::string left = EntryBytes(line.substr(0, space)),
+                      right = EntryBytes(line.substr(space + 1));
+    const int64_t left_id = Find(left), right_id = Find(right), merged_id = Find(left + right);
+    if (left_id < 0 || right_id < 0 || merged_id < 0)
+      return DataError(
+          StrFormat("merge not in the vocabulary (%s line %d): '%s' needs both tokens "
+                    "and their concatenation in %s. Use the two files of one "
+                    "tokenizer",
+                    path.c_str(), number, line.c_str(), vocabulary_path_.c_str()));
+    // A repeated pair takes its later rank, as GPT-2's encoder (a dict of the lines) does.
+    merges_[PairKey(left_id, right_id)] = Merge{rank++, static_cast<uint32_t>(merged_id)};
+  }
+  return Status::Ok();
+}
+
+int64_t BpeVocabulary::Find(const std::string& bytes) const {
+  const auto it = ids_.find(bytes);
+  return it == ids_.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
+}
+
+void BpeVocabulary::EncodePiece(const uint8_t* bytes, size_t size,
+                                std::vector<uint32_t>* tokens) const {
+  std::vector<uint32_t> word(size);
+  for (size_t i = 0; i < size; ++i) word[i] = byte_ids_[bytes[i]];
+  std::vector<uint32_t> merged;
+  while (word.size() > 1) {
+    const Merge* best = nullptr;
+    uint64_t best_pair = 0;
+    for (size_t i = 0; i + 1 < word.size(); ++i) {
+      const auto it = merges_.find(PairKey(word[i], word[i + 1]));
+      if (it != merges_.end() && (best == nullptr || it->second.rank < best->rank)) {
+        best = &it->second;
+        best_pair = it->first;
+      }
+    }
+    if (best == nullptr) break;
+    merged.clear();
+    for (size_t i = 0; i < word.size(); ++i) {
+      if (i + 1 < word.size() && PairKey(word[i], word[i + 1]) == best_pair) {
+        merged.push_back(best->merged);
+        ++i;
+      } else {
+        merged.push_back(word[i]);
+      }
+    }
+    word.swap(merged);
+  }
+  tokens->insert(tokens->end(), word.begin(), word.end());
+}
+
+Status BpeTokenizer::Encode(const uint8_t* bytes, size_t size, std::vector<uint32_t>* tokens) {
+  pending_.append(reinterpret_cast<const char*>(bytes), size);
+  EncodePending(FinalPiecesLimit(pending_.size()), tokens);
+  return Status::Ok();
+}
+
+Status BpeTokenizer::EndDocument(std::vector<uint32_t>* tokens) {
+  EncodePending(pending_.size(), tokens);
+  return Status::Ok();
+}
+
+std::vector<uint32_t> BpeTokenizer::EncodeText(const std::string& text) {
+  std::vector<uint32_t> tokens;
+  BeginDocument("");
+  pending_ = text;
+  EncodePending(pending_.size(), &tokens);
+  return tokens;
+}
+
+void BpeTokenizer::EncodePending(size_t limit, std::vector<uint32_t>* tokens) {
+  constexpr size_t kMaxCached = size_t{1} << 20;
+  const uint8_t* text = reinterpret_cast<const uint8_t*>(pending_.data());
+  piece_ends_.clear();
+  SplitGpt2Pieces(text, pending_.size(), &piece_ends_);
+  size_t start = 0;
+  for (const size_t end : piece_ends_) {
+    if (end > limit) break;
+    std::string piece(pending_, start, end - start);
+    auto it = cache_.find(piece);
+    if (it == cache_.end()) {
+      if (cache_.size() >= kMaxCached) cache_.clear();
+      std::vector<uint32_t> encoded;
+      vocabulary_->EncodePiece(text + start, end - start, &encoded);
+      it = cache_.emplace(std::move(piece), std::move(encoded)).first;
+    }
+    tokens->insert(tokens->end(), it->second.begin(), it->second.end());
+    start = end;
+  }
+  pending_.erase(0, start);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> MakeBpeTokenizer(const std::string& dir,
+                                                      const std::string& flag, int64_t vocab_size,
+                                                      int64_t eod_id) {
+  if (dir.empty())
+    return UsageError(
+        StrFormat("missing %s (pack, --tokenizer gpt2): give the folder with the "
+                  "tokenizer's vocab.json and merges.txt (e.g. a Hugging Face gpt2 "
+                  "download)",
+                  flag.c_str()));
+  TRAINER_ASSIGN_OR_RETURN(std::shared_ptr<const BpeVocabulary> vocabulary,
+                           BpeVocabulary::Load(dir, flag));
+  if (vocab_size != 0 && vocab_size != vocabulary->size())
+    return UsageError(
+        StrFormat("invalid --vocab-size (pack, --tokenizer gpt2): %lld, but %s has "
+                  "%lld tokens. Leave --vocab-size out",
+                  static_cast<long long>(vocab_size), vocabulary->vocabulary_path().c_str(),
+                  static_cast<long long>(vocabulary->size())));
+  if (eod_id == -1) {
+    eod_id = vocabulary->Find("<|endoftext|>");
+    if (eod_id < 0)
+      return UsageError(
+          StrFormat("no <|endoftext|> token in %s (pack, --tokenizer gpt2): give "
+                    "the end-of-document id with --eod-id",
+                    vocabulary->vocabulary_path().c_str()));
+  }
+  if (eod_id < 0 || eod_id >= vocabulary->size())
+    return UsageError(
+        StrFormat("invalid --eod-id (pack, --tokenizer gpt2): %lld is not below the "
+                  "vocabulary size %lld",
+                  static_cast<long long>(eod_id), static_cast<long long>(vocabulary->size())));
+  return std::unique_ptr<Tokenizer>(new BpeTokenizer(std::move(vocabulary), eod_id));
+}
+
+}  // namespace trainer
