@@ -9,7 +9,8 @@ packages=(build-essential cmake ninja-build pkg-config python3 python3-pip
           openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libyaml-cpp-dev
           libboost-program-options-dev libgtest-dev)
 if [[ "${1:-}" == "--tests" ]]; then
-  packages+=(slurm-wlm munge iproute2 util-linux procps)  # procps: pgrep in the kill tests
+  # procps: pgrep in the kill tests; python3-regex: the BPE reference encoder (bpe_pack.sh)
+  packages+=(slurm-wlm munge iproute2 util-linux procps python3-regex)
 fi
 
 missing=()

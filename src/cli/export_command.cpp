@@ -3,7 +3,9 @@
 // (GPT2LMHeadModel: its Conv1D layers store weights as (in, out), so the block matrices, (out, in)
 // here as in nanoGPT, are transposed; the vocabulary's padding rows are dropped; lm_head is tied
 // to wte), and DIR/config.json its GPT2Config (tanh GELU, LayerNorm eps 1e-5, no dropout). The
-// tensors are read from the checkpoint file and written out; no model is built.
+// tensors are read from the checkpoint file and written out; no model is built. With
+// --tokenizer-dir, the GPT-2 BPE files the data was packed with go beside them as vocab.json and
+// merges.txt, so that transformers' tokenizer loads from the same folder.
 #include <iostream>
 
 #include "checkpoint/checkpoint.h"
@@ -13,13 +15,14 @@
 #include "cli/commands.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "data/bpe_tokenizer.h"
 #include "model/parameters.h"
 
 namespace trainer {
 namespace {
 
 struct ExportOptions {
-  std::string checkpoint, output, dtype = "f32";
+  std::string checkpoint, output, dtype = "f32", tokenizer_dir;
   std::vector<std::string> overrides;
 };
 
@@ -27,7 +30,14 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   if (o.dtype != "f32" && o.dtype != "bf16")
     return UsageError(StrFormat("--dtype %s: use f32 or bf16", o.dtype.c_str()));
   const std::string weights = o.output + "/model.safetensors", config = o.output + "/config.json";
-  for (const std::string& path : {weights, config})
+  std::vector<std::string> outputs = {weights, config};
+  std::shared_ptr<const BpeVocabulary> tokenizer;
+  if (!o.tokenizer_dir.empty()) {
+    TRAINER_ASSIGN_OR_RETURN(tokenizer, BpeVocabulary::Load(o.tokenizer_dir, "--tokenizer-dir"));
+    outputs.push_back(o.output + "/vocab.json");
+    outputs.push_back(o.output + "/merges.txt");
+  }
+  for (const std::string& path : outputs)
     if (PathExists(path))
       return UsageError(
           StrFormat("%s exists (trainer export --output %s): remove it or choose another --output",
@@ -35,6 +45,11 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   std::string file;
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", &file));
   TRAINER_ASSIGN_OR_RETURN(const TrainConfig tc, OneProcessConfig(file, o.overrides, 0));
+  if (tokenizer != nullptr && tokenizer->size() > tc.model.vocab_size)
+    return UsageError(StrFormat(
+        "the tokenizer in %s (--tokenizer-dir) has %lld tokens, more than the model's vocabulary "
+        "of %d: give the tokenizer the training data was packed with",
+        o.tokenizer_dir.c_str(), static_cast<long long>(tokenizer->size()), tc.model.vocab_size));
   const std::vector<ParameterInfo> params = FullParameterList(tc.model);
   ModelPartition whole;
   whole.num_layers = tc.model.num_layers;
@@ -49,13 +64,22 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
       {{"format", "pt"}, {"source", file}}));
   TRAINER_RETURN_IF_ERROR(
       WriteFileAtomically(config, HuggingFaceConfigJson(tc.model, o.dtype == "bf16")));
+  if (tokenizer != nullptr) {  // the files as they are, under Hugging Face's names
+    TRAINER_ASSIGN_OR_RETURN(const std::string vocabulary,
+                             ReadSmallFile(tokenizer->vocabulary_path()));
+    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(outputs[2], vocabulary));
+    TRAINER_ASSIGN_OR_RETURN(const std::string merges, ReadSmallFile(tokenizer->merges_path()));
+    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(outputs[3], merges));
+  }
   int64_t count = 0;
   for (const SafetensorsTensor& t : tensors) count += static_cast<int64_t>(t.values.size());
   std::cout << StrFormat(
                    "exported %s: %zu tensors, %lld parameters (%s) to %s/model.safetensors and "
-                   "config.json; load with transformers.GPT2LMHeadModel.from_pretrained(\"%s\")",
+                   "config.json%s; load with transformers.GPT2LMHeadModel.from_pretrained(\"%s\")",
                    file.c_str(), tensors.size(), static_cast<long long>(count), o.dtype.c_str(),
-                   o.output.c_str(), o.output.c_str())
+                   o.output.c_str(),
+                   tokenizer != nullptr ? " (and the tokenizer's vocab.json and merges.txt)" : "",
+                   o.output.c_str())
             << std::endl;
   return Status::Ok();
 }
@@ -67,11 +91,14 @@ int RunExportCommand(const std::vector<std::string>& args) {
   ExportOptions o;
   options.add_options()("output", po::value(&o.output)->default_value(""),
                         "folder for model.safetensors and config.json (made if missing)")(
-      "dtype", po::value(&o.dtype)->default_value("f32"), "f32 or bf16 (rounded to nearest)");
+      "dtype", po::value(&o.dtype)->default_value("f32"), "f32 or bf16 (rounded to nearest)")(
+      "tokenizer-dir", po::value(&o.tokenizer_dir)->default_value(""),
+      "also copy the GPT-2 BPE files the data was packed with (vocab.json, merges.txt)");
   RunContext ctx;
   int exit_code = 0;
-  if (!StartCheckpointCommand("export", "CHECKPOINT --output DIR [--dtype f32|bf16]", args,
-                              &options, &o.checkpoint, &o.overrides, &ctx, &exit_code))
+  if (!StartCheckpointCommand("export",
+                              "CHECKPOINT --output DIR [--dtype f32|bf16] [--tokenizer-dir DIR]",
+                              args, &options, &o.checkpoint, &o.overrides, &ctx, &exit_code))
     return exit_code;
   Status status = Status::Ok();
   if (o.output.empty())

@@ -2,8 +2,9 @@
 // checkpoint of any layout), with the config the checkpoint carries, on the CPU or the GPU
 // (Global.device). The prompt fills the context; each new token is drawn from the last position's
 // logits (softmax at --temperature over the --top-k likeliest; temperature 0 takes the likeliest),
-// the window sliding once the context holds max_seq_len tokens. For the bytes tokenizer (vocab 257)
-// the prompt and the output are text; otherwise token ids (--prompt-ids in, ids out).
+// the window sliding once the context holds max_seq_len tokens. For the bytes tokenizer (vocab
+// 257), and with --tokenizer-dir (GPT-2's BPE files the data was packed with), the prompt and the
+// output are text; otherwise token ids (--prompt-ids in, ids out).
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -19,6 +20,7 @@
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "config/config_loader.h"
+#include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "model/parameters.h"
@@ -27,38 +29,84 @@ namespace trainer {
 namespace {
 
 struct SampleOptions {
-  std::string checkpoint, prompt, prompt_ids, output;
+  std::string checkpoint, prompt, prompt_ids, output, tokenizer_dir;
   int tokens = 256, top_k = 0;
   double temperature = 1.0;
   uint64_t seed = 1337;
   std::vector<std::string> overrides;
 };
 
-// The prompt as tokens: the bytes of --prompt (bytes tokenizer), or --prompt-ids; empty: one
-// end-of-document token (the start of a document).
-Status PromptTokens(const SampleOptions& o, const ModelConfig& model, bool text,
-                    std::vector<int32_t>* tokens) {
-  tokens->clear();
-  if (!o.prompt.empty() && !text)
-    return UsageError(
-        StrFormat("--prompt is text for the bytes tokenizer (vocab 257); this model's vocabulary "
-                  "is %d: give token ids with --prompt-ids",
-                  model.vocab_size));
-  for (unsigned char c : o.prompt) tokens->push_back(c);
-  std::istringstream ids(o.prompt_ids);
-  std::string id;
-  while (ids >> id) {
-    char* end = nullptr;
-    const long value = std::strtol(id.c_str(), &end, 10);
-    if (*end != '\0' || value < 0 || value >= model.vocab_size)
-      return UsageError(
-          StrFormat("--prompt-ids: '%s' is not a token id below the vocabulary size %d", id.c_str(),
-                    model.vocab_size));
-    tokens->push_back(static_cast<int32_t>(value));
+// How tokens read and print: bytes (vocab 257), GPT-2's BPE (--tokenizer-dir), or ids.
+class TokenText {
+ public:
+  Status Setup(const SampleOptions& o, const ModelConfig& model) {
+    vocab_size_ = model.vocab_size;
+    eod_ = model.vocab_size - 1;  // pack's last id, for bytes and ids
+    bytes_ = model.vocab_size == ByteTokenizer::kVocabSize;
+    if (o.tokenizer_dir.empty()) return Status::Ok();
+    TRAINER_ASSIGN_OR_RETURN(bpe_, BpeVocabulary::Load(o.tokenizer_dir, "--tokenizer-dir"));
+    if (bpe_->size() > model.vocab_size)
+      return UsageError(StrFormat(
+          "the tokenizer in %s (--tokenizer-dir) has %lld tokens, more than the model's "
+          "vocabulary of %d: give the tokenizer the training data was packed with",
+          o.tokenizer_dir.c_str(), static_cast<long long>(bpe_->size()), model.vocab_size));
+    const int64_t eod = bpe_->Find("<|endoftext|>");
+    if (eod >= 0) eod_ = static_cast<int32_t>(eod);
+    return Status::Ok();
   }
-  if (tokens->empty()) tokens->push_back(model.vocab_size - 1);  // eod: pack's last id
-  return Status::Ok();
-}
+  bool is_text() const { return bytes_ || bpe_ != nullptr; }
+
+  // The prompt as tokens: --prompt's text, or --prompt-ids; empty: one end-of-document token
+  // (the start of a document).
+  Status Prompt(const SampleOptions& o, std::vector<int32_t>* tokens) const {
+    tokens->clear();
+    if (!o.prompt.empty() && !is_text())
+      return UsageError(StrFormat(
+          "--prompt is text for the bytes tokenizer (vocab 257) or with --tokenizer-dir; this "
+          "model's vocabulary is %d: give token ids with --prompt-ids, or the BPE tokenizer's "
+          "folder with --tokenizer-dir",
+          vocab_size_));
+    if (bpe_ != nullptr) {
+      BpeTokenizer tokenizer(bpe_, eod_);
+      for (uint32_t t : tokenizer.EncodeText(o.prompt)) tokens->push_back(static_cast<int32_t>(t));
+    } else {
+      for (unsigned char c : o.prompt) tokens->push_back(c);
+    }
+    std::istringstream ids(o.prompt_ids);
+    std::string id;
+    while (ids >> id) {
+      char* end = nullptr;
+      const long value = std::strtol(id.c_str(), &end, 10);
+      if (*end != '\0' || value < 0 || value >= vocab_size_)
+        return UsageError(
+            StrFormat("--prompt-ids: '%s' is not a token id below the vocabulary size %d",
+                      id.c_str(), vocab_size_));
+      tokens->push_back(static_cast<int32_t>(value));
+    }
+    if (tokens->empty()) tokens->push_back(eod_);
+    return Status::Ok();
+  }
+
+  // A token as printed: its text (an end of document as a blank line), or its id.
+  void Print(int32_t token, std::ostream& out) const {
+    if (!is_text())
+      out << token << ' ';
+    else if (token == eod_)
+      out << "\n\n";
+    else if (bpe_ == nullptr)
+      out << static_cast<char>(token);
+    else if (token < bpe_->size())
+      out << bpe_->TokenBytes(static_cast<uint32_t>(token));
+    else
+      out << '[' << token << ']';  // an id past the tokenizer's (the model's padding)
+  }
+
+ private:
+  int vocab_size_ = 0;
+  int32_t eod_ = 0;
+  bool bytes_ = false;
+  std::shared_ptr<const BpeVocabulary> bpe_;
+};
 
 Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
   if (o.tokens < 1 || o.temperature < 0 || o.top_k < 0)
@@ -70,9 +118,10 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
   overrides.push_back("Model.seq_len=0");
   TRAINER_ASSIGN_OR_RETURN(const TrainConfig config, OneProcessConfig(file, overrides, 1));
   const ModelConfig& mc = config.model;
-  const bool text = mc.vocab_size == ByteTokenizer::kVocabSize;
+  TokenText token_text;
+  TRAINER_RETURN_IF_ERROR(token_text.Setup(o, mc));
   std::vector<int32_t> context;
-  TRAINER_RETURN_IF_ERROR(PromptTokens(o, mc, text, &context));
+  TRAINER_RETURN_IF_ERROR(token_text.Prompt(o, &context));
   TRAINER_RETURN_IF_ERROR(ctx->SetupDevice(config));
   TRAINER_RETURN_IF_ERROR(ctx->BuildGroups(config));
 
@@ -87,14 +136,7 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
                          o.tokens, file.c_str(), mc.num_layers, mc.hidden_size, T,
                          backend->name().c_str());
 
-  const auto emit = [&](int32_t token) {
-    if (!text)
-      out << token << ' ';
-    else if (token == ByteTokenizer::kEodId)
-      out << "\n\n";  // the end of a document
-    else
-      out << static_cast<char>(token);
-  };
+  const auto emit = [&](int32_t token) { token_text.Print(token, out); };
   const bool echo_prompt = !o.prompt.empty() || !o.prompt_ids.empty();
   std::mt19937_64 rng(o.seed);
   std::vector<int32_t> window(T);
@@ -126,7 +168,10 @@ int RunSampleCommand(const std::vector<std::string>& args) {
   po::options_description options("trainer sample options");
   SampleOptions o;
   options.add_options()("prompt,p", po::value(&o.prompt)->default_value(""),
-                        "text to continue (bytes tokenizer); empty: start a new document")(
+                        "text to continue (bytes tokenizer or --tokenizer-dir); empty: start a "
+                        "new document")(
+      "tokenizer-dir", po::value(&o.tokenizer_dir)->default_value(""),
+      "the folder of the GPT-2 BPE files the data was packed with: text in and out")(
       "prompt-ids", po::value(&o.prompt_ids)->default_value(""),
       "token ids to continue, space-separated (any tokenizer)")(
       "tokens,n", po::value(&o.tokens)->default_value(256), "tokens to generate")(
