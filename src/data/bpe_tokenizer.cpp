@@ -195,43 +195,65 @@ void BpeVocabulary::EncodePiece(const uint8_t* bytes, size_t size,
 
 Status BpeTokenizer::Encode(const uint8_t* bytes, size_t size, std::vector<uint32_t>* tokens) {
   pending_.append(reinterpret_cast<const char*>(bytes), size);
-  EncodePending(FinalPiecesLimit(pending_.size()), tokens);
+  EncodePending(/*document_end=*/false, tokens);
   return Status::Ok();
 }
 
 Status BpeTokenizer::EndDocument(std::vector<uint32_t>* tokens) {
-  EncodePending(pending_.size(), tokens);
+  EncodePending(/*document_end=*/true, tokens);
   return Status::Ok();
 }
 
 std::vector<uint32_t> BpeTokenizer::EncodeText(const std::string& text) {
   std::vector<uint32_t> tokens;
-  BeginDocument("");
   pending_ = text;
-  EncodePending(pending_.size(), &tokens);
+  EncodePending(/*document_end=*/true, &tokens);
   return tokens;
 }
 
-void BpeTokenizer::EncodePending(size_t limit, std::vector<uint32_t>* tokens) {
-  constexpr size_t kMaxCached = size_t{1} << 20;
-  const uint8_t* text = reinterpret_cast<const uint8_t*>(pending_.data());
-  piece_ends_.clear();
-  SplitGpt2Pieces(text, pending_.size(), &piece_ends_);
+void BpeTokenizer::EncodePending(bool document_end, std::vector<uint32_t>* tokens) {
+  // Each <|endoftext|> in the text ends the text before it, as transformers' tokenizer splits on
+  // its special tokens first.
   size_t start = 0;
-  for (const size_t end : piece_ends_) {
-    if (end > limit) break;
-    std::string piece(pending_, start, end - start);
+  if (end_of_text_id_ >= 0) {
+    for (size_t at; (at = pending_.find(kEndOfText, start)) != std::string::npos;
+         start = at + kEndOfText.size()) {
+      EncodeSegment(start, at, at, tokens);
+      tokens->push_back(static_cast<uint32_t>(end_of_text_id_));
+    }
+  }
+  size_t limit = pending_.size();
+  if (!document_end) {
+    // A <|endoftext|> cut short at the end starts in its last 12 bytes; the pieces that end
+    // before the 12 bytes in front of those are final (FinalPiecesLimit).
+    const size_t hold = end_of_text_id_ >= 0 ? kEndOfText.size() - 1 : 0;
+    const size_t after = pending_.size() - start;
+    limit = start + (after > hold ? FinalPiecesLimit(after - hold) : 0);
+  }
+  pending_.erase(0, EncodeSegment(start, pending_.size(), limit, tokens));
+}
+
+size_t BpeTokenizer::EncodeSegment(size_t begin, size_t end, size_t limit,
+                                   std::vector<uint32_t>* tokens) {
+  constexpr size_t kMaxCached = size_t{1} << 20;
+  const uint8_t* text = reinterpret_cast<const uint8_t*>(pending_.data()) + begin;
+  piece_ends_.clear();
+  SplitGpt2Pieces(text, end - begin, &piece_ends_);
+  size_t start = 0;
+  for (const size_t piece_end : piece_ends_) {
+    if (begin + piece_end > limit) break;
+    std::string piece(pending_, begin + start, piece_end - start);
     auto it = cache_.find(piece);
     if (it == cache_.end()) {
       if (cache_.size() >= kMaxCached) cache_.clear();
       std::vector<uint32_t> encoded;
-      vocabulary_->EncodePiece(text + start, end - start, &encoded);
+      vocabulary_->EncodePiece(text + start, piece_end - start, &encoded);
       it = cache_.emplace(std::move(piece), std::move(encoded)).first;
     }
     tokens->insert(tokens->end(), it->second.begin(), it->second.end());
-    start = end;
+    start = piece_end;
   }
-  pending_.erase(0, start);
+  return begin + start;
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> MakeBpeTokenizer(const std::string& dir,
@@ -252,7 +274,7 @@ StatusOr<std::unique_ptr<Tokenizer>> MakeBpeTokenizer(const std::string& dir,
                   static_cast<long long>(vocab_size), vocabulary->vocabulary_path().c_str(),
                   static_cast<long long>(vocabulary->size())));
   if (eod_id == -1) {
-    eod_id = vocabulary->Find("<|endoftext|>");
+    eod_id = vocabulary->Find(BpeTokenizer::kEndOfText);
     if (eod_id < 0)
       return UsageError(
           StrFormat("no <|endoftext|> token in %s (pack, --tokenizer gpt2): give "

@@ -56,8 +56,12 @@ class BpeVocabulary {
 
 class BpeTokenizer final : public Tokenizer {
  public:
+  static inline const std::string kEndOfText = "<|endoftext|>";
+
   BpeTokenizer(std::shared_ptr<const BpeVocabulary> vocabulary, int64_t eod_id)
-      : vocabulary_(std::move(vocabulary)), eod_id_(eod_id) {}
+      : vocabulary_(std::move(vocabulary)),
+        eod_id_(eod_id),
+        end_of_text_id_(vocabulary_->Find(kEndOfText)) {}
 
   std::string name() const override { return "gpt2"; }
   int64_t vocab_size() const override { return vocabulary_->size(); }
@@ -71,11 +75,16 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<uint32_t> EncodeText(const std::string& text);
 
  private:
-  // Encodes the pieces of pending_ that end at or before `limit`, then drops their bytes.
-  void EncodePending(size_t limit, std::vector<uint32_t>* tokens);
+  // Encodes what of pending_ later bytes cannot change (all of it at the end of the document),
+  // then drops those bytes.
+  void EncodePending(bool document_end, std::vector<uint32_t>* tokens);
+  // Encodes the pieces of pending_[begin, end) that end at or before `limit`; returns where the
+  // last of them ends.
+  size_t EncodeSegment(size_t begin, size_t end, size_t limit, std::vector<uint32_t>* tokens);
 
   std::shared_ptr<const BpeVocabulary> vocabulary_;
   int64_t eod_id_;
+  int64_t end_of_text_id_;  // -1 when the vocabulary has no <|endoftext|>
   std::string pending_;
   std::vector<size_t> piece_ends_;
   std::unordered_map<std::string, std::vector<uint32_t>> cache_;  // piece -> its tokens

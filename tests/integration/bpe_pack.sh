@@ -3,7 +3,8 @@
 # Python with the regex module, written from GPT-2's published algorithm). The reference learns a
 # 300-merge byte-level vocabulary from English prose and a text of many scripts, writes it as
 # GPT-2's files, and encodes both texts; the packed file must hold exactly those tokens, each
-# document followed by <|endoftext|>. A small model trained on the packed tokens then samples
+# document followed by <|endoftext|> (and <|endoftext|> in the text that token, as transformers
+# reads it). A small model trained on the packed tokens then samples
 # greedily twice: from a text prompt with --tokenizer-dir, and from the reference's ids of the same
 # prompt; the reference's decoding of the second sample must be the first one's text. trainer
 # export --tokenizer-dir copies the two files. Bad input: one error line each (2 usage, 3 data).
@@ -28,6 +29,7 @@ I'm, you're, they've, we'll, she'd, it's, don't, DON'T, ''re
 tabs	and		tabs, no-break space, ideographic　space
   leading spaces and trailing   
 x=1+2*3; y = f(x) // 3.14159 and 1,000,000
+one document<|endoftext|>and the next, after a marker  <|endoftext|> with spaces<|endoftext|>
 
 
 after two blank lines

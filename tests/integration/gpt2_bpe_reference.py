@@ -105,10 +105,15 @@ def bpe(token, ranks):
 
 
 def encode(directory, files):
+    """<|endoftext|> in the text is that token, the text on either side encoded apart (as
+    transformers' tokenizer does with its special tokens)."""
     vocab, ranks = load(directory)
     for path in files:
-        text = open(path, encoding="utf-8", newline="").read()
-        ids = [vocab[t] for piece in spelled(text) for t in bpe(piece, ranks)]
+        ids = []
+        for i, text in enumerate(open(path, encoding="utf-8", newline="").read().split(END_OF_TEXT)):
+            if i > 0:
+                ids.append(vocab[END_OF_TEXT])
+            ids += [vocab[t] for piece in spelled(text) for t in bpe(piece, ranks)]
         print(" ".join(map(str, ids)))
 
 

@@ -165,6 +165,16 @@ TEST_F(BpeTest, MergesByRankFromTheLeft) {
   EXPECT_EQ(Encode("a w"), (Ids{'a', kSpaceW}));  // the space belongs to the next piece
   EXPECT_EQ(Encode("a x"), (Ids{'a', ' ', 'x'}));
   EXPECT_EQ(Encode("w\n\n"), (Ids{'w', '\n', '\n'}));
+  // <|endoftext|> in the text is that token; the text before it ends there ("  " is one piece).
+  EXPECT_EQ(Encode("a<|endoftext|> w"), (Ids{'a', kEndOfText, kSpaceW}));
+  EXPECT_EQ(Encode("x  <|endoftext|>y"), (Ids{'x', ' ', ' ', kEndOfText, 'y'}));
+}
+
+TEST_F(BpeTest, EndOfTextIsPlainTextWithoutTheToken) {
+  WriteFiles("", /*with_eod=*/false);
+  BpeTokenizer tokenizer(Load(), 5);
+  EXPECT_EQ(tokenizer.EncodeText("<|endoftext|>"),
+            (Ids{'<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't', '|', '>'}));
 }
 
 TEST_F(BpeTest, AnyChunkingGivesTheWholeTextsTokens) {
@@ -201,12 +211,13 @@ TEST_F(BpeTest, AnyChunkingGivesTheWholeTextsTokens) {
     std::string decoded;
     for (uint32_t id : whole) decoded += vocabulary->TokenBytes(id);
     ASSERT_EQ(decoded, text);
-    // Cut into chunks of 1..9 bytes (a character, a contraction or a run cut anywhere).
+    // Cut into chunks of 1..15 bytes (a character, a contraction, a run or <|endoftext|> cut
+    // anywhere).
     BpeTokenizer tokenizer(vocabulary, kEndOfText);
     tokenizer.BeginDocument("chunks");
     Ids chunked;
     for (size_t at = 0; at < text.size();) {
-      const size_t n = std::min<size_t>(1 + rng() % 9, text.size() - at);
+      const size_t n = std::min<size_t>(1 + rng() % 15, text.size() - at);
       ASSERT_TRUE(
           tokenizer.Encode(reinterpret_cast<const uint8_t*>(text.data()) + at, n, &chunked).ok());
       at += n;
