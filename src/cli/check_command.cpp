@@ -387,8 +387,10 @@ class EnvironmentCheck {
     options.scan_tokens = false;  // opening and the metadata are the point; `trainer inspect` scans
     StatusOr<DataSources> sources = OpenDataSources(config_.data, config_.model.vocab_size,
                                                     config_.model.sequence_length(), options);
-    const double tokens =
-        sources.ok() ? static_cast<double>(sources->train_file->num_tokens()) : -1;
+    double tokens = sources.ok() ? 0 : -1;
+    if (sources.ok())
+      for (const auto& file : sources->train_files)
+        tokens += static_cast<double>(file->num_tokens());
     std::vector<double> all_tokens;
     TRAINER_RETURN_IF_ERROR(AllGatherValues(world_, tokens, &all_tokens));
     std::vector<CheckFailure> mine;
@@ -412,14 +414,16 @@ class EnvironmentCheck {
     if (failed == 0) {
       const int seq_len = config_.model.sequence_length();
       std::string text = StrFormat(
-          "data file %s: opens on every rank (%.0f tokens, vocab %lld; %lld training samples of %d "
-          "tokens",
-          path.c_str(), tokens, static_cast<long long>(sources->train_file->vocab_size()),
-          static_cast<long long>(sources->train.num_samples), seq_len);
-      if (sources->val_file)
+          "%s: opens on every rank (%.0f tokens, vocab %lld; %lld training samples of %d tokens",
+          (sources->train_files.size() == 1 ? "data file " + sources->train.Describe()
+                                            : "data (" + sources->train.Describe() + ")")
+              .c_str(),
+          tokens, static_cast<long long>(sources->train_files[0]->vocab_size()),
+          static_cast<long long>(sources->train.num_samples()), seq_len);
+      if (sources->val.num_samples() > 0)
         text += StrFormat(", %lld validation samples from %s",
-                          static_cast<long long>(sources->val.num_samples),
-                          sources->val_file->path().c_str());
+                          static_cast<long long>(sources->val.num_samples()),
+                          sources->val.Describe().c_str());
       LogInfo(text + ")");
     }
     return Status::Ok();

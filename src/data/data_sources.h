@@ -1,15 +1,19 @@
 // The training and validation data of a run, from the Data section of the config: which files,
-// and which samples of each (DataSplit). With no Data.val_path and Data.val_fraction > 0, the
-// last floor(n * val_fraction) samples (at least 1) of the training file are held out.
+// and which samples of each. Data.train_path and Data.val_path name one file, several separated
+// by commas, or glob patterns (each expanded in sorted order), whose samples form one set
+// (SampleSet). With no Data.val_path and Data.val_fraction > 0, the last floor(n * val_fraction)
+// samples (at least 1) of the training set are held out.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "config/train_config.h"
 #include "data/dataset.h"
+#include "data/sample_set.h"
 
 namespace trainer {
 
@@ -22,15 +26,22 @@ struct HeldOutSplits {
 StatusOr<HeldOutSplits> HoldOutValidation(const std::string& path, int64_t num_samples,
                                           double val_fraction);
 
+// The files a Data.train_path or Data.val_path value names, in order: comma-separated entries,
+// each a path or a glob pattern (expanded in sorted order). A pattern that matches nothing, or
+// an empty entry, is a data error naming `key`.
+StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& value,
+                                                   const std::string& key);
+
 struct DataSources {
-  std::shared_ptr<TokenDataset> train_file;
-  DataSplit train;
-  std::shared_ptr<TokenDataset> val_file;  // nullptr: no validation data; may be train_file
-  DataSplit val;
+  std::vector<std::shared_ptr<TokenDataset>> train_files;
+  std::vector<std::shared_ptr<TokenDataset>> val_files;  // empty with a held-out validation set
+  SampleSet train;
+  SampleSet val;  // no samples: no validation data
 };
 
-// Opens Data.train_path (and Data.val_path when set), checks each holds a sample of `seq_len`
-// tokens and that its vocabulary fits the model, and splits the samples.
+// Opens the files of Data.train_path (and Data.val_path when set), checks each holds a sample of
+// `seq_len` tokens, that its vocabulary fits the model and that all were packed alike (tokenizer,
+// vocab_size, eod_id), and splits the samples.
 StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_vocab_size, int seq_len,
                                       const DatasetOpenOptions& options = {});
 

@@ -117,26 +117,34 @@ Status Trainer::OpenData() {
   auto opened = OpenDataSources(config_.data, config_.model.vocab_size, T, options);
   if (!opened.ok()) return opened.status();
   data_ = std::move(opened.value());
-  if (data_.train.num_samples < config_.global.global_batch_size)
+  if (data_.train.num_samples() < config_.global.global_batch_size)
     return DataError(StrFormat(
         "dataset too small (%s, Data.train_path): %lld training samples of %d tokens, fewer than "
         "one global batch of %d. Use more data, or a smaller Global.global_batch_size or "
         "Model.seq_len",
-        config_.data.train_path.c_str(), static_cast<long long>(data_.train.num_samples), T,
+        config_.data.train_path.c_str(), static_cast<long long>(data_.train.num_samples()), T,
         config_.global.global_batch_size));
-  sampler_ = std::make_unique<GlobalSampler>(data_.train.num_samples, config_.global.seed);
+  sampler_ = std::make_unique<GlobalSampler>(data_.train.num_samples(), config_.global.seed);
+  std::string line = StrFormat("data: %lld training samples of %d tokens from %s",
+                               static_cast<long long>(data_.train.num_samples()), T,
+                               data_.train.Describe().c_str());
+  if (data_.val.num_samples() > 0)
+    line +=
+        StrFormat("; %lld validation samples from %s",
+                  static_cast<long long>(data_.val.num_samples()), data_.val.Describe().c_str());
+  LogInfo(line);
   return Status::Ok();
 }
 
-Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, TokenDataset* data,
-                          const DataSplit& split, HostBatch* batch) {
+Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, const SampleSet& samples,
+                          HostBatch* batch) {
   // Only the first stage needs inputs and only the last needs targets; both read the same rows.
   const ModelPartition& part = model_->partition();
   if (!part.first_stage() && !part.last_stage()) return Status::Ok();
   const std::vector<int64_t> mine =
       GlobalSampler::DpSlice(global_ids, groups_.coord.dp, groups_.topology.dp);
-  return data->ReadSamples(split, mine, config_.model.sequence_length(), batch->inputs.data(),
-                           batch->targets.data());
+  return samples.ReadSamples(mine, config_.model.sequence_length(), batch->inputs.data(),
+                             batch->targets.data());
 }
 
 void Trainer::StartPrefetch(int64_t consumed_samples) {
@@ -145,7 +153,7 @@ void Trainer::StartPrefetch(int64_t consumed_samples) {
       sampler_->GlobalBatch(consumed_samples, config_.global.global_batch_size);
   prefetched_position_ = consumed_samples;
   prefetch_ = std::async(std::launch::async, [this, ids = std::move(ids), next] {
-    return ReadBatch(ids, data_.train_file.get(), data_.train, next);
+    return ReadBatch(ids, data_.train, next);
   });
 }
 
@@ -165,7 +173,7 @@ Status Trainer::TakeBatch(int64_t consumed_samples) {
     return Status::Ok();
   }
   return ReadBatch(sampler_->GlobalBatch(consumed_samples, config_.global.global_batch_size),
-                   data_.train_file.get(), data_.train, &batches_[current_]);
+                   data_.train, &batches_[current_]);
 }
 
 void Trainer::SetUpOverlappedReduction() {
@@ -307,7 +315,7 @@ Status Trainer::StepResults(double* loss, double* grad_norm) {
 Status Trainer::Evaluate(double* val_loss) {
   const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
   const int dp = groups_.topology.dp;
-  if (data_.val_file == nullptr || data_.val.num_samples <= 0)
+  if (data_.val.num_samples() <= 0)
     return DataError(
         "no validation samples: set Data.val_path or "
         "Data.val_fraction > 0, or Engine.eval_freq=0");
@@ -316,8 +324,8 @@ Status Trainer::Evaluate(double* val_loss) {
   double total = 0.0;
   const int iters = config_.engine.eval_iters;
   for (int it = 0; it < iters; ++it) {
-    TRAINER_RETURN_IF_ERROR(ReadBatch(ValidationBatch(it, B * dp, data_.val.num_samples),
-                                      data_.val_file.get(), data_.val, batch));
+    TRAINER_RETURN_IF_ERROR(
+        ReadBatch(ValidationBatch(it, B * dp, data_.val.num_samples()), data_.val, batch));
     MicroBatches mb;
     mb.count = 1;
     mb.batch = B;

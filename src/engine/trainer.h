@@ -82,9 +82,9 @@ class Trainer {
   struct HostBatch {
     std::vector<int32_t> inputs, targets;
   };
-  // Reads this rank's DP slice of `global_ids` (ids relative to `split`) into *batch.
-  Status ReadBatch(const std::vector<int64_t>& global_ids, TokenDataset* data,
-                   const DataSplit& split, HostBatch* batch);
+  // Reads this rank's DP slice of `global_ids` (ids of `samples`) into *batch.
+  Status ReadBatch(const std::vector<int64_t>& global_ids, const SampleSet& samples,
+                   HostBatch* batch);
   // The training batch after `consumed_samples`, read in the background while the step runs.
   // HDF5 serves one thread at a time: JoinPrefetch before any other HDF5 use.
   void StartPrefetch(int64_t consumed_samples);

@@ -302,24 +302,25 @@ TEST_F(DatasetTest, OpenDataSourcesPicksFilesAndSplits) {
   data.val_fraction = 0.2;
   auto held_out = OpenDataSources(data, 1000, 10);
   ASSERT_TRUE(held_out.ok()) << held_out.status().message();
-  EXPECT_EQ(held_out->train.num_samples, 8);
-  EXPECT_EQ(held_out->val.first_sample, 8);
-  EXPECT_EQ(held_out->val.num_samples, 2);
-  EXPECT_EQ(held_out->val_file, held_out->train_file);
+  EXPECT_EQ(held_out->train.num_samples(), 8);
+  ASSERT_EQ(held_out->val.parts().size(), 1u);
+  EXPECT_EQ(held_out->val.parts()[0].split.first_sample, 8);
+  EXPECT_EQ(held_out->val.num_samples(), 2);
+  EXPECT_EQ(held_out->val.parts()[0].file, held_out->train_files[0]);
 
   data.val_path = Path("val.h5");
   auto separate = OpenDataSources(data, 1000, 10);
   ASSERT_TRUE(separate.ok()) << separate.status().message();
-  EXPECT_EQ(separate->train.num_samples, 10);
-  EXPECT_EQ(separate->val.num_samples, 3);
-  EXPECT_EQ(separate->val_file->path(), Path("val.h5"));
+  EXPECT_EQ(separate->train.num_samples(), 10);
+  EXPECT_EQ(separate->val.num_samples(), 3);
+  EXPECT_EQ(separate->val.Describe(), Path("val.h5"));
 
   data.val_path.clear();
   data.val_fraction = 0.0;
   auto none = OpenDataSources(data, 1000, 10);
   ASSERT_TRUE(none.ok());
-  EXPECT_EQ(none->val_file, nullptr);
-  EXPECT_EQ(none->train.num_samples, 10);
+  EXPECT_EQ(none->val.num_samples(), 0);
+  EXPECT_EQ(none->train.num_samples(), 10);
 
   data.val_path = Path("tiny.h5");
   auto tiny = OpenDataSources(data, 1000, 10);
@@ -330,6 +331,78 @@ TEST_F(DatasetTest, OpenDataSourcesPicksFilesAndSplits) {
 
   DataConfig missing;
   EXPECT_EQ(OpenDataSources(missing, 1000, 10).status().code(), ExitCode::kUsage);
+}
+
+// Several files: the set's sample k is file A's k-th, then file B's; each read equals the file's
+// own read of that sample; a held-out part spans the files' boundary; globs and comma lists.
+TEST_F(DatasetTest, SeveralFilesFormOneSampleSet) {
+  const int T = 10;
+  SyntheticFile a, b;
+  a.tokens = RandomTokens(4 * T + 1 + 3, 1000, 21);  // 4 samples
+  b.tokens = RandomTokens(6 * T + 1, 1000, 22);      // 6 samples
+  WriteSyntheticFile(Path("shard-0.h5"), a);
+  WriteSyntheticFile(Path("shard-1.h5"), b);
+
+  DataConfig data;
+  data.train_path = Path("shard-*.h5");
+  data.val_fraction = 0.3;  // the last 3 samples: B's samples 3..5
+  auto sources = OpenDataSources(data, 1000, T);
+  ASSERT_TRUE(sources.ok()) << sources.status().message();
+  ASSERT_EQ(sources->train_files.size(), 2u);
+  EXPECT_EQ(sources->train_files[0]->path(), Path("shard-0.h5"));  // sorted
+  EXPECT_EQ(sources->train.num_samples(), 7);
+  EXPECT_EQ(sources->val.num_samples(), 3);
+
+  // The reference: each file's own reads of its samples.
+  auto read_file = [&](const std::string& name, int64_t id) {
+    auto file = TokenDataset::Open(Path(name), 1000);
+    std::vector<int32_t> x(T), y(T);
+    EXPECT_TRUE(file.value()->ReadSamples(std::vector<int64_t>{id}, T, x.data(), y.data()).ok());
+    x.insert(x.end(), y.begin(), y.end());
+    return x;
+  };
+  const std::vector<int64_t> ids = {6, 0, 3, 4, 5, 1};  // runs in B, A, A|B, B
+  std::vector<int32_t> x(ids.size() * T), y(ids.size() * T);
+  ASSERT_TRUE(sources->train.ReadSamples(ids, T, x.data(), y.data()).ok());
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const bool in_a = ids[r] < 4;
+    std::vector<int32_t> got(x.begin() + r * T, x.begin() + (r + 1) * T);
+    got.insert(got.end(), y.begin() + r * T, y.begin() + (r + 1) * T);
+    EXPECT_EQ(got, read_file(in_a ? "shard-0.h5" : "shard-1.h5", in_a ? ids[r] : ids[r] - 4))
+        << "set sample " << ids[r];
+  }
+  std::vector<int32_t> vx(T), vy(T);
+  ASSERT_TRUE(sources->val.ReadSamples({0}, T, vx.data(), vy.data()).ok());
+  vx.insert(vx.end(), vy.begin(), vy.end());
+  EXPECT_EQ(vx, read_file("shard-1.h5", 3));
+  EXPECT_FALSE(sources->train.ReadSamples({7}, T, x.data(), y.data()).ok());  // held out
+
+  // A comma list (a file twice counts twice), spaces allowed around the commas.
+  data.train_path = Path("shard-1.h5") + " , " + Path("shard-0.h5") + "," + Path("shard-1.h5");
+  data.val_fraction = 0;
+  auto listed = OpenDataSources(data, 1000, T);
+  ASSERT_TRUE(listed.ok()) << listed.status().message();
+  EXPECT_EQ(listed->train.num_samples(), 16);
+  EXPECT_EQ(listed->train.Describe(), "3 files: " + Path("shard-1.h5") + ", " + Path("shard-0.h5") +
+                                          ", " + Path("shard-1.h5"));
+
+  // Errors name the key and the fix.
+  data.train_path = Path("none-*.h5");
+  auto nothing = OpenDataSources(data, 1000, T);
+  EXPECT_EQ(nothing.status().code(), ExitCode::kData);
+  EXPECT_NE(nothing.status().message().find("no file matches"), std::string::npos);
+  data.train_path = Path("shard-0.h5") + ",,";
+  EXPECT_EQ(OpenDataSources(data, 1000, T).status().code(), ExitCode::kData);
+  b.tokenizer = "bytes";
+  WriteSyntheticFile(Path("shard-2.h5"), b);
+  data.train_path = Path("shard-*.h5");
+  auto mixed = OpenDataSources(data, 1000, T);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("packed differently"), std::string::npos);
+  data.train_path = Path("shard-0.h5");
+  data.val_path = Path("shard-2.h5");  // the validation files too
+  EXPECT_NE(OpenDataSources(data, 1000, T).status().message().find("packed differently"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Data.train_path naming several files (a glob, or commas): their samples form one set, so a run
+# on shards A and B equals a run on one file C that holds the same samples in the same order. The
+# files are built so that it does: A = a + eod and B = eod + b + eod (u16 token files, one document
+# each, `trainer pack` appending the eod), C = a + eod + b + eod, where a holds nA*T tokens and b
+# nB*T - 1; then C's samples are A's followed by B's, token for token. Checked: one rank on A,B
+# gives C's losses and validation losses exactly (the held-out samples are B's last ones); DP=2 on
+# the glob gives them within reduction-order rounding; files packed with another tokenizer, or a
+# pattern that matches nothing, stop the run with one line (exit 3).
+source "$(dirname "$0")/lib.sh"
+T=64
+python3 - "$T" <<'PY'
+import random, struct, sys
+T = int(sys.argv[1])
+rng = random.Random(5)
+n_a, n_b, eod = 23, 17, 256
+text = lambda n: [rng.randrange(256) for _ in range(n)]
+a = text(n_a * T)
+b = [eod] + text(n_b * T - 1)
+for name, tokens in (("a.u16", a), ("b.u16", b), ("c.u16", a + b)):
+    open(name, "wb").write(struct.pack(f"<{len(tokens)}H", *tokens))
+PY
+mkdir shards
+for f in a b; do
+  "$TRAINER" pack --tokenizer u16 --vocab-size 257 --input $f.u16 --output shards/$f.h5 --quiet
+done
+"$TRAINER" pack --tokenizer u16 --vocab-size 257 --input c.u16 --output c.h5 --quiet
+
+COMMON=(-c "$SRC/configs/tiny-cpu.yaml" -o Model.max_seq_len=$T -o Model.num_layers=2
+        -o Engine.max_steps=24 -o Engine.logging_freq=4 -o Engine.eval_freq=8 -o Engine.eval_iters=1
+        -o Engine.save_steps=0 -o Data.val_fraction=0.1)
+run_np 1 train "${COMMON[@]}" -o Data.train_path=c.h5 -o Engine.output_dir=one_file > one.log 2>&1 ||
+  { tail -5 one.log; fail "run on c.h5 failed"; }
+run_np 1 train "${COMMON[@]}" -o "Data.train_path=shards/a.h5, shards/b.h5" \
+  -o Engine.output_dir=two_files > two.log 2>&1 || { tail -5 two.log; fail "run on a.h5,b.h5 failed"; }
+grep -q "2 files: shards/a.h5, shards/b.h5" two.log || { cat two.log; fail "the run does not name its two files"; }
+val_losses() { grep -o '"val_loss": [^,}]*' "$1" | awk '{print $2}'; }
+[ "$(losses one_file/metrics.jsonl)" = "$(losses two_files/metrics.jsonl)" ] ||
+  { paste <(losses one_file/metrics.jsonl) <(losses two_files/metrics.jsonl); fail "losses on A,B differ from C's"; }
+[ -n "$(val_losses one_file/metrics.jsonl)" ] &&
+  [ "$(val_losses one_file/metrics.jsonl)" = "$(val_losses two_files/metrics.jsonl)" ] ||
+  fail "validation losses on A,B differ from C's"
+echo "one rank: $(losses one_file/metrics.jsonl | wc -l) losses and $(val_losses one_file/metrics.jsonl | wc -l) validation losses equal"
+run_np 2 train "${COMMON[@]}" -o 'Data.train_path=shards/*.h5' -o Engine.output_dir=dp2 > dp2.log 2>&1 ||
+  { tail -5 dp2.log; fail "DP=2 run on shards/*.h5 failed"; }
+compare_losses dp2/metrics.jsonl one_file/metrics.jsonl 1e-5 || fail "DP=2 on the glob drifts from one rank on C"
+
+"$TRAINER" pack --input "$SRC/README.md" --output shards/text.h5 --quiet  # bytes, not u16
+expect_error 3 "packed differently" run_np 2 train "${COMMON[@]}" -o 'Data.train_path=shards/*.h5' \
+  -o Engine.output_dir=mixed
+expect_error 3 "no file matches" run_np 2 train "${COMMON[@]}" -o 'Data.train_path=shards/x*.h5' \
+  -o Engine.output_dir=none
+echo "data_files: all checks passed"
