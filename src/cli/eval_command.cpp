@@ -1,9 +1,10 @@
 // `trainer eval CHECKPOINT --data FILE`: the mean loss (and perplexity) of a checkpoint's model on
-// a packed token file. One process loads the whole model (a checkpoint of any layout) with the
-// config the checkpoint carries, on the CPU or the GPU (Global.device), and runs the forward over
-// the file's samples of Model.seq_len tokens in order, a micro-batch at a time: the samples a
-// training run's evaluation reads from a validation file (Data.val_path), so that the two agree.
-// It reads the checkpoint only: a run may go on writing to the folder meanwhile.
+// a packed token file (or several, as Data.val_path names them). One process loads the whole model
+// (a checkpoint of any layout) with the config the checkpoint carries, on the CPU or the GPU
+// (Global.device), and runs the forward over the file's samples of Model.seq_len tokens in order, a
+// micro-batch at a time: the samples a training run's evaluation reads from a validation file
+// (Data.val_path), so that the two agree. It reads the checkpoint only: a run may go on writing to
+// the folder meanwhile.
 #include <cmath>
 #include <iostream>
 
@@ -13,7 +14,7 @@
 #include "cli/commands.h"
 #include "cli/run_context.h"
 #include "common/log.h"
-#include "data/dataset.h"
+#include "data/data_sources.h"
 #include "model/gpt.h"
 #include "model/parameters.h"
 
@@ -40,10 +41,13 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
                            OneProcessConfig(*file, o.overrides, o.batch, &r->step));
   const ModelConfig& mc = config.model;
   const int B = config.global.micro_batch_size, T = mc.sequence_length();
-  TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<TokenDataset> data,
-                           TokenDataset::Open(o.data, mc.vocab_size));
-  TRAINER_RETURN_IF_ERROR(data->RequireSamples(T, B, "--data"));
-  const int64_t samples = data->NumSamples(T);
+  TRAINER_ASSIGN_OR_RETURN(const SampleSet data, OpenSampleSet(o.data, "--data", mc.vocab_size, T));
+  const int64_t samples = data.num_samples();
+  if (samples < B)
+    return DataError(
+        StrFormat("too few samples (%s, --data): %lld of %d+1 tokens, fewer than one "
+                  "micro-batch of %d. Give a smaller -b or more data",
+                  data.Describe().c_str(), static_cast<long long>(samples), T, B));
   r->batches = samples / B;
   if (o.limit > 0 && o.limit < r->batches) r->batches = o.limit;
   r->samples_left = samples - r->batches * B;
@@ -59,13 +63,13 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
   TRAINER_RETURN_IF_ERROR(GptModel::Create(mc, part, backend, ctx->groups.tp, B, T, 1, &model));
   TRAINER_RETURN_IF_ERROR(LoadCheckpointWeights(*file, mc, model.get()));
   std::cerr << StrFormat("evaluating %s on %s: %lld micro-batches of %d x %d tokens on %s\n",
-                         file->c_str(), o.data.c_str(), static_cast<long long>(r->batches), B, T,
-                         backend->name().c_str());
+                         file->c_str(), data.Describe().c_str(), static_cast<long long>(r->batches),
+                         B, T, backend->name().c_str());
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
   std::vector<int64_t> ids(static_cast<size_t>(B));
   for (int64_t b = 0; b < r->batches; ++b) {
     for (int j = 0; j < B; ++j) ids[static_cast<size_t>(j)] = b * B + j;
-    TRAINER_RETURN_IF_ERROR(data->ReadSamples(ids, T, inputs.data(), targets.data()));
+    TRAINER_RETURN_IF_ERROR(data.ReadSamples(ids, T, inputs.data(), targets.data()));
     TRAINER_RETURN_IF_ERROR(model->Forward(0, inputs.data(), targets.data(), true, 0.f));
     TRAINER_RETURN_IF_ERROR(model->AccumulateLoss(b == 0));
   }
@@ -81,7 +85,8 @@ int RunEvalCommand(const std::vector<std::string>& args) {
   po::options_description options("trainer eval options");
   EvalOptions o;
   options.add_options()("data,d", po::value(&o.data)->default_value(""),
-                        "packed token file (trainer pack) whose samples are evaluated")(
+                        "packed token file(s) (trainer pack) whose samples are evaluated: a path, "
+                        "or several as Data.val_path takes them (commas, glob patterns)")(
       "batch,b", po::value(&o.batch)->default_value(0),
       "sequences per forward; 0: the checkpoint's Global.micro_batch_size")(
       "batches", po::value(&o.limit)->default_value(0),

@@ -103,6 +103,15 @@ SampleSet AllSamples(const std::vector<std::shared_ptr<TokenDataset>>& files, in
 
 }  // namespace
 
+StatusOr<SampleSet> OpenSampleSet(const std::string& value, const std::string& key,
+                                  int64_t model_vocab_size, int seq_len,
+                                  const DatasetOpenOptions& options) {
+  std::vector<std::shared_ptr<TokenDataset>> files;
+  const TokenDataset* like = nullptr;
+  TRAINER_RETURN_IF_ERROR(OpenFiles(value, key, model_vocab_size, seq_len, options, &files, &like));
+  return AllSamples(files, seq_len);
+}
+
 StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_vocab_size, int seq_len,
                                       const DatasetOpenOptions& options) {
   if (data.train_path.empty())

@@ -32,6 +32,12 @@ StatusOr<HeldOutSplits> HoldOutValidation(const std::string& path, int64_t num_s
 StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& value,
                                                    const std::string& key);
 
+// The samples of the files `value` names (as Data.train_path; `key` names it in messages), each
+// file checked as OpenDataSources checks them.
+StatusOr<SampleSet> OpenSampleSet(const std::string& value, const std::string& key,
+                                  int64_t model_vocab_size, int seq_len,
+                                  const DatasetOpenOptions& options = {});
+
 struct DataSources {
   std::vector<std::shared_ptr<TokenDataset>> train_files;
   std::vector<std::shared_ptr<TokenDataset>> val_files;  // empty with a held-out validation set

@@ -45,6 +45,14 @@ run_np 2 train "${COMMON[@]}" -o 'Data.train_path=shards/*.h5' -o Engine.output_
   { tail -5 dp2.log; fail "DP=2 run on shards/*.h5 failed"; }
 compare_losses dp2/metrics.jsonl one_file/metrics.jsonl 1e-5 || fail "DP=2 on the glob drifts from one rank on C"
 
+# trainer eval of two files gives the loss of the one file holding the same samples.
+run_np 1 train "${COMMON[@]}" -o Data.train_path=c.h5 -o Engine.save_steps=24 \
+  -o Engine.output_dir=saved > saved.log 2>&1 || { tail -5 saved.log; fail "run with a save failed"; }
+eval_loss() { "$TRAINER" eval saved/checkpoints --data "$1" -b 4 2> /dev/null | tail -1 |
+  grep -o '"loss": [^,}]*'; }
+[ -n "$(eval_loss c.h5)" ] && [ "$(eval_loss c.h5)" = "$(eval_loss 'shards/a.h5,shards/b.h5')" ] ||
+  fail "trainer eval on a.h5,b.h5 ($(eval_loss 'shards/a.h5,shards/b.h5')) differs from c.h5 ($(eval_loss c.h5))"
+
 "$TRAINER" pack --input "$SRC/README.md" --output shards/text.h5 --quiet  # bytes, not u16
 expect_error 3 "packed differently" run_np 2 train "${COMMON[@]}" -o 'Data.train_path=shards/*.h5' \
   -o Engine.output_dir=mixed
