@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# slurm/train.sbatch on the local Slurm cluster with the real trainer (CPU, 2 ranks, a shrunken
-# configs/tiny-cpu.yaml on text packed by `trainer pack`):
+# slurm/pack.sbatch and slurm/train.sbatch on the local Slurm cluster with the real trainer (CPU,
+# 2 ranks, a shrunken configs/tiny-cpu.yaml on text packed by `trainer pack`):
+#   0. sbatch --wait --array=0-1 of pack.sbatch over three text files: two shards, each equal to a
+#      `trainer pack` of its files (task 0: the first and third, task 1: the second); the runs
+#      below train on the shards' glob.
 #   1. sbatch --wait of an uninterrupted 100-step run: the job completes, logs, and leaves
 #      checkpoints step-50 and step-100 plus `latest`.
 #   2. preemption: the same run in a job that gets SIGUSR1 (as Slurm sends it before the time
@@ -29,8 +32,22 @@ make_text_dataset "$scratch/data.h5"
 start_local_cluster "$scratch/cluster"
 export TRAINER_BIN=$trainer
 
+# 0. Packing in a job array.
+timeout 120 sbatch --wait --parsable --array=0-1 --chdir="$scratch" --output="$scratch/pack-%A_%a.out" \
+  "$src/slurm/pack.sbatch" "$scratch/doc*.txt" "$scratch/shards" >/dev/null ||
+  fail "sbatch --wait --array=0-1 of pack.sbatch failed: $(tail -n 5 "$scratch"/pack-*.out 2>/dev/null)"
+"$trainer" pack --input "$scratch/doc1.txt" "$scratch/doc3.txt" --output "$scratch/expect-0.h5" >/dev/null 2>&1
+"$trainer" pack --input "$scratch/doc2.txt" --output "$scratch/expect-1.h5" >/dev/null 2>&1
+for i in 0 1; do
+  h5dump -d /tokens -b LE -o "$scratch/shard-$i.bin" "$scratch/shards/shard-0000$i.h5" >/dev/null &&
+    h5dump -d /tokens -b LE -o "$scratch/expect-$i.bin" "$scratch/expect-$i.h5" >/dev/null &&
+    cmp -s "$scratch/shard-$i.bin" "$scratch/expect-$i.bin" ||
+    fail "shard $i of pack.sbatch differs from a trainer pack of its files"
+done
+echo "ok: sbatch --array=0-1 pack.sbatch: 2 shards, each its files' trainer pack"
+
 # A small model so that each step takes milliseconds on two CPU ranks.
-common=(-o Data.train_path="$scratch/data.h5" -o Model.hidden_size=64 -o Model.num_layers=2
+common=(-o Data.train_path="$scratch/shards/shard-*.h5" -o Model.hidden_size=64 -o Model.num_layers=2
         -o Model.num_heads=4 -o Model.max_seq_len=64 -o Model.seq_len=64 -o Global.global_batch_size=8
         -o Global.micro_batch_size=4 -o Engine.eval_freq=0 -o Engine.logging_freq=1
         -o Checkpoint.keep_last=0)
