@@ -76,9 +76,6 @@ StatusOr<std::shared_ptr<const BpeVocabulary>> BpeVocabulary::Load(const std::st
   loaded->merges_path_ = merges;
   TRAINER_RETURN_IF_ERROR(loaded->ReadVocabulary(vocabulary));
   TRAINER_RETURN_IF_ERROR(loaded->ReadMerges(merges));
-  loaded->description_ =
-      StrFormat("%lld tokens, %zu merges, %s", static_cast<long long>(loaded->size()),
-                loaded->merges_.size(), vocabulary.c_str());
   return std::shared_ptr<const BpeVocabulary>(std::move(loaded));
 }
 

@@ -31,8 +31,6 @@ class BpeVocabulary {
   const std::string& TokenBytes(uint32_t id) const { return token_bytes_[id]; }
   // Appends the tokens of one piece.
   void EncodePiece(const uint8_t* bytes, size_t size, std::vector<uint32_t>* tokens) const;
-  // "vocab.json + merges.txt in DIR", for messages.
-  const std::string& description() const { return description_; }
   // The two files, vocabulary first.
   const std::string& vocabulary_path() const { return vocabulary_path_; }
   const std::string& merges_path() const { return merges_path_; }
@@ -51,7 +49,7 @@ class BpeVocabulary {
   std::unordered_map<std::string, uint32_t> ids_;
   uint32_t byte_ids_[256] = {};
   std::unordered_map<uint64_t, Merge> merges_;
-  std::string description_, vocabulary_path_, merges_path_;
+  std::string vocabulary_path_, merges_path_;
 };
 
 class BpeTokenizer final : public Tokenizer {
