@@ -15,7 +15,9 @@ int RunPackCommand(const std::vector<std::string>& args) {
   PackOptions options;
   po::options_description description(
       "usage: trainer pack --input FILE... --output PATH [options]  (or FILE... --output PATH)\n"
-      "Each input file is one document; an end-of-document token follows each.\noptions");
+      "Each input file is one document (each line of a JSON Lines file with --input-format "
+      "jsonl);\n"
+      "an end-of-document token follows each.\noptions");
   // clang-format off
   description.add_options()
       ("help,h", "show this help and exit")
@@ -26,6 +28,10 @@ int RunPackCommand(const std::vector<std::string>& args) {
       ("tokenizer", po::value<std::string>(&options.tokenizer)->default_value(options.tokenizer),
        "bytes (vocab 257, eod 256), gpt2 (GPT-2's byte-level BPE; --tokenizer-dir), u16 or u32 "
        "(raw little-endian token files)")
+      ("input-format", po::value<std::string>(&options.input_format)->default_value(options.input_format),
+       "text (each file one document) or jsonl (JSON Lines: each line an object, one document)")
+      ("jsonl-key", po::value<std::string>(&options.jsonl_key)->default_value(options.jsonl_key),
+       "jsonl: the key whose string value is the document's text")
       ("tokenizer-dir", po::value<std::string>(&options.tokenizer_dir),
        "gpt2: the folder with vocab.json and merges.txt (or encoder.json and vocab.bpe)")
       ("vocab-size", po::value<int64_t>(&options.vocab_size)->default_value(options.vocab_size),

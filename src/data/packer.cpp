@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 
 #include "common/log.h"
+#include "data/json_line.h"
 #include "data/progress.h"
 #include "data/token_file_writer.h"
 #include "data/tokenizer.h"
@@ -74,25 +76,57 @@ Status StatInputs(const std::vector<std::string>& inputs, std::vector<int64_t>* 
 }
 
 // Reads inputs chunk by chunk through the tokenizer; shared by the counting and writing passes.
-// Memory: one read chunk and its tokens, whatever the corpus size.
+// A text input is one document; each line of a JSON Lines input (input_format jsonl) is one, its
+// text the string at jsonl_key. Memory: one read chunk and its tokens (and one line), whatever the
+// corpus size.
 class InputReader {
  public:
   InputReader(const PackOptions& options, Tokenizer* tokenizer, int64_t total_bytes)
       : tokenizer_(tokenizer),
+        jsonl_(options.input_format == "jsonl"),
+        jsonl_key_(options.jsonl_key),
         show_progress_(options.show_progress),
         progress_("pack", total_bytes, stderr),
         bytes_(static_cast<size_t>(std::max<int64_t>(1, options.read_chunk_bytes))) {
     tokens_.reserve(bytes_.size());
   }
 
-  // Calls consume(tokens, count) for every token of document `input` (without its eod) and
-  // sets *count to their number.
-  template <typename Consume>
-  Status Read(const std::string& input, Consume consume, int64_t* count) {
+  // Calls consume(tokens, count) for the tokens of each document of `input` and then
+  // end_document(count) with its number of tokens (without an eod).
+  template <typename Consume, typename EndDocument>
+  Status Read(const std::string& input, Consume consume, EndDocument end_document) {
     std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(input.c_str(), "rb"), std::fclose);
     if (!file) return DataError("cannot open input file (" + input + ", --input): fopen failed");
-    tokenizer_->BeginDocument(input);
-    *count = 0;
+    int64_t count = 0;
+    const auto tokenized = [&]() -> Status {
+      TRAINER_RETURN_IF_ERROR(consume(tokens_.data(), tokens_.size()));
+      count += static_cast<int64_t>(tokens_.size());
+      tokens_.clear();
+      return Status::Ok();
+    };
+    int64_t line_number = 0;
+    const auto end_line = [&]() -> Status {  // a JSON Lines document
+      ++line_number;
+      if (line_.find_first_not_of(" \t\r") == std::string::npos) return Status::Ok();
+      text_.clear();
+      const Status parsed = JsonStringField(line_, jsonl_key_, &text_);
+      if (!parsed.ok())
+        return DataError(
+            StrFormat("bad JSON line (%s line %lld, --input-format jsonl): %s. Each "
+                      "line must be an object with the text at \"%s\" (--jsonl-key)",
+                      input.c_str(), static_cast<long long>(line_number), parsed.message().c_str(),
+                      jsonl_key_.c_str()));
+      tokenizer_->BeginDocument(
+          StrFormat("%s line %lld", input.c_str(), static_cast<long long>(line_number)));
+      count = 0;
+      TRAINER_RETURN_IF_ERROR(tokenizer_->Encode(reinterpret_cast<const uint8_t*>(text_.data()),
+                                                 text_.size(), &tokens_));
+      TRAINER_RETURN_IF_ERROR(tokenizer_->EndDocument(&tokens_));
+      TRAINER_RETURN_IF_ERROR(tokenized());
+      return end_document(count);
+    };
+    if (!jsonl_) tokenizer_->BeginDocument(input);
+    line_.clear();
     for (;;) {
       size_t n = std::fread(bytes_.data(), 1, bytes_.size(), file.get());
       if (n == 0) {
@@ -100,18 +134,30 @@ class InputReader {
           return DataError("cannot read input file (" + input + ", --input): read error");
         break;
       }
-      tokens_.clear();
-      TRAINER_RETURN_IF_ERROR(tokenizer_->Encode(bytes_.data(), n, &tokens_));
-      TRAINER_RETURN_IF_ERROR(consume(tokens_.data(), tokens_.size()));
-      *count += static_cast<int64_t>(tokens_.size());
+      if (!jsonl_) {
+        TRAINER_RETURN_IF_ERROR(tokenizer_->Encode(bytes_.data(), n, &tokens_));
+        TRAINER_RETURN_IF_ERROR(tokenized());
+      } else {
+        const char* chunk = reinterpret_cast<const char*>(bytes_.data());
+        for (size_t at = 0; at < n;) {
+          const char* newline = static_cast<const char*>(std::memchr(chunk + at, '\n', n - at));
+          const size_t end = newline ? static_cast<size_t>(newline - chunk) : n;
+          line_.append(chunk + at, end - at);
+          at = end;
+          if (newline) {
+            ++at;
+            TRAINER_RETURN_IF_ERROR(end_line());
+            line_.clear();
+          }
+        }
+      }
       bytes_done_ += static_cast<int64_t>(n);
       if (show_progress_) progress_.Update(bytes_done_);
     }
-    tokens_.clear();
+    if (jsonl_) return line_.empty() ? Status::Ok() : end_line();
     TRAINER_RETURN_IF_ERROR(tokenizer_->EndDocument(&tokens_));
-    TRAINER_RETURN_IF_ERROR(consume(tokens_.data(), tokens_.size()));
-    *count += static_cast<int64_t>(tokens_.size());
-    return Status::Ok();
+    TRAINER_RETURN_IF_ERROR(tokenized());
+    return end_document(count);
   }
 
   void Finish() {
@@ -120,11 +166,14 @@ class InputReader {
 
  private:
   Tokenizer* tokenizer_;
+  bool jsonl_;
+  std::string jsonl_key_;
   bool show_progress_;
   ProgressReporter progress_;
   int64_t bytes_done_ = 0;
   std::vector<uint8_t> bytes_;
   std::vector<uint32_t> tokens_;
+  std::string line_, text_;
 };
 
 // Sends stream positions [0, cut) to `train` and [cut, ...) to `val`.
@@ -156,15 +205,21 @@ class SplitWriter {
   int64_t position_ = 0;
 };
 
-// Token count (without eod) of every input, from its size when the tokenizer can tell, else by
-// tokenizing it once without writing.
+// Token count (without eod) of every document, from the input's size when the tokenizer can tell,
+// else by tokenizing it once without writing.
 Status CountTokens(const PackOptions& options, const std::vector<int64_t>& sizes,
                    Tokenizer* tokenizer, InputReader* reader, std::vector<int64_t>* counts) {
   auto discard = [](const uint32_t*, size_t) { return Status::Ok(); };
-  for (size_t i = 0; i < options.inputs.size(); ++i) {
-    int64_t count = tokenizer->TokenCount(sizes[i]);
-    if (count < 0) TRAINER_RETURN_IF_ERROR(reader->Read(options.inputs[i], discard, &count));
+  auto note = [counts](int64_t count) {
     counts->push_back(count);
+    return Status::Ok();
+  };
+  for (size_t i = 0; i < options.inputs.size(); ++i) {
+    const int64_t count = options.input_format == "jsonl" ? -1 : tokenizer->TokenCount(sizes[i]);
+    if (count >= 0)
+      counts->push_back(count);
+    else
+      TRAINER_RETURN_IF_ERROR(reader->Read(options.inputs[i], discard, note));
   }
   return Status::Ok();
 }
@@ -186,7 +241,7 @@ std::string PackSummary::OneLine() const {
   std::string line =
       "packed " + Plural(documents, "document") + ", " + Plural(tokens, "token") +
       StrFormat(" (%s, vocab %lld)", tokenizer.c_str(), static_cast<long long>(vocab_size));
-  if (empty_inputs > 0) line += ", " + Plural(empty_inputs, "empty input") + " skipped";
+  if (empty_inputs > 0) line += ", " + Plural(empty_inputs, "empty document") + " skipped";
   for (size_t i = 0; i < files.size(); ++i) {
     line += (i == 0 ? ": " : ", ") + files[i].path + " (" + Plural(files[i].tokens, "token") +
             ", " + Plural(files[i].documents, "document") + ")";
@@ -236,6 +291,13 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   *summary = PackSummary();
   if (options.inputs.empty())
     return UsageError("no input files (pack, --input): pass at least one file");
+  if (options.input_format != "text" && options.input_format != "jsonl")
+    return UsageError("unknown --input-format (pack): '" + options.input_format +
+                      "'. Use text (each file one document) or jsonl (each line one)");
+  if (options.input_format == "jsonl" && (tokenizer->name() == "u16" || tokenizer->name() == "u32"))
+    return UsageError(
+        "--input-format jsonl (pack) holds text: use --tokenizer bytes or gpt2, not " +
+        tokenizer->name());
   if (options.output.empty())
     return UsageError("no output file (pack, --output): pass the HDF5 file to write");
   if (!(options.val_fraction >= 0.0 && options.val_fraction < 1.0))
@@ -261,7 +323,9 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   bool must_count = false;  // a counting pass reads the inputs twice
   for (size_t i = 0; i < sizes.size(); ++i) {
     total_bytes += sizes[i];
-    must_count = must_count || (split && tokenizer->TokenCount(sizes[i]) < 0);
+    must_count =
+        must_count ||
+        (split && (options.input_format == "jsonl" || tokenizer->TokenCount(sizes[i]) < 0));
   }
   InputReader reader(options, tokenizer, must_count ? 2 * total_bytes : total_bytes);
 
@@ -305,17 +369,16 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   auto write = [&writer](const uint32_t* tokens, size_t n) { return writer.Append(tokens, n); };
   const uint32_t eod = static_cast<uint32_t>(tokenizer->eod_id());
   std::vector<uint64_t> doc_offsets;
-  for (const std::string& input : options.inputs) {
-    const int64_t start = writer.position();
-    int64_t count = 0;
-    TRAINER_RETURN_IF_ERROR(reader.Read(input, write, &count));
+  auto end_document = [&](int64_t count) {
     if (count == 0) {  // an empty document: skipped, no eod
       ++summary->empty_inputs;
-      continue;
+      return Status::Ok();
     }
-    TRAINER_RETURN_IF_ERROR(writer.Append(&eod, 1));
-    doc_offsets.push_back(static_cast<uint64_t>(start));
-  }
+    doc_offsets.push_back(static_cast<uint64_t>(writer.position() - count));
+    return writer.Append(&eod, 1);
+  };
+  for (const std::string& input : options.inputs)
+    TRAINER_RETURN_IF_ERROR(reader.Read(input, write, end_document));
   reader.Finish();
   doc_offsets.push_back(static_cast<uint64_t>(writer.position()));
   if (writer.position() == 0) return empty_input;

@@ -1,4 +1,5 @@
-// PackDataset: `trainer pack` without the command line. Streams input files (one document each)
+// PackDataset: `trainer pack` without the command line. Streams input files (one document each, or
+// one per line of JSON Lines)
 // through a Tokenizer into a packed-token HDF5 file, optionally sending the end of the token
 // stream to a validation file (the cut is planned from token counts first, so each token is
 // written once, to its file). Writes `<output>.tmp` and renames it, so a crash never leaves a
@@ -15,14 +16,16 @@
 namespace trainer {
 
 struct PackOptions {
-  std::vector<std::string> inputs;  // one document per file, in this order
-  std::string output;               // e.g. data.h5
-  std::string tokenizer = "bytes";  // bytes | gpt2 | u16 | u32 (see MakeTokenizer)
-  std::string tokenizer_dir;        // gpt2: the folder with vocab.json and merges.txt
-  int64_t vocab_size = 0;           // 0: the tokenizer's own (required for u16/u32)
-  int64_t eod_id = -1;              // -1: the tokenizer's own (vocab_size - 1 for u16/u32)
-  double val_fraction = 0.0;        // in [0, 1): the last fraction of tokens go to val_output
-  std::string val_output;           // empty: DefaultValidationPath(output)
+  std::vector<std::string> inputs;    // one document per file (text), or per line (jsonl), in order
+  std::string input_format = "text";  // text | jsonl (JSON Lines: each line an object)
+  std::string jsonl_key = "text";     // jsonl: the key whose string is the document
+  std::string output;                 // e.g. data.h5
+  std::string tokenizer = "bytes";    // bytes | gpt2 | u16 | u32 (see MakeTokenizer)
+  std::string tokenizer_dir;          // gpt2: the folder with vocab.json and merges.txt
+  int64_t vocab_size = 0;             // 0: the tokenizer's own (required for u16/u32)
+  int64_t eod_id = -1;                // -1: the tokenizer's own (vocab_size - 1 for u16/u32)
+  double val_fraction = 0.0;          // in [0, 1): the last fraction of tokens go to val_output
+  std::string val_output;             // empty: DefaultValidationPath(output)
   int64_t read_chunk_bytes = int64_t{4} << 20;  // input read size
   int64_t chunk_tokens = int64_t{1} << 20;      // HDF5 chunk of /tokens (smaller for tiny inputs)
   bool show_progress = true;                    // progress lines on stderr for runs over ~2 s
@@ -37,9 +40,9 @@ struct PackedFile {
 struct PackSummary {
   std::string tokenizer;
   int64_t vocab_size = 0;
-  int64_t documents = 0;          // non-empty input files
+  int64_t documents = 0;          // non-empty documents (files, or lines of JSON Lines)
   int64_t tokens = 0;             // including one eod per document
-  int64_t empty_inputs = 0;       // empty input files (skipped: no tokens, no eod)
+  int64_t empty_inputs = 0;       // empty documents (skipped: no tokens, no eod)
   std::vector<PackedFile> files;  // the training file, then the validation file if any
 
   // "packed 3 documents, 1234 tokens (bytes, vocab 257): data.h5 (...), data.val.h5 (...)"

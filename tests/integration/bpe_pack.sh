@@ -6,8 +6,9 @@
 # document followed by <|endoftext|> (and <|endoftext|> in the text that token, as transformers
 # reads it). A small model trained on the packed tokens then samples
 # greedily twice: from a text prompt with --tokenizer-dir, and from the reference's ids of the same
-# prompt; the reference's decoding of the second sample must be the first one's text. trainer
-# export --tokenizer-dir copies the two files. Bad input: one error line each (2 usage, 3 data).
+# prompt; the reference's decoding of the second sample must be the first one's text. The same text
+# as JSON Lines (--input-format jsonl) gives the reference's tokens of each line. trainer export
+# --tokenizer-dir copies the two files. Bad input: one error line each (2 usage, 3 data).
 source "$(dirname "$0")/lib.sh"
 REFERENCE="$SRC/tests/integration/gpt2_bpe_reference.py"
 PY=""
@@ -56,6 +57,32 @@ assert not bad, f"{len(bad)} tokens differ, the first at {bad[0]}: {got[bad[0]-3
 print(f"{len(got)} tokens ({vocab} in the vocabulary) as the reference encodes them")
 PY
 h5dump -a tokenizer data.h5 | grep -q '"gpt2"' || fail "the tokenizer attribute is not gpt2"
+
+# JSON Lines: each paragraph of world.txt a line as Python's json writes it (\u escapes, surrogate
+# pairs beyond U+FFFF, other keys around "text"); the tokens must be the reference's encoding of
+# each paragraph, an eod after each.
+mkdir paragraphs
+"$PY" - <<'PY'
+import json
+paragraphs = [p for p in open("world.txt", encoding="utf-8", newline="").read().split("\n\n") if p]
+with open("world.jsonl", "w") as out:
+    for i, p in enumerate(paragraphs):
+        out.write(json.dumps({"id": i, "meta": {"text": "not this", "tags": ["a", "}"]}, "text": p}) + "\n")
+        open(f"paragraphs/{i:03d}.txt", "w", encoding="utf-8", newline="").write(p)
+PY
+"$TRAINER" pack --input-format jsonl --tokenizer gpt2 --tokenizer-dir vocab --input world.jsonl \
+  --output jsonl.h5 --quiet || fail "trainer pack --input-format jsonl failed"
+h5dump -d /tokens -b LE -o jsonl.bin jsonl.h5 > /dev/null
+"$PY" "$REFERENCE" encode vocab paragraphs/*.txt > jsonl_expected.txt
+"$PY" - "$VOCAB" <<'PY'
+import array, sys
+eod = int(sys.argv[1]) - 1
+got = array.array("H", open("jsonl.bin", "rb").read()).tolist()
+lines = open("jsonl_expected.txt").read().splitlines()
+want = [t for line in lines for t in [int(x) for x in line.split()] + [eod]]
+assert got == want, f"JSON Lines: {len(got)} tokens packed, the reference has {len(want)}"
+print(f"JSON Lines: {len(got)} tokens of {len(lines)} lines as the reference encodes them")
+PY
 
 run_np 1 train -c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=data.h5 -o Data.val_fraction=0 \
   -o Model.vocab_size="$VOCAB" -o Model.num_layers=2 -o Model.hidden_size=64 \

@@ -1,0 +1,156 @@
+// The string field of a JSON Lines record (see json_line.h): a scanner over one object that decodes
+// strings and skips every other value.
+#include "data/json_line.h"
+
+#include "common/log.h"
+
+namespace trainer {
+namespace {
+
+class JsonScanner {
+ public:
+  explicit JsonScanner(std::string_view text) : text_(text) {}
+
+  void SkipSpace() {
+    while (at_ < text_.size() &&
+           (text_[at_] == ' ' || text_[at_] == '\t' || text_[at_] == '\r' || text_[at_] == '\n'))
+      ++at_;
+  }
+  bool Take(char c) {
+    SkipSpace();
+    if (at_ >= text_.size() || text_[at_] != c) return false;
+    ++at_;
+    return true;
+  }
+  char Peek() {
+    SkipSpace();
+    return at_ < text_.size() ? text_[at_] : '\0';
+  }
+
+  // A string at the cursor (after its opening quote was taken), decoded into *out (or skipped when
+  // out is null).
+  Status String(std::string* out) {
+    while (at_ < text_.size()) {
+      const char c = text_[at_++];
+      if (c == '"') return Status::Ok();
+      if (c != '\\') {
+        if (out) out->push_back(c);
+        continue;
+      }
+      if (at_ >= text_.size()) break;
+      const char e = text_[at_++];
+      static constexpr std::string_view kFrom = "\"\\/bfnrt", kTo = "\"\\/\b\f\n\r\t";
+      const size_t simple = kFrom.find(e);
+      if (simple != std::string_view::npos) {
+        if (out) out->push_back(kTo[simple]);
+        continue;
+      }
+      if (e != 'u') return DataError(StrFormat("a bad escape '\\%c' in a string", e));
+      uint32_t code_point = 0;
+      TRAINER_RETURN_IF_ERROR(Hex4(&code_point));
+      if (code_point >= 0xD800 && code_point <= 0xDBFF && text_.substr(at_, 2) == "\\u") {
+        const size_t back = at_;
+        at_ += 2;
+        uint32_t low = 0;
+        TRAINER_RETURN_IF_ERROR(Hex4(&low));
+        if (low >= 0xDC00 && low <= 0xDFFF)
+          code_point = 0x10000 + ((code_point - 0xD800) << 10) + (low - 0xDC00);
+        else
+          at_ = back;  // not a pair: the high half stands alone
+      }
+      if (code_point >= 0xD800 && code_point <= 0xDFFF) code_point = 0xFFFD;
+      if (out) AppendUtf8(code_point, out);
+    }
+    return DataError("an unterminated string");
+  }
+
+  // Any value at the cursor, skipped (strings with their escapes, nested objects and arrays).
+  Status SkipValue() {
+    const char c = Peek();
+    if (c == '"') {
+      ++at_;
+      return String(nullptr);
+    }
+    if (c == '{' || c == '[') {
+      std::string closers;  // the brackets still open, innermost last
+      while (at_ < text_.size()) {
+        const char d = text_[at_++];
+        if (d == '"') {
+          TRAINER_RETURN_IF_ERROR(String(nullptr));
+        } else if (d == '{' || d == '[') {
+          closers.push_back(d == '{' ? '}' : ']');
+        } else if (d == '}' || d == ']') {
+          if (d != closers.back()) return DataError(StrFormat("a stray '%c'", d));
+          closers.pop_back();
+          if (closers.empty()) return Status::Ok();
+        }
+      }
+      return DataError("an unterminated object or array");
+    }
+    const size_t start = at_;  // a number, true, false or null
+    while (at_ < text_.size() && text_[at_] != ',' && text_[at_] != '}' && text_[at_] != ']' &&
+           text_[at_] != ' ' && text_[at_] != '\t' && text_[at_] != '\r')
+      ++at_;
+    return at_ > start ? Status::Ok() : DataError("a missing value");
+  }
+
+ private:
+  Status Hex4(uint32_t* value) {
+    if (at_ + 4 > text_.size()) return DataError("a broken \\u escape");
+    for (int i = 0; i < 4; ++i) {
+      const char h = text_[at_++];
+      const int digit = (h >= '0' && h <= '9')   ? h - '0'
+                        : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                        : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                                 : -1;
+      if (digit < 0) return DataError("a broken \\u escape");
+      *value = (*value << 4) | static_cast<uint32_t>(digit);
+    }
+    return Status::Ok();
+  }
+  static void AppendUtf8(uint32_t c, std::string* out) {
+    if (c < 0x80) {
+      out->push_back(static_cast<char>(c));
+    } else if (c < 0x800) {
+      out->push_back(static_cast<char>(0xC0 | (c >> 6)));
+      out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    } else if (c < 0x10000) {
+      out->push_back(static_cast<char>(0xE0 | (c >> 12)));
+      out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    } else {
+      out->push_back(static_cast<char>(0xF0 | (c >> 18)));
+      out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    }
+  }
+
+  std::string_view text_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+Status JsonStringField(std::string_view line, const std::string& key, std::string* text) {
+  JsonScanner json(line);
+  if (!json.Take('{')) return DataError("not a JSON object");
+  std::string name;
+  if (json.Take('}')) return DataError(StrFormat("no \"%s\" in the object", key.c_str()));
+  for (;;) {
+    name.clear();
+    if (!json.Take('"')) return DataError("a key that is not a string");
+    TRAINER_RETURN_IF_ERROR(json.String(&name));
+    if (!json.Take(':')) return DataError(StrFormat("no ':' after \"%s\"", name.c_str()));
+    if (name == key) {
+      if (!json.Take('"')) return DataError(StrFormat("\"%s\" is not a string", key.c_str()));
+      return json.String(text);
+    }
+    TRAINER_RETURN_IF_ERROR(json.SkipValue());
+    if (json.Take(',')) continue;
+    if (json.Take('}')) return DataError(StrFormat("no \"%s\" in the object", key.c_str()));
+    return DataError("a missing ',' or '}'");
+  }
+}
+
+}  // namespace trainer
