@@ -37,6 +37,12 @@ StatusOr<HeldOutSplits> HoldOutValidation(const std::string& path, int64_t num_s
 StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& value,
                                                    const std::string& key) {
   std::vector<std::string> paths;
+  const size_t last_char = value.find_last_not_of(" \t");
+  if (last_char != std::string::npos && value[last_char] == ',')
+    return DataError(
+        StrFormat("empty file name in %s ('%s'): separate the files with single "
+                  "commas",
+                  key.c_str(), value.c_str()));
   std::stringstream entries(value);
   std::string entry;
   while (std::getline(entries, entry, ',')) {
@@ -56,8 +62,11 @@ StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& value,
     const int rc = glob(entry.c_str(), 0, nullptr, &matches);
     if (rc != 0) {
       globfree(&matches);
-      return DataError(StrFormat("no file matches %s (%s): check the pattern and the folder",
-                                 entry.c_str(), key.c_str()));
+      return DataError(rc == GLOB_NOMATCH
+                           ? StrFormat("no file matches %s (%s): check the pattern and the folder",
+                                       entry.c_str(), key.c_str())
+                           : StrFormat("cannot expand %s (%s): a folder on its path is unreadable",
+                                       entry.c_str(), key.c_str()));
     }
     for (size_t i = 0; i < matches.gl_pathc; ++i) paths.push_back(matches.gl_pathv[i]);  // sorted
     globfree(&matches);

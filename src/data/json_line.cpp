@@ -135,22 +135,30 @@ class JsonScanner {
 Status JsonStringField(std::string_view line, const std::string& key, std::string* text) {
   JsonScanner json(line);
   if (!json.Take('{')) return DataError("not a JSON object");
-  std::string name;
-  if (json.Take('}')) return DataError(StrFormat("no \"%s\" in the object", key.c_str()));
-  for (;;) {
-    name.clear();
-    if (!json.Take('"')) return DataError("a key that is not a string");
-    TRAINER_RETURN_IF_ERROR(json.String(&name));
-    if (!json.Take(':')) return DataError(StrFormat("no ':' after \"%s\"", name.c_str()));
-    if (name == key) {
-      if (!json.Take('"')) return DataError(StrFormat("\"%s\" is not a string", key.c_str()));
-      return json.String(text);
+  std::string name, value;
+  bool found = false;  // a repeated key takes its last value, as Python's json does
+  if (!json.Take('}')) {
+    for (;;) {
+      name.clear();
+      if (!json.Take('"')) return DataError("a key that is not a string");
+      TRAINER_RETURN_IF_ERROR(json.String(&name));
+      if (!json.Take(':')) return DataError(StrFormat("no ':' after \"%s\"", name.c_str()));
+      if (name == key) {
+        if (!json.Take('"')) return DataError(StrFormat("\"%s\" is not a string", key.c_str()));
+        value.clear();
+        TRAINER_RETURN_IF_ERROR(json.String(&value));
+        found = true;
+      } else {
+        TRAINER_RETURN_IF_ERROR(json.SkipValue());
+      }
+      if (json.Take(',')) continue;
+      if (json.Take('}')) break;
+      return DataError("a missing ',' or '}'");
     }
-    TRAINER_RETURN_IF_ERROR(json.SkipValue());
-    if (json.Take(',')) continue;
-    if (json.Take('}')) return DataError(StrFormat("no \"%s\" in the object", key.c_str()));
-    return DataError("a missing ',' or '}'");
   }
+  if (!found) return DataError(StrFormat("no \"%s\" in the object", key.c_str()));
+  text->append(value);
+  return Status::Ok();
 }
 
 }  // namespace trainer

@@ -12,7 +12,8 @@
 namespace trainer {
 
 // Appends the decoded string value of `key` (a key of the top-level object on `line`) to *text.
-// A lone surrogate escape decodes as U+FFFD; bytes that are not escapes are copied as they are.
+// A lone surrogate escape decodes as U+FFFD; bytes that are not escapes are copied as they are; a
+// repeated key takes its last value (as Python's json module does).
 // A data error says what is wrong (not an object, no such key, a value that is not a string, a
 // broken escape or an unterminated string); the caller adds the file and line.
 Status JsonStringField(std::string_view line, const std::string& key, std::string* text);

@@ -393,6 +393,8 @@ TEST_F(DatasetTest, SeveralFilesFormOneSampleSet) {
   EXPECT_NE(nothing.status().message().find("no file matches"), std::string::npos);
   data.train_path = Path("shard-0.h5") + ",,";
   EXPECT_EQ(OpenDataSources(data, 1000, T).status().code(), ExitCode::kData);
+  data.train_path = Path("shard-0.h5") + ", ";  // a trailing comma too
+  EXPECT_EQ(OpenDataSources(data, 1000, T).status().code(), ExitCode::kData);
   b.tokenizer = "bytes";
   WriteSyntheticFile(Path("shard-2.h5"), b);
   data.train_path = Path("shard-*.h5");

@@ -39,6 +39,7 @@ TEST(JsonLineTest, DecodesTheStringOfTheKey) {
                   R"( "t": true, "f": false, "z": null, "text": "outer"})"),
             "outer");
   EXPECT_EQ(Field(R"({"content": "c", "text": "t"})", "content"), "c");
+  EXPECT_EQ(Field(R"({"text": "first", "text": "last"})"), "last");  // as Python's json.loads
 }
 
 TEST(JsonLineTest, Errors) {
