@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <limits>
+#include <queue>
 #include <sstream>
 
 #include "common/filesystem.h"
@@ -162,32 +163,48 @@ int64_t BpeVocabulary::Find(const std::string& bytes) const {
 
 void BpeVocabulary::EncodePiece(const uint8_t* bytes, size_t size,
                                 std::vector<uint32_t>* tokens) const {
-  std::vector<uint32_t> word(size);
-  for (size_t i = 0; i < size; ++i) word[i] = byte_ids_[bytes[i]];
-  std::vector<uint32_t> merged;
-  while (word.size() > 1) {
-    const Merge* best = nullptr;
-    uint64_t best_pair = 0;
-    for (size_t i = 0; i + 1 < word.size(); ++i) {
-      const auto it = merges_.find(PairKey(word[i], word[i + 1]));
-      if (it != merges_.end() && (best == nullptr || it->second.rank < best->rank)) {
-        best = &it->second;
-        best_pair = it->first;
-      }
+  // The symbols as a linked list, and the candidate pairs in a heap by (rank, position): the
+  // lowest rank first, the leftmost among equals. A merge only makes pairs of higher ranks (its
+  // result exists from its own rank on), so this merges each rank's pairs left to right before
+  // the next rank, as GPT-2's encoder does, in O(n log n) for pieces of any length.
+  struct Symbol {
+    uint32_t id;
+    int64_t prev, next;  // -1 at the ends
+  };
+  struct Candidate {
+    uint32_t rank;
+    int64_t left;  // the pair's left symbol
+    uint32_t merged;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
     }
-    if (best == nullptr) break;
-    merged.clear();
-    for (size_t i = 0; i < word.size(); ++i) {
-      if (i + 1 < word.size() && PairKey(word[i], word[i + 1]) == best_pair) {
-        merged.push_back(best->merged);
-        ++i;
-      } else {
-        merged.push_back(word[i]);
-      }
-    }
-    word.swap(merged);
+  };
+  const int64_t n = static_cast<int64_t>(size);
+  std::vector<Symbol> symbols(size);
+  for (int64_t i = 0; i < n; ++i) symbols[i] = {byte_ids_[bytes[i]], i - 1, i + 1 < n ? i + 1 : -1};
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> candidates;
+  const auto consider = [&](int64_t left) {
+    if (left < 0 || symbols[left].next < 0) return;
+    const auto it = merges_.find(PairKey(symbols[left].id, symbols[symbols[left].next].id));
+    if (it != merges_.end()) candidates.push({it->second.rank, left, it->second.merged});
+  };
+  for (int64_t i = 0; i + 1 < n; ++i) consider(i);
+  while (!candidates.empty()) {
+    const Candidate top = candidates.top();
+    candidates.pop();
+    Symbol& left = symbols[top.left];
+    if (left.id == kMerged || left.next < 0) continue;  // gone, or nothing on its right now
+    const auto it = merges_.find(PairKey(left.id, symbols[left.next].id));
+    if (it == merges_.end() || it->second.merged != top.merged) continue;  // the pair changed
+    Symbol& right = symbols[left.next];
+    left.id = top.merged;
+    right.id = kMerged;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = top.left;
+    consider(left.prev);
+    consider(top.left);
   }
-  tokens->insert(tokens->end(), word.begin(), word.end());
+  for (int64_t i = 0; i >= 0 && i < n; i = symbols[i].next) tokens->push_back(symbols[i].id);
 }
 
 Status BpeTokenizer::Encode(const uint8_t* bytes, size_t size, std::vector<uint32_t>* tokens) {
@@ -232,7 +249,7 @@ void BpeTokenizer::EncodePending(bool document_end, std::vector<uint32_t>* token
 
 size_t BpeTokenizer::EncodeSegment(size_t begin, size_t end, size_t limit,
                                    std::vector<uint32_t>* tokens) {
-  constexpr size_t kMaxCached = size_t{1} << 20;
+  constexpr size_t kMaxCached = size_t{1} << 20, kMaxCachedPiece = 256;
   const uint8_t* text = reinterpret_cast<const uint8_t*>(pending_.data()) + begin;
   piece_ends_.clear();
   SplitGpt2Pieces(text, end - begin, &piece_ends_);
@@ -240,6 +257,11 @@ size_t BpeTokenizer::EncodeSegment(size_t begin, size_t end, size_t limit,
   for (const size_t piece_end : piece_ends_) {
     if (begin + piece_end > limit) break;
     std::string piece(pending_, begin + start, piece_end - start);
+    if (piece.size() > kMaxCachedPiece) {  // a long run: encoded, not kept
+      vocabulary_->EncodePiece(text + start, piece_end - start, tokens);
+      start = piece_end;
+      continue;
+    }
     auto it = cache_.find(piece);
     if (it == cache_.end()) {
       if (cache_.size() >= kMaxCached) cache_.clear();

@@ -39,6 +39,7 @@ class BpeVocabulary {
   struct Merge {
     uint32_t rank, merged;
   };
+  static constexpr uint32_t kMerged = 0xFFFFFFFFu;  // a symbol merged into the one on its left
   static uint64_t PairKey(uint32_t left, uint32_t right) {
     return (static_cast<uint64_t>(left) << 32) | right;
   }

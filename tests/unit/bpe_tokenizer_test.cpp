@@ -160,6 +160,9 @@ TEST_F(BpeTest, MergesByRankFromTheLeft) {
   EXPECT_EQ(Encode("hel"), (Ids{'h', kEl}));        // "e l" (rank 0) before "h e" (rank 1)
   EXPECT_EQ(Encode("hell"), (Ids{'h', kEl, 'l'}));  // then no pair has a rank
   EXPECT_EQ(Encode("llhe"), (Ids{kLl, kHe}));
+  Ids long_run(500, kAa);  // a piece of 1001 bytes (long pieces are not cached)
+  long_run.push_back('a');
+  EXPECT_EQ(Encode(std::string(1001, 'a')), long_run);
   EXPECT_EQ(Encode("aaa"), (Ids{kAa, 'a'}));  // non-overlapping, from the left
   EXPECT_EQ(Encode("aaaa"), (Ids{kAa, kAa}));
   EXPECT_EQ(Encode("a w"), (Ids{'a', kSpaceW}));  // the space belongs to the next piece
