@@ -1,4 +1,5 @@
-// `trainer inspect PATH`: summarise a dataset (.h5 with /tokens) or a checkpoint (a step folder
+// `trainer inspect PATH`: summarise a dataset (.h5 with /tokens; several, named as Data.train_path
+// names them, also as the set a run would train on) or a checkpoint (a step folder
 // or its checkpoint.h5): shapes, training state, the layout it was written from, and whether
 // every tensor passes its checksum. Exit 0 when it verifies, 3/4 when it does not. A checkpoint
 // folder (Checkpoint.dir) first lists its steps, `latest`, interrupted saves and whether a run
@@ -13,6 +14,7 @@
 #include "cli/commands.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "data/data_sources.h"
 #include "data/dataset.h"
 
 namespace trainer {
@@ -96,7 +98,7 @@ Status InspectHuggingFace(const std::string& file) {
   return Status::Ok();
 }
 
-Status InspectDataset(const std::string& path) {
+Status InspectDataset(const std::string& path, std::unique_ptr<TokenDataset>* dataset = nullptr) {
   auto opened = TokenDataset::Open(path, 0);
   if (!opened.ok()) return opened.status();
   const TokenDataset& d = *opened.value();
@@ -112,7 +114,43 @@ Status InspectDataset(const std::string& path) {
             << (d.fully_scanned() ? "yes (every token < vocab_size)"
                                   : "first and last chunks checked (file over 1 GiB)")
             << std::endl;
+  if (dataset != nullptr) *dataset = std::move(opened.value());
   return Status::Ok();
+}
+
+// Several datasets as Data.train_path names them (commas, glob patterns): each one, then the set
+// they make for a run, and whether they were packed alike.
+Status InspectDatasetSet(const std::string& value) {
+  TRAINER_ASSIGN_OR_RETURN(const std::vector<std::string> paths,
+                           ExpandDataPaths(value, "trainer inspect"));
+  int64_t tokens = 0, documents = 0, samples128 = 0, samples1024 = 0;
+  std::unique_ptr<TokenDataset> first, d;
+  std::string unlike;
+  for (const std::string& path : paths) {
+    TRAINER_RETURN_IF_ERROR(InspectDataset(path, &d));
+    tokens += d->num_tokens();
+    documents += d->num_documents();
+    samples128 += d->NumSamples(128);
+    samples1024 += d->NumSamples(1024);
+    if (!first) {
+      first = std::move(d);
+    } else if (unlike.empty() &&
+               (d->tokenizer() != first->tokenizer() || d->vocab_size() != first->vocab_size() ||
+                d->eod_id() != first->eod_id())) {
+      unlike = d->path();
+    }
+  }
+  std::cout << "data set (" << paths.size() << " files, as Data.train_path takes them)\n"
+            << "  tokens         " << tokens << "\n"
+            << "  documents      " << documents << "\n"
+            << "  samples        T=128: " << samples128 << ", T=1024: " << samples1024
+            << " (none across files)\n"
+            << "  packed alike   " << (unlike.empty() ? "yes" : "NO") << std::endl;
+  if (unlike.empty()) return Status::Ok();
+  return DataError(
+      StrFormat("files packed differently (trainer inspect): %s and %s differ in "
+                "tokenizer, vocab_size or eod_id; a run cannot train on both",
+                first->path().c_str(), unlike.c_str()));
 }
 
 }  // namespace
@@ -120,10 +158,11 @@ Status InspectDataset(const std::string& path) {
 int RunInspectCommand(const std::vector<std::string>& args) {
   po::options_description options("trainer inspect options");
   std::string path;
-  options.add_options()("path", po::value(&path)->default_value(""),
-                        "dataset (.h5), checkpoint (step folder or checkpoint.h5), checkpoint "
-                        "folder (Checkpoint.dir), or Hugging Face GPT-2 (model.safetensors or its "
-                        "folder)");
+  options.add_options()(
+      "path", po::value(&path)->default_value(""),
+      "dataset (.h5; several as Data.train_path names them: commas, globs), "
+      "checkpoint (step folder or checkpoint.h5), checkpoint folder "
+      "(Checkpoint.dir), or Hugging Face GPT-2 (model.safetensors or its folder)");
   po::positional_options_description positional;
   positional.add("path", 1);
   po::variables_map vm;
@@ -135,6 +174,11 @@ int RunInspectCommand(const std::vector<std::string>& args) {
   }
   if (s.ok() && path.empty())
     s = UsageError("trainer inspect needs a PATH (a dataset .h5, or a checkpoint step folder)");
+  if (s.ok() && !PathExists(path) && path.find_first_of(",*?[") != std::string::npos) {
+    s = InspectDatasetSet(path);  // several datasets, as Data.train_path names them
+    if (!s.ok()) LogError(s.message());
+    return s.exit_code();
+  }
   if (s.ok() && !PathExists(path)) s = UsageError("trainer inspect: " + path + " does not exist");
   const std::string weights = s.ok() ? HuggingFaceWeightsFile(path) : "";
   if (s.ok() && !weights.empty()) {

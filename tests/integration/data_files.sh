@@ -53,7 +53,13 @@ eval_loss() { "$TRAINER" eval saved/checkpoints --data "$1" -b 4 2> /dev/null | 
 [ -n "$(eval_loss c.h5)" ] && [ "$(eval_loss c.h5)" = "$(eval_loss 'shards/a.h5,shards/b.h5')" ] ||
   fail "trainer eval on a.h5,b.h5 ($(eval_loss 'shards/a.h5,shards/b.h5')) differs from c.h5 ($(eval_loss c.h5))"
 
+"$TRAINER" inspect 'shards/*.h5' > inspect.txt || fail "trainer inspect of the shards failed"
+grep -q "^data set (2 files" inspect.txt && grep -q "^  tokens         2562$" inspect.txt &&
+  grep -q "^  samples        T=128: 19, T=1024: 2 (none across files)$" inspect.txt ||
+  { cat inspect.txt; fail "trainer inspect 'shards/*.h5' does not sum the shards"; }
+
 "$TRAINER" pack --input "$SRC/README.md" --output shards/text.h5 --quiet  # bytes, not u16
+expect_error 3 "files packed differently" "$TRAINER" inspect 'shards/*.h5' 
 expect_error 3 "packed differently" run_np 2 train "${COMMON[@]}" -o 'Data.train_path=shards/*.h5' \
   -o Engine.output_dir=mixed
 expect_error 3 "no file matches" run_np 2 train "${COMMON[@]}" -o 'Data.train_path=shards/x*.h5' \
