@@ -69,6 +69,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Optimizer, optimizer, grad_clip),
 
     CONFIG_KEY(Data, data, train_path),
+    CONFIG_KEY(Data, data, train_weights),
     CONFIG_KEY(Data, data, val_path),
     CONFIG_KEY(Data, data, val_fraction),
 

@@ -78,7 +78,8 @@ struct OptimizerConfig {
 };
 
 struct DataConfig {
-  std::string train_path;
+  std::string train_path;     // files, comma-separated entries (paths or glob patterns)
+  std::string train_weights;  // empty, or one weight per train_path entry (passes per epoch)
   std::string val_path;       // empty: hold out val_fraction of train_path's samples
   double val_fraction = 0.0;  // used only when val_path is empty
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 #include "common/log.h"
@@ -36,16 +37,24 @@ StatusOr<HeldOutSplits> HoldOutValidation(const std::string& path, int64_t num_s
 
 StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& value,
                                                    const std::string& key) {
+  TRAINER_ASSIGN_OR_RETURN(const auto entries, ExpandDataEntries(value, key));
   std::vector<std::string> paths;
+  for (const auto& entry : entries) paths.insert(paths.end(), entry.begin(), entry.end());
+  return paths;
+}
+
+StatusOr<std::vector<std::vector<std::string>>> ExpandDataEntries(const std::string& value,
+                                                                  const std::string& key) {
+  std::vector<std::vector<std::string>> entries;
   const size_t last_char = value.find_last_not_of(" \t");
   if (last_char != std::string::npos && value[last_char] == ',')
     return DataError(
         StrFormat("empty file name in %s ('%s'): separate the files with single "
                   "commas",
                   key.c_str(), value.c_str()));
-  std::stringstream entries(value);
+  std::stringstream items(value);
   std::string entry;
-  while (std::getline(entries, entry, ',')) {
+  while (std::getline(items, entry, ',')) {
     const size_t first = entry.find_first_not_of(" \t");
     const size_t last = entry.find_last_not_of(" \t");
     if (first == std::string::npos)
@@ -55,7 +64,7 @@ StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& value,
                     key.c_str(), value.c_str()));
     entry = entry.substr(first, last - first + 1);
     if (entry.find_first_of("*?[") == std::string::npos) {
-      paths.push_back(entry);
+      entries.push_back({entry});
       continue;
     }
     glob_t matches;
@@ -68,40 +77,78 @@ StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& value,
                            : StrFormat("cannot expand %s (%s): a folder on its path is unreadable",
                                        entry.c_str(), key.c_str()));
     }
-    for (size_t i = 0; i < matches.gl_pathc; ++i) paths.push_back(matches.gl_pathv[i]);  // sorted
+    entries.emplace_back(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);  // sorted
     globfree(&matches);
   }
-  if (paths.empty())
+  if (entries.empty())
     return DataError(StrFormat("no file in %s ('%s')", key.c_str(), value.c_str()));
-  return paths;
+  return entries;
 }
 
 namespace {
 
-// Opens every file of `key`'s value; each must hold a sample and be packed like `like` (the
-// first file opened, of either key).
+// Opens one file of `key`; it must hold a sample and be packed like `like` (the first file
+// opened, of either key).
+Status OpenFile(const std::string& path, const std::string& key, int64_t model_vocab_size,
+                int seq_len, const DatasetOpenOptions& options,
+                std::vector<std::shared_ptr<TokenDataset>>* files, const TokenDataset** like) {
+  TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<TokenDataset> file,
+                           TokenDataset::Open(path, model_vocab_size, options));
+  TRAINER_RETURN_IF_ERROR(file->RequireSamples(seq_len, 1, key));
+  if (*like == nullptr) *like = file.get();
+  const TokenDataset& a = **like;
+  if (file->tokenizer() != a.tokenizer() || file->vocab_size() != a.vocab_size() ||
+      file->eod_id() != a.eod_id())
+    return DataError(StrFormat(
+        "files packed differently (%s): %s has tokenizer %s, vocab_size %lld, eod_id %lld, "
+        "but %s has %s, %lld, %lld. Pack every file of a run with the same tokenizer",
+        key.c_str(), file->path().c_str(), file->tokenizer().c_str(),
+        static_cast<long long>(file->vocab_size()), static_cast<long long>(file->eod_id()),
+        a.path().c_str(), a.tokenizer().c_str(), static_cast<long long>(a.vocab_size()),
+        static_cast<long long>(a.eod_id())));
+  files->push_back(std::move(file));
+  return Status::Ok();
+}
+
+// Opens every file of `key`'s value (OpenFile), noting the entry of the value each comes from.
 Status OpenFiles(const std::string& value, const std::string& key, int64_t model_vocab_size,
                  int seq_len, const DatasetOpenOptions& options,
-                 std::vector<std::shared_ptr<TokenDataset>>* files, const TokenDataset** like) {
-  TRAINER_ASSIGN_OR_RETURN(const std::vector<std::string> paths, ExpandDataPaths(value, key));
-  for (const std::string& path : paths) {
-    TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<TokenDataset> file,
-                             TokenDataset::Open(path, model_vocab_size, options));
-    TRAINER_RETURN_IF_ERROR(file->RequireSamples(seq_len, 1, key));
-    if (*like == nullptr) *like = file.get();
-    const TokenDataset& a = **like;
-    if (file->tokenizer() != a.tokenizer() || file->vocab_size() != a.vocab_size() ||
-        file->eod_id() != a.eod_id())
-      return DataError(StrFormat(
-          "files packed differently (%s): %s has tokenizer %s, vocab_size %lld, eod_id %lld, "
-          "but %s has %s, %lld, %lld. Pack every file of a run with the same tokenizer",
-          key.c_str(), file->path().c_str(), file->tokenizer().c_str(),
-          static_cast<long long>(file->vocab_size()), static_cast<long long>(file->eod_id()),
-          a.path().c_str(), a.tokenizer().c_str(), static_cast<long long>(a.vocab_size()),
-          static_cast<long long>(a.eod_id())));
-    files->push_back(std::move(file));
-  }
+                 std::vector<std::shared_ptr<TokenDataset>>* files, const TokenDataset** like,
+                 std::vector<size_t>* entry_of_file = nullptr) {
+  TRAINER_ASSIGN_OR_RETURN(const auto entries, ExpandDataEntries(value, key));
+  for (size_t e = 0; e < entries.size(); ++e)
+    for (const std::string& path : entries[e]) {
+      TRAINER_RETURN_IF_ERROR(OpenFile(path, key, model_vocab_size, seq_len, options, files, like));
+      if (entry_of_file) entry_of_file->push_back(e);
+    }
   return Status::Ok();
+}
+
+// Data.train_weights: one positive number per comma-separated entry of Data.train_path.
+StatusOr<std::vector<double>> ParseWeights(const std::string& value, size_t entries) {
+  std::vector<double> weights;
+  std::stringstream items(value);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    char* end = nullptr;
+    const double w = std::strtod(item.c_str(), &end);
+    const bool rest_blank = end != item.c_str() &&
+                            item.find_first_not_of(" \t", end - item.c_str()) == std::string::npos;
+    if (!rest_blank || !std::isfinite(w) || !(w > 0))
+      return UsageError(
+          StrFormat("invalid Data.train_weights ('%s'): '%s' is not a positive "
+                    "number. Give one weight per entry of Data.train_path, e.g. "
+                    "0.5,2",
+                    value.c_str(), item.c_str()));
+    weights.push_back(w);
+  }
+  if (weights.size() != entries)
+    return UsageError(
+        StrFormat("Data.train_weights has %zu weights for the %zu entries of "
+                  "Data.train_path: give one per comma-separated entry (a glob "
+                  "pattern is one entry)",
+                  weights.size(), entries));
+  return weights;
 }
 
 SampleSet AllSamples(const std::vector<std::shared_ptr<TokenDataset>>& files, int seq_len) {
@@ -129,20 +176,33 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
         "`trainer pack`");
   DataSources sources;
   const TokenDataset* like = nullptr;
+  std::vector<size_t> entry_of_file;
   TRAINER_RETURN_IF_ERROR(OpenFiles(data.train_path, "Data.train_path", model_vocab_size, seq_len,
-                                    options, &sources.train_files, &like));
+                                    options, &sources.train_files, &like, &entry_of_file));
   const SampleSet all = AllSamples(sources.train_files, seq_len);
   if (!data.val_path.empty()) {
     TRAINER_RETURN_IF_ERROR(OpenFiles(data.val_path, "Data.val_path", model_vocab_size, seq_len,
                                       options, &sources.val_files, &like));
     sources.train = all;
     sources.val = AllSamples(sources.val_files, seq_len);
-    return sources;
+  } else {
+    TRAINER_ASSIGN_OR_RETURN(
+        HeldOutSplits splits,
+        HoldOutValidation(all.Describe(), all.num_samples(), data.val_fraction));
+    sources.train = all.Slice(splits.train.first_sample, splits.train.num_samples);
+    sources.val = all.Slice(splits.val.first_sample, splits.val.num_samples);
   }
-  TRAINER_ASSIGN_OR_RETURN(HeldOutSplits splits,
-                           HoldOutValidation(all.Describe(), all.num_samples(), data.val_fraction));
-  sources.train = all.Slice(splits.train.first_sample, splits.train.num_samples);
-  sources.val = all.Slice(splits.val.first_sample, splits.val.num_samples);
+  if (data.train_weights.empty()) return sources;
+  // The training samples of each entry: the training set's parts are the files in order (a
+  // held-out validation part only shortens its end).
+  const size_t entries = entry_of_file.empty() ? 0 : entry_of_file.back() + 1;
+  TRAINER_ASSIGN_OR_RETURN(const std::vector<double> weights,
+                           ParseWeights(data.train_weights, entries));
+  std::vector<int64_t> entry_samples(entries, 0);
+  const auto& parts = sources.train.parts();
+  for (size_t i = 0; i < parts.size(); ++i)
+    entry_samples[entry_of_file[i]] += parts[i].split.num_samples;
+  sources.train_plan = EpochPlan(entry_samples, weights);
   return sources;
 }
 

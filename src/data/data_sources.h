@@ -14,6 +14,7 @@
 #include "config/train_config.h"
 #include "data/dataset.h"
 #include "data/sample_set.h"
+#include "data/sampler.h"
 
 namespace trainer {
 
@@ -28,7 +29,9 @@ StatusOr<HeldOutSplits> HoldOutValidation(const std::string& path, int64_t num_s
 
 // The files a Data.train_path or Data.val_path value names, in order: comma-separated entries,
 // each a path or a glob pattern (expanded in sorted order). A pattern that matches nothing, or
-// an empty entry, is a data error naming `key`.
+// an empty entry, is a data error naming `key`. ExpandDataEntries keeps them by entry.
+StatusOr<std::vector<std::vector<std::string>>> ExpandDataEntries(const std::string& value,
+                                                                  const std::string& key);
 StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& value,
                                                    const std::string& key);
 
@@ -42,12 +45,13 @@ struct DataSources {
   std::vector<std::shared_ptr<TokenDataset>> train_files;
   std::vector<std::shared_ptr<TokenDataset>> val_files;  // empty with a held-out validation set
   SampleSet train;
-  SampleSet val;  // no samples: no validation data
+  SampleSet val;         // no samples: no validation data
+  EpochPlan train_plan;  // Data.train_weights over the entries of Data.train_path; empty: none
 };
 
 // Opens the files of Data.train_path (and Data.val_path when set), checks each holds a sample of
 // `seq_len` tokens, that its vocabulary fits the model and that all were packed alike (tokenizer,
-// vocab_size, eod_id), and splits the samples.
+// vocab_size, eod_id), splits the samples, and plans the epochs by Data.train_weights.
 StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_vocab_size, int seq_len,
                                       const DatasetOpenOptions& options = {});
 

@@ -1,6 +1,8 @@
 // The global sample order (see sampler.h).
 #include "data/sampler.h"
 
+#include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace trainer {
@@ -21,8 +23,34 @@ uint64_t SplitMix64::Below(uint64_t bound) {
   }
 }
 
-GlobalSampler::GlobalSampler(int64_t num_samples, uint64_t seed)
-    : num_samples_(num_samples < 0 ? 0 : num_samples), seed_(seed) {}
+EpochPlan::EpochPlan(const std::vector<int64_t>& entry_samples,
+                     const std::vector<double>& weights) {
+  starts_.push_back(0);
+  int64_t first = 0;
+  for (size_t s = 0; s < entry_samples.size() && s < weights.size(); ++s) {
+    const int64_t n = entry_samples[s];
+    if (n > 0) {
+      starts_.push_back(starts_.back() +
+                        std::max<int64_t>(1, std::llround(weights[s] * static_cast<double>(n))));
+      first_.push_back(first);
+      sizes_.push_back(n);
+    }
+    first += std::max<int64_t>(0, n);
+  }
+}
+
+int64_t EpochPlan::SampleAt(int64_t epoch, int64_t place) const {
+  if (empty()) return place;
+  const size_t s = std::upper_bound(starts_.begin(), starts_.end(), place) - starts_.begin() - 1;
+  const int64_t n = sizes_[s], places = starts_[s + 1] - starts_[s];
+  const __int128 window = static_cast<__int128>(epoch % n) * (places % n);
+  return first_[s] + static_cast<int64_t>((window + (place - starts_[s])) % n);
+}
+
+GlobalSampler::GlobalSampler(int64_t num_samples, uint64_t seed, EpochPlan plan)
+    : num_samples_(plan.empty() ? (num_samples < 0 ? 0 : num_samples) : plan.places()),
+      seed_(seed),
+      plan_(std::move(plan)) {}
 
 int64_t GlobalSampler::EpochOf(int64_t consumed_samples) const {
   return num_samples_ > 0 ? consumed_samples / num_samples_ : 0;
@@ -53,7 +81,7 @@ std::vector<int64_t> GlobalSampler::GlobalBatch(int64_t consumed_samples, int gl
   while (static_cast<int>(batch.size()) < global_batch_size) {
     const std::vector<int64_t>& order = EpochOrder(EpochOf(position));
     int64_t index = position % num_samples_;
-    batch.push_back(order[static_cast<size_t>(index)]);
+    batch.push_back(plan_.SampleAt(EpochOf(position), order[static_cast<size_t>(index)]));
     ++position;
   }
   return batch;

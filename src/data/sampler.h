@@ -22,11 +22,33 @@ class SplitMix64 {
   uint64_t state_;
 };
 
+// How each epoch visits the training samples when Data.train_weights weighs the entries of
+// Data.train_path. Entry s (the set's samples [first_s, first_s + n_s)) takes
+// c_s = max(1, round(w_s n_s)) places of every epoch, and in epoch e its place o holds sample
+// first_s + (e c_s + o) mod n_s: a weight of 2 visits each of its samples twice an epoch, 0.5
+// half of them (the other half the next epoch). An empty plan: each place is its own sample.
+class EpochPlan {
+ public:
+  EpochPlan() = default;
+  // entry_samples: n_s of each entry, in set order (entries without samples take no places).
+  EpochPlan(const std::vector<int64_t>& entry_samples, const std::vector<double>& weights);
+
+  bool empty() const { return sizes_.empty(); }
+  int64_t places() const { return starts_.empty() ? 0 : starts_.back(); }
+  int64_t SampleAt(int64_t epoch, int64_t place) const;
+
+ private:
+  std::vector<int64_t> starts_;  // entry s's first place, then the total
+  std::vector<int64_t> first_;   // entry s's first sample
+  std::vector<int64_t> sizes_;   // n_s
+};
+
 class GlobalSampler {
  public:
   // Orders the ids [0, num_samples) of a training split; epoch e's order is a Fisher-Yates
-  // permutation driven by SplitMix64(mix(seed, e)).
-  GlobalSampler(int64_t num_samples, uint64_t seed);
+  // permutation driven by SplitMix64(mix(seed, e)). With a plan, the permutation orders the
+  // plan's places, and each place gives its sample (num_samples is then plan.places()).
+  GlobalSampler(int64_t num_samples, uint64_t seed, EpochPlan plan = {});
 
   int64_t num_samples() const { return num_samples_; }
   // The epoch a position falls in: consumed_samples / num_samples.
@@ -46,6 +68,7 @@ class GlobalSampler {
  private:
   int64_t num_samples_;
   uint64_t seed_;
+  EpochPlan plan_;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> order_;  // (num_samples) the cached epoch's order
 };

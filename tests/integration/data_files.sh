@@ -53,6 +53,25 @@ eval_loss() { "$TRAINER" eval saved/checkpoints --data "$1" -b 4 2> /dev/null | 
 [ -n "$(eval_loss c.h5)" ] && [ "$(eval_loss c.h5)" = "$(eval_loss 'shards/a.h5,shards/b.h5')" ] ||
   fail "trainer eval on a.h5,b.h5 ($(eval_loss 'shards/a.h5,shards/b.h5')) differs from c.h5 ($(eval_loss c.h5))"
 
+# Data.train_weights: weight 2 on A visits each of A's samples twice an epoch, exactly as listing A
+# twice does; weights 1,1 change nothing.
+NOVAL=(-o Data.val_fraction=0 -o Engine.eval_freq=0)
+run_np 1 train "${COMMON[@]}" "${NOVAL[@]}" -o Data.train_path=shards/a.h5 -o Data.train_weights=2 \
+  -o Engine.output_dir=weight2 > weight2.log 2>&1 || { tail -5 weight2.log; fail "run with weight 2 failed"; }
+grep -q "46 an epoch by Data.train_weights 2" weight2.log || { grep "^data" weight2.log; fail "the run does not say its weighted epoch"; }
+run_np 1 train "${COMMON[@]}" "${NOVAL[@]}" -o Data.train_path=shards/a.h5,shards/a.h5 \
+  -o Engine.output_dir=twice > twice.log 2>&1 || { tail -5 twice.log; fail "run on a.h5 twice failed"; }
+[ -n "$(losses weight2/metrics.jsonl)" ] && [ "$(losses weight2/metrics.jsonl)" = "$(losses twice/metrics.jsonl)" ] ||
+  fail "weight 2 on a.h5 differs from a.h5 listed twice"
+run_np 1 train "${COMMON[@]}" "${NOVAL[@]}" -o Data.train_path=shards/a.h5,shards/b.h5 \
+  -o Data.train_weights=1,1 -o Engine.output_dir=ones > ones.log 2>&1 || { tail -5 ones.log; fail "run with weights 1,1 failed"; }
+run_np 1 train "${COMMON[@]}" "${NOVAL[@]}" -o Data.train_path=shards/a.h5,shards/b.h5 \
+  -o Engine.output_dir=plain > plain.log 2>&1 || { tail -5 plain.log; fail "run on a.h5,b.h5 failed"; }
+[ "$(losses ones/metrics.jsonl)" = "$(losses plain/metrics.jsonl)" ] || fail "weights 1,1 change the run"
+expect_error 2 "Data.train_weights has 1 weights for the 2 entries" run_np 2 train "${COMMON[@]}" \
+  -o Data.train_path=shards/a.h5,shards/b.h5 -o Data.train_weights=3 -o Engine.output_dir=bad_weights
+echo "weights: 2 on A equals A listed twice, 1,1 equals none"
+
 "$TRAINER" inspect 'shards/*.h5' > inspect.txt || fail "trainer inspect of the shards failed"
 grep -q "^data set (2 files" inspect.txt && grep -q "^  tokens         2562$" inspect.txt &&
   grep -q "^  samples        T=128: 19, T=1024: 2 (none across files)$" inspect.txt ||

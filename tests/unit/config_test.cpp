@@ -68,6 +68,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Optimizer.eps",
                                              "Optimizer.grad_clip",
                                              "Data.train_path",
+                                             "Data.train_weights",
                                              "Data.val_path",
                                              "Data.val_fraction",
                                              "Checkpoint.dir",
@@ -312,6 +313,7 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.optimizer.eps, b.optimizer.eps);
   EXPECT_EQ(a.optimizer.grad_clip, b.optimizer.grad_clip);
   EXPECT_EQ(a.data.train_path, b.data.train_path);
+  EXPECT_EQ(a.data.train_weights, b.data.train_weights);
   EXPECT_EQ(a.data.val_path, b.data.val_path);
   EXPECT_EQ(a.data.val_fraction, b.data.val_fraction);
   EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
@@ -337,7 +339,7 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   c.distributed = {3, 2, 4, 1, {10, 12, 13, 13}, true};
   c.engine = {12345, 7, 0, 9, 250, "out dir/with: colon # and hash", "fp32"};
   c.optimizer = {6e-4, 1.0 / 3.0, 700, 18000, 0.0, 0.8999999999999999, 0.999, 1e-12, 0.0, "linear"};
-  c.data = {"data/\"quoted\"\\back\tslash\n.h5", "", 0.05};
+  c.data = {"data/\"quoted\"\\back\tslash\n.h5", "0.5, 2", "", 0.05};
   c.checkpoint = {"/abs/ckpt", 0, 1000, "auto", "hf/gpt2 \"pretrained\""};
   std::string text = FormatConfig(c);
   StatusOr<TrainConfig> back = LoadConfig(WriteFile("resolved.yaml", text), {});

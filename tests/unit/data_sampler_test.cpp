@@ -114,5 +114,37 @@ TEST(SamplerTest, ValidationBatchesCycleInOrder) {
   EXPECT_TRUE(ValidationBatch(0, 4, 0).empty());
 }
 
+// Data.train_weights: entry s takes max(1, round(w n)) places an epoch, and in epoch e its place o
+// holds sample first + (e places + o) mod n (worked out by hand below).
+TEST(SamplerTest, EpochPlanWeighsEntries) {
+  const EpochPlan plan({4, 6}, {0.5, 2.0});
+  ASSERT_EQ(plan.places(), 2 + 12);
+  EXPECT_EQ(plan.SampleAt(0, 0), 0);
+  EXPECT_EQ(plan.SampleAt(0, 1), 1);
+  EXPECT_EQ(plan.SampleAt(1, 0), 2);  // the half the first epoch left out
+  EXPECT_EQ(plan.SampleAt(1, 1), 3);
+  EXPECT_EQ(plan.SampleAt(2, 1), 1);  // and round again
+  for (int64_t e : {0, 1, 5}) {
+    for (int64_t o = 0; o < 12; ++o) EXPECT_EQ(plan.SampleAt(e, 2 + o), 4 + o % 6);
+  }
+  EXPECT_EQ(EpochPlan({3}, {0.1}).places(), 1);      // at least one place
+  EXPECT_EQ(EpochPlan({0, 5}, {3, 1}).places(), 5);  // an entry without samples takes none
+  EXPECT_EQ(EpochPlan({0, 5}, {3, 1}).SampleAt(0, 4), 4);
+  EXPECT_EQ(EpochPlan({7}, {1e9}).SampleAt(123456789, 6999999999),
+            (123456789LL * 7000000000LL % 7 + 6999999999LL) % 7);
+
+  // Over one epoch of the sampler, each of entry 1's samples comes twice, and entry 0 gives two
+  // samples: 0 and 1 in epoch 0, 2 and 3 in epoch 1.
+  GlobalSampler sampler(10, 42, plan);
+  ASSERT_EQ(sampler.num_samples(), 14);
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int> count(10, 0);
+    for (int64_t id : sampler.GlobalBatch(epoch * 14, 14)) ++count[static_cast<size_t>(id)];
+    const std::vector<int> want = epoch == 0 ? std::vector<int>{1, 1, 0, 0, 2, 2, 2, 2, 2, 2}
+                                             : std::vector<int>{0, 0, 1, 1, 2, 2, 2, 2, 2, 2};
+    EXPECT_EQ(count, want) << "epoch " << epoch;
+  }
+}
+
 }  // namespace
 }  // namespace trainer

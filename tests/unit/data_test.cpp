@@ -386,6 +386,24 @@ TEST_F(DatasetTest, SeveralFilesFormOneSampleSet) {
   EXPECT_EQ(listed->train.Describe(), "3 files: " + Path("shard-1.h5") + ", " + Path("shard-0.h5") +
                                           ", " + Path("shard-1.h5"));
 
+  // Data.train_weights: one weight per entry (a pattern is one entry).
+  data.train_path = Path("shard-0.h5") + "," + Path("shard-1.h5");
+  data.train_weights = "0.5, 2";
+  auto weighted = OpenDataSources(data, 1000, T);
+  ASSERT_TRUE(weighted.ok()) << weighted.status().message();
+  EXPECT_EQ(weighted->train_plan.places(), 2 + 12);
+  data.train_path = Path("shard-*.h5");
+  data.train_weights = "3";
+  ASSERT_TRUE(OpenDataSources(data, 1000, T).ok());
+  for (const char* bad : {"1,1", "-1", "0", "x", "1x", ""}) {
+    data.train_weights = bad;
+    if (*bad == '\0') continue;  // empty: no weights
+    auto refused = OpenDataSources(data, 1000, T);
+    EXPECT_EQ(refused.status().code(), ExitCode::kUsage) << bad;
+    EXPECT_NE(refused.status().message().find("Data.train_weights"), std::string::npos) << bad;
+  }
+  data.train_weights.clear();
+
   // Errors name the key and the fix.
   data.train_path = Path("none-*.h5");
   auto nothing = OpenDataSources(data, 1000, T);
