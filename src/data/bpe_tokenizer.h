@@ -1,9 +1,11 @@
 // GPT-2's byte-level BPE: BpeVocabulary (the vocabulary and merge ranks of a GPT-2 tokenizer's
 // files: Hugging Face's vocab.json + merges.txt, or OpenAI's encoder.json + vocab.bpe) and
 // BpeTokenizer, the streaming Tokenizer of `trainer pack --tokenizer gpt2`. Text is cut into
-// GPT-2's pieces (gpt2_pieces.h); each piece starts as one token per byte, and the adjacent pair of
-// lowest merge rank is merged, every non-overlapping occurrence from the left, until no pair has a
-// rank.
+// GPT-2's pieces (gpt2_pieces.h); each piece starts as one token per byte, and the adjacent pair
+// of lowest merge rank is merged, the leftmost first, until no pair has a rank (Hugging Face
+// tokenizers' order; GPT-2's encoder gives the same for merges learned in order). As in
+// transformers' GPT-2 tokenizer, <|endoftext|> written in the text is that token (the text on
+// either side encoded apart), where the vocabulary has it.
 #pragma once
 
 #include <cstdint>
