@@ -115,6 +115,7 @@ Status Trainer::OpenData() {
   DatasetOpenOptions options;
   options.scan_tokens = groups_.world_rank == 0;
   auto opened = OpenDataSources(config_.data, config_.model.vocab_size, T, options);
+  TRAINER_RETURN_IF_ERROR(AgreeOnTrainingSet(opened.ok() ? &opened.value() : nullptr));
   if (!opened.ok()) return opened.status();
   data_ = std::move(opened.value());
   sampler_ = std::make_unique<GlobalSampler>(data_.train.num_samples(), config_.global.seed,
@@ -139,6 +140,23 @@ Status Trainer::OpenData() {
                   static_cast<long long>(data_.val.num_samples()), data_.val.Describe().c_str());
   LogInfo(line);
   return Status::Ok();
+}
+
+Status Trainer::AgreeOnTrainingSet(const DataSources* sources) {
+  // Each rank expands Data.train_path itself: a shard still being written, or a node whose view
+  // of the file system lags, would give it another set and silently other samples. Every rank
+  // joins (a rank that failed to open its data reports that through the caller's agreement).
+  constexpr double kNone = -1e300;
+  const double samples = sources ? static_cast<double>(sources->train.num_samples()) : kNone;
+  const double files = sources ? static_cast<double>(sources->train_files.size()) : kNone;
+  double v[4] = {samples, files, sources ? -samples : kNone, sources ? -files : kNone};
+  TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(v, 4, DType::kF64, ReduceOp::kMax));
+  if (sources == nullptr || (v[0] == -v[2] && v[1] == -v[3])) return Status::Ok();
+  return DataError(StrFormat(
+      "ranks see different training data (%s, Data.train_path): from %.0f to %.0f training "
+      "samples in %.0f to %.0f files. Every rank must see the same files: put them on a file "
+      "system that every node mounts alike, and finish writing shards before a run starts",
+      config_.data.train_path.c_str(), -v[2], v[0], -v[3], v[1]));
 }
 
 Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, const SampleSet& samples,

@@ -82,6 +82,9 @@ class Trainer {
   struct HostBatch {
     std::vector<int32_t> inputs, targets;
   };
+  // A data error on every rank that opened its data when the ranks' training sets differ
+  // (sources: this rank's, null when it failed to open them).
+  Status AgreeOnTrainingSet(const DataSources* sources);
   // Reads this rank's DP slice of `global_ids` (ids of `samples`) into *batch.
   Status ReadBatch(const std::vector<int64_t>& global_ids, const SampleSet& samples,
                    HostBatch* batch);

@@ -77,6 +77,12 @@ grep -q "^data set (2 files" inspect.txt && grep -q "^  tokens         2562$" in
   grep -q "^  samples        T=128: 19, T=1024: 2 (none across files)$" inspect.txt ||
   { cat inspect.txt; fail "trainer inspect 'shards/*.h5' does not sum the shards"; }
 
+# Ranks that see different files (here: two app contexts of one mpirun) stop with one line.
+expect_error 3 "ranks see different training data" timeout --kill-after=5 120 "$MPIEXEC" \
+  --oversubscribe --bind-to none -n 1 "$TRAINER" train "${COMMON[@]}" -o Data.train_path=shards/a.h5 \
+  -o Engine.output_dir=unlike : -n 1 "$TRAINER" train "${COMMON[@]}" \
+  -o Data.train_path=shards/a.h5,shards/b.h5 -o Engine.output_dir=unlike
+
 "$TRAINER" pack --input "$SRC/README.md" --output shards/text.h5 --quiet  # bytes, not u16
 expect_error 3 "files packed differently" "$TRAINER" inspect 'shards/*.h5' 
 expect_error 3 "packed differently" run_np 2 train "${COMMON[@]}" -o 'Data.train_path=shards/*.h5' \
