@@ -71,4 +71,16 @@ StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std:
   return config;
 }
 
+StatusOr<std::shared_ptr<const BpeVocabulary>> LoadModelTokenizer(const std::string& dir,
+                                                                  const ModelConfig& model) {
+  TRAINER_ASSIGN_OR_RETURN(std::shared_ptr<const BpeVocabulary> tokenizer,
+                           BpeVocabulary::Load(dir, "--tokenizer-dir"));
+  if (tokenizer->size() > model.vocab_size)
+    return UsageError(StrFormat(
+        "the tokenizer in %s (--tokenizer-dir) has %lld tokens, more than the model's vocabulary "
+        "of %d: give the tokenizer the training data was packed with",
+        dir.c_str(), static_cast<long long>(tokenizer->size()), model.vocab_size));
+  return tokenizer;
+}
+
 }  // namespace trainer

@@ -1,10 +1,11 @@
 // The model of a checkpoint in one process, for the subcommands that use a trained model
 // (sample, eval, export): their common command line (CHECKPOINT, -o), which file a CHECKPOINT
-// argument names, and the checkpoint's own config with the user's overrides and a one-process
-// layout.
+// argument names, the checkpoint's own config with the user's overrides and a one-process
+// layout, and the tokenizer files that go with the model.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "cli/run_context.h"
 #include "common/status.h"
 #include "config/train_config.h"
+#include "data/bpe_tokenizer.h"
 
 namespace trainer {
 
@@ -33,5 +35,10 @@ Status ResolveCheckpoint(const std::string& path, const char* command, std::stri
 // the checkpoint was saved at.
 StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std::string> overrides,
                                        int batch, int64_t* step = nullptr);
+
+// The GPT-2 BPE files in `dir` (--tokenizer-dir) for a checkpoint's model: a usage error when
+// they hold more tokens than the model's vocabulary (not the tokenizer its data was packed with).
+StatusOr<std::shared_ptr<const BpeVocabulary>> LoadModelTokenizer(const std::string& dir,
+                                                                  const ModelConfig& model);
 
 }  // namespace trainer

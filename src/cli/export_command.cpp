@@ -31,9 +31,7 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
     return UsageError(StrFormat("--dtype %s: use f32 or bf16", o.dtype.c_str()));
   const std::string weights = o.output + "/model.safetensors", config = o.output + "/config.json";
   std::vector<std::string> outputs = {weights, config};
-  std::shared_ptr<const BpeVocabulary> tokenizer;
   if (!o.tokenizer_dir.empty()) {
-    TRAINER_ASSIGN_OR_RETURN(tokenizer, BpeVocabulary::Load(o.tokenizer_dir, "--tokenizer-dir"));
     outputs.push_back(o.output + "/vocab.json");
     outputs.push_back(o.output + "/merges.txt");
   }
@@ -45,11 +43,10 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   std::string file;
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", &file));
   TRAINER_ASSIGN_OR_RETURN(const TrainConfig tc, OneProcessConfig(file, o.overrides, 0));
-  if (tokenizer != nullptr && tokenizer->size() > tc.model.vocab_size)
-    return UsageError(StrFormat(
-        "the tokenizer in %s (--tokenizer-dir) has %lld tokens, more than the model's vocabulary "
-        "of %d: give the tokenizer the training data was packed with",
-        o.tokenizer_dir.c_str(), static_cast<long long>(tokenizer->size()), tc.model.vocab_size));
+  std::shared_ptr<const BpeVocabulary> tokenizer;
+  if (!o.tokenizer_dir.empty()) {
+    TRAINER_ASSIGN_OR_RETURN(tokenizer, LoadModelTokenizer(o.tokenizer_dir, tc.model));
+  }
   const std::vector<ParameterInfo> params = FullParameterList(tc.model);
   ModelPartition whole;
   whole.num_layers = tc.model.num_layers;

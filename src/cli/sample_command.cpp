@@ -44,13 +44,8 @@ class TokenText {
     eod_ = model.vocab_size - 1;  // pack's last id, for bytes and ids
     bytes_ = model.vocab_size == ByteTokenizer::kVocabSize;
     if (o.tokenizer_dir.empty()) return Status::Ok();
-    TRAINER_ASSIGN_OR_RETURN(bpe_, BpeVocabulary::Load(o.tokenizer_dir, "--tokenizer-dir"));
-    if (bpe_->size() > model.vocab_size)
-      return UsageError(StrFormat(
-          "the tokenizer in %s (--tokenizer-dir) has %lld tokens, more than the model's "
-          "vocabulary of %d: give the tokenizer the training data was packed with",
-          o.tokenizer_dir.c_str(), static_cast<long long>(bpe_->size()), model.vocab_size));
-    const int64_t eod = bpe_->Find("<|endoftext|>");
+    TRAINER_ASSIGN_OR_RETURN(bpe_, LoadModelTokenizer(o.tokenizer_dir, model));
+    const int64_t eod = bpe_->Find(BpeTokenizer::kEndOfText);
     if (eod >= 0) eod_ = static_cast<int32_t>(eod);
     return Status::Ok();
   }
