@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -67,6 +68,26 @@ inline double RelativeError(const std::vector<float>& got, const std::vector<flo
   do {                                                                                           \
     const double _err_ = ::trainer::cuda_testing::RelativeError(got, want);                      \
     EXPECT_LE(_err_, tolerance) << #got << " vs the CPU reference: relative L2 error " << _err_; \
+  } while (0)
+
+// How many elements of a second run differ bit for bit from the first (sizes must match), and
+// where the first one is: the forward ops are run-to-run deterministic.
+inline std::string BitwiseDifferences(const std::vector<float>& again,
+                                      const std::vector<float>& first) {
+  if (again.size() != first.size()) return "different sizes";
+  size_t count = 0, at = 0;
+  for (size_t i = 0; i < first.size(); ++i)
+    if (std::memcmp(&again[i], &first[i], sizeof(float)) != 0 && count++ == 0) at = i;
+  if (count == 0) return "";
+  return std::to_string(count) + " of " + std::to_string(first.size()) + " elements, first at " +
+         std::to_string(at) + " (" + std::to_string(again[at]) + " against " +
+         std::to_string(first[at]) + ")";
+}
+
+#define EXPECT_BITWISE_EQUAL(again, first)                                                \
+  do {                                                                                    \
+    const std::string _diff_ = ::trainer::cuda_testing::BitwiseDifferences(again, first); \
+    EXPECT_TRUE(_diff_.empty()) << #again << " differs from the first run: " << _diff_;   \
   } while (0)
 
 #define ASSERT_STATUS_OK(expr)                               \
