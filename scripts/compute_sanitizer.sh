@@ -6,8 +6,7 @@
 #    evaluation (cuBLASLt, cuDNN and our kernels together, the gradient norm and AdamW).
 # Prints each tool's summary and exits non-zero when a tool reports an error or a test fails.
 # Known (docs/gpu.md, "Compute Sanitizer"): racecheck's hazards at the LayerNorm backward's block
-# sums are a false report (tests/sanitizer/named_barrier_race.cu), and the whole-model test's
-# recomputation check fails under memcheck (the loss moves by ~1e-3 between identical runs there).
+# sums are a false report (tests/sanitizer/named_barrier_race.cu), so racecheck_ours exits 9.
 #
 #   scripts/compute_sanitizer.sh BIN_DIR [OUT_DIR]
 #   BIN_DIR holds trainer, cuda_backend_test and gpu_model_test (e.g. build/src + build/tests

@@ -176,10 +176,13 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < kPack<T>; ++k) s += exp2f(fmaf(x[k], kLog2e, -m_log2));
     }
   }
+  // The target's logit is read before the block's first barrier: with dlogits == logits (in place,
+  // as in training) the threads past BlockSum below overwrite the row, the target's pack included.
+  const int t = targets[r];
+  const float target_logit = threadIdx.x == 0 ? ToFloat(logits[r * vocab_local + t]) : 0.f;
   const float row_max = BlockMax(m, scratch);
   const float sum = BlockSum(m == -INFINITY ? 0.f : s * exp2f((m - row_max) * kLog2e), scratch);
-  const int t = targets[r];
-  if (threadIdx.x == 0) losses[r] = logf(sum) + row_max - ToFloat(logits[r * vocab_local + t]);
+  if (threadIdx.x == 0) losses[r] = logf(sum) + row_max - target_logit;
   if (dlogits == nullptr) return;
   const float m_log2 = row_max * kLog2e, scale_over_sum = dloss_scale / sum;
   const int t_pack = t < real ? t / kPack<T> : -1;  // the pack holding a real target
