@@ -8,11 +8,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 make_small_dataset data.h5
-COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
-        -o Model.hidden_size=64 -o Model.num_layers=5 -o Model.num_heads=4 -o Model.max_seq_len=32
-        -o Global.global_batch_size=8 -o Global.micro_batch_size=2 -o Engine.logging_freq=1
-        -o Engine.eval_freq=0 -o Engine.save_steps=5 -o Optimizer.warmup_steps=2
-        -o Optimizer.decay_steps=8 -o Optimizer.lr=3e-3)
+COMMON=("${TINY_LAYOUT_GPT[@]}" -o Engine.save_steps=5 -o Optimizer.decay_steps=8)
 run_np 1 train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=single > single.log 2>&1 ||
   fail "uninterrupted single-rank run"
 run_np 8 train "${COMMON[@]}" -o Engine.max_steps=5 -o Engine.output_dir=saved \

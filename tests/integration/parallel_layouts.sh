@@ -7,11 +7,7 @@
 # tests/tools/compare_checkpoints.cpp for why the key bias needs the looser bound).
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
-COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
-        -o Model.hidden_size=64 -o Model.num_layers=5 -o Model.num_heads=4 -o Model.max_seq_len=32
-        -o Global.global_batch_size=8 -o Global.micro_batch_size=2 -o Engine.max_steps=10
-        -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Engine.save_steps=10
-        -o Optimizer.warmup_steps=2 -o Optimizer.lr=3e-3)
+COMMON=("${TINY_LAYOUT_GPT[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)
 run_layout() {  # name np overrides...
   local name=$1 np=$2; shift 2
   run_np "$np" train "${COMMON[@]}" -o Engine.output_dir="$name" "$@" > "$name.log" 2>&1 ||
