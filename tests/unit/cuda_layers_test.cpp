@@ -142,6 +142,7 @@ TEST_F(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
     ASSERT_STATUS_OK(gpu->LayerNormForward(g_out->tensor(), g_mean->tensor(), g_rstd->tensor(),
                                            g_in->tensor(), g_w->tensor(), g_b->tensor()));
     EXPECT_BITWISE_EQUAL(g_out->Download(), first_out);
+    EXPECT_BITWISE_EQUAL(g_mean->Download(), first_mean);
     EXPECT_BITWISE_EQUAL(g_rstd->Download(), first_rstd);
     ASSERT_STATUS_OK(backward(true));
     EXPECT_RELATIVE_ERROR_BELOW(first_out, out, 1e-2);
@@ -156,17 +157,17 @@ TEST_F(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
     // Summing din's columns leaves the other results bitwise as they are without it.
     reset();
     ASSERT_STATUS_OK(backward(false));
-    EXPECT_TRUE(g_din->Download() == got_din) << "din differs with and without din's sums";
-    EXPECT_TRUE(g_dw->Download() == got_dw) << "dweight differs with and without din's sums";
-    EXPECT_TRUE(g_db->Download() == got_db) << "dbias differs with and without din's sums";
-    EXPECT_TRUE(g_sums->Download() == sums0) << "din's sums written when not asked for";
+    EXPECT_BITWISE_EQUAL(g_din->Download(), got_din) << "din, with and without din's sums";
+    EXPECT_BITWISE_EQUAL(g_dw->Download(), got_dw) << "dweight, with and without din's sums";
+    EXPECT_BITWISE_EQUAL(g_db->Download(), got_db) << "dbias, with and without din's sums";
+    EXPECT_BITWISE_EQUAL(g_sums->Download(), sums0) << "din's sums written when not asked for";
     // Deterministic: the same inputs give bitwise the same gradients.
     reset();
     ASSERT_STATUS_OK(backward(true));
-    EXPECT_TRUE(g_din->Download() == got_din) << "din differs between two identical runs";
-    EXPECT_TRUE(g_dw->Download() == got_dw) << "dweight differs between two identical runs";
-    EXPECT_TRUE(g_db->Download() == got_db) << "dbias differs between two identical runs";
-    EXPECT_TRUE(g_sums->Download() == got_sums) << "din's sums differ between two identical runs";
+    EXPECT_BITWISE_EQUAL(g_din->Download(), got_din) << "din, two identical runs";
+    EXPECT_BITWISE_EQUAL(g_dw->Download(), got_dw) << "dweight, two identical runs";
+    EXPECT_BITWISE_EQUAL(g_db->Download(), got_db) << "dbias, two identical runs";
+    EXPECT_BITWISE_EQUAL(g_sums->Download(), got_sums) << "din's sums, two identical runs";
   });
 }
 

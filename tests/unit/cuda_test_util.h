@@ -84,11 +84,16 @@ inline std::string BitwiseDifferences(const std::vector<float>& again,
          std::to_string(first[at]) + ")";
 }
 
-#define EXPECT_BITWISE_EQUAL(again, first)                                                \
-  do {                                                                                    \
-    const std::string _diff_ = ::trainer::cuda_testing::BitwiseDifferences(again, first); \
-    EXPECT_TRUE(_diff_.empty()) << #again << " differs from the first run: " << _diff_;   \
-  } while (0)
+// EXPECT_BITWISE_EQUAL(again, first) << "context": every float of `again` has the bits of the
+// same element of `first`; more context may be streamed into the failure, as with EXPECT_*.
+#define EXPECT_BITWISE_EQUAL(again, first)                                                    \
+  switch (0)                                                                                  \
+  case 0:                                                                                     \
+  default:                                                                                    \
+    if (const std::string _diff_ = ::trainer::cuda_testing::BitwiseDifferences(again, first); \
+        _diff_.empty()) {                                                                     \
+    } else                                                                                    \
+      ADD_FAILURE() << #again << " differs bitwise from " << #first << ": " << _diff_ << ". "
 
 #define ASSERT_STATUS_OK(expr)                               \
   do {                                                       \
