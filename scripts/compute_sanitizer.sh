@@ -31,8 +31,10 @@ check() {  # name command...: runs one tool, keeps its log, prints its summary l
   shift
   "$@" > "$log" 2>&1
   local rc=$?
-  echo "$name: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 |
-    sed 's/=* *//'); $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]' "$log" | tr '\n' ' ')"
+  local summary tests
+  summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed 's/=* *//')
+  tests=$(grep -E '^\[  (PASSED|FAILED)  \] [0-9]' "$log" | tr '\n' ' ')
+  echo "$name: exit $rc${summary:+; $summary}${tests:+; $tests}"
   [ $rc -eq 0 ] || failed=1
 }
 if [[ " $PARTS " == *" tests "* ]]; then
