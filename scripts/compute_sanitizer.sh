@@ -7,8 +7,6 @@
 #  - where two GPUs and mpirun are there, memcheck on every rank of 3 steps of DP=2 (with the
 #    overlapped bucket reduction, and with ZeRO-1), TP=2 with sequence parallelism, and PP=2.
 # Prints each tool's summary and exits non-zero when a tool reports an error or a test fails.
-# Known (docs/gpu.md, "Compute Sanitizer"): racecheck's hazards at the LayerNorm backward's block
-# sums are a false report (tests/sanitizer/named_barrier_race.cu), so racecheck_ours exits 9.
 #
 #   scripts/compute_sanitizer.sh BIN_DIR [OUT_DIR]
 #   BIN_DIR holds trainer, cuda_backend_test and gpu_model_test (e.g. build/src + build/tests
