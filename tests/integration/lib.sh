@@ -29,8 +29,8 @@ make_small_dataset() {
 
 # The tiny GPT of the layout comparisons (parallel_layouts.sh, checkpoint_layouts.sh) on
 # data.h5: 5 layers, which split unevenly over 2 or 4 stages. Adam's eps is 1e-6, not 1e-8: some
-# gradient elements are ~1e-9 (the key bias's is zero in exact arithmetic: softmax ignores it),
-# and where |g| ~ eps, Adam's g / (sqrt(v) + eps) turns the reduction order's rounding of g
+# gradient elements are ~1e-9 (in weights as well as biases and LayerNorm parameters), and
+# where |g| ~ eps, Adam's g / (sqrt(v) + eps) turns the reduction order's rounding of g
 # (~1e-10) into updates that differ by up to ~1e-5. Through the curvature these move the other
 # gradients, and after 10 steps two layouts' trajectories could part far beyond rounding: with
 # one data set and eps 1e-8, dp2's Adam second moment of h.0.ln_1.weight left the single-rank

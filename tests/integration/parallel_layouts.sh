@@ -4,7 +4,7 @@
 # whole-block activation recomputation, "-z1": ZeRO-1, the optimizer state sharded over DP). Losses (metrics.jsonl) and the final
 # parameters and Adam moments (checkpoints, compared by an independent HDF5 reader) must agree to
 # a relative 1e-5 (fp32; only the reduction order differs), each tensor to 1e-3 (see
-# tests/tools/compare_checkpoints.cpp for why the key bias needs the looser bound).
+# tests/tools/compare_checkpoints.cpp for why single tensors need the looser bound).
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 COMMON=("${TINY_LAYOUT_GPT[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)
