@@ -268,9 +268,8 @@ __global__ void __launch_bounds__(kBackwardThreads, kBackwardMinBlocks)
   }
   // Groups with a row fewer pass their barrier once more, idle: racecheck misreads the block
   // sums below when groups passed their named barriers unequally often (docs/gpu.md).
-  if (kWarpsPerRow > 1 && end > first && (end - first) % kGroups != 0 &&
-      group >= (end - first) % kGroups)
-    GroupBarrier<kWarpsPerRow>(group);
+  const int64_t leftover = (end - first) % kGroups;  // rows of the block's last, partial turn
+  if (kWarpsPerRow > 1 && leftover != 0 && group >= leftover) GroupBarrier<kWarpsPerRow>(group);
   for (int turn = 0; turn < kGroups; ++turn) {
     if (group == turn) {
 #pragma unroll
