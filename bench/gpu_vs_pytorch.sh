@@ -66,16 +66,7 @@ for spec in "$@"; do
     ${TRAINER_ARGS:-} > "$out.log" 2>&1 || { gpu_sampling_stop "$out.gpu" > /dev/null; tail -30 "$out.log"; continue; }
   gpu=$(gpu_sampling_stop "$out.gpu")
   # Median tokens/s over the logging windows after the first 10 steps (warm-up, graph builds).
-  ours=$(python3 - "$out/metrics.jsonl" <<'PY'
-import json, sys, statistics
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-rows = [r for r in rows if r["step"] > 10]
-print(json.dumps({"tok_s": round(statistics.median(r["tokens_per_s"] for r in rows)),
-                  "mfu": round(statistics.median(r["mfu"] for r in rows), 4),
-                  "mem_gib": round(max(r["memory_gib"] for r in rows), 2),
-                  "loss": rows[-1]["loss"]}))
-PY
-)
+  ours=$(python3 "$ROOT/bench/metrics.py" summary "$out/metrics.jsonl")
   echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"gpu0\":$gpu}" |
     tee -a "$RESULTS"
   if [ "${SKIP_PEER:-0}" != 1 ] && [ "$NP" = 1 ]; then
