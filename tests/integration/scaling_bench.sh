@@ -5,6 +5,7 @@
 #    DP scaling reports 1, 2 and 4 ranks against the one-rank figure;
 #  - a "layout" that trains another model (a learning rate ten times larger) fails its check, and
 #    the script exits 1;
+#  - a second call on the same results folder runs nothing again;
 #  - the token stream it writes is learnable: in 8 steps (still in warmup) the one-rank loss falls
 #    0.3 below ln(257), where uniform random tokens would keep it.
 #   scaling_bench.sh TRAINER SOURCE_DIR SCRATCH
@@ -36,3 +37,10 @@ assert ref["global_batch"] == 8 and ref["result"]["tok_s"] > 0, ref
 assert ref["result"]["loss"] < math.log(257) - 0.3, ref
 print("scaling.sh: %d checks as expected" % (len(checks) + len(scaling)))
 PY
+# A second call on the same OUT keeps the finished runs (a device call's time limit can cut a part
+# short; the next call goes on): no run starts again, and the checks come out the same.
+before=$(stat -c %Y out/tiny-tp2-dp2.log)
+OUT=$SCRATCH/out NP=4 STEPS=8 DEVICE=cpu PARTS=layouts LAYOUTS="tp2-dp2" \
+  bash "$SRC/bench/scaling.sh" "$TRAINER" tiny:2 > again.log 2>&1 || fail "the second call failed"
+[ "$(stat -c %Y out/tiny-tp2-dp2.log)" = "$before" ] || fail "the second call ran tp2-dp2 again"
+grep -q '"check":"layout","run":"tiny-tp2-dp2".*"pass": true' again.log || fail "no check in the second call"
