@@ -18,7 +18,8 @@
 #        ("layouts scaling resume"), LAYOUTS (default by NP, e.g. "dp8 tp2-dp4 tp4-dp2 pp2-dp4
 #        tp2-pp2-dp2"; an entry NAME[:KEY=VALUE,...] takes its degrees from tpN/ppN in NAME and
 #        adds the overrides, e.g. "tp2-dp4-sp:Model.sequence_parallel=true"), DEVICE (cuda), OUT
-#        (/tmp/scaling), MPIEXEC (mpirun), MPI_ARGS (e.g. --oversubscribe), TOKENS (4000000; runs go round it).
+#        (/tmp/scaling), MPIEXEC (mpirun; or e.g. "srun --mpi=pmix" inside an allocation),
+#        MPI_ARGS (--bind-to none; "" for srun), TOKENS (4000000; runs go round it).
 # Runs whose metrics already reach their last step are kept, so a part cut off by a device call's
 # time limit goes on in the next call. Prints one JSON line per run and check (also appended to
 # $OUT/results.jsonl); exits 1 when a check fails.
@@ -30,6 +31,7 @@ PARTS=${PARTS:-layouts scaling resume}
 DEVICE=${DEVICE:-cuda}
 OUT=${OUT:-/tmp/scaling}
 MPIEXEC=${MPIEXEC:-mpirun}
+MPI_ARGS=${MPI_ARGS---bind-to none}
 NP=${NP:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 [ "${NP:-0}" -ge 2 ] || { echo "scaling.sh: NP=${NP:-0}: needs at least 2 GPUs (or set NP)" >&2; exit 2; }
 [ $((STEPS % 2)) = 0 ] || { echo "scaling.sh: STEPS=$STEPS must be even (resume at STEPS/2)" >&2; exit 2; }
@@ -74,8 +76,8 @@ train() {
   if ! grep -q "\"step\": $steps," "$OUT/$name/metrics.jsonl" 2> /dev/null; then
     rm -rf "${OUT:?}/$name"
     local rc=0
-    # shellcheck disable=SC2086  # MPI_ARGS are words
-    "$MPIEXEC" -n "$np" --bind-to none ${MPI_ARGS:-} "$TRAINER" train -c "$ROOT/$CONFIG" \
+    # shellcheck disable=SC2086  # MPIEXEC and MPI_ARGS are words
+    $MPIEXEC -n "$np" $MPI_ARGS "$TRAINER" train -c "$ROOT/$CONFIG" \
       -o Data.train_path="$DATA" -o Data.val_path= -o Data.val_fraction=0 \
       -o Global.micro_batch_size="$B" -o Global.global_batch_size="$GLOBAL" \
       -o Global.device="$DEVICE" -o Engine.max_steps="$steps" -o Engine.logging_freq=1 \

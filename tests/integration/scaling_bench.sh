@@ -11,7 +11,7 @@
 #   scaling_bench.sh TRAINER SOURCE_DIR SCRATCH
 source "$(dirname "$0")/lib.sh"
 rc=0
-OUT=$SCRATCH/out NP=4 STEPS=8 SCALING_STEPS=16 DEVICE=cpu TOKENS=200000 MPIEXEC=$MPIEXEC MPI_ARGS=--oversubscribe \
+OUT=$SCRATCH/out NP=4 STEPS=8 SCALING_STEPS=16 DEVICE=cpu TOKENS=200000 MPIEXEC=$MPIEXEC MPI_ARGS="--oversubscribe --bind-to none" \
   LAYOUTS="tp2-dp2 pp2-dp2 tp2-pp2 dp4-other-lr:Optimizer.lr=3e-2,Optimizer.warmup_steps=1" \
   bash "$SRC/bench/scaling.sh" "$TRAINER" tiny:2 > out.log 2> err.log || rc=$?
 cat out.log
