@@ -35,7 +35,7 @@ def compare(run_path, ref_path, each, mean, steps):
     if not diffs:
         return {"steps": 0, "worst": None, "mean": None, "pass": False}
     worst, average = max(diffs), sum(diffs) / len(diffs)
-    return {"steps": len(diffs), "worst": round(worst, 5), "mean": round(average, 5),
+    return {"steps": len(diffs), "worst": float("%.3g" % worst), "mean": float("%.3g" % average),
             "pass": len(diffs) == steps and worst <= each and average <= mean}
 
 

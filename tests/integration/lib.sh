@@ -56,11 +56,12 @@ expect_error() {
 # Losses of metrics.jsonl training records, one per line, as printed (%.8g).
 losses() { grep -o '"loss": [^,}]*' "$1" | awk '{print $2}'; }
 
-# compare_losses A B TOL: relative difference of each line <= TOL.
-compare_losses() {
-  paste <(losses "$1") <(losses "$2") | awk -v tol="$3" '
-    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > worst) worst = r }
-    END { if (n == 0) { print "no losses"; exit 1 }
-          printf "%d losses, worst relative difference %.3e (tolerance %s)\n", n, worst, tol;
-          exit (worst <= tol) ? 0 : 1 }'
+# compare_curves RUN REF EACH MEAN COUNT: RUN's loss at each of its logged steps against REF's at
+# the same step (relative difference): COUNT steps, each within EACH, their mean within MEAN
+# (bench/metrics.py compare, as bench/scaling.sh checks layouts on GPUs). Prints the figures.
+compare_curves() {
+  local result
+  result=$(python3 "$SRC/bench/metrics.py" compare "$@") || return 1
+  echo "$result"
+  [[ $result == *'"pass": true'* ]]
 }
