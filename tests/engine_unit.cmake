@@ -4,3 +4,6 @@ trainer_gtest(engine_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/engine_test.c
 # trainer sample's draw of the next token against the softmax computed independently.
 trainer_gtest(token_draw_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/token_draw_test.cpp
               ${PROJECT_SOURCE_DIR}/src/cli/token_draw.cpp LIBS trainer_common TIMEOUT 60)
+# The GPU report (clock, power, the job's slowest GPU) from windows and a fake world's all-reduces.
+trainer_gtest(gpu_monitor_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_monitor_test.cpp
+              LIBS trainer_engine TIMEOUT 60)

@@ -13,6 +13,7 @@
 #include "config/config_loader.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "engine/gpu_monitor.h"
 #include "engine/signals.h"
 #include "optimizer/lr_schedule.h"
 
@@ -383,6 +384,7 @@ Status Trainer::Run() {
   const bool on_gpu = backend_->device_memory();
   const double peak = config_.engine.peak_tflops * 1e12 * groups_.topology.world_size;
   const int64_t first_step = state_.step;
+  GpuMonitor gpu_monitor(backend_);
   while (state_.step < e.max_steps) {
     // Engine.profile times the phases of every step after three warm-up steps.
     if (e.profile && state_.step == first_step + 3) {
@@ -405,24 +407,29 @@ Status Trainer::Run() {
       const double mfu = on_gpu ? tokens_per_s * flops_per_token / peak : 0.0;
       const double memory_gib = DeviceMemoryUsed(backend_) / (1024.0 * 1024.0 * 1024.0);
       const std::string mfu_text = on_gpu ? StrFormat("MFU %.1f%% | ", 100 * mfu) : "";
-      LogInfo(
-          StrFormat("step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
-                    "%.1f ms/step | %s%.2f GiB | elapsed %.1fs%s",
-                    step, e.max_steps, loss, lr, norm, tokens_per_s, 1e3 * window / window_steps,
-                    mfu_text.c_str(), memory_gib, elapsed,
-                    // Step 1's window holds the start-up (GEMM tuning, warm-up): no ETA from it.
-                    step == 1 ? "" : Eta(e.max_steps - step, window / window_steps).c_str()));
-      TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step},
-                                               {"loss", loss},
-                                               {"lr", lr},
-                                               {"grad_norm", norm},
-                                               {"tokens_per_s", tokens_per_s},
-                                               {"step_ms", 1e3 * window / window_steps},
-                                               {"elapsed_s", elapsed},
-                                               {"consumed_samples", state_.consumed_samples},
-                                               {"pipeline_bubble", bubble},
-                                               {"mfu", mfu},
-                                               {"memory_gib", memory_gib}}));
+      GpuReport gpu;
+      TRAINER_RETURN_IF_ERROR(gpu_monitor.Report(groups_.world_host, &gpu));
+      LogInfo(StrFormat(
+          "step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
+          "%.1f ms/step | %s%.2f GiB%s | elapsed %.1fs%s",
+          step, e.max_steps, loss, lr, norm, tokens_per_s, 1e3 * window / window_steps,
+          mfu_text.c_str(), memory_gib, gpu.Text(groups_.topology.world_size).c_str(), elapsed,
+          // Step 1's window holds the start-up (GEMM tuning, warm-up): no ETA from it.
+          step == 1 ? "" : Eta(e.max_steps - step, window / window_steps).c_str()));
+      std::vector<std::pair<std::string, double>> record = {
+          {"step", step},
+          {"loss", loss},
+          {"lr", lr},
+          {"grad_norm", norm},
+          {"tokens_per_s", tokens_per_s},
+          {"step_ms", 1e3 * window / window_steps},
+          {"elapsed_s", elapsed},
+          {"consumed_samples", state_.consumed_samples},
+          {"pipeline_bubble", bubble},
+          {"mfu", mfu},
+          {"memory_gib", memory_gib}};
+      for (auto& field : gpu.Fields()) record.push_back(std::move(field));
+      TRAINER_RETURN_IF_ERROR(metrics_->Write(record));
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;
       TRAINER_RETURN_IF_ERROR(StopIfDiverged(step, loss, norm));

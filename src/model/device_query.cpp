@@ -46,6 +46,18 @@ void* BackendStream(Backend* backend) {
   return nullptr;
 }
 
+std::string BackendPciBusId(Backend* backend) {
+#if TRAINER_WITH_CUDA
+  int device = 0;
+  char id[32] = {};
+  if (dynamic_cast<CudaBackend*>(backend) && cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetPCIBusId(id, sizeof(id), device) == cudaSuccess)
+    return id;
+#endif
+  (void)backend;
+  return "";
+}
+
 double DeviceMemoryUsed(Backend* backend) {
 #if TRAINER_WITH_CUDA
   if (backend->device_memory()) {

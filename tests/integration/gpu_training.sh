@@ -25,6 +25,25 @@ train() {  # name np device overrides...
   run_np "$np" train "${COMMON[@]}" -o Global.device="$device" -o Engine.output_dir="$name" "$@" \
     > "$name.log" 2>&1 || { tail -20 "$name.log"; fail "$name failed"; }
 }
+# GPU_RUN's records carry a plausible SM clock and power for its one rank (the windows shorter
+# than NVML's 100 ms sampling carry none), CPU_RUN's none; skipped where the log says NVML could
+# not read the GPU.
+gpu_report_check() {  # GPU_RUN_METRICS CPU_RUN_METRICS GPU_RUN_LOG
+  python3 - "$@" <<'PY'
+import json, sys
+gpu = [json.loads(line) for line in open(sys.argv[1])]
+cpu = [json.loads(line) for line in open(sys.argv[2])]
+if any("gpu_sm_mhz" in r for r in cpu):
+    sys.exit("the CPU run reports a GPU clock")
+if "GPU clock and power not reported" in open(sys.argv[3]).read():
+    print("NVML cannot read this GPU: not checked")
+    sys.exit(0)
+rows = [r for r in gpu if "gpu_sm_mhz" in r]
+print("%d records with a GPU clock; the last: %s" % (len(rows), rows[-1] if rows else None))
+sys.exit(0 if rows and all(100 < r["gpu_sm_mhz"] < 5000 and 5 < r["gpu_power_w"] < 2000 and
+                           r["gpu_sm_mhz_lowest_rank"] == 0 for r in rows) else 1)
+PY
+}
 # bf16 vs fp32: each step within 5%, the mean over 50 steps within 1%. Measured on H200s: worst
 # 3.5% in the first build, 0.1-0.4% since, 1.3% (step 20; mean 0.17-0.19%) once docs/*.md, which
 # make_small_dataset packed then, changed in the tenth session: the worst step depends on the
@@ -40,6 +59,8 @@ train cpu 1 cpu
 train gpu1 1 cuda
 echo "== one GPU (bf16) vs CPU (fp32)"
 compare_curves gpu1/metrics.jsonl cpu/metrics.jsonl 0.05 0.01 50 || fail "GPU curve leaves the CPU curve"
+echo "== the GPU run reports its GPU's clock and power (NVML); the CPU run reports none"
+gpu_report_check gpu1/metrics.jsonl cpu/metrics.jsonl gpu1.log || fail "GPU clock and power in metrics.jsonl"
 if [ "$GPUS" -ge 2 ]; then
   for layout in "dp2" "dp2-overlap -o Distributed.overlap_grad_reduce=true" \
                 "dp2-zero1 -o Distributed.zero_stage1=true -o Engine.save_steps=25 -o Checkpoint.keep_last=0" \

@@ -13,41 +13,32 @@
 #include "cli/check_gpu.h"
 #include "cli/check_report.h"
 #include "common/filesystem.h"
+#include "test_communicator.h"
 
 namespace trainer {
 namespace {
 
 // A stand-in for a group of `members` ranks that all contribute what this one does: the sum is
 // `members` times the input. Optionally adds 1 to one element in one call (a broken transport).
-class ScalingCommunicator final : public Communicator {
+class ScalingCommunicator final : public TestCommunicator {
  public:
   ScalingCommunicator(int members, int corrupt_call, size_t corrupt_element)
-      : members_(members), corrupt_call_(corrupt_call), corrupt_element_(corrupt_element) {}
-  int rank() const override { return 0; }
-  int size() const override { return members_; }
-  const std::string& name() const override { return name_; }
-  bool device_memory() const override { return false; }
+      : TestCommunicator(0, members),
+        members_(members),
+        corrupt_call_(corrupt_call),
+        corrupt_element_(corrupt_element) {}
   Status AllReduce(void* data, size_t count, DType dtype, ReduceOp) override {
     float* x = static_cast<float*>(data);
     for (size_t i = 0; i < count; ++i) x[i] *= static_cast<float>(members_);
     if (calls_++ == corrupt_call_ && corrupt_element_ < count) x[corrupt_element_] += 1.0f;
     return Status::Ok();
   }
-  Status AllGather(const void*, void*, size_t, DType) override { return Unused(); }
-  Status ReduceScatter(const void*, void*, size_t, DType) override { return Unused(); }
-  Status Broadcast(void*, size_t, DType, int) override { return Unused(); }
-  Status Send(const void*, size_t, DType, int) override { return Unused(); }
-  Status Recv(void*, size_t, DType, int) override { return Unused(); }
-  Status SendRecv(const void*, size_t, int, void*, size_t, int, DType) override { return Unused(); }
-  Status Barrier() override { return Status::Ok(); }
   int calls() const { return calls_; }
 
  private:
-  Status Unused() { return RuntimeError("not used by the all-reduce check"); }
   int members_, corrupt_call_;
   size_t corrupt_element_;
   int calls_ = 0;
-  std::string name_ = "test";
 };
 
 TEST(CheckAllReduce, ExactSumPasses) {
