@@ -9,9 +9,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <initializer_list>
+#include <mutex>
 #include <thread>
 #include <utility>
-#include <vector>
 
 namespace trainer {
 namespace {
