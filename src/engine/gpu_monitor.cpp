@@ -18,7 +18,7 @@ std::string GpuReport::Text(int world_size) const {
   return text;
 }
 
-std::vector<std::pair<std::string, double>> GpuReport::Fields() const {
+std::vector<std::pair<std::string, double>> GpuReport::Fields(double tokens_per_s) const {
   std::vector<std::pair<std::string, double>> fields;
   if (own.samples > 0)
     fields = {{"gpu_sm_mhz", own.sm_mhz},
@@ -27,6 +27,10 @@ std::vector<std::pair<std::string, double>> GpuReport::Fields() const {
   if (lowest_rank >= 0) {
     fields.emplace_back("gpu_sm_mhz_lowest", lowest_sm_mhz);
     fields.emplace_back("gpu_sm_mhz_lowest_rank", lowest_rank);
+  }
+  if (total_power_w > 0) {
+    fields.emplace_back("gpu_power_w_total", total_power_w);
+    if (tokens_per_s > 0) fields.emplace_back("gpu_joules_per_token", total_power_w / tokens_per_s);
   }
   return fields;
 }
@@ -39,9 +43,12 @@ Status AgreeOnGpuReport(Communicator* world, const GpuWindow& own, GpuReport* ou
   TRAINER_RETURN_IF_ERROR(world->AllReduce(&lowest, 1, DType::kF64, ReduceOp::kMax));
   double rank = sampled && -own.sm_mhz == lowest ? -static_cast<double>(world->rank()) : kNone;
   TRAINER_RETURN_IF_ERROR(world->AllReduce(&rank, 1, DType::kF64, ReduceOp::kMax));
+  double power[2] = {sampled ? own.power_w : 0.0, sampled ? 1.0 : 0.0};  // summed, and the count
+  TRAINER_RETURN_IF_ERROR(world->AllReduce(power, 2, DType::kF64, ReduceOp::kSum));
   if (lowest == kNone) return Status::Ok();
   out->lowest_sm_mhz = -lowest;
   out->lowest_rank = static_cast<int>(-rank);
+  if (power[1] == world->size()) out->total_power_w = power[0];
   return Status::Ok();
 }
 

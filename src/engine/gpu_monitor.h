@@ -20,12 +20,14 @@ struct GpuReport {
   GpuWindow own;             // this rank's GPU over the window (samples == 0: not sampled)
   double lowest_sm_mhz = 0;  // the lowest mean SM clock of any sampled GPU in the job
   int lowest_rank = -1;      // its rank; -1 when no rank sampled its GPU
+  double total_power_w = 0;  // every GPU's mean power, summed; 0 unless every rank sampled
 
   // " | 1485 MHz 692 W" (and ", lowest 1440 MHz on rank 13" for several ranks); "" unsampled.
   std::string Text(int world_size) const;
-  // The metrics.jsonl fields: gpu_sm_mhz, gpu_power_w, gpu_temperature_c (this rank's GPU) and
-  // gpu_sm_mhz_lowest, gpu_sm_mhz_lowest_rank; none unsampled.
-  std::vector<std::pair<std::string, double>> Fields() const;
+  // The metrics.jsonl fields: gpu_sm_mhz, gpu_power_w, gpu_temperature_c (this rank's GPU),
+  // gpu_sm_mhz_lowest, gpu_sm_mhz_lowest_rank, and with every GPU sampled gpu_power_w_total and
+  // the job's GPU energy per token at `tokens_per_s`, gpu_joules_per_token; none unsampled.
+  std::vector<std::pair<std::string, double>> Fields(double tokens_per_s) const;
 };
 
 // The job's report from every rank's window (collective over `world`: every rank calls it at the

@@ -428,7 +428,7 @@ Status Trainer::Run() {
           {"pipeline_bubble", bubble},
           {"mfu", mfu},
           {"memory_gib", memory_gib}};
-      for (auto& field : gpu.Fields()) record.push_back(std::move(field));
+      for (auto& field : gpu.Fields(tokens_per_s)) record.push_back(std::move(field));
       TRAINER_RETURN_IF_ERROR(metrics_->Write(record));
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;

@@ -40,8 +40,12 @@ if "GPU clock and power not reported" in open(sys.argv[3]).read():
     sys.exit(0)
 rows = [r for r in gpu if "gpu_sm_mhz" in r]
 print("%d records with a GPU clock; the last: %s" % (len(rows), rows[-1] if rows else None))
+# One rank: the job's total power is its GPU's, and the energy per token that over tokens/s.
 sys.exit(0 if rows and all(100 < r["gpu_sm_mhz"] < 5000 and 5 < r["gpu_power_w"] < 2000 and
-                           r["gpu_sm_mhz_lowest_rank"] == 0 for r in rows) else 1)
+                           r["gpu_sm_mhz_lowest_rank"] == 0 and
+                           r["gpu_power_w_total"] == r["gpu_power_w"] and
+                           abs(r["gpu_joules_per_token"] * r["tokens_per_s"] / r["gpu_power_w"] - 1)
+                           < 1e-6 for r in rows) else 1)
 PY
 }
 # bf16 vs fp32: each step within 5%, the mean over 50 steps within 1%. Measured on H200s: worst
