@@ -1,7 +1,7 @@
 // GpuMonitor: at each logging step, this rank's GPU clock, power and temperature over the window
-// (model/gpu_telemetry.h) and the lowest SM clock in the job with its rank, for the log line and
-// metrics.jsonl; and a warning from any rank whose GPU is slowed by heat or its board, since a
-// synchronous job runs at the pace of its slowest GPU.
+// (model/gpu_telemetry.h), the lowest SM clock in the job with its rank, and the job's total GPU
+// power and energy per token, for the log line and metrics.jsonl; and a warning from any rank whose
+// GPU is slowed by heat or its board, since a synchronous job runs at the pace of its slowest GPU.
 #pragma once
 
 #include <memory>
