@@ -83,6 +83,7 @@ GpuWindow GpuWindowAccumulator::Take() {
 
 struct GpuTelemetry::Impl {
   NvmlApi nvml;
+  bool initialised = false;  // nvmlInit succeeded: the destructor shuts NVML down
   NvmlDevice device = nullptr;
   std::chrono::duration<double> period{0.1};
   std::mutex mutex;
@@ -122,7 +123,7 @@ struct GpuTelemetry::Impl {
     }
     stop_signal.notify_all();
     if (thread.joinable()) thread.join();
-    if (nvml.shutdown && device) nvml.shutdown();
+    if (initialised) nvml.shutdown();
     if (nvml.library) dlclose(nvml.library);
   }
 };
@@ -156,16 +157,13 @@ std::unique_ptr<GpuTelemetry> GpuTelemetry::Start(const std::string& pci_bus_id,
     *why = "nvmlInit failed";
     return nullptr;
   }
+  impl->initialised = true;
   if (nvml.device_by_pci_bus_id(pci_bus_id.c_str(), &impl->device) != 0) {
-    nvml.shutdown();
-    impl->device = nullptr;
     *why = "NVML does not know the GPU at PCI bus id '" + pci_bus_id + "'";
     return nullptr;
   }
   GpuSample first;
   if (!impl->Read(&first)) {
-    nvml.shutdown();
-    impl->device = nullptr;
     *why = "NVML cannot read the clock or power of GPU " + pci_bus_id;
     return nullptr;
   }
