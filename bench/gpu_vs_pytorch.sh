@@ -8,7 +8,15 @@
 #
 #   bench/gpu_vs_pytorch.sh TRAINER PEER_SCRIPT MODEL...
 #   MODEL: 124m:B | 350m:B | 1.3b:B   (B = micro batch of one GPU; global batch = B x GPUs)
-#   env: STEPS (default 40), NP (GPUs for the trainer, default 1), SKIP_PEER=1
+#   env: STEPS (default 40), NP (GPUs for the trainer, default 1), SKIP_PEER=1, MATCH_PEER
+#
+# MATCH_PEER=1 (the default): the trainer trains the way the peer script does, so that both sides
+# multiply the same kind of values (at the H200's power limit the values set the clock, and with
+# it tokens/s: docs/performance.md): the peer's optimizer (AdamW lr 3e-4 from the first step,
+# betas 0.9/0.999, eps 1e-8, weight decay 0.1, clipping at 1.0) and its data (8 global batches
+# of random tokens, repeated). MATCH_PEER=0: the configs' own optimizer settings (a warmup of
+# hundreds of steps, so a short run trains at lr ~1e-5) on a 20M-token random stream, as the
+# figures before the twenty-first session were measured.
 set -euo pipefail
 TRAINER=$1 PEER=$2; shift 2
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,24 +50,46 @@ print('{"sm_mhz": %s, "power_w": %s}' % (
     round(statistics.median(r[2] for r in busy)) if busy else "null"))
 PY
 }
-if [ ! -f "$WORK/random.h5" ]; then
-  python3 -c "import numpy as np; np.random.seed(0); np.random.randint(0, 50257, size=20_000_000, dtype=np.uint16).tofile('$WORK/random.u16')"
-  "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/random.u16" --output "$WORK/random.h5" --quiet
-fi
+MATCH_PEER=${MATCH_PEER:-1}
+PEER_OPTIMIZER=(-o Optimizer.lr=3e-4 -o Optimizer.min_lr=3e-4 -o Optimizer.warmup_steps=0
+                -o Optimizer.decay_style=constant -o Optimizer.beta1=0.9 -o Optimizer.beta2=0.999
+                -o Optimizer.eps=1e-8 -o Optimizer.weight_decay=0.1 -o Optimizer.grad_clip=1.0)
+# random_tokens NAME COUNT: $WORK/NAME.h5 holding COUNT random GPT-2 token ids (made once).
+random_tokens() {
+  [ -f "$WORK/$1.h5" ] && return 0
+  python3 -c "
+import array, random, sys
+rng = random.Random(0)
+array.array('H', (rng.randrange(50257) for _ in range(int(sys.argv[2])))).tofile(open(sys.argv[1], 'wb'))" \
+    "$WORK/$1.u16" "$2"
+  "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/$1.u16" --output "$WORK/$1.h5" --quiet
+  rm -f "$WORK/$1.u16"
+}
+[ "$MATCH_PEER" = 1 ] || random_tokens random 20000000
 RESULTS=$(mktemp)
 for spec in "$@"; do
   model=${spec%%:*} B=${spec##*:}
   case $model in
-    124m) cfg=configs/gpt2-124m.yaml; shape='"L":12,"H":12,"D":768,"T":1024' ;;
-    350m) cfg=configs/gpt2-350m.yaml; shape='"L":24,"H":16,"D":1024,"T":1024' ;;
-    1.3b) cfg=configs/gpt-1.3b.yaml;  shape='"L":24,"H":16,"D":2048,"T":2048' ;;
+    124m) cfg=configs/gpt2-124m.yaml; T=1024; shape='"L":12,"H":12,"D":768' ;;
+    350m) cfg=configs/gpt2-350m.yaml; T=1024; shape='"L":24,"H":16,"D":1024' ;;
+    1.3b) cfg=configs/gpt-1.3b.yaml;  T=2048; shape='"L":24,"H":16,"D":2048' ;;
     *) echo "unknown model $model" >&2; exit 2 ;;
   esac
+  shape="$shape,\"T\":$T"
+  if [ "$MATCH_PEER" = 1 ]; then
+    # The peer's 8 batches: 8 global batches of T + 1 tokens per sequence (the trainer's samples
+    # are windows of T + 1 tokens at multiples of T, in a new order each epoch).
+    data=peer-b$((B * NP))-t$T
+    random_tokens "$data" $((8 * B * NP * T + 1))
+    matched=("${PEER_OPTIMIZER[@]}")
+  else
+    data=random matched=()
+  fi
   out="$WORK/$model-b$B-np$NP${TAG:-}"
   rm -rf "$out"
   gpu_sampling_start "$out.gpu"
-  mpirun -n "$NP" --bind-to none "$TRAINER" train -c "$ROOT/$cfg" -o Data.train_path="$WORK/random.h5" \
-    -o Global.micro_batch_size="$B" -o Global.global_batch_size=$((B * NP)) \
+  mpirun -n "$NP" --bind-to none "$TRAINER" train -c "$ROOT/$cfg" -o Data.train_path="$WORK/$data.h5" \
+    "${matched[@]}" -o Global.micro_batch_size="$B" -o Global.global_batch_size=$((B * NP)) \
     -o Engine.max_steps="$STEPS" -o Engine.logging_freq=10 -o Engine.eval_freq=0 \
     -o Engine.save_steps=0 -o Engine.output_dir="$out" -o Checkpoint.resume= -o Global.device=cuda \
     -o Data.val_path= -o Data.val_fraction=0 \
@@ -67,7 +97,7 @@ for spec in "$@"; do
   gpu=$(gpu_sampling_stop "$out.gpu")
   # Median tokens/s over the logging windows after the first 10 steps (warm-up, graph builds).
   ours=$(python3 "$ROOT/bench/metrics.py" summary "$out/metrics.jsonl")
-  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"gpu0\":$gpu}" |
+  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"match_peer\":$MATCH_PEER,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"gpu0\":$gpu}" |
     tee -a "$RESULTS"
   if [ "${SKIP_PEER:-0}" != 1 ] && [ "$NP" = 1 ]; then
     trainer_gpu=$gpu

@@ -2,6 +2,9 @@
 # bench/gpu_vs_pytorch.sh's ratio lines with a stand-in trainer (1100 tokens/s), a stand-in peer
 # (1000 tokens/s) and an nvidia-smi that reports the GPU busy at 1500 MHz during the first run and
 # at 1650 MHz after: the ratio is 1.1 and the ratio per SM clock cycle 1.1 * 1650 / 1500 = 1.21.
+# Also what the trainer is given: by default the peer's optimizer settings and 8 global batches
+# of random tokens (packed by the trainer: 8 x 8 x 1024 + 1 ids below 50257), with MATCH_PEER=0
+# the config's own settings on the 20M-token stream.
 #   gpu_vs_pytorch_ratios.sh TRAINER SOURCE_DIR SCRATCH   (the trainer is not used)
 set -euo pipefail
 SRC=$2 DIR=$3
@@ -14,8 +17,18 @@ if [ -f "$DIR/sampled" ]; then clock=1650; else clock=1500; touch "$DIR/sampled"
 for i in 1 2 3; do echo "95, \$clock, 690"; done
 exec sleep 30  # the PID the bench kills
 EOF
-cat > "$DIR/bin/trainer" <<'EOF'
+cat > "$DIR/bin/trainer" <<EOF
 #!/usr/bin/env bash
+echo "\$*" >> "$DIR/trainer-calls"
+EOF
+cat >> "$DIR/bin/trainer" <<'EOF'
+if [ "$1" = pack ]; then  # the token count and range of the u16 input, as the output file
+  python3 -c "
+import array, sys
+ids = array.array('H'); ids.frombytes(open(sys.argv[1], 'rb').read())
+open(sys.argv[2], 'w').write('%d %d' % (len(ids), max(ids)))" "$7" "$9"
+  exit
+fi
 out=
 for a in "$@"; do case $a in Engine.output_dir=*) out=${a#*=} ;; esac; done
 mkdir -p "$out"
@@ -40,3 +53,19 @@ assert ratio[0]["ratio_trainer_over_pytorch"] == 1.1, ratio
 assert ratio[0]["ratio_per_sm_clock"] == 1.21, ratio
 print("ok: the ratio and the ratio per SM clock cycle")
 PY
+# What each mode gave the trainer.
+count_max=$(cat "$DIR/bench/peer-b8-t1024.h5")
+[ "${count_max% *}" = $((8 * 8 * 1024 + 1)) ] && [ "${count_max#* }" -lt 50257 ] ||
+  { echo "FAIL: the peer-matched token file holds '$count_max' (count, largest id)"; exit 1; }
+train=$(grep '^train ' "$DIR/trainer-calls")
+for arg in Data.train_path="$DIR/bench/peer-b8-t1024.h5" Optimizer.lr=3e-4 Optimizer.warmup_steps=0 \
+           Optimizer.decay_style=constant Optimizer.beta2=0.999 Optimizer.weight_decay=0.1; do
+  [[ " $train " == *" $arg "* ]] || { echo "FAIL: the matched run lacks -o $arg: $train"; exit 1; }
+done
+rm -f "$DIR/sampled" "$DIR/trainer-calls"
+PATH="$DIR/bin:$PATH" WORK="$DIR/bench" STEPS=30 MATCH_PEER=0 SKIP_PEER=1 \
+  bash "$SRC/bench/gpu_vs_pytorch.sh" "$DIR/bin/trainer" - 124m:8 > /dev/null
+train=$(grep '^train ' "$DIR/trainer-calls")
+[[ " $train " == *" Data.train_path=$DIR/bench/random.h5 "* && " $train " != *Optimizer.* ]] ||
+  { echo "FAIL: MATCH_PEER=0 should train on random.h5 with the config's optimizer: $train"; exit 1; }
+echo "ok: the trainer gets the peer's optimizer and data, or with MATCH_PEER=0 its config's"
