@@ -29,7 +29,9 @@ done > "\$out/metrics.jsonl"
 EOF
   chmod +x "$WORK/bin/${build%%:*}"
 done
-touch "$WORK/bench/random.h5"  # the data the runs would read (the stand-ins read nothing)
+# The data the runs would read (the stand-ins read nothing): the 8 batches the bench matches the
+# peer with by default, and the 20M-token stream of MATCH_PEER=0.
+touch "$WORK/bench/peer-b8-t1024.h5" "$WORK/bench/random.h5"
 BIN=$WORK/bin
 export PATH="$BIN:$PATH" WORK="$WORK/bench"
 out=$(bash "$SRC/bench/trainer_ab.sh" 2 base="$BIN/base" new="$BIN/new" -- 124m:8)
