@@ -15,8 +15,9 @@
 # it tokens/s: docs/performance.md): the peer's optimizer (AdamW lr 3e-4 from the first step,
 # betas 0.9/0.999, eps 1e-8, weight decay 0.1, clipping at 1.0) and its data (8 global batches
 # of random tokens, repeated). MATCH_PEER=0: the configs' own optimizer settings (a warmup of
-# hundreds of steps, so a short run trains at lr ~1e-5) on a 20M-token random stream, as the
-# figures before the twenty-first session were measured.
+# hundreds of steps, so a short run trains at lr ~1e-5) on a 20M-token random stream, the runs
+# of the figures before the twenty-first session (other random draws: the tokens now come from
+# Python's own generator, so the bench needs no numpy).
 set -euo pipefail
 TRAINER=$1 PEER=$2; shift 2
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

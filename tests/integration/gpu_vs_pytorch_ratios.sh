@@ -22,11 +22,15 @@ cat > "$DIR/bin/trainer" <<EOF
 echo "\$*" >> "$DIR/trainer-calls"
 EOF
 cat >> "$DIR/bin/trainer" <<'EOF'
-if [ "$1" = pack ]; then  # the token count and range of the u16 input, as the output file
+if [ "$1" = pack ]; then  # the token count and range of the u16 --input, as the --output file
+  while [ $# -gt 0 ]; do
+    case $1 in --input) input=$2 ;; --output) output=$2 ;; esac
+    shift
+  done
   python3 -c "
 import array, sys
 ids = array.array('H'); ids.frombytes(open(sys.argv[1], 'rb').read())
-open(sys.argv[2], 'w').write('%d %d' % (len(ids), max(ids)))" "$7" "$9"
+open(sys.argv[2], 'w').write('%d %d' % (len(ids), max(ids)))" "$input" "$output"
   exit
 fi
 out=
