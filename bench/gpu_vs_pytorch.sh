@@ -55,17 +55,7 @@ MATCH_PEER=${MATCH_PEER:-1}
 PEER_OPTIMIZER=(-o Optimizer.lr=3e-4 -o Optimizer.min_lr=3e-4 -o Optimizer.warmup_steps=0
                 -o Optimizer.decay_style=constant -o Optimizer.beta1=0.9 -o Optimizer.beta2=0.999
                 -o Optimizer.eps=1e-8 -o Optimizer.weight_decay=0.1 -o Optimizer.grad_clip=1.0)
-# random_tokens NAME COUNT: $WORK/NAME.h5 holding COUNT random GPT-2 token ids (made once).
-random_tokens() {
-  [ -f "$WORK/$1.h5" ] && return 0
-  python3 -c "
-import array, random, sys
-rng = random.Random(0)
-array.array('H', (rng.randrange(50257) for _ in range(int(sys.argv[2])))).tofile(open(sys.argv[1], 'wb'))" \
-    "$WORK/$1.u16" "$2"
-  "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/$1.u16" --output "$WORK/$1.h5" --quiet
-  rm -f "$WORK/$1.u16"
-}
+source "$ROOT/bench/random_tokens.sh"  # random_tokens NAME COUNT -> $WORK/NAME.h5
 [ "$MATCH_PEER" = 1 ] || random_tokens random 20000000
 RESULTS=$(mktemp)
 for spec in "$@"; do

@@ -16,10 +16,8 @@ NCU=${NCU:-/usr/local/cuda/bin/ncu}
 WORK=${WORK:-/tmp/bench}
 B=${B:-32}
 mkdir -p "$WORK"
-if [ ! -f "$WORK/random.h5" ]; then
-  python3 -c "import numpy as np; np.random.seed(0); np.random.randint(0, 50257, size=20_000_000, dtype=np.uint16).tofile('$WORK/random.u16')"
-  "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/random.u16" --output "$WORK/random.h5" --quiet
-fi
+source "$ROOT/bench/random_tokens.sh"
+random_tokens random 20000000  # the same stream as gpu_vs_pytorch.sh's MATCH_PEER=0
 "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
   "$TRAINER" train -c "$ROOT/${MODEL:-configs/gpt2-124m.yaml}" \
   -o Data.train_path="$WORK/random.h5" -o Global.micro_batch_size="$B" \

@@ -1,7 +1,7 @@
 # The bench tools' own logic: bench/timeline_summary.py on a synthetic timeline,
-# bench/trainer_ab.sh with stand-in trainers and bench/gpu_vs_pytorch.sh's ratio lines with a
-# stand-in trainer, peer and nvidia-smi, all with closed-form figures (the tools that need a GPU
-# run only on the GPU machine).
+# bench/trainer_ab.sh with stand-in trainers, bench/gpu_vs_pytorch.sh's ratio lines with a
+# stand-in trainer, peer and nvidia-smi, and bench/kernel_profile.sh's ncu call, all with
+# closed-form figures (the tools that need a GPU run only on the GPU machine).
 trainer_script_test(timeline_summary SCRIPT timeline_summary.sh LABELS "unit" TIMEOUT 60)
 trainer_script_test(trainer_ab SCRIPT trainer_ab.sh LABELS "unit" TIMEOUT 120)
 trainer_script_test(gpu_vs_pytorch_ratios SCRIPT gpu_vs_pytorch_ratios.sh LABELS "unit" TIMEOUT 120)

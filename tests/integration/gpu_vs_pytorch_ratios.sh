@@ -4,7 +4,8 @@
 # at 1650 MHz after: the ratio is 1.1 and the ratio per SM clock cycle 1.1 * 1650 / 1500 = 1.21.
 # Also what the trainer is given: by default the peer's optimizer settings and 8 global batches
 # of random tokens (packed by the trainer: 8 x 8 x 1024 + 1 ids below 50257), with MATCH_PEER=0
-# the config's own settings on the 20M-token stream.
+# the config's own settings on the 20M-token stream. Last, what bench/kernel_profile.sh runs
+# under ncu (a stand-in): the trainer on that same stream.
 #   gpu_vs_pytorch_ratios.sh TRAINER SOURCE_DIR SCRATCH   (the trainer is not used)
 set -euo pipefail
 SRC=$2 DIR=$3
@@ -73,3 +74,18 @@ train=$(grep '^train ' "$DIR/trainer-calls")
 [[ " $train " == *" Data.train_path=$DIR/bench/random.h5 "* && " $train " != *Optimizer.* ]] ||
   { echo "FAIL: MATCH_PEER=0 should train on random.h5 with the config's optimizer: $train"; exit 1; }
 echo "ok: the trainer gets the peer's optimizer and data, or with MATCH_PEER=0 its config's"
+# bench/kernel_profile.sh trains on the same random.h5 as MATCH_PEER=0 (one generator for both),
+# under ncu (a stand-in here that records what it runs), over 3 warm-up steps and STEPS profiled.
+cat > "$DIR/bin/ncu" <<EOF2
+#!/bin/sh
+echo "\$*" > "$DIR/ncu-call"
+EOF2
+chmod +x "$DIR/bin/ncu"
+WORK="$DIR/bench" NCU="$DIR/bin/ncu" B=4 STEPS=2 \
+  bash "$SRC/bench/kernel_profile.sh" "$DIR/bin/trainer" "$DIR/ncu.csv" -o Model.num_layers=2
+call=$(cat "$DIR/ncu-call")
+for arg in "--profile-from-start off" "$DIR/bin/trainer train" Data.train_path="$DIR/bench/random.h5" \
+           Global.micro_batch_size=4 Engine.max_steps=5 Engine.profile=true Model.num_layers=2; do
+  [[ " $call " == *" $arg "* ]] || { echo "FAIL: kernel_profile.sh's ncu call lacks '$arg': $call"; exit 1; }
+done
+echo "ok: kernel_profile.sh profiles the trainer on the shared random stream"
