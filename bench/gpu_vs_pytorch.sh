@@ -7,7 +7,9 @@
 # docs/performance.md records the results and the exact command.
 #
 #   bench/gpu_vs_pytorch.sh TRAINER PEER_SCRIPT MODEL...
-#   MODEL: 124m:B | 350m:B | 1.3b:B   (B = micro batch of one GPU; global batch = B x GPUs)
+#   MODEL: 124m:B | 350m:B | 1.3b:B, each optionally :trainer or :peer to run that side only
+#          (B = micro batch of one GPU; global batch = B x GPUs). E.g. 1.3b:16 1.3b:20:trainer
+#          runs both at 16, the trainer also at 20, and compares each side's best.
 #   env: STEPS (default 40), NP (GPUs for the trainer, default 1), SKIP_PEER=1, MATCH_PEER
 #
 # MATCH_PEER=1 (the default): the trainer trains the way the peer script does, so that both sides
@@ -59,7 +61,12 @@ source "$ROOT/bench/random_tokens.sh"  # random_tokens NAME COUNT -> $WORK/NAME.
 [ "$MATCH_PEER" = 1 ] || random_tokens random 20000000
 RESULTS=$(mktemp)
 for spec in "$@"; do
-  model=${spec%%:*} B=${spec##*:}
+  IFS=: read -r model B side <<< "$spec"
+  side=${side:-both}
+  case $side in
+    both | trainer | peer) ;;
+    *) echo "unknown side '$side' in $spec: both, trainer or peer" >&2; exit 2 ;;
+  esac
   case $model in
     124m) cfg=configs/gpt2-124m.yaml; T=1024; shape='"L":12,"H":12,"D":768' ;;
     350m) cfg=configs/gpt2-350m.yaml; T=1024; shape='"L":24,"H":16,"D":1024' ;;
@@ -67,67 +74,74 @@ for spec in "$@"; do
     *) echo "unknown model $model" >&2; exit 2 ;;
   esac
   shape="$shape,\"T\":$T"
-  if [ "$MATCH_PEER" = 1 ]; then
-    # The peer's 8 batches: 8 global batches of T + 1 tokens per sequence (the trainer's samples
-    # are windows of T + 1 tokens at multiples of T, in a new order each epoch).
-    data=peer-b$((B * NP))-t$T
-    random_tokens "$data" $((8 * B * NP * T + 1))
-    matched=("${PEER_OPTIMIZER[@]}")
-  else
-    data=random matched=()
-  fi
   out="$WORK/$model-b$B-np$NP${TAG:-}"
-  rm -rf "$out"
-  gpu_sampling_start "$out.gpu"
-  mpirun -n "$NP" --bind-to none "$TRAINER" train -c "$ROOT/$cfg" -o Data.train_path="$WORK/$data.h5" \
-    "${matched[@]}" -o Global.micro_batch_size="$B" -o Global.global_batch_size=$((B * NP)) \
-    -o Engine.max_steps="$STEPS" -o Engine.logging_freq=10 -o Engine.eval_freq=0 \
-    -o Engine.save_steps=0 -o Engine.output_dir="$out" -o Checkpoint.resume= -o Global.device=cuda \
-    -o Data.val_path= -o Data.val_fraction=0 \
-    ${TRAINER_ARGS:-} > "$out.log" 2>&1 || { gpu_sampling_stop "$out.gpu" > /dev/null; tail -30 "$out.log"; continue; }
-  gpu=$(gpu_sampling_stop "$out.gpu")
-  # Median tokens/s over the logging windows after the first 10 steps (warm-up, graph builds).
-  ours=$(python3 "$ROOT/bench/metrics.py" summary "$out/metrics.jsonl")
-  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"match_peer\":$MATCH_PEER,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"gpu0\":$gpu}" |
-    tee -a "$RESULTS"
-  if [ "${SKIP_PEER:-0}" != 1 ] && [ "$NP" = 1 ]; then
-    trainer_gpu=$gpu
+  ours='{}' trainer_gpu='{}'
+  if [ "$side" != peer ]; then
+    if [ "$MATCH_PEER" = 1 ]; then
+      # The peer's 8 batches: 8 global batches of T + 1 tokens per sequence (the trainer's
+      # samples are windows of T + 1 tokens at multiples of T, in a new order each epoch).
+      data=peer-b$((B * NP))-t$T
+      random_tokens "$data" $((8 * B * NP * T + 1))
+      matched=("${PEER_OPTIMIZER[@]}")
+    else
+      data=random matched=()
+    fi
+    rm -rf "$out"
+    gpu_sampling_start "$out.gpu"
+    mpirun -n "$NP" --bind-to none "$TRAINER" train -c "$ROOT/$cfg" -o Data.train_path="$WORK/$data.h5" \
+      "${matched[@]}" -o Global.micro_batch_size="$B" -o Global.global_batch_size=$((B * NP)) \
+      -o Engine.max_steps="$STEPS" -o Engine.logging_freq=10 -o Engine.eval_freq=0 \
+      -o Engine.save_steps=0 -o Engine.output_dir="$out" -o Checkpoint.resume= -o Global.device=cuda \
+      -o Data.val_path= -o Data.val_fraction=0 \
+      ${TRAINER_ARGS:-} > "$out.log" 2>&1 || { gpu_sampling_stop "$out.gpu" > /dev/null; tail -30 "$out.log"; continue; }
+    trainer_gpu=$(gpu_sampling_stop "$out.gpu")
+    # Median tokens/s over the logging windows after the first 10 steps (warm-up, graph builds).
+    ours=$(python3 "$ROOT/bench/metrics.py" summary "$out/metrics.jsonl")
+    echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"match_peer\":$MATCH_PEER,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"gpu0\":$trainer_gpu}" |
+      tee -a "$RESULTS"
+  fi
+  if [ "$side" != trainer ] && [ "${SKIP_PEER:-0}" != 1 ] && [ "$NP" = 1 ]; then
     gpu_sampling_start "$out.peer.gpu"
     peer=$(python3 "$PEER" "[{\"V\":50304,$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2>"$out.peer.err" | tail -1)
+    [ -n "$peer" ] || peer="{\"error\": \"no result line: see $out.peer.err\"}"
     gpu=$(gpu_sampling_stop "$out.peer.gpu")
     echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer,\"gpu0\":$gpu}" |
       tee -a "$RESULTS"
-    # Also the ratio per SM clock cycle: at the power limit each side runs at its own clock, and
-    # the tokens/s ratio is about the square root of this one (docs/performance.md).
     python3 -c "
 import json, sys
-a = json.loads(sys.argv[1]); b = json.loads(sys.argv[2])
-ga = json.loads(sys.argv[5]); gb = json.loads(sys.argv[6])
-if 'tok_s' in b:
-    line = {'model': sys.argv[3], 'B': int(sys.argv[4]), 'ratio_trainer_over_pytorch': round(a['tok_s'] / b['tok_s'], 3)}
-    if ga.get('sm_mhz') and gb.get('sm_mhz'):
-        line['ratio_per_sm_clock'] = round(a['tok_s'] / ga['sm_mhz'] / (b['tok_s'] / gb['sm_mhz']), 3)
-    print(json.dumps(line))
-else: print(json.dumps({'peer_error': b}))" "$ours" "$peer" "$model" "$B" "$trainer_gpu" "$gpu"
+if 'tok_s' not in json.loads(sys.argv[1]): print(json.dumps({'peer_error': json.loads(sys.argv[1])}))" "$peer"
   fi
 done
-# The targets compare the best of each side over the micro-batches run (the peer's best is not
-# always at the trainer's best micro-batch): one line per model run at more than one.
+# The ratios, from the runs above: per model and micro-batch where both sides ran (the n-th
+# trainer run against the n-th peer run), with the ratio per SM clock cycle too (at the power
+# limit each side runs at its own clock, and the tokens/s ratio is about the square root of this
+# one: docs/performance.md); then, for a model run at more than one micro-batch, each side's best
+# against the other's (what the targets compare: the peer's best is not always at the trainer's).
 python3 - "$RESULTS" <<'PY'
 import json, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
 runs = [r for r in runs if isinstance(r["result"], dict) and "tok_s" in r["result"]
         and r.get("gpus", 1) == 1]
-for model in sorted({r["model"] for r in runs}):
+def tok_s(r): return r["result"]["tok_s"]
+for model in dict.fromkeys(r["model"] for r in runs):
     mine = [r for r in runs if r["model"] == model]
-    best = {who: max((r for r in mine if r["who"] == who), key=lambda r: r["result"]["tok_s"],
-                     default=None) for who in ("trainer", "pytorch")}
+    for B in dict.fromkeys(r["B"] for r in mine):
+        ours = [r for r in mine if r["B"] == B and r["who"] == "trainer"]
+        peers = [r for r in mine if r["B"] == B and r["who"] == "pytorch"]
+        for a, b in zip(ours, peers):
+            line = {"model": model, "B": B, "ratio_trainer_over_pytorch": round(tok_s(a) / tok_s(b), 3)}
+            ca, cb = a["gpu0"].get("sm_mhz"), b["gpu0"].get("sm_mhz")
+            if ca and cb:
+                line["ratio_per_sm_clock"] = round(tok_s(a) / ca / (tok_s(b) / cb), 3)
+            print(json.dumps(line))
+    best = {who: max((r for r in mine if r["who"] == who), key=tok_s, default=None)
+            for who in ("trainer", "pytorch")}
     if len({r["B"] for r in mine}) < 2 or None in best.values():
         continue
     t, p = best["trainer"], best["pytorch"]
     print(json.dumps({"model": model,
-                      "trainer_best": {"tok_s": t["result"]["tok_s"], "B": t["B"]},
-                      "pytorch_best": {"tok_s": p["result"]["tok_s"], "B": p["B"]},
-                      "ratio_of_bests": round(t["result"]["tok_s"] / p["result"]["tok_s"], 3)}))
+                      "trainer_best": {"tok_s": tok_s(t), "B": t["B"]},
+                      "pytorch_best": {"tok_s": tok_s(p), "B": p["B"]},
+                      "ratio_of_bests": round(tok_s(t) / tok_s(p), 3)}))
 PY
 rm -f "$RESULTS"

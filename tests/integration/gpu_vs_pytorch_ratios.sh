@@ -4,8 +4,9 @@
 # at 1650 MHz after: the ratio is 1.1 and the ratio per SM clock cycle 1.1 * 1650 / 1500 = 1.21.
 # Also what the trainer is given: by default the peer's optimizer settings and 8 global batches
 # of random tokens (packed by the trainer: 8 x 8 x 1024 + 1 ids below 50257), with MATCH_PEER=0
-# the config's own settings on the 20M-token stream. Last, what bench/kernel_profile.sh runs
-# under ncu (a stand-in): the trainer on that same stream.
+# the config's own settings on the 20M-token stream; a side run alone (MODEL:B:trainer) and the
+# ratio of each side's best. Last, what bench/kernel_profile.sh runs under ncu (a stand-in): the
+# trainer on that same stream.
 #   gpu_vs_pytorch_ratios.sh TRAINER SOURCE_DIR SCRATCH   (the trainer is not used)
 set -euo pipefail
 SRC=$2 DIR=$3
@@ -41,7 +42,11 @@ for step in 10 20 30; do
   echo "{\"step\": $step, \"tokens_per_s\": 1100, \"mfu\": 0.5, \"memory_gib\": 1.5, \"loss\": 10.9}"
 done > "$out/metrics.jsonl"
 EOF
-echo 'print("{\"tok_s\": 1000}")' > "$DIR/peer.py"
+cat > "$DIR/peer.py" <<EOF
+import sys
+open("$DIR/peer-calls", "a").write(sys.argv[1] + "\n")
+print('{"tok_s": 1000}')
+EOF
 chmod +x "$DIR/bin/nvidia-smi" "$DIR/bin/trainer"
 touch "$DIR/bench/random.h5"
 out=$(PATH="$DIR/bin:$PATH" WORK="$DIR/bench" STEPS=30 \
@@ -74,6 +79,31 @@ train=$(grep '^train ' "$DIR/trainer-calls")
 [[ " $train " == *" Data.train_path=$DIR/bench/random.h5 "* && " $train " != *Optimizer.* ]] ||
   { echo "FAIL: MATCH_PEER=0 should train on random.h5 with the config's optimizer: $train"; exit 1; }
 echo "ok: the trainer gets the peer's optimizer and data, or with MATCH_PEER=0 its config's"
+# One side only (MODEL:B:trainer, MODEL:B:peer): the trainer at 8 and 16, the peer at 16 only.
+# The ratio at 16 alone, and each side's best against the other's (the trainer's first best, 8).
+rm -f "$DIR/sampled" "$DIR/trainer-calls" "$DIR/peer-calls"
+out=$(PATH="$DIR/bin:$PATH" WORK="$DIR/bench" STEPS=30 \
+  bash "$SRC/bench/gpu_vs_pytorch.sh" "$DIR/bin/trainer" "$DIR/peer.py" 124m:8:trainer 124m:16)
+python3 - "$out" "$(cat "$DIR/peer-calls")" "$(grep -c '^train ' "$DIR/trainer-calls")" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines()]
+peer_calls = sys.argv[2].splitlines()
+assert len(peer_calls) == 1 and json.loads(peer_calls[0])[0]["B"] == 16, peer_calls
+assert sys.argv[3] == "2", "trainer runs: " + sys.argv[3]
+ratios = [l for l in lines if "ratio_trainer_over_pytorch" in l]
+assert [(r["B"], r["ratio_trainer_over_pytorch"]) for r in ratios] == [(16, 1.1)], ratios
+bests = [l for l in lines if "ratio_of_bests" in l]
+assert len(bests) == 1 and bests[0]["ratio_of_bests"] == 1.1, bests
+assert bests[0]["trainer_best"]["B"] == 8 and bests[0]["pytorch_best"]["B"] == 16, bests
+print("ok: one side only, and the best of each side")
+PY
+if PATH="$DIR/bin:$PATH" WORK="$DIR/bench" bash "$SRC/bench/gpu_vs_pytorch.sh" "$DIR/bin/trainer" \
+     "$DIR/peer.py" 124m:8:both 124m:8:neither 2> "$DIR/side.err"; then
+  echo "FAIL: an unknown side was accepted"; exit 1
+fi
+grep -q "unknown side 'neither' in 124m:8:neither" "$DIR/side.err" ||
+  { echo "FAIL: the unknown side's message: $(cat "$DIR/side.err")"; exit 1; }
+echo "ok: an unknown side stops the bench, naming it"
 # bench/kernel_profile.sh trains on the same random.h5 as MATCH_PEER=0 (one generator for both),
 # under ncu (a stand-in here that records what it runs), over 3 warm-up steps and STEPS profiled.
 cat > "$DIR/bin/ncu" <<EOF2
