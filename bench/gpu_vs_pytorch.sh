@@ -75,7 +75,6 @@ for spec in "$@"; do
   esac
   shape="$shape,\"T\":$T"
   out="$WORK/$model-b$B-np$NP${TAG:-}"
-  ours='{}' trainer_gpu='{}'
   if [ "$side" != peer ]; then
     if [ "$MATCH_PEER" = 1 ]; then
       # The peer's 8 batches: 8 global batches of T + 1 tokens per sequence (the trainer's
@@ -102,7 +101,7 @@ for spec in "$@"; do
   fi
   if [ "$side" != trainer ] && [ "${SKIP_PEER:-0}" != 1 ] && [ "$NP" = 1 ]; then
     gpu_sampling_start "$out.peer.gpu"
-    peer=$(python3 "$PEER" "[{\"V\":50304,$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2>"$out.peer.err" | tail -1)
+    peer=$(python3 "$PEER" "[{\"V\":50304,$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2>"$out.peer.err" | tail -1) || true
     [ -n "$peer" ] || peer="{\"error\": \"no result line: see $out.peer.err\"}"
     gpu=$(gpu_sampling_stop "$out.peer.gpu")
     echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer,\"gpu0\":$gpu}" |

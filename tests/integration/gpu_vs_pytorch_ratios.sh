@@ -5,8 +5,8 @@
 # Also what the trainer is given: by default the peer's optimizer settings and 8 global batches
 # of random tokens (packed by the trainer: 8 x 8 x 1024 + 1 ids below 50257), with MATCH_PEER=0
 # the config's own settings on the 20M-token stream; a side run alone (MODEL:B:trainer) and the
-# ratio of each side's best. Last, what bench/kernel_profile.sh runs under ncu (a stand-in): the
-# trainer on that same stream.
+# ratio of each side's best; a peer that fails without a result line. Last, what
+# bench/kernel_profile.sh runs under ncu (a stand-in): the trainer on that same stream.
 #   gpu_vs_pytorch_ratios.sh TRAINER SOURCE_DIR SCRATCH   (the trainer is not used)
 set -euo pipefail
 SRC=$2 DIR=$3
@@ -104,6 +104,19 @@ fi
 grep -q "unknown side 'neither' in 124m:8:neither" "$DIR/side.err" ||
   { echo "FAIL: the unknown side's message: $(cat "$DIR/side.err")"; exit 1; }
 echo "ok: an unknown side stops the bench, naming it"
+# A peer that prints nothing: an error line naming its log, no ratio, the bench goes on.
+echo 'import sys; sys.exit("peer broke")' > "$DIR/silent_peer.py"
+out=$(PATH="$DIR/bin:$PATH" WORK="$DIR/bench" STEPS=30 \
+  bash "$SRC/bench/gpu_vs_pytorch.sh" "$DIR/bin/trainer" "$DIR/silent_peer.py" 124m:8:peer)
+python3 - "$out" "$DIR/bench/124m-b8-np1.peer.err" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines()]
+errors = [l for l in lines if "peer_error" in l]
+assert len(errors) == 1 and sys.argv[2] in errors[0]["peer_error"]["error"], lines
+assert not [l for l in lines if "ratio_trainer_over_pytorch" in l or "ratio_of_bests" in l], lines
+PY
+grep -q "peer broke" "$DIR/bench/124m-b8-np1.peer.err" || { echo "FAIL: the peer's log"; exit 1; }
+echo "ok: a peer without a result line gives an error naming its log"
 # bench/kernel_profile.sh trains on the same random.h5 as MATCH_PEER=0 (one generator for both),
 # under ncu (a stand-in here that records what it runs), over 3 warm-up steps and STEPS profiled.
 cat > "$DIR/bin/ncu" <<EOF2
