@@ -58,7 +58,8 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
   TRAINER_RETURN_IF_ERROR(ctx->BuildGroups(config));
   const ModelPartition part = MakePartition(mc, config.distributed, 0, 0);
   Backend* backend = ctx->backend.get();
-  TRAINER_RETURN_IF_ERROR(backend->ReserveArena(GptModel::BufferBytes(mc, part, backend, B, T, 1)));
+  TRAINER_RETURN_IF_ERROR(backend->ReserveArena(
+      GptModel::BufferBytes(mc, part, backend->compute_dtype(), B, T, 1).total()));
   std::unique_ptr<GptModel> model;
   TRAINER_RETURN_IF_ERROR(GptModel::Create(mc, part, backend, ctx->groups.tp, B, T, 1, &model));
   TRAINER_RETURN_IF_ERROR(LoadCheckpointWeights(*file, mc, model.get()));

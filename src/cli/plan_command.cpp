@@ -1,6 +1,8 @@
 // `trainer plan --config FILE [-o ...] --world-size N`: validate a config for a world size and
-// estimate each pipeline stage's memory per rank (parameters, gradients, master weights, Adam
-// moments, activations of the 1F1B slots, logits), without starting MPI or touching a GPU.
+// print each pipeline stage's memory per rank, without starting MPI or touching a GPU: the arena
+// that `trainer train` reserves (weights, gradients, master weights and Adam moments,
+// activations of the 1F1B slots, logits, backward scratch), as the model's own allocation code
+// counts it, and on GPUs what the device needs beside it.
 #include <iostream>
 
 #include "cli/cli_options.h"
@@ -8,7 +10,9 @@
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "engine/pipeline.h"
+#include "model/gpt.h"
 #include "model/parameters.h"
+#include "optimizer/adamw.h"
 
 namespace trainer {
 namespace {
@@ -17,14 +21,14 @@ double GiB(double bytes) {
   return bytes / (1024.0 * 1024.0 * 1024.0);
 }
 
-// Bytes of the activations that one slot keeps for one block (see BlockActivations).
-double BlockActivationBytes(const ModelConfig& m, int tp, int B, double compute_bytes) {
-  const double N = static_cast<double>(B) * m.sequence_length(), C = m.hidden_size;
-  const double Cl = C / tp, Fl = static_cast<double>(m.ffn_size()) / tp;
-  const double heads = static_cast<double>(m.num_heads) / tp;
-  const double compute = N * (C /*ln1*/ + 3 * Cl + Cl + C /*mid*/ + C /*ln2*/ + 2 * Fl + C);
-  const double f32 = N * 4 /*ln stats*/ + heads * N /*attention stats*/;
-  return compute * compute_bytes + f32 * 4;
+// Device memory outside the arena, from `memory_gib` (cudaMemGetInfo) against the arena on one
+// H200 (CUDA 13 driver, cuDNN 9.19): 1.93-1.95 GiB for the CUDA context, cuBLASLt's and cuDNN's
+// kernels and workspaces and the backend's scratch, at every shape measured (1.3B B=8-20, 350M
+// B=96 and 128), plus cuDNN's attention backward workspace, which grows with the tokens: its f32
+// dQ accumulator, (B*T, C/tp). NCCL's buffers (DP, TP, PP > 1) come on top.
+constexpr double kDeviceBaseGiB = 1.94;
+double AttentionWorkspaceBytes(const ModelConfig& m, int tp, int B) {
+  return 4.0 * B * m.sequence_length() * m.hidden_size / tp;
 }
 
 }  // namespace
@@ -55,7 +59,6 @@ int RunPlanCommand(const std::vector<std::string>& args) {
     return s.exit_code();
   }
   const bool gpu = c.global.device != "cpu";
-  const double cb = gpu ? 2.0 : 4.0;  // compute dtype bytes (bf16 on GPU)
   const DistributedConfig& d = c.distributed;
   const int micro = c.gradient_accumulation_steps(), B = c.global.micro_batch_size;
   std::cout << StrFormat(
@@ -66,30 +69,30 @@ int RunPlanCommand(const std::vector<std::string>& args) {
       d.zero_stage1 && d.dp_degree > 1 ? "; ZeRO-1: master/moments split over dp" : "");
   for (int stage = 0; stage < d.pp_degree; ++stage) {
     const ModelPartition part = MakePartition(c.model, d, 0, stage);
-    const double params =
-        static_cast<double>(TotalLocalElements(BuildParameterList(c.model, part)));
+    const std::vector<ParameterInfo> params = BuildParameterList(c.model, part);
     const int slots = PipelineStage::NumSlots(stage, d.pp_degree, micro);
-    // Model.recompute: "gelu" shares the GELU output, "block" keeps one block output per layer
-    // and slot plus one shared set.
-    const double block = BlockActivationBytes(c.model, d.tp_degree, B, cb);
-    const double rows = static_cast<double>(B) * c.model.sequence_length() * c.model.hidden_size /
-                        (c.model.sequence_parallel ? d.tp_degree : 1);
-    const double gelu =
-        static_cast<double>(B) * c.model.sequence_length() * c.model.ffn_size() / d.tp_degree * cb;
-    double act = slots * part.num_layers * block;
-    if (c.model.recompute == "gelu") act = slots * part.num_layers * (block - gelu) + gelu;
-    if (c.model.recompute == "block") act = slots * part.num_layers * rows * cb + block;
-    const double logits = part.last_stage() ? static_cast<double>(B) * c.model.sequence_length() *
-                                                  c.model.padded_vocab() / d.tp_degree * cb
-                                            : 0.0;
-    // Master weights and moments: 12 bytes per parameter, split over DP under ZeRO-1.
-    const double state = params * (cb + 4 /*grad*/ + 12.0 / part.flat_shards);
+    // The arena that `trainer train` reserves: the model's buffers and the optimizer's state,
+    // counted by the code that allocates them.
+    const ModelBufferBytes model = GptModel::BufferBytes(
+        c.model, part, gpu ? DType::kBF16 : DType::kF32, B, c.model.sequence_length(), slots);
+    const double state = static_cast<double>(model.parameters + model.gradients +
+                                             AdamW::BufferBytes(params, part.flat_shards));
+    const double arena = state + model.activations + model.logits + model.scratch;
+    std::string outside;
+    if (gpu) {
+      const double workspace = AttentionWorkspaceBytes(c.model, d.tp_degree, B);
+      outside = StrFormat(
+          " | on the GPU ~%.2f GiB in all (+%.2f GiB CUDA context and libraries, +%.2f GiB "
+          "cuDNN attention workspace%s)",
+          GiB(arena + workspace) + kDeviceBaseGiB, kDeviceBaseGiB, GiB(workspace),
+          world > 1 ? "; NCCL's buffers not counted" : "");
+    }
     std::cout << StrFormat(
         "  stage %d: %d blocks, %.1fM parameters per rank | weights+grads+"
         "optimizer %.2f GiB | activations (%d slots) %.2f GiB | logits %.2f "
-        "GiB | total ~%.2f GiB\n",
-        stage, part.num_layers, params / 1e6, GiB(state), slots, GiB(act), GiB(logits),
-        GiB(state + act + logits));
+        "GiB | backward scratch %.2f GiB | arena %.2f GiB%s\n",
+        stage, part.num_layers, TotalLocalElements(params) / 1e6, GiB(state), slots,
+        GiB(model.activations), GiB(model.logits), GiB(model.scratch), GiB(arena), outside.c_str());
   }
   return 0;
 }

@@ -123,7 +123,8 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
   const int T = mc.max_seq_len;
   const ModelPartition part = MakePartition(mc, config.distributed, 0, 0);
   Backend* backend = ctx->backend.get();
-  TRAINER_RETURN_IF_ERROR(backend->ReserveArena(GptModel::BufferBytes(mc, part, backend, 1, T, 1)));
+  TRAINER_RETURN_IF_ERROR(backend->ReserveArena(
+      GptModel::BufferBytes(mc, part, backend->compute_dtype(), 1, T, 1).total()));
   std::unique_ptr<GptModel> model;
   TRAINER_RETURN_IF_ERROR(GptModel::Create(mc, part, backend, ctx->groups.tp, 1, T, 1, &model));
   TRAINER_RETURN_IF_ERROR(LoadCheckpointWeights(file, mc, model.get()));

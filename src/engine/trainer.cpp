@@ -59,8 +59,9 @@ Status Trainer::Setup() {
   const std::vector<ParameterInfo> params = BuildParameterList(config_.model, part);
   const size_t optimizer_bytes = AdamW::BufferBytes(params, part.flat_shards);
   TRAINER_RETURN_IF_ERROR(backend_->ReserveArena(
-      GptModel::BufferBytes(config_.model, part, backend_, config_.global.micro_batch_size,
-                            config_.model.sequence_length(), slots) +
+      GptModel::BufferBytes(config_.model, part, backend_->compute_dtype(),
+                            config_.global.micro_batch_size, config_.model.sequence_length(), slots)
+          .total() +
       optimizer_bytes));
   TRAINER_RETURN_IF_ERROR(GptModel::Create(config_.model, part, backend_, groups_.tp,
                                            config_.global.micro_batch_size,

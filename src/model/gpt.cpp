@@ -20,6 +20,7 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
   m->config_ = config;
   m->partition_ = partition;
   m->backend_ = backend;
+  m->compute_ = backend->compute_dtype();
   m->tp_ = tp;
   m->B_ = micro_batch;
   m->T_ = seq_len;
@@ -63,7 +64,7 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
 Tensor GptModel::Alloc(std::initializer_list<int64_t> shape, DType dtype) {
   Tensor t(nullptr, dtype, shape);
   if (sizing_only_) {  // count, and hand out a placeholder that is never dereferenced
-    sized_bytes_ += Backend::AllocationSize(t.bytes());
+    sized_.*sizing_kind_ += Backend::AllocationSize(t.bytes());
     t.data = reinterpret_cast<void*>(Backend::AllocationSize(1));
     return t;
   }
@@ -78,12 +79,13 @@ Tensor GptModel::Alloc(std::initializer_list<int64_t> shape, DType dtype) {
   return t;
 }
 
-size_t GptModel::BufferBytes(const ModelConfig& config, const ModelPartition& partition,
-                             Backend* backend, int micro_batch, int seq_len, int num_slots) {
+ModelBufferBytes GptModel::BufferBytes(const ModelConfig& config, const ModelPartition& partition,
+                                       DType compute_dtype, int micro_batch, int seq_len,
+                                       int num_slots) {
   GptModel sizing;
   sizing.config_ = config;
   sizing.partition_ = partition;
-  sizing.backend_ = backend;
+  sizing.compute_ = compute_dtype;
   sizing.B_ = micro_batch;
   sizing.T_ = seq_len;
   sizing.num_slots_ = num_slots;
@@ -91,7 +93,7 @@ size_t GptModel::BufferBytes(const ModelConfig& config, const ModelPartition& pa
   sizing.sizing_only_ = true;
   Status ignored = sizing.AllocateBuffers();
   (void)ignored;
-  return sizing.sized_bytes_;
+  return sizing.sized_;
 }
 
 namespace {
@@ -131,7 +133,7 @@ Tensor GptModel::G(const std::string& suffix, int layer) const {
 }
 
 BlockActivations GptModel::AllocateBlockActivations() {
-  const DType cd = backend_->compute_dtype();
+  const DType cd = compute_;
   const int64_t B = B_, T = T_, C = config_.hidden_size, tp = partition_.tp_size;
   const int64_t Cl = C / tp, Fl = config_.ffn_size() / tp, heads = config_.num_heads / tp;
   const int64_t R = SequenceParallel() ? B * T / tp : B * T;
@@ -153,15 +155,18 @@ BlockActivations GptModel::AllocateBlockActivations() {
 }
 
 Status GptModel::AllocateBuffers() {
-  const DType cd = backend_->compute_dtype();
+  const DType cd = compute_;
   const int64_t B = B_, T = T_, N = B_ * T_, C = config_.hidden_size;
   const int tp = partition_.tp_size;
   const int64_t Cl = C / tp, Fl = config_.ffn_size() / tp, Vl = config_.padded_vocab() / tp;
   const int64_t heads = config_.num_heads / tp;
   const int64_t R = SequenceParallel() ? N / tp : N;  // rows of the residual stream here
   const int64_t total = static_cast<int64_t>(FlatBufferElements(params_, partition_.flat_shards));
+  sizing_kind_ = &ModelBufferBytes::parameters;
   param_buffer_ = Alloc({total}, cd);
+  sizing_kind_ = &ModelBufferBytes::gradients;
   grad_buffer_ = Alloc({total}, DType::kF32);
+  sizing_kind_ = &ModelBufferBytes::activations;
   recompute_ = config_.recompute;
   if (recompute_ != "none") shared_ = AllocateBlockActivations();
   slots_.resize(num_slots_);
@@ -195,6 +200,7 @@ Status GptModel::AllocateBuffers() {
       s.lnf_rstd = Alloc({R}, DType::kF32);
     }
   }
+  sizing_kind_ = &ModelBufferBytes::scratch;
   scratch_.proj = Alloc({B, T, C}, cd);
   scratch_.dresidual = Alloc({R, C}, cd);
   if (SequenceParallel()) {
@@ -207,12 +213,14 @@ Status GptModel::AllocateBuffers() {
   scratch_.datt = Alloc({B, T, Cl}, cd);
   scratch_.dfc = Alloc({B, T, Fl}, cd);
   if (partition_.last_stage()) {
+    sizing_kind_ = &ModelBufferBytes::logits;
     scratch_.logits = Alloc({N, Vl}, cd);
     scratch_.losses = Alloc({N}, DType::kF32);
     scratch_.row_max = Alloc({N}, DType::kF32);
     scratch_.sums = Alloc({2, N}, DType::kF32);
     scratch_.loss_sum = Alloc({1}, DType::kF64);
   }
+  if (sizing_only_) return Status::Ok();
   if (!alloc_status_.ok()) return alloc_status_;
   for (void* p : allocations_)
     if (p == nullptr) return RuntimeError("model buffers: allocation failed");

@@ -22,6 +22,16 @@ namespace trainer {
 // Upload a host f32 array into a compute-dtype tensor (converting to bf16 when needed).
 Status UploadCompute(Backend* backend, Tensor dst, const float* host);
 
+// Bytes of GptModel::Create's buffers by kind, each rounded as Backend::Allocate rounds it.
+struct ModelBufferBytes {
+  size_t parameters = 0;   // the compute-dtype copy of the weights
+  size_t gradients = 0;    // f32
+  size_t activations = 0;  // what the slots keep for backward (and the set shared by recompute)
+  size_t logits = 0;       // last stage: the logits (their gradient in place), losses, row stats
+  size_t scratch = 0;      // the backward's buffers, one set shared by every block and slot
+  size_t total() const { return parameters + gradients + activations + logits + scratch; }
+};
+
 class GptModel {
  public:
   // micro_batch B and seq_len T fix the activation shapes. `tp` is the tensor-parallel group
@@ -32,9 +42,11 @@ class GptModel {
                        std::unique_ptr<GptModel>* out);
   ~GptModel();
 
-  // Bytes that Create's buffers take on `backend` (for Backend::ReserveArena).
-  static size_t BufferBytes(const ModelConfig& config, const ModelPartition& partition,
-                            Backend* backend, int micro_batch, int seq_len, int num_slots);
+  // The buffers Create would allocate with these arguments on a backend of `compute_dtype`
+  // (Backend::ReserveArena sizes its arena by them; `trainer plan` prints them).
+  static ModelBufferBytes BufferBytes(const ModelConfig& config, const ModelPartition& partition,
+                                      DType compute_dtype, int micro_batch, int seq_len,
+                                      int num_slots);
 
   const ModelConfig& config() const { return config_; }
   const ModelPartition& partition() const { return partition_; }
@@ -103,8 +115,10 @@ class GptModel {
   std::vector<ParameterInfo> params_;
   Tensor param_buffer_, grad_buffer_;
   std::vector<void*> allocations_;
-  bool sizing_only_ = false;  // BufferBytes: Alloc counts instead of allocating
-  size_t sized_bytes_ = 0;
+  DType compute_ = DType::kF32;  // the backend's compute dtype
+  bool sizing_only_ = false;     // BufferBytes: Alloc counts instead of allocating
+  ModelBufferBytes sized_;
+  size_t ModelBufferBytes::*sizing_kind_ = &ModelBufferBytes::scratch;  // what Alloc counts into
   Status alloc_status_;                                    // the first failed allocation
   std::vector<BlockWeights> layer_weights_, layer_grads_;  // by local layer index
   // The embeddings and the final LayerNorm (empty where this stage does not hold them).
