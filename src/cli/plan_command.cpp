@@ -24,8 +24,9 @@ double GiB(double bytes) {
 // Device memory outside the arena, from `memory_gib` (cudaMemGetInfo) against the arena on one
 // H200 (CUDA 13 driver, cuDNN 9.19): 1.93-1.95 GiB for the CUDA context, cuBLASLt's and cuDNN's
 // kernels and workspaces and the backend's scratch, at every shape measured (1.3B B=8-20, 350M
-// B=96 and 128), plus cuDNN's attention backward workspace, which grows with the tokens: its f32
-// dQ accumulator, (B*T, C/tp). NCCL's buffers (DP, TP, PP > 1) come on top.
+// B=96 and 128; 124M and 350M of the third session), plus cuDNN's attention backward workspace,
+// which grows with the tokens: its f32 dQ accumulator, (B*T, C/tp). NCCL's buffers (DP, TP, PP > 1)
+// come on top.
 constexpr double kDeviceBaseGiB = 1.94;
 double AttentionWorkspaceBytes(const ModelConfig& m, int tp, int B) {
   return 4.0 * B * m.sequence_length() * m.hidden_size / tp;
