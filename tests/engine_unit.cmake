@@ -7,3 +7,6 @@ trainer_gtest(token_draw_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/token_dra
 # The GPU report (clock, power, the job's slowest GPU) from windows and a fake world's all-reduces.
 trainer_gtest(gpu_monitor_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_monitor_test.cpp
               LIBS trainer_engine TIMEOUT 60)
+# One rank's memory plan against closed-form counts, and the fit check's way out.
+trainer_gtest(memory_plan_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/memory_plan_test.cpp
+              LIBS trainer_engine TIMEOUT 60)

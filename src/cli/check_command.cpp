@@ -1,7 +1,8 @@
 // `trainer check [--config FILE] [-o ...]`: run under the same launcher as training, it checks and
 // reports per host: the MPI world (against the ranks the launcher started) and the rank map; the
 // GPUs each rank sees and its binding (two ranks on one GPU is an error); CUDA driver/runtime, NCCL
-// and cuDNN versions equal on all ranks; /dev/shm; that the checkpoint folder is shared (probe
+// and cuDNN versions equal on all ranks; /dev/shm; that each rank's memory (trainer plan's need
+// for its stage) fits its GPU or its share of its host; that the checkpoint folder is shared (probe
 // files); that the data files open on every rank; then an all-reduce on every group of the
 // configured layout, checked for the exact result, with its bandwidth. It ends with "works well on
 // N ranks (H hosts, G GPUs)", or names each failing rank, host and check with the fix and exits 5.
@@ -60,11 +61,13 @@ void CopyText(char* dst, size_t size, const std::string& src) {
 
 class EnvironmentCheck {
  public:
-  EnvironmentCheck(RunContext* ctx, const TrainConfig& config, bool folder_given, bool data_given)
+  EnvironmentCheck(RunContext* ctx, const TrainConfig& config, bool folder_given, bool data_given,
+                   bool model_given)
       : ctx_(ctx),
         config_(config),
         folder_given_(folder_given),
         data_given_(data_given),
+        model_given_(model_given),
         world_(ctx->runtime->world()),
         rank_(ctx->runtime->rank()),
         hosts_(ctx->runtime->hosts()) {}
@@ -76,6 +79,7 @@ class EnvironmentCheck {
     TRAINER_RETURN_IF_ERROR(CheckDevices());
     TRAINER_RETURN_IF_ERROR(BuildGroups());
     ctx_->PrintRankMap();
+    TRAINER_RETURN_IF_ERROR(CheckMemory());
     TRAINER_RETURN_IF_ERROR(CheckFolder());
     TRAINER_RETURN_IF_ERROR(CheckData());
     return CheckAllReduces();
@@ -306,6 +310,28 @@ class EnvironmentCheck {
     LogInfo(text);
   }
 
+  // Every rank's need (trainer plan's figure for its pipeline stage) against its GPU's memory or
+  // its share of its host's.
+  Status CheckMemory() {
+    if (!model_given_) {
+      LogInfo("memory: not checked (pass --config, or -o Model.*=...)");
+      return Status::Ok();
+    }
+    RankMemoryAvailable available;
+    std::string summary;
+    std::vector<CheckFailure> mine;
+    if (ctx_->MemoryAvailable(&available)) {
+      const Status fits = CheckRankMemoryFits(config_, ctx_->groups.coord.pp,
+                                              ctx_->backend->device_memory(), available, &summary);
+      if (!fits.ok()) mine.push_back({rank_, "memory", fits.message()});
+    }
+    TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
+    if (failed == 0)
+      LogInfo(summary.empty() ? "memory: not checked (the free memory could not be read)"
+                              : "memory: " + summary);
+    return Status::Ok();
+  }
+
   Status BuildGroups() {
     Status s = ctx_->BuildGroups(config_);
     if (s.ok() && ctx_->backend->device_memory() && world_->size() > 1) {
@@ -502,7 +528,7 @@ class EnvironmentCheck {
 
   RunContext* ctx_;
   const TrainConfig& config_;
-  const bool folder_given_, data_given_;
+  const bool folder_given_, data_given_, model_given_;
   MpiCommunicator* world_;
   const int rank_;
   const std::vector<std::string>& hosts_;
@@ -512,9 +538,11 @@ class EnvironmentCheck {
   std::vector<CheckFailure> failures_;  // every rank's failures, the same on every rank
 };
 
+// Whether -o sets `key`, or any key of a section given as "Section.".
 bool OverridesKey(const std::vector<std::string>& overrides, const std::string& key) {
+  const std::string prefix = key.back() == '.' ? key : key + "=";
   for (const std::string& o : overrides)
-    if (o.compare(0, key.size() + 1, key + "=") == 0) return true;
+    if (o.compare(0, prefix.size(), prefix) == 0) return true;
   return false;
 }
 
@@ -542,6 +570,8 @@ int RunCheckCommand(const std::vector<std::string>& args) {
   const bool data_given = !config_path.empty() || OverridesKey(overrides, "Data.train_path");
   const bool folder_given = !config_path.empty() || OverridesKey(overrides, "Checkpoint.dir") ||
                             OverridesKey(overrides, "Engine.output_dir");
+  const bool model_given = !config_path.empty() || OverridesKey(overrides, "Model.") ||
+                           OverridesKey(overrides, "Global.micro_batch_size");
   TrainConfig config;
   if (status.ok()) {
     if (!data_given) overrides.push_back("Data.train_path=unused");
@@ -553,7 +583,7 @@ int RunCheckCommand(const std::vector<std::string>& args) {
   status = ctx.Agree(status);
   if (!status.ok()) return ctx.Finish(status);
 
-  EnvironmentCheck check(&ctx, config, folder_given, data_given);
+  EnvironmentCheck check(&ctx, config, folder_given, data_given, model_given);
   status = check.Run();
   if (!status.ok() && status.code() != ExitCode::kEnvironment)
     status = EnvironmentError(status.message());

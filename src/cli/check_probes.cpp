@@ -37,16 +37,6 @@ ShmFacts QueryShm(const std::string& path) {
   return facts;
 }
 
-std::string FormatBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 4) {
-    bytes /= 1024;
-    ++unit;
-  }
-  return unit == 0 ? StrFormat("%.0f B", bytes) : StrFormat("%.1f %s", bytes, units[unit]);
-}
-
 std::string ProbePath(const std::string& folder, uint64_t nonce, int rank) {
   return StrFormat("%s/.trainer-check-%016llx-%d", folder.c_str(),
                    static_cast<unsigned long long>(nonce), rank);

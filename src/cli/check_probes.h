@@ -25,9 +25,6 @@ struct ShmFacts {
 };
 ShmFacts QueryShm(const std::string& path);
 
-// "12.5 GiB"
-std::string FormatBytes(double bytes);
-
 // Probe files: rank `rank` writes <folder>/.trainer-check-<nonce>-<rank> holding a line that
 // names the nonce, the rank and its host; a folder is shared when every rank sees every probe.
 std::string ProbePath(const std::string& folder, uint64_t nonce, int rank);

@@ -9,27 +9,13 @@
 #include "cli/commands.h"
 #include "common/log.h"
 #include "config/config_loader.h"
-#include "engine/pipeline.h"
-#include "model/gpt.h"
-#include "model/parameters.h"
-#include "optimizer/adamw.h"
+#include "engine/memory_plan.h"
 
 namespace trainer {
 namespace {
 
 double GiB(double bytes) {
   return bytes / (1024.0 * 1024.0 * 1024.0);
-}
-
-// Device memory outside the arena, from `memory_gib` (cudaMemGetInfo) against the arena on one
-// H200 (CUDA 13 driver, cuDNN 9.19): 1.93-1.95 GiB for the CUDA context, cuBLASLt's and cuDNN's
-// kernels and workspaces and the backend's scratch, at every shape measured (1.3B B=8-20, 350M
-// B=96 and 128; 124M and 350M of the third session), plus cuDNN's attention backward workspace,
-// which grows with the tokens: its f32 dQ accumulator, (B*T, C/tp). NCCL's buffers (DP, TP, PP > 1)
-// come on top.
-constexpr double kDeviceBaseGiB = 1.94;
-double AttentionWorkspaceBytes(const ModelConfig& m, int tp, int B) {
-  return 4.0 * B * m.sequence_length() * m.hidden_size / tp;
 }
 
 }  // namespace
@@ -66,34 +52,25 @@ int RunPlanCommand(const std::vector<std::string>& args) {
       "plan: %d ranks = dp %d x tp %d x pp %d; %d micro-batches of %d x %d "
       "tokens per rank per step; %s%s\n",
       world, d.dp_degree, d.tp_degree, d.pp_degree, micro, B, c.model.sequence_length(),
-      gpu ? "bf16 compute, fp32 master/moments/grads" : "fp32 (CPU)",
+      gpu ? (c.engine.mix_precision == "bf16" ? "bf16 compute, fp32 master/moments/grads"
+                                              : "fp32 compute (GPU)")
+          : "fp32 (CPU)",
       d.zero_stage1 && d.dp_degree > 1 ? "; ZeRO-1: master/moments split over dp" : "");
   for (int stage = 0; stage < d.pp_degree; ++stage) {
-    const ModelPartition part = MakePartition(c.model, d, 0, stage);
-    const std::vector<ParameterInfo> params = BuildParameterList(c.model, part);
-    const int slots = PipelineStage::NumSlots(stage, d.pp_degree, micro);
-    // The arena that `trainer train` reserves: the model's buffers and the optimizer's state,
-    // counted by the code that allocates them.
-    const ModelBufferBytes model = GptModel::BufferBytes(
-        c.model, part, gpu ? DType::kBF16 : DType::kF32, B, c.model.sequence_length(), slots);
-    const double state = static_cast<double>(model.parameters + model.gradients +
-                                             AdamW::BufferBytes(params, part.flat_shards));
-    const double arena = state + model.activations + model.logits + model.scratch;
-    std::string outside;
-    if (gpu) {
-      const double workspace = AttentionWorkspaceBytes(c.model, d.tp_degree, B);
-      outside = StrFormat(
+    const RankMemory m = PlanRankMemory(c, stage, PlannedComputeDtype(c, gpu), gpu);
+    std::string beside;
+    if (gpu)
+      beside = StrFormat(
           " | on the GPU ~%.2f GiB in all (+%.2f GiB CUDA context and libraries, +%.2f GiB "
           "cuDNN attention workspace%s)",
-          GiB(arena + workspace) + kDeviceBaseGiB, kDeviceBaseGiB, GiB(workspace),
+          GiB(m.total()), GiB(m.device_base), GiB(m.attention_workspace),
           world > 1 ? "; NCCL's buffers not counted" : "");
-    }
     std::cout << StrFormat(
         "  stage %d: %d blocks, %.1fM parameters per rank | weights+grads+"
         "optimizer %.2f GiB | activations (%d slots) %.2f GiB | logits %.2f "
         "GiB | backward scratch %.2f GiB | arena %.2f GiB%s\n",
-        stage, part.num_layers, TotalLocalElements(params) / 1e6, GiB(state), slots,
-        GiB(model.activations), GiB(model.logits), GiB(model.scratch), GiB(arena), outside.c_str());
+        stage, m.layers, m.parameters / 1e6, GiB(m.state()), m.slots, GiB(m.model.activations),
+        GiB(m.model.logits), GiB(m.model.scratch), GiB(m.arena()), beside.c_str());
   }
   return 0;
 }

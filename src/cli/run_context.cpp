@@ -1,6 +1,7 @@
 // RunContext (run_context.h).
 #include "cli/run_context.h"
 
+#include "cli/host_memory.h"
 #include "common/log.h"
 #include "mpi_bootstrap/nccl_bootstrap.h"
 
@@ -90,6 +91,34 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   groups.embedding = mpi_groups.embedding.get();
   if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups(config));
   return Status::Ok();
+}
+
+bool RunContext::MemoryAvailable(RankMemoryAvailable* out) const {
+  if (backend->device_memory()) {
+    out->where = StrFormat("cuda:%d (%s)", device, CudaDeviceName(device).c_str());
+    out->source = "cudaMemGetInfo";
+    return DeviceMemoryInfo(backend.get(), &out->free_now, &out->capacity);
+  }
+  const HostMemoryFacts host = QueryHostMemory();
+  if (host.available_bytes < 0 || host.total_bytes < 0) return false;
+  const int ranks = runtime->local_size();
+  out->where = ranks == 1 ? "host " + runtime->host()
+                          : StrFormat("host %s (a share for each of its %d ranks)",
+                                      runtime->host().c_str(), ranks);
+  out->capacity = host.total_bytes / ranks;
+  out->free_now = host.available_bytes / ranks;
+  out->source = host.source;
+  return true;
+}
+
+Status RunContext::CheckMemory(const TrainConfig& config, std::string* summary) const {
+  RankMemoryAvailable available;
+  if (!MemoryAvailable(&available)) return Status::Ok();  // nothing to hold it against
+  const Status fits =
+      CheckRankMemoryFits(config, groups.coord.pp, backend->device_memory(), available, summary);
+  if (fits.ok()) return fits;
+  return Status(fits.code(), StrFormat("memory (rank %d on %s): %s", runtime->rank(),
+                                       runtime->host().c_str(), fits.message().c_str()));
 }
 
 void RunContext::PrintRankMap() {

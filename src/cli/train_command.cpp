@@ -75,6 +75,10 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (status.ok()) status = ctx.Agree(ctx.BuildGroups(config));
   if (!status.ok()) return ctx.Finish(status);
   ctx.PrintRankMap();
+  std::string memory;
+  status = ctx.Agree(ctx.CheckMemory(config, &memory));
+  if (!status.ok()) return ctx.Finish(status);
+  if (!memory.empty()) LogInfo("memory: " + memory);
 
   InstallPreemptionHandlers();
   Trainer trainer(config, ctx.groups, ctx.backend.get());

@@ -53,6 +53,16 @@ std::string StrFormat(const char* format, ...) {
   return std::string(buffer.data(), static_cast<size_t>(n));
 }
 
+std::string FormatBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? StrFormat("%.0f B", bytes) : StrFormat("%.1f %s", bytes, units[unit]);
+}
+
 std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);

@@ -30,6 +30,8 @@ std::string RankTag();
 
 // printf-style formatting into a std::string.
 std::string StrFormat(const char* format, ...) __attribute__((format(printf, 1, 2)));
+// "512 B", "12.5 GiB": a size for messages.
+std::string FormatBytes(double bytes);
 // "[2, 3]": a tensor shape for messages.
 std::string ShapeText(const std::vector<int64_t>& shape);
 // `text` as a JSON string literal, quotes included (quotes, backslashes, control characters

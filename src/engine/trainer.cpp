@@ -14,6 +14,7 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "engine/gpu_monitor.h"
+#include "engine/memory_plan.h"
 #include "engine/signals.h"
 #include "optimizer/lr_schedule.h"
 
@@ -54,15 +55,11 @@ Status Trainer::Setup() {
   const int micro = config_.gradient_accumulation_steps();
   const int slots = PipelineStage::NumSlots(c.pp, topo.pp, micro);
   TRAINER_RETURN_IF_ERROR(OpenData());  // cheap checks first
-  // One arena for the model's buffers and the optimizer's state. Under ZeRO-1
-  // (part.flat_shards > 1) the optimizer holds one piece of the flat buffers.
-  const std::vector<ParameterInfo> params = BuildParameterList(config_.model, part);
-  const size_t optimizer_bytes = AdamW::BufferBytes(params, part.flat_shards);
-  TRAINER_RETURN_IF_ERROR(backend_->ReserveArena(
-      GptModel::BufferBytes(config_.model, part, backend_->compute_dtype(),
-                            config_.global.micro_batch_size, config_.model.sequence_length(), slots)
-          .total() +
-      optimizer_bytes));
+  // One arena for the model's buffers and the optimizer's state (what `trainer plan` prints).
+  // Under ZeRO-1 (part.flat_shards > 1) the optimizer holds one piece of the flat buffers.
+  const RankMemory memory =
+      PlanRankMemory(config_, c.pp, backend_->compute_dtype(), backend_->device_memory());
+  TRAINER_RETURN_IF_ERROR(backend_->ReserveArena(memory.arena()));
   TRAINER_RETURN_IF_ERROR(GptModel::Create(config_.model, part, backend_, groups_.tp,
                                            config_.global.micro_batch_size,
                                            config_.model.sequence_length(), slots, &model_));
@@ -72,7 +69,8 @@ Status Trainer::Setup() {
     LogInfo(
         StrFormat("ZeRO-1: master weights and Adam moments sharded over %d DP ranks "
                   "(%.1f MB of optimizer state per rank instead of %.1f MB)",
-                  part.flat_shards, optimizer_bytes / 1e6, AdamW::BufferBytes(params, 1) / 1e6));
+                  part.flat_shards, memory.optimizer / 1e6,
+                  AdamW::BufferBytes(BuildParameterList(config_.model, part), 1) / 1e6));
   timer_ = std::make_unique<PhaseTimer>(backend_, false);
   pipeline_ = std::make_unique<PipelineStage>(model_.get(), topo.pp > 1 ? groups_.pp : nullptr);
   SetUpOverlappedReduction();

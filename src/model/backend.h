@@ -209,6 +209,8 @@ void* BackendStream(Backend* backend);
 // Memory this process uses on the backend's device, in bytes: the GPU's used memory
 // (cudaMemGetInfo), or the peak resident set size on the CPU path.
 double DeviceMemoryUsed(Backend* backend);
+// Free and total memory of the backend's GPU (cudaMemGetInfo); false on the CPU path.
+bool DeviceMemoryInfo(Backend* backend, double* free_bytes, double* total_bytes);
 // The PCI bus id ("0000:19:00.0") of the GPU a CUDA backend runs on; "" for any other backend.
 std::string BackendPciBusId(Backend* backend);
 // CUDA devices this process can see (0 without CUDA, a driver or a GPU).

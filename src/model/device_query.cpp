@@ -58,6 +58,19 @@ std::string BackendPciBusId(Backend* backend) {
   return "";
 }
 
+bool DeviceMemoryInfo(Backend* backend, double* free_bytes, double* total_bytes) {
+#if TRAINER_WITH_CUDA
+  size_t free_now = 0, total = 0;
+  if (backend->device_memory() && cudaMemGetInfo(&free_now, &total) == cudaSuccess) {
+    *free_bytes = static_cast<double>(free_now);
+    *total_bytes = static_cast<double>(total);
+    return true;
+  }
+#endif
+  (void)backend, (void)free_bytes, (void)total_bytes;
+  return false;
+}
+
 double DeviceMemoryUsed(Backend* backend) {
 #if TRAINER_WITH_CUDA
   if (backend->device_memory()) {

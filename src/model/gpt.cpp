@@ -132,7 +132,7 @@ Tensor GptModel::G(const std::string& suffix, int layer) const {
   return p ? Gradient(*p) : Tensor();
 }
 
-BlockActivations GptModel::AllocateBlockActivations() {
+BlockActivations GptModel::AllocateBlockActivations(bool gelu_output) {
   const DType cd = compute_;
   const int64_t B = B_, T = T_, C = config_.hidden_size, tp = partition_.tp_size;
   const int64_t Cl = C / tp, Fl = config_.ffn_size() / tp, heads = config_.num_heads / tp;
@@ -149,7 +149,7 @@ BlockActivations GptModel::AllocateBlockActivations() {
   a.ln2_mean = Alloc({R}, DType::kF32);
   a.ln2_rstd = Alloc({R}, DType::kF32);
   a.fc_pre = Alloc({B, T, Fl}, cd);
-  a.fc_out = Alloc({B, T, Fl}, cd);
+  if (gelu_output) a.fc_out = Alloc({B, T, Fl}, cd);
   a.residual_out = Alloc({R, C}, cd);
   return a;
 }
@@ -159,7 +159,6 @@ Status GptModel::AllocateBuffers() {
   const int64_t B = B_, T = T_, N = B_ * T_, C = config_.hidden_size;
   const int tp = partition_.tp_size;
   const int64_t Cl = C / tp, Fl = config_.ffn_size() / tp, Vl = config_.padded_vocab() / tp;
-  const int64_t heads = config_.num_heads / tp;
   const int64_t R = SequenceParallel() ? N / tp : N;  // rows of the residual stream here
   const int64_t total = static_cast<int64_t>(FlatBufferElements(params_, partition_.flat_shards));
   sizing_kind_ = &ModelBufferBytes::parameters;
@@ -168,31 +167,25 @@ Status GptModel::AllocateBuffers() {
   grad_buffer_ = Alloc({total}, DType::kF32);
   sizing_kind_ = &ModelBufferBytes::activations;
   recompute_ = config_.recompute;
-  if (recompute_ != "none") shared_ = AllocateBlockActivations();
+  // Model.recompute: "block" keeps only each block's output per slot (the rest is one shared set,
+  // recomputed in backward); "gelu" shares the GELU output of every block; "none" keeps all.
+  if (recompute_ == "block") shared_ = AllocateBlockActivations(true);
+  if (recompute_ == "gelu") shared_.fc_out = Alloc({B, T, Fl}, cd);
   slots_.resize(num_slots_);
   for (Slot& s : slots_) {
     s.tokens = Alloc({B, T}, DType::kI32);
     s.targets = Alloc({B, T}, DType::kI32);
     s.input = Alloc({R, C}, cd);
     for (int l = 0; l < partition_.num_layers; ++l) {
-      // Model.recompute: "block" keeps only each block's output per slot (the rest is one shared
-      // set, recomputed in backward); "gelu" shares the GELU output; "none" keeps everything.
-      auto* a = new BlockActivations(recompute_ == "none" ? AllocateBlockActivations() : shared_);
-      s.blocks.push_back(a);
-      if (recompute_ == "gelu") {
-        a->ln1_out = Alloc({B, T, C}, cd);
-        a->ln1_mean = Alloc({R}, DType::kF32);
-        a->ln1_rstd = Alloc({R}, DType::kF32);
-        a->qkv = Alloc({B, T, 3 * Cl}, cd);
-        a->att_out = Alloc({B, T, Cl}, cd);
-        a->att_stats = Alloc({B, heads, T}, DType::kF32);
-        a->residual_mid = Alloc({R, C}, cd);
-        a->ln2_out = Alloc({B, T, C}, cd);
-        a->ln2_mean = Alloc({R}, DType::kF32);
-        a->ln2_rstd = Alloc({R}, DType::kF32);
-        a->fc_pre = Alloc({B, T, Fl}, cd);
+      BlockActivations* a = nullptr;
+      if (recompute_ == "block") {
+        a = new BlockActivations(shared_);
+        a->residual_out = Alloc({R, C}, cd);
+      } else {
+        a = new BlockActivations(AllocateBlockActivations(recompute_ == "none"));
+        if (recompute_ == "gelu") a->fc_out = shared_.fc_out;
       }
-      if (recompute_ != "none") a->residual_out = Alloc({R, C}, cd);
+      s.blocks.push_back(a);
     }
     if (partition_.last_stage()) {
       s.lnf_out = Alloc({N, C}, cd);

@@ -95,7 +95,7 @@ class GptModel {
  private:
   GptModel() = default;
   Status AllocateBuffers();
-  BlockActivations AllocateBlockActivations();
+  BlockActivations AllocateBlockActivations(bool gelu_output);  // without it: fc_out left empty
   Tensor Alloc(std::initializer_list<int64_t> shape, DType dtype);
   bool SequenceParallel() const { return config_.sequence_parallel && partition_.tp_size > 1; }
   Status CrossEntropy(Tensor targets, float dloss_scale);

@@ -38,6 +38,10 @@ expect missing_data 3 "missing.h5" 2 train "${SMALL[@]}" -o Data.train_path=miss
 expect not_hdf5 3 "garbage.h5" 2 train "${SMALL[@]}" -o Data.train_path=garbage.h5
 expect vocab_too_small 3 "vocab" 2 train "${SMALL[@]}" -o Model.vocab_size=200
 expect data_too_short 3 "data.h5" 2 train "${SMALL[@]}" -o Model.max_seq_len=2048 -o Global.global_batch_size=512 -o Global.micro_batch_size=1
+# A model far beyond any host's memory (51.5B parameters, ~1 TB on each rank in fp32): stopped
+# before anything large is allocated, naming the need, the memory and the way out.
+expect too_big_for_memory 2 "memory (rank 0 on .*): a rank of pipeline stage 0 needs ~[0-9.]* [GT]iB .* [Ss]pread the model over more ranks" \
+  2 train "${SMALL[@]}" -o Model.hidden_size=8192 -o Model.num_layers=64 -o Model.num_heads=64
 expect unknown_command 2 "unknown command" 1 frobnicate
 if ! nvidia-smi -L > /dev/null 2>&1; then  # a GPU asked for where there is none
   expect no_gpu 5 "no GPU is visible\|built without CUDA" 2 train "${SMALL[@]}" -o Global.device=cuda

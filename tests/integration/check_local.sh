@@ -6,6 +6,7 @@
 #   - a layout that does not fit the world size exits 2 with the config's line;
 #   - a checkpoint folder that cannot be created and a missing data file exit 5, naming each rank,
 #     its host and the check;
+#   - a model that does not fit the host's memory exits 5 with each rank's memory line;
 #   - a process that its launcher meant to be one of 2 ranks but that sits alone in its MPI world
 #     (what srun without a working PMI gives) exits 5 with the MPI world check's line.
 # shellcheck source=tests/integration/lib.sh
@@ -40,6 +41,7 @@ expect_line pass2 "^checkpoint folder out/checkpoints: shared by every rank"
 expect_line pass2 "^data file data.h5: opens on every rank \([0-9]+ tokens, vocab 257;"
 expect_line pass2 "^all-reduce on world: 1 group of 2 ranks \(MPI, host memory, 4.0 MiB per call\): exact; bus bandwidth [0-9.]+ GB/s$"
 expect_line pass2 "^all-reduce on dp: 1 group of 2 ranks .*: exact;"
+expect_line pass2 "^memory: a rank of pipeline stage 0 needs ~[0-9.]+ MiB at Global.micro_batch_size=4 \(trainer plan\); host $host \(a share for each of its 2 ranks\) holds [0-9.]+ GiB, [0-9.]+ GiB free \((MemAvailable|cgroup .*)\)$"
 expect_line pass2 "^works well on 2 ranks \(1 host, 0 GPUs\)$"
 grep -q "error:" pass2.out && { cat pass2.out; fail "pass2: an error line in a passing check"; }
 echo "ok: 2 ranks: $(grep '^all-reduce on world' pass2.out)"
@@ -75,7 +77,14 @@ expect_line broken "^all-reduce on world: .*exact" # the remaining checks still 
 grep -q "^works well" broken.out && fail "broken: a verdict of success"
 echo "ok: unwritable folder and missing data -> exit 5, each rank named"
 
-# 4. Alone in an MPI world of 1 while the launcher (srun) started 2: what a missing PMI gives.
+# 4. A model beyond the host's memory: every rank's line (its share of the host), exit 5.
+check too_big 5 2 "${CONFIG[@]}" -o Model.hidden_size=8192 -o Model.num_layers=64 -o Model.num_heads=64
+for rank in 0 1; do
+  expect_line too_big "^error: memory \(rank $rank on $host\): a rank of pipeline stage 0 needs ~[0-9.]+ [GT]iB at Global.micro_batch_size=4 \(trainer plan prints the parts\), but host $host \(a share for each of its 2 ranks\) holds"
+done
+echo "ok: a model beyond the host's memory -> exit 5, each rank named"
+
+# 5. Alone in an MPI world of 1 while the launcher (srun) started 2: what a missing PMI gives.
 rc=0
 SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1 timeout 60 "$TRAINER" check >alone.out 2>&1 || rc=$?
 [[ $rc -eq 5 ]] || { cat alone.out; fail "alone: exit code $rc, expected 5"; }

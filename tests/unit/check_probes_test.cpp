@@ -1,7 +1,8 @@
 // Tests of the one-rank parts of `trainer check` (src/cli/check_probes.h, check_report.h,
 // check_gpu.h): the all-reduce check catches a wrong element in any timed call, probe files are
 // seen only with the right nonce, rank and host, the launcher's rank count comes from the right
-// variable, failures survive the gather, and rank lists are compressed as documented.
+// variable, failures survive the gather, rank lists are compressed as documented, and the host
+// memory left is read from meminfo and cgroups (v2 and v1) as the kernel writes them.
 #include "cli/check_probes.h"
 
 #include <gtest/gtest.h>
@@ -12,7 +13,9 @@
 
 #include "cli/check_gpu.h"
 #include "cli/check_report.h"
+#include "cli/host_memory.h"
 #include "common/filesystem.h"
+#include "common/log.h"
 #include "test_communicator.h"
 
 namespace trainer {
@@ -162,6 +165,63 @@ TEST(CheckFacts, GpuAnswersMatchTheBuild) {
   EXPECT_EQ(GpuLibraryVersions(), "CUDA: not built");
   EXPECT_FALSE(QueryGpu(0).ok());  // a bound device in a build without CUDA is an error
 #endif
+}
+
+// A fake /proc and /sys under a temporary root: meminfo, the process's cgroup line(s), and the
+// cgroup files of each level.
+class HostMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = ::testing::TempDir() + "host_memory_" + std::to_string(getpid());
+    ASSERT_TRUE(RemoveTree(root_).ok());
+    Write("/proc/meminfo", "MemTotal:       16777216 kB\nMemAvailable:    8388608 kB\n");
+  }
+  void TearDown() override { (void)RemoveTree(root_); }
+  void Write(const std::string& path, const std::string& text) {
+    ASSERT_TRUE(MakeDirectories(ParentDirectory(root_ + path)).ok());
+    ASSERT_TRUE(WriteFileAtomically(root_ + path, text).ok());
+  }
+  std::string root_;
+};
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+TEST_F(HostMemoryTest, MemAvailableWithoutALimit) {
+  Write("/proc/self/cgroup", "0::/user.slice\n");
+  Write("/sys/fs/cgroup/user.slice/memory.max", "max\n");
+  Write("/sys/fs/cgroup/user.slice/memory.current", "1073741824\n");
+  const HostMemoryFacts facts = QueryHostMemory(root_);
+  EXPECT_EQ(facts.total_bytes, 16 * kGiB);
+  EXPECT_EQ(facts.available_bytes, 8 * kGiB);
+  EXPECT_EQ(facts.source, "MemAvailable");
+}
+
+TEST_F(HostMemoryTest, ASlurmJobsCgroupV2LimitLeavesLess) {
+  // The job's limit (4 GiB) is a parent of the step's cgroup; its working set is its usage (3
+  // GiB) less the inactive file pages (1 GiB): 2 GiB left.
+  Write("/proc/self/cgroup", "0::/slurm/job_7/step_0\n");
+  Write("/sys/fs/cgroup/slurm/job_7/step_0/memory.max", "max\n");
+  Write("/sys/fs/cgroup/slurm/job_7/step_0/memory.current", "1000\n");
+  Write("/sys/fs/cgroup/slurm/job_7/memory.max", "4294967296\n");
+  Write("/sys/fs/cgroup/slurm/job_7/memory.current", "3221225472\n");
+  Write("/sys/fs/cgroup/slurm/job_7/memory.stat", "anon 1\ninactive_file 1073741824\n");
+  const HostMemoryFacts facts = QueryHostMemory(root_);
+  EXPECT_EQ(facts.total_bytes, 4 * kGiB);
+  EXPECT_EQ(facts.available_bytes, 2 * kGiB);
+  EXPECT_EQ(facts.source, "cgroup /slurm/job_7: limit 4.0 GiB");
+}
+
+TEST_F(HostMemoryTest, ACgroupV1MemoryLimitAndAnEmptyRoot) {
+  Write("/proc/self/cgroup", "5:cpu,cpuacct:/x\n4:memory:/docker/abc\n");
+  Write("/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");
+  Write("/sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "5\n");
+  Write("/sys/fs/cgroup/memory/docker/memory.limit_in_bytes", "2147483648\n");
+  Write("/sys/fs/cgroup/memory/docker/memory.usage_in_bytes", "1073741824\n");
+  const HostMemoryFacts facts = QueryHostMemory(root_);
+  EXPECT_EQ(facts.total_bytes, 2 * kGiB);
+  EXPECT_EQ(facts.available_bytes, 1 * kGiB);
+  EXPECT_EQ(facts.source, "cgroup /docker: limit 2.0 GiB");
+  EXPECT_LT(QueryHostMemory(root_ + "/nowhere").available_bytes, 0);
 }
 
 }  // namespace

@@ -133,7 +133,8 @@ Status CudaBackend::Allocate(size_t bytes, void** out) {
     cudaMemGetInfo(&free_bytes, &total_bytes);
     return RuntimeError(StrFormat(
         "GPU memory allocation of %.1f MiB (%s, %s): %s with %.1f of %.1f GiB free. Lower "
-        "Global.micro_batch_size, use recompute, or spread the model over more GPUs (tp/pp)",
+        "Global.micro_batch_size, use recompute, or spread the model over more GPUs (tp/pp); "
+        "`trainer plan` prints what a config needs per GPU",
         bytes / 1048576.0, name().c_str(), Where().c_str(), cudaGetErrorString(e),
         free_bytes / 1073741824.0, total_bytes / 1073741824.0));
   }

@@ -1,0 +1,95 @@
+// The memory of one rank (memory_plan.h).
+#include "engine/memory_plan.h"
+
+#include <cctype>
+
+#include "common/log.h"
+#include "engine/pipeline.h"
+#include "model/parameters.h"
+#include "optimizer/adamw.h"
+
+namespace trainer {
+namespace {
+
+// What a rank still has to allocate once its backend is up: the arena, and cuDNN's workspace.
+double StillToAllocate(const RankMemory& m) {
+  return m.arena() + m.attention_workspace;
+}
+
+bool Fits(const RankMemory& m, const RankMemoryAvailable& available) {
+  return m.total() <= available.capacity && StillToAllocate(m) <= available.free_now;
+}
+
+}  // namespace
+
+DType PlannedComputeDtype(const TrainConfig& config, bool device) {
+  return device && config.engine.mix_precision == "bf16" ? DType::kBF16 : DType::kF32;
+}
+
+RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dtype, bool device,
+                          int micro_batch, const std::string& recompute) {
+  ModelConfig model = config.model;
+  if (!recompute.empty()) model.recompute = recompute;
+  const DistributedConfig& d = config.distributed;
+  const int B = micro_batch > 0 ? micro_batch : config.global.micro_batch_size;
+  const ModelPartition part = MakePartition(model, d, 0, stage);
+  const std::vector<ParameterInfo> params = BuildParameterList(model, part);
+  RankMemory m;
+  m.layers = part.num_layers;
+  m.slots = PipelineStage::NumSlots(stage, d.pp_degree, config.gradient_accumulation_steps());
+  m.parameters = TotalLocalElements(params);
+  m.model = GptModel::BufferBytes(model, part, compute_dtype, B, model.sequence_length(), m.slots);
+  m.optimizer = AdamW::BufferBytes(params, part.flat_shards);
+  if (device) {
+    m.device_base = kGpuBaseBytes;
+    m.attention_workspace = 4.0 * B * model.sequence_length() * model.hidden_size / d.tp_degree;
+  }
+  return m;
+}
+
+Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
+                           const RankMemoryAvailable& available, std::string* summary) {
+  const DType dtype = PlannedComputeDtype(config, device);
+  const int B = config.global.micro_batch_size;
+  const RankMemory need = PlanRankMemory(config, stage, dtype, device);
+  const std::string memory = StrFormat(
+      "%s holds %s, %s free (%s)", available.where.c_str(), FormatBytes(available.capacity).c_str(),
+      FormatBytes(available.free_now).c_str(), available.source.c_str());
+  const std::string needs =
+      StrFormat("a rank of pipeline stage %d needs ~%s at Global.micro_batch_size=%d", stage,
+                FormatBytes(need.total()).c_str(), B);
+  if (Fits(need, available)) {
+    if (summary != nullptr) *summary = needs + " (trainer plan); " + memory;
+    return Status::Ok();
+  }
+  // The ways out, each checked: the largest smaller micro-batch that keeps the global batch (it
+  // divides the sequences each DP rank takes per step), and recomputation at this micro-batch.
+  std::vector<std::string> fixes;
+  const int per_rank = config.global.global_batch_size / config.distributed.dp_degree;
+  for (int b = B - 1; b >= 1; --b) {
+    const RankMemory smaller = PlanRankMemory(config, stage, dtype, device, b);
+    if (per_rank % b != 0 || !Fits(smaller, available)) continue;
+    fixes.push_back(StrFormat("set Global.micro_batch_size=%d (~%s, the same global batch)", b,
+                              FormatBytes(smaller.total()).c_str()));
+    break;
+  }
+  // Model.recompute saves more from none to gelu to block.
+  for (const char* recompute : {"gelu", "block"}) {
+    if (config.model.recompute == recompute || config.model.recompute == "block") continue;
+    const RankMemory recomputed = PlanRankMemory(config, stage, dtype, device, 0, recompute);
+    if (!Fits(recomputed, available)) continue;
+    fixes.push_back(StrFormat("set Model.recompute=%s (~%s)", recompute,
+                              FormatBytes(recomputed.total()).c_str()));
+    break;
+  }
+  fixes.push_back(StrFormat("spread the model over more %s (Distributed.tp_degree, pp_degree)",
+                            device ? "GPUs" : "ranks"));
+  std::string fix_text;
+  for (size_t i = 0; i < fixes.size(); ++i)
+    fix_text += (i == 0 ? "" : (i + 1 == fixes.size() ? ", or " : ", ")) + fixes[i];
+  fix_text[0] = static_cast<char>(std::toupper(fix_text[0]));
+  return UsageError(StrFormat("%s (trainer plan prints the parts), but %s. %s", needs.c_str(),
+                              memory.c_str(), fix_text.c_str()));
+}
+
+}  // namespace trainer

@@ -1,0 +1,61 @@
+// The memory one rank of a layout needs: the arena that Trainer::Setup reserves (the model's
+// buffers and the optimizer's state, counted by the code that allocates them) and, on a GPU, what
+// the device needs beside it. `trainer plan` prints it; `trainer check` and `trainer train` hold
+// it against the memory the rank has, before anything large is allocated.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "config/train_config.h"
+#include "model/gpt.h"
+
+namespace trainer {
+
+// Device memory outside the arena on an H200 (CUDA 13 driver, cuDNN 9.19), from `memory_gib`
+// (cudaMemGetInfo) against the arena of the nine runs that docs/performance-history.md records
+// with their memory (1.3B at B=8-20, 350M at B=16, 96 and 128, 124M at B=32 and 128): 1.93-1.95
+// GiB for the CUDA context, cuBLASLt's and cuDNN's kernels and workspaces and the backend's
+// scratch, plus cuDNN's attention backward workspace, whose f32 dQ accumulator is (B*T, C/tp).
+// NCCL's buffers (layouts of more than one GPU) come on top.
+constexpr double kGpuBaseBytes = 1.94 * 1024 * 1024 * 1024;
+
+struct RankMemory {
+  int layers = 0, slots = 0;
+  size_t parameters = 0;           // elements on this rank
+  ModelBufferBytes model;          // the model's buffers, by kind
+  size_t optimizer = 0;            // master weights, Adam moments (a ZeRO-1 piece), the norm
+  double device_base = 0;          // GPU: context, libraries, their workspaces
+  double attention_workspace = 0;  // GPU: cuDNN's attention backward workspace
+  // Weights, gradients and the optimizer's state.
+  size_t state() const { return model.parameters + model.gradients + optimizer; }
+  size_t arena() const { return model.total() + optimizer; }
+  double total() const { return arena() + device_base + attention_workspace; }
+};
+
+// A rank of pipeline stage `stage`, computing in `compute_dtype` on a GPU (`device`) or the CPU,
+// with `micro_batch` sequences per micro-batch (0: Global.micro_batch_size) and the config's
+// Model.recompute (or `recompute` where given).
+RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dtype, bool device,
+                          int micro_batch = 0, const std::string& recompute = "");
+
+// The compute dtype that `trainer train` would use: Engine.mix_precision on a GPU, f32 on the CPU.
+DType PlannedComputeDtype(const TrainConfig& config, bool device);
+
+// The memory a rank has: what holds it ("cuda:0 (NVIDIA H200)", "host n1 (a quarter, for its 4
+// ranks)"), how many bytes it holds in all and how many are free now (for this rank), and where
+// the free figure comes from.
+struct RankMemoryAvailable {
+  std::string where;
+  double capacity = 0, free_now = 0;
+  std::string source;
+};
+
+// Whether a rank of stage `stage` fits: its total within the capacity, and what is still to be
+// allocated (the arena, and on a GPU cuDNN's workspace) within the free memory. The error names
+// the need, the memory, the largest micro-batch that fits and keeps the global batch, and whether
+// recomputation would do. *summary (when given) gets the line to print when it fits.
+Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
+                           const RankMemoryAvailable& available, std::string* summary = nullptr);
+
+}  // namespace trainer

@@ -1,0 +1,128 @@
+// The memory plan of one rank (src/engine/memory_plan.h) against closed-form counts of a tiny GPT
+// whose every buffer is a multiple of the 256-byte allocation unit, and the fit check's choice of
+// the way out (the largest micro-batch that fits and divides the global batch, recomputation).
+#include "engine/memory_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace trainer {
+namespace {
+
+constexpr int64_t kV = 384, kC = 64, kT = 64, kL = 2, kH = 4;  // vocabulary 257 padded to 384
+
+TrainConfig TinyConfig(int micro_batch, int global_batch) {
+  TrainConfig c;
+  c.model.vocab_size = 257;
+  c.model.vocab_pad_multiple = 128;
+  c.model.hidden_size = kC;
+  c.model.num_layers = kL;
+  c.model.num_heads = kH;
+  c.model.max_seq_len = kT;
+  c.global.micro_batch_size = micro_batch;
+  c.global.global_batch_size = global_batch;
+  c.distributed.dp_degree = 1;
+  return c;
+}
+
+// GPT-2's tensors: wte, wpe, per block 2 LayerNorms, qkv, projection, fc, fc projection (with
+// biases), the final LayerNorm.
+constexpr int64_t kParams =
+    kV * kC + kT * kC +
+    kL * (4 * kC + 3 * kC * kC + 3 * kC + kC * kC + kC + 4 * kC * kC + 4 * kC + 4 * kC * kC + kC) +
+    2 * kC;
+
+TEST(MemoryPlan, TheModelsBuffersByKindInClosedForm) {
+  const int64_t B = 3, N = B * kT;
+  const RankMemory m = PlanRankMemory(TinyConfig(B, 3), 0, DType::kF32, false);
+  EXPECT_EQ(m.parameters, static_cast<size_t>(kParams));
+  EXPECT_EQ(m.model.parameters, static_cast<size_t>(4 * kParams));
+  EXPECT_EQ(m.model.gradients, static_cast<size_t>(4 * kParams));
+  // Master weights and two moments (f32), and the f64 norm in one 256-byte unit.
+  EXPECT_EQ(m.optimizer, static_cast<size_t>(12 * kParams + 256));
+  // Per token and block: ln1 out, qkv (3C), attention out, residual mid, ln2 out, fc pre and out
+  // (4C each), residual out = 16C, two LayerNorms' mean and rstd, a softmax stat per head. Per
+  // token of the slot: tokens and targets, the stage input, the final LayerNorm (C, mean, rstd).
+  const int64_t activations = N * (kL * (16 * kC + 4 + kH) + 2 + kC + kC + 2);
+  EXPECT_EQ(m.model.activations, static_cast<size_t>(4 * activations));
+  // Logits (their gradient in place), losses, row max, two sums per row; the f64 loss sum.
+  EXPECT_EQ(m.model.logits, static_cast<size_t>(4 * N * (kV + 4) + 256));
+  // Backward scratch: projection out, residual gradient, dln (C each), dqkv (3C), datt (C), dfc
+  // (4C).
+  EXPECT_EQ(m.model.scratch, static_cast<size_t>(4 * N * 11 * kC));
+  EXPECT_EQ(m.device_base, 0.0);
+  EXPECT_EQ(m.total(), static_cast<double>(m.arena()));
+
+  // bf16 halves the compute-dtype buffers only; the GPU adds its base and cuDNN's f32 dQ.
+  const RankMemory g = PlanRankMemory(TinyConfig(B, 3), 0, DType::kBF16, true);
+  EXPECT_EQ(g.model.parameters, static_cast<size_t>(2 * kParams));
+  EXPECT_EQ(g.model.gradients, m.model.gradients);
+  EXPECT_EQ(g.optimizer, m.optimizer);
+  EXPECT_EQ(g.attention_workspace, 4.0 * N * kC);
+  EXPECT_EQ(g.total(), g.arena() + kGpuBaseBytes + 4.0 * N * kC);
+}
+
+TEST(MemoryPlan, RecomputationKeepsLessPerSlot) {
+  const RankMemory none = PlanRankMemory(TinyConfig(4, 4), 0, DType::kF32, false);
+  const RankMemory gelu = PlanRankMemory(TinyConfig(4, 4), 0, DType::kF32, false, 0, "gelu");
+  const RankMemory block = PlanRankMemory(TinyConfig(4, 4), 0, DType::kF32, false, 0, "block");
+  // gelu shares the GELU output (4C per token) of every block but the one shared set.
+  EXPECT_EQ(none.model.activations - gelu.model.activations,
+            static_cast<size_t>(4 * 4 * kT * (kL - 1) * 4 * kC));
+  EXPECT_LT(block.model.activations, gelu.model.activations);
+  EXPECT_EQ(block.model.scratch, none.model.scratch);
+}
+
+RankMemoryAvailable Room(double bytes) {
+  RankMemoryAvailable a;
+  a.where = "host test";
+  a.capacity = 1e15;
+  a.free_now = bytes;
+  a.source = "a test";
+  return a;
+}
+
+TEST(MemoryPlan, FitsOrNamesTheLargestMicroBatchThatKeepsTheGlobalBatch) {
+  const TrainConfig c = TinyConfig(8, 8);  // micro-batches that keep it: 8, 4, 2, 1
+  auto need = [&](int b) {
+    return static_cast<double>(PlanRankMemory(c, 0, DType::kF32, false, b).arena());
+  };
+  std::string summary;
+  EXPECT_TRUE(CheckRankMemoryFits(c, 0, false, Room(need(8)), &summary).ok());
+  EXPECT_NE(summary.find("needs ~"), std::string::npos) << summary;
+  // Room for 3 but not 4: 3 does not divide 8, so the answer is 2.
+  const Status s = CheckRankMemoryFits(c, 0, false, Room((need(3) + need(4)) / 2));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), ExitCode::kUsage);
+  EXPECT_NE(s.message().find("Set Global.micro_batch_size=2 ("), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("spread the model over more ranks"), std::string::npos);
+  // Room for block recomputation at B=8 but not for gelu's.
+  const double block = PlanRankMemory(c, 0, DType::kF32, false, 0, "block").arena();
+  const Status r = CheckRankMemoryFits(c, 0, false, Room(block));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("set Model.recompute=block"), std::string::npos) << r.message();
+  EXPECT_EQ(r.message().find("recompute=gelu"), std::string::npos) << r.message();
+}
+
+TEST(MemoryPlan, OnAGpuTheTotalMustFitItsMemoryAndTheArenaItsFreeMemory) {
+  const TrainConfig c = TinyConfig(8, 8);
+  const RankMemory m = PlanRankMemory(c, 0, DType::kBF16, true);
+  RankMemoryAvailable gpu;
+  gpu.where = "cuda:0 (a test GPU)";
+  gpu.source = "a test";
+  gpu.capacity = m.total();
+  gpu.free_now = m.arena() + m.attention_workspace;  // the base is partly held already
+  EXPECT_TRUE(CheckRankMemoryFits(c, 0, true, gpu).ok());
+  gpu.capacity = m.total() - 1;
+  EXPECT_FALSE(CheckRankMemoryFits(c, 0, true, gpu).ok());
+  gpu.capacity = m.total();
+  gpu.free_now -= 1;
+  const Status s = CheckRankMemoryFits(c, 0, true, gpu);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cuda:0 (a test GPU) holds"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("more GPUs"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace trainer
