@@ -2,8 +2,9 @@
 # Side-by-side throughput on the GPU machine, in one call: the trainer and the PyTorch peer
 # (nanoGPT-style GPT-2, bf16 autocast, SDPA flash attention, fused AdamW, torch.compile) on the
 # same shapes and random tokens. Prints one JSON line per run (tokens/s, MFU, memory, and the
-# GPU's SM clock and power while it ran) and the ratio (also per SM clock cycle); for a model run
-# at several micro-batches, also the ratio of each side's best (what the targets compare).
+# GPU's SM clock and power while it ran; for the trainer also the memory that trainer plan gave)
+# and the ratio (also per SM clock cycle); for a model run at several micro-batches, also the
+# ratio of each side's best (what the targets compare).
 # docs/performance.md records the results and the exact command.
 #
 #   bench/gpu_vs_pytorch.sh TRAINER PEER_SCRIPT MODEL...
@@ -96,7 +97,9 @@ for spec in "$@"; do
     trainer_gpu=$(gpu_sampling_stop "$out.gpu")
     # Median tokens/s over the logging windows after the first 10 steps (warm-up, graph builds).
     ours=$(python3 "$ROOT/bench/metrics.py" summary "$out/metrics.jsonl")
-    echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"match_peer\":$MATCH_PEER,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"gpu0\":$trainer_gpu}" |
+    # What trainer plan said rank 0 would need (its memory line), beside the memory measured.
+    planned=$(grep -o 'needs ~[0-9.]* [KMGT]iB' "$out.log" | head -1 | sed 's/^needs ~//' || true)
+    echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"gpus\":$NP,\"match_peer\":$MATCH_PEER,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$ours,\"memory_planned\":\"$planned\",\"gpu0\":$trainer_gpu}" |
       tee -a "$RESULTS"
   fi
   if [ "$side" != trainer ] && [ "${SKIP_PEER:-0}" != 1 ] && [ "$NP" = 1 ]; then

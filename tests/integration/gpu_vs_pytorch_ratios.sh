@@ -5,7 +5,8 @@
 # Also what the trainer is given: by default the peer's optimizer settings and 8 global batches
 # of random tokens (packed by the trainer: 8 x 8 x 1024 + 1 ids below 50257), with MATCH_PEER=0
 # the config's own settings on the 20M-token stream; a side run alone (MODEL:B:trainer) and the
-# ratio of each side's best; a peer that fails without a result line. Last, what
+# ratio of each side's best; a peer that fails without a result line; the memory that the
+# trainer's memory line planned, carried into its result. Last, what
 # bench/kernel_profile.sh runs under ncu (a stand-in): the trainer on that same stream.
 #   gpu_vs_pytorch_ratios.sh TRAINER SOURCE_DIR SCRATCH   (the trainer is not used)
 set -euo pipefail
@@ -38,6 +39,7 @@ fi
 out=
 for a in "$@"; do case $a in Engine.output_dir=*) out=${a#*=} ;; esac; done
 mkdir -p "$out"
+echo "memory: a rank of pipeline stage 0 needs ~12.3 GiB at Global.micro_batch_size=8 (trainer plan); cuda:0 (stand-in) holds 139.8 GiB, 139.2 GiB free (cudaMemGetInfo)"
 for step in 10 20 30; do
   echo "{\"step\": $step, \"tokens_per_s\": 1100, \"mfu\": 0.5, \"memory_gib\": 1.5, \"loss\": 10.9}"
 done > "$out/metrics.jsonl"
@@ -57,6 +59,8 @@ import json, sys
 lines = [json.loads(l) for l in sys.argv[1].splitlines()]
 clocks = {l["who"]: l["gpu0"]["sm_mhz"] for l in lines if "who" in l}
 assert clocks == {"trainer": 1500, "pytorch": 1650}, clocks
+planned = [l["memory_planned"] for l in lines if l.get("who") == "trainer"]
+assert planned == ["12.3 GiB"], planned
 ratio = [l for l in lines if "ratio_trainer_over_pytorch" in l]
 assert len(ratio) == 1, ratio
 assert ratio[0]["ratio_trainer_over_pytorch"] == 1.1, ratio
