@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Training on GPUs against the references (skipped, exit 77, without a GPU):
-#  - 50 steps on one GPU (bf16) track the CPU fp32 loss curve within bf16 tolerance;
+#  - 50 steps on one GPU (bf16) track the CPU fp32 loss curve within bf16 tolerance, after the
+#    run's memory check against its GPU;
 #  - dp2 (with and without the overlapped gradient reduction, and with ZeRO-1), tp2 and pp2 on two
 #    GPUs follow the one-GPU curve (when two GPUs are visible);
 #  - ZeRO-1's sharded optimizer state, saved whole at step 25, resumes on one GPU and on two with
@@ -63,6 +64,9 @@ train cpu 1 cpu
 train gpu1 1 cuda
 echo "== one GPU (bf16) vs CPU (fp32)"
 compare_curves gpu1/metrics.jsonl cpu/metrics.jsonl 0.05 0.01 50 || fail "GPU curve leaves the CPU curve"
+echo "== the GPU run held its planned memory against its GPU's (cudaMemGetInfo) before allocating"
+grep "^memory: a rank of pipeline stage 0 needs ~[0-9.]* [KMG]iB at .* cuda:0 (.*) holds [0-9.]* GiB, [0-9.]* GiB free (cudaMemGetInfo)$" gpu1.log ||
+  fail "gpu1: no memory line for its GPU"
 echo "== the GPU run reports its GPU's clock and power (NVML); the CPU run reports none"
 gpu_report_check gpu1/metrics.jsonl cpu/metrics.jsonl gpu1.log || fail "GPU clock and power in metrics.jsonl"
 if [ "$GPUS" -ge 2 ]; then
