@@ -25,14 +25,22 @@ int RunPlanCommand(const std::vector<std::string>& args) {
   std::string config_path;
   std::vector<std::string> overrides;
   int world = 1;
+  double device_gib = 0;
   options.add_options()("config,c", po::value(&config_path)->default_value(""), "YAML config")(
       "override,o", po::value(&overrides)->composing(), "Section.key=value, repeatable")(
-      "world-size,n", po::value(&world)->default_value(1), "number of ranks");
+      "world-size,n", po::value(&world)->default_value(1), "number of ranks")(
+      "device-memory", po::value(&device_gib)->default_value(0),
+      "GiB each rank has (a GPU's memory, as cudaMemGetInfo or nvidia-smi shows it; host memory "
+      "per rank on the CPU): check that every stage fits, else name the largest micro-batch that "
+      "does; 0: no check");
   po::variables_map vm;
   bool help = false;
   Status s = ParseCommandLine("plan", args, options, &vm, &help);
   if (s.ok() && help) {
-    PrintCommandHelp("plan", "--config FILE [-o Section.key=value ...] --world-size N", options);
+    PrintCommandHelp("plan",
+                     "--config FILE [-o Section.key=value ...] --world-size N "
+                     "[--device-memory GIB]",
+                     options);
     return 0;
   }
   TrainConfig c;
@@ -71,8 +79,21 @@ int RunPlanCommand(const std::vector<std::string>& args) {
         "GiB | backward scratch %.2f GiB | arena %.2f GiB%s\n",
         stage, m.layers, m.parameters / 1e6, GiB(m.state()), m.slots, GiB(m.model.activations),
         GiB(m.model.logits), GiB(m.model.scratch), GiB(m.arena()), beside.c_str());
+    if (device_gib <= 0) continue;
+    RankMemoryAvailable memory;
+    memory.where = gpu ? StrFormat("a GPU of %g GiB", device_gib)
+                       : StrFormat("%g GiB of host memory per rank", device_gib);
+    memory.capacity = memory.free_now = device_gib * 1024 * 1024 * 1024;
+    memory.source = "--device-memory";
+    const Status fits = CheckRankMemoryFits(c, stage, gpu, memory);
+    if (fits.ok()) {
+      std::cout << StrFormat("  stage %d fits %s\n", stage, memory.where.c_str());
+    } else {
+      LogError(fits.message());
+      s = fits;
+    }
   }
-  return 0;
+  return s.exit_code();
 }
 
 }  // namespace trainer

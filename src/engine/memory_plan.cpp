@@ -52,9 +52,10 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
   const DType dtype = PlannedComputeDtype(config, device);
   const int B = config.global.micro_batch_size;
   const RankMemory need = PlanRankMemory(config, stage, dtype, device);
-  const std::string memory = StrFormat(
-      "%s holds %s, %s free (%s)", available.where.c_str(), FormatBytes(available.capacity).c_str(),
-      FormatBytes(available.free_now).c_str(), available.source.c_str());
+  std::string memory = available.where + " holds " + FormatBytes(available.capacity);
+  if (available.free_now != available.capacity)
+    memory += ", " + FormatBytes(available.free_now) + " free";
+  memory += " (" + available.source + ")";
   const std::string needs =
       StrFormat("a rank of pipeline stage %d needs ~%s at Global.micro_batch_size=%d", stage,
                 FormatBytes(need.total()).c_str(), B);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `trainer plan` against closed-form counts: GPT-2 124M's parameters per rank (vocabulary padded
 # to 50304) and the bytes of weights + gradients + optimizer state, which ZeRO-1 divides for the
-# master weights and moments only, for one rank, dp2 with and without ZeRO-1, and tp2; then its
-# arena against the peak RSS of real CPU runs.
+# master weights and moments only, for one rank, dp2 with and without ZeRO-1, and tp2; the
+# micro-batch that --device-memory names; then its arena against the peak RSS of real CPU runs.
 source "$(dirname "$0")/lib.sh"
 CFG="$SRC/configs/gpt2-124m.yaml"
 # 124M: wte 50304*768, wpe 1024*768, 12 blocks of 2 LayerNorms + qkv + proj + fc + fc proj (with
@@ -31,6 +31,23 @@ expect_plan dp2 2 "$PARAMS" 18 -o Distributed.zero_stage1=false
 # biases stay whole; wte is split by vocabulary rows.
 TP2=$(( V * C / 2 + T * C + L * (4 * C + (3 * C * C + 3 * C) / 2 + C * C / 2 + C + (4 * C * C + 4 * C) / 2 + 4 * C * C / 2 + C) + 2 * C ))
 expect_plan tp2 2 "$TP2" 18 -o Distributed.tp_degree=2
+
+# --device-memory: a GPU with room for B=16 but not 32 (124M) names 16, the largest micro-batch
+# below 32 that divides the global batch of 512 and fits; with room for 32, the stage fits.
+in_all() {  # B: the plan's GPU total at micro-batch B
+  "$TRAINER" plan -c "$CFG" -o Global.micro_batch_size="$1" | grep -o '~[0-9.]* GiB in all' | tr -d '~' | awk '{print $1}'
+}
+b16=$(in_all 16) b32=$(in_all 32)
+between=$(awk -v a="$b16" -v b="$b32" 'BEGIN { printf "%.2f", (a + b) / 2 }')
+rc=0
+"$TRAINER" plan -c "$CFG" -o Global.micro_batch_size=32 --device-memory "$between" > fit.out 2> fit.err || rc=$?
+[ "$rc" = 2 ] || { cat fit.out fit.err; fail "--device-memory $between at B=32: exit $rc, expected 2"; }
+grep -q "^error: a rank of pipeline stage 0 needs ~[0-9.]* GiB at Global.micro_batch_size=32 .* a GPU of $between GiB holds .* Set Global.micro_batch_size=16 (~[0-9.]* GiB, the same global batch)" fit.err ||
+  { cat fit.err; fail "--device-memory $between: the error does not name micro-batch 16"; }
+"$TRAINER" plan -c "$CFG" -o Global.micro_batch_size=32 --device-memory "$(awk -v b="$b32" 'BEGIN { print b + 0.1 }')" > fits.out ||
+  { cat fits.out; fail "--device-memory above the B=32 total: not a fit"; }
+grep -q "^  stage 0 fits a GPU of" fits.out || { cat fits.out; fail "no 'fits' line"; }
+echo "--device-memory: B=32 (~$b32 GiB) on a GPU of $between GiB names B=16 (~$b16 GiB)"
 
 # The arena against what the OS measures: `trainer train` on one CPU rank reports its peak RSS as
 # memory_gib, which is the arena (the CPU backend zero-fills every buffer) plus the process's own
