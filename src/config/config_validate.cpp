@@ -198,12 +198,15 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
                                 m.max_seq_len));
   }
   if (m.hidden_size % m.num_heads != 0) {
-    int example = m.hidden_size / m.num_heads * m.num_heads;
+    const int example = m.hidden_size / m.num_heads * m.num_heads;
+    int heads = m.num_heads;  // the nearest head count below that divides hidden_size
+    while (m.hidden_size % heads != 0) --heads;
     return check.Fail(
         check.Show("Model.hidden_size") + " is not divisible by " + check.Show("Model.num_heads"),
         {"Model.hidden_size", "Model.num_heads"},
-        StrFormat("Set Model.hidden_size to a multiple of %d, e.g. %d", m.num_heads,
-                  example > 0 ? example : m.num_heads));
+        StrFormat("Set Model.hidden_size to a multiple of %d, e.g. %d, or Model.num_heads to a "
+                  "divisor of %d, e.g. %d",
+                  m.num_heads, example > 0 ? example : m.num_heads, m.hidden_size, heads));
   }
   return Status::Ok();
 }

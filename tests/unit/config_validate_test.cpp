@@ -68,7 +68,8 @@ TEST(ConfigValidate, ModelShapes) {
                    {"Model.seq_len=65 exceeds Model.max_seq_len=64", "at most 64"});
   ExpectUsageError(ValidateWith({"Model.hidden_size=66"}, 1),
                    {"Model.hidden_size=66 is not divisible by Model.num_heads=4",
-                    "Set Model.hidden_size to a multiple of 4, e.g. 64"});
+                    "Set Model.hidden_size to a multiple of 4, e.g. 64, or Model.num_heads to a "
+                    "divisor of 66, e.g. 3"});
 }
 
 TEST(ConfigValidate, TensorParallelSplits) {
