@@ -88,7 +88,7 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
   std::string fix_text;
   for (size_t i = 0; i < fixes.size(); ++i)
     fix_text += (i == 0 ? "" : (i + 1 == fixes.size() ? ", or " : ", ")) + fixes[i];
-  fix_text[0] = static_cast<char>(std::toupper(fix_text[0]));
+  if (!fix_text.empty()) fix_text[0] = static_cast<char>(std::toupper(fix_text[0]));
   return UsageError(StrFormat("%s (trainer plan prints the parts), but %s. %s", needs.c_str(),
                               memory.c_str(), fix_text.c_str()));
 }
