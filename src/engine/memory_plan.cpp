@@ -1,6 +1,7 @@
 // The memory of one rank (memory_plan.h).
 #include "engine/memory_plan.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "common/log.h"
@@ -36,7 +37,9 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
   const std::vector<ParameterInfo> params = BuildParameterList(model, part);
   RankMemory m;
   m.layers = part.num_layers;
-  m.slots = PipelineStage::NumSlots(stage, d.pp_degree, config.gradient_accumulation_steps());
+  // 1F1B keeps up to one slot per micro-batch in flight: fewer, larger micro-batches keep fewer.
+  const int micro_batches = std::max(1, config.global.global_batch_size / (B * d.dp_degree));
+  m.slots = PipelineStage::NumSlots(stage, d.pp_degree, micro_batches);
   m.parameters = TotalLocalElements(params);
   m.model = GptModel::BufferBytes(model, part, compute_dtype, B, model.sequence_length(), m.slots);
   m.optimizer = AdamW::BufferBytes(params, part.flat_shards);
@@ -64,12 +67,15 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
     return Status::Ok();
   }
   // The ways out, each checked: the largest smaller micro-batch that keeps the global batch (it
-  // divides the sequences each DP rank takes per step), and recomputation at this micro-batch.
+  // divides the sequences each DP rank takes per step; with Model.sequence_parallel its tokens
+  // split over TP), and recomputation at this micro-batch.
   std::vector<std::string> fixes;
   const int per_rank = config.global.global_batch_size / config.distributed.dp_degree;
   for (int b = B - 1; b >= 1; --b) {
     const RankMemory smaller = PlanRankMemory(config, stage, dtype, device, b);
-    if (per_rank % b != 0 || !Fits(smaller, available)) continue;
+    const bool splits = !config.model.sequence_parallel ||
+                        b * config.model.sequence_length() % config.distributed.tp_degree == 0;
+    if (per_rank % b != 0 || !splits || !Fits(smaller, available)) continue;
     fixes.push_back(StrFormat("set Global.micro_batch_size=%d (~%s, the same global batch)", b,
                               FormatBytes(smaller.total()).c_str()));
     break;

@@ -74,6 +74,16 @@ TEST(MemoryPlan, RecomputationKeepsLessPerSlot) {
   EXPECT_EQ(block.model.scratch, none.model.scratch);
 }
 
+TEST(MemoryPlan, ASmallerMicroBatchKeepsMoreSlotsInFlightUnder1F1B) {
+  TrainConfig c = TinyConfig(8, 8);
+  c.distributed.pp_degree = 2;
+  // Stage 0 of 2 keeps min(2, micro-batches) slots: one micro-batch of 8, or four of 2.
+  EXPECT_EQ(PlanRankMemory(c, 0, DType::kF32, false).slots, 1);
+  const RankMemory two = PlanRankMemory(c, 0, DType::kF32, false, 2);
+  EXPECT_EQ(two.slots, 2);
+  EXPECT_EQ(PlanRankMemory(c, 1, DType::kF32, false, 2).slots, 1);
+}
+
 RankMemoryAvailable Room(double bytes) {
   RankMemoryAvailable a;
   a.where = "host test";
