@@ -177,6 +177,13 @@ class HostMemoryTest : public ::testing::Test {
     Write("/proc/meminfo", "MemTotal:       16777216 kB\nMemAvailable:    8388608 kB\n");
   }
   void TearDown() override { (void)RemoveTree(root_); }
+  // What QueryHostMemory reads under the fake root, against the expected total and room (GiB).
+  void ExpectFacts(double total_gib, double available_gib, const std::string& source) {
+    const HostMemoryFacts facts = QueryHostMemory(root_);
+    EXPECT_EQ(facts.total_bytes, total_gib * 1024 * 1024 * 1024);
+    EXPECT_EQ(facts.available_bytes, available_gib * 1024 * 1024 * 1024);
+    EXPECT_EQ(facts.source, source);
+  }
   void Write(const std::string& path, const std::string& text) {
     ASSERT_TRUE(MakeDirectories(ParentDirectory(root_ + path)).ok());
     ASSERT_TRUE(WriteFileAtomically(root_ + path, text).ok());
@@ -184,16 +191,11 @@ class HostMemoryTest : public ::testing::Test {
   std::string root_;
 };
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 TEST_F(HostMemoryTest, MemAvailableWithoutALimit) {
   Write("/proc/self/cgroup", "0::/user.slice\n");
   Write("/sys/fs/cgroup/user.slice/memory.max", "max\n");
   Write("/sys/fs/cgroup/user.slice/memory.current", "1073741824\n");
-  const HostMemoryFacts facts = QueryHostMemory(root_);
-  EXPECT_EQ(facts.total_bytes, 16 * kGiB);
-  EXPECT_EQ(facts.available_bytes, 8 * kGiB);
-  EXPECT_EQ(facts.source, "MemAvailable");
+  ExpectFacts(16, 8, "MemAvailable");
 }
 
 TEST_F(HostMemoryTest, ASlurmJobsCgroupV2LimitLeavesLess) {
@@ -205,10 +207,7 @@ TEST_F(HostMemoryTest, ASlurmJobsCgroupV2LimitLeavesLess) {
   Write("/sys/fs/cgroup/slurm/job_7/memory.max", "4294967296\n");
   Write("/sys/fs/cgroup/slurm/job_7/memory.current", "3221225472\n");
   Write("/sys/fs/cgroup/slurm/job_7/memory.stat", "anon 1\ninactive_file 1073741824\n");
-  const HostMemoryFacts facts = QueryHostMemory(root_);
-  EXPECT_EQ(facts.total_bytes, 4 * kGiB);
-  EXPECT_EQ(facts.available_bytes, 2 * kGiB);
-  EXPECT_EQ(facts.source, "cgroup /slurm/job_7: limit 4.0 GiB");
+  ExpectFacts(4, 2, "cgroup /slurm/job_7: limit 4.0 GiB");
 }
 
 TEST_F(HostMemoryTest, ACgroupV1MemoryLimitAndAnEmptyRoot) {
@@ -217,10 +216,7 @@ TEST_F(HostMemoryTest, ACgroupV1MemoryLimitAndAnEmptyRoot) {
   Write("/sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "5\n");
   Write("/sys/fs/cgroup/memory/docker/memory.limit_in_bytes", "2147483648\n");
   Write("/sys/fs/cgroup/memory/docker/memory.usage_in_bytes", "1073741824\n");
-  const HostMemoryFacts facts = QueryHostMemory(root_);
-  EXPECT_EQ(facts.total_bytes, 2 * kGiB);
-  EXPECT_EQ(facts.available_bytes, 1 * kGiB);
-  EXPECT_EQ(facts.source, "cgroup /docker: limit 2.0 GiB");
+  ExpectFacts(2, 1, "cgroup /docker: limit 2.0 GiB");
   EXPECT_LT(QueryHostMemory(root_ + "/nowhere").available_bytes, 0);
 }
 
