@@ -317,14 +317,10 @@ class EnvironmentCheck {
       LogInfo("memory: not checked (pass --config, or -o Model.*=...)");
       return Status::Ok();
     }
-    RankMemoryAvailable available;
     std::string summary;
     std::vector<CheckFailure> mine;
-    if (ctx_->MemoryAvailable(&available)) {
-      const Status fits = CheckRankMemoryFits(config_, ctx_->groups.coord.pp,
-                                              ctx_->backend->device_memory(), available, &summary);
-      if (!fits.ok()) mine.push_back({rank_, "memory", fits.message()});
-    }
+    const Status fits = ctx_->MemoryFits(config_, &summary);
+    if (!fits.ok()) mine.push_back({rank_, "memory", fits.message()});
     TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
     if (failed == 0)
       LogInfo(summary.empty() ? "memory: not checked (the free memory could not be read)"

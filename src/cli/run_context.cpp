@@ -3,6 +3,7 @@
 
 #include "cli/host_memory.h"
 #include "common/log.h"
+#include "engine/memory_plan.h"
 #include "mpi_bootstrap/nccl_bootstrap.h"
 
 namespace trainer {
@@ -93,29 +94,29 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   return Status::Ok();
 }
 
-bool RunContext::MemoryAvailable(RankMemoryAvailable* out) const {
+Status RunContext::MemoryFits(const TrainConfig& config, std::string* summary) const {
+  RankMemoryAvailable available;
   if (backend->device_memory()) {
-    out->where = StrFormat("cuda:%d (%s)", device, CudaDeviceName(device).c_str());
-    out->source = "cudaMemGetInfo";
-    return DeviceMemoryInfo(backend.get(), &out->free_now, &out->capacity);
+    available.where = StrFormat("cuda:%d (%s)", device, CudaDeviceName(device).c_str());
+    available.source = "cudaMemGetInfo";
+    if (!DeviceMemoryInfo(backend.get(), &available.free_now, &available.capacity))
+      return Status::Ok();
+  } else {
+    const HostMemoryFacts host = QueryHostMemory();
+    if (host.available_bytes < 0 || host.total_bytes < 0) return Status::Ok();
+    const int ranks = runtime->local_size();
+    available.where = ranks == 1 ? "host " + runtime->host()
+                                 : StrFormat("host %s (a share for each of its %d ranks)",
+                                             runtime->host().c_str(), ranks);
+    available.capacity = host.total_bytes / ranks;
+    available.free_now = host.available_bytes / ranks;
+    available.source = host.source;
   }
-  const HostMemoryFacts host = QueryHostMemory();
-  if (host.available_bytes < 0 || host.total_bytes < 0) return false;
-  const int ranks = runtime->local_size();
-  out->where = ranks == 1 ? "host " + runtime->host()
-                          : StrFormat("host %s (a share for each of its %d ranks)",
-                                      runtime->host().c_str(), ranks);
-  out->capacity = host.total_bytes / ranks;
-  out->free_now = host.available_bytes / ranks;
-  out->source = host.source;
-  return true;
+  return CheckRankMemoryFits(config, groups.coord.pp, backend->device_memory(), available, summary);
 }
 
 Status RunContext::CheckMemory(const TrainConfig& config, std::string* summary) const {
-  RankMemoryAvailable available;
-  if (!MemoryAvailable(&available)) return Status::Ok();  // nothing to hold it against
-  const Status fits =
-      CheckRankMemoryFits(config, groups.coord.pp, backend->device_memory(), available, summary);
+  const Status fits = MemoryFits(config, summary);
   if (fits.ok()) return fits;
   return Status(fits.code(), StrFormat("memory (rank %d on %s): %s", runtime->rank(),
                                        runtime->host().c_str(), fits.message().c_str()));

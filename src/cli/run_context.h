@@ -7,7 +7,6 @@
 
 #include "common/parallel_groups.h"
 #include "config/train_config.h"
-#include "engine/memory_plan.h"
 #include "model/backend.h"
 #include "mpi_bootstrap/mpi_runtime.h"
 
@@ -28,12 +27,12 @@ struct RunContext {
   Status SetupDevice(const TrainConfig& config);
   // MPI groups of the layout; NCCL communicators on the GPU path.
   Status BuildGroups(const TrainConfig& config);
-  // What this rank's memory holds: its GPU (cudaMemGetInfo), or its share of its host's memory
-  // (MemAvailable, or a cgroup's limit) with the host's other ranks; false when unreadable.
-  bool MemoryAvailable(RankMemoryAvailable* out) const;
-  // This rank's need (`trainer plan`'s figure for its stage, after BuildGroups) against
-  // MemoryAvailable: an error naming the rank, the need and the ways out, before the arena is
-  // allocated. *summary gets the line to print when it fits.
+  // This rank's need (`trainer plan`'s figure for its stage, after BuildGroups) against what its
+  // memory holds: its GPU (cudaMemGetInfo), or its share of its host's memory (MemAvailable, or a
+  // cgroup's limit) with the host's other ranks. Ok when it fits (*summary: the line to print) or
+  // when the memory cannot be read (*summary left empty); else the need and the ways out.
+  Status MemoryFits(const TrainConfig& config, std::string* summary) const;
+  // MemoryFits as a run's error: the message names this rank and its host.
   Status CheckMemory(const TrainConfig& config, std::string* summary) const;
   // Rank 0 prints host, local rank, device and grid coordinates of every rank; warns when a TP
   // group spans hosts.

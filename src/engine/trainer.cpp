@@ -53,7 +53,6 @@ Status Trainer::Setup() {
   const Topology::Coord& c = groups_.coord;
   const ModelPartition part = MakePartition(config_.model, config_.distributed, c.tp, c.pp);
   const int micro = config_.gradient_accumulation_steps();
-  const int slots = PipelineStage::NumSlots(c.pp, topo.pp, micro);
   TRAINER_RETURN_IF_ERROR(OpenData());  // cheap checks first
   // One arena for the model's buffers and the optimizer's state (what `trainer plan` prints).
   // Under ZeRO-1 (part.flat_shards > 1) the optimizer holds one piece of the flat buffers.
@@ -62,7 +61,7 @@ Status Trainer::Setup() {
   TRAINER_RETURN_IF_ERROR(backend_->ReserveArena(memory.arena()));
   TRAINER_RETURN_IF_ERROR(GptModel::Create(config_.model, part, backend_, groups_.tp,
                                            config_.global.micro_batch_size,
-                                           config_.model.sequence_length(), slots, &model_));
+                                           config_.model.sequence_length(), memory.slots, &model_));
   TRAINER_RETURN_IF_ERROR(AdamW::Create(model_.get(), config_.optimizer,
                                         part.flat_shards > 1 ? groups_.dp : nullptr, &optimizer_));
   if (part.flat_shards > 1)
@@ -70,7 +69,7 @@ Status Trainer::Setup() {
         StrFormat("ZeRO-1: master weights and Adam moments sharded over %d DP ranks "
                   "(%.1f MB of optimizer state per rank instead of %.1f MB)",
                   part.flat_shards, memory.optimizer / 1e6,
-                  AdamW::BufferBytes(BuildParameterList(config_.model, part), 1) / 1e6));
+                  AdamW::BufferBytes(model_->parameters(), 1) / 1e6));
   timer_ = std::make_unique<PhaseTimer>(backend_, false);
   pipeline_ = std::make_unique<PipelineStage>(model_.get(), topo.pp > 1 ? groups_.pp : nullptr);
   SetUpOverlappedReduction();

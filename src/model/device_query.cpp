@@ -72,14 +72,8 @@ bool DeviceMemoryInfo(Backend* backend, double* free_bytes, double* total_bytes)
 }
 
 double DeviceMemoryUsed(Backend* backend) {
-#if TRAINER_WITH_CUDA
-  if (backend->device_memory()) {
-    size_t free_bytes = 0, total = 0;
-    if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
-      return static_cast<double>(total - free_bytes);
-  }
-#endif
-  (void)backend;
+  double free_bytes = 0, total = 0;
+  if (DeviceMemoryInfo(backend, &free_bytes, &total)) return total - free_bytes;
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) * 1024.0;  // kilobytes on Linux
