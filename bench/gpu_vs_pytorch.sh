@@ -10,7 +10,7 @@
 #   bench/gpu_vs_pytorch.sh TRAINER PEER_SCRIPT MODEL...
 #   MODEL: 124m:B | 350m:B | 1.3b:B, each optionally :trainer or :peer to run that side only
 #          (B = micro batch of one GPU; global batch = B x GPUs). E.g. 1.3b:16 1.3b:24:peer
-#          runs both at 16, the trainer also at 20, and compares each side's best.
+#          runs both at 16, the peer also at 24, and compares each side's best.
 #   env: STEPS (default 40), NP (GPUs for the trainer, default 1), SKIP_PEER=1, MATCH_PEER
 #
 # MATCH_PEER=1 (the default): the trainer trains the way the peer script does, so that both sides
