@@ -3,7 +3,8 @@
 
 A step starts with the token embedding's forward kernel. For the steps after --skip, prints the
 wall time per step, the time the GPU ran nothing (gaps between kernels, and which kernel each
-large gap follows), and the kernels by their summed time per step, as they ran under load.
+large gap follows), the time by kind of work (the rows of docs/performance.md's "What a step is
+made of" table), and the kernels by their summed time per step, as they ran under load.
 
   python3 bench/timeline_summary.py t.csv [--skip 4] [--first-kernel EmbeddingForwardKernel]
 """
@@ -22,6 +23,23 @@ def short(name):
             cut = i
             break
     return name[:cut][:90]
+
+
+# Kinds of work, first match wins (kernel names as short() gives them, or "memset ...").
+KINDS = [
+    ("attention (cuDNN, or our fallback kernels)",
+     re.compile(r"sdpa|dot_do_o|convert_dq|Attention\w*FallbackKernel")),
+    ("GEMMs (cuBLASLt, cuDNN matmul graphs)", re.compile(r"nvjet|gemm|matMul|cutlass", re.I)),
+    ("LayerNorm forward and backward", re.compile(r"LayerNorm")),
+    ("cross-entropy", re.compile(r"CrossEntropy\w*Kernel")),
+    ("bias gradients (column sums)", re.compile(r"ColumnSums")),
+    ("AdamW and the gradient norm", re.compile(r"AdamW|SumPartialKernel<true>")),
+]
+OTHER = "embedding, partial sums, elementwise, memsets"
+
+
+def kind_of(name):
+    return next((label for label, pattern in KINDS if pattern.search(name)), OTHER)
 
 
 def main():
@@ -72,6 +90,14 @@ def main():
     print(f"\ngaps of {args.gap_us} us or more, by the kernel before them (per step):")
     for name, (t, c) in sorted(gap_after.items(), key=lambda kv: -kv[1][0])[:15]:
         print(f"  {t / n / 1e3:9.1f} us  {c / n:5.1f}x  {name}")
+    by_kind = collections.defaultdict(float)
+    for (kind, name), t in by_name.items():
+        by_kind[kind_of(name if kind == "kernel" else "memset " + name)] += t
+    print("\nby kind of work, per step:")
+    for label, t in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        print(f"  {t / n / 1e6:8.3f} ms {100 * t / wall:5.1f}%  {label}")
+    idle = wall - busy
+    print(f"  {idle / n / 1e6:8.3f} ms {100 * idle / wall:5.1f}%  GPU idle between kernels")
     print("\nkernels by time per step, under load:")
     for (kind, name), t in sorted(by_name.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"  {t / n / 1e6:8.3f} ms {100 * t / wall:5.1f}%  {kind:6s} {name}")

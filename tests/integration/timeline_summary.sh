@@ -38,4 +38,43 @@ if grep -q "us .*EmbeddingForwardKernel" <<< "$(sed -n '/gaps of/,/kernels by ti
   exit 1
 fi
 expect "0.038 ms  34.5%  kernel nvjet_sm90_gemm_a"
+# by kind: the two GEMMs 68 us, the embedding and the memset 11 us, idle 31 us of 110
+expect "0.068 ms  61.8%  GEMMs (cuBLASLt, cuDNN matmul graphs)"
+expect "0.011 ms  10.0%  embedding, partial sums, elementwise, memsets"
+expect "0.031 ms  28.2%  GPU idle between kernels"
+
+# Every kind once, under the names the libraries and our kernels really have: steps of 100 us,
+# 3 of them after 1 warm-up step (--skip 1); per step attention 10 + 1 + 2 us, GEMMs 30 + 10,
+# LayerNorm 5, cross-entropy 4, column sums 3, AdamW 8 + the norm's squares 2, other 5 + 1, idle 19.
+python3 - "$WORK/kinds.csv" <<'PY'
+import sys
+step = [(0, 5, "kernel", "void trainer::cuda::(anonymous namespace)::EmbeddingForwardKernel<__nv_bfloat16>(int)"),
+        (5, 15, "kernel", "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7"),
+        (15, 45, "kernel", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"),
+        (45, 55, "kernel", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x128x64_aux_bf16_dg"),
+        (55, 60, "kernel", "void trainer::cuda::(anonymous namespace)::LayerNormForwardRegisterKernel<__nv_bfloat16, 8>(int)"),
+        (60, 64, "kernel", "void trainer::cuda::(anonymous namespace)::CrossEntropyFusedKernel<__nv_bfloat16>(int)"),
+        (64, 67, "kernel", "void trainer::cuda::(anonymous namespace)::ColumnSumsPartialKernel<__nv_bfloat16, 8, false>(int)"),
+        (67, 75, "kernel", "void trainer::cuda::(anonymous namespace)::AdamWQuadKernel<__nv_bfloat16>(int)"),
+        (75, 77, "kernel", "void trainer::cuda::(anonymous namespace)::SumPartialKernel<true>(int)"),
+        (77, 78, "kernel", "void cudnn::fusion::convert_dq_to_16bits<true>(int)"),
+        (78, 79, "memset", "4 bytes"),
+        (79, 81, "kernel", "void trainer::cuda::(anonymous namespace)::AttentionForwardFallbackKernel<__nv_bfloat16>(int)")]
+rows = ["kind,start_ns,end_ns,stream,name"]
+for i in range(5):
+    t = i * 100_000
+    rows += [f'{k},{t + s * 1000},{t + e * 1000},7,"{name}"' for s, e, k, name in step]
+open(sys.argv[1], "w").write("\n".join(rows) + "\n")
+PY
+out=$(python3 "$SRC/bench/timeline_summary.py" "$WORK/kinds.csv" --skip 1)
+echo "$out"
+expect "3 steps: 0.100 ms per step, GPU busy 0.081 ms (81.00%)"
+expect "0.040 ms  40.0%  GEMMs (cuBLASLt, cuDNN matmul graphs)"
+expect "0.013 ms  13.0%  attention (cuDNN, or our fallback kernels)"
+expect "0.010 ms  10.0%  AdamW and the gradient norm"
+expect "0.006 ms   6.0%  embedding, partial sums, elementwise, memsets"
+expect "0.005 ms   5.0%  LayerNorm forward and backward"
+expect "0.004 ms   4.0%  cross-entropy"
+expect "0.003 ms   3.0%  bias gradients (column sums)"
+expect "0.019 ms  19.0%  GPU idle between kernels"
 echo "timeline summary: all figures as expected"

@@ -72,7 +72,8 @@ __device__ __forceinline__ bool WarpRow(const AttentionLayout& L, int* b, int* h
 }
 
 template <typename T>
-__global__ void ForwardKernel(T* out, float* stats, const T* qkv, AttentionLayout L) {
+__global__ void AttentionForwardFallbackKernel(T* out, float* stats, const T* qkv,
+                                               AttentionLayout L) {
   int b, h, i;
   if (!WarpRow(L, &b, &h, &i)) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -99,7 +100,8 @@ __global__ void ForwardKernel(T* out, float* stats, const T* qkv, AttentionLayou
 
 // delta (B,NH,T) = rowwise dot(dout, out), the softmax-backward correction term.
 template <typename T>
-__global__ void DeltaKernel(float* delta, const T* dout, const T* out, AttentionLayout L) {
+__global__ void AttentionDeltaFallbackKernel(float* delta, const T* dout, const T* out,
+                                             AttentionLayout L) {
   int b, h, i;
   if (!WarpRow(L, &b, &h, &i)) return;
   float o[kMaxPerLane];
@@ -110,8 +112,9 @@ __global__ void DeltaKernel(float* delta, const T* dout, const T* out, Attention
 
 // dq_i = scale * sum_{j<=i} p_ij (dout_i . v_j - delta_i) k_j.
 template <typename T>
-__global__ void QueryGradKernel(T* dqkv, const T* dout, const T* qkv, const float* stats,
-                                const float* delta, AttentionLayout L) {
+__global__ void AttentionQueryGradFallbackKernel(T* dqkv, const T* dout, const T* qkv,
+                                                 const float* stats, const float* delta,
+                                                 AttentionLayout L) {
   int b, h, i;
   if (!WarpRow(L, &b, &h, &i)) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -134,8 +137,9 @@ __global__ void QueryGradKernel(T* dqkv, const T* dout, const T* qkv, const floa
 
 // dk_j = scale * sum_{i>=j} ds_ij q_i and dv_j = sum_{i>=j} p_ij dout_i.
 template <typename T>
-__global__ void KeyValueGradKernel(T* dqkv, const T* dout, const T* qkv, const float* stats,
-                                   const float* delta, AttentionLayout L) {
+__global__ void AttentionKeyValueGradFallbackKernel(T* dqkv, const T* dout, const T* qkv,
+                                                    const float* stats, const float* delta,
+                                                    AttentionLayout L) {
   int b, h, j;
   if (!WarpRow(L, &b, &h, &j)) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -175,7 +179,7 @@ cudaError_t LaunchAttentionForwardFallback(DType dtype, void* out, float* stats,
   if (HS > kMaxPerLane * kWarpSize) return cudaErrorInvalidValue;
   const AttentionLayout L = MakeLayout(B, T, NH, HS);
   TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
-                              ForwardKernel<E>
+                              AttentionForwardFallbackKernel<E>
                               <<<RowBlocks(B, T, NH), kWarpsPerBlock * kWarpSize, 0, stream>>>(
                                   static_cast<E*>(out), stats, static_cast<const E*>(qkv), L));
   return cudaGetLastError();
@@ -194,10 +198,11 @@ cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void*
   const unsigned blocks = RowBlocks(B, T, NH), threads = kWarpsPerBlock * kWarpSize;
   TRAINER_DISPATCH_FLOAT_TYPE(
       dtype, E, const E* g = static_cast<const E*>(dout); const E* x = static_cast<const E*>(qkv);
-      DeltaKernel<E><<<blocks, threads, 0, stream>>>(scratch, g, static_cast<const E*>(out), L);
-      QueryGradKernel<E>
+      AttentionDeltaFallbackKernel<E>
+      <<<blocks, threads, 0, stream>>>(scratch, g, static_cast<const E*>(out), L);
+      AttentionQueryGradFallbackKernel<E>
       <<<blocks, threads, 0, stream>>>(static_cast<E*>(dqkv), g, x, stats, scratch, L);
-      KeyValueGradKernel<E>
+      AttentionKeyValueGradFallbackKernel<E>
       <<<blocks, threads, 0, stream>>>(static_cast<E*>(dqkv), g, x, stats, scratch, L));
   return cudaGetLastError();
 }

@@ -45,8 +45,8 @@ __device__ __forceinline__ void ForEachColumn(const T* row, int count, F&& f) {
 }
 
 template <typename T>
-__global__ void RowMaxKernel(float* row_max, const T* logits, int vocab_local, int vocab_start,
-                             int vocab_size) {
+__global__ void CrossEntropyRowMaxKernel(float* row_max, const T* logits, int vocab_local,
+                                         int vocab_start, int vocab_size) {
   __shared__ float scratch[kWarpSize];
   const T* row = logits + (int64_t)blockIdx.x * vocab_local;
   float m = -INFINITY;
@@ -59,9 +59,9 @@ __global__ void RowMaxKernel(float* row_max, const T* logits, int vocab_local, i
 // sums (2,N): [0][n] = sum of exp(logit - max) over real columns; [1][n] = the target's logit
 // when this rank holds it, else 0.
 template <typename T>
-__global__ void SumsKernel(float* sums, const T* logits, const float* row_max,
-                           const int32_t* targets, int64_t N, int vocab_local, int vocab_start,
-                           int vocab_size) {
+__global__ void CrossEntropySumsKernel(float* sums, const T* logits, const float* row_max,
+                                       const int32_t* targets, int64_t N, int vocab_local,
+                                       int vocab_start, int vocab_size) {
   __shared__ float scratch[kWarpSize];
   const int64_t n = blockIdx.x;
   const T* row = logits + n * vocab_local;
@@ -80,10 +80,10 @@ __global__ void SumsKernel(float* sums, const T* logits, const float* row_max,
 // losses (N) and, when dlogits is given, dlogits = scale * (softmax - onehot) (in place allowed:
 // each element is read and then written by the same thread).
 template <typename T>
-__global__ void BackwardKernel(float* losses, T* dlogits, const T* logits, const float* row_max,
-                               const float* sums, const int32_t* targets, int64_t N,
-                               int vocab_local, int vocab_start, int vocab_size,
-                               float dloss_scale) {
+__global__ void CrossEntropyBackwardKernel(float* losses, T* dlogits, const T* logits,
+                                           const float* row_max, const float* sums,
+                                           const int32_t* targets, int64_t N, int vocab_local,
+                                           int vocab_start, int vocab_size, float dloss_scale) {
   const int64_t n = blockIdx.x;
   const float m = row_max[n], sum = sums[n];
   if (threadIdx.x == 0) losses[n] = logf(sum) + m - sums[N + n];
@@ -123,8 +123,8 @@ __global__ void BackwardKernel(float* losses, T* dlogits, const T* logits, const
 // and one ex2 per element.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    FusedKernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int vocab_local,
-                int vocab_size, float dloss_scale) {
+    CrossEntropyFusedKernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
+                            int vocab_local, int vocab_size, float dloss_scale) {
   constexpr int kStages = 4;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ int4 staged[];
@@ -229,10 +229,11 @@ bool LaunchCrossEntropyFused(DType dtype, float* losses, void* dlogits, const vo
   if (!fits) return false;
   TRAINER_DISPATCH_FLOAT_TYPE(
       dtype, E,
-      *error = cudaFuncSetAttribute(FusedKernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      *error = cudaFuncSetAttribute(CrossEntropyFusedKernel<E>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(bytes));
       if (*error == cudaSuccess)
-          FusedKernel<E><<<static_cast<unsigned>(N), kThreads, bytes, stream>>>(
+          CrossEntropyFusedKernel<E><<<static_cast<unsigned>(N), kThreads, bytes, stream>>>(
               losses, static_cast<E*>(dlogits), static_cast<const E*>(logits), targets, vocab_local,
               vocab_size, dloss_scale));
   if (*error == cudaSuccess) *error = cudaGetLastError();
@@ -244,7 +245,7 @@ cudaError_t LaunchCrossEntropyRowMax(DType dtype, float* row_max, const void* lo
                                      cudaStream_t stream) {
   TRAINER_DISPATCH_FLOAT_TYPE(
       dtype, E,
-      RowMaxKernel<E><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+      CrossEntropyRowMaxKernel<E><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
           row_max, static_cast<const E*>(logits), vocab_local, vocab_start, vocab_size));
   return cudaGetLastError();
 }
@@ -254,7 +255,8 @@ cudaError_t LaunchCrossEntropySums(DType dtype, float* sums, const void* logits,
                                    int vocab_local, int vocab_start, int vocab_size,
                                    cudaStream_t stream) {
   TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
-                              SumsKernel<E><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+                              CrossEntropySumsKernel<E>
+                              <<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
                                   sums, static_cast<const E*>(logits), row_max, targets, N,
                                   vocab_local, vocab_start, vocab_size));
   return cudaGetLastError();
@@ -267,7 +269,7 @@ cudaError_t LaunchCrossEntropyBackward(DType dtype, float* losses, void* dlogits
                                        cudaStream_t stream) {
   TRAINER_DISPATCH_FLOAT_TYPE(
       dtype, E,
-      BackwardKernel<E><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+      CrossEntropyBackwardKernel<E><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
           losses, static_cast<E*>(dlogits), static_cast<const E*>(logits), row_max, sums, targets,
           N, vocab_local, vocab_start, vocab_size, dloss_scale));
   return cudaGetLastError();
