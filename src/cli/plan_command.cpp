@@ -60,9 +60,9 @@ int RunPlanCommand(const std::vector<std::string>& args) {
       "plan: %d ranks = dp %d x tp %d x pp %d; %d micro-batches of %d x %d "
       "tokens per rank per step; %s%s\n",
       world, d.dp_degree, d.tp_degree, d.pp_degree, micro, B, c.model.sequence_length(),
-      gpu ? (c.engine.mix_precision == "bf16" ? "bf16 compute, fp32 master/moments/grads"
-                                              : "fp32 compute (GPU)")
-          : "fp32 (CPU)",
+      !gpu                                          ? "fp32 (CPU)"
+      : PlannedComputeDtype(c, gpu) == DType::kBF16 ? "bf16 compute, fp32 master/moments/grads"
+                                                    : "fp32 compute (GPU)",
       d.zero_stage1 && d.dp_degree > 1 ? "; ZeRO-1: master/moments split over dp" : "");
   for (int stage = 0; stage < d.pp_degree; ++stage) {
     const RankMemory m = PlanRankMemory(c, stage, PlannedComputeDtype(c, gpu), gpu);

@@ -91,10 +91,10 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
   }
   fixes.push_back(StrFormat("spread the model over more %s (Distributed.tp_degree, pp_degree)",
                             device ? "GPUs" : "ranks"));
-  std::string fix_text;
+  std::string fix_text;  // never empty: the last way out always stands
   for (size_t i = 0; i < fixes.size(); ++i)
     fix_text += (i == 0 ? "" : (i + 1 == fixes.size() ? ", or " : ", ")) + fixes[i];
-  if (!fix_text.empty()) fix_text[0] = static_cast<char>(std::toupper(fix_text[0]));
+  fix_text[0] = static_cast<char>(std::toupper(fix_text[0]));
   return UsageError(StrFormat("%s (trainer plan prints the parts), but %s. %s", needs.c_str(),
                               memory.c_str(), fix_text.c_str()));
 }
