@@ -6,8 +6,11 @@
 // also timed with the weight stored the other way ("NN" forward, "TN" backward: does the other
 // operand order get a faster kernel?). A third pair stores GELU's slope instead of pre: the
 // forward writes GELU(pre) and GELU'(pre), the backward multiplies (dout W) by the stored slope
-// (no GELU' in its epilogue). Prints one line per route.
-//   gemm_gelu_fusion_bench [rows] [shape name filter, e.g. 350M]
+// (no GELU' in its epilogue). A fourth stores the activations feature-major ((F,N) row-major),
+// for which cuBLASLt may choose another DGELU kernel; the last is our own sm90 DGELU kernel.
+// Prints one line per route.
+//   gemm_gelu_fusion_bench [rows] [shape name filter, e.g. 350M] [quick: cuBLASLt and ours only]
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <cudnn_frontend.h>
@@ -26,6 +29,9 @@
 #include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/cudnn_graph.h"
 #include "model/cuda/matmul.h"
+#if defined(TRAINER_WITH_SM90_KERNELS)
+#include "model/cuda/sm90/gemm_dgelu.h"
+#endif
 
 namespace fe = cudnn_frontend;
 using trainer::DType;
@@ -78,6 +84,33 @@ void CopyTransposed(const Buffer& src, int64_t rows, int64_t cols, Buffer* dst) 
               cudaSuccess);
 }
 
+// The transpose of src, (rows, cols) column-major with ld rows, as a new (cols, rows) buffer
+// with ld cols, made on the GPU by cuBLASLt's matrix transform.
+std::unique_ptr<Buffer> Transposed(cublasLtHandle_t lt, cudaStream_t stream, const Buffer& src,
+                                   int64_t rows, int64_t cols) {
+  auto dst = std::make_unique<Buffer>(rows * cols);
+  BENCH_CHECK(cudaMemset(dst->data, 0, rows * cols * 2) == cudaSuccess);  // B = dst, beta = 0
+  cublasLtMatrixTransformDesc_t desc;
+  cublasLtMatrixLayout_t in, out;
+  const cublasOperation_t transpose = CUBLAS_OP_T;
+  BENCH_CHECK(cublasLtMatrixTransformDescCreate(&desc, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+  BENCH_CHECK(cublasLtMatrixTransformDescSetAttribute(desc, CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSA,
+                                                      &transpose,
+                                                      sizeof(transpose)) == CUBLAS_STATUS_SUCCESS);
+  BENCH_CHECK(cublasLtMatrixLayoutCreate(&in, CUDA_R_16BF, rows, cols, rows) ==
+              CUBLAS_STATUS_SUCCESS);
+  BENCH_CHECK(cublasLtMatrixLayoutCreate(&out, CUDA_R_16BF, cols, rows, cols) ==
+              CUBLAS_STATUS_SUCCESS);
+  const float one = 1.f, zero = 0.f;
+  BENCH_CHECK(cublasLtMatrixTransform(lt, desc, &one, src.data, in, &zero, dst->data, out,
+                                      dst->data, out, stream) == CUBLAS_STATUS_SUCCESS);
+  BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  cublasLtMatrixLayoutDestroy(in);
+  cublasLtMatrixLayoutDestroy(out);
+  cublasLtMatrixTransformDescDestroy(desc);
+  return dst;
+}
+
 double RelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double d = 0, n = 0;
   for (size_t i = 0; i < a.size(); ++i)
@@ -102,8 +135,12 @@ using GraphPtr = trainer::cuda::CudnnGraphPtr;
 // kernel), so that the backward multiplies by a stored slope instead of evaluating GELU'.
 enum class ForwardOutputs { kPre, kPreAndGelu, kGeluAndSlope };
 
-// pre (N,F) = x (N,C) W^T (C,F) + b, then the outputs above.
-GraphPtr ForwardGraph(int64_t N, int64_t C, int64_t F, ForwardOutputs outputs) {
+// pre (N,F) = x (N,C) W^T (C,F) + b, then the outputs above; feature_major stores pre and
+// GELU(pre) as (F,N) row-major.
+GraphPtr ForwardGraph(int64_t N, int64_t C, int64_t F, ForwardOutputs outputs,
+                      bool feature_major = false) {
+  const std::vector<int64_t> out_stride =
+      feature_major ? std::vector<int64_t>{N * F, 1, N} : std::vector<int64_t>{N * F, F, 1};
   GraphPtr g = NewBf16Graph();
   auto x = GraphInput(g, "x", kX, {1, N, C}, {N * C, C, 1});
   auto w = GraphInput(g, "wT", kW, {1, C, F}, {C * F, 1, C});
@@ -114,10 +151,16 @@ GraphPtr ForwardGraph(int64_t N, int64_t C, int64_t F, ForwardOutputs outputs) {
   mm->set_data_type(fe::DataType_t::FLOAT);
   auto pre = g->pointwise(mm, b, PointwiseF32("bias", fe::PointwiseMode_t::ADD));
   if (outputs != ForwardOutputs::kGeluAndSlope)
-    pre->set_output(true).set_uid(kPre).set_data_type(fe::DataType_t::BFLOAT16);
+    pre->set_output(true)
+        .set_uid(kPre)
+        .set_data_type(fe::DataType_t::BFLOAT16)
+        .set_stride(out_stride);
   if (outputs == ForwardOutputs::kPre) return g;
   auto out = g->pointwise(pre, PointwiseF32("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
-  out->set_output(true).set_uid(kOut).set_data_type(fe::DataType_t::BFLOAT16);
+  out->set_output(true)
+      .set_uid(kOut)
+      .set_data_type(fe::DataType_t::BFLOAT16)
+      .set_stride(out_stride);
   if (outputs == ForwardOutputs::kGeluAndSlope) {
     auto one = GraphInput(g, "one", kOne, {1, 1, 1}, {1, 1, 1});  // (constants need cuDNN 9.22)
     auto slope =
@@ -194,6 +237,8 @@ GraphPtr BackwardGraph(int64_t N, int64_t C, int64_t F, BackwardSlope slope) {
   return g;
 }
 
+bool quick = false;  // the third argument: cuDNN's graphs and the feature-major routes left out
+
 struct CudnnRun {
   std::string best_name;
   double best_ms = -1;
@@ -205,6 +250,7 @@ struct CudnnRun {
 CudnnRun TimeGraph(const char* what, const GraphPtr& g, cudnnHandle_t handle, cudaStream_t stream,
                    std::unordered_map<int64_t, void*> pack) {
   CudnnRun r;
+  if (quick) return r;
   fe::error_t e = g->validate();
   if (e.is_good()) e = g->build_operation_graph(handle);
   if (e.is_good()) e = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
@@ -250,8 +296,54 @@ void Report(const char* what, double ms, double flops) {
   std::printf("  %-34s %8.3f ms  %6.1f TFLOP/s\n", what, ms, flops / ms / 1e9);
 }
 
+// Activations stored feature-major ((F,N) row-major, column-major (N,F) for cuBLASLt): does
+// cuBLASLt choose a faster DGELU kernel for din = dout (N,C) W_proj (C,F) as m = N, n = F?
+// cuBLASLt's bias runs along m only, so this layout's forward is cuDNN's graph, whose outputs
+// take any strides. pre is the row-major (N,F) pre-activation that the other routes use.
+void RunFeatureMajor(int64_t N, int64_t C, cudaStream_t stream, cudnnHandle_t handle,
+                     trainer::cuda::CublasLtMatmul* lt, cublasLtHandle_t raw, const Buffer& x,
+                     const Buffer& w_fc, const Buffer& b_fc, const Buffer& pre, const Buffer& out,
+                     const Buffer& dout, const Buffer& w_proj, const Buffer& din) {
+  const int64_t F = 4 * C;
+  const double flops = 2.0 * N * C * F;
+  Buffer pre_fm(N * F), out_fm(N * F), din_fm(N * F);
+  CudnnRun fwd = TimeGraph("cuDNN matmul+bias+GELU, feature-major",
+                           ForwardGraph(N, C, F, ForwardOutputs::kPreAndGelu, true), handle, stream,
+                           {{kX, x.data},
+                            {kW, w_fc.data},
+                            {kBias, b_fc.data},
+                            {kPre, pre_fm.data},
+                            {kOut, out_fm.data}});
+  Report("cuDNN matmul+bias+GELU, f-major (best)", fwd.best_ms, flops);
+  if (fwd.best_ms > 0)
+    std::printf("  check: pre %.2e, out %.2e (relative to cuBLASLt's, transposed)\n",
+                RelativeDiff(Download(*Transposed(raw, stream, pre_fm, N, F)), Download(pre)),
+                RelativeDiff(Download(*Transposed(raw, stream, out_fm, N, F)), Download(out)));
+  const std::unique_ptr<Buffer> pre_t = Transposed(raw, stream, pre, F, N);
+  Gemm bwd;
+  bwd.transpose_a = bwd.transpose_b = true;
+  bwd.m = N, bwd.n = F, bwd.k = C;
+  bwd.a = {dout.data, DType::kBF16, C};
+  bwd.b = {w_proj.data, DType::kBF16, F};
+  bwd.d = din_fm.data;
+  bwd.d_dtype = DType::kBF16;
+  bwd.ldd = N;
+  bool ok = false;
+  Report("cuBLASLt plain (din), feature-major",
+         TimeMs(stream, [&] { return lt->Run(bwd, &ok).ok() && ok; }), flops);
+  Gemm dgelu = bwd;
+  dgelu.epilogue = GemmEpilogue::kDGelu;
+  dgelu.aux = pre_t->data;
+  dgelu.aux_ld = N;
+  Report("cuBLASLt DGELU, feature-major",
+         TimeMs(stream, [&] { return lt->Run(dgelu, &ok).ok() && ok; }), flops);
+  BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  std::printf("  check: DGELU feature-major against NN %.2e (transposed)\n",
+              RelativeDiff(Download(*Transposed(raw, stream, din_fm, N, F)), Download(din)));
+}
+
 void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudnnHandle_t handle,
-              trainer::cuda::CublasLtMatmul* lt) {
+              trainer::cuda::CublasLtMatmul* lt, cublasLtHandle_t raw) {
   const int64_t F = 4 * C;
   const double flops = 2.0 * N * C * F;
   std::printf("%s: rows %lld, C %lld, F %lld\n", label, (long long)N, (long long)C, (long long)F);
@@ -379,6 +471,26 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
          flops);
   cudaStreamSynchronize(stream);
   std::printf("  check: DGELU TN against NN %.2e\n", RelativeDiff(Download(din_tn), Download(din)));
+  if (!quick)
+    RunFeatureMajor(N, C, stream, handle, lt, raw, x, w_fc, b_fc, pre, out, dout, w_proj, din);
+#if defined(TRAINER_WITH_SM90_KERNELS)
+  {  // ours (sm90/gemm_dgelu.cu), with W_proj transposed, (F,C) row-major, as its K-major operand
+    const std::unique_ptr<Buffer> w_t = Transposed(raw, stream, w_proj, F, C);
+    Buffer din_ours(N * F);
+    trainer::cuda::GemmDgeluProblem ours;
+    ours.dout = dout.data, ours.w_t = w_t->data, ours.pre = pre.data, ours.din = din_ours.data;
+    ours.m = N, ours.n = F, ours.k = C;
+    if (trainer::cuda::GemmDgeluSupported(ours)) {
+      Report("ours DGELU (sm90)",
+             TimeMs(stream,
+                    [&] { return trainer::cuda::LaunchGemmDgelu(ours, stream) == cudaSuccess; }),
+             flops);
+      BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+      std::printf("  check: ours against cuBLASLt's DGELU %.2e\n",
+                  RelativeDiff(Download(din_ours), Download(din)));
+    }
+  }
+#endif
   CudnnRun dgelu_dnn =
       TimeGraph("cuDNN matmul+dGELU", BackwardGraph(N, C, F, BackwardSlope::kDgelu), handle, stream,
                 {{kDout, dout.data}, {kW, w_proj.data}, {kPre, pre.data}, {kDin, din2.data}});
@@ -440,15 +552,19 @@ int main(int argc, char** argv) {
   BENCH_CHECK(cudnnSetStream(handle, stream) == CUDNN_STATUS_SUCCESS);
   std::unique_ptr<trainer::cuda::CublasLtMatmul> lt;
   BENCH_CHECK(trainer::cuda::CublasLtMatmul::Create(stream, &lt).ok());
+  cublasLtHandle_t raw;  // for the transposes of the feature-major routes
+  BENCH_CHECK(cublasLtCreate(&raw) == CUBLAS_STATUS_SUCCESS);
   std::printf("cuDNN %zu, frontend %d\n", cudnnGetVersion(), CUDNN_FRONTEND_VERSION);
   const std::string only = argc > 2 ? argv[2] : "";
+  quick = argc > 3 && std::string(argv[3]) == "quick";
   auto run = [&](const char* label, int64_t N, int64_t C) {
     if (only.empty() || std::string(label).find(only) != std::string::npos)
-      RunShape(label, N, C, stream, handle, lt.get());
+      RunShape(label, N, C, stream, handle, lt.get(), raw);
   };
   run("GPT-2 124M MLP", rows, 768);
   run("GPT-2 350M MLP", rows / 2, 1024);
   run("GPT 1.3B MLP", rows, 2048);
+  cublasLtDestroy(raw);
   cudnnDestroy(handle);
   return 0;
 }

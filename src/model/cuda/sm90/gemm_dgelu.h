@@ -1,0 +1,32 @@
+// The MLP's GELU-gradient GEMM as a Hopper kernel of our own (sm90/gemm_dgelu.cu):
+//   din (M,N) = GELU'(pre (M,N)) * (dout (M,K) w_t (N,K)^T)
+// bf16 row-major operands and output, f32 accumulation, tanh GELU as GPT-2. It takes the place of
+// cuBLASLt's DGELU epilogue where it is faster; its CPU twin is cpu::matmul_forward followed by
+// cpu::gelu_backward.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace trainer {
+namespace cuda {
+
+struct GemmDgeluProblem {
+  const void* dout = nullptr;  // (M,K) bf16
+  const void* w_t = nullptr;   // (N,K) bf16: the down projection's weight (K,N) transposed
+  const void* pre = nullptr;   // (M,N) bf16: the GELU's input from the forward
+  void* din = nullptr;         // (M,N) bf16; may be pre itself (written in place)
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// Whether the kernel runs this problem on the current device: an sm_90 GPU, M a multiple of 128,
+// N of 256, K of 64, 16-byte aligned pointers. Callers take cuBLASLt's route otherwise.
+bool GemmDgeluSupported(const GemmDgeluProblem& problem);
+
+// Enqueues the kernel (one CTA per SM, 214 KB of shared memory each). Returns
+// cudaErrorNotSupported for a problem that GemmDgeluSupported refuses.
+cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& problem, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace trainer
