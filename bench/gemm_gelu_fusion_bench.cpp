@@ -7,7 +7,8 @@
 // operand order get a faster kernel?). A third pair stores GELU's slope instead of pre: the
 // forward writes GELU(pre) and GELU'(pre), the backward multiplies (dout W) by the stored slope
 // (no GELU' in its epilogue). A fourth stores the activations feature-major ((F,N) row-major),
-// for which cuBLASLt may choose another DGELU kernel; the last is our own sm90 DGELU kernel.
+// for which cuBLASLt may choose another DGELU kernel; our own sm90 kernels (GELU forward, DGELU)
+// follow cuBLASLt's routes.
 // Prints one line per route.
 //   gemm_gelu_fusion_bench [rows] [shape name filter, e.g. 350M] [quick: cuBLASLt and ours only]
 #include <cublasLt.h>
@@ -31,6 +32,7 @@
 #include "model/cuda/matmul.h"
 #if defined(TRAINER_WITH_SM90_KERNELS)
 #include "model/cuda/sm90/gemm_dgelu.h"
+#include "model/cuda/sm90/gemm_gelu_forward.h"
 #endif
 
 namespace fe = cudnn_frontend;
@@ -394,6 +396,26 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   gelu_nn.aux_ld = F;
   Report("cuBLASLt GELU_AUX_BIAS, NN",
          TimeMs(stream, [&] { return lt->Run(gelu_nn, &ok).ok() && ok; }), flops);
+#if defined(TRAINER_WITH_SM90_KERNELS)
+  {  // ours (sm90/gemm_gelu_forward.cu): x (N,C), W_fc (F,C) as stored, bias
+    Buffer pre_ours(N * F), out_ours(N * F);
+    trainer::cuda::GemmGeluForwardProblem ours;
+    ours.x = x.data, ours.w = w_fc.data, ours.bias = b_fc.data;
+    ours.pre = pre_ours.data, ours.out = out_ours.data;
+    ours.m = N, ours.n = F, ours.k = C;
+    if (trainer::cuda::GemmGeluForwardSupported(ours)) {
+      Report(
+          "ours GELU forward (sm90)",
+          TimeMs(stream,
+                 [&] { return trainer::cuda::LaunchGemmGeluForward(ours, stream) == cudaSuccess; }),
+          flops);
+      BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+      std::printf("  check: ours against cuBLASLt's GELU_AUX_BIAS: pre %.2e, out %.2e\n",
+                  RelativeDiff(Download(pre_ours), Download(pre)),
+                  RelativeDiff(Download(out_ours), Download(out)));
+    }
+  }
+#endif
   cudaStreamSynchronize(stream);
   std::printf("  check: NN against TN: pre %.2e, out %.2e\n",
               RelativeDiff(Download(pre_nn), Download(pre)),

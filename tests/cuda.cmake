@@ -10,7 +10,7 @@ if(TRAINER_WITH_CUDA)
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_attention_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_loss_optimizer_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_perf_test.cpp
-                        ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_gemm_dgelu_test.cpp
+                        ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_sm90_gemm_test.cpp
                 LIBS trainer_model LABELS gpu TIMEOUT 300)
 endif()
 if(TRAINER_WITH_CUDA AND TRAINER_WITH_CUDNN_FRONTEND)

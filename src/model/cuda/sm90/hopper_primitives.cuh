@@ -57,6 +57,16 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, uin
       "l"(reinterpret_cast<uint64_t>(map)), "r"(SharedAddress(bar)), "r"(x), "r"(y)
       : "memory");
 }
+// A 1-D copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) into shared memory,
+// counted on the barrier's transaction bytes.
+__device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes,
+                                         uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(SharedAddress(dst)),
+      "l"(src), "r"(bytes), "r"(SharedAddress(bar))
+      : "memory");
+}
 // The same with an L2 eviction policy (from L2EvictFirstPolicy and the like).
 __device__ __forceinline__ void TmaLoad2dHinted(void* dst, const CUtensorMap* map, uint64_t* bar,
                                                 int x, int y, uint64_t policy) {

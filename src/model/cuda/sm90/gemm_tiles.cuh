@@ -1,0 +1,242 @@
+// What the sm90 GEMMs with epilogues share (gemm_dgelu.cu, gemm_gelu_forward.cu): the 128 x 256
+// tile and its shared-memory layout (a ring of kStages k-blocks of A (128, 64) and B (256, 64),
+// then one 64 KB output tile as four (128, 64) boxes, all in the TMA's 128B swizzle), the loader's
+// k-block loop, the multipliers' k-block loop (two warpgroups, 64 rows each, m64n256k16 wgmma),
+// where a thread's accumulator pairs sit in the output tile, and the host side: 2-D tensor maps,
+// the device check. Persistent kernels: one CTA per SM, 384 threads (warpgroup 0 loads, 1 and 2
+// multiply).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "model/cuda/sm90/hopper_primitives.cuh"
+
+namespace trainer {
+namespace cuda {
+namespace sm90 {
+
+constexpr int kBlockM = 128, kBlockN = 256, kBlockK = 64, kStages = 3;
+constexpr int kThreads = 384;
+constexpr int kATileBytes = kBlockM * kBlockK * 2;    // 16 KB
+constexpr int kBTileBytes = kBlockN * kBlockK * 2;    // 32 KB
+constexpr int kBoxCols = 64;                          // one 128-byte swizzle row
+constexpr int kBoxBytes = kBlockM * kBoxCols * 2;     // 16 KB
+constexpr int kOutTileBytes = kBlockM * kBlockN * 2;  // 64 KB
+constexpr int kSpareThreads = 96;                     // warps 1-3 of the loading warpgroup
+constexpr int kLoaderRegisters = 56, kMultiplierRegisters = 224;  // 128 x 56 + 256 x 224 <= 64K
+constexpr int kTileSharedBytes = kStages * (kATileBytes + kBTileBytes) + kOutTileBytes;
+
+// The 1024-byte aligned tile region at the start of dynamic shared memory; a kernel's barriers
+// and small buffers follow it (kTileSharedBytes on).
+struct TileShared {
+  uint8_t* a_tiles;   // (kStages, 128, 64)
+  uint8_t* b_tiles;   // (kStages, 256, 64)
+  uint8_t* out_tile;  // 4 boxes of (128, 64)
+  uint8_t* rest;
+};
+
+__device__ __forceinline__ TileShared CarveTileShared(uint8_t* raw) {
+  TileShared s;
+  s.a_tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
+                                         ~static_cast<uintptr_t>(1023));
+  s.b_tiles = s.a_tiles + kStages * kATileBytes;
+  s.out_tile = s.b_tiles + kStages * kBTileBytes;
+  s.rest = s.out_tile + kOutTileBytes;
+  return s;
+}
+
+// Thread 0's part of a kernel's setup: the ring's barriers (full: the loader's arrival and the
+// TMA's bytes; empty: lane 0 of each of the 8 multiplying warps) and the prefetch of the four
+// tensor maps. The kernel then initialises its own barriers, calls BarrierInitFence, and all
+// threads __syncthreads.
+__device__ __forceinline__ void InitRing(uint64_t* full, uint64_t* empty, const CUtensorMap* a_map,
+                                         const CUtensorMap* b_map, const CUtensorMap* mn_map,
+                                         const CUtensorMap* out_map) {
+  for (int i = 0; i < kStages; ++i) {
+    BarrierInit(&full[i], 1);
+    BarrierInit(&empty[i], 8);
+  }
+  TmaPrefetchMap(a_map);
+  TmaPrefetchMap(b_map);
+  TmaPrefetchMap(mn_map);
+  TmaPrefetchMap(out_map);
+}
+
+// Where in the ring the next k-block goes, and the parity of its barriers' phase.
+struct RingPosition {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void Advance() {
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+};
+
+// The loader (one thread): the tile's k-blocks of A (rows m0..) and B (rows n0..) into the ring.
+// With extra_bytes > 0, the first k-block's barrier also waits for a copy of that many bytes
+// from extra_src to extra_dst (a tile's bias slice), issued with it.
+__device__ __forceinline__ void LoadTile(const TileShared& s, uint64_t* full, uint64_t* empty,
+                                         const CUtensorMap* a_map, const CUtensorMap* b_map, int m0,
+                                         int n0, int k_blocks, RingPosition* ring,
+                                         const void* extra_src = nullptr, void* extra_dst = nullptr,
+                                         uint32_t extra_bytes = 0) {
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    uint64_t* bar = &full[ring->stage];
+    BarrierWait(&empty[ring->stage], ring->phase ^ 1);
+    BarrierArriveExpectBytes(bar, kATileBytes + kBTileBytes + (kb == 0 ? extra_bytes : 0));
+    TmaLoad2d(s.a_tiles + ring->stage * kATileBytes, a_map, bar, kb * kBlockK, m0);
+    TmaLoad2d(s.b_tiles + ring->stage * kBTileBytes, b_map, bar, kb * kBlockK, n0);
+    if (kb == 0 && extra_bytes > 0) BulkLoad(extra_dst, extra_src, extra_bytes, bar);
+    ring->Advance();
+  }
+}
+
+// The multipliers (both warpgroups): acc = A (this half's 64 rows) B^T over the tile's k-blocks.
+// Each k-block's stage goes back to the loader once its wgmma have completed (one group stays in
+// flight). after_first_block runs once, while the first k-block multiplies.
+template <typename AfterFirstBlock>
+__device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, uint64_t* full,
+                                             uint64_t* empty, int half, int k_blocks,
+                                             RingPosition* ring,
+                                             AfterFirstBlock&& after_first_block) {
+  const bool lane0 = threadIdx.x % 32 == 0;
+  int previous = 0;
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    BarrierWait(&full[ring->stage], ring->phase);
+    const uint64_t desc_a =
+        WgmmaDescriptorSwizzle128(s.a_tiles + ring->stage * kATileBytes + half * 64 * 128);
+    const uint64_t desc_b = WgmmaDescriptorSwizzle128(s.b_tiles + ring->stage * kBTileBytes);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kBlockK / 16; ++k)  // 16 elements = 32 bytes = 2 in the address field
+      WgmmaM64N256K16(acc, desc_a + 2 * k, desc_b + 2 * k, kb > 0 || k > 0);
+    WgmmaCommit();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);
+    if (kb > 0) {
+      WgmmaWait<1>();
+      if (lane0) BarrierArrive(&empty[previous]);
+    } else {
+      after_first_block();
+    }
+    previous = ring->stage;
+    ring->Advance();
+  }
+  WgmmaWait<0>();
+#pragma unroll
+  for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);
+  if (lane0) BarrierArrive(&empty[previous]);
+}
+
+// Where this thread's accumulator pair 2j + h (acc[4j + 2h], acc[4j + 2h + 1]) sits in the output
+// tile: row 16 warp + lane / 4 + 8h of its half, columns 8j + 2 (lane % 4) + {0, 1}. The TMA's
+// 128B swizzle puts a box row's 16-byte chunk c at c ^ (row % 8), and row % 8 = lane / 4 here, so
+// a warp's 32 accesses fall in 32 different banks.
+__device__ __forceinline__ uint8_t* PairInTile(uint8_t* out_tile, int half, int j, int h) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  const int row = half * 64 + warp * 16 + lane / 4 + 8 * h;
+  return out_tile + j / 8 * kBoxBytes + row * 128 + ((j % 8) ^ (lane / 4)) * 16 + (lane % 4) * 4;
+}
+
+// The output tile's four boxes stored by TMA (one thread); commits them as one group.
+__device__ __forceinline__ void StoreTile(const CUtensorMap* map, const uint8_t* out_tile, int m0,
+                                          int n0) {
+  for (int box = 0; box < kBlockN / kBoxCols; ++box)
+    TmaStore2d(map, out_tile + box * kBoxBytes, n0 + box * kBoxCols, m0);
+  TmaStoreCommit();
+}
+
+// ---- host side ----
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no link to libcuda).
+inline EncodeTiledFn EncodeTiled() {
+  static EncodeTiledFn fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<EncodeTiledFn>(p);
+  });
+  return fn;
+}
+
+// A row-major bf16 (rows, cols) matrix as boxes of (box_rows, 64) with 128B swizzle.
+inline bool MakeTileMap(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
+                        uint32_t box_rows) {
+  EncodeTiledFn encode = EncodeTiled();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
+  const cuuint32_t box[2] = {64, box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
+                box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+struct DeviceInfo {
+  bool sm90 = false;  // compute capability 9.0 exactly: sm_90a code runs nowhere else
+  int sms = 0;
+};
+
+inline DeviceInfo CurrentDevice() {
+  DeviceInfo info;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return info;
+  info.sm90 = major == 9 && minor == 0;
+  return info;
+}
+
+// Whether a (m, n, k) problem fits the tiles and the device runs sm_90a code.
+inline bool TilesFit(int64_t m, int64_t n, int64_t k) {
+  return CurrentDevice().sm90 && EncodeTiled() != nullptr && m > 0 && n > 0 && k > 0 &&
+         m % kBlockM == 0 && n % kBlockN == 0 && k % kBlockK == 0 && m < (1ll << 31) &&
+         n < (1ll << 31) && k < (1ll << 31);
+}
+
+// The maps of a tiled GEMM's operands: A (m, k) and B (n, k) as the mainloop reads them, and two
+// (m, n) matrices in output tiles (the epilogue's other input or second output, and its output).
+inline bool MakeGemmMaps(CUtensorMap* a_map, CUtensorMap* b_map, CUtensorMap* mn_map,
+                         CUtensorMap* out_map, const void* a, const void* b, const void* mn,
+                         const void* out, int64_t m, int64_t n, int64_t k) {
+  return MakeTileMap(a_map, a, m, k, kBlockM) && MakeTileMap(b_map, b, n, k, kBlockN) &&
+         MakeTileMap(mn_map, mn, m, n, kBlockM) && MakeTileMap(out_map, out, m, n, kBlockM);
+}
+
+// Lets `kernel` use shared_bytes of dynamic shared memory, and gives its grid for an (m, n)
+// output: one CTA per SM, no more than there are tiles.
+template <typename Kernel>
+inline cudaError_t TileGrid(Kernel kernel, int shared_bytes, int64_t m, int64_t n, int* grid) {
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
+  if (e != cudaSuccess) return e;
+  const int64_t tiles = (m / kBlockM) * (n / kBlockN);
+  *grid = static_cast<int>(tiles < CurrentDevice().sms ? tiles : CurrentDevice().sms);
+  return cudaSuccess;
+}
+
+inline bool Aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace trainer

@@ -1,0 +1,114 @@
+// GPU tests of the Hopper GEMMs (src/model/cuda/sm90/) against their CPU twins on fresh random
+// bf16 inputs. The GELU-gradient GEMM against cpu::matmul_forward then cpu::gelu_backward: one
+// tile and one k-block, fewer k-blocks than pipeline stages, several tiles per CTA (the pre buffer
+// handed back between tiles, the stage ring wrapping), din written in place of pre. The GELU
+// forward GEMM against cpu::matmul_forward with its bias and GELU: from one tile to several per
+// CTA (the bias slots alternating, the output tile handed back). Skipped on GPUs other than sm_90.
+#include <array>
+#include <string>
+
+#include "cuda_test_util.h"
+#include "model/cpu/cpu_kernels.h"
+
+#if defined(TRAINER_WITH_SM90_KERNELS)
+#include "model/cuda/sm90/gemm_dgelu.h"
+#include "model/cuda/sm90/gemm_gelu_forward.h"
+#endif
+
+namespace trainer {
+namespace cuda_testing {
+namespace {
+
+class CudaSm90GemmTest : public CudaVsCpuTest {};
+
+#if defined(TRAINER_WITH_SM90_KERNELS)
+TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
+  struct Case {
+    int64_t m, n, k;
+    bool in_place;
+  };
+  const Case cases[] = {{128, 256, 64, false},
+                        {384, 512, 128, false},
+                        {1024, 768, 320, true},
+                        {4096, 2048, 256, false},
+                        {8192, 1024, 1024, true}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Trace() + ", M " + std::to_string(c.m) + ", N " + std::to_string(c.n) + ", K " +
+                 std::to_string(c.k) + (c.in_place ? ", in place" : ""));
+    const std::vector<float> dout = Random(c.m * c.k), w_t = Random(c.n * c.k),
+                             pre = Random(c.m * c.n, -3.f, 3.f);
+    std::vector<float> product(c.m * c.n), want(c.m * c.n);
+    cpu::matmul_forward(product.data(), nullptr, dout.data(), w_t.data(), nullptr, c.m,
+                        static_cast<int>(c.k), static_cast<int>(c.n), false);
+    cpu::gelu_backward(want.data(), product.data(), pre.data(), want.size());
+
+    auto g_dout = Compute(dout, {c.m, c.k}), g_w = Compute(w_t, {c.n, c.k});
+    auto g_pre = Compute(pre, {c.m, c.n}),
+         g_din = Compute(std::vector<float>(c.m * c.n), {c.m, c.n});
+    cuda::GemmDgeluProblem problem;
+    problem.dout = g_dout->tensor().data;
+    problem.w_t = g_w->tensor().data;
+    problem.pre = g_pre->tensor().data;
+    problem.din = c.in_place ? g_pre->tensor().data : g_din->tensor().data;
+    problem.m = c.m, problem.n = c.n, problem.k = c.k;
+    if (!cuda::GemmDgeluSupported(problem)) GTEST_SKIP() << "not an sm_90 GPU";
+    ASSERT_EQ(cuda::LaunchGemmDgelu(problem, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_RELATIVE_ERROR_BELOW((c.in_place ? g_pre : g_din)->Download(), want, 1e-2);
+  }
+}
+
+TEST_F(CudaSm90GemmTest, GeluForwardMatchesCpuMatmulWithBiasAndGelu) {
+  struct Case {
+    int64_t m, n, k;
+  };
+  const Case cases[] = {{128, 256, 192}, {384, 512, 320}, {4096, 2048, 256}, {8192, 1024, 1024}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Trace() + ", M " + std::to_string(c.m) + ", N " + std::to_string(c.n) + ", K " +
+                 std::to_string(c.k));
+    const std::vector<float> x = Random(c.m * c.k), w = Random(c.n * c.k), bias = Random(c.n);
+    std::vector<float> want_pre(c.m * c.n), want_out(c.m * c.n);
+    cpu::matmul_forward(want_out.data(), want_pre.data(), x.data(), w.data(), bias.data(), c.m,
+                        static_cast<int>(c.k), static_cast<int>(c.n), true);
+
+    auto g_x = Compute(x, {c.m, c.k}), g_w = Compute(w, {c.n, c.k}), g_bias = Compute(bias, {c.n});
+    auto g_pre = Compute(std::vector<float>(c.m * c.n), {c.m, c.n});
+    auto g_out = Compute(std::vector<float>(c.m * c.n), {c.m, c.n});
+    cuda::GemmGeluForwardProblem problem;
+    problem.x = g_x->tensor().data;
+    problem.w = g_w->tensor().data;
+    problem.bias = g_bias->tensor().data;
+    problem.pre = g_pre->tensor().data;
+    problem.out = g_out->tensor().data;
+    problem.m = c.m, problem.n = c.n, problem.k = c.k;
+    if (!cuda::GemmGeluForwardSupported(problem)) GTEST_SKIP() << "not an sm_90 GPU";
+    ASSERT_EQ(cuda::LaunchGemmGeluForward(problem, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_RELATIVE_ERROR_BELOW(g_pre->Download(), want_pre, 1e-2);
+    EXPECT_RELATIVE_ERROR_BELOW(g_out->Download(), want_out, 1e-2);
+  }
+}
+
+TEST_F(CudaSm90GemmTest, RefusesShapesOffTheirTiles) {
+  cuda::GemmDgeluProblem problem;
+  auto buffer = Compute(std::vector<float>(512 * 512), {512, 512});
+  problem.dout = problem.w_t = problem.pre = problem.din = buffer->tensor().data;
+  problem.m = 256, problem.n = 256, problem.k = 64;
+  if (!cuda::GemmDgeluSupported(problem)) GTEST_SKIP() << "not an sm_90 GPU";
+  for (auto [m, n, k] : {std::array<int64_t, 3>{200, 256, 64}, {256, 320, 64}, {256, 256, 100}}) {
+    problem.m = m, problem.n = n, problem.k = k;
+    EXPECT_FALSE(cuda::GemmDgeluSupported(problem)) << m << " x " << n << " x " << k;
+    EXPECT_EQ(cuda::LaunchGemmDgelu(problem, nullptr), cudaErrorNotSupported);
+  }
+  cuda::GemmGeluForwardProblem forward;  // K = 128: fewer k-blocks than the bias slots allow
+  forward.x = forward.w = forward.bias = buffer->tensor().data;
+  forward.pre = forward.out = buffer->tensor().data;
+  forward.m = 256, forward.n = 256, forward.k = 128;
+  EXPECT_FALSE(cuda::GemmGeluForwardSupported(forward));
+  EXPECT_EQ(cuda::LaunchGemmGeluForward(forward, nullptr), cudaErrorNotSupported);
+}
+#endif
+
+}  // namespace
+}  // namespace cuda_testing
+}  // namespace trainer
