@@ -75,17 +75,6 @@ std::vector<float> Download(const Buffer& b, size_t bytes_each = 2) {
   return out;
 }
 
-// dst (cols, rows) = src (rows, cols)^T, both dense row-major bf16 (dst allocated by the caller).
-void CopyTransposed(const Buffer& src, int64_t rows, int64_t cols, Buffer* dst) {
-  std::vector<uint16_t> in(src.count), out(src.count);
-  BENCH_CHECK(cudaMemcpy(in.data(), src.data, in.size() * 2, cudaMemcpyDeviceToHost) ==
-              cudaSuccess);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-  BENCH_CHECK(cudaMemcpy(dst->data, out.data(), out.size() * 2, cudaMemcpyHostToDevice) ==
-              cudaSuccess);
-}
-
 // The transpose of src, (rows, cols) column-major with ld rows, as a new (cols, rows) buffer
 // with ld cols, made on the GPU by cuBLASLt's matrix transform.
 std::unique_ptr<Buffer> Transposed(cublasLtHandle_t lt, cudaStream_t stream, const Buffer& src,
@@ -379,11 +368,11 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   Report("cuBLASLt GELU_AUX_BIAS", TimeMs(stream, [&] { return lt->Run(gelu, &ok).ok() && ok; }),
          flops);
   // The same with the weight stored transposed (W^T row-major: column-major (F,C), ld F), "NN".
-  Buffer w_fc_t(F * C), out_nn(N * F), pre_nn(N * F);
-  CopyTransposed(w_fc, F, C, &w_fc_t);
+  Buffer out_nn(N * F), pre_nn(N * F);
+  const std::unique_ptr<Buffer> w_fc_t = Transposed(raw, stream, w_fc, C, F);
   Gemm fwd_nn = fwd;
   fwd_nn.transpose_a = false;
-  fwd_nn.a = {w_fc_t.data, DType::kBF16, F};
+  fwd_nn.a = {w_fc_t->data, DType::kBF16, F};
   Gemm plain_nn = fwd_nn;
   plain_nn.d = pre_nn.data;
   plain_nn.epilogue = GemmEpilogue::kBias;
@@ -476,12 +465,12 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   dgelu.aux = pre.data;
   dgelu.aux_ld = F;
   Report("cuBLASLt DGELU", TimeMs(stream, [&] { return lt->Run(dgelu, &ok).ok() && ok; }), flops);
-  // The same with W_proj stored transposed (column-major (C,F), ld C), "TN".
-  Buffer w_proj_t(C * F), din_tn(N * F);
-  CopyTransposed(w_proj, C, F, &w_proj_t);
+  // The same with W_proj stored transposed (column-major (C,F), ld C; row-major (F,C)), "TN".
+  Buffer din_tn(N * F);
+  const std::unique_ptr<Buffer> w_proj_t = Transposed(raw, stream, w_proj, F, C);
   Gemm bwd_tn = bwd;
   bwd_tn.transpose_a = true;
-  bwd_tn.a = {w_proj_t.data, DType::kBF16, C};
+  bwd_tn.a = {w_proj_t->data, DType::kBF16, C};
   bwd_tn.d = din_tn.data;
   Report("cuBLASLt plain (din), TN",
          TimeMs(stream, [&] { return lt->Run(bwd_tn, &ok).ok() && ok; }), flops);
@@ -496,11 +485,11 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   if (!quick)
     RunFeatureMajor(N, C, stream, handle, lt, raw, x, w_fc, b_fc, pre, out, dout, w_proj, din);
 #if defined(TRAINER_WITH_SM90_KERNELS)
-  {  // ours (sm90/gemm_dgelu.cu), with W_proj transposed, (F,C) row-major, as its K-major operand
-    const std::unique_ptr<Buffer> w_t = Transposed(raw, stream, w_proj, F, C);
+  {  // ours (sm90/gemm_dgelu.cu), with the TN route's W_proj^T, (F,C) row-major, as its K-major
+     // operand
     Buffer din_ours(N * F);
     trainer::cuda::GemmDgeluProblem ours;
-    ours.dout = dout.data, ours.w_t = w_t->data, ours.pre = pre.data, ours.din = din_ours.data;
+    ours.dout = dout.data, ours.w_t = w_proj_t->data, ours.pre = pre.data, ours.din = din_ours.data;
     ours.m = N, ours.n = F, ours.k = C;
     if (trainer::cuda::GemmDgeluSupported(ours)) {
       Report("ours DGELU (sm90)",

@@ -228,8 +228,8 @@ inline cudaError_t TileGrid(Kernel kernel, int shared_bytes, int64_t m, int64_t 
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
   if (e != cudaSuccess) return e;
-  const int64_t tiles = (m / kBlockM) * (n / kBlockN);
-  *grid = static_cast<int>(tiles < CurrentDevice().sms ? tiles : CurrentDevice().sms);
+  const int64_t tiles = (m / kBlockM) * (n / kBlockN), sms = CurrentDevice().sms;
+  *grid = static_cast<int>(tiles < sms ? tiles : sms);
   return cudaSuccess;
 }
 
