@@ -34,9 +34,9 @@ count=${#NAMES[@]}
 for ((round = 1; round <= ROUNDS; round++)); do
   for ((k = 0; k < count; k++)); do
     i=$(((k + round - 1) % count))
-    # The runs' JSON lines, tagged, to stdout and RESULTS; anything else (a failed run's log
-    # tail) to stderr.
-    SKIP_PEER=1 STEPS=${STEPS:-30} bash "$ROOT/bench/gpu_vs_pytorch.sh" "${PATHS[$i]}" - "$@" |
+    # Each build keeps its own log (WORK/MODEL-bB-npNP-NAME.log). The runs' JSON lines, tagged,
+    # to stdout and RESULTS; anything else (a failed run's log tail) to stderr.
+    TAG=-${NAMES[$i]} SKIP_PEER=1 STEPS=${STEPS:-30} bash "$ROOT/bench/gpu_vs_pytorch.sh" "${PATHS[$i]}" - "$@" |
       python3 -c '
 import json, sys
 for line in sys.stdin:
