@@ -3,6 +3,8 @@
 // (epilogues on and off, sizes that are not multiples of 8), column sums, GELU backward and the
 // elementwise ops. Inputs are fresh random values, rounded to bf16 so both backends see the same
 // numbers.
+#include <cuda_runtime_api.h>
+
 #include <cstdio>
 
 #include "cuda_test_util.h"
@@ -210,8 +212,23 @@ struct MatmulCase {
 };
 
 // How the GELU is computed: our kernel after the GEMM (no epilogues), cuBLASLt's epilogues, or
-// (forward) cuDNN's fused matmul + bias + GELU graph.
-enum class GeluRoute { kKernel, kCublasLt, kCudnn };
+// (forward) cuDNN's fused matmul + bias + GELU graph or our sm90 GELU GEMM (cuBLASLt where that
+// cannot run the shape).
+enum class GeluRoute { kKernel, kCublasLt, kCudnn, kSm90 };
+
+// Whether the sm90 GELU GEMM runs a forward of this case on this GPU (sm90/gemm_gelu_forward.h).
+bool Sm90GeluGemmRuns(const MatmulCase& c) {
+#if defined(TRAINER_WITH_SM90_KERNELS)
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major == 9 && minor == 0 && c.act == Activation::kGelu && c.bias && c.N % 128 == 0 &&
+         c.OC % 256 == 0 && c.C % 64 == 0 && c.C >= 192;
+#else
+  (void)c;
+  return false;
+#endif
+}
 
 class CudaMatmulTest : public CudaVsCpuTest,
                        public ::testing::WithParamInterface<std::tuple<MatmulCase, GeluRoute>> {};
@@ -223,8 +240,9 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   SCOPED_TRACE(Trace() + StrFormat(", N=%d C=%d OC=%d bias=%d gelu=%d route=%d", c.N, c.C, c.OC,
                                    c.bias, c.act == Activation::kGelu, static_cast<int>(route)));
   gpu_->set_matmul_epilogues(epilogues);
-  gpu_->set_gelu_matmul_route(route == GeluRoute::kCudnn ? GeluMatmulRoute::kCudnn
-                                                         : GeluMatmulRoute::kCublasLt);
+  gpu_->set_gelu_matmul_route(route == GeluRoute::kCudnn  ? GeluMatmulRoute::kCudnn
+                              : route == GeluRoute::kSm90 ? GeluMatmulRoute::kSm90
+                                                          : GeluMatmulRoute::kCublasLt);
   const bool gelu = c.act == Activation::kGelu;
   const int N = c.N, C = c.C, OC = c.OC;
   std::vector<float> in = Random(N * C), weight = Random(OC * C, -0.2f, 0.2f),
@@ -312,9 +330,11 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   const CudaPathCounts& p = gpu_->path_counts();
   std::printf(
       "[matmul paths] N=%d C=%d OC=%d bias=%d gelu=%d route=%d: gelu_epilogue=%d "
-      "gelu_cudnn=%d gelu_kernel=%d\n",
-      N, C, OC, c.bias, gelu, static_cast<int>(route), p.gelu_epilogue, p.gelu_cudnn,
+      "gelu_cudnn=%d gelu_sm90=%d gelu_kernel=%d\n",
+      N, C, OC, c.bias, gelu, static_cast<int>(route), p.gelu_epilogue, p.gelu_cudnn, p.gelu_sm90,
       p.gelu_kernel);
+  // The forced sm90 route takes the forward twice where it can run it, and never elsewhere.
+  EXPECT_EQ(p.gelu_sm90, route == GeluRoute::kSm90 && Sm90GeluGemmRuns(c) ? 2 : 0);
   if (!epilogues) {
     EXPECT_EQ(p.gelu_epilogue, 0);
   }
@@ -339,9 +359,11 @@ INSTANTIATE_TEST_SUITE_P(
                                          MatmulCase{512, 128, 128, true, Activation::kNone},
                                          MatmulCase{512, 128, 512, true, Activation::kGelu},
                                          MatmulCase{512, 512, 128, true, Activation::kNone},
-                                         MatmulCase{512, 128, 192, true, Activation::kNone}),
+                                         MatmulCase{512, 128, 192, true, Activation::kNone},
+                                         // A shape of the sm90 GELU GEMM's tiles.
+                                         MatmulCase{512, 256, 1024, true, Activation::kGelu}),
                        ::testing::Values(GeluRoute::kKernel, GeluRoute::kCublasLt,
-                                         GeluRoute::kCudnn)));
+                                         GeluRoute::kCudnn, GeluRoute::kSm90)));
 
 // ColumnSums: a block of columns of a wider matrix, plain and row-weighted, through the 16-byte
 // loads (columns and row stride multiples of 8) and the one-column loads (odd ones).

@@ -28,14 +28,16 @@ struct Gemm;
 struct GeluMatmulArgs;
 }  // namespace cuda
 
-// Which library runs the forward GEMM with a GELU (bf16, epilogues on): the faster of the two for
-// each shape, timed on first use (kFastest); or one of them forced (tests, diagnosis).
-enum class GeluMatmulRoute { kFastest, kCublasLt, kCudnn };
+// Who runs the forward GEMM with a GELU (bf16, epilogues on): the fastest of cuBLASLt's epilogue,
+// cuDNN's fused graph and our sm90 kernel for each shape, timed on first use (kFastest); or one of
+// them forced (tests, diagnosis; cuBLASLt where the forced one cannot run the shape).
+enum class GeluMatmulRoute { kFastest, kCublasLt, kCudnn, kSm90 };
 
 // Which implementation each op took, counted since creation (for tests and logs).
 struct CudaPathCounts {
   int gelu_epilogue = 0;       // GELU fused into the matmul (cuBLASLt GELU_AUX[_BIAS], DGELU)
   int gelu_cudnn = 0;          // forward matmul + bias + GELU as one cuDNN graph
+  int gelu_sm90 = 0;           // forward matmul + bias + GELU by our sm90 kernel
   int gelu_kernel = 0;         // matmul with bias epilogue, then our GELU kernel
   int attention_cudnn = 0;     // forward or backward calls through cuDNN
   int attention_fallback = 0;  // forward or backward calls through our kernels
@@ -127,7 +129,7 @@ class CudaBackend final : public Backend {
   // The forward GEMM with a GELU through cuDNN when that is the shape's route (decided on first
   // use by timing `gemm`, the cuBLASLt GELU_AUX[_BIAS] route, against cuDNN's fastest plan);
   // *done = false leaves it to cuBLASLt.
-  Status GeluMatmulByCudnn(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args, bool* done);
+  Status FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args, bool* done);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
   Status Scratch(size_t bytes, void** out);
   Status AddColumnSums(float* out, const void* x, int64_t N, int64_t C, int64_t ld,
@@ -150,8 +152,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   std::unique_ptr<cuda::CudnnGeluMatmul> cudnn_gelu_matmul_;
   GeluMatmulRoute gelu_route_ = GeluMatmulRoute::kFastest;
-  // (N, C, F, bias) -> whether cuDNN runs that forward GELU GEMM.
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, bool> gelu_by_cudnn_;
+  // (N, C, F, bias) -> who runs that forward GELU GEMM.
+  enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90 };
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluGemmChoice> gelu_choice_;
   bool force_attention_fallback_ = false;
   bool matmul_epilogues_ = true;
   CudaPathCounts counts_;
