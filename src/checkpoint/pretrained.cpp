@@ -11,6 +11,7 @@
 #include "checkpoint/safetensors.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "model/cpu/cpu_kernels.h"
 
 namespace trainer {
 namespace {
@@ -20,12 +21,6 @@ const char kTransformer[] = "transformer.";
 // Whether transformers stores `p` transposed: the blocks' matrices (its Conv1D layers).
 bool StoredTransposed(const ParameterInfo& p) {
   return p.full_shape.size() == 2 && p.name.rfind("transformer.h.", 0) == 0;
-}
-
-// out (cols, rows) = in (rows, cols) transposed.
-void Transpose(const float* in, int64_t rows, int64_t cols, float* out) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
 }
 
 // Tensors of a GPT-2 file that the model does not take: the attention's causal-mask buffers
@@ -62,7 +57,7 @@ Status FromHuggingFace(const ModelConfig& model, const ParameterInfo& p, const S
     const int64_t rows = want[0], cols = want[1];
     if (t.shape != std::vector<int64_t>{cols, rows})
       return mismatch({cols, rows}, "Model.hidden_size, Model.ffn_hidden_size");
-    Transpose(t.values.data(), cols, rows, full->data());
+    cpu::transpose(full->data(), t.values.data(), cols, rows);
   } else {
     if (t.shape != want) return mismatch(want, "Model.hidden_size, Model.ffn_hidden_size");
     std::copy(t.values.begin(), t.values.end(), full->begin());
@@ -124,7 +119,7 @@ std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
     for (int64_t d : t.shape) n *= d;
     t.values.resize(static_cast<size_t>(n));
     if (StoredTransposed(p))
-      Transpose(values, p.full_shape[0], p.full_shape[1], t.values.data());
+      cpu::transpose(t.values.data(), values, p.full_shape[0], p.full_shape[1]);
     else
       std::copy(values, values + n, t.values.begin());
     tensors.push_back(std::move(t));

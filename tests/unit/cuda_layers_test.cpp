@@ -1,13 +1,15 @@
 // GPU tests of the CUDA backend's layer ops against the CPU fp32 backend: embedding, LayerNorm
 // (plain and fused with the residual add), matmul forward/backward through every cuBLASLt route
-// (epilogues on and off, sizes that are not multiples of 8), column sums, GELU backward and the
-// elementwise ops. Inputs are fresh random values, rounded to bf16 so both backends see the same
-// numbers.
+// (epilogues on and off, sizes that are not multiples of 8, the sm90 GELU GEMMs where they run),
+// column sums, the transpose, GELU backward and the elementwise ops. Inputs are fresh random
+// values, rounded to bf16 so both backends see the same numbers.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 
 #include "cuda_test_util.h"
+#include "model/cpu/cpu_kernels.h"
+#include "model/cuda/kernels.h"
 
 namespace trainer {
 namespace cuda_testing {
@@ -216,18 +218,27 @@ struct MatmulCase {
 // cannot run the shape).
 enum class GeluRoute { kKernel, kCublasLt, kCudnn, kSm90 };
 
-// Whether the sm90 GELU GEMM runs a forward of this case on this GPU (sm90/gemm_gelu_forward.h).
-bool Sm90GeluGemmRuns(const MatmulCase& c) {
+bool Sm90Gpu() {
 #if defined(TRAINER_WITH_SM90_KERNELS)
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  return major == 9 && minor == 0 && c.act == Activation::kGelu && c.bias && c.N % 128 == 0 &&
-         c.OC % 256 == 0 && c.C % 64 == 0 && c.C >= 192;
+  return major == 9 && minor == 0;
 #else
-  (void)c;
   return false;
 #endif
+}
+
+// Whether the sm90 GELU GEMM runs a forward of this case on this GPU (sm90/gemm_gelu_forward.h).
+bool Sm90GeluGemmRuns(const MatmulCase& c) {
+  return Sm90Gpu() && c.act == Activation::kGelu && c.bias && c.N % 128 == 0 && c.OC % 256 == 0 &&
+         c.C % 64 == 0 && c.C >= 192;
+}
+
+// Whether the sm90 GELU-gradient GEMM runs the case's backward through a GELU (din (N,C) from
+// dout (N,OC); sm90/gemm_dgelu.h).
+bool Sm90DgeluGemmRuns(const MatmulCase& c) {
+  return Sm90Gpu() && c.N % 128 == 0 && c.C % 256 == 0 && c.OC % 64 == 0;
 }
 
 class CudaMatmulTest : public CudaVsCpuTest,
@@ -330,11 +341,13 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   const CudaPathCounts& p = gpu_->path_counts();
   std::printf(
       "[matmul paths] N=%d C=%d OC=%d bias=%d gelu=%d route=%d: gelu_epilogue=%d "
-      "gelu_cudnn=%d gelu_sm90=%d gelu_kernel=%d\n",
+      "gelu_cudnn=%d gelu_sm90=%d dgelu_sm90=%d gelu_kernel=%d\n",
       N, C, OC, c.bias, gelu, static_cast<int>(route), p.gelu_epilogue, p.gelu_cudnn, p.gelu_sm90,
-      p.gelu_kernel);
-  // The forced sm90 route takes the forward twice where it can run it, and never elsewhere.
+      p.dgelu_sm90, p.gelu_kernel);
+  // The forced sm90 route takes the forward twice and the backward through the GELU once where
+  // it can run them, and never elsewhere.
   EXPECT_EQ(p.gelu_sm90, route == GeluRoute::kSm90 && Sm90GeluGemmRuns(c) ? 2 : 0);
+  EXPECT_EQ(p.dgelu_sm90, route == GeluRoute::kSm90 && Sm90DgeluGemmRuns(c) ? 1 : 0);
   if (!epilogues) {
     EXPECT_EQ(p.gelu_epilogue, 0);
   }
@@ -364,6 +377,24 @@ INSTANTIATE_TEST_SUITE_P(
                                          MatmulCase{512, 256, 1024, true, Activation::kGelu}),
                        ::testing::Values(GeluRoute::kKernel, GeluRoute::kCublasLt,
                                          GeluRoute::kCudnn, GeluRoute::kSm90)));
+
+// LaunchTranspose against cpu::transpose in the compute dtype (exact: nothing is rounded), on
+// shapes that end inside a tile and one of several tiles each way.
+TEST_F(CudaLayersTest, TransposeMatchesCpu) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {37, 70}, {64, 96}, {300, 33}};
+  for (const auto& [rows, cols] : shapes) {
+    SCOPED_TRACE(Trace() + StrFormat(", rows=%lld cols=%lld", (long long)rows, (long long)cols));
+    const std::vector<float> in = Random(rows * cols);
+    std::vector<float> want(rows * cols);
+    cpu::transpose(want.data(), in.data(), rows, cols);
+    auto g_in = Compute(in, {rows, cols});
+    auto g_out = Compute(std::vector<float>(rows * cols), {cols, rows});
+    ASSERT_EQ(cuda::LaunchTranspose(gpu_->compute_dtype(), g_out->tensor().data,
+                                    g_in->tensor().data, rows, cols, gpu_->stream()),
+              cudaSuccess);
+    EXPECT_BITWISE_EQUAL(g_out->Download(), want);
+  }
+}
 
 // ColumnSums: a block of columns of a wider matrix, plain and row-weighted, through the 16-byte
 // loads (columns and row stride multiples of 8) and the one-column loads (odd ones).

@@ -3,7 +3,8 @@
 // tile and one k-block, fewer k-blocks than pipeline stages, several tiles per CTA (the pre buffer
 // handed back between tiles, the stage ring wrapping), din written in place of pre. The GELU
 // forward GEMM against cpu::matmul_forward with its bias and GELU: from one tile to several per
-// CTA (the bias slots alternating, the output tile handed back). Skipped on GPUs other than sm_90.
+// CTA (the bias slots alternating, the output tile handed back). Both also on 9 block rows, a full
+// band of the tile order and one of a single row. Skipped on GPUs other than sm_90.
 #include <array>
 #include <string>
 
@@ -27,11 +28,9 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
     int64_t m, n, k;
     bool in_place;
   };
-  const Case cases[] = {{128, 256, 64, false},
-                        {384, 512, 128, false},
-                        {1024, 768, 320, true},
-                        {4096, 2048, 256, false},
-                        {8192, 1024, 1024, true}};
+  const Case cases[] = {{128, 256, 64, false},   {384, 512, 128, false},
+                        {1024, 768, 320, true},  {4096, 2048, 256, false},
+                        {1152, 512, 128, false}, {8192, 1024, 1024, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(Trace() + ", M " + std::to_string(c.m) + ", N " + std::to_string(c.n) + ", K " +
                  std::to_string(c.k) + (c.in_place ? ", in place" : ""));
@@ -62,7 +61,8 @@ TEST_F(CudaSm90GemmTest, GeluForwardMatchesCpuMatmulWithBiasAndGelu) {
   struct Case {
     int64_t m, n, k;
   };
-  const Case cases[] = {{128, 256, 192}, {384, 512, 320}, {4096, 2048, 256}, {8192, 1024, 1024}};
+  const Case cases[] = {
+      {128, 256, 192}, {384, 512, 320}, {4096, 2048, 256}, {1152, 512, 192}, {8192, 1024, 1024}};
   for (const Case& c : cases) {
     SCOPED_TRACE(Trace() + ", M " + std::to_string(c.m) + ", N " + std::to_string(c.n) + ", K " +
                  std::to_string(c.k));

@@ -57,6 +57,9 @@ void matmul_forward(float* out, float* pre_act, const float* in, const float* we
 void matmul_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t N, int C, int OC);
 
+// out (cols, rows) = in (rows, cols)^T; out must not alias in.
+void transpose(float* out, const float* in, int64_t rows, int64_t cols);
+
 // ---- gelu.cpp (tanh approximation, as GPT-2) ----
 void gelu_forward(float* out, const float* in, size_t n);  // out may alias in
 // dx = dy * GELU'(pre_act); dx may alias dy.

@@ -142,6 +142,11 @@ void gemm(float* out, int64_t ldo, const float* a, int64_t a_rs, int64_t a_cs, c
   }
 }
 
+void transpose(float* out, const float* in, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+}
+
 void matmul_forward(float* out, float* pre_act, const float* in, const float* weight,
                     const float* bias, int64_t N, int C, int OC, bool gelu) {
   float* linear = gelu ? pre_act : out;  // (N,OC)

@@ -1,8 +1,9 @@
 // CudaBackend: the Backend (src/model/backend.h) on one NVIDIA GPU. Compute tensors are bf16 (or
 // f32 when created so); parameter gradients, master weights, Adam moments, statistics and losses
 // are f32. Every op runs on one stream (stream(), shared with NcclCommunicator and the engine).
-// Matrix products go through cuBLASLt (matmul.h), except the forward GEMM with a GELU where
-// cuDNN's fused matmul + bias + GELU graph (matmul_gelu_cudnn.h) times faster for the shape;
+// Matrix products go through cuBLASLt (matmul.h), except the MLP's GEMMs with a GELU where
+// cuDNN's fused graph (matmul_gelu_cudnn.h) or our sm90 kernels time faster for the shape
+// (cuda_backend_gelu_gemm.cpp);
 // attention through cuDNN's fused SDPA when built with the frontend (attention_cudnn.h) or our
 // own kernels otherwise; the rest are custom kernels (kernels.h). Memory: Allocate() is
 // cudaMalloc + cudaMemset at setup; ops that need temporary room share one scratch buffer that
@@ -28,9 +29,10 @@ struct Gemm;
 struct GeluMatmulArgs;
 }  // namespace cuda
 
-// Who runs the forward GEMM with a GELU (bf16, epilogues on): the fastest of cuBLASLt's epilogue,
-// cuDNN's fused graph and our sm90 kernel for each shape, timed on first use (kFastest); or one of
-// them forced (tests, diagnosis; cuBLASLt where the forced one cannot run the shape).
+// Who runs the GEMMs with a GELU (bf16, epilogues on): for each shape the fastest of cuBLASLt's
+// epilogue, cuDNN's fused graph (forward only) and our sm90 kernels, timed on first use
+// (kFastest); or one of them forced (tests, diagnosis; cuBLASLt where the forced one cannot run
+// the shape or, for cuDNN, the direction).
 enum class GeluMatmulRoute { kFastest, kCublasLt, kCudnn, kSm90 };
 
 // Which implementation each op took, counted since creation (for tests and logs).
@@ -38,6 +40,7 @@ struct CudaPathCounts {
   int gelu_epilogue = 0;       // GELU fused into the matmul (cuBLASLt GELU_AUX[_BIAS], DGELU)
   int gelu_cudnn = 0;          // forward matmul + bias + GELU as one cuDNN graph
   int gelu_sm90 = 0;           // forward matmul + bias + GELU by our sm90 kernel
+  int dgelu_sm90 = 0;          // GELU-gradient matmul by our sm90 kernel
   int gelu_kernel = 0;         // matmul with bias epilogue, then our GELU kernel
   int attention_cudnn = 0;     // forward or backward calls through cuDNN
   int attention_fallback = 0;  // forward or backward calls through our kernels
@@ -119,7 +122,6 @@ class CudaBackend final : public Backend {
   Status Scale(Tensor x, float s) override;
 
  private:
-  static constexpr size_t kInitialScratchBytes = 32u << 20;
   static constexpr size_t kStagingSlotBytes = 4u << 20;
 
   CudaBackend(int device, DType compute);  // out of line: members' types are incomplete here
@@ -130,6 +132,11 @@ class CudaBackend final : public Backend {
   // use by timing `gemm`, the cuBLASLt GELU_AUX[_BIAS] route, against cuDNN's fastest plan);
   // *done = false leaves it to cuBLASLt.
   Status FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args, bool* done);
+  // The GELU-gradient GEMM by our sm90 kernel when that is the shape's route (decided on first
+  // use by timing `gemm`, the cuBLASLt DGELU route, against ours with W's transpose); *done =
+  // false leaves it to cuBLASLt.
+  Status FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor dout, Tensor weight,
+                           Tensor pre_act, bool* done);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
   Status Scratch(size_t bytes, void** out);
   Status AddColumnSums(float* out, const void* x, int64_t N, int64_t C, int64_t ld,
@@ -155,6 +162,8 @@ class CudaBackend final : public Backend {
   // (N, C, F, bias) -> who runs that forward GELU GEMM.
   enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90 };
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluGemmChoice> gelu_choice_;
+  // (N, F, OC) -> whether our sm90 kernel runs that GELU-gradient GEMM.
+  std::map<std::tuple<int64_t, int64_t, int64_t>, bool> dgelu_choice_;
   bool force_attention_fallback_ = false;
   bool matmul_epilogues_ = true;
   CudaPathCounts counts_;

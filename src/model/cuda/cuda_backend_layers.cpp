@@ -3,15 +3,11 @@
 // y^T (OC,N) = W (as (C,OC) column-major, transposed) times x^T (C,N).
 #include "common/log.h"
 #include "model/cuda/attention_cudnn.h"
-#include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/kernels.h"
 #include "model/cuda/matmul.h"
 #include "model/cuda/matmul_gelu_cudnn.h"
-#if defined(TRAINER_WITH_SM90_KERNELS)
-#include "model/cuda/sm90/gemm_gelu_forward.h"
-#endif
 #include "model/cuda/op_checks.h"
 
 namespace trainer {
@@ -216,91 +212,6 @@ Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor 
   return Status::Ok();
 }
 
-namespace {
-
-// Whether our sm90 kernel runs this forward GELU GEMM (it needs a bias), and its launch.
-#if defined(TRAINER_WITH_SM90_KERNELS)
-cuda::GemmGeluForwardProblem Sm90GeluProblem(const cuda::GeluMatmulArgs& args) {
-  cuda::GemmGeluForwardProblem p;
-  p.x = args.in, p.w = args.weight, p.bias = args.bias, p.pre = args.pre, p.out = args.out;
-  p.m = args.N, p.n = args.F, p.k = args.C;
-  return p;
-}
-bool Sm90GeluRuns(const cuda::GeluMatmulArgs& args) {
-  return cuda::GemmGeluForwardSupported(Sm90GeluProblem(args));
-}
-cudaError_t Sm90GeluLaunch(const cuda::GeluMatmulArgs& args, cudaStream_t stream) {
-  return cuda::LaunchGemmGeluForward(Sm90GeluProblem(args), stream);
-}
-#else
-bool Sm90GeluRuns(const cuda::GeluMatmulArgs&) {
-  return false;
-}
-cudaError_t Sm90GeluLaunch(const cuda::GeluMatmulArgs&, cudaStream_t) {
-  return cudaErrorNotSupported;
-}
-#endif
-
-}  // namespace
-
-Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args,
-                                    bool* done) {
-  *done = false;
-  if (compute_ != DType::kBF16 || gelu_route_ == GeluMatmulRoute::kCublasLt) return Status::Ok();
-  const bool cudnn_runs = cudnn_gelu_matmul_ != nullptr;
-  const bool sm90_runs = Sm90GeluRuns(args);
-  const auto key = std::make_tuple(args.N, args.C, args.F, args.bias != nullptr);
-  auto it = gelu_choice_.find(key);
-  if (it == gelu_choice_.end()) {
-    GeluGemmChoice choice = GeluGemmChoice::kCublasLt;
-    if (gelu_route_ == GeluMatmulRoute::kCudnn && cudnn_runs) choice = GeluGemmChoice::kCudnn;
-    if (gelu_route_ == GeluMatmulRoute::kSm90 && sm90_runs) choice = GeluGemmChoice::kSm90;
-    if (gelu_route_ == GeluMatmulRoute::kFastest) {
-      // cuBLASLt's time (its first run tunes it), cuDNN's fastest plan's, then ours; the outputs
-      // hold the last one's result, and the caller runs cuBLASLt again when it wins.
-      const float cublaslt_ms = cuda::TimeBackToBack(
-          stream_,
-          [&] {
-            bool ran = false;
-            return matmul_->Run(gemm, &ran).ok() && ran;
-          },
-          3);
-      float cudnn_ms = -1.f, sm90_ms = -1.f;
-      if (cudnn_runs) {
-        bool supported = false;
-        TRAINER_RETURN_IF_ERROR(cudnn_gelu_matmul_->Run(args, &supported, &cudnn_ms));
-        if (!supported) cudnn_ms = -1.f;
-      }
-      if (sm90_runs)
-        sm90_ms = cuda::TimeBackToBack(
-            stream_, [&] { return Sm90GeluLaunch(args, stream_) == cudaSuccess; }, 3);
-      float best_ms = cublaslt_ms;
-      if (cudnn_ms > 0 && (best_ms <= 0 || cudnn_ms < best_ms))
-        best_ms = cudnn_ms, choice = GeluGemmChoice::kCudnn;
-      if (sm90_ms > 0 && (best_ms <= 0 || sm90_ms < best_ms))
-        best_ms = sm90_ms, choice = GeluGemmChoice::kSm90;
-      const char* names[] = {"cuBLASLt", "cuDNN", "sm90 kernel"};
-      LogInfo(StrFormat(
-          "GELU GEMM (%lld x %lld -> %lld): cuBLASLt epilogue %.3f ms, cuDNN fused graph %s, "
-          "sm90 kernel %s; using %s",
-          (long long)args.N, (long long)args.C, (long long)args.F, cublaslt_ms,
-          cudnn_ms > 0 ? StrFormat("%.3f ms", cudnn_ms).c_str() : "(no plan)",
-          sm90_ms > 0 ? StrFormat("%.3f ms", sm90_ms).c_str() : "(not for this shape)",
-          names[static_cast<int>(choice)]));
-    }
-    it = gelu_choice_.emplace(key, choice).first;
-  }
-  if (it->second == GeluGemmChoice::kCudnn) {
-    TRAINER_RETURN_IF_ERROR(cudnn_gelu_matmul_->Run(args, done));
-    if (*done) ++counts_.gelu_cudnn;
-  } else if (it->second == GeluGemmChoice::kSm90) {
-    CUDA_CHECK(Sm90GeluLaunch(args, stream_));
-    ++counts_.gelu_sm90;
-    *done = true;
-  }
-  return Status::Ok();
-}
-
 Status CudaBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                                    Tensor weight, GradientWrite dweight_write) {
   return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, Tensor(), dweight_write);
@@ -340,8 +251,11 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
       g.epilogue = cuda::GemmEpilogue::kDGelu;
       g.aux = gelu_pre_act.data;
       g.aux_ld = C;
-      TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
-      if (supported) ++counts_.gelu_epilogue;
+      TRAINER_RETURN_IF_ERROR(FusedGeluBackward(g, din, dout, weight, gelu_pre_act, &supported));
+      if (!supported) {
+        TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+        if (supported) ++counts_.gelu_epilogue;
+      }
       g.epilogue = cuda::GemmEpilogue::kNone;
       g.aux = nullptr;
     }

@@ -53,8 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     GemmDgeluKernel(const __grid_constant__ CUtensorMap dout_map,
                     const __grid_constant__ CUtensorMap w_map,
                     const __grid_constant__ CUtensorMap pre_map,
-                    const __grid_constant__ CUtensorMap din_map, int m_blocks, int n_blocks,
-                    int k_blocks) {
+                    const __grid_constant__ CUtensorMap din_map, TileOrder order, int k_blocks) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
@@ -65,7 +64,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* slope_ready = pre_free + 1;  // the spare warps have turned pre into slopes
 
   const int warpgroup = threadIdx.x / 128;
-  const int tiles = m_blocks * n_blocks;
+  const int tiles = order.m_blocks * order.n_blocks;
   if (threadIdx.x == 0) {
     InitRing(full, empty, &dout_map, &w_map, &pre_map, &din_map);
     BarrierInit(pre_full, 1);
@@ -81,7 +80,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint64_t evict_first = L2EvictFirstPolicy();
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       if (threadIdx.x == 32) {
-        const int m0 = tile / n_blocks * kBlockM, n0 = tile % n_blocks * kBlockN;
+        int m0, n0;
+        order.Coordinates(tile, &m0, &n0);
         BarrierWait(pre_free, pre_phase ^ 1);
         BarrierArriveExpectBytes(pre_full, kOutTileBytes);
         for (int box = 0; box < kBlockN / kBoxCols; ++box)
@@ -104,9 +104,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {  // the loader
     if (threadIdx.x != 0) return;
     RingPosition ring;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x)
-      LoadTile(s, full, empty, &dout_map, &w_map, tile / n_blocks * kBlockM,
-               tile % n_blocks * kBlockN, k_blocks, &ring);
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      int m0, n0;
+      order.Coordinates(tile, &m0, &n0);
+      LoadTile(s, full, empty, &dout_map, &w_map, m0, n0, k_blocks, &ring);
+    }
     return;
   }
 
@@ -119,7 +121,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t pre_phase = 0;
   bool store_pending = false;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int m0 = tile / n_blocks * kBlockM, n0 = tile % n_blocks * kBlockN;
+    int m0, n0;
+    order.Coordinates(tile, &m0, &n0);
     MultiplyTile(acc, s, full, empty, half, k_blocks, &ring, [&] {
       if (store_pending && store_thread) {  // the last tile's store has had a k-block to read
         TmaStoreWaitRead();
@@ -165,8 +168,9 @@ cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
   const cudaError_t prepared = TileGrid(GemmDgeluKernel, kSharedBytes, p.m, p.n, &grid);
   if (prepared != cudaSuccess) return prepared;
   GemmDgeluKernel<<<grid, kThreads, kSharedBytes, stream>>>(
-      dout_map, w_map, pre_map, din_map, static_cast<int>(p.m / kBlockM),
-      static_cast<int>(p.n / kBlockN), static_cast<int>(p.k / kBlockK));
+      dout_map, w_map, pre_map, din_map,
+      TileOrder{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN)},
+      static_cast<int>(p.k / kBlockK));
   return cudaGetLastError();
 }
 

@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                           const __grid_constant__ CUtensorMap w_map,
                           const __grid_constant__ CUtensorMap pre_map,
                           const __grid_constant__ CUtensorMap out_map, const uint8_t* bias,
-                          int m_blocks, int n_blocks, int k_blocks) {
+                          TileOrder order, int k_blocks) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* bias_slots = s.rest + 256;
 
   const int warpgroup = threadIdx.x / 128;
-  const int tiles = m_blocks * n_blocks;
+  const int tiles = order.m_blocks * order.n_blocks;
   if (threadIdx.x == 0) {
     InitRing(full, empty, &x_map, &w_map, &pre_map, &out_map);
     BarrierInit(pre_written, 256);
@@ -72,7 +72,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool leader = threadIdx.x == 32;
     uint32_t phase = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int m0 = tile / n_blocks * kBlockM, n0 = tile % n_blocks * kBlockN;
+      int m0, n0;
+      order.Coordinates(tile, &m0, &n0);
       BarrierWait(pre_written, phase);
       phase ^= 1;
       if (leader) {
@@ -103,9 +104,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     RingPosition ring;
     int slot = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, slot ^= 1) {
-      const int n0 = tile % n_blocks * kBlockN;
-      LoadTile(s, full, empty, &x_map, &w_map, tile / n_blocks * kBlockM, n0, k_blocks, &ring,
-               bias + n0 * 2, bias_slots + slot * kBiasSlotBytes, kBiasSlotBytes);
+      int m0, n0;
+      order.Coordinates(tile, &m0, &n0);
+      LoadTile(s, full, empty, &x_map, &w_map, m0, n0, k_blocks, &ring, bias + n0 * 2,
+               bias_slots + slot * kBiasSlotBytes, kBiasSlotBytes);
     }
     return;
   }
@@ -158,7 +160,7 @@ cudaError_t LaunchGemmGeluForward(const GemmGeluForwardProblem& p, cudaStream_t 
   if (prepared != cudaSuccess) return prepared;
   GemmGeluForwardKernel<<<grid, kThreads, kSharedBytes, stream>>>(
       x_map, w_map, pre_map, out_map, static_cast<const uint8_t*>(p.bias),
-      static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN),
+      TileOrder{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN)},
       static_cast<int>(p.k / kBlockK));
   return cudaGetLastError();
 }

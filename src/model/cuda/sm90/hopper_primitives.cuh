@@ -76,17 +76,20 @@ __device__ __forceinline__ void TmaLoad2dHinted(void* dst, const CUtensorMap* ma
       "l"(reinterpret_cast<uint64_t>(map)), "r"(SharedAddress(bar)), "r"(x), "r"(y), "l"(policy)
       : "memory");
 }
-// An L2 policy for data read once: its lines are evicted first.
+// An L2 policy for data not used again soon: its lines are evicted first.
 __device__ __forceinline__ uint64_t L2EvictFirstPolicy() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
-__device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, const void* src, int x, int y) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(SharedAddress(src)), "r"(x), "r"(y)
-               : "memory");
+// A 2-D TMA store of a box from shared memory, with an L2 eviction policy.
+__device__ __forceinline__ void TmaStore2dHinted(const CUtensorMap* map, const void* src, int x,
+                                                 int y, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], "
+      "%4;" ::"l"(reinterpret_cast<uint64_t>(map)),
+      "r"(SharedAddress(src)), "r"(x), "r"(y), "l"(policy)
+      : "memory");
 }
 __device__ __forceinline__ void TmaStoreCommit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");

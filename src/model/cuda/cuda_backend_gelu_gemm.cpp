@@ -1,0 +1,176 @@
+// CudaBackend's routes for the MLP's two GELU GEMMs (the op tier picks them in
+// cuda_backend_layers.cpp): the forward pre = x W_fc^T + bias, out = GELU(pre) by cuBLASLt's
+// GELU_AUX_BIAS epilogue, cuDNN's fused graph or our sm90 kernel, and the GELU-gradient GEMM
+// din = GELU'(pre) * (dout W_proj) by cuBLASLt's DGELU epilogue or our sm90 kernel (on W_proj
+// transposed). Each shape's route is timed on its first call and kept for the run.
+#include "common/log.h"
+#include "model/cuda/back_to_back_timing.h"
+#include "model/cuda/cuda_backend.h"
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/kernels.h"
+#include "model/cuda/matmul.h"
+#include "model/cuda/matmul_gelu_cudnn.h"
+#if defined(TRAINER_WITH_SM90_KERNELS)
+#include "model/cuda/sm90/gemm_dgelu.h"
+#include "model/cuda/sm90/gemm_gelu_forward.h"
+#endif
+
+namespace trainer {
+
+namespace {
+
+#if defined(TRAINER_WITH_SM90_KERNELS)
+// Our sm90 kernels (they need sm_90a code): whether each runs a problem, and its launch.
+cuda::GemmGeluForwardProblem Sm90GeluProblem(const cuda::GeluMatmulArgs& args) {
+  cuda::GemmGeluForwardProblem p;
+  p.x = args.in, p.w = args.weight, p.bias = args.bias, p.pre = args.pre, p.out = args.out;
+  p.m = args.N, p.n = args.F, p.k = args.C;
+  return p;
+}
+bool Sm90GeluRuns(const cuda::GeluMatmulArgs& args) {
+  return cuda::GemmGeluForwardSupported(Sm90GeluProblem(args));
+}
+cudaError_t Sm90GeluLaunch(const cuda::GeluMatmulArgs& args, cudaStream_t stream) {
+  return cuda::LaunchGemmGeluForward(Sm90GeluProblem(args), stream);
+}
+using Sm90DgeluProblem = cuda::GemmDgeluProblem;
+bool Sm90DgeluRuns(const Sm90DgeluProblem& p) {
+  return cuda::GemmDgeluSupported(p);
+}
+cudaError_t Sm90DgeluLaunch(const Sm90DgeluProblem& p, cudaStream_t stream) {
+  return cuda::LaunchGemmDgelu(p, stream);
+}
+#else
+bool Sm90GeluRuns(const cuda::GeluMatmulArgs&) {
+  return false;
+}
+cudaError_t Sm90GeluLaunch(const cuda::GeluMatmulArgs&, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+struct Sm90DgeluProblem {
+  const void *dout = nullptr, *w_t = nullptr, *pre = nullptr;
+  void* din = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+};
+bool Sm90DgeluRuns(const Sm90DgeluProblem&) {
+  return false;
+}
+cudaError_t Sm90DgeluLaunch(const Sm90DgeluProblem&, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+#endif
+
+}  // namespace
+
+Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args,
+                                    bool* done) {
+  *done = false;
+  if (compute_ != DType::kBF16 || gelu_route_ == GeluMatmulRoute::kCublasLt) return Status::Ok();
+  const bool cudnn_runs = cudnn_gelu_matmul_ != nullptr;
+  const bool sm90_runs = Sm90GeluRuns(args);
+  const auto key = std::make_tuple(args.N, args.C, args.F, args.bias != nullptr);
+  auto it = gelu_choice_.find(key);
+  if (it == gelu_choice_.end()) {
+    GeluGemmChoice choice = GeluGemmChoice::kCublasLt;
+    if (gelu_route_ == GeluMatmulRoute::kCudnn && cudnn_runs) choice = GeluGemmChoice::kCudnn;
+    if (gelu_route_ == GeluMatmulRoute::kSm90 && sm90_runs) choice = GeluGemmChoice::kSm90;
+    if (gelu_route_ == GeluMatmulRoute::kFastest) {
+      // cuBLASLt's time (its first run tunes it), cuDNN's fastest plan's, then ours; the outputs
+      // hold the last one's result, and the caller runs cuBLASLt again when it wins.
+      const float cublaslt_ms = cuda::TimeBackToBack(
+          stream_,
+          [&] {
+            bool ran = false;
+            return matmul_->Run(gemm, &ran).ok() && ran;
+          },
+          3);
+      float cudnn_ms = -1.f, sm90_ms = -1.f;
+      if (cudnn_runs) {
+        bool supported = false;
+        TRAINER_RETURN_IF_ERROR(cudnn_gelu_matmul_->Run(args, &supported, &cudnn_ms));
+        if (!supported) cudnn_ms = -1.f;
+      }
+      if (sm90_runs)
+        sm90_ms = cuda::TimeBackToBack(
+            stream_, [&] { return Sm90GeluLaunch(args, stream_) == cudaSuccess; }, 3);
+      float best_ms = cublaslt_ms;
+      if (cudnn_ms > 0 && (best_ms <= 0 || cudnn_ms < best_ms))
+        best_ms = cudnn_ms, choice = GeluGemmChoice::kCudnn;
+      if (sm90_ms > 0 && (best_ms <= 0 || sm90_ms < best_ms))
+        best_ms = sm90_ms, choice = GeluGemmChoice::kSm90;
+      const char* names[] = {"cuBLASLt", "cuDNN", "sm90 kernel"};
+      LogInfo(StrFormat(
+          "GELU GEMM (%lld x %lld -> %lld): cuBLASLt epilogue %.3f ms, cuDNN fused graph %s, "
+          "sm90 kernel %s; using %s",
+          (long long)args.N, (long long)args.C, (long long)args.F, cublaslt_ms,
+          cudnn_ms > 0 ? StrFormat("%.3f ms", cudnn_ms).c_str() : "(no plan)",
+          sm90_ms > 0 ? StrFormat("%.3f ms", sm90_ms).c_str() : "(not for this shape)",
+          names[static_cast<int>(choice)]));
+    }
+    it = gelu_choice_.emplace(key, choice).first;
+  }
+  if (it->second == GeluGemmChoice::kCudnn) {
+    TRAINER_RETURN_IF_ERROR(cudnn_gelu_matmul_->Run(args, done));
+    if (*done) ++counts_.gelu_cudnn;
+  } else if (it->second == GeluGemmChoice::kSm90) {
+    CUDA_CHECK(Sm90GeluLaunch(args, stream_));
+    ++counts_.gelu_sm90;
+    *done = true;
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor dout,
+                                      Tensor weight, Tensor pre_act, bool* done) {
+  *done = false;
+  if (compute_ != DType::kBF16 || gelu_route_ == GeluMatmulRoute::kCublasLt ||
+      gelu_route_ == GeluMatmulRoute::kCudnn)
+    return Status::Ok();
+  // din (N,F) = GELU'(pre_act) * (dout (N,OC) weight (OC,F)); the kernel takes weight^T (F,OC),
+  // transposed into scratch first. `gemm` is cuBLASLt's din^T (F,N) = W dout^T with DGELU.
+  const int64_t N = gemm.n, F = gemm.m, OC = gemm.k;
+  Sm90DgeluProblem p;
+  p.dout = dout.data, p.pre = pre_act.data, p.din = din.data;
+  p.w_t = weight.data;  // as aligned as the scratch that will hold weight^T: for the check only
+  p.m = N, p.n = F, p.k = OC;
+  if (!Sm90DgeluRuns(p)) return Status::Ok();
+  void* w_t = nullptr;
+  TRAINER_RETURN_IF_ERROR(Scratch(static_cast<size_t>(F * OC) * 2, &w_t));
+  p.w_t = w_t;
+  auto run_ours = [&] {
+    return cuda::LaunchTranspose(DType::kBF16, w_t, weight.data, OC, F, stream_) == cudaSuccess &&
+           Sm90DgeluLaunch(p, stream_) == cudaSuccess;
+  };
+  const auto key = std::make_tuple(N, F, OC);
+  auto it = dgelu_choice_.find(key);
+  if (it == dgelu_choice_.end()) {
+    bool ours = gelu_route_ == GeluMatmulRoute::kSm90;
+    if (gelu_route_ == GeluMatmulRoute::kFastest) {
+      // cuBLASLt's time (its first run tunes it), then ours with the transpose; din holds ours,
+      // and the caller runs cuBLASLt again when it wins.
+      const float cublaslt_ms = cuda::TimeBackToBack(
+          stream_,
+          [&] {
+            bool ran = false;
+            return matmul_->Run(gemm, &ran).ok() && ran;
+          },
+          3);
+      const float ours_ms = cuda::TimeBackToBack(stream_, run_ours, 3);
+      ours = ours_ms > 0 && (cublaslt_ms <= 0 || ours_ms < cublaslt_ms);
+      LogInfo(StrFormat(
+          "GELU-gradient GEMM (%lld x %lld -> %lld): cuBLASLt DGELU %.3f ms, sm90 kernel %.3f ms "
+          "(with the weight's transpose); using %s",
+          (long long)N, (long long)OC, (long long)F, cublaslt_ms, ours_ms,
+          ours ? "sm90 kernel" : "cuBLASLt"));
+    }
+    it = dgelu_choice_.emplace(key, ours).first;
+  }
+  if (!it->second) return Status::Ok();
+  CUDA_CHECK(cuda::LaunchTranspose(DType::kBF16, w_t, weight.data, OC, F, stream_));
+  CUDA_CHECK(Sm90DgeluLaunch(p, stream_));
+  ++counts_.dgelu_sm90;
+  *done = true;
+  return Status::Ok();
+}
+
+}  // namespace trainer
