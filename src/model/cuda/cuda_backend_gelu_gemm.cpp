@@ -60,6 +60,20 @@ cudaError_t Sm90DgeluLaunch(const Sm90DgeluProblem&, cudaStream_t) {
 }
 #endif
 
+// A route's timing on a shape's first call: kTimedRuns back-to-back runs behind an untimed one.
+constexpr int kTimedRuns = 3;
+
+// Milliseconds per run of cuBLASLt's GEMM `gemm` (its first run tunes it); -1 when it cannot run.
+float TimeCublasLt(cuda::CublasLtMatmul* matmul, const cuda::Gemm& gemm, cudaStream_t stream) {
+  return cuda::TimeBackToBack(
+      stream,
+      [&] {
+        bool ran = false;
+        return matmul->Run(gemm, &ran).ok() && ran;
+      },
+      kTimedRuns);
+}
+
 }  // namespace
 
 Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args,
@@ -77,13 +91,7 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
     if (gelu_route_ == GeluMatmulRoute::kFastest) {
       // cuBLASLt's time (its first run tunes it), cuDNN's fastest plan's, then ours; the outputs
       // hold the last one's result, and the caller runs cuBLASLt again when it wins.
-      const float cublaslt_ms = cuda::TimeBackToBack(
-          stream_,
-          [&] {
-            bool ran = false;
-            return matmul_->Run(gemm, &ran).ok() && ran;
-          },
-          3);
+      const float cublaslt_ms = TimeCublasLt(matmul_.get(), gemm, stream_);
       float cudnn_ms = -1.f, sm90_ms = -1.f;
       if (cudnn_runs) {
         bool supported = false;
@@ -92,7 +100,7 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
       }
       if (sm90_runs)
         sm90_ms = cuda::TimeBackToBack(
-            stream_, [&] { return Sm90GeluLaunch(args, stream_) == cudaSuccess; }, 3);
+            stream_, [&] { return Sm90GeluLaunch(args, stream_) == cudaSuccess; }, kTimedRuns);
       float best_ms = cublaslt_ms;
       if (cudnn_ms > 0 && (best_ms <= 0 || cudnn_ms < best_ms))
         best_ms = cudnn_ms, choice = GeluGemmChoice::kCudnn;
@@ -148,14 +156,8 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
     if (gelu_route_ == GeluMatmulRoute::kFastest) {
       // cuBLASLt's time (its first run tunes it), then ours with the transpose; din holds ours,
       // and the caller runs cuBLASLt again when it wins.
-      const float cublaslt_ms = cuda::TimeBackToBack(
-          stream_,
-          [&] {
-            bool ran = false;
-            return matmul_->Run(gemm, &ran).ok() && ran;
-          },
-          3);
-      const float ours_ms = cuda::TimeBackToBack(stream_, run_ours, 3);
+      const float cublaslt_ms = TimeCublasLt(matmul_.get(), gemm, stream_);
+      const float ours_ms = cuda::TimeBackToBack(stream_, run_ours, kTimedRuns);
       ours = ours_ms > 0 && (cublaslt_ms <= 0 || ours_ms < cublaslt_ms);
       LogInfo(StrFormat(
           "GELU-gradient GEMM (%lld x %lld -> %lld): cuBLASLt DGELU %.3f ms, sm90 kernel %.3f ms "
