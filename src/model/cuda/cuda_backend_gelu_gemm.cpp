@@ -80,11 +80,11 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
                                     bool* done) {
   *done = false;
   if (compute_ != DType::kBF16 || gelu_route_ == GeluMatmulRoute::kCublasLt) return Status::Ok();
-  const bool cudnn_runs = cudnn_gelu_matmul_ != nullptr;
-  const bool sm90_runs = Sm90GeluRuns(args);
   const auto key = std::make_tuple(args.N, args.C, args.F, args.bias != nullptr);
   auto it = gelu_choice_.find(key);
-  if (it == gelu_choice_.end()) {
+  if (it == gelu_choice_.end()) {  // the shape's first call: who can run it, and who runs it
+    const bool cudnn_runs = cudnn_gelu_matmul_ != nullptr;
+    const bool sm90_runs = Sm90GeluRuns(args);
     GeluGemmChoice choice = GeluGemmChoice::kCublasLt;
     if (gelu_route_ == GeluMatmulRoute::kCudnn && cudnn_runs) choice = GeluGemmChoice::kCudnn;
     if (gelu_route_ == GeluMatmulRoute::kSm90 && sm90_runs) choice = GeluGemmChoice::kSm90;
@@ -137,27 +137,32 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   // din (N,F) = GELU'(pre_act) * (dout (N,OC) weight (OC,F)); the kernel takes weight^T (F,OC),
   // transposed into scratch first. `gemm` is cuBLASLt's din^T (F,N) = W dout^T with DGELU.
   const int64_t N = gemm.n, F = gemm.m, OC = gemm.k;
+  const auto key = std::make_tuple(N, F, OC);
+  auto it = dgelu_choice_.find(key);
+  if (it != dgelu_choice_.end() && !it->second) return Status::Ok();
   Sm90DgeluProblem p;
   p.dout = dout.data, p.pre = pre_act.data, p.din = din.data;
   p.w_t = weight.data;  // as aligned as the scratch that will hold weight^T: for the check only
   p.m = N, p.n = F, p.k = OC;
-  if (!Sm90DgeluRuns(p)) return Status::Ok();
-  void* w_t = nullptr;
+  if (it == dgelu_choice_.end() && !Sm90DgeluRuns(p)) {
+    dgelu_choice_.emplace(key, false);
+    return Status::Ok();
+  }
+  void* w_t = nullptr;  // weight^T: ours is timed or runs
   TRAINER_RETURN_IF_ERROR(Scratch(static_cast<size_t>(F * OC) * 2, &w_t));
   p.w_t = w_t;
-  auto run_ours = [&] {
-    return cuda::LaunchTranspose(DType::kBF16, w_t, weight.data, OC, F, stream_) == cudaSuccess &&
-           Sm90DgeluLaunch(p, stream_) == cudaSuccess;
+  auto run_ours = [&]() -> cudaError_t {
+    const cudaError_t e = cuda::LaunchTranspose(DType::kBF16, w_t, weight.data, OC, F, stream_);
+    return e != cudaSuccess ? e : Sm90DgeluLaunch(p, stream_);
   };
-  const auto key = std::make_tuple(N, F, OC);
-  auto it = dgelu_choice_.find(key);
   if (it == dgelu_choice_.end()) {
     bool ours = gelu_route_ == GeluMatmulRoute::kSm90;
     if (gelu_route_ == GeluMatmulRoute::kFastest) {
       // cuBLASLt's time (its first run tunes it), then ours with the transpose; din holds ours,
       // and the caller runs cuBLASLt again when it wins.
       const float cublaslt_ms = TimeCublasLt(matmul_.get(), gemm, stream_);
-      const float ours_ms = cuda::TimeBackToBack(stream_, run_ours, kTimedRuns);
+      const float ours_ms = cuda::TimeBackToBack(
+          stream_, [&] { return run_ours() == cudaSuccess; }, kTimedRuns);
       ours = ours_ms > 0 && (cublaslt_ms <= 0 || ours_ms < cublaslt_ms);
       LogInfo(StrFormat(
           "GELU-gradient GEMM (%lld x %lld -> %lld): cuBLASLt DGELU %.3f ms, sm90 kernel %.3f ms "
@@ -168,8 +173,7 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
     it = dgelu_choice_.emplace(key, ours).first;
   }
   if (!it->second) return Status::Ok();
-  CUDA_CHECK(cuda::LaunchTranspose(DType::kBF16, w_t, weight.data, OC, F, stream_));
-  CUDA_CHECK(Sm90DgeluLaunch(p, stream_));
+  CUDA_CHECK(run_ours());
   ++counts_.dgelu_sm90;
   *done = true;
   return Status::Ok();

@@ -23,7 +23,7 @@ namespace {
 
 using namespace sm90;
 
-constexpr int kSharedBytes = kTileSharedBytes + 256 /*barriers*/ + 1024 /*alignment*/;
+constexpr int kSharedBytes = KernelSharedBytes(0);
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
@@ -57,16 +57,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(s.rest);
-  uint64_t* empty = full + kStages;
-  uint64_t* pre_full = empty + kStages;  // the TMA has brought the tile's pre
+  uint64_t* pre_full = s.own_barriers;   // the TMA has brought the tile's pre
   uint64_t* pre_free = pre_full + 1;     // the last tile's store has read the buffer
   uint64_t* slope_ready = pre_free + 1;  // the spare warps have turned pre into slopes
 
   const int warpgroup = threadIdx.x / 128;
-  const int tiles = order.m_blocks * order.n_blocks;
+  const int tiles = order.tiles();
   if (threadIdx.x == 0) {
-    InitRing(full, empty, &dout_map, &w_map, &pre_map, &din_map);
+    InitRing(s, &dout_map, &w_map, &pre_map, &din_map);
     BarrierInit(pre_full, 1);
     BarrierInit(pre_free, 1);
     BarrierInit(slope_ready, kSpareThreads);
@@ -107,7 +105,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       int m0, n0;
       order.Coordinates(tile, &m0, &n0);
-      LoadTile(s, full, empty, &dout_map, &w_map, m0, n0, k_blocks, &ring);
+      LoadTile(s, &dout_map, &w_map, m0, n0, k_blocks, &ring);
     }
     return;
   }
@@ -123,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int m0, n0;
     order.Coordinates(tile, &m0, &n0);
-    MultiplyTile(acc, s, full, empty, half, k_blocks, &ring, [&] {
+    MultiplyTile(acc, s, half, k_blocks, &ring, [&] {
       if (store_pending && store_thread) {  // the last tile's store has had a k-block to read
         TmaStoreWaitRead();
         BarrierArrive(pre_free);

@@ -20,8 +20,7 @@ using namespace sm90;
 
 constexpr int kBiasSlotBytes = kBlockN * 2;  // a tile's bias slice, bf16
 constexpr int kBiasSlots = 2;  // the loader is less than a tile ahead when K >= kStages k-blocks
-constexpr int kSharedBytes =
-    kTileSharedBytes + 256 /*barriers*/ + kBiasSlots * kBiasSlotBytes + 1024 /*alignment*/;
+constexpr int kSharedBytes = KernelSharedBytes(kBiasSlots * kBiasSlotBytes);
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
@@ -51,16 +50,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(s.rest);
-  uint64_t* empty = full + kStages;
-  uint64_t* pre_written = empty + kStages;  // the multipliers have written pre into the tile
-  uint64_t* tile_free = pre_written + 1;    // the spare warps' stores have read the tile
-  uint8_t* bias_slots = s.rest + 256;
+  uint64_t* pre_written = s.own_barriers;  // the multipliers have written pre into the tile
+  uint64_t* tile_free = pre_written + 1;   // the spare warps' stores have read the tile
+  uint8_t* bias_slots = s.rest;
 
   const int warpgroup = threadIdx.x / 128;
-  const int tiles = order.m_blocks * order.n_blocks;
+  const int tiles = order.tiles();
   if (threadIdx.x == 0) {
-    InitRing(full, empty, &x_map, &w_map, &pre_map, &out_map);
+    InitRing(s, &x_map, &w_map, &pre_map, &out_map);
     BarrierInit(pre_written, 256);
     BarrierInit(tile_free, 1);
     BarrierInitFence();
@@ -106,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, slot ^= 1) {
       int m0, n0;
       order.Coordinates(tile, &m0, &n0);
-      LoadTile(s, full, empty, &x_map, &w_map, m0, n0, k_blocks, &ring, bias + n0 * 2,
+      LoadTile(s, &x_map, &w_map, m0, n0, k_blocks, &ring, bias + n0 * 2,
                bias_slots + slot * kBiasSlotBytes, kBiasSlotBytes);
     }
     return;
@@ -121,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t phase = 0;
   int slot = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, slot ^= 1) {
-    MultiplyTile(acc, s, full, empty, half, k_blocks, &ring, [] {});
+    MultiplyTile(acc, s, half, k_blocks, &ring, [] {});
     // pre = acc + bias into the tile, once the last tile's out has left it. The bias slice came
     // with the first k-block, whose barrier this thread has waited on.
     BarrierWait(tile_free, phase ^ 1);

@@ -30,12 +30,23 @@ constexpr int kSpareThreads = 96;                     // warps 1-3 of the loadin
 constexpr int kLoaderRegisters = 56, kMultiplierRegisters = 224;  // 128 x 56 + 256 x 224 <= 64K
 constexpr int kTileSharedBytes = kStages * (kATileBytes + kBTileBytes) + kOutTileBytes;
 
-// The 1024-byte aligned tile region at the start of dynamic shared memory; a kernel's barriers
-// and small buffers follow it (kTileSharedBytes on).
+constexpr int kBarrierBytes = 256;  // the ring's barriers, then the kernel's own
+// A kernel's dynamic shared memory: the tiles, the barriers, `extra_bytes` of its own buffers,
+// and room to align the tiles to 1024 bytes.
+constexpr int KernelSharedBytes(int extra_bytes) {
+  return kTileSharedBytes + kBarrierBytes + extra_bytes + 1024;
+}
+
+// Dynamic shared memory carved up: the 1024-byte aligned tile region, the ring's barriers (full:
+// the loader's arrival and the TMA's bytes; empty: lane 0 of each of the 8 multiplying warps),
+// the kernel's own barriers after them, and its buffers (`rest`, kBarrierBytes past the ring's).
 struct TileShared {
   uint8_t* a_tiles;   // (kStages, 128, 64)
   uint8_t* b_tiles;   // (kStages, 256, 64)
   uint8_t* out_tile;  // 4 boxes of (128, 64)
+  uint64_t* full;     // kStages
+  uint64_t* empty;    // kStages
+  uint64_t* own_barriers;
   uint8_t* rest;
 };
 
@@ -45,20 +56,22 @@ __device__ __forceinline__ TileShared CarveTileShared(uint8_t* raw) {
                                          ~static_cast<uintptr_t>(1023));
   s.b_tiles = s.a_tiles + kStages * kATileBytes;
   s.out_tile = s.b_tiles + kStages * kBTileBytes;
-  s.rest = s.out_tile + kOutTileBytes;
+  s.full = reinterpret_cast<uint64_t*>(s.out_tile + kOutTileBytes);
+  s.empty = s.full + kStages;
+  s.own_barriers = s.empty + kStages;
+  s.rest = s.out_tile + kOutTileBytes + kBarrierBytes;
   return s;
 }
 
-// Thread 0's part of a kernel's setup: the ring's barriers (full: the loader's arrival and the
-// TMA's bytes; empty: lane 0 of each of the 8 multiplying warps) and the prefetch of the four
-// tensor maps. The kernel then initialises its own barriers, calls BarrierInitFence, and all
-// threads __syncthreads.
-__device__ __forceinline__ void InitRing(uint64_t* full, uint64_t* empty, const CUtensorMap* a_map,
+// Thread 0's part of a kernel's setup: the ring's barriers and the prefetch of the four tensor
+// maps. The kernel then initialises its own barriers, calls BarrierInitFence, and all threads
+// __syncthreads.
+__device__ __forceinline__ void InitRing(const TileShared& s, const CUtensorMap* a_map,
                                          const CUtensorMap* b_map, const CUtensorMap* mn_map,
                                          const CUtensorMap* out_map) {
   for (int i = 0; i < kStages; ++i) {
-    BarrierInit(&full[i], 1);
-    BarrierInit(&empty[i], 8);
+    BarrierInit(&s.full[i], 1);
+    BarrierInit(&s.empty[i], 8);
   }
   TmaPrefetchMap(a_map);
   TmaPrefetchMap(b_map);
@@ -78,14 +91,13 @@ struct RingPosition {
 // The loader (one thread): the tile's k-blocks of A (rows m0..) and B (rows n0..) into the ring.
 // With extra_bytes > 0, the first k-block's barrier also waits for a copy of that many bytes
 // from extra_src to extra_dst (a tile's bias slice), issued with it.
-__device__ __forceinline__ void LoadTile(const TileShared& s, uint64_t* full, uint64_t* empty,
-                                         const CUtensorMap* a_map, const CUtensorMap* b_map, int m0,
-                                         int n0, int k_blocks, RingPosition* ring,
-                                         const void* extra_src = nullptr, void* extra_dst = nullptr,
-                                         uint32_t extra_bytes = 0) {
+__device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap* a_map,
+                                         const CUtensorMap* b_map, int m0, int n0, int k_blocks,
+                                         RingPosition* ring, const void* extra_src = nullptr,
+                                         void* extra_dst = nullptr, uint32_t extra_bytes = 0) {
   for (int kb = 0; kb < k_blocks; ++kb) {
-    uint64_t* bar = &full[ring->stage];
-    BarrierWait(&empty[ring->stage], ring->phase ^ 1);
+    uint64_t* bar = &s.full[ring->stage];
+    BarrierWait(&s.empty[ring->stage], ring->phase ^ 1);
     BarrierArriveExpectBytes(bar, kATileBytes + kBTileBytes + (kb == 0 ? extra_bytes : 0));
     TmaLoad2d(s.a_tiles + ring->stage * kATileBytes, a_map, bar, kb * kBlockK, m0);
     TmaLoad2d(s.b_tiles + ring->stage * kBTileBytes, b_map, bar, kb * kBlockK, n0);
@@ -98,14 +110,13 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, uint64_t* full, ui
 // Each k-block's stage goes back to the loader once its wgmma have completed (one group stays in
 // flight). after_first_block runs once, while the first k-block multiplies.
 template <typename AfterFirstBlock>
-__device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, uint64_t* full,
-                                             uint64_t* empty, int half, int k_blocks,
-                                             RingPosition* ring,
+__device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, int half,
+                                             int k_blocks, RingPosition* ring,
                                              AfterFirstBlock&& after_first_block) {
   const bool lane0 = threadIdx.x % 32 == 0;
   int previous = 0;
   for (int kb = 0; kb < k_blocks; ++kb) {
-    BarrierWait(&full[ring->stage], ring->phase);
+    BarrierWait(&s.full[ring->stage], ring->phase);
     const uint64_t desc_a =
         WgmmaDescriptorSwizzle128(s.a_tiles + ring->stage * kATileBytes + half * 64 * 128);
     const uint64_t desc_b = WgmmaDescriptorSwizzle128(s.b_tiles + ring->stage * kBTileBytes);
@@ -120,7 +131,7 @@ __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, ui
     for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);
     if (kb > 0) {
       WgmmaWait<1>();
-      if (lane0) BarrierArrive(&empty[previous]);
+      if (lane0) BarrierArrive(&s.empty[previous]);
     } else {
       after_first_block();
     }
@@ -130,7 +141,7 @@ __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, ui
   WgmmaWait<0>();
 #pragma unroll
   for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);
-  if (lane0) BarrierArrive(&empty[previous]);
+  if (lane0) BarrierArrive(&s.empty[previous]);
 }
 
 // Where this thread's accumulator pair 2j + h (acc[4j + 2h], acc[4j + 2h + 1]) sits in the output
@@ -161,6 +172,7 @@ __device__ __forceinline__ void StoreTile(const CUtensorMap* map, const uint8_t*
 constexpr int kBandRows = 8;
 struct TileOrder {
   int m_blocks, n_blocks;
+  __device__ __forceinline__ int tiles() const { return m_blocks * n_blocks; }
   __device__ __forceinline__ void Coordinates(int tile, int* m0, int* n0) const {
     const int band_tiles = kBandRows * n_blocks;
     const int first = tile / band_tiles * kBandRows;
