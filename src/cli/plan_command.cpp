@@ -70,11 +70,8 @@ int RunPlanCommand(const std::vector<std::string>& args) {
     if (gpu)
       beside = StrFormat(
           " | on the GPU ~%.2f GiB in all (+%.2f GiB CUDA context and libraries, +%.2f GiB "
-          "cuDNN attention workspace%s%s)",
+          "cuDNN attention workspace%s)",
           GiB(m.total()), GiB(m.device_base), GiB(m.attention_workspace),
-          m.gemm_scratch > 0
-              ? StrFormat(", +%.2f GiB scratch for W_proj^T", GiB(m.gemm_scratch)).c_str()
-              : "",
           world > 1 ? "; NCCL's buffers not counted" : "");
     std::cout << StrFormat(
         "  stage %d: %d blocks, %.1fM parameters per rank | weights+grads+"

@@ -6,17 +6,15 @@
 
 #include "common/log.h"
 #include "engine/pipeline.h"
-#include "model/backend.h"
 #include "model/parameters.h"
 #include "optimizer/adamw.h"
 
 namespace trainer {
 namespace {
 
-// What a rank still has to allocate once its backend is up: the arena, cuDNN's workspace and the
-// scratch's growth.
+// What a rank still has to allocate once its backend is up: the arena, and cuDNN's workspace.
 double StillToAllocate(const RankMemory& m) {
-  return m.arena() + m.attention_workspace + m.gemm_scratch;
+  return m.arena() + m.attention_workspace;
 }
 
 bool Fits(const RankMemory& m, const RankMemoryAvailable& available) {
@@ -48,11 +46,6 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
   if (device) {
     m.device_base = kGpuBaseBytes;
     m.attention_workspace = 4.0 * B * model.sequence_length() * model.hidden_size / d.tp_degree;
-    if (compute_dtype == DType::kBF16) {
-      const double w_proj_t = 2.0 * model.ffn_size() / d.tp_degree * model.hidden_size;
-      m.gemm_scratch =
-          std::max(0.0, w_proj_t - static_cast<double>(Backend::kDeviceScratchReserveBytes));
-    }
   }
   return m;
 }

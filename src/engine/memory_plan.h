@@ -28,13 +28,10 @@ struct RankMemory {
   size_t optimizer = 0;            // master weights, Adam moments (a ZeRO-1 piece), the norm
   double device_base = 0;          // GPU: context, libraries, their workspaces
   double attention_workspace = 0;  // GPU: cuDNN's attention backward workspace
-  // GPU, bf16: the scratch's growth past its reserve for W_proj^T, which the sm90 GELU-gradient
-  // GEMM reads (counted on any GPU; 0 up to 2 * F * C / tp = 32 MiB, i.e. to the 1.3B model).
-  double gemm_scratch = 0;
   // Weights, gradients and the optimizer's state.
   size_t state() const { return model.parameters + model.gradients + optimizer; }
   size_t arena() const { return model.total() + optimizer; }
-  double total() const { return arena() + device_base + attention_workspace + gemm_scratch; }
+  double total() const { return arena() + device_base + attention_workspace; }
 };
 
 // A rank of pipeline stage `stage`, computing in `compute_dtype` on a GPU (`device`) or the CPU,

@@ -61,9 +61,6 @@ class Backend {
   virtual Status ReserveArena(size_t bytes) { return Status::Ok(); }
   // Bytes Allocate hands out for `bytes` (its alignment), for sizing the arena.
   static size_t AllocationSize(size_t bytes) { return (bytes + 255) / 256 * 256; }
-  // A device backend's scratch for ops' temporary room, reserved at creation; it grows past this
-  // only the first time an op needs more (the first step), which memory plans count.
-  static constexpr size_t kDeviceScratchReserveBytes = 32u << 20;
   virtual void Free(void* ptr) = 0;
   virtual Status CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual Status CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;

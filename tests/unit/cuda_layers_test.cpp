@@ -1,15 +1,13 @@
 // GPU tests of the CUDA backend's layer ops against the CPU fp32 backend: embedding, LayerNorm
 // (plain and fused with the residual add), matmul forward/backward through every cuBLASLt route
 // (epilogues on and off, sizes that are not multiples of 8, the sm90 GELU GEMMs where they run),
-// column sums, the transpose, GELU backward and the elementwise ops. Inputs are fresh random
+// column sums, GELU backward and the elementwise ops. Inputs are fresh random
 // values, rounded to bf16 so both backends see the same numbers.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 
 #include "cuda_test_util.h"
-#include "model/cpu/cpu_kernels.h"
-#include "model/cuda/kernels.h"
 
 namespace trainer {
 namespace cuda_testing {
@@ -377,24 +375,6 @@ INSTANTIATE_TEST_SUITE_P(
                                          MatmulCase{512, 256, 1024, true, Activation::kGelu}),
                        ::testing::Values(GeluRoute::kKernel, GeluRoute::kCublasLt,
                                          GeluRoute::kCudnn, GeluRoute::kSm90)));
-
-// LaunchTranspose against cpu::transpose in the compute dtype (exact: nothing is rounded), on
-// shapes that end inside a tile and one of several tiles each way.
-TEST_F(CudaLayersTest, TransposeMatchesCpu) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {37, 70}, {64, 96}, {300, 33}};
-  for (const auto& [rows, cols] : shapes) {
-    SCOPED_TRACE(Trace() + StrFormat(", rows=%lld cols=%lld", (long long)rows, (long long)cols));
-    const std::vector<float> in = Random(rows * cols);
-    std::vector<float> want(rows * cols);
-    cpu::transpose(want.data(), in.data(), rows, cols);
-    auto g_in = Compute(in, {rows, cols});
-    auto g_out = Compute(std::vector<float>(rows * cols), {cols, rows});
-    ASSERT_EQ(cuda::LaunchTranspose(gpu_->compute_dtype(), g_out->tensor().data,
-                                    g_in->tensor().data, rows, cols, gpu_->stream()),
-              cudaSuccess);
-    EXPECT_BITWISE_EQUAL(g_out->Download(), want);
-  }
-}
 
 // ColumnSums: a block of columns of a wider matrix, plain and row-weighted, through the 16-byte
 // loads (columns and row stride multiples of 8) and the one-column loads (odd ones).

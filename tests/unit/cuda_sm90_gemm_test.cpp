@@ -1,5 +1,6 @@
 // GPU tests of the Hopper GEMMs (src/model/cuda/sm90/) against their CPU twins on fresh random
-// bf16 inputs. The GELU-gradient GEMM against cpu::matmul_forward then cpu::gelu_backward: one
+// bf16 inputs. The GELU-gradient GEMM (its weight N-major, as stored) against cpu::matmul_forward
+// on the weight's transpose, then cpu::gelu_backward: one
 // tile and one k-block, fewer k-blocks than pipeline stages, several tiles per CTA (the pre buffer
 // handed back between tiles, the stage ring wrapping), din written in place of pre. The GELU
 // forward GEMM against cpu::matmul_forward with its bias and GELU: from one tile to several per
@@ -34,19 +35,20 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
   for (const Case& c : cases) {
     SCOPED_TRACE(Trace() + ", M " + std::to_string(c.m) + ", N " + std::to_string(c.n) + ", K " +
                  std::to_string(c.k) + (c.in_place ? ", in place" : ""));
-    const std::vector<float> dout = Random(c.m * c.k), w_t = Random(c.n * c.k),
+    const std::vector<float> dout = Random(c.m * c.k), w = Random(c.k * c.n),
                              pre = Random(c.m * c.n, -3.f, 3.f);
-    std::vector<float> product(c.m * c.n), want(c.m * c.n);
+    std::vector<float> w_t(c.n * c.k), product(c.m * c.n), want(c.m * c.n);
+    cpu::transpose(w_t.data(), w.data(), c.k, c.n);  // matmul_forward multiplies by w_t^T
     cpu::matmul_forward(product.data(), nullptr, dout.data(), w_t.data(), nullptr, c.m,
                         static_cast<int>(c.k), static_cast<int>(c.n), false);
     cpu::gelu_backward(want.data(), product.data(), pre.data(), want.size());
 
-    auto g_dout = Compute(dout, {c.m, c.k}), g_w = Compute(w_t, {c.n, c.k});
+    auto g_dout = Compute(dout, {c.m, c.k}), g_w = Compute(w, {c.k, c.n});
     auto g_pre = Compute(pre, {c.m, c.n}),
          g_din = Compute(std::vector<float>(c.m * c.n), {c.m, c.n});
     cuda::GemmDgeluProblem problem;
     problem.dout = g_dout->tensor().data;
-    problem.w_t = g_w->tensor().data;
+    problem.w = g_w->tensor().data;
     problem.pre = g_pre->tensor().data;
     problem.din = c.in_place ? g_pre->tensor().data : g_din->tensor().data;
     problem.m = c.m, problem.n = c.n, problem.k = c.k;
@@ -92,7 +94,7 @@ TEST_F(CudaSm90GemmTest, GeluForwardMatchesCpuMatmulWithBiasAndGelu) {
 TEST_F(CudaSm90GemmTest, RefusesShapesOffTheirTiles) {
   cuda::GemmDgeluProblem problem;
   auto buffer = Compute(std::vector<float>(512 * 512), {512, 512});
-  problem.dout = problem.w_t = problem.pre = problem.din = buffer->tensor().data;
+  problem.dout = problem.w = problem.pre = problem.din = buffer->tensor().data;
   problem.m = 256, problem.n = 256, problem.k = 64;
   if (!cuda::GemmDgeluSupported(problem)) GTEST_SKIP() << "not an sm_90 GPU";
   for (auto [m, n, k] : {std::array<int64_t, 3>{200, 256, 64}, {256, 320, 64}, {256, 256, 100}}) {

@@ -58,8 +58,8 @@ Status CudaBackend::Create(int device, DType compute, std::unique_ptr<CudaBacken
     if (!cuda::CudnnGeluMatmul::Create(backend->stream_, &backend->cudnn_gelu_matmul_).ok())
       backend->cudnn_gelu_matmul_.reset();
   }
-  CUDA_CHECK(cudaMalloc(&backend->scratch_, kDeviceScratchReserveBytes));
-  backend->scratch_bytes_ = kDeviceScratchReserveBytes;
+  CUDA_CHECK(cudaMalloc(&backend->scratch_, kInitialScratchBytes));
+  backend->scratch_bytes_ = kInitialScratchBytes;
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&backend->staging_), 2 * kStagingSlotBytes));
   for (cudaEvent_t& event : backend->staging_free_)
     CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));

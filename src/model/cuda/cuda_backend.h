@@ -122,6 +122,7 @@ class CudaBackend final : public Backend {
   Status Scale(Tensor x, float s) override;
 
  private:
+  static constexpr size_t kInitialScratchBytes = 32u << 20;
   static constexpr size_t kStagingSlotBytes = 4u << 20;
 
   CudaBackend(int device, DType compute);  // out of line: members' types are incomplete here
@@ -133,8 +134,8 @@ class CudaBackend final : public Backend {
   // *done = false leaves it to cuBLASLt.
   Status FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args, bool* done);
   // The GELU-gradient GEMM by our sm90 kernel when that is the shape's route (decided on first
-  // use by timing `gemm`, the cuBLASLt DGELU route, against ours with W's transpose); *done =
-  // false leaves it to cuBLASLt.
+  // use by timing `gemm`, the cuBLASLt DGELU route, against ours); *done = false leaves it to
+  // cuBLASLt.
   Status FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor dout, Tensor weight,
                            Tensor pre_act, bool* done);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).

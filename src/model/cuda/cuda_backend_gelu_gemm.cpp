@@ -1,13 +1,12 @@
 // CudaBackend's routes for the MLP's two GELU GEMMs (the op tier picks them in
 // cuda_backend_layers.cpp): the forward pre = x W_fc^T + bias, out = GELU(pre) by cuBLASLt's
 // GELU_AUX_BIAS epilogue, cuDNN's fused graph or our sm90 kernel, and the GELU-gradient GEMM
-// din = GELU'(pre) * (dout W_proj) by cuBLASLt's DGELU epilogue or our sm90 kernel (on W_proj
-// transposed). Each shape's route is timed on its first call and kept for the run.
+// din = GELU'(pre) * (dout W_proj) by cuBLASLt's DGELU epilogue or our sm90 kernel. Each shape's
+// route is timed on its first call and kept for the run.
 #include "common/log.h"
 #include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_check.h"
-#include "model/cuda/kernels.h"
 #include "model/cuda/matmul.h"
 #include "model/cuda/matmul_gelu_cudnn.h"
 #if defined(TRAINER_WITH_SM90_KERNELS)
@@ -48,7 +47,7 @@ cudaError_t Sm90GeluLaunch(const cuda::GeluMatmulArgs&, cudaStream_t) {
   return cudaErrorNotSupported;
 }
 struct Sm90DgeluProblem {
-  const void *dout = nullptr, *w_t = nullptr, *pre = nullptr;
+  const void *dout = nullptr, *w = nullptr, *pre = nullptr;
   void* din = nullptr;
   int64_t m = 0, n = 0, k = 0;
 };
@@ -134,39 +133,32 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   if (compute_ != DType::kBF16 || gelu_route_ == GeluMatmulRoute::kCublasLt ||
       gelu_route_ == GeluMatmulRoute::kCudnn)
     return Status::Ok();
-  // din (N,F) = GELU'(pre_act) * (dout (N,OC) weight (OC,F)); the kernel takes weight^T (F,OC),
-  // transposed into scratch first. `gemm` is cuBLASLt's din^T (F,N) = W dout^T with DGELU.
+  // din (N,F) = GELU'(pre_act) * (dout (N,OC) weight (OC,F)), the weight as stored (N-major for
+  // the kernel). `gemm` is cuBLASLt's din^T (F,N) = W dout^T with DGELU.
   const int64_t N = gemm.n, F = gemm.m, OC = gemm.k;
   const auto key = std::make_tuple(N, F, OC);
   auto it = dgelu_choice_.find(key);
   if (it != dgelu_choice_.end() && !it->second) return Status::Ok();
   Sm90DgeluProblem p;
-  p.dout = dout.data, p.pre = pre_act.data, p.din = din.data;
-  p.w_t = weight.data;  // as aligned as the scratch that will hold weight^T: for the check only
+  p.dout = dout.data, p.w = weight.data, p.pre = pre_act.data, p.din = din.data;
   p.m = N, p.n = F, p.k = OC;
   if (it == dgelu_choice_.end() && !Sm90DgeluRuns(p)) {
     dgelu_choice_.emplace(key, false);
     return Status::Ok();
   }
-  void* w_t = nullptr;  // weight^T: ours is timed or runs
-  TRAINER_RETURN_IF_ERROR(Scratch(static_cast<size_t>(F * OC) * 2, &w_t));
-  p.w_t = w_t;
-  auto run_ours = [&]() -> cudaError_t {
-    const cudaError_t e = cuda::LaunchTranspose(DType::kBF16, w_t, weight.data, OC, F, stream_);
-    return e != cudaSuccess ? e : Sm90DgeluLaunch(p, stream_);
-  };
+  auto run_ours = [&] { return Sm90DgeluLaunch(p, stream_); };
   if (it == dgelu_choice_.end()) {
     bool ours = gelu_route_ == GeluMatmulRoute::kSm90;
     if (gelu_route_ == GeluMatmulRoute::kFastest) {
-      // cuBLASLt's time (its first run tunes it), then ours with the transpose; din holds ours,
-      // and the caller runs cuBLASLt again when it wins.
+      // cuBLASLt's time (its first run tunes it), then ours; din holds ours, and the caller runs
+      // cuBLASLt again when it wins.
       const float cublaslt_ms = TimeCublasLt(matmul_.get(), gemm, stream_);
       const float ours_ms = cuda::TimeBackToBack(
           stream_, [&] { return run_ours() == cudaSuccess; }, kTimedRuns);
       ours = ours_ms > 0 && (cublaslt_ms <= 0 || ours_ms < cublaslt_ms);
       LogInfo(StrFormat(
-          "GELU-gradient GEMM (%lld x %lld -> %lld): cuBLASLt DGELU %.3f ms, sm90 kernel %.3f ms "
-          "(with the weight's transpose); using %s",
+          "GELU-gradient GEMM (%lld x %lld -> %lld): cuBLASLt DGELU %.3f ms, sm90 kernel %.3f ms; "
+          "using %s",
           (long long)N, (long long)OC, (long long)F, cublaslt_ms, ours_ms,
           ours ? "sm90 kernel" : "cuBLASLt"));
     }

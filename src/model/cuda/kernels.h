@@ -59,11 +59,6 @@ cudaError_t LaunchScale(DType dtype, void* x, float s, int64_t n, cudaStream_t s
 cudaError_t LaunchConvert(DType dst_dtype, void* dst, DType src_dtype, const void* src, int64_t n,
                           cudaStream_t stream);
 
-// ---- transpose.cu ----
-// out (cols, rows) = in (rows, cols)^T (f32 or bf16); out must not alias in.
-cudaError_t LaunchTranspose(DType dtype, void* out, const void* in, int64_t rows, int64_t cols,
-                            cudaStream_t stream);
-
 // ---- reduce.cu ----
 // Row chunks used by the two-stage column reductions for N rows.
 int ColumnReductionChunks(int64_t N);

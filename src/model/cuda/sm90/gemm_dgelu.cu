@@ -1,11 +1,11 @@
-// The GELU-gradient GEMM on Hopper (sm_90a): din (M,N) = GELU'(pre) * (dout (M,K) w_t (N,K)^T).
+// The GELU-gradient GEMM on Hopper (sm_90a): din (M,N) = GELU'(pre) * (dout (M,K) w (K,N)).
 // A persistent grid, one CTA per SM, takes 128 x 256 output tiles in turn. In warpgroup 0, thread
-// 0 loads 64-wide k-blocks of dout and w_t by TMA into a ring of kStages stages (128B swizzle);
-// warps 1-3 load the tile's pre (64 KB, evict-first in the L2) into its own buffer and turn it
-// into GELU'(pre) (f16) in place while the tile multiplies. Warpgroups 1 and 2 multiply the
-// tile's two 64 x 256 halves by wgmma (f32 accumulators in registers), so that their epilogue,
-// which the tensor cores wait for, is one multiply per element: din is formed in place of the
-// slopes and one thread stores it by TMA. The buffer goes back to warps 1-3 once the store has
+// 0 loads 64-wide k-blocks of dout and w (N-major, as stored) by TMA into a ring of kStages
+// stages (128B swizzle); warps 1-3 load the tile's pre (64 KB, evict-first in the L2) into its
+// own buffer and turn it into GELU'(pre) (f16) in place while the tile multiplies. Warpgroups 1 and
+// 2 multiply the tile's two 64 x 256 halves by wgmma (f32 accumulators in registers), so that their
+// epilogue, which the tensor cores wait for, is one multiply per element: din is formed in place of
+// the slopes and one thread stores it by TMA. The buffer goes back to warps 1-3 once the store has
 // read it, during the next tile's first k-block.
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       int m0, n0;
       order.Coordinates(tile, &m0, &n0);
-      LoadTile(s, &dout_map, &w_map, m0, n0, k_blocks, &ring);
+      LoadTile<BMajor::kN>(s, &dout_map, &w_map, m0, n0, k_blocks, &ring);
     }
     return;
   }
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int m0, n0;
     order.Coordinates(tile, &m0, &n0);
-    MultiplyTile(acc, s, half, k_blocks, &ring, [&] {
+    MultiplyTile<BMajor::kN>(acc, s, half, k_blocks, &ring, [&] {
       if (store_pending && store_thread) {  // the last tile's store has had a k-block to read
         TmaStoreWaitRead();
         BarrierArrive(pre_free);
@@ -152,15 +152,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 }  // namespace
 
 bool GemmDgeluSupported(const GemmDgeluProblem& p) {
-  return TilesFit(p.m, p.n, p.k) && Aligned16(p.dout) && Aligned16(p.w_t) && Aligned16(p.pre) &&
+  return TilesFit(p.m, p.n, p.k) && Aligned16(p.dout) && Aligned16(p.w) && Aligned16(p.pre) &&
          Aligned16(p.din);
 }
 
 cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
   if (!GemmDgeluSupported(p)) return cudaErrorNotSupported;
   CUtensorMap dout_map, w_map, pre_map, din_map;
-  if (!MakeGemmMaps(&dout_map, &w_map, &pre_map, &din_map, p.dout, p.w_t, p.pre, p.din, p.m, p.n,
-                    p.k))
+  if (!MakeGemmMaps(&dout_map, &w_map, &pre_map, &din_map, p.dout, p.w, p.pre, p.din, p.m, p.n, p.k,
+                    BMajor::kN))
     return cudaErrorInvalidValue;
   int grid = 0;
   const cudaError_t prepared = TileGrid(GemmDgeluKernel, kSharedBytes, p.m, p.n, &grid);

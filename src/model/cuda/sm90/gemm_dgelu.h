@@ -1,8 +1,8 @@
 // The MLP's GELU-gradient GEMM as a Hopper kernel of our own (sm90/gemm_dgelu.cu):
-//   din (M,N) = GELU'(pre (M,N)) * (dout (M,K) w_t (N,K)^T)
+//   din (M,N) = GELU'(pre (M,N)) * (dout (M,K) w (K,N))
 // bf16 row-major operands and output, f32 accumulation, tanh GELU as GPT-2. It takes the place of
-// cuBLASLt's DGELU epilogue where it is faster; its CPU twin is cpu::matmul_forward followed by
-// cpu::gelu_backward.
+// cuBLASLt's DGELU epilogue where it is faster; its CPU twin is cpu::matmul_forward (on w's
+// transpose) followed by cpu::gelu_backward.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,7 +14,7 @@ namespace cuda {
 
 struct GemmDgeluProblem {
   const void* dout = nullptr;  // (M,K) bf16
-  const void* w_t = nullptr;   // (N,K) bf16: the down projection's weight (K,N) transposed
+  const void* w = nullptr;     // (K,N) bf16: the down projection's weight as stored
   const void* pre = nullptr;   // (M,N) bf16: the GELU's input from the forward
   void* din = nullptr;         // (M,N) bf16; may be pre itself (written in place)
   int64_t m = 0, n = 0, k = 0;

@@ -88,9 +88,16 @@ struct RingPosition {
   }
 };
 
-// The loader (one thread): the tile's k-blocks of A (rows m0..) and B (rows n0..) into the ring.
-// With extra_bytes > 0, the first k-block's barrier also waits for a copy of that many bytes
+// How B is stored: (N, K) row-major (K-major, as a linear layer's weight for x W^T) or (K, N)
+// row-major (N-major, the weight as stored for dY W). The ring holds either the same way the
+// TMA writes it: one (256, 64) box, or four (64 K-rows, 64 N-elements) boxes of 8 KB.
+enum class BMajor { kK, kN };
+constexpr int kNMajorBoxBytes = kBlockK * kBoxCols * 2;  // 8 KB
+
+// The loader (one thread): the tile's k-blocks of A (rows m0..) and B (its n0.. part) into the
+// ring. With extra_bytes > 0, the first k-block's barrier also waits for a copy of that many bytes
 // from extra_src to extra_dst (a tile's bias slice), issued with it.
+template <BMajor kB = BMajor::kK>
 __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap* a_map,
                                          const CUtensorMap* b_map, int m0, int n0, int k_blocks,
                                          RingPosition* ring, const void* extra_src = nullptr,
@@ -100,7 +107,13 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
     BarrierWait(&s.empty[ring->stage], ring->phase ^ 1);
     BarrierArriveExpectBytes(bar, kATileBytes + kBTileBytes + (kb == 0 ? extra_bytes : 0));
     TmaLoad2d(s.a_tiles + ring->stage * kATileBytes, a_map, bar, kb * kBlockK, m0);
-    TmaLoad2d(s.b_tiles + ring->stage * kBTileBytes, b_map, bar, kb * kBlockK, n0);
+    uint8_t* b_tile = s.b_tiles + ring->stage * kBTileBytes;
+    if (kB == BMajor::kK) {
+      TmaLoad2d(b_tile, b_map, bar, kb * kBlockK, n0);
+    } else {
+      for (int box = 0; box < kBlockN / kBoxCols; ++box)
+        TmaLoad2d(b_tile + box * kNMajorBoxBytes, b_map, bar, n0 + box * kBoxCols, kb * kBlockK);
+    }
     if (kb == 0 && extra_bytes > 0) BulkLoad(extra_dst, extra_src, extra_bytes, bar);
     ring->Advance();
   }
@@ -109,7 +122,7 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
 // The multipliers (both warpgroups): acc = A (this half's 64 rows) B^T over the tile's k-blocks.
 // Each k-block's stage goes back to the loader once its wgmma have completed (one group stays in
 // flight). after_first_block runs once, while the first k-block multiplies.
-template <typename AfterFirstBlock>
+template <BMajor kB = BMajor::kK, typename AfterFirstBlock>
 __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, int half,
                                              int k_blocks, RingPosition* ring,
                                              AfterFirstBlock&& after_first_block) {
@@ -119,13 +132,18 @@ __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, in
     BarrierWait(&s.full[ring->stage], ring->phase);
     const uint64_t desc_a =
         WgmmaDescriptorSwizzle128(s.a_tiles + ring->stage * kATileBytes + half * 64 * 128);
-    const uint64_t desc_b = WgmmaDescriptorSwizzle128(s.b_tiles + ring->stage * kBTileBytes);
+    const uint8_t* b_tile = s.b_tiles + ring->stage * kBTileBytes;
+    const uint64_t desc_b = kB == BMajor::kK ? WgmmaDescriptorSwizzle128(b_tile)
+                                             : WgmmaDescriptorSwizzle128NMajor(b_tile);
+    // Along K by 16: K-major, 32 bytes within the rows (2 in the address field); N-major, 16
+    // rows of 128 bytes (128).
+    constexpr uint64_t kBStep = kB == BMajor::kK ? 2 : 128;
 #pragma unroll
     for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);
     WgmmaFence();
 #pragma unroll
-    for (int k = 0; k < kBlockK / 16; ++k)  // 16 elements = 32 bytes = 2 in the address field
-      WgmmaM64N256K16(acc, desc_a + 2 * k, desc_b + 2 * k, kb > 0 || k > 0);
+    for (int k = 0; k < kBlockK / 16; ++k)
+      WgmmaM64N256K16<kB == BMajor::kN>(acc, desc_a + 2 * k, desc_b + kBStep * k, kb > 0 || k > 0);
     WgmmaCommit();
 #pragma unroll
     for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);
@@ -244,13 +262,17 @@ inline bool TilesFit(int64_t m, int64_t n, int64_t k) {
          n < (1ll << 31) && k < (1ll << 31);
 }
 
-// The maps of a tiled GEMM's operands: A (m, k) and B (n, k) as the mainloop reads them, and two
-// (m, n) matrices in output tiles (the epilogue's other input or second output, and its output).
+// The maps of a tiled GEMM's operands: A (m, k) and B ((n, k), or (k, n) when N-major) as the
+// mainloop reads them, and two (m, n) matrices in output tiles (the epilogue's other input or
+// second output, and its output).
 inline bool MakeGemmMaps(CUtensorMap* a_map, CUtensorMap* b_map, CUtensorMap* mn_map,
                          CUtensorMap* out_map, const void* a, const void* b, const void* mn,
-                         const void* out, int64_t m, int64_t n, int64_t k) {
-  return MakeTileMap(a_map, a, m, k, kBlockM) && MakeTileMap(b_map, b, n, k, kBlockN) &&
-         MakeTileMap(mn_map, mn, m, n, kBlockM) && MakeTileMap(out_map, out, m, n, kBlockM);
+                         const void* out, int64_t m, int64_t n, int64_t k,
+                         BMajor b_major = BMajor::kK) {
+  const bool b_made = b_major == BMajor::kK ? MakeTileMap(b_map, b, n, k, kBlockN)
+                                            : MakeTileMap(b_map, b, k, n, kBlockK);
+  return MakeTileMap(a_map, a, m, k, kBlockM) && b_made && MakeTileMap(mn_map, mn, m, n, kBlockM) &&
+         MakeTileMap(out_map, out, m, n, kBlockM);
 }
 
 // Lets `kernel` use shared_bytes of dynamic shared memory, and gives its grid for an (m, n)

@@ -130,6 +130,15 @@ __device__ __forceinline__ uint64_t WgmmaDescriptorSwizzle128(const void* tile) 
   constexpr uint64_t kLeading = 1, kStride = 1024 >> 4, kSwizzle128 = 1;
   return start | (kLeading << 16) | (kStride << 32) | (kSwizzle128 << 62);
 }
+// The descriptor of an N-major bf16 tile (B stored (K, N) row-major) as the TMA writes it with
+// 128B swizzle, in boxes of 64 K-rows of 64 N-elements (8 KB each, one after the other): within
+// a box 8-row groups 1024 bytes apart (the stride offset), the boxes along N 8 KB apart (the
+// leading offset). Moving along K by 16 rows adds 2048 bytes to the start address.
+__device__ __forceinline__ uint64_t WgmmaDescriptorSwizzle128NMajor(const void* tile) {
+  const uint64_t start = (SharedAddress(tile) & 0x3FFFF) >> 4;
+  constexpr uint64_t kLeading = 8192 >> 4, kStride = 1024 >> 4, kSwizzle128 = 1;
+  return start | (kLeading << 16) | (kStride << 32) | (kSwizzle128 << 62);
+}
 // Orders register accesses before the wgmma that follow (accumulators written by other code).
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -147,8 +156,10 @@ __device__ __forceinline__ void WgmmaFenceOperand(float& r) {
   asm volatile("" : "+f"(r)::"memory");
 }
 
-// d (64 x 256 f32, the wgmma accumulator fragment) (+)= A (64 x 16) B (256 x 16)^T, both
-// K-major bf16 in shared memory (descriptors above); accumulate = false overwrites d.
+// d (64 x 256 f32, the wgmma accumulator fragment) (+)= A (64 x 16) B (256 x 16)^T, bf16 in
+// shared memory (descriptors above): A K-major, B K-major or, with kBNMajor, N-major (the
+// instruction's imm-trans-b); accumulate = false overwrites d.
+template <bool kBNMajor = false>
 __device__ __forceinline__ void WgmmaM64N256K16(float* d, uint64_t desc_a, uint64_t desc_b,
                                                 bool accumulate) {
   asm volatile(
@@ -165,7 +176,7 @@ __device__ __forceinline__ void WgmmaM64N256K16(float* d, uint64_t desc_a, uint6
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
       "%127}, "
-      "%128, %129, p, 1, 1, 0, 0;\n"
+      "%128, %129, p, 1, 1, 0, %131;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
@@ -186,7 +197,7 @@ __device__ __forceinline__ void WgmmaM64N256K16(float* d, uint64_t desc_a, uint6
         "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
         "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
         "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kBNMajor ? 1 : 0));
 }
 
 }  // namespace sm90
