@@ -59,17 +59,18 @@ cudaError_t Sm90DgeluLaunch(const Sm90DgeluProblem&, cudaStream_t) {
 }
 #endif
 
-// A shape's routes are timed on its first call, in turns (cuda::TimeInterleaved): kTimedRounds
-// rounds of kRunsPerRound back-to-back runs each, behind one untimed run (cuBLASLt's tunes it).
-constexpr int kTimedRounds = 4;
-constexpr int kRunsPerRound = 2;
+// A route's timing on a shape's first call: kTimedRuns back-to-back runs behind an untimed one.
+constexpr int kTimedRuns = 3;
 
-// cuBLASLt's GEMM `gemm` as a route to time: true when it ran.
-std::function<bool()> CublasLtRoute(cuda::CublasLtMatmul* matmul, const cuda::Gemm& gemm) {
-  return [matmul, &gemm] {
-    bool ran = false;
-    return matmul->Run(gemm, &ran).ok() && ran;
-  };
+// Milliseconds per run of cuBLASLt's GEMM `gemm` (its first run tunes it); -1 when it cannot run.
+float TimeCublasLt(cuda::CublasLtMatmul* matmul, const cuda::Gemm& gemm, cudaStream_t stream) {
+  return cuda::TimeBackToBack(
+      stream,
+      [&] {
+        bool ran = false;
+        return matmul->Run(gemm, &ran).ok() && ran;
+      },
+      kTimedRuns);
 }
 
 }  // namespace
@@ -87,21 +88,18 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
     if (gelu_route_ == GeluMatmulRoute::kCudnn && cudnn_runs) choice = GeluGemmChoice::kCudnn;
     if (gelu_route_ == GeluMatmulRoute::kSm90 && sm90_runs) choice = GeluGemmChoice::kSm90;
     if (gelu_route_ == GeluMatmulRoute::kFastest) {
-      // cuDNN's fastest plan's time, then cuBLASLt's and ours in turns; the outputs hold the last
-      // one's result, and the caller runs cuBLASLt again when it wins.
+      // cuBLASLt's time (its first run tunes it), cuDNN's fastest plan's, then ours; the outputs
+      // hold the last one's result, and the caller runs cuBLASLt again when it wins.
+      const float cublaslt_ms = TimeCublasLt(matmul_.get(), gemm, stream_);
       float cudnn_ms = -1.f, sm90_ms = -1.f;
       if (cudnn_runs) {
         bool supported = false;
         TRAINER_RETURN_IF_ERROR(cudnn_gelu_matmul_->Run(args, &supported, &cudnn_ms));
         if (!supported) cudnn_ms = -1.f;
       }
-      std::vector<std::function<bool()>> routes = {CublasLtRoute(matmul_.get(), gemm)};
       if (sm90_runs)
-        routes.push_back([&] { return Sm90GeluLaunch(args, stream_) == cudaSuccess; });
-      const std::vector<float> ms =
-          cuda::TimeInterleaved(stream_, routes, kTimedRounds, kRunsPerRound);
-      const float cublaslt_ms = ms[0];
-      if (sm90_runs) sm90_ms = ms[1];
+        sm90_ms = cuda::TimeBackToBack(
+            stream_, [&] { return Sm90GeluLaunch(args, stream_) == cudaSuccess; }, kTimedRuns);
       float best_ms = cublaslt_ms;
       if (cudnn_ms > 0 && (best_ms <= 0 || cudnn_ms < best_ms))
         best_ms = cudnn_ms, choice = GeluGemmChoice::kCudnn;
@@ -152,12 +150,11 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   if (it == dgelu_choice_.end()) {
     bool ours = gelu_route_ == GeluMatmulRoute::kSm90;
     if (gelu_route_ == GeluMatmulRoute::kFastest) {
-      // cuBLASLt's and ours in turns; din holds ours, and the caller runs cuBLASLt again when it
-      // wins.
-      const std::vector<float> ms = cuda::TimeInterleaved(
-          stream_, {CublasLtRoute(matmul_.get(), gemm), [&] { return run_ours() == cudaSuccess; }},
-          kTimedRounds, kRunsPerRound);
-      const float cublaslt_ms = ms[0], ours_ms = ms[1];
+      // cuBLASLt's time (its first run tunes it), then ours; din holds ours, and the caller runs
+      // cuBLASLt again when it wins.
+      const float cublaslt_ms = TimeCublasLt(matmul_.get(), gemm, stream_);
+      const float ours_ms = cuda::TimeBackToBack(
+          stream_, [&] { return run_ours() == cudaSuccess; }, kTimedRuns);
       ours = ours_ms > 0 && (cublaslt_ms <= 0 || ours_ms < cublaslt_ms);
       LogInfo(StrFormat(
           "GELU-gradient GEMM (%lld x %lld -> %lld): cuBLASLt DGELU %.3f ms, sm90 kernel %.3f ms; "
