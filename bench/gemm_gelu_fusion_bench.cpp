@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <cudnn_frontend.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -109,7 +110,12 @@ double RelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(d / (n > 0 ? n : 1));
 }
 
+// Milliseconds per run of `op` over `iterations` back-to-back runs, after a first run (which tunes
+// a cuBLASLt GEMM) and 0.3 s of rest: timed right after its tuning's runs, cuBLASLt's GELU GEMMs
+// took 4-18% longer than after a rest (twenty-seventh session, gelu_route_power_bench).
 double TimeMs(cudaStream_t stream, const std::function<bool()>& op, int iterations = 20) {
+  if (!op() || cudaStreamSynchronize(stream) != cudaSuccess) return -1;
+  usleep(300000);
   return trainer::cuda::TimeBackToBack(stream, op, iterations);
 }
 

@@ -1,17 +1,20 @@
 // What the GEMM benchmarks share: NVML's energy counter and SM clock (loaded from the driver's
-// library at run time), and one cuBLASLt problem (bf16 operands, random values, its descriptors)
-// with the heuristic's candidates for it.
+// library at run time), a GEMM's timing idle and at the power limit, and one cuBLASLt problem
+// (bf16 operands, random values, its descriptors) with the heuristic's candidates for it.
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "bench_check.h"
+#include "model/cuda/back_to_back_timing.h"
 
 namespace bench {
 
@@ -47,6 +50,33 @@ struct Nvml {
     return mhz;
   }
 };
+
+// A GEMM (`op`, true when it launched) timed idle, the way the trainer times its candidates on
+// first use (after 0.3 s of rest, one untimed run and three timed), and at the power limit (about
+// 0.3 s of back-to-back runs as warm-up, then as many again measured), with the energy per GEMM
+// over the measured runs and the SM clock at their end. idle_ms < 0 when a launch failed.
+struct PowerTiming {
+  float idle_ms = -1.f, capped_ms = -1.f;
+  double mj_per_gemm = 0;
+  unsigned sm_mhz = 0;
+};
+
+inline PowerTiming TimeIdleAndCapped(cudaStream_t stream, const std::function<bool()>& op,
+                                     const Nvml& nvml) {
+  PowerTiming t;
+  cudaDeviceSynchronize();
+  usleep(300000);
+  t.idle_ms = trainer::cuda::TimeBackToBack(stream, op, 3);
+  if (t.idle_ms <= 0) return t;
+  const int runs = static_cast<int>(300.0 / t.idle_ms) + 1;
+  trainer::cuda::TimeBackToBack(stream, op, runs);
+  const unsigned long long e0 = nvml.Energy();
+  t.capped_ms = trainer::cuda::TimeBackToBack(stream, op, runs);
+  const unsigned long long e1 = nvml.Energy();
+  t.mj_per_gemm = double(e1 - e0) / (runs + 1);  // the untimed run's energy is counted too
+  t.sm_mhz = nvml.SmClock();
+  return t;
+}
 
 struct Problem {
   const char* name;

@@ -9,7 +9,6 @@
 //   gemm_power_bench [--sweep] [part of a problem's name: only those problems]
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -138,25 +137,16 @@ void Run(const Problem& p, cublasLtHandle_t lt, cudaStream_t stream, void* works
       "mJ/GEMM  SM MHz\n");
   for (size_t i = 0; i < candidates.size(); ++i) {
     const cublasLtMatmulAlgo_t& algo = candidates[i];
-    // Idle: let the GPU cool to its boost clock, then three back-to-back runs.
-    cudaDeviceSynchronize();
-    usleep(300000);
-    const float idle_ms = TimeRuns(o, lt, algo, workspace, workspace_bytes, stream, 3);
-    if (idle_ms <= 0) continue;
-    // Sustained: warm to the power limit, then measure about 0.3 s.
-    const int runs = static_cast<int>(300.0 / idle_ms) + 1;
-    TimeRuns(o, lt, algo, workspace, workspace_bytes, stream, runs);
-    const unsigned long long e0 = nvml.Energy();
-    const float capped_ms = TimeRuns(o, lt, algo, workspace, workspace_bytes, stream, runs);
-    const unsigned long long e1 = nvml.Energy();
-    const unsigned mhz = nvml.SmClock();
+    const bench::PowerTiming t = bench::TimeIdleAndCapped(
+        stream, [&] { return o.Gemm(lt, algo, workspace, workspace_bytes, stream); }, nvml);
+    if (t.idle_ms <= 0) continue;
     std::printf("  %4zu %5u %4u %6u %7u %6u | %7.3f %8.1f | %9.3f %8.1f %8.2f %7u\n", i,
                 AlgoAttr(algo, CUBLASLT_ALGO_CONFIG_ID),
                 AlgoAttr(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
                 AlgoAttr(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
                 AlgoAttr(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
-                AlgoAttr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), idle_ms, flops / idle_ms / 1e9,
-                capped_ms, flops / capped_ms / 1e9, double(e1 - e0) / (runs + 1), mhz);
+                AlgoAttr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), t.idle_ms, flops / t.idle_ms / 1e9,
+                t.capped_ms, flops / t.capped_ms / 1e9, t.mj_per_gemm, t.sm_mhz);
     std::fflush(stdout);
   }
 }

@@ -35,5 +35,11 @@ endif()
 if(TRAINER_WITH_CUDA)
   # Not a test: a streaming kernel on fewer SMs, alone and between GEMMs, at the power limit (bench/).
   add_executable(memory_energy_bench ${PROJECT_SOURCE_DIR}/bench/memory_energy_bench.cu)
+  target_include_directories(memory_energy_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(memory_energy_bench PRIVATE CUDA::cudart CUDA::cublasLt ${CMAKE_DL_LIBS})
+endif()
+if(TRAINER_WITH_CUDA)
+  # Not a test: the GELU GEMMs' routes through CudaBackend, idle and at the power limit (bench/).
+  add_executable(gelu_route_power_bench ${PROJECT_SOURCE_DIR}/bench/gelu_route_power_bench.cpp)
+  target_link_libraries(gelu_route_power_bench PRIVATE trainer_model ${CMAKE_DL_LIBS})
 endif()
