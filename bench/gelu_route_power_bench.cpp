@@ -60,13 +60,6 @@ struct Bf16Buffer {
   }
 };
 
-double RelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    d += (a[i] - b[i]) * (double)(a[i] - b[i]), n += (double)b[i] * b[i];
-  return std::sqrt(d / (n > 0 ? n : 1));
-}
-
 struct Shape {
   const char* name;
   int64_t N, C, F;
@@ -116,8 +109,8 @@ void Run(const Shape& s, std::vector<Route>& routes, const bench::Nvml& nvml) {
         reference_out = out.Download(), reference_pre = pre.Download();
       } else if (pass == 1) {
         std::printf("    check against cuBLASLt: pre %.2e, out %.2e\n",
-                    RelativeDiff(pre.Download(), reference_pre),
-                    RelativeDiff(out.Download(), reference_out));
+                    bench::RelativeDiff(pre.Download(), reference_pre),
+                    bench::RelativeDiff(out.Download(), reference_out));
       }
     }
     std::printf(" GELU-gradient GEMM, pass %d\n", pass);
@@ -137,7 +130,7 @@ void Run(const Shape& s, std::vector<Route>& routes, const bench::Nvml& nvml) {
         reference_din = din.Download();
       else if (pass == 1)
         std::printf("    check against cuBLASLt: din %.2e\n",
-                    RelativeDiff(din.Download(), reference_din));
+                    bench::RelativeDiff(din.Download(), reference_din));
     }
   }
 }

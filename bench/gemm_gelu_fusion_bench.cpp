@@ -103,13 +103,6 @@ std::unique_ptr<Buffer> Transposed(cublasLtHandle_t lt, cudaStream_t stream, con
   return dst;
 }
 
-double RelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    d += (a[i] - b[i]) * (double)(a[i] - b[i]), n += (double)b[i] * b[i];
-  return std::sqrt(d / (n > 0 ? n : 1));
-}
-
 // Milliseconds per run of `op` over `iterations` back-to-back runs, after a first run (which tunes
 // a cuBLASLt GEMM) and 0.3 s of rest: timed right after its tuning's runs, cuBLASLt's GELU GEMMs
 // took 4-18% longer than after a rest (twenty-seventh session, gelu_route_power_bench).
@@ -313,9 +306,10 @@ void RunFeatureMajor(int64_t N, int64_t C, cudaStream_t stream, cudnnHandle_t ha
                             {kOut, out_fm.data}});
   Report("cuDNN matmul+bias+GELU, f-major (best)", fwd.best_ms, flops);
   if (fwd.best_ms > 0)
-    std::printf("  check: pre %.2e, out %.2e (relative to cuBLASLt's, transposed)\n",
-                RelativeDiff(Download(*Transposed(raw, stream, pre_fm, N, F)), Download(pre)),
-                RelativeDiff(Download(*Transposed(raw, stream, out_fm, N, F)), Download(out)));
+    std::printf(
+        "  check: pre %.2e, out %.2e (relative to cuBLASLt's, transposed)\n",
+        bench::RelativeDiff(Download(*Transposed(raw, stream, pre_fm, N, F)), Download(pre)),
+        bench::RelativeDiff(Download(*Transposed(raw, stream, out_fm, N, F)), Download(out)));
   const std::unique_ptr<Buffer> pre_t = Transposed(raw, stream, pre, F, N);
   Gemm bwd;
   bwd.transpose_a = bwd.transpose_b = true;
@@ -336,7 +330,7 @@ void RunFeatureMajor(int64_t N, int64_t C, cudaStream_t stream, cudnnHandle_t ha
          TimeMs(stream, [&] { return lt->Run(dgelu, &ok).ok() && ok; }), flops);
   BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
   std::printf("  check: DGELU feature-major against NN %.2e (transposed)\n",
-              RelativeDiff(Download(*Transposed(raw, stream, din_fm, N, F)), Download(din)));
+              bench::RelativeDiff(Download(*Transposed(raw, stream, din_fm, N, F)), Download(din)));
 }
 
 void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudnnHandle_t handle,
@@ -406,15 +400,15 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
           flops);
       BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
       std::printf("  check: ours against cuBLASLt's GELU_AUX_BIAS: pre %.2e, out %.2e\n",
-                  RelativeDiff(Download(pre_ours), Download(pre)),
-                  RelativeDiff(Download(out_ours), Download(out)));
+                  bench::RelativeDiff(Download(pre_ours), Download(pre)),
+                  bench::RelativeDiff(Download(out_ours), Download(out)));
     }
   }
 #endif
   cudaStreamSynchronize(stream);
   std::printf("  check: NN against TN: pre %.2e, out %.2e\n",
-              RelativeDiff(Download(pre_nn), Download(pre)),
-              RelativeDiff(Download(out_nn), Download(out)));
+              bench::RelativeDiff(Download(pre_nn), Download(pre)),
+              bench::RelativeDiff(Download(out_nn), Download(out)));
 
   CudnnRun plain_dnn =
       TimeGraph("cuDNN matmul+bias", ForwardGraph(N, C, F, ForwardOutputs::kPre), handle, stream,
@@ -426,8 +420,8 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   Report("cuDNN matmul+bias+GELU (best plan)", gelu_dnn.best_ms, flops);
   if (gelu_dnn.best_ms > 0)
     std::printf("  check: pre %.2e, out %.2e (relative to cuBLASLt)\n",
-                RelativeDiff(Download(pre2), Download(pre)),
-                RelativeDiff(Download(out2), Download(out)));
+                bench::RelativeDiff(Download(pre2), Download(pre)),
+                bench::RelativeDiff(Download(out2), Download(out)));
 
   Buffer slope(N * F), out3(N * F), one(1);
   const uint16_t one_bf16 = trainer::FloatToBF16(1.f);
@@ -452,7 +446,8 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
                 0.5f * p[i] * (1 - t * t) * 0.7978845608f * (1 + 3 * 0.044715f * p[i] * p[i]);
     }
     std::printf("  check: out %.2e, slope %.2e (relative to cuBLASLt's, GELU' on the host)\n",
-                RelativeDiff(Download(out3), Download(out)), RelativeDiff(Download(slope), want));
+                bench::RelativeDiff(Download(out3), Download(out)),
+                bench::RelativeDiff(Download(slope), want));
   }
 
   // Backward: din^T (F,N) = W_proj^T... column-major: din^T (F,N) = Wp (F,C) dout^T (C,N), where
@@ -487,7 +482,8 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   Report("cuBLASLt DGELU, TN", TimeMs(stream, [&] { return lt->Run(dgelu_tn, &ok).ok() && ok; }),
          flops);
   cudaStreamSynchronize(stream);
-  std::printf("  check: DGELU TN against NN %.2e\n", RelativeDiff(Download(din_tn), Download(din)));
+  std::printf("  check: DGELU TN against NN %.2e\n",
+              bench::RelativeDiff(Download(din_tn), Download(din)));
   if (!quick)
     RunFeatureMajor(N, C, stream, handle, lt, raw, x, w_fc, b_fc, pre, out, dout, w_proj, din);
 #if defined(TRAINER_WITH_SM90_KERNELS)
@@ -502,7 +498,7 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
       Report("the same, timed over 3 runs", TimeMs(stream, launch, 3), flops);  // as the trainer
       BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
       std::printf("  check: ours against cuBLASLt's DGELU %.2e\n",
-                  RelativeDiff(Download(din_ours), Download(din)));
+                  bench::RelativeDiff(Download(din_ours), Download(din)));
     }
   }
 #endif
@@ -511,7 +507,7 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
                 {{kDout, dout.data}, {kW, w_proj.data}, {kPre, pre.data}, {kDin, din2.data}});
   Report("cuDNN matmul+dGELU (best plan)", dgelu_dnn.best_ms, flops);
   if (dgelu_dnn.best_ms > 0)
-    std::printf("  check: din %.2e\n", RelativeDiff(Download(din2), Download(din)));
+    std::printf("  check: din %.2e\n", bench::RelativeDiff(Download(din2), Download(din)));
   if (slope_dnn.best_ms > 0) {
     Buffer din3(N * F);
     CudnnRun mul_dnn = TimeGraph(
@@ -519,7 +515,7 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
         {{kDout, dout.data}, {kW, w_proj.data}, {kSlope, slope.data}, {kDin, din3.data}});
     Report("cuDNN matmul*slope (best plan)", mul_dnn.best_ms, flops);
     if (mul_dnn.best_ms > 0)
-      std::printf("  check: din %.2e\n", RelativeDiff(Download(din3), Download(din)));
+      std::printf("  check: din %.2e\n", bench::RelativeDiff(Download(din3), Download(din)));
   }
   {
     Buffer din4(N * F), constants(5 * 4, 4);  // one 16-byte slot per constant
@@ -535,7 +531,7 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
                   handle, stream, pack);
     Report("cuDNN matmul+dGELU as ops (best plan)", ops_dnn.best_ms, flops);
     if (ops_dnn.best_ms > 0)
-      std::printf("  check: din %.2e\n", RelativeDiff(Download(din4), Download(din)));
+      std::printf("  check: din %.2e\n", bench::RelativeDiff(Download(din4), Download(din)));
   }
   CudnnRun dbias_dnn =
       TimeGraph("cuDNN matmul+dGELU+dbias", BackwardGraph(N, C, F, BackwardSlope::kDgeluAndDbias),
@@ -551,8 +547,8 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
     std::vector<float> want(F, 0.f);
     for (int64_t r = 0; r < N; ++r)
       for (int64_t c = 0; c < F; ++c) want[c] += d[r * F + c];
-    std::printf("  check: din %.2e, dbias %.2e\n", RelativeDiff(Download(din2), d),
-                RelativeDiff(db, want));
+    std::printf("  check: din %.2e, dbias %.2e\n", bench::RelativeDiff(Download(din2), d),
+                bench::RelativeDiff(db, want));
   }
 }
 
