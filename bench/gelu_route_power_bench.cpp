@@ -1,14 +1,14 @@
 // The MLP's two GELU GEMMs through CudaBackend, the way the trainer runs them, with each route
 // forced (cuBLASLt's epilogue, cuDNN's fused graph for the forward, our sm90 kernels): the forward
 // pre = x W_fc^T + b, out = GELU(pre), and the GELU-gradient GEMM din = GELU'(pre) * (dout W_proj),
-// at the bench's GPT-2 350M (B=128) and 1.3B (B=16) shapes. Each route is timed idle, the way the
-// trainer times a route on a shape's first call (after 0.3 s of rest, one untimed run and three
-// timed), and sustained (0.3 s of warm-up, then about 0.3 s at the power limit), with its energy
-// per GEMM from NVML's counter and the SM clock at the end. Answers: does the route that wins idle
-// still win at the power limit, where the trainer runs? Values at the scales of a first training
-// step: x and the bias like a LayerNorm's output, weights of std 0.02, dout of gradient size; pre
-// is the forward's. Every route's output is checked against cuBLASLt's. Two passes over the routes
-// show how much the order moves the figures.
+// at the bench's GPT-2 350M (B=128) and 1.3B (B=16) shapes. Each route is timed rested (after
+// 0.3 s of rest, one untimed run and three timed: the trainer's count on a shape's first call) and
+// capped (0.3 s of warm-up, then about 0.3 s at the power limit), with the energy per GEMM from
+// NVML's counter and the SM clock at the end. Answers: does the route that wins rested still win
+// at the power limit, where the trainer runs? Two passes over the routes: in the first, a route's
+// untimed run is its first use (cuBLASLt tunes there, right before its timed runs). Values at the
+// scales of a first training step: x like a LayerNorm's output, weights and bias of std 0.02, dout
+// of gradient size; pre is the forward's. Every route's output is checked against cuBLASLt's.
 //   gelu_route_power_bench [shape name filter: 350M or 1.3B]
 #include <cuda_runtime_api.h>
 
@@ -71,12 +71,12 @@ struct Route {
   std::unique_ptr<CudaBackend> backend;  // one per route: each keeps its first call's choice
 };
 
-// One route of one GEMM, idle and at the power limit: one line.
+// One route of one GEMM, rested and at the power limit: one line.
 void Measure(const char* route, const std::function<bool()>& op, double flops, cudaStream_t stream,
              const bench::Nvml& nvml) {
   const bench::PowerTiming t = bench::TimeIdleAndCapped(stream, op, nvml);
   BENCH_CHECK(t.idle_ms > 0);
-  std::printf("  %-12s | %7.3f %7.1f | %9.3f %7.1f %8.2f %6u\n", route, t.idle_ms,
+  std::printf("  %-12s | %9.3f %7.1f | %9.3f %7.1f %8.2f %6u\n", route, t.idle_ms,
               flops / t.idle_ms / 1e9, t.capped_ms, flops / t.capped_ms / 1e9, t.mj_per_gemm,
               t.sm_mhz);
   std::fflush(stdout);
@@ -91,7 +91,7 @@ void Run(const Shape& s, std::vector<Route>& routes, const bench::Nvml& nvml) {
   const Tensor none;
   std::printf("%s: N %lld C %lld F %lld (%.1f TFLOP per GEMM)\n", s.name, (long long)N,
               (long long)C, (long long)F, flops / 1e12);
-  std::printf("  route        | idle ms TFLOP/s | capped ms TFLOP/s  mJ/GEMM SM MHz\n");
+  std::printf("  route        | rested ms TFLOP/s | capped ms TFLOP/s  mJ/GEMM SM MHz\n");
   std::vector<float> reference_out, reference_pre, reference_din;
   for (int pass = 1; pass <= 2; ++pass) {
     std::printf(" forward GELU GEMM, pass %d\n", pass);

@@ -51,8 +51,8 @@ struct Nvml {
   }
 };
 
-// A GEMM (`op`, true when it launched) timed idle, the way the trainer times its candidates on
-// first use (after 0.3 s of rest, one untimed run and three timed), and at the power limit (about
+// A GEMM (`op`, true when it launched) timed idle (after 0.3 s of rest, one untimed run and three
+// timed: the trainer's count when it times candidates on first use), and at the power limit (about
 // 0.3 s of back-to-back runs as warm-up, then as many again measured), with the energy per GEMM
 // over the measured runs and the SM clock at their end. idle_ms < 0 when a launch failed.
 struct PowerTiming {
