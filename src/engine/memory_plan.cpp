@@ -70,6 +70,13 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
   // divides the sequences each DP rank takes per step; with Model.sequence_parallel its tokens
   // split over TP), and recomputation at this micro-batch.
   std::vector<std::string> fixes;
+  // On a GPU, what is in use beyond this rank's own base (its context and libraries, which it
+  // holds by now) belongs to other processes: another job, or the last run still exiting. When
+  // the rank would fit without them, freeing the GPU is the first way out.
+  const double held_elsewhere = available.capacity - available.free_now - need.device_base;
+  if (device && held_elsewhere > kHeldElsewhereBytes && need.total() <= available.capacity)
+    fixes.push_back(StrFormat("free %s: other processes hold ~%s of it (nvidia-smi lists them)",
+                              available.where.c_str(), FormatBytes(held_elsewhere).c_str()));
   const int per_rank = config.global.global_batch_size / config.distributed.dp_degree;
   for (int b = B - 1; b >= 1; --b) {
     const RankMemory smaller = PlanRankMemory(config, stage, dtype, device, b);

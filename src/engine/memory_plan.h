@@ -20,6 +20,9 @@ namespace trainer {
 // The twenty-third session's runs (a 2 GiB test model to 350M at 120 GiB) matched within 0.05 GiB.
 // NCCL's buffers (layouts of more than one GPU) come on top.
 constexpr double kGpuBaseBytes = 1.94 * 1024 * 1024 * 1024;
+// GPU memory in use beyond a rank's base that its memory error puts down to other processes (well
+// above what NCCL's buffers take where communicators exist by the check).
+constexpr double kHeldElsewhereBytes = 4.0 * 1024 * 1024 * 1024;
 
 struct RankMemory {
   int layers = 0, slots = 0;
@@ -54,8 +57,9 @@ struct RankMemoryAvailable {
 
 // Whether a rank of stage `stage` fits: its total within the capacity, and what is still to be
 // allocated (the arena, and on a GPU cuDNN's workspace) within the free memory. The error names
-// the need, the memory, the largest micro-batch that fits and keeps the global batch, and whether
-// recomputation would do. *summary (when given) gets the line to print when it fits.
+// the need, the memory, on a GPU the memory that other processes hold when freeing it would do,
+// the largest micro-batch that fits and keeps the global batch, and whether recomputation would do.
+// *summary (when given) gets the line to print when it fits.
 Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
                            const RankMemoryAvailable& available, std::string* summary = nullptr);
 

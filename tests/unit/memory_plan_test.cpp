@@ -132,6 +132,33 @@ TEST(MemoryPlan, OnAGpuTheTotalMustFitItsMemoryAndTheArenaItsFreeMemory) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("cuda:0 (a test GPU) holds"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("more GPUs"), std::string::npos) << s.message();
+  // 1 byte short, and nothing held beyond the rank's base: nobody else to blame.
+  EXPECT_EQ(s.message().find("other processes"), std::string::npos) << s.message();
+}
+
+TEST(MemoryPlan, OnAGpuMemoryHeldByOtherProcessesIsNamedWhenFreeingItWouldDo) {
+  const TrainConfig c = TinyConfig(8, 8);
+  const RankMemory m = PlanRankMemory(c, 0, DType::kBF16, true);
+  const double gib = 1024.0 * 1024 * 1024;
+  RankMemoryAvailable gpu;
+  gpu.where = "cuda:0 (a test GPU)";
+  gpu.source = "a test";
+  // A GPU of the rank's total plus 10 GiB, of which another process holds 10.5 GiB: the rank's
+  // arena no longer fits its free memory (its base is held already).
+  gpu.capacity = m.total() + 10 * gib;
+  gpu.free_now = gpu.capacity - m.device_base - 10.5 * gib;
+  const Status s = CheckRankMemoryFits(c, 0, true, gpu);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("Free cuda:0 (a test GPU): other processes hold ~10.5 GiB of it "
+                             "(nvidia-smi lists them)"),
+            std::string::npos)
+      << s.message();
+  // 3 GiB held elsewhere is below the threshold (NCCL's buffers, a second context).
+  gpu.free_now = m.arena() + m.attention_workspace - 1;
+  gpu.capacity = gpu.free_now + m.device_base + 3 * gib;
+  const Status few = CheckRankMemoryFits(c, 0, true, gpu);
+  ASSERT_FALSE(few.ok());
+  EXPECT_EQ(few.message().find("other processes"), std::string::npos) << few.message();
 }
 
 }  // namespace
