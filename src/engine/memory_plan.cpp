@@ -66,9 +66,6 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
     if (summary != nullptr) *summary = needs + " (trainer plan); " + memory;
     return Status::Ok();
   }
-  // The ways out, each checked: the largest smaller micro-batch that keeps the global batch (it
-  // divides the sequences each DP rank takes per step; with Model.sequence_parallel its tokens
-  // split over TP), and recomputation at this micro-batch.
   std::vector<std::string> fixes;
   // On a GPU, what is in use beyond this rank's own base (its context and libraries, which it
   // holds by now) belongs to other processes: another job, or the last run still exiting. When
@@ -77,6 +74,9 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
   if (device && held_elsewhere > kHeldElsewhereBytes && need.total() <= available.capacity)
     fixes.push_back(StrFormat("free %s: other processes hold ~%s of it (nvidia-smi lists them)",
                               available.where.c_str(), FormatBytes(held_elsewhere).c_str()));
+  // The ways out, each checked: the largest smaller micro-batch that keeps the global batch (it
+  // divides the sequences each DP rank takes per step; with Model.sequence_parallel its tokens
+  // split over TP), and recomputation at this micro-batch.
   const int per_rank = config.global.global_batch_size / config.distributed.dp_degree;
   for (int b = B - 1; b >= 1; --b) {
     const RankMemory smaller = PlanRankMemory(config, stage, dtype, device, b);
