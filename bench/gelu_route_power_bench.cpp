@@ -1,14 +1,15 @@
 // The MLP's two GELU GEMMs through CudaBackend, the way the trainer runs them, with each route
 // forced (cuBLASLt's epilogue, cuDNN's fused graph for the forward, our sm90 kernels): the forward
-// pre = x W_fc^T + b, out = GELU(pre), and the GELU-gradient GEMM din = GELU'(pre) * (dout W_proj),
-// at the bench's GPT-2 350M (B=128) and 1.3B (B=16) shapes. Each route is timed rested (after
-// 0.3 s of rest, one untimed run and three timed: the trainer's count on a shape's first call) and
-// capped (0.3 s of warm-up, then about 0.3 s at the power limit), with the energy per GEMM from
-// NVML's counter and the SM clock at the end. Answers: does the route that wins rested still win
-// at the power limit, where the trainer runs? Two passes over the routes: in the first, a route's
-// untimed run is its first use (cuBLASLt tunes there, right before its timed runs). Values at the
-// scales of a first training step: x like a LayerNorm's output, weights and bias of std 0.02, dout
-// of gradient size; pre is the forward's. Every route's output is checked against cuBLASLt's.
+// pre = x W_fc^T + b, out = GELU(pre), and the GELU-gradient GEMM din = GELU'(pre) * (dout W_proj)
+// with din's column sums (b's gradient: a pass of its own after cuBLASLt, inside ours), at the
+// bench's GPT-2 350M (B=128) and 1.3B (B=16) shapes. Each route is timed rested (after 0.3 s of
+// rest, one untimed run and three timed: the trainer's count on a shape's first call) and capped
+// (0.3 s of warm-up, then about 0.3 s at the power limit), with the energy per GEMM from NVML's
+// counter and the SM clock at the end. Answers: does the route that wins rested still win at the
+// power limit, where the trainer runs? Two passes over the routes: in the first, a route's untimed
+// run is its first use (cuBLASLt tunes there, right before its timed runs). Values at the scales of
+// a first training step: x like a LayerNorm's output, weights and bias of std 0.02, dout of
+// gradient size; pre is the forward's. Every route's output is checked against cuBLASLt's.
 //   gelu_route_power_bench [shape name filter: 350M or 1.3B]
 #include <cuda_runtime_api.h>
 
@@ -89,6 +90,9 @@ void Run(const Shape& s, std::vector<Route>& routes, const bench::Nvml& nvml) {
   Bf16Buffer dout(N * C, 1e-4f, 5), out(N * F), pre(N * F), din(N * F);
   const double flops = 2.0 * N * C * F;
   const Tensor none;
+  void* din_sums = nullptr;  // b's gradient, added to on every run (only the time counts)
+  BENCH_CHECK(cudaMalloc(&din_sums, F * sizeof(float)) == cudaSuccess);
+  BENCH_CHECK(cudaMemset(din_sums, 0, F * sizeof(float)) == cudaSuccess);
   std::printf("%s: N %lld C %lld F %lld (%.1f TFLOP per GEMM)\n", s.name, (long long)N,
               (long long)C, (long long)F, flops / 1e12);
   std::printf("  route        | rested ms TFLOP/s | capped ms TFLOP/s  mJ/GEMM SM MHz\n");
@@ -121,6 +125,7 @@ void Run(const Shape& s, std::vector<Route>& routes, const bench::Nvml& nvml) {
         return b
             ->MatmulBackwardThroughGelu(din.view(N, F), none, none, dout.view(N, C), out.view(N, F),
                                         w_proj.view(C, F), pre.view(N, F),
+                                        Tensor(din_sums, DType::kF32, {F}),
                                         trainer::GradientWrite::kOverwrite)
             .ok();
       };
@@ -133,6 +138,7 @@ void Run(const Shape& s, std::vector<Route>& routes, const bench::Nvml& nvml) {
                     bench::RelativeDiff(din.Download(), reference_din));
     }
   }
+  cudaFree(din_sums);
 }
 
 }  // namespace

@@ -126,12 +126,15 @@ class Backend {
   // out = GELU(in) (tanh approximation), for activation recomputation; out may alias in.
   virtual Status GeluForward(Tensor out, Tensor in) = 0;
   // MatmulBackward where `in` is GELU(gelu_pre_act): din (N,C) = (dout @ weight) * GELU'(pre_act),
-  // the gradient before the GELU (one pass on the GPU: cuBLASLt's DGELU epilogue).
+  // the gradient before the GELU (one pass on the GPU: cuBLASLt's DGELU epilogue or our kernel);
+  // din_sums (C) f32 += the column sums of din, the bias gradient of the linear that made
+  // gelu_pre_act (skipped when empty; on the GPU summed inside our kernel where it runs).
   virtual Status MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
                                            Tensor in, Tensor weight, Tensor gelu_pre_act,
-                                           GradientWrite dweight_write) {
+                                           Tensor din_sums, GradientWrite dweight_write) {
     TRAINER_RETURN_IF_ERROR(MatmulBackward(din, dweight, dbias, dout, in, weight, dweight_write));
-    return GeluBackward(din, din, gelu_pre_act);
+    TRAINER_RETURN_IF_ERROR(GeluBackward(din, din, gelu_pre_act));
+    return din_sums.empty() ? Status::Ok() : ColumnSums(din_sums, din, 0, Tensor());
   }
   // dx (N,D) = dy * GELU'(pre_act) (tanh approximation); dx may alias dy.
   virtual Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;

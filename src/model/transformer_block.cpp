@@ -112,9 +112,11 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   // MLP half: residual_out = residual_mid + fcproj(gelu(fc(ln2(residual_mid)))).
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
   const GradientWrite dw = ctx.weight_gradients;
-  TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(s.dfc, g.fcproj_w, fcproj_db, dres_all,
-                                                        a.fc_out, w.fcproj_w, a.fc_pre, dw));
-  TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.dln, g.fc_w, g.fc_b, s.dfc, a.ln2_out, w.fc_w, dw));
+  // fc's bias gradient is the column sums of dfc, summed as dfc is made.
+  TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(
+      s.dfc, g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, a.fc_pre, g.fc_b, dw));
+  TRAINER_RETURN_IF_ERROR(
+      be->MatmulBackward(s.dln, g.fc_w, Tensor(), s.dfc, a.ln2_out, w.fc_w, dw));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
   TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln2_w, g.ln2_b,
                                                 ln_sums ? g.fcproj_b : Tensor(), dln,

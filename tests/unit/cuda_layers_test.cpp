@@ -322,20 +322,25 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
         g_residual->tensor()));
     EXPECT_BITWISE_EQUAL(g_summed->Download(), first_summed);
   }
-  // Backward through a GELU that produced `in`: din before the GELU, against the CPU's
-  // MatmulBackward followed by GeluBackward (pre-activations: the input itself, any values do).
-  std::vector<float> din_gelu(N * C), dw_gelu = dw0, db_gelu = db0;
+  // Backward through a GELU that produced `in`: din before the GELU and its column sums (added
+  // to), against the CPU's MatmulBackward followed by GeluBackward and ColumnSums
+  // (pre-activations: the input itself, any values do).
+  const std::vector<float> sums0 = RandomFloats(C, rng_);
+  std::vector<float> din_gelu(N * C), dw_gelu = dw0, db_gelu = db0, sums_gelu = sums0;
   ASSERT_STATUS_OK(cpu_->MatmulBackwardThroughGelu(
       HostView(din_gelu, {N, C}), HostView(dw_gelu, {OC, C}),
       c.bias ? HostView(db_gelu, {OC}) : no_tensor, HostView(dout, {N, OC}), HostView(in, {N, C}),
-      HostView(weight, {OC, C}), HostView(in, {N, C}), GradientWrite::kAccumulate));
+      HostView(weight, {OC, C}), HostView(in, {N, C}), HostView(sums_gelu, {C}),
+      GradientWrite::kAccumulate));
   auto g_din_gelu = Compute(std::vector<float>(N * C), {N, C});
-  auto g_dw_gelu = F32(dw0, {OC, C}), g_db_gelu = F32(db0, {OC});
+  auto g_dw_gelu = F32(dw0, {OC, C}), g_db_gelu = F32(db0, {OC}), g_sums_gelu = F32(sums0, {C});
   ASSERT_STATUS_OK(gpu_->MatmulBackwardThroughGelu(
       g_din_gelu->tensor(), g_dw_gelu->tensor(), c.bias ? g_db_gelu->tensor() : no_tensor,
-      g_dout->tensor(), g_in->tensor(), g_w->tensor(), g_in->tensor(), GradientWrite::kAccumulate));
+      g_dout->tensor(), g_in->tensor(), g_w->tensor(), g_in->tensor(), g_sums_gelu->tensor(),
+      GradientWrite::kAccumulate));
   EXPECT_RELATIVE_ERROR_BELOW(g_din_gelu->Download(), din_gelu, 1e-2);
   EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dw_gelu->Download(), dw0), Minus(dw_gelu, dw0), 1e-3);
+  EXPECT_RELATIVE_ERROR_BELOW(Minus(g_sums_gelu->Download(), sums0), Minus(sums_gelu, sums0), 1e-2);
   const CudaPathCounts& p = gpu_->path_counts();
   std::printf(
       "[matmul paths] N=%d C=%d OC=%d bias=%d gelu=%d route=%d: gelu_epilogue=%d "

@@ -5,7 +5,9 @@
 // handed back between tiles, the stage ring wrapping), din written in place of pre. The GELU
 // forward GEMM against cpu::matmul_forward with its bias and GELU: from one tile to several per
 // CTA (the bias slots alternating, the output tile handed back). Both also on 9 block rows, a full
-// band of the tile order and one of a single row. Skipped on GPUs other than sm_90.
+// band of the tile order and one of a single row; with and without din's column sums per 128-row
+// block (against the CPU's f32 din, and against the GPU's own din as stored). Skipped on GPUs
+// other than sm_90.
 #include <array>
 #include <string>
 
@@ -27,14 +29,16 @@ class CudaSm90GemmTest : public CudaVsCpuTest {};
 TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
   struct Case {
     int64_t m, n, k;
-    bool in_place;
+    bool in_place, with_sums;
   };
-  const Case cases[] = {{128, 256, 64, false},   {384, 512, 128, false},
-                        {1024, 768, 320, true},  {4096, 2048, 256, false},
-                        {1152, 512, 128, false}, {8192, 1024, 1024, true}};
+  const Case cases[] = {{128, 256, 64, false, true},   {384, 512, 128, false, false},
+                        {1024, 768, 320, true, true},  {4096, 2048, 256, false, true},
+                        {1152, 512, 128, false, true}, {8192, 1024, 1024, true, false},
+                        {8192, 1024, 1024, true, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(Trace() + ", M " + std::to_string(c.m) + ", N " + std::to_string(c.n) + ", K " +
-                 std::to_string(c.k) + (c.in_place ? ", in place" : ""));
+                 std::to_string(c.k) + (c.in_place ? ", in place" : "") +
+                 (c.with_sums ? ", column sums" : ""));
     const std::vector<float> dout = Random(c.m * c.k), w = Random(c.k * c.n),
                              pre = Random(c.m * c.n, -3.f, 3.f);
     std::vector<float> w_t(c.n * c.k), product(c.m * c.n), want(c.m * c.n);
@@ -46,16 +50,34 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
     auto g_dout = Compute(dout, {c.m, c.k}), g_w = Compute(w, {c.k, c.n});
     auto g_pre = Compute(pre, {c.m, c.n}),
          g_din = Compute(std::vector<float>(c.m * c.n), {c.m, c.n});
+    // din's column sums per 128-row block, over the CPU's f32 din.
+    const int64_t blocks = c.m / 128;
+    std::vector<float> want_sums(blocks * c.n, 0.f);
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t j = 0; j < c.n; ++j) want_sums[r / 128 * c.n + j] += want[r * c.n + j];
+    auto g_sums = F32(std::vector<float>(blocks * c.n, -1.f), {blocks, c.n});
     cuda::GemmDgeluProblem problem;
     problem.dout = g_dout->tensor().data;
     problem.w = g_w->tensor().data;
     problem.pre = g_pre->tensor().data;
     problem.din = c.in_place ? g_pre->tensor().data : g_din->tensor().data;
+    problem.column_partials = c.with_sums ? g_sums->tensor().data : nullptr;
     problem.m = c.m, problem.n = c.n, problem.k = c.k;
     if (!cuda::GemmDgeluSupported(problem)) GTEST_SKIP() << "not an sm_90 GPU";
     ASSERT_EQ(cuda::LaunchGemmDgelu(problem, nullptr), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_RELATIVE_ERROR_BELOW((c.in_place ? g_pre : g_din)->Download(), want, 1e-2);
+    const std::vector<float> din = (c.in_place ? g_pre : g_din)->Download();
+    EXPECT_RELATIVE_ERROR_BELOW(din, want, 1e-2);
+    if (c.with_sums) {
+      EXPECT_RELATIVE_ERROR_BELOW(g_sums->Download(), want_sums, 1e-2);
+      // The sums are of din as stored: against the GPU's own din summed in f64 they differ only
+      // by the f32 rounding of the additions.
+      std::vector<double> stored_sums(blocks * c.n, 0.0);
+      for (int64_t r = 0; r < c.m; ++r)
+        for (int64_t j = 0; j < c.n; ++j) stored_sums[r / 128 * c.n + j] += din[r * c.n + j];
+      EXPECT_RELATIVE_ERROR_BELOW(g_sums->Download(),
+                                  std::vector<float>(stored_sums.begin(), stored_sums.end()), 1e-5);
+    }
   }
 }
 

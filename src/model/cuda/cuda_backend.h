@@ -97,7 +97,7 @@ class CudaBackend final : public Backend {
   Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                         Tensor weight, GradientWrite dweight_write) override;
   Status MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                                   Tensor weight, Tensor gelu_pre_act,
+                                   Tensor weight, Tensor gelu_pre_act, Tensor din_sums,
                                    GradientWrite dweight_write) override;
   Status GeluForward(Tensor out, Tensor in) override;
   Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
@@ -126,18 +126,21 @@ class CudaBackend final : public Backend {
   static constexpr size_t kStagingSlotBytes = 4u << 20;
 
   CudaBackend(int device, DType compute);  // out of line: members' types are incomplete here
-  // MatmulBackward, with din multiplied by GELU'(gelu_pre_act) when that is given.
+  // MatmulBackward, with din multiplied by GELU'(gelu_pre_act) when that is given, and din's
+  // column sums added to din_sums when that is given.
   Status MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                            Tensor weight, Tensor gelu_pre_act, GradientWrite dweight_write);
+                            Tensor weight, Tensor gelu_pre_act, Tensor din_sums,
+                            GradientWrite dweight_write);
   // The forward GEMM with a GELU through cuDNN when that is the shape's route (decided on first
   // use by timing `gemm`, the cuBLASLt GELU_AUX[_BIAS] route, against cuDNN's fastest plan);
   // *done = false leaves it to cuBLASLt.
   Status FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args, bool* done);
   // The GELU-gradient GEMM by our sm90 kernel when that is the shape's route (decided on first
-  // use by timing `gemm`, the cuBLASLt DGELU route, against ours); *done = false leaves it to
-  // cuBLASLt.
+  // use by timing `gemm`, the cuBLASLt DGELU route, with din's column sums where din_sums is
+  // given, against ours); *done = false leaves it to cuBLASLt, *sums_done = false the column sums
+  // to the caller.
   Status FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor dout, Tensor weight,
-                           Tensor pre_act, bool* done);
+                           Tensor pre_act, Tensor din_sums, bool* done, bool* sums_done);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
   Status Scratch(size_t bytes, void** out);
   Status AddColumnSums(float* out, const void* x, int64_t N, int64_t C, int64_t ld,
@@ -163,8 +166,9 @@ class CudaBackend final : public Backend {
   // (N, C, F, bias) -> who runs that forward GELU GEMM.
   enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90 };
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluGemmChoice> gelu_choice_;
-  // (N, F, OC) -> whether our sm90 kernel runs that GELU-gradient GEMM.
-  std::map<std::tuple<int64_t, int64_t, int64_t>, bool> dgelu_choice_;
+  // (N, F, OC, din's column sums in the kernel) -> whether our sm90 kernel runs that
+  // GELU-gradient GEMM.
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, bool> dgelu_choice_;
   bool force_attention_fallback_ = false;
   bool matmul_epilogues_ = true;
   CudaPathCounts counts_;

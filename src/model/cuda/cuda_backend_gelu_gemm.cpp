@@ -7,6 +7,7 @@
 #include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_check.h"
+#include "model/cuda/kernels.h"
 #include "model/cuda/matmul.h"
 #include "model/cuda/matmul_gelu_cudnn.h"
 #if defined(TRAINER_WITH_SM90_KERNELS)
@@ -48,7 +49,7 @@ cudaError_t Sm90GeluLaunch(const cuda::GeluMatmulArgs&, cudaStream_t) {
 }
 struct Sm90DgeluProblem {
   const void *dout = nullptr, *w = nullptr, *pre = nullptr;
-  void* din = nullptr;
+  void *din = nullptr, *column_partials = nullptr;
   int64_t m = 0, n = 0, k = 0;
 };
 bool Sm90DgeluRuns(const Sm90DgeluProblem&) {
@@ -128,20 +129,27 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
 }
 
 Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor dout,
-                                      Tensor weight, Tensor pre_act, bool* done) {
-  *done = false;
+                                      Tensor weight, Tensor pre_act, Tensor din_sums, bool* done,
+                                      bool* sums_done) {
+  *done = *sums_done = false;
   if (compute_ != DType::kBF16 || gelu_route_ == GeluMatmulRoute::kCublasLt ||
       gelu_route_ == GeluMatmulRoute::kCudnn)
     return Status::Ok();
   // din (N,F) = GELU'(pre_act) * (dout (N,OC) weight (OC,F)), the weight as stored (N-major for
   // the kernel). `gemm` is cuBLASLt's din^T (F,N) = W dout^T with DGELU.
   const int64_t N = gemm.n, F = gemm.m, OC = gemm.k;
-  const auto key = std::make_tuple(N, F, OC);
+  // din's column sums inside the kernel: (N/128, F) partials in the scratch, where they fit in
+  // what it holds from the start (so that the memory plan stays exact); else their own pass.
+  const int64_t partial_rows = N / 128;
+  const bool sums = !din_sums.empty() &&
+                    static_cast<size_t>(partial_rows * F) * sizeof(float) <= kInitialScratchBytes;
+  const auto key = std::make_tuple(N, F, OC, sums);
   auto it = dgelu_choice_.find(key);
   if (it != dgelu_choice_.end() && !it->second) return Status::Ok();
   Sm90DgeluProblem p;
   p.dout = dout.data, p.w = weight.data, p.pre = pre_act.data, p.din = din.data;
   p.m = N, p.n = F, p.k = OC;
+  if (sums) TRAINER_RETURN_IF_ERROR(Scratch(kInitialScratchBytes, &p.column_partials));
   if (it == dgelu_choice_.end() && !Sm90DgeluRuns(p)) {
     dgelu_choice_.emplace(key, false);
     return Status::Ok();
@@ -150,17 +158,29 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   if (it == dgelu_choice_.end()) {
     bool ours = gelu_route_ == GeluMatmulRoute::kSm90;
     if (gelu_route_ == GeluMatmulRoute::kFastest) {
-      // cuBLASLt's time (its first run tunes it), then ours; din holds ours, and the caller runs
-      // cuBLASLt again when it wins.
-      const float cublaslt_ms = TimeCublasLt(matmul_.get(), gemm, stream_);
+      // cuBLASLt's time (its first run tunes it) with the first stage of the column sums that
+      // would follow it, then ours; din holds ours, and the caller runs cuBLASLt again when it
+      // wins. (Both routes' second stage, a short pass over partial sums, is left out.)
+      const int chunks = cuda::ColumnReductionChunks(N);
+      float* cublaslt_partials = static_cast<float*>(p.column_partials);
+      const float cublaslt_ms = cuda::TimeBackToBack(
+          stream_,
+          [&] {
+            bool ran = false;
+            return matmul_->Run(gemm, &ran).ok() && ran &&
+                   (!sums || cuda::LaunchColumnSumsPartial(compute_, cublaslt_partials, din.data, N,
+                                                           static_cast<int>(F), F, nullptr, chunks,
+                                                           stream_) == cudaSuccess);
+          },
+          kTimedRuns);
       const float ours_ms = cuda::TimeBackToBack(
           stream_, [&] { return run_ours() == cudaSuccess; }, kTimedRuns);
       ours = ours_ms > 0 && (cublaslt_ms <= 0 || ours_ms < cublaslt_ms);
       LogInfo(StrFormat(
-          "GELU-gradient GEMM (%lld x %lld -> %lld): cuBLASLt DGELU %.3f ms, sm90 kernel %.3f ms; "
-          "using %s",
-          (long long)N, (long long)OC, (long long)F, cublaslt_ms, ours_ms,
-          ours ? "sm90 kernel" : "cuBLASLt"));
+          "GELU-gradient GEMM (%lld x %lld -> %lld%s): cuBLASLt DGELU%s %.3f ms, sm90 kernel "
+          "%.3f ms; using %s",
+          (long long)N, (long long)OC, (long long)F, sums ? ", with din's column sums" : "",
+          sums ? " + column sums" : "", cublaslt_ms, ours_ms, ours ? "sm90 kernel" : "cuBLASLt"));
     }
     it = dgelu_choice_.emplace(key, ours).first;
   }
@@ -168,6 +188,12 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   CUDA_CHECK(run_ours());
   ++counts_.dgelu_sm90;
   *done = true;
+  if (sums) {
+    CUDA_CHECK(cuda::LaunchAddPartials(
+        {din_sums.as<float>()}, static_cast<const float*>(p.column_partials),
+        static_cast<int>(partial_rows), static_cast<int>(F), stream_));
+    *sums_done = true;
+  }
   return Status::Ok();
 }
 

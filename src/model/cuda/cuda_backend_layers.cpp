@@ -214,25 +214,29 @@ Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor 
 
 Status CudaBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                                    Tensor weight, GradientWrite dweight_write) {
-  return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, Tensor(), dweight_write);
+  return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, Tensor(), Tensor(),
+                            dweight_write);
 }
 
 Status CudaBackend::MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
                                               Tensor in, Tensor weight, Tensor gelu_pre_act,
-                                              GradientWrite dweight_write) {
-  return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, gelu_pre_act, dweight_write);
+                                              Tensor din_sums, GradientWrite dweight_write) {
+  return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, gelu_pre_act, din_sums,
+                            dweight_write);
 }
 
 Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
                                        Tensor in, Tensor weight, Tensor gelu_pre_act,
-                                       GradientWrite dweight_write) {
+                                       Tensor din_sums, GradientWrite dweight_write) {
   const char* op = "MatmulBackward";
   int64_t N = 0, C = 0, OC = 0;
   TRAINER_RETURN_IF_ERROR(CheckLinear(op, compute_, in, weight, "dout", dout, &N, &C, &OC));
   TRAINER_RETURN_IF_ERROR(CheckOptional(op, "din", din, compute_, N * C));
   TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dweight", dweight, DType::kF32, OC * C));
   TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dbias", dbias, DType::kF32, OC));
-  bool supported = false;
+  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "din_sums", din_sums, DType::kF32, C));
+  if (!din_sums.empty() && din.empty()) return OpError(op, "din_sums given without din");
+  bool supported = false, din_summed = false;
 
   if (!din.empty()) {  // din^T (C,N) = W (C,OC) dout^T (OC,N)
     cuda::Gemm g;
@@ -251,7 +255,8 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
       g.epilogue = cuda::GemmEpilogue::kDGelu;
       g.aux = gelu_pre_act.data;
       g.aux_ld = C;
-      TRAINER_RETURN_IF_ERROR(FusedGeluBackward(g, din, dout, weight, gelu_pre_act, &supported));
+      TRAINER_RETURN_IF_ERROR(
+          FusedGeluBackward(g, din, dout, weight, gelu_pre_act, din_sums, &supported, &din_summed));
       if (!supported) {
         TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
         if (supported) ++counts_.gelu_epilogue;
@@ -269,6 +274,8 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
       }
     }
   }
+  if (!din_sums.empty() && !din_summed)
+    TRAINER_RETURN_IF_ERROR(AddColumnSums(din_sums.as<float>(), din.data, N, C, C, nullptr));
 
   if (!dweight.empty()) {  // dW^T (C,OC) (+)= x^T (C,N) dout (N,OC), in f32
     cuda::Gemm g;

@@ -5,8 +5,10 @@
 // own buffer and turn it into GELU'(pre) (f16) in place while the tile multiplies. Warpgroups 1 and
 // 2 multiply the tile's two 64 x 256 halves by wgmma (f32 accumulators in registers), so that their
 // epilogue, which the tensor cores wait for, is one multiply per element: din is formed in place of
-// the slopes and one thread stores it by TMA. The buffer goes back to warps 1-3 once the store has
-// read it, during the next tile's first k-block.
+// the slopes and one thread stores it by TMA. Where asked, warps 1-3 then sum the tile's columns of
+// din (as stored) into one row of partial sums per 128-row block, which saves the bias gradient's
+// own pass over din. The buffer goes back to warps 1-3 once the store has read it, during the next
+// tile's first k-block.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -23,7 +25,9 @@ namespace {
 
 using namespace sm90;
 
-constexpr int kSharedBytes = KernelSharedBytes(0);
+// Column sums: warps 2 and 3 leave their 256 sums here for warp 1 to add.
+constexpr int kStagedSumBytes = 2 * kBlockN * 4;
+constexpr int kSharedBytes = KernelSharedBytes(kStagedSumBytes);
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
@@ -49,17 +53,60 @@ __device__ __forceinline__ uint32_t GeluSlopeF16x2(uint32_t bf16_pair) {
   return *reinterpret_cast<const uint32_t*>(&slope);
 }
 
+// The spare warps' column sums of the tile's din (bf16, in the output tile): thread s sums the
+// 16-byte chunk s % 32 (8 columns) over the rows r = s / 32 (mod 3), in row order; warps 2 and 3
+// stage theirs, and warp 1 adds them in that order and writes the tile's 256 sums to
+// `partials_row` (f32). The order is fixed, so the sums do not depend on which CTA took the tile.
+__device__ __forceinline__ void TileColumnSums(const uint8_t* out_tile, float* staged,
+                                               float* partials_row, int spare) {
+  const int chunk = spare % 32, group = spare / 32;
+  const uint8_t* box = out_tile + chunk / 8 * kBoxBytes;
+  float sum[8] = {};
+  for (int r = group; r < kBlockM; r += 3) {
+    const uint4 v = *reinterpret_cast<const uint4*>(box + r * 128 + ((chunk % 8) ^ (r % 8)) * 16);
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(pairs[i]);
+      sum[2 * i] += f.x;
+      sum[2 * i + 1] += f.y;
+    }
+  }
+  float4* mine = reinterpret_cast<float4*>(staged + (group - 1) * kBlockN + chunk * 8);
+  if (group > 0) {
+    mine[0] = make_float4(sum[0], sum[1], sum[2], sum[3]);
+    mine[1] = make_float4(sum[4], sum[5], sum[6], sum[7]);
+  }
+  NamedBarrierSync(2, kSpareThreads);
+  if (group == 0) {
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+      const float4* theirs = reinterpret_cast<const float4*>(staged + g * kBlockN + chunk * 8);
+      const float4 lo = theirs[0], hi = theirs[1];
+      sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
+      sum[4] += hi.x, sum[5] += hi.y, sum[6] += hi.z, sum[7] += hi.w;
+    }
+    float4* out = reinterpret_cast<float4*>(partials_row + chunk * 8);
+    out[0] = make_float4(sum[0], sum[1], sum[2], sum[3]);
+    out[1] = make_float4(sum[4], sum[5], sum[6], sum[7]);
+  }
+  FenceSharedForAsyncProxy();          // the reads above come before the next TMA load's writes
+  NamedBarrierSync(2, kSpareThreads);  // and before the staged sums are written over
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     GemmDgeluKernel(const __grid_constant__ CUtensorMap dout_map,
                     const __grid_constant__ CUtensorMap w_map,
                     const __grid_constant__ CUtensorMap pre_map,
-                    const __grid_constant__ CUtensorMap din_map, TileOrder order, int k_blocks) {
+                    const __grid_constant__ CUtensorMap din_map, float* column_partials,
+                    TileOrder order, int k_blocks) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
-  uint64_t* pre_full = s.own_barriers;   // the TMA has brought the tile's pre
-  uint64_t* pre_free = pre_full + 1;     // the last tile's store has read the buffer
-  uint64_t* slope_ready = pre_free + 1;  // the spare warps have turned pre into slopes
+  uint64_t* pre_full = s.own_barriers;      // the TMA has brought the tile's pre
+  uint64_t* pre_free = pre_full + 1;        // the last tile's store has read the buffer
+  uint64_t* slope_ready = pre_free + 1;     // the spare warps have turned pre into slopes
+  uint64_t* din_written = slope_ready + 1;  // the multipliers have written din into the tile
 
   const int warpgroup = threadIdx.x / 128;
   const int tiles = order.tiles();
@@ -68,12 +115,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     BarrierInit(pre_full, 1);
     BarrierInit(pre_free, 1);
     BarrierInit(slope_ready, kSpareThreads);
+    BarrierInit(din_written, 1);
     BarrierInitFence();
   }
   __syncthreads();
 
   if (warpgroup == 0) RegistersDecrease<kLoaderRegisters>();  // by the whole warpgroup
-  if (warpgroup == 0 && threadIdx.x >= 32) {  // warps 1-3: pre, then GELU'(pre) in place
+  if (warpgroup == 0 && threadIdx.x >= 32) {  // warps 1-3: pre, GELU'(pre) in place, the sums
     uint32_t pre_phase = 0;
     const uint64_t evict_first = L2EvictFirstPolicy();
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -96,6 +144,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         *p = v;
       }
       BarrierArrive(slope_ready);
+      if (column_partials != nullptr) {
+        int m0, n0;
+        order.Coordinates(tile, &m0, &n0);
+        BarrierWait(din_written, pre_phase ^ 1);  // the phase of this tile, flipped above
+        TileColumnSums(
+            s.out_tile, reinterpret_cast<float*>(s.rest),
+            column_partials + static_cast<int64_t>(m0 / kBlockM) * order.n_blocks * kBlockN + n0,
+            threadIdx.x - 32);
+      }
     }
     return;
   }
@@ -142,7 +199,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     FenceSharedForAsyncProxy();
     NamedBarrierSync(1, 256);
-    if (store_thread) StoreTile(&din_map, s.out_tile, m0, n0);
+    if (store_thread) {
+      StoreTile(&din_map, s.out_tile, m0, n0);
+      if (column_partials != nullptr) BarrierArrive(din_written);
+    }
     store_pending = true;
   }
   if (store_thread) TmaStoreWaitAll();
@@ -153,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool GemmDgeluSupported(const GemmDgeluProblem& p) {
   return TilesFit(p.m, p.n, p.k) && Aligned16(p.dout) && Aligned16(p.w) && Aligned16(p.pre) &&
-         Aligned16(p.din);
+         Aligned16(p.din) && Aligned16(p.column_partials);
 }
 
 cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
@@ -166,7 +226,7 @@ cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
   const cudaError_t prepared = TileGrid(GemmDgeluKernel, kSharedBytes, p.m, p.n, &grid);
   if (prepared != cudaSuccess) return prepared;
   GemmDgeluKernel<<<grid, kThreads, kSharedBytes, stream>>>(
-      dout_map, w_map, pre_map, din_map,
+      dout_map, w_map, pre_map, din_map, static_cast<float*>(p.column_partials),
       TileOrder{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN)},
       static_cast<int>(p.k / kBlockK));
   return cudaGetLastError();

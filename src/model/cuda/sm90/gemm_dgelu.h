@@ -17,6 +17,10 @@ struct GemmDgeluProblem {
   const void* w = nullptr;     // (K,N) bf16: the down projection's weight as stored
   const void* pre = nullptr;   // (M,N) bf16: the GELU's input from the forward
   void* din = nullptr;         // (M,N) bf16; may be pre itself (written in place)
+  // (M/128, N) f32, or null: row i gets the column sums of din's rows 128 i .. 128 i + 127 (of din
+  // as stored, in bf16), so that the bias gradient of the linear that made pre is one short pass
+  // over these partial sums instead of one over din.
+  void* column_partials = nullptr;
   int64_t m = 0, n = 0, k = 0;
 };
 
@@ -24,7 +28,7 @@ struct GemmDgeluProblem {
 // N of 256, K of 64, 16-byte aligned pointers. Callers take cuBLASLt's route otherwise.
 bool GemmDgeluSupported(const GemmDgeluProblem& problem);
 
-// Enqueues the kernel (one CTA per SM, 214 KB of shared memory each). Returns
+// Enqueues the kernel (one CTA per SM, 216 KB of shared memory each). Returns
 // cudaErrorNotSupported for a problem that GemmDgeluSupported refuses.
 cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& problem, cudaStream_t stream);
 
