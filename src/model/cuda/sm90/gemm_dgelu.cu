@@ -1,15 +1,14 @@
 // The GELU-gradient GEMM on Hopper (sm_90a): din (M,N) = GELU'(pre) * (dout (M,K) w (K,N)).
 // A persistent grid, one CTA per SM, takes 128 x 256 output tiles in turn. In warpgroup 0, thread
 // 0 loads 64-wide k-blocks of dout and w (N-major, as stored) by TMA into a ring of kStages
-// stages (128B swizzle); warps 1-3 (the spare warps) load the tile's pre (four 16 KB boxes,
-// evict-first in the L2) into its own buffer and turn each box into GELU'(pre) (f16) in place as
-// it arrives, while the tile multiplies. Warpgroups 1 and 2 multiply the tile's two 64 x 256 halves
-// by wgmma (f32 accumulators in registers), so that their epilogue, which the tensor cores wait
-// for, is one multiply per element: din is formed in place of the slopes and one thread stores it
-// by TMA. Where asked, the spare warps then sum the tile's columns of din (as stored) box by box
-// into one row of partial sums per 128-row block (the bias gradient of the linear that made pre,
-// without a pass of its own over din), each box's pre for the next tile loaded as soon as that box
-// is summed and the store has read the buffer (during the next tile's first k-block).
+// stages (128B swizzle); warps 1-3 load the tile's pre (64 KB, evict-first in the L2) into its
+// own buffer and turn it into GELU'(pre) (f16) in place while the tile multiplies. Warpgroups 1 and
+// 2 multiply the tile's two 64 x 256 halves by wgmma (f32 accumulators in registers), so that their
+// epilogue, which the tensor cores wait for, is one multiply per element: din is formed in place of
+// the slopes and one thread stores it by TMA. Where asked, warps 1-3 then sum the tile's columns of
+// din (as stored) into one row of partial sums per 128-row block, which saves the bias gradient's
+// own pass over din. The buffer goes back to warps 1-3 once the store has read it, during the next
+// tile's first k-block.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,11 +25,9 @@ namespace {
 
 using namespace sm90;
 
-constexpr int kBoxes = kBlockN / kBoxCols;  // 4 boxes of 64 columns
-// Column sums: warps 2 and 3 stage a box's 64 sums each, in two slots taken by box parity.
-constexpr int kStagedSumBytes = 2 * 2 * kBoxCols * 4;
+// Column sums: warps 2 and 3 leave their 256 sums here for warp 1 to add.
+constexpr int kStagedSumBytes = 2 * kBlockN * 4;
 constexpr int kSharedBytes = KernelSharedBytes(kStagedSumBytes);
-static_assert(kSpareThreads == 96, "the column sums take 8 chunks x 12 row groups");
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
@@ -56,19 +53,17 @@ __device__ __forceinline__ uint32_t GeluSlopeF16x2(uint32_t bf16_pair) {
   return *reinterpret_cast<const uint32_t*>(&slope);
 }
 
-// One box (64 columns) of the tile's column sums of din (bf16, in the output tile), by the spare
-// warps: thread s sums the 16-byte chunk s % 8 (8 columns) over the rows r = s / 8 (mod 12) in
-// row order; the four lanes of a warp with the same chunk add theirs (xor 8, then 16); warps 2 and
-// 3 stage their sums and warp 1 adds them in that order and writes the box's 64 sums to
-// `partials` (f32). The order is fixed, so the sums do not depend on which CTA took the tile. Ends
-// with the spare warps' barrier: after it the box may be written over.
-__device__ __forceinline__ void BoxColumnSums(const uint8_t* box, float* staged, float* partials,
-                                              int spare) {
-  const int chunk = spare % 8, warp = spare / 32, lane = spare % 32;
+// The spare warps' column sums of the tile's din (bf16, in the output tile): thread s sums the
+// 16-byte chunk s % 32 (8 columns) over the rows r = s / 32 (mod 3), in row order; warps 2 and 3
+// stage theirs, and warp 1 adds them in that order and writes the tile's 256 sums to
+// `partials_row` (f32). The order is fixed, so the sums do not depend on which CTA took the tile.
+__device__ __forceinline__ void TileColumnSums(const uint8_t* out_tile, float* staged,
+                                               float* partials_row, int spare) {
+  const int chunk = spare % 32, group = spare / 32;
+  const uint8_t* box = out_tile + chunk / 8 * kBoxBytes;
   float sum[8] = {};
-#pragma unroll 1  // more keeps more loads in flight but spills (56 registers)
-  for (int r = spare / 8; r < kBlockM; r += 12) {
-    const uint4 v = *reinterpret_cast<const uint4*>(box + r * 128 + ((chunk ^ (r % 8)) * 16));
+  for (int r = group; r < kBlockM; r += 3) {
+    const uint4 v = *reinterpret_cast<const uint4*>(box + r * 128 + ((chunk % 8) ^ (r % 8)) * 16);
     const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -77,30 +72,26 @@ __device__ __forceinline__ void BoxColumnSums(const uint8_t* box, float* staged,
       sum[2 * i + 1] += f.y;
     }
   }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 8);
-    sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 16);
-  }
-  if (warp > 0 && lane < 8) {
-    float4* mine = reinterpret_cast<float4*>(staged + (warp - 1) * kBoxCols + lane * 8);
+  float4* mine = reinterpret_cast<float4*>(staged + (group - 1) * kBlockN + chunk * 8);
+  if (group > 0) {
     mine[0] = make_float4(sum[0], sum[1], sum[2], sum[3]);
     mine[1] = make_float4(sum[4], sum[5], sum[6], sum[7]);
   }
-  FenceSharedForAsyncProxy();  // the box's reads come before the TMA load that writes it over
   NamedBarrierSync(2, kSpareThreads);
-  if (warp == 0 && lane < 8) {
+  if (group == 0) {
 #pragma unroll
     for (int g = 0; g < 2; ++g) {
-      const float4* theirs = reinterpret_cast<const float4*>(staged + g * kBoxCols + lane * 8);
+      const float4* theirs = reinterpret_cast<const float4*>(staged + g * kBlockN + chunk * 8);
       const float4 lo = theirs[0], hi = theirs[1];
       sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
       sum[4] += hi.x, sum[5] += hi.y, sum[6] += hi.z, sum[7] += hi.w;
     }
-    float4* out = reinterpret_cast<float4*>(partials + lane * 8);
+    float4* out = reinterpret_cast<float4*>(partials_row + chunk * 8);
     out[0] = make_float4(sum[0], sum[1], sum[2], sum[3]);
     out[1] = make_float4(sum[4], sum[5], sum[6], sum[7]);
   }
+  FenceSharedForAsyncProxy();          // the reads above come before the next TMA load's writes
+  NamedBarrierSync(2, kSpareThreads);  // and before the staged sums are written over
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -112,8 +103,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
-  uint64_t* pre_full = s.own_barriers;      // kBoxes: the TMA has brought a box of the tile's pre
-  uint64_t* pre_free = pre_full + kBoxes;   // the last tile's store has read the buffer
+  uint64_t* pre_full = s.own_barriers;      // the TMA has brought the tile's pre
+  uint64_t* pre_free = pre_full + 1;        // the last tile's store has read the buffer
   uint64_t* slope_ready = pre_free + 1;     // the spare warps have turned pre into slopes
   uint64_t* din_written = slope_ready + 1;  // the multipliers have written din into the tile
 
@@ -121,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tiles = order.tiles();
   if (threadIdx.x == 0) {
     InitRing(s, &dout_map, &w_map, &pre_map, &din_map);
-    for (int b = 0; b < kBoxes; ++b) BarrierInit(&pre_full[b], 1);
+    BarrierInit(pre_full, 1);
     BarrierInit(pre_free, 1);
     BarrierInit(slope_ready, kSpareThreads);
     BarrierInit(din_written, 1);
@@ -130,50 +121,38 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (warpgroup == 0) RegistersDecrease<kLoaderRegisters>();  // by the whole warpgroup
-  if (warpgroup == 0 && threadIdx.x >= 32) {  // the spare warps: pre, GELU'(pre), the sums
-    const int spare = threadIdx.x - 32;
+  if (warpgroup == 0 && threadIdx.x >= 32) {  // warps 1-3: pre, GELU'(pre) in place, the sums
+    uint32_t pre_phase = 0;
     const uint64_t evict_first = L2EvictFirstPolicy();
-    float* staged = reinterpret_cast<float*>(s.rest);
-    uint32_t phase = 0;              // this CTA's tile count, mod 2
-    float* last_partials = nullptr;  // the last tile's row of partial sums, while still to sum
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      int m0, n0;
-      order.Coordinates(tile, &m0, &n0);
-      // Box by box: the last tile's column sums, then this tile's pre into the box.
-      if (last_partials != nullptr) BarrierWait(din_written, phase ^ 1);
-      for (int b = 0; b < kBoxes; ++b) {
-        if (last_partials != nullptr)
-          BoxColumnSums(s.out_tile + b * kBoxBytes, staged + b % 2 * 2 * kBoxCols,
-                        last_partials + b * kBoxCols, spare);
-        if (spare == 0) {
-          if (b == 0) BarrierWait(pre_free, phase ^ 1);
-          BarrierArriveExpectBytes(&pre_full[b], kBoxBytes);
-          TmaLoad2dHinted(s.out_tile + b * kBoxBytes, &pre_map, &pre_full[b], n0 + b * kBoxCols, m0,
+      if (threadIdx.x == 32) {
+        int m0, n0;
+        order.Coordinates(tile, &m0, &n0);
+        BarrierWait(pre_free, pre_phase ^ 1);
+        BarrierArriveExpectBytes(pre_full, kOutTileBytes);
+        for (int box = 0; box < kBlockN / kBoxCols; ++box)
+          TmaLoad2dHinted(s.out_tile + box * kBoxBytes, &pre_map, pre_full, n0 + box * kBoxCols, m0,
                           evict_first);
-        }
       }
-      // GELU'(pre) in place, each box as it arrives.
-      for (int b = 0; b < kBoxes; ++b) {
-        BarrierWait(&pre_full[b], phase);
-        uint4* box = reinterpret_cast<uint4*>(s.out_tile + b * kBoxBytes);
-        for (int c = spare; c < kBoxBytes / 16; c += kSpareThreads) {
-          uint4 v = box[c];  // 8 elements; the swizzle is moot
-          v.x = GeluSlopeF16x2(v.x), v.y = GeluSlopeF16x2(v.y);
-          v.z = GeluSlopeF16x2(v.z), v.w = GeluSlopeF16x2(v.w);
-          box[c] = v;
-        }
+      BarrierWait(pre_full, pre_phase);
+      pre_phase ^= 1;
+      for (int c = threadIdx.x - 32; c < kOutTileBytes / 16; c += kSpareThreads) {
+        uint4* p = reinterpret_cast<uint4*>(s.out_tile) + c;  // 8 elements; the swizzle is moot
+        uint4 v = *p;
+        v.x = GeluSlopeF16x2(v.x), v.y = GeluSlopeF16x2(v.y);
+        v.z = GeluSlopeF16x2(v.z), v.w = GeluSlopeF16x2(v.w);
+        *p = v;
       }
       BarrierArrive(slope_ready);
-      phase ^= 1;
-      if (column_partials != nullptr)
-        last_partials =
-            column_partials + static_cast<int64_t>(m0 / kBlockM) * order.n_blocks * kBlockN + n0;
-    }
-    if (last_partials != nullptr) {  // the last tile's sums
-      BarrierWait(din_written, phase ^ 1);
-      for (int b = 0; b < kBoxes; ++b)
-        BoxColumnSums(s.out_tile + b * kBoxBytes, staged + b % 2 * 2 * kBoxCols,
-                      last_partials + b * kBoxCols, spare);
+      if (column_partials != nullptr) {
+        int m0, n0;
+        order.Coordinates(tile, &m0, &n0);
+        BarrierWait(din_written, pre_phase ^ 1);  // the phase of this tile, flipped above
+        TileColumnSums(
+            s.out_tile, reinterpret_cast<float*>(s.rest),
+            column_partials + static_cast<int64_t>(m0 / kBlockM) * order.n_blocks * kBlockN + n0,
+            threadIdx.x - 32);
+      }
     }
     return;
   }

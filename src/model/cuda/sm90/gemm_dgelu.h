@@ -28,7 +28,7 @@ struct GemmDgeluProblem {
 // N of 256, K of 64, 16-byte aligned pointers. Callers take cuBLASLt's route otherwise.
 bool GemmDgeluSupported(const GemmDgeluProblem& problem);
 
-// Enqueues the kernel (one CTA per SM, 215 KB of shared memory each). Returns
+// Enqueues the kernel (one CTA per SM, 216 KB of shared memory each). Returns
 // cudaErrorNotSupported for a problem that GemmDgeluSupported refuses.
 cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& problem, cudaStream_t stream);
 
