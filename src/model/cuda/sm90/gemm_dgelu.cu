@@ -72,8 +72,8 @@ __device__ __forceinline__ void TileColumnSums(const uint8_t* out_tile, float* s
       sum[2 * i + 1] += f.y;
     }
   }
-  float4* mine = reinterpret_cast<float4*>(staged + (group - 1) * kBlockN + chunk * 8);
   if (group > 0) {
+    float4* mine = reinterpret_cast<float4*>(staged + (group - 1) * kBlockN + chunk * 8);
     mine[0] = make_float4(sum[0], sum[1], sum[2], sum[3]);
     mine[1] = make_float4(sum[4], sum[5], sum[6], sum[7]);
   }
