@@ -63,15 +63,21 @@ cudaError_t Sm90DgeluLaunch(const Sm90DgeluProblem&, cudaStream_t) {
 // A route's timing on a shape's first call: kTimedRuns back-to-back runs behind an untimed one.
 constexpr int kTimedRuns = 3;
 
-// Milliseconds per run of cuBLASLt's GEMM `gemm` (its first run tunes it); -1 when it cannot run.
-float TimeCublasLt(cuda::CublasLtMatmul* matmul, const cuda::Gemm& gemm, cudaStream_t stream) {
+// Milliseconds per run of cuBLASLt's GEMM `gemm` (its first run tunes it), each run followed by
+// `then` (a launch that returns true when accepted: the rest of the route); -1 when either fails.
+template <typename Then>
+float TimeCublasLt(cuda::CublasLtMatmul* matmul, const cuda::Gemm& gemm, cudaStream_t stream,
+                   const Then& then) {
   return cuda::TimeBackToBack(
       stream,
       [&] {
         bool ran = false;
-        return matmul->Run(gemm, &ran).ok() && ran;
+        return matmul->Run(gemm, &ran).ok() && ran && then();
       },
       kTimedRuns);
+}
+float TimeCublasLt(cuda::CublasLtMatmul* matmul, const cuda::Gemm& gemm, cudaStream_t stream) {
+  return TimeCublasLt(matmul, gemm, stream, [] { return true; });
 }
 
 }  // namespace
@@ -163,16 +169,11 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
       // wins. (Both routes' second stage, a short pass over partial sums, is left out.)
       const int chunks = cuda::ColumnReductionChunks(N);
       float* cublaslt_partials = static_cast<float*>(p.column_partials);
-      const float cublaslt_ms = cuda::TimeBackToBack(
-          stream_,
-          [&] {
-            bool ran = false;
-            return matmul_->Run(gemm, &ran).ok() && ran &&
-                   (!sums || cuda::LaunchColumnSumsPartial(compute_, cublaslt_partials, din.data, N,
-                                                           static_cast<int>(F), F, nullptr, chunks,
-                                                           stream_) == cudaSuccess);
-          },
-          kTimedRuns);
+      const float cublaslt_ms = TimeCublasLt(matmul_.get(), gemm, stream_, [&] {
+        return !sums || cuda::LaunchColumnSumsPartial(compute_, cublaslt_partials, din.data, N,
+                                                      static_cast<int>(F), F, nullptr, chunks,
+                                                      stream_) == cudaSuccess;
+      });
       const float ours_ms = cuda::TimeBackToBack(
           stream_, [&] { return run_ours() == cudaSuccess; }, kTimedRuns);
       ours = ours_ms > 0 && (cublaslt_ms <= 0 || ours_ms < cublaslt_ms);
