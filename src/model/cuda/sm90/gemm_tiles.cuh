@@ -52,8 +52,9 @@ struct TileShared {
 
 __device__ __forceinline__ TileShared CarveTileShared(uint8_t* raw) {
   TileShared s;
-  s.a_tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
-                                         ~static_cast<uintptr_t>(1023));
+  // Align by an offset added to the __shared__ array itself: rounding the pointer as an integer
+  // loses its shared address space, and every epilogue access then compiles to a generic LD/ST.
+  s.a_tiles = raw + ((1024 - (SharedAddress(raw) & 1023)) & 1023);
   s.b_tiles = s.a_tiles + kStages * kATileBytes;
   s.out_tile = s.b_tiles + kStages * kBTileBytes;
   s.full = reinterpret_cast<uint64_t*>(s.out_tile + kOutTileBytes);
