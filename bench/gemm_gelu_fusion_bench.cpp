@@ -496,6 +496,13 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
       auto launch = [&] { return trainer::cuda::LaunchGemmDgelu(ours, stream) == cudaSuccess; };
       Report("ours DGELU (sm90)", TimeMs(stream, launch), flops);
       Report("the same, timed over 3 runs", TimeMs(stream, launch, 3), flops);  // as the trainer
+      // The other variants: 1-4 of a tile's boxes' slopes in the epilogue (their din is the same).
+      for (int boxes = 1; boxes <= 4; ++boxes) {
+        ours.epilogue_slope_boxes = boxes;
+        Report(("ours DGELU, " + std::to_string(boxes) + " of 4 boxes' slopes in the epilogue")
+                   .c_str(),
+               TimeMs(stream, launch), flops);
+      }
       BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
       std::printf("  check: ours against cuBLASLt's DGELU %.2e\n",
                   bench::RelativeDiff(Download(din_ours), Download(din)));

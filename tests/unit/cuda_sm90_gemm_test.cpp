@@ -68,16 +68,28 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
     problem.column_partials = c.with_sums ? g_sums->tensor().data : nullptr;
     problem.m = c.m, problem.n = c.n, problem.k = c.k;
     if (!cuda::GemmDgeluSupported(problem)) GTEST_SKIP() << "not an sm_90 GPU";
-    ASSERT_EQ(cuda::LaunchGemmDgelu(problem, nullptr), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<float> din = (c.in_place ? g_pre : g_din)->Download();
-    EXPECT_RELATIVE_ERROR_BELOW(din, want, 1e-2);
-    if (c.with_sums) {
-      // Against the CPU's f32 din; and, since the sums are of din as stored, against the GPU's
-      // own din, from which they differ only by the f32 rounding of the additions.
-      const std::vector<float> sums = g_sums->Download();
-      EXPECT_RELATIVE_ERROR_BELOW(sums, BlockColumnSums(want, c.m, c.n), 1e-2);
-      EXPECT_RELATIVE_ERROR_BELOW(sums, BlockColumnSums(din, c.m, c.n), 1e-5);
+    // Each split of the slopes between the spare warps and the epilogue (0-4 boxes in the
+    // epilogue); in place, pre is uploaded again for each.
+    std::vector<float> first_din;
+    for (int boxes = 0; boxes <= 4; ++boxes) {
+      SCOPED_TRACE("epilogue_slope_boxes " + std::to_string(boxes));
+      if (c.in_place)
+        g_pre = Compute(pre, {c.m, c.n}), problem.pre = problem.din = g_pre->tensor().data;
+      problem.epilogue_slope_boxes = boxes;
+      ASSERT_EQ(cuda::LaunchGemmDgelu(problem, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> din = (c.in_place ? g_pre : g_din)->Download();
+      EXPECT_RELATIVE_ERROR_BELOW(din, want, 1e-2);
+      // The slope is the same function wherever it is computed: din to the bit.
+      if (boxes == 0) first_din = din;
+      EXPECT_TRUE(din == first_din);
+      if (c.with_sums) {
+        // Against the CPU's f32 din; and, since the sums are of din as stored, against the GPU's
+        // own din, from which they differ only by the f32 rounding of the additions.
+        const std::vector<float> sums = g_sums->Download();
+        EXPECT_RELATIVE_ERROR_BELOW(sums, BlockColumnSums(want, c.m, c.n), 1e-2);
+        EXPECT_RELATIVE_ERROR_BELOW(sums, BlockColumnSums(din, c.m, c.n), 1e-5);
+      }
     }
   }
 }
@@ -124,6 +136,11 @@ TEST_F(CudaSm90GemmTest, RefusesShapesOffTheirTiles) {
     problem.m = m, problem.n = n, problem.k = k;
     EXPECT_FALSE(cuda::GemmDgeluSupported(problem)) << m << " x " << n << " x " << k;
     EXPECT_EQ(cuda::LaunchGemmDgelu(problem, nullptr), cudaErrorNotSupported);
+  }
+  problem.m = 256, problem.n = 256, problem.k = 64;
+  for (int boxes : {-1, 5}) {  // a tile has four boxes
+    problem.epilogue_slope_boxes = boxes;
+    EXPECT_FALSE(cuda::GemmDgeluSupported(problem)) << "epilogue_slope_boxes " << boxes;
   }
   cuda::GemmGeluForwardProblem forward;  // K = 128: fewer k-blocks than the bias slots allow
   forward.x = forward.w = forward.bias = buffer->tensor().data;

@@ -166,9 +166,9 @@ class CudaBackend final : public Backend {
   // (N, C, F, bias) -> who runs that forward GELU GEMM.
   enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90 };
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluGemmChoice> gelu_choice_;
-  // (N, F, OC, din's column sums in the kernel) -> whether our sm90 kernel runs that
-  // GELU-gradient GEMM.
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, bool> dgelu_choice_;
+  // (N, F, OC, din's column sums in the kernel) -> how our sm90 kernel runs that GELU-gradient
+  // GEMM (its epilogue_slope_boxes), or -1 where cuBLASLt's DGELU does.
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, int> dgelu_choice_;
   bool force_attention_fallback_ = false;
   bool matmul_epilogues_ = true;
   CudaPathCounts counts_;

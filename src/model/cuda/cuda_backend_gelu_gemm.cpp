@@ -3,6 +3,8 @@
 // GELU_AUX_BIAS epilogue, cuDNN's fused graph or our sm90 kernel, and the GELU-gradient GEMM
 // din = GELU'(pre) * (dout W_proj) by cuBLASLt's DGELU epilogue or our sm90 kernel. Each shape's
 // route is timed on its first call and kept for the run.
+#include <algorithm>
+
 #include "common/log.h"
 #include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/cuda_backend.h"
@@ -51,6 +53,7 @@ struct Sm90DgeluProblem {
   const void *dout = nullptr, *w = nullptr, *pre = nullptr;
   void *din = nullptr, *column_partials = nullptr;
   int64_t m = 0, n = 0, k = 0;
+  int epilogue_slope_boxes = 0;
 };
 bool Sm90DgeluRuns(const Sm90DgeluProblem&) {
   return false;
@@ -60,8 +63,19 @@ cudaError_t Sm90DgeluLaunch(const Sm90DgeluProblem&, cudaStream_t) {
 }
 #endif
 
-// A route's timing on a shape's first call: kTimedRuns back-to-back runs behind an untimed one.
+// A route's timing on a shape's first call: kTimedRuns back-to-back runs behind an untimed one,
+// in each of kTimingRounds rounds that take the routes in turn; a route's time is its fastest
+// round's. (The first route timed in a round follows the last one's runs, and the first round
+// follows cuBLASLt's tuning: rounds in turn keep one route from always running on a cooler GPU.)
 constexpr int kTimedRuns = 3;
+constexpr int kTimingRounds = 2;
+
+// A route's time over rounds: the faster of its best so far and this round's; a failed round
+// (<= 0) fails the route.
+float Faster(int round, float best_ms, float round_ms) {
+  if (round == 0) return round_ms;
+  return best_ms <= 0 || round_ms <= 0 ? -1.f : std::min(best_ms, round_ms);
+}
 
 // Milliseconds per run of cuBLASLt's GEMM `gemm` (its first run tunes it), each run followed by
 // `then` (a launch that returns true when accepted: the rest of the route); -1 when either fails.
@@ -95,18 +109,35 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
     if (gelu_route_ == GeluMatmulRoute::kCudnn && cudnn_runs) choice = GeluGemmChoice::kCudnn;
     if (gelu_route_ == GeluMatmulRoute::kSm90 && sm90_runs) choice = GeluGemmChoice::kSm90;
     if (gelu_route_ == GeluMatmulRoute::kFastest) {
-      // cuBLASLt's time (its first run tunes it), cuDNN's fastest plan's, then ours; the outputs
-      // hold the last one's result, and the caller runs cuBLASLt again when it wins.
-      const float cublaslt_ms = TimeCublasLt(matmul_.get(), gemm, stream_);
-      float cudnn_ms = -1.f, sm90_ms = -1.f;
-      if (cudnn_runs) {
+      // cuBLASLt's time (its first run tunes it), cuDNN's fastest plan's, then ours, in rounds;
+      // the outputs hold the last one's result, and the caller runs cuBLASLt again when it wins.
+      // cuDNN's first run picks its plan and gives that plan's time; later rounds time the plan.
+      auto time_cudnn = [&](int round, float* ms) -> Status {
         bool supported = false;
-        TRAINER_RETURN_IF_ERROR(cudnn_gelu_matmul_->Run(args, &supported, &cudnn_ms));
-        if (!supported) cudnn_ms = -1.f;
-      }
-      if (sm90_runs)
-        sm90_ms = cuda::TimeBackToBack(
+        if (round == 0) {
+          TRAINER_RETURN_IF_ERROR(cudnn_gelu_matmul_->Run(args, &supported, ms));
+        } else {
+          *ms = cuda::TimeBackToBack(
+              stream_, [&] { return cudnn_gelu_matmul_->Run(args, &supported).ok() && supported; },
+              kTimedRuns);
+        }
+        if (!supported) *ms = -1.f;
+        return Status::Ok();
+      };
+      auto time_sm90 = [&] {
+        return cuda::TimeBackToBack(
             stream_, [&] { return Sm90GeluLaunch(args, stream_) == cudaSuccess; }, kTimedRuns);
+      };
+      float cublaslt_ms = -1.f, cudnn_ms = -1.f, sm90_ms = -1.f;
+      for (int round = 0; round < kTimingRounds; ++round) {
+        cublaslt_ms = Faster(round, cublaslt_ms, TimeCublasLt(matmul_.get(), gemm, stream_));
+        if (cudnn_runs && (round == 0 || cudnn_ms > 0)) {
+          float round_ms = -1.f;
+          TRAINER_RETURN_IF_ERROR(time_cudnn(round, &round_ms));
+          cudnn_ms = Faster(round, cudnn_ms, round_ms);
+        }
+        if (sm90_runs) sm90_ms = Faster(round, sm90_ms, time_sm90());
+      }
       float best_ms = cublaslt_ms;
       if (cudnn_ms > 0 && (best_ms <= 0 || cudnn_ms < best_ms))
         best_ms = cudnn_ms, choice = GeluGemmChoice::kCudnn;
@@ -151,42 +182,60 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
                     static_cast<size_t>(partial_rows * F) * sizeof(float) <= kInitialScratchBytes;
   const auto key = std::make_tuple(N, F, OC, sums);
   auto it = dgelu_choice_.find(key);
-  if (it != dgelu_choice_.end() && !it->second) return Status::Ok();
+  if (it != dgelu_choice_.end() && it->second < 0) return Status::Ok();
   Sm90DgeluProblem p;
   p.dout = dout.data, p.w = weight.data, p.pre = pre_act.data, p.din = din.data;
   p.m = N, p.n = F, p.k = OC;
   if (sums) TRAINER_RETURN_IF_ERROR(Scratch(kInitialScratchBytes, &p.column_partials));
   if (it == dgelu_choice_.end() && !Sm90DgeluRuns(p)) {
-    dgelu_choice_.emplace(key, false);
+    dgelu_choice_.emplace(key, -1);
     return Status::Ok();
   }
-  auto run_ours = [&] { return Sm90DgeluLaunch(p, stream_); };
+  auto run_ours = [&](int epilogue_slope_boxes) {
+    p.epilogue_slope_boxes = epilogue_slope_boxes;
+    return Sm90DgeluLaunch(p, stream_);
+  };
   if (it == dgelu_choice_.end()) {
-    bool ours = gelu_route_ == GeluMatmulRoute::kSm90;
-    if (gelu_route_ == GeluMatmulRoute::kFastest) {
-      // cuBLASLt's time (its first run tunes it) with the first stage of the column sums that
-      // would follow it, then ours; din holds ours, and the caller runs cuBLASLt again when it
-      // wins. (Both routes' second stage, a short pass over partial sums, is left out.)
-      const int chunks = cuda::ColumnReductionChunks(N);
-      float* cublaslt_partials = static_cast<float*>(p.column_partials);
-      const float cublaslt_ms = TimeCublasLt(matmul_.get(), gemm, stream_, [&] {
-        return !sums || cuda::LaunchColumnSumsPartial(compute_, cublaslt_partials, din.data, N,
-                                                      static_cast<int>(F), F, nullptr, chunks,
-                                                      stream_) == cudaSuccess;
-      });
-      const float ours_ms = cuda::TimeBackToBack(
-          stream_, [&] { return run_ours() == cudaSuccess; }, kTimedRuns);
-      ours = ours_ms > 0 && (cublaslt_ms <= 0 || ours_ms < cublaslt_ms);
+    // Our kernel with 0, 1 or 2 of its tiles' four boxes' slopes in its epilogue and, for the
+    // fastest route, cuBLASLt's DGELU (its first run tunes it) with the first stage of the column
+    // sums that would follow it, timed in rounds; din holds ours, and the caller runs cuBLASLt
+    // again when it wins. (Both routes' second stage, a short pass over partial sums, is left out.)
+    constexpr int kVariants = 3;
+    const bool with_cublaslt = gelu_route_ == GeluMatmulRoute::kFastest;
+    const int chunks = cuda::ColumnReductionChunks(N);
+    float* cublaslt_partials = static_cast<float*>(p.column_partials);
+    auto then_sums = [&] {
+      return !sums || cuda::LaunchColumnSumsPartial(compute_, cublaslt_partials, din.data, N,
+                                                    static_cast<int>(F), F, nullptr, chunks,
+                                                    stream_) == cudaSuccess;
+    };
+    auto time_ours = [&](int epilogue_slope_boxes) {
+      return cuda::TimeBackToBack(
+          stream_, [&] { return run_ours(epilogue_slope_boxes) == cudaSuccess; }, kTimedRuns);
+    };
+    float cublaslt_ms = -1.f, ours_ms[kVariants] = {};
+    for (int round = 0; round < kTimingRounds; ++round) {
+      if (with_cublaslt)
+        cublaslt_ms =
+            Faster(round, cublaslt_ms, TimeCublasLt(matmul_.get(), gemm, stream_, then_sums));
+      for (int v = 0; v < kVariants; ++v) ours_ms[v] = Faster(round, ours_ms[v], time_ours(v));
+    }
+    int choice = -1;
+    float best_ms = cublaslt_ms;
+    for (int v = 0; v < kVariants; ++v)
+      if (ours_ms[v] > 0 && (best_ms <= 0 || ours_ms[v] < best_ms))
+        best_ms = ours_ms[v], choice = v;
+    if (with_cublaslt)
       LogInfo(StrFormat(
           "GELU-gradient GEMM (%lld x %lld -> %lld%s): cuBLASLt DGELU%s %.3f ms, sm90 kernel "
-          "%.3f ms; using %s",
+          "%.3f / %.3f / %.3f ms (0 / 1 / 2 of a tile's 4 boxes' slopes in its epilogue); using %s",
           (long long)N, (long long)OC, (long long)F, sums ? ", with din's column sums" : "",
-          sums ? " + column sums" : "", cublaslt_ms, ours_ms, ours ? "sm90 kernel" : "cuBLASLt"));
-    }
-    it = dgelu_choice_.emplace(key, ours).first;
+          sums ? " + column sums" : "", cublaslt_ms, ours_ms[0], ours_ms[1], ours_ms[2],
+          choice < 0 ? "cuBLASLt" : StrFormat("sm90 kernel (%d)", choice).c_str()));
+    it = dgelu_choice_.emplace(key, choice).first;
   }
-  if (!it->second) return Status::Ok();
-  CUDA_CHECK(run_ours());
+  if (it->second < 0) return Status::Ok();
+  CUDA_CHECK(run_ours(it->second));
   ++counts_.dgelu_sm90;
   *done = true;
   if (sums) {

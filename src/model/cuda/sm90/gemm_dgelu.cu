@@ -5,10 +5,11 @@
 // own buffer and turn it into GELU'(pre) (f16) in place while the tile multiplies. Warpgroups 1 and
 // 2 multiply the tile's two 64 x 256 halves by wgmma (f32 accumulators in registers), so that their
 // epilogue, which the tensor cores wait for, is one multiply per element: din is formed in place of
-// the slopes and one thread stores it by TMA. Where asked, warps 1-3 then sum the tile's columns of
-// din (as stored) into one row of partial sums per 128-row block, which saves the bias gradient's
-// own pass over din. The buffer goes back to warps 1-3 once the store has read it, during the next
-// tile's first k-block.
+// the slopes and one thread stores it by TMA. Where a tile's k loop is too short to hide the spare
+// warps' work, the multipliers compute the slopes of the tile's last boxes themselves. Where asked,
+// warps 1-3 then sum the tile's columns of din (as stored) into one row of partial sums per 128-row
+// block, which saves the bias gradient's own pass over din. The buffer goes back to warps 1-3 once
+// the store has read it, during the next tile's first k-block.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const __grid_constant__ CUtensorMap w_map,
                     const __grid_constant__ CUtensorMap pre_map,
                     const __grid_constant__ CUtensorMap din_map, float* column_partials,
-                    TileOrder order, int k_blocks) {
+                    TileOrder order, int k_blocks, int epilogue_slope_boxes) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
@@ -110,6 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int warpgroup = threadIdx.x / 128;
   const int tiles = order.tiles();
+  const int spare_slope_boxes = kBlockN / kBoxCols - epilogue_slope_boxes;  // the first ones
   if (threadIdx.x == 0) {
     InitRing(s, &dout_map, &w_map, &pre_map, &din_map);
     BarrierInit(pre_full, 1);
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       BarrierWait(pre_full, pre_phase);
       pre_phase ^= 1;
-      for (int c = threadIdx.x - 32; c < kOutTileBytes / 16; c += kSpareThreads) {
+      for (int c = threadIdx.x - 32; c < spare_slope_boxes * kBoxBytes / 16; c += kSpareThreads) {
         uint4* p = reinterpret_cast<uint4*>(s.out_tile) + c;  // 8 elements; the swizzle is moot
         uint4 v = *p;
         v.x = GeluSlopeF16x2(v.x), v.y = GeluSlopeF16x2(v.y);
@@ -184,15 +186,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         BarrierArrive(pre_free);
       }
     });
-    // din = acc * GELU'(pre), in place of the slopes.
+    // din = acc * GELU'(pre), in place of the slopes (or of pre, in the boxes left to us).
     BarrierWait(slope_ready, pre_phase);
     pre_phase ^= 1;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
+      const bool slope_from_pre = j / 8 >= spare_slope_boxes;  // the same for the whole CTA
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         uint8_t* p = PairInTile(s.out_tile, half, j, h);
-        const float2 slope = __half22float2(*reinterpret_cast<const __half2*>(p));
+        uint32_t slope_bits = *reinterpret_cast<const uint32_t*>(p);
+        if (slope_from_pre) slope_bits = GeluSlopeF16x2(slope_bits);
+        const float2 slope = __half22float2(*reinterpret_cast<const __half2*>(&slope_bits));
         *reinterpret_cast<__nv_bfloat162*>(p) =
             __floats2bfloat162_rn(acc[4 * j + 2 * h] * slope.x, acc[4 * j + 2 * h + 1] * slope.y);
       }
@@ -213,7 +218,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool GemmDgeluSupported(const GemmDgeluProblem& p) {
   return TilesFit(p.m, p.n, p.k) && Aligned16(p.dout) && Aligned16(p.w) && Aligned16(p.pre) &&
-         Aligned16(p.din) && Aligned16(p.column_partials);
+         Aligned16(p.din) && Aligned16(p.column_partials) && p.epilogue_slope_boxes >= 0 &&
+         p.epilogue_slope_boxes <= kBlockN / kBoxCols;
 }
 
 cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
@@ -228,7 +234,7 @@ cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
   GemmDgeluKernel<<<grid, kThreads, kSharedBytes, stream>>>(
       dout_map, w_map, pre_map, din_map, static_cast<float*>(p.column_partials),
       TileOrder{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN)},
-      static_cast<int>(p.k / kBlockK));
+      static_cast<int>(p.k / kBlockK), p.epilogue_slope_boxes);
   return cudaGetLastError();
 }
 

@@ -22,10 +22,16 @@ struct GemmDgeluProblem {
   // over these partial sums instead of one over din.
   void* column_partials = nullptr;
   int64_t m = 0, n = 0, k = 0;
+  // How many of a tile's four 64-column boxes (the last ones) get their GELU'(pre) in the
+  // multipliers' epilogue instead of from the spare warps (0-4; din is the same either way). The
+  // spare warps' slopes must be ready when a tile's k loop ends; where that loop is short (small
+  // K), moving boxes to the epilogue shortens their work at the cost of a longer epilogue.
+  int epilogue_slope_boxes = 0;
 };
 
 // Whether the kernel runs this problem on the current device: an sm_90 GPU, M a multiple of 128,
-// N of 256, K of 64, 16-byte aligned pointers. Callers take cuBLASLt's route otherwise.
+// N of 256, K of 64, 16-byte aligned pointers, epilogue_slope_boxes in 0-4. Callers take cuBLASLt's
+// route otherwise.
 bool GemmDgeluSupported(const GemmDgeluProblem& problem);
 
 // Enqueues the kernel (one CTA per SM, 216 KB of shared memory each). Returns
