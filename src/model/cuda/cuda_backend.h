@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "model/backend.h"
 
@@ -135,10 +136,10 @@ class CudaBackend final : public Backend {
   // use by timing `gemm`, the cuBLASLt GELU_AUX[_BIAS] route, against cuDNN's fastest plan);
   // *done = false leaves it to cuBLASLt.
   Status FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args, bool* done);
-  // The GELU-gradient GEMM by our sm90 kernel when that is the shape's route (decided on first
-  // use by timing `gemm`, the cuBLASLt DGELU route, with din's column sums where din_sums is
-  // given, against ours); *done = false leaves it to cuBLASLt, *sums_done = false the column sums
-  // to the caller.
+  // The GELU-gradient GEMM by our sm90 kernel when that is the shape's route (decided in the
+  // run's first step from the times of the shape's calls: `gemm`, the cuBLASLt DGELU route, with
+  // din's column sums where din_sums is given, against ours); *done = false leaves it to
+  // cuBLASLt, *sums_done = false the column sums to the caller.
   Status FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor dout, Tensor weight,
                            Tensor pre_act, Tensor din_sums, bool* done, bool* sums_done);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
@@ -166,9 +167,22 @@ class CudaBackend final : public Backend {
   // (N, C, F, bias) -> who runs that forward GELU GEMM.
   enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90 };
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluGemmChoice> gelu_choice_;
-  // (N, F, OC, din's column sums in the kernel) -> how our sm90 kernel runs that GELU-gradient
-  // GEMM (its epilogue_slope_boxes), or -1 where cuBLASLt's DGELU does.
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, int> dgelu_choice_;
+  // A GELU-gradient GEMM shape's route, chosen from the times of its own calls in the run's first
+  // step (runs timed back to back on the shape's first call ranked the routes otherwise than the
+  // steps did): after one untimed call that runs every candidate, each trial call runs the next
+  // candidate in turn between two CUDA events (cuda_backend_gelu_gemm.cpp).
+  struct DgeluRoute {
+    bool decided = false;
+    int choice = -1;  // -1: cuBLASLt's DGELU; else our sm90 kernel's epilogue_slope_boxes
+    bool with_cublaslt = false;       // among the candidates (the route kFastest when it began)
+    int calls = 0;                    // calls so far
+    std::vector<cudaEvent_t> events;  // (start, stop) of each trial call
+    std::vector<bool> failed;         // per candidate: a run that was refused
+  };
+  Status DecideDgeluRoute(const std::tuple<int64_t, int64_t, int64_t, bool>& key,
+                          DgeluRoute* route);
+  // (N, F, OC, din's column sums in the kernel) -> that GELU-gradient GEMM's route.
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, DgeluRoute> dgelu_routes_;
   bool force_attention_fallback_ = false;
   bool matmul_epilogues_ = true;
   CudaPathCounts counts_;

@@ -12,6 +12,7 @@
 #include "model/cuda/kernels.h"
 #include "model/cuda/matmul.h"
 #include "model/cuda/matmul_gelu_cudnn.h"
+#include "model/cuda/op_checks.h"
 #if defined(TRAINER_WITH_SM90_KERNELS)
 #include "model/cuda/sm90/gemm_dgelu.h"
 #include "model/cuda/sm90/gemm_gelu_forward.h"
@@ -77,22 +78,22 @@ float Faster(int round, float best_ms, float round_ms) {
   return best_ms <= 0 || round_ms <= 0 ? -1.f : std::min(best_ms, round_ms);
 }
 
-// Milliseconds per run of cuBLASLt's GEMM `gemm` (its first run tunes it), each run followed by
-// `then` (a launch that returns true when accepted: the rest of the route); -1 when either fails.
-template <typename Then>
-float TimeCublasLt(cuda::CublasLtMatmul* matmul, const cuda::Gemm& gemm, cudaStream_t stream,
-                   const Then& then) {
+// Milliseconds per run of cuBLASLt's GEMM `gemm` (its first run tunes it); -1 when it fails.
+float TimeCublasLt(cuda::CublasLtMatmul* matmul, const cuda::Gemm& gemm, cudaStream_t stream) {
   return cuda::TimeBackToBack(
       stream,
       [&] {
         bool ran = false;
-        return matmul->Run(gemm, &ran).ok() && ran && then();
+        return matmul->Run(gemm, &ran).ok() && ran;
       },
       kTimedRuns);
 }
-float TimeCublasLt(cuda::CublasLtMatmul* matmul, const cuda::Gemm& gemm, cudaStream_t stream) {
-  return TimeCublasLt(matmul, gemm, stream, [] { return true; });
-}
+
+// The GELU-gradient GEMM's candidates: cuBLASLt's DGELU (where the route may take it) and our
+// kernel with 0, 1 or 2 of a tile's four boxes' slopes in its epilogue; each timed over
+// kDgeluTrials calls of the run's first step.
+constexpr int kDgeluVariants = 3;
+constexpr int kDgeluTrials = 4;
 
 }  // namespace
 
@@ -181,69 +182,118 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   const bool sums = !din_sums.empty() &&
                     static_cast<size_t>(partial_rows * F) * sizeof(float) <= kInitialScratchBytes;
   const auto key = std::make_tuple(N, F, OC, sums);
-  auto it = dgelu_choice_.find(key);
-  if (it != dgelu_choice_.end() && it->second < 0) return Status::Ok();
+  auto it = dgelu_routes_.find(key);
+  if (it != dgelu_routes_.end() && it->second.decided && it->second.choice < 0) return Status::Ok();
   Sm90DgeluProblem p;
   p.dout = dout.data, p.w = weight.data, p.pre = pre_act.data, p.din = din.data;
   p.m = N, p.n = F, p.k = OC;
   if (sums) TRAINER_RETURN_IF_ERROR(Scratch(kInitialScratchBytes, &p.column_partials));
-  if (it == dgelu_choice_.end() && !Sm90DgeluRuns(p)) {
-    dgelu_choice_.emplace(key, -1);
+  if (it == dgelu_routes_.end()) {
+    DgeluRoute route;
+    route.decided = !Sm90DgeluRuns(p);  // cuBLASLt's then
+    route.with_cublaslt = gelu_route_ == GeluMatmulRoute::kFastest;
+    it = dgelu_routes_.emplace(key, route).first;
+    if (route.decided) return Status::Ok();
+  }
+  DgeluRoute& route = it->second;
+  // Candidate c: cuBLASLt's DGELU, then with the first stage of the column sums that would follow
+  // it (the caller's pass then sums din again); or ours with c - first_ours boxes' slopes in the
+  // epilogue. (Both routes' second stage, a short pass over partial sums, is not timed.)
+  const int first_ours = route.with_cublaslt ? 1 : 0, candidates = first_ours + kDgeluVariants;
+  auto run = [&](int c) -> bool {
+    if (c >= first_ours) {
+      p.epilogue_slope_boxes = c - first_ours;
+      return Sm90DgeluLaunch(p, stream_) == cudaSuccess;
+    }
+    bool ran = false;
+    return matmul_->Run(gemm, &ran).ok() && ran &&
+           (!sums ||
+            cuda::LaunchColumnSumsPartial(compute_, static_cast<float*>(p.column_partials),
+                                          din.data, N, static_cast<int>(F), F, nullptr,
+                                          cuda::ColumnReductionChunks(N), stream_) == cudaSuccess);
+  };
+  // A candidate that ran in the untimed call and is refused later: the launch's error, if any.
+  auto refused = [&](int c, int ours_from) {
+    CUDA_CHECK(cudaGetLastError());
+    return cuda::OpError("MatmulBackward", c < ours_from
+                                               ? "cuBLASLt's DGELU GEMM was refused"
+                                               : "the sm90 GELU-gradient kernel was refused");
+  };
+  int output = -1;  // the candidate whose run leaves this call's din
+  if (route.decided) {
+    output = first_ours + route.choice;
+    if (!run(output)) return refused(output, first_ours);
+  } else if (route.calls == 0) {  // every candidate once, untimed: cuBLASLt tunes here
+    route.failed.assign(candidates, false);
+    for (int c = 0; c < candidates; ++c) route.failed[c] = !run(c);
+    cudaGetLastError();  // a refused launch is the candidate's failure, not the call's
+    output = candidates - 1;
+    if (route.failed[output]) {  // ours was refused: cuBLASLt's route after all
+      route.decided = true;
+      return Status::Ok();
+    }
+    route.events.resize(2 * candidates * kDgeluTrials);
+    for (cudaEvent_t& event : route.events) CUDA_CHECK(cudaEventCreate(&event));
+    ++route.calls;
+  } else {
+    const int trial = route.calls - 1;
+    output = trial % candidates;
+    if (route.failed[output]) output = candidates - 1;
+    CUDA_CHECK(cudaEventRecord(route.events[2 * trial], stream_));
+    if (!run(output)) return refused(output, first_ours);
+    CUDA_CHECK(cudaEventRecord(route.events[2 * trial + 1], stream_));
+    if (++route.calls == 1 + candidates * kDgeluTrials)
+      TRAINER_RETURN_IF_ERROR(DecideDgeluRoute(key, &route));
+  }
+  *done = true;
+  if (output < first_ours) {  // cuBLASLt's DGELU ran here; the caller sums din
+    ++counts_.gelu_epilogue;
     return Status::Ok();
   }
-  auto run_ours = [&](int epilogue_slope_boxes) {
-    p.epilogue_slope_boxes = epilogue_slope_boxes;
-    return Sm90DgeluLaunch(p, stream_);
-  };
-  if (it == dgelu_choice_.end()) {
-    // Our kernel with 0, 1 or 2 of its tiles' four boxes' slopes in its epilogue and, for the
-    // fastest route, cuBLASLt's DGELU (its first run tunes it) with the first stage of the column
-    // sums that would follow it, timed in rounds; din holds ours, and the caller runs cuBLASLt
-    // again when it wins. (Both routes' second stage, a short pass over partial sums, is left out.)
-    constexpr int kVariants = 3;
-    const bool with_cublaslt = gelu_route_ == GeluMatmulRoute::kFastest;
-    const int chunks = cuda::ColumnReductionChunks(N);
-    float* cublaslt_partials = static_cast<float*>(p.column_partials);
-    auto then_sums = [&] {
-      return !sums || cuda::LaunchColumnSumsPartial(compute_, cublaslt_partials, din.data, N,
-                                                    static_cast<int>(F), F, nullptr, chunks,
-                                                    stream_) == cudaSuccess;
-    };
-    auto time_ours = [&](int epilogue_slope_boxes) {
-      return cuda::TimeBackToBack(
-          stream_, [&] { return run_ours(epilogue_slope_boxes) == cudaSuccess; }, kTimedRuns);
-    };
-    float cublaslt_ms = -1.f, ours_ms[kVariants] = {};
-    for (int round = 0; round < kTimingRounds; ++round) {
-      if (with_cublaslt)
-        cublaslt_ms =
-            Faster(round, cublaslt_ms, TimeCublasLt(matmul_.get(), gemm, stream_, then_sums));
-      for (int v = 0; v < kVariants; ++v) ours_ms[v] = Faster(round, ours_ms[v], time_ours(v));
-    }
-    int choice = -1;
-    float best_ms = cublaslt_ms;
-    for (int v = 0; v < kVariants; ++v)
-      if (ours_ms[v] > 0 && (best_ms <= 0 || ours_ms[v] < best_ms))
-        best_ms = ours_ms[v], choice = v;
-    if (with_cublaslt)
-      LogInfo(StrFormat(
-          "GELU-gradient GEMM (%lld x %lld -> %lld%s): cuBLASLt DGELU%s %.3f ms, sm90 kernel "
-          "%.3f / %.3f / %.3f ms (0 / 1 / 2 of a tile's 4 boxes' slopes in its epilogue); using %s",
-          (long long)N, (long long)OC, (long long)F, sums ? ", with din's column sums" : "",
-          sums ? " + column sums" : "", cublaslt_ms, ours_ms[0], ours_ms[1], ours_ms[2],
-          choice < 0 ? "cuBLASLt" : StrFormat("sm90 kernel (%d)", choice).c_str()));
-    it = dgelu_choice_.emplace(key, choice).first;
-  }
-  if (it->second < 0) return Status::Ok();
-  CUDA_CHECK(run_ours(it->second));
   ++counts_.dgelu_sm90;
-  *done = true;
   if (sums) {
     CUDA_CHECK(cuda::LaunchAddPartials(
         {din_sums.as<float>()}, static_cast<const float*>(p.column_partials),
         static_cast<int>(partial_rows), static_cast<int>(F), stream_));
     *sums_done = true;
   }
+  return Status::Ok();
+}
+
+Status CudaBackend::DecideDgeluRoute(const std::tuple<int64_t, int64_t, int64_t, bool>& key,
+                                     DgeluRoute* route) {
+  const bool with_cublaslt = route->with_cublaslt;
+  const int first_ours = with_cublaslt ? 1 : 0, candidates = first_ours + kDgeluVariants;
+  CUDA_CHECK(cudaEventSynchronize(route->events.back()));
+  std::vector<float> mean_ms(candidates, 0.f);
+  for (int trial = 0; trial < candidates * kDgeluTrials; ++trial) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, route->events[2 * trial], route->events[2 * trial + 1]));
+    mean_ms[trial % candidates] += ms / kDgeluTrials;
+  }
+  for (cudaEvent_t event : route->events) cudaEventDestroy(event);
+  route->events.clear();
+  int best = candidates - 1;
+  for (int c = 0; c < candidates; ++c)
+    if (!route->failed[c] && mean_ms[c] < mean_ms[best]) best = c;
+  route->decided = true;
+  route->choice = best - first_ours;
+  auto shown = [&](int c) {
+    return route->failed[c] ? std::string("refused") : StrFormat("%.3f ms", mean_ms[c]);
+  };
+  const auto [N, F, OC, sums] = key;
+  std::string times = with_cublaslt ? StrFormat("cuBLASLt DGELU%s %s, ",
+                                                sums ? " + column sums" : "", shown(0).c_str())
+                                    : std::string();
+  times += StrFormat(
+      "sm90 kernel %s / %s / %s (0 / 1 / 2 of a tile's 4 boxes' slopes in its "
+      "epilogue)",
+      shown(first_ours).c_str(), shown(first_ours + 1).c_str(), shown(first_ours + 2).c_str());
+  LogInfo(StrFormat(
+      "GELU-gradient GEMM (%lld x %lld -> %lld%s), %d calls each in turn: %s; using %s",
+      (long long)N, (long long)OC, (long long)F, sums ? ", with din's column sums" : "",
+      kDgeluTrials, times.c_str(),
+      route->choice < 0 ? "cuBLASLt" : StrFormat("sm90 kernel (%d)", route->choice).c_str()));
   return Status::Ok();
 }
 
