@@ -213,16 +213,16 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
                                           cuda::ColumnReductionChunks(N), stream_) == cudaSuccess);
   };
   // A candidate that ran in the untimed call and is refused later: the launch's error, if any.
-  auto refused = [&](int c, int ours_from) {
+  auto refused = [&](int c) {
     CUDA_CHECK(cudaGetLastError());
-    return cuda::OpError("MatmulBackward", c < ours_from
+    return cuda::OpError("MatmulBackward", c < first_ours
                                                ? "cuBLASLt's DGELU GEMM was refused"
                                                : "the sm90 GELU-gradient kernel was refused");
   };
   int output = -1;  // the candidate whose run leaves this call's din
   if (route.decided) {
     output = first_ours + route.choice;
-    if (!run(output)) return refused(output, first_ours);
+    if (!run(output)) return refused(output);
   } else if (route.calls == 0) {  // every candidate once, untimed: cuBLASLt tunes here
     route.failed.assign(candidates, false);
     for (int c = 0; c < candidates; ++c) route.failed[c] = !run(c);
@@ -240,7 +240,7 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
     output = trial % candidates;
     if (route.failed[output]) output = candidates - 1;
     CUDA_CHECK(cudaEventRecord(route.events[2 * trial], stream_));
-    if (!run(output)) return refused(output, first_ours);
+    if (!run(output)) return refused(output);
     CUDA_CHECK(cudaEventRecord(route.events[2 * trial + 1], stream_));
     if (++route.calls == 1 + candidates * kDgeluTrials)
       TRAINER_RETURN_IF_ERROR(DecideDgeluRoute(key, &route));
