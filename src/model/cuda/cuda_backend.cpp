@@ -76,8 +76,6 @@ CudaBackend::~CudaBackend() {
     if (event) cudaEventDestroy(event);
   for (cudaEvent_t event : marks_)
     if (event) cudaEventDestroy(event);
-  for (auto& [key, route] : dgelu_routes_)
-    for (cudaEvent_t event : route.events) cudaEventDestroy(event);
   if (staging_) cudaFreeHost(staging_);
   if (scratch_) cudaFree(scratch_);
   if (arena_) cudaFree(arena_);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/backend.h"
+#include "model/cuda/route_trial.h"
 
 namespace trainer {
 namespace cuda {
@@ -31,9 +32,9 @@ struct GeluMatmulArgs;
 }  // namespace cuda
 
 // Who runs the GEMMs with a GELU (bf16, epilogues on): for each shape the fastest of cuBLASLt's
-// epilogue, cuDNN's fused graph (forward only) and our sm90 kernels, timed on first use
-// (kFastest); or one of them forced (tests, diagnosis; cuBLASLt where the forced one cannot run
-// the shape or, for cuDNN, the direction).
+// epilogue, cuDNN's fused graph (forward only) and our sm90 kernels, timed in the run's
+// first step (kFastest); or one of them forced (tests, diagnosis; cuBLASLt where the forced one
+// cannot run the shape or, for cuDNN, the direction).
 enum class GeluMatmulRoute { kFastest, kCublasLt, kCudnn, kSm90 };
 
 // Which implementation each op took, counted since creation (for tests and logs).
@@ -132,14 +133,14 @@ class CudaBackend final : public Backend {
   Status MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                             Tensor weight, Tensor gelu_pre_act, Tensor din_sums,
                             GradientWrite dweight_write);
-  // The forward GEMM with a GELU through cuDNN when that is the shape's route (decided on first
-  // use by timing `gemm`, the cuBLASLt GELU_AUX[_BIAS] route, against cuDNN's fastest plan);
-  // *done = false leaves it to cuBLASLt.
+  // The forward GEMM with a GELU by the shape's route (chosen in the run's first step from the
+  // times of the shape's calls: `gemm`, the cuBLASLt GELU_AUX[_BIAS] route, against cuDNN's
+  // fused graph and our sm90 kernel); *done = false leaves it to the caller (unfused).
   Status FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args, bool* done);
-  // The GELU-gradient GEMM by our sm90 kernel when that is the shape's route (decided in the
-  // run's first step from the times of the shape's calls: `gemm`, the cuBLASLt DGELU route, with
-  // din's column sums where din_sums is given, against ours); *done = false leaves it to
-  // cuBLASLt, *sums_done = false the column sums to the caller.
+  // The GELU-gradient GEMM by the shape's route (chosen in the run's first step from the times
+  // of the shape's calls: `gemm`, the cuBLASLt DGELU route, with din's column sums where din_sums
+  // is given, against our sm90 kernel); *done = false leaves it to the caller, *sums_done = false
+  // the column sums.
   Status FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor dout, Tensor weight,
                            Tensor pre_act, Tensor din_sums, bool* done, bool* sums_done);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
@@ -164,23 +165,22 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   std::unique_ptr<cuda::CudnnGeluMatmul> cudnn_gelu_matmul_;
   GeluMatmulRoute gelu_route_ = GeluMatmulRoute::kFastest;
-  // (N, C, F, bias) -> who runs that forward GELU GEMM.
+  // A GELU GEMM shape's route: its candidates, and the trial that chooses among them from the
+  // times of the shape's own calls in the run's first step (route_trial.h; one candidate where a
+  // route is forced).
   enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90 };
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluGemmChoice> gelu_choice_;
-  // A GELU-gradient GEMM shape's route, chosen from the times of its own calls in the run's first
-  // step (runs timed back to back on the shape's first call ranked the routes otherwise than the
-  // steps did): after one untimed call that runs every candidate, each trial call runs the next
-  // candidate in turn between two CUDA events (cuda_backend_gelu_gemm.cpp).
-  struct DgeluRoute {
-    bool decided = false;
-    int choice = -1;  // -1: cuBLASLt's DGELU; else our sm90 kernel's epilogue_slope_boxes
-    bool with_cublaslt = false;       // among the candidates (the route kFastest when it began)
-    int calls = 0;                    // calls so far
-    std::vector<cudaEvent_t> events;  // (start, stop) of each trial call
-    std::vector<bool> failed;         // per candidate: a run that was refused
+  struct GeluForwardRoute {
+    std::vector<GeluGemmChoice> candidates;
+    std::unique_ptr<cuda::RouteTrial> trial;
   };
-  Status DecideDgeluRoute(const std::tuple<int64_t, int64_t, int64_t, bool>& key,
-                          DgeluRoute* route);
+  // (N, C, F, bias) -> that forward GELU GEMM's route.
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluForwardRoute> gelu_routes_;
+  // The GELU-gradient GEMM's candidates: cuBLASLt's DGELU first where with_cublaslt, then our
+  // sm90 kernel with 0, 1, 2 of a tile's boxes' slopes in its epilogue.
+  struct DgeluRoute {
+    bool with_cublaslt = false;
+    std::unique_ptr<cuda::RouteTrial> trial;
+  };
   // (N, F, OC, din's column sums in the kernel) -> that GELU-gradient GEMM's route.
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, DgeluRoute> dgelu_routes_;
   bool force_attention_fallback_ = false;
