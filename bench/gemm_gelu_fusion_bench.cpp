@@ -398,6 +398,14 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
           TimeMs(stream,
                  [&] { return trainer::cuda::LaunchGemmGeluForward(ours, stream) == cudaSuccess; }),
           flops);
+      ours.cluster = 2;  // CTA pairs sharing W_fc's k-blocks by multicast
+      if (trainer::cuda::GemmGeluForwardSupported(ours))
+        Report("ours GELU forward (sm90), in CTA pairs",
+               TimeMs(stream,
+                      [&] {
+                        return trainer::cuda::LaunchGemmGeluForward(ours, stream) == cudaSuccess;
+                      }),
+               flops);
       BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
       std::printf("  check: ours against cuBLASLt's GELU_AUX_BIAS: pre %.2e, out %.2e\n",
                   bench::RelativeDiff(Download(pre_ours), Download(pre)),
@@ -500,6 +508,14 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
       for (int boxes = 1; boxes <= 4; ++boxes) {
         ours.epilogue_slope_boxes = boxes;
         Report(("ours DGELU, " + std::to_string(boxes) + " of 4 boxes' slopes in the epilogue")
+                   .c_str(),
+               TimeMs(stream, launch), flops);
+      }
+      // In CTA pairs sharing W_proj's k-blocks by multicast, 0-2 boxes in the epilogue.
+      ours.cluster = 2;
+      for (int boxes = 0; boxes <= 2 && trainer::cuda::GemmDgeluSupported(ours); ++boxes) {
+        ours.epilogue_slope_boxes = boxes;
+        Report(("ours DGELU in CTA pairs, " + std::to_string(boxes) + " of 4 boxes in the epilogue")
                    .c_str(),
                TimeMs(stream, launch), flops);
       }

@@ -6,8 +6,9 @@
 // forward GEMM against cpu::matmul_forward with its bias and GELU: from one tile to several per
 // CTA (the bias slots alternating, the output tile handed back). Both also on 9 block rows, a full
 // band of the tile order and one of a single row; with and without din's column sums per 128-row
-// block (against the CPU's f32 din, and against the GPU's own din as stored). Skipped on GPUs
-// other than sm_90.
+// block (against the CPU's f32 din, and against the GPU's own din as stored); alone and in
+// clusters of two CTAs sharing the weight's k-blocks (the same results to the bit), a partial
+// band of tile pairs included. Skipped on GPUs other than sm_90.
 #include <array>
 #include <string>
 
@@ -39,10 +40,10 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
     int64_t m, n, k;
     bool in_place, with_sums;
   };
-  const Case cases[] = {{128, 256, 64, false, true},   {384, 512, 128, false, false},
-                        {1024, 768, 320, true, true},  {4096, 2048, 256, false, true},
-                        {1152, 512, 128, false, true}, {8192, 1024, 1024, true, false},
-                        {8192, 1024, 1024, true, true}};
+  const Case cases[] = {{128, 256, 64, false, true},     {384, 512, 128, false, false},
+                        {1024, 768, 320, true, true},    {4096, 2048, 256, false, true},
+                        {1152, 512, 128, false, true},   {1280, 512, 128, false, true},
+                        {8192, 1024, 1024, true, false}, {8192, 1024, 1024, true, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(Trace() + ", M " + std::to_string(c.m) + ", N " + std::to_string(c.n) + ", K " +
                  std::to_string(c.k) + (c.in_place ? ", in place" : "") +
@@ -69,10 +70,15 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
     problem.m = c.m, problem.n = c.n, problem.k = c.k;
     if (!cuda::GemmDgeluSupported(problem)) GTEST_SKIP() << "not an sm_90 GPU";
     // Each split of the slopes between the spare warps and the epilogue (0-4 boxes in the
-    // epilogue); in place, pre is uploaded again for each.
+    // epilogue), alone and in clusters of two where M allows (w's k-blocks shared by multicast);
+    // in place, pre is uploaded again for each.
     std::vector<float> first_din;
-    for (int boxes = 0; boxes <= 4; ++boxes) {
-      SCOPED_TRACE("epilogue_slope_boxes " + std::to_string(boxes));
+    for (int run = 0; run < 10; ++run) {
+      const int boxes = run % 5, cluster = 1 + run / 5;
+      if (cluster == 2 && c.m % 256 != 0) break;
+      SCOPED_TRACE("epilogue_slope_boxes " + std::to_string(boxes) + ", cluster " +
+                   std::to_string(cluster));
+      problem.cluster = cluster;
       if (c.in_place)
         g_pre = Compute(pre, {c.m, c.n}), problem.pre = problem.din = g_pre->tensor().data;
       problem.epilogue_slope_boxes = boxes;
@@ -80,8 +86,9 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<float> din = (c.in_place ? g_pre : g_din)->Download();
       EXPECT_RELATIVE_ERROR_BELOW(din, want, 1e-2);
-      // The slope is the same function wherever it is computed: din to the bit.
-      if (boxes == 0) first_din = din;
+      // The slope is the same function wherever it is computed, and the tiles' sums the same in
+      // clusters: din to the bit.
+      if (run == 0) first_din = din;
       EXPECT_TRUE(din == first_din);
       if (c.with_sums) {
         // Against the CPU's f32 din; and, since the sums are of din as stored, against the GPU's
@@ -98,8 +105,8 @@ TEST_F(CudaSm90GemmTest, GeluForwardMatchesCpuMatmulWithBiasAndGelu) {
   struct Case {
     int64_t m, n, k;
   };
-  const Case cases[] = {
-      {128, 256, 192}, {384, 512, 320}, {4096, 2048, 256}, {1152, 512, 192}, {8192, 1024, 1024}};
+  const Case cases[] = {{128, 256, 192},  {384, 512, 320},  {4096, 2048, 256},
+                        {1152, 512, 192}, {1280, 512, 192}, {8192, 1024, 1024}};
   for (const Case& c : cases) {
     SCOPED_TRACE(Trace() + ", M " + std::to_string(c.m) + ", N " + std::to_string(c.n) + ", K " +
                  std::to_string(c.k));
@@ -119,10 +126,24 @@ TEST_F(CudaSm90GemmTest, GeluForwardMatchesCpuMatmulWithBiasAndGelu) {
     problem.out = g_out->tensor().data;
     problem.m = c.m, problem.n = c.n, problem.k = c.k;
     if (!cuda::GemmGeluForwardSupported(problem)) GTEST_SKIP() << "not an sm_90 GPU";
-    ASSERT_EQ(cuda::LaunchGemmGeluForward(problem, nullptr), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_RELATIVE_ERROR_BELOW(g_pre->Download(), want_pre, 1e-2);
-    EXPECT_RELATIVE_ERROR_BELOW(g_out->Download(), want_out, 1e-2);
+    // Alone, then in clusters of two where M allows: the same sums, to the bit.
+    std::vector<float> first_pre, first_out;
+    for (int cluster : {1, 2}) {
+      if (cluster == 2 && c.m % 256 != 0) break;
+      SCOPED_TRACE("cluster " + std::to_string(cluster));
+      problem.cluster = cluster;
+      ASSERT_EQ(cuda::LaunchGemmGeluForward(problem, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> pre = g_pre->Download(), out = g_out->Download();
+      EXPECT_RELATIVE_ERROR_BELOW(pre, want_pre, 1e-2);
+      EXPECT_RELATIVE_ERROR_BELOW(out, want_out, 1e-2);
+      if (cluster == 1) {
+        first_pre = pre, first_out = out;
+      } else {
+        EXPECT_TRUE(pre == first_pre);
+        EXPECT_TRUE(out == first_out);
+      }
+    }
   }
 }
 
@@ -142,12 +163,20 @@ TEST_F(CudaSm90GemmTest, RefusesShapesOffTheirTiles) {
     problem.epilogue_slope_boxes = boxes;
     EXPECT_FALSE(cuda::GemmDgeluSupported(problem)) << "epilogue_slope_boxes " << boxes;
   }
+  problem.epilogue_slope_boxes = 0;
+  for (auto [m, cluster] : {std::array<int, 2>{384, 2}, {256, 3}, {256, 0}}) {  // 1 or 2, M / 256
+    problem.m = m, problem.cluster = cluster;
+    EXPECT_FALSE(cuda::GemmDgeluSupported(problem)) << "M " << m << ", cluster " << cluster;
+    EXPECT_EQ(cuda::LaunchGemmDgelu(problem, nullptr), cudaErrorNotSupported);
+  }
   cuda::GemmGeluForwardProblem forward;  // K = 128: fewer k-blocks than the bias slots allow
   forward.x = forward.w = forward.bias = buffer->tensor().data;
   forward.pre = forward.out = buffer->tensor().data;
   forward.m = 256, forward.n = 256, forward.k = 128;
   EXPECT_FALSE(cuda::GemmGeluForwardSupported(forward));
   EXPECT_EQ(cuda::LaunchGemmGeluForward(forward, nullptr), cudaErrorNotSupported);
+  forward.m = 384, forward.k = 192, forward.cluster = 2;  // three block rows: not in twos
+  EXPECT_FALSE(cuda::GemmGeluForwardSupported(forward));
 }
 #endif
 

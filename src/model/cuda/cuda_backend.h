@@ -168,7 +168,7 @@ class CudaBackend final : public Backend {
   // A GELU GEMM shape's route: its candidates, and the trial that chooses among them from the
   // times of the shape's own calls in the run's first step (route_trial.h; one candidate where a
   // route is forced).
-  enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90 };
+  enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90, kSm90Pairs };  // pairs: clusters of two
   struct GeluForwardRoute {
     std::vector<GeluGemmChoice> candidates;
     std::unique_ptr<cuda::RouteTrial> trial;
@@ -176,7 +176,7 @@ class CudaBackend final : public Backend {
   // (N, C, F, bias) -> that forward GELU GEMM's route.
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluForwardRoute> gelu_routes_;
   // The GELU-gradient GEMM's candidates: cuBLASLt's DGELU first where with_cublaslt, then our
-  // sm90 kernel with 0, 1, 2 of a tile's boxes' slopes in its epilogue.
+  // sm90 kernel with 0, 1, 2 of a tile's boxes' slopes in its epilogue, alone and in CTA pairs.
   struct DgeluRoute {
     bool with_cublaslt = false;
     std::unique_ptr<cuda::RouteTrial> trial;

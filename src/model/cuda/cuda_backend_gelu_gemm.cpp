@@ -23,18 +23,20 @@ namespace trainer {
 namespace {
 
 #if defined(TRAINER_WITH_SM90_KERNELS)
-// Our sm90 kernels (they need sm_90a code): whether each runs a problem, and its launch.
-cuda::GemmGeluForwardProblem Sm90GeluProblem(const cuda::GeluMatmulArgs& args) {
+// Our sm90 kernels (they need sm_90a code): whether each runs a problem (alone or in clusters of
+// `cluster` CTAs), and its launch.
+cuda::GemmGeluForwardProblem Sm90GeluProblem(const cuda::GeluMatmulArgs& args, int cluster) {
   cuda::GemmGeluForwardProblem p;
   p.x = args.in, p.w = args.weight, p.bias = args.bias, p.pre = args.pre, p.out = args.out;
   p.m = args.N, p.n = args.F, p.k = args.C;
+  p.cluster = cluster;
   return p;
 }
-bool Sm90GeluRuns(const cuda::GeluMatmulArgs& args) {
-  return cuda::GemmGeluForwardSupported(Sm90GeluProblem(args));
+bool Sm90GeluRuns(const cuda::GeluMatmulArgs& args, int cluster) {
+  return cuda::GemmGeluForwardSupported(Sm90GeluProblem(args, cluster));
 }
-cudaError_t Sm90GeluLaunch(const cuda::GeluMatmulArgs& args, cudaStream_t stream) {
-  return cuda::LaunchGemmGeluForward(Sm90GeluProblem(args), stream);
+cudaError_t Sm90GeluLaunch(const cuda::GeluMatmulArgs& args, int cluster, cudaStream_t stream) {
+  return cuda::LaunchGemmGeluForward(Sm90GeluProblem(args, cluster), stream);
 }
 using Sm90DgeluProblem = cuda::GemmDgeluProblem;
 bool Sm90DgeluRuns(const Sm90DgeluProblem& p) {
@@ -44,10 +46,10 @@ cudaError_t Sm90DgeluLaunch(const Sm90DgeluProblem& p, cudaStream_t stream) {
   return cuda::LaunchGemmDgelu(p, stream);
 }
 #else
-bool Sm90GeluRuns(const cuda::GeluMatmulArgs&) {
+bool Sm90GeluRuns(const cuda::GeluMatmulArgs&, int) {
   return false;
 }
-cudaError_t Sm90GeluLaunch(const cuda::GeluMatmulArgs&, cudaStream_t) {
+cudaError_t Sm90GeluLaunch(const cuda::GeluMatmulArgs&, int, cudaStream_t) {
   return cudaErrorNotSupported;
 }
 struct Sm90DgeluProblem {
@@ -55,6 +57,7 @@ struct Sm90DgeluProblem {
   void *din = nullptr, *column_partials = nullptr;
   int64_t m = 0, n = 0, k = 0;
   int epilogue_slope_boxes = 0;
+  int cluster = 1;
 };
 bool Sm90DgeluRuns(const Sm90DgeluProblem&) {
   return false;
@@ -66,8 +69,10 @@ cudaError_t Sm90DgeluLaunch(const Sm90DgeluProblem&, cudaStream_t) {
 
 // Timed calls of each candidate in a shape's trial (route_trial.h).
 constexpr int kTrialsEach = 4;
-// Our GELU-gradient kernel's variants: 0, 1 or 2 of a tile's four boxes' slopes in its epilogue.
-constexpr int kDgeluVariants = 3;
+// Our GELU-gradient kernel's variants: 0, 1 or 2 of a tile's four boxes' slopes in its epilogue,
+// alone and in CTA pairs (clusters of two sharing the weight's k-blocks).
+constexpr int kDgeluSlopeSplits = 3;
+constexpr int kDgeluVariants = 2 * kDgeluSlopeSplits;
 
 }  // namespace
 
@@ -79,16 +84,18 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
   auto it = gelu_routes_.find(key);
   if (it == gelu_routes_.end()) {  // the shape's first call: who can run it
     const bool cudnn_runs = cudnn_gelu_matmul_ != nullptr;
-    const bool sm90_runs = Sm90GeluRuns(args);
+    const bool sm90_runs = Sm90GeluRuns(args, 1);
+    const bool sm90_pairs_run = Sm90GeluRuns(args, 2);
     GeluForwardRoute route;
     if (gelu_route_ == GeluMatmulRoute::kFastest || gelu_route_ == GeluMatmulRoute::kCublasLt)
       route.candidates.push_back(GeluGemmChoice::kCublasLt);
     if (cudnn_runs &&
         (gelu_route_ == GeluMatmulRoute::kFastest || gelu_route_ == GeluMatmulRoute::kCudnn))
       route.candidates.push_back(GeluGemmChoice::kCudnn);
-    if (sm90_runs &&
-        (gelu_route_ == GeluMatmulRoute::kFastest || gelu_route_ == GeluMatmulRoute::kSm90))
-      route.candidates.push_back(GeluGemmChoice::kSm90);
+    if (gelu_route_ == GeluMatmulRoute::kFastest || gelu_route_ == GeluMatmulRoute::kSm90) {
+      if (sm90_runs) route.candidates.push_back(GeluGemmChoice::kSm90);
+      if (sm90_pairs_run) route.candidates.push_back(GeluGemmChoice::kSm90Pairs);
+    }
     if (route.candidates.empty()) route.candidates.push_back(GeluGemmChoice::kCublasLt);
     route.trial =
         std::make_unique<cuda::RouteTrial>(static_cast<int>(route.candidates.size()), kTrialsEach);
@@ -105,7 +112,9 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
         cudnn_status = cudnn_gelu_matmul_->Run(args, &ran);
         return cudnn_status.ok() && ran;
       case GeluGemmChoice::kSm90:
-        return Sm90GeluLaunch(args, stream_) == cudaSuccess;
+        return Sm90GeluLaunch(args, 1, stream_) == cudaSuccess;
+      case GeluGemmChoice::kSm90Pairs:
+        return Sm90GeluLaunch(args, 2, stream_) == cudaSuccess;
     }
     return false;
   };
@@ -113,7 +122,8 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
   TRAINER_RETURN_IF_ERROR(route.trial->Call(stream_, run, &call));
   TRAINER_RETURN_IF_ERROR(cudnn_status);
   if (call.decided_now && route.candidates.size() > 1) {
-    const char* names[] = {"cuBLASLt epilogue", "cuDNN fused graph", "sm90 kernel"};
+    const char* names[] = {"cuBLASLt epilogue", "cuDNN fused graph", "sm90 kernel",
+                           "sm90 kernel in CTA pairs"};
     std::string times;
     for (int c = 0; c < route.trial->candidates(); ++c)
       times += StrFormat("%s%s %s", c > 0 ? ", " : "", names[static_cast<int>(route.candidates[c])],
@@ -142,6 +152,7 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
       ++counts_.gelu_cudnn;
       break;
     case GeluGemmChoice::kSm90:
+    case GeluGemmChoice::kSm90Pairs:
       ++counts_.gelu_sm90;
       break;
   }
@@ -180,12 +191,13 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   DgeluRoute& route = it->second;
   if (route.trial == nullptr) return Status::Ok();
   // Candidate c: cuBLASLt's DGELU, with the first stage of the column sums that would follow it
-  // (the caller's pass then sums din again); or ours with c - first_ours boxes' slopes in the
-  // epilogue. (Both routes' second stage, a short pass over partial sums, is not timed.)
+  // (the caller's pass then sums din again); or ours, variant c - first_ours. (Both routes'
+  // second stage, a short pass over partial sums, is not timed.)
   const int first_ours = route.with_cublaslt ? 1 : 0;
   auto run = [&](int c) -> bool {
     if (c >= first_ours) {
-      p.epilogue_slope_boxes = c - first_ours;
+      p.epilogue_slope_boxes = (c - first_ours) % kDgeluSlopeSplits;
+      p.cluster = 1 + (c - first_ours) / kDgeluSlopeSplits;
       return Sm90DgeluLaunch(p, stream_) == cudaSuccess;
     }
     bool ran = false;
@@ -207,15 +219,21 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
             ? StrFormat("cuBLASLt DGELU%s %s, ", sums ? " + column sums" : "", shown(0).c_str())
             : std::string();
     times += StrFormat(
-        "sm90 kernel %s / %s / %s (0 / 1 / 2 of a tile's 4 boxes' slopes in its epilogue)",
-        shown(first_ours).c_str(), shown(first_ours + 1).c_str(), shown(first_ours + 2).c_str());
+        "sm90 kernel %s / %s / %s, in CTA pairs %s / %s / %s (0 / 1 / 2 of a tile's 4 boxes' "
+        "slopes in its epilogue)",
+        shown(first_ours).c_str(), shown(first_ours + 1).c_str(), shown(first_ours + 2).c_str(),
+        shown(first_ours + 3).c_str(), shown(first_ours + 4).c_str(),
+        shown(first_ours + 5).c_str());
     const int choice = trial.choice();
-    LogInfo(StrFormat(
-        "GELU-gradient GEMM (%lld x %lld -> %lld%s), %d calls each in turn: %s; using %s",
-        (long long)N, (long long)OC, (long long)F, sums ? ", with din's column sums" : "",
-        kTrialsEach, times.c_str(),
-        choice < first_ours ? "cuBLASLt"
-                            : StrFormat("sm90 kernel (%d)", choice - first_ours).c_str()));
+    LogInfo(
+        StrFormat("GELU-gradient GEMM (%lld x %lld -> %lld%s), %d calls each in turn: %s; using %s",
+                  (long long)N, (long long)OC, (long long)F, sums ? ", with din's column sums" : "",
+                  kTrialsEach, times.c_str(),
+                  choice < first_ours
+                      ? "cuBLASLt"
+                      : StrFormat("sm90 kernel (%d%s)", (choice - first_ours) % kDgeluSlopeSplits,
+                                  choice - first_ours >= kDgeluSlopeSplits ? ", in CTA pairs" : "")
+                            .c_str()));
   }
   if (call.refused) {
     CUDA_CHECK(cudaGetLastError());

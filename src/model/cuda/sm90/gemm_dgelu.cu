@@ -95,6 +95,7 @@ __device__ __forceinline__ void TileColumnSums(const uint8_t* out_tile, float* s
   NamedBarrierSync(2, kSpareThreads);  // and before the staged sums are written over
 }
 
+template <int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     GemmDgeluKernel(const __grid_constant__ CUtensorMap dout_map,
                     const __grid_constant__ CUtensorMap w_map,
@@ -110,26 +111,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* din_written = slope_ready + 1;  // the multipliers have written din into the tile
 
   const int warpgroup = threadIdx.x / 128;
-  const int tiles = order.tiles();
+  // This CTA's groups of tiles (one per cluster) and its tile in each.
+  const int groups = order.groups(), first_group = blockIdx.x / kCluster;
+  const int group_stride = gridDim.x / kCluster;
+  const int rank = kCluster > 1 ? static_cast<int>(ClusterCtaRank()) : 0;
   const int spare_slope_boxes = kBlockN / kBoxCols - epilogue_slope_boxes;  // the first ones
   if (threadIdx.x == 0) {
-    InitRing(s, &dout_map, &w_map, &pre_map, &din_map);
+    InitRing(s, &dout_map, &w_map, &pre_map, &din_map, kCluster);
     BarrierInit(pre_full, 1);
     BarrierInit(pre_free, 1);
     BarrierInit(slope_ready, kSpareThreads);
     BarrierInit(din_written, 1);
     BarrierInitFence();
   }
-  __syncthreads();
+  if (kCluster > 1)
+    ClusterSync();
+  else
+    __syncthreads();
 
   if (warpgroup == 0) RegistersDecrease<kLoaderRegisters>();  // by the whole warpgroup
   if (warpgroup == 0 && threadIdx.x >= 32) {  // warps 1-3: pre, GELU'(pre) in place, the sums
     uint32_t pre_phase = 0;
     const uint64_t evict_first = L2EvictFirstPolicy();
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int group = first_group; group < groups; group += group_stride) {
       if (threadIdx.x == 32) {
         int m0, n0;
-        order.Coordinates(tile, &m0, &n0);
+        order.Coordinates(group, rank, &m0, &n0);
         BarrierWait(pre_free, pre_phase ^ 1);
         BarrierArriveExpectBytes(pre_full, kOutTileBytes);
         for (int box = 0; box < kBlockN / kBoxCols; ++box)
@@ -148,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       BarrierArrive(slope_ready);
       if (column_partials != nullptr) {
         int m0, n0;
-        order.Coordinates(tile, &m0, &n0);
+        order.Coordinates(group, rank, &m0, &n0);
         BarrierWait(din_written, pre_phase ^ 1);  // the phase of this tile, flipped above
         TileColumnSums(
             s.out_tile, reinterpret_cast<float*>(s.rest),
@@ -156,86 +163,84 @@ __global__ void __launch_bounds__(kThreads, 1)
             threadIdx.x - 32);
       }
     }
-    return;
-  }
-  if (warpgroup == 0) {  // the loader
-    if (threadIdx.x != 0) return;
+  } else if (warpgroup == 0) {  // the loader
+    if (threadIdx.x == 0) {
+      RingPosition ring;
+      for (int group = first_group; group < groups; group += group_stride) {
+        int m0, n0;
+        order.Coordinates(group, rank, &m0, &n0);
+        LoadTile<BMajor::kN, kCluster>(s, &dout_map, &w_map, m0, n0, k_blocks, &ring, rank);
+      }
+    }
+  } else {  // the multipliers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127
+    RegistersIncrease<kMultiplierRegisters>();
+    const int half = warpgroup - 1;
+    const bool store_thread = threadIdx.x == 128;
+    float acc[128];
     RingPosition ring;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    uint32_t pre_phase = 0;
+    bool store_pending = false;
+    for (int group = first_group; group < groups; group += group_stride) {
       int m0, n0;
-      order.Coordinates(tile, &m0, &n0);
-      LoadTile<BMajor::kN>(s, &dout_map, &w_map, m0, n0, k_blocks, &ring);
-    }
-    return;
-  }
-
-  // The multipliers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127.
-  RegistersIncrease<kMultiplierRegisters>();
-  const int half = warpgroup - 1;
-  const bool store_thread = threadIdx.x == 128;
-  float acc[128];
-  RingPosition ring;
-  uint32_t pre_phase = 0;
-  bool store_pending = false;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    int m0, n0;
-    order.Coordinates(tile, &m0, &n0);
-    MultiplyTile<BMajor::kN>(acc, s, half, k_blocks, &ring, [&] {
-      if (store_pending && store_thread) {  // the last tile's store has had a k-block to read
-        TmaStoreWaitRead();
-        BarrierArrive(pre_free);
-      }
-    });
-    // din = acc * GELU'(pre), in place of the slopes (or of pre, in the boxes left to us).
-    BarrierWait(slope_ready, pre_phase);
-    pre_phase ^= 1;
+      order.Coordinates(group, rank, &m0, &n0);
+      MultiplyTile<BMajor::kN, kCluster>(acc, s, half, k_blocks, &ring, [&] {
+        if (store_pending && store_thread) {  // the last tile's store has had a k-block to read
+          TmaStoreWaitRead();
+          BarrierArrive(pre_free);
+        }
+      });
+      // din = acc * GELU'(pre), in place of the slopes (or of pre, in the boxes left to us).
+      BarrierWait(slope_ready, pre_phase);
+      pre_phase ^= 1;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const bool slope_from_pre = j / 8 >= spare_slope_boxes;  // the same for the whole CTA
+      for (int j = 0; j < 32; ++j) {
+        const bool slope_from_pre = j / 8 >= spare_slope_boxes;  // the same for the whole CTA
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint8_t* p = PairInTile(s.out_tile, half, j, h);
-        uint32_t slope_bits = *reinterpret_cast<const uint32_t*>(p);
-        if (slope_from_pre) slope_bits = GeluSlopeF16x2(slope_bits);
-        const float2 slope = __half22float2(*reinterpret_cast<const __half2*>(&slope_bits));
-        *reinterpret_cast<__nv_bfloat162*>(p) =
-            __floats2bfloat162_rn(acc[4 * j + 2 * h] * slope.x, acc[4 * j + 2 * h + 1] * slope.y);
+        for (int h = 0; h < 2; ++h) {
+          uint8_t* p = PairInTile(s.out_tile, half, j, h);
+          uint32_t slope_bits = *reinterpret_cast<const uint32_t*>(p);
+          if (slope_from_pre) slope_bits = GeluSlopeF16x2(slope_bits);
+          const float2 slope = __half22float2(*reinterpret_cast<const __half2*>(&slope_bits));
+          *reinterpret_cast<__nv_bfloat162*>(p) =
+              __floats2bfloat162_rn(acc[4 * j + 2 * h] * slope.x, acc[4 * j + 2 * h + 1] * slope.y);
+        }
       }
+      FenceSharedForAsyncProxy();
+      NamedBarrierSync(1, 256);
+      if (store_thread) {
+        StoreTile(&din_map, s.out_tile, m0, n0);
+        if (column_partials != nullptr) BarrierArrive(din_written);
+      }
+      store_pending = true;
     }
-    FenceSharedForAsyncProxy();
-    NamedBarrierSync(1, 256);
-    if (store_thread) {
-      StoreTile(&din_map, s.out_tile, m0, n0);
-      if (column_partials != nullptr) BarrierArrive(din_written);
-    }
-    store_pending = true;
+    if (store_thread) TmaStoreWaitAll();
   }
-  if (store_thread) TmaStoreWaitAll();
+  // In a cluster no CTA leaves while the other may still arrive on its barriers.
+  if (kCluster > 1) ClusterSync();
 #endif
 }
 
 }  // namespace
 
 bool GemmDgeluSupported(const GemmDgeluProblem& p) {
-  return TilesFit(p.m, p.n, p.k) && Aligned16(p.dout) && Aligned16(p.w) && Aligned16(p.pre) &&
-         Aligned16(p.din) && Aligned16(p.column_partials) && p.epilogue_slope_boxes >= 0 &&
-         p.epilogue_slope_boxes <= kBlockN / kBoxCols;
+  return TilesFit(p.m, p.n, p.k, p.cluster) && Aligned16(p.dout) && Aligned16(p.w) &&
+         Aligned16(p.pre) && Aligned16(p.din) && Aligned16(p.column_partials) &&
+         p.epilogue_slope_boxes >= 0 && p.epilogue_slope_boxes <= kBlockN / kBoxCols;
 }
 
 cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
   if (!GemmDgeluSupported(p)) return cudaErrorNotSupported;
   CUtensorMap dout_map, w_map, pre_map, din_map;
   if (!MakeGemmMaps(&dout_map, &w_map, &pre_map, &din_map, p.dout, p.w, p.pre, p.din, p.m, p.n, p.k,
-                    BMajor::kN))
+                    BMajor::kN, p.cluster))
     return cudaErrorInvalidValue;
-  int grid = 0;
-  const cudaError_t prepared = TileGrid(GemmDgeluKernel, kSharedBytes, p.m, p.n, &grid);
-  if (prepared != cudaSuccess) return prepared;
-  GemmDgeluKernel<<<grid, kThreads, kSharedBytes, stream>>>(
-      dout_map, w_map, pre_map, din_map, static_cast<float*>(p.column_partials),
-      TileOrder{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN)},
-      static_cast<int>(p.k / kBlockK), p.epilogue_slope_boxes);
-  return cudaGetLastError();
+  const TileOrder order{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN),
+                        p.cluster};
+  auto* kernel = p.cluster == 2 ? GemmDgeluKernel<2> : GemmDgeluKernel<1>;
+  const cudaError_t e = LaunchTiled(kernel, kSharedBytes, p.m, p.n, p.cluster, stream, dout_map,
+                                    w_map, pre_map, din_map, static_cast<float*>(p.column_partials),
+                                    order, static_cast<int>(p.k / kBlockK), p.epilogue_slope_boxes);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 }  // namespace cuda

@@ -27,15 +27,19 @@ struct GemmDgeluProblem {
   // spare warps' slopes must be ready when a tile's k loop ends; where that loop is short (small
   // K), moving boxes to the epilogue shortens their work at the cost of a longer epilogue.
   int epilogue_slope_boxes = 0;
+  // CTAs per cluster, 1 or 2 (M then a multiple of 256): in twos, the CTAs that take two tiles
+  // one above the other share w's k-blocks by multicast (each loads half of them for both).
+  int cluster = 1;
 };
 
-// Whether the kernel runs this problem on the current device: an sm_90 GPU, M a multiple of 128,
-// N of 256, K of 64, 16-byte aligned pointers, epilogue_slope_boxes in 0-4. Callers take cuBLASLt's
+// Whether the kernel runs this problem on the current device: an sm_90 GPU, M a multiple of 128
+// (256 in clusters of two), N of 256, K of 64, 16-byte aligned pointers, epilogue_slope_boxes in
+// 0-4, cluster 1 or 2. Callers take cuBLASLt's
 // route otherwise.
 bool GemmDgeluSupported(const GemmDgeluProblem& problem);
 
-// Enqueues the kernel (one CTA per SM, 216 KB of shared memory each). Returns
-// cudaErrorNotSupported for a problem that GemmDgeluSupported refuses.
+// Enqueues the kernel (one CTA per SM, 216 KB of shared memory each; in clusters, as many as fit).
+// Returns cudaErrorNotSupported for a problem that GemmDgeluSupported refuses.
 cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& problem, cudaStream_t stream);
 
 }  // namespace cuda

@@ -41,6 +41,7 @@ __device__ __forceinline__ uint32_t GeluBf16x2(uint32_t pair) {
   return *reinterpret_cast<const uint32_t*>(&y);
 }
 
+template <int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     GemmGeluForwardKernel(const __grid_constant__ CUtensorMap x_map,
                           const __grid_constant__ CUtensorMap w_map,
@@ -55,22 +56,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* bias_slots = s.rest;
 
   const int warpgroup = threadIdx.x / 128;
-  const int tiles = order.tiles();
+  // This CTA's groups of tiles (one per cluster) and its tile in each.
+  const int groups = order.groups(), first_group = blockIdx.x / kCluster;
+  const int group_stride = gridDim.x / kCluster;
+  const int rank = kCluster > 1 ? static_cast<int>(ClusterCtaRank()) : 0;
   if (threadIdx.x == 0) {
-    InitRing(s, &x_map, &w_map, &pre_map, &out_map);
+    InitRing(s, &x_map, &w_map, &pre_map, &out_map, kCluster);
     BarrierInit(pre_written, 256);
     BarrierInit(tile_free, 1);
     BarrierInitFence();
   }
-  __syncthreads();
+  if (kCluster > 1)
+    ClusterSync();
+  else
+    __syncthreads();
 
   if (warpgroup == 0) RegistersDecrease<kLoaderRegisters>();  // by the whole warpgroup
   if (warpgroup == 0 && threadIdx.x >= 32) {  // warps 1-3: store pre, GELU in place, store out
     const bool leader = threadIdx.x == 32;
     uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int group = first_group; group < groups; group += group_stride) {
       int m0, n0;
-      order.Coordinates(tile, &m0, &n0);
+      order.Coordinates(group, rank, &m0, &n0);
       BarrierWait(pre_written, phase);
       phase ^= 1;
       if (leader) {
@@ -94,55 +101,55 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     if (leader) TmaStoreWaitAll();
-    return;
-  }
-  if (warpgroup == 0) {  // the loader; the tile's bias slice comes with its first k-block
-    if (threadIdx.x != 0) return;
+  } else if (warpgroup == 0) {  // the loader; the tile's bias slice comes with its first k-block
+    if (threadIdx.x == 0) {
+      RingPosition ring;
+      int slot = 0;
+      for (int group = first_group; group < groups; group += group_stride, slot ^= 1) {
+        int m0, n0;
+        order.Coordinates(group, rank, &m0, &n0);
+        LoadTile<BMajor::kK, kCluster>(s, &x_map, &w_map, m0, n0, k_blocks, &ring, rank,
+                                       bias + n0 * 2, bias_slots + slot * kBiasSlotBytes,
+                                       kBiasSlotBytes);
+      }
+    }
+  } else {  // the multipliers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127
+    RegistersIncrease<kMultiplierRegisters>();
+    const int half = warpgroup - 1;
+    const int lane = threadIdx.x % 32;
+    float acc[128];
     RingPosition ring;
+    uint32_t phase = 0;
     int slot = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, slot ^= 1) {
-      int m0, n0;
-      order.Coordinates(tile, &m0, &n0);
-      LoadTile(s, &x_map, &w_map, m0, n0, k_blocks, &ring, bias + n0 * 2,
-               bias_slots + slot * kBiasSlotBytes, kBiasSlotBytes);
-    }
-    return;
-  }
-
-  // The multipliers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127.
-  RegistersIncrease<kMultiplierRegisters>();
-  const int half = warpgroup - 1;
-  const int lane = threadIdx.x % 32;
-  float acc[128];
-  RingPosition ring;
-  uint32_t phase = 0;
-  int slot = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, slot ^= 1) {
-    MultiplyTile(acc, s, half, k_blocks, &ring, [] {});
-    // pre = acc + bias into the tile, once the last tile's out has left it. The bias slice came
-    // with the first k-block, whose barrier this thread has waited on.
-    BarrierWait(tile_free, phase ^ 1);
-    phase ^= 1;
-    const uint8_t* tile_bias = bias_slots + slot * kBiasSlotBytes;
+    for (int group = first_group; group < groups; group += group_stride, slot ^= 1) {
+      MultiplyTile<BMajor::kK, kCluster>(acc, s, half, k_blocks, &ring, [] {});
+      // pre = acc + bias into the tile, once the last tile's out has left it. The bias slice came
+      // with the first k-block, whose barrier this thread has waited on.
+      BarrierWait(tile_free, phase ^ 1);
+      phase ^= 1;
+      const uint8_t* tile_bias = bias_slots + slot * kBiasSlotBytes;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const float2 b = __bfloat1622float2(
-          *reinterpret_cast<const __nv_bfloat162*>(tile_bias + (8 * j + 2 * (lane % 4)) * 2));
+      for (int j = 0; j < 32; ++j) {
+        const float2 b = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162*>(tile_bias + (8 * j + 2 * (lane % 4)) * 2));
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        *reinterpret_cast<__nv_bfloat162*>(PairInTile(s.out_tile, half, j, h)) =
-            __floats2bfloat162_rn(acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<__nv_bfloat162*>(PairInTile(s.out_tile, half, j, h)) =
+              __floats2bfloat162_rn(acc[4 * j + 2 * h] + b.x, acc[4 * j + 2 * h + 1] + b.y);
+      }
+      FenceSharedForAsyncProxy();
+      BarrierArrive(pre_written);
     }
-    FenceSharedForAsyncProxy();
-    BarrierArrive(pre_written);
   }
+  // In a cluster no CTA leaves while the other may still arrive on its barriers.
+  if (kCluster > 1) ClusterSync();
 #endif
 }
 
 }  // namespace
 
 bool GemmGeluForwardSupported(const GemmGeluForwardProblem& p) {
-  return TilesFit(p.m, p.n, p.k) && p.k >= kStages * kBlockK && p.bias != nullptr &&
+  return TilesFit(p.m, p.n, p.k, p.cluster) && p.k >= kStages * kBlockK && p.bias != nullptr &&
          Aligned16(p.x) && Aligned16(p.w) && Aligned16(p.bias) && Aligned16(p.pre) &&
          Aligned16(p.out);
 }
@@ -150,16 +157,16 @@ bool GemmGeluForwardSupported(const GemmGeluForwardProblem& p) {
 cudaError_t LaunchGemmGeluForward(const GemmGeluForwardProblem& p, cudaStream_t stream) {
   if (!GemmGeluForwardSupported(p)) return cudaErrorNotSupported;
   CUtensorMap x_map, w_map, pre_map, out_map;
-  if (!MakeGemmMaps(&x_map, &w_map, &pre_map, &out_map, p.x, p.w, p.pre, p.out, p.m, p.n, p.k))
+  if (!MakeGemmMaps(&x_map, &w_map, &pre_map, &out_map, p.x, p.w, p.pre, p.out, p.m, p.n, p.k,
+                    BMajor::kK, p.cluster))
     return cudaErrorInvalidValue;
-  int grid = 0;
-  const cudaError_t prepared = TileGrid(GemmGeluForwardKernel, kSharedBytes, p.m, p.n, &grid);
-  if (prepared != cudaSuccess) return prepared;
-  GemmGeluForwardKernel<<<grid, kThreads, kSharedBytes, stream>>>(
-      x_map, w_map, pre_map, out_map, static_cast<const uint8_t*>(p.bias),
-      TileOrder{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN)},
-      static_cast<int>(p.k / kBlockK));
-  return cudaGetLastError();
+  const TileOrder order{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN),
+                        p.cluster};
+  auto* kernel = p.cluster == 2 ? GemmGeluForwardKernel<2> : GemmGeluForwardKernel<1>;
+  const cudaError_t e =
+      LaunchTiled(kernel, kSharedBytes, p.m, p.n, p.cluster, stream, x_map, w_map, pre_map, out_map,
+                  static_cast<const uint8_t*>(p.bias), order, static_cast<int>(p.k / kBlockK));
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 }  // namespace cuda

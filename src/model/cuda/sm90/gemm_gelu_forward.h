@@ -20,10 +20,14 @@ struct GemmGeluForwardProblem {
   void* pre = nullptr;         // (M,N) bf16
   void* out = nullptr;         // (M,N) bf16
   int64_t m = 0, n = 0, k = 0;
+  // CTAs per cluster, 1 or 2 (M then a multiple of 256): in twos, the CTAs that take two tiles
+  // one above the other share w's k-blocks by multicast (each loads half of them for both).
+  int cluster = 1;
 };
 
-// Whether the kernel runs this problem on the current device: an sm_90 GPU, M a multiple of 128,
-// N of 256, K of 64 and at least 192, a bias, 16-byte aligned pointers.
+// Whether the kernel runs this problem on the current device: an sm_90 GPU, M a multiple of 128
+// (256 in clusters of two), N of 256, K of 64 and at least 192, a bias, 16-byte aligned pointers,
+// cluster 1 or 2.
 bool GemmGeluForwardSupported(const GemmGeluForwardProblem& problem);
 
 // Enqueues the kernel (one CTA per SM). Returns cudaErrorNotSupported for a problem that

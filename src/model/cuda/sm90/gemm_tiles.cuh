@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <utility>
 
 #include "model/cuda/sm90/hopper_primitives.cuh"
 
@@ -66,13 +67,15 @@ __device__ __forceinline__ TileShared CarveTileShared(uint8_t* raw) {
 
 // Thread 0's part of a kernel's setup: the ring's barriers and the prefetch of the four tensor
 // maps. The kernel then initialises its own barriers, calls BarrierInitFence, and all threads
-// __syncthreads.
+// __syncthreads (ClusterSync in clusters: the peer's barriers must be ready before it is sent
+// anything). In a cluster of `cluster` CTAs a stage is free once the multiplying warps of all of
+// them have read it (each CTA's loader writes its part of B into all of them).
 __device__ __forceinline__ void InitRing(const TileShared& s, const CUtensorMap* a_map,
                                          const CUtensorMap* b_map, const CUtensorMap* mn_map,
-                                         const CUtensorMap* out_map) {
+                                         const CUtensorMap* out_map, int cluster) {
   for (int i = 0; i < kStages; ++i) {
     BarrierInit(&s.full[i], 1);
-    BarrierInit(&s.empty[i], 8);
+    BarrierInit(&s.empty[i], 8 * cluster);
   }
   TmaPrefetchMap(a_map);
   TmaPrefetchMap(b_map);
@@ -97,23 +100,38 @@ constexpr int kNMajorBoxBytes = kBlockK * kBoxCols * 2;  // 8 KB
 
 // The loader (one thread): the tile's k-blocks of A (rows m0..) and B (its n0.. part) into the
 // ring. With extra_bytes > 0, the first k-block's barrier also waits for a copy of that many bytes
-// from extra_src to extra_dst (a tile's bias slice), issued with it.
-template <BMajor kB = BMajor::kK>
+// from extra_src to extra_dst (a tile's bias slice), issued with it. In a cluster of two (CTA
+// `rank`, the two tiles one above the other, the same n0), each loader brings its half of B
+// (K-major: rows; N-major: two of the four boxes) into both CTAs by multicast, so that each CTA
+// reads 32 KB per k-block from the L2 instead of 48; each stage's barrier counts all 48 KB.
+template <BMajor kB = BMajor::kK, int kCluster = 1>
 __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap* a_map,
                                          const CUtensorMap* b_map, int m0, int n0, int k_blocks,
-                                         RingPosition* ring, const void* extra_src = nullptr,
-                                         void* extra_dst = nullptr, uint32_t extra_bytes = 0) {
+                                         RingPosition* ring, int rank = 0,
+                                         const void* extra_src = nullptr, void* extra_dst = nullptr,
+                                         uint32_t extra_bytes = 0) {
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs");
+  constexpr uint16_t kBothCtas = 0b11;
   for (int kb = 0; kb < k_blocks; ++kb) {
     uint64_t* bar = &s.full[ring->stage];
     BarrierWait(&s.empty[ring->stage], ring->phase ^ 1);
     BarrierArriveExpectBytes(bar, kATileBytes + kBTileBytes + (kb == 0 ? extra_bytes : 0));
     TmaLoad2d(s.a_tiles + ring->stage * kATileBytes, a_map, bar, kb * kBlockK, m0);
     uint8_t* b_tile = s.b_tiles + ring->stage * kBTileBytes;
-    if (kB == BMajor::kK) {
+    if (kB == BMajor::kK && kCluster == 1) {
       TmaLoad2d(b_tile, b_map, bar, kb * kBlockK, n0);
+    } else if (kB == BMajor::kK) {
+      TmaLoad2dMulticast(b_tile + rank * (kBTileBytes / 2), b_map, bar, kb * kBlockK,
+                         n0 + rank * (kBlockN / 2), kBothCtas);
     } else {
-      for (int box = 0; box < kBlockN / kBoxCols; ++box)
-        TmaLoad2d(b_tile + box * kNMajorBoxBytes, b_map, bar, n0 + box * kBoxCols, kb * kBlockK);
+      constexpr int kBoxes = kBlockN / kBoxCols / kCluster;  // this CTA's boxes
+      for (int box = rank * kBoxes; box < (rank + 1) * kBoxes; ++box) {
+        if (kCluster == 1)
+          TmaLoad2d(b_tile + box * kNMajorBoxBytes, b_map, bar, n0 + box * kBoxCols, kb * kBlockK);
+        else
+          TmaLoad2dMulticast(b_tile + box * kNMajorBoxBytes, b_map, bar, n0 + box * kBoxCols,
+                             kb * kBlockK, kBothCtas);
+      }
     }
     if (kb == 0 && extra_bytes > 0) BulkLoad(extra_dst, extra_src, extra_bytes, bar);
     ring->Advance();
@@ -122,12 +140,22 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
 
 // The multipliers (both warpgroups): acc = A (this half's 64 rows) B^T over the tile's k-blocks.
 // Each k-block's stage goes back to the loader once its wgmma have completed (one group stays in
-// flight). after_first_block runs once, while the first k-block multiplies.
-template <BMajor kB = BMajor::kK, typename AfterFirstBlock>
+// flight), in a cluster to the loaders of all its CTAs. after_first_block runs once, while the
+// first k-block multiplies.
+template <BMajor kB = BMajor::kK, int kCluster = 1, typename AfterFirstBlock>
 __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, int half,
                                              int k_blocks, RingPosition* ring,
                                              AfterFirstBlock&& after_first_block) {
   const bool lane0 = threadIdx.x % 32 == 0;
+  auto release = [&](int stage) {
+    if (!lane0) return;
+    if (kCluster == 1) {
+      BarrierArrive(&s.empty[stage]);
+    } else {
+#pragma unroll
+      for (int cta = 0; cta < kCluster; ++cta) BarrierArriveInCta(&s.empty[stage], cta);
+    }
+  };
   int previous = 0;
   for (int kb = 0; kb < k_blocks; ++kb) {
     BarrierWait(&s.full[ring->stage], ring->phase);
@@ -150,7 +178,7 @@ __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, in
     for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);
     if (kb > 0) {
       WgmmaWait<1>();
-      if (lane0) BarrierArrive(&s.empty[previous]);
+      release(previous);
     } else {
       after_first_block();
     }
@@ -160,7 +188,7 @@ __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, in
   WgmmaWait<0>();
 #pragma unroll
   for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);
-  if (lane0) BarrierArrive(&s.empty[previous]);
+  release(previous);
 }
 
 // Where this thread's accumulator pair 2j + h (acc[4j + 2h], acc[4j + 2h + 1]) sits in the output
@@ -188,16 +216,21 @@ __device__ __forceinline__ void StoreTile(const CUtensorMap* map, const uint8_t*
 // column by column (down the band's rows first). The CTAs at work at one time then read a few
 // rows of A and a part of B instead of all of B (1.3B's 32 MB B does not stay in the L2 when
 // taken row by row): on an H200 1.3B's GELU GEMMs run 7-8% faster than row by row, 350M's 2%.
+// In clusters of two, each cluster takes a group of two tiles one above the other (block rows
+// 2i and 2i + 1 of one block column), the groups in the same order.
 constexpr int kBandRows = 8;
 struct TileOrder {
   int m_blocks, n_blocks;
-  __device__ __forceinline__ int tiles() const { return m_blocks * n_blocks; }
-  __device__ __forceinline__ void Coordinates(int tile, int* m0, int* n0) const {
-    const int band_tiles = kBandRows * n_blocks;
-    const int first = tile / band_tiles * kBandRows;
-    const int rows = m_blocks - first < kBandRows ? m_blocks - first : kBandRows;
-    const int in_band = tile % band_tiles;
-    *m0 = (first + in_band % rows) * kBlockM;
+  int cluster = 1;  // CTAs per cluster (m_blocks a multiple of it)
+  __device__ __forceinline__ int groups() const { return m_blocks / cluster * n_blocks; }
+  // The tile of CTA `rank` of the cluster that takes group `group`.
+  __device__ __forceinline__ void Coordinates(int group, int rank, int* m0, int* n0) const {
+    const int units = m_blocks / cluster, band_units = kBandRows / cluster;
+    const int band_groups = band_units * n_blocks;
+    const int first = group / band_groups * band_units;
+    const int rows = units - first < band_units ? units - first : band_units;
+    const int in_band = group % band_groups;
+    *m0 = ((first + in_band % rows) * cluster + rank) * kBlockM;
     *n0 = in_band / rows * kBlockN;
   }
 };
@@ -256,36 +289,58 @@ inline DeviceInfo CurrentDevice() {
   return info;
 }
 
-// Whether a (m, n, k) problem fits the tiles and the device runs sm_90a code.
-inline bool TilesFit(int64_t m, int64_t n, int64_t k) {
-  return CurrentDevice().sm90 && EncodeTiled() != nullptr && m > 0 && n > 0 && k > 0 &&
-         m % kBlockM == 0 && n % kBlockN == 0 && k % kBlockK == 0 && m < (1ll << 31) &&
-         n < (1ll << 31) && k < (1ll << 31);
+// Whether a (m, n, k) problem fits the tiles (in clusters of `cluster` CTAs, 1 or 2) and the
+// device runs sm_90a code.
+inline bool TilesFit(int64_t m, int64_t n, int64_t k, int cluster = 1) {
+  return CurrentDevice().sm90 && EncodeTiled() != nullptr && (cluster == 1 || cluster == 2) &&
+         m > 0 && n > 0 && k > 0 && m % (kBlockM * cluster) == 0 && n % kBlockN == 0 &&
+         k % kBlockK == 0 && m < (1ll << 31) && n < (1ll << 31) && k < (1ll << 31);
 }
 
 // The maps of a tiled GEMM's operands: A (m, k) and B ((n, k), or (k, n) when N-major) as the
-// mainloop reads them, and two (m, n) matrices in output tiles (the epilogue's other input or
-// second output, and its output).
+// mainloop reads them (K-major B in clusters of two: half a tile's rows per box), and two (m, n)
+// matrices in output tiles (the epilogue's other input or second output, and its output).
 inline bool MakeGemmMaps(CUtensorMap* a_map, CUtensorMap* b_map, CUtensorMap* mn_map,
                          CUtensorMap* out_map, const void* a, const void* b, const void* mn,
                          const void* out, int64_t m, int64_t n, int64_t k,
-                         BMajor b_major = BMajor::kK) {
-  const bool b_made = b_major == BMajor::kK ? MakeTileMap(b_map, b, n, k, kBlockN)
+                         BMajor b_major = BMajor::kK, int cluster = 1) {
+  const bool b_made = b_major == BMajor::kK ? MakeTileMap(b_map, b, n, k, kBlockN / cluster)
                                             : MakeTileMap(b_map, b, k, n, kBlockK);
   return MakeTileMap(a_map, a, m, k, kBlockM) && b_made && MakeTileMap(mn_map, mn, m, n, kBlockM) &&
          MakeTileMap(out_map, out, m, n, kBlockM);
 }
 
-// Lets `kernel` use shared_bytes of dynamic shared memory, and gives its grid for an (m, n)
-// output: one CTA per SM, no more than there are tiles.
-template <typename Kernel>
-inline cudaError_t TileGrid(Kernel kernel, int shared_bytes, int64_t m, int64_t n, int* grid) {
-  const cudaError_t e =
+// Launches `kernel` (shared_bytes of dynamic shared memory) on a persistent grid for an (m, n)
+// output in clusters of `cluster` CTAs: one CTA per SM, as many clusters as fit at once (an SM
+// left over in a GPC stays idle) and no more than there are groups of tiles.
+template <typename... Params, typename... Args>
+inline cudaError_t LaunchTiled(void (*kernel)(Params...), int shared_bytes, int64_t m, int64_t n,
+                               int cluster, cudaStream_t stream, Args&&... args) {
+  cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
   if (e != cudaSuccess) return e;
-  const int64_t tiles = (m / kBlockM) * (n / kBlockN), sms = CurrentDevice().sms;
-  *grid = static_cast<int>(tiles < sms ? tiles : sms);
-  return cudaSuccess;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = cluster, attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = cluster > 1 ? 1 : 0;
+  int64_t clusters = CurrentDevice().sms / cluster;
+  if (cluster > 1) {
+    config.gridDim = dim3(static_cast<unsigned>(clusters * cluster));
+    int fit = 0;
+    e = cudaOccupancyMaxActiveClusters(&fit, kernel, &config);
+    if (e != cudaSuccess) return e;
+    if (fit <= 0) return cudaErrorNotSupported;
+    clusters = fit < clusters ? fit : clusters;
+  }
+  const int64_t groups = (m / kBlockM / cluster) * (n / kBlockN);
+  config.gridDim = dim3(static_cast<unsigned>((groups < clusters ? groups : clusters) * cluster));
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 inline bool Aligned16(const void* p) {

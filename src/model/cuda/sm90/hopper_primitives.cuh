@@ -1,4 +1,5 @@
-// PTX wrappers for Hopper (sm_90a) kernels: mbarriers, TMA tensor loads and stores, wgmma
+// PTX wrappers for Hopper (sm_90a) kernels: mbarriers, clusters, TMA tensor loads (multicast
+// too) and stores, wgmma
 // shared-memory descriptors and the m64n256k16 bf16 wgmma, the fences between them and the
 // register reallocation of warp-specialised kernels. Device code only; included by sm90/*.cu.
 #pragma once
@@ -45,6 +46,31 @@ __device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// ---- clusters of CTAs ----
+// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t ClusterCtaRank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+// Arrives on the barrier at bar's offset in the shared memory of the cluster's CTA `cta` (this
+// one included), releasing this thread's earlier accesses at cluster scope.
+__device__ __forceinline__ void BarrierArriveInCta(uint64_t* bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(SharedAddress(bar)),
+      "r"(cta)
+      : "memory");
+}
+// Every thread of every CTA of the cluster that has not exited arrives, then waits for the
+// others (per thread: the threads of a warp need not be converged).
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
 // ---- TMA (2-D tensor maps; coordinates innermost first) ----
 __device__ __forceinline__ void TmaPrefetchMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -55,6 +81,16 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, uin
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
       "%4}], [%2];" ::"r"(SharedAddress(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(SharedAddress(bar)), "r"(x), "r"(y)
+      : "memory");
+}
+// The same box written to the same offset in the shared memory of each CTA in cta_mask (bit i:
+// the cluster's CTA i), each CTA's barrier at bar's offset counting the bytes it receives.
+__device__ __forceinline__ void TmaLoad2dMulticast(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                                   int x, int y, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+      "cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(SharedAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(SharedAddress(bar)), "r"(x), "r"(y), "h"(cta_mask)
       : "memory");
 }
 // A 1-D copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) into shared memory,
