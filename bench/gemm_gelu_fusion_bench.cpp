@@ -512,7 +512,9 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
                TimeMs(stream, launch), flops);
       }
       // In CTA pairs sharing W_proj's k-blocks by multicast, 0-2 boxes in the epilogue.
+      std::printf("  ours DGELU: %d CTAs alone", trainer::cuda::GemmDgeluGridSize(ours));
       ours.cluster = 2;
+      std::printf(", %d in CTA pairs\n", trainer::cuda::GemmDgeluGridSize(ours));
       for (int boxes = 0; boxes <= 2 && trainer::cuda::GemmDgeluSupported(ours); ++boxes) {
         ours.epilogue_slope_boxes = boxes;
         Report(("ours DGELU in CTA pairs, " + std::to_string(boxes) + " of 4 boxes in the epilogue")

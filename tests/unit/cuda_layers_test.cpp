@@ -274,10 +274,9 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   auto g_pre = Compute(std::vector<float>(N * OC), {N, OC});
   auto g_dout = Compute(dout, {N, OC}), g_din = Compute(std::vector<float>(N * C), {N, C});
   auto g_dw = F32(dw0, {OC, C}), g_db = F32(db0, {OC});
-  // Called as often as a GELU shape's route needs to be chosen (an untimed call, then 4 calls of
-  // each of up to 4 candidates in turn) and once more: every candidate's out and pre are checked,
-  // and the last two calls (the route chosen by then) agree bit for bit.
-  constexpr int kForwardCalls = 18;
+  // Called a few times: each call's out and pre are checked, and the calls after the first (which
+  // times the routes and leaves the last one's result) agree bit for bit.
+  constexpr int kForwardCalls = 3;
   std::vector<float> last_out, last_pre;
   for (int call = 0; call < kForwardCalls; ++call) {
     SCOPED_TRACE("forward call " + std::to_string(call));
@@ -363,11 +362,10 @@ TEST_P(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
       N, C, OC, c.bias, gelu, static_cast<int>(route), p.gelu_epilogue, p.gelu_cudnn, p.gelu_sm90,
       p.dgelu_sm90, p.gelu_kernel);
   // The forced sm90 route takes every forward and every backward through the GELU where it can
-  // run them, and never elsewhere; the fastest route takes ours at least in the calls that time
-  // it (the untimed one, whose output is the last candidate's, ours, and its trials: 8 of the
-  // forward's 16, alone and in CTA pairs, 24 of the gradient's 28, our kernel's six variants).
+  // run them, and never elsewhere; the fastest route takes ours in the gradient's calls that time
+  // it (the untimed one, whose output is the last candidate's, ours, and 24 of its 28 trials, our
+  // kernel's six variants) and the forward's where ours times fastest on the first call.
   if (route == GeluRoute::kFastest) {
-    EXPECT_GE(p.gelu_sm90, Sm90GeluGemmRuns(c) ? 9 : 0);
     EXPECT_LE(p.gelu_sm90, Sm90GeluGemmRuns(c) ? kForwardCalls : 0);
     EXPECT_GE(p.dgelu_sm90, Sm90DgeluGemmRuns(c) ? 25 : 0);
     EXPECT_LE(p.dgelu_sm90, Sm90DgeluGemmRuns(c) ? kThroughGeluCalls : 0);

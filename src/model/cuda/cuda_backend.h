@@ -32,8 +32,9 @@ struct GeluMatmulArgs;
 }  // namespace cuda
 
 // Who runs the GEMMs with a GELU (bf16, epilogues on): for each shape the fastest of cuBLASLt's
-// epilogue, cuDNN's fused graph (forward only) and our sm90 kernels, timed in the run's
-// first step (kFastest); or one of them forced (tests, diagnosis; cuBLASLt where the forced one
+// epilogue, cuDNN's fused graph (forward only) and our sm90 kernels, timed on the shape's first
+// call (forward) or over its calls in the run's first step (gradient) (kFastest); or one of them
+// forced (tests, diagnosis; cuBLASLt where the forced one
 // cannot run the shape or, for cuDNN, the direction).
 enum class GeluMatmulRoute { kFastest, kCublasLt, kCudnn, kSm90 };
 
@@ -133,9 +134,9 @@ class CudaBackend final : public Backend {
   Status MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                             Tensor weight, Tensor gelu_pre_act, Tensor din_sums,
                             GradientWrite dweight_write);
-  // The forward GEMM with a GELU by the shape's route (chosen in the run's first step from the
-  // times of the shape's calls: `gemm`, the cuBLASLt GELU_AUX[_BIAS] route, against cuDNN's
-  // fused graph and our sm90 kernel); *done = false leaves it to the caller (unfused).
+  // The forward GEMM with a GELU through cuDNN or our sm90 kernel when that is the shape's route
+  // (decided on first use by timing `gemm`, the cuBLASLt GELU_AUX[_BIAS] route, against them);
+  // *done = false leaves it to cuBLASLt.
   Status FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args, bool* done);
   // The GELU-gradient GEMM by the shape's route (chosen in the run's first step from the times
   // of the shape's calls: `gemm`, the cuBLASLt DGELU route, with din's column sums where din_sums
@@ -165,16 +166,12 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   std::unique_ptr<cuda::CudnnGeluMatmul> cudnn_gelu_matmul_;
   GeluMatmulRoute gelu_route_ = GeluMatmulRoute::kFastest;
-  // A GELU GEMM shape's route: its candidates, and the trial that chooses among them from the
-  // times of the shape's own calls in the run's first step (route_trial.h; one candidate where a
-  // route is forced).
-  enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90, kSm90Pairs };  // pairs: clusters of two
-  struct GeluForwardRoute {
-    std::vector<GeluGemmChoice> candidates;
-    std::unique_ptr<cuda::RouteTrial> trial;
-  };
-  // (N, C, F, bias) -> that forward GELU GEMM's route.
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluForwardRoute> gelu_routes_;
+  // (N, C, F, bias) -> who runs that forward GELU GEMM (pairs: our kernel in clusters of two).
+  enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90, kSm90Pairs };
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluGemmChoice> gelu_choice_;
+  // A GELU-gradient GEMM shape's route, chosen from the times of its own calls in the run's first
+  // step (route_trial.h; runs timed back to back on the shape's first call ranked the routes
+  // otherwise than the steps did).
   // The GELU-gradient GEMM's candidates: cuBLASLt's DGELU first where with_cublaslt, then our
   // sm90 kernel with 0, 1, 2 of a tile's boxes' slopes in its epilogue, alone and in CTA pairs.
   struct DgeluRoute {

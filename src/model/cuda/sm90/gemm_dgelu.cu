@@ -228,6 +228,17 @@ bool GemmDgeluSupported(const GemmDgeluProblem& p) {
          p.epilogue_slope_boxes >= 0 && p.epilogue_slope_boxes <= kBlockN / kBoxCols;
 }
 
+int GemmDgeluGridSize(const GemmDgeluProblem& p) {
+  if (!GemmDgeluSupported(p)) return 0;
+  cudaLaunchConfig_t config;
+  cudaLaunchAttribute attribute;
+  auto* kernel = p.cluster == 2 ? GemmDgeluKernel<2> : GemmDgeluKernel<1>;
+  return TiledLaunchConfig(kernel, kSharedBytes, p.m, p.n, p.cluster, nullptr, &config,
+                           &attribute) == cudaSuccess
+             ? static_cast<int>(config.gridDim.x)
+             : 0;
+}
+
 cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
   if (!GemmDgeluSupported(p)) return cudaErrorNotSupported;
   CUtensorMap dout_map, w_map, pre_map, din_map;

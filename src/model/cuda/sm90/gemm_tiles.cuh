@@ -149,12 +149,8 @@ __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, in
   const bool lane0 = threadIdx.x % 32 == 0;
   auto release = [&](int stage) {
     if (!lane0) return;
-    if (kCluster == 1) {
-      BarrierArrive(&s.empty[stage]);
-    } else {
-#pragma unroll
-      for (int cta = 0; cta < kCluster; ++cta) BarrierArriveInCta(&s.empty[stage], cta);
-    }
+    BarrierArrive(&s.empty[stage]);
+    if (kCluster == 2) BarrierArriveInCta(&s.empty[stage], ClusterCtaRank() ^ 1);  // the other
   };
   int previous = 0;
   for (int kb = 0; kb < k_blocks; ++kb) {
@@ -310,37 +306,48 @@ inline bool MakeGemmMaps(CUtensorMap* a_map, CUtensorMap* b_map, CUtensorMap* mn
          MakeTileMap(out_map, out, m, n, kBlockM);
 }
 
-// Launches `kernel` (shared_bytes of dynamic shared memory) on a persistent grid for an (m, n)
-// output in clusters of `cluster` CTAs: one CTA per SM, as many clusters as fit at once (an SM
-// left over in a GPC stays idle) and no more than there are groups of tiles.
-template <typename... Params, typename... Args>
-inline cudaError_t LaunchTiled(void (*kernel)(Params...), int shared_bytes, int64_t m, int64_t n,
-                               int cluster, cudaStream_t stream, Args&&... args) {
+// The launch of `kernel` (shared_bytes of dynamic shared memory) on a persistent grid for an
+// (m, n) output in clusters of `cluster` CTAs: one CTA per SM, as many clusters as fit at once (an
+// SM left over in a GPC stays idle) and no more than there are groups of tiles. `attribute`
+// holds the cluster's shape for `config`.
+template <typename... Params>
+inline cudaError_t TiledLaunchConfig(void (*kernel)(Params...), int shared_bytes, int64_t m,
+                                     int64_t n, int cluster, cudaStream_t stream,
+                                     cudaLaunchConfig_t* config, cudaLaunchAttribute* attribute) {
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
   if (e != cudaSuccess) return e;
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = cluster, attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = cluster > 1 ? 1 : 0;
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = cluster, attribute->val.clusterDim.y = 1;
+  attribute->val.clusterDim.z = 1;
+  *config = {};
+  config->blockDim = dim3(kThreads);
+  config->dynamicSmemBytes = shared_bytes;
+  config->stream = stream;
+  config->attrs = attribute;
+  config->numAttrs = cluster > 1 ? 1 : 0;
   int64_t clusters = CurrentDevice().sms / cluster;
   if (cluster > 1) {
-    config.gridDim = dim3(static_cast<unsigned>(clusters * cluster));
+    config->gridDim = dim3(static_cast<unsigned>(clusters * cluster));
     int fit = 0;
-    e = cudaOccupancyMaxActiveClusters(&fit, kernel, &config);
+    e = cudaOccupancyMaxActiveClusters(&fit, kernel, config);
     if (e != cudaSuccess) return e;
     if (fit <= 0) return cudaErrorNotSupported;
     clusters = fit < clusters ? fit : clusters;
   }
   const int64_t groups = (m / kBlockM / cluster) * (n / kBlockN);
-  config.gridDim = dim3(static_cast<unsigned>((groups < clusters ? groups : clusters) * cluster));
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  config->gridDim = dim3(static_cast<unsigned>((groups < clusters ? groups : clusters) * cluster));
+  return cudaSuccess;
+}
+
+template <typename... Params, typename... Args>
+inline cudaError_t LaunchTiled(void (*kernel)(Params...), int shared_bytes, int64_t m, int64_t n,
+                               int cluster, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config;
+  cudaLaunchAttribute attribute;
+  const cudaError_t e =
+      TiledLaunchConfig(kernel, shared_bytes, m, n, cluster, stream, &config, &attribute);
+  return e != cudaSuccess ? e : cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 inline bool Aligned16(const void* p) {

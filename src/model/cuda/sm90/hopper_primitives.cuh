@@ -1,7 +1,7 @@
-// PTX wrappers for Hopper (sm_90a) kernels: mbarriers, clusters, TMA tensor loads (multicast
-// too) and stores, wgmma
-// shared-memory descriptors and the m64n256k16 bf16 wgmma, the fences between them and the
-// register reallocation of warp-specialised kernels. Device code only; included by sm90/*.cu.
+// PTX wrappers for Hopper (sm_90a) kernels: mbarriers, clusters, TMA tensor loads (multicast too)
+// and stores, wgmma shared-memory descriptors and the m64n256k16 bf16 wgmma, the fences between
+// them and the register reallocation of warp-specialised kernels. Device code only; included by
+// sm90/*.cu.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap
@@ -53,14 +53,15 @@ __device__ __forceinline__ uint32_t ClusterCtaRank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
   return rank;
 }
-// Arrives on the barrier at bar's offset in the shared memory of the cluster's CTA `cta` (this
-// one included), releasing this thread's earlier accesses at cluster scope.
+// Arrives on the barrier at bar's offset in the shared memory of the cluster's CTA `cta` (the
+// default semantics, release at CTA scope: what it orders are this CTA's wgmma reads of a stage,
+// complete before the arrival, against the other CTA's TMA writes into it).
 __device__ __forceinline__ void BarrierArriveInCta(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n"
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(SharedAddress(bar)),
       "r"(cta)
       : "memory");
