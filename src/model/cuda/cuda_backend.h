@@ -45,6 +45,8 @@ struct CudaPathCounts {
   int gelu_sm90 = 0;           // forward matmul + bias + GELU by our sm90 kernel
   int dgelu_sm90 = 0;          // GELU-gradient matmul by our sm90 kernel
   int gelu_kernel = 0;         // matmul with bias epilogue, then our GELU kernel
+  int din_sum_passes = 0;      // passes of the column sums over a GELU-gradient GEMM's din (the
+                               // bias gradient's, or a route trial's timing of them)
   int attention_cudnn = 0;     // forward or backward calls through cuDNN
   int attention_fallback = 0;  // forward or backward calls through our kernels
 };

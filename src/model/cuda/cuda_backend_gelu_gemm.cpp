@@ -207,11 +207,15 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
     it = dgelu_routes_.emplace(key, std::move(route)).first;
   }
   DgeluRoute& route = it->second;
-  if (route.trial == nullptr) return Status::Ok();
+  const int first_ours = route.with_cublaslt ? 1 : 0;
+  // cuBLASLt's route, or none of ours for the shape: the caller's GEMM and column sums (the
+  // trial's cuBLASLt candidate below times the sums' first stage with it, which would be a second
+  // pass over din here).
+  if (route.trial == nullptr || (route.trial->decided() && route.trial->choice() < first_ours))
+    return Status::Ok();
   // Candidate c: cuBLASLt's DGELU, with the first stage of the column sums that would follow it
   // (the caller's pass then sums din again); or ours, variant c - first_ours. (Both routes'
   // second stage, a short pass over partial sums, is not timed.)
-  const int first_ours = route.with_cublaslt ? 1 : 0;
   auto run = [&](int c) -> bool {
     if (c >= first_ours) {
       p.epilogue_slope_boxes = (c - first_ours) % kDgeluSlopeSplits;
@@ -219,6 +223,7 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
       return Sm90DgeluLaunch(p, stream_) == cudaSuccess;
     }
     bool ran = false;
+    if (sums) ++counts_.din_sum_passes;
     return matmul_->Run(gemm, &ran).ok() && ran &&
            (!sums ||
             cuda::LaunchColumnSumsPartial(compute_, static_cast<float*>(p.column_partials),
@@ -261,7 +266,7 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   }
   if (call.output < 0) return Status::Ok();  // every candidate refused: the caller's route
   *done = true;
-  if (call.output < first_ours) {  // cuBLASLt's DGELU ran here; the caller sums din
+  if (call.output < first_ours) {  // cuBLASLt's DGELU ran in the trial here; the caller sums din
     ++counts_.gelu_epilogue;
     return Status::Ok();
   }

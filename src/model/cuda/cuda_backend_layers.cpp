@@ -274,8 +274,10 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
       }
     }
   }
-  if (!din_sums.empty() && !din_summed)
+  if (!din_sums.empty() && !din_summed) {
     TRAINER_RETURN_IF_ERROR(AddColumnSums(din_sums.as<float>(), din.data, N, C, C, nullptr));
+    if (!gelu_pre_act.empty()) ++counts_.din_sum_passes;
+  }
 
   if (!dweight.empty()) {  // dW^T (C,OC) (+)= x^T (C,N) dout (N,OC), in f32
     cuda::Gemm g;
