@@ -8,7 +8,8 @@
 // band of the tile order and one of a single row; with and without din's column sums per 128-row
 // block (against the CPU's f32 din, and against the GPU's own din as stored); alone and in
 // clusters of two CTAs sharing the weight's k-blocks (the same results to the bit), a partial
-// band of tile pairs included. Skipped on GPUs other than sm_90.
+// band of tile pairs included; the outputs filled with NaN before each launch, so that a tile left
+// unwritten fails. Skipped on GPUs other than sm_90.
 #include <array>
 #include <string>
 
@@ -33,6 +34,12 @@ std::vector<float> BlockColumnSums(const std::vector<float>& x, int64_t m, int64
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < n; ++j) sums[r / 128 * n + j] += x[r * n + j];
   return std::vector<float>(sums.begin(), sums.end());
+}
+
+// Every byte of a device buffer to 0xff: NaN in bf16 and in f32, so that an output element the
+// kernel did not write fails the comparisons below instead of keeping an earlier run's value.
+void FillWithNan(void* device, int64_t bytes) {
+  ASSERT_EQ(cudaMemset(device, 0xff, static_cast<size_t>(bytes)), cudaSuccess);
 }
 
 TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
@@ -81,6 +88,9 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
       problem.cluster = cluster;
       if (c.in_place)
         g_pre = Compute(pre, {c.m, c.n}), problem.pre = problem.din = g_pre->tensor().data;
+      else
+        FillWithNan(problem.din, c.m * c.n * 2);  // a tile left unwritten cannot pass for done
+      if (c.with_sums) FillWithNan(problem.column_partials, blocks * c.n * 4);
       problem.epilogue_slope_boxes = boxes;
       ASSERT_EQ(cuda::LaunchGemmDgelu(problem, nullptr), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -89,7 +99,7 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
       // The slope is the same function wherever it is computed, and the tiles' sums the same in
       // clusters: din to the bit.
       if (run == 0) first_din = din;
-      EXPECT_TRUE(din == first_din);
+      EXPECT_BITWISE_EQUAL(din, first_din);
       if (c.with_sums) {
         // Against the CPU's f32 din; and, since the sums are of din as stored, against the GPU's
         // own din, from which they differ only by the f32 rounding of the additions.
@@ -132,6 +142,8 @@ TEST_F(CudaSm90GemmTest, GeluForwardMatchesCpuMatmulWithBiasAndGelu) {
       if (cluster == 2 && c.m % 256 != 0) break;
       SCOPED_TRACE("cluster " + std::to_string(cluster));
       problem.cluster = cluster;
+      FillWithNan(problem.pre, c.m * c.n * 2);
+      FillWithNan(problem.out, c.m * c.n * 2);
       ASSERT_EQ(cuda::LaunchGemmGeluForward(problem, nullptr), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<float> pre = g_pre->Download(), out = g_out->Download();
@@ -140,8 +152,8 @@ TEST_F(CudaSm90GemmTest, GeluForwardMatchesCpuMatmulWithBiasAndGelu) {
       if (cluster == 1) {
         first_pre = pre, first_out = out;
       } else {
-        EXPECT_TRUE(pre == first_pre);
-        EXPECT_TRUE(out == first_out);
+        EXPECT_BITWISE_EQUAL(pre, first_pre);
+        EXPECT_BITWISE_EQUAL(out, first_out);
       }
     }
   }
