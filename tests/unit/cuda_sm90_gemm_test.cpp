@@ -25,7 +25,18 @@ namespace trainer {
 namespace cuda_testing {
 namespace {
 
-class CudaSm90GemmTest : public CudaVsCpuTest {};
+// The kernels run on the backend's stream, where the buffers were uploaded: a copy of up to 4 MiB
+// is asynchronous there (CudaBackend::CopyToDevice), and the stream is non-blocking, so a launch
+// on the legacy default stream could read its inputs before they land.
+class CudaSm90GemmTest : public CudaVsCpuTest {
+ protected:
+  // Every byte of a device buffer to 0xff: NaN in bf16 and in f32, so that an output element the
+  // kernel did not write fails the comparisons below instead of keeping an earlier run's value.
+  void FillWithNan(void* device, int64_t bytes) {
+    ASSERT_EQ(cudaMemsetAsync(device, 0xff, static_cast<size_t>(bytes), gpu_->stream()),
+              cudaSuccess);
+  }
+};
 
 #if defined(TRAINER_WITH_SM90_KERNELS)
 // Column sums of an (m, n) row-major matrix per block of 128 rows: (m / 128, n), summed in f64.
@@ -34,12 +45,6 @@ std::vector<float> BlockColumnSums(const std::vector<float>& x, int64_t m, int64
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < n; ++j) sums[r / 128 * n + j] += x[r * n + j];
   return std::vector<float>(sums.begin(), sums.end());
-}
-
-// Every byte of a device buffer to 0xff: NaN in bf16 and in f32, so that an output element the
-// kernel did not write fails the comparisons below instead of keeping an earlier run's value.
-void FillWithNan(void* device, int64_t bytes) {
-  ASSERT_EQ(cudaMemset(device, 0xff, static_cast<size_t>(bytes)), cudaSuccess);
 }
 
 TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
@@ -92,8 +97,8 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
         FillWithNan(problem.din, c.m * c.n * 2);  // a tile left unwritten cannot pass for done
       if (c.with_sums) FillWithNan(problem.column_partials, blocks * c.n * 4);
       problem.epilogue_slope_boxes = boxes;
-      ASSERT_EQ(cuda::LaunchGemmDgelu(problem, nullptr), cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cuda::LaunchGemmDgelu(problem, gpu_->stream()), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);
       const std::vector<float> din = (c.in_place ? g_pre : g_din)->Download();
       EXPECT_RELATIVE_ERROR_BELOW(din, want, 1e-2);
       // The slope is the same function wherever it is computed, and the tiles' sums the same in
@@ -144,8 +149,8 @@ TEST_F(CudaSm90GemmTest, GeluForwardMatchesCpuMatmulWithBiasAndGelu) {
       problem.cluster = cluster;
       FillWithNan(problem.pre, c.m * c.n * 2);
       FillWithNan(problem.out, c.m * c.n * 2);
-      ASSERT_EQ(cuda::LaunchGemmGeluForward(problem, nullptr), cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cuda::LaunchGemmGeluForward(problem, gpu_->stream()), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);
       const std::vector<float> pre = g_pre->Download(), out = g_out->Download();
       EXPECT_RELATIVE_ERROR_BELOW(pre, want_pre, 1e-2);
       EXPECT_RELATIVE_ERROR_BELOW(out, want_out, 1e-2);
