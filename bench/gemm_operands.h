@@ -84,6 +84,9 @@ struct Problem {
   int64_t m, n, k;
   bool f32_out_accumulate;  // D f32 with beta 1 (the weight gradients)
   bool bias = false;        // a bf16 bias epilogue (the forward GEMMs)
+  // The GELU gradient's epilogues (D bf16, the pre-activation an aux input of D's shape):
+  // CUBLASLT_EPILOGUE_DGELU, or DGELU_BGRAD, which adds the bias gradient (D's row sums, bf16).
+  cublasLtEpilogue_t gelu_gradient = CUBLASLT_EPILOGUE_DEFAULT;
 };
 
 inline uint32_t AlgoAttr(const cublasLtMatmulAlgo_t& algo,
@@ -96,7 +99,7 @@ inline uint32_t AlgoAttr(const cublasLtMatmulAlgo_t& algo,
 
 // A problem's operands (random bf16 in [-1, 1), D zeroed) and cuBLASLt descriptors.
 struct Operands {
-  void *a = nullptr, *b = nullptr, *d = nullptr, *bias = nullptr;
+  void *a = nullptr, *b = nullptr, *d = nullptr, *bias = nullptr, *aux = nullptr;
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
   float alpha = 1.f, beta = 0.f;
@@ -120,6 +123,14 @@ struct Operands {
                 cudaSuccess);
     BENCH_CHECK(cudaMemcpy(bias, host.data(), p.m * 2, cudaMemcpyHostToDevice) == cudaSuccess);
     BENCH_CHECK(cudaMemset(d, 0, d_bytes) == cudaSuccess);
+    const bool gelu_gradient = p.gelu_gradient != CUBLASLT_EPILOGUE_DEFAULT;
+    if (gelu_gradient) {  // the pre-activation: the B operand's values, repeated
+      BENCH_CHECK(cudaMalloc(&aux, d_bytes) == cudaSuccess);
+      for (size_t at = 0; at < d_bytes; at += b_rows * b_cols * 2)
+        BENCH_CHECK(cudaMemcpy(static_cast<char*>(aux) + at, b,
+                               std::min<size_t>(b_rows * b_cols * 2, d_bytes - at),
+                               cudaMemcpyDeviceToDevice) == cudaSuccess);
+    }
     BENCH_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
                 CUBLAS_STATUS_SUCCESS);
     const cublasOperation_t ta = p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -135,6 +146,18 @@ struct Operands {
                                      sizeof(bias_type));
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
     }
+    if (gelu_gradient) {
+      const int64_t aux_ld = p.m;
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.gelu_gradient,
+                                     sizeof(p.gelu_gradient));
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                     sizeof(aux));
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                     sizeof(aux_ld));
+      if (p.gelu_gradient == CUBLASLT_EPILOGUE_DGELU_BGRAD)  // a bias pointer fails DGELU
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof(bias));
+    }
     const cudaDataType_t d_type = p.f32_out_accumulate ? CUDA_R_32F : CUDA_R_16BF;
     cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, a_rows, a_cols, a_rows);
     cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, b_rows, b_cols, b_rows);
@@ -146,7 +169,7 @@ struct Operands {
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(ld);
     cublasLtMatmulDescDestroy(desc);
-    for (void* p : {a, b, d, bias}) cudaFree(p);
+    for (void* p : {a, b, d, bias, aux}) cudaFree(p);
   }
   // Tells cuBLASLt's heuristic that only `sms` SMs are free (another stream holds the rest).
   void TargetSms(int32_t sms) {

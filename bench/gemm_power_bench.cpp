@@ -3,9 +3,10 @@
 // sustained (0.3 s of back-to-back GEMMs after 0.3 s of warm-up, when the GPU sits at its power
 // limit), with the energy per GEMM from NVML's energy counter and the SM clock at the end.
 // Answers: does the fastest candidate on an idle GPU stay the fastest at the power limit?
-// With --sweep, every configuration cuBLASLt accepts (each algorithm id's tiles, stages and custom
-// options) is timed instead, idle, against the heuristic's best: does the heuristic leave faster
-// kernels out of its list?
+// The GELU gradient's problems compare cuBLASLt's DGELU epilogue with DGELU_BGRAD, which also
+// sums the bias gradient. With --sweep, every configuration cuBLASLt accepts (each algorithm id's
+// tiles, stages and custom options) is timed instead, idle, against the heuristic's best: does the
+// heuristic leave faster kernels out of its list?
 //   gemm_power_bench [--sweep] [part of a problem's name: only those problems]
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -139,7 +140,10 @@ void Run(const Problem& p, cublasLtHandle_t lt, cudaStream_t stream, void* works
     const cublasLtMatmulAlgo_t& algo = candidates[i];
     const bench::PowerTiming t = bench::TimeIdleAndCapped(
         stream, [&] { return o.Gemm(lt, algo, workspace, workspace_bytes, stream); }, nvml);
-    if (t.idle_ms <= 0) continue;
+    if (t.idle_ms <= 0) {
+      std::printf("  %4zu: cuBLASLt refused to run this candidate\n", i);
+      continue;
+    }
     std::printf("  %4zu %5u %4u %6u %7u %6u | %7.3f %8.1f | %9.3f %8.1f %8.2f %7u\n", i,
                 AlgoAttr(algo, CUBLASLT_ALGO_CONFIG_ID),
                 AlgoAttr(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
@@ -176,6 +180,17 @@ int main(int argc, char** argv) {
       {"350M MLP down, forward", true, false, 1024, 32768, 4096, false, true},
       {"350M MLP up, input gradient", false, false, 1024, 32768, 4096, false},
       {"350M LM head, logits", true, false, 50304, 32768, 1024, false},
+      // The GELU gradient at the bench's B=128 and 1.3B B=24: din^T = W_proj-as-stored dout^T
+      // with GELU'(pre), and with fc's bias gradient in the epilogue too (the trainer sums din's
+      // columns in a pass of its own instead: gelu_route_power_bench times that route).
+      {"350M MLP down, gradient through GELU", false, false, 4096, 131072, 1024, false, false,
+       CUBLASLT_EPILOGUE_DGELU},
+      {"350M MLP down, gradient through GELU with bias gradient", false, false, 4096, 131072, 1024,
+       false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD},
+      {"1.3B MLP down, gradient through GELU", false, false, 8192, 49152, 2048, false, false,
+       CUBLASLT_EPILOGUE_DGELU},
+      {"1.3B MLP down, gradient through GELU with bias gradient", false, false, 8192, 49152, 2048,
+       false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD},
   };
   const bool sweep = argc > 1 && std::strcmp(argv[1], "--sweep") == 0;
   const char* filter = argc > 1 + sweep ? argv[1 + sweep] : "";
