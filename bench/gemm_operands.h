@@ -83,11 +83,25 @@ struct Problem {
   bool transpose_a, transpose_b;
   int64_t m, n, k;
   bool f32_out_accumulate;  // D f32 with beta 1 (the weight gradients)
-  bool bias = false;        // a bf16 bias epilogue (the forward GEMMs)
-  // The GELU gradient's epilogues (D bf16, the pre-activation an aux input of D's shape):
-  // CUBLASLT_EPILOGUE_DGELU, or DGELU_BGRAD, which adds the bias gradient (D's row sums, bf16).
-  cublasLtEpilogue_t gelu_gradient = CUBLASLT_EPILOGUE_DEFAULT;
+  // CUBLASLT_EPILOGUE_BIAS: a bf16 bias (the forward GEMMs); DGELU: GELU'(pre) applied to D (bf16),
+  // pre an aux input of D's shape (the GELU gradient); DGELU_BGRAD: that, and the bias gradient
+  // (D's row sums, bf16) into the bias.
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
 };
+
+inline bool HasBias(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+inline bool HasAux(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+// " (bias)", " (DGELU)", " (DGELU_BGRAD)", or "" without an epilogue: for a problem's heading.
+inline const char* EpilogueSuffix(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS          ? " (bias)"
+         : e == CUBLASLT_EPILOGUE_DGELU       ? " (DGELU)"
+         : e == CUBLASLT_EPILOGUE_DGELU_BGRAD ? " (DGELU_BGRAD)"
+                                              : "";
+}
 
 inline uint32_t AlgoAttr(const cublasLtMatmulAlgo_t& algo,
                          cublasLtMatmulAlgoConfigAttributes_t attr) {
@@ -123,8 +137,7 @@ struct Operands {
                 cudaSuccess);
     BENCH_CHECK(cudaMemcpy(bias, host.data(), p.m * 2, cudaMemcpyHostToDevice) == cudaSuccess);
     BENCH_CHECK(cudaMemset(d, 0, d_bytes) == cudaSuccess);
-    const bool gelu_gradient = p.gelu_gradient != CUBLASLT_EPILOGUE_DEFAULT;
-    if (gelu_gradient) {  // the pre-activation: the B operand's values, repeated
+    if (HasAux(p.epilogue)) {  // the pre-activation: the B operand's values, repeated
       BENCH_CHECK(cudaMalloc(&aux, d_bytes) == cudaSuccess);
       for (size_t at = 0; at < d_bytes; at += b_rows * b_cols * 2)
         BENCH_CHECK(cudaMemcpy(static_cast<char*>(aux) + at, b,
@@ -137,26 +150,20 @@ struct Operands {
     const cublasOperation_t tb = p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-    if (p.bias) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue,
+                                   sizeof(p.epilogue));
+    if (HasBias(p.epilogue)) {  // cuBLASLt refuses to run DGELU when given a bias pointer
       const int32_t bias_type = CUDA_R_16BF;
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                     sizeof(epilogue));
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                      sizeof(bias_type));
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
     }
-    if (gelu_gradient) {
+    if (HasAux(p.epilogue)) {
       const int64_t aux_ld = p.m;
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.gelu_gradient,
-                                     sizeof(p.gelu_gradient));
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                      sizeof(aux));
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                      sizeof(aux_ld));
-      if (p.gelu_gradient == CUBLASLT_EPILOGUE_DGELU_BGRAD)  // a bias pointer fails DGELU
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                       sizeof(bias));
     }
     const cudaDataType_t d_type = p.f32_out_accumulate ? CUDA_R_32F : CUDA_R_16BF;
     cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, a_rows, a_cols, a_rows);

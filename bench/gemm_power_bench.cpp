@@ -114,8 +114,8 @@ void Sweep(const Problem& p, cublasLtHandle_t lt, cudaStream_t stream, void* wor
       if (ms > 0) best[i] = std::min(best[i], ms);
     }
   std::printf("%s: m %lld n %lld k %lld%s, %d algorithm ids, %d configurations run\n", p.name,
-              (long long)p.m, (long long)p.n, (long long)p.k, p.bias ? " (bias)" : "", id_count,
-              tried);
+              (long long)p.m, (long long)p.n, (long long)p.k, bench::EpilogueSuffix(p.epilogue),
+              id_count, tried);
   for (size_t i = 0; i < finalists.size(); ++i) {
     std::printf("  %-9s %2zu ", i < timed.size() ? "sweep" : "heuristic",
                 i < timed.size() ? i : i - timed.size());
@@ -132,7 +132,7 @@ void Run(const Problem& p, cublasLtHandle_t lt, cudaStream_t stream, void* works
   const std::vector<cublasLtMatmulAlgo_t> candidates = Heuristic(o, lt, workspace_bytes);
   const double flops = 2.0 * p.m * p.n * p.k;
   std::printf("%s: m %lld n %lld k %lld%s, %zu candidates\n", p.name, (long long)p.m,
-              (long long)p.n, (long long)p.k, p.bias ? " (bias)" : "", candidates.size());
+              (long long)p.n, (long long)p.k, bench::EpilogueSuffix(p.epilogue), candidates.size());
   std::printf(
       "  cand  algo tile stages cluster splitk | idle ms  TFLOP/s | capped ms  TFLOP/s  "
       "mJ/GEMM  SM MHz\n");
@@ -176,21 +176,21 @@ int main(int argc, char** argv) {
       {"350M MLP up, forward", true, false, 4096, 16384, 1024, false},
       {"1.3B MLP up, forward", true, false, 8192, 32768, 2048, false},
       {"1.3B MLP up, weight gradient", false, true, 2048, 8192, 32768, true},
-      {"350M qkv, forward", true, false, 3072, 32768, 1024, false, true},
-      {"350M MLP down, forward", true, false, 1024, 32768, 4096, false, true},
+      {"350M qkv, forward", true, false, 3072, 32768, 1024, false, CUBLASLT_EPILOGUE_BIAS},
+      {"350M MLP down, forward", true, false, 1024, 32768, 4096, false, CUBLASLT_EPILOGUE_BIAS},
       {"350M MLP up, input gradient", false, false, 1024, 32768, 4096, false},
       {"350M LM head, logits", true, false, 50304, 32768, 1024, false},
       // The GELU gradient at the bench's B=128 and 1.3B B=24: din^T = W_proj-as-stored dout^T
       // with GELU'(pre), and with fc's bias gradient in the epilogue too (the trainer sums din's
       // columns in a pass of its own instead: gelu_route_power_bench times that route).
-      {"350M MLP down, gradient through GELU", false, false, 4096, 131072, 1024, false, false,
+      {"350M MLP down, gradient through GELU", false, false, 4096, 131072, 1024, false,
        CUBLASLT_EPILOGUE_DGELU},
       {"350M MLP down, gradient through GELU with bias gradient", false, false, 4096, 131072, 1024,
-       false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD},
-      {"1.3B MLP down, gradient through GELU", false, false, 8192, 49152, 2048, false, false,
+       false, CUBLASLT_EPILOGUE_DGELU_BGRAD},
+      {"1.3B MLP down, gradient through GELU", false, false, 8192, 49152, 2048, false,
        CUBLASLT_EPILOGUE_DGELU},
       {"1.3B MLP down, gradient through GELU with bias gradient", false, false, 8192, 49152, 2048,
-       false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD},
+       false, CUBLASLT_EPILOGUE_DGELU_BGRAD},
   };
   const bool sweep = argc > 1 && std::strcmp(argv[1], "--sweep") == 0;
   const char* filter = argc > 1 + sweep ? argv[1 + sweep] : "";
