@@ -1,8 +1,9 @@
 // GPU tests of the Hopper GEMMs (src/model/cuda/sm90/) against their CPU twins on fresh random
 // bf16 inputs. The GELU-gradient GEMM (its weight N-major, as stored) against cpu::matmul_forward
-// on the weight's transpose, then cpu::gelu_backward: one
-// tile and one k-block, fewer k-blocks than pipeline stages, several tiles per CTA (the pre buffer
-// handed back between tiles, the stage ring wrapping), din written in place of pre. The GELU
+// on the weight's transpose, then cpu::gelu_backward (pre in [-3, 3], every 17th value in
+// [-15, 15], past the slope's clamp at 10): one tile and one k-block, fewer k-blocks than pipeline
+// stages, several tiles per CTA (the pre buffer handed back between tiles, the stage ring
+// wrapping), din written in place of pre. The GELU
 // forward GEMM against cpu::matmul_forward with its bias and GELU: from one tile to several per
 // CTA (the bias slots alternating, the output tile handed back). Both also on 9 block rows, a full
 // band of the tile order and one of a single row; with and without din's column sums per 128-row
@@ -60,8 +61,9 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
     SCOPED_TRACE(Trace() + ", M " + std::to_string(c.m) + ", N " + std::to_string(c.n) + ", K " +
                  std::to_string(c.k) + (c.in_place ? ", in place" : "") +
                  (c.with_sums ? ", column sums" : ""));
-    const std::vector<float> dout = Random(c.m * c.k), w = Random(c.k * c.n),
-                             pre = Random(c.m * c.n, -3.f, 3.f);
+    const std::vector<float> dout = Random(c.m * c.k), w = Random(c.k * c.n);
+    std::vector<float> pre = Random(c.m * c.n, -3.f, 3.f);
+    for (size_t i = 0; i < pre.size(); i += 17) pre[i] *= 5.f;  // some beyond the slope's clamp
     std::vector<float> w_t(c.n * c.k), product(c.m * c.n), want(c.m * c.n);
     cpu::transpose(w_t.data(), w.data(), c.k, c.n);  // matmul_forward multiplies by w_t^T
     cpu::matmul_forward(product.data(), nullptr, dout.data(), w_t.data(), nullptr, c.m,
