@@ -524,6 +524,22 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
       BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
       std::printf("  check: ours against cuBLASLt's DGELU %.2e\n",
                   bench::RelativeDiff(Download(din_ours), Download(din)));
+      // With din's column sums per 128 rows (fc's bias gradient), summed by the spare warps from
+      // the tile in shared memory or by the multipliers as they form din; alone, 0-2 boxes.
+      Buffer partials(N / 128 * F, 4);
+      ours.column_partials = partials.data;
+      ours.cluster = 1;
+      for (bool in_epilogue : {false, true}) {
+        ours.sums_in_epilogue = in_epilogue;
+        for (int boxes = 0; boxes <= 2; ++boxes) {
+          ours.epilogue_slope_boxes = boxes;
+          Report(("ours DGELU + column sums " +
+                  std::string(in_epilogue ? "in the epilogue" : "by the spare warps") + ", " +
+                  std::to_string(boxes) + " of 4 boxes in the epilogue")
+                     .c_str(),
+                 TimeMs(stream, launch), flops);
+        }
+      }
     }
   }
 #endif

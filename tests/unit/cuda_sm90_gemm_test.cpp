@@ -3,12 +3,12 @@
 // on the weight's transpose, then cpu::gelu_backward (pre in [-3, 3], every 17th value in
 // [-15, 15], past the slope's clamp at 10): one tile and one k-block, fewer k-blocks than pipeline
 // stages, several tiles per CTA (the pre buffer handed back between tiles, the stage ring
-// wrapping), din written in place of pre. The GELU
-// forward GEMM against cpu::matmul_forward with its bias and GELU: from one tile to several per
-// CTA (the bias slots alternating, the output tile handed back). Both also on 9 block rows, a full
-// band of the tile order and one of a single row; with and without din's column sums per 128-row
-// block (against the CPU's f32 din, and against the GPU's own din as stored); alone and in
-// clusters of two CTAs sharing the weight's k-blocks (the same results to the bit), a partial
+// wrapping), din written in place of pre. The GELU forward GEMM against cpu::matmul_forward with
+// its bias and GELU: from one tile to several per CTA (the bias slots alternating, the output tile
+// handed back). Both also on 9 block rows, a full band of the tile order and one of a single row;
+// with and without din's column sums per 128-row block (against the CPU's f32 din, and against the
+// GPU's own din as stored), summed by the spare warps or in the multipliers' epilogue; alone and
+// in clusters of two CTAs sharing the weight's k-blocks (the same results to the bit), a partial
 // band of tile pairs included; the outputs filled with NaN before each launch, so that a tile left
 // unwritten fails. Skipped on GPUs other than sm_90.
 #include <array>
@@ -86,13 +86,16 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
     // Each split of the slopes between the spare warps and the epilogue (0-4 boxes in the
     // epilogue), alone and in clusters of two where M allows (w's k-blocks shared by multicast);
     // in place, pre is uploaded again for each.
+    // With the sums, each of those again with the sums formed in the multipliers' epilogue.
     std::vector<float> first_din;
-    for (int run = 0; run < 10; ++run) {
-      const int boxes = run % 5, cluster = 1 + run / 5;
-      if (cluster == 2 && c.m % 256 != 0) break;
+    for (int run = 0; run < (c.with_sums ? 20 : 10); ++run) {
+      const int boxes = run % 5, cluster = 1 + run / 5 % 2;
+      const bool sums_in_epilogue = run >= 10;
+      if (cluster == 2 && c.m % 256 != 0) continue;
       SCOPED_TRACE("epilogue_slope_boxes " + std::to_string(boxes) + ", cluster " +
-                   std::to_string(cluster));
+                   std::to_string(cluster) + (sums_in_epilogue ? ", sums in the epilogue" : ""));
       problem.cluster = cluster;
+      problem.sums_in_epilogue = sums_in_epilogue;
       if (c.in_place)
         g_pre = Compute(pre, {c.m, c.n}), problem.pre = problem.din = g_pre->tensor().data;
       else

@@ -8,8 +8,10 @@
 // the slopes and one thread stores it by TMA. Where a tile's k loop is too short to hide the spare
 // warps' work, the multipliers compute the slopes of the tile's last boxes themselves. Where asked,
 // warps 1-3 then sum the tile's columns of din (as stored) into one row of partial sums per 128-row
-// block, which saves the bias gradient's own pass over din. The buffer goes back to warps 1-3 once
-// the store has read it, during the next tile's first k-block.
+// block, which saves the bias gradient's own pass over din; or, where the spare warps' chain is
+// the longer one, the multipliers sum their rows of din as they form it and the spare warps only
+// add the 8 warps' rows. The buffer goes back to warps 1-3 once the store has read it, during the
+// next tile's first k-block.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,8 +28,10 @@ namespace {
 
 using namespace sm90;
 
-// Column sums: warps 2 and 3 leave their 256 sums here for warp 1 to add.
-constexpr int kStagedSumBytes = 2 * kBlockN * 4;
+// Column sums by the spare warps: warps 2 and 3 leave their 256 sums here for warp 1 to add. By
+// the multipliers: each of their 8 warps leaves the sums of its 16 rows here (one row of 256).
+constexpr int kMultiplierWarps = 8;
+constexpr int kStagedSumBytes = kMultiplierWarps * kBlockN * 4;
 constexpr int kSharedBytes = KernelSharedBytes(kStagedSumBytes);
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
@@ -98,7 +102,50 @@ __device__ __forceinline__ void TileColumnSums(const uint8_t* out_tile, float* s
   NamedBarrierSync(2, kSpareThreads);  // and before the staged sums are written over
 }
 
-template <int kCluster>
+// One butterfly step of WarpColumnSums: lanes kBit apart swap halves of their kWidth * 2 sums, and
+// each adds the half it keeps to its partner's copy of that half.
+template <int kWidth, int kBit>
+__device__ __forceinline__ void ButterflyStep(float* sums, int lane) {
+  const bool upper = lane & kBit;
+#pragma unroll
+  for (int i = 0; i < kWidth; ++i) {
+    const float send = upper ? sums[i] : sums[i + kWidth];
+    const float keep = upper ? sums[i + kWidth] : sums[i];
+    sums[i] = keep + __shfl_xor_sync(0xffffffffu, send, kBit);
+  }
+}
+// The column sums of one multiplying warp's 16 rows of the tile, from the din pairs it has just
+// formed (sums[2j + e]: its two rows' values in column 8j + 2 (lane % 4) + e, as stored in bf16),
+// left in `staged_row` (256 f32). The 8 lanes that share lane % 4 hold the same columns; three
+// butterfly steps (lanes 4, 8, 16 apart) each hand half of a lane's columns to its partner and add
+// the partner's half of its own, so that lane l ends with 8 columns' sums: index 8q + t (t < 8) of
+// the original 64, q = 4 bit2(l) + 2 bit3(l) + bit4(l), which is column 32q + 8(t/2) + 2(l % 4) +
+// t % 2. Each column is added up in one lane in a fixed order.
+__device__ __forceinline__ void WarpColumnSums(float* sums, float* staged_row) {
+  const int lane = threadIdx.x % 32;
+  ButterflyStep<32, 4>(sums, lane);
+  ButterflyStep<16, 8>(sums, lane);
+  ButterflyStep<8, 16>(sums, lane);
+  const int q = 4 * (lane >> 2 & 1) + 2 * (lane >> 3 & 1) + (lane >> 4 & 1);
+#pragma unroll
+  for (int t = 0; t < 8; t += 2)
+    *reinterpret_cast<float2*>(staged_row + 32 * q + 8 * (t / 2) + 2 * (lane % 4)) =
+        make_float2(sums[t], sums[t + 1]);
+}
+
+// The spare warps' part of the multipliers' sums: the 8 warps' rows added in order into the tile's
+// row of partial sums.
+__device__ __forceinline__ void AddStagedColumnSums(const float* staged, float* partials_row,
+                                                    int spare) {
+  for (int col = spare; col < kBlockN; col += kSpareThreads) {
+    float sum = staged[col];
+#pragma unroll
+    for (int w = 1; w < kMultiplierWarps; ++w) sum += staged[w * kBlockN + col];
+    partials_row[col] = sum;
+  }
+}
+
+template <int kCluster, bool kSumsInEpilogue>
 __global__ void __launch_bounds__(kThreads, 1)
     GemmDgeluKernel(const __grid_constant__ CUtensorMap dout_map,
                     const __grid_constant__ CUtensorMap w_map,
@@ -160,10 +207,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         int m0, n0;
         order.Coordinates(group, rank, &m0, &n0);
         BarrierWait(din_written, pre_phase ^ 1);  // the phase of this tile, flipped above
-        TileColumnSums(
-            s.out_tile, reinterpret_cast<float*>(s.rest),
-            column_partials + static_cast<int64_t>(m0 / kBlockM) * order.n_blocks * kBlockN + n0,
-            threadIdx.x - 32);
+        float* partials_row =
+            column_partials + static_cast<int64_t>(m0 / kBlockM) * order.n_blocks * kBlockN + n0;
+        // The multipliers' staged rows are not written again before this tile's slope_ready has
+        // come from every spare thread, which follows these reads.
+        if (kSumsInEpilogue)
+          AddStagedColumnSums(reinterpret_cast<const float*>(s.rest), partials_row,
+                              threadIdx.x - 32);
+        else
+          TileColumnSums(s.out_tile, reinterpret_cast<float*>(s.rest), partials_row,
+                         threadIdx.x - 32);
       }
     }
   } else if (warpgroup == 0) {  // the loader
@@ -195,6 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // din = acc * GELU'(pre), in place of the slopes (or of pre, in the boxes left to us).
       BarrierWait(slope_ready, pre_phase);
       pre_phase ^= 1;
+      float sums[64];  // with kSumsInEpilogue: this thread's two rows of din, column by column
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const bool slope_from_pre = j / 8 >= spare_slope_boxes;  // the same for the whole CTA
@@ -204,10 +258,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           uint32_t slope_bits = *reinterpret_cast<const uint32_t*>(p);
           if (slope_from_pre) slope_bits = GeluSlopeF16x2(slope_bits);
           const float2 slope = __half22float2(*reinterpret_cast<const __half2*>(&slope_bits));
-          *reinterpret_cast<__nv_bfloat162*>(p) =
+          const __nv_bfloat162 din_pair =
               __floats2bfloat162_rn(acc[4 * j + 2 * h] * slope.x, acc[4 * j + 2 * h + 1] * slope.y);
+          *reinterpret_cast<__nv_bfloat162*>(p) = din_pair;
+          if (kSumsInEpilogue) {  // the pair as stored: bf16 x (low half) and y, widened
+            const uint32_t bits = *reinterpret_cast<const uint32_t*>(&din_pair);
+            const float x = __uint_as_float(bits << 16), y = __uint_as_float(bits & 0xffff0000u);
+            sums[2 * j] = h == 0 ? x : sums[2 * j] + x;
+            sums[2 * j + 1] = h == 0 ? y : sums[2 * j + 1] + y;
+          }
         }
       }
+      if (kSumsInEpilogue && column_partials != nullptr)
+        WarpColumnSums(sums, reinterpret_cast<float*>(s.rest) + (threadIdx.x - 128) / 32 * kBlockN);
       FenceSharedForAsyncProxy();
       NamedBarrierSync(1, 256);
       if (store_thread) {
@@ -223,6 +286,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+using KernelFn = decltype(&GemmDgeluKernel<1, false>);
+KernelFn KernelFor(const GemmDgeluProblem& p) {
+  const bool epilogue_sums = p.sums_in_epilogue && p.column_partials != nullptr;
+  if (p.cluster == 2) return epilogue_sums ? GemmDgeluKernel<2, true> : GemmDgeluKernel<2, false>;
+  return epilogue_sums ? GemmDgeluKernel<1, true> : GemmDgeluKernel<1, false>;
+}
+
 }  // namespace
 
 bool GemmDgeluSupported(const GemmDgeluProblem& p) {
@@ -235,7 +305,7 @@ int GemmDgeluGridSize(const GemmDgeluProblem& p) {
   if (!GemmDgeluSupported(p)) return 0;
   cudaLaunchConfig_t config;
   cudaLaunchAttribute attribute;
-  auto* kernel = p.cluster == 2 ? GemmDgeluKernel<2> : GemmDgeluKernel<1>;
+  auto* kernel = KernelFor(p);
   return TiledLaunchConfig(kernel, kSharedBytes, p.m, p.n, p.cluster, nullptr, &config,
                            &attribute) == cudaSuccess
              ? static_cast<int>(config.gridDim.x)
@@ -250,7 +320,7 @@ cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   const TileOrder order{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN),
                         p.cluster};
-  auto* kernel = p.cluster == 2 ? GemmDgeluKernel<2> : GemmDgeluKernel<1>;
+  auto* kernel = KernelFor(p);
   const cudaError_t e = LaunchTiled(kernel, kSharedBytes, p.m, p.n, p.cluster, stream, dout_map,
                                     w_map, pre_map, din_map, static_cast<float*>(p.column_partials),
                                     order, static_cast<int>(p.k / kBlockK), p.epilogue_slope_boxes);

@@ -27,6 +27,13 @@ struct GemmDgeluProblem {
   // spare warps' slopes must be ready when a tile's k loop ends; where that loop is short (small
   // K), moving boxes to the epilogue shortens their work at the cost of a longer epilogue.
   int epilogue_slope_boxes = 0;
+  // With column_partials: whether the multipliers sum din's columns as they form it (their two
+  // rows per thread in registers, then across the lanes of each warp; the spare warps add the 8
+  // warps' rows) instead of the spare warps summing the tile from shared memory afterwards. That
+  // shortens the spare warps' work per tile, which bounds the kernel where K is small, at the
+  // cost of a longer epilogue. The sums differ only by the f32 rounding of their other order.
+  // Not yet among the trainer's timed routes (docs/performance.md: first to be run on a GPU).
+  bool sums_in_epilogue = false;
   // CTAs per cluster, 1 or 2 (M then a multiple of 256): in twos, the CTAs that take two tiles
   // one above the other share w's k-blocks by multicast (each loads half of them for both).
   int cluster = 1;
