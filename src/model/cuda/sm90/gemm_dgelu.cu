@@ -28,11 +28,13 @@ namespace {
 
 using namespace sm90;
 
-// Column sums by the spare warps: warps 2 and 3 leave their 256 sums here for warp 1 to add. By
-// the multipliers: each of their 8 warps leaves the sums of its 16 rows here (one row of 256).
+// Column sums by the spare warps: warps 2 and 3 leave their 256 sums in the kernel's own buffer
+// for warp 1 to add. By the multipliers: each of their 8 warps leaves the sums of its 16 rows
+// there (one row of 256).
 constexpr int kMultiplierWarps = 8;
-constexpr int kStagedSumBytes = kMultiplierWarps * kBlockN * 4;
-constexpr int kSharedBytes = KernelSharedBytes(kStagedSumBytes);
+constexpr int SharedBytes(bool sums_in_epilogue) {
+  return KernelSharedBytes((sums_in_epilogue ? kMultiplierWarps : 2) * kBlockN * 4);
+}
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
@@ -286,11 +288,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+bool EpilogueSums(const GemmDgeluProblem& p) {
+  return p.sums_in_epilogue && p.column_partials != nullptr;
+}
 using KernelFn = decltype(&GemmDgeluKernel<1, false>);
 KernelFn KernelFor(const GemmDgeluProblem& p) {
-  const bool epilogue_sums = p.sums_in_epilogue && p.column_partials != nullptr;
-  if (p.cluster == 2) return epilogue_sums ? GemmDgeluKernel<2, true> : GemmDgeluKernel<2, false>;
-  return epilogue_sums ? GemmDgeluKernel<1, true> : GemmDgeluKernel<1, false>;
+  if (p.cluster == 2) return EpilogueSums(p) ? GemmDgeluKernel<2, true> : GemmDgeluKernel<2, false>;
+  return EpilogueSums(p) ? GemmDgeluKernel<1, true> : GemmDgeluKernel<1, false>;
 }
 
 }  // namespace
@@ -306,8 +310,8 @@ int GemmDgeluGridSize(const GemmDgeluProblem& p) {
   cudaLaunchConfig_t config;
   cudaLaunchAttribute attribute;
   auto* kernel = KernelFor(p);
-  return TiledLaunchConfig(kernel, kSharedBytes, p.m, p.n, p.cluster, nullptr, &config,
-                           &attribute) == cudaSuccess
+  return TiledLaunchConfig(kernel, SharedBytes(EpilogueSums(p)), p.m, p.n, p.cluster, nullptr,
+                           &config, &attribute) == cudaSuccess
              ? static_cast<int>(config.gridDim.x)
              : 0;
 }
@@ -321,9 +325,10 @@ cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
   const TileOrder order{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN),
                         p.cluster};
   auto* kernel = KernelFor(p);
-  const cudaError_t e = LaunchTiled(kernel, kSharedBytes, p.m, p.n, p.cluster, stream, dout_map,
-                                    w_map, pre_map, din_map, static_cast<float*>(p.column_partials),
-                                    order, static_cast<int>(p.k / kBlockK), p.epilogue_slope_boxes);
+  const cudaError_t e =
+      LaunchTiled(kernel, SharedBytes(EpilogueSums(p)), p.m, p.n, p.cluster, stream, dout_map,
+                  w_map, pre_map, din_map, static_cast<float*>(p.column_partials), order,
+                  static_cast<int>(p.k / kBlockK), p.epilogue_slope_boxes);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

@@ -48,7 +48,8 @@ bool GemmDgeluSupported(const GemmDgeluProblem& problem);
 // The CTAs its launch would take (0 where it would not launch): for benchmarks' reports.
 int GemmDgeluGridSize(const GemmDgeluProblem& problem);
 
-// Enqueues the kernel (one CTA per SM, 216 KB of shared memory each; in clusters, as many as fit).
+// Enqueues the kernel (one CTA per SM, 216 KB of shared memory each, 222 KB with the sums in the
+// epilogue; in clusters, as many as fit).
 // Returns cudaErrorNotSupported for a problem that GemmDgeluSupported refuses.
 cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& problem, cudaStream_t stream);
 
