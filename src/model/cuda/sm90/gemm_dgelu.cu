@@ -39,17 +39,21 @@ constexpr int SharedBytes(bool sums_in_epilogue) {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
+// A bf16 pair (x in the low half) widened to f32: a shift and a mask.
+__device__ __forceinline__ float2 WidenBf16Pair(uint32_t bits) {
+  return make_float2(__uint_as_float(bits << 16), __uint_as_float(bits & 0xffff0000u));
+}
+
 // GELU'(x) for the tanh approximation, two at a time in f16: 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x),
 // t = tanh(u(x)), u = sqrt(2/pi) (x + 0.044715 x^3), tanh by the hardware's approximation. x is
 // clamped to [-10, 10] (f16 range for x^3; GELU' there is 0 or 1 to f16 precision), after its
 // rounding to f16, which leaves the same value as clamping first (an x beyond 10 rounds to 10 or
 // more, inf included; a NaN becomes -10 either way) in two f16x2 instructions instead of four in
-// f32. The bf16 pair widens to f32 by a shift and a mask. The slope's error, ~1e-3 relative, is
-// below the bf16 rounding of din.
+// f32. The slope's error, ~1e-3 relative, is below the bf16 rounding of din.
 __device__ __forceinline__ uint32_t GeluSlopeF16x2(uint32_t bf16_pair) {
-  const float lo = __uint_as_float(bf16_pair << 16), hi = __uint_as_float(bf16_pair & 0xffff0000u);
-  const __half2 x =
-      __hmin2(__hmax2(__floats2half2_rn(lo, hi), __float2half2_rn(-10.f)), __float2half2_rn(10.f));
+  const float2 xf = WidenBf16Pair(bf16_pair);
+  const __half2 x = __hmin2(__hmax2(__floats2half2_rn(xf.x, xf.y), __float2half2_rn(-10.f)),
+                            __float2half2_rn(10.f));
   const __half2 x2 = __hmul2(x, x);
   const __half2 u = __hmul2(
       x, __hfma2(__float2half2_rn(kGeluScale * kGeluCubic), x2, __float2half2_rn(kGeluScale)));
@@ -263,15 +267,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           const __nv_bfloat162 din_pair =
               __floats2bfloat162_rn(acc[4 * j + 2 * h] * slope.x, acc[4 * j + 2 * h + 1] * slope.y);
           *reinterpret_cast<__nv_bfloat162*>(p) = din_pair;
-          if (kSumsInEpilogue) {  // the pair as stored: bf16 x (low half) and y, widened
-            const uint32_t bits = *reinterpret_cast<const uint32_t*>(&din_pair);
-            const float x = __uint_as_float(bits << 16), y = __uint_as_float(bits & 0xffff0000u);
-            sums[2 * j] = h == 0 ? x : sums[2 * j] + x;
-            sums[2 * j + 1] = h == 0 ? y : sums[2 * j + 1] + y;
+          if (kSumsInEpilogue) {  // the pair as stored
+            const float2 v = WidenBf16Pair(*reinterpret_cast<const uint32_t*>(&din_pair));
+            sums[2 * j] = h == 0 ? v.x : sums[2 * j] + v.x;
+            sums[2 * j + 1] = h == 0 ? v.y : sums[2 * j + 1] + v.y;
           }
         }
       }
-      if (kSumsInEpilogue && column_partials != nullptr)
+      if (kSumsInEpilogue)  // launched only with column_partials (KernelFor)
         WarpColumnSums(sums, reinterpret_cast<float*>(s.rest) + (threadIdx.x - 128) / 32 * kBlockN);
       FenceSharedForAsyncProxy();
       NamedBarrierSync(1, 256);
@@ -288,13 +291,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-bool EpilogueSums(const GemmDgeluProblem& p) {
-  return p.sums_in_epilogue && p.column_partials != nullptr;
-}
-using KernelFn = decltype(&GemmDgeluKernel<1, false>);
-KernelFn KernelFor(const GemmDgeluProblem& p) {
-  if (p.cluster == 2) return EpilogueSums(p) ? GemmDgeluKernel<2, true> : GemmDgeluKernel<2, false>;
-  return EpilogueSums(p) ? GemmDgeluKernel<1, true> : GemmDgeluKernel<1, false>;
+// The instantiation for a problem (the sums in the epilogue only where there are sums) and its
+// shared memory.
+struct KernelChoice {
+  decltype(&GemmDgeluKernel<1, false>) kernel;
+  int shared_bytes;
+};
+KernelChoice KernelFor(const GemmDgeluProblem& p) {
+  const bool sums = p.sums_in_epilogue && p.column_partials != nullptr;
+  const int bytes = SharedBytes(sums);
+  if (p.cluster == 2) return {sums ? GemmDgeluKernel<2, true> : GemmDgeluKernel<2, false>, bytes};
+  return {sums ? GemmDgeluKernel<1, true> : GemmDgeluKernel<1, false>, bytes};
 }
 
 }  // namespace
@@ -309,9 +316,9 @@ int GemmDgeluGridSize(const GemmDgeluProblem& p) {
   if (!GemmDgeluSupported(p)) return 0;
   cudaLaunchConfig_t config;
   cudaLaunchAttribute attribute;
-  auto* kernel = KernelFor(p);
-  return TiledLaunchConfig(kernel, SharedBytes(EpilogueSums(p)), p.m, p.n, p.cluster, nullptr,
-                           &config, &attribute) == cudaSuccess
+  const KernelChoice k = KernelFor(p);
+  return TiledLaunchConfig(k.kernel, k.shared_bytes, p.m, p.n, p.cluster, nullptr, &config,
+                           &attribute) == cudaSuccess
              ? static_cast<int>(config.gridDim.x)
              : 0;
 }
@@ -324,11 +331,10 @@ cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   const TileOrder order{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN),
                         p.cluster};
-  auto* kernel = KernelFor(p);
-  const cudaError_t e =
-      LaunchTiled(kernel, SharedBytes(EpilogueSums(p)), p.m, p.n, p.cluster, stream, dout_map,
-                  w_map, pre_map, din_map, static_cast<float*>(p.column_partials), order,
-                  static_cast<int>(p.k / kBlockK), p.epilogue_slope_boxes);
+  const KernelChoice k = KernelFor(p);
+  const cudaError_t e = LaunchTiled(k.kernel, k.shared_bytes, p.m, p.n, p.cluster, stream, dout_map,
+                                    w_map, pre_map, din_map, static_cast<float*>(p.column_partials),
+                                    order, static_cast<int>(p.k / kBlockK), p.epilogue_slope_boxes);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
