@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "model/cuda/back_to_back_timing.h"
@@ -60,6 +61,7 @@ struct Sm90DgeluProblem {
   void *din = nullptr, *column_partials = nullptr;
   int64_t m = 0, n = 0, k = 0;
   int epilogue_slope_boxes = 0;
+  bool sums_in_epilogue = false, halves_in_turn = false;
   int cluster = 1;
 };
 bool Sm90DgeluRuns(const Sm90DgeluProblem&) {
@@ -87,10 +89,41 @@ float Faster(int round, float best_ms, float round_ms) {
 
 // Timed calls of each candidate in the gradient's trial (route_trial.h).
 constexpr int kTrialsEach = 4;
-// Our GELU-gradient kernel's variants: 0, 1 or 2 of a tile's four boxes' slopes in its epilogue,
-// alone and in CTA pairs (clusters of two sharing the weight's k-blocks).
-constexpr int kDgeluSlopeSplits = 3;
-constexpr int kDgeluVariants = 2 * kDgeluSlopeSplits;
+// Our GELU-gradient kernel's variants in the trial: 0, 1 or 2 of a tile's four boxes' slopes in
+// its epilogue, alone and in CTA pairs (clusters of two sharing the weight's k-blocks), with din's
+// column sums by the spare warps and (where there are sums) in the multipliers' epilogue; then
+// with the warpgroups taking their halves of a tile in turn, 0-4 boxes, alone and in pairs (their
+// sums in the epilogue).
+struct DgeluVariant {
+  int slope_boxes, cluster;
+  bool sums_in_epilogue, halves_in_turn;
+};
+std::vector<DgeluVariant> MakeDgeluVariants(bool sums) {
+  std::vector<DgeluVariant> variants;
+  for (bool in_epilogue : {false, true})
+    for (int cluster = 1; cluster <= 2 && (sums || !in_epilogue); ++cluster)
+      for (int boxes = 0; boxes <= 2; ++boxes)
+        variants.push_back({boxes, cluster, in_epilogue, false});
+  for (int cluster = 1; cluster <= 2; ++cluster)
+    for (int boxes = 0; boxes <= 4; ++boxes) variants.push_back({boxes, cluster, sums, true});
+  return variants;
+}
+const std::vector<DgeluVariant>& DgeluVariants(bool sums) {
+  static const std::vector<DgeluVariant> with_sums = MakeDgeluVariants(true),
+                                         without = MakeDgeluVariants(false);
+  return sums ? with_sums : without;
+}
+void SetDgeluVariant(const DgeluVariant& v, Sm90DgeluProblem* p) {
+  p->epilogue_slope_boxes = v.slope_boxes;
+  p->cluster = v.cluster;
+  p->sums_in_epilogue = v.sums_in_epilogue;
+  p->halves_in_turn = v.halves_in_turn;
+}
+// As the trainer's log names it (the legend is in the log line).
+std::string DgeluVariantName(const DgeluVariant& v) {
+  return StrFormat("%d%s%s%s", v.slope_boxes, v.cluster == 2 ? "p" : "",
+                   v.sums_in_epilogue ? "e" : "", v.halves_in_turn ? "t" : "");
+}
 
 }  // namespace
 
@@ -197,12 +230,14 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   p.dout = dout.data, p.w = weight.data, p.pre = pre_act.data, p.din = din.data;
   p.m = N, p.n = F, p.k = OC;
   if (sums) TRAINER_RETURN_IF_ERROR(Scratch(kInitialScratchBytes, &p.column_partials));
+  const std::vector<DgeluVariant>& variants = DgeluVariants(sums);
   auto it = dgelu_routes_.find(key);
   if (it == dgelu_routes_.end()) {
     DgeluRoute route;
     route.with_cublaslt = gelu_route_ == GeluMatmulRoute::kFastest;
     // Our kernel not for this shape: no trial, cuBLASLt's route (the caller's).
-    const int candidates = Sm90DgeluRuns(p) ? (route.with_cublaslt ? 1 : 0) + kDgeluVariants : 0;
+    const int candidates =
+        Sm90DgeluRuns(p) ? (route.with_cublaslt ? 1 : 0) + static_cast<int>(variants.size()) : 0;
     if (candidates > 0) route.trial = std::make_unique<cuda::RouteTrial>(candidates, kTrialsEach);
     it = dgelu_routes_.emplace(key, std::move(route)).first;
   }
@@ -218,8 +253,7 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   // second stage, a short pass over partial sums, is not timed.)
   auto run = [&](int c) -> bool {
     if (c >= first_ours) {
-      p.epilogue_slope_boxes = (c - first_ours) % kDgeluSlopeSplits;
-      p.cluster = 1 + (c - first_ours) / kDgeluSlopeSplits;
+      SetDgeluVariant(variants[c - first_ours], &p);
       return Sm90DgeluLaunch(p, stream_) == cudaSuccess;
     }
     bool ran = false;
@@ -241,22 +275,20 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
         route.with_cublaslt
             ? StrFormat("cuBLASLt DGELU%s %s, ", sums ? " + column sums" : "", shown(0).c_str())
             : std::string();
-    times += StrFormat(
-        "sm90 kernel %s / %s / %s, in CTA pairs %s / %s / %s (0 / 1 / 2 of a tile's 4 boxes' "
-        "slopes in its epilogue)",
-        shown(first_ours).c_str(), shown(first_ours + 1).c_str(), shown(first_ours + 2).c_str(),
-        shown(first_ours + 3).c_str(), shown(first_ours + 4).c_str(),
-        shown(first_ours + 5).c_str());
+    times +=
+        "sm90 kernel (slope boxes in its epilogue; p: in CTA pairs, e: column sums in its "
+        "epilogue, t: halves in turn)";
+    for (size_t v = 0; v < variants.size(); ++v)
+      times += StrFormat("%s %s %s", v == 0 ? ":" : ",", DgeluVariantName(variants[v]).c_str(),
+                         shown(first_ours + static_cast<int>(v)).c_str());
     const int choice = trial.choice();
-    LogInfo(
-        StrFormat("GELU-gradient GEMM (%lld x %lld -> %lld%s), %d calls each in turn: %s; using %s",
-                  (long long)N, (long long)OC, (long long)F, sums ? ", with din's column sums" : "",
-                  kTrialsEach, times.c_str(),
-                  choice < first_ours
-                      ? "cuBLASLt"
-                      : StrFormat("sm90 kernel (%d%s)", (choice - first_ours) % kDgeluSlopeSplits,
-                                  choice - first_ours >= kDgeluSlopeSplits ? ", in CTA pairs" : "")
-                            .c_str()));
+    LogInfo(StrFormat(
+        "GELU-gradient GEMM (%lld x %lld -> %lld%s), %d calls each in turn: %s; using %s",
+        (long long)N, (long long)OC, (long long)F, sums ? ", with din's column sums" : "",
+        kTrialsEach, times.c_str(),
+        choice < first_ours
+            ? "cuBLASLt"
+            : ("sm90 kernel " + DgeluVariantName(variants[choice - first_ours])).c_str()));
   }
   if (call.refused) {
     CUDA_CHECK(cudaGetLastError());
