@@ -524,29 +524,8 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
       BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
       std::printf("  check: ours against cuBLASLt's DGELU %.2e\n",
                   bench::RelativeDiff(Download(din_ours), Download(din)));
-      // The warpgroups taking their halves of a tile in turn, 0-4 boxes, alone and in pairs.
-      auto halves_in_turn = [&](const char* what) {
-        ours.halves_in_turn = true;
-        for (int cluster = 1; cluster <= 2; ++cluster) {
-          ours.cluster = cluster;
-          for (int boxes = 0; boxes <= 4 && trainer::cuda::GemmDgeluSupported(ours); ++boxes) {
-            ours.epilogue_slope_boxes = boxes;
-            Report(("ours DGELU" + std::string(what) + ", halves in turn" +
-                    (cluster == 2 ? " in CTA pairs, " : ", ") + std::to_string(boxes) +
-                    " of 4 boxes in the epilogue")
-                       .c_str(),
-                   TimeMs(stream, launch), flops);
-          }
-        }
-        ours.halves_in_turn = false, ours.cluster = 1;
-      };
-      halves_in_turn("");
-      BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
-      std::printf("  check: ours, halves in turn, against cuBLASLt's DGELU %.2e\n",
-                  bench::RelativeDiff(Download(din_ours), Download(din)));
       // With din's column sums per 128 rows (fc's bias gradient), summed by the spare warps from
-      // the tile in shared memory or by the multipliers as they form din; alone, 0-2 boxes; then
-      // with the halves in turn (the sums in the epilogue).
+      // the tile in shared memory or by the multipliers as they form din; alone, 0-2 boxes.
       Buffer partials(N / 128 * F, 4);
       ours.column_partials = partials.data;
       ours.cluster = 1;
@@ -561,7 +540,6 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
                  TimeMs(stream, launch), flops);
         }
       }
-      halves_in_turn(" + column sums in the epilogue");
     }
   }
 #endif

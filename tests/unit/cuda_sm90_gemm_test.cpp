@@ -86,21 +86,16 @@ TEST_F(CudaSm90GemmTest, DgeluMatchesCpuMatmulThenGeluBackward) {
     // Each split of the slopes between the spare warps and the epilogue (0-4 boxes in the
     // epilogue), alone and in clusters of two where M allows (w's k-blocks shared by multicast);
     // in place, pre is uploaded again for each.
-    // With the sums, each of those again with the sums formed in the multipliers' epilogue; then
-    // each with the warpgroups taking their halves of the tile in turn (the sums, if any, in the
-    // epilogue).
+    // With the sums, each of those again with the sums formed in the multipliers' epilogue.
     std::vector<float> first_din;
-    const int modes = c.with_sums ? 3 : 2;
-    for (int run = 0; run < 10 * modes; ++run) {
-      const int boxes = run % 5, cluster = 1 + run / 5 % 2, mode = run / 10;
-      const bool sums_in_epilogue = c.with_sums && mode >= 1, halves_in_turn = mode == modes - 1;
+    for (int run = 0; run < (c.with_sums ? 20 : 10); ++run) {
+      const int boxes = run % 5, cluster = 1 + run / 5 % 2;
+      const bool sums_in_epilogue = run >= 10;
       if (cluster == 2 && c.m % 256 != 0) continue;
       SCOPED_TRACE("epilogue_slope_boxes " + std::to_string(boxes) + ", cluster " +
-                   std::to_string(cluster) + (sums_in_epilogue ? ", sums in the epilogue" : "") +
-                   (halves_in_turn ? ", halves in turn" : ""));
+                   std::to_string(cluster) + (sums_in_epilogue ? ", sums in the epilogue" : ""));
       problem.cluster = cluster;
       problem.sums_in_epilogue = sums_in_epilogue;
-      problem.halves_in_turn = halves_in_turn;
       if (c.in_place)
         g_pre = Compute(pre, {c.m, c.n}), problem.pre = problem.din = g_pre->tensor().data;
       else
@@ -191,12 +186,6 @@ TEST_F(CudaSm90GemmTest, RefusesShapesOffTheirTiles) {
     EXPECT_FALSE(cuda::GemmDgeluSupported(problem)) << "epilogue_slope_boxes " << boxes;
   }
   problem.epilogue_slope_boxes = 0;
-  problem.column_partials = buffer->tensor().data;  // halves in turn sum only in the epilogue
-  problem.halves_in_turn = true;
-  EXPECT_FALSE(cuda::GemmDgeluSupported(problem)) << "halves in turn, sums by the spare warps";
-  problem.sums_in_epilogue = true;
-  EXPECT_TRUE(cuda::GemmDgeluSupported(problem)) << "halves in turn, sums in the epilogue";
-  problem.column_partials = nullptr, problem.halves_in_turn = problem.sums_in_epilogue = false;
   for (auto [m, cluster] : {std::array<int, 2>{384, 2}, {256, 3}, {256, 0}}) {  // 1 or 2, M / 256
     problem.m = m, problem.cluster = cluster;
     EXPECT_FALSE(cuda::GemmDgeluSupported(problem)) << "M " << m << ", cluster " << cluster;

@@ -61,7 +61,7 @@ struct Sm90DgeluProblem {
   void *din = nullptr, *column_partials = nullptr;
   int64_t m = 0, n = 0, k = 0;
   int epilogue_slope_boxes = 0;
-  bool sums_in_epilogue = false, halves_in_turn = false;
+  bool sums_in_epilogue = false;
   int cluster = 1;
 };
 bool Sm90DgeluRuns(const Sm90DgeluProblem&) {
@@ -91,21 +91,16 @@ float Faster(int round, float best_ms, float round_ms) {
 constexpr int kTrialsEach = 4;
 // Our GELU-gradient kernel's variants in the trial: 0, 1 or 2 of a tile's four boxes' slopes in
 // its epilogue, alone and in CTA pairs (clusters of two sharing the weight's k-blocks), with din's
-// column sums by the spare warps and (where there are sums) in the multipliers' epilogue; then
-// with the warpgroups taking their halves of a tile in turn, 0-4 boxes, alone and in pairs (their
-// sums in the epilogue).
+// column sums by the spare warps and (where there are sums) in the multipliers' epilogue.
 struct DgeluVariant {
   int slope_boxes, cluster;
-  bool sums_in_epilogue, halves_in_turn;
+  bool sums_in_epilogue;
 };
 std::vector<DgeluVariant> MakeDgeluVariants(bool sums) {
   std::vector<DgeluVariant> variants;
   for (bool in_epilogue : {false, true})
     for (int cluster = 1; cluster <= 2 && (sums || !in_epilogue); ++cluster)
-      for (int boxes = 0; boxes <= 2; ++boxes)
-        variants.push_back({boxes, cluster, in_epilogue, false});
-  for (int cluster = 1; cluster <= 2; ++cluster)
-    for (int boxes = 0; boxes <= 4; ++boxes) variants.push_back({boxes, cluster, sums, true});
+      for (int boxes = 0; boxes <= 2; ++boxes) variants.push_back({boxes, cluster, in_epilogue});
   return variants;
 }
 const std::vector<DgeluVariant>& DgeluVariants(bool sums) {
@@ -117,12 +112,11 @@ void SetDgeluVariant(const DgeluVariant& v, Sm90DgeluProblem* p) {
   p->epilogue_slope_boxes = v.slope_boxes;
   p->cluster = v.cluster;
   p->sums_in_epilogue = v.sums_in_epilogue;
-  p->halves_in_turn = v.halves_in_turn;
 }
 // As the trainer's log names it (the legend is in the log line).
 std::string DgeluVariantName(const DgeluVariant& v) {
-  return StrFormat("%d%s%s%s", v.slope_boxes, v.cluster == 2 ? "p" : "",
-                   v.sums_in_epilogue ? "e" : "", v.halves_in_turn ? "t" : "");
+  return StrFormat("%d%s%s", v.slope_boxes, v.cluster == 2 ? "p" : "",
+                   v.sums_in_epilogue ? "e" : "");
 }
 
 }  // namespace
@@ -277,7 +271,7 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
             : std::string();
     times +=
         "sm90 kernel (slope boxes in its epilogue; p: in CTA pairs, e: column sums in its "
-        "epilogue, t: halves in turn)";
+        "epilogue)";
     for (size_t v = 0; v < variants.size(); ++v)
       times += StrFormat("%s %s %s", v == 0 ? ":" : ",", DgeluVariantName(variants[v]).c_str(),
                          shown(first_ours + static_cast<int>(v)).c_str());

@@ -151,22 +151,7 @@ __device__ __forceinline__ void AddStagedColumnSums(const float* staged, float* 
   }
 }
 
-// The TMA load of kRows rows of pre from row m0 into the output tile from `rows_tile` (the tile's
-// first row, or its second half's), evict-first in the L2: nothing reads it again.
-template <int kRows>
-__device__ __forceinline__ void LoadPre(uint8_t* rows_tile, const CUtensorMap* pre_map,
-                                        uint64_t* full, int m0, int n0) {
-  const uint64_t evict_first = L2EvictFirstPolicy();
-  BarrierArriveExpectBytes(full, kRows * kBlockN * 2);
-  for (int box = 0; box < kBlockN / kBoxCols; ++box)
-    TmaLoad2dHinted(rows_tile + box * kBoxBytes, pre_map, full, n0 + box * kBoxCols, m0,
-                    evict_first);
-}
-
-// kHalvesInTurn: the warpgroups multiply their halves of a tile one after the other (each its own
-// stages, A's 64 rows and all of B), so that one's epilogue runs while the other multiplies; each
-// half then has its own pre, slopes and store. Its column sums are the multipliers' (KernelFor).
-template <int kCluster, bool kSumsInEpilogue, bool kHalvesInTurn>
+template <int kCluster, bool kSumsInEpilogue>
 __global__ void __launch_bounds__(kThreads, 1)
     GemmDgeluKernel(const __grid_constant__ CUtensorMap dout_map,
                     const __grid_constant__ CUtensorMap w_map,
@@ -174,19 +159,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const __grid_constant__ CUtensorMap din_map, float* column_partials,
                     TileOrder order, int k_blocks, int epilogue_slope_boxes) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  // The parts of a tile that get their pre, slopes and store on their own: the tile, or its halves.
-  constexpr int kParts = kHalvesInTurn ? 2 : 1;
-  constexpr int kPartRows = kBlockM / kParts;
-  constexpr int kPartBoxBytes = kBoxBytes / kParts;  // a part's rows of one box
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
-  uint64_t* pre_full = s.own_barriers;           // [kParts] the TMA has brought the part's pre
-  uint64_t* pre_free = pre_full + kParts;        // the last tile's store has read the buffer
-  uint64_t* slope_ready = pre_free + 1;          // [kParts] the spare warps' slopes are in
-  uint64_t* din_written = slope_ready + kParts;  // [kParts] the multipliers have written din
-  // In turns: [half] the other warpgroup has had the last k-block before this half's arrive, so
-  // that this one's waits on the ring are never two phases ahead of a stage (RingPosition::Skip).
-  uint64_t* turn = din_written + kParts;
+  uint64_t* pre_full = s.own_barriers;      // the TMA has brought the tile's pre
+  uint64_t* pre_free = pre_full + 1;        // the last tile's store has read the buffer
+  uint64_t* slope_ready = pre_free + 1;     // the spare warps have turned pre into slopes
+  uint64_t* din_written = slope_ready + 1;  // the multipliers have written din into the tile
 
   const int warpgroup = threadIdx.x / 128;
   // This CTA's groups of tiles (one per cluster) and its tile in each.
@@ -195,14 +173,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int rank = kCluster > 1 ? static_cast<int>(ClusterCtaRank()) : 0;
   const int spare_slope_boxes = kBlockN / kBoxCols - epilogue_slope_boxes;  // the first ones
   if (threadIdx.x == 0) {
-    InitRing(s, &dout_map, &w_map, &pre_map, &din_map, kCluster, kHalvesInTurn ? 4 : 8);
+    InitRing(s, &dout_map, &w_map, &pre_map, &din_map, kCluster);
+    BarrierInit(pre_full, 1);
     BarrierInit(pre_free, 1);
-    for (int part = 0; part < kParts; ++part) {
-      BarrierInit(pre_full + part, 1);
-      BarrierInit(slope_ready + part, kSpareThreads);
-      BarrierInit(din_written + part, 1);
-      BarrierInit(turn + part, 1);
-    }
+    BarrierInit(slope_ready, kSpareThreads);
+    BarrierInit(din_written, 1);
     BarrierInitFence();
   }
   if (kCluster > 1)
@@ -212,30 +187,32 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) RegistersDecrease<kLoaderRegisters>();  // by the whole warpgroup
   if (warpgroup == 0 && threadIdx.x >= 32) {  // warps 1-3: pre, GELU'(pre) in place, the sums
-    uint32_t phase = 0;                       // of this tile's barriers
+    uint32_t pre_phase = 0;
+    const uint64_t evict_first = L2EvictFirstPolicy();
     for (int group = first_group; group < groups; group += group_stride) {
-      int m0, n0;
-      order.Coordinates(group, rank, &m0, &n0);
-      if (!kHalvesInTurn && threadIdx.x == 32) {  // in turns, each half's store thread loads it
-        BarrierWait(pre_free, phase ^ 1);
-        LoadPre<kBlockM>(s.out_tile, &pre_map, pre_full, m0, n0);
+      if (threadIdx.x == 32) {
+        int m0, n0;
+        order.Coordinates(group, rank, &m0, &n0);
+        BarrierWait(pre_free, pre_phase ^ 1);
+        BarrierArriveExpectBytes(pre_full, kOutTileBytes);
+        for (int box = 0; box < kBlockN / kBoxCols; ++box)
+          TmaLoad2dHinted(s.out_tile + box * kBoxBytes, &pre_map, pre_full, n0 + box * kBoxCols, m0,
+                          evict_first);
       }
-      for (int part = 0; part < kParts; ++part) {
-        BarrierWait(pre_full + part, phase);
-        constexpr int kChunks = kPartBoxBytes / 16;  // 16-byte chunks of 8 elements per box
-        for (int c = threadIdx.x - 32; c < spare_slope_boxes * kChunks; c += kSpareThreads) {
-          uint4* p = reinterpret_cast<uint4*>(s.out_tile + c / kChunks * kBoxBytes +
-                                              part * kPartBoxBytes) +
-                     c % kChunks;  // the swizzle is moot
-          uint4 v = *p;
-          v.x = GeluSlopeF16x2(v.x), v.y = GeluSlopeF16x2(v.y);
-          v.z = GeluSlopeF16x2(v.z), v.w = GeluSlopeF16x2(v.w);
-          *p = v;
-        }
-        BarrierArrive(slope_ready + part);
+      BarrierWait(pre_full, pre_phase);
+      pre_phase ^= 1;
+      for (int c = threadIdx.x - 32; c < spare_slope_boxes * kBoxBytes / 16; c += kSpareThreads) {
+        uint4* p = reinterpret_cast<uint4*>(s.out_tile) + c;  // 8 elements; the swizzle is moot
+        uint4 v = *p;
+        v.x = GeluSlopeF16x2(v.x), v.y = GeluSlopeF16x2(v.y);
+        v.z = GeluSlopeF16x2(v.z), v.w = GeluSlopeF16x2(v.w);
+        *p = v;
       }
+      BarrierArrive(slope_ready);
       if (column_partials != nullptr) {
-        for (int part = 0; part < kParts; ++part) BarrierWait(din_written + part, phase);
+        int m0, n0;
+        order.Coordinates(group, rank, &m0, &n0);
+        BarrierWait(din_written, pre_phase ^ 1);  // the phase of this tile, flipped above
         float* partials_row =
             column_partials + static_cast<int64_t>(m0 / kBlockM) * order.n_blocks * kBlockN + n0;
         // The multipliers' staged rows are not written again before this tile's slope_ready has
@@ -247,7 +224,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           TileColumnSums(s.out_tile, reinterpret_cast<float*>(s.rest), partials_row,
                          threadIdx.x - 32);
       }
-      phase ^= 1;
     }
   } else if (warpgroup == 0) {  // the loader
     if (threadIdx.x == 0) {
@@ -255,45 +231,29 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int group = first_group; group < groups; group += group_stride) {
         int m0, n0;
         order.Coordinates(group, rank, &m0, &n0);
-        for (int part = 0; part < kParts; ++part)
-          LoadTile<BMajor::kN, kCluster, kPartRows>(s, &dout_map, &w_map, m0 + part * kPartRows, n0,
-                                                    k_blocks, &ring, rank);
+        LoadTile<BMajor::kN, kCluster>(s, &dout_map, &w_map, m0, n0, k_blocks, &ring, rank);
       }
     }
   } else {  // the multipliers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127
     RegistersIncrease<kMultiplierRegisters>();
     const int half = warpgroup - 1;
-    const int part = kHalvesInTurn ? half : 0;
-    uint8_t* part_tile = s.out_tile + part * kPartBoxBytes;
-    const bool store_thread = kHalvesInTurn ? threadIdx.x % 128 == 0 : threadIdx.x == 128;
+    const bool store_thread = threadIdx.x == 128;
     float acc[128];
     RingPosition ring;
-    if (kHalvesInTurn && half == 1) ring.Skip(k_blocks);  // each tile's top half comes first
-    uint32_t phase = 0;
+    uint32_t pre_phase = 0;
     bool store_pending = false;
     for (int group = first_group; group < groups; group += group_stride) {
       int m0, n0;
       order.Coordinates(group, rank, &m0, &n0);
-      const int part_m0 = m0 + part * kPartRows;
-      // In turns, the bottom half's after the top half's, the next top half's after that.
-      if (kHalvesInTurn && (half == 1 || store_pending))
-        BarrierWait(turn + half, phase ^ (1 - half));
-      MultiplyTile<BMajor::kN, kCluster>(
-          acc, s, kHalvesInTurn ? 0 : half, k_blocks, &ring,
-          [&] {
-            if (!store_thread) return;
-            if (store_pending) TmaStoreWaitRead();  // the last store has had a k-block to read
-            if (kHalvesInTurn)
-              LoadPre<kPartRows>(part_tile, &pre_map, pre_full + part, part_m0, n0);
-            else if (store_pending)
-              BarrierArrive(pre_free);
-          },
-          [&] {
-            if (kHalvesInTurn && store_thread) BarrierArrive(turn + (1 - half));
-          });
-      if (kHalvesInTurn) ring.Skip(k_blocks);  // the other warpgroup's half
+      MultiplyTile<BMajor::kN, kCluster>(acc, s, half, k_blocks, &ring, [&] {
+        if (store_pending && store_thread) {  // the last tile's store has had a k-block to read
+          TmaStoreWaitRead();
+          BarrierArrive(pre_free);
+        }
+      });
       // din = acc * GELU'(pre), in place of the slopes (or of pre, in the boxes left to us).
-      BarrierWait(slope_ready + part, phase);
+      BarrierWait(slope_ready, pre_phase);
+      pre_phase ^= 1;
       float sums[64];  // with kSumsInEpilogue: this thread's two rows of din, column by column
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
@@ -317,16 +277,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (kSumsInEpilogue)  // launched only with column_partials (KernelFor)
         WarpColumnSums(sums, reinterpret_cast<float*>(s.rest) + (threadIdx.x - 128) / 32 * kBlockN);
       FenceSharedForAsyncProxy();
-      if (kHalvesInTurn)
-        NamedBarrierSync(3 + half, 128);
-      else
-        NamedBarrierSync(1, 256);
+      NamedBarrierSync(1, 256);
       if (store_thread) {
-        StoreTile(&din_map, part_tile, part_m0, n0);
-        if (column_partials != nullptr) BarrierArrive(din_written + part);
+        StoreTile(&din_map, s.out_tile, m0, n0);
+        if (column_partials != nullptr) BarrierArrive(din_written);
       }
       store_pending = true;
-      phase ^= 1;
     }
     if (store_thread) TmaStoreWaitAll();
   }
@@ -338,17 +294,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The instantiation for a problem (the sums in the epilogue only where there are sums) and its
 // shared memory.
 struct KernelChoice {
-  decltype(&GemmDgeluKernel<1, false, false>) kernel;
+  decltype(&GemmDgeluKernel<1, false>) kernel;
   int shared_bytes;
 };
 KernelChoice KernelFor(const GemmDgeluProblem& p) {
-  static const decltype(&GemmDgeluKernel<1, false, false>) kernels[2][2][2] = {
-      {{GemmDgeluKernel<1, false, false>, GemmDgeluKernel<1, false, true>},
-       {GemmDgeluKernel<1, true, false>, GemmDgeluKernel<1, true, true>}},
-      {{GemmDgeluKernel<2, false, false>, GemmDgeluKernel<2, false, true>},
-       {GemmDgeluKernel<2, true, false>, GemmDgeluKernel<2, true, true>}}};
   const bool sums = p.sums_in_epilogue && p.column_partials != nullptr;
-  return {kernels[p.cluster - 1][sums][p.halves_in_turn], SharedBytes(sums)};
+  const int bytes = SharedBytes(sums);
+  if (p.cluster == 2) return {sums ? GemmDgeluKernel<2, true> : GemmDgeluKernel<2, false>, bytes};
+  return {sums ? GemmDgeluKernel<1, true> : GemmDgeluKernel<1, false>, bytes};
 }
 
 }  // namespace
@@ -356,8 +309,7 @@ KernelChoice KernelFor(const GemmDgeluProblem& p) {
 bool GemmDgeluSupported(const GemmDgeluProblem& p) {
   return TilesFit(p.m, p.n, p.k, p.cluster) && Aligned16(p.dout) && Aligned16(p.w) &&
          Aligned16(p.pre) && Aligned16(p.din) && Aligned16(p.column_partials) &&
-         p.epilogue_slope_boxes >= 0 && p.epilogue_slope_boxes <= kBlockN / kBoxCols &&
-         (!p.halves_in_turn || p.column_partials == nullptr || p.sums_in_epilogue);
+         p.epilogue_slope_boxes >= 0 && p.epilogue_slope_boxes <= kBlockN / kBoxCols;
 }
 
 int GemmDgeluGridSize(const GemmDgeluProblem& p) {
@@ -375,7 +327,7 @@ cudaError_t LaunchGemmDgelu(const GemmDgeluProblem& p, cudaStream_t stream) {
   if (!GemmDgeluSupported(p)) return cudaErrorNotSupported;
   CUtensorMap dout_map, w_map, pre_map, din_map;
   if (!MakeGemmMaps(&dout_map, &w_map, &pre_map, &din_map, p.dout, p.w, p.pre, p.din, p.m, p.n, p.k,
-                    BMajor::kN, p.cluster, p.halves_in_turn ? kBlockM / 2 : kBlockM))
+                    BMajor::kN, p.cluster))
     return cudaErrorInvalidValue;
   const TileOrder order{static_cast<int>(p.m / kBlockM), static_cast<int>(p.n / kBlockN),
                         p.cluster};

@@ -33,11 +33,6 @@ struct GemmDgeluProblem {
   // shortens the spare warps' work per tile, which bounds the kernel where K is small, at the
   // cost of a longer epilogue. The sums differ only by the f32 rounding of their other order.
   bool sums_in_epilogue = false;
-  // Whether the two multiplying warpgroups take their halves of a tile in turn (each with its own
-  // k-blocks: A's 64 rows and all of w) instead of together, so that one's epilogue runs while the
-  // other multiplies: the tensor cores then wait less for epilogues where K is small, at the cost
-  // of loading w's k-blocks twice per tile. With column_partials it needs sums_in_epilogue.
-  bool halves_in_turn = false;
   // CTAs per cluster, 1 or 2 (M then a multiple of 256): in twos, the CTAs that take two tiles
   // one above the other share w's k-blocks by multicast (each loads half of them for both).
   int cluster = 1;
@@ -45,8 +40,8 @@ struct GemmDgeluProblem {
 
 // Whether the kernel runs this problem on the current device: an sm_90 GPU, M a multiple of 128
 // (256 in clusters of two), N of 256, K of 64, 16-byte aligned pointers, epilogue_slope_boxes in
-// 0-4, cluster 1 or 2, halves_in_turn with the sums in the epilogue where there are sums. Callers
-// take cuBLASLt's route otherwise.
+// 0-4, cluster 1 or 2. Callers take cuBLASLt's
+// route otherwise.
 bool GemmDgeluSupported(const GemmDgeluProblem& problem);
 
 // The CTAs its launch would take (0 where it would not launch): for benchmarks' reports.

@@ -69,15 +69,13 @@ __device__ __forceinline__ TileShared CarveTileShared(uint8_t* raw) {
 // maps. The kernel then initialises its own barriers, calls BarrierInitFence, and all threads
 // __syncthreads (ClusterSync in clusters: the peer's barriers must be ready before it is sent
 // anything). In a cluster of `cluster` CTAs a stage is free once the multiplying warps of all of
-// them have read it (each CTA's loader writes its part of B into all of them). `consumer_warps`:
-// the warps that multiply each stage, 8 (both warpgroups) or 4 (one, where they take turns).
+// them have read it (each CTA's loader writes its part of B into all of them).
 __device__ __forceinline__ void InitRing(const TileShared& s, const CUtensorMap* a_map,
                                          const CUtensorMap* b_map, const CUtensorMap* mn_map,
-                                         const CUtensorMap* out_map, int cluster,
-                                         int consumer_warps = 8) {
+                                         const CUtensorMap* out_map, int cluster) {
   for (int i = 0; i < kStages; ++i) {
     BarrierInit(&s.full[i], 1);
-    BarrierInit(&s.empty[i], consumer_warps * cluster);
+    BarrierInit(&s.empty[i], 8 * cluster);
   }
   TmaPrefetchMap(a_map);
   TmaPrefetchMap(b_map);
@@ -92,12 +90,6 @@ struct RingPosition {
   __device__ __forceinline__ void Advance() {
     if (++stage == kStages) stage = 0, phase ^= 1;
   }
-  // Past k-blocks that another warpgroup multiplies. A barrier's parity tells only its last two
-  // phases apart, so a skipping consumer must not wait on a stage before the k-block that the
-  // stage held kStages positions earlier has arrived (the kernel orders the turns).
-  __device__ __forceinline__ void Skip(int k_blocks) {
-    for (int i = 0; i < k_blocks; ++i) Advance();
-  }
 };
 
 // How B is stored: (N, K) row-major (K-major, as a linear layer's weight for x W^T) or (K, N)
@@ -106,14 +98,13 @@ struct RingPosition {
 enum class BMajor { kK, kN };
 constexpr int kNMajorBoxBytes = kBlockK * kBoxCols * 2;  // 8 KB
 
-// The loader (one thread): the tile's k-blocks of A (kARows rows from m0: the tile's, or the half
-// of them that one warpgroup multiplies alone) and B (its n0.. part) into the ring. With
-// extra_bytes > 0, the first k-block's barrier also waits for a copy of that many bytes from
-// extra_src to extra_dst (a tile's bias slice), issued with it. In a cluster of two (CTA `rank`,
-// the two tiles one above the other, the same n0), each loader brings its half of B (K-major: rows;
-// N-major: two of the four boxes) into both CTAs by multicast, so that each CTA reads 32 KB per
-// k-block from the L2 instead of 48; each stage's barrier counts all 48 KB.
-template <BMajor kB = BMajor::kK, int kCluster = 1, int kARows = kBlockM>
+// The loader (one thread): the tile's k-blocks of A (rows m0..) and B (its n0.. part) into the
+// ring. With extra_bytes > 0, the first k-block's barrier also waits for a copy of that many bytes
+// from extra_src to extra_dst (a tile's bias slice), issued with it. In a cluster of two (CTA
+// `rank`, the two tiles one above the other, the same n0), each loader brings its half of B
+// (K-major: rows; N-major: two of the four boxes) into both CTAs by multicast, so that each CTA
+// reads 32 KB per k-block from the L2 instead of 48; each stage's barrier counts all 48 KB.
+template <BMajor kB = BMajor::kK, int kCluster = 1>
 __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap* a_map,
                                          const CUtensorMap* b_map, int m0, int n0, int k_blocks,
                                          RingPosition* ring, int rank = 0,
@@ -124,7 +115,7 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
   for (int kb = 0; kb < k_blocks; ++kb) {
     uint64_t* bar = &s.full[ring->stage];
     BarrierWait(&s.empty[ring->stage], ring->phase ^ 1);
-    BarrierArriveExpectBytes(bar, kARows * kBlockK * 2 + kBTileBytes + (kb == 0 ? extra_bytes : 0));
+    BarrierArriveExpectBytes(bar, kATileBytes + kBTileBytes + (kb == 0 ? extra_bytes : 0));
     TmaLoad2d(s.a_tiles + ring->stage * kATileBytes, a_map, bar, kb * kBlockK, m0);
     uint8_t* b_tile = s.b_tiles + ring->stage * kBTileBytes;
     if (kB == BMajor::kK && kCluster == 1) {
@@ -147,20 +138,14 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
   }
 }
 
-// The multipliers (a warpgroup): acc = A (the stage's 64 rows from row 64 a_half) B^T over the
-// tile's k-blocks.
+// The multipliers (both warpgroups): acc = A (this half's 64 rows) B^T over the tile's k-blocks.
 // Each k-block's stage goes back to the loader once its wgmma have completed (one group stays in
 // flight), in a cluster to the loaders of all its CTAs. after_first_block runs once, while the
-// first k-block multiplies; after_last_wait once the last k-block's stage has arrived.
-struct NoHook {
-  __device__ __forceinline__ void operator()() const {}
-};
-template <BMajor kB = BMajor::kK, int kCluster = 1, typename AfterFirstBlock,
-          typename AfterLastWait = NoHook>
-__device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, int a_half,
+// first k-block multiplies.
+template <BMajor kB = BMajor::kK, int kCluster = 1, typename AfterFirstBlock>
+__device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, int half,
                                              int k_blocks, RingPosition* ring,
-                                             AfterFirstBlock&& after_first_block,
-                                             AfterLastWait after_last_wait = NoHook()) {
+                                             AfterFirstBlock&& after_first_block) {
   const bool lane0 = threadIdx.x % 32 == 0;
   auto release = [&](int stage) {
     if (!lane0) return;
@@ -170,9 +155,8 @@ __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, in
   int previous = 0;
   for (int kb = 0; kb < k_blocks; ++kb) {
     BarrierWait(&s.full[ring->stage], ring->phase);
-    if (kb == k_blocks - 1) after_last_wait();
     const uint64_t desc_a =
-        WgmmaDescriptorSwizzle128(s.a_tiles + ring->stage * kATileBytes + a_half * 64 * 128);
+        WgmmaDescriptorSwizzle128(s.a_tiles + ring->stage * kATileBytes + half * 64 * 128);
     const uint8_t* b_tile = s.b_tiles + ring->stage * kBTileBytes;
     const uint64_t desc_b = kB == BMajor::kK ? WgmmaDescriptorSwizzle128(b_tile)
                                              : WgmmaDescriptorSwizzle128NMajor(b_tile);
@@ -215,9 +199,7 @@ __device__ __forceinline__ uint8_t* PairInTile(uint8_t* out_tile, int half, int 
 
 // The output tile's four boxes stored by TMA (one thread), their lines marked to leave the L2
 // first (nothing reads them again before they would be evicted anyway, and the operands the other
-// CTAs still multiply then keep their place); commits them as one group. With a map of 64-row
-// boxes, the same stores one half of the tile's rows: out_tile then the half's first row, m0 its
-// row in the matrix.
+// CTAs still multiply then keep their place); commits them as one group.
 __device__ __forceinline__ void StoreTile(const CUtensorMap* map, const uint8_t* out_tile, int m0,
                                           int n0) {
   const uint64_t evict_first = L2EvictFirstPolicy();
@@ -313,16 +295,15 @@ inline bool TilesFit(int64_t m, int64_t n, int64_t k, int cluster = 1) {
 
 // The maps of a tiled GEMM's operands: A (m, k) and B ((n, k), or (k, n) when N-major) as the
 // mainloop reads them (K-major B in clusters of two: half a tile's rows per box), and two (m, n)
-// matrices in output tiles (the epilogue's other input or second output, and its output); A and
-// those two in boxes of `rows` rows (a tile's, or half of them where the warpgroups take turns).
+// matrices in output tiles (the epilogue's other input or second output, and its output).
 inline bool MakeGemmMaps(CUtensorMap* a_map, CUtensorMap* b_map, CUtensorMap* mn_map,
                          CUtensorMap* out_map, const void* a, const void* b, const void* mn,
                          const void* out, int64_t m, int64_t n, int64_t k,
-                         BMajor b_major = BMajor::kK, int cluster = 1, uint32_t rows = kBlockM) {
+                         BMajor b_major = BMajor::kK, int cluster = 1) {
   const bool b_made = b_major == BMajor::kK ? MakeTileMap(b_map, b, n, k, kBlockN / cluster)
                                             : MakeTileMap(b_map, b, k, n, kBlockK);
-  return MakeTileMap(a_map, a, m, k, rows) && b_made && MakeTileMap(mn_map, mn, m, n, rows) &&
-         MakeTileMap(out_map, out, m, n, rows);
+  return MakeTileMap(a_map, a, m, k, kBlockM) && b_made && MakeTileMap(mn_map, mn, m, n, kBlockM) &&
+         MakeTileMap(out_map, out, m, n, kBlockM);
 }
 
 // The launch of `kernel` (shared_bytes of dynamic shared memory) on a persistent grid for an
