@@ -255,18 +255,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       BarrierWait(slope_ready, pre_phase);
       pre_phase ^= 1;
       float sums[64];  // with kSumsInEpilogue: this thread's two rows of din, column by column
+      // Box by box: the box's 16 pairs of this thread read together (their shared-memory latency
+      // paid once, not once per pair behind a branch), their slopes formed from pre where the box
+      // is left to the epilogue (the same for the whole CTA), then din.
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const bool slope_from_pre = j / 8 >= spare_slope_boxes;  // the same for the whole CTA
+      for (int box = 0; box < kBlockN / kBoxCols; ++box) {
+        constexpr int kPairs = 2 * kBoxCols / 8;  // j = 8 box .. 8 box + 7, h = 0, 1
+        uint32_t slope_bits[kPairs];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint8_t* p = PairInTile(s.out_tile, half, j, h);
-          uint32_t slope_bits = *reinterpret_cast<const uint32_t*>(p);
-          if (slope_from_pre) slope_bits = GeluSlopeF16x2(slope_bits);
-          const float2 slope = __half22float2(*reinterpret_cast<const __half2*>(&slope_bits));
+        for (int i = 0; i < kPairs; ++i)
+          slope_bits[i] = *reinterpret_cast<const uint32_t*>(
+              PairInTile(s.out_tile, half, 8 * box + i / 2, i % 2));
+        if (box >= spare_slope_boxes) {
+#pragma unroll
+          for (int i = 0; i < kPairs; ++i) slope_bits[i] = GeluSlopeF16x2(slope_bits[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) {
+          const int j = 8 * box + i / 2, h = i % 2;
+          const float2 slope = __half22float2(*reinterpret_cast<const __half2*>(&slope_bits[i]));
           const __nv_bfloat162 din_pair =
               __floats2bfloat162_rn(acc[4 * j + 2 * h] * slope.x, acc[4 * j + 2 * h + 1] * slope.y);
-          *reinterpret_cast<__nv_bfloat162*>(p) = din_pair;
+          *reinterpret_cast<__nv_bfloat162*>(PairInTile(s.out_tile, half, j, h)) = din_pair;
           if (kSumsInEpilogue) {  // the pair as stored
             const float2 v = WidenBf16Pair(*reinterpret_cast<const uint32_t*>(&din_pair));
             sums[2 * j] = h == 0 ? v.x : sums[2 * j] + v.x;
