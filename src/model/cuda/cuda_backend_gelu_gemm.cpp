@@ -98,9 +98,11 @@ struct DgeluVariant {
 };
 std::vector<DgeluVariant> MakeDgeluVariants(bool sums) {
   std::vector<DgeluVariant> variants;
-  for (bool in_epilogue : {false, true})
-    for (int cluster = 1; cluster <= 2 && (sums || !in_epilogue); ++cluster)
+  for (bool in_epilogue : {false, true}) {
+    if (in_epilogue && !sums) break;  // without sums the two are the same kernel
+    for (int cluster = 1; cluster <= 2; ++cluster)
       for (int boxes = 0; boxes <= 2; ++boxes) variants.push_back({boxes, cluster, in_epilogue});
+  }
   return variants;
 }
 const std::vector<DgeluVariant>& DgeluVariants(bool sums) {
