@@ -114,6 +114,12 @@ double TimeMs(cudaStream_t stream, const std::function<bool()>& op, int iteratio
 
 enum Uid : int64_t { kX = 1, kW, kBias, kPre, kOut, kDout, kDin, kDbias, kSlope, kOne, kConstants };
 
+// TimeMs of one cuBLASLt GEMM (its first run tunes it).
+double TimedLt(cudaStream_t stream, trainer::cuda::CublasLtMatmul* lt, const Gemm& g) {
+  bool ok = false;
+  return TimeMs(stream, [&] { return lt->Run(g, &ok).ok() && ok; });
+}
+
 // The trainer's graph helpers (model/cuda/cudnn_graph.h).
 using trainer::cuda::GraphInput;
 using trainer::cuda::NewBf16Graph;
@@ -319,15 +325,12 @@ void RunFeatureMajor(int64_t N, int64_t C, cudaStream_t stream, cudnnHandle_t ha
   bwd.d = din_fm.data;
   bwd.d_dtype = DType::kBF16;
   bwd.ldd = N;
-  bool ok = false;
-  Report("cuBLASLt plain (din), feature-major",
-         TimeMs(stream, [&] { return lt->Run(bwd, &ok).ok() && ok; }), flops);
+  Report("cuBLASLt plain (din), feature-major", TimedLt(stream, lt, bwd), flops);
   Gemm dgelu = bwd;
   dgelu.epilogue = GemmEpilogue::kDGelu;
   dgelu.aux = pre_t->data;
   dgelu.aux_ld = N;
-  Report("cuBLASLt DGELU, feature-major",
-         TimeMs(stream, [&] { return lt->Run(dgelu, &ok).ok() && ok; }), flops);
+  Report("cuBLASLt DGELU, feature-major", TimedLt(stream, lt, dgelu), flops);
   BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
   std::printf("  check: DGELU feature-major against NN %.2e (transposed)\n",
               bench::RelativeDiff(Download(*Transposed(raw, stream, din_fm, N, F)), Download(din)));
@@ -355,18 +358,16 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   fwd.d_dtype = DType::kBF16;
   fwd.ldd = F;
   fwd.bias = b_fc.data;
-  bool ok = false;
   Gemm plain = fwd;
   plain.d = pre.data;
   plain.epilogue = GemmEpilogue::kBias;
-  Report("cuBLASLt bias", TimeMs(stream, [&] { return lt->Run(plain, &ok).ok() && ok; }), flops);
+  Report("cuBLASLt bias", TimedLt(stream, lt, plain), flops);
   Gemm gelu = fwd;
   gelu.d = out.data;
   gelu.epilogue = GemmEpilogue::kGeluAuxBias;
   gelu.aux = pre.data;
   gelu.aux_ld = F;
-  Report("cuBLASLt GELU_AUX_BIAS", TimeMs(stream, [&] { return lt->Run(gelu, &ok).ok() && ok; }),
-         flops);
+  Report("cuBLASLt GELU_AUX_BIAS", TimedLt(stream, lt, gelu), flops);
   // The same with the weight stored transposed (W^T row-major: column-major (F,C), ld F), "NN".
   Buffer out_nn(N * F), pre_nn(N * F);
   const std::unique_ptr<Buffer> w_fc_t = Transposed(raw, stream, w_fc, C, F);
@@ -376,15 +377,13 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   Gemm plain_nn = fwd_nn;
   plain_nn.d = pre_nn.data;
   plain_nn.epilogue = GemmEpilogue::kBias;
-  Report("cuBLASLt bias, NN", TimeMs(stream, [&] { return lt->Run(plain_nn, &ok).ok() && ok; }),
-         flops);
+  Report("cuBLASLt bias, NN", TimedLt(stream, lt, plain_nn), flops);
   Gemm gelu_nn = fwd_nn;
   gelu_nn.d = out_nn.data;
   gelu_nn.epilogue = GemmEpilogue::kGeluAuxBias;
   gelu_nn.aux = pre_nn.data;
   gelu_nn.aux_ld = F;
-  Report("cuBLASLt GELU_AUX_BIAS, NN",
-         TimeMs(stream, [&] { return lt->Run(gelu_nn, &ok).ok() && ok; }), flops);
+  Report("cuBLASLt GELU_AUX_BIAS, NN", TimedLt(stream, lt, gelu_nn), flops);
 #if defined(TRAINER_WITH_SM90_KERNELS)
   {  // ours (sm90/gemm_gelu_forward.cu): x (N,C), W_fc (F,C) as stored, bias
     Buffer pre_ours(N * F), out_ours(N * F);
@@ -392,20 +391,12 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
     ours.x = x.data, ours.w = w_fc.data, ours.bias = b_fc.data;
     ours.pre = pre_ours.data, ours.out = out_ours.data;
     ours.m = N, ours.n = F, ours.k = C;
+    auto launch = [&] { return trainer::cuda::LaunchGemmGeluForward(ours, stream) == cudaSuccess; };
     if (trainer::cuda::GemmGeluForwardSupported(ours)) {
-      Report(
-          "ours GELU forward (sm90)",
-          TimeMs(stream,
-                 [&] { return trainer::cuda::LaunchGemmGeluForward(ours, stream) == cudaSuccess; }),
-          flops);
+      Report("ours GELU forward (sm90)", TimeMs(stream, launch), flops);
       ours.cluster = 2;  // CTA pairs sharing W_fc's k-blocks by multicast
       if (trainer::cuda::GemmGeluForwardSupported(ours))
-        Report("ours GELU forward (sm90), in CTA pairs",
-               TimeMs(stream,
-                      [&] {
-                        return trainer::cuda::LaunchGemmGeluForward(ours, stream) == cudaSuccess;
-                      }),
-               flops);
+        Report("ours GELU forward (sm90), in CTA pairs", TimeMs(stream, launch), flops);
       BENCH_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
       std::printf("  check: ours against cuBLASLt's GELU_AUX_BIAS: pre %.2e, out %.2e\n",
                   bench::RelativeDiff(Download(pre_ours), Download(pre)),
@@ -467,13 +458,12 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   bwd.d = din.data;
   bwd.d_dtype = DType::kBF16;
   bwd.ldd = F;
-  Report("cuBLASLt plain (din)", TimeMs(stream, [&] { return lt->Run(bwd, &ok).ok() && ok; }),
-         flops);
+  Report("cuBLASLt plain (din)", TimedLt(stream, lt, bwd), flops);
   Gemm dgelu = bwd;
   dgelu.epilogue = GemmEpilogue::kDGelu;
   dgelu.aux = pre.data;
   dgelu.aux_ld = F;
-  Report("cuBLASLt DGELU", TimeMs(stream, [&] { return lt->Run(dgelu, &ok).ok() && ok; }), flops);
+  Report("cuBLASLt DGELU", TimedLt(stream, lt, dgelu), flops);
   // The same with W_proj stored transposed (column-major (C,F), ld C; row-major (F,C)), "TN".
   Buffer din_tn(N * F);
   const std::unique_ptr<Buffer> w_proj_t = Transposed(raw, stream, w_proj, F, C);
@@ -481,14 +471,12 @@ void RunShape(const char* label, int64_t N, int64_t C, cudaStream_t stream, cudn
   bwd_tn.transpose_a = true;
   bwd_tn.a = {w_proj_t->data, DType::kBF16, C};
   bwd_tn.d = din_tn.data;
-  Report("cuBLASLt plain (din), TN",
-         TimeMs(stream, [&] { return lt->Run(bwd_tn, &ok).ok() && ok; }), flops);
+  Report("cuBLASLt plain (din), TN", TimedLt(stream, lt, bwd_tn), flops);
   Gemm dgelu_tn = bwd_tn;
   dgelu_tn.epilogue = GemmEpilogue::kDGelu;
   dgelu_tn.aux = pre.data;
   dgelu_tn.aux_ld = F;
-  Report("cuBLASLt DGELU, TN", TimeMs(stream, [&] { return lt->Run(dgelu_tn, &ok).ok() && ok; }),
-         flops);
+  Report("cuBLASLt DGELU, TN", TimedLt(stream, lt, dgelu_tn), flops);
   cudaStreamSynchronize(stream);
   std::printf("  check: DGELU TN against NN %.2e\n",
               bench::RelativeDiff(Download(din_tn), Download(din)));
