@@ -1,17 +1,18 @@
 // The GELU-gradient GEMM on Hopper (sm_90a): din (M,N) = GELU'(pre) * (dout (M,K) w (K,N)).
 // A persistent grid, one CTA per SM, takes 128 x 256 output tiles in turn. In warpgroup 0, thread
 // 0 loads 64-wide k-blocks of dout and w (N-major, as stored) by TMA into a ring of kStages
-// stages (128B swizzle); warps 1-3 load the tile's pre (64 KB, evict-first in the L2) into its
-// own buffer and turn it into GELU'(pre) (f16) in place while the tile multiplies. Warpgroups 1 and
-// 2 multiply the tile's two 64 x 256 halves by wgmma (f32 accumulators in registers), so that their
-// epilogue, which the tensor cores wait for, is one multiply per element: din is formed in place of
-// the slopes and one thread stores it by TMA. Where a tile's k loop is too short to hide the spare
-// warps' work, the multipliers compute the slopes of the tile's last boxes themselves. Where asked,
-// warps 1-3 then sum the tile's columns of din (as stored) into one row of partial sums per 128-row
-// block, which saves the bias gradient's own pass over din; or, where the spare warps' chain is
-// the longer one, the multipliers sum their rows of din as they form it and the spare warps only
-// add the 8 warps' rows. The buffer goes back to warps 1-3 once the store has read it, during the
-// next tile's first k-block.
+// stages (128B swizzle); warps 1-3 load the tile's pre (64 KB in four boxes, evict-first in the
+// L2) into its own buffer and turn it into GELU'(pre) (f16) in place box by box as each lands,
+// while the tile multiplies. Warpgroups 1 and 2 multiply the tile's two 64 x 256 halves by wgmma
+// (f32 accumulators in registers), so that their epilogue, which the tensor cores wait for, is one
+// multiply per element: din is formed in place of the slopes, and the multipliers go on to the
+// next tile while warp 1 stores din by TMA, waits for the store to read the buffer and loads the
+// next pre into it. Where a tile's k loop is too short to hide the spare warps' work, the
+// multipliers compute the slopes of the tile's last boxes themselves. Where asked, warps 1-3 then
+// sum the tile's columns of din (as stored) into one row of partial sums per 128-row block, which
+// saves the bias gradient's own pass over din; or, where the spare warps' chain is the longer one,
+// the multipliers sum their rows of din as they form it and the spare warps only add the 8 warps'
+// rows.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -161,23 +162,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
-  uint64_t* pre_full = s.own_barriers;      // the TMA has brought the tile's pre
-  uint64_t* pre_free = pre_full + 1;        // the last tile's store has read the buffer
-  uint64_t* slope_ready = pre_free + 1;     // the spare warps have turned pre into slopes
-  uint64_t* din_written = slope_ready + 1;  // the multipliers have written din into the tile
+  constexpr int kBoxes = kBlockN / kBoxCols;
+  uint64_t* pre_full = s.own_barriers;        // (kBoxes) the TMA has brought a box of pre
+  uint64_t* slope_ready = pre_full + kBoxes;  // the spare warps have turned pre into slopes
+  uint64_t* din_written = slope_ready + 1;    // the multiplying warps have written din
 
   const int warpgroup = threadIdx.x / 128;
   // This CTA's groups of tiles (one per cluster) and its tile in each.
   const int groups = order.groups(), first_group = blockIdx.x / kCluster;
   const int group_stride = gridDim.x / kCluster;
   const int rank = kCluster > 1 ? static_cast<int>(ClusterCtaRank()) : 0;
-  const int spare_slope_boxes = kBlockN / kBoxCols - epilogue_slope_boxes;  // the first ones
+  const int spare_slope_boxes = kBoxes - epilogue_slope_boxes;  // the first ones
   if (threadIdx.x == 0) {
     InitRing(s, &dout_map, &w_map, &pre_map, &din_map, kCluster);
-    BarrierInit(pre_full, 1);
-    BarrierInit(pre_free, 1);
+    for (int box = 0; box < kBoxes; ++box) BarrierInit(&pre_full[box], 1);
     BarrierInit(slope_ready, kSpareThreads);
-    BarrierInit(din_written, 1);
+    BarrierInit(din_written, kMultiplierWarps);
     BarrierInitFence();
   }
   if (kCluster > 1)
@@ -186,37 +186,43 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
 
   if (warpgroup == 0) RegistersDecrease<kLoaderRegisters>();  // by the whole warpgroup
-  if (warpgroup == 0 && threadIdx.x >= 32) {  // warps 1-3: pre, GELU'(pre) in place, the sums
-    uint32_t pre_phase = 0;
+  if (warpgroup == 0 && threadIdx.x >= 32) {  // warps 1-3: pre, GELU'(pre), din's store, the sums
+    const bool store_thread = threadIdx.x == 32;
+    uint32_t phase = 0;
     const uint64_t evict_first = L2EvictFirstPolicy();
     for (int group = first_group; group < groups; group += group_stride) {
-      if (threadIdx.x == 32) {
-        int m0, n0;
-        order.Coordinates(group, rank, &m0, &n0);
-        BarrierWait(pre_free, pre_phase ^ 1);
-        BarrierArriveExpectBytes(pre_full, kOutTileBytes);
-        for (int box = 0; box < kBlockN / kBoxCols; ++box)
-          TmaLoad2dHinted(s.out_tile + box * kBoxBytes, &pre_map, pre_full, n0 + box * kBoxCols, m0,
-                          evict_first);
+      int m0, n0;
+      order.Coordinates(group, rank, &m0, &n0);
+      if (store_thread) {  // the buffer is free: the first tile, or the last store has read it
+        for (int box = 0; box < kBoxes; ++box) {
+          BarrierArriveExpectBytes(&pre_full[box], kBoxBytes);
+          TmaLoad2dHinted(s.out_tile + box * kBoxBytes, &pre_map, &pre_full[box],
+                          n0 + box * kBoxCols, m0, evict_first);
+        }
       }
-      BarrierWait(pre_full, pre_phase);
-      pre_phase ^= 1;
-      for (int c = threadIdx.x - 32; c < spare_slope_boxes * kBoxBytes / 16; c += kSpareThreads) {
-        uint4* p = reinterpret_cast<uint4*>(s.out_tile) + c;  // 8 elements; the swizzle is moot
-        uint4 v = *p;
-        v.x = GeluSlopeF16x2(v.x), v.y = GeluSlopeF16x2(v.y);
-        v.z = GeluSlopeF16x2(v.z), v.w = GeluSlopeF16x2(v.w);
-        *p = v;
+      // Each box's slopes as soon as it lands; the epilogue's boxes too have landed before
+      // slope_ready, since the multipliers read their pre.
+      for (int box = 0; box < kBoxes; ++box) {
+        BarrierWait(&pre_full[box], phase);
+        if (box >= spare_slope_boxes) continue;
+        uint4* chunks = reinterpret_cast<uint4*>(s.out_tile + box * kBoxBytes);
+        for (int c = threadIdx.x - 32; c < kBoxBytes / 16; c += kSpareThreads) {
+          uint4 v = chunks[c];  // 8 elements; the swizzle is moot
+          v.x = GeluSlopeF16x2(v.x), v.y = GeluSlopeF16x2(v.y);
+          v.z = GeluSlopeF16x2(v.z), v.w = GeluSlopeF16x2(v.w);
+          chunks[c] = v;
+        }
       }
       BarrierArrive(slope_ready);
+      BarrierWait(din_written, phase);
+      phase ^= 1;
+      if (store_thread) StoreTile(&din_map, s.out_tile, m0, n0);
       if (column_partials != nullptr) {
-        int m0, n0;
-        order.Coordinates(group, rank, &m0, &n0);
-        BarrierWait(din_written, pre_phase ^ 1);  // the phase of this tile, flipped above
         float* partials_row =
             column_partials + static_cast<int64_t>(m0 / kBlockM) * order.n_blocks * kBlockN + n0;
         // The multipliers' staged rows are not written again before this tile's slope_ready has
-        // come from every spare thread, which follows these reads.
+        // come from every spare thread, which follows these reads; TileColumnSums' reads of din
+        // end, for all three warps, before the store thread goes on to the next pre.
         if (kSumsInEpilogue)
           AddStagedColumnSums(reinterpret_cast<const float*>(s.rest), partials_row,
                               threadIdx.x - 32);
@@ -224,7 +230,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           TileColumnSums(s.out_tile, reinterpret_cast<float*>(s.rest), partials_row,
                          threadIdx.x - 32);
       }
+      if (store_thread) TmaStoreWaitRead();  // the buffer is free for the next pre
     }
+    if (store_thread) TmaStoreWaitAll();
   } else if (warpgroup == 0) {  // the loader
     if (threadIdx.x == 0) {
       RingPosition ring;
@@ -237,29 +245,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {  // the multipliers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127
     RegistersIncrease<kMultiplierRegisters>();
     const int half = warpgroup - 1;
-    const bool store_thread = threadIdx.x == 128;
     float acc[128];
     RingPosition ring;
-    uint32_t pre_phase = 0;
-    bool store_pending = false;
+    uint32_t phase = 0;
     for (int group = first_group; group < groups; group += group_stride) {
-      int m0, n0;
-      order.Coordinates(group, rank, &m0, &n0);
-      MultiplyTile<BMajor::kN, kCluster>(acc, s, half, k_blocks, &ring, [&] {
-        if (store_pending && store_thread) {  // the last tile's store has had a k-block to read
-          TmaStoreWaitRead();
-          BarrierArrive(pre_free);
-        }
-      });
+      MultiplyTile<BMajor::kN, kCluster>(acc, s, half, k_blocks, &ring, [] {});
       // din = acc * GELU'(pre), in place of the slopes (or of pre, in the boxes left to us).
-      BarrierWait(slope_ready, pre_phase);
-      pre_phase ^= 1;
+      BarrierWait(slope_ready, phase);
+      phase ^= 1;
       float sums[64];  // with kSumsInEpilogue: this thread's two rows of din, column by column
       // Box by box: the box's 16 pairs of this thread read together (their shared-memory latency
       // paid once, not once per pair behind a branch), their slopes formed from pre where the box
       // is left to the epilogue (the same for the whole CTA), then din.
 #pragma unroll
-      for (int box = 0; box < kBlockN / kBoxCols; ++box) {
+      for (int box = 0; box < kBoxes; ++box) {
         constexpr int kPairs = 2 * kBoxCols / 8;  // j = 8 box .. 8 box + 7, h = 0, 1
         uint32_t slope_bits[kPairs];
 #pragma unroll
@@ -286,15 +285,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (kSumsInEpilogue)  // launched only with column_partials (KernelFor)
         WarpColumnSums(sums, reinterpret_cast<float*>(s.rest) + (threadIdx.x - 128) / 32 * kBlockN);
+      // Each warp's writes, made visible to the TMA's store, then its arrival (no wait: the next
+      // tile's k loop starts at once; its slopes come only after the store has read this din).
       FenceSharedForAsyncProxy();
-      NamedBarrierSync(1, 256);
-      if (store_thread) {
-        StoreTile(&din_map, s.out_tile, m0, n0);
-        if (column_partials != nullptr) BarrierArrive(din_written);
-      }
-      store_pending = true;
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) BarrierArrive(din_written);
     }
-    if (store_thread) TmaStoreWaitAll();
   }
   // In a cluster no CTA leaves while the other may still arrive on its barriers.
   if (kCluster > 1) ClusterSync();
