@@ -162,20 +162,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
-  constexpr int kBoxes = kBlockN / kBoxCols;
-  uint64_t* pre_full = s.own_barriers;        // (kBoxes) the TMA has brought a box of pre
-  uint64_t* slope_ready = pre_full + kBoxes;  // the spare warps have turned pre into slopes
-  uint64_t* din_written = slope_ready + 1;    // the multiplying warps have written din
+  uint64_t* pre_full = s.own_barriers;            // (kTileBoxes) the TMA has brought a box of pre
+  uint64_t* slope_ready = pre_full + kTileBoxes;  // the spare warps have turned pre into slopes
+  uint64_t* din_written = slope_ready + 1;        // the multiplying warps have written din
 
   const int warpgroup = threadIdx.x / 128;
   // This CTA's groups of tiles (one per cluster) and its tile in each.
   const int groups = order.groups(), first_group = blockIdx.x / kCluster;
   const int group_stride = gridDim.x / kCluster;
   const int rank = kCluster > 1 ? static_cast<int>(ClusterCtaRank()) : 0;
-  const int spare_slope_boxes = kBoxes - epilogue_slope_boxes;  // the first ones
+  const int spare_slope_boxes = kTileBoxes - epilogue_slope_boxes;  // the first ones
   if (threadIdx.x == 0) {
     InitRing(s, &dout_map, &w_map, &pre_map, &din_map, kCluster);
-    for (int box = 0; box < kBoxes; ++box) BarrierInit(&pre_full[box], 1);
+    for (int box = 0; box < kTileBoxes; ++box) BarrierInit(&pre_full[box], 1);
     BarrierInit(slope_ready, kSpareThreads);
     BarrierInit(din_written, kMultiplierWarps);
     BarrierInitFence();
@@ -194,7 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int m0, n0;
       order.Coordinates(group, rank, &m0, &n0);
       if (store_thread) {  // the buffer is free: the first tile, or the last store has read it
-        for (int box = 0; box < kBoxes; ++box) {
+        for (int box = 0; box < kTileBoxes; ++box) {
           BarrierArriveExpectBytes(&pre_full[box], kBoxBytes);
           TmaLoad2dHinted(s.out_tile + box * kBoxBytes, &pre_map, &pre_full[box],
                           n0 + box * kBoxCols, m0, evict_first);
@@ -202,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // Each box's slopes as soon as it lands; the epilogue's boxes too have landed before
       // slope_ready, since the multipliers read their pre.
-      for (int box = 0; box < kBoxes; ++box) {
+      for (int box = 0; box < kTileBoxes; ++box) {
         BarrierWait(&pre_full[box], phase);
         if (box >= spare_slope_boxes) continue;
         uint4* chunks = reinterpret_cast<uint4*>(s.out_tile + box * kBoxBytes);
@@ -249,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     RingPosition ring;
     uint32_t phase = 0;
     for (int group = first_group; group < groups; group += group_stride) {
-      MultiplyTile<BMajor::kN, kCluster>(acc, s, half, k_blocks, &ring, [] {});
+      MultiplyTile<BMajor::kN, kCluster>(acc, s, half, k_blocks, &ring);
       // din = acc * GELU'(pre), in place of the slopes (or of pre, in the boxes left to us).
       BarrierWait(slope_ready, phase);
       phase ^= 1;
@@ -258,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // paid once, not once per pair behind a branch), their slopes formed from pre where the box
       // is left to the epilogue (the same for the whole CTA), then din.
 #pragma unroll
-      for (int box = 0; box < kBoxes; ++box) {
+      for (int box = 0; box < kTileBoxes; ++box) {
         constexpr int kPairs = 2 * kBoxCols / 8;  // j = 8 box .. 8 box + 7, h = 0, 1
         uint32_t slope_bits[kPairs];
 #pragma unroll
@@ -315,7 +314,7 @@ KernelChoice KernelFor(const GemmDgeluProblem& p) {
 bool GemmDgeluSupported(const GemmDgeluProblem& p) {
   return TilesFit(p.m, p.n, p.k, p.cluster) && Aligned16(p.dout) && Aligned16(p.w) &&
          Aligned16(p.pre) && Aligned16(p.din) && Aligned16(p.column_partials) &&
-         p.epilogue_slope_boxes >= 0 && p.epilogue_slope_boxes <= kBlockN / kBoxCols;
+         p.epilogue_slope_boxes >= 0 && p.epilogue_slope_boxes <= kTileBoxes;
 }
 
 int GemmDgeluGridSize(const GemmDgeluProblem& p) {

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t phase = 0;
     int slot = 0;
     for (int group = first_group; group < groups; group += group_stride, slot ^= 1) {
-      MultiplyTile<BMajor::kK, kCluster>(acc, s, half, k_blocks, &ring, [] {});
+      MultiplyTile<BMajor::kK, kCluster>(acc, s, half, k_blocks, &ring);
       // pre = acc + bias into the tile, once the last tile's out has left it. The bias slice came
       // with the first k-block, whose barrier this thread has waited on.
       BarrierWait(tile_free, phase ^ 1);

@@ -25,6 +25,7 @@ constexpr int kThreads = 384;
 constexpr int kATileBytes = kBlockM * kBlockK * 2;    // 16 KB
 constexpr int kBTileBytes = kBlockN * kBlockK * 2;    // 32 KB
 constexpr int kBoxCols = 64;                          // one 128-byte swizzle row
+constexpr int kTileBoxes = kBlockN / kBoxCols;        // boxes across a tile (and a B k-block): 4
 constexpr int kBoxBytes = kBlockM * kBoxCols * 2;     // 16 KB
 constexpr int kOutTileBytes = kBlockM * kBlockN * 2;  // 64 KB
 constexpr int kSpareThreads = 96;                     // warps 1-3 of the loading warpgroup
@@ -124,7 +125,7 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
       TmaLoad2dMulticast(b_tile + rank * (kBTileBytes / 2), b_map, bar, kb * kBlockK,
                          n0 + rank * (kBlockN / 2), kBothCtas);
     } else {
-      constexpr int kBoxes = kBlockN / kBoxCols / kCluster;  // this CTA's boxes
+      constexpr int kBoxes = kTileBoxes / kCluster;  // this CTA's boxes
       for (int box = rank * kBoxes; box < (rank + 1) * kBoxes; ++box) {
         if (kCluster == 1)
           TmaLoad2d(b_tile + box * kNMajorBoxBytes, b_map, bar, n0 + box * kBoxCols, kb * kBlockK);
@@ -140,12 +141,10 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
 
 // The multipliers (both warpgroups): acc = A (this half's 64 rows) B^T over the tile's k-blocks.
 // Each k-block's stage goes back to the loader once its wgmma have completed (one group stays in
-// flight), in a cluster to the loaders of all its CTAs. after_first_block runs once, while the
-// first k-block multiplies.
-template <BMajor kB = BMajor::kK, int kCluster = 1, typename AfterFirstBlock>
+// flight), in a cluster to the loaders of all its CTAs.
+template <BMajor kB = BMajor::kK, int kCluster = 1>
 __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, int half,
-                                             int k_blocks, RingPosition* ring,
-                                             AfterFirstBlock&& after_first_block) {
+                                             int k_blocks, RingPosition* ring) {
   const bool lane0 = threadIdx.x % 32 == 0;
   auto release = [&](int stage) {
     if (!lane0) return;
@@ -175,8 +174,6 @@ __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, in
     if (kb > 0) {
       WgmmaWait<1>();
       release(previous);
-    } else {
-      after_first_block();
     }
     previous = ring->stage;
     ring->Advance();
@@ -203,7 +200,7 @@ __device__ __forceinline__ uint8_t* PairInTile(uint8_t* out_tile, int half, int 
 __device__ __forceinline__ void StoreTile(const CUtensorMap* map, const uint8_t* out_tile, int m0,
                                           int n0) {
   const uint64_t evict_first = L2EvictFirstPolicy();
-  for (int box = 0; box < kBlockN / kBoxCols; ++box)
+  for (int box = 0; box < kTileBoxes; ++box)
     TmaStore2dHinted(map, out_tile + box * kBoxBytes, n0 + box * kBoxCols, m0, evict_first);
   TmaStoreCommit();
 }
