@@ -139,12 +139,15 @@ class Backend {
   // dx (N,D) = dy * GELU'(pre_act) (tanh approximation); dx may alias dy.
   virtual Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
 
-  // Causal self-attention over qkv (B,T,3*NH*HS) laid out [q heads | k heads | v heads]:
+  // Causal self-attention, scale 1/sqrt(HS), over qkv (B,T,(NH+2*NKV)*HS) laid out
+  // [NH q heads | NKV k heads | NKV v heads]; q head h attends with kv head h / (NH/NKV)
+  // (grouped-query attention; num_kv_heads 0 means NKV = NH, plain multi-head attention).
   // out (B,T,NH*HS); stats (B,NH,T) f32 = per-row logsumexp of the scaled scores.
-  virtual Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) = 0;
-  // dqkv (B,T,3*NH*HS) overwritten.
+  virtual Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
+                                  int num_kv_heads = 0) = 0;
+  // dqkv (B,T,(NH+2*NKV)*HS) overwritten (a kv head's gradient sums over its query heads).
   virtual Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                                   int num_heads) = 0;
+                                   int num_heads, int num_kv_heads = 0) = 0;
 
   // residual (N,C) = a + b, then out, mean, rstd = LayerNorm(residual) (one pass on the GPU).
   // residual may alias a.
@@ -189,6 +192,43 @@ class Backend {
                                 dloss_scale);
   }
 
+  // ---- Llama-family layers ----
+  // Each op's contract is checked once, here (backend.cpp), before the backend's Run* hook runs:
+  // shapes, and dtypes (compute = compute_dtype(); statistics and parameter gradients f32).
+  //
+  // RMSNorm: out (N,C) compute, rstd (N) f32 = 1 / sqrt(mean(in^2) + eps), out = in * rstd *
+  // weight (C), the statistics in f32 (Hugging Face's LlamaRMSNorm).
+  Status RmsNormForward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps);
+  // din (N,C) += (as LayerNormBackward: din is the residual stream's gradient); dweight (C) f32 +=.
+  Status RmsNormBackward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight,
+                         Tensor rstd);
+  // residual (N,C) = a + b, then out, rstd = RmsNorm(residual) (one pass on the GPU). residual
+  // may alias a.
+  Status AddRmsNormForward(Tensor residual, Tensor out, Tensor rstd, Tensor a, Tensor b,
+                           Tensor weight, float eps);
+  // Qwen3's q_norm / k_norm: RMSNorm of each q head and each k head (HD values) of
+  // in (B,T,(NH+2*NKV)*HD) with q_weight (HD) or k_weight (HD); the v heads copied unchanged.
+  // out like in (must not alias it); rstd (B*T, NH+NKV) f32, q heads first.
+  Status QkNormForward(Tensor out, Tensor rstd, Tensor in, Tensor q_weight, Tensor k_weight,
+                       int num_heads, int num_kv_heads, float eps);
+  // din like in, overwritten (its v heads = dout's; din may alias dout); dq_weight,
+  // dk_weight (HD) f32 +=.
+  Status QkNormBackward(Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout, Tensor in,
+                        Tensor q_weight, Tensor k_weight, Tensor rstd, int num_heads,
+                        int num_kv_heads);
+  // Rotary position embedding in Hugging Face's rotate-half layout, in place on the q and k heads
+  // of qkv (B,T,(NH+2*NKV)*HD): for position t and i < HD/2, with c = cos_sin[0][t][i] and
+  // s = cos_sin[1][t][i], (x_i, x_{i+HD/2}) <- (x_i c - x_{i+HD/2} s, x_{i+HD/2} c + x_i s).
+  // cos_sin (2, P, HD/2) f32 with P >= T positions (MakeRopeTable). v heads untouched.
+  Status RopeForward(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads);
+  // The transposed rotation (by -angle), in place on the gradient dqkv (same layout).
+  Status RopeBackward(Tensor dqkv, Tensor cos_sin, int num_heads, int num_kv_heads);
+  // SwiGLU: out (N,F) = silu(gate_up[:, :F]) * gate_up[:, F:], gate_up (N,2F) = [gate | up]
+  // (the column-parallel gate and up projections of this rank, side by side).
+  Status SwiGluForward(Tensor out, Tensor gate_up);
+  // dgate_up (N,2F) overwritten = [dout * up * silu'(gate) | dout * silu(gate)]; may not alias.
+  Status SwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up);
+
   // ---- optimizer ----
   // One AdamW step over contiguous f32 spans (master, grad, m, v: n elements); writes the
   // compute-dtype copy `param` (n elements) from the updated master.
@@ -199,6 +239,26 @@ class Backend {
   virtual Status SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) = 0;
   // x *= s (f32 or compute dtype).
   virtual Status Scale(Tensor x, float s) = 0;
+
+ protected:
+  // The Llama-family ops after their checks (arguments as documented above).
+  virtual Status RunRmsNormForward(Tensor out, Tensor rstd, Tensor in, Tensor weight,
+                                   float eps) = 0;
+  virtual Status RunRmsNormBackward(Tensor din, Tensor dweight, Tensor dout, Tensor in,
+                                    Tensor weight, Tensor rstd) = 0;
+  // Default: Add, then RunRmsNormForward.
+  virtual Status RunAddRmsNormForward(Tensor residual, Tensor out, Tensor rstd, Tensor a, Tensor b,
+                                      Tensor weight, float eps);
+  virtual Status RunQkNormForward(Tensor out, Tensor rstd, Tensor in, Tensor q_weight,
+                                  Tensor k_weight, int num_heads, int num_kv_heads, float eps) = 0;
+  virtual Status RunQkNormBackward(Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout,
+                                   Tensor in, Tensor q_weight, Tensor k_weight, Tensor rstd,
+                                   int num_heads, int num_kv_heads) = 0;
+  // inverse: false forward rotation, true the backward (transposed) one.
+  virtual Status RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads,
+                         bool inverse) = 0;
+  virtual Status RunSwiGluForward(Tensor out, Tensor gate_up) = 0;
+  virtual Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) = 0;
 };
 
 std::unique_ptr<Backend> MakeCpuBackend();

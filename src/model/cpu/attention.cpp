@@ -201,7 +201,10 @@ Status CheckAttentionShapes(const char* op, const Tensor& qkv, const char* x_nam
 
 }  // namespace
 
-Status CpuBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) {
+Status CpuBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
+                                    int num_kv_heads) {
+  if (num_kv_heads != 0 && num_kv_heads != num_heads)
+    return cpu::OpError("AttentionForward", "grouped-query attention is not implemented yet");
   TRAINER_RETURN_IF_ERROR(
       CheckAttentionShapes("AttentionForward", qkv, "out", out, stats, num_heads));
   const int T = static_cast<int>(qkv.dim(1)), HS = static_cast<int>(qkv.dim(2) / 3 / num_heads);
@@ -211,7 +214,9 @@ Status CpuBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int nu
 }
 
 Status CpuBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                                     int num_heads) {
+                                     int num_heads, int num_kv_heads) {
+  if (num_kv_heads != 0 && num_kv_heads != num_heads)
+    return cpu::OpError("AttentionBackward", "grouped-query attention is not implemented yet");
   const char* op = "AttentionBackward";
   TRAINER_RETURN_IF_ERROR(CheckAttentionShapes(op, qkv, "dout", dout, stats, num_heads));
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));

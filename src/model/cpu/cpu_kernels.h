@@ -77,6 +77,34 @@ void attention_forward(float* out, float* stats, const float* qkv, float* scratc
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* stats, float* scratch, int B, int T, int NH, int HS);
 
+// ---- rmsnorm.cpp (Llama family) ----
+// out (N,C), rstd (N) = 1/sqrt(mean(in^2) + eps); out = in * rstd * weight (C).
+void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t N,
+                     int C, float eps);
+// din (N,C) += ; dweight (C) += .
+void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in,
+                      const float* weight, const float* rstd, int64_t N, int C);
+// Per-head RMSNorm of the q heads (q_weight) and k heads (k_weight) of in (N,(NH+2*NKV)*HD);
+// v heads copied. rstd (N, NH+NKV).
+void qk_norm_forward(float* out, float* rstd, const float* in, const float* q_weight,
+                     const float* k_weight, int64_t N, int NH, int NKV, int HD, float eps);
+// din (N,(NH+2*NKV)*HD) overwritten (may alias dout; v heads = dout's); dq_weight, dk_weight
+// (HD) += .
+void qk_norm_backward(float* din, float* dq_weight, float* dk_weight, const float* dout,
+                      const float* in, const float* q_weight, const float* k_weight,
+                      const float* rstd, int64_t N, int NH, int NKV, int HD);
+
+// ---- rope.cpp (rotate-half layout, in place on the q and k heads of qkv (B,T,(NH+2*NKV)*HD);
+// cos_sin (2, P, HD/2), P >= T; inverse rotates by -angle: the backward pass) ----
+void rope(float* qkv, const float* cos_sin, int B, int T, int NH, int NKV, int HD, int P,
+          bool inverse);
+
+// ---- swiglu.cpp ----
+// out (N,F) = silu(gate_up[:, :F]) * gate_up[:, F:]; gate_up (N,2F).
+void swiglu_forward(float* out, const float* gate_up, int64_t N, int F);
+// dgate_up (N,2F) = [dout * up * silu'(gate) | dout * silu(gate)].
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F);
+
 // ---- cross_entropy.cpp (vocabulary-parallel; logits (N,V) hold global columns
 // [vocab_start, vocab_start + V), of which only those < vocab_size are real) ----
 // row_max (N) = max over real columns (-inf when there are none).

@@ -107,9 +107,10 @@ class CudaBackend final : public Backend {
   Status GeluForward(Tensor out, Tensor in) override;
   Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
-  Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) override;
+  Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
+                          int num_kv_heads = 0) override;
   Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                           int num_heads) override;
+                           int num_heads, int num_kv_heads = 0) override;
   Status Add(Tensor out, Tensor a, Tensor b) override;
   Status AddInPlace(Tensor out, Tensor a) override;
   Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
@@ -125,6 +126,20 @@ class CudaBackend final : public Backend {
                const AdamWParams& p) override;
   Status SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) override;
   Status Scale(Tensor x, float s) override;
+
+ protected:
+  Status RunRmsNormForward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) override;
+  Status RunRmsNormBackward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight,
+                            Tensor rstd) override;
+  Status RunQkNormForward(Tensor out, Tensor rstd, Tensor in, Tensor q_weight, Tensor k_weight,
+                          int num_heads, int num_kv_heads, float eps) override;
+  Status RunQkNormBackward(Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout, Tensor in,
+                           Tensor q_weight, Tensor k_weight, Tensor rstd, int num_heads,
+                           int num_kv_heads) override;
+  Status RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads,
+                 bool inverse) override;
+  Status RunSwiGluForward(Tensor out, Tensor gate_up) override;
+  Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) override;
 
  private:
   static constexpr size_t kInitialScratchBytes = 32u << 20;

@@ -369,8 +369,11 @@ Status AttentionShapeOf(const char* op, const Tensor& qkv, int num_heads, Attent
 
 }  // namespace
 
-Status CudaBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads) {
+Status CudaBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
+                                     int num_kv_heads) {
   const char* op = "AttentionForward";
+  if (num_kv_heads != 0 && num_kv_heads != num_heads)
+    return OpError(op, "grouped-query attention is not implemented on the GPU yet");
   AttentionShape s;
   TRAINER_RETURN_IF_ERROR(AttentionShapeOf(op, qkv, num_heads, &s));
   const int64_t rows = static_cast<int64_t>(s.B) * s.T;
@@ -393,8 +396,10 @@ Status CudaBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int n
 }
 
 Status CudaBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
-                                      Tensor stats, int num_heads) {
+                                      Tensor stats, int num_heads, int num_kv_heads) {
   const char* op = "AttentionBackward";
+  if (num_kv_heads != 0 && num_kv_heads != num_heads)
+    return OpError(op, "grouped-query attention is not implemented on the GPU yet");
   AttentionShape s;
   TRAINER_RETURN_IF_ERROR(AttentionShapeOf(op, qkv, num_heads, &s));
   const int64_t rows = static_cast<int64_t>(s.B) * s.T;
