@@ -1,9 +1,11 @@
-# The CPU fp32 reference backend (src/model/cpu/): every op against naive double-precision loops
-# and central finite differences, the vocabulary-parallel cross-entropy over two simulated ranks,
-# AdamW against its closed form, and bit-identical results across calls and thread counts.
+# The CPU fp32 reference backend (src/model/cpu/): every op (GPT-2's and the Llama family's)
+# against naive double-precision loops and central finite differences, the vocabulary-parallel
+# cross-entropy over two simulated ranks, AdamW against its closed form, grouped-query attention
+# against multi-head attention on repeated kv heads, and bit-identical results across calls and
+# thread counts.
 trainer_gtest(cpu_backend_test
   SOURCES unit/cpu_backend_test.cpp unit/cpu_matmul_attention_test.cpp
-          unit/cpu_loss_optimizer_test.cpp
+          unit/cpu_loss_optimizer_test.cpp unit/cpu_llama_ops_test.cpp
   LIBS trainer_model
   LABELS unit
   TIMEOUT 120)

@@ -1,11 +1,14 @@
-// Causal multi-head self-attention on the packed qkv layout (B,T,3*NH*HS) = [q | k | v], each
-// NH heads of HS columns: forward and backward kernels and the CpuBackend Attention* ops. Work is
-// split over (batch, head) pairs; each pair is done by one thread in a fixed order (so the key
-// and value gradients need no atomics), a block of kQueryBlock query rows at a time, with the
-// products done by gemm over the keys up to the block's last row (the causal mask skips the
-// rest). The backward pass recomputes the probabilities from the saved logsumexp statistics
-// instead of keeping a (B,NH,T,T) buffer. Per-thread scratch: two (kQueryBlock, T) blocks and the
-// transposed keys (and values) of the head.
+// Causal self-attention on the packed qkv layout (B,T,(NH+2*NKV)*HS) = [q | k | v]: NH query
+// heads and NKV key/value heads of HS columns, query head h reading kv head h / (NH/NKV)
+// (grouped-query attention; NKV = NH is multi-head attention). Forward and backward kernels and
+// the CpuBackend Attention* ops. The forward splits the work over (batch, query head) pairs, the
+// backward over (batch, kv head) pairs, whose query heads one thread does in order, so that the
+// key and value gradients sum over the group in a fixed order without atomics. Each head is done
+// a block of kQueryBlock query rows at a time, with the products done by gemm over the keys up to
+// the block's last row (the causal mask skips the rest). The backward pass recomputes the
+// probabilities from the saved logsumexp statistics instead of keeping a (B,NH,T,T) buffer.
+// Per-thread scratch: two (kQueryBlock, T) blocks and the transposed keys (and values) of the
+// head.
 #include <omp.h>
 
 #include <algorithm>
@@ -31,32 +34,34 @@ inline float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
-// One (batch, head): pointers to its first q, k, v row (row stride 3C) and its output/gradient
-// rows (row stride C).
+// One (batch, query head h): pointers to the first row of its q head and of its kv head's k and
+// v (row stride W); its output/gradient rows have row stride C.
 struct HeadView {
   const float* q;
   const float* k;
   const float* v;
   int64_t C;  // NH*HS
-  int64_t C3;
+  int64_t W;  // (NH+2*NKV)*HS
 };
 
-inline HeadView Head(const float* qkv, int b, int h, int T, int NH, int HS) {
-  const int64_t C = static_cast<int64_t>(NH) * HS, C3 = 3 * C;
-  const float* q = qkv + static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h) * HS;
-  return HeadView{q, q + C, q + 2 * C, C, C3};
+inline HeadView Head(const float* qkv, int b, int h, int T, int NH, int NKV, int HS) {
+  const int64_t C = static_cast<int64_t>(NH) * HS, W = static_cast<int64_t>(NH + 2 * NKV) * HS;
+  const int64_t kv = h / (NH / NKV);
+  const float* row = qkv + static_cast<int64_t>(b) * T * W;
+  const float* k = row + C + kv * HS;
+  return HeadView{row + static_cast<int64_t>(h) * HS, k, k + static_cast<int64_t>(NKV) * HS, C, W};
 }
 
-// xt (HS, T) = x (T, HS) (row stride C3) transposed, so that gemm reads its rows contiguously.
-inline void Transpose(float* xt, const float* x, int64_t C3, int T, int HS) {
+// xt (HS, T) = x (T, HS) (row stride W) transposed, so that gemm reads its rows contiguously.
+inline void Transpose(float* xt, const float* x, int64_t W, int T, int HS) {
   for (int t = 0; t < T; ++t)
-    for (int i = 0; i < HS; ++i) xt[static_cast<int64_t>(i) * T + t] = x[t * C3 + i];
+    for (int i = 0; i < HS; ++i) xt[static_cast<int64_t>(i) * T + t] = x[t * W + i];
 }
 
 // scores (rows, keys) (row stride T) = q[t0 : t0+rows] k[0 : keys]^T, with kt = k^T (HS, T).
 inline void Scores(float* scores, const HeadView& hv, const float* kt, int t0, int rows, int keys,
                    int T, int HS) {
-  gemm(scores, T, hv.q + t0 * hv.C3, hv.C3, 1, kt, T, 1, rows, keys, HS, false);
+  gemm(scores, T, hv.q + t0 * hv.W, hv.W, 1, kt, T, 1, rows, keys, HS, false);
 }
 
 // Causal softmax of one row of raw scores p[0..len) (len = t + 1) in place, zeros in
@@ -106,16 +111,16 @@ size_t attention_scratch_floats(int T, int HS, int threads) {
 }
 
 void attention_forward(float* out, float* stats, const float* qkv, float* scratch, int B, int T,
-                       int NH, int HS) {
+                       int NH, int NKV, int HS) {
   const float scale = 1.f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      const HeadView hv = Head(qkv, b, h, T, NH, HS);
+      const HeadView hv = Head(qkv, b, h, T, NH, NKV, HS);
       // p (kQueryBlock, T): scores, then probabilities (zero above the diagonal); kt (HS, T).
       float* p = scratch + ScratchPerThread(T, HS) * omp_get_thread_num();
       float* kt = p + 2 * static_cast<int64_t>(kQueryBlock) * T;
-      Transpose(kt, hv.k, hv.C3, T, HS);
+      Transpose(kt, hv.k, hv.W, T, HS);
       float* row_stats = stats + (static_cast<int64_t>(b) * NH + h) * T;
       for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
         const int rows = std::min(kQueryBlock, T - t0), keys = t0 + rows;
@@ -124,7 +129,7 @@ void attention_forward(float* out, float* stats, const float* qkv, float* scratc
           row_stats[t0 + r] = SoftmaxRow(p + static_cast<int64_t>(r) * T, t0 + r + 1, keys, scale);
         // out rows (rows, HS) = p (rows, keys) @ v[0 : keys].
         float* o = out + (static_cast<int64_t>(b) * T + t0) * hv.C + static_cast<int64_t>(h) * HS;
-        gemm(o, hv.C, p, T, 1, hv.v, hv.C3, 1, rows, HS, keys, false);
+        gemm(o, hv.C, p, T, 1, hv.v, hv.W, 1, rows, HS, keys, false);
       }
     }
   }
@@ -132,46 +137,50 @@ void attention_forward(float* out, float* stats, const float* qkv, float* scratc
 
 // With p_ts = exp(scale * q_t.k_s - stats_t), dp_ts = dout_t . v_s and
 // D_t = sum_s p_ts dp_ts = dout_t . out_t: ds_ts = scale * p_ts (dp_ts - D_t);
-// dq_t = sum_s ds_ts k_s; dk_s = sum_t ds_ts q_t; dv_s = sum_t p_ts dout_t.
+// dq_t = sum_s ds_ts k_s; dk_s = sum_t ds_ts q_t; dv_s = sum_t p_ts dout_t, the last two summed
+// also over the query heads of the kv head's group, in head order.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* stats, float* scratch, int B, int T, int NH, int HS) {
+                        const float* stats, float* scratch, int B, int T, int NH, int NKV, int HS) {
   const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+  const int group = NH / NKV;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const HeadView hv = Head(qkv, b, h, T, NH, HS);
-      const int64_t head_offset = hv.q - qkv;
-      float* dq = dqkv + head_offset;
-      float* dk = dq + hv.C;
-      float* dv = dq + 2 * hv.C;
+    for (int kv = 0; kv < NKV; ++kv) {
+      const HeadView first = Head(qkv, b, kv * group, T, NH, NKV, HS);
+      float* dk = dqkv + (first.k - qkv);  // (T, HS), row stride W
+      float* dv = dqkv + (first.v - qkv);
       for (int t = 0; t < T; ++t) {
-        std::fill(dk + t * hv.C3, dk + t * hv.C3 + HS, 0.f);
-        std::fill(dv + t * hv.C3, dv + t * hv.C3 + HS, 0.f);
+        std::fill(dk + t * first.W, dk + t * first.W + HS, 0.f);
+        std::fill(dv + t * first.W, dv + t * first.W + HS, 0.f);
       }
       float* p = scratch + ScratchPerThread(T, HS) * omp_get_thread_num();  // (kQB, T)
       float* ds = p + static_cast<int64_t>(kQueryBlock) * T;                // (kQB, T)
       float* kt = ds + static_cast<int64_t>(kQueryBlock) * T;               // (HS, T)
       float* vt = kt + static_cast<int64_t>(HS) * T;                        // (HS, T)
-      Transpose(kt, hv.k, hv.C3, T, HS);
-      Transpose(vt, hv.v, hv.C3, T, HS);
-      const float* row_stats = stats + (static_cast<int64_t>(b) * NH + h) * T;
-      const int64_t row0 = static_cast<int64_t>(b) * T * hv.C + static_cast<int64_t>(h) * HS;
-      for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
-        const int rows = std::min(kQueryBlock, T - t0), keys = t0 + rows;
-        const float* g = dout + row0 + t0 * hv.C;  // (rows, HS), row stride C
-        Scores(p, hv, kt, t0, rows, keys, T, HS);
-        // ds (rows, keys) = dout rows @ v[0 : keys]^T, then the softmax backward in place.
-        gemm(ds, T, g, hv.C, 1, vt, T, 1, rows, keys, HS, false);
-        for (int r = 0; r < rows; ++r) {
-          const int t = t0 + r;
-          const float d = dot(g + r * hv.C, out + row0 + static_cast<int64_t>(t) * hv.C, HS);
-          SoftmaxBackwardRow(p + static_cast<int64_t>(r) * T, ds + static_cast<int64_t>(r) * T,
-                             t + 1, keys, scale, row_stats[t], d);
+      Transpose(kt, first.k, first.W, T, HS);
+      Transpose(vt, first.v, first.W, T, HS);
+      for (int h = kv * group; h < (kv + 1) * group; ++h) {
+        const HeadView hv = Head(qkv, b, h, T, NH, NKV, HS);
+        float* dq = dqkv + (hv.q - qkv);
+        const float* row_stats = stats + (static_cast<int64_t>(b) * NH + h) * T;
+        const int64_t row0 = static_cast<int64_t>(b) * T * hv.C + static_cast<int64_t>(h) * HS;
+        for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+          const int rows = std::min(kQueryBlock, T - t0), keys = t0 + rows;
+          const float* g = dout + row0 + t0 * hv.C;  // (rows, HS), row stride C
+          Scores(p, hv, kt, t0, rows, keys, T, HS);
+          // ds (rows, keys) = dout rows @ v[0 : keys]^T, then the softmax backward in place.
+          gemm(ds, T, g, hv.C, 1, vt, T, 1, rows, keys, HS, false);
+          for (int r = 0; r < rows; ++r) {
+            const int t = t0 + r;
+            const float d = dot(g + r * hv.C, out + row0 + static_cast<int64_t>(t) * hv.C, HS);
+            SoftmaxBackwardRow(p + static_cast<int64_t>(r) * T, ds + static_cast<int64_t>(r) * T,
+                               t + 1, keys, scale, row_stats[t], d);
+          }
+          // dq rows = ds @ k[0 : keys]; dk[0 : keys] += ds^T @ q rows; dv[0 : keys] += p^T @ dout.
+          gemm(dq + t0 * hv.W, hv.W, ds, T, 1, hv.k, hv.W, 1, rows, HS, keys, false);
+          gemm(dk, hv.W, ds, 1, T, hv.q + t0 * hv.W, hv.W, 1, keys, HS, rows, true);
+          gemm(dv, hv.W, p, 1, T, g, hv.C, 1, keys, HS, rows, true);
         }
-        // dq rows = ds @ k[0 : keys]; dk[0 : keys] += ds^T @ q rows; dv[0 : keys] += p^T @ dout.
-        gemm(dq + t0 * hv.C3, hv.C3, ds, T, 1, hv.k, hv.C3, 1, rows, HS, keys, false);
-        gemm(dk, hv.C3, ds, 1, T, hv.q + t0 * hv.C3, hv.C3, 1, keys, HS, rows, true);
-        gemm(dv, hv.C3, p, 1, T, g, hv.C, 1, keys, HS, rows, true);
       }
     }
   }
@@ -181,20 +190,27 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 
 namespace {
 
-// qkv (B,T,3*NH*HS) against x (B,T,NH*HS) (out or dout) and stats (B,NH,T).
+// qkv (B,T,(NH+2*NKV)*HS) against x (B,T,NH*HS) (out or dout) and stats (B,NH,T); *kv_heads =
+// NKV (num_kv_heads, or num_heads when 0) and *head_size = HS.
 Status CheckAttentionShapes(const char* op, const Tensor& qkv, const char* x_name, const Tensor& x,
-                            const Tensor& stats, int num_heads) {
+                            const Tensor& stats, int num_heads, int num_kv_heads, int* kv_heads,
+                            int* head_size) {
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "qkv", qkv, DType::kF32));
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, x_name, x, DType::kF32));
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "stats", stats, DType::kF32));
   TRAINER_RETURN_IF_ERROR(cpu::CheckSize(op, "qkv", qkv, "dimensions", qkv.ndim, 3));
-  const int64_t C = qkv.dim(2) / 3;
-  if (num_heads <= 0 || qkv.dim(2) % 3 != 0 || C % num_heads != 0)
-    return cpu::OpError(op, StrFormat("qkv %s does not split into 3 x %d heads",
-                                      qkv.shape_string().c_str(), num_heads));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, x_name, x, "qkv", qkv, "C", cpu::Cols(x), C));
+  const int NKV = num_kv_heads == 0 ? num_heads : num_kv_heads;
+  const int64_t slots = static_cast<int64_t>(num_heads) + 2 * static_cast<int64_t>(NKV);
+  if (num_heads <= 0 || NKV <= 0 || num_heads % NKV != 0 || qkv.dim(2) % slots != 0)
+    return cpu::OpError(op, StrFormat("qkv %s does not split into %d query heads and 2 x %d "
+                                      "key/value heads with %d a multiple of %d",
+                                      qkv.shape_string().c_str(), num_heads, NKV, num_heads, NKV));
+  const int64_t HS = qkv.dim(2) / slots, C = num_heads * HS;
+  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, x_name, x, "qkv", qkv, "NH*HS", cpu::Cols(x), C));
   TRAINER_RETURN_IF_ERROR(
       cpu::CheckAgree(op, x_name, x, "qkv", qkv, "B*T", cpu::Rows(x), cpu::Rows(qkv)));
+  *kv_heads = NKV;
+  *head_size = static_cast<int>(HS);
   return cpu::CheckSize(op, "stats", stats, "elements (B*NH*T)", stats.numel(),
                         qkv.dim(0) * num_heads * qkv.dim(1));
 }
@@ -203,30 +219,30 @@ Status CheckAttentionShapes(const char* op, const Tensor& qkv, const char* x_nam
 
 Status CpuBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
                                     int num_kv_heads) {
-  if (num_kv_heads != 0 && num_kv_heads != num_heads)
-    return cpu::OpError("AttentionForward", "grouped-query attention is not implemented yet");
-  TRAINER_RETURN_IF_ERROR(
-      CheckAttentionShapes("AttentionForward", qkv, "out", out, stats, num_heads));
-  const int T = static_cast<int>(qkv.dim(1)), HS = static_cast<int>(qkv.dim(2) / 3 / num_heads);
+  int NKV = 0, HS = 0;
+  TRAINER_RETURN_IF_ERROR(CheckAttentionShapes("AttentionForward", qkv, "out", out, stats,
+                                               num_heads, num_kv_heads, &NKV, &HS));
+  const int T = static_cast<int>(qkv.dim(1));
   cpu::attention_forward(out.as<float>(), stats.as<float>(), qkv.as<float>(),
-                         AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)), T, num_heads, HS);
+                         AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)), T, num_heads, NKV,
+                         HS);
   return Status::Ok();
 }
 
 Status CpuBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
                                      int num_heads, int num_kv_heads) {
-  if (num_kv_heads != 0 && num_kv_heads != num_heads)
-    return cpu::OpError("AttentionBackward", "grouped-query attention is not implemented yet");
   const char* op = "AttentionBackward";
-  TRAINER_RETURN_IF_ERROR(CheckAttentionShapes(op, qkv, "dout", dout, stats, num_heads));
+  int NKV = 0, HS = 0;
+  TRAINER_RETURN_IF_ERROR(
+      CheckAttentionShapes(op, qkv, "dout", dout, stats, num_heads, num_kv_heads, &NKV, &HS));
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
   TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "out", out, "dout", dout));
   TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dqkv", dqkv, DType::kF32));
   TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "dqkv", dqkv, "qkv", qkv));
-  const int T = static_cast<int>(qkv.dim(1)), HS = static_cast<int>(qkv.dim(2) / 3 / num_heads);
+  const int T = static_cast<int>(qkv.dim(1));
   cpu::attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(),
                           stats.as<float>(), AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)),
-                          T, num_heads, HS);
+                          T, num_heads, NKV, HS);
   return Status::Ok();
 }
 

@@ -66,16 +66,17 @@ void gelu_forward(float* out, const float* in, size_t n);  // out may alias in
 void gelu_backward(float* dx, const float* dy, const float* pre_act, size_t n);
 
 // ---- attention.cpp ----
-// Causal attention, scale 1/sqrt(HS). qkv (B,T,3*NH*HS) = [q heads | k heads | v heads];
-// out (B,T,NH*HS); stats (B,NH,T) = logsumexp over s <= t of the scaled scores.
+// Causal attention, scale 1/sqrt(HS). qkv (B,T,(NH+2*NKV)*HS) = [NH q heads | NKV k heads |
+// NKV v heads], q head h with kv head h / (NH/NKV) (NH a multiple of NKV; NKV = NH is multi-head
+// attention); out (B,T,NH*HS); stats (B,NH,T) = logsumexp over s <= t of the scaled scores.
 // scratch: attention_scratch_floats(T, HS, threads) floats, threads >= omp_get_max_threads().
 size_t attention_scratch_floats(int T, int HS, int threads);
 void attention_forward(float* out, float* stats, const float* qkv, float* scratch, int B, int T,
-                       int NH, int HS);
-// dqkv (B,T,3*NH*HS) overwritten; the probabilities are recomputed from qkv and stats, and
-// sum_s p_ts dp_ts as dout_t . out_t.
+                       int NH, int NKV, int HS);
+// dqkv (B,T,(NH+2*NKV)*HS) overwritten (a kv head's gradient sums over its query heads); the
+// probabilities are recomputed from qkv and stats, and sum_s p_ts dp_ts as dout_t . out_t.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* stats, float* scratch, int B, int T, int NH, int HS);
+                        const float* stats, float* scratch, int B, int T, int NH, int NKV, int HS);
 
 // ---- rmsnorm.cpp (Llama family) ----
 // out (N,C), rstd (N) = 1/sqrt(mean(in^2) + eps); out = in * rstd * weight (C).
