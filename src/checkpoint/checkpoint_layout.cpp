@@ -14,10 +14,12 @@ const char* StateGroup(int which) {
 }
 
 int StageOf(const ParameterInfo& p, const ModelConfig& model, const DistributedConfig& dist) {
-  const std::string prefix = "transformer.h.";
-  if (p.name.rfind(prefix, 0) != 0)
-    return p.name.rfind("transformer.ln_f", 0) == 0 ? dist.pp_degree - 1 : 0;
-  const int layer = std::stoi(p.name.substr(prefix.size()));
+  if (p.layer < 0) {  // the embeddings live on the first stage, the final norm and head on the last
+    const bool last = p.role == ParamRole::kFinalNormWeight ||
+                      p.role == ParamRole::kFinalNormBias || p.role == ParamRole::kLmHead;
+    return last ? dist.pp_degree - 1 : 0;
+  }
+  const int layer = p.layer;
   std::vector<int> counts = StageLayerCounts(model.num_layers, dist.pp_degree, dist.pp_layers);
   int end = 0;
   for (int s = 0; s < static_cast<int>(counts.size()); ++s) {

@@ -36,6 +36,14 @@ const RangeRule kRangeRules[] = {
     {"Model.ffn_hidden_size", 0, false, kNoBound},
     {"Model.max_seq_len", 1, false, kNoBound},
     {"Model.seq_len", 0, false, kNoBound},
+    {"Model.num_kv_heads", 0, false, kNoBound},
+    {"Model.head_dim", 0, false, kNoBound},
+    {"Model.norm_eps", 0, true, kNoBound},
+    {"Model.rope_theta", 0, true, kNoBound},
+    {"Model.rope_factor", 0, true, kNoBound},
+    {"Model.rope_low_freq_factor", 0, true, kNoBound},
+    {"Model.rope_high_freq_factor", 0, true, kNoBound},
+    {"Model.rope_original_max_positions", 1, false, kNoBound},
     {"Distributed.dp_degree", 0, false, kNoBound},
     {"Distributed.tp_degree", 1, false, kNoBound},
     {"Distributed.pp_degree", 1, false, kNoBound},
@@ -68,6 +76,8 @@ struct ChoiceRule {
 };
 const ChoiceRule kChoiceRules[] = {
     {"Global.device", {"auto", "cpu", "cuda"}},
+    {"Model.arch", {"gpt2", "llama"}},
+    {"Model.rope_scaling", {"none", "llama3"}},
     {"Model.recompute", {"none", "gelu", "block"}},
     {"Engine.mix_precision", {"bf16", "fp32"}},
     {"Optimizer.decay_style", {"cosine", "linear", "constant"}},
@@ -187,6 +197,47 @@ Status CheckStrings(Checker& check) {
   return Status::Ok();
 }
 
+// The keys of one family that the other does not have, and the llama family's attention shape.
+Status CheckModelFamily(const TrainConfig& c, Checker& check) {
+  const ModelConfig& m = c.model;
+  if (m.arch == "gpt2") {
+    struct LlamaOnly {
+      const char* key;
+      bool set;
+    };
+    const LlamaOnly keys[] = {
+        {"Model.num_kv_heads", m.num_kv_heads != 0 && m.num_kv_heads != m.num_heads},
+        {"Model.head_dim", m.head_dim != 0 && m.head_dim * m.num_heads != m.hidden_size},
+        {"Model.qkv_bias", m.qkv_bias},
+        {"Model.qk_norm", m.qk_norm},
+        {"Model.tie_embeddings", !m.tie_embeddings},
+        {"Model.rope_scaling", m.rope_scaling != "none"},
+        {"Model.norm_eps", m.norm_eps != 1e-5},
+    };
+    for (const LlamaOnly& k : keys)
+      if (k.set)
+        return check.Fail(
+            check.Show(k.key) + " is a key of the llama family, and Model.arch=gpt2",
+            {k.key, "Model.arch"},
+            std::string("Set Model.arch=llama, or leave ") + k.key + " at its default for GPT-2");
+    return Status::Ok();
+  }
+  if (m.num_heads % m.kv_heads() != 0)
+    return check.Fail(
+        check.Show("Model.num_heads") + " is not divisible by " + check.Show("Model.num_kv_heads"),
+        {"Model.num_heads", "Model.num_kv_heads"},
+        StrFormat("Set Model.num_kv_heads to a divisor of %d (each key/value head "
+                  "serves a whole group of query heads)",
+                  m.num_heads));
+  if (m.head_size() % 2 != 0 || m.head_size() <= 0)
+    return check.Fail(StrFormat("the head size %d (Model.head_dim, or hidden_size/num_heads) is "
+                                "odd: rotary position embedding rotates pairs of channels",
+                                m.head_size()),
+                      {"Model.head_dim", "Model.hidden_size", "Model.num_heads"},
+                      "Set Model.head_dim to an even number");
+  return Status::Ok();
+}
+
 // Shapes that do not depend on the parallel layout.
 Status CheckModel(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
@@ -197,7 +248,8 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
                                 "Model.max_seq_len",
                                 m.max_seq_len));
   }
-  if (m.hidden_size % m.num_heads != 0) {
+  TRAINER_RETURN_IF_ERROR(CheckModelFamily(c, check));
+  if (m.head_dim == 0 && m.hidden_size % m.num_heads != 0) {
     const int example = m.hidden_size / m.num_heads * m.num_heads;
     int heads = m.num_heads;  // the nearest head count below that divides hidden_size
     while (m.hidden_size % heads != 0) --heads;
@@ -288,6 +340,15 @@ Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
                                          check.Show("Model.hidden_size"), m.hidden_size));
   TRAINER_RETURN_IF_ERROR(
       CheckSplitByTp(c, check, "Model.num_heads", check.Show("Model.num_heads"), m.num_heads));
+  if (m.kv_heads() % d.tp_degree != 0)  // kv heads are split, never replicated, over TP
+    return check.Fail(
+        StrFormat("the %d key/value heads (Model.num_kv_heads) are not divisible by ",
+                  m.kv_heads()) +
+            check.Show("Distributed.tp_degree"),
+        {"Model.num_kv_heads", "Distributed.tp_degree"},
+        StrFormat("Set Distributed.tp_degree to a divisor of %d (each TP rank holds whole "
+                  "key/value heads)",
+                  m.kv_heads()));
   TRAINER_RETURN_IF_ERROR(CheckSplitByTp(
       c, check, "Model.ffn_hidden_size",
       m.ffn_hidden_size > 0 ? check.Show("Model.ffn_hidden_size")

@@ -17,6 +17,9 @@ struct GlobalConfig {
 };
 
 struct ModelConfig {
+  // gpt2 (learned positions, LayerNorm, GELU, biases) or llama (the Llama-3 / Qwen2 / Qwen3 /
+  // SmolLM2 family: RMSNorm, RoPE, grouped-query attention, SwiGLU); model/model_spec.h.
+  std::string arch = "gpt2";
   int vocab_size = 257;          // real vocabulary (byte tokenizer: 256 bytes + end-of-document)
   int vocab_pad_multiple = 128;  // the embedding/LM head hold vocab rounded up to this
   int hidden_size = 64;
@@ -27,6 +30,19 @@ struct ModelConfig {
   int seq_len = 0;                 // training sequence length; 0 means max_seq_len
   std::string recompute = "none";  // none | gelu | block (GPU path)
   bool sequence_parallel = false;
+  // The llama family's keys (Hugging Face config.json names in docs/config.md).
+  int num_kv_heads = 0;    // key/value heads; 0 means num_heads (no grouped-query attention)
+  int head_dim = 0;        // 0 means hidden_size / num_heads
+  double norm_eps = 1e-5;  // RMSNorm epsilon (rms_norm_eps); gpt2's LayerNorm uses 1e-5
+  double rope_theta = 10000.0;
+  std::string rope_scaling = "none";  // none | llama3
+  double rope_factor = 8.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int rope_original_max_positions = 8192;
+  bool qkv_bias = false;       // biases on q, k and v (Qwen2)
+  bool qk_norm = false;        // RMSNorm of each q and k head before RoPE (Qwen3)
+  bool tie_embeddings = true;  // the LM head is the token embedding (tie_word_embeddings)
 
   int ffn_size() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int sequence_length() const { return seq_len > 0 ? seq_len : max_seq_len; }
@@ -34,7 +50,8 @@ struct ModelConfig {
     int m = vocab_pad_multiple > 0 ? vocab_pad_multiple : 1;
     return (vocab_size + m - 1) / m * m;
   }
-  int head_size() const { return hidden_size / num_heads; }
+  int head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
+  int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
 };
 
 struct DistributedConfig {

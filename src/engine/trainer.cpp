@@ -208,9 +208,8 @@ void Trainer::SetUpOverlappedReduction() {
   const ModelPartition& part = model_->partition();
   buckets_.assign(static_cast<size_t>(part.num_layers), {});
   for (const ParameterInfo& p : model_->parameters()) {
-    const std::string prefix = "transformer.h.";
-    const bool in_block = p.name.rfind(prefix, 0) == 0;
-    const int local = in_block ? std::stoi(p.name.substr(prefix.size())) - part.first_layer : -1;
+    const bool in_block = p.layer >= 0;
+    const int local = p.layer - part.first_layer;
     (in_block ? buckets_[static_cast<size_t>(local)] : tail_bucket_).push_back(model_->Gradient(p));
   }
   pipeline_->set_last_backward_hook([this](int block) {
@@ -245,8 +244,9 @@ Status Trainer::ReduceSharedParameterGradients() {
     TRAINER_RETURN_IF_ERROR(
         groups_.tp->AllReduce(g.data, static_cast<size_t>(g.numel()), DType::kF32, ReduceOp::kSum));
   }
-  if (groups_.embedding != nullptr) {  // tied token embedding on the first and last stage
-    const ParameterInfo* wte = model_->Find("transformer.wte.weight");
+  // The tied token embedding on the first and last stage (an untied model has no copy).
+  const ParameterInfo* wte = model_->Find(ParamRole::kTokenEmbedding);
+  if (groups_.embedding != nullptr && model_->spec().tied_embeddings && wte != nullptr) {
     Tensor g = model_->Gradient(*wte);
     TRAINER_RETURN_IF_ERROR(groups_.embedding->AllReduce(g.data, static_cast<size_t>(g.numel()),
                                                          DType::kF32, ReduceOp::kSum));
@@ -372,13 +372,11 @@ Status Trainer::Run() {
   // Idle share of a 1F1B step: (P - 1) / (M + P - 1) for P stages and M micro-batches.
   const int P = groups_.topology.pp, M = config_.gradient_accumulation_steps();
   const double bubble = static_cast<double>(P - 1) / (M + P - 1);
-  // Model FLOPs utilisation as nanoGPT/PaLM count it: 6N + 12 L C T per token, against the dense
-  // bf16 peak of every GPU in the job (Engine.peak_tflops each).
-  const ModelConfig& m = config_.model;
-  double params = 0;
-  for (const ParameterInfo& p : FullParameterList(m)) params += p.full_numel();
+  // Model FLOPs utilisation as PaLM counts it: 6 N + 12 L NH HD T per token (N: the parameters
+  // a token is multiplied by), against the dense bf16 peak of every GPU in the job
+  // (Engine.peak_tflops each).
   const double flops_per_token =
-      6.0 * params + 12.0 * m.num_layers * m.hidden_size * m.sequence_length();
+      TrainingFlopsPerToken(model_->spec(), config_.model.sequence_length());
   const bool on_gpu = backend_->device_memory();
   const double peak = config_.engine.peak_tflops * 1e12 * groups_.topology.world_size;
   const int64_t first_step = state_.step;

@@ -25,6 +25,7 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
   m->B_ = micro_batch;
   m->T_ = seq_len;
   m->num_slots_ = num_slots;
+  m->spec_ = MakeModelSpec(config);
   m->params_ = BuildParameterList(config, partition);
   if (m->SequenceParallel() && (micro_batch * seq_len) % partition.tp_size != 0)
     return UsageError(StrFormat(
@@ -32,14 +33,20 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
         "ranks, which does not divide them. Choose a micro_batch_size*seq_len divisible by %d",
         micro_batch, seq_len, partition.tp_size, partition.tp_size));
   TRAINER_RETURN_IF_ERROR(m->AllocateBuffers());
-  // Views looked up once, so the step loop does no name lookups.
+  if (!m->rope_.empty()) {
+    const std::vector<float> table = MakeRopeTable(m->spec_, m->rope_.dim(1));
+    TRAINER_RETURN_IF_ERROR(
+        backend->CopyToDevice(m->rope_.data, table.data(), table.size() * sizeof(float)));
+  }
+  // Views looked up once, so the step loop does no lookups.
   for (bool gradients : {false, true}) {
     EndTensors& e = gradients ? m->end_grads_ : m->ends_;
-    auto get = [&](const char* name) { return gradients ? m->G(name) : m->P(name); };
-    e.wte = get("transformer.wte.weight");
-    e.wpe = get("transformer.wpe.weight");
-    e.lnf_w = get("transformer.ln_f.weight");
-    e.lnf_b = get("transformer.ln_f.bias");
+    auto get = [&](ParamRole role) { return gradients ? m->G(role) : m->P(role); };
+    e.wte = get(ParamRole::kTokenEmbedding);
+    e.wpe = get(ParamRole::kPositionEmbedding);
+    e.lnf_w = get(ParamRole::kFinalNormWeight);
+    e.lnf_b = get(ParamRole::kFinalNormBias);
+    e.lm_head = m->spec_.tied_embeddings ? e.wte : get(ParamRole::kLmHead);
   }
   for (int i = 0; i < partition.num_layers; ++i) {
     m->layer_weights_.push_back(m->Weights(partition.first_layer + i, false));
@@ -49,8 +56,9 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
   // blocks' weight matrices, and wte where the LM head is (elsewhere EmbeddingBackward adds to it).
   size_t zero_from = 0;
   for (const ParameterInfo& p : m->params_) {
-    const bool lm_head = p.name == "transformer.wte.weight" && partition.last_stage();
-    const bool block_matrix = p.local_shape.size() == 2 && p.name.rfind("transformer.h.", 0) == 0;
+    const bool lm_head = p.role == ParamRole::kLmHead ||
+                         (p.role == ParamRole::kTokenEmbedding && partition.last_stage());
+    const bool block_matrix = p.local_shape.size() == 2 && p.layer >= 0;
     if (!lm_head && !block_matrix) continue;
     if (p.offset > zero_from) m->zeroed_gradient_spans_.emplace_back(zero_from, p.offset);
     zero_from = p.offset + static_cast<size_t>(p.local_numel());
@@ -85,6 +93,7 @@ ModelBufferBytes GptModel::BufferBytes(const ModelConfig& config, const ModelPar
   GptModel sizing;
   sizing.config_ = config;
   sizing.partition_ = partition;
+  sizing.spec_ = MakeModelSpec(config);
   sizing.compute_ = compute_dtype;
   sizing.B_ = micro_batch;
   sizing.T_ = seq_len;
@@ -119,36 +128,54 @@ const ParameterInfo* GptModel::Find(const std::string& name) const {
   return nullptr;
 }
 
-Tensor GptModel::P(const std::string& suffix, int layer) const {
-  const std::string name =
-      layer < 0 ? suffix : "transformer.h." + std::to_string(layer) + "." + suffix;
-  const ParameterInfo* p = Find(name);
-  return p ? Parameter(*p) : Tensor();
+const ParameterInfo* GptModel::Find(ParamRole role, int layer) const {
+  for (const ParameterInfo& p : params_)
+    if (p.role == role && p.layer == layer) return &p;
+  return nullptr;
 }
-Tensor GptModel::G(const std::string& suffix, int layer) const {
-  const std::string name =
-      layer < 0 ? suffix : "transformer.h." + std::to_string(layer) + "." + suffix;
-  const ParameterInfo* p = Find(name);
-  return p ? Gradient(*p) : Tensor();
+
+namespace {
+// The view of `rows` rows of p's width from p's start (rows 0: p itself).
+Tensor RowsFrom(const ParameterInfo& p, Tensor t, int64_t rows) {
+  if (rows <= 0) return t;
+  if (p.local_shape.size() == 1) return Tensor(t.data, t.dtype, {rows});
+  return Tensor(t.data, t.dtype, {rows, p.local_shape[1]});
+}
+}  // namespace
+
+Tensor GptModel::P(ParamRole role, int layer, int64_t rows) const {
+  const ParameterInfo* p = Find(role, layer);
+  return p ? RowsFrom(*p, Parameter(*p), rows) : Tensor();
+}
+Tensor GptModel::G(ParamRole role, int layer, int64_t rows) const {
+  const ParameterInfo* p = Find(role, layer);
+  return p ? RowsFrom(*p, Gradient(*p), rows) : Tensor();
 }
 
 BlockActivations GptModel::AllocateBlockActivations(bool gelu_output) {
   const DType cd = compute_;
   const int64_t B = B_, T = T_, C = config_.hidden_size, tp = partition_.tp_size;
-  const int64_t Cl = C / tp, Fl = config_.ffn_size() / tp, heads = config_.num_heads / tp;
+  const int64_t Fl = spec_.ffn / tp, heads = spec_.heads / tp, kv_heads = spec_.kv_heads / tp;
+  const int64_t Ql = spec_.qkv_width() / tp, Al = spec_.q_width() / tp;
+  const int64_t Pl = spec_.mlp == MlpKind::kSwiGlu ? 2 * Fl : Fl;  // the MLP's first linear
   const int64_t R = SequenceParallel() ? B * T / tp : B * T;
+  const bool ln = spec_.norm == NormKind::kLayerNorm;
   BlockActivations a;
   a.ln1_out = Alloc({B, T, C}, cd);
-  a.ln1_mean = Alloc({R}, DType::kF32);
+  if (ln) a.ln1_mean = Alloc({R}, DType::kF32);
   a.ln1_rstd = Alloc({R}, DType::kF32);
-  a.qkv = Alloc({B, T, 3 * Cl}, cd);
-  a.att_out = Alloc({B, T, Cl}, cd);
+  if (spec_.qk_norm) {
+    a.qkv_pre = Alloc({B, T, Ql}, cd);
+    a.qkv_rstd = Alloc({B * T, heads + kv_heads}, DType::kF32);
+  }
+  a.qkv = Alloc({B, T, Ql}, cd);
+  a.att_out = Alloc({B, T, Al}, cd);
   a.att_stats = Alloc({B, heads, T}, DType::kF32);
   a.residual_mid = Alloc({R, C}, cd);
   a.ln2_out = Alloc({B, T, C}, cd);
-  a.ln2_mean = Alloc({R}, DType::kF32);
+  if (ln) a.ln2_mean = Alloc({R}, DType::kF32);
   a.ln2_rstd = Alloc({R}, DType::kF32);
-  a.fc_pre = Alloc({B, T, Fl}, cd);
+  a.fc_pre = Alloc({B, T, Pl}, cd);
   if (gelu_output) a.fc_out = Alloc({B, T, Fl}, cd);
   a.residual_out = Alloc({R, C}, cd);
   return a;
@@ -158,7 +185,9 @@ Status GptModel::AllocateBuffers() {
   const DType cd = compute_;
   const int64_t B = B_, T = T_, N = B_ * T_, C = config_.hidden_size;
   const int tp = partition_.tp_size;
-  const int64_t Cl = C / tp, Fl = config_.ffn_size() / tp, Vl = config_.padded_vocab() / tp;
+  const int64_t Fl = spec_.ffn / tp, Vl = config_.padded_vocab() / tp;
+  const int64_t Ql = spec_.qkv_width() / tp, Al = spec_.q_width() / tp;
+  const bool swiglu = spec_.mlp == MlpKind::kSwiGlu;
   const int64_t R = SequenceParallel() ? N / tp : N;  // rows of the residual stream here
   const int64_t total = static_cast<int64_t>(FlatBufferElements(params_, partition_.flat_shards));
   sizing_kind_ = &ModelBufferBytes::parameters;
@@ -189,7 +218,7 @@ Status GptModel::AllocateBuffers() {
     }
     if (partition_.last_stage()) {
       s.lnf_out = Alloc({N, C}, cd);
-      s.lnf_mean = Alloc({R}, DType::kF32);
+      if (spec_.norm == NormKind::kLayerNorm) s.lnf_mean = Alloc({R}, DType::kF32);
       s.lnf_rstd = Alloc({R}, DType::kF32);
     }
   }
@@ -202,9 +231,12 @@ Status GptModel::AllocateBuffers() {
     scratch_.dres_all = Alloc({B, T, C}, cd);
   }
   scratch_.dln = Alloc({B, T, C}, cd);
-  scratch_.dqkv = Alloc({B, T, 3 * Cl}, cd);
-  scratch_.datt = Alloc({B, T, Cl}, cd);
-  scratch_.dfc = Alloc({B, T, Fl}, cd);
+  scratch_.dqkv = Alloc({B, T, Ql}, cd);
+  scratch_.datt = Alloc({B, T, Al}, cd);
+  scratch_.dfc = Alloc({B, T, swiglu ? 2 * Fl : Fl}, cd);
+  if (swiglu) scratch_.dact = Alloc({B, T, Fl}, cd);
+  if (spec_.position == PositionKind::kRope)
+    rope_ = Alloc({2, config_.max_seq_len, spec_.head_dim / 2}, DType::kF32);
   if (partition_.last_stage()) {
     sizing_kind_ = &ModelBufferBytes::logits;
     scratch_.logits = Alloc({N, Vl}, cd);
@@ -252,20 +284,27 @@ Tensor GptModel::OutputGradient() const {
 }
 
 BlockWeights GptModel::Weights(int layer, bool gradients) const {
-  auto get = [&](const char* name) { return gradients ? G(name, layer) : P(name, layer); };
+  auto get = [&](ParamRole role, int64_t rows = 0) {
+    return gradients ? G(role, layer, rows) : P(role, layer, rows);
+  };
+  const int64_t tp = partition_.tp_size, Ql = spec_.qkv_width() / tp, Fl = spec_.ffn / tp;
   BlockWeights w;
-  w.ln1_w = get("ln_1.weight");
-  w.ln1_b = get("ln_1.bias");
-  w.attn_w = get("attn.c_attn.weight");
-  w.attn_b = get("attn.c_attn.bias");
-  w.proj_w = get("attn.c_proj.weight");
-  w.proj_b = get("attn.c_proj.bias");
-  w.ln2_w = get("ln_2.weight");
-  w.ln2_b = get("ln_2.bias");
-  w.fc_w = get("mlp.c_fc.weight");
-  w.fc_b = get("mlp.c_fc.bias");
-  w.fcproj_w = get("mlp.c_proj.weight");
-  w.fcproj_b = get("mlp.c_proj.bias");
+  w.ln1_w = get(ParamRole::kNorm1Weight);
+  w.ln1_b = get(ParamRole::kNorm1Bias);
+  // Llama's q, k and v (and gate and up) are stored one after the other: one local matrix.
+  w.attn_w = spec_.fused_qkv ? get(ParamRole::kQkvWeight) : get(ParamRole::kQWeight, Ql);
+  w.attn_b = spec_.fused_qkv ? get(ParamRole::kQkvBias) : get(ParamRole::kQBias, Ql);
+  w.q_norm = get(ParamRole::kQNorm);
+  w.k_norm = get(ParamRole::kKNorm);
+  w.proj_w = get(ParamRole::kAttnOutWeight);
+  w.proj_b = get(ParamRole::kAttnOutBias);
+  w.ln2_w = get(ParamRole::kNorm2Weight);
+  w.ln2_b = get(ParamRole::kNorm2Bias);
+  w.fc_w =
+      spec_.mlp == MlpKind::kGelu ? get(ParamRole::kFcWeight) : get(ParamRole::kGateWeight, 2 * Fl);
+  w.fc_b = get(ParamRole::kFcBias);
+  w.fcproj_w = get(ParamRole::kFcOutWeight);
+  w.fcproj_b = get(ParamRole::kFcOutBias);
   return w;
 }
 
@@ -273,10 +312,13 @@ BlockContext GptModel::Context() const {
   BlockContext ctx;
   ctx.backend = backend_;
   ctx.tp = tp_;
-  ctx.local_heads = config_.num_heads / partition_.tp_size;
+  ctx.spec = &spec_;
+  ctx.local_heads = static_cast<int>(spec_.heads / partition_.tp_size);
+  ctx.local_kv_heads = static_cast<int>(spec_.kv_heads / partition_.tp_size);
+  ctx.rope = rope_;
   ctx.sequence_parallel = SequenceParallel();
-  ctx.scratch = {scratch_.proj, scratch_.dln,  scratch_.dqkv,    scratch_.datt,
-                 scratch_.dfc,  scratch_.rows, scratch_.ln_rows, scratch_.dres_all};
+  ctx.scratch = {scratch_.proj, scratch_.dln,  scratch_.dqkv,    scratch_.datt,    scratch_.dfc,
+                 scratch_.dact, scratch_.rows, scratch_.ln_rows, scratch_.dres_all};
   return ctx;
 }
 
@@ -308,11 +350,10 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
   last_forward_slot_ = slot;
   const Tensor ln = RowBlockTarget(ctx, s.lnf_out);
   TRAINER_RETURN_IF_ERROR(
-      backend_->LayerNormForward(ln, s.lnf_mean, s.lnf_rstd, x, ends_.lnf_w, ends_.lnf_b));
+      NormForward(ctx, ln, s.lnf_mean, s.lnf_rstd, x, ends_.lnf_w, ends_.lnf_b));
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, s.lnf_out));
-  const Tensor wte = ends_.wte;
-  TRAINER_RETURN_IF_ERROR(backend_->MatmulForward(scratch_.logits, Tensor(), s.lnf_out, wte,
-                                                  Tensor(), Activation::kNone));
+  TRAINER_RETURN_IF_ERROR(backend_->MatmulForward(scratch_.logits, Tensor(), s.lnf_out,
+                                                  ends_.lm_head, Tensor(), Activation::kNone));
   if (!with_loss) return Status::Ok();
   TRAINER_RETURN_IF_ERROR(backend_->CopyToDevice(s.targets.data, targets, token_bytes));
   return CrossEntropy(s.targets, dloss_scale);
@@ -373,15 +414,14 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
           "GptModel::Backward: the last stage must run Backward(slot) right "
           "after Forward(slot) (the logits buffer is shared)");
     Tensor x = StageOutput(slot);
-    TRAINER_RETURN_IF_ERROR(backend_->MatmulBackward(scratch_.dln, end_grads_.wte, Tensor(),
-                                                     scratch_.logits, s.lnf_out, ends_.wte,
+    TRAINER_RETURN_IF_ERROR(backend_->MatmulBackward(scratch_.dln, end_grads_.lm_head, Tensor(),
+                                                     scratch_.logits, s.lnf_out, ends_.lm_head,
                                                      ctx.weight_gradients));
     Tensor dln;
     TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, scratch_.dln, &dln));
     TRAINER_RETURN_IF_ERROR(backend_->Zero(dres));
-    TRAINER_RETURN_IF_ERROR(backend_->LayerNormBackward(dres, end_grads_.lnf_w, end_grads_.lnf_b,
-                                                        Tensor(), dln, x, ends_.lnf_w, s.lnf_mean,
-                                                        s.lnf_rstd));
+    TRAINER_RETURN_IF_ERROR(NormBackward(ctx, dres, end_grads_.lnf_w, end_grads_.lnf_b, Tensor(),
+                                         dln, x, ends_.lnf_w, s.lnf_mean, s.lnf_rstd));
   }
   for (int i = partition_.num_layers - 1; i >= 0; --i) {
     Tensor x = i == 0 ? s.input : s.blocks[i - 1]->residual_out;
@@ -390,7 +430,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
       a.residual_out = shared_.residual_out;
       TRAINER_RETURN_IF_ERROR(BlockForward(ctx, layer_weights_[i], x, &a));
     } else if (recompute_ == "gelu") {
-      TRAINER_RETURN_IF_ERROR(backend_->GeluForward(a.fc_out, a.fc_pre));
+      TRAINER_RETURN_IF_ERROR(MlpActivationForward(ctx, a));
     }
     TRAINER_RETURN_IF_ERROR(BlockBackward(ctx, layer_weights_[i], layer_grads_[i], x, a, dres));
     if (block_done) TRAINER_RETURN_IF_ERROR(block_done(i));

@@ -1,7 +1,9 @@
-// GptModel: one pipeline stage of a GPT-2 (token + position embeddings, pre-LayerNorm blocks with
-// causal attention and a GELU MLP, final LayerNorm, LM head tied to the token embedding,
-// cross-entropy), written once against Backend, with Megatron-style tensor parallelism over the
-// TP communicator (column/row-parallel linears, vocabulary-parallel embedding and loss).
+// GptModel: one pipeline stage of a decoder-only transformer as the model spec describes it
+// (model_spec.h: GPT-2, or the Llama/Qwen family): token embedding (+ learned positions),
+// pre-norm blocks with causal attention and an MLP, final norm, LM head (tied to the token
+// embedding or its own), cross-entropy; written once against Backend, with Megatron-style tensor
+// parallelism over the TP communicator (column/row-parallel linears, vocabulary-parallel
+// embedding and loss).
 //
 // Activations live in `num_slots` slots so that a pipeline schedule can keep several
 // micro-batches in flight; the logits buffer is shared, so on the last stage Backward(slot) must
@@ -59,6 +61,9 @@ class GptModel {
   Tensor Parameter(const ParameterInfo& p) const;
   Tensor Gradient(const ParameterInfo& p) const;
   const ParameterInfo* Find(const std::string& name) const;
+  // The parameter of `role` in block `layer` (-1 outside the blocks) on this rank, or nullptr.
+  const ParameterInfo* Find(ParamRole role, int layer = -1) const;
+  const ModelSpec& spec() const { return spec_; }
 
   // Forward of one micro-batch into `slot`. tokens/targets are host (B,T) arrays: tokens are used
   // on the first stage, targets on the last (with_loss). Non-first stages read StageInput(slot),
@@ -104,10 +109,13 @@ class GptModel {
   }
   BlockWeights Weights(int layer, bool gradients) const;
   BlockContext Context() const;
-  Tensor P(const std::string& suffix, int layer = -1) const;  // parameter by short name
-  Tensor G(const std::string& suffix, int layer = -1) const;  // its gradient
+  // The parameter (its gradient) of `role`; with `rows` > 0, the view of `rows` local rows from
+  // its start, across the contiguous parameters after it (q, k, v; gate, up).
+  Tensor P(ParamRole role, int layer = -1, int64_t rows = 0) const;
+  Tensor G(ParamRole role, int layer = -1, int64_t rows = 0) const;
 
   ModelConfig config_;
+  ModelSpec spec_;
   ModelPartition partition_;
   Backend* backend_ = nullptr;
   Communicator* tp_ = nullptr;
@@ -122,9 +130,11 @@ class GptModel {
   Status alloc_status_;                                    // the first failed allocation
   std::vector<BlockWeights> layer_weights_, layer_grads_;  // by local layer index
   // The embeddings and the final LayerNorm (empty where this stage does not hold them).
+  // lm_head: the LM head's matrix on the last stage (wte when tied).
   struct EndTensors {
-    Tensor wte, wpe, lnf_w, lnf_b;
+    Tensor wte, wpe, lnf_w, lnf_b, lm_head;
   } ends_, end_grads_;
+  Tensor rope_;  // (2, max_seq_len, HD/2) f32 RoPE table, empty with learned positions
 
   struct Slot {
     Tensor tokens, targets;  // (B,T) i32 on the device
@@ -139,9 +149,10 @@ class GptModel {
     Tensor proj;       // (B,T,C) output of a row-parallel linear before its all-reduce
     Tensor dresidual;  // (B,T,C) gradient of the residual stream
     Tensor dln;        // (B,T,C)
-    Tensor dqkv;       // (B,T,3C/tp)
-    Tensor datt;       // (B,T,C/tp)
-    Tensor dfc;        // (B,T,F/tp)
+    Tensor dqkv;       // (B,T,Q) (see BlockWeights)
+    Tensor datt;       // (B,T,A)
+    Tensor dfc;        // (B,T,F/tp); SwiGLU (B,T,2F/tp)
+    Tensor dact;       // SwiGLU: (B,T,F/tp)
     Tensor logits;     // (B,T,V/tp), also holds the logits gradient
     Tensor losses;     // (B,T) f32
     Tensor row_max;    // (B*T) f32

@@ -41,49 +41,28 @@ std::vector<int64_t> LocalShape(const std::vector<int64_t>& full, ShardKind kind
 
 std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
                                               const ModelPartition& part) {
-  const int64_t C = model.hidden_size, F = model.ffn_size(), V = model.padded_vocab();
+  const ModelSpec spec = MakeModelSpec(model);
   const int tp = part.tp_size;
   std::vector<ParameterInfo> list;
-  auto add = [&](std::string name, std::vector<int64_t> full, ShardKind kind, bool decay) {
+  for (ParameterSpec& ps : SpecParameters(spec, model.sequence_parallel, tp, part.first_stage(),
+                                          part.last_stage(), part.first_layer, part.num_layers)) {
     ParameterInfo p;
-    p.name = std::move(name);
-    p.full_shape = full;
-    p.local_shape = LocalShape(full, kind, tp);
-    p.shard = kind;
-    p.weight_decay = decay;
-    p.canonical = kind != ShardKind::kReplicated || part.tp_rank == 0;
-    p.grad_sum_over_tp =
-        model.sequence_parallel && tp > 1 && p.name.find(".ln_") != std::string::npos;
-    list.push_back(std::move(p));
-  };
-  const bool tied_copy = part.last_stage() && !part.first_stage();
-  if (part.first_stage() || tied_copy) {
-    add("transformer.wte.weight", {V, C}, ShardKind::kSplitRows, true);
-    if (tied_copy) {
-      list.back().tied_copy = true;
-      list.back().canonical = false;
+    p.name = std::move(ps.name);
+    p.role = ps.role;
+    p.layer = ps.layer;
+    p.full_shape = ps.full_shape;
+    p.local_shape = LocalShape(ps.full_shape, ps.shard, tp);
+    p.shard = ps.shard;
+    p.weight_decay = ps.weight_decay;
+    p.contiguous_with_next = ps.contiguous_with_next;
+    p.canonical = ps.shard != ShardKind::kReplicated || part.tp_rank == 0;
+    p.grad_sum_over_tp = ps.grad_sum_over_tp;
+    // The last stage's copy of the tied embedding (the LM head) when it is not the first stage.
+    if (p.role == ParamRole::kTokenEmbedding && !part.first_stage()) {
+      p.tied_copy = true;
+      p.canonical = false;
     }
-  }
-  if (part.first_stage())
-    add("transformer.wpe.weight", {model.max_seq_len, C}, ShardKind::kReplicated, true);
-  for (int l = part.first_layer; l < part.first_layer + part.num_layers; ++l) {
-    const std::string h = "transformer.h." + std::to_string(l) + ".";
-    add(h + "ln_1.weight", {C}, ShardKind::kReplicated, false);
-    add(h + "ln_1.bias", {C}, ShardKind::kReplicated, false);
-    add(h + "attn.c_attn.weight", {3 * C, C}, ShardKind::kSplitQkvRows, true);
-    add(h + "attn.c_attn.bias", {3 * C}, ShardKind::kSplitQkvRows, false);
-    add(h + "attn.c_proj.weight", {C, C}, ShardKind::kSplitCols, true);
-    add(h + "attn.c_proj.bias", {C}, ShardKind::kReplicated, false);
-    add(h + "ln_2.weight", {C}, ShardKind::kReplicated, false);
-    add(h + "ln_2.bias", {C}, ShardKind::kReplicated, false);
-    add(h + "mlp.c_fc.weight", {F, C}, ShardKind::kSplitRows, true);
-    add(h + "mlp.c_fc.bias", {F}, ShardKind::kSplitRows, false);
-    add(h + "mlp.c_proj.weight", {C, F}, ShardKind::kSplitCols, true);
-    add(h + "mlp.c_proj.bias", {C}, ShardKind::kReplicated, false);
-  }
-  if (part.last_stage()) {
-    add("transformer.ln_f.weight", {C}, ShardKind::kReplicated, false);
-    add("transformer.ln_f.bias", {C}, ShardKind::kReplicated, false);
+    list.push_back(std::move(p));
   }
   // Buffer order: decayed tensors first (one AdamW span), then the rest; stable within each.
   std::vector<ParameterInfo> ordered;
@@ -93,8 +72,10 @@ std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
   size_t offset = 0;
   for (ParameterInfo& p : ordered) {
     p.offset = offset;
-    // Keep every tensor 64-element aligned (256 bytes in f32) for vectorised kernels.
-    offset += (static_cast<size_t>(p.local_numel()) + 63) / 64 * 64;
+    // Keep every tensor 64-element aligned (256 bytes in f32) for vectorised kernels, except
+    // within a run of contiguous ones (they form one matrix).
+    offset += p.contiguous_with_next ? static_cast<size_t>(p.local_numel())
+                                     : (static_cast<size_t>(p.local_numel()) + 63) / 64 * 64;
   }
   return ordered;
 }
@@ -184,29 +165,21 @@ uint64_t HashName(const std::string& name) {
   return h;
 }
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
-void InitFullTensor(const ModelConfig& model, uint64_t seed, const std::string& name,
-                    const std::vector<int64_t>& full_shape, float* out) {
-  int64_t n = 1;
-  for (int64_t s : full_shape) n *= s;
-  const bool is_bias = EndsWith(name, ".bias");
-  const bool is_layernorm = name.find(".ln_") != std::string::npos;
-  if (is_bias || is_layernorm) {
-    const float value = (is_layernorm && !is_bias) ? 1.f : 0.f;
+void InitFullTensor(const ModelConfig& model, uint64_t seed, const ParameterInfo& p, float* out) {
+  const int64_t n = p.full_numel();
+  const bool is_bias = p.full_shape.size() == 1 && !IsNormWeight(p.role);
+  if (is_bias || IsNormWeight(p.role)) {
+    const float value = is_bias ? 0.f : 1.f;
     for (int64_t i = 0; i < n; ++i) out[i] = value;
     return;
   }
   float std_dev = 0.02f;
-  if (EndsWith(name, "attn.c_proj.weight") || EndsWith(name, "mlp.c_proj.weight"))
+  if (IsResidualProjection(p.role))
     std_dev = 0.02f / std::sqrt(2.f * static_cast<float>(model.num_layers));
   // Box-Muller over a splitmix64 stream seeded by (seed, name): the same on every platform.
-  uint64_t state = seed ^ HashName(name);
+  uint64_t state = seed ^ HashName(p.name);
   const double two_pi = 6.283185307179586476925286766559;
   for (int64_t i = 0; i < n; i += 2) {
     double u1 = (static_cast<double>(SplitMix64(&state) >> 11) + 1.0) * 0x1.0p-53;
@@ -223,7 +196,7 @@ std::vector<float> InitialParameterValues(const ModelConfig& model, const ModelP
   std::vector<float> full;
   for (const ParameterInfo& p : params) {
     full.resize(static_cast<size_t>(p.full_numel()));
-    InitFullTensor(model, seed, p.name, p.full_shape, full.data());
+    InitFullTensor(model, seed, p, full.data());
     ExtractShard(p, part.tp_rank, part.tp_size, full.data(), flat.data() + p.offset);
   }
   return flat;

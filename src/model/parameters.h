@@ -1,6 +1,7 @@
-// The parameter registry: every parameter of the GPT with its nanoGPT name, full shape, the shape
-// this rank holds, and how the full tensor is split over the tensor-parallel group. Checkpoints
-// store full tensors by name, so any layout can read any checkpoint.
+// The parameter registry: every parameter of this rank (from the model spec, model_spec.h) with
+// its name, role, layer, full shape, the shape this rank holds, how the full tensor is split over
+// the tensor-parallel group, and where it sits in the flat buffers. Checkpoints store full tensors
+// by name, so any layout can read any checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -8,16 +9,9 @@
 #include <vector>
 
 #include "config/train_config.h"
+#include "model/model_spec.h"
 
 namespace trainer {
-
-// How the full tensor maps to the local shard over the TP group of size tp_size.
-enum class ShardKind {
-  kReplicated,    // every TP rank holds the whole tensor
-  kSplitRows,     // dim 0 split into tp_size contiguous blocks
-  kSplitCols,     // dim 1 split into tp_size contiguous blocks (2-D only)
-  kSplitQkvRows,  // dim 0 is [q; k; v], each third split into tp_size blocks (by heads)
-};
 
 // Where this rank sits for the purpose of the model's parameters.
 struct ModelPartition {
@@ -35,21 +29,27 @@ struct ModelPartition {
 };
 
 struct ParameterInfo {
-  std::string name;                 // e.g. "transformer.h.0.attn.c_attn.weight"
+  std::string name;  // e.g. "transformer.h.0.attn.c_attn.weight"
+  ParamRole role = ParamRole::kTokenEmbedding;
+  int layer = -1;                   // block index, -1 outside the blocks
   std::vector<int64_t> full_shape;  // e.g. {3C, C}
   std::vector<int64_t> local_shape;
   ShardKind shard = ShardKind::kReplicated;
   size_t offset = 0;         // element offset into the flat parameter/gradient/optimizer buffers
-  bool weight_decay = true;  // false for biases and LayerNorm parameters (as nanoGPT: dim < 2)
+  bool weight_decay = true;  // false for biases and norm weights (as nanoGPT: dim < 2)
+  // Stored right before the next parameter with no padding between (q, k, v; gate, up), so that
+  // their local shards form one matrix.
+  bool contiguous_with_next = false;
   // The canonical holder: counted in the gradient norm and written to checkpoints from this rank.
   // False on TP ranks > 0 for replicated tensors, and for the last stage's copy of the tied
   // token embedding when pp_size > 1.
   bool canonical = true;
-  // True for the last stage's copy of transformer.wte.weight (the LM head) when pp_size > 1:
+  // True for the last stage's copy of the tied token embedding (the LM head) when pp_size > 1:
   // its gradient is summed with stage 0's over the embedding group.
   bool tied_copy = false;
-  // True for LayerNorm parameters under sequence parallelism: each TP rank sees only its rows, so
-  // their gradients are summed over the TP group before the optimizer step.
+  // Its gradient is summed over the TP group before the optimizer step: norms of the residual
+  // stream under sequence parallelism (each TP rank sees only its rows), and the q/k norms (each
+  // TP rank sees only its heads).
   bool grad_sum_over_tp = false;
 
   int64_t local_numel() const {
@@ -88,11 +88,10 @@ void ExtractShard(const ParameterInfo& p, int tp_rank, int tp_size, const float*
                   float* local);
 void InsertShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* local, float* full);
 
-// GPT-2 initialisation of a full tensor, a pure function of (seed, name): normal(0, 0.02),
-// residual projections (attn.c_proj, mlp.c_proj weights) scaled by 1/sqrt(2*num_layers),
-// biases zero, LayerNorm weights one. Identical whatever the layout.
-void InitFullTensor(const ModelConfig& model, uint64_t seed, const std::string& name,
-                    const std::vector<int64_t>& full_shape, float* out);
+// GPT-2 initialisation of a full tensor, a pure function of (seed, name, role): normal(0, 0.02),
+// residual projections (attention output and MLP output weights) scaled by 1/sqrt(2*num_layers),
+// biases zero, norm weights one. Identical whatever the layout.
+void InitFullTensor(const ModelConfig& model, uint64_t seed, const ParameterInfo& p, float* out);
 // This rank's initial parameters as a host f32 flat array in buffer order (padding zero).
 std::vector<float> InitialParameterValues(const ModelConfig& model, const ModelPartition& part,
                                           const std::vector<ParameterInfo>& params, uint64_t seed);

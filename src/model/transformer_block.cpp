@@ -39,6 +39,63 @@ Status ReduceRows(const BlockContext& ctx, Tensor partial, Tensor* out) {
   return ctx.tp->ReduceScatter(partial.data, out->data, n / ctx.tp->size(), partial.dtype);
 }
 
+Status NormForward(const BlockContext& ctx, Tensor out, Tensor mean, Tensor rstd, Tensor in,
+                   Tensor weight, Tensor bias) {
+  if (ctx.spec->norm == NormKind::kRmsNorm)
+    return ctx.backend->RmsNormForward(out, rstd, in, weight, ctx.spec->norm_eps);
+  return ctx.backend->LayerNormForward(out, mean, rstd, in, weight, bias);
+}
+
+Status AddNormForward(const BlockContext& ctx, Tensor residual, Tensor out, Tensor mean,
+                      Tensor rstd, Tensor a, Tensor b, Tensor weight, Tensor bias) {
+  if (ctx.spec->norm == NormKind::kRmsNorm)
+    return ctx.backend->AddRmsNormForward(residual, out, rstd, a, b, weight, ctx.spec->norm_eps);
+  return ctx.backend->AddLayerNormForward(residual, out, mean, rstd, a, b, weight, bias);
+}
+
+Status NormBackward(const BlockContext& ctx, Tensor din, Tensor dweight, Tensor dbias,
+                    Tensor din_sums, Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                    Tensor rstd) {
+  if (ctx.spec->norm == NormKind::kLayerNorm)
+    return ctx.backend->LayerNormBackward(din, dweight, dbias, din_sums, dout, in, weight, mean,
+                                          rstd);
+  if (!din_sums.empty()) return ctx.backend->ColumnSums(din_sums, din, 0, Tensor());
+  return ctx.backend->RmsNormBackward(din, dweight, dout, in, weight, rstd);
+}
+
+namespace {
+
+// The attention half's input side: qkv = ln1_out W^T (+ b), then the q/k norm and RoPE in place.
+Status QkvForward(const BlockContext& ctx, const BlockWeights& w, BlockActivations* a) {
+  Backend* be = ctx.backend;
+  const bool qk_norm = !w.q_norm.empty();
+  TRAINER_RETURN_IF_ERROR(be->MatmulForward(qk_norm ? a->qkv_pre : a->qkv, Tensor(), a->ln1_out,
+                                            w.attn_w, w.attn_b, Activation::kNone));
+  if (qk_norm)
+    TRAINER_RETURN_IF_ERROR(be->QkNormForward(a->qkv, a->qkv_rstd, a->qkv_pre, w.q_norm, w.k_norm,
+                                              ctx.local_heads, ctx.local_kv_heads,
+                                              ctx.spec->norm_eps));
+  if (ctx.rope.empty()) return Status::Ok();
+  return be->RopeForward(a->qkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads);
+}
+
+// The MLP's activation: GELU (fc_out, with fc_pre from the GEMM's epilogue) or SwiGLU.
+Status MlpInputForward(const BlockContext& ctx, const BlockWeights& w, BlockActivations* a) {
+  Backend* be = ctx.backend;
+  if (ctx.spec->mlp == MlpKind::kGelu)
+    return be->MatmulForward(a->fc_out, a->fc_pre, a->ln2_out, w.fc_w, w.fc_b, Activation::kGelu);
+  TRAINER_RETURN_IF_ERROR(
+      be->MatmulForward(a->fc_pre, Tensor(), a->ln2_out, w.fc_w, w.fc_b, Activation::kNone));
+  return be->SwiGluForward(a->fc_out, a->fc_pre);
+}
+
+}  // namespace
+
+Status MlpActivationForward(const BlockContext& ctx, const BlockActivations& a) {
+  if (ctx.spec->mlp == MlpKind::kGelu) return ctx.backend->GeluForward(a.fc_out, a.fc_pre);
+  return ctx.backend->SwiGluForward(a.fc_out, a.fc_pre);
+}
+
 Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, BlockActivations* a) {
   Backend* be = ctx.backend;
   const BlockScratch& s = ctx.scratch;
@@ -48,28 +105,27 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   Tensor summed;
   // Attention half.
   Tensor ln = RowBlockTarget(ctx, a->ln1_out);
-  TRAINER_RETURN_IF_ERROR(be->LayerNormForward(ln, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b));
+  TRAINER_RETURN_IF_ERROR(NormForward(ctx, ln, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b));
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, a->ln1_out));
+  TRAINER_RETURN_IF_ERROR(QkvForward(ctx, w, a));
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulForward(a->qkv, Tensor(), a->ln1_out, w.attn_w, w.attn_b, Activation::kNone));
-  TRAINER_RETURN_IF_ERROR(be->AttentionForward(a->att_out, a->att_stats, a->qkv, ctx.local_heads));
+      be->AttentionForward(a->att_out, a->att_stats, a->qkv, ctx.local_heads, ctx.local_kv_heads));
   ln = RowBlockTarget(ctx, a->ln2_out);
   if (tp) {
     TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->att_out, w.proj_w,
                                               RowParallelBias(ctx, w.proj_b), Activation::kNone));
     TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
-    TRAINER_RETURN_IF_ERROR(be->AddLayerNormForward(a->residual_mid, ln, a->ln2_mean, a->ln2_rstd,
-                                                    x, summed, w.ln2_w, w.ln2_b));
+    TRAINER_RETURN_IF_ERROR(AddNormForward(ctx, a->residual_mid, ln, a->ln2_mean, a->ln2_rstd, x,
+                                           summed, w.ln2_w, w.ln2_b));
   } else {
     TRAINER_RETURN_IF_ERROR(
         be->MatmulForwardAddResidual(a->residual_mid, a->att_out, w.proj_w, w.proj_b, x));
     TRAINER_RETURN_IF_ERROR(
-        be->LayerNormForward(ln, a->ln2_mean, a->ln2_rstd, a->residual_mid, w.ln2_w, w.ln2_b));
+        NormForward(ctx, ln, a->ln2_mean, a->ln2_rstd, a->residual_mid, w.ln2_w, w.ln2_b));
   }
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, a->ln2_out));
   // MLP half.
-  TRAINER_RETURN_IF_ERROR(
-      be->MatmulForward(a->fc_out, a->fc_pre, a->ln2_out, w.fc_w, w.fc_b, Activation::kGelu));
+  TRAINER_RETURN_IF_ERROR(MlpInputForward(ctx, w, a));
   if (!tp)
     return be->MatmulForwardAddResidual(a->residual_out, a->fc_out, w.fcproj_w, w.fcproj_b,
                                         a->residual_mid);
@@ -79,14 +135,20 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   return be->Add(a->residual_out, a->residual_mid, summed);
 }
 
-// The k and v thirds of the qkv bias gradient without a pass over dqkv. Softmax ignores a
+// GPT-2's k and v thirds of the qkv bias gradient without a pass over dqkv. Softmax ignores a
 // constant added to a row of scores, and a k bias adds q_i . b_k to every score of row i: the
 // k bias gradient is zero. A v bias adds b_v to every attention output row (each row of the
 // attention weights sums to one), so its gradient is the column sum of the attention output's
 // gradient, sum_i dO_i = (sum_i dY_i) W_proj: the projection's bias gradient (already summed,
 // over every micro-batch so far) times W_proj, a (C) x (C, C/tp) product written afresh after
-// each micro-batch. The k third keeps the zero that ZeroGradients wrote.
+// each micro-batch. The k third keeps the zero that ZeroGradients wrote. (With RoPE or a q/k
+// norm between, or without the projection's bias, the whole of dqkv is summed instead.)
 namespace {
+bool QkvBiasShortcut(const BlockContext& ctx, const BlockWeights& w) {
+  return ctx.rope.empty() && w.q_norm.empty() && !w.proj_b.empty() &&
+         ctx.local_heads == ctx.local_kv_heads;
+}
+
 Status AttentionBiasGradients(const BlockContext& ctx, const BlockWeights& w,
                               const BlockWeights& g) {
   Backend* be = ctx.backend;
@@ -95,6 +157,49 @@ Status AttentionBiasGradients(const BlockContext& ctx, const BlockWeights& w,
   TRAINER_RETURN_IF_ERROR(be->Zero(v_bias));
   return be->ColumnSums(v_bias, w.proj_w, 0, g.proj_b);
 }
+
+// The MLP half's backward down to d(ln2_out) in s.dln (partial over TP).
+Status MlpBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
+                   const BlockActivations& a, Tensor dres_all, Tensor fcproj_db) {
+  Backend* be = ctx.backend;
+  const BlockScratch& s = ctx.scratch;
+  const GradientWrite dw = ctx.weight_gradients;
+  if (ctx.spec->mlp == MlpKind::kGelu) {
+    // fc's bias gradient is the column sums of dfc, summed as dfc is made.
+    TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(
+        s.dfc, g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, a.fc_pre, g.fc_b, dw));
+  } else {
+    TRAINER_RETURN_IF_ERROR(
+        be->MatmulBackward(s.dact, g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, dw));
+    TRAINER_RETURN_IF_ERROR(be->SwiGluBackward(s.dfc, s.dact, a.fc_pre));
+    if (!g.fc_b.empty()) TRAINER_RETURN_IF_ERROR(be->ColumnSums(g.fc_b, s.dfc, 0, Tensor()));
+  }
+  return be->MatmulBackward(s.dln, g.fc_w, Tensor(), s.dfc, a.ln2_out, w.fc_w, dw);
+}
+
+// The attention half's backward from d(att_out) in s.datt down to d(ln1_out) in s.dln.
+Status AttentionInputBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
+                              const BlockActivations& a) {
+  Backend* be = ctx.backend;
+  const BlockScratch& s = ctx.scratch;
+  TRAINER_RETURN_IF_ERROR(be->AttentionBackward(s.dqkv, s.datt, a.qkv, a.att_out, a.att_stats,
+                                                ctx.local_heads, ctx.local_kv_heads));
+  if (!ctx.rope.empty())
+    TRAINER_RETURN_IF_ERROR(
+        be->RopeBackward(s.dqkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads));
+  if (!w.q_norm.empty())
+    TRAINER_RETURN_IF_ERROR(be->QkNormBackward(s.dqkv, g.q_norm, g.k_norm, s.dqkv, a.qkv_pre,
+                                               w.q_norm, w.k_norm, a.qkv_rstd, ctx.local_heads,
+                                               ctx.local_kv_heads));
+  TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.dln, g.attn_w, Tensor(), s.dqkv, a.ln1_out, w.attn_w,
+                                             ctx.weight_gradients));
+  if (g.attn_b.empty()) return Status::Ok();
+  if (!QkvBiasShortcut(ctx, w)) return be->ColumnSums(g.attn_b, s.dqkv, 0, Tensor());
+  // The qkv bias gradient reads only the q third of dqkv (see AttentionBiasGradients).
+  const int64_t local_c = g.attn_b.numel() / 3;
+  return be->ColumnSums(g.attn_b.rows(0, local_c), s.dqkv, 0, Tensor());
+}
+
 }  // namespace
 
 Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
@@ -109,34 +214,24 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   const bool ln_sums = !Parallel(ctx);
   const Tensor fcproj_db = ln_sums ? Tensor() : g.fcproj_b, proj_db = ln_sums ? Tensor() : g.proj_b;
   Tensor dln;
-  // MLP half: residual_out = residual_mid + fcproj(gelu(fc(ln2(residual_mid)))).
+  // MLP half: residual_out = residual_mid + fcproj(act(fc(ln2(residual_mid)))).
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
-  const GradientWrite dw = ctx.weight_gradients;
-  // fc's bias gradient is the column sums of dfc, summed as dfc is made.
-  TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(
-      s.dfc, g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, a.fc_pre, g.fc_b, dw));
-  TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.dln, g.fc_w, Tensor(), s.dfc, a.ln2_out, w.fc_w, dw));
+  TRAINER_RETURN_IF_ERROR(MlpBackward(ctx, w, g, a, dres_all, fcproj_db));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
-  TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln2_w, g.ln2_b,
-                                                ln_sums ? g.fcproj_b : Tensor(), dln,
-                                                a.residual_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd));
-  // Attention half: residual_mid = x + proj(attention(c_attn(ln1(x)))).
+  TRAINER_RETURN_IF_ERROR(NormBackward(ctx, dresidual, g.ln2_w, g.ln2_b,
+                                       ln_sums ? g.fcproj_b : Tensor(), dln, a.residual_mid,
+                                       w.ln2_w, a.ln2_mean, a.ln2_rstd));
+  // Attention half: residual_mid = x + proj(attention(qkv(ln1(x)))).
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
-  TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.datt, g.proj_w, proj_db, dres_all, a.att_out, w.proj_w, dw));
-  TRAINER_RETURN_IF_ERROR(
-      be->AttentionBackward(s.dqkv, s.datt, a.qkv, a.att_out, a.att_stats, ctx.local_heads));
-  TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.dln, g.attn_w, Tensor(), s.dqkv, a.ln1_out, w.attn_w, dw));
-  // The qkv bias gradient reads only the q third of dqkv (see AttentionBiasGradients).
-  const int64_t local_c = g.attn_b.numel() / 3;
-  TRAINER_RETURN_IF_ERROR(be->ColumnSums(g.attn_b.rows(0, local_c), s.dqkv, 0, Tensor()));
+  TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.datt, g.proj_w, proj_db, dres_all, a.att_out,
+                                             w.proj_w, ctx.weight_gradients));
+  TRAINER_RETURN_IF_ERROR(AttentionInputBackward(ctx, w, g, a));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
-  TRAINER_RETURN_IF_ERROR(be->LayerNormBackward(dresidual, g.ln1_w, g.ln1_b,
-                                                ln_sums ? g.proj_b : Tensor(), dln, x, w.ln1_w,
-                                                a.ln1_mean, a.ln1_rstd));
+  TRAINER_RETURN_IF_ERROR(NormBackward(ctx, dresidual, g.ln1_w, g.ln1_b,
+                                       ln_sums ? g.proj_b : Tensor(), dln, x, w.ln1_w, a.ln1_mean,
+                                       a.ln1_rstd));
   // Last: without TP, g.proj_b is complete only once ln1's backward has summed it (ln_sums).
+  if (g.attn_b.empty() || !QkvBiasShortcut(ctx, w)) return Status::Ok();
   return AttentionBiasGradients(ctx, w, g);
 }
 

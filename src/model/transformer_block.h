@@ -1,46 +1,56 @@
-// One pre-LayerNorm transformer block (attention + MLP), forward and backward, tensor-parallel:
-// c_attn and c_fc are column-parallel (this rank's heads / FFN columns), the two c_proj are
-// row-parallel and followed by an all-reduce over the TP group (one forward and one backward
-// all-reduce per block half, as in Megatron-LM).
+// One pre-norm transformer block (attention + MLP), forward and backward, tensor-parallel, for
+// every architecture of the model spec (model_spec.h): LayerNorm or RMSNorm; a fused qkv
+// projection with optional bias, optional per-head q/k RMSNorm and RoPE, then causal
+// (grouped-query) attention; a GELU or SwiGLU MLP. The qkv and the MLP's first linear (c_fc, or
+// gate and up side by side) are column-parallel (this rank's heads / FFN columns), the two output
+// projections row-parallel and followed by an all-reduce over the TP group (one forward and one
+// backward all-reduce per block half, as in Megatron-LM).
 //
-// With sequence parallelism the residual stream and the LayerNorms hold only this rank's block of
-// the B*T rows (N/tp); the LayerNorm output is all-gathered before the column-parallel linear and
+// With sequence parallelism the residual stream and the norms hold only this rank's block of
+// the B*T rows (N/tp); the norm's output is all-gathered before the column-parallel linear and
 // the row-parallel output is reduce-scattered (instead of all-reduced) back to row blocks.
 #pragma once
 
 #include "common/communicator.h"
 #include "model/backend.h"
+#include "model/model_spec.h"
 
 namespace trainer {
 
 // The weights (or their gradients) of one block, as this rank holds them.
+// Q = (NH + 2 NKV) HD / tp, the width of this rank's qkv; A = NH HD / tp, of its attention
+// output. Biases and the norms' biases are empty where the architecture has none.
 struct BlockWeights {
   Tensor ln1_w, ln1_b;        // (C)
-  Tensor attn_w, attn_b;      // (3C/tp, C), (3C/tp)
-  Tensor proj_w, proj_b;      // (C, C/tp), (C)
+  Tensor attn_w, attn_b;      // (Q, C), (Q)
+  Tensor q_norm, k_norm;      // (HD) Qwen3's per-head q/k RMSNorm, else empty
+  Tensor proj_w, proj_b;      // (C, A), (C)
   Tensor ln2_w, ln2_b;        // (C)
-  Tensor fc_w, fc_b;          // (F/tp, C), (F/tp)
+  Tensor fc_w, fc_b;          // GELU: (F/tp, C), (F/tp); SwiGLU: [gate; up] (2F/tp, C)
   Tensor fcproj_w, fcproj_b;  // (C, F/tp), (C)
 };
 
 // What the backward pass needs from the forward pass of one block and one micro-batch.
 // R = rows of the residual stream on this rank: B*T, or B*T/tp with sequence parallelism.
+// The norms' mean is empty for RMSNorm.
 struct BlockActivations {
   Tensor ln1_out, ln1_mean, ln1_rstd;  // (B,T,C) all rows, (R), (R)
-  Tensor qkv;                          // (B,T,3C/tp)
-  Tensor att_out, att_stats;           // (B,T,C/tp), (B,NH/tp,T)
+  Tensor qkv_pre, qkv_rstd;            // q/k norm: (B,T,Q) its input, (B*T, (NH+NKV)/tp)
+  Tensor qkv;                          // (B,T,Q) after the q/k norm and RoPE
+  Tensor att_out, att_stats;           // (B,T,A), (B,NH/tp,T)
   Tensor residual_mid;                 // (R,C) x + attention
   Tensor ln2_out, ln2_mean, ln2_rstd;  // (B,T,C) all rows, (R), (R)
-  Tensor fc_pre, fc_out;               // (B,T,F/tp) before and after GELU
-  Tensor residual_out;                 // (R,C) residual_mid + MLP
+  Tensor fc_pre, fc_out;  // GELU: (B,T,F/tp) before and after; SwiGLU: (B,T,2F/tp), (B,T,F/tp)
+  Tensor residual_out;    // (R,C) residual_mid + MLP
 };
 
 struct BlockScratch {
   Tensor proj;  // (B,T,C)
   Tensor dln;   // (B,T,C)
-  Tensor dqkv;  // (B,T,3C/tp)
-  Tensor datt;  // (B,T,C/tp)
-  Tensor dfc;   // (B,T,F/tp)
+  Tensor dqkv;  // (B,T,Q)
+  Tensor datt;  // (B,T,A)
+  Tensor dfc;   // GELU: (B,T,F/tp); SwiGLU: (B,T,2F/tp)
+  Tensor dact;  // SwiGLU: (B,T,F/tp) the gradient of its output
   // Sequence parallelism only:
   Tensor rows;      // (R,C) a reduce-scattered projection or gradient
   Tensor ln_rows;   // (R,C) a LayerNorm output before its all-gather
@@ -50,12 +60,26 @@ struct BlockScratch {
 struct BlockContext {
   Backend* backend;
   Communicator* tp;
+  const ModelSpec* spec;
   int local_heads;
+  int local_kv_heads;
+  Tensor rope;  // (2, maxT, HD/2) f32 RoPE table, empty without RoPE
   bool sequence_parallel;
   BlockScratch scratch;
   // How BlockBackward writes the weight matrices' gradients (the biases' always accumulate).
   GradientWrite weight_gradients = GradientWrite::kAccumulate;
 };
+
+// The spec's norm (LayerNorm with mean, rstd, bias; or RMSNorm with rstd only), shared with the
+// final norm (gpt.cpp): the Backend's LayerNorm* or RmsNorm* ops.
+Status NormForward(const BlockContext& ctx, Tensor out, Tensor mean, Tensor rstd, Tensor in,
+                   Tensor weight, Tensor bias);
+Status AddNormForward(const BlockContext& ctx, Tensor residual, Tensor out, Tensor mean,
+                      Tensor rstd, Tensor a, Tensor b, Tensor weight, Tensor bias);
+// din += ; din_sums (LayerNorm only) as LayerNormBackward's.
+Status NormBackward(const BlockContext& ctx, Tensor din, Tensor dweight, Tensor dbias,
+                    Tensor din_sums, Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                    Tensor rstd);
 
 // Sequence-parallel plumbing, shared with the embedding and the LM head (gpt.cpp).
 // LayerNorm target: scratch.ln_rows with sequence parallelism, else `all_rows` itself.
@@ -66,6 +90,8 @@ Status GatherRows(const BlockContext& ctx, Tensor row_block, Tensor all_rows);
 // sequence parallelism, else in place (all-reduce, *out = partial).
 Status ReduceRows(const BlockContext& ctx, Tensor partial, Tensor* out);
 
+// a.fc_out from a.fc_pre again (GELU or SwiGLU): Model.recompute=gelu recomputes it in backward.
+Status MlpActivationForward(const BlockContext& ctx, const BlockActivations& a);
 // x (B,T,C) -> act.residual_out.
 Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x,
                     BlockActivations* act);

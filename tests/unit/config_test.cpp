@@ -29,6 +29,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Global.global_batch_size",
                                              "Global.micro_batch_size",
                                              "Global.device",
+                                             "Model.arch",
                                              "Model.vocab_size",
                                              "Model.vocab_pad_multiple",
                                              "Model.hidden_size",
@@ -39,6 +40,18 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Model.seq_len",
                                              "Model.recompute",
                                              "Model.sequence_parallel",
+                                             "Model.num_kv_heads",
+                                             "Model.head_dim",
+                                             "Model.norm_eps",
+                                             "Model.rope_theta",
+                                             "Model.rope_scaling",
+                                             "Model.rope_factor",
+                                             "Model.rope_low_freq_factor",
+                                             "Model.rope_high_freq_factor",
+                                             "Model.rope_original_max_positions",
+                                             "Model.qkv_bias",
+                                             "Model.qk_norm",
+                                             "Model.tie_embeddings",
                                              "Distributed.dp_degree",
                                              "Distributed.tp_degree",
                                              "Distributed.pp_degree",
@@ -242,7 +255,7 @@ TEST_F(ConfigTest, UnknownKeysSuggestTheClosest) {
   ExpectUsageError(LoadConfig("", {"Foo.bar=5"}).status(),
                    {"unknown key Foo.bar (from -o Foo.bar=5). Sections are Global, Model"});
   ExpectUsageError(LoadConfig("", {"Model.zzzzzzzz=5"}).status(),
-                   {"unknown key Model.zzzzzzzz", "Keys of Model: vocab_size"});
+                   {"unknown key Model.zzzzzzzz", "Keys of Model: arch, vocab_size"});
 }
 
 TEST_F(ConfigTest, MalformedOverridesFilesAndYaml) {

@@ -1,0 +1,153 @@
+// ModelSpec: the architecture as data. One decoder-only transformer, described by its parts (norm
+// kind, attention shape, optional q/k/v bias and per-head q/k norm, position encoding, MLP kind,
+// tied or untied embeddings), and every parameter it has: its role, its layer, its full shape,
+// how tensor parallelism splits it and over which groups its gradient is summed. The layers,
+// the checkpoint code and the Hugging Face import/export read this description; nothing parses
+// parameter names.
+//
+// Two families, chosen by Model.arch:
+// - gpt2: learned positions, LayerNorm with biases, fused c_attn, GELU MLP, tied LM head;
+//   nanoGPT's parameter names.
+// - llama: Llama-3.x, Qwen2/2.5, Qwen3 and SmolLM2 through keys: RMSNorm, RoPE (with Llama-3's
+//   rope_scaling), grouped-query attention with an explicit head_dim, optional q/k/v bias
+//   (Qwen2), optional per-head q/k RMSNorm (Qwen3), SwiGLU MLP, tied or untied embeddings;
+//   Hugging Face's parameter names (model.layers.N.self_attn.q_proj.weight ...).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/train_config.h"
+
+namespace trainer {
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class MlpKind { kGelu, kSwiGlu };
+enum class PositionKind { kLearned, kRope };
+
+// What a parameter is, wherever it sits.
+enum class ParamRole {
+  kTokenEmbedding,     // (V, C); also the LM head when the embeddings are tied
+  kPositionEmbedding,  // (maxT, C) learned positions
+  kFinalNormWeight,
+  kFinalNormBias,
+  kLmHead,  // (V, C) untied LM head
+  // Per block:
+  kNorm1Weight,
+  kNorm1Bias,
+  kQkvWeight,  // gpt2: c_attn, (3C, C)
+  kQkvBias,
+  kQWeight,  // llama: (NH*HD, C), (NKV*HD, C), (NKV*HD, C); stored one after the other, so that
+  kKWeight,  // this rank's q, k and v rows form one (local) qkv matrix
+  kVWeight,
+  kQBias,
+  kKBias,
+  kVBias,
+  kQNorm,  // (HD) Qwen3
+  kKNorm,
+  kAttnOutWeight,  // (C, NH*HD)
+  kAttnOutBias,
+  kNorm2Weight,
+  kNorm2Bias,
+  kFcWeight,  // gpt2: c_fc (F, C)
+  kFcBias,
+  kGateWeight,  // llama: (F, C) and (F, C), stored one after the other: one (2F/tp, C) matrix
+  kUpWeight,
+  kFcOutWeight,  // (C, F): c_proj / down_proj
+  kFcOutBias,
+};
+
+// How the full tensor maps to the local shard over the TP group of size tp_size.
+enum class ShardKind {
+  kReplicated,    // every TP rank holds the whole tensor
+  kSplitRows,     // dim 0 split into tp_size contiguous blocks
+  kSplitCols,     // dim 1 split into tp_size contiguous blocks (2-D only)
+  kSplitQkvRows,  // dim 0 is [q; k; v], each third split into tp_size blocks (by heads)
+};
+
+// Llama-3's rope_scaling (rope_type "llama3"): long wavelengths slowed by `factor`, short ones
+// kept, a smooth blend between.
+struct RopeScaling {
+  std::string type = "none";  // none | llama3
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_positions = 8192;
+};
+
+struct ModelSpec {
+  std::string arch = "gpt2";  // gpt2 | llama
+  NormKind norm = NormKind::kLayerNorm;
+  float norm_eps = 1e-5f;
+  PositionKind position = PositionKind::kLearned;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  MlpKind mlp = MlpKind::kGelu;
+  int64_t hidden = 0;    // C
+  int64_t layers = 0;    // L
+  int64_t heads = 0;     // NH
+  int64_t kv_heads = 0;  // NKV (= NH without grouped-query attention)
+  int64_t head_dim = 0;  // HD
+  int64_t ffn = 0;       // F
+  int64_t vocab = 0;     // real vocabulary
+  int64_t padded_vocab = 0;
+  int64_t max_positions = 0;
+  bool fused_qkv = true;  // gpt2's c_attn; llama stores q, k, v apart
+  bool qkv_bias = true;
+  bool qk_norm = false;
+  bool linear_bias = true;  // biases of the attention output and the MLP's linears
+  bool tied_embeddings = true;
+
+  int64_t q_width() const { return heads * head_dim; }
+  int64_t kv_width() const { return kv_heads * head_dim; }
+  int64_t qkv_width() const { return q_width() + 2 * kv_width(); }
+  bool norm_bias() const { return norm == NormKind::kLayerNorm; }
+};
+
+ModelSpec MakeModelSpec(const ModelConfig& model);
+
+// One parameter as the spec describes it (whole model: tp 1, pp 1).
+struct ParameterSpec {
+  std::string name;  // as checkpoints and Hugging Face name it
+  ParamRole role;
+  int layer = -1;  // block index, -1 outside the blocks
+  std::vector<int64_t> full_shape;
+  ShardKind shard = ShardKind::kReplicated;
+  // Its gradient is summed over the TP group before the optimizer step: the q/k norms (each TP
+  // rank sees its own heads) and, under sequence parallelism, the norms of the residual stream.
+  bool grad_sum_over_tp = false;
+  // Stored right before the next parameter with no padding between (q, k, v; gate, up).
+  bool contiguous_with_next = false;
+  bool weight_decay = true;  // matrices and embeddings; not biases and norm weights
+};
+
+// The parameters of blocks [first_layer, first_layer + num_layers) and of the ends this stage
+// holds (the embeddings on the first stage, the final norm and LM head on the last; the tied
+// embedding's copy on a last stage that is not the first), in the spec's order.
+std::vector<ParameterSpec> SpecParameters(const ModelSpec& spec, bool sequence_parallel,
+                                          int tp_size, bool first_stage, bool last_stage,
+                                          int first_layer, int num_layers);
+
+// The parameter name of `role` in block `layer` (-1 outside the blocks) for this architecture.
+std::string ParameterName(const ModelSpec& spec, ParamRole role, int layer);
+
+// Whether the role is a block's output projection (its initialisation is scaled by
+// 1/sqrt(2 L), as GPT-2 and Megatron do).
+bool IsResidualProjection(ParamRole role);
+bool IsNormWeight(ParamRole role);
+
+// Parameters whose products make up the model's FLOPs per token: every matrix a token is
+// multiplied by (the learned position table and an untied input embedding are lookups).
+bool CountsForFlops(const ModelSpec& spec, ParamRole role);
+
+// FLOPs per token of one training step (forward + backward) as PaLM counts them:
+// 6 * active parameters + 12 * L * NH * HD * T.
+double TrainingFlopsPerToken(const ModelSpec& spec, int64_t seq_len);
+
+// The RoPE table (2, positions, HD/2) f32: cos then sin of t * inv_freq[i], with Llama-3's
+// frequency scaling when spec.rope_scaling.type is "llama3" (transformers'
+// _compute_llama3_parameters).
+std::vector<float> MakeRopeTable(const ModelSpec& spec, int64_t positions);
+
+}  // namespace trainer
