@@ -56,8 +56,9 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
   // blocks' weight matrices, and wte where the LM head is (elsewhere EmbeddingBackward adds to it).
   size_t zero_from = 0;
   for (const ParameterInfo& p : m->params_) {
-    const bool lm_head = p.role == ParamRole::kLmHead ||
-                         (p.role == ParamRole::kTokenEmbedding && partition.last_stage());
+    const bool lm_head =
+        p.role == ParamRole::kLmHead || (p.role == ParamRole::kTokenEmbedding &&
+                                         partition.last_stage() && m->spec_.tied_embeddings);
     const bool block_matrix = p.local_shape.size() == 2 && p.layer >= 0;
     if (!lm_head && !block_matrix) continue;
     if (p.offset > zero_from) m->zeroed_gradient_spans_.emplace_back(zero_from, p.offset);
