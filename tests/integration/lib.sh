@@ -40,6 +40,11 @@ TINY_LAYOUT_GPT=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.dev
                  -o Model.max_seq_len=32 -o Global.global_batch_size=8 -o Global.micro_batch_size=2
                  -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Optimizer.warmup_steps=2
                  -o Optimizer.lr=3e-3 -o Optimizer.eps=1e-6)
+# The same run for the llama family: grouped-query attention (4 query heads on 2 kv heads),
+# Qwen3's q/k norm, SwiGLU, an untied LM head.
+TINY_LAYOUT_LLAMA=("${TINY_LAYOUT_GPT[@]}" -o Model.arch=llama -o Model.num_kv_heads=2
+                   -o Model.ffn_hidden_size=96 -o Model.qk_norm=true -o Model.tie_embeddings=false
+                   -o Model.norm_eps=1e-6)
 
 # expect_error CODE TEXT COMMAND...: exit code CODE and exactly one error line containing TEXT.
 expect_error() {

@@ -5,16 +5,28 @@
 # parameters and Adam moments (checkpoints, compared by an independent HDF5 reader) must agree to
 # a relative 1e-5 (fp32; only the reduction order differs), each tensor to 1e-3 (see
 # tests/tools/compare_checkpoints.cpp for why single tensors need the looser bound).
+#
+# LAYOUT_MODEL picks the model: gpt2 (the default), llama (GQA, q/k norm, untied; the wrapper
+# parallel_layouts_llama.sh) or llama-tied (qkv bias, tied embeddings, llama3 RoPE scaling).
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
-COMMON=("${TINY_LAYOUT_GPT[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)
+case ${LAYOUT_MODEL:-gpt2} in
+  gpt2) MODEL=("${TINY_LAYOUT_GPT[@]}") ;;
+  llama) MODEL=("${TINY_LAYOUT_LLAMA[@]}")
+    DEFAULT_LAYOUTS="dp2 tp2 pp2 pp4 dp2-tp2 tp2-pp2 tp2-sp tp2-pp2-sp-rc dp2-z1 dp2-tp2-pp2-sp-z1" ;;
+  llama-tied) MODEL=("${TINY_LAYOUT_LLAMA[@]}" -o Model.tie_embeddings=true -o Model.qk_norm=false
+                     -o Model.qkv_bias=true -o Model.rope_scaling=llama3 -o Model.rope_factor=4
+                     -o Model.rope_original_max_positions=16)
+    DEFAULT_LAYOUTS="dp2 tp2 pp2 tp2-pp2-sp dp2-tp2-z1" ;;
+esac
+COMMON=("${MODEL[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)
 run_layout() {  # name np overrides...
   local name=$1 np=$2; shift 2
   run_np "$np" train "${COMMON[@]}" -o Engine.output_dir="$name" "$@" > "$name.log" 2>&1 ||
     { tail -20 "$name.log"; fail "layout $name exited non-zero"; }
 }
 run_layout single 1
-LAYOUTS=${TRAINER_TEST_LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 dp2-tp2 tp2-pp2 dp2-pp2 dp2-tp2-pp2 tp2-sp tp2-pp2-sp tp2-pp2-rc dp2-z1 dp4-z1 dp2-tp2-pp2-sp-z1"}
+LAYOUTS=${TRAINER_TEST_LAYOUTS:-${DEFAULT_LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 dp2-tp2 tp2-pp2 dp2-pp2 dp2-tp2-pp2 tp2-sp tp2-pp2-sp tp2-pp2-rc dp2-z1 dp4-z1 dp2-tp2-pp2-sp-z1"}}
 for layout in $LAYOUTS; do
   dp=1 tp=1 pp=1 sp=false rc=none z1=false
   for part in ${layout//-/ }; do
