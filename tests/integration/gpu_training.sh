@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Training on GPUs against the references (skipped, exit 77, without a GPU):
 #  - 50 steps on one GPU (bf16) track the CPU fp32 loss curve within bf16 tolerance, after the
-#    run's memory check against its GPU;
+#    run's memory check against its GPU, for GPT-2 and for a llama-family model;
 #  - dp2 (with and without the overlapped gradient reduction, and with ZeRO-1), tp2 and pp2 on two
 #    GPUs follow the one-GPU curve (when two GPUs are visible);
 #  - ZeRO-1's sharded optimizer state, saved whole at step 25, resumes on one GPU and on two with
@@ -64,6 +64,17 @@ train cpu 1 cpu
 train gpu1 1 cuda
 echo "== one GPU (bf16) vs CPU (fp32)"
 compare_curves gpu1/metrics.jsonl cpu/metrics.jsonl 0.05 0.01 50 || fail "GPU curve leaves the CPU curve"
+# The llama family (GQA, q/k norm, SwiGLU, untied head; RMSNorm and RoPE kernels on the GPU),
+# with and without whole-block recomputation, against its CPU curve within the same bounds.
+LLAMA=(-o Model.arch=llama -o Model.num_kv_heads=2 -o Model.head_dim=32 -o Model.ffn_hidden_size=352
+       -o Model.qk_norm=true -o Model.tie_embeddings=false -o Model.norm_eps=1e-6)
+train llama-cpu 1 cpu "${LLAMA[@]}"
+train llama-gpu1 1 cuda "${LLAMA[@]}"
+train llama-gpu1-rc 1 cuda "${LLAMA[@]}" -o Model.recompute=block
+for run in llama-gpu1 llama-gpu1-rc; do
+  echo "== $run (bf16) vs CPU (fp32)"
+  compare_curves $run/metrics.jsonl llama-cpu/metrics.jsonl 0.05 0.01 50 || fail "$run leaves the CPU curve"
+done
 echo "== the GPU run held its planned memory against its GPU's (cudaMemGetInfo) before allocating"
 grep "^memory: a rank of pipeline stage 0 needs ~[0-9.]* [KMG]iB at .* cuda:0 (.*) holds [0-9.]* GiB, [0-9.]* GiB free (cudaMemGetInfo)$" gpu1.log ||
   fail "gpu1: no memory line for its GPU"
