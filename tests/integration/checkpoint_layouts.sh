@@ -8,7 +8,10 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 make_small_dataset data.h5
-COMMON=("${TINY_LAYOUT_GPT[@]}" -o Engine.save_steps=5 -o Optimizer.decay_steps=8)
+# LAYOUT_MODEL=llama: the same for a llama model (GQA on 2 kv heads, so tp2 instead of tp4).
+MODEL=("${TINY_LAYOUT_GPT[@]}") RESUMED_ON="tp4 dp4 pp2 single"
+[ "${LAYOUT_MODEL:-gpt2}" = llama ] && MODEL=("${TINY_LAYOUT_LLAMA[@]}") RESUMED_ON="tp2 dp4 pp2 single"
+COMMON=("${MODEL[@]}" -o Engine.save_steps=5 -o Optimizer.decay_steps=8)
 run_np 1 train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=single > single.log 2>&1 ||
   fail "uninterrupted single-rank run"
 run_np 8 train "${COMMON[@]}" -o Engine.max_steps=5 -o Engine.output_dir=saved \
@@ -19,9 +22,9 @@ expect_verified $SAVED
 grep -q "^  written on       dp=2 tp=2 pp=2" inspect.out || fail "the checkpoint does not say dp2-tp2-pp2"
 compare_step_losses saved/metrics.jsonl single/metrics.jsonl 1e-5 || fail "dp2-tp2-pp2 steps 1-5"
 
-for layout in tp4 dp4 pp2 single; do
+for layout in $RESUMED_ON; do
   tp=1 pp=1 np=1
-  case $layout in tp4) tp=4 np=4;; dp4) np=4;; pp2) pp=2 np=2;; esac
+  case $layout in tp4) tp=4 np=4;; tp2) tp=2 np=2;; dp4) np=4;; pp2) pp=2 np=2;; esac
   run_np $np train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=$layout.resumed \
     -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp --resume $SAVED \
     > $layout.log 2>&1 || { tail -20 $layout.log; fail "resume on $layout"; }
@@ -35,4 +38,4 @@ for layout in tp4 dp4 pp2 single; do
   "$COMPARE_CHECKPOINTS" $layout.resumed/checkpoints/step-00000010/checkpoint.h5 \
     single/checkpoints/step-00000010/checkpoint.h5 1e-5 1e-3 || fail "$layout: parameters differ"
 done
-echo "a dp2-tp2-pp2 checkpoint resumes on tp4, dp4, pp2 and one rank as the uninterrupted run goes on"
+echo "a dp2-tp2-pp2 checkpoint resumes on $RESUMED_ON as the uninterrupted run goes on"
