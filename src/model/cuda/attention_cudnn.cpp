@@ -26,11 +26,14 @@ namespace {
 enum TensorUid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
 struct Shape {
-  int64_t B, T, NH, HS;
-  // Every attention tensor is seen as (B, NH, T, HS).
+  int64_t B, T, NH, NKV, HS;
+  // q, out and their gradients are seen as (B, NH, T, HS); k, v and theirs as (B, NKV, T, HS).
   std::vector<int64_t> dims() const { return {B, NH, T, HS}; }
-  // Views of q, k or v inside qkv (B,T,3,NH,HS) (the k and v pointers are offset by NH*HS, 2NH*HS).
-  std::vector<int64_t> qkv_strides() const { return {T * 3 * NH * HS, HS, 3 * NH * HS, 1}; }
+  std::vector<int64_t> kv_dims() const { return {B, NKV, T, HS}; }
+  // Views of q, k or v inside qkv (B,T,NH+2*NKV,HS) (the k and v pointers are offset by NH*HS,
+  // (NH+NKV)*HS).
+  int64_t row() const { return (NH + 2 * NKV) * HS; }
+  std::vector<int64_t> qkv_strides() const { return {T * row(), HS, row(), 1}; }
   // out and dout (B,T,NH,HS).
   std::vector<int64_t> out_strides() const { return {T * NH * HS, HS, NH * HS, 1}; }
   std::vector<int64_t> stats_dims() const { return {B, NH, T, 1}; }
@@ -43,8 +46,8 @@ using GraphPtr = CudnnGraphPtr;
 GraphPtr ForwardGraph(const Shape& s) {
   GraphPtr graph = NewBf16Graph();
   auto q = GraphInput(graph, "q", kQ, s.dims(), s.qkv_strides());
-  auto k = GraphInput(graph, "k", kK, s.dims(), s.qkv_strides());
-  auto v = GraphInput(graph, "v", kV, s.dims(), s.qkv_strides());
+  auto k = GraphInput(graph, "k", kK, s.kv_dims(), s.qkv_strides());
+  auto v = GraphInput(graph, "v", kV, s.kv_dims(), s.qkv_strides());
   auto options = fe::graph::SDPA_attributes()
                      .set_name("causal_attention")
                      .set_generate_stats(true)
@@ -63,8 +66,8 @@ GraphPtr ForwardGraph(const Shape& s) {
 GraphPtr BackwardGraph(const Shape& s) {
   GraphPtr graph = NewBf16Graph();
   auto q = GraphInput(graph, "q", kQ, s.dims(), s.qkv_strides());
-  auto k = GraphInput(graph, "k", kK, s.dims(), s.qkv_strides());
-  auto v = GraphInput(graph, "v", kV, s.dims(), s.qkv_strides());
+  auto k = GraphInput(graph, "k", kK, s.kv_dims(), s.qkv_strides());
+  auto v = GraphInput(graph, "v", kV, s.kv_dims(), s.qkv_strides());
   auto o = GraphInput(graph, "o", kO, s.dims(), s.out_strides());
   auto dout = GraphInput(graph, "dout", kDO, s.dims(), s.out_strides());
   auto stats = GraphInput(graph, "stats", kStats, s.stats_dims(), s.stats_strides());
@@ -75,8 +78,8 @@ GraphPtr BackwardGraph(const Shape& s) {
                      .set_attn_scale(s.scale());
   auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, dout, stats, options);
   dq->set_output(true).set_dim(s.dims()).set_stride(s.qkv_strides()).set_uid(kDQ);
-  dk->set_output(true).set_dim(s.dims()).set_stride(s.qkv_strides()).set_uid(kDK);
-  dv->set_output(true).set_dim(s.dims()).set_stride(s.qkv_strides()).set_uid(kDV);
+  dk->set_output(true).set_dim(s.kv_dims()).set_stride(s.qkv_strides()).set_uid(kDK);
+  dv->set_output(true).set_dim(s.kv_dims()).set_stride(s.qkv_strides()).set_uid(kDV);
   return graph;
 }
 
@@ -95,12 +98,13 @@ bool BuildPlans(const GraphPtr& graph, cudnnHandle_t handle, std::string* why) {
 
 struct CudnnAttention::Impl {
   CudnnContext cudnn;
-  // (B, T, NH, HS, backward) -> graph; nullptr when cuDNN rejected the shape.
-  std::map<std::tuple<int, int, int, int, bool>, GraphPtr> graphs;
+  // (B, T, NH, NKV, HS, backward) -> graph; nullptr when cuDNN rejected the shape.
+  std::map<std::tuple<int, int, int, int, int, bool>, GraphPtr> graphs;
 
   // The cached graph for the shape, built (and the workspace grown) on first use.
   Status Graph(const Shape& s, bool backward, GraphPtr* out) {
-    const auto key = std::make_tuple((int)s.B, (int)s.T, (int)s.NH, (int)s.HS, backward);
+    const auto key =
+        std::make_tuple((int)s.B, (int)s.T, (int)s.NH, (int)s.NKV, (int)s.HS, backward);
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       GraphPtr graph = backward ? BackwardGraph(s) : ForwardGraph(s);
@@ -114,10 +118,10 @@ struct CudnnAttention::Impl {
         TRAINER_RETURN_IF_ERROR(cudnn.GrowWorkspace(bytes));
       } else {
         LogWarning(
-            StrFormat("cuDNN has no fused attention %s for B=%lld T=%lld NH=%lld HS=%lld "
-                      "(%s); using the slower fallback kernels for this shape",
+            StrFormat("cuDNN has no fused attention %s for B=%lld T=%lld NH=%lld NKV=%lld "
+                      "HS=%lld (%s); using the slower fallback kernels for this shape",
                       backward ? "backward" : "forward", (long long)s.B, (long long)s.T,
-                      (long long)s.NH, (long long)s.HS, why.c_str()));
+                      (long long)s.NH, (long long)s.NKV, (long long)s.HS, why.c_str()));
         graph = nullptr;
       }
       it = graphs.emplace(key, graph).first;
@@ -141,42 +145,45 @@ Status CudnnAttention::Create(cudaStream_t stream, std::unique_ptr<CudnnAttentio
 }
 
 Status CudnnAttention::Forward(DType dtype, void* out, float* stats, const void* qkv, int B, int T,
-                               int NH, int HS, bool* supported) {
+                               int NH, int NKV, int HS, bool* supported) {
   *supported = false;
   if (dtype != DType::kBF16) return Status::Ok();
-  const Shape s{B, T, NH, HS};
+  const Shape s{B, T, NH, NKV, HS};
   GraphPtr graph;
   TRAINER_RETURN_IF_ERROR(impl_->Graph(s, /*backward=*/false, &graph));
   if (!graph) return Status::Ok();
   char* base = static_cast<char*>(const_cast<void*>(qkv));
-  const size_t head_block = static_cast<size_t>(NH) * HS * DTypeSize(dtype);
-  std::unordered_map<int64_t, void*> pack = {
-      {kQ, base}, {kK, base + head_block}, {kV, base + 2 * head_block}, {kO, out}, {kStats, stats}};
+  const size_t head = static_cast<size_t>(HS) * DTypeSize(dtype);  // bytes of one head
+  std::unordered_map<int64_t, void*> pack = {{kQ, base},
+                                             {kK, base + NH * head},
+                                             {kV, base + (NH + NKV) * head},
+                                             {kO, out},
+                                             {kStats, stats}};
   *supported = true;
   return impl_->cudnn.Execute("attention", graph, pack);
 }
 
 Status CudnnAttention::Backward(DType dtype, void* dqkv, const void* dout, const void* qkv,
-                                const void* out, const float* stats, int B, int T, int NH, int HS,
-                                bool* supported) {
+                                const void* out, const float* stats, int B, int T, int NH, int NKV,
+                                int HS, bool* supported) {
   *supported = false;
   if (dtype != DType::kBF16) return Status::Ok();
-  const Shape s{B, T, NH, HS};
+  const Shape s{B, T, NH, NKV, HS};
   GraphPtr graph;
   TRAINER_RETURN_IF_ERROR(impl_->Graph(s, /*backward=*/true, &graph));
   if (!graph) return Status::Ok();
   char* base = static_cast<char*>(const_cast<void*>(qkv));
   char* dbase = static_cast<char*>(dqkv);
-  const size_t head_block = static_cast<size_t>(NH) * HS * DTypeSize(dtype);
+  const size_t head = static_cast<size_t>(HS) * DTypeSize(dtype);  // bytes of one head
   std::unordered_map<int64_t, void*> pack = {{kQ, base},
-                                             {kK, base + head_block},
-                                             {kV, base + 2 * head_block},
+                                             {kK, base + NH * head},
+                                             {kV, base + (NH + NKV) * head},
                                              {kO, const_cast<void*>(out)},
                                              {kDO, const_cast<void*>(dout)},
                                              {kStats, const_cast<float*>(stats)},
                                              {kDQ, dbase},
-                                             {kDK, dbase + head_block},
-                                             {kDV, dbase + 2 * head_block}};
+                                             {kDK, dbase + NH * head},
+                                             {kDV, dbase + (NH + NKV) * head}};
   *supported = true;
   return impl_->cudnn.Execute("attention", graph, pack);
 }
@@ -203,13 +210,13 @@ Status CudnnAttention::Create(cudaStream_t, std::unique_ptr<CudnnAttention>*) {
                           "): this binary was built without the cuDNN frontend. Run "
                           "scripts/fetch_cudnn_frontend.sh and rebuild");
 }
-Status CudnnAttention::Forward(DType, void*, float*, const void*, int, int, int, int,
+Status CudnnAttention::Forward(DType, void*, float*, const void*, int, int, int, int, int,
                                bool* supported) {
   *supported = false;
   return Status::Ok();
 }
 Status CudnnAttention::Backward(DType, void*, const void*, const void*, const void*, const float*,
-                                int, int, int, int, bool* supported) {
+                                int, int, int, int, int, bool* supported) {
   *supported = false;
   return Status::Ok();
 }

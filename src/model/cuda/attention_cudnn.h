@@ -1,7 +1,9 @@
 // CudnnAttention: fused (flash) causal attention forward and backward through cuDNN's graph API,
-// written with the header-only cuDNN C++ frontend. One graph per (B, NH, T, HS) and direction,
-// built on first use and cached; one workspace, grown only when a graph is built. Inputs are
-// strided views into qkv (B,T,3,NH,HS); the backward graph writes dq, dk, dv straight into dqkv.
+// written with the header-only cuDNN C++ frontend. One graph per (B, NH, NKV, T, HS) and
+// direction, built on first use and cached; one workspace, grown only when a graph is built.
+// Inputs are strided views into qkv (B,T,NH+2*NKV,HS) = [NH q heads | NKV k heads | NKV v heads]
+// (grouped-query attention when NKV < NH: cuDNN maps q head h to kv head h / (NH/NKV)); the
+// backward graph writes dq, dk, dv straight into dqkv.
 // Builds without the frontend (no TRAINER_WITH_CUDNN) get a class whose Create fails and whose
 // ops report "unsupported", so callers take attention_fallback.cu.
 #pragma once
@@ -28,10 +30,10 @@ class CudnnAttention {
   // out (B,T,NH,HS) bf16, stats (B,NH,T) f32 logsumexp of the scaled scores. *supported = false
   // (nothing runs) when cuDNN has no engine for this shape or dtype.
   Status Forward(DType dtype, void* out, float* stats, const void* qkv, int B, int T, int NH,
-                 int HS, bool* supported);
-  // dqkv (B,T,3,NH,HS) overwritten.
+                 int NKV, int HS, bool* supported);
+  // dqkv (B,T,NH+2*NKV,HS) overwritten (a kv head's gradient summed over its query heads).
   Status Backward(DType dtype, void* dqkv, const void* dout, const void* qkv, const void* out,
-                  const float* stats, int B, int T, int NH, int HS, bool* supported);
+                  const float* stats, int B, int T, int NH, int NKV, int HS, bool* supported);
 
  private:
   struct Impl;

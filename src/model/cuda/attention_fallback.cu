@@ -1,6 +1,8 @@
 // Our own causal self-attention (forward and backward) for builds without the cuDNN frontend or
 // shapes it rejects: one warp per query row (forward, dq) or key row (dk, dv), online softmax and
 // every accumulation in f32. Correct and simple rather than fast: O(T^2 HS) with no tiling.
+// Grouped-query attention: q head h reads kv head h / (NH/NKV); the warp of a kv head's key row
+// sums dk and dv over the group's query heads in order (deterministic, no atomics).
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -11,15 +13,17 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kMaxPerLane = 8;  // head sizes up to 32 * 8 = 256
 
-// Where head h of position (b, t) lives in qkv (B,T,3,NH,HS) and in out/dout (B,T,NH,HS).
+// Where q head h, k/v head g of position (b, t) live in qkv (B,T,NH+2*NKV,HS) and q head h in
+// out/dout (B,T,NH,HS). group = NH / NKV query heads share a kv head.
 struct AttentionLayout {
-  int B, T, NH, HS;
+  int B, T, NH, NKV, HS, group;
   float scale;
-  __device__ int64_t Q(int b, int t, int h) const {
-    return ((int64_t)b * T + t) * 3 * NH * HS + (int64_t)h * HS;
+  __device__ int64_t Row(int b, int t) const { return ((int64_t)b * T + t) * (NH + 2 * NKV) * HS; }
+  __device__ int64_t Q(int b, int t, int h) const { return Row(b, t) + (int64_t)h * HS; }
+  __device__ int64_t K(int b, int t, int g) const { return Row(b, t) + (int64_t)(NH + g) * HS; }
+  __device__ int64_t V(int b, int t, int g) const {
+    return Row(b, t) + (int64_t)(NH + NKV + g) * HS;
   }
-  __device__ int64_t K(int b, int t, int h) const { return Q(b, t, h) + (int64_t)NH * HS; }
-  __device__ int64_t V(int b, int t, int h) const { return Q(b, t, h) + 2 * (int64_t)NH * HS; }
   __device__ int64_t O(int b, int t, int h) const {
     return ((int64_t)b * T + t) * NH * HS + (int64_t)h * HS;
   }
@@ -61,13 +65,15 @@ __device__ __forceinline__ void StoreLane(T* dst, const float (&src)[kMaxPerLane
   }
 }
 
-// Warp index over all (b, h, t) rows: t fastest, so a block's warps share keys in cache.
-__device__ __forceinline__ bool WarpRow(const AttentionLayout& L, int* b, int* h, int* t) {
+// Warp index over all (b, h, t) rows of `heads` heads: t fastest, so a block's warps share keys
+// in cache.
+__device__ __forceinline__ bool WarpRow(const AttentionLayout& L, int heads, int* b, int* h,
+                                        int* t) {
   const int64_t row = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
-  if (row >= (int64_t)L.B * L.NH * L.T) return false;
+  if (row >= (int64_t)L.B * heads * L.T) return false;
   *t = static_cast<int>(row % L.T);
-  *h = static_cast<int>((row / L.T) % L.NH);
-  *b = static_cast<int>(row / ((int64_t)L.T * L.NH));
+  *h = static_cast<int>((row / L.T) % heads);
+  *b = static_cast<int>(row / ((int64_t)L.T * heads));
   return true;
 }
 
@@ -75,18 +81,18 @@ template <typename T>
 __global__ void AttentionForwardFallbackKernel(T* out, float* stats, const T* qkv,
                                                AttentionLayout L) {
   int b, h, i;
-  if (!WarpRow(L, &b, &h, &i)) return;
-  const int lane = threadIdx.x % kWarpSize;
+  if (!WarpRow(L, L.NH, &b, &h, &i)) return;
+  const int lane = threadIdx.x % kWarpSize, g = h / L.group;
   float q[kMaxPerLane], acc[kMaxPerLane] = {};
   LoadLane(q, qkv + L.Q(b, i, h), L.HS);
   float running_max = -INFINITY, running_sum = 0.f;
   for (int j = 0; j <= i; ++j) {
-    const float s = L.scale * WarpDot(q, qkv + L.K(b, j, h), L.HS);
+    const float s = L.scale * WarpDot(q, qkv + L.K(b, j, g), L.HS);
     const float new_max = fmaxf(running_max, s);
     const float correction = expf(running_max - new_max);
     const float p = expf(s - new_max);
     running_sum = running_sum * correction + p;
-    const T* v = qkv + L.V(b, j, h);
+    const T* v = qkv + L.V(b, j, g);
 #pragma unroll
     for (int k = 0; k < kMaxPerLane; ++k) {
       const int d = lane + k * kWarpSize;
@@ -103,7 +109,7 @@ template <typename T>
 __global__ void AttentionDeltaFallbackKernel(float* delta, const T* dout, const T* out,
                                              AttentionLayout L) {
   int b, h, i;
-  if (!WarpRow(L, &b, &h, &i)) return;
+  if (!WarpRow(L, L.NH, &b, &h, &i)) return;
   float o[kMaxPerLane];
   LoadLane(o, out + L.O(b, i, h), L.HS);
   const float d = WarpDot(o, dout + L.O(b, i, h), L.HS);
@@ -116,16 +122,16 @@ __global__ void AttentionQueryGradFallbackKernel(T* dqkv, const T* dout, const T
                                                  const float* stats, const float* delta,
                                                  AttentionLayout L) {
   int b, h, i;
-  if (!WarpRow(L, &b, &h, &i)) return;
-  const int lane = threadIdx.x % kWarpSize;
+  if (!WarpRow(L, L.NH, &b, &h, &i)) return;
+  const int lane = threadIdx.x % kWarpSize, kv = h / L.group;
   float q[kMaxPerLane], g[kMaxPerLane], acc[kMaxPerLane] = {};
   LoadLane(q, qkv + L.Q(b, i, h), L.HS);
   LoadLane(g, dout + L.O(b, i, h), L.HS);
   const float lse = stats[L.Stat(b, i, h)], di = delta[L.Stat(b, i, h)];
   for (int j = 0; j <= i; ++j) {
-    const T* k = qkv + L.K(b, j, h);
+    const T* k = qkv + L.K(b, j, kv);
     const float p = expf(L.scale * WarpDot(q, k, L.HS) - lse);
-    const float ds = p * (WarpDot(g, qkv + L.V(b, j, h), L.HS) - di);
+    const float ds = p * (WarpDot(g, qkv + L.V(b, j, kv), L.HS) - di);
 #pragma unroll
     for (int m = 0; m < kMaxPerLane; ++m) {
       const int d = lane + m * kWarpSize;
@@ -135,49 +141,58 @@ __global__ void AttentionQueryGradFallbackKernel(T* dqkv, const T* dout, const T
   StoreLane(dqkv + L.Q(b, i, h), acc, L.scale, L.HS);
 }
 
-// dk_j = scale * sum_{i>=j} ds_ij q_i and dv_j = sum_{i>=j} p_ij dout_i.
+// dk_j = scale * sum_h sum_{i>=j} ds_hij q_hi and dv_j = sum_h sum_{i>=j} p_hij dout_hi over the
+// query heads h of kv head `kv`'s group, h in increasing order (one warp per (b, kv, j)).
 template <typename T>
 __global__ void AttentionKeyValueGradFallbackKernel(T* dqkv, const T* dout, const T* qkv,
                                                     const float* stats, const float* delta,
                                                     AttentionLayout L) {
-  int b, h, j;
-  if (!WarpRow(L, &b, &h, &j)) return;
+  int b, kv, j;
+  if (!WarpRow(L, L.NKV, &b, &kv, &j)) return;
   const int lane = threadIdx.x % kWarpSize;
   float k[kMaxPerLane], v[kMaxPerLane], dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
-  LoadLane(k, qkv + L.K(b, j, h), L.HS);
-  LoadLane(v, qkv + L.V(b, j, h), L.HS);
-  for (int i = j; i < L.T; ++i) {
-    const T* q = qkv + L.Q(b, i, h);
-    const T* g = dout + L.O(b, i, h);
-    const float p = expf(L.scale * WarpDot(k, q, L.HS) - stats[L.Stat(b, i, h)]);
-    const float ds = p * (WarpDot(v, g, L.HS) - delta[L.Stat(b, i, h)]);
+  LoadLane(k, qkv + L.K(b, j, kv), L.HS);
+  LoadLane(v, qkv + L.V(b, j, kv), L.HS);
+  for (int h = kv * L.group; h < (kv + 1) * L.group; ++h) {
+    for (int i = j; i < L.T; ++i) {
+      const T* q = qkv + L.Q(b, i, h);
+      const T* g = dout + L.O(b, i, h);
+      const float p = expf(L.scale * WarpDot(k, q, L.HS) - stats[L.Stat(b, i, h)]);
+      const float ds = p * (WarpDot(v, g, L.HS) - delta[L.Stat(b, i, h)]);
 #pragma unroll
-    for (int m = 0; m < kMaxPerLane; ++m) {
-      const int d = lane + m * kWarpSize;
-      if (d < L.HS) {
-        dk[m] += ds * ToFloat(q[d]);
-        dv[m] += p * ToFloat(g[d]);
+      for (int m = 0; m < kMaxPerLane; ++m) {
+        const int d = lane + m * kWarpSize;
+        if (d < L.HS) {
+          dk[m] += ds * ToFloat(q[d]);
+          dv[m] += p * ToFloat(g[d]);
+        }
       }
     }
   }
-  StoreLane(dqkv + L.K(b, j, h), dk, L.scale, L.HS);
-  StoreLane(dqkv + L.V(b, j, h), dv, 1.f, L.HS);
+  StoreLane(dqkv + L.K(b, j, kv), dk, L.scale, L.HS);
+  StoreLane(dqkv + L.V(b, j, kv), dv, 1.f, L.HS);
 }
 
-AttentionLayout MakeLayout(int B, int T, int NH, int HS) {
-  return AttentionLayout{B, T, NH, HS, 1.f / sqrtf(static_cast<float>(HS))};
+AttentionLayout MakeLayout(int B, int T, int NH, int NKV, int HS) {
+  return AttentionLayout{B, T, NH, NKV, HS, NH / NKV, 1.f / sqrtf(static_cast<float>(HS))};
 }
 
-unsigned RowBlocks(int B, int T, int NH) {
-  return CeilDiv((int64_t)B * NH * T, kWarpsPerBlock);
+// Blocks of warps for the B * heads * T rows.
+unsigned RowBlocks(int B, int T, int heads) {
+  return CeilDiv((int64_t)B * heads * T, kWarpsPerBlock);
+}
+
+bool ValidHeads(int NH, int NKV, int HS) {
+  return HS <= kMaxPerLane * kWarpSize && NH > 0 && NKV > 0 && NH % NKV == 0;
 }
 
 }  // namespace
 
 cudaError_t LaunchAttentionForwardFallback(DType dtype, void* out, float* stats, const void* qkv,
-                                           int B, int T, int NH, int HS, cudaStream_t stream) {
-  if (HS > kMaxPerLane * kWarpSize) return cudaErrorInvalidValue;
-  const AttentionLayout L = MakeLayout(B, T, NH, HS);
+                                           int B, int T, int NH, int NKV, int HS,
+                                           cudaStream_t stream) {
+  if (!ValidHeads(NH, NKV, HS)) return cudaErrorInvalidValue;
+  const AttentionLayout L = MakeLayout(B, T, NH, NKV, HS);
   TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
                               AttentionForwardFallbackKernel<E>
                               <<<RowBlocks(B, T, NH), kWarpsPerBlock * kWarpSize, 0, stream>>>(
@@ -191,11 +206,12 @@ size_t AttentionBackwardFallbackScratchFloats(int B, int T, int NH) {
 
 cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void* dout,
                                             const void* qkv, const void* out, const float* stats,
-                                            float* scratch, int B, int T, int NH, int HS,
+                                            float* scratch, int B, int T, int NH, int NKV, int HS,
                                             cudaStream_t stream) {
-  if (HS > kMaxPerLane * kWarpSize) return cudaErrorInvalidValue;
-  const AttentionLayout L = MakeLayout(B, T, NH, HS);
-  const unsigned blocks = RowBlocks(B, T, NH), threads = kWarpsPerBlock * kWarpSize;
+  if (!ValidHeads(NH, NKV, HS)) return cudaErrorInvalidValue;
+  const AttentionLayout L = MakeLayout(B, T, NH, NKV, HS);
+  const unsigned blocks = RowBlocks(B, T, NH), kv_blocks = RowBlocks(B, T, NKV),
+                 threads = kWarpsPerBlock * kWarpSize;
   TRAINER_DISPATCH_FLOAT_TYPE(
       dtype, E, const E* g = static_cast<const E*>(dout); const E* x = static_cast<const E*>(qkv);
       AttentionDeltaFallbackKernel<E>
@@ -203,7 +219,7 @@ cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void*
       AttentionQueryGradFallbackKernel<E>
       <<<blocks, threads, 0, stream>>>(static_cast<E*>(dqkv), g, x, stats, scratch, L);
       AttentionKeyValueGradFallbackKernel<E>
-      <<<blocks, threads, 0, stream>>>(static_cast<E*>(dqkv), g, x, stats, scratch, L));
+      <<<kv_blocks, threads, 0, stream>>>(static_cast<E*>(dqkv), g, x, stats, scratch, L));
   return cudaGetLastError();
 }
 

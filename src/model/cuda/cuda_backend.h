@@ -131,6 +131,8 @@ class CudaBackend final : public Backend {
   Status RunRmsNormForward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) override;
   Status RunRmsNormBackward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight,
                             Tensor rstd) override;
+  Status RunAddRmsNormForward(Tensor residual, Tensor out, Tensor rstd, Tensor a, Tensor b,
+                              Tensor weight, float eps) override;
   Status RunQkNormForward(Tensor out, Tensor rstd, Tensor in, Tensor q_weight, Tensor k_weight,
                           int num_heads, int num_kv_heads, float eps) override;
   Status RunQkNormBackward(Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout, Tensor in,

@@ -354,16 +354,27 @@ Status CudaBackend::GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) {
 namespace {
 
 struct AttentionShape {
-  int B = 0, T = 0, NH = 0, HS = 0;
+  int B = 0, T = 0, NH = 0, NKV = 0, HS = 0;
+  int64_t rows() const { return static_cast<int64_t>(B) * T; }
+  int64_t qkv_width() const { return static_cast<int64_t>(NH + 2 * NKV) * HS; }
 };
 
-Status AttentionShapeOf(const char* op, const Tensor& qkv, int num_heads, AttentionShape* s) {
-  if (qkv.ndim != 3) return OpError(op, "qkv " + qkv.shape_string() + " is not (B, T, 3*NH*HS)");
-  if (num_heads <= 0 || qkv.dim(2) % (3 * num_heads) != 0)
-    return OpError(op, StrFormat("qkv width %lld is not 3 * num_heads (%d) * head size",
-                                 (long long)qkv.dim(2), num_heads));
-  *s = AttentionShape{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), num_heads,
-                      static_cast<int>(qkv.dim(2) / (3 * num_heads))};
+// qkv (B, T, (NH+2*NKV)*HS); num_kv_heads 0 means NKV = NH.
+Status AttentionShapeOf(const char* op, const Tensor& qkv, int num_heads, int num_kv_heads,
+                        AttentionShape* s) {
+  const int NKV = num_kv_heads == 0 ? num_heads : num_kv_heads;
+  if (qkv.ndim != 3)
+    return OpError(op, "qkv " + qkv.shape_string() + " is not (B, T, (NH+2*NKV)*HS)");
+  if (num_heads <= 0 || NKV <= 0 || num_heads % NKV != 0)
+    return OpError(op, StrFormat("num_heads %d is not a positive multiple of num_kv_heads %d",
+                                 num_heads, NKV));
+  const int64_t slots = static_cast<int64_t>(num_heads) + 2 * NKV;
+  if (qkv.dim(2) % slots != 0)
+    return OpError(op, StrFormat("qkv width %lld is not (num_heads %d + 2 * num_kv_heads %d) * "
+                                 "head size",
+                                 (long long)qkv.dim(2), num_heads, NKV));
+  *s = AttentionShape{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), num_heads, NKV,
+                      static_cast<int>(qkv.dim(2) / slots)};
   return Status::Ok();
 }
 
@@ -372,18 +383,16 @@ Status AttentionShapeOf(const char* op, const Tensor& qkv, int num_heads, Attent
 Status CudaBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
                                      int num_kv_heads) {
   const char* op = "AttentionForward";
-  if (num_kv_heads != 0 && num_kv_heads != num_heads)
-    return OpError(op, "grouped-query attention is not implemented on the GPU yet");
   AttentionShape s;
-  TRAINER_RETURN_IF_ERROR(AttentionShapeOf(op, qkv, num_heads, &s));
-  const int64_t rows = static_cast<int64_t>(s.B) * s.T;
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "qkv", qkv, compute_, rows * 3 * s.NH * s.HS));
+  TRAINER_RETURN_IF_ERROR(AttentionShapeOf(op, qkv, num_heads, num_kv_heads, &s));
+  const int64_t rows = s.rows();
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "qkv", qkv, compute_, rows * s.qkv_width()));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, rows * s.NH * s.HS));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "stats", stats, DType::kF32, rows * s.NH));
   if (cudnn_attention_ && !force_attention_fallback_) {
     bool supported = false;
-    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(compute_, out.data, stats.as<float>(),
-                                                      qkv.data, s.B, s.T, s.NH, s.HS, &supported));
+    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(
+        compute_, out.data, stats.as<float>(), qkv.data, s.B, s.T, s.NH, s.NKV, s.HS, &supported));
     if (supported) {
       ++counts_.attention_cudnn;
       return Status::Ok();
@@ -391,20 +400,18 @@ Status CudaBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int n
   }
   ++counts_.attention_fallback;
   CUDA_CHECK(cuda::LaunchAttentionForwardFallback(compute_, out.data, stats.as<float>(), qkv.data,
-                                                  s.B, s.T, s.NH, s.HS, stream_));
+                                                  s.B, s.T, s.NH, s.NKV, s.HS, stream_));
   return Status::Ok();
 }
 
 Status CudaBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
                                       Tensor stats, int num_heads, int num_kv_heads) {
   const char* op = "AttentionBackward";
-  if (num_kv_heads != 0 && num_kv_heads != num_heads)
-    return OpError(op, "grouped-query attention is not implemented on the GPU yet");
   AttentionShape s;
-  TRAINER_RETURN_IF_ERROR(AttentionShapeOf(op, qkv, num_heads, &s));
-  const int64_t rows = static_cast<int64_t>(s.B) * s.T;
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "qkv", qkv, compute_, rows * 3 * s.NH * s.HS));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dqkv", dqkv, compute_, rows * 3 * s.NH * s.HS));
+  TRAINER_RETURN_IF_ERROR(AttentionShapeOf(op, qkv, num_heads, num_kv_heads, &s));
+  const int64_t rows = s.rows();
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "qkv", qkv, compute_, rows * s.qkv_width()));
+  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dqkv", dqkv, compute_, rows * s.qkv_width()));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, rows * s.NH * s.HS));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dout", dout, compute_, rows * s.NH * s.HS));
   TRAINER_RETURN_IF_ERROR(CheckTensor(op, "stats", stats, DType::kF32, rows * s.NH));
@@ -412,7 +419,7 @@ Status CudaBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tens
     bool supported = false;
     TRAINER_RETURN_IF_ERROR(cudnn_attention_->Backward(compute_, dqkv.data, dout.data, qkv.data,
                                                        out.data, stats.as<float>(), s.B, s.T, s.NH,
-                                                       s.HS, &supported));
+                                                       s.NKV, s.HS, &supported));
     if (supported) {
       ++counts_.attention_cudnn;
       return Status::Ok();
@@ -424,7 +431,7 @@ Status CudaBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tens
       cuda::AttentionBackwardFallbackScratchFloats(s.B, s.T, s.NH) * sizeof(float), &scratch));
   CUDA_CHECK(cuda::LaunchAttentionBackwardFallback(
       compute_, dqkv.data, dout.data, qkv.data, out.data, stats.as<float>(),
-      static_cast<float*>(scratch), s.B, s.T, s.NH, s.HS, stream_));
+      static_cast<float*>(scratch), s.B, s.T, s.NH, s.NKV, s.HS, stream_));
   return Status::Ok();
 }
 

@@ -121,6 +121,25 @@ template <typename T>
 __device__ __forceinline__ void Store16(T* p, const Vec16<T>& x) {
   *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(x.v);
 }
+// A 16-byte vector (kVector) or one element in v[0] (otherwise) at p: for kernels with a vectorised
+// path and a scalar one for any alignment.
+template <typename T, bool kVector>
+__device__ __forceinline__ Vec16<T> LoadChunk(const T* p) {
+  if constexpr (kVector) {
+    return Load16(p);
+  } else {
+    Vec16<T> x;
+    x.v[0] = *p;
+    return x;
+  }
+}
+template <typename T, bool kVector>
+__device__ __forceinline__ void StoreChunk(T* p, const Vec16<T>& x) {
+  if constexpr (kVector)
+    Store16(p, x);
+  else
+    *p = x.v[0];
+}
 // True when every pointer is 16-byte aligned and n fills whole Vec16s.
 template <typename T>
 inline bool Vectorisable(int64_t n, std::initializer_list<const void*> pointers) {

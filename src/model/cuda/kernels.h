@@ -45,6 +45,51 @@ cudaError_t LaunchLayerNormBackward(DType dtype, void* din, float* dweight, floa
                                     const void* weight, const float* mean, const float* rstd,
                                     int64_t N, int C, float* scratch, cudaStream_t stream);
 
+// ---- rmsnorm.cu (Llama family; f32 statistics) ----
+// With b == nullptr: out, rstd = RMSNorm(a) * weight, rstd = 1 / sqrt(mean(a^2) + eps). Otherwise
+// residual = a + b (rounded to dtype), then RMSNorm(residual); residual may alias a or b.
+cudaError_t LaunchRmsNormForward(DType dtype, void* out, float* rstd, void* residual, const void* a,
+                                 const void* b, const void* weight, int64_t N, int C, float eps,
+                                 cudaStream_t stream);
+// Floats of scratch that LaunchRmsNormBackward needs for (N, C): its partial rows of dweight.
+size_t RmsNormBackwardScratchFloats(DType dtype, int64_t N, int C);
+// din (N,C) += ; dweight (C) f32 += , summed in an order that depends only on (N, C)
+// (deterministic). din may alias dout or in (a thread reads each of its elements before writing
+// it). scratch: RmsNormBackwardScratchFloats(dtype, N, C). Rows up to 40960 columns.
+cudaError_t LaunchRmsNormBackward(DType dtype, void* din, float* dweight, const void* dout,
+                                  const void* in, const void* weight, const float* rstd, int64_t N,
+                                  int C, float* scratch, cudaStream_t stream);
+
+// ---- qk_norm.cu (Qwen3's per-head RMSNorm of the q and k heads of qkv (N,(NH+2*NKV)*HD)) ----
+// Head sizes up to kMaxQkNormHeadSize.
+constexpr int kMaxQkNormHeadSize = 256;
+// out like in (v heads copied); rstd (N, NH+NKV) f32, q heads first.
+cudaError_t LaunchQkNormForward(DType dtype, void* out, float* rstd, const void* in,
+                                const void* q_weight, const void* k_weight, int64_t N, int NH,
+                                int NKV, int HD, float eps, cudaStream_t stream);
+// Floats of scratch that LaunchQkNormBackward needs.
+size_t QkNormBackwardScratchFloats(int64_t N, int HD);
+// din overwritten (v heads = dout's; din may alias dout); dq_weight, dk_weight (HD) f32 +=, in an
+// order that depends only on (N, NH, NKV, HD) (deterministic).
+cudaError_t LaunchQkNormBackward(DType dtype, void* din, float* dq_weight, float* dk_weight,
+                                 const void* dout, const void* in, const void* q_weight,
+                                 const void* k_weight, const float* rstd, int64_t N, int NH,
+                                 int NKV, int HD, float* scratch, cudaStream_t stream);
+
+// ---- rope.cu (rotate-half rotary embedding, in place on the q and k heads) ----
+// qkv (B*T, (NH+2*NKV)*HD); cos_sin (2, P, HD/2) f32; row r is position r % T. inverse: rotate
+// by -angle (the backward pass).
+cudaError_t LaunchRope(DType dtype, void* qkv, const float* cos_sin, int64_t N, int T, int NH,
+                       int NKV, int HD, int P, bool inverse, cudaStream_t stream);
+
+// ---- swiglu.cu ----
+// out (N,F) = silu(gate_up[:, :F]) * gate_up[:, F:]; gate_up (N,2F).
+cudaError_t LaunchSwiGluForward(DType dtype, void* out, const void* gate_up, int64_t N, int F,
+                                cudaStream_t stream);
+// dgate_up (N,2F) = [dout * up * silu'(gate) | dout * silu(gate)]; no aliasing.
+cudaError_t LaunchSwiGluBackward(DType dtype, void* dgate_up, const void* dout, const void* gate_up,
+                                 int64_t N, int F, cudaStream_t stream);
+
 // ---- elementwise.cu ----
 cudaError_t LaunchGeluForward(DType dtype, void* out, const void* in, int64_t n,
                               cudaStream_t stream);
@@ -81,15 +126,19 @@ cudaError_t LaunchSum(const float* x, int64_t n, bool squares, bool accumulate, 
                       double* result, cudaStream_t stream);
 
 // ---- attention_fallback.cu (our own causal attention, fp32 accumulation) ----
-// qkv (B,T,3,NH,HS); out (B,T,NH,HS); stats (B,NH,T) = logsumexp of the scaled scores.
+// qkv (B,T,NH+2*NKV,HS) = [NH q heads | NKV k heads | NKV v heads]; q head h attends with kv head
+// h / (NH/NKV) (grouped-query attention; NKV = NH: multi-head). out (B,T,NH,HS); stats (B,NH,T) =
+// logsumexp of the scaled scores.
 cudaError_t LaunchAttentionForwardFallback(DType dtype, void* out, float* stats, const void* qkv,
-                                           int B, int T, int NH, int HS, cudaStream_t stream);
+                                           int B, int T, int NH, int NKV, int HS,
+                                           cudaStream_t stream);
 // Floats of scratch that LaunchAttentionBackwardFallback needs.
 size_t AttentionBackwardFallbackScratchFloats(int B, int T, int NH);
-// dqkv (B,T,3,NH,HS) overwritten.
+// dqkv (B,T,NH+2*NKV,HS) overwritten; a kv head's gradient sums over its query heads in a fixed
+// order (deterministic).
 cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void* dout,
                                             const void* qkv, const void* out, const float* stats,
-                                            float* scratch, int B, int T, int NH, int HS,
+                                            float* scratch, int B, int T, int NH, int NKV, int HS,
                                             cudaStream_t stream);
 
 // ---- cross_entropy.cu (block per row; see Backend::CrossEntropy* for the three passes) ----
