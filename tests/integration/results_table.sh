@@ -2,7 +2,8 @@
 # bench/results_table.py on records whose table is known: the latest record per model, GPUs and
 # layout (the last in the file), memory from an earlier record of the same shape where the latest
 # has none, the ratio's range over the records of one commit, --all, and --update / --check on a
-# page with the table's markers; then the repository's own records.
+# page with the table's markers; then the repository's own records, and that docs/performance.md
+# shows their table.
 #   results_table.sh TRAINER SOURCE_DIR SCRATCH   (the trainer is not used)
 set -euo pipefail
 SRC=$2 DIR=$3
@@ -55,3 +56,5 @@ grep -q "bad.jsonl:1: a record without hardware" "$DIR/bad.err" ||
 echo "ok: a record without its fields is named with its line"
 python3 "$SRC/bench/results_table.py" > /dev/null
 echo "ok: the repository's records (bench/results/gpu.jsonl) read"
+python3 "$SRC/bench/results_table.py" --check "$SRC/docs/performance.md"
+echo "ok: docs/performance.md's results table is the one the records give"
