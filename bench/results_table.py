@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """The results table of docs/performance.md, from the measurement records (bench/results/*.jsonl).
 
-  results_table.py [FILE...] [--all] [--update DOC | --check DOC]
+  results_table.py [FILE...] [--all | --compact] [--update DOC | --check DOC]
 
 FILE: records, one JSON object a line, oldest first (default: bench/results/gpu.jsonl).
 Prints a markdown table with one row per model, hardware and layout: the latest record of each
 (the last in the file), then, per row, the range of the ratio over every record of the same
-commit. --all prints every record instead, oldest first. --update DOC writes the table between
-the lines "<!-- results_table.py: begin -->" and "<!-- results_table.py: end -->" of DOC;
---check DOC exits 1 when that part of DOC is not what this script prints. Python's standard
-library only.
+commit. --all prints every record instead, oldest first; --compact the latest with fewer columns
+(README.md's). --update DOC writes the table between the lines "<!-- results_table.py: begin -->"
+and "<!-- results_table.py: end -->" of DOC, the compact one after a begin line
+"<!-- results_table.py --compact: begin -->"; --check DOC exits 1 when a marked part of DOC is
+not what this script prints. Python's standard library only.
 """
 import json
 import os
@@ -18,6 +19,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = os.path.join(ROOT, "bench", "results", "gpu.jsonl")
 BEGIN, END = "<!-- results_table.py: begin -->", "<!-- results_table.py: end -->"
+BEGIN_COMPACT = "<!-- results_table.py --compact: begin -->"
 REQUIRED = ("date", "hardware", "model", "layout", "micro_batch", "tokens_per_s", "peer", "ratio")
 MODEL_ORDER = ["GPT-2 124M", "GPT-2 350M", "GPT 1.3B"]
 
@@ -74,13 +76,22 @@ def row(records, rec):
         rec["date"])
 
 
+def compact_row(rec):
+    mfu = "-" if rec.get("mfu") is None else "%.1f%%" % (100 * rec["mfu"])
+    return "| %s | %s | %s | %s | %s | %s | **%.3f**x %s |" % (
+        rec["model"], rec["hardware"], rec["layout"], rec["micro_batch"],
+        number(rec["tokens_per_s"]), mfu, rec["ratio"], against(rec["peer"]))
+
+
+HEADER_COMPACT = ["| model | GPUs | layout | micro-batch | tokens/s | MFU | against |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
 HEADER = ["| model | GPUs | layout | micro-batch | tokens/s | MFU | memory | against | its tokens/s"
           " | ratio | commit | date |",
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
 
-def table(records, every=False):
-    lines = list(HEADER)
+def table(records, every=False, compact=False):
+    lines = list(HEADER_COMPACT if compact else HEADER)
     if every:
         return "\n".join(lines + [row(records, r) for r in records]) + "\n"
     latest = {}
@@ -93,6 +104,8 @@ def table(records, every=False):
         return gpus, rec["hardware"], rec["layout"] != "1 GPU", rec["layout"], model, rec["model"]
 
     rows = sorted(latest.values(), key=order)
+    if compact:
+        return "\n".join(lines + [compact_row(r) for r in rows]) + "\n"
     lines += [row(records, r) for r in rows]
     notes = []
     if any(latest_memory(records, r)[1] is False for r in rows):
@@ -110,35 +123,46 @@ def table(records, every=False):
     return "\n".join(lines) + "\n" + "".join("\n" + n + "\n" for n in notes)
 
 
-def block(doc_text, text):
-    """DOC's text with the part between the markers replaced by text (None without markers)."""
-    start, end = doc_text.find(BEGIN), doc_text.find(END)
-    if start < 0 or end < start:
-        return None
-    return doc_text[:start] + BEGIN + "\n" + text + END + doc_text[end + len(END):]
+def blocks(doc_text, tables):
+    """DOC's text with each marked part replaced by its table (None without any markers)."""
+    out, found, pos = [], False, 0
+    while True:
+        starts = [(doc_text.find(b, pos), b) for b in (BEGIN, BEGIN_COMPACT)]
+        starts = [(i, b) for i, b in starts if i >= 0]
+        if not starts:
+            break
+        start, begin = min(starts)
+        end = doc_text.find(END, start)
+        if end < 0:
+            return None
+        out.append(doc_text[pos:start] + begin + "\n" + tables[begin])
+        pos, found = end, True
+    return "".join(out) + doc_text[pos:] if found else None
 
 
 def main(argv):
-    paths, every, update, check = [], False, None, None
+    paths, every, compact, update, check = [], False, False, None, None
     args = list(argv)
     while args:
         a = args.pop(0)
         if a == "--all":
             every = True
+        elif a == "--compact":
+            compact = True
         elif a in ("--update", "--check") and args:
             update, check = (args.pop(0), check) if a == "--update" else (update, args.pop(0))
         elif a.startswith("-"):
             sys.exit(__doc__)
         else:
             paths.append(a)
-    text = table(load(paths or [DEFAULT]), every)
+    records = load(paths or [DEFAULT])
     doc = update or check
     if not doc:
-        sys.stdout.write(text)
+        sys.stdout.write(table(records, every, compact))
         return
     with open(doc) as f:
         old = f.read()
-    new = block(old, text)
+    new = blocks(old, {BEGIN: table(records), BEGIN_COMPACT: table(records, compact=True)})
     if new is None:
         sys.exit("%s: no '%s' ... '%s' lines" % (doc, BEGIN, END))
     if check:

@@ -2,8 +2,8 @@
 # bench/results_table.py on records whose table is known: the latest record per model, GPUs and
 # layout (the last in the file), memory from an earlier record of the same shape where the latest
 # has none, the ratio's range over the records of one commit, --all, and --update / --check on a
-# page with the table's markers; then the repository's own records, and that docs/performance.md
-# shows their table.
+# page with the table's markers (and README.md's compact table); then the repository's own records,
+# and that docs/performance.md and README.md show their tables.
 #   results_table.sh TRAINER SOURCE_DIR SCRATCH   (the trainer is not used)
 set -euo pipefail
 SRC=$2 DIR=$3
@@ -46,7 +46,12 @@ python3 "$SRC/bench/results_table.py" "$DIR/r.jsonl" --check "$DIR/page.md"
 { printf 'Intro\n\n<!-- results_table.py: begin -->\n'; cat "$DIR/expected.md"
   printf '<!-- results_table.py: end -->\n\nMore\n'; } | diff - "$DIR/page.md" ||
   { echo "FAIL: --update wrote the page wrongly"; exit 1; }
-echo "ok: --all, --update and --check"
+printf '<!-- results_table.py --compact: begin -->\nold\n<!-- results_table.py: end -->\n' > "$DIR/readme.md"
+python3 "$SRC/bench/results_table.py" "$DIR/r.jsonl" --update "$DIR/readme.md"
+grep -qxF '| GPT-2 124M | 1x GPU | 1 GPU | 64 | 1,200 | 50.0% | **1.200**x PyTorch, B=32 |' "$DIR/readme.md" &&
+  [ "$(grep -c '^| ' "$DIR/readme.md")" = 5 ] ||
+  { echo "FAIL: the compact table:"; cat "$DIR/readme.md"; exit 1; }
+echo "ok: --all, --update and --check, the full and the compact table"
 echo '{"date": "2026-01-01", "model": "x"}' > "$DIR/bad.jsonl"
 if python3 "$SRC/bench/results_table.py" "$DIR/bad.jsonl" 2> "$DIR/bad.err"; then
   echo "FAIL: a record without its fields was accepted"; exit 1
@@ -57,4 +62,5 @@ echo "ok: a record without its fields is named with its line"
 python3 "$SRC/bench/results_table.py" > /dev/null
 echo "ok: the repository's records (bench/results/gpu.jsonl) read"
 python3 "$SRC/bench/results_table.py" --check "$SRC/docs/performance.md"
-echo "ok: docs/performance.md's results table is the one the records give"
+python3 "$SRC/bench/results_table.py" --check "$SRC/README.md"
+echo "ok: docs/performance.md's and README.md's tables are the ones the records give"
