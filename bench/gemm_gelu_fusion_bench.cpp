@@ -105,7 +105,7 @@ std::unique_ptr<Buffer> Transposed(cublasLtHandle_t lt, cudaStream_t stream, con
 
 // Milliseconds per run of `op` over `iterations` back-to-back runs, after a first run (which tunes
 // a cuBLASLt GEMM) and 0.3 s of rest: timed right after its tuning's runs, cuBLASLt's GELU GEMMs
-// took 4-18% longer than after a rest (twenty-seventh session, gelu_route_power_bench).
+// took 4-18% longer than after a rest (gelu_route_power_bench).
 double TimeMs(cudaStream_t stream, const std::function<bool()>& op, int iterations = 20) {
   if (!op() || cudaStreamSynchronize(stream) != cudaSuccess) return -1;
   usleep(300000);

@@ -4,7 +4,7 @@
 # first two) is timed on its own (gpu__time_duration, clocks left alone). Engine.profile brackets
 # those steps with cudaProfilerStart/Stop, and ncu starts with profiling off, so nothing before
 # them is intercepted for timing. bench/kernel_summary.py then sums one step by kernel.
-# docs/performance-history.md ("The first session: where a step's time goes") shows a result and the command.
+# docs/performance.md ("What limits a step") shows a result.
 #
 #   bench/kernel_profile.sh TRAINER OUT_CSV [extra trainer -o overrides...]
 #   env: NCU (default /usr/local/cuda/bin/ncu), WORK (default /tmp/bench), MODEL (default

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling runs on one multi-GPU node, in as few device calls as the time allows (issue 7):
+# Scaling runs on one multi-GPU node:
 #  layouts  every parallel layout of NP GPUs against one GPU on the same global batch: the loss
 #           curve over STEPS steps (each step within 5%, the mean within 1%, as tests/integration/
 #           gpu_training.sh asks of two GPUs), tokens/s, MFU and memory;
@@ -20,8 +20,8 @@
 #        adds the overrides, e.g. "tp2-dp4-sp:Model.sequence_parallel=true"), DEVICE (cuda), OUT
 #        (/tmp/scaling), MPIEXEC (mpirun; or e.g. "srun --mpi=pmix" inside an allocation),
 #        MPI_ARGS (--bind-to none; "" for srun), TOKENS (4000000; runs go round it).
-# Runs whose metrics already reach their last step are kept, so a part cut off by a device call's
-# time limit goes on in the next call. Prints one JSON line per run and check (also appended to
+# Runs whose metrics already reach their last step are kept, so a part cut off by a time limit
+# goes on in the next invocation. Prints one JSON line per run and check (also appended to
 # $OUT/results.jsonl); exits 1 when a check fails.
 set -uo pipefail
 TRAINER=$1; shift
@@ -39,7 +39,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$OUT"
 FAILED=0
 
-default_layouts() {  # the layouts of NP GPUs that issue 7 names, for 2, 4 and 8
+default_layouts() {  # the layouts of NP GPUs measured by default, for 2, 4 and 8
   case $NP in
     2) echo "dp2 tp2 pp2" ;;
     4) echo "dp4 tp2-dp2 tp4 pp2-dp2 tp2-pp2" ;;

@@ -2,7 +2,7 @@
 """PyTorch's fused causal attention backends timed at the trainer's shapes (the peer's side of
 cuda_perf_test's DISABLED_AttentionShapes): flash, cuDNN, memory-efficient and the default choice,
 forward and forward+backward, bf16, q/k/v strided views of one (B, T, 3, NH, HS) tensor as in a GPT
-block. Needs PyTorch with CUDA (the GPU machine's peer environment); not part of the build.
+block. Needs PyTorch with CUDA (the environment that runs bench/torch_gpt.py); not part of the build.
 
   python3 bench/torch_sdpa_backends.py
 """

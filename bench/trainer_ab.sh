@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Trainer builds against each other in one GPU-machine call: ROUNDS rounds of trainer-only runs
+# Trainer builds against each other on one GPU: ROUNDS rounds of trainer-only runs
 # (bench/gpu_vs_pytorch.sh with SKIP_PEER=1) on the same shapes, every build once per round, the
 # order rotating from round to round so that no build always runs first on a cooler GPU. Prints
 # each run's JSON line (with "build" and "round" added), then one line per shape: each build's
 # tokens/s by round and its ratio to the first build's in the same round, their mean, and the
-# lowest and highest (builds run minutes apart share the GPU's state; calls hours apart do not,
-# so quote ratios, not tokens/s, between calls).
+# lowest and highest (builds run minutes apart share the GPU's state; runs hours apart or on
+# another machine do not, so compare ratios, not tokens/s, between invocations).
 #
 #   bench/trainer_ab.sh ROUNDS NAME=TRAINER NAME=TRAINER [...] -- MODEL [MODEL...]
 #   MODEL as for bench/gpu_vs_pytorch.sh (124m:B, 350m:B, 1.3b:B); env: STEPS (default 30), NP,

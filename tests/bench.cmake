@@ -5,6 +5,9 @@
 trainer_script_test(timeline_summary SCRIPT timeline_summary.sh LABELS "unit" TIMEOUT 60)
 trainer_script_test(trainer_ab SCRIPT trainer_ab.sh LABELS "unit" TIMEOUT 120)
 trainer_script_test(gpu_vs_pytorch_ratios SCRIPT gpu_vs_pytorch_ratios.sh LABELS "unit" TIMEOUT 120)
+# bench/results_table.py (the results table of docs/performance.md from bench/results/*.jsonl)
+# on records whose table is known, and on the repository's own records.
+trainer_script_test(results_table SCRIPT results_table.sh LABELS "unit" TIMEOUT 60)
 # bench/scaling.sh (issue 7's scaling runs) on 4 CPU ranks with the tiny model: layouts against one
 # rank, DP scaling lines, a tp2-pp2 checkpoint resumed on dp4 and one rank, a failing check.
 trainer_script_test(scaling_bench SCRIPT scaling_bench.sh LABELS "e2e;mpi" TIMEOUT 300)

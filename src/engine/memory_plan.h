@@ -13,11 +13,11 @@
 namespace trainer {
 
 // Device memory outside the arena on an H200 (CUDA 13 driver, cuDNN 9.19), from `memory_gib`
-// (cudaMemGetInfo) against the arena of the nine runs that docs/performance-history.md records
-// with their memory (1.3B at B=8-20, 350M at B=16, 96 and 128, 124M at B=32 and 128): 1.93-1.95
-// GiB for the CUDA context, cuBLASLt's and cuDNN's kernels and workspaces and the backend's
-// scratch, plus cuDNN's attention backward workspace, whose f32 dQ accumulator is (B*T, C/tp).
-// The twenty-third session's runs (a 2 GiB test model to 350M at 120 GiB) matched within 0.05 GiB.
+// (cudaMemGetInfo) against the arena of nine runs (1.3B at B=8-20, 350M at B=16, 96 and 128, 124M
+// at B=32 and 128): 1.93-1.95 GiB for the CUDA context, cuBLASLt's and cuDNN's kernels and
+// workspaces and the backend's scratch, plus cuDNN's attention backward workspace, whose f32 dQ
+// accumulator is (B*T, C/tp). Later runs, from a 2 GiB test model to 350M at 120 GiB, matched
+// within 0.05 GiB.
 // NCCL's buffers (layouts of more than one GPU) come on top.
 constexpr double kGpuBaseBytes = 1.94 * 1024 * 1024 * 1024;
 // GPU memory in use beyond a rank's base that its memory error puts down to other processes (well

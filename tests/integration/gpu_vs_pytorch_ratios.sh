@@ -15,6 +15,10 @@ rm -rf "$DIR" && mkdir -p "$DIR/bin" "$DIR/bench"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cat > "$DIR/bin/nvidia-smi" <<EOF
 #!/bin/sh
+case "\$*" in  # the name and driver that RECORD=1 asks for
+  *query-gpu=name*) echo "NVIDIA H200"; exit ;;
+  *query-gpu=driver_version*) echo "580.95.05"; exit ;;
+esac
 # utilization, SM clock, power: busy at 1500 MHz in the first sampling, 1650 MHz afterwards
 if [ -f "$DIR/sampled" ]; then clock=1650; else clock=1500; touch "$DIR/sampled"; fi
 for i in 1 2 3; do echo "95, \$clock, 690"; done
@@ -121,6 +125,69 @@ assert not [l for l in lines if "ratio_trainer_over_pytorch" in l or "ratio_of_b
 PY
 grep -q "peer broke" "$DIR/bench/124m-b8-np1.peer.err" || { echo "FAIL: the peer's log"; exit 1; }
 echo "ok: a peer without a result line gives an error naming its log"
+# RECORD=1: one record per comparison appended to RECORD_FILE (the pair at 8, then each side's
+# best), with the date, the build (COMMIT), the GPU as nvidia-smi names it (the H200 SXM), the
+# driver, the PyTorch script and the command; bench/results_table.py reads them back.
+rm -f "$DIR/sampled"
+PATH="$DIR/bin:$PATH" WORK="$DIR/bench" STEPS=30 RECORD=1 RECORD_FILE="$DIR/records.jsonl" COMMIT=abc1234 \
+  bash "$SRC/bench/gpu_vs_pytorch.sh" "$DIR/bin/trainer" "$DIR/peer.py" 124m:8 124m:16:trainer > "$DIR/record.out"
+python3 - "$DIR/records.jsonl" "$DIR" "$(cd "$SRC" && pwd)" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+d, src = sys.argv[2], sys.argv[3]
+peer = d[len(src) + 1:] if d.startswith(src + "/") else d  # named from the source tree
+assert [r["comparison"] for r in recs] == ["same micro-batch", "best against best"], recs
+r = recs[0]
+assert r["commit"] == "abc1234" and r["hardware"] == "1x NVIDIA H200 SXM", r
+assert r["model"] == "GPT-2 124M" and r["layout"] == "1 GPU" and r["micro_batch"] == 8, r
+assert r["tokens_per_s"] == 1100 and r["mfu"] == 0.5 and r["memory_gib"] == 1.5, r
+assert r["peer"]["tokens_per_s"] == 1000 and r["ratio"] == 1.1, r
+assert r["peer"]["name"] == "PyTorch (%s/peer.py)" % peer and "mfu" not in r["peer"], r
+assert r["driver"] == "580.95.05" and r["match_peer"] is True and r["steps"] == 30, r
+assert r["command"] == ("STEPS=30 NP=1 bench/gpu_vs_pytorch.sh %s/bin/trainer %s/peer.py "
+                        "124m:8 124m:16:trainer" % (d, d)), r
+assert len(r["date"]) == 10 and r["memory_planned"] == "12.3 GiB", r
+PY
+python3 "$SRC/bench/results_table.py" "$DIR/records.jsonl" |
+  grep -qF '| GPT-2 124M | 1x NVIDIA H200 SXM | 1 GPU | 8 | 1,100 | 50.0% | 1.5 GiB | PyTorch, B=8 | 1,000 | **1.100** | abc1234 |' ||
+  { echo "FAIL: results_table.py on the records:"; python3 "$SRC/bench/results_table.py" "$DIR/records.jsonl"; exit 1; }
+echo "ok: RECORD=1 appends one record per comparison, and results_table.py reads them"
+# NP=2: the trainer on two GPUs, then on one as its baseline; the ratio and its record (dp2 with
+# ZeRO-1, on in the GPU configs).
+rm -f "$DIR/sampled" "$DIR/trainer-calls"
+out=$(PATH="$DIR/bin:$PATH" WORK="$DIR/bench" STEPS=30 NP=2 RECORD=1 RECORD_FILE="$DIR/records-np2.jsonl" \
+  COMMIT=abc1234 bash "$SRC/bench/gpu_vs_pytorch.sh" "$DIR/bin/trainer" "$DIR/peer.py" 350m:4)
+python3 - "$out" "$DIR/records-np2.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert [l["gpus"] for l in lines if l.get("who") == "trainer"] == [2, 1], lines
+assert not [l for l in lines if l.get("who") == "pytorch"], lines
+assert {"model": "350m", "B": 4, "gpus": 2, "ratio_over_one_gpu": 1.0} in lines, lines
+(r,) = [json.loads(l) for l in open(sys.argv[2])]
+assert r["hardware"] == "2x NVIDIA H200 SXM" and r["layout"] == "dp2 ZeRO-1", r
+assert r["peer"]["name"] == "the trainer on 1 GPU" and r["comparison"] == "against one GPU", r
+PY
+grep -q '^train .*Global.global_batch_size=8 ' "$DIR/trainer-calls" &&
+  grep -q '^train .*Global.global_batch_size=4 ' "$DIR/trainer-calls" ||
+  { echo "FAIL: NP=2 should train at global batch 8, then 4 on one GPU: $(cat "$DIR/trainer-calls")"; exit 1; }
+echo "ok: NP=2 runs the trainer on one GPU as its baseline, and records the ratio"
+# Without a PEER_SCRIPT the PyTorch side is bench/torch_gpt.py, given the shape as JSON.
+real_python=$(command -v python3)
+printf '#!/bin/sh\necho "$*" >> "%s/python-calls"\nexec "%s" "$@"\n' "$DIR" "$real_python" > "$DIR/bin/python3"
+chmod +x "$DIR/bin/python3"
+rm -f "$DIR/sampled" "$DIR/python-calls"
+PATH="$DIR/bin:$PATH" WORK="$DIR/bench" STEPS=30 bash "$SRC/bench/gpu_vs_pytorch.sh" "$DIR/bin/trainer" 124m:8 > /dev/null
+grep -qF "$SRC/bench/torch_gpt.py [{\"V\":50304,\"L\":12,\"H\":12,\"D\":768,\"T\":1024,\"B\":8,\"compile\":true,\"steps\":30}]" \
+  "$DIR/python-calls" || { echo "FAIL: the default PyTorch script's call: $(cat "$DIR/python-calls")"; exit 1; }
+rm "$DIR/bin/python3"
+python3 "$SRC/bench/torch_gpt.py" --dry-run 350m:16 '{"V":50304,"L":2,"H":4,"D":256,"T":128,"B":2}' > "$DIR/dry.out"
+python3 - "$DIR/dry.out" <<'PY'
+import json, sys
+a, b = [json.loads(l) for l in open(sys.argv[1])]
+assert (a["L"], a["H"], a["D"], a["T"], a["B"], a["V"], a["vocab"]) == (24, 16, 1024, 1024, 16, 50304, 50257), a
+assert a["compile"] is True and a["steps"] == 30 and (b["L"], b["B"], b["vocab"]) == (2, 2, 50257), b
+PY
+echo "ok: the default PyTorch side is bench/torch_gpt.py, with the trainer's shapes"
 # bench/kernel_profile.sh trains on the same random.h5 as MATCH_PEER=0 (one generator for both),
 # under ncu (a stand-in here that records what it runs), over 3 warm-up steps and STEPS profiled.
 cat > "$DIR/bin/ncu" <<EOF2
