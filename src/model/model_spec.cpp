@@ -192,7 +192,7 @@ std::vector<ParameterSpec> SpecParameters(const ModelSpec& spec, bool sequence_p
 }
 
 bool CountsForFlops(const ModelSpec& spec, ParamRole role) {
-  if (role == ParamRole::kPositionEmbedding) return false;
+  // GPT-2's position table counts, as nanoGPT and the GPT-2 peer count it.
   if (role == ParamRole::kTokenEmbedding) return spec.tied_embeddings;
   return true;
 }

@@ -137,8 +137,9 @@ std::string ParameterName(const ModelSpec& spec, ParamRole role, int layer);
 bool IsResidualProjection(ParamRole role);
 bool IsNormWeight(ParamRole role);
 
-// Parameters whose products make up the model's FLOPs per token: every matrix a token is
-// multiplied by (the learned position table and an untied input embedding are lookups).
+// Parameters counted in the model's FLOPs per token: every parameter but an untied input
+// embedding (a lookup; tied, it is the LM head). GPT-2's position table counts, as nanoGPT's
+// count has it.
 bool CountsForFlops(const ModelSpec& spec, ParamRole role);
 
 // FLOPs per token of one training step (forward + backward) as PaLM counts them:
