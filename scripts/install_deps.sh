@@ -9,8 +9,9 @@ packages=(build-essential cmake ninja-build pkg-config python3 python3-pip
           openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libyaml-cpp-dev
           libboost-program-options-dev libgtest-dev)
 if [[ "${1:-}" == "--tests" ]]; then
-  # procps: pgrep in the kill tests; python3-regex: the BPE reference encoder (bpe_pack.sh)
-  packages+=(slurm-wlm munge iproute2 util-linux procps python3-regex)
+  # procps: pgrep in the kill tests; python3-regex: the BPE reference encoder (bpe_pack.sh);
+  # python3-torch, python3-venv: the transformers venv of hf_llama.sh (tests/integration/hf_venv.sh)
+  packages+=(slurm-wlm munge iproute2 util-linux procps python3-regex python3-torch python3-venv)
 fi
 
 missing=()

@@ -2,7 +2,8 @@
 # writer against hand-built files, SIGKILL of the writer during saves, full and read-only disks,
 # resume on other layouts, damaged files and the fallback, shape mismatches, inspect, retention,
 # preemption under plain mpirun, the folder's lock (one run writes a folder at a time), and a
-# fresh run's weights from a checkpoint or a Hugging Face GPT-2 (Checkpoint.init_from).
+# fresh run's weights from a checkpoint or a Hugging Face GPT-2 (Checkpoint.init_from), and the
+# llama family in and out of Hugging Face folders against transformers itself (hf_llama).
 trainer_gtest(filesystem_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/filesystem_test.cpp
               LIBS trainer_common TIMEOUT 60)
 trainer_gtest(safetensors_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/safetensors_test.cpp
@@ -15,3 +16,4 @@ trainer_script_test(checkpoint_integrity SCRIPT checkpoint_integrity.sh LABELS "
 trainer_script_test(checkpoint_preempt SCRIPT checkpoint_preempt.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_lock SCRIPT checkpoint_lock.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(init_from SCRIPT init_from.sh LABELS "e2e;mpi" TIMEOUT 240)
+trainer_script_test(hf_llama SCRIPT hf_llama.sh LABELS "e2e;mpi" TIMEOUT 600)

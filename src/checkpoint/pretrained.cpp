@@ -8,6 +8,8 @@
 #include <set>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_folder.h"
+#include "checkpoint/hf_llama.h"
 #include "checkpoint/safetensors.h"
 #include "common/filesystem.h"
 #include "common/log.h"
@@ -69,7 +71,7 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
                        const ModelPartition& part, const std::vector<ParameterInfo>& params,
                        std::vector<float>* flat) {
   std::map<std::string, SafetensorsTensor> tensors;
-  TRAINER_RETURN_IF_ERROR(ReadSafetensors(file, &tensors));
+  TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(file, &tensors));
   auto find = [&](const std::string& name) -> const SafetensorsTensor* {
     auto it = tensors.find(name);
     if (it == tensors.end()) it = tensors.find(name.substr(sizeof(kTransformer) - 1));
@@ -113,7 +115,8 @@ std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
     SafetensorsTensor t;
     t.name = p.name;
     t.shape = p.full_shape;
-    if (p.name == "transformer.wte.weight") t.shape[0] = model.vocab_size;  // no padding rows
+    if (p.role == ParamRole::kTokenEmbedding || p.role == ParamRole::kLmHead)
+      t.shape[0] = model.vocab_size;  // no padding rows
     if (StoredTransposed(p)) std::swap(t.shape[0], t.shape[1]);
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
@@ -127,9 +130,10 @@ std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
   return tensors;
 }
 
-std::string HuggingFaceConfigJson(const ModelConfig& model, bool bf16) {
+Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, std::string* json) {
+  if (model.arch == "llama") return LlamaConfigJson(model, bf16, json);
   const int eod = model.vocab_size - 1;  // trainer pack's end-of-document id
-  return StrFormat(
+  *json = StrFormat(
       "{\n"
       "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
       "  \"model_type\": \"gpt2\",\n"
@@ -153,25 +157,35 @@ std::string HuggingFaceConfigJson(const ModelConfig& model, bool bf16) {
       "}\n",
       model.vocab_size, model.max_seq_len, model.hidden_size, model.num_layers, model.num_heads,
       model.ffn_size(), eod, eod, bf16 ? "bfloat16" : "float32");
-}
-
-std::string HuggingFaceWeightsFile(const std::string& path) {
-  if (IsDirectory(path))
-    return PathExists(path + "/model.safetensors") ? path + "/model.safetensors" : "";
-  const std::string suffix = ".safetensors";
-  const bool named = path.size() > suffix.size() &&
-                     path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
-  return named && PathExists(path) ? path : "";
+  return Status::Ok();
 }
 
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
                                  const ModelPartition& part,
                                  const std::vector<ParameterInfo>& params, std::vector<float>* flat,
                                  std::string* what) {
-  const std::string safetensors = HuggingFaceWeightsFile(path);
-  if (!safetensors.empty()) {
-    *what = safetensors + " (a Hugging Face GPT-2)";
-    return FromSafetensors(safetensors, model, part, params, flat);
+  const std::string weights = HuggingFaceWeightsFile(path);
+  if (!weights.empty()) {
+    const std::string arch = HuggingFaceArchitecture(HuggingFaceFolder(weights));
+    const bool llama = IsLlamaArchitecture(arch);
+    const bool gpt2 = arch.empty() || arch == "GPT2LMHeadModel" || arch == "gpt2";
+    if (!llama && !gpt2)
+      return CheckpointError(StrFormat(
+          "%s (Checkpoint.init_from): architecture %s is not supported (LlamaForCausalLM, "
+          "Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel are)",
+          weights.c_str(), arch.c_str()));
+    if (llama != (model.arch == "llama")) {
+      std::string needs, note;
+      TRAINER_RETURN_IF_ERROR(ImpliedModelOverrides(weights, &needs, &note));
+      return CheckpointError(StrFormat(
+          "%s (Checkpoint.init_from) is a %s, the config's Model.arch is %s. The pretrained "
+          "model needs %s%s",
+          weights.c_str(), llama ? arch.c_str() : "GPT-2", model.arch.c_str(),
+          llama ? "" : "-o Model.arch=gpt2 ", needs.c_str()));
+    }
+    *what = weights + (llama ? " (a Hugging Face " + arch + ")" : " (a Hugging Face GPT-2)");
+    if (llama) return LlamaParameterValues(weights, model, part, params, flat);
+    return FromSafetensors(weights, model, part, params, flat);
   }
   const std::string checkpoint = FindCheckpointFile(path);
   if (!checkpoint.empty()) {
@@ -180,15 +194,22 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
   }
   return CheckpointError(StrFormat(
       "Checkpoint.init_from=%s names no weights: give a trainer checkpoint (a step folder, its "
-      "checkpoint.h5, or a checkpoint directory) or a Hugging Face GPT-2 (a folder with "
-      "model.safetensors, or the file)",
+      "checkpoint.h5, or a checkpoint directory) or a Hugging Face model (a folder with "
+      "config.json and model.safetensors or model.safetensors.index.json, or the file)",
       path.c_str()));
 }
 
 Status ImpliedModelOverrides(const std::string& file, std::string* overrides, std::string* note) {
+  note->clear();
+  const std::string arch = HuggingFaceArchitecture(HuggingFaceFolder(file));
+  if (!arch.empty() && arch != "GPT2LMHeadModel" && arch != "gpt2") {
+    ModelConfig model;
+    TRAINER_RETURN_IF_ERROR(ReadLlamaConfigJson(HuggingFaceFolder(file) + "/config.json", &model));
+    *overrides = LlamaModelOverrides(model);
+    return Status::Ok();
+  }
   std::vector<SafetensorsEntry> entries;
-  uint64_t data_start = 0;
-  TRAINER_RETURN_IF_ERROR(ReadSafetensorsIndex(file, &entries, &data_start));
+  TRAINER_RETURN_IF_ERROR(ReadHuggingFaceEntries(file, &entries));
   std::map<std::string, std::vector<int64_t>> shapes;  // without the "transformer." prefix
   std::set<int> layers;
   const std::string prefix = kTransformer, block = "h.";
@@ -210,7 +231,6 @@ Status ImpliedModelOverrides(const std::string& file, std::string* overrides, st
       "-o Model.max_seq_len=%lld -o Model.ffn_hidden_size=%lld",
       static_cast<long long>(wte[0]), static_cast<long long>(C), layers.size(),
       static_cast<long long>(wpe[0]), static_cast<long long>(fc[1] == 4 * C ? 0 : fc[1]));
-  note->clear();
   const std::string config = ParentDirectory(file) + "/config.json";
   try {
     const YAML::Node c = YAML::LoadFile(config);  // JSON is YAML

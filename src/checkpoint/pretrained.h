@@ -5,13 +5,16 @@
 // initialisation: a trainer checkpoint (its weights only: not its optimizer state, step or data
 // position), or a Hugging Face GPT-2 (a folder holding model.safetensors, or the file: tensor
 // names with or without "transformer.", Conv1D matrices stored (in, out), F32, BF16 or F16; the
-// causal-mask buffers and the tied lm_head are skipped). Each rank takes its own slices; a shape
-// that does not fit the config's model is a checkpoint error naming the tensor and the key to set.
+// causal-mask buffers and the tied lm_head are skipped), or a Hugging Face llama-family model
+// (hf_llama.h, which the config.json beside the weights names). Whole or sharded weights
+// (hf_folder.h). Each rank takes its own slices; a shape that does not fit the config's model is a
+// checkpoint error naming the tensor and the key to set.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "checkpoint/hf_folder.h"
 #include "checkpoint/safetensors.h"
 #include "common/status.h"
 #include "config/train_config.h"
@@ -20,20 +23,19 @@
 namespace trainer {
 
 // Whole tensors (`params`: FullParameterList's, offsets into `flat`) as transformers' GPT-2
-// stores them, and the GPT2Config that goes with them (config.json).
+// stores them (for Model.arch=llama: the names and layout as they are, without the vocabulary's
+// padding rows), and the config.json that goes with them.
 std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
                                              const std::vector<ParameterInfo>& params,
                                              const std::vector<float>& flat);
-std::string HuggingFaceConfigJson(const ModelConfig& model, bool bf16);
+Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, std::string* json);
 
-// The safetensors file `path` names (itself, or the model.safetensors of a folder), "" when it
-// names none.
-std::string HuggingFaceWeightsFile(const std::string& path);
-
-// The Model keys that the Hugging Face GPT-2 `file` implies, as "-o Model.key=value ..." for
-// Checkpoint.init_from: vocab_size, hidden_size, max_seq_len, num_layers and ffn_hidden_size from
-// its tensor shapes (read from the header only), num_heads from the config.json beside it (the
-// shapes do not show it; without one it is left out, and *note says so).
+// The Model keys that the Hugging Face weights `file` (HuggingFaceWeightsFile's) imply, as
+// "-o Model.key=value ..." for Checkpoint.init_from. A llama-family model: every key from the
+// config.json beside it (hf_llama.h's LlamaModelOverrides). A GPT-2: vocab_size, hidden_size,
+// max_seq_len, num_layers and ffn_hidden_size from its tensor shapes (read from the header only),
+// num_heads from the config.json beside it (the shapes do not show it; without one it is left out,
+// and *note says so).
 Status ImpliedModelOverrides(const std::string& file, std::string* overrides, std::string* note);
 
 // This rank's slices (`part`, `params`: its parameter list) of the weights at `path`, as a flat

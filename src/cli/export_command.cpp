@@ -1,14 +1,19 @@
 // `trainer export CHECKPOINT --output DIR`: the model of a checkpoint (any layout) for the
-// Hugging Face ecosystem. DIR/model.safetensors holds its weights under transformers' GPT-2 names
-// (GPT2LMHeadModel: its Conv1D layers store weights as (in, out), so the block matrices, (out, in)
-// here as in nanoGPT, are transposed; the vocabulary's padding rows are dropped; lm_head is tied
-// to wte), and DIR/config.json its GPT2Config (tanh GELU, LayerNorm eps 1e-5, no dropout). The
-// tensors are read from the checkpoint file and written out; no model is built. With
+// Hugging Face ecosystem. A GPT-2: DIR/model.safetensors holds its weights under transformers'
+// GPT-2 names (GPT2LMHeadModel: its Conv1D layers store weights as (in, out), so the block
+// matrices, (out, in) here as in nanoGPT, are transposed; the vocabulary's padding rows are
+// dropped; lm_head is tied to wte), and DIR/config.json its GPT2Config (tanh GELU, LayerNorm eps
+// 1e-5, no dropout). A llama-family model: its tensors as they are (transformers' names and
+// layout) less the padding rows, and a LlamaConfig, Qwen2Config or Qwen3Config (hf_llama.h).
+// Above --max-shard-size (5GB) the weights go into model-0000K-of-0000N.safetensors shards with
+// model.safetensors.index.json, as save_pretrained writes them. The tensors are read from the
+// checkpoint file and written out; no model is built. With
 // --tokenizer-dir, the GPT-2 BPE files the data was packed with go beside them as vocab.json and
 // merges.txt, so that transformers' tokenizer loads from the same folder.
 #include <iostream>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_folder.h"
 #include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
 #include "cli/checkpoint_model.h"
@@ -22,27 +27,40 @@ namespace trainer {
 namespace {
 
 struct ExportOptions {
-  std::string checkpoint, output, dtype = "f32", tokenizer_dir;
+  std::string checkpoint, output, dtype = "f32", tokenizer_dir, max_shard_size = "5GB";
   std::vector<std::string> overrides;
 };
 
 Status Export(const ExportOptions& o, RunContext* ctx) {
   if (o.dtype != "f32" && o.dtype != "bf16")
     return UsageError(StrFormat("--dtype %s: use f32 or bf16", o.dtype.c_str()));
-  const std::string weights = o.output + "/model.safetensors", config = o.output + "/config.json";
-  std::vector<std::string> outputs = {weights, config};
+  const uint64_t max_shard_bytes = ParseShardSize(o.max_shard_size);
+  if (max_shard_bytes == 0)
+    return UsageError(
+        StrFormat("--max-shard-size %s: give bytes, or a size such as 5GB, 500MB, "
+                  "20KB or 2GiB",
+                  o.max_shard_size.c_str()));
+  const std::string config = o.output + "/config.json";
+  std::vector<std::string> outputs = {o.output + "/model.safetensors",
+                                      o.output + "/model.safetensors.index.json", config};
   if (!o.tokenizer_dir.empty()) {
     outputs.push_back(o.output + "/vocab.json");
     outputs.push_back(o.output + "/merges.txt");
   }
-  for (const std::string& path : outputs)
-    if (PathExists(path))
-      return UsageError(
-          StrFormat("%s exists (trainer export --output %s): remove it or choose another --output",
-                    path.c_str(), o.output.c_str()));
+  auto refuse_existing = [&](const std::vector<std::string>& paths) {
+    for (const std::string& path : paths)
+      if (PathExists(path))
+        return UsageError(StrFormat(
+            "%s exists (trainer export --output %s): remove it or choose another --output",
+            path.c_str(), o.output.c_str()));
+    return Status::Ok();
+  };
+  TRAINER_RETURN_IF_ERROR(refuse_existing(outputs));
   std::string file;
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", &file));
   TRAINER_ASSIGN_OR_RETURN(const TrainConfig tc, OneProcessConfig(file, o.overrides, 0));
+  std::string config_json;
+  TRAINER_RETURN_IF_ERROR(HuggingFaceConfigJson(tc.model, o.dtype == "bf16", &config_json));
   std::shared_ptr<const BpeVocabulary> tokenizer;
   if (!o.tokenizer_dir.empty()) {
     TRAINER_ASSIGN_OR_RETURN(tokenizer, LoadModelTokenizer(o.tokenizer_dir, tc.model));
@@ -55,29 +73,37 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   const std::vector<SafetensorsTensor> tensors = ToHuggingFace(tc.model, params, flat);
   flat.clear();
   flat.shrink_to_fit();
+  const SafetensorsDType dtype =
+      o.dtype == "bf16" ? SafetensorsDType::kBF16 : SafetensorsDType::kF32;
+  std::vector<std::string> files = HuggingFaceWeightFiles(tensors, dtype, max_shard_bytes);
+  for (std::string& f : files) f = o.output + "/" + f;
+  TRAINER_RETURN_IF_ERROR(refuse_existing(files));  // earlier shards
   TRAINER_RETURN_IF_ERROR(MakeDirectories(o.output));
-  TRAINER_RETURN_IF_ERROR(WriteSafetensors(
-      weights, tensors, o.dtype == "bf16" ? SafetensorsDType::kBF16 : SafetensorsDType::kF32,
-      {{"format", "pt"}, {"source", file}}));
-  TRAINER_RETURN_IF_ERROR(
-      WriteFileAtomically(config, HuggingFaceConfigJson(tc.model, o.dtype == "bf16")));
+  TRAINER_RETURN_IF_ERROR(WriteHuggingFaceWeights(
+      o.output, tensors, dtype, {{"format", "pt"}, {"source", file}}, max_shard_bytes, &files));
+  TRAINER_RETURN_IF_ERROR(WriteFileAtomically(config, config_json));
   if (tokenizer != nullptr) {  // the files as they are, under Hugging Face's names
     TRAINER_ASSIGN_OR_RETURN(const std::string vocabulary,
                              ReadSmallFile(tokenizer->vocabulary_path()));
-    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(outputs[2], vocabulary));
+    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(outputs[3], vocabulary));
     TRAINER_ASSIGN_OR_RETURN(const std::string merges, ReadSmallFile(tokenizer->merges_path()));
-    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(outputs[3], merges));
+    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(outputs[4], merges));
   }
   int64_t count = 0;
   for (const SafetensorsTensor& t : tensors) count += static_cast<int64_t>(t.values.size());
-  std::cout << StrFormat(
-                   "exported %s: %zu tensors, %lld parameters (%s) to %s/model.safetensors and "
-                   "config.json%s; load with transformers.GPT2LMHeadModel.from_pretrained(\"%s\")",
-                   file.c_str(), tensors.size(), static_cast<long long>(count), o.dtype.c_str(),
-                   o.output.c_str(),
-                   tokenizer != nullptr ? " (and the tokenizer's vocab.json and merges.txt)" : "",
-                   o.output.c_str())
-            << std::endl;
+  const std::string written =
+      files.size() == 1
+          ? "model.safetensors"
+          : StrFormat("%zu shards and model.safetensors.index.json", files.size() - 1);
+  std::cout
+      << StrFormat(
+             "exported %s: %zu tensors, %lld parameters (%s) to %s/%s and "
+             "config.json%s; load with transformers.AutoModelForCausalLM.from_pretrained(\"%s\")",
+             file.c_str(), tensors.size(), static_cast<long long>(count), o.dtype.c_str(),
+             o.output.c_str(), written.c_str(),
+             tokenizer != nullptr ? " (and the tokenizer's vocab.json and merges.txt)" : "",
+             o.output.c_str())
+      << std::endl;
   return Status::Ok();
 }
 
@@ -90,11 +116,15 @@ int RunExportCommand(const std::vector<std::string>& args) {
                         "folder for model.safetensors and config.json (made if missing)")(
       "dtype", po::value(&o.dtype)->default_value("f32"), "f32 or bf16 (rounded to nearest)")(
       "tokenizer-dir", po::value(&o.tokenizer_dir)->default_value(""),
-      "also copy the GPT-2 BPE files the data was packed with (vocab.json, merges.txt)");
+      "also copy the GPT-2 BPE files the data was packed with (vocab.json, merges.txt)")(
+      "max-shard-size", po::value(&o.max_shard_size)->default_value("5GB"),
+      "above this the weights go into model-0000K-of-0000N.safetensors shards and "
+      "model.safetensors.index.json (KB/MB/GB: powers of 1000; KiB/MiB/GiB: of 1024)");
   RunContext ctx;
   int exit_code = 0;
   if (!StartCheckpointCommand("export",
-                              "CHECKPOINT --output DIR [--dtype f32|bf16] [--tokenizer-dir DIR]",
+                              "CHECKPOINT --output DIR [--dtype f32|bf16] [--tokenizer-dir DIR] "
+                              "[--max-shard-size 5GB]",
                               args, &options, &o.checkpoint, &o.overrides, &ctx, &exit_code))
     return exit_code;
   Status status = Status::Ok();

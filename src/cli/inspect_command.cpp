@@ -3,11 +3,13 @@
 // or its checkpoint.h5): shapes, training state, the layout it was written from, and whether
 // every tensor passes its checksum. Exit 0 when it verifies, 3/4 when it does not. A checkpoint
 // folder (Checkpoint.dir) first lists its steps, `latest`, interrupted saves and whether a run
-// holds it, then inspects the step `latest` names. A Hugging Face GPT-2 (model.safetensors or its
-// folder) lists its tensors and the Model keys that Checkpoint.init_from needs for it.
+// holds it, then inspects the step `latest` names. A Hugging Face model (GPT-2 or the llama
+// family: model.safetensors, model.safetensors.index.json, or their folder) lists its tensors and
+// the Model keys that Checkpoint.init_from needs for it.
 #include <iostream>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_llama.h"
 #include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
 #include "cli/cli_options.h"
@@ -75,13 +77,15 @@ Status InspectCheckpointFolder(const std::string& dir) {
   return InspectCheckpoint(dir + "/" + step);
 }
 
-// A Hugging Face GPT-2 (trainer export's, or transformers'): its tensors from the header, and the
-// Model keys that Checkpoint.init_from needs for it.
+// A Hugging Face model (trainer export's, or transformers'; GPT-2 or the llama family, whole or
+// sharded): its tensors from the headers, and the Model keys that Checkpoint.init_from needs.
 Status InspectHuggingFace(const std::string& file) {
   std::vector<SafetensorsEntry> entries;
-  uint64_t data_start = 0;
-  TRAINER_RETURN_IF_ERROR(ReadSafetensorsIndex(file, &entries, &data_start));
-  std::cout << "Hugging Face weights " << file << "\n  tensors (" << entries.size() << "):\n";
+  TRAINER_RETURN_IF_ERROR(ReadHuggingFaceEntries(file, &entries));
+  const std::string arch = HuggingFaceArchitecture(HuggingFaceFolder(file));
+  std::cout << "Hugging Face weights " << file << "\n"
+            << "  architecture     " << (arch.empty() ? "(no config.json)" : arch) << "\n"
+            << "  tensors (" << entries.size() << "):\n";
   int64_t total = 0;
   for (const SafetensorsEntry& e : entries) {
     int64_t n = 1;
@@ -162,7 +166,7 @@ int RunInspectCommand(const std::vector<std::string>& args) {
       "path", po::value(&path)->default_value(""),
       "dataset (.h5; several as Data.train_path names them: commas, globs), "
       "checkpoint (step folder or checkpoint.h5), checkpoint folder "
-      "(Checkpoint.dir), or Hugging Face GPT-2 (model.safetensors or its folder)");
+      "(Checkpoint.dir), or Hugging Face model (model.safetensors, its index, or their folder)");
   po::positional_options_description positional;
   positional.add("path", 1);
   po::variables_map vm;

@@ -106,8 +106,9 @@ struct CheckpointConfig {
   int keep_last = 2;   // 0 keeps all
   int keep_every = 0;  // also keep every step that is a multiple of this; 0 disables
   std::string resume;  // "" (none), "auto" (latest committed) or a checkpoint folder
-  // Weights for a fresh run (not a resume): a trainer checkpoint or a Hugging Face GPT-2 folder or
-  // model.safetensors; "" initialises as GPT-2 does.
+  // Weights for a fresh run (not a resume): a trainer checkpoint, or a Hugging Face model folder
+  // (GPT-2, Llama, Qwen2, Qwen3; whole or sharded) or its weights file; "" initialises as GPT-2
+  // does.
   std::string init_from;
 };
 

@@ -1,0 +1,47 @@
+// The llama family (Model.arch=llama) as Hugging Face stores it: LlamaForCausalLM,
+// Qwen2ForCausalLM (q/k/v biases) and Qwen3ForCausalLM (per-head q/k RMSNorm). The parameter
+// names are transformers' own and the matrices (out, in) as nn.Linear stores them, so import and
+// export copy tensors as they are; only the embedding and an untied lm_head differ, by the
+// vocabulary's padding rows (exported without, imported zero). config.json is read in both forms
+// (transformers 4: rope_theta, rope_scaling, torch_dtype; transformers 5: rope_parameters, dtype)
+// and written in the first, which both read.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "config/train_config.h"
+#include "model/parameters.h"
+
+namespace trainer {
+
+// The architecture config.json in `folder` names ("architectures"[0], else its model_type's class),
+// "" when there is no config.json.
+std::string HuggingFaceArchitecture(const std::string& folder);
+
+// Whether `architecture` is one of the llama family's.
+bool IsLlamaArchitecture(const std::string& architecture);
+
+// The Model keys of the llama-family model whose config.json is `config_path`. Anything this
+// trainer cannot compute as transformers does (another architecture or rope type, mlp_bias, an
+// o_proj bias, sliding-window attention, heads not a multiple of the key/value heads, another
+// dtype or activation) is a checkpoint error naming the key.
+Status ReadLlamaConfigJson(const std::string& config_path, ModelConfig* model);
+
+// `model`'s llama keys as "-o Model.arch=llama -o Model.vocab_size=... ...".
+std::string LlamaModelOverrides(const ModelConfig& model);
+
+// config.json for `model` (Model.arch=llama): LlamaForCausalLM, Qwen2ForCausalLM (qkv_bias) or
+// Qwen3ForCausalLM (qk_norm); a usage error for both at once (no transformers class has q/k/v
+// biases and q/k norms without an o_proj bias).
+Status LlamaConfigJson(const ModelConfig& model, bool bf16, std::string* json);
+
+// This rank's slices of the llama-family weights `weights` (HuggingFaceWeightsFile's) with the
+// config.json beside them: the config's model must be the folder's (else a checkpoint error that
+// names the key and gives every override the folder needs), every tensor present with its shape.
+Status LlamaParameterValues(const std::string& weights, const ModelConfig& model,
+                            const ModelPartition& part, const std::vector<ParameterInfo>& params,
+                            std::vector<float>* flat);
+
+}  // namespace trainer

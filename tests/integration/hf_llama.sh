@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Hugging Face llama-family weights in and out, against transformers 4.46.3 itself (hf_venv.sh;
+# skipped, exit 77, without it). hf_llama.py makes tiny random models: a LlamaForCausalLM (GQA,
+# llama3 rope_scaling, untied, saved in 20 KB shards with an index), a Qwen2ForCausalLM (q/k/v
+# biases, tied) and a Qwen3ForCausalLM (q/k norm, head_dim != hidden/heads, transformers 5's
+# config form; transformers 4.46 has no Qwen3, so its loss comes from the float64 reference the
+# helper writes, which the two others check against transformers too). For each: `trainer
+# inspect` gives the -o Model.* overrides; a run with those, Checkpoint.init_from and learning
+# rate 0 saves the initial weights, whose `trainer eval` loss on two samples of the packed text
+# must be transformers' (1e-5 relative); then 4 training steps, `trainer export` (the llama in
+# 20KB shards), and transformers' loss from the export must be trainer eval's of the trained
+# checkpoint. Bad input: one line, exit 4 (or 2 for a usage error).
+source "$(dirname "$0")/lib.sh"
+PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
+HELPER="$SRC/tests/integration/hf_llama.py"
+python3 -c "
+import random
+random.seed(7)
+words = 'the cat sat on a mat while dogs ran in fields of gold and rivers of blue'.split()
+open('text.txt', 'w').write(' '.join(random.choice(words) for _ in range(700)))"
+"$TRAINER" pack --input text.txt --output text.h5 --quiet
+T=32
+COMMON=(-c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=text.h5 -o Data.val_fraction=0
+        -o Global.micro_batch_size=2 -o Global.global_batch_size=4 -o Engine.eval_freq=0
+        -o Engine.logging_freq=1 -o Model.seq_len=$T)
+evaluate() {  # checkpoints, output json
+  "$TRAINER" eval "$1" --data text.h5 -b 1 --batches 2 > "$2" 2> "$2.err" ||
+    { cat "$2" "$2.err"; fail "trainer eval $1"; }
+}
+
+for case in llama qwen2 qwen3; do
+  "$PY" "$HELPER" make "$case" "hf-$case" || fail "making the $case model"
+  "$TRAINER" inspect "hf-$case" > "inspect-$case.txt" || { cat "inspect-$case.txt"; fail "inspect $case"; }
+  read -ra MODEL <<< "$(sed -n 's/^  init_from needs  //p' "inspect-$case.txt")"
+  [ "${#MODEL[@]}" -gt 20 ] || { cat "inspect-$case.txt"; fail "inspect $case: no overrides"; }
+  ref=(); [ "$case" = qwen3 ] && ref=(--reference-only)
+  run_np 2 train "${COMMON[@]}" "${MODEL[@]}" -o Checkpoint.init_from="hf-$case" -o Optimizer.lr=0 \
+    -o Optimizer.min_lr=0 -o Engine.max_steps=1 -o Engine.save_steps=1 \
+    -o Engine.output_dir="init-$case" > "init-$case.log" 2>&1 ||
+    { tail -20 "init-$case.log"; fail "init_from $case failed"; }
+  grep -q "initial weights from .*Hugging Face" "init-$case.log" || fail "$case: init_from not said"
+  evaluate "init-$case/checkpoints" "eval-init-$case.json"
+  "$PY" "$HELPER" check "hf-$case" text.txt $T "eval-init-$case.json" "${ref[@]}" ||
+    fail "$case: the imported model's loss"
+  run_np 2 train "${COMMON[@]}" "${MODEL[@]}" -o Checkpoint.init_from="hf-$case" \
+    -o Optimizer.lr=1e-2 -o Optimizer.warmup_steps=0 -o Engine.max_steps=4 -o Engine.save_steps=4 \
+    -o Distributed.tp_degree=2 -o Engine.output_dir="trained-$case" > "trained-$case.log" 2>&1 ||
+    { tail -20 "trained-$case.log"; fail "training $case failed"; }
+  evaluate "trained-$case/checkpoints" "eval-trained-$case.json"
+  cmp -s <(tail -1 "eval-init-$case.json") <(tail -1 "eval-trained-$case.json") &&
+    fail "$case: training did not change the loss"
+  shard=(); [ "$case" = llama ] && shard=(--max-shard-size 20KB)
+  "$TRAINER" export "trained-$case/checkpoints" --output "export-$case" "${shard[@]}" \
+    > "export-$case.log" || fail "export $case"
+  "$PY" "$HELPER" check "export-$case" text.txt $T "eval-trained-$case.json" "${ref[@]}" ||
+    fail "$case: the exported model's loss"
+done
+python3 - <<'PY'
+import json, os
+for case, arch, tied in (("llama", "LlamaForCausalLM", False), ("qwen2", "Qwen2ForCausalLM", True),
+                         ("qwen3", "Qwen3ForCausalLM", False)):
+    c = json.load(open(f"export-{case}/config.json"))
+    assert c["architectures"] == [arch] and c["tie_word_embeddings"] == tied, (case, c)
+    assert c["torch_dtype"] == "float32" and c["eos_token_id"] == 256, c
+index = json.load(open("export-llama/model.safetensors.index.json"))
+shards = sorted(set(index["weight_map"].values()))
+assert len(shards) > 2 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors", shards
+assert not os.path.exists("export-llama/model.safetensors")
+assert "lm_head.weight" in index["weight_map"] and len(index["weight_map"]) == 2 + 2 * 9 + 1
+c = json.load(open("export-llama/config.json"))
+assert c["rope_scaling"]["rope_type"] == "llama3" and c["rope_theta"] == 500000.0, c
+print(f"exports: config.json of each architecture; the llama in {len(shards)} shards")
+PY
+
+# Bad input: one line each, naming what is wrong.
+bad() {  # code text folder [overrides...]
+  local code=$1 text=$2 dir=$3
+  shift 3
+  expect_error "$code" "$text" run_np 1 train "${COMMON[@]}" "${MODEL_QWEN2[@]}" "$@" \
+    -o Checkpoint.init_from="$dir" -o Engine.output_dir="bad-$dir"
+}
+read -ra MODEL_QWEN2 <<< "$(sed -n 's/^  init_from needs  //p' inspect-qwen2.txt)"
+edit() {  # folder python-expression-on-c
+  rm -rf "$1" && cp -r hf-qwen2 "$1"
+  python3 -c "import json; c = json.load(open('$1/config.json')); $2; json.dump(c, open('$1/config.json', 'w'))"
+}
+bad 4 "Model.head_dim is 16, the pretrained model's 24. The pretrained model needs -o Model.arch=llama" \
+  hf-qwen3
+read -ra MODEL_QWEN3 <<< "$(sed -n 's/^  init_from needs  //p' inspect-qwen3.txt)"
+expect_error 4 "Model.rope_theta is 10000, the pretrained model's 20000" run_np 1 train \
+  "${COMMON[@]}" "${MODEL_QWEN3[@]}" -o Model.rope_theta=10000 -o Checkpoint.init_from=hf-qwen3 \
+  -o Engine.output_dir=bad-theta
+expect_error 4 "hf-qwen2/model.safetensors (Checkpoint.init_from) is a Qwen2ForCausalLM, the config's Model.arch is gpt2. The pretrained model needs -o Model.arch=llama" \
+  run_np 1 train -c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=text.h5 \
+  -o Checkpoint.init_from=hf-qwen2 -o Engine.output_dir=bad-gpt2
+bad 4 "Model.num_kv_heads is 4, the pretrained model's 2" hf-qwen2 -o Model.num_kv_heads=4
+edit heads 'c["num_key_value_heads"] = 3'
+bad 4 "num_attention_heads 4 is not a multiple of num_key_value_heads 3" heads
+edit arch 'c["architectures"] = ["MistralForCausalLM"]'
+bad 4 "architecture MistralForCausalLM is not supported (LlamaForCausalLM, Qwen2ForCausalLM" arch
+edit rope 'c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}'
+bad 4 "rope type yarn is not supported (default and llama3 are)" rope
+edit mlp 'c["mlp_bias"] = True'
+bad 4 "mlp_bias true is not supported" mlp
+edit dtype 'c["torch_dtype"] = "float8_e4m3fn"'
+bad 4 "dtype float8_e4m3fn is not supported" dtype
+edit missing 'c["num_hidden_layers"] = 3'
+bad 4 "lacks model.layers.2.self_attn.q_proj.weight, which its Qwen2ForCausalLM has" missing -o Model.num_layers=3
+edit extra 'c["num_hidden_layers"] = 1'
+bad 4 "holds model.layers.1.input_layernorm.weight \\[64\\], which the Qwen2ForCausalLM" extra \
+  -o Model.num_layers=1
+edit shape 'c["intermediate_size"] = 80'
+bad 4 "model.layers.0.mlp.gate_proj.weight is \\[96, 64\\], the model of its config.json needs \\[80, 64\\]" \
+  shape -o Model.ffn_hidden_size=80
+"$PY" - <<'PY'
+from safetensors.torch import load_file, save_file
+import shutil
+shutil.copytree("hf-qwen2", "f64")
+w = load_file("f64/model.safetensors")
+w["model.norm.weight"] = w["model.norm.weight"].double()
+save_file(w, "f64/model.safetensors", metadata={"format": "pt"})
+PY
+bad 4 "model.norm.weight has dtype F64 (F32, BF16 or F16 only)" f64
+expect_error 2 "max-shard-size 5XB: give bytes" "$TRAINER" export trained-llama/checkpoints --output x \
+  --max-shard-size 5XB
+expect_error 2 "export-llama/model.safetensors.index.json exists" "$TRAINER" export \
+  trained-llama/checkpoints --output export-llama
+echo "PASS: Hugging Face llama-family import and export"
