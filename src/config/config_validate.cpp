@@ -78,7 +78,7 @@ const ChoiceRule kChoiceRules[] = {
     {"Global.device", {"auto", "cpu", "cuda"}},
     {"Model.arch", {"gpt2", "llama"}},
     {"Model.rope_scaling", {"none", "llama3"}},
-    {"Model.recompute", {"none", "gelu", "block"}},
+    {"Model.recompute", {"none", "gelu", "selective", "block"}},
     {"Engine.mix_precision", {"bf16", "fp32"}},
     {"Optimizer.decay_style", {"cosine", "linear", "constant"}},
 };

@@ -87,9 +87,13 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
                               FormatBytes(smaller.total()).c_str()));
     break;
   }
-  // Model.recompute saves more from none to gelu to block.
-  for (const char* recompute : {"gelu", "block"}) {
-    if (config.model.recompute == recompute || config.model.recompute == "block") continue;
+  // Model.recompute saves more from none to gelu to selective to block.
+  const std::vector<std::string> order = {"none", "gelu", "selective", "block"};
+  const auto rank = [&](const std::string& mode) {
+    return std::find(order.begin(), order.end(), mode) - order.begin();
+  };
+  for (const char* recompute : {"gelu", "selective", "block"}) {
+    if (rank(recompute) <= rank(config.model.recompute)) continue;
     const RankMemory recomputed = PlanRankMemory(config, stage, dtype, device, 0, recompute);
     if (!Fits(recomputed, available)) continue;
     fixes.push_back(StrFormat("set Model.recompute=%s (~%s)", recompute,

@@ -153,7 +153,7 @@ Tensor GptModel::G(ParamRole role, int layer, int64_t rows) const {
   return p ? RowsFrom(*p, Gradient(*p), rows) : Tensor();
 }
 
-BlockActivations GptModel::AllocateBlockActivations(bool gelu_output) {
+BlockActivations GptModel::AllocateBlockActivations(bool gelu_output, bool norm_outputs) {
   const DType cd = compute_;
   const int64_t B = B_, T = T_, C = config_.hidden_size, tp = partition_.tp_size;
   const int64_t Fl = spec_.ffn / tp, heads = spec_.heads / tp, kv_heads = spec_.kv_heads / tp;
@@ -162,7 +162,7 @@ BlockActivations GptModel::AllocateBlockActivations(bool gelu_output) {
   const int64_t R = SequenceParallel() ? B * T / tp : B * T;
   const bool ln = spec_.norm == NormKind::kLayerNorm;
   BlockActivations a;
-  a.ln1_out = Alloc({B, T, C}, cd);
+  if (norm_outputs) a.ln1_out = Alloc({B, T, C}, cd);
   if (ln) a.ln1_mean = Alloc({R}, DType::kF32);
   a.ln1_rstd = Alloc({R}, DType::kF32);
   if (spec_.qk_norm) {
@@ -173,7 +173,7 @@ BlockActivations GptModel::AllocateBlockActivations(bool gelu_output) {
   a.att_out = Alloc({B, T, Al}, cd);
   a.att_stats = Alloc({B, heads, T}, DType::kF32);
   a.residual_mid = Alloc({R, C}, cd);
-  a.ln2_out = Alloc({B, T, C}, cd);
+  if (norm_outputs) a.ln2_out = Alloc({B, T, C}, cd);
   if (ln) a.ln2_mean = Alloc({R}, DType::kF32);
   a.ln2_rstd = Alloc({R}, DType::kF32);
   a.fc_pre = Alloc({B, T, Pl}, cd);
@@ -198,9 +198,13 @@ Status GptModel::AllocateBuffers() {
   sizing_kind_ = &ModelBufferBytes::activations;
   recompute_ = config_.recompute;
   // Model.recompute: "block" keeps only each block's output per slot (the rest is one shared set,
-  // recomputed in backward); "gelu" shares the GELU output of every block; "none" keeps all.
+  // recomputed in backward); "gelu" shares the MLP activation's output (GELU or SwiGLU) of every
+  // block; "selective" shares that and the two norms' outputs (every elementwise result that a
+  // GEMM reads, recomputed in backward from what the block keeps); "none" keeps all.
+  const bool selective = recompute_ == "selective";
   if (recompute_ == "block") shared_ = AllocateBlockActivations(true);
-  if (recompute_ == "gelu") shared_.fc_out = Alloc({B, T, Fl}, cd);
+  if (recompute_ == "gelu" || selective) shared_.fc_out = Alloc({B, T, Fl}, cd);
+  if (selective) shared_.ln1_out = Alloc({B, T, C}, cd);
   slots_.resize(num_slots_);
   for (Slot& s : slots_) {
     s.tokens = Alloc({B, T}, DType::kI32);
@@ -212,8 +216,9 @@ Status GptModel::AllocateBuffers() {
         a = new BlockActivations(shared_);
         a->residual_out = Alloc({R, C}, cd);
       } else {
-        a = new BlockActivations(AllocateBlockActivations(recompute_ == "none"));
-        if (recompute_ == "gelu") a->fc_out = shared_.fc_out;
+        a = new BlockActivations(AllocateBlockActivations(recompute_ == "none", !selective));
+        if (recompute_ == "gelu" || selective) a->fc_out = shared_.fc_out;
+        if (selective) a->ln1_out = a->ln2_out = shared_.ln1_out;
       }
       s.blocks.push_back(a);
     }
@@ -406,6 +411,7 @@ Status GptModel::LossSum(double* out) {
 Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done) {
   Slot& s = slots_[slot];
   BlockContext ctx = Context();
+  ctx.recompute_norms = recompute_ == "selective";
   if (overwrite_weight_gradients_) ctx.weight_gradients = GradientWrite::kOverwrite;
   overwrite_weight_gradients_ = false;
   Tensor dres = scratch_.dresidual;
@@ -430,7 +436,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
     if (recompute_ == "block") {  // the forward again, into the shared set
       a.residual_out = shared_.residual_out;
       TRAINER_RETURN_IF_ERROR(BlockForward(ctx, layer_weights_[i], x, &a));
-    } else if (recompute_ == "gelu") {
+    } else if (recompute_ == "gelu" || recompute_ == "selective") {
       TRAINER_RETURN_IF_ERROR(MlpActivationForward(ctx, a));
     }
     TRAINER_RETURN_IF_ERROR(BlockBackward(ctx, layer_weights_[i], layer_grads_[i], x, a, dres));

@@ -100,7 +100,8 @@ class GptModel {
  private:
   GptModel() = default;
   Status AllocateBuffers();
-  BlockActivations AllocateBlockActivations(bool gelu_output);  // without it: fc_out left empty
+  // Without gelu_output: fc_out left empty; without norm_outputs: ln1_out and ln2_out.
+  BlockActivations AllocateBlockActivations(bool gelu_output, bool norm_outputs = true);
   Tensor Alloc(std::initializer_list<int64_t> shape, DType dtype);
   bool SequenceParallel() const { return config_.sequence_parallel && partition_.tp_size > 1; }
   Status CrossEntropy(Tensor targets, float dloss_scale);

@@ -177,6 +177,14 @@ Status MlpBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWe
   return be->MatmulBackward(s.dln, g.fc_w, Tensor(), s.dfc, a.ln2_out, w.fc_w, dw);
 }
 
+// A norm's output again, as BlockForward made it (the statistics are written again, the same).
+Status RecomputeNorm(const BlockContext& ctx, Tensor out, Tensor mean, Tensor rstd, Tensor in,
+                     Tensor weight, Tensor bias) {
+  const Tensor ln = RowBlockTarget(ctx, out);
+  TRAINER_RETURN_IF_ERROR(NormForward(ctx, ln, mean, rstd, in, weight, bias));
+  return GatherRows(ctx, ln, out);
+}
+
 // The attention half's backward from d(att_out) in s.datt down to d(ln1_out) in s.dln.
 Status AttentionInputBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
                               const BlockActivations& a) {
@@ -215,6 +223,9 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   const Tensor fcproj_db = ln_sums ? Tensor() : g.fcproj_b, proj_db = ln_sums ? Tensor() : g.proj_b;
   Tensor dln;
   // MLP half: residual_out = residual_mid + fcproj(act(fc(ln2(residual_mid)))).
+  if (ctx.recompute_norms)
+    TRAINER_RETURN_IF_ERROR(
+        RecomputeNorm(ctx, a.ln2_out, a.ln2_mean, a.ln2_rstd, a.residual_mid, w.ln2_w, w.ln2_b));
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
   TRAINER_RETURN_IF_ERROR(MlpBackward(ctx, w, g, a, dres_all, fcproj_db));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
@@ -225,6 +236,9 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
   TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.datt, g.proj_w, proj_db, dres_all, a.att_out,
                                              w.proj_w, ctx.weight_gradients));
+  if (ctx.recompute_norms)
+    TRAINER_RETURN_IF_ERROR(
+        RecomputeNorm(ctx, a.ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b));
   TRAINER_RETURN_IF_ERROR(AttentionInputBackward(ctx, w, g, a));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
   TRAINER_RETURN_IF_ERROR(NormBackward(ctx, dresidual, g.ln1_w, g.ln1_b,

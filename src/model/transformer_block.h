@@ -68,6 +68,10 @@ struct BlockContext {
   BlockScratch scratch;
   // How BlockBackward writes the weight matrices' gradients (the biases' always accumulate).
   GradientWrite weight_gradients = GradientWrite::kAccumulate;
+  // Model.recompute=selective: ln1_out and ln2_out share one buffer, which BlockBackward fills
+  // again (the norm from its input, then the all-gather under sequence parallelism) before each
+  // GEMM that reads it.
+  bool recompute_norms = false;
 };
 
 // The spec's norm (LayerNorm with mean, rstd, bias; or RMSNorm with rstd only), shared with the

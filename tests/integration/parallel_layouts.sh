@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every parallel layout against the single-rank run on the same global batch: 10 steps of a tiny
 # GPT whose 5 layers do not divide evenly over 2 or 4 stages ("-sp": sequence parallelism, "-rc":
-# whole-block activation recomputation, "-z1": ZeRO-1, the optimizer state sharded over DP). Losses (metrics.jsonl) and the final
+# whole-block activation recomputation, "-rs": selective recomputation, "-z1": ZeRO-1, the optimizer state sharded over DP). Losses (metrics.jsonl) and the final
 # parameters and Adam moments (checkpoints, compared by an independent HDF5 reader) must agree to
 # a relative 1e-5 (fp32; only the reduction order differs), each tensor to 1e-3 (see
 # tests/tools/compare_checkpoints.cpp for why single tensors need the looser bound).
@@ -13,7 +13,7 @@ make_small_dataset data.h5
 case ${LAYOUT_MODEL:-gpt2} in
   gpt2) MODEL=("${TINY_LAYOUT_GPT[@]}") ;;
   llama) MODEL=("${TINY_LAYOUT_LLAMA[@]}")
-    DEFAULT_LAYOUTS="dp2 tp2 pp2 pp4 dp2-tp2 tp2-pp2 tp2-sp tp2-pp2-sp-rc dp2-z1 dp2-tp2-pp2-sp-z1" ;;
+    DEFAULT_LAYOUTS="dp2 tp2 pp2 pp4 dp2-tp2 tp2-pp2 tp2-sp tp2-pp2-sp-rc tp2-sp-rs dp2-rs dp2-z1 dp2-tp2-pp2-sp-z1" ;;
   llama-tied) MODEL=("${TINY_LAYOUT_LLAMA[@]}" -o Model.tie_embeddings=true -o Model.qk_norm=false
                      -o Model.qkv_bias=true -o Model.rope_scaling=llama3 -o Model.rope_factor=4
                      -o Model.rope_original_max_positions=16)
@@ -30,7 +30,7 @@ LAYOUTS=${TRAINER_TEST_LAYOUTS:-${DEFAULT_LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 dp2-
 for layout in $LAYOUTS; do
   dp=1 tp=1 pp=1 sp=false rc=none z1=false
   for part in ${layout//-/ }; do
-    case $part in dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; sp) sp=true;; rc) rc=block;; z1) z1=true;; esac
+    case $part in dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; sp) sp=true;; rc) rc=block;; rs) rc=selective;; z1) z1=true;; esac
   done
   run_layout "$layout" $((dp * tp * pp)) -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp \
     -o Model.sequence_parallel=$sp -o Model.recompute=$rc -o Distributed.zero_stage1=$z1

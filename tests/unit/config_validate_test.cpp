@@ -168,7 +168,7 @@ TEST(ConfigValidate, ChoicesAndRequiredStrings) {
   ExpectUsageError(ValidateWith({"Engine.mix_precision=fp16"}, 1),
                    {"Engine.mix_precision=\"fp16\" must be one of bf16, fp32"});
   ExpectUsageError(ValidateWith({"Model.recompute=full"}, 1),
-                   {"Model.recompute=\"full\" must be one of none, gelu, block"});
+                   {"Model.recompute=\"full\" must be one of none, gelu, selective, block"});
   ExpectUsageError(ValidateWith({"Optimizer.decay_style=step"}, 1),
                    {"Optimizer.decay_style=\"step\" must be one of cosine, linear, constant"});
   ExpectUsageError(ValidateWith({"Engine.output_dir="}, 1),

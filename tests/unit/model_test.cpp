@@ -172,7 +172,7 @@ TEST_P(ModelGradients, EveryGradientMatchesFiniteDifferences) {
 TEST_P(ModelGradients, RecomputationGivesBitIdenticalLossAndGradients) {
   std::vector<float> reference;
   double reference_loss = 0;
-  for (const char* mode : {"none", "gelu", "block"}) {
+  for (const char* mode : {"none", "gelu", "selective", "block"}) {
     Fixture f(GetParam().config);
     f.config.recompute = mode;
     ModelPartition part;
