@@ -179,6 +179,32 @@ TEST(ConfigValidate, ChoicesAndRequiredStrings) {
                    {"Data.train_path is empty (built-in defaults)", "-o Data.train_path="});
 }
 
+TEST(ConfigValidate, LlamaFamilyShapes) {
+  const std::string llama = "Model.arch=llama";
+  ExpectUsageError(ValidateWith({llama, "Model.num_heads=4", "Model.num_kv_heads=3"}, 1),
+                   {"Model.num_heads=4 is not divisible by Model.num_kv_heads=3",
+                    "Set Model.num_kv_heads to a divisor of 4"});
+  ExpectUsageError(ValidateWith({llama, "Model.num_kv_heads=2", "Distributed.tp_degree=4"}, 4),
+                   {"the 2 key/value heads (Model.num_kv_heads) are not divisible by "
+                    "Distributed.tp_degree=4",
+                    "Set Distributed.tp_degree to a divisor of 2"});
+  ExpectUsageError(ValidateWith({llama, "Model.head_dim=15"}, 1),
+                   {"the head size 15", "Set Model.head_dim to an even number"});
+  // The llama family's keys on a GPT-2 say which key and what to do.
+  ExpectUsageError(ValidateWith({"Model.qk_norm=true"}, 1),
+                   {"Model.qk_norm=true is a key of the llama family, and Model.arch=gpt2",
+                    "Set Model.arch=llama"});
+  ExpectUsageError(ValidateWith({"Model.num_kv_heads=2"}, 1),
+                   {"Model.num_kv_heads=2 is a key of the llama family"});
+  ExpectUsageError(ValidateWith({"Model.arch=mistral"}, 1),
+                   {"Model.arch=\"mistral\" must be one of gpt2, llama"});
+  // head_dim frees hidden_size from num_heads (Qwen3-0.6B: 16 heads of 128 on 1024).
+  EXPECT_TRUE(ValidateWith({llama, "Model.hidden_size=64", "Model.num_heads=3",
+                            "Model.num_kv_heads=1", "Model.head_dim=32"},
+                           1)
+                  .ok());
+}
+
 // ---------------------------------------------------------------- shipped configs
 
 TEST(ShippedConfigs, TinyCpuLoadsAndValidatesOnOneRank) {
@@ -245,6 +271,26 @@ TEST(ShippedConfigs, GpuConfigsValidateOnTheirWorldSizes) {
     EXPECT_EQ(config->model.sequence_length(), c.seq);
     EXPECT_EQ(config->global.device, "cuda");
   }
+}
+
+TEST(ShippedConfigs, LlamaFamilyConfigsValidate) {
+  for (const char* file : {"llama-3.2-1b.yaml", "qwen3-0.6b.yaml", "tiny-llama-cpu.yaml"})
+    for (int world : {1, 4}) {
+      StatusOr<TrainConfig> config = LoadConfig(Shipped(file), {"Data.train_path=x.h5"});
+      ASSERT_TRUE(config.ok()) << file << ": " << config.status().message();
+      Status status = ValidateConfig(&config.value(), world);
+      EXPECT_TRUE(status.ok()) << file << " world " << world << ": " << status.message();
+      EXPECT_EQ(config->model.arch, "llama");
+    }
+  StatusOr<TrainConfig> qwen = LoadConfig(Shipped("qwen3-0.6b.yaml"), {});
+  ASSERT_TRUE(qwen.ok());
+  EXPECT_EQ(qwen->model.head_size(), 128);
+  EXPECT_EQ(qwen->model.kv_heads(), 8);
+  EXPECT_TRUE(qwen->model.qk_norm);
+  // tp 8 would split its 8 kv heads one per rank; tp 16 cannot.
+  StatusOr<TrainConfig> tp16 = LoadConfig(Shipped("qwen3-0.6b.yaml"), {"Distributed.tp_degree=16"});
+  ASSERT_TRUE(tp16.ok());
+  EXPECT_FALSE(ValidateConfig(&tp16.value(), 16).ok());
 }
 
 }  // namespace
