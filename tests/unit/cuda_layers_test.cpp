@@ -15,13 +15,6 @@ namespace {
 
 using Shape = std::vector<int64_t>;
 
-// a - b elementwise (to compare what an accumulating op added, not what was there before).
-std::vector<float> Minus(const std::vector<float>& a, const std::vector<float>& b) {
-  std::vector<float> d(a.size());
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d[i] = a[i] - b[i];
-  return d;
-}
-
 class CudaLayersTest : public CudaVsCpuTest {};
 
 TEST_F(CudaLayersTest, EmbeddingMatchesCpu) {

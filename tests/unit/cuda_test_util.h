@@ -209,5 +209,12 @@ class CudaVsCpuTest : public ::testing::Test {
   }
 };
 
+// a - b elementwise (to compare what an accumulating op added, not what was there before).
+inline std::vector<float> Minus(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d[i] = a[i] - b[i];
+  return d;
+}
+
 }  // namespace cuda_testing
 }  // namespace trainer
