@@ -61,6 +61,9 @@ class Trainer {
 
  private:
   Status OpenData();
+  // Engine.eval_freq > 0 with no validation samples, found at start rather than at the first
+  // evaluation: the data error naming the keys (and the .val.h5 that trainer pack wrote, if any).
+  Status NoValidationDataError() const;
   // Queues one step. Where the gradient norm needs no communication (see NormOnDevice), nothing
   // in it waits for the GPU; StepResults reads the step's loss and norm later (collective).
   Status TrainStep(double* lr);

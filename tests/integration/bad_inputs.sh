@@ -43,6 +43,10 @@ expect data_too_short 3 "data.h5" 2 train "${SMALL[@]}" -o Model.max_seq_len=204
 expect too_big_for_memory 2 "memory (rank 0 on .*): a rank of pipeline stage 0 needs ~[0-9.]* [GT]iB .* [Ss]pread the model over more ranks" \
   2 train "${SMALL[@]}" -o Model.hidden_size=8192 -o Model.num_layers=64 -o Model.num_heads=64
 expect unknown_command 2 "unknown command" 1 frobnicate
+# Evaluation without validation data: found before step 1, not at the first evaluation.
+expect no_val_data 3 "no validation data (Data.val_path, Data.val_fraction, Engine.eval_freq)" \
+  2 train "${SMALL[@]}" -o Engine.eval_freq=1
+! grep -q "^step " no_val_data.out || fail "no_val_data: trained before refusing"
 if ! nvidia-smi -L > /dev/null 2>&1; then  # a GPU asked for where there is none
   expect no_gpu 5 "no GPU is visible\|built without CUDA" 2 train "${SMALL[@]}" -o Global.device=cuda
 fi

@@ -24,6 +24,11 @@ run_np "${LAYOUT[0]}" train -c "$SRC/configs/tiny-cpu.yaml" "${LAYOUT[@]:1}" -o 
   { tail -20 train.log; fail "training run failed"; }
 WANT=$(grep -o '"val_loss": [^,}]*' run/metrics.jsonl | tail -1 | awk '{print $2}')
 [ -n "$WANT" ] || fail "the training run logged no val_loss"
+# The save due at step 30 comes before its evaluation: an evaluation that fails never costs it.
+saved_at=$(grep -n "^saved checkpoint run/checkpoints/step-00000030 " train.log | cut -d: -f1)
+evaluated_at=$(grep -n "^step     30/30 | val loss" train.log | cut -d: -f1)
+[ -n "$saved_at" ] && [ -n "$evaluated_at" ] && [ "$saved_at" -lt "$evaluated_at" ] ||
+  { cat train.log; fail "step 30 was evaluated before its checkpoint was saved"; }
 
 "$TRAINER" eval run/checkpoints --data val.h5 -b 4 --batches 3 -o Global.device="$DEVICE" \
   > eval.json 2> eval.err ||
