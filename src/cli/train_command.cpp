@@ -42,7 +42,8 @@ int RunTrainCommand(const std::vector<std::string>& args) {
       "Section.key=value, repeatable (e.g. -o Engine.max_steps=50)")(
       "resume", po::value(&resume)->default_value(""),
       "auto (latest committed checkpoint, if any) or a checkpoint folder; overrides "
-      "Checkpoint.resume")("print-config", "print the resolved config and exit");
+      "Checkpoint.resume")("print-config",
+                           "print the resolved config (a YAML file that -c reads back) and exit");
 
   RunContext ctx;
   Status status = ctx.Init();
@@ -68,8 +69,11 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   // Every rank parsed the same files: the verdict is the same, rank 0 prints it.
   status = ctx.Agree(status);
   if (!status.ok()) return ctx.Finish(status);
+  if (vm.count("print-config")) {  // the YAML alone, as `-c` reads it back
+    LogInfo(FormatConfig(config));
+    return ctx.Finish(Status::Ok());
+  }
   LogInfo("resolved config:\n" + FormatConfig(config));
-  if (vm.count("print-config")) return ctx.Finish(Status::Ok());
 
   status = ctx.Agree(ctx.SetupDevice(config));
   if (status.ok()) status = ctx.Agree(ctx.BuildGroups(config));
