@@ -60,7 +60,11 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& request, GptModel*
                                 AdamW* optimizer, const ParallelGroups& groups,
                                 CheckpointSaveReport* report);
 
-// resume: "auto" (latest committed that verifies; none found means a fresh start) or a folder.
+// resume: "auto" (Checkpoint.dir's newest committed checkpoint that verifies; none found means a
+// fresh start), a checkpoint folder (its newest that verifies), or a step folder or its file.
+// Under "auto" (or the run's own Checkpoint.dir named), newer step folders that fail verification
+// are renamed <step folder>.damaged, so that retention never keeps them in place of good ones,
+// and `latest` is pointed at the checkpoint loaded.
 Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,
                                 const TrainConfig& config, GptModel* model, AdamW* optimizer,
                                 const ParallelGroups& groups, CheckpointLoadResult* result);

@@ -41,9 +41,9 @@ int RunTrainCommand(const std::vector<std::string>& args) {
       "override,o", po::value(&overrides)->composing(),
       "Section.key=value, repeatable (e.g. -o Engine.max_steps=50)")(
       "resume", po::value(&resume)->default_value(""),
-      "auto (latest committed checkpoint, if any) or a checkpoint folder; overrides "
-      "Checkpoint.resume")("print-config",
-                           "print the resolved config (a YAML file that -c reads back) and exit");
+      "auto (Checkpoint.dir's newest checkpoint that verifies, if any), a checkpoint folder (its "
+      "newest that verifies) or a step folder; overrides Checkpoint.resume")(
+      "print-config", "print the resolved config (a YAML file that -c reads back) and exit");
 
   RunContext ctx;
   Status status = ctx.Init();
