@@ -18,17 +18,41 @@ constexpr const char* kDamagedAdvice =
     "The file is damaged: resume from another checkpoint (--resume auto falls back to the newest "
     "one that verifies)";
 
+// The file a CHECKPOINT, --resume or Checkpoint.init_from names, opened for reading; a file that
+// is something else (not HDF5, or a packed-token dataset) is named as such. Readers never write:
+// no file lock, as the dataset reader opens files (HDF5 refuses a second open of one file with
+// other locking flags, e.g. a training file given as Checkpoint.init_from).
 Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
   SilenceHdf5Errors();
+  constexpr const char* kExpected =
+      "Pass a trainer checkpoint: a step folder, its checkpoint.h5, or a checkpoint folder "
+      "(Checkpoint.dir, e.g. out/tiny-cpu/checkpoints)";
   if (!PathExists(file))
-    return CheckpointError(StrFormat(
-        "checkpoint file does not exist (%s). Pass a step folder, its checkpoint.h5, or a "
-        "checkpoint folder",
-        file.c_str()));
-  if (handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose) < 0)
+    return CheckpointError(
+        StrFormat("checkpoint file does not exist (%s). %s", file.c_str(), kExpected));
+  if (H5Fis_hdf5(file.c_str()) <= 0)
+    return CheckpointError(
+        StrFormat("not a checkpoint (%s): not an HDF5 file, where a checkpoint.h5 was expected. %s",
+                  file.c_str(), kExpected));
+  Hdf5Handle access;
+  HDF5_CHECK(access.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose));
+#if H5_VERSION_GE(1, 10, 7)
+  HDF5_CHECK(H5Pset_file_locking(access.get(), false, true));
+#endif
+  if (handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose) < 0)
     return CheckpointError(StrFormat("cannot open checkpoint (%s): %s. %s", file.c_str(),
                                      Hdf5ErrorText().c_str(), kDamagedAdvice));
-  return Status::Ok();
+  if (H5Aexists(handle->get(), "step") > 0) return Status::Ok();
+  if (H5Lexists(handle->get(), "tokens", H5P_DEFAULT) > 0)
+    return CheckpointError(StrFormat(
+        "not a checkpoint (%s): it is a packed-token dataset (trainer pack's /tokens), where a "
+        "checkpoint was expected. %s; give the dataset as Data.train_path, Data.val_path or "
+        "trainer eval's --data",
+        file.c_str(), kExpected));
+  return CheckpointError(
+      StrFormat("not a checkpoint of this trainer (%s): an HDF5 file without the manifest's step "
+                "attribute. %s",
+                file.c_str(), kExpected));
 }
 
 struct DatasetList {

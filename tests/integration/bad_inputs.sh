@@ -68,4 +68,9 @@ if ! nvidia-smi -L > /dev/null 2>&1; then  # a GPU asked for where there is none
   expect no_gpu 5 "no GPU is visible\|built without CUDA" 2 train "${SMALL[@]}" -o Global.device=cuda
 fi
 expect resume_missing 4 "does not exist" 2 train "${SMALL[@]}" --resume nowhere/step-00000001
+# A dataset where a checkpoint is expected: named as such (not HDF5's locking message), exit 4.
+expect dataset_as_resume 4 "not a checkpoint (data.h5): it is a packed-token dataset" \
+  2 train "${SMALL[@]}" --resume data.h5
+expect dataset_as_init_from 4 "not a checkpoint (data.h5): it is a packed-token dataset" \
+  2 train "${SMALL[@]}" -o Checkpoint.init_from=data.h5
 echo "$checks bad inputs rejected with one clear line"

@@ -7,7 +7,7 @@
 # follows the safetensors layout (header length, JSON header padded to 8 bytes, contiguous
 # offsets), and the bf16 export holds the f32 export's values rounded to nearest even. Bad input:
 # one error line each and the exit code (an existing export, a bad --dtype, no --output, more than
-# one process 2; no checkpoint 4).
+# one process 2; no checkpoint, or a dataset where the checkpoint belongs, 4).
 source "$(dirname "$0")/lib.sh"
 python3 -c "
 import random
@@ -142,6 +142,10 @@ expect_error 2 "exists" "$TRAINER" export run/checkpoints --output hf-f32
 expect_error 2 "use f32 or bf16" "$TRAINER" export run/checkpoints --output other --dtype f16
 expect_error 2 "needs --output" "$TRAINER" export run/checkpoints
 expect_error 4 "no checkpoint at nowhere" "$TRAINER" export nowhere --output other
+for command in "export text.h5 --output other" "eval text.h5 --data text.h5" "sample text.h5 -n 4"; do
+  # shellcheck disable=SC2086  # the words of each command
+  expect_error 4 "not a checkpoint (text.h5): it is a packed-token dataset" "$TRAINER" $command
+done
 expect_error 2 "runs as one process" run_np 2 export run/checkpoints --output other
 [ ! -e other ] || fail "a failed export left the folder 'other'"
 echo "PASS: trainer export"
