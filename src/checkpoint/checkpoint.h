@@ -38,6 +38,10 @@ struct CheckpointWriteRequest {
   int keep_last = 0;
   int keep_every = 0;
   std::vector<int> stage_layers;  // blocks per pipeline stage of the writing layout
+  // The training data's tokenizer and end-of-document id (`trainer export`'s eos_token_id);
+  // not recorded when eod_id < 0.
+  int64_t eod_id = -1;
+  std::string tokenizer;
 };
 
 struct CheckpointSaveReport {
@@ -92,6 +96,8 @@ struct CheckpointSummary {
   uint64_t seed = 0;
   std::string layout;  // "dp=2 tp=2 pp=2"
   std::string config_text;
+  int64_t eod_id = -1;    // the training data's end-of-document id; -1: not recorded
+  std::string tokenizer;  // the training data's tokenizer ("bytes", "gpt2", ...); "": not recorded
   struct TensorInfo {
     std::string name;
     std::vector<int64_t> shape;

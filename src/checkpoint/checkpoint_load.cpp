@@ -340,6 +340,10 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "seed", &seed));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "layout", &s->layout));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "config", &s->config_text));
+  if (H5Aexists(f.get(), "eod_id") > 0 && H5Aexists(f.get(), "tokenizer") > 0) {
+    TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "eod_id", &s->eod_id));
+    TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "tokenizer", &s->tokenizer));
+  }
   s->format_version = static_cast<int>(version);
   s->seed = static_cast<uint64_t>(seed);
   DatasetList list;

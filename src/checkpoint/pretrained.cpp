@@ -127,8 +127,8 @@ std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
   return tensors;
 }
 
-std::string HuggingFaceConfigJson(const ModelConfig& model, bool bf16) {
-  const int eod = model.vocab_size - 1;  // trainer pack's end-of-document id
+std::string HuggingFaceConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id) {
+  const int eod = eod_id >= 0 ? static_cast<int>(eod_id) : model.vocab_size - 1;
   return StrFormat(
       "{\n"
       "  \"architectures\": [\"GPT2LMHeadModel\"],\n"

@@ -24,7 +24,8 @@ namespace trainer {
 std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
                                              const std::vector<ParameterInfo>& params,
                                              const std::vector<float>& flat);
-std::string HuggingFaceConfigJson(const ModelConfig& model, bool bf16);
+// bos/eos_token_id: `eod_id`, or vocab_size - 1 (trainer pack's bytes and GPT-2) when it is < 0.
+std::string HuggingFaceConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id = -1);
 
 // The safetensors file `path` names (itself, or the model.safetensors of a folder), "" when it
 // names none.

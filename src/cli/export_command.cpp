@@ -43,6 +43,8 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   std::string file;
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", &file));
   TRAINER_ASSIGN_OR_RETURN(const TrainConfig tc, OneProcessConfig(file, o.overrides, 0));
+  CheckpointSummary summary;  // the training data's end-of-document id, where recorded
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
   std::shared_ptr<const BpeVocabulary> tokenizer;
   if (!o.tokenizer_dir.empty()) {
     TRAINER_ASSIGN_OR_RETURN(tokenizer, LoadModelTokenizer(o.tokenizer_dir, tc.model));
@@ -59,8 +61,8 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   TRAINER_RETURN_IF_ERROR(WriteSafetensors(
       weights, tensors, o.dtype == "bf16" ? SafetensorsDType::kBF16 : SafetensorsDType::kF32,
       {{"format", "pt"}, {"source", file}}));
-  TRAINER_RETURN_IF_ERROR(
-      WriteFileAtomically(config, HuggingFaceConfigJson(tc.model, o.dtype == "bf16")));
+  TRAINER_RETURN_IF_ERROR(WriteFileAtomically(
+      config, HuggingFaceConfigJson(tc.model, o.dtype == "bf16", summary.eod_id)));
   if (tokenizer != nullptr) {  // the files as they are, under Hugging Face's names
     TRAINER_ASSIGN_OR_RETURN(const std::string vocabulary,
                              ReadSmallFile(tokenizer->vocabulary_path()));

@@ -328,6 +328,10 @@ Status Trainer::SaveCheckpoint() {
   request.config_text = FormatConfig(config_);
   request.keep_last = config_.checkpoint.keep_last;
   request.keep_every = config_.checkpoint.keep_every;
+  if (!data_.train_files.empty()) {  // every file was packed alike (OpenDataSources checks)
+    request.eod_id = data_.train_files.front()->eod_id();
+    request.tokenizer = data_.train_files.front()->tokenizer();
+  }
   request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
                                           config_.distributed.pp_layers);
   CheckpointSaveReport report;
