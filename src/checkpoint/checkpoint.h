@@ -82,7 +82,8 @@ Status RemoveIncompleteCheckpoints(const std::string& directory);
 // is a checkpoint error naming the holder (host, pid, Slurm job, since when). A holder from an
 // earlier run of this Slurm job (requeued after a node failure: an NFS lock outlives its process
 // until the server's lease ends) is waited for, up to `wait_s` seconds. Where the folder cannot
-// be made or its file system keeps no locks: a warning, *lock stays empty, and the run goes on.
+// be made or written: a checkpoint error, before step 1. Where its file system keeps no locks: a
+// warning, *lock stays empty, and the run goes on.
 Status LockCheckpointDirectory(const std::string& directory, double wait_s,
                                std::unique_ptr<FileLock>* lock);
 // Who holds `directory`'s lock ("host node1, pid 1234, Slurm job 77, since ..."), "" when no run

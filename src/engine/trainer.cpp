@@ -62,9 +62,11 @@ Status Trainer::Setup() {
     b.targets.assign(tokens, 0);
   }
   const bool root = groups_.world_rank == 0;
-  if (root)  // first: a folder that another run writes to is left alone, metrics included
+  if (root) {  // first: a folder that another run writes to is left alone, metrics included
+    TRAINER_RETURN_IF_ERROR(CheckOutputFolder(config_.engine.output_dir));
     TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(config_.checkpoint_dir(),
                                                     kCheckpointLockWaitSeconds, &checkpoint_lock_));
+  }
   TRAINER_RETURN_IF_ERROR(
       MetricsWriter::Open(config_.engine.output_dir, root, config_.engine.tensorboard, &metrics_));
   if (root) TRAINER_RETURN_IF_ERROR(RemoveIncompleteCheckpoints(config_.checkpoint_dir()));

@@ -68,6 +68,15 @@ if ! nvidia-smi -L > /dev/null 2>&1; then  # a GPU asked for where there is none
   expect no_gpu 5 "no GPU is visible\|built without CUDA" 2 train "${SMALL[@]}" -o Global.device=cuda
 fi
 expect resume_missing 4 "does not exist" 2 train "${SMALL[@]}" --resume nowhere/step-00000001
+# Folders the run cannot write: refused before step 1, in one line (no warning before it).
+touch not_a_folder
+expect unwritable_checkpoint_dir 4 "checkpoint folder not writable (not_a_folder/ckpt, Checkpoint.dir, rank 0 on .*): cannot create folder not_a_folder/ckpt: Not a directory" \
+  2 train "${SMALL[@]}" -o Checkpoint.dir=not_a_folder/ckpt
+expect unwritable_output_dir 2 "output folder not writable (not_a_folder/out, Engine.output_dir, rank 0 on .*): cannot create folder not_a_folder/out: Not a directory" \
+  2 train "${SMALL[@]}" -o Engine.output_dir=not_a_folder/out
+for name in unwritable_checkpoint_dir unwritable_output_dir; do
+  ! grep -q "^step \|warning" $name.out $name.err || { cat $name.out $name.err; fail "$name: trained or warned"; }
+done
 # A dataset where a checkpoint is expected: named as such (not HDF5's locking message), exit 4.
 expect dataset_as_resume 4 "not a checkpoint (data.h5): it is a packed-token dataset" \
   2 train "${SMALL[@]}" --resume data.h5
