@@ -84,7 +84,7 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (!status.ok()) return ctx.Finish(status);
   if (!memory.empty()) LogInfo("memory: " + memory);
 
-  InstallPreemptionHandlers();
+  InstallPreemptionHandlers(ctx.runtime->rank() == 0);
   Trainer trainer(config, ctx.groups, ctx.backend.get());
   Watchdog watchdog(config.engine.watchdog_s);
   trainer.set_progress_callback([&watchdog](const char* phase) { watchdog.Beat(phase); });

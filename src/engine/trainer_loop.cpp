@@ -158,10 +158,11 @@ Status Trainer::Run() {
       TRAINER_RETURN_IF_ERROR(SaveCheckpoint());
     }
     if (stop > 0 && step < e.max_steps) {
+      const std::string by = PreemptionSignalName();
       LogInfo(
-          StrFormat("stopped by a preemption signal after step %d; checkpoint saved. "
-                    "Resume with --resume auto (exit code 75)",
-                    step));
+          StrFormat("stopped by %s after step %d; checkpoint saved. Resume with --resume "
+                    "auto (exit code 75)",
+                    by.empty() ? "a preemption signal" : by.c_str(), step));
       return Status(ExitCode::kPreempted, "");
     }
     // After the save: an evaluation that fails never costs the checkpoint that was due.
