@@ -75,6 +75,9 @@ class Trainer {
   // clipping scale can be worked out on the device.
   bool NormOnDevice() const;
   double TokensPerStep() const;  // global batch x sequence length
+  // The closing line of a run: the step reached, this run's steps, tokens and time, the last
+  // losses (NaN: none) and where the last checkpoint is.
+  std::string Summary(int64_t steps, double seconds, double loss, double val_loss) const;
   void SetUpOverlappedReduction();
   Status ReduceGradients();
   // Gradients of parameters that several model-parallel ranks hold, summed over them: LayerNorms

@@ -94,6 +94,14 @@ Status Trainer::Run() {
   const bool on_gpu = backend_->device_memory();
   const double peak = config_.engine.peak_tflops * 1e12 * groups_.topology.world_size;
   const int64_t first_step = state_.step;
+  if (first_step >= e.max_steps) {
+    LogInfo(
+        StrFormat("nothing to do: step %lld >= Engine.max_steps=%d (resumed from %s). Raise "
+                  "Engine.max_steps to train on",
+                  static_cast<long long>(first_step), e.max_steps, last_checkpoint_.c_str()));
+    return Status::Ok();
+  }
+  double last_loss = std::nan(""), last_val = std::nan("");  // for the closing summary
   GpuMonitor gpu_monitor(backend_);
   while (state_.step < e.max_steps) {
     // Engine.profile times the phases of every step after three warm-up steps.
@@ -143,6 +151,7 @@ Status Trainer::Run() {
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;
       TRAINER_RETURN_IF_ERROR(StopIfDiverged(step, loss, norm));
+      last_loss = loss;
     }
     const bool save_due = e.save_steps > 0 && (step % e.save_steps == 0 || step == e.max_steps);
     // Agree on a preemption signal at the step boundary (any rank's signal stops all).
@@ -171,9 +180,11 @@ Status Trainer::Run() {
       progress_("an evaluation");
       TRAINER_RETURN_IF_ERROR(Evaluate(&val));
       LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, val));
+      last_val = val;
       TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step}, {"val_loss", val}}));
     }
   }
+  LogInfo(Summary(state_.step - first_step, Seconds(start), last_loss, last_val));
   if (timer_->enabled()) {
     TRAINER_RETURN_IF_ERROR(backend_->ProfilerRange(false));
     LogInfo(timer_->Report());
@@ -182,6 +193,22 @@ Status Trainer::Run() {
     TRAINER_RETURN_IF_ERROR(metrics_->Write(record));
   }
   return Status::Ok();
+}
+
+std::string Trainer::Summary(int64_t steps, double seconds, double loss, double val_loss) const {
+  const long long tokens = std::llround(steps * TokensPerStep());
+  std::string text = StrFormat(
+      "training done: step %lld/%d, %lld steps and %lld tokens in %.1fs this run (%lld "
+      "tokens in all)",
+      static_cast<long long>(state_.step), config_.engine.max_steps, static_cast<long long>(steps),
+      tokens, seconds, static_cast<long long>(state_.tokens_seen));
+  if (!std::isnan(loss)) text += StrFormat(" | loss %.4f", loss);
+  if (!std::isnan(val_loss)) text += StrFormat(" | val loss %.4f", val_loss);
+  if (last_checkpoint_.empty())
+    text += " | no checkpoint (Engine.save_steps=0)";
+  else
+    text += " | last checkpoint " + last_checkpoint_;
+  return text;
 }
 
 Status Trainer::StopIfDiverged(int step, double loss, double grad_norm) const {
