@@ -56,7 +56,8 @@ class Trainer {
   }
   GptModel* model() { return model_.get(); }
   AdamW* optimizer() { return optimizer_.get(); }
-  // Average validation loss over Engine.eval_iters batches (collective).
+  // Average validation loss over Engine.eval_iters batches of Global.global_batch_size sequences
+  // (collective); the same samples whatever the layout.
   Status Evaluate(double* val_loss);
 
  private:

@@ -50,8 +50,11 @@ Status Trainer::NoValidationDataError() const {
 }
 
 Status Trainer::Evaluate(double* val_loss) {
+  // Engine.eval_iters validation batches of Global.global_batch_size sequences, each split over
+  // the DP ranks as a training batch is: the same samples, and so the same val_loss, on every
+  // layout.
   const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
-  const int dp = groups_.topology.dp;
+  const int GB = config_.global.global_batch_size;
   if (data_.val.num_samples() <= 0) return NoValidationDataError();
   JoinPrefetch();                          // HDF5 serves one thread at a time
   HostBatch* batch = &batches_[current_];  // the finished step's batch; the prefetched one stays
@@ -59,9 +62,9 @@ Status Trainer::Evaluate(double* val_loss) {
   const int iters = config_.engine.eval_iters;
   for (int it = 0; it < iters; ++it) {
     TRAINER_RETURN_IF_ERROR(
-        ReadBatch(ValidationBatch(it, B * dp, data_.val.num_samples()), data_.val, batch));
+        ReadBatch(ValidationBatch(it, GB, data_.val.num_samples()), data_.val, batch));
     MicroBatches mb;
-    mb.count = 1;
+    mb.count = config_.gradient_accumulation_steps();
     mb.batch = B;
     mb.seq_len = T;
     mb.inputs = batch->inputs.data();
@@ -71,7 +74,7 @@ Status Trainer::Evaluate(double* val_loss) {
     total += sum;
   }
   TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&total));
-  *val_loss = total / (static_cast<double>(iters) * B * dp * T);
+  *val_loss = total / (static_cast<double>(iters) * GB * T);
   return Status::Ok();
 }
 
