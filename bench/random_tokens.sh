@@ -8,6 +8,6 @@ import array, random, sys
 rng = random.Random(0)
 array.array('H', (rng.randrange(50257) for _ in range(int(sys.argv[2])))).tofile(open(sys.argv[1], 'wb'))" \
     "$WORK/$1.u16" "$2"
-  "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/$1.u16" --output "$WORK/$1.h5" --quiet
+  "$TRAINER" pack --tokenizer u16 --vocab-size 50257 --input "$WORK/$1.u16" --output "$WORK/$1.h5" --force --quiet
   rm -f "$WORK/$1.u16"
 }

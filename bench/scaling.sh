@@ -64,7 +64,7 @@ for _ in range(n):
 with open(path, "wb") as f:
     tokens.tofile(f)
 PY
-  "$TRAINER" pack --tokenizer u16 --vocab-size "$1" --input "$2.u16" --output "$2" --quiet
+  "$TRAINER" pack --tokenizer u16 --vocab-size "$1" --input "$2.u16" --output "$2" --force --quiet
 }
 
 # report JSON: print it and keep it.

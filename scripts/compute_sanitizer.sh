@@ -44,7 +44,7 @@ if [[ " $PARTS " == *" tests "* ]]; then
     --gtest_brief=1 --gtest_filter="$OURS"
 fi
 cat "$ROOT"/README.md "$ROOT"/docs/*.md > "$OUT/run/text.txt"
-"$BIN/trainer" pack --input "$OUT/run/text.txt" --output "$OUT/run/text.h5" > /dev/null || exit 1
+"$BIN/trainer" pack --input "$OUT/run/text.txt" --output "$OUT/run/text.h5" --force > /dev/null || exit 1
 TRAIN=(train -c "$ROOT/configs/tiny-cpu.yaml" -o Global.device=cuda -o Engine.mix_precision=bf16
   -o Data.train_path="$OUT/run/text.h5" -o Model.recompute=block -o Engine.max_steps=3
   -o Engine.eval_freq=3 -o Engine.logging_freq=1 -o Engine.save_steps=0)

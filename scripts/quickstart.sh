@@ -15,7 +15,7 @@ if [[ -f ../shared/data/tinyshakespeare.txt ]]; then
 else
   inputs=(/usr/share/common-licenses/* README.md INSTALL.md docs/*.md)
 fi
-build/src/trainer pack --input "${inputs[@]}" --output data/demo.h5 --val-fraction 0.05
+build/src/trainer pack --input "${inputs[@]}" --output data/demo.h5 --val-fraction 0.05 --force
 ranks=${RANKS:-2}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))}
 launcher=(mpirun --oversubscribe -n "$ranks")

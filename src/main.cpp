@@ -21,7 +21,8 @@ void PrintUsage(FILE* out) {
                "  sample   generate text (or token ids) from a checkpoint\n"
                "  eval     the loss of a checkpoint's model on a token file\n"
                "  export   a checkpoint's model as Hugging Face GPT-2 (safetensors)\n\n"
-               "'trainer <command> --help' lists the command's options with their defaults.\n"
+               "'trainer <command> --help' lists the command's options with their defaults;\n"
+               "'trainer --version' the version, commit, build and library versions.\n"
                "Exit codes: 0 done, 1 runtime, 2 usage/config, 3 data, 4 checkpoint,\n"
                "            5 environment, 6 diverged, 75 preempted after saving (requeue).\n");
 }
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
     PrintUsage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version"))
+    return trainer::RunVersionCommand();
   const std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "train") return trainer::RunTrainCommand(args);

@@ -8,6 +8,7 @@ trainer_script_test(parallel_layouts_llama SCRIPT parallel_layouts_llama.sh LABE
 trainer_script_test(resume_exact SCRIPT resume_exact.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(data_files SCRIPT data_files.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(bad_inputs SCRIPT bad_inputs.sh LABELS "e2e;mpi" TIMEOUT 300)
+trainer_script_test(version SCRIPT version.sh LABELS "e2e" TIMEOUT 30)
 trainer_script_test(diverge SCRIPT diverge.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(shakespeare SCRIPT shakespeare.sh LABELS "e2e;mpi" TIMEOUT 400)
 trainer_script_test(watchdog SCRIPT watchdog.sh LABELS "e2e;mpi" TIMEOUT 120)

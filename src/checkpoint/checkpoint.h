@@ -38,6 +38,10 @@ struct CheckpointWriteRequest {
   int keep_last = 0;
   int keep_every = 0;
   std::vector<int> stage_layers;  // blocks per pipeline stage of the writing layout
+  // The training data's tokenizer and end-of-document id (`trainer export`'s eos_token_id);
+  // not recorded when eod_id < 0.
+  int64_t eod_id = -1;
+  std::string tokenizer;
 };
 
 struct CheckpointSaveReport {
@@ -60,7 +64,11 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& request, GptModel*
                                 AdamW* optimizer, const ParallelGroups& groups,
                                 CheckpointSaveReport* report);
 
-// resume: "auto" (latest committed that verifies; none found means a fresh start) or a folder.
+// resume: "auto" (Checkpoint.dir's newest committed checkpoint that verifies; none found means a
+// fresh start), a checkpoint folder (its newest that verifies), or a step folder or its file.
+// Under "auto" (or the run's own Checkpoint.dir named), newer step folders that fail verification
+// are renamed <step folder>.damaged, so that retention never keeps them in place of good ones,
+// and `latest` is pointed at the checkpoint loaded.
 Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,
                                 const TrainConfig& config, GptModel* model, AdamW* optimizer,
                                 const ParallelGroups& groups, CheckpointLoadResult* result);
@@ -74,7 +82,8 @@ Status RemoveIncompleteCheckpoints(const std::string& directory);
 // is a checkpoint error naming the holder (host, pid, Slurm job, since when). A holder from an
 // earlier run of this Slurm job (requeued after a node failure: an NFS lock outlives its process
 // until the server's lease ends) is waited for, up to `wait_s` seconds. Where the folder cannot
-// be made or its file system keeps no locks: a warning, *lock stays empty, and the run goes on.
+// be made or written: a checkpoint error, before step 1. Where its file system keeps no locks: a
+// warning, *lock stays empty, and the run goes on.
 Status LockCheckpointDirectory(const std::string& directory, double wait_s,
                                std::unique_ptr<FileLock>* lock);
 // Who holds `directory`'s lock ("host node1, pid 1234, Slurm job 77, since ..."), "" when no run
@@ -88,6 +97,8 @@ struct CheckpointSummary {
   uint64_t seed = 0;
   std::string layout;  // "dp=2 tp=2 pp=2"
   std::string config_text;
+  int64_t eod_id = -1;    // the training data's end-of-document id; -1: not recorded
+  std::string tokenizer;  // the training data's tokenizer ("bytes", "gpt2", ...); "": not recorded
   struct TensorInfo {
     std::string name;
     std::vector<int64_t> shape;

@@ -1,6 +1,8 @@
 // Loading, verifying and summarising checkpoints (checkpoint.h).
 #include <algorithm>
 #include <cctype>
+#include <climits>
+#include <cstdlib>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_layout.h"
@@ -16,17 +18,41 @@ constexpr const char* kDamagedAdvice =
     "The file is damaged: resume from another checkpoint (--resume auto falls back to the newest "
     "one that verifies)";
 
+// The file a CHECKPOINT, --resume or Checkpoint.init_from names, opened for reading; a file that
+// is something else (not HDF5, or a packed-token dataset) is named as such. Readers never write:
+// no file lock, as the dataset reader opens files (HDF5 refuses a second open of one file with
+// other locking flags, e.g. a training file given as Checkpoint.init_from).
 Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
   SilenceHdf5Errors();
+  constexpr const char* kExpected =
+      "Pass a trainer checkpoint: a step folder, its checkpoint.h5, or a checkpoint folder "
+      "(Checkpoint.dir, e.g. out/tiny-cpu/checkpoints)";
   if (!PathExists(file))
     return CheckpointError(
-        StrFormat("checkpoint file does not exist (%s, --resume). Pass a step folder (e.g. "
-                  "%s/step-00000100) or --resume auto",
-                  file.c_str(), ParentDirectory(ParentDirectory(file)).c_str()));
-  if (handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose) < 0)
+        StrFormat("checkpoint file does not exist (%s). %s", file.c_str(), kExpected));
+  if (H5Fis_hdf5(file.c_str()) <= 0)
+    return CheckpointError(
+        StrFormat("not a checkpoint (%s): not an HDF5 file, where a checkpoint.h5 was expected. %s",
+                  file.c_str(), kExpected));
+  Hdf5Handle access;
+  HDF5_CHECK(access.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose));
+#if H5_VERSION_GE(1, 10, 7)
+  HDF5_CHECK(H5Pset_file_locking(access.get(), false, true));
+#endif
+  if (handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose) < 0)
     return CheckpointError(StrFormat("cannot open checkpoint (%s): %s. %s", file.c_str(),
                                      Hdf5ErrorText().c_str(), kDamagedAdvice));
-  return Status::Ok();
+  if (H5Aexists(handle->get(), "step") > 0) return Status::Ok();
+  if (H5Lexists(handle->get(), "tokens", H5P_DEFAULT) > 0)
+    return CheckpointError(StrFormat(
+        "not a checkpoint (%s): it is a packed-token dataset (trainer pack's /tokens), where a "
+        "checkpoint was expected. %s; give the dataset as Data.train_path, Data.val_path or "
+        "trainer eval's --data",
+        file.c_str(), kExpected));
+  return CheckpointError(
+      StrFormat("not a checkpoint of this trainer (%s): an HDF5 file without the manifest's step "
+                "attribute. %s",
+                file.c_str(), kExpected));
 }
 
 struct DatasetList {
@@ -58,16 +84,38 @@ std::string ShapeDifferences(hid_t f, const ModelConfig& m) {
   return diff;
 }
 
-// Choose the checkpoint folder to load on rank 0 (empty: none, start fresh).
-Status ResolveOnRoot(const std::string& directory, const std::string& resume, std::string* chosen) {
-  chosen->clear();
-  if (resume != "auto") {
-    Status v = VerifyCheckpoint(CheckpointFile(resume));
-    if (!v.ok()) return v;
-    *chosen = resume;
-    return Status::Ok();
-  }
-  std::vector<std::string> candidates;
+// Whether two paths name the same folder (both exist and resolve alike).
+bool SameFolder(const std::string& a, const std::string& b) {
+  char ra[PATH_MAX], rb[PATH_MAX];
+  return realpath(a.c_str(), ra) != nullptr && realpath(b.c_str(), rb) != nullptr &&
+         std::string(ra) == rb;
+}
+
+// Renames a step folder that failed verification to <folder>.damaged (or .damaged-2, ...), so
+// that neither retention nor a later resume counts it as a checkpoint; warns either way.
+void SetAside(const std::string& folder, const std::string& keep_last_note) {
+  if (!IsDirectory(folder)) return;  // `latest` named a folder that is gone
+  std::string aside = folder + ".damaged";
+  for (int n = 2; PathExists(aside); ++n) aside = folder + ".damaged-" + std::to_string(n);
+  Status renamed = RenameDurably(folder, aside);
+  if (renamed.ok())
+    LogWarning(
+        StrFormat("set aside %s as %s: it does not verify, so it is not counted as a "
+                  "checkpoint%s. Look at it, then remove it",
+                  folder.c_str(), aside.c_str(), keep_last_note.c_str()));
+  else
+    LogWarning(
+        StrFormat("cannot set aside %s, which does not verify: %s. Remove it by hand, or "
+                  "Checkpoint.keep_last may count it as one of the checkpoints it keeps",
+                  folder.c_str(), renamed.message().c_str()));
+}
+
+// The newest checkpoint of `directory` that verifies (latest first, then the step folders, newest
+// first); empty when it holds none. With `own` (the run's locked Checkpoint.dir), the newer ones
+// that failed are set aside and `latest` names the chosen one.
+Status ResolveNewest(const std::string& directory, const std::string& key, bool own,
+                     std::string* chosen) {
+  std::vector<std::string> candidates, failed;
   const std::string latest = LatestCheckpointName(directory);
   if (!latest.empty()) candidates.push_back(directory + "/" + latest);
   for (const std::string& c : CommittedCheckpoints(directory))
@@ -77,18 +125,65 @@ Status ResolveOnRoot(const std::string& directory, const std::string& resume, st
     Status v = VerifyCheckpoint(CheckpointFile(c));
     if (v.ok()) {
       *chosen = c;
-      return Status::Ok();
+      break;
     }
+    failed.push_back(c);
     LogWarning(StrFormat("checkpoint %s does not verify, falling back to the previous one: %s",
                          c.c_str(), v.message().c_str()));
   }
-  if (!candidates.empty())
+  if (chosen->empty() && !candidates.empty())
     return CheckpointError(
-        StrFormat("no checkpoint verifies (%s, Checkpoint.dir): every step folder fails its "
-                  "checks (warnings above). Remove the damaged step folders or start without "
-                  "--resume",
-                  directory.c_str()));
-  LogInfo(StrFormat("no checkpoint in %s: starting from scratch", directory.c_str()));
+        StrFormat("no checkpoint verifies (%s, %s): every step folder fails its checks (warnings "
+                  "above). Remove the damaged step folders or start without --resume",
+                  directory.c_str(), key.c_str()));
+  if (chosen->empty()) {
+    LogInfo(StrFormat("no checkpoint in %s: starting from scratch", directory.c_str()));
+    return Status::Ok();
+  }
+  if (!own || failed.empty()) return Status::Ok();
+  for (const std::string& f : failed) SetAside(f, " (nor one that Checkpoint.keep_last keeps)");
+  const std::string name = chosen->substr(chosen->rfind('/') + 1);
+  Status pointed = WriteFileAtomically(directory + "/latest", name + "\n");
+  if (!pointed.ok())
+    LogWarning(StrFormat("cannot point %s/latest at %s: %s", directory.c_str(), name.c_str(),
+                         pointed.message().c_str()));
+  return Status::Ok();
+}
+
+// The error for a --resume path that names no checkpoint, with an example that exists.
+Status NoCheckpointToResume(const std::string& directory, const std::string& resume) {
+  const std::vector<std::string> steps = CommittedCheckpoints(directory);
+  const std::string example =
+      steps.empty() ? StrFormat("Checkpoint.dir (%s) holds none yet: start without --resume",
+                                directory.c_str())
+                    : StrFormat(
+                          "e.g. --resume %s (the newest step folder of Checkpoint.dir), or "
+                          "--resume %s (its newest that verifies), or --resume auto",
+                          steps.front().c_str(), directory.c_str());
+  return CheckpointError(StrFormat(
+      "no checkpoint at %s (--resume): %s. Pass a step folder, its checkpoint.h5 or a checkpoint "
+      "folder: %s",
+      resume.c_str(),
+      PathExists(resume) ? "it holds neither checkpoint.h5 nor step folders" : "it does not exist",
+      example.c_str()));
+}
+
+// Choose the checkpoint folder to load on rank 0 (empty: none, start fresh). `resume` is "auto"
+// (Checkpoint.dir's newest that verifies), a checkpoint folder (its newest that verifies), or a
+// step folder or checkpoint file (that one, verified).
+Status ResolveOnRoot(const std::string& directory, const std::string& resume, std::string* chosen) {
+  chosen->clear();
+  if (resume == "auto") return ResolveNewest(directory, "Checkpoint.dir", true, chosen);
+  if (IsDirectory(resume) && !PathExists(CheckpointFile(resume))) {
+    if (CommittedCheckpoints(resume).empty() && LatestCheckpointName(resume).empty())
+      return NoCheckpointToResume(directory, resume);
+    TRAINER_RETURN_IF_ERROR(
+        ResolveNewest(resume, "--resume", SameFolder(resume, directory), chosen));
+    return Status::Ok();
+  }
+  if (!PathExists(CheckpointFile(resume))) return NoCheckpointToResume(directory, resume);
+  TRAINER_RETURN_IF_ERROR(VerifyCheckpoint(CheckpointFile(resume)));
+  *chosen = resume;
   return Status::Ok();
 }
 
@@ -168,8 +263,9 @@ std::vector<std::string> CommittedCheckpoints(const std::string& directory) {
   std::vector<std::string> out;
   auto names = ListDirectory(directory);
   if (!names.ok()) return out;
-  for (const std::string& n : names.value())
-    if (n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos &&
+  for (const std::string& n : names.value())  // step-<digits> only: not .tmp, not .damaged
+    if (n.size() > 5 && n.rfind("step-", 0) == 0 &&
+        n.find_first_not_of("0123456789", 5) == std::string::npos &&
         IsDirectory(directory + "/" + n))
       out.push_back(directory + "/" + n);
   std::sort(out.rbegin(), out.rend());  // zero-padded step numbers: newest first
@@ -244,6 +340,10 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "seed", &seed));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "layout", &s->layout));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "config", &s->config_text));
+  if (H5Aexists(f.get(), "eod_id") > 0 && H5Aexists(f.get(), "tokenizer") > 0) {
+    TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "eod_id", &s->eod_id));
+    TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "tokenizer", &s->tokenizer));
+  }
   s->format_version = static_cast<int>(version);
   s->seed = static_cast<uint64_t>(seed);
   DatasetList list;

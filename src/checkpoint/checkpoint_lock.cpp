@@ -66,8 +66,14 @@ Status LockCheckpointDirectory(const std::string& directory, double wait_s,
                   path.c_str(), why.c_str()));
     return Status::Ok();
   };
-  Status made = MakeDirectories(directory);
-  if (!made.ok()) return unguarded(made.message());
+  std::string why;
+  if (!FolderWritable(directory, &why)) {
+    const ProcessIdentity& id = GetProcessIdentity();
+    return CheckpointError(
+        StrFormat("checkpoint folder not writable (%s, Checkpoint.dir, rank %d on %s): %s. Make it "
+                  "writable or set Checkpoint.dir to a writable folder; nothing was trained",
+                  directory.c_str(), id.rank, id.host.c_str(), why.c_str()));
+  }
   const auto start = std::chrono::steady_clock::now();
   bool announced = false;
   for (;;) {

@@ -191,6 +191,10 @@ class SaveOnRoot {
     TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "rng_states", RngStates(topo_)));
     TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "config", r_.config_text));
     TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "layout", LayoutString(topo_)));
+    if (r_.eod_id >= 0) {  // the training data's, for `trainer export`
+      TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "eod_id", r_.eod_id));
+      TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "tokenizer", r_.tokenizer));
+    }
     return Hdf5WriteStringAttribute(f, "checksum", "crc32 (zlib) of each tensor's float32 bytes");
   }
 

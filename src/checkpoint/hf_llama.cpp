@@ -249,7 +249,7 @@ std::string LlamaModelOverrides(const ModelConfig& m) {
   return s;
 }
 
-Status LlamaConfigJson(const ModelConfig& m, bool bf16, std::string* json) {
+Status LlamaConfigJson(const ModelConfig& m, bool bf16, int64_t eod_id, std::string* json) {
   if (m.qkv_bias && m.qk_norm)
     return UsageError(
         "a model with both Model.qkv_bias and Model.qk_norm has no transformers class (Qwen3's "
@@ -267,7 +267,8 @@ Status LlamaConfigJson(const ModelConfig& m, bool bf16, std::string* json) {
                 "\"high_freq_factor\": %s, \"original_max_position_embeddings\": %d}",
                 JsonFloat(m.rope_factor).c_str(), JsonFloat(m.rope_low_freq_factor).c_str(),
                 JsonFloat(m.rope_high_freq_factor).c_str(), m.rope_original_max_positions);
-  const int eod = m.vocab_size - 1;  // trainer pack's end-of-document id
+  // The training data's end-of-document id, else trainer pack's (vocab_size - 1).
+  const int eod = eod_id >= 0 ? static_cast<int>(eod_id) : m.vocab_size - 1;
   *json = StrFormat(
       "{\n"
       "  \"architectures\": [\"%s\"],\n"

@@ -35,7 +35,7 @@ std::string LlamaModelOverrides(const ModelConfig& model);
 // config.json for `model` (Model.arch=llama): LlamaForCausalLM, Qwen2ForCausalLM (qkv_bias) or
 // Qwen3ForCausalLM (qk_norm); a usage error for both at once (no transformers class has q/k/v
 // biases and q/k norms without an o_proj bias).
-Status LlamaConfigJson(const ModelConfig& model, bool bf16, std::string* json);
+Status LlamaConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id, std::string* json);
 
 // This rank's slices of the llama-family weights `weights` (HuggingFaceWeightsFile's) with the
 // config.json beside them: the config's model must be the folder's (else a checkpoint error that

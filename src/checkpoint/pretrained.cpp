@@ -130,9 +130,10 @@ std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
   return tensors;
 }
 
-Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, std::string* json) {
-  if (model.arch == "llama") return LlamaConfigJson(model, bf16, json);
-  const int eod = model.vocab_size - 1;  // trainer pack's end-of-document id
+Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id,
+                             std::string* json) {
+  if (model.arch == "llama") return LlamaConfigJson(model, bf16, eod_id, json);
+  const int eod = eod_id >= 0 ? static_cast<int>(eod_id) : model.vocab_size - 1;
   *json = StrFormat(
       "{\n"
       "  \"architectures\": [\"GPT2LMHeadModel\"],\n"

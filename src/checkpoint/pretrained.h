@@ -28,7 +28,11 @@ namespace trainer {
 std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
                                              const std::vector<ParameterInfo>& params,
                                              const std::vector<float>& flat);
-Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, std::string* json);
+// config.json for `model` (GPT2Config, or the llama family's LlamaConfig / Qwen2Config /
+// Qwen3Config); bos/eos_token_id: `eod_id`, or vocab_size - 1 (trainer pack's bytes and GPT-2)
+// when it is < 0.
+Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id,
+                             std::string* json);
 
 // The Model keys that the Hugging Face weights `file` (HuggingFaceWeightsFile's) imply, as
 // "-o Model.key=value ..." for Checkpoint.init_from. A llama-family model: every key from the

@@ -4,6 +4,21 @@
 #include <iostream>
 
 namespace trainer {
+namespace {
+
+// A bare argument to a command that takes none: for one with --config, most likely a config file
+// given without -c.
+Status StrayArgument(const std::string& command, const std::string& argument,
+                     const po::options_description& options) {
+  std::string fix = "Pass options only";
+  if (options.find_nothrow("config", false) != nullptr)
+    fix = "Did you mean -c " + argument + "? Give the config file with -c (or --config)";
+  return UsageError("unexpected argument '" + argument + "' (trainer " + command +
+                    ", command line): trainer " + command + " takes no bare arguments. " + fix +
+                    "; 'trainer " + command + " --help' lists the options");
+}
+
+}  // namespace
 
 Status ParseCommandLine(const std::string& command, const std::vector<std::string>& args,
                         po::options_description& options, po::variables_map* vm, bool* help,
@@ -13,7 +28,13 @@ Status ParseCommandLine(const std::string& command, const std::vector<std::strin
     po::command_line_parser parser(args);
     parser.options(options);
     if (positional) parser.positional(*positional);
-    po::store(parser.run(), *vm);
+    const po::parsed_options parsed = parser.run();
+    if (positional == nullptr) {  // boost would drop a bare argument without a word
+      const std::vector<std::string> stray =
+          po::collect_unrecognized(parsed.options, po::include_positional);
+      if (!stray.empty()) return StrayArgument(command, stray.front(), options);
+    }
+    po::store(parsed, *vm);
     *help = vm->count("help") > 0;
     if (!*help) po::notify(*vm);
   } catch (const po::error& e) {

@@ -15,5 +15,7 @@ int RunPlanCommand(const std::vector<std::string>& args);
 int RunSampleCommand(const std::vector<std::string>& args);
 int RunEvalCommand(const std::vector<std::string>& args);
 int RunExportCommand(const std::vector<std::string>& args);
+// `trainer --version`: version, commit, build settings and library versions on stdout.
+int RunVersionCommand();
 
 }  // namespace trainer

@@ -59,8 +59,11 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   std::string file;
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", &file));
   TRAINER_ASSIGN_OR_RETURN(const TrainConfig tc, OneProcessConfig(file, o.overrides, 0));
+  CheckpointSummary summary;  // the training data's end-of-document id, where recorded
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
   std::string config_json;
-  TRAINER_RETURN_IF_ERROR(HuggingFaceConfigJson(tc.model, o.dtype == "bf16", &config_json));
+  TRAINER_RETURN_IF_ERROR(
+      HuggingFaceConfigJson(tc.model, o.dtype == "bf16", summary.eod_id, &config_json));
   std::shared_ptr<const BpeVocabulary> tokenizer;
   if (!o.tokenizer_dir.empty()) {
     TRAINER_ASSIGN_OR_RETURN(tokenizer, LoadModelTokenizer(o.tokenizer_dir, tc.model));

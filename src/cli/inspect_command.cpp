@@ -33,6 +33,10 @@ Status InspectCheckpoint(const std::string& path) {
             << "  tokens_seen      " << s.tokens_seen << "\n"
             << "  seed             " << s.seed << "\n"
             << "  written on       " << s.layout << "\n"
+            << "  trained on       "
+            << (s.eod_id < 0 ? std::string("(not recorded)")
+                             : s.tokenizer + " tokens, end of document " + std::to_string(s.eod_id))
+            << "\n"
             << "  tensors (" << s.tensors.size() << " under /model, Adam moments under /optim):\n";
   int64_t total = 0;
   for (const auto& t : s.tensors) {

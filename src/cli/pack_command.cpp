@@ -42,6 +42,7 @@ int RunPackCommand(const std::vector<std::string>& args) {
        "fraction of the tokens (the end of the stream) written to the validation file")
       ("val-output", po::value<std::string>(&options.val_output)->default_value("", "\"\""),
        "validation file; empty = the output name with .val before .h5")
+      ("force", "replace existing output files (and remove a stale .val.h5 of an earlier pack)")
       ("quiet", "no progress lines on stderr");
   // clang-format on
   po::positional_options_description positional;  // bare arguments are inputs too
@@ -64,6 +65,7 @@ int RunPackCommand(const std::vector<std::string>& args) {
     return static_cast<int>(ExitCode::kOk);
   }
   options.show_progress = values.count("quiet") == 0;
+  options.force = values.count("force") > 0;
   PackSummary summary;
   Status status = PackDataset(options, &summary);
   if (!status.ok()) {

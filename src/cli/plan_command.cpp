@@ -43,6 +43,11 @@ int RunPlanCommand(const std::vector<std::string>& args) {
                      options);
     return 0;
   }
+  if (s.ok() && world < 1)
+    s = UsageError(StrFormat(
+        "--world-size %d (trainer plan, command line): a layout has at least one rank. Give "
+        "--world-size N, the number of ranks the job will start (N >= 1)",
+        world));
   TrainConfig c;
   if (s.ok()) {
     auto loaded = LoadConfig(config_path, overrides);

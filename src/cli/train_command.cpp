@@ -41,8 +41,9 @@ int RunTrainCommand(const std::vector<std::string>& args) {
       "override,o", po::value(&overrides)->composing(),
       "Section.key=value, repeatable (e.g. -o Engine.max_steps=50)")(
       "resume", po::value(&resume)->default_value(""),
-      "auto (latest committed checkpoint, if any) or a checkpoint folder; overrides "
-      "Checkpoint.resume")("print-config", "print the resolved config and exit");
+      "auto (Checkpoint.dir's newest checkpoint that verifies, if any), a checkpoint folder (its "
+      "newest that verifies) or a step folder; overrides Checkpoint.resume")(
+      "print-config", "print the resolved config (a YAML file that -c reads back) and exit");
 
   RunContext ctx;
   Status status = ctx.Init();
@@ -68,8 +69,11 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   // Every rank parsed the same files: the verdict is the same, rank 0 prints it.
   status = ctx.Agree(status);
   if (!status.ok()) return ctx.Finish(status);
+  if (vm.count("print-config")) {  // the YAML alone, as `-c` reads it back
+    LogInfo(FormatConfig(config));
+    return ctx.Finish(Status::Ok());
+  }
   LogInfo("resolved config:\n" + FormatConfig(config));
-  if (vm.count("print-config")) return ctx.Finish(Status::Ok());
 
   status = ctx.Agree(ctx.SetupDevice(config));
   if (status.ok()) status = ctx.Agree(ctx.BuildGroups(config));
@@ -80,7 +84,7 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (!status.ok()) return ctx.Finish(status);
   if (!memory.empty()) LogInfo("memory: " + memory);
 
-  InstallPreemptionHandlers();
+  InstallPreemptionHandlers(ctx.runtime->rank() == 0);
   Trainer trainer(config, ctx.groups, ctx.backend.get());
   Watchdog watchdog(config.engine.watchdog_s);
   trainer.set_progress_callback([&watchdog](const char* phase) { watchdog.Beat(phase); });

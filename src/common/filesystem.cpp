@@ -38,6 +38,27 @@ Status MakeDirectories(const std::string& path) {
   return Status::Ok();
 }
 
+bool FolderWritable(const std::string& path, std::string* why) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if ((i == path.size() || path[i] == '/') && !partial.empty() &&
+        mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      *why = StrFormat("cannot create folder %s: %s", partial.c_str(), std::strerror(errno));
+      return false;
+    }
+    if (i < path.size()) partial += path[i];
+  }
+  std::string probe = path + "/.trainer-write-probe-XXXXXX";
+  const int fd = mkstemp(probe.data());
+  if (fd < 0) {
+    *why = StrFormat("cannot create a file in %s: %s", path.c_str(), std::strerror(errno));
+    return false;
+  }
+  close(fd);
+  unlink(probe.c_str());
+  return true;
+}
+
 bool PathExists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;

@@ -13,6 +13,9 @@ namespace trainer {
 // mkdir -p.
 Status MakeDirectories(const std::string& path);
 bool PathExists(const std::string& path);
+// Whether a run can write in `path`: makes it (mkdir -p), creates a file in it and removes it.
+// False with the system's reason in *why ("Not a directory", "Read-only file system") when not.
+bool FolderWritable(const std::string& path, std::string* why);
 bool IsDirectory(const std::string& path);
 // fsync a file or a folder by path.
 Status SyncPath(const std::string& path);

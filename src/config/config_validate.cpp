@@ -1,6 +1,8 @@
 // ValidateConfig (see config_loader.h): value ranges and enumerations, then the model's shape
 // against the parallel degrees and the world size, then the batch. Each violation is one
 // UsageError line: `<key>=<value> <problem> (<where it was set>). <fix>`.
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
@@ -429,15 +431,55 @@ Status CheckBatchAndSchedule(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
+// Sizes that the model's buffers and kernels multiply out: the tokens of a micro-batch are the
+// rows of its matrix products (32-bit dimensions in cuBLAS and in the model's row counts), and the
+// elements of the largest activation and of all the parameters are counted in 64-bit integers.
+Status CheckSizes(const TrainConfig& c, Checker& check) {
+  const ModelConfig& m = c.model;
+  const long double T = m.sequence_length(), C = m.hidden_size, F = m.ffn_size(),
+                    V = m.padded_vocab(), L = m.num_layers;
+  const long double tokens = T * c.global.micro_batch_size;
+  constexpr long double kMaxRows = std::numeric_limits<int32_t>::max();
+  if (tokens > kMaxRows)
+    return check.Fail(
+        StrFormat("Global.micro_batch_size=%d x sequence length %d = %.0Lf tokens per "
+                  "micro-batch, more than %.0Lf (the rows of one matrix product)",
+                  c.global.micro_batch_size, m.sequence_length(), tokens, kMaxRows),
+        {"Global.micro_batch_size", "Model.seq_len", "Model.max_seq_len"},
+        StrFormat("Set Global.micro_batch_size to at most %lld (with Global.global_batch_size a "
+                  "multiple of it times the DP size)",
+                  static_cast<long long>(kMaxRows / T)));
+  constexpr long double kMaxElements = 1ull << 50;  // 4 PiB of fp32: beyond any machine
+  const long double widest = tokens * std::max({3 * C, F, V});
+  const long double parameters = (V + m.max_seq_len) * C + L * (4 * C * C + 2 * C * F + 9 * C + F);
+  if (widest > kMaxElements || parameters > kMaxElements)
+    return check.Fail(
+        StrFormat("the model's sizes overflow: %.3Lg parameters and %.3Lg elements in its largest "
+                  "activation, more than 2^50 (4 PiB in fp32) by Model.hidden_size=%d, "
+                  "num_layers=%d, ffn size %d, padded vocabulary %d and %.0Lf tokens per "
+                  "micro-batch",
+                  parameters, widest, m.hidden_size, m.num_layers, m.ffn_size(), m.padded_vocab(),
+                  tokens),
+        {"Model.hidden_size", "Model.num_layers", "Model.ffn_hidden_size", "Model.vocab_size",
+         "Global.micro_batch_size"},
+        "Set the Model keys and Global.micro_batch_size to a model that a machine can hold");
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateConfig(TrainConfig* config, int world_size) {
-  TRAINER_ASSERT(world_size >= 1, "the world size must be at least 1");
+  if (world_size < 1)
+    return UsageError(
+        StrFormat("world size %d (launcher): a run has at least one rank. Start "
+                  "one or more ranks",
+                  world_size));
   config->world_size = world_size;
   Checker check(config);
   TRAINER_RETURN_IF_ERROR(CheckRanges(check));
   TRAINER_RETURN_IF_ERROR(CheckStrings(check));
   TRAINER_RETURN_IF_ERROR(CheckModel(*config, check));
+  TRAINER_RETURN_IF_ERROR(CheckSizes(*config, check));
   TRAINER_RETURN_IF_ERROR(CheckWorld(config, check));
   TRAINER_RETURN_IF_ERROR(CheckParallelLayout(*config, check));
   return CheckBatchAndSchedule(*config, check);

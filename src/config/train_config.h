@@ -70,7 +70,7 @@ struct EngineConfig {
   int max_steps = 100;
   int logging_freq = 10;
   int eval_freq = 50;  // 0 disables evaluation
-  int eval_iters = 4;  // validation micro-batches per evaluation (per DP rank)
+  int eval_iters = 4;  // validation batches (of Global.global_batch_size sequences) per evaluation
   int save_steps = 0;  // 0 disables periodic checkpoints
   std::string output_dir = "out";
   std::string mix_precision = "bf16";  // bf16 | fp32 (the CPU path is always fp32)

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <memory>
 
+#include "common/filesystem.h"
 #include "common/log.h"
 #include "data/json_line.h"
 #include "data/progress.h"
@@ -231,6 +233,36 @@ Status RenameInto(const std::string& from, const std::string& to) {
   return Status::Ok();
 }
 
+// The outputs of a pack that exist already: the training file, and the validation file (the one
+// this pack writes, or without a split the one an earlier pack left at the default name, which
+// would otherwise pair with the new training file). Refused unless `force`.
+Status CheckExistingOutputs(const PackOptions& options, bool split, const std::string& val_path,
+                            std::string* stale_val) {
+  stale_val->clear();
+  std::vector<std::string> existing;
+  if (PathExists(options.output)) existing.push_back(options.output);
+  if (PathExists(val_path)) {
+    existing.push_back(val_path);
+    if (!split) *stale_val = val_path;
+  }
+  if (existing.empty() || options.force) return Status::Ok();
+  std::string names;
+  for (const std::string& e : existing) names += (names.empty() ? "" : ", ") + e;
+  const std::string why =
+      stale_val->empty()
+          ? "trainer pack replaces files only when asked"
+          : StrFormat(
+                "%s is the validation file of an earlier pack with --val-fraction, which "
+                "this pack (no split) would leave paired with the new %s",
+                stale_val->c_str(), options.output.c_str());
+  return UsageError(
+      StrFormat("output exists (%s; trainer pack --output %s): %s. Pass --force to "
+                "replace %s, or choose another --output",
+                names.c_str(), options.output.c_str(), why.c_str(),
+                stale_val->empty() ? (existing.size() == 1 ? "it" : "them")
+                                   : "the outputs and remove the stale file"));
+}
+
 std::string Plural(int64_t n, const char* word) {
   return StrFormat("%lld %s%s", static_cast<long long>(n), word, n == 1 ? "" : "s");
 }
@@ -246,6 +278,7 @@ std::string PackSummary::OneLine() const {
     line += (i == 0 ? ": " : ", ") + files[i].path + " (" + Plural(files[i].tokens, "token") +
             ", " + Plural(files[i].documents, "document") + ")";
   }
+  if (!removed.empty()) line += "; removed the stale " + removed + " of an earlier pack";
   return line;
 }
 
@@ -312,6 +345,8 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
     return UsageError("--val-output equals --output (" + val_path + "): pick another name");
   std::vector<int64_t> sizes;
   TRAINER_RETURN_IF_ERROR(StatInputs(options.inputs, &sizes));
+  std::string stale_val;
+  TRAINER_RETURN_IF_ERROR(CheckExistingOutputs(options, split, val_path, &stale_val));
   TRAINER_RETURN_IF_ERROR(CheckOutputFolder(options.output, "--output"));
   if (split) TRAINER_RETURN_IF_ERROR(CheckOutputFolder(val_path, "--val-output"));
   const Status empty_input = DataError(StrFormat(
@@ -393,6 +428,12 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
     TRAINER_RETURN_IF_ERROR(train->Finish(doc_offsets));
     TRAINER_RETURN_IF_ERROR(RenameInto(train_tmp, options.output));
     temporaries.Release();
+    if (!stale_val.empty() && std::remove(stale_val.c_str()) != 0)
+      return DataError(
+          StrFormat("cannot remove the stale %s (trainer pack --force): %s. Remove it "
+                    "by hand: a run would pair it with %s",
+                    stale_val.c_str(), std::strerror(errno), options.output.c_str()));
+    summary->removed = stale_val;
     summary->files.push_back({options.output, summary->documents, summary->tokens});
     return Status::Ok();
   }

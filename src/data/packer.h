@@ -29,6 +29,9 @@ struct PackOptions {
   int64_t read_chunk_bytes = int64_t{4} << 20;  // input read size
   int64_t chunk_tokens = int64_t{1} << 20;      // HDF5 chunk of /tokens (smaller for tiny inputs)
   bool show_progress = true;                    // progress lines on stderr for runs over ~2 s
+  // Replace existing outputs (the training file, and the validation file: the one written, or,
+  // without a split, a stale one at the default name, which is removed). Without it, refuse them.
+  bool force = false;
 };
 
 struct PackedFile {
@@ -44,6 +47,7 @@ struct PackSummary {
   int64_t tokens = 0;             // including one eod per document
   int64_t empty_inputs = 0;       // empty documents (skipped: no tokens, no eod)
   std::vector<PackedFile> files;  // the training file, then the validation file if any
+  std::string removed;            // with --force and no split: the stale validation file removed
 
   // "packed 3 documents, 1234 tokens (bytes, vocab 257): data.h5 (...), data.val.h5 (...)"
   std::string OneLine() const;

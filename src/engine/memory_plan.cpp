@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <vector>
 
 #include "common/log.h"
 #include "engine/pipeline.h"
@@ -19,6 +20,40 @@ double StillToAllocate(const RankMemory& m) {
 
 bool Fits(const RankMemory& m, const RankMemoryAvailable& available) {
   return m.total() <= available.capacity && StillToAllocate(m) <= available.free_now;
+}
+
+// The largest micro-batch below Global.micro_batch_size that keeps the global batch (it divides
+// the sequences each DP rank takes per step; with Model.sequence_parallel its tokens split over
+// TP) and fits; 0 when none does. A rank's memory grows with the micro-batch, so a binary search
+// over the candidates (the divisors, found in O(sqrt(n))) plans a handful of them, at any size.
+int LargestMicroBatchThatFits(const TrainConfig& config, int stage, DType dtype, bool device,
+                              const RankMemoryAvailable& available) {
+  const int per_rank = config.global.global_batch_size / config.distributed.dp_degree;
+  const int64_t T = config.model.sequence_length(), tp = config.distributed.tp_degree;
+  std::vector<int> candidates;  // ascending
+  std::vector<int> large;       // per_rank / d for each small divisor d, descending
+  for (int64_t d = 1; d * d <= per_rank; ++d) {
+    if (per_rank % d != 0) continue;
+    candidates.push_back(static_cast<int>(d));
+    if (d * d != per_rank) large.push_back(static_cast<int>(per_rank / d));
+  }
+  candidates.insert(candidates.end(), large.rbegin(), large.rend());
+  const int B = config.global.micro_batch_size;
+  candidates.erase(
+      std::remove_if(
+          candidates.begin(), candidates.end(),
+          [&](int b) { return b >= B || (config.model.sequence_parallel && b * T % tp != 0); }),
+      candidates.end());
+  // The first candidate that does not fit, then the one before it.
+  size_t low = 0, high = candidates.size();
+  while (low < high) {
+    const size_t mid = (low + high) / 2;
+    if (Fits(PlanRankMemory(config, stage, dtype, device, candidates[mid]), available))
+      low = mid + 1;
+    else
+      high = mid;
+  }
+  return low == 0 ? 0 : candidates[low - 1];
 }
 
 }  // namespace
@@ -77,16 +112,11 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
   // The ways out, each checked: the largest smaller micro-batch that keeps the global batch (it
   // divides the sequences each DP rank takes per step; with Model.sequence_parallel its tokens
   // split over TP), and recomputation at this micro-batch.
-  const int per_rank = config.global.global_batch_size / config.distributed.dp_degree;
-  for (int b = B - 1; b >= 1; --b) {
-    const RankMemory smaller = PlanRankMemory(config, stage, dtype, device, b);
-    const bool splits = !config.model.sequence_parallel ||
-                        b * config.model.sequence_length() % config.distributed.tp_degree == 0;
-    if (per_rank % b != 0 || !splits || !Fits(smaller, available)) continue;
-    fixes.push_back(StrFormat("set Global.micro_batch_size=%d (~%s, the same global batch)", b,
-                              FormatBytes(smaller.total()).c_str()));
-    break;
-  }
+  const int smaller = LargestMicroBatchThatFits(config, stage, dtype, device, available);
+  if (smaller > 0)
+    fixes.push_back(StrFormat(
+        "set Global.micro_batch_size=%d (~%s, the same global batch)", smaller,
+        FormatBytes(PlanRankMemory(config, stage, dtype, device, smaller).total()).c_str()));
   // Model.recompute saves more from none to gelu to selective to block.
   const std::vector<std::string> order = {"none", "gelu", "selective", "block"};
   const auto rank = [&](const std::string& mode) {

@@ -11,6 +11,17 @@
 
 namespace trainer {
 
+Status CheckOutputFolder(const std::string& output_dir) {
+  std::string why;
+  if (FolderWritable(output_dir, &why)) return Status::Ok();
+  const ProcessIdentity& id = GetProcessIdentity();
+  return UsageError(
+      StrFormat("output folder not writable (%s, Engine.output_dir, rank %d on %s): %s. Set "
+                "Engine.output_dir to a folder this run can write (metrics.jsonl and, by default, "
+                "checkpoints/ go there); nothing was trained",
+                output_dir.c_str(), id.rank, id.host.c_str(), why.c_str()));
+}
+
 Status MetricsWriter::Open(const std::string& output_dir, bool enabled, bool tensorboard,
                            std::unique_ptr<MetricsWriter>* out) {
   std::unique_ptr<MetricsWriter> w(new MetricsWriter());

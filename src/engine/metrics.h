@@ -14,6 +14,9 @@
 
 namespace trainer {
 
+// Rank 0 at start: Engine.output_dir made and writable, else a usage error (exit 2) naming it.
+Status CheckOutputFolder(const std::string& output_dir);
+
 class MetricsWriter {
  public:
   static Status Open(const std::string& output_dir, bool enabled, bool tensorboard,

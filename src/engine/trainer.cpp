@@ -23,24 +23,6 @@ namespace {
 // How long a requeued Slurm job waits for the checkpoint lock of its own earlier run (an NFS
 // lock can outlive a failed node by the server's lease time, 90 s by default).
 constexpr double kCheckpointLockWaitSeconds = 180.0;
-
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
-// %g, but "nan" for any NaN (printf writes "-nan" for some).
-std::string NumberText(double v) {
-  return std::isnan(v) ? "nan" : StrFormat("%g", v);
-}
-
-// " | ETA 1h02m" (or 4m05s, 12s) for the steps left at the last window's pace; "" when none are.
-std::string Eta(int steps_left, double seconds_per_step) {
-  if (steps_left <= 0) return "";
-  const long long s = std::llround(steps_left * seconds_per_step);
-  if (s >= 3600) return StrFormat(" | ETA %lldh%02lldm", s / 3600, s % 3600 / 60);
-  if (s >= 60) return StrFormat(" | ETA %lldm%02llds", s / 60, s % 60);
-  return StrFormat(" | ETA %llds", s);
-}
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, const ParallelGroups& groups, Backend* backend)
@@ -80,9 +62,11 @@ Status Trainer::Setup() {
     b.targets.assign(tokens, 0);
   }
   const bool root = groups_.world_rank == 0;
-  if (root)  // first: a folder that another run writes to is left alone, metrics included
+  if (root) {  // first: a folder that another run writes to is left alone, metrics included
+    TRAINER_RETURN_IF_ERROR(CheckOutputFolder(config_.engine.output_dir));
     TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(config_.checkpoint_dir(),
                                                     kCheckpointLockWaitSeconds, &checkpoint_lock_));
+  }
   TRAINER_RETURN_IF_ERROR(
       MetricsWriter::Open(config_.engine.output_dir, root, config_.engine.tensorboard, &metrics_));
   if (root) TRAINER_RETURN_IF_ERROR(RemoveIncompleteCheckpoints(config_.checkpoint_dir()));
@@ -133,6 +117,7 @@ Status Trainer::OpenData() {
   if (!data_.train_plan.empty())
     line += StrFormat(", %lld an epoch by Data.train_weights %s", static_cast<long long>(per_epoch),
                       config_.data.train_weights.c_str());
+  if (config_.engine.eval_freq > 0 && data_.val.num_samples() <= 0) return NoValidationDataError();
   if (data_.val.num_samples() > 0)
     line +=
         StrFormat("; %lld validation samples from %s",
@@ -334,157 +319,6 @@ Status Trainer::StepResults(double* loss, double* grad_norm) {
   return Status::Ok();
 }
 
-Status Trainer::Evaluate(double* val_loss) {
-  const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
-  const int dp = groups_.topology.dp;
-  if (data_.val.num_samples() <= 0)
-    return DataError(
-        "no validation samples: set Data.val_path or "
-        "Data.val_fraction > 0, or Engine.eval_freq=0");
-  JoinPrefetch();                          // HDF5 serves one thread at a time
-  HostBatch* batch = &batches_[current_];  // the finished step's batch; the prefetched one stays
-  double total = 0.0;
-  const int iters = config_.engine.eval_iters;
-  for (int it = 0; it < iters; ++it) {
-    TRAINER_RETURN_IF_ERROR(
-        ReadBatch(ValidationBatch(it, B * dp, data_.val.num_samples()), data_.val, batch));
-    MicroBatches mb;
-    mb.count = 1;
-    mb.batch = B;
-    mb.seq_len = T;
-    mb.inputs = batch->inputs.data();
-    mb.targets = batch->targets.data();
-    double sum = 0.0;
-    TRAINER_RETURN_IF_ERROR(pipeline_->EvalStep(mb, &sum));
-    total += sum;
-  }
-  TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&total));
-  *val_loss = total / (static_cast<double>(iters) * B * dp * T);
-  return Status::Ok();
-}
-
-Status Trainer::Run() {
-  const EngineConfig& e = config_.engine;
-  const double tokens_per_step = TokensPerStep();
-  const auto start = std::chrono::steady_clock::now();
-  auto window_start = start;
-  int window_steps = 0;
-  // Idle share of a 1F1B step: (P - 1) / (M + P - 1) for P stages and M micro-batches.
-  const int P = groups_.topology.pp, M = config_.gradient_accumulation_steps();
-  const double bubble = static_cast<double>(P - 1) / (M + P - 1);
-  // Model FLOPs utilisation as PaLM counts it: 6 N + 12 L NH HD T per token (N: the parameters
-  // a token is multiplied by), against the dense bf16 peak of every GPU in the job
-  // (Engine.peak_tflops each).
-  const double flops_per_token =
-      TrainingFlopsPerToken(model_->spec(), config_.model.sequence_length());
-  const bool on_gpu = backend_->device_memory();
-  const double peak = config_.engine.peak_tflops * 1e12 * groups_.topology.world_size;
-  const int64_t first_step = state_.step;
-  GpuMonitor gpu_monitor(backend_);
-  while (state_.step < e.max_steps) {
-    // Engine.profile times the phases of every step after three warm-up steps.
-    if (e.profile && state_.step == first_step + 3) {
-      timer_ = std::make_unique<PhaseTimer>(backend_, true);
-      TRAINER_RETURN_IF_ERROR(backend_->ProfilerRange(true));
-    }
-    double lr = 0;
-    progress_("a training step");
-    TRAINER_RETURN_IF_ERROR(TrainStep(&lr));
-    ++window_steps;
-    const int step = static_cast<int>(state_.step);
-    const bool log_due = step % e.logging_freq == 0 || step == e.max_steps || step == 1;
-    double loss = 0, norm = 0;
-    if (log_due) {
-      TRAINER_RETURN_IF_ERROR(StepResults(&loss, &norm));  // waits for the GPU
-      TRAINER_RETURN_IF_ERROR(backend_->Synchronize());
-      const double window = Seconds(window_start);
-      const double tokens_per_s = tokens_per_step * window_steps / window;
-      const double elapsed = Seconds(start);
-      const double mfu = on_gpu ? tokens_per_s * flops_per_token / peak : 0.0;
-      const double memory_gib = DeviceMemoryUsed(backend_) / (1024.0 * 1024.0 * 1024.0);
-      const std::string mfu_text = on_gpu ? StrFormat("MFU %.1f%% | ", 100 * mfu) : "";
-      GpuReport gpu;
-      TRAINER_RETURN_IF_ERROR(gpu_monitor.Report(groups_.world_host, &gpu));
-      LogInfo(StrFormat(
-          "step %6d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tokens/s | "
-          "%.1f ms/step | %s%.2f GiB%s | elapsed %.1fs%s",
-          step, e.max_steps, loss, lr, norm, tokens_per_s, 1e3 * window / window_steps,
-          mfu_text.c_str(), memory_gib, gpu.Text(groups_.topology.world_size).c_str(), elapsed,
-          // Step 1's window holds the start-up (GEMM tuning, warm-up): no ETA from it.
-          step == 1 ? "" : Eta(e.max_steps - step, window / window_steps).c_str()));
-      std::vector<std::pair<std::string, double>> record = {
-          {"step", step},
-          {"loss", loss},
-          {"lr", lr},
-          {"grad_norm", norm},
-          {"tokens_per_s", tokens_per_s},
-          {"step_ms", 1e3 * window / window_steps},
-          {"elapsed_s", elapsed},
-          {"consumed_samples", state_.consumed_samples},
-          {"pipeline_bubble", bubble},
-          {"mfu", mfu},
-          {"memory_gib", memory_gib}};
-      for (auto& field : gpu.Fields(tokens_per_s)) record.push_back(std::move(field));
-      TRAINER_RETURN_IF_ERROR(metrics_->Write(record));
-      window_start = std::chrono::steady_clock::now();
-      window_steps = 0;
-      TRAINER_RETURN_IF_ERROR(StopIfDiverged(step, loss, norm));
-    }
-    if (e.eval_freq > 0 && (step % e.eval_freq == 0 || step == e.max_steps)) {
-      double val = 0;
-      progress_("an evaluation");
-      TRAINER_RETURN_IF_ERROR(Evaluate(&val));
-      LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, val));
-      TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step}, {"val_loss", val}}));
-    }
-    const bool save_due = e.save_steps > 0 && (step % e.save_steps == 0 || step == e.max_steps);
-    // Agree on a preemption signal at the step boundary (any rank's signal stops all).
-    double stop = PreemptionRequested() ? 1.0 : 0.0;
-    TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&stop, 1, DType::kF64, ReduceOp::kSum));
-    if (save_due || stop > 0) {
-      // Nothing non-finite is saved: a step that was not logged is checked first.
-      if (!log_due) {
-        TRAINER_RETURN_IF_ERROR(StepResults(&loss, &norm));
-        TRAINER_RETURN_IF_ERROR(StopIfDiverged(step, loss, norm));
-      }
-      progress_("a checkpoint save");
-      TRAINER_RETURN_IF_ERROR(SaveCheckpoint());
-    }
-    if (stop > 0 && step < e.max_steps) {
-      LogInfo(
-          StrFormat("stopped by a preemption signal after step %d; checkpoint saved. "
-                    "Resume with --resume auto (exit code 75)",
-                    step));
-      return Status(ExitCode::kPreempted, "");
-    }
-  }
-  if (timer_->enabled()) {
-    TRAINER_RETURN_IF_ERROR(backend_->ProfilerRange(false));
-    LogInfo(timer_->Report());
-    std::vector<std::pair<std::string, double>> record = timer_->Record();
-    record.insert(record.begin(), {"step", static_cast<double>(state_.step)});
-    TRAINER_RETURN_IF_ERROR(metrics_->Write(record));
-  }
-  return Status::Ok();
-}
-
-Status Trainer::StopIfDiverged(int step, double loss, double grad_norm) const {
-  if (std::isfinite(loss) && std::isfinite(grad_norm)) return Status::Ok();
-  if (groups_.world_rank == 0) {
-    const std::string saved = last_checkpoint_.empty()
-                                  ? "no checkpoint was saved or resumed from in this run"
-                                  : "the last checkpoint is " + last_checkpoint_;
-    LogError(StrFormat(
-        "training diverged (step %d; the loss and gradient norm are read every "
-        "Engine.logging_freq=%d steps and before each save): loss %s, gradient norm %s. Nothing "
-        "was saved from this state; %s. Lower Optimizer.lr or lengthen Optimizer.warmup_steps, "
-        "then resume from it with --resume auto",
-        step, config_.engine.logging_freq, NumberText(loss).c_str(), NumberText(grad_norm).c_str(),
-        saved.c_str()));
-  }
-  return Status(ExitCode::kDiverged, "");
-}
-
 Status Trainer::SaveCheckpoint() {
   JoinPrefetch();  // HDF5 serves one thread at a time
   CheckpointWriteRequest request;
@@ -496,6 +330,10 @@ Status Trainer::SaveCheckpoint() {
   request.config_text = FormatConfig(config_);
   request.keep_last = config_.checkpoint.keep_last;
   request.keep_every = config_.checkpoint.keep_every;
+  if (!data_.train_files.empty()) {  // every file was packed alike (OpenDataSources checks)
+    request.eod_id = data_.train_files.front()->eod_id();
+    request.tokenizer = data_.train_files.front()->tokenizer();
+  }
   request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
                                           config_.distributed.pp_layers);
   CheckpointSaveReport report;

@@ -56,11 +56,15 @@ class Trainer {
   }
   GptModel* model() { return model_.get(); }
   AdamW* optimizer() { return optimizer_.get(); }
-  // Average validation loss over Engine.eval_iters batches (collective).
+  // Average validation loss over Engine.eval_iters batches of Global.global_batch_size sequences
+  // (collective); the same samples whatever the layout.
   Status Evaluate(double* val_loss);
 
  private:
   Status OpenData();
+  // Engine.eval_freq > 0 with no validation samples, found at start rather than at the first
+  // evaluation: the data error naming the keys (and the .val.h5 that trainer pack wrote, if any).
+  Status NoValidationDataError() const;
   // Queues one step. Where the gradient norm needs no communication (see NormOnDevice), nothing
   // in it waits for the GPU; StepResults reads the step's loss and norm later (collective).
   Status TrainStep(double* lr);
@@ -72,6 +76,9 @@ class Trainer {
   // clipping scale can be worked out on the device.
   bool NormOnDevice() const;
   double TokensPerStep() const;  // global batch x sequence length
+  // The closing line of a run: the step reached, this run's steps, tokens and time, the last
+  // losses (NaN: none) and where the last checkpoint is.
+  std::string Summary(int64_t steps, double seconds, double loss, double val_loss) const;
   void SetUpOverlappedReduction();
   Status ReduceGradients();
   // Gradients of parameters that several model-parallel ranks hold, summed over them: LayerNorms

@@ -43,8 +43,43 @@ expect data_too_short 3 "data.h5" 2 train "${SMALL[@]}" -o Model.max_seq_len=204
 expect too_big_for_memory 2 "memory (rank 0 on .*): a rank of pipeline stage 0 needs ~[0-9.]* [GT]iB .* [Ss]pread the model over more ranks" \
   2 train "${SMALL[@]}" -o Model.hidden_size=8192 -o Model.num_layers=64 -o Model.num_heads=64
 expect unknown_command 2 "unknown command" 1 frobnicate
+# A config file without -c: refused, not trained on the built-in defaults.
+expect stray_argument 2 "unexpected argument '$SRC/configs/tiny-cpu.yaml' (trainer train, command line).*Did you mean -c " \
+  2 train "$SRC/configs/tiny-cpu.yaml" "${SMALL[@]}"
+# --print-config prints a config that -c reads back into the same run.
+run_np 2 train -c "$SRC/configs/tiny-cpu.yaml" "${SMALL[@]}" --print-config > printed.yaml 2> printed.err ||
+  { cat printed.err; fail "--print-config"; }
+run_np 2 train -c printed.yaml --print-config > reprinted.yaml 2> reprinted.err ||
+  { cat reprinted.err; fail "the printed config does not load back with -c"; }
+diff printed.yaml reprinted.yaml || fail "the printed config loads back as another config"
+echo "ok: --print-config loads back with -c as the same config"
+# A huge micro-batch: refused at once, by the memory check or for overflowing a matrix dimension.
+SECONDS=0
+expect huge_micro_batch 2 "needs ~[0-9.]* [GT]iB at Global.micro_batch_size=1000000 .* Set Global.micro_batch_size=" \
+  1 train "${SMALL[@]}" -o Global.micro_batch_size=1000000 -o Global.global_batch_size=1000000
+expect overflowing_micro_batch 2 "tokens per micro-batch, more than 2147483647" \
+  1 train "${SMALL[@]}" -o Global.micro_batch_size=2147483647 -o Global.global_batch_size=2147483647
+[ "$SECONDS" -le 20 ] || fail "the huge micro-batches took $SECONDS s to refuse"
+# Evaluation without validation data: found before step 1, not at the first evaluation.
+expect no_val_data 3 "no validation data (Data.val_path, Data.val_fraction, Engine.eval_freq)" \
+  2 train "${SMALL[@]}" -o Engine.eval_freq=1
+! grep -q "^step " no_val_data.out || fail "no_val_data: trained before refusing"
 if ! nvidia-smi -L > /dev/null 2>&1; then  # a GPU asked for where there is none
   expect no_gpu 5 "no GPU is visible\|built without CUDA" 2 train "${SMALL[@]}" -o Global.device=cuda
 fi
 expect resume_missing 4 "does not exist" 2 train "${SMALL[@]}" --resume nowhere/step-00000001
+# Folders the run cannot write: refused before step 1, in one line (no warning before it).
+touch not_a_folder
+expect unwritable_checkpoint_dir 4 "checkpoint folder not writable (not_a_folder/ckpt, Checkpoint.dir, rank 0 on .*): cannot create folder not_a_folder/ckpt: Not a directory" \
+  2 train "${SMALL[@]}" -o Checkpoint.dir=not_a_folder/ckpt
+expect unwritable_output_dir 2 "output folder not writable (not_a_folder/out, Engine.output_dir, rank 0 on .*): cannot create folder not_a_folder/out: Not a directory" \
+  2 train "${SMALL[@]}" -o Engine.output_dir=not_a_folder/out
+for name in unwritable_checkpoint_dir unwritable_output_dir; do
+  ! grep -q "^step \|warning" $name.out $name.err || { cat $name.out $name.err; fail "$name: trained or warned"; }
+done
+# A dataset where a checkpoint is expected: named as such (not HDF5's locking message), exit 4.
+expect dataset_as_resume 4 "not a checkpoint (data.h5): it is a packed-token dataset" \
+  2 train "${SMALL[@]}" --resume data.h5
+expect dataset_as_init_from 4 "not a checkpoint (data.h5): it is a packed-token dataset" \
+  2 train "${SMALL[@]}" -o Checkpoint.init_from=data.h5
 echo "$checks bad inputs rejected with one clear line"

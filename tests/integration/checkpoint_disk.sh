@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Save errors on 2 ranks: a full disk (a small tmpfs), a read-only folder (the tmpfs remounted
-# read-only), a vanished folder, and the injected fault TRAINER_FAULT_CHECKPOINT_WRITE (which
-# covers the full disk where nothing can be mounted).
-# Each must end the run with exit 4 and one error line naming the folder, the reason and the fix;
-# the previous checkpoint stays `latest`, verifies, and a resume from it continues with the losses
-# of an uninterrupted run. Everything mounted here is unmounted on exit.
+# Save errors on 2 ranks: a full disk (a small tmpfs) and the injected fault
+# TRAINER_FAULT_CHECKPOINT_WRITE (which covers the full disk where nothing can be mounted) end the
+# run at the save with exit 4 and one error line naming the folder, the reason and the fix; the
+# previous checkpoint stays `latest`, verifies, and a resume from it continues with the losses of
+# an uninterrupted run. A read-only folder (the tmpfs remounted read-only) and a vanished one stop
+# the run before step 1 (exit 4, one line), the checkpoints untouched. Everything mounted here is
+# unmounted on exit.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 make_small_dataset data.h5
@@ -50,7 +51,8 @@ TRAINER_FAULT_CHECKPOINT_WRITE=5 expect_save_failure injected injected/ckpt 2 \
   "No space left on device (injected.*Free space in injected/ckpt"
 resume_and_compare injected injected/ckpt 2
 
-# A vanished folder: Checkpoint.dir is a link whose target is removed between two runs.
+# A vanished folder: Checkpoint.dir is a link whose target is removed between two runs. The next
+# run stops before step 1 (exit 4, one line), not at its first save.
 mkdir -p vanish_target && ln -sfn "$PWD/vanish_target" vanish_link
 rm -rf vanish_target
 set +e
@@ -59,8 +61,9 @@ run_np 2 train "${COMMON[@]}" -o Engine.output_dir=vanished -o Checkpoint.dir=va
 rc=$?
 set -e
 [ $rc -eq 4 ] || { cat vanished.err; fail "vanished: exit $rc, expected 4"; }
-one_error_line vanished.err "(vanish_link/step-00000002.tmp.*): No such file or directory. vanish_link (or its step folder) was removed"
-echo "ok: vanished -> exit 4: $(grep 'error: ' vanished.err)"
+one_error_line vanished.err "checkpoint folder not writable (vanish_link, Checkpoint.dir, rank 0 on .*): cannot create a file in vanish_link: No such file or directory"
+! grep -q "^step " vanished.out || fail "vanished: trained before refusing"
+echo "ok: vanished -> exit 4 before step 1: $(grep 'error: ' vanished.err)"
 
 MNT=$SCRATCH/mnt
 mkdir -p "$MNT"
@@ -80,10 +83,19 @@ expect_save_failure full $CK 2 "(.*$CK/step-00000004.tmp.*): No space left on de
 mount -o remount,size=16m "$MNT"
 resume_and_compare full $CK 2
 
-# A read-only folder: the same tmpfs remounted read-only (root ignores chmod); the run loads the
-# step-8 checkpoint, trains two more steps, and cannot save.
+# A read-only folder: the same tmpfs remounted read-only (root ignores chmod). The run stops
+# before step 1 (exit 4, one line); the checkpoints stay as they were.
 mount -o remount,ro "$MNT"
-expect_save_failure readonly $CK 8 "(.*$CK/step-00000010.tmp.*): Read-only file system. Make $CK writable" \
-  -o Engine.max_steps=10 -o Optimizer.decay_steps=6
+set +e
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=readonly -o Checkpoint.dir=$CK \
+  -o Engine.max_steps=10 -o Optimizer.decay_steps=6 --resume auto > readonly.out 2> readonly.err
+rc=$?
+set -e
 mount -o remount,rw "$MNT"
+[ $rc -eq 4 ] || { cat readonly.err; fail "readonly: exit $rc, expected 4"; }
+one_error_line readonly.err "checkpoint folder not writable ($CK, Checkpoint.dir, rank 0 on .*): cannot create a file in $CK: Read-only file system. Make it writable"
+! grep -q "^step " readonly.out || fail "readonly: trained before refusing"
+[ "$(latest_step "$CK")" = 8 ] || fail "readonly: latest moved to '$(latest_step "$CK")'"
+expect_verified "$CK/step-00000008"
+echo "ok: readonly -> exit 4 before step 1: $(grep 'error: ' readonly.err)"
 echo "full disk, read-only, vanished folder, injected fault: exit 4, one line, previous checkpoint intact"

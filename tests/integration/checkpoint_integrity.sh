@@ -4,7 +4,10 @@
 # - `trainer inspect` prints step, layout, every shape (the same as `h5ls -r`) and "verifies yes";
 #   each tensor's crc32 attribute equals Python's zlib.crc32 of its bytes (independent CRC);
 # - one flipped byte in a tensor: inspect says NO and exits 4; `--resume auto` warns, falls back
-#   to step 9, and redoes step 10 with the same loss and bit-identical parameters as before;
+#   to step 9, sets the damaged folder aside, and redoes step 10 with the same loss and
+#   bit-identical parameters as before;
+# - after such a fallback, retention counts the set-aside folder as none of the kept ones;
+# - --resume of a checkpoint folder takes its newest step; a wrong path's hint names real ones;
 # - a flipped byte in a copy without HDF5's Fletcher32 filter: caught by the CRC-32 alone;
 # - a folder whose only checkpoint is damaged: exit 4, "no checkpoint ... verifies";
 # - a leftover step-*.tmp is reported and removed at start;
@@ -77,12 +80,43 @@ grep -q "warning: removing incomplete checkpoint $CKPT/step-00000011.tmp" fallba
 grep -q "warning: checkpoint $CKPT/step-00000010 does not verify, falling back to the previous one" \
   fallback.log || { cat fallback.log; fail "no fallback warning"; }
 grep -q "resumed from $CKPT/step-00000009 at step 9 " fallback.log || fail "did not resume from step 9"
+grep -q "warning: set aside $CKPT/step-00000010 as $CKPT/step-00000010.damaged: it does not verify" \
+  fallback.log || { cat fallback.log; fail "the damaged step 10 was not set aside"; }
 [ "$(step_losses run/metrics.jsonl | grep -c '^10 ')" -eq 2 ] || fail "step 10 was not redone"
 [ "$(step_losses run/metrics.jsonl | grep '^10 ' | sort -u | wc -l)" -eq 1 ] ||
   fail "the redone step 10 has another loss"
 "$COMPARE_CHECKPOINTS" good10.h5 "$FILE" 0 || fail "the re-saved step 10 differs from the first"
 expect_verified $CKPT/step-00000010
 echo "ok: --resume auto fell back to step 9; step 10 redone bit-identically and re-saved"
+
+# Retention after a fallback: keep_last=2 holds steps 4 and 6; step 6 is damaged, the resume falls
+# back to 4 and saves step 5. The damaged folder is set aside, not counted among the two kept, so
+# step 4 stays (before, step 6 and 5 were kept and the good step 4 deleted).
+ASIDE=(-o Engine.output_dir=aside -o Checkpoint.keep_every=0 -o Engine.save_steps=2)
+run_np 2 train "${COMMON[@]}" "${ASIDE[@]}" -o Engine.max_steps=6 > aside.log 2>&1 ||
+  { tail aside.log; fail "training to step 6"; }
+flip_tensor_byte aside/checkpoints/step-00000006/checkpoint.h5 /model/transformer.wpe.weight
+run_np 2 train "${COMMON[@]}" "${ASIDE[@]}" -o Engine.max_steps=5 -o Engine.save_steps=5 \
+  --resume auto > aside_resume.log 2>&1 || { cat aside_resume.log; fail "resume after damage"; }
+kept=$(cd aside/checkpoints && echo step-*)
+[ "$kept" = "step-00000004 step-00000005 step-00000006.damaged" ] ||
+  { cat aside_resume.log; fail "after the fallback the folder holds '$kept'"; }
+[ "$(cat aside/checkpoints/latest)" = step-00000005 ] || fail "latest is '$(cat aside/checkpoints/latest)'"
+echo "ok: the damaged step 6 set aside; keep_last=2 kept steps 4 and 5"
+
+# --resume with a checkpoint folder: its newest step that verifies (as eval, sample and export
+# take one); a path that holds no checkpoint names one that exists.
+run_np 2 train "${COMMON[@]}" "${ASIDE[@]}" -o Engine.max_steps=6 --resume aside/checkpoints \
+  > folder_resume.log 2>&1 || { cat folder_resume.log; fail "--resume aside/checkpoints"; }
+grep -q "resumed from aside/checkpoints/step-00000005 at step 5 " folder_resume.log ||
+  { cat folder_resume.log; fail "--resume of a checkpoint folder did not take its step 5"; }
+set +e
+run_np 2 train "${COMMON[@]}" "${ASIDE[@]}" --resume aside/checkpoint > typo.out 2> typo.err
+rc=$?
+set -e
+[ $rc -eq 4 ] || { cat typo.err; fail "--resume of a missing path: exit $rc"; }
+one_error_line typo.err "no checkpoint at aside/checkpoint (--resume): it does not exist. .*e.g. --resume aside/checkpoints/step-00000006 .*--resume aside/checkpoints (its newest that verifies)"
+echo "ok: --resume of a checkpoint folder takes its newest step; $(grep 'error: ' typo.err)"
 
 # The CRC-32 alone: a copy without the Fletcher32 filter, contiguous, then one flipped byte.
 mkdir -p crc/step-00000009

@@ -3,6 +3,8 @@
 # at the next step boundary, save, and exit 75 (mpirun's exit code too). The only periodic save is
 # at the last step, so the checkpoint can only come from the signal. Resuming with --resume auto
 # runs to the end with the losses and final parameters of an uninterrupted run, bit for bit.
+# Ctrl-C on one process (no mpirun): the first SIGINT says so, saves and exits 75 as SIGTERM does;
+# a second one quits at once, without a checkpoint.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 make_small_dataset data.h5
@@ -50,3 +52,40 @@ compare_step_losses run/metrics.jsonl ref/metrics.jsonl 0 || fail "losses differ
 "$COMPARE_CHECKPOINTS" run/checkpoints/step-$(printf %08d $MAX)/checkpoint.h5 \
   ref/checkpoints/step-$(printf %08d $MAX)/checkpoint.h5 0 || fail "final parameters differ"
 echo "preempted at step $stopped, resumed to $MAX: losses and parameters bit-identical"
+
+# start_single NAME: one process in the background (no mpirun), once it has logged 3 steps.
+start_single() {
+  "$TRAINER" train "${COMMON[@]}" -o Engine.output_dir="$1" > "$1.log" 2>&1 &
+  single_pid=$!
+  local deadline=$((SECONDS + 120))
+  until [ "$(line_count "$1/metrics.jsonl")" -ge 3 ]; do
+    kill -0 $single_pid 2> /dev/null || { cat "$1.log"; fail "$1: ended before it could be signalled"; }
+    [ $SECONDS -lt $deadline ] || { kill -9 $single_pid; fail "$1: no step within 120 s"; }
+    sleep 0.01
+  done
+}
+# Steps of ~0.5 s (tiny-cpu's model, 16 micro-batches), so that two signals land inside one.
+COMMON+=(-c "$SRC/configs/tiny-cpu.yaml" -o Model.hidden_size=128 -o Model.num_layers=4
+         -o Model.max_seq_len=128 -o Global.global_batch_size=64 -o Global.micro_batch_size=4)
+start_single ctrl_c
+kill -INT $single_pid
+rc=0
+wait $single_pid || rc=$?
+[ $rc -eq 75 ] || { tail -20 ctrl_c.log; fail "one process exited $rc after SIGINT, expected 75"; }
+grep -q "^interrupted (Ctrl-C): stopping after this step with a checkpoint" ctrl_c.log ||
+  { cat ctrl_c.log; fail "SIGINT was not acknowledged"; }
+stopped=$(sed -nE 's/.*stopped by SIGINT \(Ctrl-C\) after step ([0-9]+);.*/\1/p' ctrl_c.log)
+[ -n "$stopped" ] || { cat ctrl_c.log; fail "no stop message naming SIGINT"; }
+expect_verified ctrl_c/checkpoints/step-$(printf %08d "$stopped")
+echo "ok: Ctrl-C -> exit 75 after step $stopped with a checkpoint that verifies"
+
+start_single ctrl_c_twice
+kill -INT $single_pid
+# The second once the first is acknowledged (two pending SIGINTs would merge into one).
+until grep -q "^interrupted (Ctrl-C)" ctrl_c_twice.log; do sleep 0.01; done
+kill -INT $single_pid
+rc=0
+wait $single_pid || rc=$?
+[ $rc -eq 130 ] || { tail -20 ctrl_c_twice.log; fail "two SIGINTs: exit $rc, expected 130 (killed by SIGINT)"; }
+[ -z "$(newest_step ctrl_c_twice/checkpoints)" ] || fail "two SIGINTs: a checkpoint was saved"
+echo "ok: a second Ctrl-C quits at once (exit 130), nothing saved"

@@ -7,7 +7,7 @@
 # follows the safetensors layout (header length, JSON header padded to 8 bytes, contiguous
 # offsets), and the bf16 export holds the f32 export's values rounded to nearest even. Bad input:
 # one error line each and the exit code (an existing export, a bad --dtype, no --output, more than
-# one process 2; no checkpoint 4).
+# one process 2; no checkpoint, or a dataset where the checkpoint belongs, 4).
 source "$(dirname "$0")/lib.sh"
 python3 -c "
 import random
@@ -138,10 +138,38 @@ print(f"plain-Python GPT-2 on the export: {want:.6f}; trainer eval: {got:.6f}; r
 assert rel < 1e-5, "the exported model does not compute the trainer's loss"
 PY
 
+# eos_token_id is the training data's end-of-document id, which the checkpoint records: 256 for
+# the bytes above; 3 for token ids packed with --eod-id 3.
+python3 - <<'PY'
+import json
+c = json.load(open("hf-f32/config.json"))
+assert (c["bos_token_id"], c["eos_token_id"]) == (256, 256), c
+PY
+python3 -c "import random, struct; random.seed(3); open('ids.u16', 'wb').write(struct.pack('<2000H', *(random.randrange(257) for _ in range(2000))))"
+"$TRAINER" pack --tokenizer u16 --vocab-size 257 --eod-id 3 --input ids.u16 --output ids.h5 --quiet
+run_np 1 train -c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=ids.h5 -o Data.val_fraction=0 \
+  -o Model.num_layers=1 -o Model.hidden_size=32 -o Model.num_heads=2 -o Model.max_seq_len=16 \
+  -o Engine.max_steps=2 -o Engine.save_steps=2 -o Engine.eval_freq=0 -o Engine.output_dir=ids_run \
+  > ids_train.log 2>&1 || { tail -20 ids_train.log; fail "training on ids.h5 failed"; }
+"$TRAINER" inspect ids_run/checkpoints | grep -q "^  trained on       u16 tokens, end of document 3$" ||
+  { "$TRAINER" inspect ids_run/checkpoints; fail "inspect does not show the recorded eod_id"; }
+"$TRAINER" export ids_run/checkpoints --output hf-ids > export-ids.log 2>&1 ||
+  { cat export-ids.log; fail "export of the ids run failed"; }
+python3 - <<'PY'
+import json
+c = json.load(open("hf-ids/config.json"))
+assert (c["bos_token_id"], c["eos_token_id"]) == (3, 3), c
+PY
+echo "ok: eos_token_id is the data's end of document: 256 (bytes), 3 (--eod-id 3)"
+
 expect_error 2 "exists" "$TRAINER" export run/checkpoints --output hf-f32
 expect_error 2 "use f32 or bf16" "$TRAINER" export run/checkpoints --output other --dtype f16
 expect_error 2 "needs --output" "$TRAINER" export run/checkpoints
 expect_error 4 "no checkpoint at nowhere" "$TRAINER" export nowhere --output other
+for command in "export text.h5 --output other" "eval text.h5 --data text.h5" "sample text.h5 -n 4"; do
+  # shellcheck disable=SC2086  # the words of each command
+  expect_error 4 "not a checkpoint (text.h5): it is a packed-token dataset" "$TRAINER" $command
+done
 expect_error 2 "runs as one process" run_np 2 export run/checkpoints --output other
 [ ! -e other ] || fail "a failed export left the folder 'other'"
 echo "PASS: trainer export"

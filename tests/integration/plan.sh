@@ -2,7 +2,8 @@
 # `trainer plan` against closed-form counts: GPT-2 124M's parameters per rank (vocabulary padded
 # to 50304) and the bytes of weights + gradients + optimizer state, which ZeRO-1 divides for the
 # master weights and moments only, for one rank, dp2 with and without ZeRO-1, and tp2; the
-# micro-batch that --device-memory names; then its arena against the peak RSS of real CPU runs.
+# micro-batch that --device-memory names (at once, at any size); sizes that overflow and a world
+# of no ranks refused; then its arena against the peak RSS of real CPU runs.
 source "$(dirname "$0")/lib.sh"
 CFG="$SRC/configs/gpt2-124m.yaml"
 # 124M: wte 50304*768, wpe 1024*768, 12 blocks of 2 LayerNorms + qkv + proj + fc + fc proj (with
@@ -48,6 +49,28 @@ grep -q "^error: a rank of pipeline stage 0 needs ~[0-9.]* GiB at Global.micro_b
   { cat fits.out; fail "--device-memory above the B=32 total: not a fit"; }
 grep -q "^  stage 0 fits a GPU of" fits.out || { cat fits.out; fail "no 'fits' line"; }
 echo "--device-memory: B=32 (~$b32 GiB) on a GPU of $between GiB names B=16 (~$b16 GiB)"
+
+# Any size answers at once, exit 2 with one line: a micro-batch of a million sequences names the
+# largest divisor of the batch that fits (4000 of tiny-cpu's 0.9M-parameter model in 20 GiB), one
+# whose tokens overflow a matrix dimension is refused, and so is a world of no ranks.
+quick_refusal() {  # NAME PATTERN ARGS...: `trainer plan ARGS` exits 2 within a second
+  local name=$1 pattern=$2 rc=0 start took
+  shift 2
+  start=$(date +%s%N)
+  "$TRAINER" plan "$@" > "$name.out" 2> "$name.err" || rc=$?
+  took=$(( ($(date +%s%N) - start) / 1000000 ))
+  [ "$rc" = 2 ] || { cat "$name.out" "$name.err"; fail "$name: exit $rc, expected 2"; }
+  [ "$(grep -c '^error: ' "$name.err")" = 1 ] && grep -q -- "$pattern" "$name.err" ||
+    { cat "$name.err"; fail "$name: expected one error line with '$pattern'"; }
+  [ "$took" -lt 1000 ] || fail "$name: took $took ms"
+  echo "$name: exit 2 in $took ms: $(cut -c1-150 "$name.err")..."
+}
+TINY=(-c "$SRC/configs/tiny-cpu.yaml")
+quick_refusal million "Set Global.micro_batch_size=4000 (" "${TINY[@]}" --device-memory 20 \
+  -o Global.micro_batch_size=1000000 -o Global.global_batch_size=1000000
+quick_refusal int_max "= 274877906816 tokens per micro-batch, more than 2147483647 .*Set Global.micro_batch_size to at most 16777215" \
+  "${TINY[@]}" -o Global.micro_batch_size=2147483647 -o Global.global_batch_size=2147483647
+quick_refusal world0 "^error: --world-size 0 (trainer plan, command line): " "${TINY[@]}" --world-size 0
 
 # The arena against what the OS measures: `trainer train` on one CPU rank reports its peak RSS as
 # memory_gib, which is the arena (the CPU backend zero-fills every buffer) plus the process's own

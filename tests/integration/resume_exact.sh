@@ -2,7 +2,8 @@
 # Stopping after 10 steps and resuming to 20 gives bit-identical losses and parameters to 20
 # uninterrupted steps, on one rank, on dp2 and on dp2 with ZeRO-1 (optimizer state sharded, saved
 # whole); and a ZeRO-1 run resumed from a checkpoint written without it follows the run without
-# it (to 1e-5: only the gradient norm's summation order differs).
+# it (to 1e-5: only the gradient norm's summation order differs). Runs end with one summary line;
+# resuming a finished run says that there is nothing to do.
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 COMMON=(-o Data.train_path=data.h5 -o Global.device=cpu -o Model.hidden_size=64
@@ -28,6 +29,20 @@ for variant in 1 2 2z; do
   "$COMPARE_CHECKPOINTS" full$variant/checkpoints/step-00000020/checkpoint.h5 \
     part$variant/checkpoints/step-00000020/checkpoint.h5 0 || fail "$variant: parameters differ"
 done
+# A run ends with one summary line; resuming it once finished says there is nothing to do.
+last_loss=$(sed -nE 's/^step +20\/20 \| loss ([0-9.]+) .*/\1/p' full1.log)
+grep -q "^training done: step 20/20, 20 steps and 5120 tokens in [0-9.]*s this run (5120 tokens in all) | loss $last_loss | last checkpoint full1/checkpoints/step-00000020$" full1.log ||
+  { tail -3 full1.log; fail "no summary line at the end of the run"; }
+grep -q "^training done: step 20/20, 10 steps and 2560 tokens in .* (5120 tokens in all) | loss " part1.b.log ||
+  { tail -3 part1.b.log; fail "no summary line at the end of the resumed run"; }
+records=$(wc -l < full1/metrics.jsonl)
+run_np 1 train "${COMMON[@]}" -o Engine.max_steps=20 -o Engine.output_dir=full1 --resume auto \
+  > finished.log 2>&1 || { cat finished.log; fail "resuming a finished run"; }
+grep -q "^nothing to do: step 20 >= Engine.max_steps=20 (resumed from full1/checkpoints/step-00000020)" finished.log ||
+  { cat finished.log; fail "resuming a finished run: no 'nothing to do'"; }
+! grep -q "^step \|^training done" finished.log || fail "resuming a finished run trained"
+[ "$(wc -l < full1/metrics.jsonl)" = "$records" ] || fail "resuming a finished run wrote metrics"
+echo "ok: summary lines; a finished run resumed says: $(grep '^nothing to do' finished.log)"
 # Across the setting: dp2's step-10 checkpoint (no ZeRO) resumed with ZeRO-1.
 mkdir -p cross/checkpoints && cp -r part2/checkpoints/step-00000010 cross/checkpoints/
 run_np 2 train "${COMMON[@]}" -o Distributed.zero_stage1=true -o Engine.max_steps=20 \

@@ -277,6 +277,7 @@ TEST_F(PackTest, PretokenizedErrorsNameTheFile) {
   WriteRawTokens(Path("big.bin"), {1, 2, 60000}, 2);
   WriteBytes(Path("data.h5"), "previous output");
   options.inputs = {Path("ok.bin"), Path("big.bin")};
+  options.force = true;  // replace it, were the pack to succeed
   Status big = Pack(options);
   EXPECT_EQ(big.code(), ExitCode::kData);
   EXPECT_NE(big.message().find(Path("big.bin")), std::string::npos) << big.message();
@@ -336,6 +337,45 @@ TEST_F(PackTest, UnwritableOutputFolder) {
   EXPECT_NE(status.message().find("not writable"), std::string::npos) << status.message();
 }
 
+TEST_F(PackTest, ExistingOutputsNeedForce) {
+  WriteBytes(Path("a.txt"), "hello world");
+  WriteBytes(Path("b.txt"), "another text");
+  PackOptions split = Options({"a.txt"}, "data.h5");
+  split.val_fraction = 0.5;
+  ASSERT_TRUE(Pack(split).ok());
+  // Again, with or without a split: refused, both files named, nothing changed.
+  PackOptions whole = Options({"b.txt"}, "data.h5");
+  for (const PackOptions& options : {split, whole}) {
+    Status again = Pack(options);
+    EXPECT_EQ(again.exit_code(), 2) << again.message();
+    EXPECT_NE(again.message().find("output exists (" + Path("data.h5") + ", " +
+                                   Path("data.val.h5") + "; trainer pack --output"),
+              std::string::npos)
+        << again.message();
+    EXPECT_NE(again.message().find("--force"), std::string::npos) << again.message();
+  }
+  EXPECT_EQ(ReadPackedFile(Path("data.h5")).tokens.size(), 6u);
+  // A stale validation file alone (its training file gone) still pairs with a new pack.
+  std::filesystem::remove(Path("data.h5"));
+  Status stale = Pack(whole);
+  EXPECT_EQ(stale.exit_code(), 2);
+  EXPECT_NE(stale.message().find("is the validation file of an earlier pack"), std::string::npos)
+      << stale.message();
+  // --force without a split: the new file, and the stale validation file removed.
+  whole.force = true;
+  ASSERT_TRUE(Pack(whole).ok());
+  EXPECT_EQ(ReadPackedFile(Path("data.h5")).tokens.size(), 13u);
+  EXPECT_FALSE(FileExists(Path("data.val.h5")));
+  EXPECT_EQ(summary_.removed, Path("data.val.h5"));
+  EXPECT_NE(summary_.OneLine().find("removed the stale " + Path("data.val.h5")), std::string::npos);
+  // --force with a split: both replaced.
+  split.force = true;
+  ASSERT_TRUE(Pack(split).ok());
+  EXPECT_EQ(ReadPackedFile(Path("data.h5")).tokens.size(), 6u);
+  EXPECT_EQ(ReadPackedFile(Path("data.val.h5")).tokens.size(), 6u);
+  ExpectNoTemporaries();
+}
+
 TEST_F(PackTest, DefaultValidationPath) {
   EXPECT_EQ(DefaultValidationPath("data.h5"), "data.val.h5");
   EXPECT_EQ(DefaultValidationPath("/x/y.h5/data"), "/x/y.h5/data.val.h5");
@@ -348,7 +388,7 @@ TEST_F(PackTest, CommandLineHelpListsEveryOptionWithItsDefault) {
   std::string help = ::testing::internal::GetCapturedStdout();
   for (const char* expected :
        {"--input", "--output", "--tokenizer", "(=bytes)", "--vocab-size", "(=0)", "--eod-id",
-        "(=-1)", "--val-fraction", "--val-output", "(required)"})
+        "(=-1)", "--val-fraction", "--val-output", "--force", "(required)"})
     EXPECT_NE(help.find(expected), std::string::npos) << expected << " in\n" << help;
 }
 

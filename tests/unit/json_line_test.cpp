@@ -82,6 +82,7 @@ TEST_F(JsonLinesPackTest, EachLineIsADocument) {
 
   // With a validation split (documents are lines, so the cut falls between them).
   options.val_fraction = 0.4;
+  options.force = true;  // over the file above
   status = PackDataset(options, &summary);
   ASSERT_TRUE(status.ok()) << status.message();
   EXPECT_EQ(ReadPackedFile(Path("data.h5")).tokens, (std::vector<uint32_t>{'a', 'b', 256}));
