@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config python3 python3-pip
-          openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libyaml-cpp-dev
+          openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools zlib1g-dev libyaml-cpp-dev
           libboost-program-options-dev libgtest-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # procps: pgrep in the kill tests; python3-regex: the BPE reference encoder (bpe_pack.sh);

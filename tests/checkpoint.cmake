@@ -17,3 +17,8 @@ trainer_script_test(checkpoint_preempt SCRIPT checkpoint_preempt.sh LABELS "e2e;
 trainer_script_test(checkpoint_lock SCRIPT checkpoint_lock.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(init_from SCRIPT init_from.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(hf_llama SCRIPT hf_llama.sh LABELS "e2e;mpi" TIMEOUT 600)
+# The checkpoint CRC-32 (zlib's crc32): the check value, a bitwise CRC-32, and a checkpoint written
+# by the trainer's earlier hand-written CRC-32 (tests/fixtures/).
+trainer_gtest(checksum_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/checksum_test.cpp
+              LIBS trainer_checkpoint TIMEOUT 60)
+target_compile_definitions(checksum_test PRIVATE TRAINER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

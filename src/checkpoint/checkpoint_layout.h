@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/parallel_groups.h"
-#include "data/hdf5_util.h"
+#include "io/hdf5_util.h"
 #include "model/parameters.h"
 
 namespace trainer {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "data/hdf5_util.h"
+#include "io/hdf5_util.h"
 
 namespace trainer {
 

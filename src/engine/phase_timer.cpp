@@ -18,10 +18,16 @@ Status PhaseTimer::BeginStep() {
 
 Status PhaseTimer::Charge(Phase phase) {
   if (!enabled_) return Status::Ok();
-  if (next_mark_ == Backend::kMaxMarks) {  // out of marks: book what we have, continue from here
+  if (next_mark_ == Backend::kMaxMarks) {
+    // Out of marks: book what we have, then this interval (from the last mark to a new mark 0)
+    // at once, and continue from mark 0.
     TRAINER_RETURN_IF_ERROR(Flush());
     TRAINER_RETURN_IF_ERROR(backend_->Mark(0));
+    double s = 0;
+    TRAINER_RETURN_IF_ERROR(backend_->SecondsBetween(Backend::kMaxMarks - 1, 0, &s));
+    seconds_[static_cast<int>(phase)] += s;
     next_mark_ = 1;
+    return Status::Ok();
   }
   pending_.push_back(phase);
   return backend_->Mark(next_mark_++);

@@ -42,7 +42,15 @@ for variant in "1:" "dp2:" "pp2:-o Distributed.pp_degree=2"; do
     { cat $name.bad.log; fail "$name: expected exactly one 'training diverged' line"; }
   grep -q "^error: training diverged (step 6;.*the last checkpoint is $ckpt\." $name.bad.log ||
     { cat $name.bad.log; fail "$name: the error line does not name step 6 and $ckpt"; }
-  grep -q "saved checkpoint" $name.bad.log && fail "$name: a checkpoint was saved after diverging"
+  # metrics.jsonl (appended to by both runs) records every save: the first run's two, no more.
+  python3 - $out/metrics.jsonl <<'PY' || fail "$name: a checkpoint was saved after diverging"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+saves = [r["step"] for r in records if "checkpoint_bytes" in r]
+trained = max(r["step"] for r in records if "loss" in r)
+assert saves == [2, 4], f"saves at steps {saves}, expected the first run's 2 and 4"
+assert trained == 5, f"last logged step {trained}, expected 5 (the bad run's only logging step)"
+PY
   after=$(cd $out/checkpoints && find . -type f ! -name .lock | sort | xargs sha256sum)
   [ "$before" = "$after" ] || fail "$name: the checkpoint folder changed (its .lock aside)"
   echo "$name: stopped at step 6 with exit code 6, step-4 checkpoint untouched"

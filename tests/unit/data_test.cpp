@@ -7,8 +7,8 @@
 
 #include "data/data_sources.h"
 #include "data/dataset.h"
-#include "data/hdf5_util.h"
 #include "data_test_util.h"
+#include "io/hdf5_util.h"
 
 namespace trainer {
 namespace {

@@ -1,4 +1,4 @@
-// HDF5 helpers shared by the dataset reader, the packer and (if it likes) the checkpoint code:
+// HDF5 helpers (the io layer, below data and checkpoint, which both use them):
 // Hdf5Handle (an RAII holder for hid_t), HDF5_CHECK (a failed call returns a Status naming the
 // call and HDF5's own reason), silencing of HDF5's automatic error printing, 1-D hyperslab reads
 // and writes, and integer/string attribute helpers. Serial HDF5 C API only.

@@ -1,5 +1,5 @@
 // HDF5 helpers (see hdf5_util.h).
-#include "data/hdf5_util.h"
+#include "io/hdf5_util.h"
 
 #include <vector>
 
