@@ -1,75 +1,17 @@
 // The contracts of Backend's Llama-family ops (backend.h), checked once for every backend: each
-// public op checks its tensors' shapes and dtypes here, then calls the backend's Run* hook.
-// Tensors are seen as matrices: rows = all leading dimensions, cols = the last one.
+// public op checks its tensors' shapes and dtypes here (op_contract.h), then calls the backend's
+// Run* hook. The older ops' contracts are in op_contracts.cpp.
 #include "model/backend.h"
 
-#include "common/log.h"
+#include "model/op_contract.h"
 
 namespace trainer {
-namespace {
 
-int64_t Cols(const Tensor& t) {
-  return t.ndim == 0 ? 0 : t.dim(-1);
-}
-int64_t Rows(const Tensor& t) {
-  return Cols(t) == 0 ? 0 : t.numel() / Cols(t);
-}
-
-// Checks of one op call on one backend; the first failure is kept and named in one line.
-class OpContract {
- public:
-  OpContract(const Backend& backend, const char* op) : backend_(backend), op_(op) {}
-
-  Status status() const { return status_; }
-
-  // t is non-empty, of `dtype`, with `numel` elements (any numel when numel < 0).
-  OpContract& Has(const char* name, const Tensor& t, DType dtype, int64_t numel) {
-    if (!status_.ok()) return *this;
-    if (t.empty() || t.numel() == 0)
-      Fail(StrFormat("%s %s is empty", name, t.shape_string().c_str()));
-    else if (t.dtype != dtype)
-      Fail(StrFormat("%s %s is %s, expected %s", name, t.shape_string().c_str(), DTypeName(t.dtype),
-                     DTypeName(dtype)));
-    else if (numel >= 0 && t.numel() != numel)
-      Fail(StrFormat("%s %s has %lld elements, expected %lld", name, t.shape_string().c_str(),
-                     static_cast<long long>(t.numel()), static_cast<long long>(numel)));
-    return *this;
-  }
-  // `what` holds: else "<why>".
-  OpContract& Require(bool what, const std::string& why) {
-    if (status_.ok() && !what) Fail(why);
-    return *this;
-  }
-
- private:
-  void Fail(const std::string& why) {
-    status_ = RuntimeError(StrFormat(
-        "%s (%s backend, rank %d): %s. This is a bug in the calling layer: pass tensors of the "
-        "shapes that src/model/backend.h documents for %s",
-        op_, backend_.name().c_str(), GetProcessIdentity().rank, why.c_str(), op_));
-  }
-  const Backend& backend_;
-  const char* op_;
-  Status status_;
-};
-
-// qkv-like tensor (B,T,(NH+2*NKV)*HD): its head size, or 0 when it does not split so.
-int64_t HeadSize(const Tensor& qkv, int num_heads, int num_kv_heads) {
-  const int64_t slots = static_cast<int64_t>(num_heads) + 2 * static_cast<int64_t>(num_kv_heads);
-  if (num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || qkv.ndim != 3 ||
-      Cols(qkv) % slots != 0)
-    return 0;
-  return Cols(qkv) / slots;
-}
-
-std::string HeadsText(const Tensor& qkv, int num_heads, int num_kv_heads) {
-  return StrFormat(
-      "qkv %s does not split into %d query heads and 2 x %d key/value heads (B,T,"
-      "(NH+2*NKV)*HD) with NH a multiple of NKV",
-      qkv.shape_string().c_str(), num_heads, num_kv_heads);
-}
-
-}  // namespace
+using contract::Cols;
+using contract::HeadSize;
+using contract::HeadsText;
+using contract::OpContract;
+using contract::Rows;
 
 Status Backend::RmsNormForward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) {
   const DType cd = compute_dtype();

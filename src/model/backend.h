@@ -1,6 +1,8 @@
 // Backend: memory and the layer kernels that the GPT model is written against, once, for every
 // device. CpuBackend (src/model/cpu/) is the fp32 reference; CudaBackend (src/model/cuda/) runs
-// bf16 with fp32 master weights. Each op checks shapes (op tier) and calls a launcher/kernel.
+// bf16 with fp32 master weights. Each public op checks its contract (the shapes and dtypes
+// documented here) once for every backend (backend.cpp, op_contracts.cpp), then calls the
+// backend's protected Run* hook, which checks only what its device adds and runs the kernel.
 //
 // Conventions
 // - N = B*T rows; C = hidden size (or its local shard); tensors are row-major.
@@ -66,8 +68,9 @@ class Backend {
   virtual Status CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   virtual Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual Status Zero(Tensor t) = 0;
-  // dst = src converted between f32 and the compute dtype (or a plain copy when equal).
-  virtual Status Convert(Tensor dst, Tensor src) = 0;
+  // dst = src converted between f32 and bf16 (or a plain copy when equal); the same number of
+  // elements.
+  Status Convert(Tensor dst, Tensor src);
   virtual Status Synchronize() = 0;
 
   // ---- timing (Engine.profile) ----
@@ -82,115 +85,103 @@ class Backend {
   virtual Status ProfilerRange(bool start) { return Status::Ok(); }
 
   // ---- layers ----
-  // out (B,T,C) = wte[tokens - vocab_start] (zero when the token is outside this rank's rows)
-  //              + wpe[t] (when wpe is not empty).
-  // tokens (B,T) i32; wte (Vlocal, C); wpe (maxT, C) or empty.
-  virtual Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
-                                  int vocab_start) = 0;
-  // dwte (Vlocal, C) f32 += ; dwpe (maxT, C) f32 += (skipped when empty); dout (B,T,C).
-  virtual Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
-                                   int vocab_start) = 0;
+  // Each op's contract below is checked once for every backend (op_contracts.cpp) before the
+  // backend's Run* hook runs: shapes, and dtypes (compute = compute_dtype(); statistics,
+  // parameter gradients and losses f32). An error names the op, the tensors and their shapes.
+  //
+  // out (B,T,C) compute = wte[tokens - vocab_start] (zero when the token is outside this rank's
+  // rows) + wpe[t] (when wpe is not empty).
+  // tokens (B,T) i32; wte (Vlocal, C) compute; wpe (P >= T, C) compute or empty.
+  Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int vocab_start);
+  // dwte (Vlocal, C) f32 += ; dwpe (P >= T, C) f32 += (skipped when empty); dout (B,T,C) compute.
+  Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int vocab_start);
 
-  // out (N,C), mean (N) f32, rstd (N) f32 = LayerNorm(in (N,C); weight (C), bias (C)), eps 1e-5.
-  virtual Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
-                                  Tensor bias) = 0;
-  // din (N,C) += ; dweight, dbias (C) f32 += ; din_sums (C) f32 += the column sums of din as it
-  // was on entry (skipped when empty). When din is the residual stream's gradient, those are the
-  // bias gradient of the linear layer whose output joined the stream there: summed here, where
-  // din is read anyway, instead of in a pass of their own.
-  virtual Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
-                                   Tensor dout, Tensor in, Tensor weight, Tensor mean,
-                                   Tensor rstd) = 0;
+  // out (N,C), mean (N) f32, rstd (N) f32 = LayerNorm(in (N,C); weight (C), bias (C)), eps 1e-5;
+  // in, out, weight, bias compute.
+  Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
+                          Tensor bias);
+  // din (N,C) += (dout, din compute, like in); dweight, dbias (C) f32 += ; din_sums (C) f32 += the
+  // column sums of din as it was on entry (skipped when empty). When din is the residual stream's
+  // gradient, those are the bias gradient of the linear layer whose output joined the stream there:
+  // summed here, where din is read anyway, instead of in a pass of their own.
+  Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums, Tensor dout,
+                           Tensor in, Tensor weight, Tensor mean, Tensor rstd);
 
-  // out (N,OC) = act(in (N,C) @ weight (OC,C)^T + bias (OC)); bias may be empty.
+  // out (N,OC) = act(in (N,C) @ weight (OC,C)^T + bias (OC)); bias may be empty; all compute.
   // With kGelu, pre_act (N,OC) receives the value before GELU (needed by backward).
-  virtual Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
-                               Activation act) = 0;
+  Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
+                       Activation act);
   // out (N,OC) = residual (N,OC) + in (N,C) @ weight (OC,C)^T + bias (OC): a linear layer whose
   // output joins the residual stream (the GPU adds the residual in the GEMM). out must not alias
   // in or residual.
-  virtual Status MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,
-                                          Tensor residual) {
-    TRAINER_RETURN_IF_ERROR(MatmulForward(out, Tensor(), in, weight, bias, Activation::kNone));
-    return Add(out, out, residual);
-  }
+  Status MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,
+                                  Tensor residual);
   // din (N,C) = dout @ weight (overwritten; skipped when empty);
-  // dweight (OC,C) f32 += (or =, by dweight_write) dout^T @ in; dbias (OC) f32 += column sums of
-  // dout (skipped when empty).
-  virtual Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                                Tensor weight, GradientWrite dweight_write) = 0;
+  // dweight (OC,C) f32 += (or =, by dweight_write) dout^T @ in (skipped when empty); dbias (OC)
+  // f32 += column sums of dout (skipped when empty). dout, in, weight, din compute.
+  Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                        Tensor weight, GradientWrite dweight_write);
   // out (W) f32 += over the rows r of in (N,C): [row_weights[r] *] in[r, first_column + j], j < W;
-  // row_weights f32 (N) or empty. Without weights: a bias gradient from a block of dout's
-  // columns; with them: a vector times a matrix.
-  virtual Status ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) = 0;
+  // in compute; row_weights f32 (N) or empty. Without weights: a bias gradient from a block of
+  // dout's columns; with them: a vector times a matrix.
+  Status ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights);
   // out = GELU(in) (tanh approximation), for activation recomputation; out may alias in.
-  virtual Status GeluForward(Tensor out, Tensor in) = 0;
+  Status GeluForward(Tensor out, Tensor in);
   // MatmulBackward where `in` is GELU(gelu_pre_act): din (N,C) = (dout @ weight) * GELU'(pre_act),
   // the gradient before the GELU (one pass on the GPU: cuBLASLt's DGELU epilogue or our kernel);
   // din_sums (C) f32 += the column sums of din, the bias gradient of the linear that made
   // gelu_pre_act (skipped when empty; on the GPU summed inside our kernel where it runs).
-  virtual Status MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                                           Tensor in, Tensor weight, Tensor gelu_pre_act,
-                                           Tensor din_sums, GradientWrite dweight_write) {
-    TRAINER_RETURN_IF_ERROR(MatmulBackward(din, dweight, dbias, dout, in, weight, dweight_write));
-    TRAINER_RETURN_IF_ERROR(GeluBackward(din, din, gelu_pre_act));
-    return din_sums.empty() ? Status::Ok() : ColumnSums(din_sums, din, 0, Tensor());
-  }
+  // din and gelu_pre_act (N,C) compute, not empty; the rest as MatmulBackward.
+  Status MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                                   Tensor weight, Tensor gelu_pre_act, Tensor din_sums,
+                                   GradientWrite dweight_write);
   // dx (N,D) = dy * GELU'(pre_act) (tanh approximation); dx may alias dy.
-  virtual Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
+  Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act);
 
   // Causal self-attention, scale 1/sqrt(HS), over qkv (B,T,(NH+2*NKV)*HS) laid out
   // [NH q heads | NKV k heads | NKV v heads]; q head h attends with kv head h / (NH/NKV)
   // (grouped-query attention; num_kv_heads 0 means NKV = NH, plain multi-head attention).
-  // out (B,T,NH*HS); stats (B,NH,T) f32 = per-row logsumexp of the scaled scores.
-  virtual Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                  int num_kv_heads = 0) = 0;
-  // dqkv (B,T,(NH+2*NKV)*HS) overwritten (a kv head's gradient sums over its query heads).
-  virtual Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                                   int num_heads, int num_kv_heads = 0) = 0;
+  // qkv, out (B,T,NH*HS) compute; stats (B,NH,T) f32 = per-row logsumexp of the scaled scores.
+  Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
+                          int num_kv_heads = 0);
+  // dqkv like qkv, overwritten (a kv head's gradient sums over its query heads); dout like out.
+  Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
+                           int num_heads, int num_kv_heads = 0);
 
   // residual (N,C) = a + b, then out, mean, rstd = LayerNorm(residual) (one pass on the GPU).
-  // residual may alias a.
-  virtual Status AddLayerNormForward(Tensor residual, Tensor out, Tensor mean, Tensor rstd,
-                                     Tensor a, Tensor b, Tensor weight, Tensor bias) {
-    TRAINER_RETURN_IF_ERROR(Add(residual, a, b));
-    return LayerNormForward(out, mean, rstd, residual, weight, bias);
-  }
+  // residual may alias a. a, b, residual alike; the rest as LayerNormForward.
+  Status AddLayerNormForward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a,
+                             Tensor b, Tensor weight, Tensor bias);
 
-  // out = a + b (all the same shape); out may alias a or b.
-  virtual Status Add(Tensor out, Tensor a, Tensor b) = 0;
+  // out = a + b (all the same shape and dtype: f32 or compute); out may alias a or b.
+  Status Add(Tensor out, Tensor a, Tensor b);
   // out += a.
-  virtual Status AddInPlace(Tensor out, Tensor a) = 0;
+  Status AddInPlace(Tensor out, Tensor a);
 
   // ---- vocabulary-parallel cross-entropy, in three passes with all-reduces between ----
   // logits (N,Vlocal) hold this rank's columns [vocab_start, vocab_start + Vlocal); only global
   // columns < vocab_size are real (the rest are padding, masked out).
+  // logits compute; vocab_start >= 0, vocab_size > 0.
   // row_max (N) f32 = max over this rank's real columns (-inf when it has none).
-  virtual Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
-                                    int vocab_size) = 0;
+  Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start, int vocab_size);
   // After row_max is reduced (max) over the group:
   // sums (2,N) f32: row 0 = sum of exp(logit - row_max) over real columns, row 1 = the target's
   // logit when the target is one of this rank's columns, else 0. targets (N) i32.
-  virtual Status CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
-                                  int vocab_start, int vocab_size) = 0;
+  Status CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
+                          int vocab_start, int vocab_size);
   // After sums is reduced (sum) over the group:
   // losses (N) f32 = log(sumexp) + row_max - target_logit;
   // dlogits (N,Vlocal) = dloss_scale * (softmax - onehot(target)), zero on padding columns.
-  // dlogits may alias logits. Skipped (losses only) when dlogits is empty.
-  virtual Status CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
-                                      Tensor sums, Tensor targets, int vocab_start, int vocab_size,
-                                      float dloss_scale) = 0;
+  // dlogits compute, like logits, may alias logits. Skipped (losses only) when dlogits is empty.
+  Status CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
+                              Tensor sums, Tensor targets, int vocab_start, int vocab_size,
+                              float dloss_scale);
 
   // All of the above at once for a rank that holds the whole vocabulary (vocab_start 0, no TP):
   // losses, and dlogits when not empty. row_max (N) and sums (2,N) are scratch. The default runs
   // the three passes; the GPU does it in one pass over the logits where a row fits on chip.
-  virtual Status CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
-                                   Tensor sums, Tensor targets, int vocab_size, float dloss_scale) {
-    TRAINER_RETURN_IF_ERROR(CrossEntropyRowMax(row_max, logits, 0, vocab_size));
-    TRAINER_RETURN_IF_ERROR(CrossEntropySums(sums, logits, row_max, targets, 0, vocab_size));
-    return CrossEntropyBackward(losses, dlogits, logits, row_max, sums, targets, 0, vocab_size,
-                                dloss_scale);
-  }
+  Status CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
+                           Tensor sums, Tensor targets, int vocab_size, float dloss_scale);
 
   // ---- Llama-family layers ----
   // Each op's contract is checked once, here (backend.cpp), before the backend's Run* hook runs:
@@ -230,18 +221,71 @@ class Backend {
   Status SwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up);
 
   // ---- optimizer ----
-  // One AdamW step over contiguous f32 spans (master, grad, m, v: n elements); writes the
-  // compute-dtype copy `param` (n elements) from the updated master.
-  virtual Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
-                       const AdamWParams& p) = 0;
+  // One AdamW step over contiguous f32 spans (master, grad, m, v: n > 0 elements); writes the
+  // copy `param` (n elements, f32 or compute) from the updated master. p.step >= 1.
+  Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v, const AdamWParams& p);
   // total (one f64 element, in backend memory) = [total +] sum of the f32 span x (of its squares),
-  // without waiting for the device: the step's losses and gradient norm stay there.
-  virtual Status SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) = 0;
-  // x *= s (f32 or compute dtype).
-  virtual Status Scale(Tensor x, float s) = 0;
+  // without waiting for the device: the step's losses and gradient norm stay there. x may be
+  // empty (adds 0).
+  Status SumInto(Tensor total, Tensor x, SumOf what, bool accumulate);
+  // x *= s (f32 or bf16); nothing when x is empty.
+  Status Scale(Tensor x, float s);
 
  protected:
-  // The Llama-family ops after their checks (arguments as documented above).
+  // The ops after their contract checks (arguments as documented above): each backend runs
+  // them, checking only what its own kernels add (a device limit, stated as such).
+  virtual Status RunConvert(Tensor dst, Tensor src) = 0;
+  virtual Status RunEmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                                     int vocab_start) = 0;
+  virtual Status RunEmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                      int vocab_start) = 0;
+  virtual Status RunLayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
+                                     Tensor bias) = 0;
+  virtual Status RunLayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
+                                      Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                                      Tensor rstd) = 0;
+  // Default: RunAdd, then RunLayerNormForward.
+  virtual Status RunAddLayerNormForward(Tensor residual, Tensor out, Tensor mean, Tensor rstd,
+                                        Tensor a, Tensor b, Tensor weight, Tensor bias);
+  virtual Status RunMatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
+                                  Activation act) = 0;
+  // Default: RunMatmulForward, then RunAdd.
+  virtual Status RunMatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,
+                                             Tensor residual);
+  virtual Status RunMatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                                   Tensor weight, GradientWrite dweight_write) = 0;
+  // Default: RunMatmulBackward, RunGeluBackward in place on din, then RunColumnSums of din.
+  virtual Status RunMatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                                              Tensor in, Tensor weight, Tensor gelu_pre_act,
+                                              Tensor din_sums, GradientWrite dweight_write);
+  virtual Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) = 0;
+  virtual Status RunGeluForward(Tensor out, Tensor in) = 0;
+  virtual Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
+  // num_kv_heads is resolved here: NKV > 0 (num_heads where the caller passed 0).
+  virtual Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
+                                     int num_kv_heads) = 0;
+  virtual Status RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
+                                      Tensor stats, int num_heads, int num_kv_heads) = 0;
+  virtual Status RunAdd(Tensor out, Tensor a, Tensor b) = 0;
+  virtual Status RunAddInPlace(Tensor out, Tensor a) = 0;
+  virtual Status RunCrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
+                                       int vocab_size) = 0;
+  virtual Status RunCrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
+                                     int vocab_start, int vocab_size) = 0;
+  virtual Status RunCrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits,
+                                         Tensor row_max, Tensor sums, Tensor targets,
+                                         int vocab_start, int vocab_size, float dloss_scale) = 0;
+  // Default: the three passes (RunCrossEntropyRowMax, RunCrossEntropySums,
+  // RunCrossEntropyBackward) with vocab_start 0.
+  virtual Status RunCrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
+                                      Tensor sums, Tensor targets, int vocab_size,
+                                      float dloss_scale);
+  virtual Status RunAdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
+                          const AdamWParams& p) = 0;
+  // x is empty, or a non-empty f32 span.
+  virtual Status RunSumInto(Tensor total, Tensor x, SumOf what, bool accumulate) = 0;
+  virtual Status RunScale(Tensor x, float s) = 0;
+
   virtual Status RunRmsNormForward(Tensor out, Tensor rstd, Tensor in, Tensor weight,
                                    float eps) = 0;
   virtual Status RunRmsNormBackward(Tensor din, Tensor dweight, Tensor dout, Tensor in,

@@ -298,5 +298,47 @@ TEST(CpuBackendShapes, MismatchesReturnErrorsNamingTheOp) {
                    .ok());
 }
 
+// The contracts are Backend's (op_contracts.cpp), one wording for every backend: the op, the
+// backend, both tensors and their shapes; aliasing rules and optional outputs as backend.h says.
+TEST(CpuBackendShapes, ContractsAreStatedOnceForEveryBackend) {
+  CpuBackend backend;
+  std::vector<float> x(4 * 6), y(4 * 6), mean(3), rstd(4), w(6), b(6);
+  Status s = backend.LayerNormForward(View(y, {4, 6}), View(mean, {3}), View(rstd, {4}),
+                                      View(x, {4, 6}), View(w, {6}), View(b, {6}));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("LayerNormForward (cpu backend, rank"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("mean (3)"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("in (4, 6)"), std::string::npos) << s.message();
+
+  // MatmulForwardAddResidual: out must not alias the residual (the default runs the GEMM first).
+  std::vector<float> in(4 * 6), weight(5 * 6), res(4 * 5);
+  s = backend.MatmulForwardAddResidual(View(res, {4, 5}), View(in, {4, 6}), View(weight, {5, 6}),
+                                       Tensor(), View(res, {4, 5}));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("alias"), std::string::npos) << s.message();
+
+  // MatmulBackward skips an empty dweight (as on the GPU): din alone.
+  std::vector<float> dout(4 * 5, 1.f), din(4 * 6), wones(5 * 6, 0.5f);
+  ASSERT_TRUE(backend
+                  .MatmulBackward(View(din, {4, 6}), Tensor(), Tensor(), View(dout, {4, 5}),
+                                  View(in, {4, 6}), View(wones, {5, 6}), GradientWrite::kOverwrite)
+                  .ok());
+  for (float v : din) EXPECT_FLOAT_EQ(v, 2.5f);
+  // MatmulBackwardThroughGelu needs din and gelu_pre_act.
+  EXPECT_FALSE(backend
+                   .MatmulBackwardThroughGelu(Tensor(), Tensor(), Tensor(), View(dout, {4, 5}),
+                                              View(in, {4, 6}), View(wones, {5, 6}), Tensor(),
+                                              Tensor(), GradientWrite::kOverwrite)
+                   .ok());
+
+  // Convert and Scale take f32 or bf16; Convert wants the same number of elements.
+  std::vector<int32_t> ints(4);
+  EXPECT_FALSE(backend.Convert(View(x, {4}), Tensor(ints.data(), DType::kI32, {4})).ok());
+  EXPECT_FALSE(backend.Convert(View(x, {5}), View(y, {4})).ok());
+  EXPECT_TRUE(backend.Scale(Tensor(), 2.f).ok());
+  EXPECT_FALSE(backend.Scale(Tensor(ints.data(), DType::kI32, {4}), 2.f).ok());
+}
+
 }  // namespace
 }  // namespace trainer

@@ -18,7 +18,6 @@
 #include "common/log.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
-#include "model/cpu/op_checks.h"
 #include "model/cpu/simd.h"
 
 namespace trainer {
@@ -189,39 +188,15 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 }  // namespace cpu
 
 namespace {
-
-// qkv (B,T,(NH+2*NKV)*HS) against x (B,T,NH*HS) (out or dout) and stats (B,NH,T); *kv_heads =
-// NKV (num_kv_heads, or num_heads when 0) and *head_size = HS.
-Status CheckAttentionShapes(const char* op, const Tensor& qkv, const char* x_name, const Tensor& x,
-                            const Tensor& stats, int num_heads, int num_kv_heads, int* kv_heads,
-                            int* head_size) {
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "qkv", qkv, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, x_name, x, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "stats", stats, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSize(op, "qkv", qkv, "dimensions", qkv.ndim, 3));
-  const int NKV = num_kv_heads == 0 ? num_heads : num_kv_heads;
-  const int64_t slots = static_cast<int64_t>(num_heads) + 2 * static_cast<int64_t>(NKV);
-  if (num_heads <= 0 || NKV <= 0 || num_heads % NKV != 0 || qkv.dim(2) % slots != 0)
-    return cpu::OpError(op, StrFormat("qkv %s does not split into %d query heads and 2 x %d "
-                                      "key/value heads with %d a multiple of %d",
-                                      qkv.shape_string().c_str(), num_heads, NKV, num_heads, NKV));
-  const int64_t HS = qkv.dim(2) / slots, C = num_heads * HS;
-  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, x_name, x, "qkv", qkv, "NH*HS", cpu::Cols(x), C));
-  TRAINER_RETURN_IF_ERROR(
-      cpu::CheckAgree(op, x_name, x, "qkv", qkv, "B*T", cpu::Rows(x), cpu::Rows(qkv)));
-  *kv_heads = NKV;
-  *head_size = static_cast<int>(HS);
-  return cpu::CheckSize(op, "stats", stats, "elements (B*NH*T)", stats.numel(),
-                        qkv.dim(0) * num_heads * qkv.dim(1));
+// The head size of qkv (B,T,(NH+2*NKV)*HS) (its split was checked by the op's contract).
+int HeadSize(const Tensor& qkv, int num_heads, int num_kv_heads) {
+  return static_cast<int>(qkv.dim(2) / (static_cast<int64_t>(num_heads) + 2 * num_kv_heads));
 }
-
 }  // namespace
 
-Status CpuBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                    int num_kv_heads) {
-  int NKV = 0, HS = 0;
-  TRAINER_RETURN_IF_ERROR(CheckAttentionShapes("AttentionForward", qkv, "out", out, stats,
-                                               num_heads, num_kv_heads, &NKV, &HS));
+Status CpuBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
+                                       int num_kv_heads) {
+  const int NKV = num_kv_heads, HS = HeadSize(qkv, num_heads, num_kv_heads);
   const int T = static_cast<int>(qkv.dim(1));
   cpu::attention_forward(out.as<float>(), stats.as<float>(), qkv.as<float>(),
                          AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)), T, num_heads, NKV,
@@ -229,16 +204,9 @@ Status CpuBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int nu
   return Status::Ok();
 }
 
-Status CpuBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                                     int num_heads, int num_kv_heads) {
-  const char* op = "AttentionBackward";
-  int NKV = 0, HS = 0;
-  TRAINER_RETURN_IF_ERROR(
-      CheckAttentionShapes(op, qkv, "dout", dout, stats, num_heads, num_kv_heads, &NKV, &HS));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "out", out, "dout", dout));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dqkv", dqkv, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "dqkv", dqkv, "qkv", qkv));
+Status CpuBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
+                                        Tensor stats, int num_heads, int num_kv_heads) {
+  const int NKV = num_kv_heads, HS = HeadSize(qkv, num_heads, num_kv_heads);
   const int T = static_cast<int>(qkv.dim(1));
   cpu::attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(),
                           stats.as<float>(), AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)),

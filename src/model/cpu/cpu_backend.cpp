@@ -1,6 +1,6 @@
 // CpuBackend's class-level pieces: host memory (256-byte aligned, zero-filled), copies, Zero,
-// Convert, the elementwise ops (Add, AddInPlace, Scale) with their kernels, the shared shape
-// checks of op_checks.h, and MakeCpuBackend().
+// Convert, the elementwise ops (Add, AddInPlace, Scale) with their kernels, and MakeCpuBackend().
+// The ops' contracts are checked by Backend before the Run* hooks here.
 #include "model/cpu/cpu_backend.h"
 
 #include <omp.h>
@@ -10,7 +10,6 @@
 
 #include "common/log.h"
 #include "model/cpu/cpu_kernels.h"
-#include "model/cpu/op_checks.h"
 
 namespace trainer {
 
@@ -30,44 +29,6 @@ void add_inplace(float* out, const float* a, size_t n) {
 void scale(float* x, float s, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) x[i] *= s;
-}
-
-// ---- checks ----
-Status OpError(const char* op, const std::string& why) {
-  return RuntimeError(
-      StrFormat("%s (cpu backend, rank %d): %s. Pass tensors of the shapes that "
-                "src/model/backend.h documents for %s",
-                op, GetProcessIdentity().rank, why.c_str(), op));
-}
-
-Status CheckTensor(const char* op, const char* name, const Tensor& t, DType dtype) {
-  if (t.empty() || t.numel() == 0)
-    return OpError(op, StrFormat("%s %s is empty", name, t.shape_string().c_str()));
-  if (t.dtype != dtype)
-    return OpError(op, StrFormat("%s %s is %s, expected %s", name, t.shape_string().c_str(),
-                                 DTypeName(t.dtype), DTypeName(dtype)));
-  return Status::Ok();
-}
-
-Status CheckAgree(const char* op, const char* a, const Tensor& ta, const char* b, const Tensor& tb,
-                  const char* what, int64_t a_value, int64_t b_value) {
-  if (a_value == b_value) return Status::Ok();
-  return OpError(op, StrFormat("%s %s and %s %s disagree on %s (%lld vs %lld)", a,
-                               ta.shape_string().c_str(), b, tb.shape_string().c_str(), what,
-                               static_cast<long long>(a_value), static_cast<long long>(b_value)));
-}
-
-Status CheckSize(const char* op, const char* name, const Tensor& t, const char* what, int64_t got,
-                 int64_t want) {
-  if (got == want) return Status::Ok();
-  return OpError(op, StrFormat("%s %s has %lld %s, expected %lld", name, t.shape_string().c_str(),
-                               static_cast<long long>(got), what, static_cast<long long>(want)));
-}
-
-Status CheckSameShape(const char* op, const char* a, const Tensor& ta, const char* b,
-                      const Tensor& tb) {
-  TRAINER_RETURN_IF_ERROR(CheckAgree(op, a, ta, b, tb, "the last dimension", Cols(ta), Cols(tb)));
-  return CheckAgree(op, a, ta, b, tb, "the number of elements", ta.numel(), tb.numel());
 }
 
 }  // namespace cpu
@@ -111,11 +72,7 @@ Status CpuBackend::Zero(Tensor t) {
   return Status::Ok();
 }
 
-Status CpuBackend::Convert(Tensor dst, Tensor src) {
-  const char* op = "Convert";
-  if (dst.empty() || src.empty()) return cpu::OpError(op, "dst or src is empty");
-  TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, "dst", dst, "src", src, "the number of elements",
-                                          dst.numel(), src.numel()));
+Status CpuBackend::RunConvert(Tensor dst, Tensor src) {
   const size_t n = static_cast<size_t>(src.numel());
   if (dst.dtype == src.dtype) return CopyToDevice(dst.data, src.data, src.bytes());
   if (dst.dtype == DType::kBF16 && src.dtype == DType::kF32) {
@@ -130,32 +87,22 @@ Status CpuBackend::Convert(Tensor dst, Tensor src) {
     for (size_t i = 0; i < n; ++i) d[i] = BF16ToFloat(s[i]);
     return Status::Ok();
   }
-  return cpu::OpError(
-      op, StrFormat("cannot convert %s to %s", DTypeName(src.dtype), DTypeName(dst.dtype)));
+  return RuntimeError(StrFormat("Convert (cpu backend): cannot convert %s to %s",
+                                DTypeName(src.dtype), DTypeName(dst.dtype)));
 }
 
 // ---- elementwise ops ----
-Status CpuBackend::Add(Tensor out, Tensor a, Tensor b) {
-  const char* op = "Add";
-  for (const Tensor* t : {&out, &a, &b})
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "operand", *t, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "out", out, "a", a));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "out", out, "b", b));
+Status CpuBackend::RunAdd(Tensor out, Tensor a, Tensor b) {
   cpu::add(out.as<float>(), a.as<float>(), b.as<float>(), static_cast<size_t>(out.numel()));
   return Status::Ok();
 }
 
-Status CpuBackend::AddInPlace(Tensor out, Tensor a) {
-  const char* op = "AddInPlace";
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "a", a, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "out", out, "a", a));
+Status CpuBackend::RunAddInPlace(Tensor out, Tensor a) {
   cpu::add_inplace(out.as<float>(), a.as<float>(), static_cast<size_t>(out.numel()));
   return Status::Ok();
 }
 
-Status CpuBackend::Scale(Tensor x, float s) {
-  if (x.empty()) return Status::Ok();
+Status CpuBackend::RunScale(Tensor x, float s) {
   const size_t n = static_cast<size_t>(x.numel());
   if (x.dtype == DType::kF32) {
     cpu::scale(x.as<float>(), s, n);
@@ -166,8 +113,8 @@ Status CpuBackend::Scale(Tensor x, float s) {
     for (size_t i = 0; i < n; ++i) p[i] = FloatToBF16(BF16ToFloat(p[i]) * s);
     return Status::Ok();
   }
-  return cpu::OpError("Scale", StrFormat("x %s is %s, expected f32 or bf16",
-                                         x.shape_string().c_str(), DTypeName(x.dtype)));
+  return RuntimeError(
+      StrFormat("Scale (cpu backend): x %s is %s", x.shape_string().c_str(), DTypeName(x.dtype)));
 }
 
 float* CpuBackend::AttentionScratch(int T, int HS) {

@@ -1,6 +1,7 @@
-// CpuBackend: the fp32 reference implementation of trainer::Backend on host memory. Each op
-// checks shapes and dtypes (returning a Status naming the op and the tensors) and calls the raw
-// kernels of cpu_kernels.h. The ops live one layer per file (embedding.cpp, layernorm.cpp, ...).
+// CpuBackend: the fp32 reference implementation of trainer::Backend on host memory. Backend's
+// public ops check each op's contract (backend.cpp, op_contracts.cpp); the Run* hooks here call
+// the raw kernels of cpu_kernels.h, one layer per file (embedding.cpp, layernorm.cpp, ...). The
+// CPU adds no limits of its own to the contracts (its compute dtype, f32, is what they ask for).
 #pragma once
 
 #include <array>
@@ -11,6 +12,17 @@
 #include "model/backend.h"
 
 namespace trainer {
+namespace cpu {
+
+// Rows and columns of a tensor seen as a matrix (all leading dims, last dim).
+inline int64_t Cols(const Tensor& t) {
+  return t.ndim == 0 ? 0 : t.dim(-1);
+}
+inline int64_t Rows(const Tensor& t) {
+  return Cols(t) == 0 ? 0 : t.numel() / Cols(t);
+}
+
+}  // namespace cpu
 
 // Not final: engine_test gives the phase timer a CpuBackend with a clock the test sets.
 class CpuBackend : public Backend {
@@ -25,45 +37,45 @@ class CpuBackend : public Backend {
   Status CopyToHost(void* host_dst, const void* src, size_t bytes) override;
   Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes) override;
   Status Zero(Tensor t) override;
-  Status Convert(Tensor dst, Tensor src) override;
   Status Synchronize() override { return Status::Ok(); }
   Status Mark(int index) override;
   Status SecondsBetween(int from, int to, double* seconds) override;
 
-  Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
-                          int vocab_start) override;
-  Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
-                           int vocab_start) override;
-  Status LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
-                          Tensor bias) override;
-  Status LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums, Tensor dout,
-                           Tensor in, Tensor weight, Tensor mean, Tensor rstd) override;
-  Status MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
-                       Activation act) override;
-  Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                        Tensor weight, GradientWrite dweight_write) override;
-  Status GeluForward(Tensor out, Tensor in) override;
-  Status GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
-  Status ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
-  Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                          int num_kv_heads = 0) override;
-  Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                           int num_heads, int num_kv_heads = 0) override;
-  Status Add(Tensor out, Tensor a, Tensor b) override;
-  Status AddInPlace(Tensor out, Tensor a) override;
-  Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
-                            int vocab_size) override;
-  Status CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
-                          int vocab_start, int vocab_size) override;
-  Status CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
-                              Tensor sums, Tensor targets, int vocab_start, int vocab_size,
-                              float dloss_scale) override;
-  Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
-               const AdamWParams& p) override;
-  Status SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) override;
-  Status Scale(Tensor x, float s) override;
-
  protected:
+  Status RunConvert(Tensor dst, Tensor src) override;
+  Status RunEmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                             int vocab_start) override;
+  Status RunEmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                              int vocab_start) override;
+  Status RunLayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
+                             Tensor bias) override;
+  Status RunLayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
+                              Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                              Tensor rstd) override;
+  Status RunMatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
+                          Activation act) override;
+  Status RunMatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                           Tensor weight, GradientWrite dweight_write) override;
+  Status RunGeluForward(Tensor out, Tensor in) override;
+  Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
+  Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
+  Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
+                             int num_kv_heads) override;
+  Status RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
+                              int num_heads, int num_kv_heads) override;
+  Status RunAdd(Tensor out, Tensor a, Tensor b) override;
+  Status RunAddInPlace(Tensor out, Tensor a) override;
+  Status RunCrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
+                               int vocab_size) override;
+  Status RunCrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
+                             int vocab_start, int vocab_size) override;
+  Status RunCrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
+                                 Tensor sums, Tensor targets, int vocab_start, int vocab_size,
+                                 float dloss_scale) override;
+  Status RunAdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
+                  const AdamWParams& p) override;
+  Status RunSumInto(Tensor total, Tensor x, SumOf what, bool accumulate) override;
+  Status RunScale(Tensor x, float s) override;
   Status RunRmsNormForward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) override;
   Status RunRmsNormBackward(Tensor din, Tensor dweight, Tensor dout, Tensor in, Tensor weight,
                             Tensor rstd) override;

@@ -54,6 +54,7 @@ void matmul_forward(float* out, float* pre_act, const float* in, const float* we
                     const float* bias, int64_t N, int C, int OC, bool gelu);
 // din (N,C) = dout (N,OC) @ weight (OC,C) (skipped when null); dweight (OC,C) += dout^T @ in;
 // dbias (OC) += column sums of dout (skipped when null).
+// din and dbias are skipped when null, dweight too.
 void matmul_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t N, int C, int OC);
 

@@ -9,7 +9,6 @@
 #include "common/log.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
-#include "model/cpu/op_checks.h"
 #include "model/cpu/simd.h"
 
 namespace trainer {
@@ -89,61 +88,24 @@ void crossentropy_backward(float* losses, float* dlogits, const float* logits, c
 
 }  // namespace cpu
 
-namespace {
-
-// t holds per_row values for each row of logits.
-Status CheckRows(const char* op, const char* name, const Tensor& t, DType dtype,
-                 const Tensor& logits, int64_t per_row) {
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, name, t, dtype));
-  return cpu::CheckSize(op, name, t, "elements", t.numel(), per_row * cpu::Rows(logits));
-}
-
-Status CheckLogits(const char* op, const Tensor& logits, int vocab_start, int vocab_size) {
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "logits", logits, DType::kF32));
-  if (vocab_start < 0 || vocab_size <= 0)
-    return cpu::OpError(
-        op, StrFormat("vocab_start %d / vocab_size %d out of range", vocab_start, vocab_size));
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status CpuBackend::CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
-                                      int vocab_size) {
-  const char* op = "CrossEntropyRowMax";
-  TRAINER_RETURN_IF_ERROR(CheckLogits(op, logits, vocab_start, vocab_size));
-  TRAINER_RETURN_IF_ERROR(CheckRows(op, "row_max", row_max, DType::kF32, logits, 1));
+Status CpuBackend::RunCrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
+                                         int vocab_size) {
   cpu::crossentropy_row_max(row_max.as<float>(), logits.as<float>(), cpu::Rows(logits),
                             static_cast<int>(cpu::Cols(logits)), vocab_start, vocab_size);
   return Status::Ok();
 }
 
-Status CpuBackend::CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
-                                    int vocab_start, int vocab_size) {
-  const char* op = "CrossEntropySums";
-  TRAINER_RETURN_IF_ERROR(CheckLogits(op, logits, vocab_start, vocab_size));
-  TRAINER_RETURN_IF_ERROR(CheckRows(op, "sums", sums, DType::kF32, logits, 2));
-  TRAINER_RETURN_IF_ERROR(CheckRows(op, "row_max", row_max, DType::kF32, logits, 1));
-  TRAINER_RETURN_IF_ERROR(CheckRows(op, "targets", targets, DType::kI32, logits, 1));
+Status CpuBackend::RunCrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
+                                       int vocab_start, int vocab_size) {
   cpu::crossentropy_sums(sums.as<float>(), logits.as<float>(), row_max.as<float>(),
                          targets.as<int32_t>(), cpu::Rows(logits),
                          static_cast<int>(cpu::Cols(logits)), vocab_start, vocab_size);
   return Status::Ok();
 }
 
-Status CpuBackend::CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits,
-                                        Tensor row_max, Tensor sums, Tensor targets,
-                                        int vocab_start, int vocab_size, float dloss_scale) {
-  const char* op = "CrossEntropyBackward";
-  TRAINER_RETURN_IF_ERROR(CheckLogits(op, logits, vocab_start, vocab_size));
-  TRAINER_RETURN_IF_ERROR(CheckRows(op, "losses", losses, DType::kF32, logits, 1));
-  TRAINER_RETURN_IF_ERROR(CheckRows(op, "row_max", row_max, DType::kF32, logits, 1));
-  TRAINER_RETURN_IF_ERROR(CheckRows(op, "sums", sums, DType::kF32, logits, 2));
-  TRAINER_RETURN_IF_ERROR(CheckRows(op, "targets", targets, DType::kI32, logits, 1));
-  if (!dlogits.empty()) {
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dlogits", dlogits, DType::kF32));
-    TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "dlogits", dlogits, "logits", logits));
-  }
+Status CpuBackend::RunCrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits,
+                                           Tensor row_max, Tensor sums, Tensor targets,
+                                           int vocab_start, int vocab_size, float dloss_scale) {
   cpu::crossentropy_backward(
       losses.as<float>(), dlogits.empty() ? nullptr : dlogits.as<float>(), logits.as<float>(),
       row_max.as<float>(), sums.as<float>(), targets.as<int32_t>(), cpu::Rows(logits),

@@ -2,10 +2,8 @@
 // holds wte rows [vocab_start, vocab_start + V)) and the CpuBackend Embedding* ops.
 #include <algorithm>
 
-#include "common/log.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
-#include "model/cpu/op_checks.h"
 
 namespace trainer {
 namespace cpu {
@@ -61,39 +59,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 
 }  // namespace cpu
 
-namespace {
-
-// Shared by both directions: x is out (forward) or dout (backward), table is wte or dwte, pos is
-// wpe or dwpe.
-Status CheckEmbeddingShapes(const char* op, const char* x_name, const Tensor& x,
-                            const char* table_name, const Tensor& table, const char* pos_name,
-                            const Tensor& pos, const Tensor& tokens) {
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, x_name, x, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, table_name, table, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "tokens", tokens, DType::kI32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSize(op, "tokens", tokens, "dimensions", tokens.ndim, 2));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSize(op, table_name, table, "dimensions", table.ndim, 2));
-  TRAINER_RETURN_IF_ERROR(
-      cpu::CheckAgree(op, x_name, x, table_name, table, "C", cpu::Cols(x), cpu::Cols(table)));
-  TRAINER_RETURN_IF_ERROR(
-      cpu::CheckAgree(op, x_name, x, "tokens", tokens, "B*T", cpu::Rows(x), tokens.numel()));
-  if (pos.empty()) return Status::Ok();
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, pos_name, pos, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(
-      cpu::CheckAgree(op, pos_name, pos, table_name, table, "C", cpu::Cols(pos), cpu::Cols(table)));
-  if (cpu::Rows(pos) < tokens.dim(1))
-    return cpu::OpError(op,
-                        StrFormat("%s %s has fewer positions than tokens %s has steps", pos_name,
-                                  pos.shape_string().c_str(), tokens.shape_string().c_str()));
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status CpuBackend::EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
-                                    int vocab_start) {
-  TRAINER_RETURN_IF_ERROR(
-      CheckEmbeddingShapes("EmbeddingForward", "out", out, "wte", wte, "wpe", wpe, tokens));
+Status CpuBackend::RunEmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                                       int vocab_start) {
   cpu::embedding_forward(out.as<float>(), tokens.as<int32_t>(), wte.as<float>(),
                          wpe.empty() ? nullptr : wpe.as<float>(), static_cast<int>(tokens.dim(0)),
                          static_cast<int>(tokens.dim(1)), static_cast<int>(wte.dim(1)), vocab_start,
@@ -101,10 +68,8 @@ Status CpuBackend::EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tenso
   return Status::Ok();
 }
 
-Status CpuBackend::EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
-                                     int vocab_start) {
-  TRAINER_RETURN_IF_ERROR(
-      CheckEmbeddingShapes("EmbeddingBackward", "dout", dout, "dwte", dwte, "dwpe", dwpe, tokens));
+Status CpuBackend::RunEmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                        int vocab_start) {
   cpu::embedding_backward(dwte.as<float>(), dwpe.empty() ? nullptr : dwpe.as<float>(),
                           dout.as<float>(), tokens.as<int32_t>(), static_cast<int>(tokens.dim(0)),
                           static_cast<int>(tokens.dim(1)), static_cast<int>(dwte.dim(1)),

@@ -5,7 +5,6 @@
 
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
-#include "model/cpu/op_checks.h"
 #include "model/cpu/simd.h"
 
 namespace trainer {
@@ -57,22 +56,12 @@ void gelu_backward(float* dx, const float* dy, const float* pre_act, size_t n) {
 
 }  // namespace cpu
 
-Status CpuBackend::GeluForward(Tensor out, Tensor in) {
-  const char* op = "GeluForward";
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "in", in, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "out", out, "in", in));
+Status CpuBackend::RunGeluForward(Tensor out, Tensor in) {
   cpu::gelu_forward(out.as<float>(), in.as<float>(), static_cast<size_t>(out.numel()));
   return Status::Ok();
 }
 
-Status CpuBackend::GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) {
-  const char* op = "GeluBackward";
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dx", dx, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dy", dy, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "pre_act", pre_act, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "dx", dx, "dy", dy));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "dx", dx, "pre_act", pre_act));
+Status CpuBackend::RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) {
   cpu::gelu_backward(dx.as<float>(), dy.as<float>(), pre_act.as<float>(),
                      static_cast<size_t>(dx.numel()));
   return Status::Ok();

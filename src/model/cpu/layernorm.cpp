@@ -3,11 +3,9 @@
 // over rows by column ranges, in row order (no atomics).
 #include <algorithm>
 #include <cmath>
-#include <utility>
 
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
-#include "model/cpu/op_checks.h"
 
 namespace trainer {
 namespace cpu {
@@ -79,60 +77,20 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
 
 }  // namespace cpu
 
-namespace {
-
-// The (N) statistics and (C) parameters around an (N,C) tensor x.
-Status CheckLayerNormShapes(const char* op, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                            const char* w_name, const Tensor& weight, const char* b_name,
-                            const Tensor& bias) {
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "in", x, DType::kF32));
-  const std::pair<const char*, const Tensor*> per_row[] = {{"mean", &mean}, {"rstd", &rstd}};
-  for (const auto& [name, t] : per_row) {
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, name, *t, DType::kF32));
-    TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, name, *t, "in", x, "N", t->numel(), cpu::Rows(x)));
-  }
-  const std::pair<const char*, const Tensor*> per_column[] = {{w_name, &weight}, {b_name, &bias}};
-  for (const auto& [name, t] : per_column) {
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, name, *t, DType::kF32));
-    TRAINER_RETURN_IF_ERROR(cpu::CheckAgree(op, name, *t, "in", x, "C", t->numel(), cpu::Cols(x)));
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status CpuBackend::LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
-                                    Tensor bias) {
-  const char* op = "LayerNormForward";
-  TRAINER_RETURN_IF_ERROR(CheckLayerNormShapes(op, in, mean, rstd, "weight", weight, "bias", bias));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "out", out, "in", in));
+Status CpuBackend::RunLayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in,
+                                       Tensor weight, Tensor bias) {
   cpu::layernorm_forward(out.as<float>(), mean.as<float>(), rstd.as<float>(), in.as<float>(),
                          weight.as<float>(), bias.as<float>(), cpu::Rows(in),
                          static_cast<int>(cpu::Cols(in)));
   return Status::Ok();
 }
 
-Status CpuBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
-                                     Tensor dout, Tensor in, Tensor weight, Tensor mean,
-                                     Tensor rstd) {
-  const char* op = "LayerNormBackward";
-  TRAINER_RETURN_IF_ERROR(
-      CheckLayerNormShapes(op, in, mean, rstd, "dweight", dweight, "dbias", dbias));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "weight", weight, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "weight", weight, "dweight", dweight));
-  for (const auto& [name, t] :
-       {std::pair<const char*, const Tensor*>{"din", &din}, {"dout", &dout}}) {
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, name, *t, DType::kF32));
-    TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, name, *t, "in", in));
-  }
+Status CpuBackend::RunLayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
+                                        Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                                        Tensor rstd) {
   const int64_t N = cpu::Rows(in);
   const int C = static_cast<int>(cpu::Cols(in));
-  if (!din_sums.empty()) {
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "din_sums", din_sums, DType::kF32));
-    TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "din_sums", din_sums, "dbias", dbias));
-    cpu::column_sums_accumulate(din_sums.as<float>(), din.as<float>(), N, C);
-  }
+  if (!din_sums.empty()) cpu::column_sums_accumulate(din_sums.as<float>(), din.as<float>(), N, C);
   cpu::layernorm_backward(din.as<float>(), dweight.as<float>(), dbias.as<float>(), dout.as<float>(),
                           in.as<float>(), weight.as<float>(), mean.as<float>(), rstd.as<float>(), N,
                           C);

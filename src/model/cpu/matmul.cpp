@@ -15,7 +15,6 @@
 #include "common/log.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
-#include "model/cpu/op_checks.h"
 #include "model/cpu/simd.h"
 
 namespace trainer {
@@ -183,87 +182,37 @@ void matmul_backward(float* din, float* dweight, float* dbias, const float* dout
   // din (N,C) = dout (N,OC) @ weight (OC,C).
   if (din != nullptr) gemm(din, C, dout, OC, 1, weight, C, 1, N, C, OC, false);
   // dweight (OC,C) += dout^T @ in: A(o, n) = dout[n*OC + o].
-  gemm(dweight, C, dout, 1, OC, in, C, 1, OC, C, N, true);
+  if (dweight != nullptr) gemm(dweight, C, dout, 1, OC, in, C, 1, OC, C, N, true);
   if (dbias != nullptr) column_sums_accumulate(dbias, dout, N, OC);
-}
-
-// The shapes of a linear layer, all f32: in (N,C), weight (OC,C), out (N,OC) (out is the forward's
-// output or the backward's dout, named out_name in messages).
-Status CheckLinear(const char* op, const char* out_name, const Tensor& out, const Tensor& in,
-                   const Tensor& weight, int64_t* N, int64_t* C, int64_t* OC) {
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, out_name, out, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(CheckSize(op, "weight", weight, "dimensions", weight.ndim, 2));
-  *N = Rows(in), *C = Cols(in), *OC = weight.dim(0);
-  TRAINER_RETURN_IF_ERROR(CheckAgree(op, "in", in, "weight", weight, "C", *C, weight.dim(1)));
-  TRAINER_RETURN_IF_ERROR(CheckAgree(op, out_name, out, "weight", weight, "OC", Cols(out), *OC));
-  return CheckAgree(op, out_name, out, "in", in, "N", Rows(out), *N);
 }
 
 }  // namespace cpu
 
-Status CpuBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
-                                 Activation act) {
-  const char* op = "MatmulForward";
-  int64_t N = 0, C = 0, OC = 0;
-  TRAINER_RETURN_IF_ERROR(cpu::CheckLinear(op, "out", out, in, weight, &N, &C, &OC));
-  if (!bias.empty()) {
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "bias", bias, DType::kF32));
-    TRAINER_RETURN_IF_ERROR(
-        cpu::CheckAgree(op, "bias", bias, "weight", weight, "OC", bias.numel(), OC));
-  }
+Status CpuBackend::RunMatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight,
+                                    Tensor bias, Activation act) {
+  const int64_t N = cpu::Rows(in), C = cpu::Cols(in), OC = weight.dim(0);
   const bool gelu = act == Activation::kGelu;
-  if (gelu) {
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "pre_act", pre_act, DType::kF32));
-    TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "pre_act", pre_act, "out", out));
-  }
   cpu::matmul_forward(out.as<float>(), gelu ? pre_act.as<float>() : nullptr, in.as<float>(),
                       weight.as<float>(), bias.empty() ? nullptr : bias.as<float>(), N,
                       static_cast<int>(C), static_cast<int>(OC), gelu);
   return Status::Ok();
 }
 
-Status CpuBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                                  Tensor weight, GradientWrite dweight_write) {
-  const char* op = "MatmulBackward";
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dweight", dweight, DType::kF32));
-  int64_t N = 0, C = 0, OC = 0;
-  TRAINER_RETURN_IF_ERROR(cpu::CheckLinear(op, "dout", dout, in, weight, &N, &C, &OC));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "dweight", dweight, "weight", weight));
-  if (!din.empty()) {
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "din", din, DType::kF32));
-    TRAINER_RETURN_IF_ERROR(cpu::CheckSameShape(op, "din", din, "in", in));
-  }
-  if (!dbias.empty()) {
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "dbias", dbias, DType::kF32));
-    TRAINER_RETURN_IF_ERROR(
-        cpu::CheckAgree(op, "dbias", dbias, "weight", weight, "OC", dbias.numel(), OC));
-  }
+Status CpuBackend::RunMatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                                     Tensor in, Tensor weight, GradientWrite dweight_write) {
+  const int64_t N = cpu::Rows(in), C = cpu::Cols(in), OC = weight.dim(0);
   // The reference kernel accumulates; over zero that is the overwritten value, bit for bit.
-  if (dweight_write == GradientWrite::kOverwrite)
+  if (!dweight.empty() && dweight_write == GradientWrite::kOverwrite)
     std::fill(dweight.as<float>(), dweight.as<float>() + dweight.numel(), 0.f);
-  cpu::matmul_backward(din.empty() ? nullptr : din.as<float>(), dweight.as<float>(),
-                       dbias.empty() ? nullptr : dbias.as<float>(), dout.as<float>(),
-                       in.as<float>(), weight.as<float>(), N, static_cast<int>(C),
-                       static_cast<int>(OC));
+  cpu::matmul_backward(
+      din.empty() ? nullptr : din.as<float>(), dweight.empty() ? nullptr : dweight.as<float>(),
+      dbias.empty() ? nullptr : dbias.as<float>(), dout.as<float>(), in.as<float>(),
+      weight.as<float>(), N, static_cast<int>(C), static_cast<int>(OC));
   return Status::Ok();
 }
 
-Status CpuBackend::ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) {
-  const char* op = "ColumnSums";
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "out", out, DType::kF32));
-  TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "in", in, DType::kF32));
+Status CpuBackend::RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) {
   const int64_t N = cpu::Rows(in), C = cpu::Cols(in), W = out.numel();
-  if (first_column < 0 || first_column + W > C)
-    return cpu::OpError(op,
-                        StrFormat("columns [%lld, %lld) outside in's %lld", (long long)first_column,
-                                  (long long)(first_column + W), (long long)C));
-  if (!row_weights.empty()) {
-    TRAINER_RETURN_IF_ERROR(cpu::CheckTensor(op, "row_weights", row_weights, DType::kF32));
-    TRAINER_RETURN_IF_ERROR(
-        cpu::CheckAgree(op, "row_weights", row_weights, "in", in, "N", row_weights.numel(), N));
-  }
   cpu::column_sums_accumulate(out.as<float>(), in.as<float>() + first_column, N,
                               static_cast<int>(W), C,
                               row_weights.empty() ? nullptr : row_weights.as<float>());

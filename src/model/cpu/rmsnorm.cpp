@@ -9,7 +9,6 @@
 
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
-#include "model/cpu/op_checks.h"
 
 namespace trainer {
 namespace cpu {

@@ -4,7 +4,6 @@
 // give the same bits in every lane. Rows are independent and split over threads.
 #include "model/cpu/cpu_backend.h"
 #include "model/cpu/cpu_kernels.h"
-#include "model/cpu/op_checks.h"
 #include "model/cpu/simd.h"
 
 namespace trainer {

@@ -17,9 +17,6 @@
 
 namespace trainer {
 
-using cuda::CheckFloatType;
-using cuda::CheckTensor;
-using cuda::OpError;
 using cuda::Where;
 
 CudaBackend::CudaBackend(int device, DType compute) : device_(device), compute_(compute) {}
@@ -184,10 +181,7 @@ Status CudaBackend::Zero(Tensor t) {
   return Status::Ok();
 }
 
-Status CudaBackend::Convert(Tensor dst, Tensor src) {
-  TRAINER_RETURN_IF_ERROR(CheckFloatType("Convert", "src", src));
-  TRAINER_RETURN_IF_ERROR(CheckFloatType("Convert", "dst", dst));
-  TRAINER_RETURN_IF_ERROR(CheckTensor("Convert", "dst", dst, dst.dtype, src.numel()));
+Status CudaBackend::RunConvert(Tensor dst, Tensor src) {
   CUDA_CHECK(cuda::LaunchConvert(dst.dtype, dst.data, src.dtype, src.data, src.numel(), stream_));
   return Status::Ok();
 }
@@ -221,38 +215,25 @@ Status CudaBackend::SecondsBetween(int from, int to, double* seconds) {
 
 // ---- elementwise ----
 
-Status CudaBackend::Add(Tensor out, Tensor a, Tensor b) {
-  TRAINER_RETURN_IF_ERROR(CheckFloatType("Add", "out", out));
-  TRAINER_RETURN_IF_ERROR(CheckTensor("Add", "a", a, out.dtype, out.numel()));
-  TRAINER_RETURN_IF_ERROR(CheckTensor("Add", "b", b, out.dtype, out.numel()));
+Status CudaBackend::RunAdd(Tensor out, Tensor a, Tensor b) {
   CUDA_CHECK(cuda::LaunchAdd(out.dtype, out.data, a.data, b.data, out.numel(), stream_));
   return Status::Ok();
 }
 
-Status CudaBackend::AddInPlace(Tensor out, Tensor a) {
-  return Add(out, out, a);
+Status CudaBackend::RunAddInPlace(Tensor out, Tensor a) {
+  return RunAdd(out, out, a);
 }
 
-Status CudaBackend::Scale(Tensor x, float s) {
-  if (x.empty()) return Status::Ok();
-  TRAINER_RETURN_IF_ERROR(CheckFloatType("Scale", "x", x));
+Status CudaBackend::RunScale(Tensor x, float s) {
   CUDA_CHECK(cuda::LaunchScale(x.dtype, x.data, s, x.numel(), stream_));
   return Status::Ok();
 }
 
 // ---- optimizer ----
 
-Status CudaBackend::AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
-                          const AdamWParams& p) {
+Status CudaBackend::RunAdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
+                             const AdamWParams& p) {
   const int64_t n = master.numel();
-  TRAINER_RETURN_IF_ERROR(CheckTensor("AdamW", "master", master, DType::kF32, n));
-  TRAINER_RETURN_IF_ERROR(CheckTensor("AdamW", "grad", grad, DType::kF32, n));
-  TRAINER_RETURN_IF_ERROR(CheckTensor("AdamW", "m", m, DType::kF32, n));
-  TRAINER_RETURN_IF_ERROR(CheckTensor("AdamW", "v", v, DType::kF32, n));
-  TRAINER_RETURN_IF_ERROR(CheckFloatType("AdamW", "param", param));
-  TRAINER_RETURN_IF_ERROR(CheckTensor("AdamW", "param", param, param.dtype, n));
-  if (p.step < 1) return OpError("AdamW", StrFormat("step is %d, expected >= 1", p.step));
-  if (n == 0) return Status::Ok();
   cuda::AdamWStep step{p.lr,
                        p.beta1,
                        p.beta2,
@@ -268,10 +249,7 @@ Status CudaBackend::AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Te
   return Status::Ok();
 }
 
-Status CudaBackend::SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) {
-  TRAINER_RETURN_IF_ERROR(CheckTensor("SumInto", "total", total, DType::kF64, 1));
-  if (x.numel() > 0)
-    TRAINER_RETURN_IF_ERROR(CheckTensor("SumInto", "x", x, DType::kF32, x.numel()));
+Status CudaBackend::RunSumInto(Tensor total, Tensor x, SumOf what, bool accumulate) {
   void* scratch = nullptr;
   TRAINER_RETURN_IF_ERROR(Scratch(cuda::kSumSquaresPartials * sizeof(double), &scratch));
   CUDA_CHECK(cuda::LaunchSum(x.as<float>(), x.numel(), what == SumOf::kSquares, accumulate,

@@ -1,6 +1,8 @@
-// CudaBackend's layer ops (the op tier): shape and dtype checks, then the cuBLASLt, cuDNN or
-// custom-kernel route. Matmuls are row-major here and column-major to cuBLASLt: y = x W^T is
-// y^T (OC,N) = W (as (C,OC) column-major, transposed) times x^T (C,N).
+// CudaBackend's layer ops: the Run* hooks that Backend's public ops call after checking their
+// contracts (op_contracts.cpp), so only the routes are chosen here (cuBLASLt, cuDNN or custom
+// kernels) and only what they add to the contracts is refused here. Matmuls are row-major here and
+// column-major to cuBLASLt: y = x W^T is y^T (OC,N) = W (as (C,OC) column-major, transposed) times
+// x^T (C,N).
 #include "common/log.h"
 #include "model/cuda/attention_cudnn.h"
 #include "model/cuda/cuda_backend.h"
@@ -12,46 +14,24 @@
 
 namespace trainer {
 
-using cuda::CheckOptional;
-using cuda::CheckTensor;
 using cuda::Cols;
 using cuda::OpError;
 using cuda::Rows;
 
 // ---- embedding ----
 
-Status CudaBackend::EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
-                                     int vocab_start) {
-  const char* op = "EmbeddingForward";
+Status CudaBackend::RunEmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                                        int vocab_start) {
   const int64_t N = tokens.numel(), T = Cols(tokens), C = Cols(wte), V = Rows(wte);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "tokens", tokens, DType::kI32, N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "wte", wte, compute_, V * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, N * C));
-  if (!wpe.empty()) {
-    TRAINER_RETURN_IF_ERROR(CheckTensor(op, "wpe", wpe, compute_, Rows(wpe) * C));
-    if (Rows(wpe) < T)
-      return OpError(op, StrFormat("wpe has %lld positions, sequences have %lld",
-                                   (long long)Rows(wpe), (long long)T));
-  }
   CUDA_CHECK(cuda::LaunchEmbeddingForward(compute_, out.data, tokens.as<int32_t>(), wte.data,
                                           wpe.data, N, static_cast<int>(T), static_cast<int>(C),
                                           vocab_start, static_cast<int>(V), stream_));
   return Status::Ok();
 }
 
-Status CudaBackend::EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
-                                      int vocab_start) {
-  const char* op = "EmbeddingBackward";
+Status CudaBackend::RunEmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                         int vocab_start) {
   const int64_t N = tokens.numel(), T = Cols(tokens), C = Cols(dwte), V = Rows(dwte);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "tokens", tokens, DType::kI32, N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dwte", dwte, DType::kF32, V * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dout", dout, compute_, N * C));
-  if (!dwpe.empty()) {
-    TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dwpe", dwpe, DType::kF32, Rows(dwpe) * C));
-    if (Rows(dwpe) < T)
-      return OpError(op, StrFormat("dwpe has %lld positions, sequences have %lld",
-                                   (long long)Rows(dwpe), (long long)T));
-  }
   CUDA_CHECK(cuda::LaunchEmbeddingBackward(
       compute_, dwte.as<float>(), dwpe.empty() ? nullptr : dwpe.as<float>(), dout.data,
       tokens.as<int32_t>(), static_cast<int>(N / T), static_cast<int>(T), static_cast<int>(C),
@@ -61,45 +41,24 @@ Status CudaBackend::EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Ten
 
 // ---- layer norm ----
 
-Status CudaBackend::LayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor weight,
-                                     Tensor bias) {
-  return AddLayerNormForward(Tensor(), out, mean, rstd, in, Tensor(), weight, bias);
+Status CudaBackend::RunLayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in,
+                                        Tensor weight, Tensor bias) {
+  return RunAddLayerNormForward(Tensor(), out, mean, rstd, in, Tensor(), weight, bias);
 }
 
-Status CudaBackend::AddLayerNormForward(Tensor residual, Tensor out, Tensor mean, Tensor rstd,
-                                        Tensor a, Tensor b, Tensor weight, Tensor bias) {
-  const char* op = b.empty() ? "LayerNormForward" : "AddLayerNormForward";
+Status CudaBackend::RunAddLayerNormForward(Tensor residual, Tensor out, Tensor mean, Tensor rstd,
+                                           Tensor a, Tensor b, Tensor weight, Tensor bias) {
   const int64_t N = Rows(a), C = Cols(a);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", a, compute_, N * C));
-  if (!b.empty()) {
-    TRAINER_RETURN_IF_ERROR(CheckTensor(op, "b", b, compute_, N * C));
-    TRAINER_RETURN_IF_ERROR(CheckTensor(op, "residual", residual, compute_, N * C));
-  }
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, N * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "mean", mean, DType::kF32, N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "rstd", rstd, DType::kF32, N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "bias", bias, compute_, C));
   CUDA_CHECK(cuda::LaunchLayerNormForward(compute_, out.data, mean.as<float>(), rstd.as<float>(),
                                           residual.data, a.data, b.data, weight.data, bias.data, N,
                                           static_cast<int>(C), stream_));
   return Status::Ok();
 }
 
-Status CudaBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
-                                      Tensor dout, Tensor in, Tensor weight, Tensor mean,
-                                      Tensor rstd) {
-  const char* op = "LayerNormBackward";
+Status CudaBackend::RunLayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
+                                         Tensor dout, Tensor in, Tensor weight, Tensor mean,
+                                         Tensor rstd) {
   const int64_t N = Rows(in), C = Cols(in);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "din", din, compute_, N * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dout", dout, compute_, N * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dweight", dweight, DType::kF32, C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dbias", dbias, DType::kF32, C));
-  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "din_sums", din_sums, DType::kF32, C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute_, C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "mean", mean, DType::kF32, N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "rstd", rstd, DType::kF32, N));
   void* scratch = nullptr;
   TRAINER_RETURN_IF_ERROR(Scratch(
       cuda::LayerNormBackwardScratchFloats(N, static_cast<int>(C)) * sizeof(float), &scratch));
@@ -114,16 +73,6 @@ Status CudaBackend::LayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, 
 // ---- matmul ----
 
 namespace {
-
-// The shapes of a linear layer: in (N,C), weight (OC,C), and out_name (N,OC) (the forward's out
-// or the backward's dout), all in the compute dtype.
-Status CheckLinear(const char* op, DType compute, const Tensor& in, const Tensor& weight,
-                   const char* out_name, const Tensor& out, int64_t* N, int64_t* C, int64_t* OC) {
-  *N = Rows(in), *C = Cols(in), *OC = Rows(weight);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute, *N * *C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "weight", weight, compute, *OC * *C));
-  return CheckTensor(op, out_name, out, compute, *N * *OC);
-}
 
 // y^T (OC,N) = W (C,OC)^T x^T (C,N) [+ bias]: the linear layer's forward GEMM, without output.
 cuda::Gemm LinearForwardGemm(DType compute, const Tensor& in, const Tensor& weight,
@@ -145,15 +94,8 @@ cuda::Gemm LinearForwardGemm(DType compute, const Tensor& in, const Tensor& weig
 
 }  // namespace
 
-Status CudaBackend::MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,
-                                             Tensor residual) {
-  const char* op = "MatmulForwardAddResidual";
-  int64_t N = 0, C = 0, OC = 0;
-  TRAINER_RETURN_IF_ERROR(CheckLinear(op, compute_, in, weight, "out", out, &N, &C, &OC));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "residual", residual, compute_, N * OC));
-  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "bias", bias, compute_, OC));
-  if (out.data == residual.data || out.data == in.data)
-    return OpError(op, "out aliases in or residual");
+Status CudaBackend::RunMatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,
+                                                Tensor residual) {
   cuda::Gemm g = LinearForwardGemm(compute_, in, weight, bias);
   g.d = out.data;
   g.c = residual.data;  // D = residual + W x (+ bias), rounded once
@@ -161,17 +103,14 @@ Status CudaBackend::MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weigh
   bool supported = false;
   if (matmul_epilogues_) TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
   if (supported) return Status::Ok();
-  return Backend::MatmulForwardAddResidual(out, in, weight, bias, residual);
+  return Backend::RunMatmulForwardAddResidual(out, in, weight, bias, residual);
 }
 
-Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight, Tensor bias,
-                                  Activation act) {
+Status CudaBackend::RunMatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight,
+                                     Tensor bias, Activation act) {
   const char* op = "MatmulForward";
   const bool gelu = act == Activation::kGelu;
-  int64_t N = 0, C = 0, OC = 0;
-  TRAINER_RETURN_IF_ERROR(CheckLinear(op, compute_, in, weight, "out", out, &N, &C, &OC));
-  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "bias", bias, compute_, OC));
-  if (gelu) TRAINER_RETURN_IF_ERROR(CheckTensor(op, "pre_act", pre_act, compute_, N * OC));
+  const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
 
   cuda::Gemm g = LinearForwardGemm(compute_, in, weight, bias);
   bool supported = false;
@@ -212,15 +151,16 @@ Status CudaBackend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor 
   return Status::Ok();
 }
 
-Status CudaBackend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                                   Tensor weight, GradientWrite dweight_write) {
+Status CudaBackend::RunMatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                                      Tensor in, Tensor weight, GradientWrite dweight_write) {
   return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, Tensor(), Tensor(),
                             dweight_write);
 }
 
-Status CudaBackend::MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                                              Tensor in, Tensor weight, Tensor gelu_pre_act,
-                                              Tensor din_sums, GradientWrite dweight_write) {
+Status CudaBackend::RunMatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbias,
+                                                 Tensor dout, Tensor in, Tensor weight,
+                                                 Tensor gelu_pre_act, Tensor din_sums,
+                                                 GradientWrite dweight_write) {
   return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, gelu_pre_act, din_sums,
                             dweight_write);
 }
@@ -228,14 +168,8 @@ Status CudaBackend::MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor
 Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
                                        Tensor in, Tensor weight, Tensor gelu_pre_act,
                                        Tensor din_sums, GradientWrite dweight_write) {
-  const char* op = "MatmulBackward";
-  int64_t N = 0, C = 0, OC = 0;
-  TRAINER_RETURN_IF_ERROR(CheckLinear(op, compute_, in, weight, "dout", dout, &N, &C, &OC));
-  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "din", din, compute_, N * C));
-  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dweight", dweight, DType::kF32, OC * C));
-  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dbias", dbias, DType::kF32, OC));
-  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "din_sums", din_sums, DType::kF32, C));
-  if (!din_sums.empty() && din.empty()) return OpError(op, "din_sums given without din");
+  const char* op = gelu_pre_act.empty() ? "MatmulBackward" : "MatmulBackwardThroughGelu";
+  const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
   bool supported = false, din_summed = false;
 
   if (!din.empty()) {  // din^T (C,N) = W (C,OC) dout^T (OC,N)
@@ -249,8 +183,6 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
     g.d_dtype = compute_;
     g.ldd = C;
     const bool gelu = !gelu_pre_act.empty();
-    if (gelu)
-      TRAINER_RETURN_IF_ERROR(CheckTensor(op, "gelu_pre_act", gelu_pre_act, compute_, N * C));
     if (gelu && matmul_epilogues_) {  // din = GELU'(pre_act) * (W dout^T) in the GEMM's epilogue
       g.epilogue = cuda::GemmEpilogue::kDGelu;
       g.aux = gelu_pre_act.data;
@@ -316,35 +248,21 @@ Status CudaBackend::AddColumnSums(float* out, const void* x, int64_t N, int64_t 
   return Status::Ok();
 }
 
-Status CudaBackend::ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) {
-  const char* op = "ColumnSums";
+Status CudaBackend::RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) {
   const int64_t N = Rows(in), C = Cols(in), W = out.numel();
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, N * C));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, DType::kF32, W));
-  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "row_weights", row_weights, DType::kF32, N));
-  if (first_column < 0 || first_column + W > C)
-    return OpError(op, StrFormat("columns [%lld, %lld) outside in's %lld", (long long)first_column,
-                                 (long long)(first_column + W), (long long)C));
   const char* first = static_cast<const char*>(in.data) + first_column * DTypeSize(compute_);
   return AddColumnSums(out.as<float>(), first, N, W, C,
                        row_weights.empty() ? nullptr : row_weights.as<float>());
 }
 
-Status CudaBackend::GeluForward(Tensor out, Tensor in) {
-  const char* op = "GeluForward";
+Status CudaBackend::RunGeluForward(Tensor out, Tensor in) {
   const int64_t n = in.numel();
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "in", in, compute_, n));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, n));
   CUDA_CHECK(cuda::LaunchGeluForward(compute_, out.data, in.data, n, stream_));
   return Status::Ok();
 }
 
-Status CudaBackend::GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) {
-  const char* op = "GeluBackward";
+Status CudaBackend::RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) {
   const int64_t n = pre_act.numel();
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "pre_act", pre_act, compute_, n));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dy", dy, compute_, n));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dx", dx, compute_, n));
   CUDA_CHECK(cuda::LaunchGeluBackward(compute_, dx.data, dy.data, pre_act.data, n, stream_));
   return Status::Ok();
 }
@@ -359,36 +277,18 @@ struct AttentionShape {
   int64_t qkv_width() const { return static_cast<int64_t>(NH + 2 * NKV) * HS; }
 };
 
-// qkv (B, T, (NH+2*NKV)*HS); num_kv_heads 0 means NKV = NH.
-Status AttentionShapeOf(const char* op, const Tensor& qkv, int num_heads, int num_kv_heads,
-                        AttentionShape* s) {
-  const int NKV = num_kv_heads == 0 ? num_heads : num_kv_heads;
-  if (qkv.ndim != 3)
-    return OpError(op, "qkv " + qkv.shape_string() + " is not (B, T, (NH+2*NKV)*HS)");
-  if (num_heads <= 0 || NKV <= 0 || num_heads % NKV != 0)
-    return OpError(op, StrFormat("num_heads %d is not a positive multiple of num_kv_heads %d",
-                                 num_heads, NKV));
-  const int64_t slots = static_cast<int64_t>(num_heads) + 2 * NKV;
-  if (qkv.dim(2) % slots != 0)
-    return OpError(op, StrFormat("qkv width %lld is not (num_heads %d + 2 * num_kv_heads %d) * "
-                                 "head size",
-                                 (long long)qkv.dim(2), num_heads, NKV));
-  *s = AttentionShape{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), num_heads, NKV,
-                      static_cast<int>(qkv.dim(2) / slots)};
-  return Status::Ok();
+// qkv (B, T, (NH+2*NKV)*HS), as the op's contract checked (num_kv_heads resolved there).
+AttentionShape AttentionShapeOf(const Tensor& qkv, int num_heads, int num_kv_heads) {
+  const int64_t slots = static_cast<int64_t>(num_heads) + 2 * num_kv_heads;
+  return AttentionShape{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), num_heads,
+                        num_kv_heads, static_cast<int>(qkv.dim(2) / slots)};
 }
 
 }  // namespace
 
-Status CudaBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                     int num_kv_heads) {
-  const char* op = "AttentionForward";
-  AttentionShape s;
-  TRAINER_RETURN_IF_ERROR(AttentionShapeOf(op, qkv, num_heads, num_kv_heads, &s));
-  const int64_t rows = s.rows();
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "qkv", qkv, compute_, rows * s.qkv_width()));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, rows * s.NH * s.HS));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "stats", stats, DType::kF32, rows * s.NH));
+Status CudaBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
+                                        int num_kv_heads) {
+  const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
   if (cudnn_attention_ && !force_attention_fallback_) {
     bool supported = false;
     TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(
@@ -404,17 +304,9 @@ Status CudaBackend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int n
   return Status::Ok();
 }
 
-Status CudaBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
-                                      Tensor stats, int num_heads, int num_kv_heads) {
-  const char* op = "AttentionBackward";
-  AttentionShape s;
-  TRAINER_RETURN_IF_ERROR(AttentionShapeOf(op, qkv, num_heads, num_kv_heads, &s));
-  const int64_t rows = s.rows();
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "qkv", qkv, compute_, rows * s.qkv_width()));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dqkv", dqkv, compute_, rows * s.qkv_width()));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "out", out, compute_, rows * s.NH * s.HS));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "dout", dout, compute_, rows * s.NH * s.HS));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "stats", stats, DType::kF32, rows * s.NH));
+Status CudaBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
+                                         Tensor stats, int num_heads, int num_kv_heads) {
+  const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
   if (cudnn_attention_ && !force_attention_fallback_) {
     bool supported = false;
     TRAINER_RETURN_IF_ERROR(cudnn_attention_->Backward(compute_, dqkv.data, dout.data, qkv.data,
@@ -437,56 +329,27 @@ Status CudaBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tens
 
 // ---- cross-entropy ----
 
-namespace {
-
-Status CheckVocabulary(const char* op, int vocab_start, int vocab_size) {
-  if (vocab_start < 0 || vocab_size <= 0)
-    return OpError(
-        op, StrFormat("vocab_start %d / vocab_size %d out of range", vocab_start, vocab_size));
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status CudaBackend::CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
-                                       int vocab_size) {
-  const char* op = "CrossEntropyRowMax";
-  TRAINER_RETURN_IF_ERROR(CheckVocabulary(op, vocab_start, vocab_size));
+Status CudaBackend::RunCrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
+                                          int vocab_size) {
   const int64_t N = Rows(logits), V = Cols(logits);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "row_max", row_max, DType::kF32, N));
   CUDA_CHECK(cuda::LaunchCrossEntropyRowMax(compute_, row_max.as<float>(), logits.data, N,
                                             static_cast<int>(V), vocab_start, vocab_size, stream_));
   return Status::Ok();
 }
 
-Status CudaBackend::CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
-                                     int vocab_start, int vocab_size) {
-  const char* op = "CrossEntropySums";
-  TRAINER_RETURN_IF_ERROR(CheckVocabulary(op, vocab_start, vocab_size));
+Status CudaBackend::RunCrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
+                                        int vocab_start, int vocab_size) {
   const int64_t N = Rows(logits), V = Cols(logits);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "row_max", row_max, DType::kF32, N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "targets", targets, DType::kI32, N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "sums", sums, DType::kF32, 2 * N));
   CUDA_CHECK(cuda::LaunchCrossEntropySums(compute_, sums.as<float>(), logits.data,
                                           row_max.as<float>(), targets.as<int32_t>(), N,
                                           static_cast<int>(V), vocab_start, vocab_size, stream_));
   return Status::Ok();
 }
 
-Status CudaBackend::CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits,
-                                         Tensor row_max, Tensor sums, Tensor targets,
-                                         int vocab_start, int vocab_size, float dloss_scale) {
-  const char* op = "CrossEntropyBackward";
-  TRAINER_RETURN_IF_ERROR(CheckVocabulary(op, vocab_start, vocab_size));
+Status CudaBackend::RunCrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits,
+                                            Tensor row_max, Tensor sums, Tensor targets,
+                                            int vocab_start, int vocab_size, float dloss_scale) {
   const int64_t N = Rows(logits), V = Cols(logits);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
-  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dlogits", dlogits, compute_, N * V));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "row_max", row_max, DType::kF32, N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "sums", sums, DType::kF32, 2 * N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "targets", targets, DType::kI32, N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "losses", losses, DType::kF32, N));
   CUDA_CHECK(cuda::LaunchCrossEntropyBackward(compute_, losses.as<float>(), dlogits.data,
                                               logits.data, row_max.as<float>(), sums.as<float>(),
                                               targets.as<int32_t>(), N, static_cast<int>(V),
@@ -494,16 +357,10 @@ Status CudaBackend::CrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor l
   return Status::Ok();
 }
 
-Status CudaBackend::CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits, Tensor row_max,
-                                      Tensor sums, Tensor targets, int vocab_size,
-                                      float dloss_scale) {
-  const char* op = "CrossEntropyFused";
-  TRAINER_RETURN_IF_ERROR(CheckVocabulary(op, 0, vocab_size));
+Status CudaBackend::RunCrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logits,
+                                         Tensor row_max, Tensor sums, Tensor targets,
+                                         int vocab_size, float dloss_scale) {
   const int64_t N = Rows(logits), V = Cols(logits);
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "logits", logits, compute_, N * V));
-  TRAINER_RETURN_IF_ERROR(CheckOptional(op, "dlogits", dlogits, compute_, N * V));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "targets", targets, DType::kI32, N));
-  TRAINER_RETURN_IF_ERROR(CheckTensor(op, "losses", losses, DType::kF32, N));
   cudaError_t error = cudaSuccess;
   if (cuda::LaunchCrossEntropyFused(compute_, losses.as<float>(), dlogits.data, logits.data,
                                     targets.as<int32_t>(), N, static_cast<int>(V), vocab_size,
@@ -511,8 +368,8 @@ Status CudaBackend::CrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logi
     CUDA_CHECK(error);
     return Status::Ok();
   }
-  return Backend::CrossEntropyFused(losses, dlogits, logits, row_max, sums, targets, vocab_size,
-                                    dloss_scale);
+  return Backend::RunCrossEntropyFused(losses, dlogits, logits, row_max, sums, targets, vocab_size,
+                                       dloss_scale);
 }
 
 }  // namespace trainer

@@ -1,7 +1,7 @@
 // Launchers of the CUDA backend's custom kernels (the middle tier): each picks a grid for raw
 // device pointers, enqueues on `stream` and returns cudaGetLastError(). Compute tensors are f32 or
 // bf16 as `dtype` says; statistics, parameter gradients, master weights and moments are f32.
-// Shapes follow src/model/backend.h; shape checks are the op tier's job (cuda_backend*.cpp).
+// Shapes follow src/model/backend.h; shape checks are the ops' contracts (op_contracts.cpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
