@@ -1,0 +1,102 @@
+"""The reference for hf_tokenizer.sh: Hugging Face `tokenizers` (PyPI) trains small byte-level BPE
+tokenizers with Qwen2's and Llama-3's settings and encodes text with them.
+  train DIR qwen2|llama3 VOCAB CORPUS...  DIR/tokenizer.json (+ tokenizer_config.json)
+  encode DIR FILE...                     the ids of each file, one line each
+  bench DIR FILE                         tokens/s of one encode of FILE (one thread)
+  sp_train DIR VOCAB CORPUS...           DIR/tokenizer.model (the `sentencepiece` package)
+  sp_encode DIR FILE...                  its ids of each file, with BOS, one line each
+"""
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def read(path):
+    with open(path, encoding="utf-8", newline="") as f:  # keep \r\n as it is
+        return f.read()
+
+
+def train(out, kind, vocab, corpus):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import processors, trainers
+    llama = kind == "llama3"
+    tok = Tokenizer(models.BPE(ignore_merges=llama))
+    if not llama:
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3 if llama else QWEN2), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    specials = (["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"] if llama else
+                ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train(corpus, trainer)
+    # Added after training, as the released models have them: outside the BPE vocabulary.
+    tok.add_special_tokens(["<|reserved_special_token_0|>"] if llama else ["<|fim_prefix|>"])
+    tok.add_tokens(["<think>", "</think>"])  # not special (Qwen3's)
+    if llama:
+        bos = tok.token_to_id("<|begin_of_text|>")
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                          pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                          special_tokens=[("<|begin_of_text|>", bos)])])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    os.makedirs(out, exist_ok=True)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    eos = "<|end_of_text|>" if llama else "<|endoftext|>"
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": eos}, f)
+
+
+def load(d):
+    from tokenizers import Tokenizer
+    return Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "train":
+        train(args[0], args[1], int(args[2]), args[3:])
+    elif cmd == "encode":
+        tok = load(args[0])
+        for path in args[1:]:
+            print(" ".join(map(str, tok.encode(read(path)).ids)))
+    elif cmd == "bench":
+        tok = load(args[0])
+        text = read(args[1])
+        best = None
+        for _ in range(2):
+            start = time.perf_counter()
+            n = len(tok.encode(text).ids)
+            seconds = time.perf_counter() - start
+            best = seconds if best is None else min(best, seconds)
+        print(f"{n} {best:.3f} {n / best:.0f}")
+    elif cmd == "sp_train":
+        import sentencepiece as spm
+        spm.SentencePieceTrainer.train(input=",".join(args[2:]), model_prefix=f"{args[0]}/tokenizer",
+                                       vocab_size=int(args[1]), model_type="bpe",
+                                       byte_fallback=True, character_coverage=0.9995,
+                                       minloglevel=2)
+    elif cmd == "sp_encode":
+        import sentencepiece as spm
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(args[0], "tokenizer.model"))
+        for path in args[1:]:
+            print(" ".join(map(str, [sp.bos_id()] + sp.encode(read(path)))))
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()
