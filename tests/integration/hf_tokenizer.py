@@ -2,7 +2,9 @@
 tokenizers with Qwen2's and Llama-3's settings and encodes text with them.
   train DIR qwen2|llama3 VOCAB CORPUS...  DIR/tokenizer.json (+ tokenizer_config.json)
   encode DIR FILE...                     the ids of each file, one line each
-  bench DIR FILE                         tokens/s of one encode of FILE (one thread)
+  bench DIR FILE [IDS]                   tokens/s on one thread: one encode of the whole FILE, and
+                                         encode_batch of its paragraphs; IDS (raw uint16 or
+                                         uint32 by the vocabulary) must hold the whole file's ids
   sp_train DIR VOCAB CORPUS...           DIR/tokenizer.model (the `sentencepiece` package)
   sp_encode DIR FILE...                  its ids of each file, with BOS, one line each
 """
@@ -74,15 +76,25 @@ def main():
         for path in args[1:]:
             print(" ".join(map(str, tok.encode(read(path)).ids)))
     elif cmd == "bench":
+        import array
         tok = load(args[0])
         text = read(args[1])
-        best = None
-        for _ in range(2):
-            start = time.perf_counter()
-            n = len(tok.encode(text).ids)
-            seconds = time.perf_counter() - start
-            best = seconds if best is None else min(best, seconds)
-        print(f"{n} {best:.3f} {n / best:.0f}")
+        start = time.perf_counter()
+        ids = tok.encode(text).ids
+        whole = time.perf_counter() - start
+        paragraphs = [p + "\n\n" for p in text.split("\n\n")]
+        start = time.perf_counter()
+        n = sum(len(e.ids) for e in tok.encode_batch(paragraphs))
+        batch = time.perf_counter() - start
+        import tokenizers
+        print(f"tokenizers {tokenizers.__version__}: whole file {len(ids)} tokens in {whole:.2f} s "
+              f"= {len(ids) / whole:.0f} tokens/s; {len(paragraphs)} paragraphs (encode_batch) "
+              f"{n} tokens in {batch:.2f} s = {n / batch:.0f} tokens/s")
+        if len(args) > 2:
+            width = "H" if tok.get_vocab_size() <= 65536 else "I"
+            packed = array.array(width, open(args[2], "rb").read()).tolist()
+            assert packed[:-1] == ids, "the packed ids are not the reference's"
+            print(f"the packed ids are tokenizers' ({len(ids)})")
     elif cmd == "sp_train":
         import sentencepiece as spm
         spm.SentencePieceTrainer.train(input=",".join(args[2:]), model_prefix=f"{args[0]}/tokenizer",
