@@ -12,6 +12,7 @@
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "data/bpe_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 
 namespace trainer {
 
@@ -464,8 +465,13 @@ void HfTokenizer::EncodePiece(const char* piece, size_t size, std::vector<uint32
 StatusOr<std::unique_ptr<Tokenizer>> MakeHfTokenizer(const std::string& dir,
                                                      const std::string& flag, int64_t vocab_size,
                                                      int64_t eod_id) {
-  TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<HfTokenizer> tokenizer,
-                           HfTokenizer::Load(dir, flag, eod_id));
+  auto loaded = HfTokenizer::Load(dir, flag, eod_id);
+  // A folder with a SentencePiece model (Llama-2, TinyLlama) whose tokenizer.json, if any, is not
+  // byte-level: the model itself.
+  if (!loaded.ok() && !dir.empty() && PathExists(dir + "/tokenizer.model"))
+    return MakeSentencePieceTokenizer(dir, flag, vocab_size, eod_id);
+  if (!loaded.ok()) return loaded.status();
+  std::unique_ptr<HfTokenizer> tokenizer = std::move(loaded.value());
   if (vocab_size != 0 && vocab_size != tokenizer->vocab_size())
     return UsageError(
         StrFormat("invalid --vocab-size (pack, --tokenizer hf): %lld, but %s/"

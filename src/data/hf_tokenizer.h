@@ -73,7 +73,9 @@ class HfTokenizer final : public Tokenizer {
   std::unordered_map<std::string, std::vector<uint32_t>> cache_;  // piece -> its tokens
 };
 
-// `trainer pack --tokenizer hf`: dir/tokenizer.json; vocab_size 0 or the tokenizer's.
+// `trainer pack --tokenizer hf`: dir/tokenizer.json; vocab_size 0 or the tokenizer's. A folder
+// with a tokenizer.model whose tokenizer.json is missing or not byte-level BPE gets
+// SentencePieceTokenizer (sentencepiece_tokenizer.h).
 StatusOr<std::unique_ptr<Tokenizer>> MakeHfTokenizer(const std::string& dir,
                                                      const std::string& flag, int64_t vocab_size,
                                                      int64_t eod_id);

@@ -6,7 +6,8 @@
 # in and outside the BPE vocabulary and non-special added tokens, and saves their tokenizer.json.
 # The packed ids of a text of many scripts, emoji, whitespace runs, newlines, decomposed accents and
 # special tokens, and of English prose, must be the reference's ids, each document followed by the
-# end-of-document token. Skipped (77) when the venv cannot be made.
+# end-of-document token. The same for a SentencePiece model (BPE with byte fallback, as Llama-2's)
+# that the `sentencepiece` package trains. Skipped (77) when the venv cannot be made.
 source "$(dirname "$0")/lib.sh"
 PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?
 "$PY" -c "import tokenizers" 2>/dev/null || "$PY" -m pip install -q tokenizers >&2 ||
@@ -63,4 +64,31 @@ print(f"{kind}: {len(got)} tokens as tokenizers encodes them")
 PY
 done
 h5dump -a tokenizer qwen2.h5 | grep -q '"hf"' || fail "the tokenizer attribute is not hf"
+
+# SentencePiece (Llama-2 style: BPE with byte fallback) against the `sentencepiece` package; the
+# folder read with --tokenizer sentencepiece, and with --tokenizer hf (no tokenizer.json there).
+if "$PY" -c "import sentencepiece" 2>/dev/null || "$PY" -m pip install -q sentencepiece >&2; then
+  mkdir sp
+  "$PY" "$REFERENCE" sp_train sp 1000 corpus.txt || fail "training the SentencePiece model failed"
+  "$PY" "$REFERENCE" sp_encode sp english.txt world.txt > sp.expected
+  for tokenizer in sentencepiece hf; do
+    "$TRAINER" pack --tokenizer $tokenizer --tokenizer-dir sp --input english.txt world.txt \
+      --output sp.h5 --quiet || fail "trainer pack --tokenizer $tokenizer (SentencePiece) failed"
+    h5dump -d /tokens -b LE -o sp.bin sp.h5 > /dev/null
+    "$PY" - <<'PY' || fail "SentencePiece ($tokenizer): the packed ids are not the reference's"
+import array
+got = array.array("H", open("sp.bin", "rb").read()).tolist()
+want = []
+for line in open("sp.expected").read().splitlines():
+    want += [int(t) for t in line.split()] + [2]  # </s>
+assert len(got) == len(want), f"{len(got)} tokens packed, the reference has {len(want)}"
+bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+assert not bad, f"{len(bad)} differ, the first at {bad[0]}: {got[bad[0]-3:bad[0]+4]} vs {want[bad[0]-3:bad[0]+4]}"
+print(f"sentencepiece: {len(got)} tokens as the sentencepiece package encodes them")
+PY
+  done
+  h5dump -a tokenizer sp.h5 | grep -q '"sentencepiece"' || fail "the tokenizer attribute is not sentencepiece"
+else
+  echo "no sentencepiece package: its check is skipped" >&2
+fi
 echo "hf_tokenizer: OK"

@@ -225,5 +225,16 @@ TEST_F(HfTokenizerFilesTest, EndOfDocumentAndErrors) {
   EXPECT_NE(data_error(TokenizerJson(o)).find("pattern"), std::string::npos);
 }
 
+TEST_F(HfTokenizerFilesTest, SentencePieceErrors) {
+  // No model: usage errors; a model that does not parse: a data error. (hf_tokenizer.sh checks a
+  // trained model's ids against the sentencepiece package.)
+  EXPECT_EQ(MakeTokenizer("sentencepiece", 0, -1, dir_.string()).status().code(), ExitCode::kUsage);
+  EXPECT_EQ(MakeTokenizer("sentencepiece", 0, -1, "").status().code(), ExitCode::kUsage);
+  WriteBytes(Path("tokenizer.model"), "not a model");
+  EXPECT_EQ(MakeTokenizer("sentencepiece", 0, -1, dir_.string()).status().code(), ExitCode::kData);
+  // --tokenizer hf turns to the tokenizer.model when there is no tokenizer.json.
+  EXPECT_EQ(MakeTokenizer("hf", 0, -1, dir_.string()).status().code(), ExitCode::kData);
+}
+
 }  // namespace
 }  // namespace trainer
