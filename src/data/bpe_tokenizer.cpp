@@ -1,9 +1,8 @@
 // GPT-2's byte-level BPE (see bpe_tokenizer.h): the tokenizer files, the merges, the streaming.
 #include "data/bpe_tokenizer.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
 
@@ -81,33 +80,26 @@ StatusOr<std::shared_ptr<const BpeVocabulary>> BpeVocabulary::Load(const std::st
 }
 
 Status BpeVocabulary::ReadVocabulary(const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);  // JSON is YAML
-  } catch (const YAML::Exception& e) {
+  TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(path));
+  const nlohmann::json root = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded())
     return DataError(
-        StrFormat("unreadable tokenizer vocabulary (%s): %s. Expected a JSON object "
+        StrFormat("unreadable tokenizer vocabulary (%s): not JSON. Expected a JSON object "
                   "from each token to its id",
-                  path.c_str(), e.what()));
-  }
-  if (!root.IsMap() || root.size() == 0)
+                  path.c_str()));
+  if (!root.is_object() || root.empty())
     return DataError(
         StrFormat("unreadable tokenizer vocabulary (%s): not a JSON object of tokens "
                   "to ids",
                   path.c_str()));
   std::vector<std::pair<std::string, int64_t>> entries;
   entries.reserve(root.size());
-  for (const auto& entry : root) {
-    int64_t id = -1;
-    try {
-      id = entry.second.as<int64_t>();
-    } catch (const YAML::Exception&) {
-    }
+  for (const auto& [token, value] : root.items()) {
+    const int64_t id = value.is_number_integer() ? value.get<int64_t>() : -1;
     if (id < 0)
       return DataError(StrFormat("bad token id in %s: \"%s\" has id '%s'; ids are integers from 0",
-                                 path.c_str(), entry.first.as<std::string>().c_str(),
-                                 entry.second.Scalar().c_str()));
-    entries.emplace_back(entry.first.as<std::string>(), id);
+                                 path.c_str(), token.c_str(), value.dump().c_str()));
+    entries.emplace_back(token, id);
   }
   return AddTokens(entries, path, /*allow_repeated_bytes=*/false);
 }
