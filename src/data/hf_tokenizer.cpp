@@ -25,6 +25,7 @@ struct HfModel {
   bool ignore_merges = false;
   bool nfc = false;
   pcre2_code* pattern = nullptr;  // null: each segment is one piece
+  bool jit = false;               // pattern compiled by the JIT
   struct AddedToken {
     std::string content;
     uint32_t id;
@@ -89,7 +90,7 @@ Status CompilePattern(const std::string& pattern, bool literal, const std::strin
                                reinterpret_cast<const char*>(message), pattern.c_str()));
   }
   // Without JIT (not built for this CPU) pcre2_match gives the same results, slower.
-  pcre2_jit_compile(model->pattern, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
+  model->jit = pcre2_jit_compile(model->pattern, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD) == 0;
   return Status::Ok();
 }
 
@@ -406,8 +407,11 @@ void HfTokenizer::EncodeSegment(bool final, std::vector<uint32_t>* tokens) {
   // (not final) stops at the first match that more text could change.
   size_t done = 0, search = 0;
   while (search < size) {
-    const int rc = pcre2_match(model_->pattern, subject, size, search,
-                               final ? 0 : PCRE2_PARTIAL_HARD, match_data, nullptr);
+    const uint32_t options = final ? 0 : PCRE2_PARTIAL_HARD;
+    const int rc =
+        model_->jit
+            ? pcre2_jit_match(model_->pattern, subject, size, search, options, match_data, nullptr)
+            : pcre2_match(model_->pattern, subject, size, search, options, match_data, nullptr);
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data);
     if (rc == PCRE2_ERROR_PARTIAL) {
       if (ovector[0] > done) EncodePiece(segment_.data() + done, ovector[0] - done, tokens);

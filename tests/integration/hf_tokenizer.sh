@@ -64,6 +64,11 @@ print(f"{kind}: {len(got)} tokens as tokenizers encodes them")
 PY
 done
 h5dump -a tokenizer qwen2.h5 | grep -q '"hf"' || fail "the tokenizer attribute is not hf"
+# A document longer than pack's 4 MiB reads: the streaming's hold-back across them.
+for i in $(seq 45); do cat english.txt world.txt; done > long.txt
+"$TRAINER" pack --tokenizer hf --tokenizer-dir qwen2 --input long.txt --output long.h5 --quiet
+h5dump -d /tokens -b LE -o long.bin long.h5 > /dev/null
+"$PY" "$REFERENCE" bench qwen2 long.txt long.bin || fail "the long document's ids are not the reference's"
 
 # SentencePiece (Llama-2 style: BPE with byte fallback) against the `sentencepiece` package; the
 # folder read with --tokenizer sentencepiece, and with --tokenizer hf (no tokenizer.json there).
