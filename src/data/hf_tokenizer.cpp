@@ -220,6 +220,18 @@ bool FindAddedToken(const HfModel& model, const std::string& text, size_t from, 
   return false;
 }
 
+// Whether NFC leaves the text on either side of text[at] apart: the character there has combining
+// class 0 and is never the second of a composition. ASCII, and the letters of the scripts written
+// without spaces (CJK ideographs, kana, Hangul syllables), so that their text streams too.
+bool NfcStable(const std::string& text, size_t at) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(text.data()) + at;
+  if (p[0] < 0x80) return true;
+  if ((p[0] & 0xF0) != 0xE0 || text.size() - at < 3) return false;
+  const uint32_t c = ((p[0] & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3041 && c <= 0x3096) ||
+         (c >= 0x30A1 && c <= 0x30FA) || (c >= 0xAC00 && c <= 0xD7A3);
+}
+
 }  // namespace
 
 HfTokenizer::HfTokenizer(std::shared_ptr<const HfModel> model, int64_t eod_id)
@@ -354,12 +366,13 @@ void HfTokenizer::Process(bool document_end, std::vector<uint32_t>* tokens) {
     pending_.clear();
     return;
   }
-  // Normalize up to a character that starts afresh: an ASCII one under NFC (nothing before it
-  // composes with it or reorders across it), else any character's first byte.
+  // Normalize up to a character that starts afresh: under NFC one that nothing before it composes
+  // with or reorders across (NfcStable), else any character's first byte.
   size_t cut = std::max(pos, std::min(limit, pending_.size() - 1));
   for (; cut > pos; --cut) {
-    const uint8_t byte = static_cast<uint8_t>(pending_[cut]);
-    if (model_->nfc ? byte < 0x80 : (byte & 0xC0) != 0x80) break;
+    if (model_->nfc ? NfcStable(pending_, cut)
+                    : (static_cast<uint8_t>(pending_[cut]) & 0xC0) != 0x80)
+      break;
   }
   if (cut > pos) {
     AppendNormalized(pending_.data() + pos, cut - pos);

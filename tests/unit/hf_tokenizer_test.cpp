@@ -152,17 +152,14 @@ TEST(HfTokenizerTest, PatternPieces) {
 }
 
 TEST(HfTokenizerTest, AnyChunkingGivesTheWholeTextsTokens) {
-  const std::vector<std::string> parts = {"hello",     " ",
-                                          "  ",        "\n",
-                                          "\r\n",      "\xC3\xA9",
-                                          "e\xCC\x81", "\xCC\x81",
-                                          "<x>",       "<x>y",
-                                          "<",         "<|endoftext|>",
-                                          "<|end",     "\xE6\x97\xA5\xE6\x9C\xAC",
-                                          "12",        "'s",
-                                          "'S",        "!!",
-                                          " world",    "\xF0\x9F\x91\x8B",
-                                          "\t"};
+  const std::vector<std::string> parts = {"hello", " ", "  ", "\n", "\r\n", "\xC3\xA9", "e\xCC\x81",
+                                          "\xCC\x81", "<x>", "<x>y", "<", "<|endoftext|>", "<|end",
+                                          "\xE6\x97\xA5\xE6\x9C\xAC", "12", "'s", "'S", "!!",
+                                          " world", "\xF0\x9F\x91\x8B", "\t",
+                                          // Hangul jamo L, V, T, a syllable; ka, the voicing
+                                          // mark: NFC composes them
+                                          "\xE1\x84\x80", "\xE1\x85\xA1", "\xE1\x86\xA8",
+                                          "\xEA\xB0\x80", "\xE3\x81\x8B", "\xE3\x82\x99"};
   std::mt19937 rng(7);
   for (int round = 0; round < 30; ++round) {
     std::string text;
