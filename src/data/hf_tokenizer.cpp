@@ -421,10 +421,11 @@ void HfTokenizer::EncodeSegment(bool final, std::vector<uint32_t>* tokens) {
   size_t done = 0, search = 0;
   while (search < size) {
     const uint32_t options = final ? 0 : PCRE2_PARTIAL_HARD;
-    const int rc =
-        model_->jit
-            ? pcre2_jit_match(model_->pattern, subject, size, search, options, match_data, nullptr)
-            : pcre2_match(model_->pattern, subject, size, search, options, match_data, nullptr);
+    int rc = model_->jit ? pcre2_jit_match(model_->pattern, subject, size, search, options,
+                                           match_data, nullptr)
+                         : PCRE2_ERROR_JIT_BADOPTION;
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH && rc != PCRE2_ERROR_PARTIAL)  // e.g. its stack full
+      rc = pcre2_match(model_->pattern, subject, size, search, options, match_data, nullptr);
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data);
     if (rc == PCRE2_ERROR_PARTIAL) {
       if (ovector[0] > done) EncodePiece(segment_.data() + done, ovector[0] - done, tokens);

@@ -65,7 +65,10 @@ PY
 done
 h5dump -a tokenizer qwen2.h5 | grep -q '"hf"' || fail "the tokenizer attribute is not hf"
 # A document longer than pack's 4 MiB reads: the streaming's hold-back across them.
+# Long runs of one class too (pieces of 100,000 spaces, letters, newlines).
 for i in $(seq 45); do cat english.txt world.txt; done > long.txt
+"$PY" -c "import sys; sys.stdout.write(' ' * 100000 + 'x' + 'a' * 100000 + ' 1' * 1000 + '\n' * 100000)" >> long.txt
+cat world.txt >> long.txt
 "$TRAINER" pack --tokenizer hf --tokenizer-dir qwen2 --input long.txt --output long.h5 --quiet
 h5dump -d /tokens -b LE -o long.bin long.h5 > /dev/null
 "$PY" "$REFERENCE" bench qwen2 long.txt long.bin || fail "the long document's ids are not the reference's"
