@@ -7,7 +7,8 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config python3 python3-pip
           openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools zlib1g-dev libyaml-cpp-dev
-          libboost-program-options-dev libgtest-dev)
+          libboost-program-options-dev libgtest-dev
+          libpcre2-dev libutf8proc-dev nlohmann-json3-dev libsentencepiece-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # procps: pgrep in the kill tests; python3-regex: the BPE reference encoder (bpe_pack.sh);
   # python3-torch, python3-venv: the transformers venv of hf_llama.sh (tests/integration/hf_venv.sh)

@@ -26,14 +26,18 @@ int RunPackCommand(const std::vector<std::string>& args) {
       ("output,o", po::value<std::string>(&options.output),
        "HDF5 file to write, e.g. data.h5 (required)")
       ("tokenizer", po::value<std::string>(&options.tokenizer)->default_value(options.tokenizer),
-       "bytes (vocab 257, eod 256), gpt2 (GPT-2's byte-level BPE; --tokenizer-dir), u16 or u32 "
-       "(raw little-endian token files)")
+       "bytes (vocab 257, eod 256), gpt2 (GPT-2's byte-level BPE; --tokenizer-dir), hf (a Hugging "
+       "Face tokenizer.json: Qwen2/3, Llama-3; --tokenizer-dir), sentencepiece (a tokenizer.model: "
+       "Llama-2; --tokenizer-dir), u16 or u32 (raw little-endian "
+       "token files)")
       ("input-format", po::value<std::string>(&options.input_format)->default_value(options.input_format),
        "text (each file one document) or jsonl (JSON Lines: each line an object, one document)")
       ("jsonl-key", po::value<std::string>(&options.jsonl_key)->default_value(options.jsonl_key),
        "jsonl: the key whose string value is the document's text")
       ("tokenizer-dir", po::value<std::string>(&options.tokenizer_dir),
-       "gpt2: the folder with vocab.json and merges.txt (or encoder.json and vocab.bpe)")
+       "gpt2: the folder with vocab.json and merges.txt (or encoder.json and vocab.bpe); hf: the "
+       "folder with tokenizer.json (and tokenizer_config.json); sentencepiece: the folder with "
+       "tokenizer.model")
       ("vocab-size", po::value<int64_t>(&options.vocab_size)->default_value(options.vocab_size),
        "vocabulary size; 0 = the tokenizer's own (required for u16/u32)")
       ("eod-id", po::value<int64_t>(&options.eod_id)->default_value(options.eod_id),

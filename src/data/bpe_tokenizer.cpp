@@ -1,9 +1,8 @@
 // GPT-2's byte-level BPE (see bpe_tokenizer.h): the tokenizer files, the merges, the streaming.
 #include "data/bpe_tokenizer.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
 
@@ -81,34 +80,41 @@ StatusOr<std::shared_ptr<const BpeVocabulary>> BpeVocabulary::Load(const std::st
 }
 
 Status BpeVocabulary::ReadVocabulary(const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);  // JSON is YAML
-  } catch (const YAML::Exception& e) {
+  TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(path));
+  const nlohmann::json root = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded())
     return DataError(
-        StrFormat("unreadable tokenizer vocabulary (%s): %s. Expected a JSON object "
+        StrFormat("unreadable tokenizer vocabulary (%s): not JSON. Expected a JSON object "
                   "from each token to its id",
-                  path.c_str(), e.what()));
-  }
-  if (!root.IsMap() || root.size() == 0)
+                  path.c_str()));
+  if (!root.is_object() || root.empty())
     return DataError(
         StrFormat("unreadable tokenizer vocabulary (%s): not a JSON object of tokens "
                   "to ids",
                   path.c_str()));
-  constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
-  for (const auto& entry : root) {
-    const std::string token = entry.first.as<std::string>();
-    int64_t id = -1;
-    try {
-      id = entry.second.as<int64_t>();
-    } catch (const YAML::Exception&) {
-    }
-    if (id < 0 || id >= kMaxId)
+  std::vector<std::pair<std::string, int64_t>> entries;
+  entries.reserve(root.size());
+  for (const auto& [token, value] : root.items()) {
+    const int64_t id = value.is_number_integer() ? value.get<int64_t>() : -1;
+    if (id < 0)
       return DataError(StrFormat("bad token id in %s: \"%s\" has id '%s'; ids are integers from 0",
-                                 path.c_str(), token.c_str(), entry.second.Scalar().c_str()));
+                                 path.c_str(), token.c_str(), value.dump().c_str()));
+    entries.emplace_back(token, id);
+  }
+  return AddTokens(entries, path, /*allow_repeated_bytes=*/false);
+}
+
+Status BpeVocabulary::AddTokens(const std::vector<std::pair<std::string, int64_t>>& entries,
+                                const std::string& path, bool allow_repeated_bytes) {
+  constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
+  for (const auto& [token, id] : entries) {
+    if (id < 0 || id >= kMaxId)
+      return DataError(StrFormat("bad token id in %s: \"%s\" has id %lld; ids are integers from 0",
+                                 path.c_str(), token.c_str(), static_cast<long long>(id)));
     if (static_cast<size_t>(id) >= token_bytes_.size()) token_bytes_.resize(id + 1);
     std::string bytes = EntryBytes(token);
-    if (!token_bytes_[id].empty() || !ids_.emplace(bytes, static_cast<uint32_t>(id)).second)
+    const bool new_bytes = ids_.emplace(bytes, static_cast<uint32_t>(id)).second;
+    if (!token_bytes_[id].empty() || (!new_bytes && !allow_repeated_bytes))
       return DataError(
           StrFormat("duplicate entry in %s: \"%s\" (id %lld) repeats a token or an "
                     "id",
@@ -141,19 +147,37 @@ Status BpeVocabulary::ReadMerges(const std::string& path) {
           StrFormat("bad merge in %s line %d: '%s'; each line is two tokens "
                     "separated by one space",
                     path.c_str(), number, line.c_str()));
-    const std::string left = EntryBytes(line.substr(0, space)),
-                      right = EntryBytes(line.substr(space + 1));
-    const int64_t left_id = Find(left), right_id = Find(right), merged_id = Find(left + right);
-    if (left_id < 0 || right_id < 0 || merged_id < 0)
-      return DataError(
-          StrFormat("merge not in the vocabulary (%s line %d): '%s' needs both tokens "
-                    "and their concatenation in %s. Use the two files of one "
-                    "tokenizer",
-                    path.c_str(), number, line.c_str(), vocabulary_path_.c_str()));
-    // A repeated pair takes its later rank, as GPT-2's encoder (a dict of the lines) does.
-    merges_[PairKey(left_id, right_id)] = Merge{rank++, static_cast<uint32_t>(merged_id)};
+    TRAINER_RETURN_IF_ERROR(AddMerge(line.substr(0, space), line.substr(space + 1), rank++, path,
+                                     StrFormat("line %d: '%s'", number, line.c_str())));
   }
   return Status::Ok();
+}
+
+Status BpeVocabulary::AddMerge(const std::string& left_entry, const std::string& right_entry,
+                               uint32_t rank, const std::string& path, const std::string& where) {
+  const std::string left = EntryBytes(left_entry), right = EntryBytes(right_entry);
+  const int64_t left_id = Find(left), right_id = Find(right), merged_id = Find(left + right);
+  if (left_id < 0 || right_id < 0 || merged_id < 0)
+    return DataError(
+        StrFormat("merge not in the vocabulary (%s %s): the merge needs both tokens and their "
+                  "concatenation in %s. Use the files of one tokenizer",
+                  path.c_str(), where.c_str(), vocabulary_path_.c_str()));
+  // A repeated pair takes its later rank, as GPT-2's encoder (a dict of the lines) does.
+  merges_[PairKey(left_id, right_id)] = Merge{rank, static_cast<uint32_t>(merged_id)};
+  return Status::Ok();
+}
+
+StatusOr<std::shared_ptr<const BpeVocabulary>> BpeVocabulary::FromEntries(
+    const std::vector<std::pair<std::string, int64_t>>& vocabulary,
+    const std::vector<std::pair<std::string, std::string>>& merges, const std::string& source) {
+  auto built = std::make_shared<BpeVocabulary>();
+  built->vocabulary_path_ = built->merges_path_ = source;
+  TRAINER_RETURN_IF_ERROR(built->AddTokens(vocabulary, source, /*allow_repeated_bytes=*/true));
+  for (size_t i = 0; i < merges.size(); ++i)
+    TRAINER_RETURN_IF_ERROR(built->AddMerge(merges[i].first, merges[i].second,
+                                            static_cast<uint32_t>(i), source,
+                                            StrFormat("merge %zu", i)));
+  return std::shared_ptr<const BpeVocabulary>(std::move(built));
 }
 
 int64_t BpeVocabulary::Find(const std::string& bytes) const {

@@ -26,6 +26,14 @@ class BpeVocabulary {
   static StatusOr<std::shared_ptr<const BpeVocabulary>> Load(const std::string& dir,
                                                              const std::string& flag);
 
+  // A vocabulary from in-memory entries (a Hugging Face tokenizer.json's model): each token in
+  // GPT-2's byte spelling with its id, and the merges in rank order as (left, right) tokens.
+  // `source` names the file in errors. Tokens whose bytes repeat an earlier one's (a special token
+  // spelled like a plain one) keep the first id for Find.
+  static StatusOr<std::shared_ptr<const BpeVocabulary>> FromEntries(
+      const std::vector<std::pair<std::string, int64_t>>& vocabulary,
+      const std::vector<std::pair<std::string, std::string>>& merges, const std::string& source);
+
   int64_t size() const { return static_cast<int64_t>(token_bytes_.size()); }  // max id + 1
   // The id of the token whose bytes are `bytes` (e.g. "<|endoftext|>"), or -1.
   int64_t Find(const std::string& bytes) const;
@@ -47,6 +55,11 @@ class BpeVocabulary {
   }
   Status ReadVocabulary(const std::string& path);
   Status ReadMerges(const std::string& path);
+  Status AddTokens(const std::vector<std::pair<std::string, int64_t>>& entries,
+                   const std::string& path, bool allow_repeated_bytes);
+  // `where(i)` names entry i in errors (e.g. "line 3").
+  Status AddMerge(const std::string& left_entry, const std::string& right_entry, uint32_t rank,
+                  const std::string& path, const std::string& where);
 
   std::vector<std::string> token_bytes_;  // by id
   std::unordered_map<std::string, uint32_t> ids_;

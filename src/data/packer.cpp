@@ -329,7 +329,8 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
                       "'. Use text (each file one document) or jsonl (each line one)");
   if (options.input_format == "jsonl" && (tokenizer->name() == "u16" || tokenizer->name() == "u32"))
     return UsageError(
-        "--input-format jsonl (pack) holds text: use --tokenizer bytes or gpt2, not " +
+        "--input-format jsonl (pack) holds text: use --tokenizer bytes, gpt2, hf or sentencepiece, "
+        "not " +
         tokenizer->name());
   if (options.output.empty())
     return UsageError("no output file (pack, --output): pass the HDF5 file to write");

@@ -20,8 +20,8 @@ struct PackOptions {
   std::string input_format = "text";  // text | jsonl (JSON Lines: each line an object)
   std::string jsonl_key = "text";     // jsonl: the key whose string is the document
   std::string output;                 // e.g. data.h5
-  std::string tokenizer = "bytes";    // bytes | gpt2 | u16 | u32 (see MakeTokenizer)
-  std::string tokenizer_dir;          // gpt2: the folder with vocab.json and merges.txt
+  std::string tokenizer = "bytes";    // bytes | gpt2 | hf | u16 | u32 (MakeTokenizer)
+  std::string tokenizer_dir;          // gpt2, hf: the tokenizer's folder
   int64_t vocab_size = 0;             // 0: the tokenizer's own (required for u16/u32)
   int64_t eod_id = -1;                // -1: the tokenizer's own (vocab_size - 1 for u16/u32)
   double val_fraction = 0.0;          // in [0, 1): the last fraction of tokens go to val_output

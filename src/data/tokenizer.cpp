@@ -6,6 +6,8 @@
 
 #include "common/log.h"
 #include "data/bpe_tokenizer.h"
+#include "data/hf_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 
 namespace trainer {
 
@@ -71,9 +73,14 @@ StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::string& name, int6
                                                    int64_t eod_id,
                                                    const std::string& tokenizer_dir) {
   if (name == "gpt2") return MakeBpeTokenizer(tokenizer_dir, "--tokenizer-dir", vocab_size, eod_id);
+  if (name == "hf") return MakeHfTokenizer(tokenizer_dir, "--tokenizer-dir", vocab_size, eod_id);
+  if (name == "sentencepiece")
+    return MakeSentencePieceTokenizer(tokenizer_dir, "--tokenizer-dir", vocab_size, eod_id);
   if (!tokenizer_dir.empty())
     return UsageError(
-        "--tokenizer-dir (pack) is for --tokenizer gpt2; leave it out for --tokenizer " + name);
+        "--tokenizer-dir (pack) is for --tokenizer gpt2, hf or sentencepiece; leave "
+        "it out for --tokenizer " +
+        name);
   if (name == "bytes") {
     if (vocab_size != 0 && vocab_size != ByteTokenizer::kVocabSize)
       return UsageError(
@@ -104,7 +111,9 @@ StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::string& name, int6
     return std::unique_ptr<Tokenizer>(new PretokenizedReader(token_bytes, vocab_size, eod_id));
   }
   return UsageError("unknown --tokenizer (pack): '" + name +
-                    "'. Use bytes, gpt2 (GPT-2's BPE, with --tokenizer-dir), u16 (raw uint16 token "
+                    "'. Use bytes, gpt2 (GPT-2's BPE, with --tokenizer-dir), hf (a Hugging Face "
+                    "tokenizer.json, with --tokenizer-dir), sentencepiece (a tokenizer.model, with "
+                    "--tokenizer-dir), u16 (raw uint16 token "
                     "files) or u32 (raw uint32 token files)");
 }
 

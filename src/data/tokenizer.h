@@ -80,9 +80,11 @@ class PretokenizedReader final : public Tokenizer {
 };
 
 // "bytes" (vocab_size 0 or 257, eod_id -1 or 256), "u16" (vocab_size 1..65536 required), "u32"
-// (vocab_size 1..2^32 required) or "gpt2" (the files in tokenizer_dir; vocab_size 0 or theirs).
+// (vocab_size 1..2^32 required), "gpt2" (the files in tokenizer_dir; vocab_size 0 or theirs) or
+// "hf" (tokenizer_dir/tokenizer.json, hf_tokenizer.h; vocab_size 0 or its own).
 // eod_id -1 means vocab_size - 1 for the pretokenized kinds (GPT-2's <|endoftext|> is 50256 with
-// vocab 50257) and <|endoftext|> for gpt2. Usage errors name the offending flag.
+// vocab 50257) <|endoftext|> for gpt2 and
+// the tokenizer's end-of-document token for hf. Usage errors name the offending flag.
 StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::string& name, int64_t vocab_size,
                                                    int64_t eod_id,
                                                    const std::string& tokenizer_dir = "");

@@ -1,0 +1,83 @@
+// Hugging Face byte-level BPE from a tokenizer.json (`trainer pack --tokenizer hf`), as
+// Qwen2/2.5/3, Llama-3 and GPT-2 save it. The file is read with nlohmann-json; its parts, in the
+// order Hugging Face tokenizers applies them:
+//   added_tokens   special or not, matched in the raw text first (leftmost, longest first); the
+//                  text between them is encoded apart
+//   normalizer     none, NFC (utf8proc) or a Sequence of those
+//   pre_tokenizer  ByteLevel with use_regex (GPT-2's pattern), or a Sequence of Split (a Regex or
+//                  String pattern, behavior Isolated, invert false) and ByteLevel without
+//                  use_regex; the pattern is compiled by PCRE2 with JIT, UTF and UCP
+//   model          BPE with vocab, merges ("a b" strings or ["a", "b"] pairs), ignore_merges; no
+//                  byte_fallback (that is SentencePiece's style: --tokenizer sentencepiece)
+//   post_processor TemplateProcessing (alone or in a Sequence with ByteLevel): its special tokens
+//                  before and after $A start and end each document (Llama-3's <|begin_of_text|>)
+// The end-of-document id is the first of <|endoftext|>, <|end_of_text|>, tokenizer_config.json's
+// eos_token and </s> that the tokenizer has, unless --eod-id says another.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "data/tokenizer.h"
+
+namespace trainer {
+
+struct HfModel;  // the loaded tokenizer.json (hf_tokenizer.cpp)
+
+class HfTokenizer final : public Tokenizer {
+ public:
+  // dir/tokenizer.json (and dir/tokenizer_config.json when there); `flag` names the option in
+  // messages. eod_id -1: the tokenizer's own (see above).
+  static StatusOr<std::unique_ptr<HfTokenizer>> Load(const std::string& dir,
+                                                     const std::string& flag, int64_t eod_id);
+  // The same from the text of a tokenizer.json (`source` names it in errors).
+  static StatusOr<std::unique_ptr<HfTokenizer>> FromJson(const std::string& json,
+                                                         const std::string& source, int64_t eod_id,
+                                                         const std::string& eos_token = "");
+  ~HfTokenizer() override;
+
+  std::string name() const override { return "hf"; }
+  int64_t vocab_size() const override;
+  int64_t eod_id() const override { return eod_id_; }
+  void BeginDocument(const std::string&) override;
+  // Encodes what later bytes cannot change; the rest waits.
+  Status Encode(const uint8_t* bytes, size_t size, std::vector<uint32_t>* tokens) override;
+  Status EndDocument(std::vector<uint32_t>* tokens) override;
+
+  // The tokens of a whole text as Hugging Face's encode(text) gives them (with the template's
+  // special tokens, without the end-of-document token).
+  std::vector<uint32_t> EncodeText(const std::string& text);
+
+ private:
+  HfTokenizer(std::shared_ptr<const HfModel> model, int64_t eod_id);
+  // Encodes the raw bytes pending_ up to where later bytes cannot change them (all at the end).
+  void Process(bool document_end, std::vector<uint32_t>* tokens);
+  // Normalizes raw text into segment_ (the current text between added tokens).
+  void AppendNormalized(const char* text, size_t size);
+  // Pre-tokenizes and encodes segment_; with final false only the pieces later text cannot
+  // change, keeping the rest.
+  void EncodeSegment(bool final, std::vector<uint32_t>* tokens);
+  void EncodePiece(const char* piece, size_t size, std::vector<uint32_t>* tokens);
+
+  std::shared_ptr<const HfModel> model_;
+  int64_t eod_id_;
+  void* match_data_ = nullptr;  // pcre2_match_data_8
+  bool document_started_ = false;
+  std::string pending_;  // raw bytes not yet normalized
+  std::string segment_;  // normalized text not yet pre-tokenized
+  std::string scratch_;
+  std::unordered_map<std::string, std::vector<uint32_t>> cache_;  // piece -> its tokens
+};
+
+// `trainer pack --tokenizer hf`: dir/tokenizer.json; vocab_size 0 or the tokenizer's. A folder
+// with a tokenizer.model whose tokenizer.json is missing or not byte-level BPE gets
+// SentencePieceTokenizer (sentencepiece_tokenizer.h).
+StatusOr<std::unique_ptr<Tokenizer>> MakeHfTokenizer(const std::string& dir,
+                                                     const std::string& flag, int64_t vocab_size,
+                                                     int64_t eod_id);
+
+}  // namespace trainer

@@ -1,0 +1,115 @@
+"""The reference for hf_tokenizer.sh: Hugging Face `tokenizers` (PyPI) trains small byte-level BPE
+tokenizers with Qwen2's and Llama-3's settings and encodes text with them.
+  train DIR qwen2|llama3 VOCAB CORPUS...  DIR/tokenizer.json (+ tokenizer_config.json)
+  encode DIR FILE...                     the ids of each file, one line each
+  bench DIR FILE [IDS]                   tokens/s on one thread: one encode of the whole FILE, and
+                                         encode_batch of its paragraphs; IDS (raw uint16 or
+                                         uint32 by the vocabulary) must hold the whole file's ids
+  sp_train DIR VOCAB CORPUS...           DIR/tokenizer.model (the `sentencepiece` package)
+  sp_encode DIR FILE...                  its ids of each file, with BOS, one line each
+"""
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def read(path):
+    with open(path, encoding="utf-8", newline="") as f:  # keep \r\n as it is
+        return f.read()
+
+
+def train(out, kind, vocab, corpus):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import processors, trainers
+    llama = kind == "llama3"
+    tok = Tokenizer(models.BPE(ignore_merges=llama))
+    if not llama:
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3 if llama else QWEN2), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    specials = (["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"] if llama else
+                ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train(corpus, trainer)
+    # Added after training, as the released models have them: outside the BPE vocabulary.
+    tok.add_special_tokens(["<|reserved_special_token_0|>"] if llama else ["<|fim_prefix|>"])
+    tok.add_tokens(["<think>", "</think>"])  # not special (Qwen3's)
+    if llama:
+        bos = tok.token_to_id("<|begin_of_text|>")
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                          pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                          special_tokens=[("<|begin_of_text|>", bos)])])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    os.makedirs(out, exist_ok=True)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    eos = "<|end_of_text|>" if llama else "<|endoftext|>"
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": eos}, f)
+
+
+def load(d):
+    from tokenizers import Tokenizer
+    return Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "train":
+        train(args[0], args[1], int(args[2]), args[3:])
+    elif cmd == "encode":
+        tok = load(args[0])
+        for path in args[1:]:
+            print(" ".join(map(str, tok.encode(read(path)).ids)))
+    elif cmd == "bench":
+        import array
+        tok = load(args[0])
+        text = read(args[1])
+        def timed(f):  # (result, wall seconds, CPU seconds of this process)
+            wall, cpu = time.perf_counter(), time.process_time()
+            result = f()
+            return result, time.perf_counter() - wall, time.process_time() - cpu
+        ids, whole, whole_cpu = timed(lambda: tok.encode(text).ids)
+        paragraphs = [p + "\n\n" for p in text.split("\n\n")]
+        n, batch, batch_cpu = timed(lambda: sum(len(e.ids) for e in tok.encode_batch(paragraphs)))
+        import tokenizers
+        print(f"tokenizers {tokenizers.__version__}: whole file {len(ids)} tokens in {whole:.2f} s "
+              f"({whole_cpu:.2f} s CPU) = {len(ids) / whole_cpu:.0f} tokens/CPU s; "
+              f"{len(paragraphs)} paragraphs (encode_batch) {n} tokens in {batch:.2f} s "
+              f"({batch_cpu:.2f} s CPU) = {n / batch_cpu:.0f} tokens/CPU s")
+        if len(args) > 2:
+            width = "H" if tok.get_vocab_size() <= 65536 else "I"
+            packed = array.array(width, open(args[2], "rb").read()).tolist()
+            assert packed[:-1] == ids, "the packed ids are not the reference's"
+            print(f"the packed ids are tokenizers' ({len(ids)})")
+    elif cmd == "sp_train":
+        import sentencepiece as spm
+        spm.SentencePieceTrainer.train(input=",".join(args[2:]), model_prefix=f"{args[0]}/tokenizer",
+                                       vocab_size=int(args[1]), model_type="bpe",
+                                       byte_fallback=True, character_coverage=0.9995,
+                                       minloglevel=2)
+    elif cmd == "sp_encode":
+        import sentencepiece as spm
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(args[0], "tokenizer.model"))
+        for path in args[1:]:
+            print(" ".join(map(str, [sp.bos_id()] + sp.encode(read(path)))))
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()

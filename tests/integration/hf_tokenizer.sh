@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# trainer pack --tokenizer hf against Hugging Face `tokenizers` (PyPI, in the venv of hf_venv.sh):
+# the reference (hf_tokenizer.py) trains two small byte-level BPE tokenizers on the repository's
+# docs with Qwen2's settings (its Split pattern, NFC, merges with no ignore_merges) and Llama-3's
+# (its pattern, ignore_merges, <|begin_of_text|> from the post-processor), each with special tokens
+# in and outside the BPE vocabulary and non-special added tokens, and saves their tokenizer.json.
+# The packed ids of a text of many scripts, emoji, whitespace runs, newlines, decomposed accents and
+# special tokens, and of English prose, must be the reference's ids, each document followed by the
+# end-of-document token. The same for a SentencePiece model (BPE with byte fallback, as Llama-2's)
+# that the `sentencepiece` package trains. Skipped (77) when the venv cannot be made.
+source "$(dirname "$0")/lib.sh"
+PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?
+"$PY" -c "import tokenizers" 2>/dev/null || "$PY" -m pip install -q tokenizers >&2 ||
+  { echo "skip: no tokenizers package" >&2; exit 77; }
+REFERENCE="$SRC/tests/integration/hf_tokenizer.py"
+
+CORPUS=/usr/share/common-licenses/GPL-3
+[ -f "$SRC/../shared/data/tinyshakespeare.txt" ] && CORPUS="$SRC/../shared/data/tinyshakespeare.txt"
+[ -f "$CORPUS" ] || CORPUS="$SRC/README.md"
+head -c 100000 "$CORPUS" | iconv -f utf-8 -t utf-8 -c > english.txt
+cat > world.txt <<'TEXT'
+Ça va? Naïve café, déjà-vu — “quotes” and ‘single’ ones. Cafe vs café.
+日本語のテキスト、漢字とカタカナ。中文也可以。한국어 텍스트.
+Привет, мир! Ελληνικά 123 ٣٤٥ ²³ Ⅻ ½ 1234567 12,345.678
+emoji 👋🏽🎉 and a joined one 👩‍💻!! 🇫🇷
+I'm, you're, they've, we'll, she'd, it's, don't, DON'T, ''re I'M
+tabs	and		tabs, no-break space, ideographic　space
+  leading spaces and trailing   
+x=1+2*3; y = f(x) // 3.14159 and 1,000,000
+<|im_start|>user
+hi<|im_end|><|endoftext|>one document<|endoftext|>and <|begin_of_text|>next<|eot_id|>
+<think>thinking</think> <|fim_prefix|><|reserved_special_token_0|>x <|endoftext
+
+
+after two blank lines     
+    
+end
+TEXT
+printf 'CRLF line\r\nanother\r\n\r\n  \r\n' >> world.txt
+printf 'decomposed: cafe\xcc\x81 A\xcc\x8angstro\xcc\x88m\n' >> world.txt  # NFC composes them
+cat "$SRC"/docs/*.md > corpus.txt
+cat world.txt >> corpus.txt
+
+for kind in qwen2 llama3; do
+  "$PY" "$REFERENCE" train "$kind" "$kind" 1500 corpus.txt || fail "training the $kind tokenizer failed"
+  "$TRAINER" pack --tokenizer hf --tokenizer-dir "$kind" --input english.txt world.txt \
+    --output "$kind.h5" --quiet || fail "trainer pack --tokenizer hf ($kind) failed"
+  h5dump -d /tokens -b LE -o "$kind.bin" "$kind.h5" > /dev/null
+  "$PY" "$REFERENCE" encode "$kind" english.txt world.txt > "$kind.expected"
+  "$PY" - "$kind" <<'PY' || fail "$kind: the packed ids are not the reference's"
+import array, json, sys
+kind = sys.argv[1]
+tok = json.load(open(f"{kind}/tokenizer.json"))
+ids = {t["content"]: t["id"] for t in tok["added_tokens"]}
+eod = ids["<|end_of_text|>" if kind == "llama3" else "<|endoftext|>"]
+got = array.array("H", open(f"{kind}.bin", "rb").read()).tolist()
+want = []
+for line in open(f"{kind}.expected").read().splitlines():
+    want += [int(t) for t in line.split()] + [eod]
+assert len(got) == len(want), f"{len(got)} tokens packed, the reference has {len(want)}"
+bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+assert not bad, f"{len(bad)} tokens differ, the first at {bad[0]}: {got[bad[0]-3:bad[0]+4]} vs {want[bad[0]-3:bad[0]+4]}"
+print(f"{kind}: {len(got)} tokens as tokenizers encodes them")
+PY
+done
+h5dump -a tokenizer qwen2.h5 | grep -q '"hf"' || fail "the tokenizer attribute is not hf"
+# A document longer than pack's 4 MiB reads: the streaming's hold-back across them.
+# Long runs of one class too (pieces of 100,000 spaces, letters, newlines).
+for i in $(seq 45); do cat english.txt world.txt; done > long.txt
+"$PY" -c "import sys; sys.stdout.write(' ' * 100000 + 'x' + 'a' * 100000 + ' 1' * 1000 + '\n' * 100000)" >> long.txt
+cat world.txt >> long.txt
+"$TRAINER" pack --tokenizer hf --tokenizer-dir qwen2 --input long.txt --output long.h5 --quiet
+h5dump -d /tokens -b LE -o long.bin long.h5 > /dev/null
+"$PY" "$REFERENCE" bench qwen2 long.txt long.bin || fail "the long document's ids are not the reference's"
+
+# SentencePiece (Llama-2 style: BPE with byte fallback) against the `sentencepiece` package; the
+# folder read with --tokenizer sentencepiece, and with --tokenizer hf (no tokenizer.json there).
+if "$PY" -c "import sentencepiece" 2>/dev/null || "$PY" -m pip install -q sentencepiece >&2; then
+  mkdir sp
+  "$PY" "$REFERENCE" sp_train sp 1000 corpus.txt || fail "training the SentencePiece model failed"
+  "$PY" "$REFERENCE" sp_encode sp english.txt world.txt > sp.expected
+  for tokenizer in sentencepiece hf; do
+    "$TRAINER" pack --tokenizer $tokenizer --tokenizer-dir sp --input english.txt world.txt \
+      --output sp.h5 --quiet || fail "trainer pack --tokenizer $tokenizer (SentencePiece) failed"
+    h5dump -d /tokens -b LE -o sp.bin sp.h5 > /dev/null
+    "$PY" - <<'PY' || fail "SentencePiece ($tokenizer): the packed ids are not the reference's"
+import array
+got = array.array("H", open("sp.bin", "rb").read()).tolist()
+want = []
+for line in open("sp.expected").read().splitlines():
+    want += [int(t) for t in line.split()] + [2]  # </s>
+assert len(got) == len(want), f"{len(got)} tokens packed, the reference has {len(want)}"
+bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+assert not bad, f"{len(bad)} differ, the first at {bad[0]}: {got[bad[0]-3:bad[0]+4]} vs {want[bad[0]-3:bad[0]+4]}"
+print(f"sentencepiece: {len(got)} tokens as the sentencepiece package encodes them")
+PY
+  done
+  h5dump -a tokenizer sp.h5 | grep -q '"sentencepiece"' || fail "the tokenizer attribute is not sentencepiece"
+else
+  echo "no sentencepiece package: its check is skipped" >&2
+fi
+echo "hf_tokenizer: OK"

@@ -1,0 +1,237 @@
+// Tests of `trainer pack --tokenizer hf` (src/data/hf_tokenizer.h) with a small hand-made
+// tokenizer.json in Qwen2's layout: merges as strings and as pairs, ignore_merges, NFC, added
+// tokens (longest first, special or not), the post-processor's BOS, the end-of-document choice,
+// any chunking against the whole text, and the errors. tests/integration/hf_tokenizer.sh checks
+// tokenizers trained by Hugging Face's library against its own encoder.
+#include "data/hf_tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "data_test_util.h"
+
+namespace trainer {
+namespace {
+
+using testing_data::DataTest;
+using testing_data::WriteBytes;
+using Ids = std::vector<uint32_t>;
+
+// GPT-2's byte spelling of a byte, as a JSON \u escape.
+std::string Spelled(const std::string& bytes) {
+  std::string out;
+  char escape[16];
+  for (unsigned char b : bytes) {
+    const auto printable = [](int c) {
+      return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+    };
+    int code = b;
+    if (!printable(b)) {
+      code = 256;
+      for (int c = 0; c < b; ++c) code += printable(c) ? 0 : 1;
+    }
+    std::snprintf(escape, sizeof(escape), "\\u%04x", code);
+    out += escape;
+  }
+  return out;
+}
+
+constexpr uint32_t kHe = 256, kLl = 257, kHell = 258, kHello = 259, kSpaceW = 260, kLo = 261,
+                   kEndOfText = 262, kX = 263, kXy = 264, kBos = 265;
+
+const char kQwen2Pattern[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+)";
+
+struct Options {
+  bool pairs = false, ignore_merges = false, nfc = true, bos = true, eot = true;
+  std::string pre_tokenizer;  // empty: Qwen2's Sequence
+};
+
+std::string TokenizerJson(const Options& o) {
+  std::string vocab;
+  for (int b = 0; b < 256; ++b)
+    vocab +=
+        "\"" + Spelled(std::string(1, static_cast<char>(b))) + "\": " + std::to_string(b) + ",";
+  vocab += R"("he": 256, "ll": 257, "hell": 258, "hello": 259, ")" + Spelled(" ") +
+           R"(w": 260, "lo": 261)";
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {Spelled(" "), "w"}};
+  std::string merge_list;
+  for (const auto& [a, b] : merges) {
+    if (!merge_list.empty()) merge_list += ",";
+    merge_list += o.pairs ? "[\"" + a + "\", \"" + b + "\"]" : "\"" + a + " " + b + "\"";
+  }
+  const auto added = [](int id, const std::string& content, bool special) {
+    return "{\"id\": " + std::to_string(id) + ", \"content\": \"" + content +
+           "\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": " +
+           (special ? "false" : "true") + ", \"special\": " + (special ? "true" : "false") + "}";
+  };
+  std::string added_tokens =
+      added(263, "<x>", false) + "," + added(264, "<x>y", false) + "," + added(265, "<s>", true);
+  if (o.eot) added_tokens = added(262, "<|endoftext|>", true) + "," + added_tokens;
+  const std::string pre =
+      !o.pre_tokenizer.empty()
+          ? o.pre_tokenizer
+          : std::string(R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern":
+            {"Regex": ")") +
+                kQwen2Pattern +
+                R"("}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel",
+            "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]})";
+  const std::string post =
+      o.bos ? R"({"type": "Sequence", "processors": [{"type": "ByteLevel"}, {"type":
+              "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+              {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {"<s>":
+              {"id": "<s>", "ids": [265], "tokens": ["<s>"]}}}]})"
+            : R"({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false})";
+  return "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [" +
+         added_tokens + "], \"normalizer\": " + (o.nfc ? "{\"type\": \"NFC\"}" : "null") +
+         ", \"pre_tokenizer\": " + pre + ", \"post_processor\": " + post +
+         ", \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"dropout\": "
+         "null, \"unk_token\": null, \"fuse_unk\": false, \"byte_fallback\": false, "
+         "\"ignore_merges\": " +
+         (o.ignore_merges ? "true" : "false") + ", \"vocab\": {" + vocab + "}, \"merges\": [" +
+         merge_list + "]}}";
+}
+
+std::unique_ptr<HfTokenizer> Make(const Options& o, int64_t eod_id = -1) {
+  auto made = HfTokenizer::FromJson(TokenizerJson(o), "tokenizer.json", eod_id);
+  EXPECT_TRUE(made.ok()) << made.status().message();
+  if (!made.ok()) return nullptr;
+  return std::move(made.value());
+}
+
+TEST(HfTokenizerTest, MergesAsStringsOrPairs) {
+  for (const bool pairs : {false, true}) {
+    Options o;
+    o.pairs = pairs;
+    auto tokenizer = Make(o);
+    ASSERT_NE(tokenizer, nullptr);
+    EXPECT_EQ(tokenizer->vocab_size(), 266);
+    EXPECT_EQ(tokenizer->eod_id(), kEndOfText);
+    EXPECT_EQ(tokenizer->EncodeText("hello world"),
+              (Ids{kBos, kHello, kSpaceW, 'o', 'r', 'l', 'd'}));
+    EXPECT_EQ(tokenizer->EncodeText("hell lo"), (Ids{kBos, kHell, ' ', 'l', 'o'}));
+    EXPECT_EQ(tokenizer->EncodeText(""), Ids{});  // an empty document: no BOS either
+  }
+}
+
+TEST(HfTokenizerTest, IgnoreMergesTakesWholeVocabularyPieces) {
+  Options o;
+  o.ignore_merges = true;
+  EXPECT_EQ(Make(o)->EncodeText("lo hello"), (Ids{kBos, kLo, ' ', kHello}));
+  o.ignore_merges = false;
+  EXPECT_EQ(Make(o)->EncodeText("lo hello"), (Ids{kBos, 'l', 'o', ' ', kHello}));
+}
+
+TEST(HfTokenizerTest, AddedTokensBeforeTheSplitLongestFirst) {
+  auto tokenizer = Make(Options{});
+  EXPECT_EQ(tokenizer->EncodeText("a<|endoftext|>b<x>y<x>"),
+            (Ids{kBos, 'a', kEndOfText, 'b', kXy, kX}));
+  EXPECT_EQ(tokenizer->EncodeText("<|endoftext|"),
+            (Ids{kBos, '<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't', '|'}));
+}
+
+TEST(HfTokenizerTest, NfcNormalizer) {
+  Options o;
+  EXPECT_EQ(Make(o)->EncodeText("e\xCC\x81"), (Ids{kBos, 0xC3, 0xA9}));  // e + U+0301 -> é
+  o.nfc = false;
+  EXPECT_EQ(Make(o)->EncodeText("e\xCC\x81"), (Ids{kBos, 'e', 0xCC, 0x81}));
+}
+
+TEST(HfTokenizerTest, PatternPieces) {
+  Options o;
+  o.bos = false;
+  auto tokenizer = Make(o);
+  // Qwen2's pattern: digits one by one, a space joins the letters after it, newlines apart.
+  EXPECT_EQ(tokenizer->EncodeText("12 he\n\n  x"),
+            (Ids{'1', '2', ' ', kHe, '\n', '\n', ' ', ' ', 'x'}));
+  // GPT-2's pattern from ByteLevel with use_regex: the space goes with the digits.
+  o.pre_tokenizer = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
+  EXPECT_EQ(Make(o)->EncodeText("12 he"), (Ids{'1', '2', ' ', kHe}));
+}
+
+TEST(HfTokenizerTest, AnyChunkingGivesTheWholeTextsTokens) {
+  const std::vector<std::string> parts = {"hello", " ", "  ", "\n", "\r\n", "\xC3\xA9", "e\xCC\x81",
+                                          "\xCC\x81", "<x>", "<x>y", "<", "<|endoftext|>", "<|end",
+                                          "\xE6\x97\xA5\xE6\x9C\xAC", "12", "'s", "'S", "!!",
+                                          " world", "\xF0\x9F\x91\x8B", "\t",
+                                          // Hangul jamo L, V, T, a syllable; ka, the voicing
+                                          // mark: NFC composes them
+                                          "\xE1\x84\x80", "\xE1\x85\xA1", "\xE1\x86\xA8",
+                                          "\xEA\xB0\x80", "\xE3\x81\x8B", "\xE3\x82\x99"};
+  std::mt19937 rng(7);
+  for (int round = 0; round < 30; ++round) {
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += parts[rng() % parts.size()];
+    auto whole = Make(Options{});
+    const Ids want = whole->EncodeText(text);
+    auto chunked = Make(Options{});
+    chunked->BeginDocument("doc");
+    Ids got;
+    for (size_t at = 0; at < text.size();) {
+      const size_t n = round == 0 ? 1 : 1 + rng() % 40;
+      const size_t take = std::min(n, text.size() - at);
+      ASSERT_TRUE(
+          chunked->Encode(reinterpret_cast<const uint8_t*>(text.data()) + at, take, &got).ok());
+      at += take;
+    }
+    ASSERT_TRUE(chunked->EndDocument(&got).ok());
+    ASSERT_EQ(got, want) << "round " << round;
+  }
+}
+
+class HfTokenizerFilesTest : public DataTest {};
+
+TEST_F(HfTokenizerFilesTest, EndOfDocumentAndErrors) {
+  EXPECT_EQ(MakeTokenizer("hf", 0, -1, dir_.string()).status().code(), ExitCode::kUsage);
+  EXPECT_EQ(MakeTokenizer("hf", 0, -1, "").status().code(), ExitCode::kUsage);
+  WriteBytes(Path("tokenizer.json"), TokenizerJson(Options{}));
+  auto made = MakeTokenizer("hf", 0, -1, dir_.string());
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_EQ(made.value()->name(), "hf");
+  EXPECT_EQ(made.value()->eod_id(), kEndOfText);
+  EXPECT_EQ(MakeTokenizer("hf", 266, 5, dir_.string()).value()->eod_id(), 5);
+  EXPECT_EQ(MakeTokenizer("hf", 100, -1, dir_.string()).status().code(), ExitCode::kUsage);
+  EXPECT_EQ(MakeTokenizer("hf", 0, 266, dir_.string()).status().code(), ExitCode::kUsage);
+
+  // No <|endoftext|>: tokenizer_config.json's eos_token, else --eod-id is needed.
+  Options o;
+  o.eot = false;
+  WriteBytes(Path("tokenizer.json"), TokenizerJson(o));
+  EXPECT_EQ(MakeTokenizer("hf", 0, -1, dir_.string()).status().code(), ExitCode::kUsage);
+  WriteBytes(Path("tokenizer_config.json"), R"({"eos_token": {"content": "<x>"}})");
+  EXPECT_EQ(MakeTokenizer("hf", 0, -1, dir_.string()).value()->eod_id(), kX);
+
+  const auto data_error = [&](const std::string& json) {
+    WriteBytes(Path("tokenizer.json"), json);
+    auto failed = MakeTokenizer("hf", 0, -1, dir_.string());
+    EXPECT_FALSE(failed.ok());
+    if (failed.ok()) return std::string();
+    EXPECT_EQ(failed.status().code(), ExitCode::kData) << failed.status().message();
+    return failed.status().message();
+  };
+  std::string json = TokenizerJson(Options{});
+  json.replace(json.find("\"byte_fallback\": false"), 22, "\"byte_fallback\": true");
+  EXPECT_NE(data_error(json).find("sentencepiece"), std::string::npos);
+  EXPECT_NE(data_error("{\"model\": ").find("unreadable"), std::string::npos);
+  o = Options{};
+  o.pre_tokenizer = R"({"type": "Whitespace"})";
+  EXPECT_NE(data_error(TokenizerJson(o)).find("Whitespace"), std::string::npos);
+  o.pre_tokenizer = R"({"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated"})";
+  EXPECT_NE(data_error(TokenizerJson(o)).find("pattern"), std::string::npos);
+}
+
+TEST_F(HfTokenizerFilesTest, SentencePieceErrors) {
+  // No model: usage errors; a model that does not parse: a data error. (hf_tokenizer.sh checks a
+  // trained model's ids against the sentencepiece package.)
+  EXPECT_EQ(MakeTokenizer("sentencepiece", 0, -1, dir_.string()).status().code(), ExitCode::kUsage);
+  EXPECT_EQ(MakeTokenizer("sentencepiece", 0, -1, "").status().code(), ExitCode::kUsage);
+  WriteBytes(Path("tokenizer.model"), "not a model");
+  EXPECT_EQ(MakeTokenizer("sentencepiece", 0, -1, dir_.string()).status().code(), ExitCode::kData);
+  // --tokenizer hf turns to the tokenizer.model when there is no tokenizer.json.
+  EXPECT_EQ(MakeTokenizer("hf", 0, -1, dir_.string()).status().code(), ExitCode::kData);
+}
+
+}  // namespace
+}  // namespace trainer
