@@ -81,7 +81,7 @@ if "$PY" -c "import sentencepiece" 2>/dev/null || "$PY" -m pip install -q senten
   "$PY" "$REFERENCE" sp_encode sp english.txt world.txt > sp.expected
   for tokenizer in sentencepiece hf; do
     "$TRAINER" pack --tokenizer $tokenizer --tokenizer-dir sp --input english.txt world.txt \
-      --output sp.h5 --quiet || fail "trainer pack --tokenizer $tokenizer (SentencePiece) failed"
+      --output sp.h5 --force --quiet || fail "trainer pack --tokenizer $tokenizer (SentencePiece) failed"
     h5dump -d /tokens -b LE -o sp.bin sp.h5 > /dev/null
     "$PY" - <<'PY' || fail "SentencePiece ($tokenizer): the packed ids are not the reference's"
 import array
