@@ -15,6 +15,7 @@ trainer_script_test(checkpoint_layouts_llama SCRIPT checkpoint_layouts_llama.sh 
 trainer_script_test(checkpoint_integrity SCRIPT checkpoint_integrity.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_preempt SCRIPT checkpoint_preempt.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_lock SCRIPT checkpoint_lock.sh LABELS "e2e;mpi" TIMEOUT 240)
+trainer_script_test(checkpoint_async SCRIPT checkpoint_async.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(init_from SCRIPT init_from.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(hf_llama SCRIPT hf_llama.sh LABELS "e2e;mpi" TIMEOUT 600)
 # The checkpoint CRC-32 (zlib's crc32): the check value, a bitwise CRC-32, and a checkpoint written

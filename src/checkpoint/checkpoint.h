@@ -7,9 +7,11 @@
 // Save: every rank sends its canonical shards, tensor by tensor, to world rank 0 (memory bounded
 // by one full tensor), which writes step-N.tmp/checkpoint.h5, fsyncs the file and the folder,
 // renames the folder to step-N/, then atomically replaces `latest` (write, fsync, rename), and only
-// then applies retention. Load: rank 0 verifies every checksum of the chosen checkpoint (falling
-// back to the previous one under --resume auto), then every rank reads only its own slices by
-// hyperslab, so any layout resumes any checkpoint.
+// then applies retention. Asynchronous saves (checkpoint_async.h) split this in two: the gather
+// into host memory (GatherCheckpointCollective) and rank 0's write and commit
+// (WriteCheckpointSnapshot), which may run on another thread. Load: rank 0 verifies every checksum
+// of the chosen checkpoint (falling back to the previous one under --resume auto), then every rank
+// reads only its own slices by hyperslab, so any layout resumes any checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +65,29 @@ struct CheckpointLoadResult {
 Status SaveCheckpointCollective(const CheckpointWriteRequest& request, GptModel* model,
                                 AdamW* optimizer, const ParallelGroups& groups,
                                 CheckpointSaveReport* report);
+
+// A save's content in host memory, for asynchronous saves: this rank's copy of its optimizer
+// state and, on rank 0, where each full tensor of the file lies (in `state`, or assembled from
+// the other ranks' shards in `assembled`). The buffers keep their size from one save to the next.
+struct CheckpointSnapshot {
+  CheckpointWriteRequest request;
+  ModelConfig model;
+  Topology topology;
+  std::vector<std::vector<float>> state;      // master weights, exp_avg, exp_avg_sq
+  std::vector<std::vector<float>> assembled;  // rank 0: by tensor index, those it assembled
+  std::vector<const float*> tensors;          // rank 0: each tensor's values, in file order
+};
+
+// Collective over the world: the first half of SaveCheckpointCollective. Every rank copies its
+// state to host memory and sends its canonical shards to rank 0, which keeps every full tensor
+// (12 bytes per parameter) in `snapshot`. Training may change the model and optimizer afterwards.
+Status GatherCheckpointCollective(const CheckpointWriteRequest& request, GptModel* model,
+                                  AdamW* optimizer, const ParallelGroups& groups,
+                                  CheckpointSnapshot* snapshot);
+// Rank 0, on any thread (no communication): the second half. Writes `snapshot` to step-N.tmp,
+// commits it atomically and applies retention, as SaveCheckpointCollective does; a failure is the
+// same one-line checkpoint error, and leaves the last committed checkpoint as it was.
+Status WriteCheckpointSnapshot(const CheckpointSnapshot& snapshot, CheckpointSaveReport* report);
 
 // resume: "auto" (Checkpoint.dir's newest committed checkpoint that verifies; none found means a
 // fresh start), a checkpoint folder (its newest that verifies), or a step folder or its file.

@@ -39,7 +39,7 @@ std::vector<int> CanonicalHolders(const ParameterInfo& p, const ModelConfig& mod
 }
 
 Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_t>& shape,
-                   const float* data) {
+                   const float* data, const std::function<void()>& after_slab) {
   const int rank = static_cast<int>(shape.size());
   std::vector<hsize_t> dims(shape.begin(), shape.end()), chunk(dims);
   // Chunks of at most ~1 Mi elements (whole rows for 2-D tensors).
@@ -66,8 +66,27 @@ Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_
   std::future<uint32_t> crc =
       std::async(count >= kConcurrentChecksum ? std::launch::async : std::launch::deferred,
                  [data, count] { return TensorChecksum(data, count); });
-  const herr_t written =
-      H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  // In slabs of whole chunks (~32 MB): HDF5 serves one call at a time, so that a read of the
+  // training data (the prefetch thread) waits for one slab of a background save, not a tensor.
+  const hsize_t row = count / std::max<hsize_t>(1, dims[0]);
+  const hsize_t slab_rows = chunk[0] * std::max<hsize_t>(1, (hsize_t{8} << 20) / (chunk[0] * row));
+  herr_t written = 0;
+  for (hsize_t first = 0; first < dims[0] && written >= 0; first += slab_rows) {
+    std::vector<hsize_t> start(dims.size(), 0), block(dims);
+    start[0] = first;
+    block[0] = std::min(slab_rows, dims[0] - first);
+    Hdf5Handle file_space, mem_space;
+    if (file_space.Reset(H5Dget_space(dataset.get()), H5Sclose) < 0 ||
+        H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(),
+                            nullptr) < 0 ||
+        mem_space.Reset(H5Screate_simple(rank, block.data(), nullptr), H5Sclose) < 0) {
+      written = -1;
+      break;
+    }
+    written = H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(),
+                       H5P_DEFAULT, data + first * row);
+    if (after_slab) after_slab();
+  }
   const uint32_t checksum = crc.get();  // joined before any return
   HDF5_CHECK(written);
   TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(dataset.get(), kChecksumAttribute, checksum));

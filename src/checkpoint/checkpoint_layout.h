@@ -6,6 +6,7 @@
 
 #include <hdf5.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,10 @@ std::vector<int> CanonicalHolders(const ParameterInfo& p, const ModelConfig& mod
 constexpr const char* kChecksumAttribute = "crc32";
 
 // Create a chunked f32 dataset with the Fletcher32 filter, write `data` (full shape) and its
-// CRC-32 attribute.
+// CRC-32 attribute. The values go in slabs of whole chunks; `after_slab`, when set, runs after
+// each, outside any HDF5 call.
 Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_t>& shape,
-                   const float* data);
+                   const float* data, const std::function<void()>& after_slab = {});
 // Read this TP rank's shard of `p` from the dataset at `path` (hyperslabs only; no full read).
 Status ReadShard(hid_t file, const std::string& path, const ParameterInfo& p, int tp_rank,
                  int tp_size, float* local);

@@ -1,11 +1,16 @@
 // Saving checkpoints (checkpoint.h): gather to rank 0, atomic commit, retention, cleanup of
 // interrupted saves. A failed save ends with one line naming the path, the system's reason and
 // what to do; the last committed checkpoint is never touched before the new one is committed.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <thread>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_layout.h"
@@ -63,15 +68,31 @@ bool InjectedWriteFault(int tensor_index) {
   return v != nullptr && std::atoi(v) == tensor_index;
 }
 
+// Test hook: TRAINER_FAULT_CHECKPOINT_SLOW=<ms> makes every tensor write take that much longer,
+// so that tests can act while a (background) save is in progress.
+void InjectedWriteDelay() {
+  const char* v = std::getenv("TRAINER_FAULT_CHECKPOINT_SLOW");
+  if (v != nullptr && std::atoi(v) > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(v)));
+}
+
 // Rank 0's side of one save: the folders, the open file, and the first error.
 class SaveOnRoot {
  public:
-  SaveOnRoot(const CheckpointWriteRequest& r, const Topology& topo) : r_(r), topo_(topo) {
+  // write_behind (background saves): the file's data goes to disk as it is written (fdatasync
+  // after each slab, outside HDF5), so that the page cache never holds enough dirty pages for the
+  // kernel to throttle a write while it holds HDF5's lock, which the training data's reads wait
+  // for. The total I/O is the same: the commit fsyncs the whole file anyway.
+  SaveOnRoot(const CheckpointWriteRequest& r, const Topology& topo, bool write_behind = false)
+      : r_(r), topo_(topo), write_behind_(write_behind) {
     final_dir_ = r.directory + "/" + CheckpointFolderName(r.step);
     tmp_dir_ = final_dir_ + ".tmp";
     const std::string latest = LatestCheckpointName(r.directory);
     previous_ = latest.empty() ? "" : r.directory + "/" + latest;
   }
+  ~SaveOnRoot() { CloseFlushFile(); }
+  SaveOnRoot(const SaveOnRoot&) = delete;
+  SaveOnRoot& operator=(const SaveOnRoot&) = delete;
   const std::string& final_dir() const { return final_dir_; }
   const Status& status() const { return status_; }
   bool ok() const { return status_.ok(); }
@@ -87,17 +108,21 @@ class SaveOnRoot {
   void Write(int tensor_index, int state, const ParameterInfo& p, const float* full) {
     if (!ok()) return;
     const std::string path = std::string(StateGroup(state)) + "/" + p.name;
+    InjectedWriteDelay();
     if (InjectedWriteFault(tensor_index)) {
       Fail(file_path() + ":" + path, ENOSPC,
            "No space left on device (injected by TRAINER_FAULT_CHECKPOINT_WRITE)");
       return;
     }
-    Status s = WriteTensor(file_.get(), path, p.full_shape, full);
+    std::function<void()> flush;
+    if (flush_fd_ >= 0) flush = [this] { (void)fdatasync(flush_fd_); };
+    Status s = WriteTensor(file_.get(), path, p.full_shape, full, flush);
     if (!s.ok()) FailHdf5(file_path() + ":" + path, s.message());
   }
 
   // Close, fsync, rename into place, replace `latest`, then apply retention.
   void Commit() {
+    CloseFlushFile();
     if (!ok()) return;
     if (file_.Close() < 0) {
       FailHdf5(file_path(), Hdf5ErrorText());  // the final flush: a full disk often shows here
@@ -121,12 +146,17 @@ class SaveOnRoot {
 
   // After a failure: close and remove the partial folder (best effort; the next start also does).
   void Abandon() {
+    CloseFlushFile();
     file_.Close();
     if (PathExists(tmp_dir_)) (void)RemoveTree(tmp_dir_);
   }
 
  private:
   std::string file_path() const { return tmp_dir_ + "/checkpoint.h5"; }
+  void CloseFlushFile() {
+    if (flush_fd_ >= 0) close(flush_fd_);
+    flush_fd_ = -1;
+  }
 
   // Records the first failure as one line: where, the system's reason, what to do.
   void Fail(const std::string& where, int error_number, const std::string& why) {
@@ -163,6 +193,7 @@ class SaveOnRoot {
       FailHdf5(file_path(), Hdf5ErrorText());
       return;
     }
+    if (write_behind_) flush_fd_ = open(file_path().c_str(), O_RDONLY | O_CLOEXEC);  // -1: none
     Status s = WriteManifest(model, tensor_count);
     if (!s.ok()) FailHdf5(file_path(), s.message());
   }
@@ -219,6 +250,8 @@ class SaveOnRoot {
   const CheckpointWriteRequest& r_;
   const Topology& topo_;
   std::string final_dir_, tmp_dir_, previous_;
+  const bool write_behind_;
+  int flush_fd_ = -1;
   Hdf5Handle file_;
   Status status_;
 };
@@ -229,35 +262,31 @@ std::string CheckpointFolderName(int64_t step) {
   return StrFormat("step-%08lld", static_cast<long long>(step));
 }
 
-Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model, AdamW* optimizer,
-                                const ParallelGroups& groups, CheckpointSaveReport* report) {
-  const auto start = std::chrono::steady_clock::now();
-  const ModelConfig& mc = model->config();
+namespace {
+
+DistributedConfig SavingLayout(const CheckpointWriteRequest& r, const Topology& topo) {
   DistributedConfig dist;
-  dist.tp_degree = groups.topology.tp;
-  dist.pp_degree = groups.topology.pp;
-  dist.dp_degree = groups.topology.dp;
+  dist.tp_degree = topo.tp;
+  dist.pp_degree = topo.pp;
+  dist.dp_degree = topo.dp;
   dist.pp_layers = r.stage_layers;
-  std::vector<float> state[kStateCount];
-  for (int w = 0; w < kStateCount; ++w) TRAINER_RETURN_IF_ERROR(optimizer->Download(w, &state[w]));
+  return dist;
+}
 
+// The gather of one save, tensor by tensor in file order: the canonical holders (DP rank 0 of the
+// stage, each TP rank) send their shards of `state` (this rank's host copy of the optimizer's
+// flat buffers) to rank 0, which assembles the full tensor in dest(tensor_index, numel) and hands
+// it to take(tensor_index, state, info, full). A tensor that rank 0 holds whole, in the full
+// layout, is handed over from where it lies in `state`.
+template <class Dest, class Take>
+Status GatherTensors(const CheckpointWriteRequest& r, GptModel* model, const ParallelGroups& groups,
+                     const std::vector<float>* state, Dest dest, Take take) {
+  const ModelConfig& mc = model->config();
+  const DistributedConfig dist = SavingLayout(r, groups.topology);
   const bool is_root = groups.world_rank == 0;
-  const std::vector<ParameterInfo> full_list = FullParameterList(mc);
-  SaveOnRoot root(r, groups.topology);
-  if (is_root) root.Begin(mc, static_cast<int>(full_list.size()) * kStateCount);
-
-  // Tensor by tensor: the canonical holders (DP rank 0 of the stage, each TP rank) send their
-  // shards to rank 0, which assembles the full tensor (the only full-size buffer) and writes it.
-  // Every element of it comes from a shard, so the buffer is sized once and never cleared; a
-  // tensor that rank 0 holds whole, in the full layout, is written from where it lies.
-  std::vector<float> full, shard;
-  if (is_root) {
-    int64_t largest = 0;
-    for (const ParameterInfo& fp : full_list) largest = std::max(largest, fp.full_numel());
-    full.resize(static_cast<size_t>(largest));
-  }
+  std::vector<float> shard;
   int tensor_index = 0;
-  for (const ParameterInfo& fp : full_list) {
+  for (const ParameterInfo& fp : FullParameterList(mc)) {
     const std::vector<int> holders = CanonicalHolders(fp, mc, dist, groups.topology);
     const ParameterInfo* mine = model->Find(fp.name);
     const bool i_hold = mine != nullptr && mine->canonical && groups.coord.dp == 0;
@@ -271,9 +300,10 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
       if (!is_root) continue;
       if (holders.size() == 1 && holders[0] == 0 && mine != nullptr &&
           mine->local_numel() == fp.full_numel()) {
-        root.Write(tensor_index, w, fp, state[w].data() + mine->offset);
+        take(tensor_index, w, fp, state[w].data() + mine->offset);
         continue;
       }
+      float* full = dest(tensor_index, fp.full_numel());
       for (size_t t = 0; t < holders.size(); ++t) {
         ParameterInfo shard_info = fp;
         shard_info.shard = holders.size() == 1 ? ShardKind::kReplicated : fp.shard;
@@ -289,12 +319,45 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
               groups.world_host->Recv(shard.data(), n, DType::kF32, holders[t]));
           src = shard.data();
         }
-        InsertShard(shard_info, static_cast<int>(t), static_cast<int>(holders.size()), src,
-                    full.data());
+        InsertShard(shard_info, static_cast<int>(t), static_cast<int>(holders.size()), src, full);
       }
-      root.Write(tensor_index, w, fp, full.data());
+      take(tensor_index, w, fp, full);
     }
   }
+  return Status::Ok();
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model, AdamW* optimizer,
+                                const ParallelGroups& groups, CheckpointSaveReport* report) {
+  const auto start = std::chrono::steady_clock::now();
+  const ModelConfig& mc = model->config();
+  std::vector<float> state[kStateCount];
+  for (int w = 0; w < kStateCount; ++w) TRAINER_RETURN_IF_ERROR(optimizer->Download(w, &state[w]));
+
+  const bool is_root = groups.world_rank == 0;
+  const std::vector<ParameterInfo> full_list = FullParameterList(mc);
+  SaveOnRoot root(r, groups.topology);
+  if (is_root) root.Begin(mc, static_cast<int>(full_list.size()) * kStateCount);
+
+  // Rank 0 writes each tensor as soon as it is assembled, so that it holds at most one full
+  // tensor: the buffer is sized once and never cleared (every element comes from a shard).
+  std::vector<float> full;
+  if (is_root) {
+    int64_t largest = 0;
+    for (const ParameterInfo& fp : full_list) largest = std::max(largest, fp.full_numel());
+    full.resize(static_cast<size_t>(largest));
+  }
+  TRAINER_RETURN_IF_ERROR(GatherTensors(
+      r, model, groups, state, [&](int, int64_t) { return full.data(); },
+      [&](int index, int w, const ParameterInfo& fp, const float* values) {
+        root.Write(index, w, fp, values);
+      }));
   if (is_root) {
     root.Commit();
     if (!root.ok()) root.Abandon();
@@ -304,7 +367,53 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
   if (code != 0) return is_root ? root.status() : Status(static_cast<ExitCode>(code), "");
   report->path = root.final_dir();
   report->bytes = is_root ? FileSize(root.final_dir() + "/checkpoint.h5") : 0;
-  report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report->seconds = SecondsSince(start);
+  return Status::Ok();
+}
+
+Status GatherCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model,
+                                  AdamW* optimizer, const ParallelGroups& groups,
+                                  CheckpointSnapshot* snapshot) {
+  snapshot->request = r;
+  snapshot->model = model->config();
+  snapshot->topology = groups.topology;
+  snapshot->state.resize(kStateCount);
+  for (int w = 0; w < kStateCount; ++w)
+    TRAINER_RETURN_IF_ERROR(optimizer->Download(w, &snapshot->state[w]));
+  const size_t count = FullParameterList(snapshot->model).size() * kStateCount;
+  snapshot->tensors.assign(groups.world_rank == 0 ? count : 0, nullptr);
+  if (groups.world_rank == 0) snapshot->assembled.resize(count);
+  // The buffers keep their size from one save to the next: no allocation (and no page faults)
+  // after the first.
+  return GatherTensors(
+      r, model, groups, snapshot->state.data(),
+      [snapshot](int index, int64_t numel) {
+        std::vector<float>& buffer = snapshot->assembled[static_cast<size_t>(index)];
+        buffer.resize(static_cast<size_t>(numel));
+        return buffer.data();
+      },
+      [snapshot](int index, int, const ParameterInfo&, const float* values) {
+        snapshot->tensors[static_cast<size_t>(index)] = values;
+      });
+}
+
+Status WriteCheckpointSnapshot(const CheckpointSnapshot& snapshot, CheckpointSaveReport* report) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<ParameterInfo> full_list = FullParameterList(snapshot.model);
+  SaveOnRoot root(snapshot.request, snapshot.topology, /*write_behind=*/true);
+  root.Begin(snapshot.model, static_cast<int>(snapshot.tensors.size()));
+  int index = 0;
+  for (const ParameterInfo& fp : full_list)
+    for (int w = 0; w < kStateCount; ++w, ++index)
+      root.Write(index, w, fp, snapshot.tensors[static_cast<size_t>(index)]);
+  root.Commit();
+  if (!root.ok()) {
+    root.Abandon();
+    return root.status();
+  }
+  report->path = root.final_dir();
+  report->bytes = FileSize(root.final_dir() + "/checkpoint.h5");
+  report->seconds = SecondsSince(start);
   return Status::Ok();
 }
 

@@ -15,11 +15,12 @@ namespace {
 // Keys that do not change what a step computes (beyond the order of a sum).
 const std::set<std::string>& Unweighed() {
   static const std::set<std::string> keys = {
-      "Global.micro_batch_size", "Model.recompute",     "Model.sequence_parallel",
-      "Engine.max_steps",        "Engine.logging_freq", "Engine.eval_freq",
-      "Engine.eval_iters",       "Engine.save_steps",   "Engine.output_dir",
-      "Engine.watchdog_s",       "Engine.tensorboard",  "Engine.profile",
-      "Engine.peak_tflops",      "Data.val_path",       "Optimizer.decay_steps"};
+      "Global.micro_batch_size", "Model.recompute",          "Model.sequence_parallel",
+      "Engine.max_steps",        "Engine.logging_freq",      "Engine.eval_freq",
+      "Engine.eval_iters",       "Engine.save_steps",        "Engine.output_dir",
+      "Engine.watchdog_s",       "Engine.tensorboard",       "Engine.profile",
+      "Engine.peak_tflops",      "Engine.exit_duration_min", "Data.val_path",
+      "Optimizer.decay_steps"};
   return keys;
 }
 bool Weighed(const std::string& key) {

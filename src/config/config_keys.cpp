@@ -69,6 +69,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Engine, engine, tensorboard),
     CONFIG_KEY(Engine, engine, profile),
     CONFIG_KEY(Engine, engine, peak_tflops),
+    CONFIG_KEY(Engine, engine, exit_duration_min),
 
     CONFIG_KEY(Optimizer, optimizer, lr),
     CONFIG_KEY(Optimizer, optimizer, min_lr),
@@ -91,6 +92,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Checkpoint, checkpoint, keep_every),
     CONFIG_KEY(Checkpoint, checkpoint, resume),
     CONFIG_KEY(Checkpoint, checkpoint, init_from),
+    CONFIG_KEY(Checkpoint, checkpoint, async_save),
 };
 
 #undef CONFIG_KEY

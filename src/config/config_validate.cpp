@@ -57,6 +57,7 @@ const RangeRule kRangeRules[] = {
     {"Engine.save_steps", 0, false, kNoBound},
     {"Engine.peak_tflops", 0, true, kNoBound},
     {"Engine.watchdog_s", 0, false, kNoBound},
+    {"Engine.exit_duration_min", 0, false, kNoBound},
     {"Optimizer.lr", 0, false, kNoBound},
     {"Optimizer.min_lr", 0, false, kNoBound},
     {"Optimizer.warmup_steps", 0, false, kNoBound},

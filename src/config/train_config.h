@@ -78,6 +78,9 @@ struct EngineConfig {
   bool tensorboard = true;     // also write the metrics as TensorBoard scalars
   bool profile = false;        // time the phases of each step (CUDA events) and report them
   double peak_tflops = 989.0;  // dense bf16 peak of one GPU, for MFU (H100/H200 SXM: 989)
+  // Save and exit 75 at the first step boundary after the run has used this many minutes (since
+  // the trainer started), so that a job ends with a fresh checkpoint before its time limit; 0: off.
+  double exit_duration_min = 0;
 };
 
 struct OptimizerConfig {
@@ -110,6 +113,9 @@ struct CheckpointConfig {
   // (GPT-2, Llama, Qwen2, Qwen3; whole or sharded) or its weights file; "" initialises as GPT-2
   // does.
   std::string init_from;
+  // Rank 0 writes and commits in a background thread while training goes on (the state is copied
+  // to host memory and gathered to rank 0 at the save step); false: every rank waits for the write.
+  bool async_save = true;
 };
 
 struct TrainConfig {

@@ -319,7 +319,8 @@ Status Trainer::StepResults(double* loss, double* grad_norm) {
   return Status::Ok();
 }
 
-Status Trainer::SaveCheckpoint() {
+Status Trainer::SaveCheckpoint(bool wait) {
+  const auto start = std::chrono::steady_clock::now();
   JoinPrefetch();  // HDF5 serves one thread at a time
   CheckpointWriteRequest request;
   request.directory = config_.checkpoint_dir();
@@ -336,6 +337,25 @@ Status Trainer::SaveCheckpoint() {
   }
   request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
                                           config_.distributed.pp_layers);
+  if (config_.checkpoint.async_save && saver_ == nullptr) {
+    if (AsyncCheckpointSavesSupported()) {
+      saver_ = std::make_unique<AsyncCheckpointSaver>(groups_);
+    } else {
+      config_.checkpoint.async_save = false;
+      if (groups_.world_rank == 0)
+        LogWarning(
+            "Checkpoint.async_save: this build's HDF5 is not thread-safe, so checkpoints are "
+            "saved synchronously (every rank waits for the write)");
+    }
+  }
+  if (config_.checkpoint.async_save) {
+    TRAINER_RETURN_IF_ERROR(FinishCheckpoint());  // one save at a time
+    TRAINER_RETURN_IF_ERROR(saver_->Start(request, model_.get(), optimizer_.get()));
+    saving_step_ = state_.step;
+    save_blocking_s_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return wait ? FinishCheckpoint() : Status::Ok();
+  }
   CheckpointSaveReport report;
   TRAINER_RETURN_IF_ERROR(
       SaveCheckpointCollective(request, model_.get(), optimizer_.get(), groups_, &report));
@@ -345,6 +365,21 @@ Status Trainer::SaveCheckpoint() {
   return metrics_->Write({{"step", static_cast<double>(state_.step)},
                           {"checkpoint_bytes", static_cast<double>(report.bytes)},
                           {"checkpoint_save_s", report.seconds}});
+}
+
+Status Trainer::FinishCheckpoint() {
+  if (saver_ == nullptr || !saver_->pending()) return Status::Ok();
+  progress_("a checkpoint write");
+  CheckpointSaveReport report;
+  TRAINER_RETURN_IF_ERROR(saver_->Finish(&report));
+  last_checkpoint_ = report.path;
+  LogInfo(StrFormat(
+      "saved checkpoint %s (%.1f MB; training waited %.2fs, written in the background in %.2fs)",
+      report.path.c_str(), report.bytes / 1e6, save_blocking_s_, report.seconds));
+  return metrics_->Write({{"step", static_cast<double>(saving_step_)},
+                          {"checkpoint_bytes", static_cast<double>(report.bytes)},
+                          {"checkpoint_save_s", save_blocking_s_},
+                          {"checkpoint_write_s", report.seconds}});
 }
 
 Status Trainer::Resume() {

@@ -5,6 +5,7 @@
 // Communicators.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <future>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_async.h"
 #include "common/communicator.h"
 #include "common/filesystem.h"
 #include "common/parallel_groups.h"
@@ -102,7 +104,12 @@ class Trainer {
   // Makes batches_[current_] the batch after `consumed_samples` (prefetched, or read now).
   Status TakeBatch(int64_t consumed_samples);
   Status ShareLastStageValue(double* value);  // last stage -> every stage, summed over DP
-  Status SaveCheckpoint();
+  // A checkpoint of the current state. Under Checkpoint.async_save it finishes a save in flight
+  // first, then leaves rank 0 writing this one in the background, unless `wait` (the end of
+  // training, a preemption or Engine.exit_duration_min), which waits for it too.
+  Status SaveCheckpoint(bool wait);
+  // Waits for the background save in flight (collective), then logs and records it.
+  Status FinishCheckpoint();
   Status Resume();
   // Rank 0, after a resume: one warning listing the settings that differ from the saving run's
   // (ChangedSettings), which make the run depart from what an uninterrupted one computes.
@@ -132,6 +139,11 @@ class Trainer {
   std::string last_checkpoint_;                // saved or resumed from in this run; empty if none
   std::unique_ptr<FileLock> checkpoint_lock_;  // rank 0: Checkpoint.dir's, for the whole run
   std::function<void(const char*)> progress_ = [](const char*) {};
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  // Last: destroyed first, so that rank 0's background write ends while the rest still exists.
+  std::unique_ptr<AsyncCheckpointSaver> saver_;
+  int64_t saving_step_ = 0;     // the step of the save in flight
+  double save_blocking_s_ = 0;  // and the seconds its copy and gather held training up
 };
 
 }  // namespace trainer

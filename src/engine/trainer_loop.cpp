@@ -155,24 +155,38 @@ Status Trainer::Run() {
       last_loss = loss;
     }
     const bool save_due = e.save_steps > 0 && (step % e.save_steps == 0 || step == e.max_steps);
-    // Agree on a preemption signal at the step boundary (any rank's signal stops all).
-    double stop = PreemptionRequested() ? 1.0 : 0.0;
-    TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&stop, 1, DType::kF64, ReduceOp::kSum));
-    if (save_due || stop > 0) {
+    // Agree at the step boundary on a preemption signal (any rank's signal stops all), on rank
+    // 0's clock against Engine.exit_duration_min, and on whether rank 0's background checkpoint
+    // write has ended.
+    const bool root = groups_.world_rank == 0;
+    double flags[3] = {
+        PreemptionRequested() ? 1.0 : 0.0,
+        root && e.exit_duration_min > 0 && Seconds(started_) >= 60 * e.exit_duration_min ? 1.0
+                                                                                         : 0.0,
+        root && saver_ != nullptr && saver_->WriteDone() ? 1.0 : 0.0};
+    TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(flags, 3, DType::kF64, ReduceOp::kSum));
+    const bool signalled = flags[0] > 0, out_of_time = flags[1] > 0,
+               stop = signalled || out_of_time;
+    if (flags[2] > 0) TRAINER_RETURN_IF_ERROR(FinishCheckpoint());  // log it, report a failure
+    if (save_due || stop) {
       // Nothing non-finite is saved: a step that was not logged is checked first.
       if (!log_due) {
         TRAINER_RETURN_IF_ERROR(StepResults(&loss, &norm));
         TRAINER_RETURN_IF_ERROR(StopIfDiverged(step, loss, norm));
       }
       progress_("a checkpoint save");
-      TRAINER_RETURN_IF_ERROR(SaveCheckpoint());
+      // A stop, and the end of training, wait for the write: the process ends after it.
+      TRAINER_RETURN_IF_ERROR(SaveCheckpoint(stop || step == e.max_steps));
     }
-    if (stop > 0 && step < e.max_steps) {
+    if (stop && step < e.max_steps) {
       const std::string by = PreemptionSignalName();
+      const std::string why =
+          signalled ? "stopped by " + (by.empty() ? std::string("a preemption signal") : by)
+                    : StrFormat("stopped at Engine.exit_duration_min=%g (%.2f minutes used)",
+                                e.exit_duration_min, Seconds(started_) / 60);
       LogInfo(
-          StrFormat("stopped by %s after step %d; checkpoint saved. Resume with --resume "
-                    "auto (exit code 75)",
-                    by.empty() ? "a preemption signal" : by.c_str(), step));
+          StrFormat("%s after step %d; checkpoint saved. Resume with --resume auto (exit code 75)",
+                    why.c_str(), step));
       return Status(ExitCode::kPreempted, "");
     }
     // After the save: an evaluation that fails never costs the checkpoint that was due.
@@ -185,6 +199,7 @@ Status Trainer::Run() {
       TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step}, {"val_loss", val}}));
     }
   }
+  TRAINER_RETURN_IF_ERROR(FinishCheckpoint());  // the end of training waits for the writer
   LogInfo(Summary(state_.step - first_step, Seconds(start), last_loss, last_val));
   if (timer_->enabled()) {
     TRAINER_RETURN_IF_ERROR(backend_->ProfilerRange(false));

@@ -70,6 +70,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Engine.tensorboard",
                                              "Engine.profile",
                                              "Engine.peak_tflops",
+                                             "Engine.exit_duration_min",
                                              "Optimizer.lr",
                                              "Optimizer.min_lr",
                                              "Optimizer.warmup_steps",
@@ -88,7 +89,8 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Checkpoint.keep_last",
                                              "Checkpoint.keep_every",
                                              "Checkpoint.resume",
-                                             "Checkpoint.init_from"};
+                                             "Checkpoint.init_from",
+                                             "Checkpoint.async_save"};
   EXPECT_EQ(AllConfigKeys(), expected);
 }
 
@@ -315,6 +317,7 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.engine.save_steps, b.engine.save_steps);
   EXPECT_EQ(a.engine.output_dir, b.engine.output_dir);
   EXPECT_EQ(a.engine.mix_precision, b.engine.mix_precision);
+  EXPECT_EQ(a.engine.exit_duration_min, b.engine.exit_duration_min);
   EXPECT_EQ(a.optimizer.lr, b.optimizer.lr);
   EXPECT_EQ(a.optimizer.min_lr, b.optimizer.min_lr);
   EXPECT_EQ(a.optimizer.warmup_steps, b.optimizer.warmup_steps);
@@ -332,6 +335,7 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
   EXPECT_EQ(a.checkpoint.keep_last, b.checkpoint.keep_last);
   EXPECT_EQ(a.checkpoint.keep_every, b.checkpoint.keep_every);
+  EXPECT_EQ(a.checkpoint.async_save, b.checkpoint.async_save);
   EXPECT_EQ(a.checkpoint.resume, b.checkpoint.resume);
   EXPECT_EQ(a.checkpoint.init_from, b.checkpoint.init_from);
 }
@@ -353,7 +357,8 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   c.engine = {12345, 7, 0, 9, 250, "out dir/with: colon # and hash", "fp32"};
   c.optimizer = {6e-4, 1.0 / 3.0, 700, 18000, 0.0, 0.8999999999999999, 0.999, 1e-12, 0.0, "linear"};
   c.data = {"data/\"quoted\"\\back\tslash\n.h5", "0.5, 2", "", 0.05};
-  c.checkpoint = {"/abs/ckpt", 0, 1000, "auto", "hf/gpt2 \"pretrained\""};
+  c.checkpoint = {"/abs/ckpt", 0, 1000, "auto", "hf/gpt2 \"pretrained\"", false};
+  c.engine.exit_duration_min = 0.25;
   std::string text = FormatConfig(c);
   StatusOr<TrainConfig> back = LoadConfig(WriteFile("resolved.yaml", text), {});
   ASSERT_TRUE(back.ok()) << back.status().message() << "\n" << text;

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The training time a checkpoint save costs, synchronous against asynchronous (docs/
+# checkpoint-format.md, "What a save costs"): one CPU process, tiny-cpu with hidden_size 1024
+# (50.9 M parameters, a 610 MB checkpoint), 40 steps with a save at step 20, step times from
+# metrics.jsonl. Usage: bench/checkpoint_save_cpu.sh TRAINER DATA.h5 [RUNS]; writes under ./ckbench.
+set -euo pipefail
+TRAINER=$1 DATA=$2 RUNS=${3:-2}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+M=(-c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path="$DATA" -o Data.val_fraction=0
+   -o Model.hidden_size=1024 -o Model.num_layers=4 -o Model.num_heads=16 -o Model.max_seq_len=8
+   -o Global.global_batch_size=1 -o Global.micro_batch_size=1 -o Engine.logging_freq=1
+   -o Engine.eval_freq=0 -o Optimizer.warmup_steps=2 -o Checkpoint.keep_last=1
+   -o Engine.max_steps=40 -o Engine.save_steps=20 -o Engine.tensorboard=false)
+for i in $(seq 1 "$RUNS"); do
+  for mode in false true; do
+    out=ckbench/$mode$i
+    rm -rf "$out" && mkdir -p ckbench
+    "$TRAINER" train "${M[@]}" -o Engine.output_dir="$out" -o Checkpoint.async_save=$mode > "$out.log" 2>&1
+  done
+  python3 - "ckbench/false$i/metrics.jsonl" "ckbench/true$i/metrics.jsonl" <<'PY'
+import json, statistics, sys
+def load(path):
+    recs = [json.loads(line) for line in open(path)]
+    steps = {r["step"]: r["step_ms"] for r in recs if "step_ms" in r}
+    save = next(r for r in recs if "checkpoint_save_s" in r and r["step"] == 20)
+    return steps, save
+(s, s_save), (a, a_save) = load(sys.argv[1]), load(sys.argv[2])
+for name, m, save in (("sync", s, s_save), ("async", a, a_save)):
+    base = statistics.median(m[k] for k in range(11, 21))
+    during = 0.0 if m is s else (sum(a[k] for k in range(22, 40)) - sum(s[k] for k in range(22, 40))) / 1e3
+    at_save = (m[21] - base) / 1e3
+    print(f"{name:5s}: step {base:.0f} ms, with the save {m[21]:.0f} ms; lost {at_save:.2f} s at the save "
+          f"+ {during:.2f} s during the write = {at_save + during:.2f} s; waited "
+          f"{save['checkpoint_save_s']:.2f} s, write {save.get('checkpoint_write_s', 0):.2f} s")
+PY
+done

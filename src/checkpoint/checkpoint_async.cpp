@@ -1,0 +1,65 @@
+// Asynchronous checkpoint saves (checkpoint_async.h).
+#include "checkpoint/checkpoint_async.h"
+
+#include <hdf5.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "common/check.h"
+#include "common/log.h"
+
+namespace trainer {
+namespace {
+// The writer's nice value: its checksums and copies into the page cache take the cores that
+// training leaves idle, rather than slowing the steps (a CPU run's compute, a GPU run's launches
+// and data prefetch). Linux gives each thread its own nice value; the CRC thread inherits it.
+constexpr int kWriterNice = 10;
+}  // namespace
+
+bool AsyncCheckpointSavesSupported() {
+  hbool_t threadsafe = 0;
+  return H5is_library_threadsafe(&threadsafe) >= 0 && threadsafe;
+}
+
+AsyncCheckpointSaver::~AsyncCheckpointSaver() {
+  if (!write_.valid()) return;
+  const Status s = write_.get();
+  if (!s.ok()) LogWarning("the checkpoint written in the background failed: " + s.message());
+}
+
+Status AsyncCheckpointSaver::Start(const CheckpointWriteRequest& request, GptModel* model,
+                                   AdamW* optimizer) {
+  TRAINER_ASSERT(!pending_, "a checkpoint save is already in flight");
+  TRAINER_RETURN_IF_ERROR(
+      GatherCheckpointCollective(request, model, optimizer, groups_, &snapshot_));
+  pending_ = true;
+  written_ = CheckpointSaveReport{};
+  written_.path = request.directory + "/" + CheckpointFolderName(request.step);
+  if (groups_.world_rank == 0)
+    write_ = std::async(std::launch::async, [this] {
+      (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWriterNice);
+      return WriteCheckpointSnapshot(snapshot_, &written_);
+    });
+  return Status::Ok();
+}
+
+bool AsyncCheckpointSaver::WriteDone() const {
+  return write_.valid() && write_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+Status AsyncCheckpointSaver::Finish(CheckpointSaveReport* report) {
+  if (!pending_) return Status::Ok();
+  pending_ = false;
+  Status status;
+  if (write_.valid()) status = write_.get();
+  int code = status.exit_code();
+  TRAINER_RETURN_IF_ERROR(groups_.world_host->Broadcast(&code, 1, DType::kI32, 0));
+  if (code != 0) return groups_.world_rank == 0 ? status : Status(static_cast<ExitCode>(code), "");
+  *report = written_;
+  return Status::Ok();
+}
+
+}  // namespace trainer

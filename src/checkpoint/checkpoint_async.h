@@ -1,0 +1,50 @@
+// Asynchronous checkpoint saves (Checkpoint.async_save): at the save step every rank copies its
+// state to host memory and the shards are gathered to rank 0 on the calling thread (all MPI stays
+// on the main thread: the runtime is MPI_THREAD_FUNNELED); rank 0's background thread then writes
+// step-N.tmp, fsyncs, renames and replaces `latest` exactly as a synchronous save does, while
+// training goes on. One save at a time: a new one, the end of training and a preemption first
+// finish the one in flight. A SIGKILL during the background write leaves `latest` on the previous
+// checkpoint, as during a synchronous save.
+#pragma once
+
+#include <future>
+
+#include "checkpoint/checkpoint.h"
+
+namespace trainer {
+
+// The background writer needs an HDF5 built thread-safe (Debian's is), since the training data is
+// read through HDF5 at the same time; without one, saves stay synchronous.
+bool AsyncCheckpointSavesSupported();
+
+class AsyncCheckpointSaver {
+ public:
+  explicit AsyncCheckpointSaver(const ParallelGroups& groups) : groups_(groups) {}
+  // Rank 0: waits for a write in flight (an error return or a divergence still commits the last
+  // good state); its outcome is logged as a warning when it failed.
+  ~AsyncCheckpointSaver();
+  AsyncCheckpointSaver(const AsyncCheckpointSaver&) = delete;
+  AsyncCheckpointSaver& operator=(const AsyncCheckpointSaver&) = delete;
+
+  // Collective over the world; no save may be in flight (Finish it first). Gathers the state into
+  // rank 0's host snapshot and starts its write there.
+  Status Start(const CheckpointWriteRequest& request, GptModel* model, AdamW* optimizer);
+  // A save was started and not finished (the same on every rank).
+  bool pending() const { return pending_; }
+  // Rank 0: its background write has ended (well or not), so Finish will not wait. Other ranks:
+  // false (rank 0's answer reaches them through the training loop's per-step all-reduce).
+  bool WriteDone() const;
+  // Collective over the world when pending(): waits for rank 0's write and shares its outcome.
+  // A failed write is every rank's checkpoint error (rank 0's carries the one-line message).
+  // report: the committed folder (every rank), its bytes and the write's seconds (rank 0).
+  Status Finish(CheckpointSaveReport* report);
+
+ private:
+  const ParallelGroups& groups_;
+  CheckpointSnapshot snapshot_;
+  std::future<Status> write_;  // rank 0
+  CheckpointSaveReport written_;
+  bool pending_ = false;
+};
+
+}  // namespace trainer
