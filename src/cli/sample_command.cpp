@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "data/bpe_tokenizer.h"
+#include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "model/parameters.h"
@@ -36,7 +37,8 @@ struct SampleOptions {
   std::vector<std::string> overrides;
 };
 
-// How tokens read and print: bytes (vocab 257), GPT-2's BPE (--tokenizer-dir), or ids.
+// How tokens read and print: bytes (vocab 257), GPT-2's BPE or a Hugging Face tokenizer.json
+// (--tokenizer-dir), or ids.
 class TokenText {
  public:
   Status Setup(const SampleOptions& o, const ModelConfig& model) {
@@ -44,12 +46,17 @@ class TokenText {
     eod_ = model.vocab_size - 1;  // pack's last id, for bytes and ids
     bytes_ = model.vocab_size == ByteTokenizer::kVocabSize;
     if (o.tokenizer_dir.empty()) return Status::Ok();
+    if (PathExists(o.tokenizer_dir + "/tokenizer.json")) {  // Llama-3, Qwen: the model's own
+      TRAINER_ASSIGN_OR_RETURN(hf_, HfTokenizer::Load(o.tokenizer_dir, "--tokenizer-dir", -1));
+      eod_ = static_cast<int32_t>(hf_->eod_id());
+      return Status::Ok();
+    }
     TRAINER_ASSIGN_OR_RETURN(bpe_, LoadModelTokenizer(o.tokenizer_dir, model));
     const int64_t eod = bpe_->Find(BpeTokenizer::kEndOfText);
     if (eod >= 0) eod_ = static_cast<int32_t>(eod);
     return Status::Ok();
   }
-  bool is_text() const { return bytes_ || bpe_ != nullptr; }
+  bool is_text() const { return bytes_ || bpe_ != nullptr || hf_ != nullptr; }
 
   // The prompt as tokens: --prompt's text, or --prompt-ids; empty: one end-of-document token
   // (the start of a document).
@@ -61,7 +68,9 @@ class TokenText {
           "model's vocabulary is %d: give token ids with --prompt-ids, or the BPE tokenizer's "
           "folder with --tokenizer-dir",
           vocab_size_));
-    if (bpe_ != nullptr) {
+    if (hf_ != nullptr) {
+      for (uint32_t t : hf_->EncodePrompt(o.prompt)) tokens->push_back(static_cast<int32_t>(t));
+    } else if (bpe_ != nullptr) {
       BpeTokenizer tokenizer(bpe_, eod_);
       for (uint32_t t : tokenizer.EncodeText(o.prompt)) tokens->push_back(static_cast<int32_t>(t));
     } else {
@@ -88,6 +97,8 @@ class TokenText {
       out << token << ' ';
     else if (token == eod_)
       out << "\n\n";
+    else if (hf_ != nullptr)
+      out << hf_->Decode(static_cast<uint32_t>(token));
     else if (bpe_ == nullptr)
       out << static_cast<char>(token);
     else if (token < bpe_->size())
@@ -101,6 +112,7 @@ class TokenText {
   int32_t eod_ = 0;
   bool bytes_ = false;
   std::shared_ptr<const BpeVocabulary> bpe_;
+  std::unique_ptr<HfTokenizer> hf_;  // mutable state: encoding caches
 };
 
 Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {

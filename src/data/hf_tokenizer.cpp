@@ -347,6 +347,21 @@ std::vector<uint32_t> HfTokenizer::EncodeText(const std::string& text) {
   return tokens;
 }
 
+std::vector<uint32_t> HfTokenizer::EncodePrompt(const std::string& text) {
+  std::vector<uint32_t> tokens;
+  BeginDocument("");
+  (void)Encode(reinterpret_cast<const uint8_t*>(text.data()), text.size(), &tokens);
+  Process(/*document_end=*/true, &tokens);
+  document_started_ = false;
+  return tokens;
+}
+
+std::string HfTokenizer::Decode(uint32_t id) const {
+  for (const HfModel::AddedToken& a : model_->added)
+    if (a.id == id) return a.content;
+  return static_cast<int64_t>(id) < model_->bpe->size() ? model_->bpe->TokenBytes(id) : "";
+}
+
 void HfTokenizer::Process(bool document_end, std::vector<uint32_t>* tokens) {
   // Added tokens may start anywhere up to `limit`: an added token cut by the end of pending_
   // starts after it.

@@ -51,6 +51,12 @@ class HfTokenizer final : public Tokenizer {
   // The tokens of a whole text as Hugging Face's encode(text) gives them (with the template's
   // special tokens, without the end-of-document token).
   std::vector<uint32_t> EncodeText(const std::string& text);
+  // A prompt: the text's tokens after the template's leading tokens (Llama-3's <|begin_of_text|>)
+  // and without its trailing ones, so that a model continues it (`trainer sample`).
+  std::vector<uint32_t> EncodePrompt(const std::string& text);
+  // The text token `id` stands for: an added token's content, or the bytes of a model token; ""
+  // past the tokenizer's vocabulary (a model's padding rows).
+  std::string Decode(uint32_t id) const;
 
  private:
   HfTokenizer(std::shared_ptr<const HfModel> model, int64_t eod_id);

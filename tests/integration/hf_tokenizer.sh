@@ -99,4 +99,27 @@ PY
 else
   echo "no sentencepiece package: its check is skipped" >&2
 fi
+# trainer sample with the model's own tokenizer.json: a tiny llama trained on one repeated
+# sentence, packed with the Qwen2-style tokenizer, continues a prompt with that sentence (greedy),
+# the prompt encoded and each token printed as its text through --tokenizer-dir.
+SENTENCE="the cat sat on the mat. "
+python3 -c "import sys; open('cat.txt', 'w').write(sys.argv[1] * 600)" "$SENTENCE"
+"$TRAINER" pack --tokenizer hf --tokenizer-dir qwen2 --input cat.txt --output cat.h5 --quiet ||
+  fail "packing the sentence"
+VOCAB=$(h5dump -a vocab_size cat.h5 | grep -o '(0): [0-9]*' | grep -o '[0-9]*$')
+"$TRAINER" train -c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=cat.h5 \
+  -o Data.val_fraction=0 -o Model.vocab_size="$VOCAB" -o Model.num_layers=2 -o Model.max_seq_len=32 \
+  -o Engine.max_steps=120 -o Engine.save_steps=120 -o Engine.eval_freq=0 -o Engine.logging_freq=40 \
+  -o Engine.output_dir=cat-run > cat-train.log 2>&1 || { tail -20 cat-train.log; fail "training on the sentence"; }
+PROMPT="the cat sat on the"
+"$TRAINER" sample cat-run/checkpoints --tokenizer-dir qwen2 --prompt "$PROMPT" -n 12 -t 0 \
+  --output cat-sample.txt > /dev/null 2> cat-sample.err || { cat cat-sample.err; fail "trainer sample"; }
+python3 - "$SENTENCE" "$PROMPT" <<'PY' || fail "the sample through tokenizer.json is not the sentence"
+import sys
+sentence, prompt = sys.argv[1], sys.argv[2]
+got = open("cat-sample.txt").read().rstrip("\n")
+want = (sentence * 20)
+assert got.startswith(prompt) and want.startswith(got) and len(got) > len(prompt) + 20, repr(got)
+print(f"sample through tokenizer.json: {got!r}")
+PY
 echo "hf_tokenizer: OK"
