@@ -30,6 +30,12 @@ Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& c
                   std::vector<uint8_t>* mask) {
   TRAINER_RETURN_IF_ERROR(CheckChatTemplate(chat_template));
   mask->resize(tokens->size(), 0);
+  // The template writes the markers: no BOS (or post-processor tokens) around each piece.
+  struct Markers {
+    Tokenizer* tokenizer;
+    ~Markers() { tokenizer->set_document_markers(true); }
+  } restore{tokenizer};
+  tokenizer->set_document_markers(false);
   const auto piece = [&](const std::string& text, bool masked) {
     return Piece(tokenizer, source, text, masked ? 1 : 0, tokens, mask);
   };

@@ -31,7 +31,8 @@ Status CheckChatTemplate(const std::string& chat_template);
 // llama3: "<|begin_of_text|>", then "<|start_header_id|>{role}<|end_header_id|>\n\n" {content}
 // "<|eot_id|>" per message; none: {content} "\n" per message. Each piece is tokenized on its own
 // (a document for the tokenizer), so the masked spans have exact token boundaries; the content and
-// end marker (for none: the newline) of an "assistant" message get mask 1.
+// end marker (for none: the newline) of an "assistant" message get mask 1. The pieces get none of
+// the tokenizer's own document markers (set_document_markers(false) while rendering).
 Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& chat_template,
                   Tokenizer* tokenizer, const std::string& source, std::vector<uint32_t>* tokens,
                   std::vector<uint8_t>* mask);
