@@ -41,18 +41,25 @@ COMMON=(-c "$SRC/configs/tiny-llama-cpu.yaml" -o Global.device=cpu -o Model.max_
         -o Global.global_batch_size=8 -o Engine.max_steps=6 -o Engine.save_steps=6
         -o Engine.logging_freq=1 -o Engine.eval_freq=3 -o Engine.eval_iters=2
         -o Optimizer.warmup_steps=2 -o Optimizer.eps=1e-6)
-run() {  # name np data micro_batch
+run() {  # name np data micro_batch overrides...
   local name=$1 np=$2 data=$3 mb=$4
+  shift 4
   run_np "$np" train "${COMMON[@]}" -o Data.train_path="$data.h5" -o Data.val_path="$data.val.h5" \
-    -o Global.micro_batch_size="$mb" -o Engine.output_dir="$name" > "$name.log" 2>&1 ||
+    -o Global.micro_batch_size="$mb" -o Engine.output_dir="$name" "$@" > "$name.log" 2>&1 ||
     { tail -20 "$name.log"; fail "$name exited non-zero"; }
 }
 val_losses() { grep -o '"val_loss": [^,}]*' "$1" | awk '{print $2}'; }
 run single 1 chat 2
 grep -q "loss_mask" single.log || fail "the run should say it uses the loss mask"
-for layout in "single-mb8 1 8" "single-mb1 1 1" "dp2 2 2" "dp2-mb4 2 4" "dp4 4 2" "dp4-mb1 4 1"; do
+# Also tensor parallelism (the vocabulary-parallel loss) and pipeline stages (the count is the
+# last stage's, shared with the others).
+for layout in "single-mb8 1 8" "single-mb1 1 1" "dp2 2 2" "dp2-mb4 2 4" "dp4 4 2" "dp4-mb1 4 1" \
+    "dp2-tp2 4 2 -o Distributed.tp_degree=2" "dp2-pp2 4 1 -o Distributed.pp_degree=2"; do
   set -- $layout
-  run "$1" "$2" chat "$3"
+  name=$1 np=$2 mb=$3
+  shift 3
+  run "$name" "$np" chat "$mb" "$@"
+  set -- "$name"
   echo "== $1"
   compare_curves "$1/metrics.jsonl" single/metrics.jsonl 1e-5 1e-5 6 || fail "$1 losses differ"
   python3 - "$1/metrics.jsonl" single/metrics.jsonl <<'PY' || fail "$1 validation losses differ"
