@@ -155,6 +155,31 @@ TEST_F(ChatPackTest, PackWritesTheMaskAndCountsOverlongConversations) {
   }
 }
 
+TEST_F(ChatPackTest, BadLinesAndOptionsAreNamed) {
+  WriteBytes(Path("chat.jsonl"), R"({"messages": [{"role": "user", "content": "a"}]})"
+                                 "\n"
+                                 R"({"messages": [{"role": "user"}]})"
+                                 "\n");
+  PackOptions options;
+  options.inputs = {Path("chat.jsonl")};
+  options.output = Path("d.h5");
+  options.input_format = "chat";
+  options.show_progress = false;
+  PackSummary summary;
+  Status status = PackDataset(options, &summary);
+  EXPECT_EQ(status.code(), ExitCode::kData);
+  EXPECT_NE(status.message().find("chat.jsonl line 2"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("no \"content\""), std::string::npos) << status.message();
+  options.overlong = "split";
+  EXPECT_EQ(PackDataset(options, &summary).code(), ExitCode::kUsage);
+  options.overlong = "drop";
+  options.chat_template = "alpaca";
+  EXPECT_EQ(PackDataset(options, &summary).code(), ExitCode::kUsage);
+  options.chat_template = "chatml";
+  options.max_length = 1;
+  EXPECT_EQ(PackDataset(options, &summary).code(), ExitCode::kUsage);
+}
+
 TEST_F(ChatPackTest, ValidationSplitKeepsTheMaskAligned) {
   std::string lines;
   for (int i = 0; i < 10; ++i)
