@@ -7,6 +7,7 @@ trainer_script_test(parallel_layouts SCRIPT parallel_layouts.sh LABELS "e2e;mpi"
 trainer_script_test(parallel_layouts_llama SCRIPT parallel_layouts_llama.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(resume_exact SCRIPT resume_exact.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(data_files SCRIPT data_files.sh LABELS "e2e;mpi" TIMEOUT 300)
+trainer_script_test(chat_loss_mask SCRIPT chat_loss_mask.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(bad_inputs SCRIPT bad_inputs.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(version SCRIPT version.sh LABELS "e2e" TIMEOUT 30)
 trainer_script_test(diverge SCRIPT diverge.sh LABELS "e2e;mpi" TIMEOUT 300)

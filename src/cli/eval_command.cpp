@@ -5,6 +5,7 @@
 // micro-batch at a time: the samples a training run's evaluation reads from a validation file
 // (Data.val_path), so that the two agree. It reads the checkpoint only: a run may go on writing to
 // the folder meanwhile.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 
@@ -68,15 +69,17 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
                          B, T, backend->name().c_str());
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
   std::vector<int64_t> ids(static_cast<size_t>(B));
+  int64_t counted = 0;  // targets not ignored (all of them unless the data has a /loss_mask)
   for (int64_t b = 0; b < r->batches; ++b) {
     for (int j = 0; j < B; ++j) ids[static_cast<size_t>(j)] = b * B + j;
     TRAINER_RETURN_IF_ERROR(data.ReadSamples(ids, T, inputs.data(), targets.data()));
+    for (int32_t t : targets) counted += t >= 0;
     TRAINER_RETURN_IF_ERROR(model->Forward(0, inputs.data(), targets.data(), true, 0.f));
     TRAINER_RETURN_IF_ERROR(model->AccumulateLoss(b == 0));
   }
   double sum = 0;
   TRAINER_RETURN_IF_ERROR(model->LossSum(&sum));
-  r->loss = sum / (static_cast<double>(r->batches) * B * T);
+  r->loss = sum / static_cast<double>(std::max<int64_t>(counted, 1));
   return Status::Ok();
 }
 

@@ -31,7 +31,15 @@ int RunPackCommand(const std::vector<std::string>& args) {
        "Llama-2; --tokenizer-dir), u16 or u32 (raw little-endian "
        "token files)")
       ("input-format", po::value<std::string>(&options.input_format)->default_value(options.input_format),
-       "text (each file one document) or jsonl (JSON Lines: each line an object, one document)")
+       "text (each file one document), jsonl (JSON Lines: each line an object, one document) or "
+       "chat (JSON Lines of {\"messages\": [{\"role\", \"content\"}, ...]}: one conversation per "
+       "line, with a /loss_mask that trains only the assistant's tokens)")
+      ("chat-template", po::value<std::string>(&options.chat_template)->default_value(options.chat_template),
+       "chat: chatml (Qwen, SmolLM2), llama3 or none (each message's content and a newline)")
+      ("max-length", po::value<int64_t>(&options.max_length)->default_value(options.max_length),
+       "chat: most tokens per conversation, its end-of-document token included; 0 = no limit")
+      ("overlong", po::value<std::string>(&options.overlong)->default_value(options.overlong),
+       "chat: truncate or drop the conversations longer than --max-length")
       ("jsonl-key", po::value<std::string>(&options.jsonl_key)->default_value(options.jsonl_key),
        "jsonl: the key whose string value is the document's text")
       ("tokenizer-dir", po::value<std::string>(&options.tokenizer_dir),

@@ -122,8 +122,28 @@ Status TokenDataset::Validate(int64_t model_vocab_size, const DatasetOpenOptions
         "invalid eod_id attribute (%s): %lld is outside [0, vocab_size "
         "%lld). %s",
         path, static_cast<long long>(eod_id_), static_cast<long long>(vocab_size_), kRepack));
+  TRAINER_RETURN_IF_ERROR(ValidateLossMask(access_props.get()));
   TRAINER_RETURN_IF_ERROR(ValidateTokens(options));
   return ValidateDocOffsets();
+}
+
+Status TokenDataset::ValidateLossMask(hid_t access_props) {
+  if (H5Lexists(file_.get(), "loss_mask", H5P_DEFAULT) <= 0) return Status::Ok();
+  const char* path = path_.c_str();
+  if (loss_mask_.Reset(H5Dopen2(file_.get(), "loss_mask", access_props), H5Dclose) < 0)
+    return DataError(
+        StrFormat("cannot open /loss_mask (%s): %s. %s", path, Hdf5ErrorText().c_str(), kRepack));
+  Hdf5Handle type;
+  HDF5_CHECK(type.Reset(H5Dget_type(loss_mask_.get()), H5Tclose));
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1)
+    return DataError(StrFormat("wrong /loss_mask type (%s): %s, expected uint8. %s", path,
+                               DescribeType(type.get()).c_str(), kRepack));
+  if (Hdf5Length1D(loss_mask_.get()) != num_tokens_)
+    return DataError(StrFormat("wrong /loss_mask length (%s): %lld, /tokens has %lld. %s", path,
+                               static_cast<long long>(Hdf5Length1D(loss_mask_.get())),
+                               static_cast<long long>(num_tokens_), kRepack));
+  has_loss_mask_ = true;
+  return Status::Ok();
 }
 
 Status TokenDataset::ValidateTokens(const DatasetOpenOptions& options) {
@@ -251,6 +271,11 @@ Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<i
     const int64_t k = static_cast<int64_t>(j - i + 1);
     const int64_t first = split.first_sample + ids[i];
     TRAINER_RETURN_IF_ERROR(ReadTokens(first * T, k * T + 1, &staging_));
+    if (has_loss_mask_) {
+      mask_staging_.resize(static_cast<size_t>(k * T + 1));
+      TRAINER_RETURN_IF_ERROR(Hdf5ReadRange1D(loss_mask_.get(), first * T, k * T + 1,
+                                              H5T_NATIVE_UINT8, mask_staging_.data()));
+    }
     for (int64_t r = 0; r < k; ++r) {
       const uint32_t* sample = staging_.data() + r * T;  // (T+1) tokens
       int32_t* in = inputs + (static_cast<int64_t>(i) + r) * T;
@@ -258,6 +283,11 @@ Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<i
       for (int64_t t = 0; t < T; ++t) {
         in[t] = static_cast<int32_t>(sample[t]);
         out[t] = static_cast<int32_t>(sample[t + 1]);
+      }
+      if (has_loss_mask_) {  // a target of mask 0 is ignored: -1
+        const uint8_t* mask = mask_staging_.data() + r * T;
+        for (int64_t t = 0; t < T; ++t)
+          if (mask[t + 1] == 0) out[t] = -1;
       }
     }
     i = j + 1;

@@ -54,6 +54,10 @@ class TokenDataset {
   // config key in the message (e.g. "Data.train_path").
   Status RequireSamples(int seq_len, int64_t min_samples, const std::string& key) const;
 
+  // True when the file has a /loss_mask (chat data): ReadSamples then sets the targets whose token
+  // has mask 0 to -1 (ignored by the loss).
+  bool has_loss_mask() const { return has_loss_mask_; }
+
   // Reads samples by file sample id into inputs (n, T) and targets (n, T), int32, n = ids.size().
   // One hyperslab read per run of consecutive ids; nothing outside the samples is read.
   Status ReadSamples(const std::vector<int64_t>& sample_ids, int seq_len, int32_t* inputs,
@@ -67,6 +71,7 @@ class TokenDataset {
   Status Validate(int64_t model_vocab_size, const DatasetOpenOptions& options);
   Status ValidateTokens(const DatasetOpenOptions& options);
   Status ValidateDocOffsets();
+  Status ValidateLossMask(hid_t access_props);
   // Reads tokens [start, start + count) into `buffer` (grown as needed) and checks each id.
   Status ReadTokens(int64_t start, int64_t count, std::vector<uint32_t>* buffer);
   Status ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids, int seq_len,
@@ -76,6 +81,9 @@ class TokenDataset {
   Hdf5Handle file_;
   Hdf5Handle tokens_;
   Hdf5Handle doc_offsets_;
+  Hdf5Handle loss_mask_;  // open when the file has one
+  bool has_loss_mask_ = false;
+  std::vector<uint8_t> mask_staging_;
   int token_bytes_ = 2;
   int64_t num_tokens_ = 0;
   int64_t num_documents_ = 0;

@@ -324,7 +324,8 @@ Status HfTokenizer::Encode(const uint8_t* bytes, size_t size, std::vector<uint32
   if (size == 0) return Status::Ok();
   if (!document_started_) {
     document_started_ = true;
-    tokens->insert(tokens->end(), model_->prefix.begin(), model_->prefix.end());
+    if (document_markers_)
+      tokens->insert(tokens->end(), model_->prefix.begin(), model_->prefix.end());
   }
   pending_.append(reinterpret_cast<const char*>(bytes), size);
   Process(/*document_end=*/false, tokens);
@@ -334,7 +335,8 @@ Status HfTokenizer::Encode(const uint8_t* bytes, size_t size, std::vector<uint32
 Status HfTokenizer::EndDocument(std::vector<uint32_t>* tokens) {
   if (!document_started_) return Status::Ok();
   Process(/*document_end=*/true, tokens);
-  tokens->insert(tokens->end(), model_->suffix.begin(), model_->suffix.end());
+  if (document_markers_)
+    tokens->insert(tokens->end(), model_->suffix.begin(), model_->suffix.end());
   document_started_ = false;
   return Status::Ok();
 }

@@ -3,6 +3,7 @@
 #include "data/json_line.h"
 
 #include "common/log.h"
+#include "data/chat.h"
 
 namespace trainer {
 namespace {
@@ -128,9 +129,63 @@ class JsonScanner {
 
   std::string_view text_;
   size_t at_ = 0;
+
+ public:
+  // After the opening '{' was taken: each key, then fn(key) reads or skips its value.
+  template <typename Fn>
+  Status Members(Fn fn) {
+    if (Take('}')) return Status::Ok();
+    std::string name;
+    for (;;) {
+      name.clear();
+      if (!Take('"')) return DataError("a key that is not a string");
+      TRAINER_RETURN_IF_ERROR(String(&name));
+      if (!Take(':')) return DataError(StrFormat("no ':' after \"%s\"", name.c_str()));
+      TRAINER_RETURN_IF_ERROR(fn(name));
+      if (Take(',')) continue;
+      if (Take('}')) return Status::Ok();
+      return DataError("a missing ',' or '}'");
+    }
+  }
 };
 
 }  // namespace
+
+Status JsonChatMessages(std::string_view line, std::vector<ChatMessage>* messages) {
+  JsonScanner json(line);
+  if (!json.Take('{')) return DataError("not a JSON object");
+  bool found = false;
+  TRAINER_RETURN_IF_ERROR(json.Members([&](const std::string& key) -> Status {
+    if (key != "messages") return json.SkipValue();
+    if (!json.Take('[')) return DataError("\"messages\" is not an array");
+    found = true;
+    messages->clear();
+    if (json.Take(']')) return Status::Ok();
+    for (;;) {
+      if (!json.Take('{')) return DataError("a message that is not an object");
+      ChatMessage message;
+      bool role = false, content = false;
+      TRAINER_RETURN_IF_ERROR(json.Members([&](const std::string& field) -> Status {
+        if (field != "role" && field != "content") return json.SkipValue();
+        std::string* out = field == "role" ? &message.role : &message.content;
+        (field == "role" ? role : content) = true;
+        if (!json.Take('"'))
+          return DataError(StrFormat("a message's \"%s\" is not a string", field.c_str()));
+        out->clear();
+        return json.String(out);
+      }));
+      if (!role || !content)
+        return DataError(StrFormat("message %zu has no \"%s\"", messages->size() + 1,
+                                   role ? "content" : "role"));
+      messages->push_back(std::move(message));
+      if (json.Take(',')) continue;
+      if (json.Take(']')) return Status::Ok();
+      return DataError("a missing ',' or ']' in \"messages\"");
+    }
+  }));
+  if (!found) return DataError("no \"messages\" in the object");
+  return Status::Ok();
+}
 
 Status JsonStringField(std::string_view line, const std::string& key, std::string* text) {
   JsonScanner json(line);

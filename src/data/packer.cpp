@@ -15,6 +15,7 @@
 
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "data/chat.h"
 #include "data/json_line.h"
 #include "data/progress.h"
 #include "data/token_file_writer.h"
@@ -85,7 +86,11 @@ class InputReader {
  public:
   InputReader(const PackOptions& options, Tokenizer* tokenizer, int64_t total_bytes)
       : tokenizer_(tokenizer),
-        jsonl_(options.input_format == "jsonl"),
+        jsonl_(options.input_format == "jsonl" || options.input_format == "chat"),
+        chat_(options.input_format == "chat"),
+        chat_template_(options.chat_template),
+        max_length_(options.max_length),
+        drop_overlong_(options.overlong == "drop"),
         jsonl_key_(options.jsonl_key),
         show_progress_(options.show_progress),
         progress_("pack", total_bytes, stderr),
@@ -93,23 +98,49 @@ class InputReader {
     tokens_.reserve(bytes_.size());
   }
 
-  // Calls consume(tokens, count) for the tokens of each document of `input` and then
-  // end_document(count) with its number of tokens (without an eod).
+  // Calls consume(tokens, count, mask) for the tokens of each document of `input` (mask: one byte
+  // per token for chat, else null) and then end_document(count) with its number of tokens
+  // (without an eod).
   template <typename Consume, typename EndDocument>
   Status Read(const std::string& input, Consume consume, EndDocument end_document) {
     std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(input.c_str(), "rb"), std::fclose);
     if (!file) return DataError("cannot open input file (" + input + ", --input): fopen failed");
     int64_t count = 0;
     const auto tokenized = [&]() -> Status {
-      TRAINER_RETURN_IF_ERROR(consume(tokens_.data(), tokens_.size()));
+      TRAINER_RETURN_IF_ERROR(
+          consume(tokens_.data(), tokens_.size(), chat_ ? mask_.data() : nullptr));
       count += static_cast<int64_t>(tokens_.size());
       tokens_.clear();
+      mask_.clear();
       return Status::Ok();
     };
     int64_t line_number = 0;
     const auto end_line = [&]() -> Status {  // a JSON Lines document
       ++line_number;
       if (line_.find_first_not_of(" \t\r") == std::string::npos) return Status::Ok();
+      count = 0;
+      if (chat_) {
+        const std::string source =
+            StrFormat("%s line %lld", input.c_str(), static_cast<long long>(line_number));
+        const Status parsed = JsonChatMessages(line_, &messages_);
+        if (!parsed.ok())
+          return DataError(
+              StrFormat("bad chat line (%s, --input-format chat): %s. Each line must be an object "
+                        "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]}",
+                        source.c_str(), parsed.message().c_str()));
+        TRAINER_RETURN_IF_ERROR(
+            RenderChat(messages_, chat_template_, tokenizer_, source, &tokens_, &mask_));
+        ++stats_.conversations;
+        if (max_length_ > 0 && static_cast<int64_t>(tokens_.size()) + 1 > max_length_) {
+          const size_t keep = drop_overlong_ ? 0 : static_cast<size_t>(max_length_ - 1);
+          ++(drop_overlong_ ? stats_.dropped : stats_.truncated);
+          tokens_.resize(keep);
+          mask_.resize(keep);
+        }
+        for (uint8_t m : mask_) stats_.trained_tokens += m;
+        TRAINER_RETURN_IF_ERROR(tokenized());
+        return end_document(count);
+      }
       text_.clear();
       const Status parsed = JsonStringField(line_, jsonl_key_, &text_);
       if (!parsed.ok())
@@ -120,7 +151,6 @@ class InputReader {
                       jsonl_key_.c_str()));
       tokenizer_->BeginDocument(
           StrFormat("%s line %lld", input.c_str(), static_cast<long long>(line_number)));
-      count = 0;
       TRAINER_RETURN_IF_ERROR(tokenizer_->Encode(reinterpret_cast<const uint8_t*>(text_.data()),
                                                  text_.size(), &tokens_));
       TRAINER_RETURN_IF_ERROR(tokenizer_->EndDocument(&tokens_));
@@ -166,9 +196,23 @@ class InputReader {
     if (show_progress_) progress_.Finish();
   }
 
+  struct ChatStats {
+    int64_t conversations = 0, truncated = 0, dropped = 0, trained_tokens = 0;
+  };
+  // Chat counts since the last ResetStats (the counting pass reads the inputs once more).
+  const ChatStats& stats() const { return stats_; }
+  void ResetStats() { stats_ = ChatStats(); }
+
  private:
   Tokenizer* tokenizer_;
   bool jsonl_;
+  bool chat_;
+  std::string chat_template_;
+  int64_t max_length_;
+  bool drop_overlong_;
+  ChatStats stats_;
+  std::vector<ChatMessage> messages_;
+  std::vector<uint8_t> mask_;
   std::string jsonl_key_;
   bool show_progress_;
   ProgressReporter progress_;
@@ -183,7 +227,7 @@ class SplitWriter {
  public:
   SplitWriter(TokenFileWriter* train, TokenFileWriter* val, int64_t cut)
       : train_(train), val_(val), cut_(cut) {}
-  Status Append(const uint32_t* tokens, size_t count) {
+  Status Append(const uint32_t* tokens, size_t count, const uint8_t* mask = nullptr) {
     while (count > 0) {
       size_t n = count;
       TokenFileWriter* target = val_;
@@ -191,8 +235,9 @@ class SplitWriter {
         n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(count), cut_ - position_));
         target = train_;
       }
-      TRAINER_RETURN_IF_ERROR(target->Append(tokens, n));
+      TRAINER_RETURN_IF_ERROR(target->Append(tokens, n, mask));
       tokens += n;
+      if (mask) mask += n;
       count -= n;
       position_ += static_cast<int64_t>(n);
     }
@@ -211,13 +256,13 @@ class SplitWriter {
 // else by tokenizing it once without writing.
 Status CountTokens(const PackOptions& options, const std::vector<int64_t>& sizes,
                    Tokenizer* tokenizer, InputReader* reader, std::vector<int64_t>* counts) {
-  auto discard = [](const uint32_t*, size_t) { return Status::Ok(); };
+  auto discard = [](const uint32_t*, size_t, const uint8_t*) { return Status::Ok(); };
   auto note = [counts](int64_t count) {
     counts->push_back(count);
     return Status::Ok();
   };
   for (size_t i = 0; i < options.inputs.size(); ++i) {
-    const int64_t count = options.input_format == "jsonl" ? -1 : tokenizer->TokenCount(sizes[i]);
+    const int64_t count = options.input_format != "text" ? -1 : tokenizer->TokenCount(sizes[i]);
     if (count >= 0)
       counts->push_back(count);
     else
@@ -278,6 +323,11 @@ std::string PackSummary::OneLine() const {
     line += (i == 0 ? ": " : ", ") + files[i].path + " (" + Plural(files[i].tokens, "token") +
             ", " + Plural(files[i].documents, "document") + ")";
   }
+  if (chat)
+    line +=
+        StrFormat("; chat: %s, %lld truncated, %lld dropped, %s",
+                  Plural(conversations, "conversation").c_str(), static_cast<long long>(truncated),
+                  static_cast<long long>(dropped), Plural(trained_tokens, "trained token").c_str());
   if (!removed.empty()) line += "; removed the stale " + removed + " of an earlier pack";
   return line;
 }
@@ -324,14 +374,26 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   *summary = PackSummary();
   if (options.inputs.empty())
     return UsageError("no input files (pack, --input): pass at least one file");
-  if (options.input_format != "text" && options.input_format != "jsonl")
+  if (options.input_format != "text" && options.input_format != "jsonl" &&
+      options.input_format != "chat")
     return UsageError("unknown --input-format (pack): '" + options.input_format +
-                      "'. Use text (each file one document) or jsonl (each line one)");
-  if (options.input_format == "jsonl" && (tokenizer->name() == "u16" || tokenizer->name() == "u32"))
-    return UsageError(
-        "--input-format jsonl (pack) holds text: use --tokenizer bytes, gpt2, hf or sentencepiece, "
-        "not " +
-        tokenizer->name());
+                      "'. Use text (each file one document), jsonl (each line one) or chat (each "
+                      "line one conversation)");
+  const bool chat = options.input_format == "chat";
+  if (chat) {
+    TRAINER_RETURN_IF_ERROR(CheckChatTemplate(options.chat_template));
+    if (options.overlong != "truncate" && options.overlong != "drop")
+      return UsageError("unknown --overlong (pack): '" + options.overlong +
+                        "'. Use truncate or drop");
+    if (options.max_length < 0 || options.max_length == 1)
+      return UsageError(StrFormat("invalid --max-length (pack): %lld. Pass 0 (no limit) or >= 2",
+                                  static_cast<long long>(options.max_length)));
+  }
+  if (options.input_format != "text" && (tokenizer->name() == "u16" || tokenizer->name() == "u32"))
+    return UsageError("--input-format " + options.input_format +
+                      " (pack) holds text: use --tokenizer bytes, gpt2, hf or sentencepiece, "
+                      "not " +
+                      tokenizer->name());
   if (options.output.empty())
     return UsageError("no output file (pack, --output): pass the HDF5 file to write");
   if (!(options.val_fraction >= 0.0 && options.val_fraction < 1.0))
@@ -359,9 +421,8 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   bool must_count = false;  // a counting pass reads the inputs twice
   for (size_t i = 0; i < sizes.size(); ++i) {
     total_bytes += sizes[i];
-    must_count =
-        must_count ||
-        (split && (options.input_format == "jsonl" || tokenizer->TokenCount(sizes[i]) < 0));
+    must_count = must_count ||
+                 (split && (options.input_format != "text" || tokenizer->TokenCount(sizes[i]) < 0));
   }
   InputReader reader(options, tokenizer, must_count ? 2 * total_bytes : total_bytes);
 
@@ -383,7 +444,7 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   // small chunks instead of a mostly empty 1 Mi-token chunk.
   const int64_t max_tokens =
       total >= 0 ? total : total_bytes + static_cast<int64_t>(options.inputs.size());
-  const TokenFileInfo info{tokenizer->vocab_size(), tokenizer->eod_id(), tokenizer->name()};
+  const TokenFileInfo info{tokenizer->vocab_size(), tokenizer->eod_id(), tokenizer->name(), chat};
   TemporaryFiles temporaries;
   const std::string train_tmp = options.output + ".tmp";
   const std::string val_tmp = val_path + ".tmp";
@@ -402,7 +463,9 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
 
   // The writing pass: one eod after each non-empty document.
   SplitWriter writer(train.get(), val.get(), cut);
-  auto write = [&writer](const uint32_t* tokens, size_t n) { return writer.Append(tokens, n); };
+  auto write = [&writer](const uint32_t* tokens, size_t n, const uint8_t* mask) {
+    return writer.Append(tokens, n, mask);
+  };
   const uint32_t eod = static_cast<uint32_t>(tokenizer->eod_id());
   std::vector<uint64_t> doc_offsets;
   auto end_document = [&](int64_t count) {
@@ -411,8 +474,9 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
       return Status::Ok();
     }
     doc_offsets.push_back(static_cast<uint64_t>(writer.position() - count));
-    return writer.Append(&eod, 1);
+    return writer.Append(&eod, 1);  // mask 0 for chat
   };
+  reader.ResetStats();
   for (const std::string& input : options.inputs)
     TRAINER_RETURN_IF_ERROR(reader.Read(input, write, end_document));
   reader.Finish();
@@ -424,6 +488,12 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   summary->vocab_size = tokenizer->vocab_size();
   summary->documents = static_cast<int64_t>(doc_offsets.size()) - 1;
   summary->tokens = writer.position();
+  summary->chat = chat;
+  summary->conversations = reader.stats().conversations;
+  summary->truncated = reader.stats().truncated;
+  summary->dropped = reader.stats().dropped;
+  summary->trained_tokens = reader.stats().trained_tokens;
+  summary->empty_inputs -= summary->dropped;  // counted as empty by end_document
 
   if (!split) {
     TRAINER_RETURN_IF_ERROR(train->Finish(doc_offsets));

@@ -17,15 +17,18 @@ namespace trainer {
 
 struct PackOptions {
   std::vector<std::string> inputs;    // one document per file (text), or per line (jsonl), in order
-  std::string input_format = "text";  // text | jsonl (JSON Lines: each line an object)
-  std::string jsonl_key = "text";     // jsonl: the key whose string is the document
-  std::string output;                 // e.g. data.h5
-  std::string tokenizer = "bytes";    // bytes | gpt2 | hf | u16 | u32 (MakeTokenizer)
-  std::string tokenizer_dir;          // gpt2, hf: the tokenizer's folder
-  int64_t vocab_size = 0;             // 0: the tokenizer's own (required for u16/u32)
-  int64_t eod_id = -1;                // -1: the tokenizer's own (vocab_size - 1 for u16/u32)
-  double val_fraction = 0.0;          // in [0, 1): the last fraction of tokens go to val_output
-  std::string val_output;             // empty: DefaultValidationPath(output)
+  std::string input_format = "text";  // text | jsonl (JSON Lines: each line an object) | chat
+  std::string chat_template = "chatml";  // chat: chatml | llama3 | none (data/chat.h)
+  int64_t max_length = 0;                // chat: 0 = any; else tokens per conversation (with eod)
+  std::string overlong = "truncate";     // chat: truncate | drop conversations over max_length
+  std::string jsonl_key = "text";        // jsonl: the key whose string is the document
+  std::string output;                    // e.g. data.h5
+  std::string tokenizer = "bytes";       // bytes | gpt2 | hf | u16 | u32 (MakeTokenizer)
+  std::string tokenizer_dir;             // gpt2, hf: the tokenizer's folder
+  int64_t vocab_size = 0;                // 0: the tokenizer's own (required for u16/u32)
+  int64_t eod_id = -1;                   // -1: the tokenizer's own (vocab_size - 1 for u16/u32)
+  double val_fraction = 0.0;             // in [0, 1): the last fraction of tokens go to val_output
+  std::string val_output;                // empty: DefaultValidationPath(output)
   int64_t read_chunk_bytes = int64_t{4} << 20;  // input read size
   int64_t chunk_tokens = int64_t{1} << 20;      // HDF5 chunk of /tokens (smaller for tiny inputs)
   bool show_progress = true;                    // progress lines on stderr for runs over ~2 s
@@ -46,6 +49,11 @@ struct PackSummary {
   int64_t documents = 0;          // non-empty documents (files, or lines of JSON Lines)
   int64_t tokens = 0;             // including one eod per document
   int64_t empty_inputs = 0;       // empty documents (skipped: no tokens, no eod)
+  bool chat = false;              // --input-format chat: the counts below and /loss_mask
+  int64_t conversations = 0;      // chat: conversations read (written, truncated or dropped)
+  int64_t truncated = 0;          // chat: conversations cut to max_length
+  int64_t dropped = 0;            // chat: conversations over max_length left out
+  int64_t trained_tokens = 0;     // chat: tokens of mask 1
   std::vector<PackedFile> files;  // the training file, then the validation file if any
   std::string removed;            // with --force and no split: the stale validation file removed
 

@@ -60,7 +60,7 @@ Status SentencePieceTokenizer::EndDocument(std::vector<uint32_t>* tokens) {
   if (!encoded.ok())
     return DataError(StrFormat("SentencePiece cannot encode %s: %s", source_.c_str(),
                                encoded.ToString().c_str()));
-  if (bos_id_ >= 0) tokens->push_back(static_cast<uint32_t>(bos_id_));
+  if (bos_id_ >= 0 && document_markers_) tokens->push_back(static_cast<uint32_t>(bos_id_));
   tokens->insert(tokens->end(), ids_.begin(), ids_.end());
   text_.clear();
   text_.shrink_to_fit();

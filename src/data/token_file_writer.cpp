@@ -40,10 +40,17 @@ StatusOr<std::unique_ptr<TokenFileWriter>> TokenFileWriter::Create(const std::st
   HDF5_CHECK(writer->tokens_.Reset(H5Dcreate2(writer->file_.get(), "tokens", file_type, space.get(),
                                               H5P_DEFAULT, create_props.get(), access_props.get()),
                                    H5Dclose));
+  if (info.loss_mask) {
+    writer->mask_buffer_.resize(static_cast<size_t>(writer->chunk_tokens_));
+    HDF5_CHECK(
+        writer->mask_.Reset(H5Dcreate2(writer->file_.get(), "loss_mask", H5T_STD_U8LE, space.get(),
+                                       H5P_DEFAULT, create_props.get(), access_props.get()),
+                            H5Dclose));
+  }
   return writer;
 }
 
-Status TokenFileWriter::Append(const uint32_t* tokens, size_t count) {
+Status TokenFileWriter::Append(const uint32_t* tokens, size_t count, const uint8_t* mask) {
   size_t i = 0;
   while (i < count) {
     size_t room = static_cast<size_t>(chunk_tokens_ - buffered_);
@@ -53,6 +60,13 @@ Status TokenFileWriter::Append(const uint32_t* tokens, size_t count) {
       for (size_t k = 0; k < n; ++k) out[k] = static_cast<uint16_t>(tokens[i + k]);
     } else {
       std::memcpy(reinterpret_cast<uint32_t*>(buffer_.data()) + buffered_, tokens + i, n * 4);
+    }
+    if (info_.loss_mask) {
+      uint8_t* out = mask_buffer_.data() + buffered_;
+      if (mask)
+        std::memcpy(out, mask + i, n);
+      else
+        std::memset(out, 0, n);
     }
     buffered_ += static_cast<int64_t>(n);
     i += n;
@@ -67,6 +81,11 @@ Status TokenFileWriter::WriteBuffer() {
   HDF5_CHECK(H5Dset_extent(tokens_.get(), new_size));
   TRAINER_RETURN_IF_ERROR(
       Hdf5WriteRange1D(tokens_.get(), written_, buffered_, mem_type_, buffer_.data()));
+  if (info_.loss_mask) {
+    HDF5_CHECK(H5Dset_extent(mask_.get(), new_size));
+    TRAINER_RETURN_IF_ERROR(
+        Hdf5WriteRange1D(mask_.get(), written_, buffered_, H5T_NATIVE_UINT8, mask_buffer_.data()));
+  }
   written_ += buffered_;
   buffered_ = 0;
   return Status::Ok();
@@ -93,6 +112,10 @@ Status TokenFileWriter::Finish(const std::vector<uint64_t>& doc_offsets) {
   TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(file_.get(), "vocab_size", info_.vocab_size));
   TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(file_.get(), "eod_id", info_.eod_id));
   TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(file_.get(), "tokenizer", info_.tokenizer));
+  if (info_.loss_mask) {
+    TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(mask_.get(), "format", kLossMaskFormat));
+    HDF5_CHECK(mask_.Close());
+  }
   HDF5_CHECK(offsets.Close());
   HDF5_CHECK(tokens_.Close());
   if (file_.Close() < 0) {

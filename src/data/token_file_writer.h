@@ -19,7 +19,11 @@ struct TokenFileInfo {
   int64_t vocab_size = 0;  // /tokens is uint16 when vocab_size <= 65536, else uint32
   int64_t eod_id = 0;
   std::string tokenizer;
+  bool loss_mask = false;  // also write /loss_mask (uint8, one per token; chat data)
 };
+
+// The `format` attribute of /loss_mask (docs/data-format.md).
+inline constexpr const char* kLossMaskFormat = "uint8 per token: 1 = trained on as a target";
 
 class TokenFileWriter {
  public:
@@ -29,8 +33,9 @@ class TokenFileWriter {
                                                            int64_t chunk_tokens);
   ~TokenFileWriter() = default;
 
-  // Buffers tokens (each < vocab_size) and writes every full chunk.
-  Status Append(const uint32_t* tokens, size_t count);
+  // Buffers tokens (each < vocab_size) and writes every full chunk. With info.loss_mask, `mask`
+  // holds one byte per token (null: all 0); without, it is ignored.
+  Status Append(const uint32_t* tokens, size_t count, const uint8_t* mask = nullptr);
   // Writes the buffered partial chunk.
   Status Flush();
   // Tokens appended so far (written and buffered).
@@ -52,7 +57,9 @@ class TokenFileWriter {
   int64_t chunk_tokens_ = 0;
   Hdf5Handle file_;
   Hdf5Handle tokens_;
-  std::vector<uint8_t> buffer_;  // (chunk_tokens * token_bytes) bytes
+  Hdf5Handle mask_;                   // /loss_mask, with info.loss_mask
+  std::vector<uint8_t> mask_buffer_;  // chunk_tokens bytes, with info.loss_mask
+  std::vector<uint8_t> buffer_;       // (chunk_tokens * token_bytes) bytes
   int64_t buffered_ = 0;
   int64_t written_ = 0;
 };

@@ -32,6 +32,14 @@ class Tokenizer {
   // The exact token count of a document of `document_bytes` bytes when the size alone tells it,
   // else -1 (then `trainer pack --val-fraction` tokenizes once more just to count).
   virtual int64_t TokenCount(int64_t document_bytes) const { return -1; }
+
+  // false: documents get none of the tokenizer's own markers (the tokens a Hugging Face
+  // post-processor adds around each, SentencePiece's BOS), as for the pieces of a chat template,
+  // which writes its own. Default true.
+  void set_document_markers(bool on) { document_markers_ = on; }
+
+ protected:
+  bool document_markers_ = true;
 };
 
 class ByteTokenizer final : public Tokenizer {

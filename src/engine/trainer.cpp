@@ -91,6 +91,16 @@ Status Trainer::Restore() {
                                                       model_->parameters(), config_.global.seed));
 }
 
+namespace {
+
+bool HasLossMask(const SampleSet& samples) {
+  for (const SampleSet::Part& part : samples.parts())
+    if (part.file->has_loss_mask()) return true;
+  return false;
+}
+
+}  // namespace
+
 Status Trainer::OpenData() {
   const int T = config_.model.sequence_length();
   // World rank 0 checks every token once; the others rely on ReadSamples' per-sample checks, so
@@ -122,6 +132,10 @@ Status Trainer::OpenData() {
     line +=
         StrFormat("; %lld validation samples from %s",
                   static_cast<long long>(data_.val.num_samples()), data_.val.Describe().c_str());
+  train_masked_ = HasLossMask(data_.train);
+  val_masked_ = HasLossMask(data_.val);
+  if (train_masked_ || val_masked_)
+    line += "; /loss_mask: the loss averages over the targets of mask 1 only";
   LogInfo(line);
   return Status::Ok();
 }
@@ -150,8 +164,13 @@ Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, const SampleSe
   if (!part.first_stage() && !part.last_stage()) return Status::Ok();
   const std::vector<int64_t> mine =
       GlobalSampler::DpSlice(global_ids, groups_.coord.dp, groups_.topology.dp);
-  return samples.ReadSamples(mine, config_.model.sequence_length(), batch->inputs.data(),
-                             batch->targets.data());
+  TRAINER_RETURN_IF_ERROR(samples.ReadSamples(mine, config_.model.sequence_length(),
+                                              batch->inputs.data(), batch->targets.data()));
+  batch->trained = 0;
+  if (part.last_stage() && HasLossMask(samples))
+    for (size_t i = 0; i < mine.size() * config_.model.sequence_length(); ++i)
+      batch->trained += batch->targets[i] >= 0;
+  return Status::Ok();
 }
 
 void Trainer::StartPrefetch(int64_t consumed_samples) {
@@ -284,7 +303,15 @@ Status Trainer::TrainStep(double* lr) {
   mb.inputs = batches_[current_].inputs.data();
   mb.targets = batches_[current_].targets.data();
   const double tokens = TokensPerStep();
-  TRAINER_RETURN_IF_ERROR(pipeline_->TrainStep(mb, static_cast<float>(1.0 / tokens), timer_.get()));
+  double trained = tokens;  // the loss and gradient average over these targets
+  if (train_masked_) {      // those of mask 1 in the whole global batch (at least 1)
+    trained = model_->partition().last_stage() ? batches_[current_].trained : 0.0;
+    TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&trained));
+    trained = std::max(trained, 1.0);
+  }
+  step_trained_ = trained;
+  TRAINER_RETURN_IF_ERROR(
+      pipeline_->TrainStep(mb, static_cast<float>(1.0 / trained), timer_.get()));
   TRAINER_RETURN_IF_ERROR(ReduceGradients());
   TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kGradReduce));
   const double clip = config_.optimizer.grad_clip;
@@ -309,7 +336,7 @@ Status Trainer::StepResults(double* loss, double* grad_norm) {
   double loss_sum = 0.0;
   TRAINER_RETURN_IF_ERROR(pipeline_->LossSum(&loss_sum));
   TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&loss_sum));
-  *loss = loss_sum / TokensPerStep();
+  *loss = loss_sum / (train_masked_ ? step_trained_ : TokensPerStep());
   if (NormOnDevice()) {
     double sum_squares = 0.0;
     TRAINER_RETURN_IF_ERROR(optimizer_->QueuedGradNormSquared(&sum_squares));

@@ -90,6 +90,7 @@ class Trainer {
   // A host batch: this rank's (GA*B, T) inputs and targets.
   struct HostBatch {
     std::vector<int32_t> inputs, targets;
+    int64_t trained = 0;  // with a loss mask, on the last stage: the targets not ignored (>= 0)
   };
   // A data error on every rank that opened its data when the ranks' training sets differ
   // (sources: this rank's, null when it failed to open them).
@@ -132,6 +133,9 @@ class Trainer {
   HostBatch batches_[2];  // the batch in use and the one being prefetched
   int current_ = 0;
   std::future<Status> prefetch_;
+  // Data with a /loss_mask: the loss is averaged over the targets it keeps in the global batch.
+  bool train_masked_ = false, val_masked_ = false;
+  double step_trained_ = 0.0;    // the last step's global count of trained targets (train_masked_)
   double host_grad_norm_ = 0.0;  // the last step's norm, where it was computed on the host
   Status prefetch_status_;
   int64_t prefetched_position_ = -1;

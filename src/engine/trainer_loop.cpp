@@ -1,4 +1,5 @@
 // Trainer (trainer.h): the step loop, evaluation and the divergence check.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -58,7 +59,7 @@ Status Trainer::Evaluate(double* val_loss) {
   if (data_.val.num_samples() <= 0) return NoValidationDataError();
   JoinPrefetch();                          // HDF5 serves one thread at a time
   HostBatch* batch = &batches_[current_];  // the finished step's batch; the prefetched one stays
-  double total = 0.0;
+  double total = 0.0, trained = 0.0;
   const int iters = config_.engine.eval_iters;
   for (int it = 0; it < iters; ++it) {
     TRAINER_RETURN_IF_ERROR(
@@ -72,9 +73,16 @@ Status Trainer::Evaluate(double* val_loss) {
     double sum = 0.0;
     TRAINER_RETURN_IF_ERROR(pipeline_->EvalStep(mb, &sum));
     total += sum;
+    trained += static_cast<double>(batch->trained);
   }
   TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&total));
-  *val_loss = total / (static_cast<double>(iters) * GB * T);
+  if (!val_masked_) {
+    *val_loss = total / (static_cast<double>(iters) * GB * T);
+    return Status::Ok();
+  }
+  // With a /loss_mask: averaged over the targets of mask 1 (at least 1).
+  TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&trained));
+  *val_loss = total / std::max(trained, 1.0);
   return Status::Ok();
 }
 

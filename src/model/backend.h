@@ -166,7 +166,8 @@ class Backend {
   Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start, int vocab_size);
   // After row_max is reduced (max) over the group:
   // sums (2,N) f32: row 0 = sum of exp(logit - row_max) over real columns, row 1 = the target's
-  // logit when the target is one of this rank's columns, else 0. targets (N) i32.
+  // logit when the target is one of this rank's columns, else 0. targets (N) i32; a target < 0
+  // is ignored (loss mask 0): its loss is 0 and its dlogits row 0.
   Status CrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
                           int vocab_start, int vocab_size);
   // After sums is reduced (sum) over the group:

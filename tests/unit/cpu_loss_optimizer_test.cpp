@@ -155,6 +155,66 @@ TEST_P(CpuCrossEntropy, TwoRankSplitMatchesUnsplitLossAndFiniteDifferences) {
   EXPECT_EQ(only_losses, whole_losses);
 }
 
+// Targets < 0 (loss mask 0) give loss 0 and a zero gradient row; the other rows are those of the
+// closed form, bit for bit those of the same rows with every target kept; on a rank split too.
+TEST(CpuCrossEntropyIgnored, NegativeTargetsGiveNoLossAndNoGradient) {
+  const CrossEntropyCase e{6, 19, 24};
+  const int N = e.N, V = e.padded_vocab;
+  const float dloss_scale = 0.25f;
+  CpuBackend backend;
+  const std::vector<float> logits = RandomFloats(N * V, 91, -3.f, 3.f);
+  std::vector<int32_t> all = RandomInts(N, 92, 0, e.vocab_size - 1);
+  std::vector<int32_t> some = all;
+  some[1] = -1;
+  some[4] = -1;
+  auto fused = [&](std::vector<int32_t> targets, std::vector<float>* losses,
+                   std::vector<float>* dlogits) {
+    *dlogits = logits;
+    losses->assign(N, -1.f);
+    std::vector<float> row_max(N), sums(2 * N);
+    ASSERT_TRUE(backend
+                    .CrossEntropyFused(View(*losses, {N}), View(*dlogits, {N, V}),
+                                       View(*dlogits, {N, V}), View(row_max, {N}),
+                                       View(sums, {2, N}), View(targets, {N}), e.vocab_size,
+                                       dloss_scale)
+                    .ok());
+  };
+  std::vector<float> losses_all, d_all, losses, d;
+  fused(all, &losses_all, &d_all);
+  fused(some, &losses, &d);
+  const DoubleVec want = CrossEntropyReference(ToDouble(logits), all, e);
+  for (int n = 0; n < N; ++n) {
+    if (some[n] < 0) {
+      EXPECT_EQ(losses[n], 0.f) << n;
+      for (int j = 0; j < V; ++j) ASSERT_EQ(d[n * V + j], 0.f) << n << "," << j;
+    } else {
+      EXPECT_NEAR(losses[n], want[n], 1e-5) << n;
+      EXPECT_EQ(losses[n], losses_all[n]) << n;
+      for (int j = 0; j < V; ++j) ASSERT_EQ(d[n * V + j], d_all[n * V + j]) << n << "," << j;
+    }
+  }
+  // The second of two vocabulary ranks: the ignored rows are zero there as well.
+  const int Vl = V / 2;
+  std::vector<float> local = Columns(logits, N, V, Vl, Vl), row_max(N), sums(2 * N);
+  std::vector<float> rank_losses(N, -1.f);
+  ASSERT_TRUE(
+      backend.CrossEntropyRowMax(View(row_max, {N}), View(local, {N, Vl}), Vl, e.vocab_size).ok());
+  ASSERT_TRUE(backend
+                  .CrossEntropySums(View(sums, {2, N}), View(local, {N, Vl}), View(row_max, {N}),
+                                    View(some, {N}), Vl, e.vocab_size)
+                  .ok());
+  ASSERT_TRUE(backend
+                  .CrossEntropyBackward(View(rank_losses, {N}), View(local, {N, Vl}),
+                                        View(local, {N, Vl}), View(row_max, {N}),
+                                        View(sums, {2, N}), View(some, {N}), Vl, e.vocab_size,
+                                        dloss_scale)
+                  .ok());
+  for (int n : {1, 4}) {
+    EXPECT_EQ(rank_losses[n], 0.f);
+    for (int j = 0; j < Vl; ++j) ASSERT_EQ(local[n * Vl + j], 0.f) << n << "," << j;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabularies, CpuCrossEntropy,
                          ::testing::Values(CrossEntropyCase{6, 19, 24},    // rank 1 part padding
                                            CrossEntropyCase{5, 11, 24},    // rank 1 all padding

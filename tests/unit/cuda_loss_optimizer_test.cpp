@@ -17,7 +17,15 @@ std::vector<float> Minus(const std::vector<float>& a, const std::vector<float>& 
 
 struct CrossEntropyCase {
   int N, vocab_local, vocab_start, vocab_size;
+  int ignore_every = 0;  // > 0: targets 1, 1 + ignore_every, ... are -1 (loss mask 0: ignored)
 };
+
+// Sets the ignored targets of case c to -1.
+void IgnoreTargets(const CrossEntropyCase& c, std::vector<int32_t>* targets) {
+  if (c.ignore_every > 0)
+    for (size_t n = 1; n < targets->size(); n += static_cast<size_t>(c.ignore_every))
+      (*targets)[n] = -1;
+}
 
 class CudaCrossEntropyTest : public CudaVsCpuTest,
                              public ::testing::WithParamInterface<CrossEntropyCase> {};
@@ -29,6 +37,7 @@ TEST_P(CudaCrossEntropyTest, ThreePassesMatchCpu) {
   const int N = c.N, V = c.vocab_local;
   std::vector<float> logits = Random(static_cast<size_t>(N) * V, -4.f, 4.f);
   std::vector<int32_t> targets = RandomInts(N, rng_, 0, c.vocab_size - 1);
+  IgnoreTargets(c, &targets);
   const float scale = 1.f / N;
   std::vector<float> row_max(N), sums(2 * N), losses(N), dlogits(static_cast<size_t>(N) * V);
   ASSERT_STATUS_OK(cpu_->CrossEntropyRowMax(HostView(row_max, {N}), HostView(logits, {N, V}),
@@ -82,6 +91,7 @@ TEST_P(CudaCrossEntropyTest, FusedMatchesCpu) {
   std::vector<float> logits = Random(static_cast<size_t>(N) * V, -4.f, 4.f);
   std::vector<int32_t> targets = RandomInts(N, rng_, 0, c.vocab_size - 1);
   for (int n = 0; n < N; n += 4) logits[static_cast<size_t>(n) * V + targets[n]] = 14.f;
+  IgnoreTargets(c, &targets);
   auto g_logits = Compute(logits, {N, V});
   logits = g_logits->Download();  // the values the GPU holds (rounded to bf16 there)
   const float scale = 1.f / N;
@@ -106,6 +116,12 @@ TEST_P(CudaCrossEntropyTest, FusedMatchesCpu) {
   const std::vector<float> got = g_logits->Download();
   EXPECT_RELATIVE_ERROR_BELOW(got, dlogits, 1e-2);
   for (int n = 0; n < N; ++n) {
+    if (targets[n] < 0) {  // ignored: no loss, a zero gradient row
+      EXPECT_EQ(loss_alone[n], 0.f) << "row " << n;
+      for (int v = 0; v < V; ++v)
+        ASSERT_EQ(got[static_cast<size_t>(n) * V + v], 0.f) << "row " << n << " col " << v;
+      continue;
+    }
     const size_t t = static_cast<size_t>(n) * V + targets[n];
     EXPECT_NEAR(got[t], dlogits[t], 1e-2 * std::fabs(dlogits[t])) << "target of row " << n;
     for (int v = c.vocab_size; v < V; ++v)
@@ -114,11 +130,13 @@ TEST_P(CudaCrossEntropyTest, FusedMatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, CudaCrossEntropyTest,
-                         ::testing::Values(CrossEntropyCase{37, 384, 0, 300},    // padded vocab
-                                           CrossEntropyCase{29, 128, 128, 200},  // 2nd shard
-                                           CrossEntropyCase{7, 301, 0, 290},     // unaligned rows
-                                           CrossEntropyCase{5, 128, 256, 200},   // all padding
-                                           CrossEntropyCase{3, 50304, 0, 50257}));  // GPT-2
+                         ::testing::Values(CrossEntropyCase{37, 384, 0, 300},     // padded vocab
+                                           CrossEntropyCase{29, 128, 128, 200},   // 2nd shard
+                                           CrossEntropyCase{7, 301, 0, 290},      // unaligned rows
+                                           CrossEntropyCase{5, 128, 256, 200},    // all padding
+                                           CrossEntropyCase{3, 50304, 0, 50257},  // GPT-2
+                                           CrossEntropyCase{37, 384, 0, 300, 3},  // ignored targets
+                                           CrossEntropyCase{29, 128, 128, 200, 2}));
 
 TEST_F(CudaVsCpuTest, AdamWMatchesCpu) {
   SCOPED_TRACE(Trace());

@@ -9,6 +9,7 @@
 
 #include <random>
 
+#include "data/chat.h"
 #include "data_test_util.h"
 
 namespace trainer {
@@ -231,6 +232,27 @@ TEST_F(HfTokenizerFilesTest, SentencePieceErrors) {
   EXPECT_EQ(MakeTokenizer("sentencepiece", 0, -1, dir_.string()).status().code(), ExitCode::kData);
   // --tokenizer hf turns to the tokenizer.model when there is no tokenizer.json.
   EXPECT_EQ(MakeTokenizer("hf", 0, -1, dir_.string()).status().code(), ExitCode::kData);
+}
+
+}  // namespace
+}  // namespace trainer
+
+namespace trainer {
+namespace {
+
+// A chat template's pieces get none of the post-processor's tokens (the template writes its own
+// markers); the tokenizer has them again afterwards.
+TEST(HfTokenizerTest, ChatPiecesHaveNoPostProcessorTokens) {
+  auto tokenizer = Make(Options{});
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<ChatMessage> messages = {{"user", "hi"}, {"assistant", "hello"}};
+  Ids tokens;
+  std::vector<uint8_t> mask;
+  Status status = RenderChat(messages, "none", tokenizer.get(), "test", &tokens, &mask);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(tokens, (Ids{'h', 'i', '\n', kHello, '\n'}));
+  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 0, 1, 1}));
+  EXPECT_EQ(tokenizer->EncodeText("hello"), (Ids{kBos, kHello}));
 }
 
 }  // namespace

@@ -70,6 +70,11 @@ void crossentropy_backward(float* losses, float* dlogits, const float* logits, c
   const int real = RealColumns(V, vocab_start, vocab_size);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] < 0) {  // an ignored target (loss mask 0): no loss, no gradient
+      losses[n] = 0.f;
+      if (dlogits != nullptr) std::fill(dlogits + n * V, dlogits + (n + 1) * V, 0.f);
+      continue;
+    }
     const float m = row_max[n], sum = sums[n];
     losses[n] = std::log(sum) + m - sums[N + n];
     if (dlogits == nullptr) continue;

@@ -85,6 +85,13 @@ __global__ void CrossEntropyBackwardKernel(float* losses, T* dlogits, const T* l
                                            const int32_t* targets, int64_t N, int vocab_local,
                                            int vocab_start, int vocab_size, float dloss_scale) {
   const int64_t n = blockIdx.x;
+  if (targets[n] < 0) {  // an ignored target (loss mask 0): no loss, a zero gradient row
+    if (threadIdx.x == 0) losses[n] = 0.f;
+    if (dlogits != nullptr)
+      for (int c = threadIdx.x; c < vocab_local; c += blockDim.x)
+        dlogits[n * vocab_local + c] = FromFloat<T>(0.f);
+    return;
+  }
   const float m = row_max[n], sum = sums[n];
   if (threadIdx.x == 0) losses[n] = logf(sum) + m - sums[N + n];
   if (dlogits == nullptr) return;
@@ -130,6 +137,13 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ int4 staged[];
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
+  if (targets[r] < 0) {  // an ignored target (loss mask 0), the same for the whole block: no
+    if (threadIdx.x == 0) losses[r] = 0.f;  // loss and a zero gradient row, before any barrier
+    if (dlogits != nullptr)
+      for (int c = threadIdx.x; c < vocab_local; c += blockDim.x)
+        dlogits[r * vocab_local + c] = FromFloat<T>(0.f);
+    return;
+  }
   const int4* row = reinterpret_cast<const int4*>(logits + r * vocab_local);
   const int real = vocab_size < vocab_local ? vocab_size : vocab_local;
   const int packs = vocab_local / kPack<T>;  // vocab_local is a multiple of the pack (launcher)

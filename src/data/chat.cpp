@@ -1,0 +1,63 @@
+// RenderChat and CheckChatTemplate (see chat.h); JsonChatMessages is in json_line.cpp.
+#include "data/chat.h"
+
+namespace trainer {
+namespace {
+
+// Appends the tokens of `text` (one tokenizer document) with mask `masked`.
+Status Piece(Tokenizer* tokenizer, const std::string& source, const std::string& text,
+             uint8_t masked, std::vector<uint32_t>* tokens, std::vector<uint8_t>* mask) {
+  if (text.empty()) return Status::Ok();
+  tokenizer->BeginDocument(source);
+  TRAINER_RETURN_IF_ERROR(
+      tokenizer->Encode(reinterpret_cast<const uint8_t*>(text.data()), text.size(), tokens));
+  TRAINER_RETURN_IF_ERROR(tokenizer->EndDocument(tokens));
+  mask->resize(tokens->size(), masked);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckChatTemplate(const std::string& chat_template) {
+  if (chat_template == "chatml" || chat_template == "llama3" || chat_template == "none")
+    return Status::Ok();
+  return UsageError("unknown --chat-template (pack): '" + chat_template +
+                    "'. Use chatml (Qwen, SmolLM2), llama3 or none");
+}
+
+Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& chat_template,
+                  Tokenizer* tokenizer, const std::string& source, std::vector<uint32_t>* tokens,
+                  std::vector<uint8_t>* mask) {
+  TRAINER_RETURN_IF_ERROR(CheckChatTemplate(chat_template));
+  mask->resize(tokens->size(), 0);
+  // The template writes the markers: no BOS (or post-processor tokens) around each piece.
+  struct Markers {
+    Tokenizer* tokenizer;
+    ~Markers() { tokenizer->set_document_markers(true); }
+  } restore{tokenizer};
+  tokenizer->set_document_markers(false);
+  const auto piece = [&](const std::string& text, bool masked) {
+    return Piece(tokenizer, source, text, masked ? 1 : 0, tokens, mask);
+  };
+  if (chat_template == "llama3") TRAINER_RETURN_IF_ERROR(piece("<|begin_of_text|>", false));
+  for (const ChatMessage& message : messages) {
+    const bool trained = message.role == "assistant";
+    if (chat_template == "chatml") {
+      TRAINER_RETURN_IF_ERROR(piece("<|im_start|>" + message.role + "\n", false));
+      TRAINER_RETURN_IF_ERROR(piece(message.content, trained));
+      TRAINER_RETURN_IF_ERROR(piece("<|im_end|>", trained));
+      TRAINER_RETURN_IF_ERROR(piece("\n", false));
+    } else if (chat_template == "llama3") {
+      TRAINER_RETURN_IF_ERROR(
+          piece("<|start_header_id|>" + message.role + "<|end_header_id|>\n\n", false));
+      TRAINER_RETURN_IF_ERROR(piece(message.content, trained));
+      TRAINER_RETURN_IF_ERROR(piece("<|eot_id|>", trained));
+    } else {
+      TRAINER_RETURN_IF_ERROR(piece(message.content, trained));
+      TRAINER_RETURN_IF_ERROR(piece("\n", trained));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace trainer

@@ -1,0 +1,40 @@
+// Chat conversations for `trainer pack --input-format chat`: a JSON Lines record
+// {"messages": [{"role": ..., "content": ...}, ...]} (ms-swift's and OpenAI's shape) rendered with
+// a built-in template (chatml, llama3, none) into tokens and a loss mask: 1 on the tokens of the
+// assistant's content and its end marker, 0 elsewhere (docs/data-format.md, /loss_mask).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "data/tokenizer.h"
+
+namespace trainer {
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// The messages of one JSON Lines record: the array at "messages", each an object with string
+// "role" and "content" (other keys skipped). A data error says what is wrong.
+Status JsonChatMessages(std::string_view line, std::vector<ChatMessage>* messages);
+
+// Usage error unless `chat_template` is chatml, llama3 or none.
+Status CheckChatTemplate(const std::string& chat_template);
+
+// Appends the tokens of the rendered conversation to *tokens and one mask byte per token to *mask.
+// chatml: "<|im_start|>{role}\n" {content} "<|im_end|>" "\n" per message;
+// llama3: "<|begin_of_text|>", then "<|start_header_id|>{role}<|end_header_id|>\n\n" {content}
+// "<|eot_id|>" per message; none: {content} "\n" per message. Each piece is tokenized on its own
+// (a document for the tokenizer), so the masked spans have exact token boundaries; the content and
+// end marker (for none: the newline) of an "assistant" message get mask 1. The pieces get none of
+// the tokenizer's own document markers (set_document_markers(false) while rendering).
+Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& chat_template,
+                  Tokenizer* tokenizer, const std::string& source, std::vector<uint32_t>* tokens,
+                  std::vector<uint8_t>* mask);
+
+}  // namespace trainer

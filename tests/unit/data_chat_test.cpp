@@ -1,0 +1,213 @@
+// Tests of chat data (`trainer pack --input-format chat`, src/data/chat.h): the chatml, llama3 and
+// none renderings with the bytes tokenizer, exact loss-mask positions, truncation and dropping,
+// and the /loss_mask dataset read back with the HDF5 C API.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <string>
+#include <vector>
+
+#include "data/chat.h"
+#include "data/packer.h"
+#include "data/token_file_writer.h"
+#include "data/tokenizer.h"
+#include "data_test_util.h"
+
+namespace trainer {
+namespace {
+
+using testing_data::DataTest;
+using testing_data::WriteBytes;
+
+const char* kLine = R"({"id": 7, "messages": [{"role": "user", "content": "hi"}, )"
+                    R"({"role": "assistant", "content": "yo\n", "extra": [1, {"a": "]"}]}]})";
+
+// Renders kLine; returns the text (bytes tokenizer: one token per byte) and its mask as '0'/'1'.
+void Render(const std::string& chat_template, std::string* text, std::string* mask) {
+  std::vector<ChatMessage> messages;
+  Status parsed = JsonChatMessages(kLine, &messages);
+  ASSERT_TRUE(parsed.ok()) << parsed.message();
+  ASSERT_EQ(messages.size(), 2u);
+  ByteTokenizer bytes;
+  std::vector<uint32_t> tokens;
+  std::vector<uint8_t> bits;
+  Status status = RenderChat(messages, chat_template, &bytes, "test", &tokens, &bits);
+  ASSERT_TRUE(status.ok()) << status.message();
+  ASSERT_EQ(tokens.size(), bits.size());
+  text->clear();
+  mask->clear();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    text->push_back(static_cast<char>(tokens[i]));
+    mask->push_back(bits[i] ? '1' : '0');
+  }
+}
+
+// '1' over `trained`, '0' over `other`.
+std::string Bits(const std::string& other, const std::string& trained) {
+  return std::string(other.size(), '0') + std::string(trained.size(), '1');
+}
+
+TEST(ChatTest, ChatmlMasksTheAssistantContentAndEndMarker) {
+  std::string text, mask;
+  Render("chatml", &text, &mask);
+  EXPECT_EQ(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo\n<|im_end|>\n");
+  EXPECT_EQ(
+      mask,
+      Bits("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "yo\n<|im_end|>") + "0");
+}
+
+TEST(ChatTest, Llama3MasksTheAssistantContentAndEndMarker) {
+  std::string text, mask;
+  Render("llama3", &text, &mask);
+  const std::string before =
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  EXPECT_EQ(text, before + "yo\n<|eot_id|>");
+  EXPECT_EQ(mask, Bits(before, "yo\n<|eot_id|>"));
+}
+
+TEST(ChatTest, NoneTemplateIsTheContentsAndNewlines) {
+  std::string text, mask;
+  Render("none", &text, &mask);
+  EXPECT_EQ(text, "hi\nyo\n\n");
+  EXPECT_EQ(mask, "0001111");
+}
+
+TEST(ChatTest, BadRecordsAndTemplatesAreErrors) {
+  std::vector<ChatMessage> messages;
+  EXPECT_FALSE(JsonChatMessages(R"({"text": "x"})", &messages).ok());
+  EXPECT_FALSE(JsonChatMessages(R"({"messages": [{"role": "user"}]})", &messages).ok());
+  EXPECT_FALSE(JsonChatMessages(R"({"messages": [{"role": 1, "content": "x"}]})", &messages).ok());
+  EXPECT_FALSE(CheckChatTemplate("vicuna").ok());
+}
+
+class ChatPackTest : public DataTest {};
+
+std::vector<uint8_t> ReadMask(const std::string& path, std::string* format) {
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  EXPECT_GE(file, 0);
+  hid_t set = H5Dopen2(file, "loss_mask", H5P_DEFAULT);
+  EXPECT_GE(set, 0);
+  hid_t space = H5Dget_space(set);
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space, &n, nullptr);
+  std::vector<uint8_t> mask(n);
+  if (n) H5Dread(set, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, mask.data());
+  hid_t attr = H5Aopen(set, "format", H5P_DEFAULT);
+  EXPECT_GE(attr, 0);
+  hid_t type = H5Aget_type(attr);
+  char* value = nullptr;
+  H5Aread(attr, type, &value);
+  *format = value ? value : "";
+  H5free_memory(value);
+  H5Tclose(type);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Dclose(set);
+  H5Fclose(file);
+  return mask;
+}
+
+TEST_F(ChatPackTest, PackWritesTheMaskAndCountsOverlongConversations) {
+  // "none": "a\nbb\n" = 5 tokens + eod; the second one is 2 + 9 = 11 + eod.
+  WriteBytes(
+      Path("chat.jsonl"),
+      R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "bb"}]})"
+      "\n\n"
+      R"({"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "ccccccc"}]})"
+      "\n");
+  for (const std::string overlong : {"truncate", "drop"}) {
+    PackOptions options;
+    options.inputs = {Path("chat.jsonl")};
+    options.output = Path(overlong + ".h5");
+    options.input_format = "chat";
+    options.chat_template = "none";
+    options.max_length = 8;
+    options.overlong = overlong;
+    options.chunk_tokens = 4;
+    options.show_progress = false;
+    PackSummary summary;
+    Status status = PackDataset(options, &summary);
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_EQ(summary.conversations, 2);
+    EXPECT_EQ(summary.documents, overlong == "drop" ? 1 : 2);
+    EXPECT_EQ(summary.empty_inputs, 0);
+    std::string format;
+    std::vector<uint8_t> mask = ReadMask(options.output, &format);
+    EXPECT_EQ(format, kLossMaskFormat);
+    std::vector<uint8_t> first = {0, 0, 1, 1, 1, 0};  // a \n b b \n eod
+    if (overlong == "truncate") {
+      EXPECT_EQ(summary.truncated, 1);
+      EXPECT_EQ(summary.dropped, 0);
+      EXPECT_EQ(summary.trained_tokens, 3 + 5);
+      std::vector<uint8_t> second = {0, 0, 1, 1, 1, 1, 1, 0};  // s \n c c c c c eod
+      first.insert(first.end(), second.begin(), second.end());
+      EXPECT_EQ(mask, first);
+      EXPECT_NE(summary.OneLine().find("1 truncated, 0 dropped, 8 trained tokens"),
+                std::string::npos)
+          << summary.OneLine();
+    } else {
+      EXPECT_EQ(summary.truncated, 0);
+      EXPECT_EQ(summary.dropped, 1);
+      EXPECT_EQ(summary.trained_tokens, 3);
+      EXPECT_EQ(mask, first);
+    }
+  }
+}
+
+TEST_F(ChatPackTest, BadLinesAndOptionsAreNamed) {
+  WriteBytes(Path("chat.jsonl"), R"({"messages": [{"role": "user", "content": "a"}]})"
+                                 "\n"
+                                 R"({"messages": [{"role": "user"}]})"
+                                 "\n");
+  PackOptions options;
+  options.inputs = {Path("chat.jsonl")};
+  options.output = Path("d.h5");
+  options.input_format = "chat";
+  options.show_progress = false;
+  PackSummary summary;
+  Status status = PackDataset(options, &summary);
+  EXPECT_EQ(status.code(), ExitCode::kData);
+  EXPECT_NE(status.message().find("chat.jsonl line 2"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("no \"content\""), std::string::npos) << status.message();
+  options.overlong = "split";
+  EXPECT_EQ(PackDataset(options, &summary).code(), ExitCode::kUsage);
+  options.overlong = "drop";
+  options.chat_template = "alpaca";
+  EXPECT_EQ(PackDataset(options, &summary).code(), ExitCode::kUsage);
+  options.chat_template = "chatml";
+  options.max_length = 1;
+  EXPECT_EQ(PackDataset(options, &summary).code(), ExitCode::kUsage);
+}
+
+TEST_F(ChatPackTest, ValidationSplitKeepsTheMaskAligned) {
+  std::string lines;
+  for (int i = 0; i < 10; ++i)
+    lines +=
+        R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "aa"}]})"
+        "\n";
+  WriteBytes(Path("chat.jsonl"), lines);
+  PackOptions options;
+  options.inputs = {Path("chat.jsonl")};
+  options.output = Path("d.h5");
+  options.input_format = "chat";
+  options.chat_template = "none";
+  options.val_fraction = 0.2;
+  options.show_progress = false;
+  PackSummary summary;
+  Status status = PackDataset(options, &summary);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(summary.trained_tokens, 30);
+  std::string format;
+  std::vector<uint8_t> train = ReadMask(Path("d.h5"), &format);
+  std::vector<uint8_t> val = ReadMask(Path("d.val.h5"), &format);
+  std::vector<uint8_t> all = train;
+  all.insert(all.end(), val.begin(), val.end());
+  std::vector<uint8_t> one = {0, 0, 1, 1, 1, 0}, expected;
+  for (int i = 0; i < 10; ++i) expected.insert(expected.end(), one.begin(), one.end());
+  EXPECT_EQ(all, expected);
+  EXPECT_EQ(val.size(), 12u);
+}
+
+}  // namespace
+}  // namespace trainer
