@@ -68,6 +68,15 @@ struct Tensor {
   }
 };
 
+// Rows and columns of a tensor seen as a matrix (all leading dims, last dim), as the ops read
+// their operands: (B,T,C) and (B*T,C) are the same matrix.
+inline int64_t Cols(const Tensor& t) {
+  return t.ndim == 0 ? 0 : t.dim(-1);
+}
+inline int64_t Rows(const Tensor& t) {
+  return Cols(t) == 0 ? 0 : t.numel() / Cols(t);
+}
+
 // Host-side bf16 <-> f32 (round to nearest even), matching the device conversion.
 inline uint16_t FloatToBF16(float f) {
   uint32_t u;

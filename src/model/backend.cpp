@@ -7,11 +7,9 @@
 
 namespace trainer {
 
-using contract::Cols;
 using contract::HeadSize;
 using contract::HeadsText;
 using contract::OpContract;
-using contract::Rows;
 
 Status Backend::RmsNormForward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) {
   const DType cd = compute_dtype();

@@ -15,13 +15,6 @@
 namespace trainer {
 namespace contract {
 
-inline int64_t Cols(const Tensor& t) {
-  return t.ndim == 0 ? 0 : t.dim(-1);
-}
-inline int64_t Rows(const Tensor& t) {
-  return Cols(t) == 0 ? 0 : t.numel() / Cols(t);
-}
-
 // Checks of one op call on one backend; the first failure is kept and named in one line:
 // "<Op> (<backend> backend, rank R): <what disagrees>. This is a bug in the calling layer: ...".
 class OpContract {

@@ -6,11 +6,9 @@
 
 namespace trainer {
 
-using contract::Cols;
 using contract::HeadSize;
 using contract::HeadsText;
 using contract::OpContract;
-using contract::Rows;
 
 namespace {
 

@@ -12,17 +12,6 @@
 #include "model/backend.h"
 
 namespace trainer {
-namespace cpu {
-
-// Rows and columns of a tensor seen as a matrix (all leading dims, last dim).
-inline int64_t Cols(const Tensor& t) {
-  return t.ndim == 0 ? 0 : t.dim(-1);
-}
-inline int64_t Rows(const Tensor& t) {
-  return Cols(t) == 0 ? 0 : t.numel() / Cols(t);
-}
-
-}  // namespace cpu
 
 // Not final: engine_test gives the phase timer a CpuBackend with a clock the test sets.
 class CpuBackend : public Backend {

@@ -95,26 +95,26 @@ void crossentropy_backward(float* losses, float* dlogits, const float* logits, c
 
 Status CpuBackend::RunCrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,
                                          int vocab_size) {
-  cpu::crossentropy_row_max(row_max.as<float>(), logits.as<float>(), cpu::Rows(logits),
-                            static_cast<int>(cpu::Cols(logits)), vocab_start, vocab_size);
+  cpu::crossentropy_row_max(row_max.as<float>(), logits.as<float>(), Rows(logits),
+                            static_cast<int>(Cols(logits)), vocab_start, vocab_size);
   return Status::Ok();
 }
 
 Status CpuBackend::RunCrossEntropySums(Tensor sums, Tensor logits, Tensor row_max, Tensor targets,
                                        int vocab_start, int vocab_size) {
   cpu::crossentropy_sums(sums.as<float>(), logits.as<float>(), row_max.as<float>(),
-                         targets.as<int32_t>(), cpu::Rows(logits),
-                         static_cast<int>(cpu::Cols(logits)), vocab_start, vocab_size);
+                         targets.as<int32_t>(), Rows(logits), static_cast<int>(Cols(logits)),
+                         vocab_start, vocab_size);
   return Status::Ok();
 }
 
 Status CpuBackend::RunCrossEntropyBackward(Tensor losses, Tensor dlogits, Tensor logits,
                                            Tensor row_max, Tensor sums, Tensor targets,
                                            int vocab_start, int vocab_size, float dloss_scale) {
-  cpu::crossentropy_backward(
-      losses.as<float>(), dlogits.empty() ? nullptr : dlogits.as<float>(), logits.as<float>(),
-      row_max.as<float>(), sums.as<float>(), targets.as<int32_t>(), cpu::Rows(logits),
-      static_cast<int>(cpu::Cols(logits)), vocab_start, vocab_size, dloss_scale);
+  cpu::crossentropy_backward(losses.as<float>(), dlogits.empty() ? nullptr : dlogits.as<float>(),
+                             logits.as<float>(), row_max.as<float>(), sums.as<float>(),
+                             targets.as<int32_t>(), Rows(logits), static_cast<int>(Cols(logits)),
+                             vocab_start, vocab_size, dloss_scale);
   return Status::Ok();
 }
 

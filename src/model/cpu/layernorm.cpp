@@ -80,16 +80,16 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
 Status CpuBackend::RunLayerNormForward(Tensor out, Tensor mean, Tensor rstd, Tensor in,
                                        Tensor weight, Tensor bias) {
   cpu::layernorm_forward(out.as<float>(), mean.as<float>(), rstd.as<float>(), in.as<float>(),
-                         weight.as<float>(), bias.as<float>(), cpu::Rows(in),
-                         static_cast<int>(cpu::Cols(in)));
+                         weight.as<float>(), bias.as<float>(), Rows(in),
+                         static_cast<int>(Cols(in)));
   return Status::Ok();
 }
 
 Status CpuBackend::RunLayerNormBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor din_sums,
                                         Tensor dout, Tensor in, Tensor weight, Tensor mean,
                                         Tensor rstd) {
-  const int64_t N = cpu::Rows(in);
-  const int C = static_cast<int>(cpu::Cols(in));
+  const int64_t N = Rows(in);
+  const int C = static_cast<int>(Cols(in));
   if (!din_sums.empty()) cpu::column_sums_accumulate(din_sums.as<float>(), din.as<float>(), N, C);
   cpu::layernorm_backward(din.as<float>(), dweight.as<float>(), dbias.as<float>(), dout.as<float>(),
                           in.as<float>(), weight.as<float>(), mean.as<float>(), rstd.as<float>(), N,

@@ -190,7 +190,7 @@ void matmul_backward(float* din, float* dweight, float* dbias, const float* dout
 
 Status CpuBackend::RunMatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weight,
                                     Tensor bias, Activation act) {
-  const int64_t N = cpu::Rows(in), C = cpu::Cols(in), OC = weight.dim(0);
+  const int64_t N = Rows(in), C = Cols(in), OC = weight.dim(0);
   const bool gelu = act == Activation::kGelu;
   cpu::matmul_forward(out.as<float>(), gelu ? pre_act.as<float>() : nullptr, in.as<float>(),
                       weight.as<float>(), bias.empty() ? nullptr : bias.as<float>(), N,
@@ -200,7 +200,7 @@ Status CpuBackend::RunMatmulForward(Tensor out, Tensor pre_act, Tensor in, Tenso
 
 Status CpuBackend::RunMatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
                                      Tensor in, Tensor weight, GradientWrite dweight_write) {
-  const int64_t N = cpu::Rows(in), C = cpu::Cols(in), OC = weight.dim(0);
+  const int64_t N = Rows(in), C = Cols(in), OC = weight.dim(0);
   // The reference kernel accumulates; over zero that is the overwritten value, bit for bit.
   if (!dweight.empty() && dweight_write == GradientWrite::kOverwrite)
     std::fill(dweight.as<float>(), dweight.as<float>() + dweight.numel(), 0.f);
@@ -212,7 +212,7 @@ Status CpuBackend::RunMatmulBackward(Tensor din, Tensor dweight, Tensor dbias, T
 }
 
 Status CpuBackend::RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) {
-  const int64_t N = cpu::Rows(in), C = cpu::Cols(in), W = out.numel();
+  const int64_t N = Rows(in), C = Cols(in), W = out.numel();
   cpu::column_sums_accumulate(out.as<float>(), in.as<float>() + first_column, N,
                               static_cast<int>(W), C,
                               row_weights.empty() ? nullptr : row_weights.as<float>());

@@ -136,34 +136,33 @@ void qk_norm_backward(float* din, float* dq_weight, float* dk_weight, const floa
 // The shapes were checked by Backend (backend.cpp).
 Status CpuBackend::RunRmsNormForward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) {
   cpu::rmsnorm_forward(out.as<float>(), rstd.as<float>(), in.as<float>(), weight.as<float>(),
-                       cpu::Rows(in), static_cast<int>(cpu::Cols(in)), eps);
+                       Rows(in), static_cast<int>(Cols(in)), eps);
   return Status::Ok();
 }
 
 Status CpuBackend::RunRmsNormBackward(Tensor din, Tensor dweight, Tensor dout, Tensor in,
                                       Tensor weight, Tensor rstd) {
   cpu::rmsnorm_backward(din.as<float>(), dweight.as<float>(), dout.as<float>(), in.as<float>(),
-                        weight.as<float>(), rstd.as<float>(), cpu::Rows(in),
-                        static_cast<int>(cpu::Cols(in)));
+                        weight.as<float>(), rstd.as<float>(), Rows(in), static_cast<int>(Cols(in)));
   return Status::Ok();
 }
 
 Status CpuBackend::RunQkNormForward(Tensor out, Tensor rstd, Tensor in, Tensor q_weight,
                                     Tensor k_weight, int num_heads, int num_kv_heads, float eps) {
-  const int HD = static_cast<int>(cpu::Cols(in) / (num_heads + 2 * num_kv_heads));
+  const int HD = static_cast<int>(Cols(in) / (num_heads + 2 * num_kv_heads));
   cpu::qk_norm_forward(out.as<float>(), rstd.as<float>(), in.as<float>(), q_weight.as<float>(),
-                       k_weight.as<float>(), cpu::Rows(in), num_heads, num_kv_heads, HD, eps);
+                       k_weight.as<float>(), Rows(in), num_heads, num_kv_heads, HD, eps);
   return Status::Ok();
 }
 
 Status CpuBackend::RunQkNormBackward(Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout,
                                      Tensor in, Tensor q_weight, Tensor k_weight, Tensor rstd,
                                      int num_heads, int num_kv_heads) {
-  const int HD = static_cast<int>(cpu::Cols(in) / (num_heads + 2 * num_kv_heads));
+  const int HD = static_cast<int>(Cols(in) / (num_heads + 2 * num_kv_heads));
   cpu::qk_norm_backward(din.as<float>(), dq_weight.as<float>(), dk_weight.as<float>(),
                         dout.as<float>(), in.as<float>(), q_weight.as<float>(),
-                        k_weight.as<float>(), rstd.as<float>(), cpu::Rows(in), num_heads,
-                        num_kv_heads, HD);
+                        k_weight.as<float>(), rstd.as<float>(), Rows(in), num_heads, num_kv_heads,
+                        HD);
   return Status::Ok();
 }
 

@@ -58,14 +58,14 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
 
 // The shapes were checked by Backend (backend.cpp).
 Status CpuBackend::RunSwiGluForward(Tensor out, Tensor gate_up) {
-  cpu::swiglu_forward(out.as<float>(), gate_up.as<float>(), cpu::Rows(gate_up),
-                      static_cast<int>(cpu::Cols(gate_up) / 2));
+  cpu::swiglu_forward(out.as<float>(), gate_up.as<float>(), Rows(gate_up),
+                      static_cast<int>(Cols(gate_up) / 2));
   return Status::Ok();
 }
 
 Status CpuBackend::RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) {
-  cpu::swiglu_backward(dgate_up.as<float>(), dout.as<float>(), gate_up.as<float>(),
-                       cpu::Rows(gate_up), static_cast<int>(cpu::Cols(gate_up) / 2));
+  cpu::swiglu_backward(dgate_up.as<float>(), dout.as<float>(), gate_up.as<float>(), Rows(gate_up),
+                       static_cast<int>(Cols(gate_up) / 2));
   return Status::Ok();
 }
 

@@ -14,9 +14,7 @@
 
 namespace trainer {
 
-using cuda::Cols;
 using cuda::OpError;
-using cuda::Rows;
 
 // ---- embedding ----
 

@@ -10,9 +10,7 @@
 
 namespace trainer {
 
-using cuda::Cols;
 using cuda::OpError;
-using cuda::Rows;
 
 namespace {
 

@@ -25,13 +25,5 @@ inline Status OpError(const char* op, const std::string& why) {
                 op, Where().c_str(), why.c_str()));
 }
 
-// Rows and columns of a tensor seen as a matrix (all leading dims, last dim).
-inline int64_t Rows(const Tensor& t) {
-  return t.ndim == 0 ? 0 : t.numel() / t.dim(-1);
-}
-inline int64_t Cols(const Tensor& t) {
-  return t.ndim == 0 ? 0 : t.dim(-1);
-}
-
 }  // namespace cuda
 }  // namespace trainer
