@@ -167,7 +167,8 @@ Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, const SampleSe
   TRAINER_RETURN_IF_ERROR(samples.ReadSamples(mine, config_.model.sequence_length(),
                                               batch->inputs.data(), batch->targets.data()));
   batch->trained = 0;
-  if (part.last_stage() && HasLossMask(samples))
+  const bool masked = &samples == &data_.train ? train_masked_ : val_masked_;  // Setup's
+  if (part.last_stage() && masked)
     for (size_t i = 0; i < mine.size() * config_.model.sequence_length(); ++i)
       batch->trained += batch->targets[i] >= 0;
   return Status::Ok();
