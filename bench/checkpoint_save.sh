@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # The training time a checkpoint save costs, synchronous against asynchronous (docs/
-# checkpoint-format.md, "What a save costs"): one CPU process, tiny-cpu with hidden_size 1024
-# (50.9 M parameters, a 610 MB checkpoint), 40 steps with a save at step 20, step times from
-# metrics.jsonl. Usage: bench/checkpoint_save_cpu.sh TRAINER DATA.h5 [RUNS]; writes under ./ckbench.
+# checkpoint-format.md, "What a save costs"): 40 steps with a save at step 20, step times from
+# metrics.jsonl, on one process.
+#   bench/checkpoint_save.sh TRAINER DATA.h5 [RUNS]        writes under ./ckbench
+#   MODEL=tiny (default): CPU, tiny-cpu with hidden_size 1024 (50.9 M parameters, a 610 MB checkpoint)
+#   MODEL=1.3b: one GPU, configs/gpt-1.3b.yaml at micro-batch 16 (a 15.8 GB checkpoint)
 set -euo pipefail
 TRAINER=$1 DATA=$2 RUNS=${3:-2}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-M=(-c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path="$DATA" -o Data.val_fraction=0
-   -o Model.hidden_size=1024 -o Model.num_layers=4 -o Model.num_heads=16 -o Model.max_seq_len=8
-   -o Global.global_batch_size=1 -o Global.micro_batch_size=1 -o Engine.logging_freq=1
-   -o Engine.eval_freq=0 -o Optimizer.warmup_steps=2 -o Checkpoint.keep_last=1
-   -o Engine.max_steps=40 -o Engine.save_steps=20 -o Engine.tensorboard=false)
+case "${MODEL:-tiny}" in
+  tiny) M=(-c "$SRC/configs/tiny-cpu.yaml" -o Model.hidden_size=1024 -o Model.num_layers=4
+           -o Model.num_heads=16 -o Model.max_seq_len=8 -o Global.global_batch_size=1
+           -o Global.micro_batch_size=1) ;;
+  1.3b) M=(-c "$SRC/configs/gpt-1.3b.yaml" -o Global.global_batch_size=16 -o Global.micro_batch_size=16) ;;
+  *) echo "MODEL must be tiny or 1.3b" >&2; exit 2 ;;
+esac
+M+=(-o Data.train_path="$DATA" -o Data.val_path= -o Data.val_fraction=0 -o Engine.logging_freq=1
+    -o Engine.eval_freq=0 -o Optimizer.warmup_steps=2 -o Checkpoint.keep_last=1
+    -o Engine.max_steps=40 -o Engine.save_steps=20 -o Engine.tensorboard=false)
 for i in $(seq 1 "$RUNS"); do
   for mode in false true; do
     out=ckbench/$mode$i
