@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "engine/memory_plan.h"
+#include "model/model_spec.h"
 
 namespace trainer {
 namespace {
@@ -69,6 +70,8 @@ int RunPlanCommand(const std::vector<std::string>& args) {
       : PlannedComputeDtype(c, gpu) == DType::kBF16 ? "bf16 compute, fp32 master/moments/grads"
                                                     : "fp32 compute (GPU)",
       d.zero_stage1 && d.dp_degree > 1 ? "; ZeRO-1: master/moments split over dp" : "");
+  if (c.model.moe())
+    std::cout << "  mixture of experts: " << MoeShapeText(MakeModelSpec(c.model)) << "\n";
   for (int stage = 0; stage < d.pp_degree; ++stage) {
     const RankMemory m = PlanRankMemory(c, stage, PlannedComputeDtype(c, gpu), gpu);
     std::string beside;

@@ -3,6 +3,7 @@
 #include "model/model_spec.h"
 
 #include <cmath>
+#include <cstdio>
 
 namespace trainer {
 
@@ -271,6 +272,31 @@ double ActiveParameters(const ModelSpec& spec) {
 
 double TotalParameters(const ModelSpec& spec) {
   return CountParameters(spec, [](const ParameterSpec&) { return 1.0; });
+}
+
+std::string MoeShapeText(const ModelSpec& spec) {
+  const MoeSpec& e = spec.moe;
+  if (!e.enabled()) return "";
+  std::string layers;
+  int count = 0;
+  for (int l = 0; l < spec.layers; ++l) {
+    if (!spec.moe_layer(l)) continue;
+    layers += (count++ ? "," : "") + std::to_string(l);
+  }
+  auto millions = [](double n) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2fM", n / 1e6);
+    return std::string(text);
+  };
+  std::string text = std::to_string(e.num_experts) + " experts, top-" + std::to_string(e.top_k) +
+                     ", expert FFN " + std::to_string(e.ffn);
+  if (e.shared_ffn > 0) text += ", shared expert FFN " + std::to_string(e.shared_ffn);
+  char capacity[48];
+  std::snprintf(capacity, sizeof capacity, ", capacity factor %g", e.capacity_factor);
+  text += e.capacity_factor > 0 ? capacity : ", dropless";
+  return text + "; MoE layers " + layers + " of " + std::to_string(spec.layers) + "; " +
+         millions(ActiveParameters(spec)) + " active of " + millions(TotalParameters(spec)) +
+         " parameters";
 }
 
 double TrainingFlopsPerToken(const ModelSpec& spec, int64_t seq_len) {

@@ -187,6 +187,9 @@ bool CountsForFlops(const ModelSpec& spec, ParamRole role);
 double ActiveParameters(const ModelSpec& spec);
 // Every parameter of the model.
 double TotalParameters(const ModelSpec& spec);
+// The MoE shape in one line ("8 experts, top-2, expert FFN 1024, shared expert FFN 2048; MoE
+// layers 1-3 of 4; 0.52B active of 1.21B parameters"); "" for a dense model.
+std::string MoeShapeText(const ModelSpec& spec);
 
 // FLOPs per token of one training step (forward + backward) as PaLM counts them:
 // 6 * active parameters + 12 * L * NH * HD * T.
