@@ -389,7 +389,8 @@ Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
   // Reserved keys whose features have not landed yet: refuse rather than silently ignore them.
   if (d.ep_degree > 1)
     return check.Fail(check.Show("Distributed.ep_degree") +
-                          " asks for expert parallelism, but this trainer has no MoE layers yet",
+                          " asks for expert parallelism, which this version does not have yet "
+                          "(MoE layers hold every expert on every rank)",
                       {"Distributed.ep_degree"}, "Set Distributed.ep_degree to 1");
   if (d.zero_stage1 && d.overlap_grad_reduce)
     return check.Fail(

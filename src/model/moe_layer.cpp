@@ -79,6 +79,16 @@ Tensor ExpertMatrix(Tensor stacked, int64_t e) {
   return Tensor(m.data, m.dtype, {stacked.dim(1), stacked.dim(2)});
 }
 
+// fn(e, offset, n) for each expert e with n > 0 kept rows from `offset` of the permuted rows.
+template <typename Fn>
+Status ForEachGroup(const MoeDispatch& d, Fn fn) {
+  for (size_t e = 0; e + 1 < d.offsets.size(); ++e) {
+    const int64_t off = d.offsets[e], n = d.offsets[e + 1] - off;
+    if (n > 0) TRAINER_RETURN_IF_ERROR(fn(static_cast<int64_t>(e), off, n));
+  }
+  return Status::Ok();
+}
+
 // Rows [offset, offset + n) of the (rows, cols) buffer t.
 Tensor Group(Tensor t, int64_t offset, int64_t n) {
   Tensor flat(t.data, t.dtype, {Rows(t), Cols(t)});
@@ -162,14 +172,11 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   }
   // Permute, the experts over their groups, the shared expert over every token, combine.
   TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t off = d->offsets[e], n = d->offsets[e + 1] - off;
-    if (n == 0) continue;
-    TRAINER_RETURN_IF_ERROR(ExpertForward(
-        be, Group(a.x_perm, off, n), ExpertMatrix(w.experts_gu, e),
-        ExpertMatrix(w.experts_down, e), Group(a.h, off, n), Group(a.act, off, n),
-        Group(a.y, off, n)));
-  }
+  TRAINER_RETURN_IF_ERROR(ForEachGroup(*d, [&](int64_t e, int64_t off, int64_t n) {
+    return ExpertForward(be, Group(a.x_perm, off, n), ExpertMatrix(w.experts_gu, e),
+                         ExpertMatrix(w.experts_down, e), Group(a.h, off, n),
+                         Group(a.act, off, n), Group(a.y, off, n));
+  }));
   if (s.shared_ffn > 0)
     TRAINER_RETURN_IF_ERROR(ExpertForward(be, Group(a.x_perm, N * K, N), w.shared_gu,
                                           w.shared_down, a.shared_h, a.shared_act,
@@ -182,21 +189,19 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
   Backend* be = ctx.backend;
   const MoeSpec& s = *ctx.spec;
   const MoeScratch& sc = ctx.scratch;
-  const int64_t N = Rows(x), K = s.top_k, E = s.num_experts;
+  const int64_t N = Rows(x), K = s.top_k;
   const MoeDispatch* d = a.dispatch;
   // The combine: out[t] = sum_k w[t][k] y[slot].
   TRAINER_RETURN_IF_ERROR(be->MoeSlotDots(sc.dweights, dout, a.y, a.slots));
   TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(sc.dy, dout, a.slots, a.weights));
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t off = d->offsets[e], n = d->offsets[e + 1] - off;
-    if (n == 0) continue;
-    TRAINER_RETURN_IF_ERROR(ExpertBackward(
-        be, Group(a.x_perm, off, n), ExpertMatrix(w.experts_gu, e),
-        ExpertMatrix(w.experts_down, e), Group(a.h, off, n), Group(a.act, off, n),
-        Group(sc.dy, off, n), ExpertMatrix(g.experts_gu, e), ExpertMatrix(g.experts_down, e),
-        Group(sc.dh, off, n), Group(sc.dact, off, n), Group(sc.dx_perm, off, n),
-        GradientWrite::kAccumulate));
-  }
+  TRAINER_RETURN_IF_ERROR(ForEachGroup(*d, [&](int64_t e, int64_t off, int64_t n) {
+    return ExpertBackward(be, Group(a.x_perm, off, n), ExpertMatrix(w.experts_gu, e),
+                          ExpertMatrix(w.experts_down, e), Group(a.h, off, n),
+                          Group(a.act, off, n), Group(sc.dy, off, n),
+                          ExpertMatrix(g.experts_gu, e), ExpertMatrix(g.experts_down, e),
+                          Group(sc.dh, off, n), Group(sc.dact, off, n),
+                          Group(sc.dx_perm, off, n), GradientWrite::kAccumulate);
+  }));
   if (s.shared_ffn > 0)
     TRAINER_RETURN_IF_ERROR(ExpertBackward(
         be, Group(a.x_perm, N * K, N), w.shared_gu, w.shared_down, a.shared_h, a.shared_act,

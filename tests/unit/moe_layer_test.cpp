@@ -18,10 +18,7 @@
 namespace trainer {
 namespace {
 
-using testing::AllClose;
-using testing::DoubleVec;
-using testing::NumericGradient;
-using testing::RandomFloats;
+using DoubleVec = testing::DoubleVec;
 
 struct Case {
   const char* name;
@@ -267,7 +264,7 @@ class MoeLayer : public ::testing::TestWithParam<Case> {};
 
 std::vector<float> Parameters(const MoeSpec& s, uint32_t seed) {
   // Inputs and weights of order one, so that the router's scores spread and the experts differ.
-  std::vector<float> p = RandomFloats(static_cast<size_t>(Layout(s).total), seed, -0.8f, 0.8f);
+  std::vector<float> p = testing::RandomFloats(static_cast<size_t>(Layout(s).total), seed, -0.8f, 0.8f);
   return p;
 }
 
@@ -276,7 +273,7 @@ TEST_P(MoeLayer, ForwardAndLossesMatchTheNaiveLoop) {
   LayerRun run(s, Parameters(s, 5));
   ASSERT_TRUE(run.Forward().ok());
   const DoubleVec want = Naive(s, DoubleVec(run.params.begin(), run.params.end()));
-  EXPECT_TRUE(AllClose(run.Out(), DoubleVec(want.begin(), want.begin() + kN * kC), 2e-6));
+  EXPECT_TRUE(testing::AllClose(run.Out(), DoubleVec(want.begin(), want.begin() + kN * kC), 2e-6));
   EXPECT_NEAR(run.stats.aux_loss, want[kN * kC], 1e-6 * want[kN * kC]);
   EXPECT_NEAR(run.stats.z_loss, want[kN * kC + 1], 1e-6 * want[kN * kC + 1]);
   // The load counts every choice, kept or dropped.
@@ -293,7 +290,7 @@ TEST_P(MoeLayer, ForwardAndLossesMatchTheNaiveLoop) {
 TEST_P(MoeLayer, EveryGradientMatchesFiniteDifferencesOfTheNaiveLoop) {
   const MoeSpec& s = GetParam().spec;
   LayerRun run(s, Parameters(s, 9));
-  const std::vector<float> R = RandomFloats(kN * kC, 13);
+  const std::vector<float> R = testing::RandomFloats(kN * kC, 13);
   ASSERT_TRUE(run.Forward().ok());
   std::vector<float> dout = R;
   ASSERT_TRUE(run.Backward(dout).ok());
@@ -301,7 +298,7 @@ TEST_P(MoeLayer, EveryGradientMatchesFiniteDifferencesOfTheNaiveLoop) {
   DoubleVec weights(R.begin(), R.end());
   weights.push_back(1.0);
   weights.push_back(1.0);
-  const DoubleVec want = NumericGradient([&](const DoubleVec& p) { return Naive(s, p); },
+  const DoubleVec want = testing::NumericGradient([&](const DoubleVec& p) { return Naive(s, p); },
                                          DoubleVec(run.params.begin(), run.params.end()), weights);
   const char* names[] = {"x", "router", "experts gate_up", "experts down", "shared gate_up",
                          "shared down"};
@@ -309,7 +306,7 @@ TEST_P(MoeLayer, EveryGradientMatchesFiniteDifferencesOfTheNaiveLoop) {
     const int64_t begin = run.L.offset[i];
     const int64_t end = i + 1 < run.L.offset.size() ? run.L.offset[i + 1] : run.L.total;
     if (begin == end) continue;
-    EXPECT_TRUE(AllClose(run.grads.data() + begin,
+    EXPECT_TRUE(testing::AllClose(run.grads.data() + begin,
                          DoubleVec(want.begin() + begin, want.begin() + end), 2e-4))
         << names[i];
   }
