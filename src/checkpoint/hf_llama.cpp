@@ -250,6 +250,12 @@ std::string LlamaModelOverrides(const ModelConfig& m) {
 }
 
 Status LlamaConfigJson(const ModelConfig& m, bool bf16, int64_t eod_id, std::string* json) {
+  if (m.moe())
+    return UsageError(StrFormat(
+        "the checkpoint's model has experts (Model.num_experts=%d): export to Hugging Face's MoE "
+        "classes (Qwen2-MoE, Mixtral, OLMoE, Qwen3-MoE) is not supported yet. Keep the "
+        "checkpoint; trainer sample and eval run it",
+        m.num_experts));
   if (m.qkv_bias && m.qk_norm)
     return UsageError(
         "a model with both Model.qkv_bias and Model.qk_norm has no transformers class (Qwen3's "

@@ -16,8 +16,10 @@
 #include "cli/commands.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "config/config_loader.h"
 #include "data/data_sources.h"
 #include "data/dataset.h"
+#include "model/model_spec.h"
 
 namespace trainer {
 namespace {
@@ -46,6 +48,10 @@ Status InspectCheckpoint(const std::string& path) {
     std::cout << "    " << t.name << " " << ShapeText(t.shape) << "\n";
   }
   std::cout << "  parameters       " << total << "\n";
+  auto config = LoadConfigText(s.config_text, file, {});
+  if (config.ok() && config.value().model.moe())
+    std::cout << "  experts          " << MoeShapeText(MakeModelSpec(config.value().model))
+              << "\n";
   Status v = VerifyCheckpoint(file);
   std::cout << "  verifies         "
             << (v.ok() ? "yes (CRC-32 of every tensor, Fletcher32 of every chunk)" : "NO")

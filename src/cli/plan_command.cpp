@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "engine/memory_plan.h"
+#include "model/model_spec.h"
 
 namespace trainer {
 namespace {
@@ -58,7 +59,8 @@ int RunPlanCommand(const std::vector<std::string>& args) {
     LogError(s.message());
     return s.exit_code();
   }
-  const bool gpu = c.global.device != "cpu";
+  // MoE layers run on CPU ranks in this version (device auto picks the CPU for them).
+  const bool gpu = c.global.device != "cpu" && !c.model.moe();
   const DistributedConfig& d = c.distributed;
   const int micro = c.gradient_accumulation_steps(), B = c.global.micro_batch_size;
   std::cout << StrFormat(
@@ -69,6 +71,8 @@ int RunPlanCommand(const std::vector<std::string>& args) {
       : PlannedComputeDtype(c, gpu) == DType::kBF16 ? "bf16 compute, fp32 master/moments/grads"
                                                     : "fp32 compute (GPU)",
       d.zero_stage1 && d.dp_degree > 1 ? "; ZeRO-1: master/moments split over dp" : "");
+  if (c.model.moe())
+    std::cout << "  mixture of experts: " << MoeShapeText(MakeModelSpec(c.model)) << "\n";
   for (int stage = 0; stage < d.pp_degree; ++stage) {
     const RankMemory m = PlanRankMemory(c, stage, PlannedComputeDtype(c, gpu), gpu);
     std::string beside;

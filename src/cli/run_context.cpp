@@ -28,10 +28,14 @@ Status RunContext::Agree(const Status& local) {
 Status RunContext::SetupDevice(const TrainConfig& config) {
   const std::string& wanted = config.global.device;
   const int visible = VisibleCudaDevices();
-  const bool use_cuda = wanted == "cuda" || (wanted == "auto" && visible > 0);
+  // MoE layers run on CPU ranks in this version (ValidateConfig refuses them with device=cuda).
+  const bool use_cuda =
+      wanted == "cuda" || (wanted == "auto" && visible > 0 && !config.model.moe());
   if (!use_cuda) {
     backend = MakeCpuBackend();
-    if (wanted == "auto")
+    if (wanted == "auto" && visible > 0 && config.model.moe())
+      LogInfo("device: cpu (Model.num_experts > 0: MoE runs on CPU ranks in this version)");
+    else if (wanted == "auto")
       LogInfo(CudaBackendCompiled() ? "device: cpu (no GPU visible; fp32 CPU path)"
                                     : "device: cpu (built without CUDA; fp32 CPU path)");
     else

@@ -46,6 +46,16 @@ const RangeRule kRangeRules[] = {
     {"Model.rope_low_freq_factor", 0, true, kNoBound},
     {"Model.rope_high_freq_factor", 0, true, kNoBound},
     {"Model.rope_original_max_positions", 1, false, kNoBound},
+    {"Model.num_experts", 0, false, kNoBound},
+    {"Model.moe_router_topk", 1, false, kNoBound},
+    {"Model.moe_ffn_hidden_size", 0, false, kNoBound},
+    {"Model.moe_shared_expert_intermediate_size", 0, false, kNoBound},
+    {"Model.moe_layer_freq", 1, false, kNoBound},
+    {"Model.moe_first_k_dense", 0, false, kNoBound},
+    {"Model.moe_aux_loss_coeff", 0, false, kNoBound},
+    {"Model.moe_z_loss_coeff", 0, false, kNoBound},
+    {"Model.moe_expert_capacity_factor", 0, false, kNoBound},
+    {"Model.moe_router_bias_update_rate", 0, false, kNoBound},
     {"Distributed.dp_degree", 0, false, kNoBound},
     {"Distributed.tp_degree", 1, false, kNoBound},
     {"Distributed.pp_degree", 1, false, kNoBound},
@@ -82,6 +92,8 @@ const ChoiceRule kChoiceRules[] = {
     {"Model.arch", {"gpt2", "llama"}},
     {"Model.rope_scaling", {"none", "llama3"}},
     {"Model.recompute", {"none", "gelu", "selective", "block"}},
+    {"Model.moe_router_score_function", {"softmax", "sigmoid"}},
+    {"Model.moe_router_load_balancing_type", {"aux_loss", "seq_aux_loss"}},
     {"Engine.mix_precision", {"bf16", "fp32"}},
     {"Optimizer.decay_style", {"cosine", "linear", "constant"}},
 };
@@ -241,6 +253,51 @@ Status CheckModelFamily(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
+// The mixture-of-experts keys (Model.num_experts > 0) against each other and the family.
+Status CheckMoe(const TrainConfig& c, Checker& check) {
+  const ModelConfig& m = c.model;
+  if (!m.moe()) return Status::Ok();
+  if (m.arch != "llama")
+    return check.Fail(check.Show("Model.num_experts") +
+                          " asks for experts, which are SwiGLU MLPs of the llama family, and " +
+                          check.Show("Model.arch"),
+                      {"Model.num_experts", "Model.arch"},
+                      "Set Model.arch=llama, or Model.num_experts=0 for GPT-2");
+  if (m.moe_router_topk > m.num_experts)
+    return check.Fail(check.Show("Model.moe_router_topk") + " exceeds " +
+                          check.Show("Model.num_experts"),
+                      {"Model.moe_router_topk", "Model.num_experts"},
+                      StrFormat("Set Model.moe_router_topk to at most %d", m.num_experts));
+  if (m.moe_first_k_dense >= m.num_layers)
+    return check.Fail(check.Show("Model.moe_first_k_dense") + " leaves no MoE layer among " +
+                          check.Show("Model.num_layers"),
+                      {"Model.moe_first_k_dense", "Model.num_layers"},
+                      StrFormat("Set Model.moe_first_k_dense below %d, or Model.num_experts=0 "
+                                "for a dense model",
+                                m.num_layers));
+  if (m.moe_router_bias_update_rate > 0 && m.moe_router_score_function != "sigmoid")
+    return check.Fail(check.Show("Model.moe_router_bias_update_rate") +
+                          " (DeepSeek-V3's expert bias) with " +
+                          check.Show("Model.moe_router_score_function"),
+                      {"Model.moe_router_bias_update_rate", "Model.moe_router_score_function"},
+                      "Set Model.moe_router_score_function=sigmoid, as DeepSeek-V3 has it, or "
+                      "the rate to 0");
+  if (m.moe_router_bias_update_rate > 0)
+    return check.Fail(check.Show("Model.moe_router_bias_update_rate") +
+                          " asks for the aux-loss-free expert bias, which this version does not "
+                          "train yet",
+                      {"Model.moe_router_bias_update_rate"},
+                      "Set Model.moe_router_bias_update_rate=0 and balance with "
+                      "Model.moe_aux_loss_coeff");
+  if (c.global.device == "cuda")
+    return check.Fail(check.Show("Model.num_experts") +
+                          ": MoE runs on CPU ranks in this version; the CUDA kernels (router "
+                          "top-k, permutation, grouped GEMM, combine) are not built yet",
+                      {"Model.num_experts", "Global.device"},
+                      "Set Global.device=cpu, or Model.num_experts=0 on the GPU");
+  return Status::Ok();
+}
+
 // Shapes that do not depend on the parallel layout.
 Status CheckModel(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
@@ -252,6 +309,7 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
                                 m.max_seq_len));
   }
   TRAINER_RETURN_IF_ERROR(CheckModelFamily(c, check));
+  TRAINER_RETURN_IF_ERROR(CheckMoe(c, check));
   if (m.head_dim == 0 && m.hidden_size % m.num_heads != 0) {
     const int example = m.hidden_size / m.num_heads * m.num_heads;
     int heads = m.num_heads;  // the nearest head count below that divides hidden_size
@@ -331,7 +389,8 @@ Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
   // Reserved keys whose features have not landed yet: refuse rather than silently ignore them.
   if (d.ep_degree > 1)
     return check.Fail(check.Show("Distributed.ep_degree") +
-                          " asks for expert parallelism, but this trainer has no MoE layers yet",
+                          " asks for expert parallelism, which this version does not have yet "
+                          "(MoE layers hold every expert on every rank)",
                       {"Distributed.ep_degree"}, "Set Distributed.ep_degree to 1");
   if (d.zero_stage1 && d.overlap_grad_reduce)
     return check.Fail(

@@ -43,6 +43,22 @@ struct ModelConfig {
   bool qkv_bias = false;       // biases on q, k and v (Qwen2)
   bool qk_norm = false;        // RMSNorm of each q and k head before RoPE (Qwen3)
   bool tie_embeddings = true;  // the LM head is the token embedding (tie_word_embeddings)
+  // Mixture of experts (llama family; Megatron's flag names, docs/config.md maps them to Hugging
+  // Face's): num_experts 0 means dense MLPs everywhere.
+  int num_experts = 0;
+  int moe_router_topk = 2;                       // experts per token
+  int moe_ffn_hidden_size = 0;                   // each expert's intermediate size; 0: ffn_size()
+  int moe_shared_expert_intermediate_size = 0;   // 0: no shared expert (Qwen2-MoE's, gated)
+  int moe_layer_freq = 1;                        // layers with layer % n == 0 have experts
+  int moe_first_k_dense = 0;                     // the first k layers stay dense
+  std::string moe_router_score_function = "softmax";  // softmax | sigmoid
+  bool moe_router_pre_softmax = true;  // softmax over all experts, then top-k (Qwen2-MoE, OLMoE)
+  bool moe_norm_topk_prob = false;     // renormalise the chosen experts' weights to sum to 1
+  double moe_aux_loss_coeff = 0.0;     // switch-style load-balancing loss
+  std::string moe_router_load_balancing_type = "aux_loss";  // aux_loss | seq_aux_loss
+  double moe_z_loss_coeff = 0.0;            // router z-loss
+  double moe_expert_capacity_factor = 0.0;  // 0: dropless
+  double moe_router_bias_update_rate = 0.0;  // DeepSeek-V3's aux-loss-free expert bias; 0: off
 
   int ffn_size() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int sequence_length() const { return seq_len > 0 ? seq_len : max_seq_len; }
@@ -52,6 +68,13 @@ struct ModelConfig {
   }
   int head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  bool moe() const { return num_experts > 0; }
+  int moe_ffn_size() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn_size(); }
+  // Whether block `layer` has experts (DeepSeek's rule): not one of the first k dense layers, and
+  // a multiple of moe_layer_freq.
+  bool moe_layer(int layer) const {
+    return moe() && layer >= moe_first_k_dense && layer % moe_layer_freq == 0;
+  }
 };
 
 struct DistributedConfig {

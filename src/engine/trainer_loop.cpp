@@ -6,6 +6,7 @@
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "engine/gpu_monitor.h"
+#include "engine/moe_metrics.h"
 #include "engine/signals.h"
 #include "engine/trainer.h"
 
@@ -156,6 +157,10 @@ Status Trainer::Run() {
           {"mfu", mfu},
           {"memory_gib", memory_gib}};
       for (auto& field : gpu.Fields(tokens_per_s)) record.push_back(std::move(field));
+      if (config_.model.moe())
+        TRAINER_RETURN_IF_ERROR(AppendMoeMetrics(
+            *model_, groups_,
+            config_.global.global_batch_size / config_.global.micro_batch_size, &record));
       TRAINER_RETURN_IF_ERROR(metrics_->Write(record));
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;

@@ -41,6 +41,16 @@ struct AdamWParams {
   double max_grad_norm = 0.0;
 };
 
+// How the MoE router turns logits into the chosen experts and their weights (moe_layer.h).
+struct MoeRouting {
+  int top_k = 1;
+  bool sigmoid = false;         // scores sigmoid(logit), else softmax over the experts
+  bool pre_softmax = true;      // softmax: choose by the softmax over all; else by the logits,
+                                // then softmax over the chosen (Mixtral)
+  bool norm_topk_prob = false;  // the chosen weights divided by their sum
+  bool shared_gate = false;     // logits' last column gates a shared expert by its sigmoid
+};
+
 // What SumInto adds up.
 enum class SumOf { kValues, kSquares };
 
@@ -221,6 +231,33 @@ class Backend {
   // dgate_up (N,2F) overwritten = [dout * up * silu'(gate) | dout * silu(gate)]; may not alias.
   Status SwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up);
 
+  // ---- mixture of experts (moe_layer.h; contracts in moe_contracts.cpp) ----
+  // E experts, K = r.top_k per token, K' = K (+1 with r.shared_gate), E' = E (+1 likewise).
+  // Router: logits (N,E') f32 -> probs (N,E) f32, the scores (softmax over the E experts, or
+  // sigmoid); experts (N,K) i32, the K chosen, in ascending order (the top K by probs, or by the
+  // logits with !pre_softmax; equal scores: the lower expert index first); weights (N,K') f32
+  // their weights (and the shared expert's gate, sigmoid(logits[:, E])); lse (N) f32 the
+  // logsumexp of the E logits (for the z-loss).
+  Status MoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse, Tensor logits,
+                          const MoeRouting& r);
+  // dlogits (N,E') f32 = the gradient through the weights (dweights (N,K') f32), plus the
+  // load-balancing loss's through probs: aux_coef (G,E) f32 (empty: none) is d(loss)/d(score) of
+  // the G groups of N/G consecutive rows (with sigmoid scores, of the scores normalised to sum 1),
+  // plus z_scale * d(lse^2)/d(logits) of each row.
+  Status MoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,
+                           Tensor experts, Tensor weights, Tensor aux_coef, float z_scale,
+                           const MoeRouting& r);
+  // out (M,C)[slots[t][k]] = [weights[t][k] *] in (N,C)[t] for every slots[t][k] >= 0 (slots
+  // (N,K') i32 distinct, < M; weights (N,K') f32 or empty): the permutation of the tokens into
+  // expert order, and the combine's backward. Rows no slot names are left as they are.
+  Status MoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights);
+  // out (N,C)[t] (= or +=, by accumulate) sum over k = 0..K'-1 with slots[t][k] >= 0, in that
+  // order, of [weights[t][k] *] in (M,C)[slots[t][k]]: the weighted combine of the experts'
+  // outputs (no atomics: a fixed order), and the permutation's backward.
+  Status MoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights, bool accumulate);
+  // dweights (N,K') f32 [t][k] = dout (N,C)[t] . in (M,C)[slots[t][k]] (0 where slots < 0).
+  Status MoeSlotDots(Tensor dweights, Tensor dout, Tensor in, Tensor slots);
+
   // ---- optimizer ----
   // One AdamW step over contiguous f32 spans (master, grad, m, v: n > 0 elements); writes the
   // copy `param` (n elements, f32 or compute) from the updated master. p.step >= 1.
@@ -304,6 +341,16 @@ class Backend {
                          bool inverse) = 0;
   virtual Status RunSwiGluForward(Tensor out, Tensor gate_up) = 0;
   virtual Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) = 0;
+  // Mixture of experts. Default: an error ("MoE runs on CPU ranks in this version").
+  virtual Status RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
+                                     Tensor logits, const MoeRouting& r);
+  virtual Status RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,
+                                      Tensor experts, Tensor weights, Tensor aux_coef,
+                                      float z_scale, const MoeRouting& r);
+  virtual Status RunMoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights);
+  virtual Status RunMoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights,
+                                  bool accumulate);
+  virtual Status RunMoeSlotDots(Tensor dweights, Tensor dout, Tensor in, Tensor slots);
 };
 
 std::unique_ptr<Backend> MakeCpuBackend();

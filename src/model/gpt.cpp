@@ -153,7 +153,33 @@ Tensor GptModel::G(ParamRole role, int layer, int64_t rows) const {
   return p ? RowsFrom(*p, Gradient(*p), rows) : Tensor();
 }
 
-BlockActivations GptModel::AllocateBlockActivations(bool gelu_output, bool norm_outputs) {
+MoeActivations GptModel::AllocateMoeActivations() {
+  const MoeSpec& e = spec_.moe;
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = config_.hidden_size, E = e.num_experts;
+  const int64_t K = e.top_k, K2 = e.router_rows() - E + K, F = e.ffn, Fs = e.shared_ffn;
+  MoeActivations m;
+  m.logits = Alloc({N, e.router_rows()}, DType::kF32);
+  m.probs = Alloc({N, E}, DType::kF32);
+  m.lse = Alloc({N}, DType::kF32);
+  m.weights = Alloc({N, K2}, DType::kF32);
+  m.experts = Alloc({N, K}, DType::kI32);
+  m.slots = Alloc({N, K2}, DType::kI32);
+  if (e.aux_loss_coeff > 0)
+    m.aux_coef = Alloc({e.aux_loss == MoeAuxLoss::kSequence ? B_ : 1, E}, DType::kF32);
+  m.x_perm = Alloc({N * K2, C}, compute_);
+  m.h = Alloc({N * K, 2 * F}, compute_);
+  m.act = Alloc({N * K, F}, compute_);
+  if (Fs > 0) {
+    m.shared_h = Alloc({N, 2 * Fs}, compute_);
+    m.shared_act = Alloc({N, Fs}, compute_);
+  }
+  m.y = Alloc({N * K2, C}, compute_);
+  m.out = Alloc({N, C}, compute_);
+  return m;
+}
+
+BlockActivations GptModel::AllocateBlockActivations(bool gelu_output, bool norm_outputs, bool moe,
+                                                    bool dense) {
   const DType cd = compute_;
   const int64_t B = B_, T = T_, C = config_.hidden_size, tp = partition_.tp_size;
   const int64_t Fl = spec_.ffn / tp, heads = spec_.heads / tp, kv_heads = spec_.kv_heads / tp;
@@ -176,8 +202,11 @@ BlockActivations GptModel::AllocateBlockActivations(bool gelu_output, bool norm_
   if (norm_outputs) a.ln2_out = Alloc({B, T, C}, cd);
   if (ln) a.ln2_mean = Alloc({R}, DType::kF32);
   a.ln2_rstd = Alloc({R}, DType::kF32);
-  a.fc_pre = Alloc({B, T, Pl}, cd);
-  if (gelu_output) a.fc_out = Alloc({B, T, Fl}, cd);
+  if (dense) {
+    a.fc_pre = Alloc({B, T, Pl}, cd);
+    if (gelu_output) a.fc_out = Alloc({B, T, Fl}, cd);
+  }
+  if (moe) a.moe = AllocateMoeActivations();
   a.residual_out = Alloc({R, C}, cd);
   return a;
 }
@@ -202,23 +231,36 @@ Status GptModel::AllocateBuffers() {
   // block; "selective" shares that and the two norms' outputs (every elementwise result that a
   // GEMM reads, recomputed in backward from what the block keeps); "none" keeps all.
   const bool selective = recompute_ == "selective";
-  if (recompute_ == "block") shared_ = AllocateBlockActivations(true);
+  // Which of this stage's layers are MoE layers.
+  bool any_moe = false, any_dense = false;
+  for (int l = 0; l < partition_.num_layers; ++l)
+    (spec_.moe_layer(partition_.first_layer + l) ? any_moe : any_dense) = true;
+  if (recompute_ == "block") shared_ = AllocateBlockActivations(true, true, any_moe, any_dense);
   if (recompute_ == "gelu" || selective) shared_.fc_out = Alloc({B, T, Fl}, cd);
   if (selective) shared_.ln1_out = Alloc({B, T, C}, cd);
+  moe_stats_.assign(partition_.num_layers, MoeLayerStats());
   slots_.resize(num_slots_);
   for (Slot& s : slots_) {
     s.tokens = Alloc({B, T}, DType::kI32);
     s.targets = Alloc({B, T}, DType::kI32);
     s.input = Alloc({R, C}, cd);
     for (int l = 0; l < partition_.num_layers; ++l) {
+      const bool moe = spec_.moe_layer(partition_.first_layer + l);
       BlockActivations* a = nullptr;
       if (recompute_ == "block") {
         a = new BlockActivations(shared_);
+        if (!moe) a->moe = MoeActivations();
         a->residual_out = Alloc({R, C}, cd);
       } else {
-        a = new BlockActivations(AllocateBlockActivations(recompute_ == "none", !selective));
-        if (recompute_ == "gelu" || selective) a->fc_out = shared_.fc_out;
+        a = new BlockActivations(
+            AllocateBlockActivations(recompute_ == "none", !selective, moe, !moe));
+        if ((recompute_ == "gelu" || selective) && !moe) a->fc_out = shared_.fc_out;
         if (selective) a->ln1_out = a->ln2_out = shared_.ln1_out;
+      }
+      if (moe) {  // the slot's own routing, and the layer's stats
+        dispatches_.push_back(std::make_unique<MoeDispatch>());
+        a->moe.dispatch = dispatches_.back().get();
+        a->moe.stats = &moe_stats_[l];
       }
       s.blocks.push_back(a);
     }
@@ -241,6 +283,21 @@ Status GptModel::AllocateBuffers() {
   scratch_.datt = Alloc({B, T, Al}, cd);
   scratch_.dfc = Alloc({B, T, swiglu ? 2 * Fl : Fl}, cd);
   if (swiglu) scratch_.dact = Alloc({B, T, Fl}, cd);
+  if (any_moe) {
+    const MoeSpec& e = spec_.moe;
+    const int64_t K = e.top_k, K2 = e.router_rows() - e.num_experts + K;
+    MoeScratch& m = scratch_.moe;
+    m.dweights = Alloc({N, K2}, DType::kF32);
+    m.dlogits = Alloc({N, e.router_rows()}, DType::kF32);
+    m.dy = Alloc({N * K2, C}, cd);
+    m.dx_perm = Alloc({N * K2, C}, cd);
+    m.dh = Alloc({N * K, 2 * e.ffn}, cd);
+    m.dact = Alloc({N * K, e.ffn}, cd);
+    if (e.shared_ffn > 0) {
+      m.shared_dh = Alloc({N, 2 * e.shared_ffn}, cd);
+      m.shared_dact = Alloc({N, e.shared_ffn}, cd);
+    }
+  }
   if (spec_.position == PositionKind::kRope)
     rope_ = Alloc({2, config_.max_seq_len, spec_.head_dim / 2}, DType::kF32);
   if (partition_.last_stage()) {
@@ -311,6 +368,14 @@ BlockWeights GptModel::Weights(int layer, bool gradients) const {
   w.fc_b = get(ParamRole::kFcBias);
   w.fcproj_w = get(ParamRole::kFcOutWeight);
   w.fcproj_b = get(ParamRole::kFcOutBias);
+  if (spec_.moe_layer(layer)) {
+    const MoeSpec& e = spec_.moe;
+    w.moe.router = get(ParamRole::kRouterWeight, e.router_rows());
+    w.moe.experts_gu = get(ParamRole::kExpertGateUp);
+    w.moe.experts_down = get(ParamRole::kExpertDown);
+    w.moe.shared_gu = get(ParamRole::kSharedGateWeight, 2 * e.shared_ffn);
+    w.moe.shared_down = get(ParamRole::kSharedDownWeight);
+  }
   return w;
 }
 
@@ -323,8 +388,8 @@ BlockContext GptModel::Context() const {
   ctx.local_kv_heads = static_cast<int>(spec_.kv_heads / partition_.tp_size);
   ctx.rope = rope_;
   ctx.sequence_parallel = SequenceParallel();
-  ctx.scratch = {scratch_.proj, scratch_.dln,  scratch_.dqkv,    scratch_.datt,    scratch_.dfc,
-                 scratch_.dact, scratch_.rows, scratch_.ln_rows, scratch_.dres_all};
+  ctx.scratch = {scratch_.proj, scratch_.dln,  scratch_.dqkv,    scratch_.datt,     scratch_.dfc,
+                 scratch_.dact, scratch_.rows, scratch_.ln_rows, scratch_.dres_all, scratch_.moe};
   return ctx;
 }
 
@@ -346,7 +411,9 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
       TRAINER_RETURN_IF_ERROR(
           backend_->CopyDeviceToDevice(s.input.data, summed.data, summed.bytes()));
   }
-  const BlockContext ctx = Context();
+  BlockContext ctx = Context();
+  ctx.moe_loss_scale = dloss_scale * static_cast<float>(B_) * static_cast<float>(T_);
+  ctx.moe_record = dloss_scale != 0.f;  // training, not evaluation
   Tensor x = s.input;
   for (int i = 0; i < partition_.num_layers; ++i) {
     TRAINER_RETURN_IF_ERROR(BlockForward(ctx, layer_weights_[i], x, s.blocks[i]));
@@ -412,6 +479,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
   Slot& s = slots_[slot];
   BlockContext ctx = Context();
   ctx.recompute_norms = recompute_ == "selective";
+  ctx.moe_recompute = true;
   if (overwrite_weight_gradients_) ctx.weight_gradients = GradientWrite::kOverwrite;
   overwrite_weight_gradients_ = false;
   Tensor dres = scratch_.dresidual;
@@ -458,6 +526,7 @@ Status GptModel::ZeroGradients() {
     TRAINER_RETURN_IF_ERROR(backend_->Zero(
         grad_buffer_.rows(static_cast<int64_t>(begin), static_cast<int64_t>(end - begin))));
   overwrite_weight_gradients_ = true;
+  for (MoeLayerStats& st : moe_stats_) st.Clear();
   return Status::Ok();
 }
 

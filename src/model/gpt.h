@@ -88,6 +88,9 @@ class GptModel {
   // GEMM (the weight matrices, and the LM head's wte on the last stage) are overwritten by it
   // (beta = 0); the rest (biases, LayerNorms, embeddings written by EmbeddingBackward) are zeroed.
   Status ZeroGradients();
+  // The MoE layers' figures of the step so far on this rank, by local layer index (empty stats
+  // for a dense layer); ZeroGradients starts them again.
+  const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
   // Replace this rank's parameters from a host f32 flat array in buffer order.
   Status SetParameters(const std::vector<float>& flat);
 
@@ -100,8 +103,11 @@ class GptModel {
  private:
   GptModel() = default;
   Status AllocateBuffers();
-  // Without gelu_output: fc_out left empty; without norm_outputs: ln1_out and ln2_out.
-  BlockActivations AllocateBlockActivations(bool gelu_output, bool norm_outputs = true);
+  // Without gelu_output: fc_out left empty; without norm_outputs: ln1_out and ln2_out. A MoE
+  // layer's (moe) has the MoE layer's buffers instead of the MLP's; `dense` adds the MLP's.
+  BlockActivations AllocateBlockActivations(bool gelu_output, bool norm_outputs = true,
+                                            bool moe = false, bool dense = true);
+  MoeActivations AllocateMoeActivations();
   Tensor Alloc(std::initializer_list<int64_t> shape, DType dtype);
   bool SequenceParallel() const { return config_.sequence_parallel && partition_.tp_size > 1; }
   Status CrossEntropy(Tensor targets, float dloss_scale);
@@ -160,7 +166,10 @@ class GptModel {
     Tensor sums;       // (2, B*T) f32
     Tensor loss_sum;   // (1) f64: the step's losses, summed over its micro-batches
     Tensor rows, ln_rows, dres_all;  // sequence parallelism (see BlockScratch)
+    MoeScratch moe;                  // MoE layers' backward
   } scratch_;
+  std::vector<MoeLayerStats> moe_stats_;                 // by local layer
+  std::vector<std::unique_ptr<MoeDispatch>> dispatches_;  // one per slot and MoE layer
   int last_forward_slot_ = -1;
   // [begin, end) element ranges of the gradient buffer that ZeroGradients zeroes.
   std::vector<std::pair<size_t, size_t>> zeroed_gradient_spans_;

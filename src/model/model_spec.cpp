@@ -3,6 +3,7 @@
 #include "model/model_spec.h"
 
 #include <cmath>
+#include <cstdio>
 
 namespace trainer {
 
@@ -34,6 +35,22 @@ ModelSpec MakeModelSpec(const ModelConfig& m) {
   s.qk_norm = m.qk_norm;
   s.linear_bias = false;
   s.tied_embeddings = m.tie_embeddings;
+  if (!m.moe()) return s;
+  MoeSpec& e = s.moe;
+  e.num_experts = m.num_experts;
+  e.top_k = m.moe_router_topk;
+  e.ffn = m.moe_ffn_size();
+  e.shared_ffn = m.moe_shared_expert_intermediate_size;
+  e.layer_freq = m.moe_layer_freq;
+  e.first_k_dense = m.moe_first_k_dense;
+  e.score = m.moe_router_score_function == "sigmoid" ? MoeScore::kSigmoid : MoeScore::kSoftmax;
+  e.pre_softmax = m.moe_router_pre_softmax;
+  e.norm_topk_prob = m.moe_norm_topk_prob;
+  e.aux_loss_coeff = m.moe_aux_loss_coeff;
+  e.aux_loss =
+      m.moe_router_load_balancing_type == "seq_aux_loss" ? MoeAuxLoss::kSequence : MoeAuxLoss::kMicroBatch;
+  e.z_loss_coeff = m.moe_z_loss_coeff;
+  e.capacity_factor = m.moe_expert_capacity_factor;
   return s;
 }
 
@@ -96,12 +113,27 @@ std::string ParameterName(const ModelSpec& spec, ParamRole role, int layer) {
       return block + (gpt2 ? "mlp.c_proj.weight" : "mlp.down_proj.weight");
     case ParamRole::kFcOutBias:
       return block + "mlp.c_proj.bias";
+    case ParamRole::kRouterWeight:
+      return block + "mlp.gate.weight";
+    case ParamRole::kSharedExpertGateWeight:
+      return block + "mlp.shared_expert_gate.weight";
+    case ParamRole::kExpertGateUp:
+      return block + "mlp.experts.gate_up_proj";
+    case ParamRole::kExpertDown:
+      return block + "mlp.experts.down_proj";
+    case ParamRole::kSharedGateWeight:
+      return block + "mlp.shared_expert.gate_proj.weight";
+    case ParamRole::kSharedUpWeight:
+      return block + "mlp.shared_expert.up_proj.weight";
+    case ParamRole::kSharedDownWeight:
+      return block + "mlp.shared_expert.down_proj.weight";
   }
   return "";
 }
 
 bool IsResidualProjection(ParamRole role) {
-  return role == ParamRole::kAttnOutWeight || role == ParamRole::kFcOutWeight;
+  return role == ParamRole::kAttnOutWeight || role == ParamRole::kFcOutWeight ||
+         role == ParamRole::kExpertDown || role == ParamRole::kSharedDownWeight;
 }
 
 bool IsNormWeight(ParamRole role) {
@@ -172,6 +204,24 @@ std::vector<ParameterSpec> SpecParameters(const ModelSpec& spec, bool sequence_p
     if (spec.linear_bias) add(ParamRole::kAttnOutBias, l, {C}, ShardKind::kReplicated);
     add(ParamRole::kNorm2Weight, l, {C}, ShardKind::kReplicated);
     if (ln) add(ParamRole::kNorm2Bias, l, {C}, ShardKind::kReplicated);
+    if (spec.moe_layer(l)) {  // experts replicated over TP (not split), like the router
+      const MoeSpec& e = spec.moe;
+      const int64_t E = e.num_experts, Fe = e.ffn, Fs = e.shared_ffn;
+      add(ParamRole::kRouterWeight, l, {E, C}, ShardKind::kReplicated);
+      if (Fs > 0) {
+        contiguous();
+        add(ParamRole::kSharedExpertGateWeight, l, {1, C}, ShardKind::kReplicated);
+      }
+      add(ParamRole::kExpertGateUp, l, {E, 2 * Fe, C}, ShardKind::kReplicated);
+      add(ParamRole::kExpertDown, l, {E, C, Fe}, ShardKind::kReplicated);
+      if (Fs > 0) {
+        add(ParamRole::kSharedGateWeight, l, {Fs, C}, ShardKind::kReplicated);
+        contiguous();
+        add(ParamRole::kSharedUpWeight, l, {Fs, C}, ShardKind::kReplicated);
+        add(ParamRole::kSharedDownWeight, l, {C, Fs}, ShardKind::kReplicated);
+      }
+      continue;
+    }
     if (spec.mlp == MlpKind::kGelu) {
       add(ParamRole::kFcWeight, l, {F, C}, ShardKind::kSplitRows);
       if (spec.linear_bias) add(ParamRole::kFcBias, l, {F}, ShardKind::kSplitRows);
@@ -197,15 +247,60 @@ bool CountsForFlops(const ModelSpec& spec, ParamRole role) {
   return true;
 }
 
-double TrainingFlopsPerToken(const ModelSpec& spec, int64_t seq_len) {
-  double active = 0;
+namespace {
+// Sum over the whole model's parameters of weight(p) * elements.
+template <typename Weight>
+double CountParameters(const ModelSpec& spec, Weight weight) {
+  double total = 0;
   for (const ParameterSpec& p :
        SpecParameters(spec, false, 1, true, true, 0, static_cast<int>(spec.layers))) {
-    if (!CountsForFlops(spec, p.role)) continue;
     double n = 1;
     for (int64_t d : p.full_shape) n *= static_cast<double>(d);
-    active += n;
+    total += weight(p) * n;
   }
+  return total;
+}
+}  // namespace
+
+double ActiveParameters(const ModelSpec& spec) {
+  return CountParameters(spec, [&](const ParameterSpec& p) {
+    if (!CountsForFlops(spec, p.role)) return 0.0;
+    const bool expert = p.role == ParamRole::kExpertGateUp || p.role == ParamRole::kExpertDown;
+    return expert ? static_cast<double>(spec.moe.top_k) / spec.moe.num_experts : 1.0;
+  });
+}
+
+double TotalParameters(const ModelSpec& spec) {
+  return CountParameters(spec, [](const ParameterSpec&) { return 1.0; });
+}
+
+std::string MoeShapeText(const ModelSpec& spec) {
+  const MoeSpec& e = spec.moe;
+  if (!e.enabled()) return "";
+  std::string layers;
+  int count = 0;
+  for (int l = 0; l < spec.layers; ++l) {
+    if (!spec.moe_layer(l)) continue;
+    layers += (count++ ? "," : "") + std::to_string(l);
+  }
+  auto millions = [](double n) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2fM", n / 1e6);
+    return std::string(text);
+  };
+  std::string text = std::to_string(e.num_experts) + " experts, top-" + std::to_string(e.top_k) +
+                     ", expert FFN " + std::to_string(e.ffn);
+  if (e.shared_ffn > 0) text += ", shared expert FFN " + std::to_string(e.shared_ffn);
+  char capacity[48];
+  std::snprintf(capacity, sizeof capacity, ", capacity factor %g", e.capacity_factor);
+  text += e.capacity_factor > 0 ? capacity : ", dropless";
+  return text + "; MoE layers " + layers + " of " + std::to_string(spec.layers) + "; " +
+         millions(ActiveParameters(spec)) + " active of " + millions(TotalParameters(spec)) +
+         " parameters";
+}
+
+double TrainingFlopsPerToken(const ModelSpec& spec, int64_t seq_len) {
+  const double active = ActiveParameters(spec);
   return 6.0 * active + 12.0 * static_cast<double>(spec.layers) *
                             static_cast<double>(spec.q_width()) * static_cast<double>(seq_len);
 }

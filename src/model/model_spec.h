@@ -12,6 +12,9 @@
 //   rope_scaling), grouped-query attention with an explicit head_dim, optional q/k/v bias
 //   (Qwen2), optional per-head q/k RMSNorm (Qwen3), SwiGLU MLP, tied or untied embeddings;
 //   Hugging Face's parameter names (model.layers.N.self_attn.q_proj.weight ...).
+//   With Model.num_experts > 0, chosen layers replace the MLP by a mixture of SwiGLU experts
+//   (Qwen2-MoE, Mixtral, OLMoE, Qwen3-MoE; moe_layer.h): a router, E experts stored as two stacked
+//   tensors per layer, and an optional sigmoid-gated shared expert.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +59,14 @@ enum class ParamRole {
   kUpWeight,
   kFcOutWeight,  // (C, F): c_proj / down_proj
   kFcOutBias,
+  // Mixture of experts (a MoE layer has these instead of the MLP's):
+  kRouterWeight,           // (E, C) the router (Hugging Face's mlp.gate)
+  kSharedExpertGateWeight, // (1, C) the shared expert's sigmoid gate, stored right after the router
+  kExpertGateUp,           // (E, 2F, C): expert e's [gate; up] rows, contiguous per expert
+  kExpertDown,             // (E, C, F)
+  kSharedGateWeight,       // (Fs, C), (Fs, C) stored one after the other, (C, Fs)
+  kSharedUpWeight,
+  kSharedDownWeight,
 };
 
 // How the full tensor maps to the local shard over the TP group of size tp_size.
@@ -74,6 +85,30 @@ struct RopeScaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int original_max_positions = 8192;
+};
+
+enum class MoeScore { kSoftmax, kSigmoid };
+enum class MoeAuxLoss { kMicroBatch, kSequence };
+
+// The mixture-of-experts part of the model (Model.num_experts > 0); moe_layer.h computes it.
+struct MoeSpec {
+  int num_experts = 0;      // E; 0: no MoE layers
+  int top_k = 0;            // K experts per token
+  int64_t ffn = 0;          // F of each expert
+  int64_t shared_ffn = 0;   // Fs of the shared expert, 0: none
+  int layer_freq = 1;
+  int first_k_dense = 0;
+  MoeScore score = MoeScore::kSoftmax;
+  // softmax only: true, softmax over all E then top-k (Qwen2-MoE, OLMoE); false, top-k of the
+  // logits then softmax over the K chosen (Mixtral).
+  bool pre_softmax = true;
+  bool norm_topk_prob = false;  // the chosen weights renormalised to sum to 1
+  double aux_loss_coeff = 0.0;
+  MoeAuxLoss aux_loss = MoeAuxLoss::kMicroBatch;
+  double z_loss_coeff = 0.0;
+  double capacity_factor = 0.0;  // 0: dropless
+  bool enabled() const { return num_experts > 0; }
+  int router_rows() const { return num_experts + (shared_ffn > 0 ? 1 : 0); }
 };
 
 struct ModelSpec {
@@ -98,7 +133,12 @@ struct ModelSpec {
   bool qk_norm = false;
   bool linear_bias = true;  // biases of the attention output and the MLP's linears
   bool tied_embeddings = true;
+  MoeSpec moe;
 
+  // Whether block `layer` is a MoE layer (ModelConfig::moe_layer).
+  bool moe_layer(int layer) const {
+    return moe.enabled() && layer >= moe.first_k_dense && layer % moe.layer_freq == 0;
+  }
   int64_t q_width() const { return heads * head_dim; }
   int64_t kv_width() const { return kv_heads * head_dim; }
   int64_t qkv_width() const { return q_width() + 2 * kv_width(); }
@@ -141,6 +181,15 @@ bool IsNormWeight(ParamRole role);
 // embedding (a lookup; tied, it is the LM head). GPT-2's position table counts, as nanoGPT's
 // count has it.
 bool CountsForFlops(const ModelSpec& spec, ParamRole role);
+
+// Parameters that a token passes through: every one but an untied input embedding, the experts
+// counted K/E (each token reaches K of the E).
+double ActiveParameters(const ModelSpec& spec);
+// Every parameter of the model.
+double TotalParameters(const ModelSpec& spec);
+// The MoE shape in one line ("8 experts, top-2, expert FFN 1024, shared expert FFN 2048; MoE
+// layers 1-3 of 4; 0.52B active of 1.21B parameters"); "" for a dense model.
+std::string MoeShapeText(const ModelSpec& spec);
 
 // FLOPs per token of one training step (forward + backward) as PaLM counts them:
 // 6 * active parameters + 12 * L * NH * HD * T.

@@ -17,6 +17,27 @@ Tensor RowParallelBias(const BlockContext& ctx, Tensor bias) {
   return (ctx.tp == nullptr || ctx.tp->rank() == 0) ? bias : Tensor();
 }
 
+// A MoE layer's whole (B*T, C) result, as the residual stream holds it on this rank: this TP
+// rank's row block under sequence parallelism, else all of it.
+Tensor OwnRows(const BlockContext& ctx, Tensor all_rows) {
+  if (!SequenceParallel(ctx)) return all_rows;
+  const int64_t R = Rows(all_rows) / ctx.tp->size();
+  return Tensor(all_rows.data, all_rows.dtype, {Rows(all_rows), Cols(all_rows)})
+      .rows(ctx.tp->rank() * R, R);
+}
+
+MoeContext MoeCtx(const BlockContext& ctx) {
+  MoeContext m;
+  m.backend = ctx.backend;
+  m.spec = &ctx.spec->moe;
+  m.scratch = ctx.scratch.moe;
+  m.loss_scale = ctx.moe_loss_scale;
+  m.record = ctx.moe_record;
+  m.recompute = ctx.moe_recompute;
+  m.weight_gradients = ctx.weight_gradients;
+  return m;
+}
+
 }  // namespace
 
 Tensor RowBlockTarget(const BlockContext& ctx, Tensor all_rows) {
@@ -92,6 +113,7 @@ Status MlpInputForward(const BlockContext& ctx, const BlockWeights& w, BlockActi
 }  // namespace
 
 Status MlpActivationForward(const BlockContext& ctx, const BlockActivations& a) {
+  if (a.fc_pre.empty()) return Status::Ok();  // a MoE layer keeps its activations
   if (ctx.spec->mlp == MlpKind::kGelu) return ctx.backend->GeluForward(a.fc_out, a.fc_pre);
   return ctx.backend->SwiGluForward(a.fc_out, a.fc_pre);
 }
@@ -124,6 +146,10 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
         NormForward(ctx, ln, a->ln2_mean, a->ln2_rstd, a->residual_mid, w.ln2_w, w.ln2_b));
   }
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, a->ln2_out));
+  if (!w.moe.router.empty()) {  // whole on every TP rank: no reduction
+    TRAINER_RETURN_IF_ERROR(MoeForward(MoeCtx(ctx), w.moe, a->ln2_out, a->moe));
+    return be->Add(a->residual_out, a->residual_mid, OwnRows(ctx, a->moe.out));
+  }
   // MLP half.
   TRAINER_RETURN_IF_ERROR(MlpInputForward(ctx, w, a));
   if (!tp)
@@ -227,8 +253,14 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
     TRAINER_RETURN_IF_ERROR(
         RecomputeNorm(ctx, a.ln2_out, a.ln2_mean, a.ln2_rstd, a.residual_mid, w.ln2_w, w.ln2_b));
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
-  TRAINER_RETURN_IF_ERROR(MlpBackward(ctx, w, g, a, dres_all, fcproj_db));
-  TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
+  if (!w.moe.router.empty()) {  // d(ln2_out) is whole on every TP rank
+    TRAINER_RETURN_IF_ERROR(MoeBackward(MoeCtx(ctx), w.moe, g.moe, a.ln2_out, a.moe, dres_all,
+                                        s.dln));
+    dln = OwnRows(ctx, s.dln);
+  } else {
+    TRAINER_RETURN_IF_ERROR(MlpBackward(ctx, w, g, a, dres_all, fcproj_db));
+    TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
+  }
   TRAINER_RETURN_IF_ERROR(NormBackward(ctx, dresidual, g.ln2_w, g.ln2_b,
                                        ln_sums ? g.fcproj_b : Tensor(), dln, a.residual_mid,
                                        w.ln2_w, a.ln2_mean, a.ln2_rstd));

@@ -4,7 +4,8 @@
 // (grouped-query) attention; a GELU or SwiGLU MLP. The qkv and the MLP's first linear (c_fc, or
 // gate and up side by side) are column-parallel (this rank's heads / FFN columns), the two output
 // projections row-parallel and followed by an all-reduce over the TP group (one forward and one
-// backward all-reduce per block half, as in Megatron-LM).
+// backward all-reduce per block half, as in Megatron-LM). A MoE layer (moe_layer.h) takes the
+// MLP's place where the spec says; it is not split over TP (every rank computes all of it).
 //
 // With sequence parallelism the residual stream and the norms hold only this rank's block of
 // the B*T rows (N/tp); the norm's output is all-gathered before the column-parallel linear and
@@ -14,6 +15,7 @@
 #include "common/communicator.h"
 #include "model/backend.h"
 #include "model/model_spec.h"
+#include "model/moe_layer.h"
 
 namespace trainer {
 
@@ -28,6 +30,7 @@ struct BlockWeights {
   Tensor ln2_w, ln2_b;        // (C)
   Tensor fc_w, fc_b;          // GELU: (F/tp, C), (F/tp); SwiGLU: [gate; up] (2F/tp, C)
   Tensor fcproj_w, fcproj_b;  // (C, F/tp), (C)
+  MoeWeights moe;             // a MoE layer's (then fc_w, fcproj_w are empty), else empty
 };
 
 // What the backward pass needs from the forward pass of one block and one micro-batch.
@@ -42,6 +45,7 @@ struct BlockActivations {
   Tensor ln2_out, ln2_mean, ln2_rstd;  // (B,T,C) all rows, (R), (R)
   Tensor fc_pre, fc_out;  // GELU: (B,T,F/tp) before and after; SwiGLU: (B,T,2F/tp), (B,T,F/tp)
   Tensor residual_out;    // (R,C) residual_mid + MLP
+  MoeActivations moe;     // a MoE layer's (then fc_pre, fc_out are empty)
 };
 
 struct BlockScratch {
@@ -55,6 +59,7 @@ struct BlockScratch {
   Tensor rows;      // (R,C) a reduce-scattered projection or gradient
   Tensor ln_rows;   // (R,C) a LayerNorm output before its all-gather
   Tensor dres_all;  // (B,T,C) the all-gathered residual gradient
+  MoeScratch moe;   // MoE layers' backward buffers
 };
 
 struct BlockContext {
@@ -72,6 +77,12 @@ struct BlockContext {
   // again (the norm from its input, then the all-gather under sequence parallelism) before each
   // GEMM that reads it.
   bool recompute_norms = false;
+  // MoE layers: d(objective)/d(a micro-batch's aux and z losses) (forward), whether the forward
+  // adds the micro-batch to the layer's stats, and whether it is a recomputation in backward
+  // (which reuses the first forward's loss scale).
+  float moe_loss_scale = 0.f;
+  bool moe_record = false;
+  bool moe_recompute = false;
 };
 
 // The spec's norm (LayerNorm with mean, rstd, bias; or RMSNorm with rstd only), shared with the

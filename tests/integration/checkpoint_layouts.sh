@@ -11,6 +11,8 @@ make_small_dataset data.h5
 # LAYOUT_MODEL=llama: the same for a llama model (GQA on 2 kv heads, so tp2 instead of tp4).
 MODEL=("${TINY_LAYOUT_GPT[@]}") RESUMED_ON="tp4 dp4 pp2 single"
 [ "${LAYOUT_MODEL:-gpt2}" = llama ] && MODEL=("${TINY_LAYOUT_LLAMA[@]}") RESUMED_ON="tp2 dp4 pp2 single"
+# LAYOUT_MODEL=moe: a model with MoE layers (checkpoint_layouts_moe.sh).
+[ "${LAYOUT_MODEL:-gpt2}" = moe ] && MODEL=("${TINY_LAYOUT_MOE[@]}") RESUMED_ON="tp2 dp4 pp2 single"
 COMMON=("${MODEL[@]}" -o Engine.save_steps=5 -o Optimizer.decay_steps=8)
 run_np 1 train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=single > single.log 2>&1 ||
   fail "uninterrupted single-rank run"

@@ -45,6 +45,14 @@ TINY_LAYOUT_GPT=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.dev
 TINY_LAYOUT_LLAMA=("${TINY_LAYOUT_GPT[@]}" -o Model.arch=llama -o Model.num_kv_heads=2
                    -o Model.ffn_hidden_size=96 -o Model.qk_norm=true -o Model.tie_embeddings=false
                    -o Model.norm_eps=1e-6)
+# The llama model with mixture-of-experts layers (parallel_layouts_moe.sh, checkpoint_layouts.sh):
+# layer 0 dense (moe_first_k_dense), then every second layer MoE (2 and 4, so that two pipeline
+# stages each hold dense and MoE layers): 4 experts, top-2, a gated shared expert, load-balancing
+# and z losses.
+TINY_LAYOUT_MOE=("${TINY_LAYOUT_LLAMA[@]}" -o Model.num_experts=4 -o Model.moe_router_topk=2
+                 -o Model.moe_ffn_hidden_size=32 -o Model.moe_shared_expert_intermediate_size=24
+                 -o Model.moe_first_k_dense=1 -o Model.moe_layer_freq=2
+                 -o Model.moe_aux_loss_coeff=0.01 -o Model.moe_z_loss_coeff=0.001)
 
 # expect_error CODE TEXT COMMAND...: exit code CODE and exactly one error line containing TEXT.
 expect_error() {
@@ -60,6 +68,16 @@ expect_error() {
 
 # Losses of metrics.jsonl training records, one per line, as printed (%.8g).
 losses() { grep -o '"loss": [^,}]*' "$1" | awk '{print $2}'; }
+
+# The MoE fields of metrics.jsonl's training records, one record per line: the aux loss to 4
+# digits (its sum over ranks differs by rounding between layouts) and every layer's dropped tokens.
+moe_fields() {
+  grep '"moe_aux_loss"' "$1" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print("%.4g" % r["moe_aux_loss"], [v for k, v in sorted(r.items()) if k.startswith("moe_dropped")])'
+}
 
 # compare_curves RUN REF EACH MEAN COUNT: RUN's loss at each of its logged steps against REF's at
 # the same step (relative difference): COUNT steps, each within EACH, their mean within MEAN

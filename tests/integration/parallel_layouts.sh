@@ -7,7 +7,9 @@
 # tests/tools/compare_checkpoints.cpp for why single tensors need the looser bound).
 #
 # LAYOUT_MODEL picks the model: gpt2 (the default), llama (GQA, q/k norm, untied; the wrapper
-# parallel_layouts_llama.sh) or llama-tied (qkv bias, tied embeddings, llama3 RoPE scaling).
+# parallel_layouts_llama.sh), llama-tied (qkv bias, tied embeddings, llama3 RoPE scaling), moe
+# (MoE layers; parallel_layouts_moe.sh) or moe-capacity (sigmoid router, per-sequence balancing, a
+# capacity that drops tokens). For MoE models the load-balancing loss must agree too.
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 case ${LAYOUT_MODEL:-gpt2} in
@@ -18,6 +20,13 @@ case ${LAYOUT_MODEL:-gpt2} in
                      -o Model.qkv_bias=true -o Model.rope_scaling=llama3 -o Model.rope_factor=4
                      -o Model.rope_original_max_positions=16)
     DEFAULT_LAYOUTS="dp2 tp2 pp2 tp2-pp2-sp dp2-tp2-z1" ;;
+  moe) MODEL=("${TINY_LAYOUT_MOE[@]}")
+    DEFAULT_LAYOUTS="dp2 tp2 pp2 dp2-z1 tp2-sp tp2-pp2-sp-rc dp2-rs dp2-tp2-pp2-z1" ;;
+  moe-capacity) MODEL=("${TINY_LAYOUT_MOE[@]}" -o Model.moe_router_score_function=sigmoid
+                       -o Model.moe_norm_topk_prob=true -o Model.moe_expert_capacity_factor=1.0
+                       -o Model.moe_router_load_balancing_type=seq_aux_loss
+                       -o Model.moe_shared_expert_intermediate_size=0)
+    DEFAULT_LAYOUTS="dp2 tp2-sp pp2 dp2-z1" ;;
 esac
 COMMON=("${MODEL[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)
 run_layout() {  # name np overrides...
@@ -36,6 +45,10 @@ for layout in $LAYOUTS; do
     -o Model.sequence_parallel=$sp -o Model.recompute=$rc -o Distributed.zero_stage1=$z1
   echo "== $layout"
   compare_curves "$layout/metrics.jsonl" single/metrics.jsonl 1e-5 1e-5 10 || fail "$layout losses differ"
+  if [[ ${LAYOUT_MODEL:-gpt2} == moe* ]]; then  # the same routing: the same aux loss and drops
+    diff <(moe_fields "$layout/metrics.jsonl") <(moe_fields single/metrics.jsonl) ||
+      fail "$layout: the MoE layers' aux loss or dropped tokens differ"
+  fi
   "$COMPARE_CHECKPOINTS" "$layout/checkpoints/step-00000010/checkpoint.h5" \
     single/checkpoints/step-00000010/checkpoint.h5 1e-5 1e-3 || fail "$layout parameters differ"
 done

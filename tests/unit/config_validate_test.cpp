@@ -27,7 +27,7 @@ TEST(ConfigValidate, DerivesDataParallelDegree) {
   // Reserved features refuse to be switched on rather than being silently ignored.
   ExpectUsageError(
       ValidateWith({"Distributed.ep_degree=2", "Global.global_batch_size=8"}, 4),
-      {"Distributed.ep_degree=2", "no MoE layers yet", "Set Distributed.ep_degree to 1"});
+      {"Distributed.ep_degree=2", "expert parallelism", "Set Distributed.ep_degree to 1"});
   ExpectUsageError(
       ValidateWith({"Distributed.zero_stage1=true", "Distributed.overlap_grad_reduce=true",
                     "Global.global_batch_size=8"},
@@ -91,6 +91,30 @@ TEST(ConfigValidate, TensorParallelSplits) {
       {"Model.sequence_parallel=true", "sequence length 63",
        "Set Model.seq_len to a multiple of 2"});
   EXPECT_TRUE(ValidateWith({"Model.sequence_parallel=true", "Distributed.tp_degree=2"}, 2).ok());
+}
+
+TEST(ConfigValidate, MixtureOfExperts) {
+  const std::string llama = "Model.arch=llama";
+  ASSERT_TRUE(ValidateWith({llama, "Model.num_experts=8", "Model.moe_router_topk=2"}, 1).ok());
+  ExpectUsageError(ValidateWith({"Model.num_experts=4"}, 1),
+                   {"Model.num_experts=4", "Model.arch=\"gpt2\"", "Set Model.arch=llama"});
+  ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Model.moe_router_topk=5"}, 1),
+                   {"Model.moe_router_topk=5 exceeds Model.num_experts=4",
+                    "Set Model.moe_router_topk to at most 4"});
+  ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Model.moe_first_k_dense=2"}, 1),
+                   {"Model.moe_first_k_dense=2 leaves no MoE layer", "below 2"});
+  ExpectUsageError(
+      ValidateWith({llama, "Model.num_experts=4", "Model.moe_router_score_function=relu"}, 1),
+      {"Model.moe_router_score_function=\"relu\" must be one of softmax, sigmoid"});
+  ExpectUsageError(
+      ValidateWith({llama, "Model.num_experts=4", "Model.moe_router_bias_update_rate=0.001",
+                    "Model.moe_router_score_function=sigmoid"},
+                   1),
+      {"Model.moe_router_bias_update_rate=0.001", "Set Model.moe_router_bias_update_rate=0"});
+  ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Global.device=cuda"}, 1),
+                   {"MoE runs on CPU ranks in this version", "Set Global.device=cpu"});
+  ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Model.moe_aux_loss_coeff=-1"}, 1),
+                   {"Model.moe_aux_loss_coeff=-1.0 must be >= 0"});
 }
 
 TEST(ConfigValidate, PipelineStages) {

@@ -44,6 +44,29 @@ ModelConfig TinyLlama(bool qk_norm, bool qkv_bias, bool tied) {
   return m;
 }
 
+// A mixture of experts on the llama block: layers 0 and 2 MoE, layer 1 dense (moe_layer_freq 2),
+// with load-balancing and z losses; one with Qwen2-MoE's gated shared expert, one with sigmoid
+// scores, renormalised top-k, per-sequence balancing and a capacity that drops tokens.
+ModelConfig TinyMoe(bool qwen2) {
+  ModelConfig m = TinyLlama(false, false, true);
+  m.num_layers = 3;
+  m.num_experts = 4;
+  m.moe_router_topk = 2;
+  m.moe_ffn_hidden_size = 10;
+  m.moe_layer_freq = 2;
+  m.moe_aux_loss_coeff = 0.01;
+  m.moe_z_loss_coeff = 0.001;
+  if (qwen2) {
+    m.moe_shared_expert_intermediate_size = 6;
+  } else {
+    m.moe_router_score_function = "sigmoid";
+    m.moe_norm_topk_prob = true;
+    m.moe_router_load_balancing_type = "seq_aux_loss";
+    m.moe_expert_capacity_factor = 1.0;
+  }
+  return m;
+}
+
 struct ModelCase {
   const char* name;
   ModelConfig config;
@@ -55,6 +78,8 @@ const ModelCase kCases[] = {
     {"gpt2", TinyModel()},
     {"llama_gqa_qk_norm_untied", TinyLlama(true, false, false)},
     {"llama_qkv_bias_tied_llama3_rope", TinyLlama(false, true, true)},
+    {"llama_moe_shared_expert", TinyMoe(true)},
+    {"llama_moe_sigmoid_capacity", TinyMoe(false)},
 };
 
 struct Fixture {
@@ -78,13 +103,24 @@ struct Fixture {
       targets.push_back(static_cast<int32_t>(rng() % config.vocab_size));
     }
   }
-  // Mean loss over the B*T tokens (double accumulation of the per-token f32 losses).
+  // The objective: the mean loss over the B*T tokens (double accumulation of the per-token f32
+  // losses), plus the MoE layers' load-balancing and z losses (which the forward adds to their
+  // stats, and to the gradient, with a non-zero dloss_scale).
   double Loss(float dloss_scale = 0.f) {
-    EXPECT_TRUE(model->Forward(0, tokens.data(), targets.data(), true, dloss_scale).ok());
+    const double moe_before = MoeLosses();
+    const float scale = dloss_scale != 0.f ? dloss_scale : 1.f / (B * T);
+    EXPECT_TRUE(model->Forward(0, tokens.data(), targets.data(), true, scale).ok());
     double sum = 0;
     EXPECT_TRUE(model->AccumulateLoss(true).ok());
     EXPECT_TRUE(model->LossSum(&sum).ok());
-    return sum / (B * T);
+    last_moe_losses = MoeLosses() - moe_before;
+    return sum / (B * T) + last_moe_losses;
+  }
+  double last_moe_losses = 0;  // of the last Loss()
+  double MoeLosses() const {
+    double sum = 0;
+    for (const MoeLayerStats& s : model->moe_stats()) sum += s.aux_loss + s.z_loss;
+    return sum;
   }
 };
 
@@ -104,7 +140,10 @@ class ModelGradients : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(ModelGradients, InitialLossIsCloseToLogVocab) {
   Fixture f(GetParam().config);
-  EXPECT_NEAR(f.Loss(), std::log(61.0), 0.05);
+  const double loss = f.Loss();
+  EXPECT_NEAR(loss - f.last_moe_losses, std::log(61.0), 0.05);
+  // Near-uniform routing: the load-balancing loss near its coefficient in each MoE layer.
+  if (f.config.moe()) EXPECT_NEAR(f.last_moe_losses, 2 * f.config.moe_aux_loss_coeff, 0.01);
 }
 
 TEST_P(ModelGradients, EveryGradientMatchesFiniteDifferences) {

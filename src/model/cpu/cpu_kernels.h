@@ -107,6 +107,33 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int F);
 // dgate_up (N,2F) = [dout * up * silu'(gate) | dout * silu(gate)].
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F);
 
+// ---- moe.cpp (mixture of experts; E experts, K chosen per token, K2 = K (+1 with a shared
+// expert's gate), E2 = E (+1 likewise); see Backend's Moe* ops) ----
+struct MoeRouterShape {
+  int64_t N;
+  int E, K;
+  bool sigmoid, pre_softmax, norm_topk_prob, shared_gate;
+  int E2() const { return E + (shared_gate ? 1 : 0); }
+  int K2() const { return K + (shared_gate ? 1 : 0); }
+};
+// logits (N,E2) -> weights (N,K2), experts (N,K) ascending, probs (N,E), lse (N).
+void moe_router_forward(float* weights, int32_t* experts, float* probs, float* lse,
+                        const float* logits, const MoeRouterShape& s);
+// dlogits (N,E2) from dweights (N,K2), aux_coef (G,E) or null, z_scale.
+void moe_router_backward(float* dlogits, const float* dweights, const float* logits,
+                         const float* probs, const int32_t* experts, const float* weights,
+                         const float* aux_coef, int64_t groups, float z_scale,
+                         const MoeRouterShape& s);
+// out[slots[t][k]] = [w[t][k] *] in[t], C columns; w may be null.
+void moe_scatter_rows(float* out, const float* in, const int32_t* slots, const float* w,
+                      int64_t N, int K2, int64_t C);
+// out[t] (+)= sum_k [w[t][k] *] in[slots[t][k]], k ascending.
+void moe_gather_rows(float* out, const float* in, const int32_t* slots, const float* w,
+                     int64_t N, int K2, int64_t C, bool accumulate);
+// dw[t][k] = dout[t] . in[slots[t][k]].
+void moe_slot_dots(float* dw, const float* dout, const float* in, const int32_t* slots, int64_t N,
+                   int K2, int64_t C);
+
 // ---- cross_entropy.cpp (vocabulary-parallel; logits (N,V) hold global columns
 // [vocab_start, vocab_start + V), of which only those < vocab_size are real) ----
 // row_max (N) = max over real columns (-inf when there are none).

@@ -1,0 +1,122 @@
+// The contracts of Backend's mixture-of-experts ops (backend.h), checked once for every backend
+// (op_contract.h) before the backend's Run* hook, and the hooks' default: backends without MoE
+// kernels (the GPU in this version) refuse them in one line.
+#include "model/backend.h"
+#include "model/op_contract.h"
+
+namespace trainer {
+
+using contract::OpContract;
+
+namespace {
+
+int Width(int n, bool extra) {
+  return n + (extra ? 1 : 0);
+}
+
+// The router's tensors agree with logits (N,E') and r: E experts, K chosen.
+void CheckRouter(OpContract& c, Tensor weights, Tensor experts, Tensor probs, Tensor logits,
+                 const MoeRouting& r) {
+  const int64_t N = Rows(logits), E = Cols(logits) - (r.shared_gate ? 1 : 0);
+  c.Has("logits", logits, DType::kF32, -1)
+      .Require(E >= 1 && r.top_k >= 1 && r.top_k <= E,
+               StrFormat("top_k %d must be in [1, %lld], the experts of logits %s", r.top_k,
+                         static_cast<long long>(E), logits.shape_string().c_str()))
+      .Has("weights", weights, DType::kF32, N * Width(r.top_k, r.shared_gate))
+      .Has("experts", experts, DType::kI32, N * r.top_k)
+      .Has("probs", probs, DType::kF32, N * E);
+}
+
+// in (M,C) or (N,C) and out agree on C; slots (N,K') i32 with N = Rows(tokens); weights likewise.
+void CheckSlots(OpContract& c, DType cd, const char* tokens_name, Tensor tokens,
+                const char* rows_name, Tensor rows, Tensor slots, Tensor weights) {
+  c.Has(tokens_name, tokens, cd, -1)
+      .Has(rows_name, rows, cd, -1)
+      .Agree(tokens_name, tokens, rows_name, rows, "the last dimension", Cols(tokens), Cols(rows))
+      .Has("slots", slots, DType::kI32, -1)
+      .Require(Rows(tokens) > 0 && slots.numel() % Rows(tokens) == 0,
+               StrFormat("slots %s must hold K' slots for each of the %lld rows of %s",
+                         slots.shape_string().c_str(), static_cast<long long>(Rows(tokens)),
+                         tokens_name))
+      .Optional(weights)
+      .SameCount("weights", weights, DType::kF32, "slots", slots);
+}
+
+Status NoMoeKernels(const Backend& b, const char* op) {
+  return RuntimeError(StrFormat(
+      "%s (%s backend): MoE runs on CPU ranks in this version; the CUDA kernels (router top-k, "
+      "permutation, grouped GEMM, combine) are not built yet. Set Global.device=cpu",
+      op, b.name().c_str()));
+}
+
+}  // namespace
+
+Status Backend::MoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
+                                 Tensor logits, const MoeRouting& r) {
+  OpContract c(*this, "MoeRouterForward");
+  CheckRouter(c, weights, experts, probs, logits, r);
+  c.Has("lse", lse, DType::kF32, Rows(logits));
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunMoeRouterForward(weights, experts, probs, lse, logits, r);
+}
+
+Status Backend::MoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,
+                                  Tensor experts, Tensor weights, Tensor aux_coef, float z_scale,
+                                  const MoeRouting& r) {
+  OpContract c(*this, "MoeRouterBackward");
+  CheckRouter(c, weights, experts, probs, logits, r);
+  const int64_t N = Rows(logits), E = Cols(probs);
+  c.Like("dlogits", dlogits, DType::kF32, "logits", logits)
+      .Like("dweights", dweights, DType::kF32, "weights", weights)
+      .Optional(aux_coef)
+      .Has("aux_coef", aux_coef, DType::kF32, -1)
+      .Require(aux_coef.empty() || (Cols(aux_coef) == E && N % Rows(aux_coef) == 0),
+               StrFormat("aux_coef %s must be (G, %lld) with G dividing the %lld rows",
+                         aux_coef.shape_string().c_str(), static_cast<long long>(E),
+                         static_cast<long long>(N)));
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunMoeRouterBackward(dlogits, dweights, logits, probs, experts, weights, aux_coef,
+                              z_scale, r);
+}
+
+Status Backend::MoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights) {
+  OpContract c(*this, "MoeScatterRows");
+  CheckSlots(c, compute_dtype(), "in", in, "out", out, slots, weights);
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunMoeScatterRows(out, in, slots, weights);
+}
+
+Status Backend::MoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights,
+                              bool accumulate) {
+  OpContract c(*this, "MoeGatherRows");
+  CheckSlots(c, compute_dtype(), "out", out, "in", in, slots, weights);
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunMoeGatherRows(out, in, slots, weights, accumulate);
+}
+
+Status Backend::MoeSlotDots(Tensor dweights, Tensor dout, Tensor in, Tensor slots) {
+  OpContract c(*this, "MoeSlotDots");
+  CheckSlots(c, compute_dtype(), "dout", dout, "in", in, slots, Tensor());
+  c.SameCount("dweights", dweights, DType::kF32, "slots", slots);
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunMoeSlotDots(dweights, dout, in, slots);
+}
+
+Status Backend::RunMoeRouterForward(Tensor, Tensor, Tensor, Tensor, Tensor, const MoeRouting&) {
+  return NoMoeKernels(*this, "MoeRouterForward");
+}
+Status Backend::RunMoeRouterBackward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float,
+                                     const MoeRouting&) {
+  return NoMoeKernels(*this, "MoeRouterBackward");
+}
+Status Backend::RunMoeScatterRows(Tensor, Tensor, Tensor, Tensor) {
+  return NoMoeKernels(*this, "MoeScatterRows");
+}
+Status Backend::RunMoeGatherRows(Tensor, Tensor, Tensor, Tensor, bool) {
+  return NoMoeKernels(*this, "MoeGatherRows");
+}
+Status Backend::RunMoeSlotDots(Tensor, Tensor, Tensor, Tensor) {
+  return NoMoeKernels(*this, "MoeSlotDots");
+}
+
+}  // namespace trainer

@@ -1,0 +1,220 @@
+// The mixture-of-experts layer (moe_layer.h): routing plan, forward and backward.
+#include "model/moe_layer.h"
+
+#include <cmath>
+
+namespace trainer {
+
+void MoeLayerStats::Clear() {
+  aux_loss = z_loss = 0;
+  std::fill(load.begin(), load.end(), 0);
+  dropped = 0;
+  micro_batches = 0;
+}
+
+int64_t MoeCapacity(const MoeSpec& spec, int64_t tokens) {
+  if (spec.capacity_factor <= 0) return 0;
+  return static_cast<int64_t>(std::ceil(spec.capacity_factor * static_cast<double>(tokens) *
+                                        spec.top_k / spec.num_experts));
+}
+
+void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N, MoeDispatch* out) {
+  const int E = spec.num_experts, K = spec.top_k, K2 = K + (spec.shared_ffn > 0 ? 1 : 0);
+  const int64_t capacity = MoeCapacity(spec, N);
+  out->experts.assign(experts, experts + N * K);
+  out->counts.assign(E, 0);
+  for (int64_t i = 0; i < N * K; ++i) ++out->counts[experts[i]];
+  // Kept rows per expert, then the group starts.
+  out->offsets.assign(E + 1, 0);
+  out->dropped = 0;
+  for (int e = 0; e < E; ++e) {
+    const int64_t kept = capacity > 0 ? std::min(out->counts[e], capacity) : out->counts[e];
+    out->dropped += out->counts[e] - kept;
+    out->offsets[e + 1] = out->offsets[e] + kept;
+  }
+  // Stable counting sort: tokens in order within each expert; past the capacity, dropped.
+  std::vector<int64_t> next(out->offsets.begin(), out->offsets.end() - 1);
+  out->slots.assign(N * K2, -1);
+  for (int64_t t = 0; t < N; ++t) {
+    for (int k = 0; k < K; ++k) {
+      const int e = experts[t * K + k];
+      if (next[e] < out->offsets[e + 1]) out->slots[t * K2 + k] = static_cast<int32_t>(next[e]++);
+    }
+    if (K2 > K) out->slots[t * K2 + K] = static_cast<int32_t>(N * K + t);
+  }
+}
+
+namespace {
+
+MoeRouting Routing(const MoeSpec& s) {
+  MoeRouting r;
+  r.top_k = s.top_k;
+  r.sigmoid = s.score == MoeScore::kSigmoid;
+  r.pre_softmax = s.pre_softmax;
+  r.norm_topk_prob = s.norm_topk_prob;
+  r.shared_gate = s.shared_ffn > 0;
+  return r;
+}
+
+// One SwiGLU expert over rows: y (n,C) = down(silu(gate x) * up x); h (n,2F), act (n,F).
+Status ExpertForward(Backend* be, Tensor x, Tensor gu, Tensor down, Tensor h, Tensor act,
+                     Tensor y) {
+  TRAINER_RETURN_IF_ERROR(be->MatmulForward(h, Tensor(), x, gu, Tensor(), Activation::kNone));
+  TRAINER_RETURN_IF_ERROR(be->SwiGluForward(act, h));
+  return be->MatmulForward(y, Tensor(), act, down, Tensor(), Activation::kNone);
+}
+
+// Its backward: dx (n,C) overwritten; dgu, ddown by `write`; dact, dh scratch.
+Status ExpertBackward(Backend* be, Tensor x, Tensor gu, Tensor down, Tensor h, Tensor act,
+                      Tensor dy, Tensor dgu, Tensor ddown, Tensor dh, Tensor dact, Tensor dx,
+                      GradientWrite write) {
+  TRAINER_RETURN_IF_ERROR(be->MatmulBackward(dact, ddown, Tensor(), dy, act, down, write));
+  TRAINER_RETURN_IF_ERROR(be->SwiGluBackward(dh, dact, h));
+  return be->MatmulBackward(dx, dgu, Tensor(), dh, x, gu, write);
+}
+
+// Expert e's matrix of a stacked (E, R, C) tensor.
+Tensor ExpertMatrix(Tensor stacked, int64_t e) {
+  Tensor m = stacked.rows(e, 1);
+  return Tensor(m.data, m.dtype, {stacked.dim(1), stacked.dim(2)});
+}
+
+// fn(e, offset, n) for each expert e with n > 0 kept rows from `offset` of the permuted rows.
+template <typename Fn>
+Status ForEachGroup(const MoeDispatch& d, Fn fn) {
+  for (size_t e = 0; e + 1 < d.offsets.size(); ++e) {
+    const int64_t off = d.offsets[e], n = d.offsets[e + 1] - off;
+    if (n > 0) TRAINER_RETURN_IF_ERROR(fn(static_cast<int64_t>(e), off, n));
+  }
+  return Status::Ok();
+}
+
+// Rows [offset, offset + n) of the (rows, cols) buffer t.
+Tensor Group(Tensor t, int64_t offset, int64_t n) {
+  Tensor flat(t.data, t.dtype, {Rows(t), Cols(t)});
+  return flat.rows(offset, n);
+}
+
+// The load-balancing loss of one micro-batch and its gradient by score: over G groups (the
+// micro-batch, or each sequence) of n tokens, coeff * E / (K n^2) * sum_e P_e * count_e, with
+// P_e the sum of the group's scores for e (sigmoid scores normalised to sum 1 per token) and
+// count_e its choices of e, averaged over the groups (as Megatron's switch and seq_aux losses).
+double AuxLoss(const MoeSpec& s, const std::vector<int32_t>& experts, const float* probs,
+               int64_t N, int64_t G, float loss_scale, std::vector<float>* coef) {
+  const int E = s.num_experts, K = s.top_k;
+  const int64_t n = N / G;
+  const double c = s.aux_loss_coeff * E / (static_cast<double>(K) * n * n);
+  coef->assign(G * E, 0.f);
+  double loss = 0;
+  std::vector<double> count(E), score(E);
+  for (int64_t g = 0; g < G; ++g) {
+    std::fill(count.begin(), count.end(), 0.0);
+    std::fill(score.begin(), score.end(), 0.0);
+    for (int64_t t = g * n; t < (g + 1) * n; ++t) {
+      for (int k = 0; k < K; ++k) count[experts[t * K + k]] += 1;
+      double total = 1;
+      if (s.score == MoeScore::kSigmoid) {
+        total = 0;
+        for (int e = 0; e < E; ++e) total += probs[t * E + e];
+      }
+      for (int e = 0; e < E; ++e) score[e] += probs[t * E + e] / total;
+    }
+    for (int e = 0; e < E; ++e) {
+      loss += c * score[e] * count[e] / G;
+      (*coef)[g * E + e] = static_cast<float>(loss_scale * c * count[e] / G);
+    }
+  }
+  return loss;
+}
+
+}  // namespace
+
+Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const MoeActivations& a) {
+  Backend* be = ctx.backend;
+  const MoeSpec& s = *ctx.spec;
+  const int64_t N = Rows(x), K = s.top_k, E = s.num_experts;
+  MoeDispatch* d = a.dispatch;
+  const float loss_scale = ctx.recompute ? d->loss_scale : ctx.loss_scale;
+  TRAINER_RETURN_IF_ERROR(
+      be->MatmulForward(a.logits, Tensor(), x, w.router, Tensor(), Activation::kNone));
+  TRAINER_RETURN_IF_ERROR(be->MoeRouterForward(a.weights, a.experts, a.probs, a.lse, a.logits,
+                                               Routing(s)));
+  std::vector<int32_t> experts(N * K);
+  TRAINER_RETURN_IF_ERROR(be->CopyToHost(experts.data(), a.experts.data, experts.size() * 4));
+  PlanMoeDispatch(s, experts.data(), N, d);
+  d->loss_scale = loss_scale;
+  TRAINER_RETURN_IF_ERROR(be->CopyToDevice(a.slots.data, d->slots.data(), d->slots.size() * 4));
+  // The losses: values for the metrics, gradients for the backward.
+  const bool aux = s.aux_loss_coeff > 0, zloss = s.z_loss_coeff > 0;
+  double aux_value = 0, z_value = 0;
+  if (aux) {
+    std::vector<float> probs(N * E), coef;
+    TRAINER_RETURN_IF_ERROR(be->CopyToHost(probs.data(), a.probs.data, probs.size() * 4));
+    const int64_t G = s.aux_loss == MoeAuxLoss::kSequence ? x.dim(0) : 1;
+    aux_value = AuxLoss(s, experts, probs.data(), N, G, loss_scale, &coef);
+    TRAINER_RETURN_IF_ERROR(be->CopyToDevice(a.aux_coef.data, coef.data(), coef.size() * 4));
+  }
+  if (zloss) {
+    std::vector<float> lse(N);
+    TRAINER_RETURN_IF_ERROR(be->CopyToHost(lse.data(), a.lse.data, lse.size() * 4));
+    for (float v : lse) z_value += static_cast<double>(v) * v;
+    z_value *= s.z_loss_coeff / N;
+  }
+  d->z_scale = zloss ? static_cast<float>(loss_scale * s.z_loss_coeff / N) : 0.f;
+  if (ctx.record && !ctx.recompute) {
+    MoeLayerStats* st = a.stats;
+    st->aux_loss += aux_value;
+    st->z_loss += z_value;
+    st->load.resize(E, 0);
+    for (int e = 0; e < E; ++e) st->load[e] += d->counts[e];
+    st->dropped += d->dropped;
+    st->micro_batches += 1;
+  }
+  // Permute, the experts over their groups, the shared expert over every token, combine.
+  TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
+  TRAINER_RETURN_IF_ERROR(ForEachGroup(*d, [&](int64_t e, int64_t off, int64_t n) {
+    return ExpertForward(be, Group(a.x_perm, off, n), ExpertMatrix(w.experts_gu, e),
+                         ExpertMatrix(w.experts_down, e), Group(a.h, off, n),
+                         Group(a.act, off, n), Group(a.y, off, n));
+  }));
+  if (s.shared_ffn > 0)
+    TRAINER_RETURN_IF_ERROR(ExpertForward(be, Group(a.x_perm, N * K, N), w.shared_gu,
+                                          w.shared_down, a.shared_h, a.shared_act,
+                                          Group(a.y, N * K, N)));
+  return be->MoeGatherRows(a.out, a.y, a.slots, a.weights, false);
+}
+
+Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights& g, Tensor x,
+                   const MoeActivations& a, Tensor dout, Tensor dx) {
+  Backend* be = ctx.backend;
+  const MoeSpec& s = *ctx.spec;
+  const MoeScratch& sc = ctx.scratch;
+  const int64_t N = Rows(x), K = s.top_k;
+  const MoeDispatch* d = a.dispatch;
+  // The combine: out[t] = sum_k w[t][k] y[slot].
+  TRAINER_RETURN_IF_ERROR(be->MoeSlotDots(sc.dweights, dout, a.y, a.slots));
+  TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(sc.dy, dout, a.slots, a.weights));
+  TRAINER_RETURN_IF_ERROR(ForEachGroup(*d, [&](int64_t e, int64_t off, int64_t n) {
+    return ExpertBackward(be, Group(a.x_perm, off, n), ExpertMatrix(w.experts_gu, e),
+                          ExpertMatrix(w.experts_down, e), Group(a.h, off, n),
+                          Group(a.act, off, n), Group(sc.dy, off, n),
+                          ExpertMatrix(g.experts_gu, e), ExpertMatrix(g.experts_down, e),
+                          Group(sc.dh, off, n), Group(sc.dact, off, n),
+                          Group(sc.dx_perm, off, n), GradientWrite::kAccumulate);
+  }));
+  if (s.shared_ffn > 0)
+    TRAINER_RETURN_IF_ERROR(ExpertBackward(
+        be, Group(a.x_perm, N * K, N), w.shared_gu, w.shared_down, a.shared_h, a.shared_act,
+        Group(sc.dy, N * K, N), g.shared_gu, g.shared_down, sc.shared_dh, sc.shared_dact,
+        Group(sc.dx_perm, N * K, N), ctx.weight_gradients));
+  // The router, then the permutation's backward added to its input gradient.
+  TRAINER_RETURN_IF_ERROR(be->MoeRouterBackward(sc.dlogits, sc.dweights, a.logits, a.probs,
+                                                a.experts, a.weights,
+                                                s.aux_loss_coeff > 0 ? a.aux_coef : Tensor(),
+                                                d->z_scale, Routing(s)));
+  TRAINER_RETURN_IF_ERROR(
+      be->MatmulBackward(dx, g.router, Tensor(), sc.dlogits, x, w.router, ctx.weight_gradients));
+  return be->MoeGatherRows(dx, sc.dx_perm, a.slots, Tensor(), true);
+}
+
+}  // namespace trainer

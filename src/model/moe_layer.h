@@ -1,0 +1,109 @@
+// The mixture-of-experts layer (Qwen2-MoE, Mixtral, OLMoE, Qwen3-MoE; Megatron's MoE layer),
+// which replaces a block's MLP where the model spec says (ModelSpec::moe_layer):
+//
+//   logits = x W_router^T (f32)                       (N, E)
+//   scores -> top-k -> weights (MoeRouting)           (N, K)   lower expert index wins ties
+//   permute: tokens grouped by expert, a stable counting sort (token order within an expert)
+//   each expert e: y = down_e(silu(gate_e x) * up_e x) over its group (one GEMM pair per expert)
+//   out[t] = sum over t's K experts, ascending, of w * y  (+ sigmoid(x g^T) * shared expert(x))
+//
+// Dropless by default: every token reaches its K experts. With a capacity factor cf, each expert
+// takes at most ceil(cf * N * K / E) of the micro-batch's N tokens: the first ones in token order;
+// the rest of its tokens are dropped for that expert (their weight for it counts as zero).
+// The load-balancing (switch) loss and the router z-loss are added to the training objective
+// through the router's backward; their values are kept for the metrics.
+//
+// Experts are not split by tensor parallelism: each TP rank computes the whole layer (its input
+// is every row) and holds every expert.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/backend.h"
+#include "model/model_spec.h"
+
+namespace trainer {
+
+// The routing of one micro-batch on the host: which permuted row each (token, choice) went to.
+struct MoeDispatch {
+  std::vector<int32_t> experts;  // (N,K) the router's choices, ascending per token
+  std::vector<int32_t> slots;    // (N,K') permuted row of each choice, -1 if dropped; the
+                                 // shared expert's (k = K) is N*K + t
+  std::vector<int64_t> counts;   // (E) choices per expert before dropping
+  std::vector<int64_t> offsets;  // (E+1) start of each expert's group of kept rows
+  int64_t dropped = 0;           // choices dropped by the capacity
+  float z_scale = 0.f;           // d(objective)/d(sum of lse^2) of this micro-batch
+  float loss_scale = 0.f;        // MoeContext::loss_scale of the forward that made it
+};
+
+// Tokens per expert a micro-batch of `tokens` allows: ceil(cf * tokens * K / E); 0: dropless.
+int64_t MoeCapacity(const MoeSpec& spec, int64_t tokens);
+// The dispatch of N tokens from the router's experts (N,K) (ascending per token): the stable
+// counting sort by expert, then the capacity (earlier tokens first).
+void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N, MoeDispatch* out);
+
+// One MoE layer's figures, summed over a step's micro-batches on this rank.
+struct MoeLayerStats {
+  double aux_loss = 0;          // the load-balancing loss, coefficient included
+  double z_loss = 0;            // the z-loss, coefficient included
+  std::vector<int64_t> load;    // (E) tokens routed to each expert (before dropping)
+  int64_t dropped = 0;
+  int micro_batches = 0;
+  void Clear();
+};
+
+// The layer's weights (or their gradients), whole on every TP rank.
+struct MoeWeights {
+  Tensor router;        // (E', C): E router rows, then the shared expert's gate (E' = E + 1)
+  Tensor experts_gu;    // (E, 2F, C) [gate; up] of each expert
+  Tensor experts_down;  // (E, C, F)
+  Tensor shared_gu;     // (2Fs, C) or empty
+  Tensor shared_down;   // (C, Fs)
+};
+
+// What the backward needs from the forward of one micro-batch. K' = K (+1 with a shared expert).
+struct MoeActivations {
+  Tensor logits;    // (N,E') f32
+  Tensor probs;     // (N,E) f32 scores
+  Tensor lse;       // (N) f32
+  Tensor weights;   // (N,K') f32
+  Tensor experts;   // (N,K) i32
+  Tensor slots;     // (N,K') i32, MoeDispatch::slots on the backend
+  Tensor aux_coef;  // (G,E) f32 the load-balancing loss's gradient by score, empty without it
+  Tensor x_perm;    // (N*K', C) the tokens in expert order; the last N rows: the shared expert's
+  Tensor h, act;    // (N*K, 2F), (N*K, F) the experts' [gate|up] and SwiGLU output
+  Tensor shared_h, shared_act;  // (N, 2Fs), (N, Fs)
+  Tensor y;         // (N*K', C) each row's expert output
+  Tensor out;       // (N, C) the layer's output
+  MoeDispatch* dispatch = nullptr;  // host routing of this slot's micro-batch
+  MoeLayerStats* stats = nullptr;   // the layer's step figures
+};
+
+// The backward's buffers, shared by every MoE layer.
+struct MoeScratch {
+  Tensor dweights, dlogits;  // (N,K') f32, (N,E') f32
+  Tensor dy, dx_perm;        // (N*K', C)
+  Tensor dh, dact;           // (N*K, 2F), (N*K, F)
+  Tensor shared_dh, shared_dact;
+};
+
+struct MoeContext {
+  Backend* backend;
+  const MoeSpec* spec;
+  MoeScratch scratch;
+  // Forward: d(objective)/d(this micro-batch's aux and z losses), and whether to add the
+  // micro-batch to the stats (not on recomputation or evaluation).
+  float loss_scale = 0.f;
+  bool record = false;
+  bool recompute = false;  // the forward again in backward: the first forward's loss_scale, no stats
+  GradientWrite weight_gradients = GradientWrite::kAccumulate;  // router and shared expert
+};
+
+// x (B,T,C) -> a->out (B*T, C).
+Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const MoeActivations& a);
+// dout (N,C) -> dx (N,C) overwritten; weight gradients into g (the experts' accumulate).
+Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights& g, Tensor x,
+                   const MoeActivations& a, Tensor dout, Tensor dx);
+
+}  // namespace trainer

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# parallel_layouts.sh for a model with mixture-of-experts layers (dense and MoE layers mixed over
+# the pipeline stages; experts replicated over TP): every layout against one rank, dropless with
+# a shared expert, then with a sigmoid router and a capacity that drops tokens.
+set -euo pipefail
+here="$(dirname "$0")"
+scratch=$3
+LAYOUT_MODEL=moe bash "$here/parallel_layouts.sh" "$1" "$2" "$scratch/dropless"
+LAYOUT_MODEL=moe-capacity bash "$here/parallel_layouts.sh" "$1" "$2" "$scratch/capacity"
