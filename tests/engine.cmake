@@ -5,6 +5,7 @@
 # export against a GPT-2 forward written independently in Python.
 trainer_script_test(parallel_layouts SCRIPT parallel_layouts.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(parallel_layouts_llama SCRIPT parallel_layouts_llama.sh LABELS "e2e;mpi" TIMEOUT 600)
+trainer_script_test(parallel_layouts_dropout SCRIPT parallel_layouts_dropout.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(resume_exact SCRIPT resume_exact.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(data_files SCRIPT data_files.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(chat_loss_mask SCRIPT chat_loss_mask.sh LABELS "e2e;mpi" TIMEOUT 600)

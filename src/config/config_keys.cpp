@@ -49,6 +49,9 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Model, model, qkv_bias),
     CONFIG_KEY(Model, model, qk_norm),
     CONFIG_KEY(Model, model, tie_embeddings),
+    CONFIG_KEY(Model, model, bias),
+    CONFIG_KEY(Model, model, hidden_dropout),
+    CONFIG_KEY(Model, model, attention_dropout),
 
     CONFIG_KEY(Distributed, distributed, dp_degree),
     CONFIG_KEY(Distributed, distributed, tp_degree),

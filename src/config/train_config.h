@@ -43,6 +43,13 @@ struct ModelConfig {
   bool qkv_bias = false;       // biases on q, k and v (Qwen2)
   bool qk_norm = false;        // RMSNorm of each q and k head before RoPE (Qwen3)
   bool tie_embeddings = true;  // the LM head is the token embedding (tie_word_embeddings)
+  // gpt2: biases in the linear layers and LayerNorms (nanoGPT's bias; false drops them all).
+  bool bias = true;
+  // Dropout probabilities in training (0: off): after each block's two output projections and on
+  // the embeddings (hidden_dropout_prob / --hidden-dropout), and on the attention probabilities
+  // (attention_probs_dropout_prob / --attention-dropout). Never in evaluation or sampling.
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
 
   int ffn_size() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int sequence_length() const { return seq_len > 0 ? seq_len : max_seq_len; }
