@@ -78,17 +78,37 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
     return it == tensors.end() ? nullptr : &it->second;
   };
   // A tensor the model has no place for means another model (more layers, another name scheme).
-  std::set<std::string> known;
+  std::set<std::string> known, zero_biases;
   for (const ParameterInfo& p : FullParameterList(model)) {
     known.insert(p.name);
     known.insert(p.name.substr(sizeof(kTransformer) - 1));
   }
-  for (const auto& [name, t] : tensors)
+  // A GPT-2 without biases takes a file with zero biases (what `trainer export` writes for it).
+  if (model.arch != "llama" && !model.bias) {
+    ModelConfig with_bias = model;
+    with_bias.bias = true;
+    for (const ParameterInfo& p : FullParameterList(with_bias))
+      if (!known.count(p.name)) {
+        zero_biases.insert(p.name);
+        zero_biases.insert(p.name.substr(sizeof(kTransformer) - 1));
+      }
+  }
+  for (const auto& [name, t] : tensors) {
+    if (zero_biases.count(name)) {
+      for (float v : t.values)
+        if (v != 0.f)
+          return CheckpointError(StrFormat(
+              "%s (Checkpoint.init_from) holds the bias %s with non-zero values, and the config's "
+              "model has no biases (Model.bias=false). Set Model.bias=true",
+              file.c_str(), name.c_str()));
+      continue;
+    }
     if (!known.count(name) && !Skipped(name))
       return CheckpointError(StrFormat(
           "%s (Checkpoint.init_from) holds %s %s, which the config's model has no place for. "
           "Set Model.num_layers to the pretrained model's (a GPT-2 with transformers' names)",
           file.c_str(), name.c_str(), ShapeText(t.shape).c_str()));
+  }
   flat->assign(TotalLocalElements(params), 0.f);
   std::vector<float> full;
   for (const ParameterInfo& p : params) {

@@ -17,12 +17,7 @@
 namespace trainer {
 namespace {
 
-using testing::AllClose;
-using testing::DoubleVec;
-using testing::NumericGradient;
-using testing::RandomFloats;
-using testing::ToDouble;
-using testing::View;
+using namespace testing;  // trainer::testing: the CPU tests' helpers
 
 // Philox4x32-10 as Random123's philox.h writes it: ten rounds of the S-box on (ctr, key), the
 // key bumped by the Weyl constants before rounds 2..10.

@@ -287,10 +287,11 @@ AttentionShape AttentionShapeOf(const Tensor& qkv, int num_heads, int num_kv_hea
 Status CudaBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
                                         int num_kv_heads, const DropoutKey& dropout) {
   const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
-  if (cudnn_attention_ && !force_attention_fallback_ && !dropout.on()) {
+  if (cudnn_attention_ && !force_attention_fallback_) {
     bool supported = false;
-    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(
-        compute_, out.data, stats.as<float>(), qkv.data, s.B, s.T, s.NH, s.NKV, s.HS, &supported));
+    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(compute_, out.data, stats.as<float>(),
+                                                      qkv.data, s.B, s.T, s.NH, s.NKV, s.HS,
+                                                      dropout, &supported));
     if (supported) {
       ++counts_.attention_cudnn;
       return Status::Ok();
@@ -306,11 +307,11 @@ Status CudaBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, T
                                          Tensor stats, int num_heads, int num_kv_heads,
                                          const DropoutKey& dropout) {
   const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
-  if (cudnn_attention_ && !force_attention_fallback_ && !dropout.on()) {
+  if (cudnn_attention_ && !force_attention_fallback_) {
     bool supported = false;
     TRAINER_RETURN_IF_ERROR(cudnn_attention_->Backward(compute_, dqkv.data, dout.data, qkv.data,
                                                        out.data, stats.as<float>(), s.B, s.T, s.NH,
-                                                       s.NKV, s.HS, &supported));
+                                                       s.NKV, s.HS, dropout, &supported));
     if (supported) {
       ++counts_.attention_cudnn;
       return Status::Ok();

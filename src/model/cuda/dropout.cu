@@ -29,7 +29,17 @@ __global__ void DropoutKernel(T* out, const T* in, const T* residual, int64_t N,
   }
 }
 
+__global__ void FillInt64PairKernel(int64_t* dst, int64_t a, int64_t b) {
+  dst[0] = a;
+  dst[1] = b;
+}
+
 }  // namespace
+
+cudaError_t LaunchFillInt64Pair(int64_t* dst, int64_t a, int64_t b, cudaStream_t stream) {
+  FillInt64PairKernel<<<1, 1, 0, stream>>>(dst, a, b);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchDropout(DType dtype, void* out, const void* in, const void* residual, int64_t N,
                           int C, const DropoutKey& key, cudaStream_t stream) {

@@ -106,6 +106,8 @@ cudaError_t LaunchScale(DType dtype, void* x, float s, int64_t n, cudaStream_t s
 // residual may be null; out may alias in or residual.
 cudaError_t LaunchDropout(DType dtype, void* out, const void* in, const void* residual, int64_t N,
                           int C, const DropoutKey& key, cudaStream_t stream);
+// dst[0] = a, dst[1] = b on the stream (cuDNN attention dropout's seed and offset).
+cudaError_t LaunchFillInt64Pair(int64_t* dst, int64_t a, int64_t b, cudaStream_t stream);
 // dst = src converted (f32 <-> bf16, or a copy).
 cudaError_t LaunchConvert(DType dst_dtype, void* dst, DType src_dtype, const void* src, int64_t n,
                           cudaStream_t stream);
