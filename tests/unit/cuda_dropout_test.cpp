@@ -127,7 +127,9 @@ TEST_F(CudaDropoutTest, CudnnAttentionDropoutIsKeyedAndUnbiased) {
   for (int step = 0; step < draws; ++step) {
     key.step = 100 + step;
     const Attention a = RunAttention(gpu_.get(), B, T, NH, HS, qkv, dout, key);
-    if (step == 0) EXPECT_GT(RelativeError(a.out, first.out), 0.05) << "another step, same mask";
+    if (step == 0) {
+      EXPECT_GT(RelativeError(a.out, first.out), 0.05) << "another step, same mask";
+    }
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += a.out[i];
   }
   std::vector<float> mean(sum.size());
