@@ -1,6 +1,7 @@
 # CUDA backend tests. cuda_availability_test runs in every build (MakeCudaBackend's answer without
 # CUDA, without a GPU, or with one). cuda_backend_test compares every CudaBackend op with the CPU
-# fp32 backend on a GPU (label gpu); it exits 77 (skipped) where no GPU is visible.
+# fp32 backend on a GPU (label gpu), dropout's masks among them (cuda_dropout_test.cpp); it exits
+# 77 (skipped) where no GPU is visible.
 trainer_gtest(cuda_availability_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_availability_test.cpp
               LIBS trainer_model TIMEOUT 60)
 if(TRAINER_WITH_CUDA)
@@ -12,6 +13,7 @@ if(TRAINER_WITH_CUDA)
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_loss_optimizer_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_perf_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_sm90_gemm_test.cpp
+                        ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_dropout_test.cpp
                 LIBS trainer_model LABELS gpu TIMEOUT 300)
 endif()
 if(TRAINER_WITH_CUDA AND TRAINER_WITH_CUDNN_FRONTEND)

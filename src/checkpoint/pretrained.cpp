@@ -78,17 +78,37 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
     return it == tensors.end() ? nullptr : &it->second;
   };
   // A tensor the model has no place for means another model (more layers, another name scheme).
-  std::set<std::string> known;
+  std::set<std::string> known, zero_biases;
   for (const ParameterInfo& p : FullParameterList(model)) {
     known.insert(p.name);
     known.insert(p.name.substr(sizeof(kTransformer) - 1));
   }
-  for (const auto& [name, t] : tensors)
+  // A GPT-2 without biases takes a file with zero biases (what `trainer export` writes for it).
+  if (model.arch != "llama" && !model.bias) {
+    ModelConfig with_bias = model;
+    with_bias.bias = true;
+    for (const ParameterInfo& p : FullParameterList(with_bias))
+      if (!known.count(p.name)) {
+        zero_biases.insert(p.name);
+        zero_biases.insert(p.name.substr(sizeof(kTransformer) - 1));
+      }
+  }
+  for (const auto& [name, t] : tensors) {
+    if (zero_biases.count(name)) {
+      for (float v : t.values)
+        if (v != 0.f)
+          return CheckpointError(StrFormat(
+              "%s (Checkpoint.init_from) holds the bias %s with non-zero values, and the config's "
+              "model has no biases (Model.bias=false). Set Model.bias=true",
+              file.c_str(), name.c_str()));
+      continue;
+    }
     if (!known.count(name) && !Skipped(name))
       return CheckpointError(StrFormat(
           "%s (Checkpoint.init_from) holds %s %s, which the config's model has no place for. "
           "Set Model.num_layers to the pretrained model's (a GPT-2 with transformers' names)",
           file.c_str(), name.c_str(), ShapeText(t.shape).c_str()));
+  }
   flat->assign(TotalLocalElements(params), 0.f);
   std::vector<float> full;
   for (const ParameterInfo& p : params) {
@@ -127,6 +147,24 @@ std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
       std::copy(values, values + n, t.values.begin());
     tensors.push_back(std::move(t));
   }
+  // GPT-2 without biases (Model.bias: false) is transformers' GPT-2 with zero biases: it has no
+  // bias-free GPT-2, so the file holds them (its Conv1D biases are not transposed).
+  if (model.arch != "llama" && !model.bias) {
+    ModelConfig with_bias = model;
+    with_bias.bias = true;
+    const ModelSpec spec = MakeModelSpec(with_bias);
+    for (const ParameterSpec& p :
+         SpecParameters(spec, false, 1, true, true, 0, static_cast<int>(spec.layers))) {
+      if (p.full_shape.size() != 1 || IsNormWeight(p.role) || p.role == ParamRole::kQNorm ||
+          p.role == ParamRole::kKNorm)
+        continue;
+      SafetensorsTensor t;
+      t.name = p.name;
+      t.shape = p.full_shape;
+      t.values.assign(static_cast<size_t>(p.full_shape[0]), 0.f);
+      tensors.push_back(std::move(t));
+    }
+  }
   return tensors;
 }
 
@@ -134,6 +172,9 @@ Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id
                              std::string* json) {
   if (model.arch == "llama") return LlamaConfigJson(model, bf16, eod_id, json);
   const int eod = eod_id >= 0 ? static_cast<int>(eod_id) : model.vocab_size - 1;
+  // Model.hidden_dropout / attention_dropout, for whoever trains the exported model further.
+  const std::string hidden_pdrop = StrFormat("%g", model.hidden_dropout);
+  const std::string attn_pdrop = StrFormat("%g", model.attention_dropout);
   *json = StrFormat(
       "{\n"
       "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
@@ -146,9 +187,9 @@ Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id
       "  \"n_inner\": %d,\n"
       "  \"activation_function\": \"gelu_new\",\n"
       "  \"layer_norm_epsilon\": 1e-05,\n"
-      "  \"resid_pdrop\": 0.0,\n"
-      "  \"embd_pdrop\": 0.0,\n"
-      "  \"attn_pdrop\": 0.0,\n"
+      "  \"resid_pdrop\": %s,\n"
+      "  \"embd_pdrop\": %s,\n"
+      "  \"attn_pdrop\": %s,\n"
       "  \"initializer_range\": 0.02,\n"
       "  \"scale_attn_weights\": true,\n"
       "  \"tie_word_embeddings\": true,\n"
@@ -157,7 +198,8 @@ Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id
       "  \"torch_dtype\": \"%s\"\n"
       "}\n",
       model.vocab_size, model.max_seq_len, model.hidden_size, model.num_layers, model.num_heads,
-      model.ffn_size(), eod, eod, bf16 ? "bfloat16" : "float32");
+      model.ffn_size(), hidden_pdrop.c_str(), hidden_pdrop.c_str(), attn_pdrop.c_str(), eod, eod,
+      bf16 ? "bfloat16" : "float32");
   return Status::Ok();
 }
 

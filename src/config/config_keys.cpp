@@ -63,6 +63,9 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Model, model, moe_z_loss_coeff),
     CONFIG_KEY(Model, model, moe_expert_capacity_factor),
     CONFIG_KEY(Model, model, moe_router_bias_update_rate),
+    CONFIG_KEY(Model, model, bias),
+    CONFIG_KEY(Model, model, hidden_dropout),
+    CONFIG_KEY(Model, model, attention_dropout),
 
     CONFIG_KEY(Distributed, distributed, dp_degree),
     CONFIG_KEY(Distributed, distributed, tp_degree),

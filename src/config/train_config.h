@@ -59,6 +59,13 @@ struct ModelConfig {
   double moe_z_loss_coeff = 0.0;            // router z-loss
   double moe_expert_capacity_factor = 0.0;  // 0: dropless
   double moe_router_bias_update_rate = 0.0;  // DeepSeek-V3's aux-loss-free expert bias; 0: off
+  // gpt2: biases in the linear layers and LayerNorms (nanoGPT's bias; false drops them all).
+  bool bias = true;
+  // Dropout probabilities in training (0: off): after each block's two output projections and on
+  // the embeddings (hidden_dropout_prob / --hidden-dropout), and on the attention probabilities
+  // (attention_probs_dropout_prob / --attention-dropout). Never in evaluation or sampling.
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
 
   int ffn_size() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int sequence_length() const { return seq_len > 0 ? seq_len : max_seq_len; }

@@ -20,6 +20,9 @@ size_t PipelineStage::ActivationCount() const {
 
 Status PipelineStage::Forward(const MicroBatches& mb, int i, float dloss_scale) {
   const bool last = stage() == stages() - 1;
+  DropoutDraw draw = mb.dropout;
+  draw.first_sample += static_cast<int64_t>(i) * mb.batch;
+  model_->SetDropoutDraw(Slot(i, mb.count), draw);
   TRAINER_RETURN_IF_ERROR(
       model_->Forward(Slot(i, mb.count), mb.tokens(i), mb.labels(i), last, dloss_scale));
   return last ? model_->AccumulateLoss(i == 0) : Status::Ok();
@@ -102,6 +105,7 @@ Status PipelineStage::EvalStep(const MicroBatches& mb, double* loss_sum) {
     const int slot = 0;
     if (s > 0) TRAINER_RETURN_IF_ERROR(pp_->Recv(model_->StageInput(slot).data, n, dt, s - 1));
     const bool last = s == P - 1;
+    model_->SetDropoutDraw(slot, DropoutDraw());  // off in evaluation
     TRAINER_RETURN_IF_ERROR(model_->Forward(slot, mb.tokens(i), mb.labels(i), last, 0.f));
     if (last) {
       TRAINER_RETURN_IF_ERROR(model_->AccumulateLoss(i == 0));

@@ -18,6 +18,9 @@ struct MicroBatches {
   int batch = 0, seq_len = 0;
   const int32_t* inputs = nullptr;   // (count*batch, T) host
   const int32_t* targets = nullptr;  // (count*batch, T) host
+  // Training: the dropout draw of micro-batch 0 (its first_sample; micro-batch i starts
+  // i * batch samples later). Evaluation never drops.
+  DropoutDraw dropout;
   const int32_t* tokens(int mb) const { return inputs + static_cast<size_t>(mb) * batch * seq_len; }
   const int32_t* labels(int mb) const {
     return targets + static_cast<size_t>(mb) * batch * seq_len;

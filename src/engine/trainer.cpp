@@ -303,6 +303,13 @@ Status Trainer::TrainStep(double* lr) {
   mb.seq_len = T;
   mb.inputs = batches_[current_].inputs.data();
   mb.targets = batches_[current_].targets.data();
+  // Dropout masks keyed by the step and the sample's place in the global batch (this rank's DP
+  // block starts where DpSlice cuts it), the same in every layout.
+  mb.dropout.on = true;
+  mb.dropout.seed = config_.global.seed;
+  mb.dropout.step = static_cast<uint32_t>(state_.step + 1);
+  mb.dropout.first_sample =
+      static_cast<int64_t>(GB) * groups_.coord.dp / std::max(1, groups_.topology.dp);
   const double tokens = TokensPerStep();
   double trained = tokens;  // the loss and gradient average over these targets
   if (train_masked_) {      // those of mask 1 in the whole global batch (at least 1)

@@ -21,6 +21,7 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "model/philox.h"
 
 namespace trainer {
 
@@ -152,11 +153,22 @@ class Backend {
   // [NH q heads | NKV k heads | NKV v heads]; q head h attends with kv head h / (NH/NKV)
   // (grouped-query attention; num_kv_heads 0 means NKV = NH, plain multi-head attention).
   // qkv, out (B,T,NH*HS) compute; stats (B,NH,T) f32 = per-row logsumexp of the scaled scores.
+  // With dropout.on(), the probabilities are dropped (philox.h, kind kDropoutAttnProbs: row b of
+  // qkv is sample dropout.first_sample + b, query t and key s are position t and column s, local
+  // head h is head dropout.first_head + h) after the statistics are taken; the backward drops the
+  // same. The GPU's fused attention draws its own mask (gpu.md).
   Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                          int num_kv_heads = 0);
+                          int num_kv_heads = 0, const DropoutKey& dropout = DropoutKey());
   // dqkv like qkv, overwritten (a kv head's gradient sums over its query heads); dout like out.
   Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                           int num_heads, int num_kv_heads = 0);
+                           int num_heads, int num_kv_heads = 0,
+                           const DropoutKey& dropout = DropoutKey());
+
+  // Dropout (philox.h): out (N,C) = [residual +] in * keep / (1 - p), keep drawn for row r (the
+  // global row key.first_row + r: sample key.first_sample + row / key.seq_len, position
+  // row % key.seq_len) and column c. in, out, residual (empty or like in) compute; out may alias
+  // in or residual. key.on(). The backward is the same op on the gradient (without residual).
+  Status Dropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key);
 
   // residual (N,C) = a + b, then out, mean, rstd = LayerNorm(residual) (one pass on the GPU).
   // residual may alias a. a, b, residual alike; the rest as LayerNormForward.
@@ -301,9 +313,11 @@ class Backend {
   virtual Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
   // num_kv_heads is resolved here: NKV > 0 (num_heads where the caller passed 0).
   virtual Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                     int num_kv_heads) = 0;
+                                     int num_kv_heads, const DropoutKey& dropout) = 0;
   virtual Status RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
-                                      Tensor stats, int num_heads, int num_kv_heads) = 0;
+                                      Tensor stats, int num_heads, int num_kv_heads,
+                                      const DropoutKey& dropout) = 0;
+  virtual Status RunDropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) = 0;
   virtual Status RunAdd(Tensor out, Tensor a, Tensor b) = 0;
   virtual Status RunAddInPlace(Tensor out, Tensor a) = 0;
   virtual Status RunCrossEntropyRowMax(Tensor row_max, Tensor logits, int vocab_start,

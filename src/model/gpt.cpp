@@ -33,6 +33,7 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
         "ranks, which does not divide them. Choose a micro_batch_size*seq_len divisible by %d",
         micro_batch, seq_len, partition.tp_size, partition.tp_size));
   TRAINER_RETURN_IF_ERROR(m->AllocateBuffers());
+  if (!m->scratch_.zero_bias.empty()) TRAINER_RETURN_IF_ERROR(backend->Zero(m->scratch_.zero_bias));
   if (!m->rope_.empty()) {
     const std::vector<float> table = MakeRopeTable(m->spec_, m->rope_.dim(1));
     TRAINER_RETURN_IF_ERROR(
@@ -298,6 +299,11 @@ Status GptModel::AllocateBuffers() {
       m.shared_dact = Alloc({N, e.shared_ffn}, cd);
     }
   }
+  if (config_.hidden_dropout > 0) scratch_.ddrop = Alloc({B, T, C}, cd);
+  if (spec_.norm == NormKind::kLayerNorm && !spec_.layernorm_bias) {
+    scratch_.zero_bias = Alloc({C}, cd);
+    scratch_.dbias_sink = Alloc({C}, DType::kF32);
+  }
   if (spec_.position == PositionKind::kRope)
     rope_ = Alloc({2, config_.max_seq_len, spec_.head_dim / 2}, DType::kF32);
   if (partition_.last_stage()) {
@@ -388,8 +394,26 @@ BlockContext GptModel::Context() const {
   ctx.local_kv_heads = static_cast<int>(spec_.kv_heads / partition_.tp_size);
   ctx.rope = rope_;
   ctx.sequence_parallel = SequenceParallel();
-  ctx.scratch = {scratch_.proj, scratch_.dln,  scratch_.dqkv,    scratch_.datt,     scratch_.dfc,
-                 scratch_.dact, scratch_.rows, scratch_.ln_rows, scratch_.dres_all, scratch_.moe};
+  ctx.scratch = {scratch_.proj,     scratch_.dln,  scratch_.dqkv,    scratch_.datt,
+                 scratch_.dfc,      scratch_.dact, scratch_.rows,    scratch_.ln_rows,
+                 scratch_.dres_all, scratch_.moe,  scratch_.ddrop};
+  ctx.zero_bias = scratch_.zero_bias;
+  ctx.dbias_sink = scratch_.dbias_sink;
+  return ctx;
+}
+
+BlockContext GptModel::Context(int slot) const {
+  BlockContext ctx = Context();
+  const DropoutDraw& d = slots_[slot].dropout;
+  if (!d.on) return ctx;
+  for (DropoutKey* k : {&ctx.hidden_dropout, &ctx.attention_dropout}) {
+    k->seed = d.seed;
+    k->step = d.step;
+    k->first_sample = d.first_sample;
+    k->seq_len = T_;
+  }
+  ctx.hidden_dropout.p = static_cast<float>(config_.hidden_dropout);
+  ctx.attention_dropout.p = static_cast<float>(config_.attention_dropout);
   return ctx;
 }
 
@@ -400,22 +424,27 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
   if (partition_.first_stage()) {
     TRAINER_RETURN_IF_ERROR(backend_->CopyToDevice(s.tokens.data, tokens, token_bytes));
     const bool add_positions = partition_.tp_rank == 0;  // once, before the all-reduce
-    const BlockContext ctx = Context();
+    const BlockContext ctx = Context(slot);
     // Vocabulary-parallel: each TP rank embeds the tokens of its rows of wte, then the sum.
     const Tensor embedded = SequenceParallel() ? scratch_.proj : s.input;
     TRAINER_RETURN_IF_ERROR(backend_->EmbeddingForward(
         embedded, s.tokens, ends_.wte, add_positions ? ends_.wpe : Tensor(), VocabStart()));
     Tensor summed;
     TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, embedded, &summed));
-    if (summed.data != s.input.data)
+    if (ctx.hidden_dropout.on())  // the embeddings' sum, dropped on its way into s.input
+      TRAINER_RETURN_IF_ERROR(backend_->Dropout(
+          s.input, summed, Tensor(),
+          HiddenDropoutKey(ctx, kDropoutEmbedding, -1, /*row_block=*/true, summed)));
+    else if (summed.data != s.input.data)
       TRAINER_RETURN_IF_ERROR(
           backend_->CopyDeviceToDevice(s.input.data, summed.data, summed.bytes()));
   }
-  BlockContext ctx = Context();
+  BlockContext ctx = Context(slot);
   ctx.moe_loss_scale = dloss_scale * static_cast<float>(B_) * static_cast<float>(T_);
   ctx.moe_record = dloss_scale != 0.f;  // training, not evaluation
   Tensor x = s.input;
   for (int i = 0; i < partition_.num_layers; ++i) {
+    ctx.layer = partition_.first_layer + i;
     TRAINER_RETURN_IF_ERROR(BlockForward(ctx, layer_weights_[i], x, s.blocks[i]));
     x = s.blocks[i]->residual_out;
   }
@@ -477,7 +506,7 @@ Status GptModel::LossSum(double* out) {
 
 Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done) {
   Slot& s = slots_[slot];
-  BlockContext ctx = Context();
+  BlockContext ctx = Context(slot);
   ctx.recompute_norms = recompute_ == "selective";
   ctx.moe_recompute = true;
   if (overwrite_weight_gradients_) ctx.weight_gradients = GradientWrite::kOverwrite;
@@ -501,6 +530,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
   for (int i = partition_.num_layers - 1; i >= 0; --i) {
     Tensor x = i == 0 ? s.input : s.blocks[i - 1]->residual_out;
     BlockActivations a = *s.blocks[i];
+    ctx.layer = partition_.first_layer + i;
     if (recompute_ == "block") {  // the forward again, into the shared set
       a.residual_out = shared_.residual_out;
       TRAINER_RETURN_IF_ERROR(BlockForward(ctx, layer_weights_[i], x, &a));
@@ -515,6 +545,10 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
     // dres, so the replicas stay equal.
     const Tensor dres_all = SequenceParallel() ? scratch_.dres_all : dres;
     TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dres, dres_all));
+    if (ctx.hidden_dropout.on())  // the embeddings' dropout, on every row (the last use of it)
+      TRAINER_RETURN_IF_ERROR(backend_->Dropout(
+          dres_all, dres_all, Tensor(),
+          HiddenDropoutKey(ctx, kDropoutEmbedding, -1, /*row_block=*/false, dres_all)));
     TRAINER_RETURN_IF_ERROR(backend_->EmbeddingBackward(end_grads_.wte, end_grads_.wpe, dres_all,
                                                         s.tokens, VocabStart()));
   }

@@ -34,6 +34,15 @@ struct ModelBufferBytes {
   size_t total() const { return parameters + gradients + activations + logits + scratch; }
 };
 
+// Which masks a micro-batch's dropout draws (model/philox.h). Off by default: evaluation,
+// sampling and export never set it.
+struct DropoutDraw {
+  bool on = false;
+  uint64_t seed = 0;         // Global.seed
+  uint32_t step = 0;         // the optimizer step being trained (1-based)
+  int64_t first_sample = 0;  // the global-batch index of the micro-batch's first row
+};
+
 class GptModel {
  public:
   // micro_batch B and seq_len T fix the activation shapes. `tp` is the tensor-parallel group
@@ -71,6 +80,9 @@ class GptModel {
   // when `dloss_scale` != 0, the logits gradient scaled by it (ready for Backward).
   Status Forward(int slot, const int32_t* tokens, const int32_t* targets, bool with_loss,
                  float dloss_scale);
+  // The dropout of the micro-batch that the next Forward(slot) runs (and its Backward): with
+  // draw.on and Model.hidden_dropout / attention_dropout > 0, masks keyed by the draw.
+  void SetDropoutDraw(int slot, const DropoutDraw& draw) { slots_[slot].dropout = draw; }
   // After a Forward on the last stage without TP: the logits of token row `row` (of B*T) over
   // the vocabulary (vocab_size values, the padding left out), as f32 on the host.
   Status LogitsRow(int64_t row, std::vector<float>* out) const;
@@ -116,6 +128,8 @@ class GptModel {
   }
   BlockWeights Weights(int layer, bool gradients) const;
   BlockContext Context() const;
+  // Context() with slot's dropout keys.
+  BlockContext Context(int slot) const;
   // The parameter (its gradient) of `role`; with `rows` > 0, the view of `rows` local rows from
   // its start, across the contiguous parameters after it (q, k, v; gate, up).
   Tensor P(ParamRole role, int layer = -1, int64_t rows = 0) const;
@@ -148,6 +162,7 @@ class GptModel {
     Tensor input;            // (B,T,C) residual stream entering the stage
     std::vector<BlockActivations*> blocks;
     Tensor lnf_out, lnf_mean, lnf_rstd;  // last stage
+    DropoutDraw dropout;
   };
   std::vector<Slot> slots_;
   std::string recompute_;    // Model.recompute: none | gelu | block
@@ -167,6 +182,8 @@ class GptModel {
     Tensor loss_sum;   // (1) f64: the step's losses, summed over its micro-batches
     Tensor rows, ln_rows, dres_all;  // sequence parallelism (see BlockScratch)
     MoeScratch moe;                  // MoE layers' backward
+    Tensor ddrop;                    // hidden dropout (see BlockScratch)
+    Tensor zero_bias, dbias_sink;    // LayerNorm without bias (see BlockContext)
   } scratch_;
   std::vector<MoeLayerStats> moe_stats_;                 // by local layer
   std::vector<std::unique_ptr<MoeDispatch>> dispatches_;  // one per slot and MoE layer

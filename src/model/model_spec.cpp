@@ -19,7 +19,10 @@ ModelSpec MakeModelSpec(const ModelConfig& m) {
   s.vocab = m.vocab_size;
   s.padded_vocab = m.padded_vocab();
   s.max_positions = m.max_seq_len;
-  if (m.arch != "llama") return s;  // gpt2: the defaults above
+  if (m.arch != "llama") {  // gpt2: the defaults above, with or without biases
+    s.qkv_bias = s.linear_bias = s.layernorm_bias = m.bias;
+    return s;
+  }
   s.norm = NormKind::kRmsNorm;
   s.norm_eps = static_cast<float>(m.norm_eps);
   s.position = PositionKind::kRope;

@@ -7,7 +7,8 @@
 //
 // Two families, chosen by Model.arch:
 // - gpt2: learned positions, LayerNorm with biases, fused c_attn, GELU MLP, tied LM head;
-//   nanoGPT's parameter names.
+//   nanoGPT's parameter names. Model.bias: false (nanoGPT's bias=False) drops every bias: the
+//   parameters do not exist, and the LayerNorms run with a constant zero bias.
 // - llama: Llama-3.x, Qwen2/2.5, Qwen3 and SmolLM2 through keys: RMSNorm, RoPE (with Llama-3's
 //   rope_scaling), grouped-query attention with an explicit head_dim, optional q/k/v bias
 //   (Qwen2), optional per-head q/k RMSNorm (Qwen3), SwiGLU MLP, tied or untied embeddings;
@@ -131,7 +132,8 @@ struct ModelSpec {
   bool fused_qkv = true;  // gpt2's c_attn; llama stores q, k, v apart
   bool qkv_bias = true;
   bool qk_norm = false;
-  bool linear_bias = true;  // biases of the attention output and the MLP's linears
+  bool linear_bias = true;     // biases of the attention output and the MLP's linears
+  bool layernorm_bias = true;  // LayerNorm's bias (gpt2 with Model.bias: false has none)
   bool tied_embeddings = true;
   MoeSpec moe;
 
@@ -142,7 +144,7 @@ struct ModelSpec {
   int64_t q_width() const { return heads * head_dim; }
   int64_t kv_width() const { return kv_heads * head_dim; }
   int64_t qkv_width() const { return q_width() + 2 * kv_width(); }
-  bool norm_bias() const { return norm == NormKind::kLayerNorm; }
+  bool norm_bias() const { return norm == NormKind::kLayerNorm && layernorm_bias; }
 };
 
 ModelSpec MakeModelSpec(const ModelConfig& model);

@@ -295,24 +295,46 @@ Status Backend::GeluBackward(Tensor dx, Tensor dy, Tensor pre_act) {
 
 // ---- attention ----
 
+namespace {
+// A dropout key's probability and sequence length.
+void CheckDropoutKey(OpContract& c, const DropoutKey& key) {
+  c.Require(key.p >= 0.f && key.p < 1.f, StrFormat("dropout probability %g is outside [0, 1)",
+                                                   static_cast<double>(key.p)))
+      .Require(key.seq_len > 0, "dropout key without a sequence length");
+}
+}  // namespace
+
 Status Backend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                 int num_kv_heads) {
+                                 int num_kv_heads, const DropoutKey& dropout) {
   const int NKV = num_kv_heads == 0 ? num_heads : num_kv_heads;
   OpContract c(*this, "AttentionForward");
   CheckAttention(c, compute_dtype(), qkv, "out", out, stats, num_heads, NKV);
+  CheckDropoutKey(c, dropout);
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunAttentionForward(out, stats, qkv, num_heads, NKV);
+  return RunAttentionForward(out, stats, qkv, num_heads, NKV, dropout);
 }
 
 Status Backend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                                  int num_heads, int num_kv_heads) {
+                                  int num_heads, int num_kv_heads, const DropoutKey& dropout) {
   const DType cd = compute_dtype();
   const int NKV = num_kv_heads == 0 ? num_heads : num_kv_heads;
   OpContract c(*this, "AttentionBackward");
   CheckAttention(c, cd, qkv, "dout", dout, stats, num_heads, NKV);
   c.Like("out", out, cd, "dout", dout).Like("dqkv", dqkv, cd, "qkv", qkv);
+  CheckDropoutKey(c, dropout);
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunAttentionBackward(dqkv, dout, qkv, out, stats, num_heads, NKV);
+  return RunAttentionBackward(dqkv, dout, qkv, out, stats, num_heads, NKV, dropout);
+}
+
+Status Backend::Dropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) {
+  const DType cd = compute_dtype();
+  OpContract c(*this, "Dropout");
+  c.Has("in", in, cd, -1).Like("out", out, cd, "in", in).Optional(residual).Like(
+      "residual", residual, cd, "in", in);
+  CheckDropoutKey(c, key);
+  c.Require(key.on(), "Dropout with probability 0 (the caller skips it)");
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunDropout(out, in, residual, key);
 }
 
 // ---- cross-entropy ----

@@ -38,6 +38,15 @@ MoeContext MoeCtx(const BlockContext& ctx) {
   return m;
 }
 
+// The attention probabilities' key: this rank's heads are global heads tp_rank * local_heads on.
+DropoutKey AttentionDropoutKey(const BlockContext& ctx) {
+  DropoutKey k = ctx.attention_dropout;
+  k.kind = kDropoutAttnProbs;
+  k.layer = ctx.layer;
+  k.first_head = ctx.tp ? ctx.tp->rank() * ctx.local_heads : 0;
+  return k;
+}
+
 }  // namespace
 
 Tensor RowBlockTarget(const BlockContext& ctx, Tensor all_rows) {
@@ -60,26 +69,38 @@ Status ReduceRows(const BlockContext& ctx, Tensor partial, Tensor* out) {
   return ctx.tp->ReduceScatter(partial.data, out->data, n / ctx.tp->size(), partial.dtype);
 }
 
+DropoutKey HiddenDropoutKey(const BlockContext& ctx, uint32_t kind, int layer, bool row_block,
+                            Tensor rows) {
+  DropoutKey k = ctx.hidden_dropout;
+  k.kind = kind;
+  k.layer = layer;
+  k.first_row = row_block && SequenceParallel(ctx) ? ctx.tp->rank() * Rows(rows) : 0;
+  return k;
+}
+
+// LayerNorm without a bias (Model.bias: false) runs with a constant zero one.
 Status NormForward(const BlockContext& ctx, Tensor out, Tensor mean, Tensor rstd, Tensor in,
                    Tensor weight, Tensor bias) {
   if (ctx.spec->norm == NormKind::kRmsNorm)
     return ctx.backend->RmsNormForward(out, rstd, in, weight, ctx.spec->norm_eps);
-  return ctx.backend->LayerNormForward(out, mean, rstd, in, weight, bias);
+  return ctx.backend->LayerNormForward(out, mean, rstd, in, weight,
+                                       bias.empty() ? ctx.zero_bias : bias);
 }
 
 Status AddNormForward(const BlockContext& ctx, Tensor residual, Tensor out, Tensor mean,
                       Tensor rstd, Tensor a, Tensor b, Tensor weight, Tensor bias) {
   if (ctx.spec->norm == NormKind::kRmsNorm)
     return ctx.backend->AddRmsNormForward(residual, out, rstd, a, b, weight, ctx.spec->norm_eps);
-  return ctx.backend->AddLayerNormForward(residual, out, mean, rstd, a, b, weight, bias);
+  return ctx.backend->AddLayerNormForward(residual, out, mean, rstd, a, b, weight,
+                                          bias.empty() ? ctx.zero_bias : bias);
 }
 
 Status NormBackward(const BlockContext& ctx, Tensor din, Tensor dweight, Tensor dbias,
                     Tensor din_sums, Tensor dout, Tensor in, Tensor weight, Tensor mean,
                     Tensor rstd) {
   if (ctx.spec->norm == NormKind::kLayerNorm)
-    return ctx.backend->LayerNormBackward(din, dweight, dbias, din_sums, dout, in, weight, mean,
-                                          rstd);
+    return ctx.backend->LayerNormBackward(din, dweight, dbias.empty() ? ctx.dbias_sink : dbias,
+                                          din_sums, dout, in, weight, mean, rstd);
   if (!din_sums.empty()) return ctx.backend->ColumnSums(din_sums, din, 0, Tensor());
   return ctx.backend->RmsNormBackward(din, dweight, dout, in, weight, rstd);
 }
@@ -123,20 +144,24 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   const BlockScratch& s = ctx.scratch;
   // Without TP, each residual add rides the output projection's GEMM; with TP, the projection's
   // partial sums are reduced over the group first.
-  const bool tp = Parallel(ctx);
+  const bool tp = Parallel(ctx), drop = ctx.hidden_dropout.on();
   Tensor summed;
   // Attention half.
   Tensor ln = RowBlockTarget(ctx, a->ln1_out);
   TRAINER_RETURN_IF_ERROR(NormForward(ctx, ln, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b));
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, a->ln1_out));
   TRAINER_RETURN_IF_ERROR(QkvForward(ctx, w, a));
-  TRAINER_RETURN_IF_ERROR(
-      be->AttentionForward(a->att_out, a->att_stats, a->qkv, ctx.local_heads, ctx.local_kv_heads));
+  TRAINER_RETURN_IF_ERROR(be->AttentionForward(a->att_out, a->att_stats, a->qkv, ctx.local_heads,
+                                               ctx.local_kv_heads, AttentionDropoutKey(ctx)));
   ln = RowBlockTarget(ctx, a->ln2_out);
-  if (tp) {
+  if (tp || drop) {
     TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->att_out, w.proj_w,
                                               RowParallelBias(ctx, w.proj_b), Activation::kNone));
     TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
+    if (drop)
+      TRAINER_RETURN_IF_ERROR(be->Dropout(
+          summed, summed, Tensor(),
+          HiddenDropoutKey(ctx, kDropoutAttnOut, ctx.layer, /*row_block=*/true, summed)));
     TRAINER_RETURN_IF_ERROR(AddNormForward(ctx, a->residual_mid, ln, a->ln2_mean, a->ln2_rstd, x,
                                            summed, w.ln2_w, w.ln2_b));
   } else {
@@ -148,17 +173,22 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, a->ln2_out));
   if (!w.moe.router.empty()) {  // whole on every TP rank: no reduction
     TRAINER_RETURN_IF_ERROR(MoeForward(MoeCtx(ctx), w.moe, a->ln2_out, a->moe));
-    return be->Add(a->residual_out, a->residual_mid, OwnRows(ctx, a->moe.out));
+    const Tensor out = OwnRows(ctx, a->moe.out);
+    if (!drop) return be->Add(a->residual_out, a->residual_mid, out);
+    return be->Dropout(a->residual_out, out, a->residual_mid,
+                       HiddenDropoutKey(ctx, kDropoutMlpOut, ctx.layer, /*row_block=*/true, out));
   }
   // MLP half.
   TRAINER_RETURN_IF_ERROR(MlpInputForward(ctx, w, a));
-  if (!tp)
+  if (!tp && !drop)
     return be->MatmulForwardAddResidual(a->residual_out, a->fc_out, w.fcproj_w, w.fcproj_b,
                                         a->residual_mid);
   TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->fc_out, w.fcproj_w,
                                             RowParallelBias(ctx, w.fcproj_b), Activation::kNone));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
-  return be->Add(a->residual_out, a->residual_mid, summed);
+  if (!drop) return be->Add(a->residual_out, a->residual_mid, summed);
+  return be->Dropout(a->residual_out, summed, a->residual_mid,
+                     HiddenDropoutKey(ctx, kDropoutMlpOut, ctx.layer, /*row_block=*/true, summed));
 }
 
 // GPT-2's k and v thirds of the qkv bias gradient without a pass over dqkv. Softmax ignores a
@@ -168,11 +198,12 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
 // gradient, sum_i dO_i = (sum_i dY_i) W_proj: the projection's bias gradient (already summed,
 // over every micro-batch so far) times W_proj, a (C) x (C, C/tp) product written afresh after
 // each micro-batch. The k third keeps the zero that ZeroGradients wrote. (With RoPE or a q/k
-// norm between, or without the projection's bias, the whole of dqkv is summed instead.)
+// norm between, without the projection's bias, or with attention dropout, whose rows of weights
+// do not sum to one, the whole of dqkv is summed instead.)
 namespace {
 bool QkvBiasShortcut(const BlockContext& ctx, const BlockWeights& w) {
   return ctx.rope.empty() && w.q_norm.empty() && !w.proj_b.empty() &&
-         ctx.local_heads == ctx.local_kv_heads;
+         ctx.local_heads == ctx.local_kv_heads && !ctx.attention_dropout.on();
 }
 
 Status AttentionBiasGradients(const BlockContext& ctx, const BlockWeights& w,
@@ -217,7 +248,8 @@ Status AttentionInputBackward(const BlockContext& ctx, const BlockWeights& w, co
   Backend* be = ctx.backend;
   const BlockScratch& s = ctx.scratch;
   TRAINER_RETURN_IF_ERROR(be->AttentionBackward(s.dqkv, s.datt, a.qkv, a.att_out, a.att_stats,
-                                                ctx.local_heads, ctx.local_kv_heads));
+                                                ctx.local_heads, ctx.local_kv_heads,
+                                                AttentionDropoutKey(ctx)));
   if (!ctx.rope.empty())
     TRAINER_RETURN_IF_ERROR(
         be->RopeBackward(s.dqkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads));
@@ -243,9 +275,17 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   // The row-parallel linears need the gradient of every row; their bias gradient is then the
   // same on every TP rank, so the replicas of the bias stay equal.
   const Tensor dres_all = SequenceParallel(ctx) ? s.dres_all : dresidual;
-  // Without TP, the output projections' bias gradients are column sums of the residual gradient,
-  // which the LayerNorm backward after each one reads anyway: it sums them there.
-  const bool ln_sums = !Parallel(ctx);
+  // With hidden dropout, the output projections see the residual gradient through its mask.
+  const bool drop = ctx.hidden_dropout.on();
+  const Tensor dproj = drop ? s.ddrop : dres_all;
+  auto drop_gradient = [&](uint32_t kind) {
+    return drop ? be->Dropout(s.ddrop, dres_all, Tensor(),
+                              HiddenDropoutKey(ctx, kind, ctx.layer, /*row_block=*/false, dres_all))
+                : Status::Ok();
+  };
+  // Without TP or dropout, the output projections' bias gradients are column sums of the residual
+  // gradient, which the LayerNorm backward after each one reads anyway: it sums them there.
+  const bool ln_sums = !Parallel(ctx) && !drop;
   const Tensor fcproj_db = ln_sums ? Tensor() : g.fcproj_b, proj_db = ln_sums ? Tensor() : g.proj_b;
   Tensor dln;
   // MLP half: residual_out = residual_mid + fcproj(act(fc(ln2(residual_mid)))).
@@ -253,12 +293,13 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
     TRAINER_RETURN_IF_ERROR(
         RecomputeNorm(ctx, a.ln2_out, a.ln2_mean, a.ln2_rstd, a.residual_mid, w.ln2_w, w.ln2_b));
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
+  TRAINER_RETURN_IF_ERROR(drop_gradient(kDropoutMlpOut));
   if (!w.moe.router.empty()) {  // d(ln2_out) is whole on every TP rank
-    TRAINER_RETURN_IF_ERROR(MoeBackward(MoeCtx(ctx), w.moe, g.moe, a.ln2_out, a.moe, dres_all,
+    TRAINER_RETURN_IF_ERROR(MoeBackward(MoeCtx(ctx), w.moe, g.moe, a.ln2_out, a.moe, dproj,
                                         s.dln));
     dln = OwnRows(ctx, s.dln);
   } else {
-    TRAINER_RETURN_IF_ERROR(MlpBackward(ctx, w, g, a, dres_all, fcproj_db));
+    TRAINER_RETURN_IF_ERROR(MlpBackward(ctx, w, g, a, dproj, fcproj_db));
     TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.dln, &dln));
   }
   TRAINER_RETURN_IF_ERROR(NormBackward(ctx, dresidual, g.ln2_w, g.ln2_b,
@@ -266,8 +307,9 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
                                        w.ln2_w, a.ln2_mean, a.ln2_rstd));
   // Attention half: residual_mid = x + proj(attention(qkv(ln1(x)))).
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
-  TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.datt, g.proj_w, proj_db, dres_all, a.att_out,
-                                             w.proj_w, ctx.weight_gradients));
+  TRAINER_RETURN_IF_ERROR(drop_gradient(kDropoutAttnOut));
+  TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.datt, g.proj_w, proj_db, dproj, a.att_out, w.proj_w,
+                                             ctx.weight_gradients));
   if (ctx.recompute_norms)
     TRAINER_RETURN_IF_ERROR(
         RecomputeNorm(ctx, a.ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b));

@@ -10,6 +10,9 @@
 // With sequence parallelism the residual stream and the norms hold only this rank's block of
 // the B*T rows (N/tp); the norm's output is all-gathered before the column-parallel linear and
 // the row-parallel output is reduce-scattered (instead of all-reduced) back to row blocks.
+//
+// Hidden dropout (Model.hidden_dropout) drops each output projection's sum before the residual
+// add (fused with it where the backend can), attention dropout the attention probabilities.
 #pragma once
 
 #include "common/communicator.h"
@@ -60,6 +63,8 @@ struct BlockScratch {
   Tensor ln_rows;   // (R,C) a LayerNorm output before its all-gather
   Tensor dres_all;  // (B,T,C) the all-gathered residual gradient
   MoeScratch moe;   // MoE layers' backward buffers
+  // Hidden dropout only:
+  Tensor ddrop;  // (B,T,C) the residual gradient through an output projection's dropout
 };
 
 struct BlockContext {
@@ -83,6 +88,13 @@ struct BlockContext {
   float moe_loss_scale = 0.f;
   bool moe_record = false;
   bool moe_recompute = false;
+  // The micro-batch's dropout (philox.h; off unless it trains with Model.*_dropout > 0): after
+  // the output projections (kind and layer set per use) and on the attention probabilities.
+  // Dropout draws the same mask again wherever it is needed (backward, recomputation).
+  DropoutKey hidden_dropout, attention_dropout;
+  int layer = -1;  // the global index of the block being run
+  // gpt2 with Model.bias: false: LayerNorm's constant zero bias (C) and its gradient's sink (C).
+  Tensor zero_bias, dbias_sink;
 };
 
 // The spec's norm (LayerNorm with mean, rstd, bias; or RMSNorm with rstd only), shared with the
@@ -104,6 +116,10 @@ Status GatherRows(const BlockContext& ctx, Tensor row_block, Tensor all_rows);
 // Sums a partial (B,T,C) over the TP group: into *out = scratch.rows (reduce-scatter) with
 // sequence parallelism, else in place (all-reduce, *out = partial).
 Status ReduceRows(const BlockContext& ctx, Tensor partial, Tensor* out);
+// The hidden dropout key of `kind` for `rows` of the residual stream: this rank's row block
+// (row_block, under sequence parallelism) or all B*T rows.
+DropoutKey HiddenDropoutKey(const BlockContext& ctx, uint32_t kind, int layer, bool row_block,
+                            Tensor rows);
 
 // a.fc_out from a.fc_pre again (GELU or SwiGLU): Model.recompute=gelu recomputes it in backward.
 Status MlpActivationForward(const BlockContext& ctx, const BlockActivations& a);

@@ -6,7 +6,9 @@
 # the same 3 batches of 8 sequences, must give the same loss (printed to 6 digits; on the GPU
 # within 1e-3, as a new process may tune other GEMM kernels). The same weights give the same
 # val_loss on 1 rank (micro-batch 8) and on dp2 (micro-batch 2): evaluation is counted in global
-# batches, not in micro-batches per rank. Over the whole file it reports every whole
+# batches, not in micro-batches per rank. The run trains with dropout (hidden and attention 0.2),
+# which evaluation never applies: trainer eval with the dropout set to 0 gives the same loss to
+# the bit. Over the whole file it reports every whole
 # micro-batch's tokens. Bad input: one error line each and the exit code (no --data or no
 # CHECKPOINT argument 2, a missing or too-large-vocabulary token file 3, no checkpoint at the path
 # 4, more than one process 2).
@@ -22,7 +24,8 @@ run_np "${LAYOUT[0]}" train -c "$SRC/configs/tiny-cpu.yaml" "${LAYOUT[@]:1}" -o 
   -o Model.num_layers=2 -o Model.hidden_size=64 -o Model.max_seq_len=64 \
   -o Global.global_batch_size=8 -o Engine.max_steps=30 \
   -o Engine.save_steps=30 -o Engine.eval_freq=30 -o Engine.eval_iters=3 \
-  -o Engine.logging_freq=10 -o Engine.output_dir=run > train.log 2>&1 ||
+  -o Engine.logging_freq=10 -o Model.hidden_dropout=0.2 -o Model.attention_dropout=0.2 \
+  -o Engine.output_dir=run > train.log 2>&1 ||
   { tail -20 train.log; fail "training run failed"; }
 WANT=$(grep -o '"val_loss": [^,}]*' run/metrics.jsonl | tail -1 | awk '{print $2}')
 [ -n "$WANT" ] || fail "the training run logged no val_loss"
@@ -46,6 +49,11 @@ print(f"trainer eval {r['loss']:.6f} against the run's val_loss {want}: relative
 assert rel < tolerance, "trainer eval does not reproduce the training run's validation loss"
 assert abs(r["perplexity"] - 2.718281828459045 ** r["loss"]) < 1e-3 * r["perplexity"], r
 PY
+"$TRAINER" eval run/checkpoints --data val.h5 -b 8 --batches 3 -o Global.device="$DEVICE" \
+  -o Model.hidden_dropout=0 -o Model.attention_dropout=0 > no-dropout.json 2> no-dropout.err ||
+  { cat no-dropout.json no-dropout.err; fail "trainer eval without dropout failed"; }
+[ "$(tail -1 eval.json)" = "$(tail -1 no-dropout.json)" ] ||
+  { tail -1 eval.json no-dropout.json; fail "evaluation applied the configured dropout"; }
 
 # The whole file: every whole micro-batch of 3 samples (64 tokens, and the next as target).
 TOKENS=$("$TRAINER" inspect val.h5 | awk '$1 == "tokens" {print $2}')

@@ -6,6 +6,8 @@
 #    GPUs follow the one-GPU curve (when two GPUs are visible);
 #  - ZeRO-1's sharded optimizer state, saved whole at step 25, resumes on one GPU and on two with
 #    ZeRO-1 again, and both continue the uninterrupted ZeRO-1 curve;
+#  - with dropout and no biases: hidden dropout tracks the CPU curve (the same masks), and a run
+#    with cuDNN's attention dropout resumed at step 25 continues its own curve;
 #  - trainer sample on the GPU (sample.sh with SAMPLE_DEVICE=cuda: a bf16 model trained on one
 #    repeated sentence continues a prompt with exactly that text);
 #  - trainer eval on the GPU (eval.sh with EVAL_DEVICE=cuda: the loss of a checkpoint on the
@@ -83,6 +85,24 @@ train llama-qk-gpu-fp32 1 cuda "${LLAMA[@]}" -o Model.qk_norm=true -o Engine.mix
 echo "== llama with q/k norm, fp32 on the GPU vs the CPU"
 compare_curves llama-qk-gpu-fp32/metrics.jsonl llama-qk-cpu/metrics.jsonl 2e-4 3e-5 50 ||
   fail "the fp32 GPU llama curve leaves the CPU curve"
+# Dropout, GPT-2 without biases: the GPU's hidden-dropout masks are the CPU's (philox.h), so with
+# hidden dropout the bf16 curve tracks the CPU's within the bounds above. cuDNN's attention
+# dropout draws masks of its own (seeded from the step, layer and micro-batch), so that run is
+# checked against itself: its step-25 checkpoint resumed continues its curve as the GPU resumes do.
+DROP=(-o Model.bias=false -o Model.hidden_dropout=0.2)
+train drop-cpu 1 cpu "${DROP[@]}"
+train drop-gpu1 1 cuda "${DROP[@]}"
+echo "== hidden dropout, no biases: one GPU (bf16) vs CPU (fp32)"
+compare_curves drop-gpu1/metrics.jsonl drop-cpu/metrics.jsonl 0.05 0.01 50 ||
+  fail "the GPU curve with hidden dropout leaves the CPU curve"
+train adrop-gpu1 1 cuda "${DROP[@]}" -o Model.attention_dropout=0.2 -o Engine.save_steps=25 \
+  -o Checkpoint.keep_last=0
+mkdir -p adrop-resume/checkpoints && cp -r adrop-gpu1/checkpoints/step-00000025 adrop-resume/checkpoints/
+train adrop-resume 1 cuda "${DROP[@]}" -o Model.attention_dropout=0.2 --resume auto
+grep -q "resumed from" adrop-resume.log || fail "adrop-resume did not resume"
+echo "== attention dropout (cuDNN's masks): steps 26-50 resumed vs the uninterrupted run"
+compare_curves adrop-resume/metrics.jsonl adrop-gpu1/metrics.jsonl 0.01 0.002 25 ||
+  fail "the resumed run with attention dropout leaves its own curve"
 echo "== the GPU run held its planned memory against its GPU's (cudaMemGetInfo) before allocating"
 grep "^memory: a rank of pipeline stage 0 needs ~[0-9.]* [KMG]iB at .* cuda:0 (.*) holds [0-9.]* GiB, [0-9.]* GiB free (cudaMemGetInfo)$" gpu1.log ||
   fail "gpu1: no memory line for its GPU"

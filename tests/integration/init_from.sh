@@ -7,6 +7,7 @@
 # lm_head) on one rank, and from the bf16 export; the weights they save must be exactly the
 # trained model's (the bf16 export's values for the last). A resume takes its own checkpoint, not
 # init_from, and `trainer inspect` of a Hugging Face folder or file names the Model keys to set.
+# Model.bias=false exports zero biases and takes them back.
 # Bad input stops every rank with one line and exit code 4: no weights at the path, a
 # hidden size (of a Hugging Face file or of a trainer checkpoint), a layer count that does not fit.
 source "$(dirname "$0")/lib.sh"
@@ -108,4 +109,28 @@ expect_error 4 "has no place for" run_np 1 train "${COMMON[@]}" -o Engine.output
   -o Model.num_layers=1 -o Checkpoint.init_from=hub
 expect_error 4 "lacks transformer.h.2" run_np 1 train "${COMMON[@]}" -o Engine.output_dir=bad4 \
   -o Model.num_layers=3 -o Checkpoint.init_from=hf
+
+# Model.bias=false: the export holds zero biases (transformers' GPT-2 has them), which init_from
+# takes back into a model without biases, giving the same weights; a file with non-zero biases is
+# refused.
+run_np 1 train "${COMMON[@]}" -o Model.bias=false -o Engine.max_steps=5 -o Engine.save_steps=5 \
+  -o Engine.output_dir=nobias > nobias.log 2>&1 || { tail -20 nobias.log; fail "the run without biases"; }
+export_to nobias/checkpoints --output hf-nobias
+frozen from-nobias 1 -o Model.bias=false -o Checkpoint.init_from=hf-nobias
+python3 - <<'PY'
+import json, struct
+def tensors(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__")
+    return {k: data[8 + n + h["data_offsets"][0]:8 + n + h["data_offsets"][1]] for k, h in header.items()}
+want, got = tensors("hf-nobias/model.safetensors"), tensors("hf-from-nobias/model.safetensors")
+assert got.keys() == want.keys() and all(got[k] == want[k] for k in want), "from-nobias"
+biases = [k for k in want if k.endswith(".bias")]
+assert len(biases) == 2 * 6 + 1 and all(not any(want[k]) for k in biases), biases
+print(f"no biases: {len(want)} tensors exported, {len(biases)} of them zero biases, taken back")
+PY
+expect_error 4 "non-zero values" run_np 1 train "${COMMON[@]}" -o Engine.output_dir=bad6 \
+  -o Model.bias=false -o Checkpoint.init_from=hf
 echo "PASS: Checkpoint.init_from"

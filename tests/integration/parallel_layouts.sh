@@ -10,6 +10,8 @@
 # parallel_layouts_llama.sh), llama-tied (qkv bias, tied embeddings, llama3 RoPE scaling), moe
 # (MoE layers; parallel_layouts_moe.sh) or moe-capacity (sigmoid router, per-sequence balancing, a
 # capacity that drops tokens). For MoE models the load-balancing loss must agree too.
+# LAYOUT_EXTRA adds overrides to every run (parallel_layouts_dropout.sh: dropout on); the layout
+# part "mb1" splits the batch into micro-batches of one sample (another gradient accumulation).
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 case ${LAYOUT_MODEL:-gpt2} in
@@ -28,7 +30,8 @@ case ${LAYOUT_MODEL:-gpt2} in
                        -o Model.moe_shared_expert_intermediate_size=0)
     DEFAULT_LAYOUTS="dp2 tp2-sp pp2 dp2-z1" ;;
 esac
-COMMON=("${MODEL[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)
+read -r -a EXTRA <<< "${LAYOUT_EXTRA:-}"
+COMMON=("${MODEL[@]}" "${EXTRA[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)
 run_layout() {  # name np overrides...
   local name=$1 np=$2; shift 2
   run_np "$np" train "${COMMON[@]}" -o Engine.output_dir="$name" "$@" > "$name.log" 2>&1 ||
@@ -37,12 +40,13 @@ run_layout() {  # name np overrides...
 run_layout single 1
 LAYOUTS=${TRAINER_TEST_LAYOUTS:-${DEFAULT_LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 dp2-tp2 tp2-pp2 dp2-pp2 dp2-tp2-pp2 tp2-sp tp2-pp2-sp tp2-pp2-rc dp2-z1 dp4-z1 dp2-tp2-pp2-sp-z1"}}
 for layout in $LAYOUTS; do
-  dp=1 tp=1 pp=1 sp=false rc=none z1=false
+  dp=1 tp=1 pp=1 sp=false rc=none z1=false mb=2
   for part in ${layout//-/ }; do
-    case $part in dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; sp) sp=true;; rc) rc=block;; rs) rc=selective;; z1) z1=true;; esac
+    case $part in dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; sp) sp=true;; rc) rc=block;; rs) rc=selective;; z1) z1=true;; mb*) mb=${part#mb};; esac
   done
   run_layout "$layout" $((dp * tp * pp)) -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp \
-    -o Model.sequence_parallel=$sp -o Model.recompute=$rc -o Distributed.zero_stage1=$z1
+    -o Model.sequence_parallel=$sp -o Model.recompute=$rc -o Distributed.zero_stage1=$z1 \
+    -o Global.micro_batch_size=$mb
   echo "== $layout"
   compare_curves "$layout/metrics.jsonl" single/metrics.jsonl 1e-5 1e-5 10 || fail "$layout losses differ"
   if [[ ${LAYOUT_MODEL:-gpt2} == moe* ]]; then  # the same routing: the same aux loss and drops

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stopping after 10 steps and resuming to 20 gives bit-identical losses and parameters to 20
-# uninterrupted steps, on one rank, on dp2 and on dp2 with ZeRO-1 (optimizer state sharded, saved
-# whole); and a ZeRO-1 run resumed from a checkpoint written without it follows the run without
+# uninterrupted steps, on one rank, on dp2, on dp2 with ZeRO-1 (optimizer state sharded, saved
+# whole) and on dp2 with hidden and attention dropout (masks keyed by the step: the same again); and a ZeRO-1 run resumed from a checkpoint written without it follows the run without
 # it (to 1e-5: only the gradient norm's summation order differs). Runs end with one summary line;
 # resuming a finished run says that there is nothing to do.
 source "$(dirname "$0")/lib.sh"
@@ -10,10 +10,11 @@ COMMON=(-o Data.train_path=data.h5 -o Global.device=cpu -o Model.hidden_size=64
         -o Model.num_layers=2 -o Model.max_seq_len=32 -o Global.global_batch_size=8
         -o Global.micro_batch_size=2 -o Engine.logging_freq=1 -o Engine.eval_freq=0
         -o Engine.save_steps=10 -o Optimizer.warmup_steps=3 -o Checkpoint.keep_last=0)
-for variant in 1 2 2z; do
+for variant in 1 2 2z 2d; do
   np=${variant:0:1}
   extra=()
   [ "$variant" = 2z ] && extra=(-o Distributed.zero_stage1=true)
+  [ "$variant" = 2d ] && extra=(-o Model.hidden_dropout=0.1 -o Model.attention_dropout=0.1)
   run_np $np train "${COMMON[@]}" "${extra[@]}" -o Engine.max_steps=20 -o Engine.output_dir=full$variant > full$variant.log 2>&1 ||
     fail "uninterrupted run ($variant)"
   run_np $np train "${COMMON[@]}" "${extra[@]}" -o Engine.max_steps=10 -o Engine.output_dir=part$variant -o Optimizer.decay_steps=17 > part$variant.a.log 2>&1 ||

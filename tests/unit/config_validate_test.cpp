@@ -170,6 +170,8 @@ TEST(ConfigValidate, ValueRanges) {
       {"Optimizer.weight_decay=-0.1", "Optimizer.weight_decay=-0.1 must be >= 0"},
       {"Optimizer.beta1=1", "Optimizer.beta1=1.0 must be in [0, 1)"},
       {"Optimizer.beta2=-0.5", "Optimizer.beta2=-0.5 must be in [0, 1)"},
+      {"Model.hidden_dropout=1", "Model.hidden_dropout=1.0 must be in [0, 1)"},
+      {"Model.attention_dropout=-0.1", "Model.attention_dropout=-0.1 must be in [0, 1)"},
       {"Optimizer.eps=0", "Optimizer.eps=0.0 must be > 0"},
       {"Optimizer.grad_clip=-1", "Optimizer.grad_clip=-1.0 must be >= 0"},
       {"Data.val_fraction=1", "Data.val_fraction=1.0 must be in [0, 1)"},

@@ -2,6 +2,9 @@
 // query attention, q/k norm, qkv bias, tied and untied, llama3 RoPE scaling): initial loss close
 // to ln(vocab), every parameter's gradient against central finite differences of the loss,
 // recomputation bit for bit, and the parameter registry's shards reassembling the full tensors.
+// The dropout cases (hidden and attention dropout, GPT-2 without biases) check the gradients
+// through fixed masks (the draw's key fixes them), recomputation drawing the same masks, and
+// evaluation (no draw) equal to the model without dropout.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,13 +77,33 @@ struct ModelCase {
 std::ostream& operator<<(std::ostream& os, const ModelCase& c) {
   return os << c.name;
 }
+ModelConfig WithDropout(ModelConfig m, bool bias) {
+  m.hidden_dropout = 0.2;
+  m.attention_dropout = 0.3;
+  m.bias = bias;
+  return m;
+}
+
 const ModelCase kCases[] = {
     {"gpt2", TinyModel()},
     {"llama_gqa_qk_norm_untied", TinyLlama(true, false, false)},
     {"llama_qkv_bias_tied_llama3_rope", TinyLlama(false, true, true)},
     {"llama_moe_shared_expert", TinyMoe(true)},
     {"llama_moe_sigmoid_capacity", TinyMoe(false)},
+    {"gpt2_dropout_no_bias", WithDropout(TinyModel(), false)},
+    {"gpt2_dropout", WithDropout(TinyModel(), true)},
+    {"llama_dropout_gqa", WithDropout(TinyLlama(true, false, false), false)},
 };
+
+// The masks of a training micro-batch (a fixed key: step 3, samples 4.. of the global batch).
+DropoutDraw TrainingDraw() {
+  DropoutDraw d;
+  d.on = true;
+  d.seed = 99;
+  d.step = 3;
+  d.first_sample = 4;
+  return d;
+}
 
 struct Fixture {
   explicit Fixture(ModelConfig c = TinyModel()) : config(c) { Build(); }
@@ -97,6 +120,7 @@ struct Fixture {
     EXPECT_TRUE(GptModel::Create(config, part, backend.get(), nullptr, B, T, 1, &model).ok());
     params = InitialParameterValues(config, part, model->parameters(), 7);
     EXPECT_TRUE(model->SetParameters(params).ok());
+    model->SetDropoutDraw(0, TrainingDraw());
     std::mt19937 rng(3);
     for (int i = 0; i < B * T; ++i) {
       tokens.push_back(static_cast<int32_t>(rng() % config.vocab_size));
@@ -219,6 +243,7 @@ TEST_P(ModelGradients, RecomputationGivesBitIdenticalLossAndGradients) {
     ASSERT_TRUE(
         GptModel::Create(f.config, part, f.backend.get(), nullptr, f.B, f.T, 1, &f.model).ok());
     ASSERT_TRUE(f.model->SetParameters(f.params).ok());
+    f.model->SetDropoutDraw(0, TrainingDraw());
     ASSERT_TRUE(f.model->ZeroGradients().ok());
     const double loss = f.Loss(1.f / (f.B * f.T));
     ASSERT_TRUE(f.model->Backward(0).ok());
@@ -233,6 +258,22 @@ TEST_P(ModelGradients, RecomputationGivesBitIdenticalLossAndGradients) {
     EXPECT_EQ(loss, reference_loss) << mode;
     EXPECT_EQ(grads, reference) << mode;
   }
+}
+
+// Without a draw (evaluation, sampling) the model with dropout configured computes exactly what
+// the model without dropout does; with one, dropout changes the loss.
+TEST_P(ModelGradients, NoDrawMeansNoDropout) {
+  const ModelConfig& c = GetParam().config;
+  if (c.hidden_dropout == 0 && c.attention_dropout == 0) GTEST_SKIP() << "no dropout configured";
+  Fixture dropped(c);
+  ModelConfig plain_config = c;
+  plain_config.hidden_dropout = plain_config.attention_dropout = 0;
+  Fixture plain(plain_config);
+  ASSERT_EQ(dropped.params, plain.params);
+  const double training = dropped.Loss();
+  dropped.model->SetDropoutDraw(0, DropoutDraw());
+  EXPECT_EQ(dropped.Loss(), plain.Loss());
+  EXPECT_GT(std::fabs(training - plain.Loss()), 1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ModelGradients, ::testing::ValuesIn(kCases),

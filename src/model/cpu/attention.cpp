@@ -110,7 +110,7 @@ size_t attention_scratch_floats(int T, int HS, int threads) {
 }
 
 void attention_forward(float* out, float* stats, const float* qkv, float* scratch, int B, int T,
-                       int NH, int NKV, int HS) {
+                       int NH, int NKV, int HS, const DropoutKey& dropout) {
   const float scale = 1.f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
@@ -124,8 +124,13 @@ void attention_forward(float* out, float* stats, const float* qkv, float* scratc
       for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
         const int rows = std::min(kQueryBlock, T - t0), keys = t0 + rows;
         Scores(p, hv, kt, t0, rows, keys, T, HS);
-        for (int r = 0; r < rows; ++r)
-          row_stats[t0 + r] = SoftmaxRow(p + static_cast<int64_t>(r) * T, t0 + r + 1, keys, scale);
+        for (int r = 0; r < rows; ++r) {
+          float* row = p + static_cast<int64_t>(r) * T;
+          row_stats[t0 + r] = SoftmaxRow(row, t0 + r + 1, keys, scale);
+          if (dropout.on())
+            dropout_row(row, t0 + r + 1, dropout, dropout.first_sample + b, t0 + r,
+                        dropout.first_head + h);
+        }
         // out rows (rows, HS) = p (rows, keys) @ v[0 : keys].
         float* o = out + (static_cast<int64_t>(b) * T + t0) * hv.C + static_cast<int64_t>(h) * HS;
         gemm(o, hv.C, p, T, 1, hv.v, hv.W, 1, rows, HS, keys, false);
@@ -137,9 +142,12 @@ void attention_forward(float* out, float* stats, const float* qkv, float* scratc
 // With p_ts = exp(scale * q_t.k_s - stats_t), dp_ts = dout_t . v_s and
 // D_t = sum_s p_ts dp_ts = dout_t . out_t: ds_ts = scale * p_ts (dp_ts - D_t);
 // dq_t = sum_s ds_ts k_s; dk_s = sum_t ds_ts q_t; dv_s = sum_t p_ts dout_t, the last two summed
-// also over the query heads of the kv head's group, in head order.
+// also over the query heads of the kv head's group, in head order. With dropout (mask z, scale
+// 1/(1-p)), out_t = sum_s z_ts p_ts v_s / (1-p): dp_ts is dout_t . v_s dropped by the same mask,
+// D_t = dout_t . out_t still, and dv_s sums the dropped probabilities.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* stats, float* scratch, int B, int T, int NH, int NKV, int HS) {
+                        const float* stats, float* scratch, int B, int T, int NH, int NKV, int HS,
+                        const DropoutKey& dropout) {
   const float scale = 1.f / std::sqrt(static_cast<float>(HS));
   const int group = NH / NKV;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -172,8 +180,13 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           for (int r = 0; r < rows; ++r) {
             const int t = t0 + r;
             const float d = dot(g + r * hv.C, out + row0 + static_cast<int64_t>(t) * hv.C, HS);
-            SoftmaxBackwardRow(p + static_cast<int64_t>(r) * T, ds + static_cast<int64_t>(r) * T,
-                               t + 1, keys, scale, row_stats[t], d);
+            float* p_row = p + static_cast<int64_t>(r) * T;
+            float* ds_row = ds + static_cast<int64_t>(r) * T;
+            const int64_t sample = dropout.first_sample + b;
+            const int head = dropout.first_head + h;
+            if (dropout.on()) dropout_row(ds_row, t + 1, dropout, sample, t, head);
+            SoftmaxBackwardRow(p_row, ds_row, t + 1, keys, scale, row_stats[t], d);
+            if (dropout.on()) dropout_row(p_row, t + 1, dropout, sample, t, head);
           }
           // dq rows = ds @ k[0 : keys]; dk[0 : keys] += ds^T @ q rows; dv[0 : keys] += p^T @ dout.
           gemm(dq + t0 * hv.W, hv.W, ds, T, 1, hv.k, hv.W, 1, rows, HS, keys, false);
@@ -195,22 +208,23 @@ int HeadSize(const Tensor& qkv, int num_heads, int num_kv_heads) {
 }  // namespace
 
 Status CpuBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                       int num_kv_heads) {
+                                       int num_kv_heads, const DropoutKey& dropout) {
   const int NKV = num_kv_heads, HS = HeadSize(qkv, num_heads, num_kv_heads);
   const int T = static_cast<int>(qkv.dim(1));
   cpu::attention_forward(out.as<float>(), stats.as<float>(), qkv.as<float>(),
                          AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)), T, num_heads, NKV,
-                         HS);
+                         HS, dropout);
   return Status::Ok();
 }
 
 Status CpuBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
-                                        Tensor stats, int num_heads, int num_kv_heads) {
+                                        Tensor stats, int num_heads, int num_kv_heads,
+                                        const DropoutKey& dropout) {
   const int NKV = num_kv_heads, HS = HeadSize(qkv, num_heads, num_kv_heads);
   const int T = static_cast<int>(qkv.dim(1));
   cpu::attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(),
                           stats.as<float>(), AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)),
-                          T, num_heads, NKV, HS);
+                          T, num_heads, NKV, HS, dropout);
   return Status::Ok();
 }
 

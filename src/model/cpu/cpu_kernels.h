@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "model/philox.h"
+
 namespace trainer {
 namespace cpu {
 
@@ -15,6 +17,15 @@ namespace cpu {
 void add(float* out, const float* a, const float* b, size_t n);  // out may alias a or b
 void add_inplace(float* out, const float* a, size_t n);
 void scale(float* x, float s, size_t n);
+
+// ---- dropout.cpp (masks: philox.h) ----
+// out (N,C) = [residual +] dropout(in) (residual may be null; out may alias in or residual).
+void dropout_forward(float* out, const float* in, const float* residual, int64_t N, int C,
+                     const DropoutKey& key);
+// x[0, len) *= keep / (1 - p): one row of attention probabilities of query `position`, keys
+// 0..len-1 as columns, of global head `head` of `sample`.
+void dropout_row(float* x, int len, const DropoutKey& key, int64_t sample, int64_t position,
+                 int head);
 
 // ---- embedding.cpp ----
 // out (B,T,C) = wte[tokens - vocab_start] (zero row when outside [0, V)) + wpe[t] (wpe may be
@@ -72,12 +83,14 @@ void gelu_backward(float* dx, const float* dy, const float* pre_act, size_t n);
 // attention); out (B,T,NH*HS); stats (B,NH,T) = logsumexp over s <= t of the scaled scores.
 // scratch: attention_scratch_floats(T, HS, threads) floats, threads >= omp_get_max_threads().
 size_t attention_scratch_floats(int T, int HS, int threads);
+// With dropout.on(), the probabilities are dropped after stats (dropout_row; Backend's contract).
 void attention_forward(float* out, float* stats, const float* qkv, float* scratch, int B, int T,
-                       int NH, int NKV, int HS);
+                       int NH, int NKV, int HS, const DropoutKey& dropout = DropoutKey());
 // dqkv (B,T,(NH+2*NKV)*HS) overwritten (a kv head's gradient sums over its query heads); the
 // probabilities are recomputed from qkv and stats, and sum_s p_ts dp_ts as dout_t . out_t.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* stats, float* scratch, int B, int T, int NH, int NKV, int HS);
+                        const float* stats, float* scratch, int B, int T, int NH, int NKV, int HS,
+                        const DropoutKey& dropout = DropoutKey());
 
 // ---- rmsnorm.cpp (Llama family) ----
 // out (N,C), rstd (N) = 1/sqrt(mean(in^2) + eps); out = in * rstd * weight (C).

@@ -14,6 +14,7 @@
 
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/cudnn_graph.h"
+#include "model/cuda/kernels.h"
 #include "model/cuda/op_checks.h"
 
 namespace trainer {
@@ -23,10 +24,11 @@ namespace fe = cudnn_frontend;
 
 namespace {
 
-enum TensorUid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+enum TensorUid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeed, kOffset };
 
 struct Shape {
   int64_t B, T, NH, NKV, HS;
+  float dropout;  // attention dropout probability; 0: none
   // q, out and their gradients are seen as (B, NH, T, HS); k, v and theirs as (B, NKV, T, HS).
   std::vector<int64_t> dims() const { return {B, NH, T, HS}; }
   std::vector<int64_t> kv_dims() const { return {B, NKV, T, HS}; }
@@ -43,6 +45,20 @@ struct Shape {
 
 using GraphPtr = CudnnGraphPtr;
 
+// The dropout's Philox seed and offset: (1,1,1,1) int64 tensors in device memory.
+std::pair<std::shared_ptr<fe::graph::Tensor_attributes>, std::shared_ptr<fe::graph::Tensor_attributes>>
+DropoutInputs(const GraphPtr& graph) {
+  auto scalar = [&](const char* name, int64_t uid) {
+    return graph->tensor(fe::graph::Tensor_attributes()
+                             .set_name(name)
+                             .set_uid(uid)
+                             .set_dim({1, 1, 1, 1})
+                             .set_stride({1, 1, 1, 1})
+                             .set_data_type(fe::DataType_t::INT64));
+  };
+  return {scalar("seed", kSeed), scalar("offset", kOffset)};
+}
+
 GraphPtr ForwardGraph(const Shape& s) {
   GraphPtr graph = NewBf16Graph();
   auto q = GraphInput(graph, "q", kQ, s.dims(), s.qkv_strides());
@@ -53,6 +69,10 @@ GraphPtr ForwardGraph(const Shape& s) {
                      .set_generate_stats(true)
                      .set_causal_mask(true)
                      .set_attn_scale(s.scale());
+  if (s.dropout > 0.f) {
+    auto [seed, offset] = DropoutInputs(graph);
+    options.set_dropout(s.dropout, seed, offset);
+  }
   auto [o, stats] = graph->sdpa(q, k, v, options);
   o->set_output(true).set_dim(s.dims()).set_stride(s.out_strides()).set_uid(kO);
   stats->set_output(true)
@@ -76,6 +96,10 @@ GraphPtr BackwardGraph(const Shape& s) {
                      .set_name("causal_attention_backward")
                      .set_causal_mask(true)
                      .set_attn_scale(s.scale());
+  if (s.dropout > 0.f) {
+    auto [seed, offset] = DropoutInputs(graph);
+    options.set_dropout(s.dropout, seed, offset);
+  }
   auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, dout, stats, options);
   dq->set_output(true).set_dim(s.dims()).set_stride(s.qkv_strides()).set_uid(kDQ);
   dk->set_output(true).set_dim(s.kv_dims()).set_stride(s.qkv_strides()).set_uid(kDK);
@@ -98,13 +122,31 @@ bool BuildPlans(const GraphPtr& graph, cudnnHandle_t handle, std::string* why) {
 
 struct CudnnAttention::Impl {
   CudnnContext cudnn;
-  // (B, T, NH, NKV, HS, backward) -> graph; nullptr when cuDNN rejected the shape.
-  std::map<std::tuple<int, int, int, int, int, bool>, GraphPtr> graphs;
+  // (B, T, NH, NKV, HS, dropout, backward) -> graph; nullptr when cuDNN rejected the shape.
+  std::map<std::tuple<int, int, int, int, int, float, bool>, GraphPtr> graphs;
+  int64_t* rng = nullptr;  // device: the dropout's seed and offset (2 int64)
+
+  ~Impl() {
+    if (rng) cudaFree(rng);
+  }
+
+  // The dropout's seed and offset for this call, written on the stream (no host wait): a function
+  // of the key's seed, step, layer, micro-batch and this rank's first head, so the same call of a
+  // resumed run draws the same mask. cuDNN's mask depends on the local head index, so it differs
+  // between TP layouts (docs/gpu.md).
+  Status SetDropoutSeed(const DropoutKey& key) {
+    if (rng == nullptr) CUDA_CHECK(cudaMalloc(&rng, 2 * sizeof(int64_t)));
+    const Philox4 w = DropoutWords(key.seed, key.step, kDropoutAttnProbs, key.layer,
+                                   key.first_head, key.first_sample, 0, 0);
+    const int64_t seed = static_cast<int64_t>((static_cast<uint64_t>(w.v[0]) << 32) | w.v[1]);
+    CUDA_CHECK(LaunchFillInt64Pair(rng, seed, 0, cudnn.stream));
+    return Status::Ok();
+  }
 
   // The cached graph for the shape, built (and the workspace grown) on first use.
   Status Graph(const Shape& s, bool backward, GraphPtr* out) {
-    const auto key =
-        std::make_tuple((int)s.B, (int)s.T, (int)s.NH, (int)s.NKV, (int)s.HS, backward);
+    const auto key = std::make_tuple((int)s.B, (int)s.T, (int)s.NH, (int)s.NKV, (int)s.HS,
+                                     s.dropout, backward);
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       GraphPtr graph = backward ? BackwardGraph(s) : ForwardGraph(s);
@@ -122,6 +164,7 @@ struct CudnnAttention::Impl {
                       "HS=%lld (%s); using the slower fallback kernels for this shape",
                       backward ? "backward" : "forward", (long long)s.B, (long long)s.T,
                       (long long)s.NH, (long long)s.NKV, (long long)s.HS, why.c_str()));
+        // (with dropout: the fallback draws the CPU's mask instead)
         graph = nullptr;
       }
       it = graphs.emplace(key, graph).first;
@@ -145,10 +188,11 @@ Status CudnnAttention::Create(cudaStream_t stream, std::unique_ptr<CudnnAttentio
 }
 
 Status CudnnAttention::Forward(DType dtype, void* out, float* stats, const void* qkv, int B, int T,
-                               int NH, int NKV, int HS, bool* supported) {
+                               int NH, int NKV, int HS, const DropoutKey& dropout,
+                               bool* supported) {
   *supported = false;
   if (dtype != DType::kBF16) return Status::Ok();
-  const Shape s{B, T, NH, NKV, HS};
+  const Shape s{B, T, NH, NKV, HS, dropout.p};
   GraphPtr graph;
   TRAINER_RETURN_IF_ERROR(impl_->Graph(s, /*backward=*/false, &graph));
   if (!graph) return Status::Ok();
@@ -159,16 +203,21 @@ Status CudnnAttention::Forward(DType dtype, void* out, float* stats, const void*
                                              {kV, base + (NH + NKV) * head},
                                              {kO, out},
                                              {kStats, stats}};
+  if (dropout.p > 0.f) {
+    TRAINER_RETURN_IF_ERROR(impl_->SetDropoutSeed(dropout));
+    pack[kSeed] = impl_->rng;
+    pack[kOffset] = impl_->rng + 1;
+  }
   *supported = true;
   return impl_->cudnn.Execute("attention", graph, pack);
 }
 
 Status CudnnAttention::Backward(DType dtype, void* dqkv, const void* dout, const void* qkv,
                                 const void* out, const float* stats, int B, int T, int NH, int NKV,
-                                int HS, bool* supported) {
+                                int HS, const DropoutKey& dropout, bool* supported) {
   *supported = false;
   if (dtype != DType::kBF16) return Status::Ok();
-  const Shape s{B, T, NH, NKV, HS};
+  const Shape s{B, T, NH, NKV, HS, dropout.p};
   GraphPtr graph;
   TRAINER_RETURN_IF_ERROR(impl_->Graph(s, /*backward=*/true, &graph));
   if (!graph) return Status::Ok();
@@ -184,6 +233,11 @@ Status CudnnAttention::Backward(DType dtype, void* dqkv, const void* dout, const
                                              {kDQ, dbase},
                                              {kDK, dbase + NH * head},
                                              {kDV, dbase + (NH + NKV) * head}};
+  if (dropout.p > 0.f) {
+    TRAINER_RETURN_IF_ERROR(impl_->SetDropoutSeed(dropout));
+    pack[kSeed] = impl_->rng;
+    pack[kOffset] = impl_->rng + 1;
+  }
   *supported = true;
   return impl_->cudnn.Execute("attention", graph, pack);
 }
@@ -211,12 +265,12 @@ Status CudnnAttention::Create(cudaStream_t, std::unique_ptr<CudnnAttention>*) {
                           "scripts/fetch_cudnn_frontend.sh and rebuild");
 }
 Status CudnnAttention::Forward(DType, void*, float*, const void*, int, int, int, int, int,
-                               bool* supported) {
+                               const DropoutKey&, bool* supported) {
   *supported = false;
   return Status::Ok();
 }
 Status CudnnAttention::Backward(DType, void*, const void*, const void*, const void*, const float*,
-                                int, int, int, int, int, bool* supported) {
+                                int, int, int, int, int, const DropoutKey&, bool* supported) {
   *supported = false;
   return Status::Ok();
 }

@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "model/philox.h"
 
 namespace trainer {
 namespace cuda {
@@ -28,12 +29,16 @@ class CudnnAttention {
   CudnnAttention& operator=(const CudnnAttention&) = delete;
 
   // out (B,T,NH,HS) bf16, stats (B,NH,T) f32 logsumexp of the scaled scores. *supported = false
-  // (nothing runs) when cuDNN has no engine for this shape or dtype.
+  // (nothing runs) when cuDNN has no engine for this shape or dtype. With dropout.p > 0, cuDNN's
+  // own dropout (its Philox, seeded from the key: the same call draws the same mask, but not the
+  // CPU's, and the mask depends on the local head index).
   Status Forward(DType dtype, void* out, float* stats, const void* qkv, int B, int T, int NH,
-                 int NKV, int HS, bool* supported);
-  // dqkv (B,T,NH+2*NKV,HS) overwritten (a kv head's gradient summed over its query heads).
+                 int NKV, int HS, const DropoutKey& dropout, bool* supported);
+  // dqkv (B,T,NH+2*NKV,HS) overwritten (a kv head's gradient summed over its query heads); the
+  // forward's dropout key.
   Status Backward(DType dtype, void* dqkv, const void* dout, const void* qkv, const void* out,
-                  const float* stats, int B, int T, int NH, int NKV, int HS, bool* supported);
+                  const float* stats, int B, int T, int NH, int NKV, int HS,
+                  const DropoutKey& dropout, bool* supported);
 
  private:
   struct Impl;

@@ -3,6 +3,7 @@
 // every accumulation in f32. Correct and simple rather than fast: O(T^2 HS) with no tiling.
 // Grouped-query attention: q head h reads kv head h / (NH/NKV); the warp of a kv head's key row
 // sums dk and dv over the group's query heads in order (deterministic, no atomics).
+// Attention dropout draws the CPU's mask (philox.h, cpu/attention.cpp) for every (query, key).
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -18,6 +19,16 @@ constexpr int kMaxPerLane = 8;  // head sizes up to 32 * 8 = 256
 struct AttentionLayout {
   int B, T, NH, NKV, HS, group;
   float scale;
+  DropoutKey drop;  // p 0: off
+  uint32_t drop_threshold;
+  float drop_scale;
+  // What probability p_ij of local head h of sample b is multiplied by: 1 without dropout.
+  __device__ float Keep(int b, int h, int i, int j) const {
+    if (drop.p == 0.f) return 1.f;
+    const Philox4 w = DropoutWords(drop.seed, drop.step, drop.kind, drop.layer,
+                                   drop.first_head + h, drop.first_sample + b, i, j / 4);
+    return w.v[j % 4] >= drop_threshold ? drop_scale : 0.f;
+  }
   __device__ int64_t Row(int b, int t) const { return ((int64_t)b * T + t) * (NH + 2 * NKV) * HS; }
   __device__ int64_t Q(int b, int t, int h) const { return Row(b, t) + (int64_t)h * HS; }
   __device__ int64_t K(int b, int t, int g) const { return Row(b, t) + (int64_t)(NH + g) * HS; }
@@ -93,10 +104,11 @@ __global__ void AttentionForwardFallbackKernel(T* out, float* stats, const T* qk
     const float p = expf(s - new_max);
     running_sum = running_sum * correction + p;
     const T* v = qkv + L.V(b, j, g);
+    const float pv = p * L.Keep(b, h, i, j);  // dropped after the statistics
 #pragma unroll
     for (int k = 0; k < kMaxPerLane; ++k) {
       const int d = lane + k * kWarpSize;
-      acc[k] = acc[k] * correction + (d < L.HS ? p * ToFloat(v[d]) : 0.f);
+      acc[k] = acc[k] * correction + (d < L.HS ? pv * ToFloat(v[d]) : 0.f);
     }
     running_max = new_max;
   }
@@ -116,7 +128,7 @@ __global__ void AttentionDeltaFallbackKernel(float* delta, const T* dout, const 
   if (threadIdx.x % kWarpSize == 0) delta[L.Stat(b, i, h)] = d;
 }
 
-// dq_i = scale * sum_{j<=i} p_ij (dout_i . v_j - delta_i) k_j.
+// dq_i = scale * sum_{j<=i} p_ij (z_ij dout_i . v_j - delta_i) k_j, z the dropout (1 without).
 template <typename T>
 __global__ void AttentionQueryGradFallbackKernel(T* dqkv, const T* dout, const T* qkv,
                                                  const float* stats, const float* delta,
@@ -131,7 +143,7 @@ __global__ void AttentionQueryGradFallbackKernel(T* dqkv, const T* dout, const T
   for (int j = 0; j <= i; ++j) {
     const T* k = qkv + L.K(b, j, kv);
     const float p = expf(L.scale * WarpDot(q, k, L.HS) - lse);
-    const float ds = p * (WarpDot(g, qkv + L.V(b, j, kv), L.HS) - di);
+    const float ds = p * (L.Keep(b, h, i, j) * WarpDot(g, qkv + L.V(b, j, kv), L.HS) - di);
 #pragma unroll
     for (int m = 0; m < kMaxPerLane; ++m) {
       const int d = lane + m * kWarpSize;
@@ -158,13 +170,14 @@ __global__ void AttentionKeyValueGradFallbackKernel(T* dqkv, const T* dout, cons
       const T* q = qkv + L.Q(b, i, h);
       const T* g = dout + L.O(b, i, h);
       const float p = expf(L.scale * WarpDot(k, q, L.HS) - stats[L.Stat(b, i, h)]);
-      const float ds = p * (WarpDot(v, g, L.HS) - delta[L.Stat(b, i, h)]);
+      const float z = L.Keep(b, h, i, j);
+      const float ds = p * (z * WarpDot(v, g, L.HS) - delta[L.Stat(b, i, h)]);
 #pragma unroll
       for (int m = 0; m < kMaxPerLane; ++m) {
         const int d = lane + m * kWarpSize;
         if (d < L.HS) {
           dk[m] += ds * ToFloat(q[d]);
-          dv[m] += p * ToFloat(g[d]);
+          dv[m] += p * z * ToFloat(g[d]);
         }
       }
     }
@@ -173,8 +186,13 @@ __global__ void AttentionKeyValueGradFallbackKernel(T* dqkv, const T* dout, cons
   StoreLane(dqkv + L.V(b, j, kv), dv, 1.f, L.HS);
 }
 
-AttentionLayout MakeLayout(int B, int T, int NH, int NKV, int HS) {
-  return AttentionLayout{B, T, NH, NKV, HS, NH / NKV, 1.f / sqrtf(static_cast<float>(HS))};
+AttentionLayout MakeLayout(int B, int T, int NH, int NKV, int HS, const DropoutKey& dropout) {
+  return AttentionLayout{B,       T,
+                         NH,      NKV,
+                         HS,      NH / NKV,
+                         1.f / sqrtf(static_cast<float>(HS)),
+                         dropout, DropoutThreshold(dropout.p),
+                         DropoutScale(dropout.p)};
 }
 
 // Blocks of warps for the B * heads * T rows.
@@ -190,9 +208,9 @@ bool ValidHeads(int NH, int NKV, int HS) {
 
 cudaError_t LaunchAttentionForwardFallback(DType dtype, void* out, float* stats, const void* qkv,
                                            int B, int T, int NH, int NKV, int HS,
-                                           cudaStream_t stream) {
+                                           const DropoutKey& dropout, cudaStream_t stream) {
   if (!ValidHeads(NH, NKV, HS)) return cudaErrorInvalidValue;
-  const AttentionLayout L = MakeLayout(B, T, NH, NKV, HS);
+  const AttentionLayout L = MakeLayout(B, T, NH, NKV, HS, dropout);
   TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
                               AttentionForwardFallbackKernel<E>
                               <<<RowBlocks(B, T, NH), kWarpsPerBlock * kWarpSize, 0, stream>>>(
@@ -207,9 +225,9 @@ size_t AttentionBackwardFallbackScratchFloats(int B, int T, int NH) {
 cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void* dout,
                                             const void* qkv, const void* out, const float* stats,
                                             float* scratch, int B, int T, int NH, int NKV, int HS,
-                                            cudaStream_t stream) {
+                                            const DropoutKey& dropout, cudaStream_t stream) {
   if (!ValidHeads(NH, NKV, HS)) return cudaErrorInvalidValue;
-  const AttentionLayout L = MakeLayout(B, T, NH, NKV, HS);
+  const AttentionLayout L = MakeLayout(B, T, NH, NKV, HS, dropout);
   const unsigned blocks = RowBlocks(B, T, NH), kv_blocks = RowBlocks(B, T, NKV),
                  threads = kWarpsPerBlock * kWarpSize;
   TRAINER_DISPATCH_FLOAT_TYPE(

@@ -285,12 +285,13 @@ AttentionShape AttentionShapeOf(const Tensor& qkv, int num_heads, int num_kv_hea
 }  // namespace
 
 Status CudaBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                        int num_kv_heads) {
+                                        int num_kv_heads, const DropoutKey& dropout) {
   const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
   if (cudnn_attention_ && !force_attention_fallback_) {
     bool supported = false;
-    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(
-        compute_, out.data, stats.as<float>(), qkv.data, s.B, s.T, s.NH, s.NKV, s.HS, &supported));
+    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(compute_, out.data, stats.as<float>(),
+                                                      qkv.data, s.B, s.T, s.NH, s.NKV, s.HS,
+                                                      dropout, &supported));
     if (supported) {
       ++counts_.attention_cudnn;
       return Status::Ok();
@@ -298,18 +299,19 @@ Status CudaBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, in
   }
   ++counts_.attention_fallback;
   CUDA_CHECK(cuda::LaunchAttentionForwardFallback(compute_, out.data, stats.as<float>(), qkv.data,
-                                                  s.B, s.T, s.NH, s.NKV, s.HS, stream_));
+                                                  s.B, s.T, s.NH, s.NKV, s.HS, dropout, stream_));
   return Status::Ok();
 }
 
 Status CudaBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
-                                         Tensor stats, int num_heads, int num_kv_heads) {
+                                         Tensor stats, int num_heads, int num_kv_heads,
+                                         const DropoutKey& dropout) {
   const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
   if (cudnn_attention_ && !force_attention_fallback_) {
     bool supported = false;
     TRAINER_RETURN_IF_ERROR(cudnn_attention_->Backward(compute_, dqkv.data, dout.data, qkv.data,
                                                        out.data, stats.as<float>(), s.B, s.T, s.NH,
-                                                       s.NKV, s.HS, &supported));
+                                                       s.NKV, s.HS, dropout, &supported));
     if (supported) {
       ++counts_.attention_cudnn;
       return Status::Ok();
@@ -321,7 +323,14 @@ Status CudaBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, T
       cuda::AttentionBackwardFallbackScratchFloats(s.B, s.T, s.NH) * sizeof(float), &scratch));
   CUDA_CHECK(cuda::LaunchAttentionBackwardFallback(
       compute_, dqkv.data, dout.data, qkv.data, out.data, stats.as<float>(),
-      static_cast<float*>(scratch), s.B, s.T, s.NH, s.NKV, s.HS, stream_));
+      static_cast<float*>(scratch), s.B, s.T, s.NH, s.NKV, s.HS, dropout, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::RunDropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) {
+  CUDA_CHECK(cuda::LaunchDropout(compute_, out.data, in.data,
+                                 residual.empty() ? nullptr : residual.data, Rows(in),
+                                 static_cast<int>(Cols(in)), key, stream_));
   return Status::Ok();
 }
 

@@ -11,6 +11,7 @@
 #include <initializer_list>
 
 #include "common/tensor.h"
+#include "model/philox.h"
 
 namespace trainer {
 namespace cuda {
@@ -100,6 +101,13 @@ cudaError_t LaunchGeluBackward(DType dtype, void* dx, const void* dy, const void
 cudaError_t LaunchAdd(DType dtype, void* out, const void* a, const void* b, int64_t n,
                       cudaStream_t stream);
 cudaError_t LaunchScale(DType dtype, void* x, float s, int64_t n, cudaStream_t stream);
+// ---- dropout.cu ----
+// out (N,C) = [residual +] in * keep / (1 - p), keep the CPU's mask (cpu::dropout_forward);
+// residual may be null; out may alias in or residual.
+cudaError_t LaunchDropout(DType dtype, void* out, const void* in, const void* residual, int64_t N,
+                          int C, const DropoutKey& key, cudaStream_t stream);
+// dst[0] = a, dst[1] = b on the stream (cuDNN attention dropout's seed and offset).
+cudaError_t LaunchFillInt64Pair(int64_t* dst, int64_t a, int64_t b, cudaStream_t stream);
 // dst = src converted (f32 <-> bf16, or a copy).
 cudaError_t LaunchConvert(DType dst_dtype, void* dst, DType src_dtype, const void* src, int64_t n,
                           cudaStream_t stream);
@@ -128,10 +136,11 @@ cudaError_t LaunchSum(const float* x, int64_t n, bool squares, bool accumulate, 
 // ---- attention_fallback.cu (our own causal attention, fp32 accumulation) ----
 // qkv (B,T,NH+2*NKV,HS) = [NH q heads | NKV k heads | NKV v heads]; q head h attends with kv head
 // h / (NH/NKV) (grouped-query attention; NKV = NH: multi-head). out (B,T,NH,HS); stats (B,NH,T) =
-// logsumexp of the scaled scores.
+// logsumexp of the scaled scores. With dropout.p > 0, the probabilities dropped as the CPU's
+// (Backend::AttentionForward), the backward the same.
 cudaError_t LaunchAttentionForwardFallback(DType dtype, void* out, float* stats, const void* qkv,
                                            int B, int T, int NH, int NKV, int HS,
-                                           cudaStream_t stream);
+                                           const DropoutKey& dropout, cudaStream_t stream);
 // Floats of scratch that LaunchAttentionBackwardFallback needs.
 size_t AttentionBackwardFallbackScratchFloats(int B, int T, int NH);
 // dqkv (B,T,NH+2*NKV,HS) overwritten; a kv head's gradient sums over its query heads in a fixed
@@ -139,7 +148,7 @@ size_t AttentionBackwardFallbackScratchFloats(int B, int T, int NH);
 cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void* dout,
                                             const void* qkv, const void* out, const float* stats,
                                             float* scratch, int B, int T, int NH, int NKV, int HS,
-                                            cudaStream_t stream);
+                                            const DropoutKey& dropout, cudaStream_t stream);
 
 // ---- cross_entropy.cu (block per row; see Backend::CrossEntropy* for the three passes) ----
 // One pass for a rank that holds the whole vocabulary, when a row fits in shared memory; false
