@@ -93,6 +93,7 @@ const ModelCase kCases[] = {
     {"gpt2_dropout_no_bias", WithDropout(TinyModel(), false)},
     {"gpt2_dropout", WithDropout(TinyModel(), true)},
     {"llama_dropout_gqa", WithDropout(TinyLlama(true, false, false), false)},
+    {"llama_moe_dropout", WithDropout(TinyMoe(true), false)},
 };
 
 // The masks of a training micro-batch (a fixed key: step 3, samples 4.. of the global batch).
@@ -167,7 +168,9 @@ TEST_P(ModelGradients, InitialLossIsCloseToLogVocab) {
   const double loss = f.Loss();
   EXPECT_NEAR(loss - f.last_moe_losses, std::log(61.0), 0.05);
   // Near-uniform routing: the load-balancing loss near its coefficient in each MoE layer.
-  if (f.config.moe()) EXPECT_NEAR(f.last_moe_losses, 2 * f.config.moe_aux_loss_coeff, 0.01);
+  if (f.config.moe()) {
+    EXPECT_NEAR(f.last_moe_losses, 2 * f.config.moe_aux_loss_coeff, 0.01);
+  }
 }
 
 TEST_P(ModelGradients, EveryGradientMatchesFiniteDifferences) {
