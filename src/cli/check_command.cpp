@@ -579,6 +579,7 @@ int RunCheckCommand(const std::vector<std::string>& args) {
   status = ctx.Agree(status);
   if (!status.ok()) return ctx.Finish(status);
 
+  for (const std::string& notice : config.notices) LogInfo(notice);
   EnvironmentCheck check(&ctx, config, folder_given, data_given, model_given);
   status = check.Run();
   if (!status.ok() && status.code() != ExitCode::kEnvironment)

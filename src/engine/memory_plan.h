@@ -43,6 +43,9 @@ struct RankMemory {
 RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dtype, bool device,
                           int micro_batch = 0, const std::string& recompute = "");
 
+// Weights, gradients and optimizer state of the same rank without sharding (for comparison).
+size_t PlanUnshardedState(const TrainConfig& config, int stage, DType compute_dtype, bool device);
+
 // The compute dtype that `trainer train` would use: Engine.mix_precision on a GPU, f32 on the CPU.
 DType PlannedComputeDtype(const TrainConfig& config, bool device);
 
