@@ -134,6 +134,10 @@ int RunPlanCommand(const std::vector<std::string>& args) {
         "GiB | backward scratch %.2f GiB | arena %.2f GiB%s\n",
         stage, m.layers, m.parameters / 1e6, GiB(m.state()), m.slots, GiB(m.model.activations),
         GiB(m.model.logits), GiB(m.model.scratch), GiB(m.arena()), beside.c_str());
+    if (m.offloaded > 0)
+      std::cout << StrFormat("  stage %d: sharding_offload keeps %.2f GiB of optimizer state and "
+                             "staging in host memory per rank (outside the arena)\n",
+                             stage, GiB(m.offloaded));
     if (device_gib <= 0) continue;
     RankMemoryAvailable memory;
     memory.where = gpu ? StrFormat("a GPU of %g GiB", device_gib)

@@ -38,12 +38,6 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
       LogInfo("device: cpu (fp32 CPU path)");
     return Status::Ok();
   }
-  if (config.distributed.sharding.sharding_offload)
-    return UsageError(
-        "Distributed.sharding.sharding_offload=true on a GPU: keeping the master weights and "
-        "Adam moments in host memory is not implemented for the CUDA path yet (on CPU ranks it "
-        "is accepted and changes nothing). Set Distributed.sharding.sharding_offload=false, "
-        "and a higher sharding_stage or sharding_degree to save GPU memory");
   if (!CudaBackendCompiled())
     return EnvironmentError(
         "Global.device=cuda but this trainer was built without CUDA. Rebuild "

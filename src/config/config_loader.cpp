@@ -260,10 +260,11 @@ std::string FormatConfig(const TrainConfig& config) {
   std::string text = "# trainer config, fully resolved (docs/config.md lists every key)\n";
   const DistributedConfig& dist = config.distributed;
   if (dist.dp_degree > 0 && config.global.micro_batch_size > 0) {
-    text += StrFormat(
-        "# world size %d = dp %d x sharding %d x tp %d x pp %d; %d gradient accumulation steps\n",
-        config.world_size, dist.dp_degree, dist.sharding.sharding_degree, dist.tp_degree,
-        dist.pp_degree, config.gradient_accumulation_steps());
+    const int sharding = dist.sharding.sharding_degree;
+    text += StrFormat("# world size %d = dp %d%s x tp %d x pp %d; %d gradient accumulation steps\n",
+                      config.world_size, dist.dp_degree,
+                      sharding > 1 ? StrFormat(" x sharding %d", sharding).c_str() : "",
+                      dist.tp_degree, dist.pp_degree, config.gradient_accumulation_steps());
   }
   std::string section, sub;
   for (const ConfigKey& key : ConfigKeyTable()) {

@@ -366,14 +366,6 @@ Status CheckSharding(const TrainConfig& c, Checker& check) {
             "not all-reduced (stages 2 and 3 overlap that with the backward pass themselves)",
         {"Distributed.sharding.sharding_degree", "Distributed.overlap_grad_reduce"},
         "Set Distributed.overlap_grad_reduce=false (use sharding_stage 2 for overlap)");
-  if (s.sharding_degree > 1 && s.sharding_stage >= 2 && d.pp_degree > 1)
-    return check.Fail(
-        check.Show("Distributed.sharding.sharding_stage") + " with " +
-            check.Show("Distributed.pp_degree") +
-            ": stages 2 and 3 reduce-scatter each block's gradients as the backward pass makes "
-            "them, which the 1F1B schedule's interleaving does not support yet",
-        {"Distributed.sharding.sharding_stage", "Distributed.pp_degree"},
-        "Set Distributed.sharding.sharding_stage=1, or Distributed.pp_degree=1");
   return Status::Ok();
 }
 

@@ -78,7 +78,9 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
   m.slots = PipelineStage::NumSlots(stage, d.pp_degree, micro_batches);
   m.parameters = TotalLocalElements(params);
   m.model = GptModel::BufferBytes(model, part, compute_dtype, B, model.sequence_length(), m.slots);
-  m.optimizer = AdamW::BufferBytes(params, part.flat_shards);
+  const bool offload = d.sharding.sharding_offload;
+  m.optimizer = AdamW::BufferBytes(params, part.flat_shards, offload);
+  if (offload) m.offloaded = AdamW::OffloadedBytes(params, part.flat_shards, compute_dtype);
   if (device) {
     m.device_base = kGpuBaseBytes;
     m.attention_workspace = 4.0 * B * model.sequence_length() * model.hidden_size / d.tp_degree;

@@ -50,7 +50,11 @@ Status Trainer::Setup() {
   model_->set_prefetch(config_.distributed.sharding.broadcast_overlap);
   TRAINER_RETURN_IF_ERROR(AdamW::Create(model_.get(), config_.optimizer,
                                         part.flat_shards > 1 ? groups_.sharding : nullptr,
-                                        &optimizer_));
+                                        &optimizer_, config_.distributed.sharding.sharding_offload));
+  if (optimizer_->offloaded())
+    LogInfo(StrFormat("sharding_offload: master weights and Adam moments in host memory (%.1f MB "
+                      "per rank), updated by AdamW on CPU threads",
+                      memory.offloaded / 1e6));
   static const char* const kSharded[] = {"", "master weights and Adam moments",
                                          "gradients, master weights and Adam moments",
                                          "parameters, gradients, master weights and Adam moments"};
@@ -327,7 +331,8 @@ double Trainer::TokensPerStep() const {
 }
 
 bool Trainer::NormOnDevice() const {
-  return !optimizer_->sharded() && groups_.topology.tp == 1 && groups_.topology.pp == 1;
+  return !optimizer_->sharded() && !optimizer_->offloaded() && groups_.topology.tp == 1 &&
+         groups_.topology.pp == 1;
 }
 
 Status Trainer::TrainStep(double* lr) {

@@ -21,7 +21,8 @@ Tensor Rows(const Tensor& flat, size_t begin, size_t count) {
 }  // namespace
 
 Status GptModel::AllocateShardedBuffers(int64_t flat) {
-  const int64_t tail = static_cast<int64_t>(layout_.units()[0].size);
+  // A middle pipeline stage has no tensors outside the blocks: its buffers keep one row.
+  const int64_t tail = static_cast<int64_t>(std::max<size_t>(64, layout_.units()[0].size));
   const int64_t block = static_cast<int64_t>(std::max<size_t>(64, layout_.largest_block()));
   const int64_t shard = static_cast<int64_t>(layout_.shard_elements());
   const bool stage3 = layout_.stage() >= 3;

@@ -14,21 +14,23 @@ char* ElementAddress(const Tensor& t, size_t index) {
 
 }  // namespace
 
-size_t AdamW::BufferBytes(const std::vector<ParameterInfo>& params, int shards) {
+size_t AdamW::BufferBytes(const std::vector<ParameterInfo>& params, int shards, bool offload) {
   const size_t piece = FlatBufferElements(params, shards) / static_cast<size_t>(shards);
-  return 3 * Backend::AllocationSize(piece * sizeof(float)) +
+  return (offload ? 0 : 3 * Backend::AllocationSize(piece * sizeof(float))) +
          Backend::AllocationSize(sizeof(double));
 }
 
 AdamW::~AdamW() {
   for (void* p : allocations_) model_->backend()->Free(p);
+  for (void* p : host_allocations_) host_->Free(p);
 }
 
 Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicator* shard_group,
-                     std::unique_ptr<AdamW>* out) {
+                     std::unique_ptr<AdamW>* out, bool offload) {
   std::unique_ptr<AdamW> o(new AdamW());
   o->model_ = model;
   o->config_ = config;
+  if (offload) o->host_ = MakeCpuBackend();
   const auto& params = model->parameters();
   o->total_ = TotalLocalElements(params);
   const int shards = model->partition().flat_shards;
@@ -40,12 +42,14 @@ Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicato
     o->shard_group_ = shard_group;
   }
   Backend* be = model->backend();
+  Backend* state = o->state_backend();
   for (Tensor* t : {&o->master_, &o->m_, &o->v_}) {
     void* p = nullptr;
-    TRAINER_RETURN_IF_ERROR(be->Allocate(o->shard_size_ * sizeof(float), &p));
-    o->allocations_.push_back(p);
+    TRAINER_RETURN_IF_ERROR(state->Allocate(o->shard_size_ * sizeof(float), &p));
+    (o->host_ ? o->host_allocations_ : o->allocations_).push_back(p);
     *t = Tensor(p, DType::kF32, {static_cast<int64_t>(o->shard_size_)});
   }
+  if (o->host_) TRAINER_RETURN_IF_ERROR(o->SetUpOffload());
   void* norm = nullptr;
   TRAINER_RETURN_IF_ERROR(be->Allocate(sizeof(double), &norm));
   o->allocations_.push_back(norm);
@@ -84,20 +88,26 @@ Status AdamW::Download(int which, std::vector<float>* flat) const {
   const ShardLayout& layout = model_->shard_layout();
   flat->assign(layout.flat_elements(), 0.f);
   if (!sharded()) {
-    TRAINER_RETURN_IF_ERROR(be->CopyToHost(flat->data(), t.data, total_ * sizeof(float)));
+    TRAINER_RETURN_IF_ERROR(
+        state_backend()->CopyToHost(flat->data(), t.data, total_ * sizeof(float)));
     flat->resize(total_);
     return Status::Ok();
   }
   // Unit by unit: every rank's piece into its place in a scratch buffer of the unit's size (free
-  // between steps), gathered there, then copied out.
+  // between steps), gathered there (after the copy, on the group's stream where it has one),
+  // then copied out.
+  void* stream = BackendStream(be);
   for (int u = 0; u < static_cast<int>(layout.units().size()); ++u) {
     const ShardUnit& unit = layout.units()[u];
     const size_t piece = layout.piece(u);
     const Tensor scratch = model_->GradScratch(u);
     char* mine = ElementAddress(scratch, piece * static_cast<size_t>(layout.rank()));
-    TRAINER_RETURN_IF_ERROR(
-        be->CopyDeviceToDevice(mine, ElementAddress(t, unit.shard_offset), piece * sizeof(float)));
+    const char* from = ElementAddress(t, unit.shard_offset);
+    TRAINER_RETURN_IF_ERROR(host_ ? be->CopyToDevice(mine, from, piece * sizeof(float))
+                                  : be->CopyDeviceToDevice(mine, from, piece * sizeof(float)));
+    TRAINER_RETURN_IF_ERROR(shard_group_->StartAfter(stream));
     TRAINER_RETURN_IF_ERROR(shard_group_->AllGather(mine, scratch.data, piece, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(shard_group_->FinishBefore(stream));
     TRAINER_RETURN_IF_ERROR(
         be->CopyToHost(flat->data() + unit.begin, scratch.data, unit.size * sizeof(float)));
   }
@@ -109,7 +119,7 @@ Status AdamW::Upload(int which, const std::vector<float>& flat) {
   const Tensor& t = which == 0 ? master_ : which == 1 ? m_ : v_;
   TRAINER_ASSERT(flat.size() == total_, "optimizer state size mismatch");
   // This rank's pieces of `flat`; past the last parameter (padding) they are zero.
-  Backend* be = model_->backend();
+  Backend* be = state_backend();
   TRAINER_RETURN_IF_ERROR(be->Zero(t));
   Status status;
   model_->shard_layout().ForEachOwned(0, total_, [&](int, size_t at, size_t to, size_t n) {
@@ -170,6 +180,7 @@ Status AdamW::StepWith(AdamWParams p) {
   p.beta1 = static_cast<float>(config_.beta1);
   p.beta2 = static_cast<float>(config_.beta2);
   p.eps = static_cast<float>(config_.eps);
+  if (host_) return OffloadedStep(p);
   Backend* be = model_->backend();
   const ShardLayout& layout = model_->shard_layout();
   Status status;
@@ -185,9 +196,14 @@ Status AdamW::StepWith(AdamWParams p) {
     });
   }
   TRAINER_RETURN_IF_ERROR(status);
+  return GatherWholeUnits();
+}
+
+Status AdamW::GatherWholeUnits() {
   if (!sharded()) return Status::Ok();
   // Every unit kept whole gathers its pieces (in place: the piece is the unit's rows).
-  void* stream = BackendStream(be);
+  const ShardLayout& layout = model_->shard_layout();
+  void* stream = BackendStream(model_->backend());
   TRAINER_RETURN_IF_ERROR(shard_group_->StartAfter(stream));
   for (int u = 0; u < static_cast<int>(layout.units().size()); ++u) {
     const Tensor whole = model_->ParamWhole(u);

@@ -20,14 +20,22 @@ class AdamW {
  public:
   // `shard_group`: the sharding group when the model's flat buffers are split over it
   // (partition().flat_shards == its size > 1), else nullptr.
+  // `offload` (Distributed.sharding.sharding_offload): the master weights and moments live in
+  // host memory and the CPU backend's AdamW updates them from a host copy of the shard's
+  // gradients; the compute-dtype weights go back to the model's backend (adamw_offload.cpp).
   static Status Create(GptModel* model, const OptimizerConfig& config, Communicator* shard_group,
-                       std::unique_ptr<AdamW>* out);
+                       std::unique_ptr<AdamW>* out, bool offload = false);
   // Backend bytes that Create allocates for a model with `params` split into `shards` pieces:
-  // master weights and moments of one piece, and the device gradient norm (arena sizing).
-  static size_t BufferBytes(const std::vector<ParameterInfo>& params, int shards);
+  // master weights and moments of one piece (unless offloaded), and the device gradient norm
+  // (arena sizing); and the host bytes that offload allocates instead.
+  static size_t BufferBytes(const std::vector<ParameterInfo>& params, int shards,
+                            bool offload = false);
+  static size_t OffloadedBytes(const std::vector<ParameterInfo>& params, int shards,
+                               DType compute_dtype);
   ~AdamW();
 
   bool sharded() const { return shard_group_ != nullptr; }
+  bool offloaded() const { return host_ != nullptr; }
   // Set master weights (host f32, buffer order) and the model's compute copy from them.
   Status SetMaster(const std::vector<float>& flat);
   // Host copies of the whole state for checkpoints, in buffer order: which = 0 master, 1 first
@@ -55,7 +63,18 @@ class AdamW {
  private:
   AdamW() = default;
   Status StepWith(AdamWParams p);
+  // Offload: the update on the host (adamw_offload.cpp), then the gather of the whole units.
+  Status SetUpOffload();
+  Status OffloadedStep(const AdamWParams& p);
+  Status GatherWholeUnits();
+  // Where master_, m_ and v_ live: the host backend when offloaded, else the model's.
+  Backend* state_backend() const { return host_ ? host_.get() : model_->backend(); }
   GptModel* model_ = nullptr;
+  std::unique_ptr<Backend> host_;  // offload: the CPU backend that holds the state
+  // Offload's host staging, shard_size_ elements each: the gradients (f32), the updated weights
+  // (f32, as the CPU AdamW writes them) and their compute-dtype copy (unless that is f32).
+  Tensor host_grads_, host_params_, host_compute_;
+  std::vector<void*> host_allocations_;
   OptimizerConfig config_;
   Communicator* shard_group_ = nullptr;
   Tensor master_, m_, v_;     // shard_size_ elements each: this rank's pieces, back to back

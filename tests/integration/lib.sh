@@ -46,6 +46,20 @@ TINY_LAYOUT_LLAMA=("${TINY_LAYOUT_GPT[@]}" -o Model.arch=llama -o Model.num_kv_h
                    -o Model.ffn_hidden_size=96 -o Model.qk_norm=true -o Model.tie_embeddings=false
                    -o Model.norm_eps=1e-6)
 
+# run_layout NAME NP OVERRIDES...: `trainer train` of "${COMMON[@]}" on NP ranks into NAME/, its
+# log in NAME.log (the layout comparisons: parallel_layouts.sh, sharding_layouts.sh).
+run_layout() {
+  local name=$1 np=$2; shift 2
+  run_np "$np" train "${COMMON[@]}" -o Engine.output_dir="$name" "$@" > "$name.log" 2>&1 ||
+    { tail -20 "$name.log"; fail "layout $name exited non-zero"; }
+}
+
+# require_gpus N: exit 77 (CTest's skip) unless at least N GPUs are visible; sets GPUS.
+require_gpus() {
+  GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  [ "${GPUS:-0}" -ge "$1" ] || { echo "skip: fewer than $1 GPU(s) visible"; exit 77; }
+}
+
 # expect_error CODE TEXT COMMAND...: exit code CODE and exactly one error line containing TEXT.
 expect_error() {
   local code=$1 text=$2 rc=0

@@ -368,8 +368,7 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   c.model.seq_len = 1000;
   c.model.recompute = "block";
   c.model.sequence_parallel = true;
-  c.distributed = {3, 2, 4, 1, {10, 12, 13, 13}, true};
-  c.distributed.sharding = {4, 3, true, false, false};
+  c.distributed = {3, 2, 4, 1, {10, 12, 13, 13}, true, {4, 3, true, false, false}};
   c.engine = {12345, 7, 0, 9, 250, "out dir/with: colon # and hash", "fp32"};
   c.optimizer = {6e-4, 1.0 / 3.0, 700, 18000, 0.0, 0.8999999999999999, 0.999, 1e-12, 0.0, "linear"};
   c.data = {"data/\"quoted\"\\back\tslash\n.h5", "0.5, 2", "", 0.05};
