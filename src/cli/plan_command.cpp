@@ -56,11 +56,11 @@ void PrintShardingStages(const TrainConfig& config, bool gpu) {
     at.distributed.sharding.sharding_stage = std::max(stage, 1);
     if (stage == 0) at.distributed.sharding.sharding_degree = 1;
     const RankMemory m = PlanRankMemory(at, 0, dtype, gpu);
-    std::cout << StrFormat("    sharding stage %d: %s B/param | weights+grads+optimizer %s | "
-                           "arena %s (%zu bytes)\n",
-                           stage, StageFormula(stage, dtype == DType::kBF16).c_str(),
-                           FormatBytes(m.state()).c_str(), FormatBytes(m.arena()).c_str(),
-                           m.arena());
+    std::cout << StrFormat(
+        "    sharding stage %d: %s B/param | weights+grads+optimizer %s | "
+        "arena %s (%zu bytes)\n",
+        stage, StageFormula(stage, dtype == DType::kBF16).c_str(), FormatBytes(m.state()).c_str(),
+        FormatBytes(m.arena()).c_str(), m.arena());
   }
 }
 
@@ -135,9 +135,10 @@ int RunPlanCommand(const std::vector<std::string>& args) {
         stage, m.layers, m.parameters / 1e6, GiB(m.state()), m.slots, GiB(m.model.activations),
         GiB(m.model.logits), GiB(m.model.scratch), GiB(m.arena()), beside.c_str());
     if (m.offloaded > 0)
-      std::cout << StrFormat("  stage %d: sharding_offload keeps %.2f GiB of optimizer state and "
-                             "staging in host memory per rank (outside the arena)\n",
-                             stage, GiB(m.offloaded));
+      std::cout << StrFormat(
+          "  stage %d: sharding_offload keeps %.2f GiB of optimizer state and "
+          "staging in host memory per rank (outside the arena)\n",
+          stage, GiB(m.offloaded));
     if (device_gib <= 0) continue;
     RankMemoryAvailable memory;
     memory.where = gpu ? StrFormat("a GPU of %g GiB", device_gib)

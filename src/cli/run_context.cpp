@@ -134,11 +134,11 @@ void RunContext::PrintRankMap() {
   if (runtime->rank() != 0) return;
   const Topology& t = groups.topology;
   std::string map =
-      StrFormat("rank map (%d ranks: dp %d x tp %d x pp %d, order %s, TP fastest):", n, t.dp,
-                t.tp, t.pp, Topology::kOrder);
+      StrFormat("rank map (%d ranks: dp %d x tp %d x pp %d, order %s, TP fastest):", n, t.dp, t.tp,
+                t.pp, Topology::kOrder);
   if (t.sharding > 1)
-    map += StrFormat(" sharding stage %d over %d ranks x %d replicas;",
-                     config_zero_stage_, t.sharding, t.replicas());
+    map += StrFormat(" sharding stage %d over %d ranks x %d replicas;", config_zero_stage_,
+                     t.sharding, t.replicas());
   bool tp_spans_hosts = false;
   for (int r = 0; r < n; ++r) {
     const Topology::Coord c = t.CoordOf(r);

@@ -1,7 +1,7 @@
-// ParallelGroups: the communicators of one rank in the DP (replica x sharding) x TP x PP grid, as the engine and the
-// checkpoint code see them (no MPI types). *_host groups move host memory (scalars, checkpoint
-// shards); the others move the backend's memory: the same MPI groups on the CPU path, NCCL
-// communicators on the GPU path.
+// ParallelGroups: the communicators of one rank in the DP (replica x sharding) x TP x PP grid, as
+// the engine and the checkpoint code see them (no MPI types). *_host groups move host memory
+// (scalars, checkpoint shards); the others move the backend's memory: the same MPI groups on the
+// CPU path, NCCL communicators on the GPU path.
 #pragma once
 
 #include "common/communicator.h"

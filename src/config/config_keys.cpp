@@ -21,10 +21,9 @@ namespace {
   }
 
 // A key of a nested map: Section.sub.field sets config.member.sub.field.
-#define CONFIG_SUBKEY(Section, member, sub, field)                                      \
-  ConfigKey {                                                                           \
-#Section, #sub "." #field,                                                          \
-        [](TrainConfig & c) -> FieldRef { return &c.member.sub.field; }                 \
+#define CONFIG_SUBKEY(Section, member, sub, field)                                             \
+  ConfigKey {                                                                                  \
+#Section, #sub "." #field, [](TrainConfig & c) -> FieldRef { return &c.member.sub.field; } \
   }
 
 const std::vector<ConfigKey> kKeys = {

@@ -274,11 +274,11 @@ Status ResolveZeroStage1Alias(TrainConfig* c, Checker& check) {
   DistributedConfig& d = c->distributed;
   if (!d.zero_stage1) return Status::Ok();
   if (d.sharding.sharding_degree > 1)
-    return check.Fail(
-        "Distributed.zero_stage1=true and " + check.Show("Distributed.sharding.sharding_degree") +
-            " both shard the optimizer state",
-        {"Distributed.zero_stage1", "Distributed.sharding.sharding_degree"},
-        "Keep the sharding keys and set Distributed.zero_stage1=false");
+    return check.Fail("Distributed.zero_stage1=true and " +
+                          check.Show("Distributed.sharding.sharding_degree") +
+                          " both shard the optimizer state",
+                      {"Distributed.zero_stage1", "Distributed.sharding.sharding_degree"},
+                      "Keep the sharding keys and set Distributed.zero_stage1=false");
   d.sharding.sharding_degree = d.dp_degree;
   d.sharding.sharding_stage = 1;
   d.dp_degree = 1;
@@ -312,7 +312,8 @@ Status CheckWorld(TrainConfig* c, Checker& check) {
           keys,
           StrFormat("Launch a multiple of %lld ranks, or change Distributed.tp_degree%s so "
                     "that their product divides %d",
-                    model_ranks, sharded ? ", pp_degree and sharding.sharding_degree" : " and pp_degree",
+                    model_ranks,
+                    sharded ? ", pp_degree and sharding.sharding_degree" : " and pp_degree",
                     c->world_size));
     }
     d.dp_degree = static_cast<int>(c->world_size / model_ranks);

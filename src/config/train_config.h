@@ -56,8 +56,8 @@ struct ModelConfig {
 
 // Distributed.sharding (PaddleFleetX's keys): ZeRO stages over `sharding_degree` data ranks.
 struct ShardingConfig {
-  int sharding_degree = 1;  // data ranks sharing one copy of the sharded state
-  int sharding_stage = 1;   // 1 optimizer state, 2 + gradients, 3 + parameters
+  int sharding_degree = 1;        // data ranks sharing one copy of the sharded state
+  int sharding_stage = 1;         // 1 optimizer state, 2 + gradients, 3 + parameters
   bool sharding_offload = false;  // master weights and moments in host memory, AdamW on the CPU
   bool reduce_overlap = true;     // gradient reduce-scatter during the backward pass (GPU stream)
   bool broadcast_overlap = true;  // stage 3: the next block's all-gather ahead of its use
@@ -149,8 +149,7 @@ struct TrainConfig {
   // One-line notices from validation (an alias resolved), printed once by the train command.
   std::vector<std::string> notices;
   int gradient_accumulation_steps() const {
-    return global.global_batch_size /
-           (global.micro_batch_size * distributed.data_parallel_size());
+    return global.global_batch_size / (global.micro_batch_size * distributed.data_parallel_size());
   }
   std::string checkpoint_dir() const {
     return checkpoint.dir.empty() ? engine.output_dir + "/checkpoints" : checkpoint.dir;

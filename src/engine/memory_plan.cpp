@@ -28,8 +28,7 @@ bool Fits(const RankMemory& m, const RankMemoryAvailable& available) {
 // over the candidates (the divisors, found in O(sqrt(n))) plans a handful of them, at any size.
 int LargestMicroBatchThatFits(const TrainConfig& config, int stage, DType dtype, bool device,
                               const RankMemoryAvailable& available) {
-  const int per_rank =
-      config.global.global_batch_size / config.distributed.data_parallel_size();
+  const int per_rank = config.global.global_batch_size / config.distributed.data_parallel_size();
   const int64_t T = config.model.sequence_length(), tp = config.distributed.tp_degree;
   std::vector<int> candidates;  // ascending
   std::vector<int> large;       // per_rank / d for each small divisor d, descending
@@ -74,7 +73,8 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
   RankMemory m;
   m.layers = part.num_layers;
   // 1F1B keeps up to one slot per micro-batch in flight: fewer, larger micro-batches keep fewer.
-  const int micro_batches = std::max(1, config.global.global_batch_size / (B * d.data_parallel_size()));
+  const int micro_batches =
+      std::max(1, config.global.global_batch_size / (B * d.data_parallel_size()));
   m.slots = PipelineStage::NumSlots(stage, d.pp_degree, micro_batches);
   m.parameters = TotalLocalElements(params);
   m.model = GptModel::BufferBytes(model, part, compute_dtype, B, model.sequence_length(), m.slots);

@@ -48,13 +48,14 @@ Status Trainer::Setup() {
                                            config_.model.sequence_length(), memory.slots, &model_));
   model_->set_shard_group(groups_.sharding);
   model_->set_prefetch(config_.distributed.sharding.broadcast_overlap);
-  TRAINER_RETURN_IF_ERROR(AdamW::Create(model_.get(), config_.optimizer,
-                                        part.flat_shards > 1 ? groups_.sharding : nullptr,
-                                        &optimizer_, config_.distributed.sharding.sharding_offload));
+  TRAINER_RETURN_IF_ERROR(AdamW::Create(
+      model_.get(), config_.optimizer, part.flat_shards > 1 ? groups_.sharding : nullptr,
+      &optimizer_, config_.distributed.sharding.sharding_offload));
   if (optimizer_->offloaded())
-    LogInfo(StrFormat("sharding_offload: master weights and Adam moments in host memory (%.1f MB "
-                      "per rank), updated by AdamW on CPU threads",
-                      memory.offloaded / 1e6));
+    LogInfo(
+        StrFormat("sharding_offload: master weights and Adam moments in host memory (%.1f MB "
+                  "per rank), updated by AdamW on CPU threads",
+                  memory.offloaded / 1e6));
   static const char* const kSharded[] = {"", "master weights and Adam moments",
                                          "gradients, master weights and Adam moments",
                                          "parameters, gradients, master weights and Adam moments"};
@@ -62,8 +63,8 @@ Status Trainer::Setup() {
     LogInfo(StrFormat(
         "sharding stage %d: %s sharded over %d ranks, %d replica(s); weights+grads+optimizer "
         "%.1f MB per rank (unsharded: %.1f MB)",
-        part.zero_stage, kSharded[part.zero_stage], part.flat_shards,
-        groups_.topology.replicas(), memory.state() / 1e6,
+        part.zero_stage, kSharded[part.zero_stage], part.flat_shards, groups_.topology.replicas(),
+        memory.state() / 1e6,
         PlanUnshardedState(config_, c.pp, backend_->compute_dtype(), backend_->device_memory()) /
             1e6));
   timer_ = std::make_unique<PhaseTimer>(backend_, false);

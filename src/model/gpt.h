@@ -159,8 +159,8 @@ class GptModel {
   Tensor grad_shard_, param_shard_, grad_bucket_[2], gathered_[2];
   int gathered_ahead_ = -1;           // stage 3: the block whose gather is already issued
   std::vector<int> block_backwards_;  // backward passes through each local block this step
-  DType compute_ = DType::kF32;  // the backend's compute dtype
-  bool sizing_only_ = false;     // BufferBytes: Alloc counts instead of allocating
+  DType compute_ = DType::kF32;       // the backend's compute dtype
+  bool sizing_only_ = false;          // BufferBytes: Alloc counts instead of allocating
   ModelBufferBytes sized_;
   size_t ModelBufferBytes::*sizing_kind_ = &ModelBufferBytes::scratch;  // what Alloc counts into
   Status alloc_status_;                                    // the first failed allocation

@@ -40,12 +40,14 @@ Status GptModel::AllocateShardedBuffers(int64_t flat) {
 }
 
 Tensor GptModel::ParamPiece(int u) const {
-  if (layout_.stage() >= 3) return Rows(param_shard_, layout_.units()[u].shard_offset, layout_.piece(u));
+  if (layout_.stage() >= 3)
+    return Rows(param_shard_, layout_.units()[u].shard_offset, layout_.piece(u));
   return Rows(param_buffer_, layout_.piece_begin(u), layout_.piece(u));
 }
 
 Tensor GptModel::GradPiece(int u) const {
-  if (layout_.stage() >= 2) return Rows(grad_shard_, layout_.units()[u].shard_offset, layout_.piece(u));
+  if (layout_.stage() >= 2)
+    return Rows(grad_shard_, layout_.units()[u].shard_offset, layout_.piece(u));
   return Rows(grad_buffer_, layout_.piece_begin(u), layout_.piece(u));
 }
 
@@ -94,8 +96,8 @@ Status GptModel::BeforeBlock(int i, bool backward) {
   TRAINER_RETURN_IF_ERROR(backend_->Zero(Rows(bucket, 0, layout_.units()[u].size)));
   if (block_backwards_[i] == 0) return Status::Ok();
   const size_t mine = layout_.piece_begin(u) - layout_.units()[u].begin;
-  return backend_->CopyDeviceToDevice(Rows(bucket, mine, layout_.piece(u)).data,
-                                      GradPiece(u).data, layout_.piece(u) * sizeof(float));
+  return backend_->CopyDeviceToDevice(Rows(bucket, mine, layout_.piece(u)).data, GradPiece(u).data,
+                                      layout_.piece(u) * sizeof(float));
 }
 
 Status GptModel::AfterBlockBackward(int i) {

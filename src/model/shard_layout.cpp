@@ -25,8 +25,7 @@ ShardLayout::ShardLayout(const std::vector<ParameterInfo>& params, const ModelPa
   for (size_t u = 0; u < units_.size(); ++u) {
     const size_t end = u + 1 < units_.size() ? units_[u + 1].begin : flat_;
     units_[u].size = end - units_[u].begin;
-    if (u > 0)
-      units_[u].shard_offset = units_[u - 1].shard_offset + units_[u - 1].size / shards_;
+    if (u > 0) units_[u].shard_offset = units_[u - 1].shard_offset + units_[u - 1].size / shards_;
   }
 }
 

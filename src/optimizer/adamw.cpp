@@ -144,10 +144,10 @@ Status AdamW::QueueLocalGradNormSquared() {
     layout.ForEachOwned(lo, hi, [&](int u, size_t at, size_t, size_t n) {
       if (!status.ok()) return;
       const Tensor piece = model_->GradPiece(u);
-      status = be->SumInto(grad_norm_squared_,
-                           piece.rows(static_cast<int64_t>(at - layout.piece_begin(u)),
-                                      static_cast<int64_t>(n)),
-                           SumOf::kSquares, !first);
+      status = be->SumInto(
+          grad_norm_squared_,
+          piece.rows(static_cast<int64_t>(at - layout.piece_begin(u)), static_cast<int64_t>(n)),
+          SumOf::kSquares, !first);
       first = false;
     });
   }

@@ -52,9 +52,9 @@ Status AdamW::OffloadedStep(const AdamWParams& params) {
   const ShardLayout& layout = model_->shard_layout();
   const int units = static_cast<int>(layout.units().size());
   for (int u = 0; u < units; ++u)  // the shard's gradients to the host
-    TRAINER_RETURN_IF_ERROR(
-        be->CopyToHost(At(host_grads_, layout.units()[u].shard_offset), model_->GradPiece(u).data,
-                       layout.piece(u) * sizeof(float)));
+    TRAINER_RETURN_IF_ERROR(be->CopyToHost(At(host_grads_, layout.units()[u].shard_offset),
+                                           model_->GradPiece(u).data,
+                                           layout.piece(u) * sizeof(float)));
   AdamWParams p = params;
   Status status;
   for (const auto& [span, decayed] : decay_spans_) {
@@ -71,7 +71,8 @@ Status AdamW::OffloadedStep(const AdamWParams& params) {
   if (!host_compute_.empty()) TRAINER_RETURN_IF_ERROR(host_->Convert(host_compute_, host_params_));
   for (int u = 0; u < units; ++u) {  // the updated weights back into the model's pieces
     const Tensor piece = model_->ParamPiece(u);
-    TRAINER_RETURN_IF_ERROR(be->CopyToDevice(piece.data, At(compute, layout.units()[u].shard_offset),
+    TRAINER_RETURN_IF_ERROR(be->CopyToDevice(piece.data,
+                                             At(compute, layout.units()[u].shard_offset),
                                              static_cast<size_t>(piece.bytes())));
   }
   return GatherWholeUnits();

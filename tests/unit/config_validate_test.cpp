@@ -65,33 +65,29 @@ TEST(ConfigValidate, ShardingKeysAndTheZeroStage1Alias) {
   EXPECT_EQ(config->distributed.zero_stage(), 1);
   ASSERT_EQ(config->notices.size(), 1u);
   EXPECT_NE(config->notices[0].find("alias"), std::string::npos);
-  ExpectUsageError(ValidateWith({"Distributed.zero_stage1=true",
-                                 "Distributed.sharding.sharding_degree=2"},
-                                2),
-                   {"Distributed.zero_stage1=true and Distributed.sharding.sharding_degree=2",
-                    "Distributed.zero_stage1=false"});
+  ExpectUsageError(
+      ValidateWith({"Distributed.zero_stage1=true", "Distributed.sharding.sharding_degree=2"}, 2),
+      {"Distributed.zero_stage1=true and Distributed.sharding.sharding_degree=2",
+       "Distributed.zero_stage1=false"});
   ExpectUsageError(ValidateWith({"Distributed.sharding.sharding_degree=3"}, 4),
                    {"world size 4 is not divisible by Distributed.tp_degree*pp_degree*sharding."
                     "sharding_degree=1*1*3=3"});
-  ExpectUsageError(ValidateWith({"Distributed.sharding.sharding_degree=2",
-                                 "Distributed.dp_degree=1"},
-                                4),
-                   {"dp_degree*sharding.sharding_degree*tp_degree*pp_degree=1*2*1*1=2",
-                    "world size 4"});
-  ExpectUsageError(ValidateWith({"Distributed.sharding.sharding_degree=2",
-                                 "Distributed.sharding.sharding_stage=4"},
-                                2),
-                   {"Distributed.sharding.sharding_stage=4 is not a ZeRO stage", "1, 2 or 3"});
+  ExpectUsageError(
+      ValidateWith({"Distributed.sharding.sharding_degree=2", "Distributed.dp_degree=1"}, 4),
+      {"dp_degree*sharding.sharding_degree*tp_degree*pp_degree=1*2*1*1=2", "world size 4"});
+  ExpectUsageError(
+      ValidateWith(
+          {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=4"}, 2),
+      {"Distributed.sharding.sharding_stage=4 is not a ZeRO stage", "1, 2 or 3"});
   // Stage 3 composes with pipeline parallelism (sharding_layouts.sh trains it).
   EXPECT_TRUE(ValidateWith({"Distributed.sharding.sharding_degree=2",
                             "Distributed.sharding.sharding_stage=3", "Distributed.pp_degree=2",
                             "Model.num_layers=2"},
                            4)
                   .ok());
-  ExpectUsageError(ValidateWith({"Distributed.sharding.sharding_degree=2",
-                                 "Global.global_batch_size=6"},
-                                2),
-                   {"micro_batch_size*dp_degree*sharding_degree=2*2=4"});
+  ExpectUsageError(
+      ValidateWith({"Distributed.sharding.sharding_degree=2", "Global.global_batch_size=6"}, 2),
+      {"micro_batch_size*dp_degree*sharding_degree=2*2=4"});
 }
 
 TEST(ConfigValidate, WorldSizeMustMatchTheDegrees) {

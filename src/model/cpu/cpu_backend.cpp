@@ -3,10 +3,9 @@
 // The ops' contracts are checked by Backend before the Run* hooks here.
 #include "model/cpu/cpu_backend.h"
 
-#include <algorithm>
-
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 

@@ -4,12 +4,11 @@
 // CPU adds no limits of its own to the contracts (its compute dtype, f32, is what they ask for).
 #pragma once
 
-#include <mutex>
-#include <unordered_map>
-
 #include <array>
 #include <chrono>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/backend.h"
@@ -88,6 +87,7 @@ class CpuBackend : public Backend {
   float* AttentionScratch(int T, int HS);
   std::vector<float> attention_scratch_;
   std::array<std::chrono::steady_clock::time_point, kMaxMarks> marks_{};
+
  private:
   // Allocate's bytes in use (as rounded) and their high-water mark, for the memory check.
   mutable std::mutex allocation_mutex_;
