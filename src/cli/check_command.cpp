@@ -457,12 +457,16 @@ class EnvironmentCheck {
   Status CheckAllReduces() {
     const Topology& t = ctx_->groups.topology;
     const Topology::Coord c = ctx_->groups.coord;
-    std::vector<int> world_members(world_->size()), tp, dp, pp, embedding;
+    std::vector<int> world_members(world_->size()), tp, dp, pp, embedding, sharding, replica;
     for (int r = 0; r < world_->size(); ++r) world_members[r] = r;
     for (int i = 0; i < t.tp; ++i) tp.push_back(t.RankOf(i, c.dp, c.pp));
     for (int i = 0; i < t.dp; ++i) dp.push_back(t.RankOf(c.tp, i, c.pp));
     for (int i = 0; i < t.pp; ++i) pp.push_back(t.RankOf(c.tp, c.dp, i));
     if (t.pp > 1) embedding = {t.RankOf(c.tp, c.dp, 0), t.RankOf(c.tp, c.dp, t.pp - 1)};
+    for (int i = 0; i < t.sharding; ++i)
+      sharding.push_back(t.RankOf(c.tp, c.replica * t.sharding + i, c.pp));
+    for (int i = 0; i < t.replicas(); ++i)
+      replica.push_back(t.RankOf(c.tp, i * t.sharding + c.shard, c.pp));
     struct Kind {
       const char* name;
       Communicator* comm;  // null where this rank is not a member (embedding)
@@ -475,6 +479,11 @@ class EnvironmentCheck {
     kinds.push_back({"dp", ctx_->groups.dp, t.tp * t.pp, dp});
     kinds.push_back({"pp", ctx_->groups.pp, t.tp * t.dp, pp});
     if (t.pp > 1) kinds.push_back({"embedding", ctx_->groups.embedding, t.tp * t.dp, embedding});
+    if (t.sharding > 1) {  // Distributed.sharding's groups
+      kinds.push_back({"sharding", ctx_->groups.sharding, t.tp * t.pp * t.replicas(), sharding});
+      if (t.replicas() > 1)
+        kinds.push_back({"replica", ctx_->groups.replica, t.tp * t.pp * t.sharding, replica});
+    }
     const float contribution = static_cast<float>(rank_ % 13 + 1);
     for (const Kind& kind : kinds) {
       const int size = static_cast<int>(kind.members.size());
@@ -579,6 +588,7 @@ int RunCheckCommand(const std::vector<std::string>& args) {
   status = ctx.Agree(status);
   if (!status.ok()) return ctx.Finish(status);
 
+  for (const std::string& notice : config.notices) LogInfo(notice);
   EnvironmentCheck check(&ctx, config, folder_given, data_given, model_given);
   status = check.Run();
   if (!status.ok() && status.code() != ExitCode::kEnvironment)

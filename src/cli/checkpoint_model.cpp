@@ -58,9 +58,10 @@ StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std:
                                        int batch, int64_t* step) {
   CheckpointSummary summary;
   TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
-  for (const char* single : {"Distributed.tp_degree=1", "Distributed.pp_degree=1",
-                             "Distributed.dp_degree=1", "Distributed.pp_layers=[]",
-                             "Distributed.zero_stage1=false", "Model.sequence_parallel=false"})
+  for (const char* single :
+       {"Distributed.tp_degree=1", "Distributed.pp_degree=1", "Distributed.dp_degree=1",
+        "Distributed.pp_layers=[]", "Distributed.zero_stage1=false",
+        "Distributed.sharding.sharding_degree=1", "Model.sequence_parallel=false"})
     overrides.push_back(single);
   TRAINER_ASSIGN_OR_RETURN(TrainConfig config,
                            LoadConfigText(summary.config_text, file + " (/config)", overrides));

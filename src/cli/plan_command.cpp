@@ -3,6 +3,7 @@
 // that `trainer train` reserves (weights, gradients, master weights and Adam moments,
 // activations of the 1F1B slots, logits, backward scratch), as the model's own allocation code
 // counts it, and on GPUs what the device needs beside it.
+#include <algorithm>
 #include <iostream>
 
 #include "cli/cli_options.h"
@@ -17,6 +18,51 @@ namespace {
 
 double GiB(double bytes) {
   return bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+// Bytes per parameter of weights, gradients and optimizer state by ZeRO stage over N ranks: the
+// ZeRO paper's 2 + 2 + 12 with f32 gradients (4 bytes, not 2) and, on CPU ranks, f32 weights.
+std::string StageFormula(int stage, bool bf16) {
+  const int w = bf16 ? 2 : 4;  // the compute copy of the weights
+  switch (stage) {
+    case 0:
+      return StrFormat("%d", w + 16);
+    case 1:
+      return StrFormat("%d + 12/N", w + 4);
+    case 2:
+      return StrFormat("%d + 16/N", w);
+    default:
+      return StrFormat("%d/N", w + 16);
+  }
+}
+
+// The memory of a rank of stage 0 at each sharding stage (Distributed.sharding), over the
+// configured sharding degree, or over every data rank when the config shards nothing.
+void PrintShardingStages(const TrainConfig& config, bool gpu) {
+  TrainConfig c = config;
+  ShardingConfig& s = c.distributed.sharding;
+  if (s.sharding_degree == 1) {
+    s.sharding_degree = c.distributed.dp_degree;
+    c.distributed.dp_degree = 1;
+  }
+  const DType dtype = PlannedComputeDtype(c, gpu);
+  std::cout << StrFormat(
+      "  sharding stages over N=%d ranks (weights+grads+optimizer per rank; bytes per parameter "
+      "%s; stages 2-3 add two gradient buckets of a block, stage 3 two gathered blocks; the "
+      "tensors outside the blocks stay whole):\n",
+      s.sharding_degree,
+      dtype == DType::kBF16 ? "with bf16 weights, f32 gradients" : "with f32 weights (CPU)");
+  for (int stage = 0; stage <= 3; ++stage) {
+    TrainConfig at = c;
+    at.distributed.sharding.sharding_stage = std::max(stage, 1);
+    if (stage == 0) at.distributed.sharding.sharding_degree = 1;
+    const RankMemory m = PlanRankMemory(at, 0, dtype, gpu);
+    std::cout << StrFormat(
+        "    sharding stage %d: %s B/param | weights+grads+optimizer %s | "
+        "arena %s (%zu bytes)\n",
+        stage, StageFormula(stage, dtype == DType::kBF16).c_str(), FormatBytes(m.state()).c_str(),
+        FormatBytes(m.arena()).c_str(), m.arena());
+  }
 }
 
 }  // namespace
@@ -70,7 +116,11 @@ int RunPlanCommand(const std::vector<std::string>& args) {
       !gpu                                          ? "fp32 (CPU)"
       : PlannedComputeDtype(c, gpu) == DType::kBF16 ? "bf16 compute, fp32 master/moments/grads"
                                                     : "fp32 compute (GPU)",
-      d.zero_stage1 && d.dp_degree > 1 ? "; ZeRO-1: master/moments split over dp" : "");
+      d.zero_stage() > 0 ? StrFormat("; sharding stage %d over %d ranks x %d replicas",
+                                     d.zero_stage(), d.sharding.sharding_degree, d.dp_degree)
+                               .c_str()
+                         : "");
+  PrintShardingStages(c, gpu);
   if (c.model.moe())
     std::cout << "  mixture of experts: " << MoeShapeText(MakeModelSpec(c.model)) << "\n";
   for (int stage = 0; stage < d.pp_degree; ++stage) {
@@ -88,6 +138,11 @@ int RunPlanCommand(const std::vector<std::string>& args) {
         "GiB | backward scratch %.2f GiB | arena %.2f GiB%s\n",
         stage, m.layers, m.parameters / 1e6, GiB(m.state()), m.slots, GiB(m.model.activations),
         GiB(m.model.logits), GiB(m.model.scratch), GiB(m.arena()), beside.c_str());
+    if (m.offloaded > 0)
+      std::cout << StrFormat(
+          "  stage %d: sharding_offload keeps %.2f GiB of optimizer state and "
+          "staging in host memory per rank (outside the arena)\n",
+          stage, GiB(m.offloaded));
     if (device_gib <= 0) continue;
     RankMemoryAvailable memory;
     memory.where = gpu ? StrFormat("a GPU of %g GiB", device_gib)

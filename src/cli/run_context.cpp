@@ -83,7 +83,8 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   topo.world_size = runtime->size();
   topo.tp = config.distributed.tp_degree;
   topo.pp = config.distributed.pp_degree;
-  topo.dp = config.distributed.dp_degree;
+  topo.dp = config.distributed.data_parallel_size();
+  topo.sharding = config.distributed.sharding.sharding_degree;
   topo.ep = config.distributed.ep_degree;
   TRAINER_RETURN_IF_ERROR(runtime->MakeGroups(topo, &mpi_groups));
   groups.topology = topo;
@@ -94,6 +95,9 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   groups.dp = mpi_groups.dp.get();
   groups.pp = mpi_groups.pp.get();
   groups.embedding = mpi_groups.embedding.get();
+  groups.sharding = mpi_groups.sharding.get();
+  groups.replica = mpi_groups.replica.get();
+  config_zero_stage_ = config.distributed.zero_stage();
   if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups(config));
   return Status::Ok();
 }
@@ -134,7 +138,11 @@ void RunContext::PrintRankMap() {
   if (runtime->rank() != 0) return;
   const Topology& t = groups.topology;
   std::string map =
-      StrFormat("rank map (%d ranks: dp %d x tp %d x pp %d, TP fastest):", n, t.dp, t.tp, t.pp);
+      StrFormat("rank map (%d ranks: dp %d x tp %d x pp %d, order %s, TP fastest):", n, t.dp, t.tp,
+                t.pp, Topology::kOrder);
+  if (t.sharding > 1)
+    map += StrFormat(" sharding stage %d over %d ranks x %d replicas;", config_zero_stage_,
+                     t.sharding, t.replicas());
   bool tp_spans_hosts = false;
   for (int r = 0; r < n; ++r) {
     const Topology::Coord c = t.CoordOf(r);
@@ -184,6 +192,12 @@ Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
   TRAINER_RETURN_IF_ERROR(
       make(mpi_groups.dp.get(), &groups.dp, config.distributed.overlap_grad_reduce));
   TRAINER_RETURN_IF_ERROR(make(mpi_groups.pp.get(), &groups.pp));
+  // The sharding group reduce-scatters and gathers during the backward (and stage 3's forward)
+  // pass on a stream of its own when Distributed.sharding.reduce_overlap is on.
+  const ShardingConfig& sharding = config.distributed.sharding;
+  TRAINER_RETURN_IF_ERROR(make(mpi_groups.sharding.get(), &groups.sharding,
+                               config.distributed.zero_stage() >= 2 && sharding.reduce_overlap));
+  TRAINER_RETURN_IF_ERROR(make(mpi_groups.replica.get(), &groups.replica));
   // Every rank takes part in the embedding group's split, but only its members build NCCL.
   return make(mpi_groups.embedding.get(), &groups.embedding);
 }

@@ -44,7 +44,8 @@ struct RunContext {
  private:
   // NCCL communicators from ids broadcast over the MPI groups.
   Status BuildDeviceGroups(const TrainConfig& config);
-  bool reported_ = false;  // the status handed to Finish went through Agree
+  bool reported_ = false;      // the status handed to Finish went through Agree
+  int config_zero_stage_ = 0;  // Distributed.sharding's stage in effect, for the rank map
 };
 
 }  // namespace trainer

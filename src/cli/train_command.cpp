@@ -73,6 +73,7 @@ int RunTrainCommand(const std::vector<std::string>& args) {
     LogInfo(FormatConfig(config));
     return ctx.Finish(Status::Ok());
   }
+  for (const std::string& notice : config.notices) LogInfo(notice);
   LogInfo("resolved config:\n" + FormatConfig(config));
 
   status = ctx.Agree(ctx.SetupDevice(config));

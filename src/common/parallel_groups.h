@@ -1,7 +1,7 @@
-// ParallelGroups: the communicators of one rank in the DP x TP x PP grid, as the engine and the
-// checkpoint code see them (no MPI types). *_host groups move host memory (scalars, checkpoint
-// shards); the others move the backend's memory: the same MPI groups on the CPU path, NCCL
-// communicators on the GPU path.
+// ParallelGroups: the communicators of one rank in the DP (replica x sharding) x TP x PP grid, as
+// the engine and the checkpoint code see them (no MPI types). *_host groups move host memory
+// (scalars, checkpoint shards); the others move the backend's memory: the same MPI groups on the
+// CPU path, NCCL communicators on the GPU path.
 #pragma once
 
 #include "common/communicator.h"
@@ -18,6 +18,10 @@ struct ParallelGroups {
   Communicator* dp = nullptr;
   Communicator* pp = nullptr;
   Communicator* embedding = nullptr;  // null unless first/last stage with pp > 1
+  // Distributed.sharding: the ranks that share one copy of the sharded state (a subgroup of dp),
+  // and the replica group that all-reduces each shard's gradients across sharding groups.
+  Communicator* sharding = nullptr;
+  Communicator* replica = nullptr;
 };
 
 }  // namespace trainer

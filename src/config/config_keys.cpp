@@ -20,6 +20,12 @@ namespace {
 #Section, #field, [](TrainConfig & c) -> FieldRef { return &c.member.field; } \
   }
 
+// A key of a nested map: Section.sub.field sets config.member.sub.field.
+#define CONFIG_SUBKEY(Section, member, sub, field)                                             \
+  ConfigKey {                                                                                  \
+#Section, #sub "." #field, [](TrainConfig & c) -> FieldRef { return &c.member.sub.field; } \
+  }
+
 const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Global, global, seed),
     CONFIG_KEY(Global, global, global_batch_size),
@@ -74,6 +80,11 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Distributed, distributed, pp_layers),
     CONFIG_KEY(Distributed, distributed, zero_stage1),
     CONFIG_KEY(Distributed, distributed, overlap_grad_reduce),
+    CONFIG_SUBKEY(Distributed, distributed, sharding, sharding_degree),
+    CONFIG_SUBKEY(Distributed, distributed, sharding, sharding_stage),
+    CONFIG_SUBKEY(Distributed, distributed, sharding, sharding_offload),
+    CONFIG_SUBKEY(Distributed, distributed, sharding, reduce_overlap),
+    CONFIG_SUBKEY(Distributed, distributed, sharding, broadcast_overlap),
 
     CONFIG_KEY(Engine, engine, max_steps),
     CONFIG_KEY(Engine, engine, logging_freq),
@@ -113,6 +124,7 @@ const std::vector<ConfigKey> kKeys = {
 };
 
 #undef CONFIG_KEY
+#undef CONFIG_SUBKEY
 
 // Alternative spellings: {section, alias, canonical name}.
 struct KeyAlias {

@@ -106,6 +106,33 @@ StatusOr<std::string> ReadConfigFile(const std::string& path) {
   return text.str();
 }
 
+// The `key: value` entries of a section, a nested map (Distributed.sharding) flattened into
+// "sub.key" names.
+struct SectionEntry {
+  std::string name;
+  YAML::Node key_node, value;
+};
+std::vector<SectionEntry> FlattenSection(const std::string& section, const YAML::Node& body) {
+  std::vector<SectionEntry> entries;
+  for (const auto& entry : body) {
+    const std::string name = entry.first.IsScalar() ? entry.first.Scalar() : "?";
+    bool nested = entry.second.IsMap();
+    if (nested) {
+      nested = false;
+      for (const std::string& key : ConfigKeyNames(section))
+        if (key.rfind(name + ".", 0) == 0) nested = true;
+    }
+    if (!nested) {
+      entries.push_back({name, entry.first, entry.second});
+      continue;
+    }
+    for (const auto& sub : entry.second)
+      entries.push_back(
+          {name + "." + (sub.first.IsScalar() ? sub.first.Scalar() : "?"), sub.first, sub.second});
+  }
+  return entries;
+}
+
 // Applies the sections of a parsed YAML document to `config`.
 Status ApplyDocument(const std::string& path, const YAML::Node& root, TrainConfig* config) {
   if (root.IsNull()) return Status::Ok();  // an empty file: defaults
@@ -136,10 +163,7 @@ Status ApplyDocument(const std::string& path, const YAML::Node& root, TrainConfi
                         "): it must hold indented `key: value` lines. Indent its keys under `" +
                         section + ":`.");
     }
-    for (const auto& entry : body) {
-      const YAML::Node& key_node = entry.first;
-      const YAML::Node& value = entry.second;
-      const std::string name = key_node.IsScalar() ? key_node.Scalar() : "?";
+    for (const auto& [name, key_node, value] : FlattenSection(section, body)) {
       const ConfigKey* key = FindConfigKey(section, name);
       if (key == nullptr) return UnknownKey(section, name, AtLine(path, key_node));
       const std::string spelling = section + "." + name;
@@ -236,17 +260,31 @@ std::string FormatConfig(const TrainConfig& config) {
   std::string text = "# trainer config, fully resolved (docs/config.md lists every key)\n";
   const DistributedConfig& dist = config.distributed;
   if (dist.dp_degree > 0 && config.global.micro_batch_size > 0) {
-    text += StrFormat("# world size %d = dp %d x tp %d x pp %d; %d gradient accumulation steps\n",
-                      config.world_size, dist.dp_degree, dist.tp_degree, dist.pp_degree,
-                      config.gradient_accumulation_steps());
+    const int sharding = dist.sharding.sharding_degree;
+    text += StrFormat("# world size %d = dp %d%s x tp %d x pp %d; %d gradient accumulation steps\n",
+                      config.world_size, dist.dp_degree,
+                      sharding > 1 ? StrFormat(" x sharding %d", sharding).c_str() : "",
+                      dist.tp_degree, dist.pp_degree, config.gradient_accumulation_steps());
   }
-  std::string section;
+  std::string section, sub;
   for (const ConfigKey& key : ConfigKeyTable()) {
     if (section != key.section) {
       section = key.section;
+      sub.clear();
       text += section + ":\n";
     }
-    text += std::string("  ") + key.name + ": " + FormatField(key.field(copy)) + "\n";
+    std::string name = key.name;
+    const size_t dot = name.find('.');
+    std::string indent = "  ";
+    if (dot != std::string::npos) {  // a nested map: Distributed.sharding
+      if (sub != name.substr(0, dot)) {
+        sub = name.substr(0, dot);
+        text += "  " + sub + ":\n";
+      }
+      name = name.substr(dot + 1);
+      indent = "    ";
+    }
+    text += indent + name + ": " + FormatField(key.field(copy)) + "\n";
   }
   return text;
 }

@@ -62,6 +62,8 @@ const RangeRule kRangeRules[] = {
     {"Distributed.tp_degree", 1, false, kNoBound},
     {"Distributed.pp_degree", 1, false, kNoBound},
     {"Distributed.ep_degree", 1, false, kNoBound},
+    {"Distributed.sharding.sharding_degree", 1, false, kNoBound},
+    {"Distributed.sharding.sharding_stage", 1, false, kNoBound},
     {"Engine.max_steps", 1, false, kNoBound},
     {"Engine.logging_freq", 1, false, kNoBound},
     {"Engine.eval_freq", 0, false, kNoBound},
@@ -326,32 +328,64 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
-// dp_degree (derived when 0) * tp_degree * pp_degree must be the world size.
+// Distributed.zero_stage1 is the old spelling of sharding over every data rank at stage 1:
+// rewritten into the sharding keys once the data ranks are known (the resolved config shows them).
+Status ResolveZeroStage1Alias(TrainConfig* c, Checker& check) {
+  DistributedConfig& d = c->distributed;
+  if (!d.zero_stage1) return Status::Ok();
+  if (d.sharding.sharding_degree > 1)
+    return check.Fail("Distributed.zero_stage1=true and " +
+                          check.Show("Distributed.sharding.sharding_degree") +
+                          " both shard the optimizer state",
+                      {"Distributed.zero_stage1", "Distributed.sharding.sharding_degree"},
+                      "Keep the sharding keys and set Distributed.zero_stage1=false");
+  d.sharding.sharding_degree = d.dp_degree;
+  d.sharding.sharding_stage = 1;
+  d.dp_degree = 1;
+  d.zero_stage1 = false;
+  c->notices.push_back(StrFormat(
+      "Distributed.zero_stage1=true is an alias: sharding over all %d data-parallel ranks at "
+      "stage 1 (Distributed.sharding.sharding_degree=%d, sharding_stage=1, dp_degree=1)",
+      d.sharding.sharding_degree, d.sharding.sharding_degree));
+  return Status::Ok();
+}
+
+// dp_degree (derived when 0) * sharding_degree * tp_degree * pp_degree must be the world size.
 Status CheckWorld(TrainConfig* c, Checker& check) {
   DistributedConfig& d = c->distributed;
-  const long long model_ranks = static_cast<long long>(d.tp_degree) * d.pp_degree;
+  const long long model_ranks =
+      static_cast<long long>(d.tp_degree) * d.pp_degree * d.sharding.sharding_degree;
   const std::initializer_list<std::string> keys = {"Distributed.dp_degree", "Distributed.tp_degree",
-                                                   "Distributed.pp_degree"};
+                                                   "Distributed.pp_degree",
+                                                   "Distributed.sharding.sharding_degree"};
+  // The sharding degree is named only where it is set (> 1).
+  const bool sharded = d.sharding.sharding_degree > 1;
+  const std::string sd_name = sharded ? "*sharding.sharding_degree" : "";
+  const std::string sd_value = sharded ? StrFormat("*%d", d.sharding.sharding_degree) : "";
   if (d.dp_degree == 0) {
     if (c->world_size % model_ranks != 0) {
       return check.Fail(
-          StrFormat("world size %d is not divisible by Distributed.tp_degree*pp_degree=%d*%d=%lld, "
-                    "so dp_degree cannot be derived",
-                    c->world_size, d.tp_degree, d.pp_degree, model_ranks),
+          StrFormat("world size %d is not divisible by Distributed.tp_degree*pp_degree%s=%d*%d%s="
+                    "%lld, so dp_degree cannot be derived",
+                    c->world_size, sd_name.c_str(), d.tp_degree, d.pp_degree, sd_value.c_str(),
+                    model_ranks),
           keys,
-          StrFormat("Launch a multiple of %lld ranks, or change Distributed.tp_degree and "
-                    "pp_degree so that their product divides %d",
-                    model_ranks, c->world_size));
+          StrFormat("Launch a multiple of %lld ranks, or change Distributed.tp_degree%s so "
+                    "that their product divides %d",
+                    model_ranks,
+                    sharded ? ", pp_degree and sharding.sharding_degree" : " and pp_degree",
+                    c->world_size));
     }
     d.dp_degree = static_cast<int>(c->world_size / model_ranks);
-    return Status::Ok();
+    return ResolveZeroStage1Alias(c, check);
   }
   const long long product = model_ranks * d.dp_degree;
-  if (product == c->world_size) return Status::Ok();
+  if (product == c->world_size) return ResolveZeroStage1Alias(c, check);
   std::string what = StrFormat(
-      "Distributed.dp_degree*tp_degree*pp_degree=%d*%d*%d=%lld does not match the world "
+      "Distributed.dp_degree%s*tp_degree*pp_degree=%d%s*%d*%d=%lld does not match the world "
       "size %d",
-      d.dp_degree, d.tp_degree, d.pp_degree, product, c->world_size);
+      sd_name.c_str(), d.dp_degree, sd_value.c_str(), d.tp_degree, d.pp_degree, product,
+      c->world_size);
   if (c->world_size % model_ranks == 0) {
     return check.Fail(what, keys,
                       StrFormat("Set Distributed.dp_degree to %lld (or 0 to derive it), or launch "
@@ -376,6 +410,26 @@ Status CheckSplitByTp(const TrainConfig& c, Checker& check, const std::string& k
                               value, key.c_str(), tp));
 }
 
+// Combinations of the sharding keys that cannot run.
+Status CheckSharding(const TrainConfig& c, Checker& check) {
+  const DistributedConfig& d = c.distributed;
+  const ShardingConfig& s = d.sharding;
+  if (s.sharding_stage > 3)
+    return check.Fail(check.Show("Distributed.sharding.sharding_stage") +
+                          " is not a ZeRO stage (1: optimizer state, 2: + gradients, 3: + "
+                          "parameters)",
+                      {"Distributed.sharding.sharding_stage"},
+                      "Set Distributed.sharding.sharding_stage to 1, 2 or 3");
+  if (s.sharding_degree > 1 && d.overlap_grad_reduce)
+    return check.Fail(
+        check.Show("Distributed.sharding.sharding_degree") +
+            " and Distributed.overlap_grad_reduce=true: sharded gradients are reduce-scattered, "
+            "not all-reduced (stages 2 and 3 overlap that with the backward pass themselves)",
+        {"Distributed.sharding.sharding_degree", "Distributed.overlap_grad_reduce"},
+        "Set Distributed.overlap_grad_reduce=false (use sharding_stage 2 for overlap)");
+  return Status::Ok();
+}
+
 // How the model is split over the tensor-, pipeline- and expert-parallel groups.
 Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
@@ -394,11 +448,7 @@ Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
                           " asks for expert parallelism, which this version does not have yet "
                           "(MoE layers hold every expert on every rank)",
                       {"Distributed.ep_degree"}, "Set Distributed.ep_degree to 1");
-  if (d.zero_stage1 && d.overlap_grad_reduce)
-    return check.Fail(
-        "Distributed.zero_stage1=true and Distributed.overlap_grad_reduce=true: ZeRO-1 "
-        "reduce-scatters the gradients after the backward pass, it does not overlap them",
-        {"Distributed.zero_stage1", "Distributed.overlap_grad_reduce"}, "Set one of them to false");
+  TRAINER_RETURN_IF_ERROR(CheckSharding(c, check));
   // hidden_size first: with num_heads | hidden_size, tp | num_heads would imply tp | hidden_size.
   TRAINER_RETURN_IF_ERROR(CheckSplitByTp(c, check, "Model.hidden_size",
                                          check.Show("Model.hidden_size"), m.hidden_size));
@@ -476,12 +526,15 @@ Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
 
 Status CheckBatchAndSchedule(const TrainConfig& c, Checker& check) {
   const GlobalConfig& g = c.global;
-  const long long per_step = static_cast<long long>(g.micro_batch_size) * c.distributed.dp_degree;
+  const int data_ranks = c.distributed.data_parallel_size();
+  const long long per_step = static_cast<long long>(g.micro_batch_size) * data_ranks;
   if (g.global_batch_size % per_step != 0) {
     return check.Fail(
-        StrFormat("Global.global_batch_size=%d is not divisible by micro_batch_size*dp_degree="
-                  "%d*%d=%lld",
-                  g.global_batch_size, g.micro_batch_size, c.distributed.dp_degree, per_step),
+        StrFormat("Global.global_batch_size=%d is not divisible by micro_batch_size*dp_degree"
+                  "%s=%d*%d=%lld",
+                  g.global_batch_size,
+                  c.distributed.sharding.sharding_degree > 1 ? "*sharding_degree" : "",
+                  g.micro_batch_size, data_ranks, per_step),
         {"Global.global_batch_size", "Global.micro_batch_size", "Distributed.dp_degree"},
         StrFormat("Set global_batch_size to a multiple of %lld", per_step));
   }

@@ -84,13 +84,27 @@ struct ModelConfig {
   }
 };
 
+// Distributed.sharding (PaddleFleetX's keys): ZeRO stages over `sharding_degree` data ranks.
+struct ShardingConfig {
+  int sharding_degree = 1;        // data ranks sharing one copy of the sharded state
+  int sharding_stage = 1;         // 1 optimizer state, 2 + gradients, 3 + parameters
+  bool sharding_offload = false;  // master weights and moments in host memory, AdamW on the CPU
+  bool reduce_overlap = true;     // gradient reduce-scatter during the backward pass (GPU stream)
+  bool broadcast_overlap = true;  // stage 3: the next block's all-gather ahead of its use
+};
+
 struct DistributedConfig {
-  int dp_degree = 0;  // 0 means world_size / (tp * pp * ...)
+  int dp_degree = 0;  // 0 means world_size / (tp * pp * sharding_degree)
   int tp_degree = 1;  // alias mp_degree (PaddleFleetX)
   int pp_degree = 1;
   int ep_degree = 1;           // reserved for MoE: carved out of DP
   std::vector<int> pp_layers;  // layers per stage; empty means balanced
-  bool zero_stage1 = false;    // shard optimizer state over DP
+  bool zero_stage1 = false;    // alias: sharding over every data rank, stage 1 (resolved away)
+  ShardingConfig sharding;
+  // Data-parallel width for batching: replicas times sharding ranks.
+  int data_parallel_size() const { return dp_degree * sharding.sharding_degree; }
+  // The ZeRO stage in effect: 0 when nothing is sharded.
+  int zero_stage() const { return sharding.sharding_degree > 1 ? sharding.sharding_stage : 0; }
   // GPU: all-reduce each block's gradients over DP during the backward pass, on a stream of its
   // own (off by default: on one NVLink node it costs as much as it hides; docs/performance.md).
   bool overlap_grad_reduce = false;
@@ -162,8 +176,10 @@ struct TrainConfig {
   // Where the values came from, for error messages (set by LoadConfig; not keys, not printed).
   std::string config_path;                    // the YAML file; "" means defaults only
   std::vector<std::string> config_overrides;  // the -o Section.key=value overrides, in order
+  // One-line notices from validation (an alias resolved), printed once by the train command.
+  std::vector<std::string> notices;
   int gradient_accumulation_steps() const {
-    return global.global_batch_size / (global.micro_batch_size * distributed.dp_degree);
+    return global.global_batch_size / (global.micro_batch_size * distributed.data_parallel_size());
   }
   std::string checkpoint_dir() const {
     return checkpoint.dir.empty() ? engine.output_dir + "/checkpoints" : checkpoint.dir;

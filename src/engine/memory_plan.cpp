@@ -28,7 +28,7 @@ bool Fits(const RankMemory& m, const RankMemoryAvailable& available) {
 // over the candidates (the divisors, found in O(sqrt(n))) plans a handful of them, at any size.
 int LargestMicroBatchThatFits(const TrainConfig& config, int stage, DType dtype, bool device,
                               const RankMemoryAvailable& available) {
-  const int per_rank = config.global.global_batch_size / config.distributed.dp_degree;
+  const int per_rank = config.global.global_batch_size / config.distributed.data_parallel_size();
   const int64_t T = config.model.sequence_length(), tp = config.distributed.tp_degree;
   std::vector<int> candidates;  // ascending
   std::vector<int> large;       // per_rank / d for each small divisor d, descending
@@ -73,16 +73,25 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
   RankMemory m;
   m.layers = part.num_layers;
   // 1F1B keeps up to one slot per micro-batch in flight: fewer, larger micro-batches keep fewer.
-  const int micro_batches = std::max(1, config.global.global_batch_size / (B * d.dp_degree));
+  const int micro_batches =
+      std::max(1, config.global.global_batch_size / (B * d.data_parallel_size()));
   m.slots = PipelineStage::NumSlots(stage, d.pp_degree, micro_batches);
   m.parameters = TotalLocalElements(params);
   m.model = GptModel::BufferBytes(model, part, compute_dtype, B, model.sequence_length(), m.slots);
-  m.optimizer = AdamW::BufferBytes(params, part.flat_shards);
+  const bool offload = d.sharding.sharding_offload;
+  m.optimizer = AdamW::BufferBytes(params, part.flat_shards, offload);
+  if (offload) m.offloaded = AdamW::OffloadedBytes(params, part.flat_shards, compute_dtype);
   if (device) {
     m.device_base = kGpuBaseBytes;
     m.attention_workspace = 4.0 * B * model.sequence_length() * model.hidden_size / d.tp_degree;
   }
   return m;
+}
+
+size_t PlanUnshardedState(const TrainConfig& config, int stage, DType compute_dtype, bool device) {
+  TrainConfig whole = config;
+  whole.distributed.sharding.sharding_degree = 1;
+  return PlanRankMemory(whole, stage, compute_dtype, device).state();
 }
 
 Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,

@@ -26,10 +26,11 @@ constexpr double kHeldElsewhereBytes = 4.0 * 1024 * 1024 * 1024;
 
 struct RankMemory {
   int layers = 0, slots = 0;
-  size_t parameters = 0;           // elements on this rank
-  ModelBufferBytes model;          // the model's buffers, by kind
-  size_t optimizer = 0;            // master weights, Adam moments (a ZeRO-1 piece), the norm
-  double device_base = 0;          // GPU: context, libraries, their workspaces
+  size_t parameters = 0;   // elements on this rank
+  ModelBufferBytes model;  // the model's buffers, by kind
+  size_t optimizer = 0;    // master weights, Adam moments (a shard), the norm
+  size_t offloaded = 0;    // sharding_offload: host memory for the shard's state and its staging
+  double device_base = 0;  // GPU: context, libraries, their workspaces
   double attention_workspace = 0;  // GPU: cuDNN's attention backward workspace
   // Weights, gradients and the optimizer's state.
   size_t state() const { return model.parameters + model.gradients + optimizer; }
@@ -42,6 +43,9 @@ struct RankMemory {
 // Model.recompute (or `recompute` where given).
 RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dtype, bool device,
                           int micro_batch = 0, const std::string& recompute = "");
+
+// Weights, gradients and optimizer state of the same rank without sharding (for comparison).
+size_t PlanUnshardedState(const TrainConfig& config, int stage, DType compute_dtype, bool device);
 
 // The compute dtype that `trainer train` would use: Engine.mix_precision on a GPU, f32 on the CPU.
 DType PlannedComputeDtype(const TrainConfig& config, bool device);

@@ -33,7 +33,8 @@ Trainer::~Trainer() = default;
 Status Trainer::Setup() {
   const Topology& topo = groups_.topology;
   const Topology::Coord& c = groups_.coord;
-  const ModelPartition part = MakePartition(config_.model, config_.distributed, c.tp, c.pp);
+  ModelPartition part = MakePartition(config_.model, config_.distributed, c.tp, c.pp);
+  if (part.flat_shards > 1) part.shard_rank = groups_.sharding->rank();
   const int micro = config_.gradient_accumulation_steps();
   TRAINER_RETURN_IF_ERROR(OpenData());  // cheap checks first
   // One arena for the model's buffers and the optimizer's state (what `trainer plan` prints).
@@ -41,17 +42,31 @@ Status Trainer::Setup() {
   const RankMemory memory =
       PlanRankMemory(config_, c.pp, backend_->compute_dtype(), backend_->device_memory());
   TRAINER_RETURN_IF_ERROR(backend_->ReserveArena(memory.arena()));
+  planned_arena_ = memory.arena();
   TRAINER_RETURN_IF_ERROR(GptModel::Create(config_.model, part, backend_, groups_.tp,
                                            config_.global.micro_batch_size,
                                            config_.model.sequence_length(), memory.slots, &model_));
-  TRAINER_RETURN_IF_ERROR(AdamW::Create(model_.get(), config_.optimizer,
-                                        part.flat_shards > 1 ? groups_.dp : nullptr, &optimizer_));
-  if (part.flat_shards > 1)
+  model_->set_shard_group(groups_.sharding);
+  model_->set_prefetch(config_.distributed.sharding.broadcast_overlap);
+  TRAINER_RETURN_IF_ERROR(AdamW::Create(
+      model_.get(), config_.optimizer, part.flat_shards > 1 ? groups_.sharding : nullptr,
+      &optimizer_, config_.distributed.sharding.sharding_offload));
+  if (optimizer_->offloaded())
     LogInfo(
-        StrFormat("ZeRO-1: master weights and Adam moments sharded over %d DP ranks "
-                  "(%.1f MB of optimizer state per rank instead of %.1f MB)",
-                  part.flat_shards, memory.optimizer / 1e6,
-                  AdamW::BufferBytes(model_->parameters(), 1) / 1e6));
+        StrFormat("sharding_offload: master weights and Adam moments in host memory (%.1f MB "
+                  "per rank), updated by AdamW on CPU threads",
+                  memory.offloaded / 1e6));
+  static const char* const kSharded[] = {"", "master weights and Adam moments",
+                                         "gradients, master weights and Adam moments",
+                                         "parameters, gradients, master weights and Adam moments"};
+  if (part.flat_shards > 1)
+    LogInfo(StrFormat(
+        "sharding stage %d: %s sharded over %d ranks, %d replica(s); weights+grads+optimizer "
+        "%.1f MB per rank (unsharded: %.1f MB)",
+        part.zero_stage, kSharded[part.zero_stage], part.flat_shards, groups_.topology.replicas(),
+        memory.state() / 1e6,
+        PlanUnshardedState(config_, c.pp, backend_->compute_dtype(), backend_->device_memory()) /
+            1e6));
   timer_ = std::make_unique<PhaseTimer>(backend_, false);
   pipeline_ = std::make_unique<PipelineStage>(model_.get(), topo.pp > 1 ? groups_.pp : nullptr);
   SetUpOverlappedReduction();
@@ -224,12 +239,7 @@ void Trainer::SetUpOverlappedReduction() {
 }
 
 Status Trainer::ReduceGradients() {
-  if (optimizer_->sharded()) {
-    // ZeRO-1: the whole-tensor sums over TP and the embedding group first, since the DP
-    // reduce-scatter leaves each rank only the piece it updates.
-    TRAINER_RETURN_IF_ERROR(ReduceSharedParameterGradients());
-    return optimizer_->ReduceScatterGradients();
-  }
+  if (optimizer_->sharded()) return ReduceShardedGradients();
   const Tensor grads = model_->gradient_buffer();
   if (compute_stream_ != nullptr) {  // the blocks' buckets are on their way: add the rest, wait
     TRAINER_RETURN_IF_ERROR(groups_.dp->StartAfter(compute_stream_));
@@ -242,9 +252,44 @@ Status Trainer::ReduceGradients() {
   return ReduceSharedParameterGradients();
 }
 
-Status Trainer::ReduceSharedParameterGradients() {
+Status Trainer::ReduceShardedGradients() {
+  // Stage 1 reduce-scatters the whole buffer here; stages 2 and 3 did the blocks during the
+  // backward pass and add the tensors outside them. The whole-tensor sums over TP and the
+  // embedding group come first, since the reduce-scatter leaves each rank only its pieces.
+  const ShardLayout& layout = model_->shard_layout();
+  const bool blocks_done = layout.stage() >= 2;
+  void* stream = BackendStream(backend_);
+  TRAINER_RETURN_IF_ERROR(ReduceSharedParameterGradients(blocks_done));
+  TRAINER_RETURN_IF_ERROR(groups_.sharding->StartAfter(stream));
+  TRAINER_RETURN_IF_ERROR(optimizer_->ReduceScatterGradients(0, model_->gradient_buffer()));
+  TRAINER_RETURN_IF_ERROR(groups_.sharding->FinishBefore(stream));
+  // The blocks' sums over TP, on this rank's pieces (TP peers hold the same pieces).
+  for (const ParameterInfo& p : model_->parameters()) {
+    if (!blocks_done || !p.grad_sum_over_tp || p.layer < 0) continue;
+    Status status;
+    layout.ForEachOwned(p.offset, p.offset + static_cast<size_t>(p.local_numel()),
+                        [&](int u, size_t at, size_t, size_t n) {
+                          const Tensor piece = model_->GradPiece(u);
+                          const int64_t local = static_cast<int64_t>(at - layout.piece_begin(u));
+                          if (status.ok())
+                            status = groups_.tp->AllReduce(piece.rows(local, 1).data, n,
+                                                           DType::kF32, ReduceOp::kSum);
+                        });
+    TRAINER_RETURN_IF_ERROR(status);
+  }
+  // Hybrid: each shard summed over its replicas (the sharding groups of the other replicas).
+  if (groups_.topology.replicas() == 1) return Status::Ok();
+  for (int u = 0; u < static_cast<int>(layout.units().size()); ++u) {
+    const Tensor piece = model_->GradPiece(u);
+    TRAINER_RETURN_IF_ERROR(groups_.replica->AllReduce(
+        piece.data, static_cast<size_t>(piece.numel()), DType::kF32, ReduceOp::kSum));
+  }
+  return Status::Ok();
+}
+
+Status Trainer::ReduceSharedParameterGradients(bool outside_blocks_only) {
   for (const ParameterInfo& p : model_->parameters()) {  // LayerNorms under sequence parallelism
-    if (!p.grad_sum_over_tp) continue;
+    if (!p.grad_sum_over_tp || (outside_blocks_only && p.layer >= 0)) continue;
     Tensor g = model_->Gradient(p);
     TRAINER_RETURN_IF_ERROR(
         groups_.tp->AllReduce(g.data, static_cast<size_t>(g.numel()), DType::kF32, ReduceOp::kSum));
@@ -264,8 +309,9 @@ Status Trainer::GlobalGradNorm(double* norm) {
   TRAINER_RETURN_IF_ERROR(optimizer_->QueueLocalGradNormSquared());
   TRAINER_RETURN_IF_ERROR(optimizer_->QueuedGradNormSquared(&sum));
   // Canonical parameters are disjoint over TP x PP and equal over DP: sum over one DP replica,
-  // or under ZeRO-1 over every DP rank's piece.
-  double total = optimizer_->sharded() || groups_.coord.dp == 0 ? sum : 0.0;
+  // or when sharded over every sharding rank's pieces of one replica.
+  const bool counted = optimizer_->sharded() ? groups_.coord.replica == 0 : groups_.coord.dp == 0;
+  double total = counted ? sum : 0.0;
   TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&total, 1, DType::kF64, ReduceOp::kSum));
   *norm = std::sqrt(total);
   return Status::Ok();
@@ -286,7 +332,8 @@ double Trainer::TokensPerStep() const {
 }
 
 bool Trainer::NormOnDevice() const {
-  return !optimizer_->sharded() && groups_.topology.tp == 1 && groups_.topology.pp == 1;
+  return !optimizer_->sharded() && !optimizer_->offloaded() && groups_.topology.tp == 1 &&
+         groups_.topology.pp == 1;
 }
 
 Status Trainer::TrainStep(double* lr) {

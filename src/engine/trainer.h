@@ -85,7 +85,12 @@ class Trainer {
   Status ReduceGradients();
   // Gradients of parameters that several model-parallel ranks hold, summed over them: LayerNorms
   // under sequence parallelism (TP group) and the tied token embedding (embedding group).
-  Status ReduceSharedParameterGradients();
+  // outside_blocks_only: the tensors outside the blocks (stages 2-3 reduce the blocks' during
+  // the backward pass).
+  Status ReduceSharedParameterGradients(bool outside_blocks_only = false);
+  // Sharded (Distributed.sharding): the reduce-scatter over the sharding group (stage 1: all of
+  // it; stages 2-3: the tensors outside the blocks), then the all-reduce over the replicas.
+  Status ReduceShardedGradients();
   Status GlobalGradNorm(double* norm);
   // A host batch: this rank's (GA*B, T) inputs and targets.
   struct HostBatch {
@@ -137,6 +142,7 @@ class Trainer {
   bool train_masked_ = false, val_masked_ = false;
   double step_trained_ = 0.0;    // the last step's global count of trained targets (train_masked_)
   double host_grad_norm_ = 0.0;  // the last step's norm, where it was computed on the host
+  size_t planned_arena_ = 0;     // what Setup reserved (trainer plan's arena)
   Status prefetch_status_;
   int64_t prefetched_position_ = -1;
   TrainingState state_;

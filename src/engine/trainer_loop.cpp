@@ -214,6 +214,11 @@ Status Trainer::Run() {
   }
   TRAINER_RETURN_IF_ERROR(FinishCheckpoint());  // the end of training waits for the writer
   LogInfo(Summary(state_.step - first_step, Seconds(start), last_loss, last_val));
+  if (backend_->PeakAllocatedBytes() > 0)  // the host allocator's count (CPU ranks)
+    LogInfo(
+        StrFormat("memory: allocator high-water mark %zu bytes per rank (trainer plan's "
+                  "arena: %zu bytes)",
+                  backend_->PeakAllocatedBytes(), planned_arena_));
   if (timer_->enabled()) {
     TRAINER_RETURN_IF_ERROR(backend_->ProfilerRange(false));
     LogInfo(timer_->Report());

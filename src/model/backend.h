@@ -75,6 +75,8 @@ class Backend {
   // Bytes Allocate hands out for `bytes` (its alignment), for sizing the arena.
   static size_t AllocationSize(size_t bytes) { return (bytes + 255) / 256 * 256; }
   virtual void Free(void* ptr) = 0;
+  // The high-water mark of the bytes Allocate has handed out (0 where not tracked: the GPU).
+  virtual size_t PeakAllocatedBytes() const { return 0; }
   virtual Status CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual Status CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   virtual Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes) = 0;

@@ -1,6 +1,8 @@
 // GptModel (gpt.h): buffers, parameter views, and the stage's forward and backward passes.
 #include "model/gpt.h"
 
+#include <algorithm>
+
 #include "common/check.h"
 #include "common/log.h"
 #include "model/transformer_block.h"
@@ -27,6 +29,8 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
   m->num_slots_ = num_slots;
   m->spec_ = MakeModelSpec(config);
   m->params_ = BuildParameterList(config, partition);
+  m->layout_ = ShardLayout(m->params_, partition);
+  m->block_backwards_.assign(static_cast<size_t>(partition.num_layers), 0);
   if (m->SequenceParallel() && (micro_batch * seq_len) % partition.tp_size != 0)
     return UsageError(StrFormat(
         "Model.sequence_parallel splits the %d x %d tokens of a micro-batch over tp_degree=%d "
@@ -61,6 +65,7 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
         p.role == ParamRole::kLmHead || (p.role == ParamRole::kTokenEmbedding &&
                                          partition.last_stage() && m->spec_.tied_embeddings);
     const bool block_matrix = p.local_shape.size() == 2 && p.layer >= 0;
+    if (p.offset >= static_cast<size_t>(m->grad_buffer_.numel())) break;  // stage 2: buckets
     if (!lm_head && !block_matrix) continue;
     if (p.offset > zero_from) m->zeroed_gradient_spans_.emplace_back(zero_from, p.offset);
     zero_from = p.offset + static_cast<size_t>(p.local_numel());
@@ -101,6 +106,7 @@ ModelBufferBytes GptModel::BufferBytes(const ModelConfig& config, const ModelPar
   sizing.T_ = seq_len;
   sizing.num_slots_ = num_slots;
   sizing.params_ = BuildParameterList(config, partition);
+  sizing.layout_ = ShardLayout(sizing.params_, partition);
   sizing.sizing_only_ = true;
   Status ignored = sizing.AllocateBuffers();
   (void)ignored;
@@ -117,10 +123,22 @@ Tensor View(void* base, size_t offset, DType dtype, const std::vector<int64_t>& 
 }
 }  // namespace
 
+// From ZeRO stage 3 a block's parameters live in one of the two gathered buffers, and from
+// stage 2 its gradients in one of the two buckets (block i in buffer i % 2).
 Tensor GptModel::Parameter(const ParameterInfo& p) const {
+  if (layout_.stage() >= 3 && p.layer >= 0) {
+    const int local = p.layer - partition_.first_layer;
+    const size_t begin = layout_.units()[layout_.BlockUnit(local)].begin;
+    return View(gathered_[local % 2].data, p.offset - begin, compute_, p.local_shape);
+  }
   return View(param_buffer_.data, p.offset, param_buffer_.dtype, p.local_shape);
 }
 Tensor GptModel::Gradient(const ParameterInfo& p) const {
+  if (layout_.stage() >= 2 && p.layer >= 0) {
+    const int local = p.layer - partition_.first_layer;
+    const size_t begin = layout_.units()[layout_.BlockUnit(local)].begin;
+    return View(grad_bucket_[local % 2].data, p.offset - begin, DType::kF32, p.local_shape);
+  }
   return View(grad_buffer_.data, p.offset, DType::kF32, p.local_shape);
 }
 
@@ -221,10 +239,14 @@ Status GptModel::AllocateBuffers() {
   const bool swiglu = spec_.mlp == MlpKind::kSwiGlu;
   const int64_t R = SequenceParallel() ? N / tp : N;  // rows of the residual stream here
   const int64_t total = static_cast<int64_t>(FlatBufferElements(params_, partition_.flat_shards));
-  sizing_kind_ = &ModelBufferBytes::parameters;
-  param_buffer_ = Alloc({total}, cd);
-  sizing_kind_ = &ModelBufferBytes::gradients;
-  grad_buffer_ = Alloc({total}, DType::kF32);
+  if (layout_.stage() >= 2) {
+    TRAINER_RETURN_IF_ERROR(AllocateShardedBuffers(total));
+  } else {
+    sizing_kind_ = &ModelBufferBytes::parameters;
+    param_buffer_ = Alloc({total}, cd);
+    sizing_kind_ = &ModelBufferBytes::gradients;
+    grad_buffer_ = Alloc({total}, DType::kF32);
+  }
   sizing_kind_ = &ModelBufferBytes::activations;
   recompute_ = config_.recompute;
   // Model.recompute: "block" keeps only each block's output per slot (the rest is one shared set,
@@ -329,6 +351,7 @@ Status GptModel::AllocateBuffers() {
 
 Status GptModel::SetParameters(const std::vector<float>& flat) {
   TRAINER_ASSERT(flat.size() == TotalLocalElements(params_), "flat parameter size mismatch");
+  if (layout_.stage() >= 3) return SetShardedParameters(flat);
   return UploadCompute(backend_, param_buffer_.rows(0, static_cast<int64_t>(flat.size())),
                        flat.data());
 }
@@ -443,8 +466,10 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
   ctx.moe_loss_scale = dloss_scale * static_cast<float>(B_) * static_cast<float>(T_);
   ctx.moe_record = dloss_scale != 0.f;  // training, not evaluation
   Tensor x = s.input;
+  gathered_ahead_ = -1;
   for (int i = 0; i < partition_.num_layers; ++i) {
     ctx.layer = partition_.first_layer + i;
+    TRAINER_RETURN_IF_ERROR(BeforeBlock(i, false));
     TRAINER_RETURN_IF_ERROR(BlockForward(ctx, layer_weights_[i], x, s.blocks[i]));
     x = s.blocks[i]->residual_out;
   }
@@ -527,7 +552,9 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
     TRAINER_RETURN_IF_ERROR(NormBackward(ctx, dres, end_grads_.lnf_w, end_grads_.lnf_b, Tensor(),
                                          dln, x, ends_.lnf_w, s.lnf_mean, s.lnf_rstd));
   }
+  gathered_ahead_ = -1;
   for (int i = partition_.num_layers - 1; i >= 0; --i) {
+    TRAINER_RETURN_IF_ERROR(BeforeBlock(i, true));
     Tensor x = i == 0 ? s.input : s.blocks[i - 1]->residual_out;
     BlockActivations a = *s.blocks[i];
     ctx.layer = partition_.first_layer + i;
@@ -538,6 +565,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
       TRAINER_RETURN_IF_ERROR(MlpActivationForward(ctx, a));
     }
     TRAINER_RETURN_IF_ERROR(BlockBackward(ctx, layer_weights_[i], layer_grads_[i], x, a, dres));
+    TRAINER_RETURN_IF_ERROR(AfterBlockBackward(i));
     if (block_done) TRAINER_RETURN_IF_ERROR(block_done(i));
   }
   if (partition_.first_stage()) {
@@ -561,6 +589,7 @@ Status GptModel::ZeroGradients() {
         grad_buffer_.rows(static_cast<int64_t>(begin), static_cast<int64_t>(end - begin))));
   overwrite_weight_gradients_ = true;
   for (MoeLayerStats& st : moe_stats_) st.Clear();
+  std::fill(block_backwards_.begin(), block_backwards_.end(), 0);
   return Status::Ok();
 }
 

@@ -17,6 +17,7 @@
 #include "common/communicator.h"
 #include "model/backend.h"
 #include "model/parameters.h"
+#include "model/shard_layout.h"
 #include "model/transformer_block.h"
 
 namespace trainer {
@@ -65,8 +66,27 @@ class GptModel {
   Backend* backend() const { return backend_; }
   // Flat buffers in parameter order: compute-dtype parameters and f32 gradients, of
   // FlatBufferElements(parameters(), partition().flat_shards) elements (zero past the last).
+  // From ZeRO stage 2 on (gpt_sharding.cpp) the gradient buffer holds the tensors outside the
+  // blocks only (unit 0), and from stage 3 on the parameter buffer too.
   Tensor parameter_buffer() const { return param_buffer_; }
   Tensor gradient_buffer() const { return grad_buffer_; }
+
+  // ---- sharded storage (Distributed.sharding; gpt_sharding.cpp) ----
+  const ShardLayout& shard_layout() const { return layout_; }
+  // The sharding group: stage 3 gathers each block's parameters over it before use, stages 2
+  // and 3 reduce-scatter each block's gradients over it after each backward.
+  void set_shard_group(Communicator* group) { shard_ = group; }
+  // Stage 3: gather the next block's parameters while the current one computes.
+  void set_prefetch(bool prefetch) { prefetch_ = prefetch; }
+  // This rank's piece of unit u: the compute-dtype parameters that AdamW writes, and the summed
+  // f32 gradients it reads (after the step's reduction).
+  Tensor ParamPiece(int u) const;
+  Tensor GradPiece(int u) const;
+  // Unit u whole: where its parameters are gathered to after the step (empty for stage 3's
+  // blocks, which are gathered before each use instead), and an f32 buffer of its size that is
+  // free between steps (scratch for gathering optimizer state).
+  Tensor ParamWhole(int u) const;
+  Tensor GradScratch(int u) const;
   Tensor Parameter(const ParameterInfo& p) const;
   Tensor Gradient(const ParameterInfo& p) const;
   const ParameterInfo* Find(const std::string& name) const;
@@ -115,6 +135,13 @@ class GptModel {
  private:
   GptModel() = default;
   Status AllocateBuffers();
+  Status AllocateShardedBuffers(int64_t flat);  // stage >= 2 (gpt_sharding.cpp)
+  // Stage >= 2: before local block i's forward or backward (stage 3 gathers its parameters;
+  // backward readies its gradient bucket), and after its backward (the bucket's reduce-scatter).
+  Status BeforeBlock(int i, bool backward);
+  Status AfterBlockBackward(int i);
+  Status GatherBlock(int i);
+  Status SetShardedParameters(const std::vector<float>& flat);  // stage 3
   // Without gelu_output: fc_out left empty; without norm_outputs: ln1_out and ln2_out. A MoE
   // layer's (moe) has the MoE layer's buffers instead of the MLP's; `dense` adds the MLP's.
   BlockActivations AllocateBlockActivations(bool gelu_output, bool norm_outputs = true,
@@ -144,8 +171,16 @@ class GptModel {
   std::vector<ParameterInfo> params_;
   Tensor param_buffer_, grad_buffer_;
   std::vector<void*> allocations_;
-  DType compute_ = DType::kF32;  // the backend's compute dtype
-  bool sizing_only_ = false;     // BufferBytes: Alloc counts instead of allocating
+  // Sharded storage (stage >= 2): this rank's shard of the gradients (and, stage 3, of the
+  // parameters), two gradient buckets and (stage 3) two gathered blocks, used alternately.
+  ShardLayout layout_;
+  Communicator* shard_ = nullptr;
+  bool prefetch_ = true;
+  Tensor grad_shard_, param_shard_, grad_bucket_[2], gathered_[2];
+  int gathered_ahead_ = -1;           // stage 3: the block whose gather is already issued
+  std::vector<int> block_backwards_;  // backward passes through each local block this step
+  DType compute_ = DType::kF32;       // the backend's compute dtype
+  bool sizing_only_ = false;          // BufferBytes: Alloc counts instead of allocating
   ModelBufferBytes sized_;
   size_t ModelBufferBytes::*sizing_kind_ = &ModelBufferBytes::scratch;  // what Alloc counts into
   Status alloc_status_;                                    // the first failed allocation

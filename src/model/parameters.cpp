@@ -2,6 +2,7 @@
 // layer partition over pipeline stages, and GPT-2 initialisation of full tensors.
 #include "model/parameters.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -24,7 +25,8 @@ ModelPartition MakePartition(const ModelConfig& model, const DistributedConfig& 
   std::vector<int> counts = StageLayerCounts(model.num_layers, dist.pp_degree, dist.pp_layers);
   for (int s = 0; s < pp_rank; ++s) part.first_layer += counts[s];
   part.num_layers = counts[pp_rank];
-  part.flat_shards = dist.zero_stage1 ? dist.dp_degree : 1;
+  part.zero_stage = dist.zero_stage();
+  part.flat_shards = part.zero_stage > 0 ? dist.sharding.sharding_degree : 1;
   return part;
 }
 
@@ -65,17 +67,26 @@ std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
     list.push_back(std::move(p));
   }
   // Buffer order: decayed tensors first (one AdamW span), then the rest; stable within each.
+  // From ZeRO stage 2 on, that order within each unit: outside the blocks first, then each block.
+  const bool units = part.zero_stage >= 2;
+  std::vector<int> unit_layers = {-1};
+  for (int l = 0; units && l < part.num_layers; ++l) unit_layers.push_back(part.first_layer + l);
+  const size_t unit_align = 64 * static_cast<size_t>(std::max(1, part.flat_shards));
   std::vector<ParameterInfo> ordered;
-  for (int pass = 0; pass < 2; ++pass)
-    for (const ParameterInfo& p : list)
-      if (p.weight_decay == (pass == 0)) ordered.push_back(p);
   size_t offset = 0;
-  for (ParameterInfo& p : ordered) {
-    p.offset = offset;
-    // Keep every tensor 64-element aligned (256 bytes in f32) for vectorised kernels, except
-    // within a run of contiguous ones (they form one matrix).
-    offset += p.contiguous_with_next ? static_cast<size_t>(p.local_numel())
-                                     : (static_cast<size_t>(p.local_numel()) + 63) / 64 * 64;
+  for (int unit : unit_layers) {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const ParameterInfo& p : list) {
+        if (p.weight_decay != (pass == 0) || (units && p.layer != unit)) continue;
+        ordered.push_back(p);
+        ordered.back().offset = offset;
+        // Keep every tensor 64-element aligned (256 bytes in f32) for vectorised kernels, except
+        // within a run of contiguous ones (they form one matrix).
+        offset += p.contiguous_with_next ? static_cast<size_t>(p.local_numel())
+                                         : (static_cast<size_t>(p.local_numel()) + 63) / 64 * 64;
+      }
+    }
+    if (units) offset = (offset + unit_align - 1) / unit_align * unit_align;
   }
   return ordered;
 }

@@ -21,9 +21,14 @@ struct ModelPartition {
   int pp_size = 1;
   int first_layer = 0;  // first transformer block held by this stage
   int num_layers = 0;   // blocks held by this stage
-  // The flat buffers split into this many equal pieces: the DP size under ZeRO-1
-  // (Distributed.zero_stage1, each DP rank updates one piece), else 1.
+  // The flat buffers split into this many equal pieces: the sharding degree when the state is
+  // sharded (Distributed.sharding, each sharding rank updates one piece), else 1.
   int flat_shards = 1;
+  // The ZeRO stage (0: nothing sharded; 1 optimizer state; 2 + gradients; 3 + parameters). From
+  // stage 2 on, the buffers are laid out in units (shard_layout.h): the parameters outside the
+  // blocks, then one unit per block, each split into flat_shards pieces.
+  int zero_stage = 0;
+  int shard_rank = 0;  // this rank's index in the sharding group
   bool first_stage() const { return pp_rank == 0; }
   bool last_stage() const { return pp_rank == pp_size - 1; }
 };
@@ -71,7 +76,9 @@ ModelPartition MakePartition(const ModelConfig& model, const DistributedConfig& 
                              int pp_rank);
 
 // The parameters this rank holds, in buffer order (decayed tensors first, then the rest, so that
-// AdamW runs in two launches); offsets filled in.
+// AdamW runs in two launches; from ZeRO stage 2 on, that order within each unit: the tensors
+// outside the blocks, then block by block, each unit padded to 64 x flat_shards elements);
+// offsets filled in.
 std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model, const ModelPartition& part);
 // Every parameter of the model, as one rank holding all of it would see it (tp 1, pp 1).
 std::vector<ParameterInfo> FullParameterList(const ModelConfig& model);

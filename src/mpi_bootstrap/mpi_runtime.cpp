@@ -181,6 +181,13 @@ Status MpiRuntime::MakeGroups(const Topology& topo, ProcessGroups* out) {
   MPI_CHECK(split(c.dp + topo.dp * c.pp, c.tp, "tp", &out->tp));
   MPI_CHECK(split(c.tp + topo.tp * c.pp, c.dp, "dp", &out->dp));
   MPI_CHECK(split(c.tp + topo.tp * c.dp, c.pp, "pp", &out->pp));
+  // The sharding group (same tp, replica, pp) and the replica group (same tp, shard, pp), from
+  // the order string's dimensions.
+  int color = 0, key = 0;
+  topo.Group(rank_, kDimSharding, &color, &key);
+  MPI_CHECK(split(color, key, "sharding", &out->sharding));
+  topo.Group(rank_, kDimReplica, &color, &key);
+  MPI_CHECK(split(color, key, "replica", &out->replica));
   const bool ends = topo.pp > 1 && (c.pp == 0 || c.pp == topo.pp - 1);
   MPI_CHECK(
       split(ends ? c.tp + topo.tp * c.dp : MPI_UNDEFINED, c.pp, "embedding", &out->embedding));

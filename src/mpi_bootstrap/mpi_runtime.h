@@ -49,6 +49,9 @@ struct ProcessGroups {
   Topology topology;
   Topology::Coord coord;
   std::unique_ptr<MpiCommunicator> tp, dp, pp;
+  // Sharding (Distributed.sharding): the ranks sharing one copy of the sharded state, and the
+  // replicas of one shard (pure data parallelism across sharding groups).
+  std::unique_ptr<MpiCommunicator> sharding, replica;
   // First and last pipeline stage of the same (tp, dp) coordinates: sums the tied embedding's
   // gradient. Null on middle stages and when pp == 1.
   std::unique_ptr<MpiCommunicator> embedding;

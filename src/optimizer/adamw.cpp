@@ -8,64 +8,69 @@
 namespace trainer {
 namespace {
 
-// [lo, hi) of `span` inside [begin, end); empty (lo == hi) when they do not meet.
-std::pair<size_t, size_t> Intersect(std::pair<size_t, size_t> span, size_t begin, size_t end) {
-  const size_t lo = std::max(span.first, begin), hi = std::min(span.second, end);
-  return {lo, std::max(lo, hi)};
-}
-
 char* ElementAddress(const Tensor& t, size_t index) {
   return static_cast<char*>(t.data) + index * DTypeSize(t.dtype);
 }
 
 }  // namespace
 
-size_t AdamW::BufferBytes(const std::vector<ParameterInfo>& params, int shards) {
+size_t AdamW::BufferBytes(const std::vector<ParameterInfo>& params, int shards, bool offload) {
   const size_t piece = FlatBufferElements(params, shards) / static_cast<size_t>(shards);
-  return 3 * Backend::AllocationSize(piece * sizeof(float)) +
+  return (offload ? 0 : 3 * Backend::AllocationSize(piece * sizeof(float))) +
          Backend::AllocationSize(sizeof(double));
 }
 
 AdamW::~AdamW() {
   for (void* p : allocations_) model_->backend()->Free(p);
+  for (void* p : host_allocations_) host_->Free(p);
 }
 
 Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicator* shard_group,
-                     std::unique_ptr<AdamW>* out) {
+                     std::unique_ptr<AdamW>* out, bool offload) {
   std::unique_ptr<AdamW> o(new AdamW());
   o->model_ = model;
   o->config_ = config;
+  if (offload) o->host_ = MakeCpuBackend();
   const auto& params = model->parameters();
   o->total_ = TotalLocalElements(params);
-  o->first_no_decay_ = FirstNoDecayElement(params);
   const int shards = model->partition().flat_shards;
-  o->shard_size_ = FlatBufferElements(params, shards) / static_cast<size_t>(shards);
+  o->shard_size_ = model->shard_layout().shard_elements();
   if (shards > 1) {
-    TRAINER_ASSERT(shard_group != nullptr && shard_group->size() == shards,
-                   "ZeRO-1 needs the DP group the flat buffers are split over");
+    TRAINER_ASSERT(shard_group != nullptr && shard_group->size() == shards &&
+                       shard_group->rank() == model->shard_layout().rank(),
+                   "sharding needs the group the flat buffers are split over");
     o->shard_group_ = shard_group;
-    o->shard_begin_ = static_cast<size_t>(shard_group->rank()) * o->shard_size_;
   }
   Backend* be = model->backend();
+  Backend* state = o->state_backend();
   for (Tensor* t : {&o->master_, &o->m_, &o->v_}) {
     void* p = nullptr;
-    TRAINER_RETURN_IF_ERROR(be->Allocate(o->shard_size_ * sizeof(float), &p));
-    o->allocations_.push_back(p);
+    TRAINER_RETURN_IF_ERROR(state->Allocate(o->shard_size_ * sizeof(float), &p));
+    (o->host_ ? o->host_allocations_ : o->allocations_).push_back(p);
     *t = Tensor(p, DType::kF32, {static_cast<int64_t>(o->shard_size_)});
   }
+  if (o->host_) TRAINER_RETURN_IF_ERROR(o->SetUpOffload());
   void* norm = nullptr;
   TRAINER_RETURN_IF_ERROR(be->Allocate(sizeof(double), &norm));
   o->allocations_.push_back(norm);
   o->grad_norm_squared_ = Tensor(norm, DType::kF64, {1});
-  // Merge neighbouring canonical parameters into spans (padding between them is zero).
+  // Merge neighbouring parameters into spans (padding between them is zero): canonical ones for
+  // the norm, and runs of equal weight decay for the update.
+  const size_t flat = model->shard_layout().flat_elements();
   for (size_t i = 0; i < params.size(); ++i) {
-    if (!params[i].canonical) continue;
     const size_t begin = params[i].offset;
-    const size_t end = i + 1 < params.size() ? params[i + 1].offset : o->total_;
-    if (!o->canonical_spans_.empty() && o->canonical_spans_.back().second == begin)
-      o->canonical_spans_.back().second = end;
+    const size_t end = i + 1 < params.size() ? params[i + 1].offset : flat;
+    auto& decay = o->decay_spans_;
+    if (!decay.empty() && decay.back().second == params[i].weight_decay)
+      decay.back().first.second = end;
     else
-      o->canonical_spans_.emplace_back(begin, end);
+      decay.push_back({{begin, end}, params[i].weight_decay});
+    if (!params[i].canonical) continue;
+    const size_t canonical_end = i + 1 < params.size() ? end : o->total_;
+    if (!o->canonical_spans_.empty() && o->canonical_spans_.back().second == begin)
+      o->canonical_spans_.back().second = canonical_end;
+    else
+      o->canonical_spans_.emplace_back(begin, canonical_end);
   }
   *out = std::move(o);
   return Status::Ok();
@@ -80,49 +85,73 @@ Status AdamW::SetMaster(const std::vector<float>& flat) {
 Status AdamW::Download(int which, std::vector<float>* flat) const {
   const Tensor& t = which == 0 ? master_ : which == 1 ? m_ : v_;
   Backend* be = model_->backend();
+  const ShardLayout& layout = model_->shard_layout();
+  flat->assign(layout.flat_elements(), 0.f);
+  if (!sharded()) {
+    TRAINER_RETURN_IF_ERROR(
+        state_backend()->CopyToHost(flat->data(), t.data, total_ * sizeof(float)));
+    flat->resize(total_);
+    return Status::Ok();
+  }
+  // Unit by unit: every rank's piece into its place in a scratch buffer of the unit's size (free
+  // between steps), gathered there (after the copy, on the group's stream where it has one),
+  // then copied out.
+  void* stream = BackendStream(be);
+  for (int u = 0; u < static_cast<int>(layout.units().size()); ++u) {
+    const ShardUnit& unit = layout.units()[u];
+    const size_t piece = layout.piece(u);
+    const Tensor scratch = model_->GradScratch(u);
+    char* mine = ElementAddress(scratch, piece * static_cast<size_t>(layout.rank()));
+    const char* from = ElementAddress(t, unit.shard_offset);
+    TRAINER_RETURN_IF_ERROR(host_ ? be->CopyToDevice(mine, from, piece * sizeof(float))
+                                  : be->CopyDeviceToDevice(mine, from, piece * sizeof(float)));
+    TRAINER_RETURN_IF_ERROR(shard_group_->StartAfter(stream));
+    TRAINER_RETURN_IF_ERROR(shard_group_->AllGather(mine, scratch.data, piece, DType::kF32));
+    TRAINER_RETURN_IF_ERROR(shard_group_->FinishBefore(stream));
+    TRAINER_RETURN_IF_ERROR(
+        be->CopyToHost(flat->data() + unit.begin, scratch.data, unit.size * sizeof(float)));
+  }
   flat->resize(total_);
-  if (!sharded()) return be->CopyToHost(flat->data(), t.data, total_ * sizeof(float));
-  // Every rank's piece into its place in the gradient buffer, gathered there, then copied out.
-  const Tensor scratch = model_->gradient_buffer();
-  char* mine = ElementAddress(scratch, shard_begin());
-  TRAINER_RETURN_IF_ERROR(be->CopyDeviceToDevice(mine, t.data, shard_size_ * sizeof(float)));
-  TRAINER_RETURN_IF_ERROR(shard_group_->AllGather(mine, scratch.data, shard_size_, DType::kF32));
-  return be->CopyToHost(flat->data(), scratch.data, total_ * sizeof(float));
+  return Status::Ok();
 }
 
 Status AdamW::Upload(int which, const std::vector<float>& flat) {
   const Tensor& t = which == 0 ? master_ : which == 1 ? m_ : v_;
   TRAINER_ASSERT(flat.size() == total_, "optimizer state size mismatch");
-  // This rank's piece of `flat`; past the last parameter (padding of the last piece) it is zero.
-  const auto [lo, hi] = Intersect({0, total_}, shard_begin(), shard_end());
-  Backend* be = model_->backend();
-  if (hi > lo)
-    TRAINER_RETURN_IF_ERROR(be->CopyToDevice(t.data, flat.data() + lo, (hi - lo) * sizeof(float)));
-  const size_t copied = hi - lo;
-  if (copied == shard_size_) return Status::Ok();
-  return be->Zero(t.rows(static_cast<int64_t>(copied), static_cast<int64_t>(shard_size_ - copied)));
+  // This rank's pieces of `flat`; past the last parameter (padding) they are zero.
+  Backend* be = state_backend();
+  TRAINER_RETURN_IF_ERROR(be->Zero(t));
+  Status status;
+  model_->shard_layout().ForEachOwned(0, total_, [&](int, size_t at, size_t to, size_t n) {
+    if (status.ok())
+      status = be->CopyToDevice(ElementAddress(t, to), flat.data() + at, n * sizeof(float));
+  });
+  return status;
 }
 
-Status AdamW::ReduceScatterGradients() {
-  TRAINER_ASSERT(sharded(), "ReduceScatterGradients without ZeRO-1");
-  const Tensor grads = model_->gradient_buffer();
-  return shard_group_->ReduceScatter(grads.data, ElementAddress(grads, shard_begin()), shard_size_,
-                                     DType::kF32);
+Status AdamW::ReduceScatterGradients(int u, const Tensor& grads) {
+  TRAINER_ASSERT(sharded(), "ReduceScatterGradients without sharding");
+  return shard_group_->ReduceScatter(grads.data, model_->GradPiece(u).data,
+                                     model_->shard_layout().piece(u), DType::kF32);
 }
 
 Status AdamW::QueueLocalGradNormSquared() {
   Backend* be = model_->backend();
-  const Tensor grads = model_->gradient_buffer();
+  const ShardLayout& layout = model_->shard_layout();
   bool first = true;  // the first span sets the sum, the others add to it
-  for (const auto& whole : canonical_spans_) {
-    const auto [begin, end] = Intersect(whole, shard_begin(), shard_end());
-    if (end == begin) continue;
-    TRAINER_RETURN_IF_ERROR(
-        be->SumInto(grad_norm_squared_,
-                    grads.rows(static_cast<int64_t>(begin), static_cast<int64_t>(end - begin)),
-                    SumOf::kSquares, !first));
-    first = false;
+  Status status;
+  for (const auto& [lo, hi] : canonical_spans_) {
+    layout.ForEachOwned(lo, hi, [&](int u, size_t at, size_t, size_t n) {
+      if (!status.ok()) return;
+      const Tensor piece = model_->GradPiece(u);
+      status = be->SumInto(
+          grad_norm_squared_,
+          piece.rows(static_cast<int64_t>(at - layout.piece_begin(u)), static_cast<int64_t>(n)),
+          SumOf::kSquares, !first);
+      first = false;
+    });
   }
+  TRAINER_RETURN_IF_ERROR(status);
   return first ? be->SumInto(grad_norm_squared_, Tensor(), SumOf::kSquares, false) : Status::Ok();
 }
 
@@ -151,22 +180,38 @@ Status AdamW::StepWith(AdamWParams p) {
   p.beta1 = static_cast<float>(config_.beta1);
   p.beta2 = static_cast<float>(config_.beta2);
   p.eps = static_cast<float>(config_.eps);
-  const Tensor params = model_->parameter_buffer(), grads = model_->gradient_buffer();
-  const size_t flat_end = static_cast<size_t>(params.numel());
-  const std::pair<size_t, size_t> spans[2] = {{0, first_no_decay_}, {first_no_decay_, flat_end}};
-  for (int i = 0; i < 2; ++i) {
-    const auto [begin, end] = Intersect(spans[i], shard_begin(), shard_end());
-    if (end == begin) continue;
-    const int64_t at = static_cast<int64_t>(begin), n = static_cast<int64_t>(end - begin);
-    const int64_t local = static_cast<int64_t>(begin - shard_begin());
-    p.weight_decay = i == 0 ? static_cast<float>(config_.weight_decay) : 0.f;
-    TRAINER_RETURN_IF_ERROR(model_->backend()->AdamW(params.rows(at, n), master_.rows(local, n),
-                                                     grads.rows(at, n), m_.rows(local, n),
-                                                     v_.rows(local, n), p));
+  if (host_) return OffloadedStep(p);
+  Backend* be = model_->backend();
+  const ShardLayout& layout = model_->shard_layout();
+  Status status;
+  for (const auto& [span, decayed] : decay_spans_) {
+    p.weight_decay = decayed ? static_cast<float>(config_.weight_decay) : 0.f;
+    layout.ForEachOwned(span.first, span.second, [&](int u, size_t at, size_t to, size_t n) {
+      if (!status.ok()) return;
+      const int64_t local = static_cast<int64_t>(at - layout.piece_begin(u)),
+                    shard = static_cast<int64_t>(to), count = static_cast<int64_t>(n);
+      status = be->AdamW(model_->ParamPiece(u).rows(local, count), master_.rows(shard, count),
+                         model_->GradPiece(u).rows(local, count), m_.rows(shard, count),
+                         v_.rows(shard, count), p);
+    });
   }
+  TRAINER_RETURN_IF_ERROR(status);
+  return GatherWholeUnits();
+}
+
+Status AdamW::GatherWholeUnits() {
   if (!sharded()) return Status::Ok();
-  return shard_group_->AllGather(ElementAddress(params, shard_begin()), params.data, shard_size_,
-                                 params.dtype);
+  // Every unit kept whole gathers its pieces (in place: the piece is the unit's rows).
+  const ShardLayout& layout = model_->shard_layout();
+  void* stream = BackendStream(model_->backend());
+  TRAINER_RETURN_IF_ERROR(shard_group_->StartAfter(stream));
+  for (int u = 0; u < static_cast<int>(layout.units().size()); ++u) {
+    const Tensor whole = model_->ParamWhole(u);
+    if (whole.empty()) continue;
+    TRAINER_RETURN_IF_ERROR(shard_group_->AllGather(model_->ParamPiece(u).data, whole.data,
+                                                    layout.piece(u), whole.dtype));
+  }
+  return shard_group_->FinishBefore(stream);
 }
 
 }  // namespace trainer

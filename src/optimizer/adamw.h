@@ -2,10 +2,11 @@
 // LayerNorm parameters, which sit after the decayed ones in the flat buffer), and the global
 // gradient norm that counts each replicated parameter once.
 //
-// ZeRO-1 (Distributed.zero_stage1): given the DP group, the flat buffers split into one equal
-// piece per DP rank (ModelPartition::flat_shards). The gradients are reduce-scattered instead of
-// all-reduced, each rank keeps master weights and moments for its piece only and updates it, and
-// an all-gather of the compute-dtype parameters gives every rank the whole model again.
+// Sharding (Distributed.sharding, ZeRO stages 1-3): given the sharding group, each rank keeps
+// master weights and moments for its shard only (shard_layout.h: its piece of every unit of the
+// flat buffers), updates it from the summed gradients of its pieces (GptModel::GradPiece) and
+// all-gathers the compute-dtype parameters of each unit that is kept whole (stage 3 keeps the
+// blocks' parameters sharded and gathers them before each use instead).
 #pragma once
 
 #include <vector>
@@ -17,16 +18,24 @@ namespace trainer {
 
 class AdamW {
  public:
-  // `shard_group`: the DP group when the model's flat buffers are split over it
+  // `shard_group`: the sharding group when the model's flat buffers are split over it
   // (partition().flat_shards == its size > 1), else nullptr.
+  // `offload` (Distributed.sharding.sharding_offload): the master weights and moments live in
+  // host memory and the CPU backend's AdamW updates them from a host copy of the shard's
+  // gradients; the compute-dtype weights go back to the model's backend (adamw_offload.cpp).
   static Status Create(GptModel* model, const OptimizerConfig& config, Communicator* shard_group,
-                       std::unique_ptr<AdamW>* out);
+                       std::unique_ptr<AdamW>* out, bool offload = false);
   // Backend bytes that Create allocates for a model with `params` split into `shards` pieces:
-  // master weights and moments of one piece, and the device gradient norm (arena sizing).
-  static size_t BufferBytes(const std::vector<ParameterInfo>& params, int shards);
+  // master weights and moments of one piece (unless offloaded), and the device gradient norm
+  // (arena sizing); and the host bytes that offload allocates instead.
+  static size_t BufferBytes(const std::vector<ParameterInfo>& params, int shards,
+                            bool offload = false);
+  static size_t OffloadedBytes(const std::vector<ParameterInfo>& params, int shards,
+                               DType compute_dtype);
   ~AdamW();
 
   bool sharded() const { return shard_group_ != nullptr; }
+  bool offloaded() const { return host_ != nullptr; }
   // Set master weights (host f32, buffer order) and the model's compute copy from them.
   Status SetMaster(const std::vector<float>& flat);
   // Host copies of the whole state for checkpoints, in buffer order: which = 0 master, 1 first
@@ -35,8 +44,9 @@ class AdamW {
   Status Download(int which, std::vector<float>* flat) const;
   Status Upload(int which, const std::vector<float>& flat);
 
-  // Sharded only: sum the gradients over the DP group, leaving this rank the sums of its piece.
-  Status ReduceScatterGradients();
+  // Sharded only: sum the gradients of unit u (whole in `grads`) over the sharding group into
+  // this rank's piece (GptModel::GradPiece).
+  Status ReduceScatterGradients(int u, const Tensor& grads);
   // Squared L2 norm of the canonical gradients this rank updates, left in device memory (nothing
   // waits for the GPU). Summed over ranks it is the global one: over one DP replica, or over every
   // DP rank when sharded. Where this rank's sum is already global (no TP, PP or ZeRO-1 split),
@@ -52,18 +62,28 @@ class AdamW {
 
  private:
   AdamW() = default;
-  // [begin, end) of the flat buffers that this rank updates.
-  size_t shard_begin() const { return shard_begin_; }
   Status StepWith(AdamWParams p);
-  size_t shard_end() const { return shard_begin_ + shard_size_; }
+  // Offload: the update on the host (adamw_offload.cpp), then the gather of the whole units.
+  Status SetUpOffload();
+  Status OffloadedStep(const AdamWParams& p);
+  Status GatherWholeUnits();
+  // Where master_, m_ and v_ live: the host backend when offloaded, else the model's.
+  Backend* state_backend() const { return host_ ? host_.get() : model_->backend(); }
   GptModel* model_ = nullptr;
+  std::unique_ptr<Backend> host_;  // offload: the CPU backend that holds the state
+  // Offload's host staging, shard_size_ elements each: the gradients (f32), the updated weights
+  // (f32, as the CPU AdamW writes them) and their compute-dtype copy (unless that is f32).
+  Tensor host_grads_, host_params_, host_compute_;
+  std::vector<void*> host_allocations_;
   OptimizerConfig config_;
   Communicator* shard_group_ = nullptr;
-  Tensor master_, m_, v_;     // shard_size_ elements each, for [shard_begin_, shard_end())
+  Tensor master_, m_, v_;     // shard_size_ elements each: this rank's pieces, back to back
   Tensor grad_norm_squared_;  // (1) f64, QueueLocalGradNormSquared's result
-  size_t total_ = 0, first_no_decay_ = 0, shard_begin_ = 0, shard_size_ = 0;
-  // Contiguous [begin, end) element ranges of canonical parameters, for the norm.
+  size_t total_ = 0, shard_size_ = 0;
+  // Contiguous [begin, end) element ranges of canonical parameters, for the norm, and of
+  // decayed and non-decayed parameters (the first of each pair: decayed), for the update.
   std::vector<std::pair<size_t, size_t>> canonical_spans_;
+  std::vector<std::pair<std::pair<size_t, size_t>, bool>> decay_spans_;
   std::vector<void*> allocations_;
 };
 

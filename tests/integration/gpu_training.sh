@@ -15,8 +15,7 @@
 #  - a diverging run on GPUs stops every rank with exit code 6 and saves nothing from it
 #    (diverge.sh with DIVERGE_DEVICE=cuda).
 source "$(dirname "$0")/lib.sh"
-GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-[ "${GPUS:-0}" -ge 1 ] || { echo "skip: no GPU visible"; exit 77; }
+require_gpus 1
 make_small_dataset data.h5
 COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Model.hidden_size=128
         -o Model.num_layers=4 -o Model.num_heads=4 -o Model.max_seq_len=128

@@ -54,6 +54,20 @@ TINY_LAYOUT_MOE=("${TINY_LAYOUT_LLAMA[@]}" -o Model.num_experts=4 -o Model.moe_r
                  -o Model.moe_first_k_dense=1 -o Model.moe_layer_freq=2
                  -o Model.moe_aux_loss_coeff=0.01 -o Model.moe_z_loss_coeff=0.001)
 
+# run_layout NAME NP OVERRIDES...: `trainer train` of "${COMMON[@]}" on NP ranks into NAME/, its
+# log in NAME.log (the layout comparisons: parallel_layouts.sh, sharding_layouts.sh).
+run_layout() {
+  local name=$1 np=$2; shift 2
+  run_np "$np" train "${COMMON[@]}" -o Engine.output_dir="$name" "$@" > "$name.log" 2>&1 ||
+    { tail -20 "$name.log"; fail "layout $name exited non-zero"; }
+}
+
+# require_gpus N: exit 77 (CTest's skip) unless at least N GPUs are visible; sets GPUS.
+require_gpus() {
+  GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  [ "${GPUS:-0}" -ge "$1" ] || { echo "skip: fewer than $1 GPU(s) visible"; exit 77; }
+}
+
 # expect_error CODE TEXT COMMAND...: exit code CODE and exactly one error line containing TEXT.
 expect_error() {
   local code=$1 text=$2 rc=0

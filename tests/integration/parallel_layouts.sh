@@ -32,11 +32,6 @@ case ${LAYOUT_MODEL:-gpt2} in
 esac
 read -r -a EXTRA <<< "${LAYOUT_EXTRA:-}"
 COMMON=("${MODEL[@]}" "${EXTRA[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)
-run_layout() {  # name np overrides...
-  local name=$1 np=$2; shift 2
-  run_np "$np" train "${COMMON[@]}" -o Engine.output_dir="$name" "$@" > "$name.log" 2>&1 ||
-    { tail -20 "$name.log"; fail "layout $name exited non-zero"; }
-}
 run_layout single 1
 LAYOUTS=${TRAINER_TEST_LAYOUTS:-${DEFAULT_LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 dp2-tp2 tp2-pp2 dp2-pp2 dp2-tp2-pp2 tp2-sp tp2-pp2-sp tp2-pp2-rc dp2-z1 dp4-z1 dp2-tp2-pp2-sp-z1"}}
 for layout in $LAYOUTS; do

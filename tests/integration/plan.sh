@@ -26,8 +26,22 @@ expect_plan() {
 # bf16 weights (2) + f32 gradients (4) + f32 master and two moments (12, or 12/dp under ZeRO-1).
 expect_plan one 1 "$PARAMS" 18
 expect_plan dp2-zero1 2 "$PARAMS" 12 -o Distributed.zero_stage1=true
-grep -q "ZeRO-1: master/moments split over dp" dp2-zero1.txt || fail "dp2-zero1: no ZeRO-1 line"
+grep -q "; sharding stage 1 over 2 ranks x 1 replicas" dp2-zero1.txt || fail "dp2-zero1: no sharding line"
 expect_plan dp2 2 "$PARAMS" 18 -o Distributed.zero_stage1=false
+# Sharding stages 2-3 over N ranks (docs/config.md): whole bf16 weights (2), the whole f32
+# gradients of the tensors outside the blocks (TAIL), two f32 gradient buckets of a block, and
+# 16/N (the shards of the gradients, master weights and moments); stage 3 holds the blocks'
+# weights as a shard (2/N) and two gathered blocks, and the tail's weights whole.
+TAIL=$(( V * C + T * C + 2 * C )) BLOCK=$(( 12 * C * C + 13 * C ))
+for n in 2 4; do
+  shard=(-o Distributed.zero_stage1=false -o Distributed.sharding.sharding_degree=$n)
+  bytes=$(awk -v p="$PARAMS" -v t="$TAIL" -v b="$BLOCK" -v n="$n" \
+    'BEGIN { printf "%.9f", (2 * p + 4 * t + 8 * b + 16 * p / n) / p }')
+  expect_plan "stage2-n$n" "$n" "$PARAMS" "$bytes" "${shard[@]}" -o Distributed.sharding.sharding_stage=2
+  bytes=$(awk -v p="$PARAMS" -v t="$TAIL" -v b="$BLOCK" -v n="$n" \
+    'BEGIN { printf "%.9f", (6 * t + 12 * b + 18 * p / n) / p }')
+  expect_plan "stage3-n$n" "$n" "$PARAMS" "$bytes" "${shard[@]}" -o Distributed.sharding.sharding_stage=3
+done
 # tp2: the linears' weights and the column-parallel biases split; LayerNorms, wpe, row-parallel
 # biases stay whole; wte is split by vocabulary rows.
 TP2=$(( V * C / 2 + T * C + L * (4 * C + (3 * C * C + 3 * C) / 2 + C * C / 2 + C + (4 * C * C + 4 * C) / 2 + 4 * C * C / 2 + C) + 2 * C ))

@@ -76,6 +76,11 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Distributed.pp_layers",
                                              "Distributed.zero_stage1",
                                              "Distributed.overlap_grad_reduce",
+                                             "Distributed.sharding.sharding_degree",
+                                             "Distributed.sharding.sharding_stage",
+                                             "Distributed.sharding.sharding_offload",
+                                             "Distributed.sharding.reduce_overlap",
+                                             "Distributed.sharding.broadcast_overlap",
                                              "Engine.max_steps",
                                              "Engine.logging_freq",
                                              "Engine.eval_freq",
@@ -158,6 +163,9 @@ TEST_F(ConfigTest, ReadsEveryTypeFromYaml) {
                                "  sequence_parallel: true\n"
                                "Distributed:\n"
                                "  pp_layers: [3, 1]\n"
+                               "  sharding:\n"
+                               "    sharding_degree: 4\n"
+                               "    reduce_overlap: false\n"
                                "Optimizer:\n"
                                "  lr: 3e-4\n"
                                "  eps: 1.0e-8\n"
@@ -173,6 +181,8 @@ TEST_F(ConfigTest, ReadsEveryTypeFromYaml) {
   EXPECT_EQ(config->model.hidden_size, 96);
   EXPECT_TRUE(config->model.sequence_parallel);
   EXPECT_EQ(config->distributed.pp_layers, (std::vector<int>{3, 1}));
+  EXPECT_EQ(config->distributed.sharding.sharding_degree, 4);  // a nested map
+  EXPECT_FALSE(config->distributed.sharding.reduce_overlap);
   EXPECT_EQ(config->optimizer.lr, 3e-4);
   EXPECT_EQ(config->optimizer.eps, 1e-8);
   EXPECT_EQ(config->data.train_path, "data/a b#c.h5");
@@ -327,6 +337,11 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.distributed.ep_degree, b.distributed.ep_degree);
   EXPECT_EQ(a.distributed.pp_layers, b.distributed.pp_layers);
   EXPECT_EQ(a.distributed.zero_stage1, b.distributed.zero_stage1);
+  EXPECT_EQ(a.distributed.sharding.sharding_degree, b.distributed.sharding.sharding_degree);
+  EXPECT_EQ(a.distributed.sharding.sharding_stage, b.distributed.sharding.sharding_stage);
+  EXPECT_EQ(a.distributed.sharding.sharding_offload, b.distributed.sharding.sharding_offload);
+  EXPECT_EQ(a.distributed.sharding.reduce_overlap, b.distributed.sharding.reduce_overlap);
+  EXPECT_EQ(a.distributed.sharding.broadcast_overlap, b.distributed.sharding.broadcast_overlap);
   EXPECT_EQ(a.engine.max_steps, b.engine.max_steps);
   EXPECT_EQ(a.engine.logging_freq, b.engine.logging_freq);
   EXPECT_EQ(a.engine.eval_freq, b.engine.eval_freq);
@@ -370,7 +385,7 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   c.model.seq_len = 1000;
   c.model.recompute = "block";
   c.model.sequence_parallel = true;
-  c.distributed = {3, 2, 4, 1, {10, 12, 13, 13}, true};
+  c.distributed = {3, 2, 4, 1, {10, 12, 13, 13}, true, {4, 3, true, false, false}};
   c.engine = {12345, 7, 0, 9, 250, "out dir/with: colon # and hash", "fp32"};
   c.optimizer = {6e-4, 1.0 / 3.0, 700, 18000, 0.0, 0.8999999999999999, 0.999, 1e-12, 0.0, "linear"};
   c.data = {"data/\"quoted\"\\back\tslash\n.h5", "0.5, 2", "", 0.05};
@@ -383,7 +398,10 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   // All sections and keys, in AllConfigKeys order.
   size_t position = 0;
   for (const std::string& key : AllConfigKeys()) {
-    std::string name = "\n  " + key.substr(key.find('.') + 1) + ": ";
+    // A nested key (Distributed.sharding.sharding_degree) sits indented under its map.
+    std::string name = key.substr(key.find('.') + 1);
+    const bool nested = name.find('.') != std::string::npos;
+    name = (nested ? "\n    " + name.substr(name.find('.') + 1) : "\n  " + name) + ": ";
     size_t found = text.find(name, position);
     EXPECT_NE(found, std::string::npos) << key << "\n" << text;
     position = found == std::string::npos ? position : found;

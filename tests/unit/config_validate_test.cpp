@@ -32,8 +32,62 @@ TEST(ConfigValidate, DerivesDataParallelDegree) {
       ValidateWith({"Distributed.zero_stage1=true", "Distributed.overlap_grad_reduce=true",
                     "Global.global_batch_size=8"},
                    2),
-      {"Distributed.zero_stage1=true and Distributed.overlap_grad_reduce=true",
-       "Set one of them to false"});
+      {"Distributed.sharding.sharding_degree=2 and Distributed.overlap_grad_reduce=true",
+       "Set Distributed.overlap_grad_reduce=false"});
+}
+
+// Defaults plus a training file, then `overrides`, validated for `world_size`; the config.
+StatusOr<TrainConfig> Validated(std::vector<std::string> overrides, int world_size) {
+  overrides.insert(overrides.begin(), "Data.train_path=train.h5");
+  StatusOr<TrainConfig> config = LoadConfig("", overrides);
+  if (!config.ok()) return config.status();
+  TRAINER_RETURN_IF_ERROR(ValidateConfig(&config.value(), world_size));
+  return config;
+}
+
+TEST(ConfigValidate, ShardingKeysAndTheZeroStage1Alias) {
+  // dp x sharding x tp x pp = world; the batch counts sharding ranks as data ranks.
+  auto config = Validated({"Distributed.sharding.sharding_degree=2", "Distributed.tp_degree=2",
+                           "Global.global_batch_size=16"},
+                          8);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->distributed.dp_degree, 2);
+  EXPECT_EQ(config->distributed.data_parallel_size(), 4);
+  EXPECT_EQ(config->distributed.zero_stage(), 1);
+  EXPECT_EQ(config->gradient_accumulation_steps(), 2);  // 16 / (2 * 4)
+  EXPECT_TRUE(config->notices.empty());
+  // zero_stage1 becomes sharding over every data rank at stage 1, and says so once.
+  config = Validated({"Distributed.zero_stage1=true", "Global.global_batch_size=8"}, 4);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_FALSE(config->distributed.zero_stage1);
+  EXPECT_EQ(config->distributed.dp_degree, 1);
+  EXPECT_EQ(config->distributed.sharding.sharding_degree, 4);
+  EXPECT_EQ(config->distributed.zero_stage(), 1);
+  ASSERT_EQ(config->notices.size(), 1u);
+  EXPECT_NE(config->notices[0].find("alias"), std::string::npos);
+  ExpectUsageError(
+      ValidateWith({"Distributed.zero_stage1=true", "Distributed.sharding.sharding_degree=2"}, 2),
+      {"Distributed.zero_stage1=true and Distributed.sharding.sharding_degree=2",
+       "Distributed.zero_stage1=false"});
+  ExpectUsageError(ValidateWith({"Distributed.sharding.sharding_degree=3"}, 4),
+                   {"world size 4 is not divisible by Distributed.tp_degree*pp_degree*sharding."
+                    "sharding_degree=1*1*3=3"});
+  ExpectUsageError(
+      ValidateWith({"Distributed.sharding.sharding_degree=2", "Distributed.dp_degree=1"}, 4),
+      {"dp_degree*sharding.sharding_degree*tp_degree*pp_degree=1*2*1*1=2", "world size 4"});
+  ExpectUsageError(
+      ValidateWith(
+          {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=4"}, 2),
+      {"Distributed.sharding.sharding_stage=4 is not a ZeRO stage", "1, 2 or 3"});
+  // Stage 3 composes with pipeline parallelism (sharding_layouts.sh trains it).
+  EXPECT_TRUE(ValidateWith({"Distributed.sharding.sharding_degree=2",
+                            "Distributed.sharding.sharding_stage=3", "Distributed.pp_degree=2",
+                            "Model.num_layers=2"},
+                           4)
+                  .ok());
+  ExpectUsageError(
+      ValidateWith({"Distributed.sharding.sharding_degree=2", "Global.global_batch_size=6"}, 2),
+      {"micro_batch_size*dp_degree*sharding_degree=2*2=4"});
 }
 
 TEST(ConfigValidate, WorldSizeMustMatchTheDegrees) {

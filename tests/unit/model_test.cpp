@@ -325,5 +325,45 @@ TEST(ParameterRegistry, StagesPartitionTheLayersAndHoldTheTiedEmbeddingAtBothEnd
   EXPECT_EQ(canonical_wte, 1);
 }
 
+// Sharding's units and pieces: from stage 2 each block's tensors form one unit; over every rank
+// of the sharding group, the owned runs cover each element of the flat buffer exactly once, each
+// rank's shard is filled exactly once, and every tensor keeps its shape and its place in its unit.
+TEST(ShardLayout, PiecesOfEveryRankCoverTheBufferOnce) {
+  ModelConfig m = TinyModel();
+  m.num_layers = 3;
+  for (int stage : {1, 2, 3}) {
+    for (int shards : {1, 2, 3, 4}) {
+      DistributedConfig d;
+      d.sharding.sharding_degree = shards;
+      d.sharding.sharding_stage = stage;
+      const ModelPartition part = MakePartition(m, d, 0, 0);
+      const std::vector<ParameterInfo> params = BuildParameterList(m, part);
+      const ShardLayout whole(params, part);
+      ASSERT_EQ(whole.units().size(), stage >= 2 && shards > 1 ? 4u : 1u);
+      for (const ParameterInfo& p : params) {  // a block's tensors lie inside its unit
+        const ShardUnit& u = whole.units()[whole.UnitOf(p.offset)];
+        EXPECT_EQ(u.layer, whole.units().size() == 1 ? -1 : p.layer) << p.name;
+        EXPECT_LE(p.offset + static_cast<size_t>(p.local_numel()), u.begin + u.size) << p.name;
+      }
+      std::vector<int> covered(whole.flat_elements(), 0);
+      for (int r = 0; r < shards; ++r) {
+        ModelPartition mine = part;
+        mine.shard_rank = r;
+        const ShardLayout layout(params, mine);
+        std::vector<int> filled(layout.shard_elements(), 0);
+        layout.ForEachOwned(0, layout.flat_elements(), [&](int u, size_t at, size_t to, size_t n) {
+          EXPECT_EQ(at, layout.piece_begin(u) + (to - layout.units()[u].shard_offset));
+          for (size_t i = 0; i < n; ++i) {
+            ++covered[at + i];
+            ++filled[to + i];
+          }
+        });
+        for (size_t i = 0; i < filled.size(); ++i) ASSERT_EQ(filled[i], 1) << "shard " << i;
+      }
+      for (size_t i = 0; i < covered.size(); ++i) ASSERT_EQ(covered[i], 1) << "element " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace trainer

@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -47,11 +48,28 @@ Status CpuBackend::Allocate(size_t bytes, void** out) {
   }
   std::memset(ptr, 0, rounded);
   *out = ptr;
+  std::lock_guard<std::mutex> lock(allocation_mutex_);
+  allocated_[ptr] = rounded;
+  in_use_ += rounded;
+  peak_ = std::max(peak_, in_use_);
   return Status::Ok();
 }
 
 void CpuBackend::Free(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(allocation_mutex_);
+    auto it = allocated_.find(ptr);
+    if (it != allocated_.end()) {
+      in_use_ -= it->second;
+      allocated_.erase(it);
+    }
+  }
   std::free(ptr);
+}
+
+size_t CpuBackend::PeakAllocatedBytes() const {
+  std::lock_guard<std::mutex> lock(allocation_mutex_);
+  return peak_;
 }
 
 Status CpuBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {

@@ -6,7 +6,9 @@
 
 #include <array>
 #include <chrono>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/backend.h"
@@ -22,6 +24,7 @@ class CpuBackend : public Backend {
 
   Status Allocate(size_t bytes, void** out) override;
   void Free(void* ptr) override;
+  size_t PeakAllocatedBytes() const override;
   Status CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
   Status CopyToHost(void* host_dst, const void* src, size_t bytes) override;
   Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes) override;
@@ -94,6 +97,12 @@ class CpuBackend : public Backend {
   float* AttentionScratch(int T, int HS);
   std::vector<float> attention_scratch_;
   std::array<std::chrono::steady_clock::time_point, kMaxMarks> marks_{};
+
+ private:
+  // Allocate's bytes in use (as rounded) and their high-water mark, for the memory check.
+  mutable std::mutex allocation_mutex_;
+  std::unordered_map<void*, size_t> allocated_;
+  size_t in_use_ = 0, peak_ = 0;
 };
 
 }  // namespace trainer

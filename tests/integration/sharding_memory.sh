@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Memory per rank of each sharding stage, measured against `trainer plan`: at 1, 2 and 4 CPU
+# ranks (sharded over all of them), stages 0-3 train two steps and print the host allocator's
+# high-water mark (every buffer of the model and optimizer, counted by the backend as it hands
+# them out); it must be within 5% of the arena `trainer plan` prints for that stage and layout.
+# The stages must also save what the ZeRO formulas say: from stage 0 to 3 the arena falls.
+source "$(dirname "$0")/lib.sh"
+make_small_dataset data.h5
+COMMON=("${TINY_LAYOUT_GPT[@]}" -o Engine.max_steps=2 -o Global.global_batch_size=8)
+for np in 1 2 4; do
+  "$TRAINER" plan "${COMMON[@]}" --world-size "$np" > "plan$np.txt" || fail "trainer plan --world-size $np"
+  previous=0
+  for stage in 0 1 2 3; do
+    if [ "$stage" = 0 ]; then sharding=(-o Distributed.sharding.sharding_degree=1)
+    else sharding=(-o Distributed.dp_degree=1 -o Distributed.sharding.sharding_degree="$np"
+                   -o Distributed.sharding.sharding_stage="$stage"); fi
+    name="np$np-stage$stage"
+    run_np "$np" train "${COMMON[@]}" -o Engine.output_dir="$name" "${sharding[@]}" > "$name.log" 2>&1 ||
+      { tail -20 "$name.log"; fail "$name exited non-zero"; }
+    measured=$(sed -n 's/.*allocator high-water mark \([0-9]*\) bytes per rank.*/\1/p' "$name.log")
+    planned=$(sed -n "s/^    sharding stage $stage: .*(\([0-9]*\) bytes)\$/\1/p" "plan$np.txt")
+    [ -n "$measured" ] && [ -n "$planned" ] || fail "$name: no measured ($measured) or planned ($planned) figure"
+    echo "$name: measured $measured bytes, trainer plan $planned bytes"
+    python3 -c "import sys; m, p = int(sys.argv[1]), int(sys.argv[2]); sys.exit(abs(m - p) > 0.05 * p)" \
+      "$measured" "$planned" || fail "$name: measured $measured bytes, more than 5% from the plan's $planned"
+    if [ "$np" -gt 1 ] && [ "$previous" -gt 0 ]; then
+      [ "$measured" -lt "$previous" ] || fail "$name: $measured bytes, not below the stage before ($previous)"
+    fi
+    previous=$measured
+  done
+done
+echo "every stage's memory matches trainer plan"
