@@ -2,3 +2,7 @@
 # the parameter registry (TP shards, stage partition).
 trainer_gtest(model_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/model_test.cpp
               LIBS trainer_model TIMEOUT 120)
+
+# The GPU route policy's decision and the routes file (Engine.gpu_routes), on made-up times.
+trainer_gtest(route_table_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/route_table_test.cpp
+              LIBS trainer_model TIMEOUT 60)
