@@ -7,3 +7,5 @@ if(TRAINER_WITH_CUDA)
                 LIBS trainer_model LABELS gpu TIMEOUT 300)
 endif()
 trainer_script_test(gpu_training SCRIPT gpu_training.sh LABELS "gpu;e2e" TIMEOUT 600)
+# Engine.gpu_routes: a run's routes file pins another run's kernels (bit for bit), refusals.
+trainer_script_test(gpu_routes SCRIPT gpu_routes.sh LABELS "gpu;e2e" TIMEOUT 600)
