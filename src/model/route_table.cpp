@@ -30,7 +30,11 @@ Status PinError(const std::string& source, const std::string& op, const std::str
       source.c_str(), op.c_str(), shape.c_str(), candidate.c_str(), why.c_str()));
 }
 
-Status ParseEntry(const Json& route, const std::string& source, size_t i, RouteEntry* entry) {
+// routes[i] into *entry; *pins = false for a route without a choice ("chosen": null: no
+// candidate ran the shape), which pins nothing.
+Status ParseEntry(const Json& route, const std::string& source, size_t i, RouteEntry* entry,
+                  bool* pins) {
+  *pins = !route.is_object() || !route.contains("chosen") || !route["chosen"].is_null();
   auto text = [&](const char* key, std::string* out) -> Status {
     if (!route.contains(key) || !route[key].is_string())
       return UsageError(StrFormat("Engine.gpu_routes file %s: routes[%zu] has no string \"%s\"",
@@ -41,6 +45,7 @@ Status ParseEntry(const Json& route, const std::string& source, size_t i, RouteE
   std::string chosen;
   TRAINER_RETURN_IF_ERROR(text("op", &entry->op));
   TRAINER_RETURN_IF_ERROR(text("shape", &entry->shape));
+  if (!*pins) return Status::Ok();
   TRAINER_RETURN_IF_ERROR(text("chosen", &chosen));
   if (route.contains("how") && route["how"].is_string())
     entry->how = route["how"].get<std::string>();
@@ -91,7 +96,9 @@ Status RouteTable::Parse(const std::string& text, const std::string& source, Rou
         StrFormat("Engine.gpu_routes file %s has no \"routes\" list", source.c_str()));
   for (size_t i = 0; i < doc["routes"].size(); ++i) {
     RouteEntry entry;
-    TRAINER_RETURN_IF_ERROR(ParseEntry(doc["routes"][i], source, i, &entry));
+    bool pins = true;
+    TRAINER_RETURN_IF_ERROR(ParseEntry(doc["routes"][i], source, i, &entry, &pins));
+    if (!pins) continue;
     if (out->Find(entry.op, entry.shape) != nullptr)
       return UsageError(StrFormat("Engine.gpu_routes file %s: op %s, shape %s is listed twice",
                                   source.c_str(), entry.op.c_str(), entry.shape.c_str()));
@@ -120,7 +127,7 @@ std::string RouteTable::ToJson(int indent) const {
       candidates.push_back({{"name", c.name}, {"ms", c.ms >= 0 ? Json(c.ms) : Json(nullptr)}});
     routes.push_back({{"op", e.op},
                       {"shape", e.shape},
-                      {"chosen", e.chosen_name()},
+                      {"chosen", e.chosen >= 0 ? Json(e.chosen_name()) : Json(nullptr)},
                       {"how", e.how},
                       {"candidates", candidates}});
   }

@@ -9,7 +9,8 @@
 //                "chosen": "sm90", "how": "timed",
 //                "candidates": [{"name": "cublaslt", "ms": 0.118}, {"name": "cudnn", "ms": null},
 //                               ...]}, ...]}
-// Pinning reads op, shape and chosen; the rest is the record of how the choice was made.
+// Pinning reads op, shape and chosen; the rest is the record of how the choice was made. A route
+// whose "chosen" is null (no candidate ran the shape) pins nothing.
 #pragma once
 
 #include <functional>

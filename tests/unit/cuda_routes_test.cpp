@@ -3,8 +3,11 @@
 // attention's two routes, each forced by a pin on a fresh backend, against the CPU fp32 path;
 // the automatic choice follows the route policy on its own times; pins that do not apply are
 // refused with one line naming the file, op, shape and candidate.
+#include <algorithm>
+
 #include "cuda_test_util.h"
 #include "model/cuda/cuda_backend.h"
+#include "model/cuda/matmul.h"
 #include "model/route_policy.h"
 
 namespace trainer {
@@ -112,6 +115,16 @@ TEST_F(CudaRoutesTest, AutomaticChoicesFollowThePolicy) {
     EXPECT_EQ(RouteChoice(times), e.chosen);  // the least time, ties to the first listed
   }
   EXPECT_GT(timed, 0);  // at least cuBLASLt's algorithms
+  // Every candidate of a shape has a name of its own (cuBLASLt's: by configuration).
+  for (const RouteEntry& e : gpu_->routes()->entries()) {
+    std::vector<std::string> names;
+    for (const RouteCandidate& c : e.candidates) names.push_back(c.name);
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(std::unique(names.begin(), names.end()), names.end()) << e.op << " " << e.shape;
+    if (e.op == "cublaslt_gemm") {
+      for (const std::string& name : names) EXPECT_TRUE(cuda::CublasLtMatmul::IsAlgoName(name));
+    }
+  }
   ASSERT_EQ(EntriesOf(*gpu_, "gelu_gemm_forward").size(), 1u);
 }
 

@@ -6,7 +6,6 @@
 #include "engine/gpu_routes.h"
 
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 
 #include <cstring>

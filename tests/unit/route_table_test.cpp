@@ -201,5 +201,17 @@ TEST(RouteTable, RefusesFilesThatAreNotRoutes) {
   EXPECT_EQ(table.Find("a", "s")->chosen_name(), "x");
 }
 
+TEST(RouteTable, AShapeNoCandidateRanPinsNothing) {
+  RouteTable table = SampleTable();
+  table.Record({"cublaslt_gemm", "s", {{"algo1", -1.f}, {"algo2", -1.f}}, -1, "timed"});
+  EXPECT_EQ(table.Find("cublaslt_gemm", "s")->chosen_name(), "(none)");
+  const std::string json = table.ToJson();
+  EXPECT_NE(json.find("\"chosen\":null"), std::string::npos) << json;
+  RouteTable back;
+  ASSERT_TRUE(RouteTable::Parse(json, "routes.json", &back).ok());
+  EXPECT_EQ(back.entries().size(), 2u);
+  EXPECT_EQ(back.Find("cublaslt_gemm", "s"), nullptr);
+}
+
 }  // namespace
 }  // namespace trainer

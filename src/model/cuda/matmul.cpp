@@ -61,7 +61,7 @@ const char* EpilogueName(GemmEpilogue e) {
 }
 
 // An algorithm's route name: its configuration (algorithm, tile, stages, split-k, reduction,
-// swizzle, custom option, cluster shape), which is what tells two candidates apart.
+// swizzle, custom option, cluster shape, inner shape), which is what tells two candidates apart.
 std::string AlgoNameOf(const cublasLtMatmulAlgo_t& algo) {
   const cublasLtMatmulAlgoConfigAttributes_t attributes[] = {CUBLASLT_ALGO_CONFIG_ID,
                                                              CUBLASLT_ALGO_CONFIG_TILE_ID,
@@ -70,14 +70,20 @@ std::string AlgoNameOf(const cublasLtMatmulAlgo_t& algo) {
                                                              CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
                                                              CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
                                                              CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
-                                                             CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
-  const char* tags[] = {"algo", "t", "s", "k", "r", "w", "c", "g"};
+                                                             CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                                             CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID};
+  const char* tags[] = {"algo", "t", "s", "k", "r", "w", "c", "g", "i"};
   std::string name;
   for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); ++i) {
-    uint64_t value = 0;  // each attribute is at most 8 bytes, little-endian
-    size_t written = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attributes[i], &value, sizeof(value),
-                                             &written) != CUBLAS_STATUS_SUCCESS)
+    // Each attribute has a size of its own (cuBLASLt refuses another): asked first, then read
+    // into the low bytes of a zeroed 8-byte value (little-endian).
+    uint64_t value = 0;
+    size_t size = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attributes[i], nullptr, 0, &size) !=
+            CUBLAS_STATUS_SUCCESS ||
+        size == 0 || size > sizeof(value) ||
+        cublasLtMatmulAlgoConfigGetAttribute(&algo, attributes[i], &value, size, &size) !=
+            CUBLAS_STATUS_SUCCESS)
       value = 0;
     name += StrFormat("%s%s%llu", i ? "." : "", tags[i], (unsigned long long)value);
   }
@@ -314,8 +320,14 @@ cublasStatus_t CublasLtMatmul::AddBiasFreeCandidates(const Gemm& g, const Plan& 
 // launch (cuBLASLt's, ~20-45 us on an H200 host) overlaps the GPU's.
 Status CublasLtMatmul::ChooseAlgo(const Gemm& g, Plan* plan,
                                   const cublasLtMatmulHeuristicResult_t* results, int count) {
+  // Names by configuration; a configuration met again (candidates for the half or bias-free
+  // problem can differ from one of the problem's in opaque fields only) gets ".d<n>".
   std::vector<std::string> names(count);
-  for (int i = 0; i < count; ++i) names[i] = AlgoName(results[i].algo);
+  for (int i = 0; i < count; ++i) {
+    names[i] = AlgoName(results[i].algo);
+    const int repeats = static_cast<int>(std::count(names.begin(), names.begin() + i, names[i]));
+    if (repeats > 0) names[i] += StrFormat(".d%d", repeats);
+  }
   const std::string shape = ShapeName(g);
   plan->shape = shape;
   RouteTrial trial(count);
@@ -350,7 +362,7 @@ Status CublasLtMatmul::ChooseAlgo(const Gemm& g, Plan* plan,
   plan->algo = results[choice].algo;
   if (routes_ != nullptr) {
     RouteEntry entry = trial.Entry(kRouteOp, shape, names);
-    if (count == 1) entry.chosen = 0, entry.how = "only";
+    if (count == 1 && pinned < 0) entry.chosen = 0, entry.how = "only";
     routes_->Record(std::move(entry));
   }
   return Status::Ok();
@@ -361,10 +373,15 @@ std::string CublasLtMatmul::AlgoName(const cublasLtMatmulAlgo_t& algo) {
 }
 
 bool CublasLtMatmul::IsAlgoName(const std::string& name) {
-  unsigned long long v[8];
+  unsigned long long v[10];
+  int length = -1;
+  if (std::sscanf(name.c_str(), "algo%llu.t%llu.s%llu.k%llu.r%llu.w%llu.c%llu.g%llu.i%llu%n", &v[0],
+                  &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &length) != 9 ||
+      length < 0)
+    return false;
+  const std::string rest = name.substr(length);  // "" or a repeat's ".d<n>"
   char end = 0;
-  return std::sscanf(name.c_str(), "algo%llu.t%llu.s%llu.k%llu.r%llu.w%llu.c%llu.g%llu%c", &v[0],
-                     &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &end) == 8;
+  return rest.empty() || std::sscanf(rest.c_str(), ".d%llu%c", &v[9], &end) == 1;
 }
 
 // The problem as the route table names it: every field of its plan key.

@@ -68,7 +68,7 @@ class CublasLtMatmul {
   Status Run(const Gemm& gemm, bool* supported);
 
   // Routes (model/route_table.h): each problem's algorithm is op kRouteOp, named by its
-  // configuration ("algo21.t20.s8.k1.r0.w0.c0.g0"); `pins` (may be null) pins it, `chosen`
+  // configuration ("algo21.t20.s8.k1.r0.w0.c0.g0.i0"); `pins` (may be null) pins it, `chosen`
   // records it. Both outlive this object.
   static constexpr const char* kRouteOp = "cublaslt_gemm";
   static bool IsAlgoName(const std::string& name);
