@@ -8,6 +8,7 @@ if(TRAINER_WITH_CUDA)
   trainer_gtest(cuda_backend_test
                 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_test_main.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_layers_test.cpp
+                        ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_routes_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_attention_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_llama_ops_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_loss_optimizer_test.cpp

@@ -8,3 +8,5 @@ if(TRAINER_WITH_CUDA)
 endif()
 trainer_script_test(gpu_training SCRIPT gpu_training.sh LABELS "gpu;e2e" TIMEOUT 600)
 trainer_script_test(gpu_sharding SCRIPT gpu_sharding.sh LABELS "gpu;e2e" TIMEOUT 900)
+# Engine.gpu_routes: a run's routes file pins another run's kernels (bit for bit), refusals.
+trainer_script_test(gpu_routes SCRIPT gpu_routes.sh LABELS "gpu;e2e" TIMEOUT 600)

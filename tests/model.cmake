@@ -6,3 +6,7 @@ trainer_gtest(model_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/model_test.cpp
 # differences, capacity dropping, token-order invariance) and its dispatch plan.
 trainer_gtest(moe_layer_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/moe_layer_test.cpp
               LIBS trainer_model TIMEOUT 120)
+
+# The GPU route policy's decision and the routes file (Engine.gpu_routes), on made-up times.
+trainer_gtest(route_table_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/route_table_test.cpp
+              LIBS trainer_model TIMEOUT 60)

@@ -44,6 +44,8 @@ struct CheckpointWriteRequest {
   // not recorded when eod_id < 0.
   int64_t eod_id = -1;
   std::string tokenizer;
+  // The GPU routes the run took (route_table.h's file format, one line); empty: none (CPU).
+  std::string gpu_routes;
 };
 
 struct CheckpointSaveReport {

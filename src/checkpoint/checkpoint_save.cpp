@@ -226,6 +226,8 @@ class SaveOnRoot {
       TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "eod_id", r_.eod_id));
       TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "tokenizer", r_.tokenizer));
     }
+    if (!r_.gpu_routes.empty())  // Engine.gpu_routes can pin them in a resumed run
+      TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "gpu_routes", r_.gpu_routes));
     return Hdf5WriteStringAttribute(f, "checksum", "crc32 (zlib) of each tensor's float32 bytes");
   }
 

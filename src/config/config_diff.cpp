@@ -20,7 +20,7 @@ const std::set<std::string>& Unweighed() {
       "Engine.eval_iters",       "Engine.save_steps",        "Engine.output_dir",
       "Engine.watchdog_s",       "Engine.tensorboard",       "Engine.profile",
       "Engine.peak_tflops",      "Engine.exit_duration_min", "Data.val_path",
-      "Optimizer.decay_steps"};
+      "Optimizer.decay_steps",   "Engine.gpu_routes"};
   return keys;
 }
 bool Weighed(const std::string& key) {

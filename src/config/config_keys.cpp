@@ -98,6 +98,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Engine, engine, profile),
     CONFIG_KEY(Engine, engine, peak_tflops),
     CONFIG_KEY(Engine, engine, exit_duration_min),
+    CONFIG_KEY(Engine, engine, gpu_routes),
 
     CONFIG_KEY(Optimizer, optimizer, lr),
     CONFIG_KEY(Optimizer, optimizer, min_lr),

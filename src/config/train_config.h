@@ -125,6 +125,9 @@ struct EngineConfig {
   // Save and exit 75 at the first step boundary after the run has used this many minutes (since
   // the trainer started), so that a job ends with a fresh checkpoint before its time limit; 0: off.
   double exit_duration_min = 0;
+  // GPU routes (docs/gpu.md): "auto" times the candidates of each shape; a routes file written
+  // by a run (<output_dir>/gpu_routes.json) pins its choices. CPU ranks ignore it.
+  std::string gpu_routes = "auto";
 };
 
 struct OptimizerConfig {

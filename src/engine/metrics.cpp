@@ -71,7 +71,8 @@ Status MetricsWriter::Write(const std::vector<std::pair<std::string, double>>& r
       value = StrFormat("%.8g", v);
     line += (i ? ", \"" : "\"") + record[i].first + "\": " + value;
   }
-  line += "}\n";
+  line += pending_ + "}\n";
+  pending_.clear();
   if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0)
     return RuntimeError(StrFormat("cannot write %s: %s", path_.c_str(), std::strerror(errno)));
   return Status::Ok();

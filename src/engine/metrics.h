@@ -24,11 +24,17 @@ class MetricsWriter {
   ~MetricsWriter();
   // {"step": 3, "loss": 4.2, ...} in the given order; values printed with %.6g unless integral.
   Status Write(const std::vector<std::pair<std::string, double>>& record);
+  // A JSON value (an object, e.g. the GPU routes) added as `key` to the next record written to
+  // metrics.jsonl (not to TensorBoard, which takes scalars).
+  void AddToNextRecord(const std::string& key, const std::string& json) {
+    pending_ += ", \"" + key + "\": " + json;
+  }
 
  private:
   MetricsWriter() = default;
   FILE* file_ = nullptr;
   std::string path_;
+  std::string pending_;  // AddToNextRecord's fields
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 

@@ -67,6 +67,8 @@ Status Trainer::Setup() {
         memory.state() / 1e6,
         PlanUnshardedState(config_, c.pp, backend_->compute_dtype(), backend_->device_memory()) /
             1e6));
+  TRAINER_RETURN_IF_ERROR(PinGpuRoutes(config_.engine.gpu_routes, backend_));
+  routes_ = std::make_unique<GpuRouteReport>(backend_, &groups_, config_.engine.output_dir);
   timer_ = std::make_unique<PhaseTimer>(backend_, false);
   pipeline_ = std::make_unique<PipelineStage>(model_.get(), topo.pp > 1 ? groups_.pp : nullptr);
   SetUpOverlappedReduction();
@@ -417,6 +419,7 @@ Status Trainer::SaveCheckpoint(bool wait) {
     request.eod_id = data_.train_files.front()->eod_id();
     request.tokenizer = data_.train_files.front()->tokenizer();
   }
+  request.gpu_routes = routes_->json();  // rank 0's, once reported; empty before (and on CPUs)
   request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
                                           config_.distributed.pp_layers);
   if (config_.checkpoint.async_save && saver_ == nullptr) {

@@ -21,6 +21,7 @@
 #include "data/data_sources.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "engine/gpu_routes.h"
 #include "engine/metrics.h"
 #include "engine/phase_timer.h"
 #include "engine/pipeline.h"
@@ -135,7 +136,8 @@ class Trainer {
   DataSources data_;
   std::unique_ptr<GlobalSampler> sampler_;
   std::unique_ptr<MetricsWriter> metrics_;
-  HostBatch batches_[2];  // the batch in use and the one being prefetched
+  std::unique_ptr<GpuRouteReport> routes_;  // Engine.gpu_routes: the report after a step
+  HostBatch batches_[2];                    // the batch in use and the one being prefetched
   int current_ = 0;
   std::future<Status> prefetch_;
   // Data with a /loss_mask: the loss is averaged over the targets it keeps in the global batch.

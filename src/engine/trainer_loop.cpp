@@ -123,6 +123,11 @@ Status Trainer::Run() {
     progress_("a training step");
     TRAINER_RETURN_IF_ERROR(TrainStep(&lr));
     ++window_steps;
+    if (!routes_->done()) {  // the GPU routes, once settled (normally after the first step)
+      std::string routes_json;
+      TRAINER_RETURN_IF_ERROR(routes_->AfterStep(state_.step >= e.max_steps, &routes_json));
+      if (!routes_json.empty()) metrics_->AddToNextRecord("gpu_routes", routes_json);
+    }
     const int step = static_cast<int>(state_.step);
     const bool log_due = step % e.logging_freq == 0 || step == e.max_steps || step == 1;
     double loss = 0, norm = 0;

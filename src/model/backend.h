@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "model/philox.h"
+#include "model/route_table.h"
 
 namespace trainer {
 
@@ -96,6 +97,20 @@ class Backend {
   // The profiled steps' bounds for an outside profiler (cudaProfilerStart/Stop on the GPU, so that
   // `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi` see only them).
   virtual Status ProfilerRange(bool start) { return Status::Ok(); }
+
+  // ---- routes (route_table.h, Engine.gpu_routes) ----
+  // The routes chosen so far, one entry per op and shape whose choice is made; nullptr where the
+  // backend has no ops with candidates (the CPU's).
+  virtual const RouteTable* routes() const { return nullptr; }
+  // False while some shape's candidates are still being timed (over the first step's calls).
+  virtual bool routes_settled() const { return true; }
+  // Takes the pinned choices of a routes file for the shapes it names (before the first step): a
+  // usage error naming the file, op, shape and candidate for a route that is not one of the
+  // backend's. Backends without routes ignore them.
+  virtual Status PinRoutes(const RouteTable& pins) { return Status::Ok(); }
+  // Takes `table`'s choices (rank 0's report, every rank's shapes) for the shapes this backend
+  // routed otherwise, from their next call on, so that every rank routes a shape alike.
+  virtual Status AdoptRoutes(const RouteTable& table) { return Status::Ok(); }
 
   // ---- layers ----
   // Each op's contract below is checked once for every backend (op_contracts.cpp) before the

@@ -93,6 +93,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Engine.profile",
                                              "Engine.peak_tflops",
                                              "Engine.exit_duration_min",
+                                             "Engine.gpu_routes",
                                              "Optimizer.lr",
                                              "Optimizer.min_lr",
                                              "Optimizer.warmup_steps",
@@ -350,6 +351,7 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.engine.output_dir, b.engine.output_dir);
   EXPECT_EQ(a.engine.mix_precision, b.engine.mix_precision);
   EXPECT_EQ(a.engine.exit_duration_min, b.engine.exit_duration_min);
+  EXPECT_EQ(a.engine.gpu_routes, b.engine.gpu_routes);
   EXPECT_EQ(a.optimizer.lr, b.optimizer.lr);
   EXPECT_EQ(a.optimizer.min_lr, b.optimizer.min_lr);
   EXPECT_EQ(a.optimizer.warmup_steps, b.optimizer.warmup_steps);
@@ -391,6 +393,7 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   c.data = {"data/\"quoted\"\\back\tslash\n.h5", "0.5, 2", "", 0.05};
   c.checkpoint = {"/abs/ckpt", 0, 1000, "auto", "hf/gpt2 \"pretrained\"", false};
   c.engine.exit_duration_min = 0.25;
+  c.engine.gpu_routes = "out/run 1/gpu_routes.json";
   std::string text = FormatConfig(c);
   StatusOr<TrainConfig> back = LoadConfig(WriteFile("resolved.yaml", text), {});
   ASSERT_TRUE(back.ok()) << back.status().message() << "\n" << text;

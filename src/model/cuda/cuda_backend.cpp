@@ -47,6 +47,7 @@ Status CudaBackend::Create(int device, DType compute, std::unique_ptr<CudaBacken
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));
   TRAINER_RETURN_IF_ERROR(cuda::CublasLtMatmul::Create(backend->stream_, &backend->matmul_));
+  backend->matmul_->set_routes(&backend->pins_, &backend->routes_);
   if (cuda::CudnnAttention::Compiled()) {
     const Status cudnn = cuda::CudnnAttention::Create(backend->stream_, &backend->cudnn_attention_);
     if (!cudnn.ok())  // a missing or broken cuDNN costs speed, not the run
@@ -54,6 +55,8 @@ Status CudaBackend::Create(int device, DType compute, std::unique_ptr<CudaBacken
     // Without it the GELU GEMMs stay on cuBLASLt (the attention's warning covers a broken cuDNN).
     if (!cuda::CudnnGeluMatmul::Create(backend->stream_, &backend->cudnn_gelu_matmul_).ok())
       backend->cudnn_gelu_matmul_.reset();
+    else
+      backend->cudnn_gelu_matmul_->set_routes(&backend->pins_, &backend->routes_);
   }
   CUDA_CHECK(cudaMalloc(&backend->scratch_, kInitialScratchBytes));
   backend->scratch_bytes_ = kInitialScratchBytes;

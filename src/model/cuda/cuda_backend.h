@@ -68,6 +68,13 @@ class CudaBackend final : public Backend {
   void set_gelu_matmul_route(GeluMatmulRoute route) { gelu_route_ = route; }
   const CudaPathCounts& path_counts() const { return counts_; }
 
+  // Routes (model/route_table.h): ops gelu_gemm_forward, gelu_gemm_gradient (bf16) and
+  // cublaslt_gemm (cuBLASLt's algorithm for each GEMM shape).
+  const RouteTable* routes() const override { return &routes_; }
+  bool routes_settled() const override;
+  Status PinRoutes(const RouteTable& pins) override;
+  Status AdoptRoutes(const RouteTable& table) override;
+
   std::string name() const override;
   DType compute_dtype() const override { return compute_; }
   bool device_memory() const override { return true; }
@@ -165,6 +172,19 @@ class CudaBackend final : public Backend {
   // the column sums.
   Status FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor dout, Tensor weight,
                            Tensor pre_act, Tensor din_sums, bool* done, bool* sums_done);
+  // The forward GELU GEMM's route for a new shape: pinned, or timed (route_trial.h).
+  enum class GeluGemmChoice;
+  Status ChooseGeluForward(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args,
+                           bool cudnn_runs, const bool sm90_runs[2], GeluGemmChoice* choice);
+  // Attention's route for the shape (kAttentionCudnn or kAttentionOurs), kept per shape;
+  // AttentionCudnnRefused: cuDNN refused a shape routed to it (our kernels from now on, or the
+  // pin's refusal).
+  static constexpr int kAttentionCudnn = 0, kAttentionOurs = 1;
+  Status AttentionRoute(int B, int T, int NH, int NKV, int HS, int** route);
+  Status AttentionCudnnRefused(int B, int T, int NH, int NKV, int HS, int* route);
+  // AdoptRoutes: the shape's cached route dropped, so that its next call takes the pins.
+  void ForgetRoute(const std::string& op, const std::string& shape);
+  void ForgetAttentionRoute(const std::string& shape);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
   Status Scratch(size_t bytes, void** out);
   Status AddColumnSums(float* out, const void* x, int64_t N, int64_t C, int64_t ld,
@@ -188,7 +208,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CudnnGeluMatmul> cudnn_gelu_matmul_;
   GeluMatmulRoute gelu_route_ = GeluMatmulRoute::kFastest;
   // (N, C, F, bias) -> who runs that forward GELU GEMM (pairs: our kernel in clusters of two).
-  enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90, kSm90Pairs };
+  enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90, kSm90Pairs };  // ForwardNames' order
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, GeluGemmChoice> gelu_choice_;
   // A GELU-gradient GEMM shape's route, chosen from the times of its own calls in the run's first
   // step (route_trial.h; runs timed back to back on the shape's first call ranked the routes
@@ -197,13 +217,17 @@ class CudaBackend final : public Backend {
   // sm90 kernel with 0, 1, 2 of a tile's boxes' slopes in its epilogue, alone and in CTA pairs.
   struct DgeluRoute {
     bool with_cublaslt = false;
+    std::vector<std::string> names;  // the candidates' route names
     std::unique_ptr<cuda::RouteTrial> trial;
   };
   // (N, F, OC, din's column sums in the kernel) -> that GELU-gradient GEMM's route.
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, DgeluRoute> dgelu_routes_;
   bool force_attention_fallback_ = false;
+  std::map<std::tuple<int, int, int, int, int>, int> attention_routes_;  // (B, T, NH, NKV, HS)
   bool matmul_epilogues_ = true;
   CudaPathCounts counts_;
+  RouteTable routes_;  // the routes chosen so far
+  RouteTable pins_;    // Engine.gpu_routes' (empty: every shape timed)
 };
 
 }  // namespace trainer

@@ -1,9 +1,11 @@
 // CudaBackend's routes for the MLP's two GELU GEMMs (the op tier picks them in
 // cuda_backend_layers.cpp): the forward pre = x W_fc^T + bias, out = GELU(pre) by cuBLASLt's
 // GELU_AUX_BIAS epilogue, cuDNN's fused graph or our sm90 kernel, and the GELU-gradient GEMM
-// din = GELU'(pre) * (dout W_proj) by cuBLASLt's DGELU epilogue or our sm90 kernel. The forward's
-// route is timed on the shape's first call, the gradient's from the times of the shape's own calls
-// in the run's first step (route_trial.h).
+// din = GELU'(pre) * (dout W_proj) by cuBLASLt's DGELU epilogue or our sm90 kernel. Each shape's
+// route is chosen by the route policy (model/route_policy.h; the forward's candidates timed on the
+// shape's first call, the gradient's over the shape's own calls in the run's first step) or pinned
+// by Engine.gpu_routes, and recorded in the route table (ops gelu_gemm_forward and
+// gelu_gemm_gradient).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -72,23 +74,15 @@ cudaError_t Sm90DgeluLaunch(const Sm90DgeluProblem&, cudaStream_t) {
 }
 #endif
 
-// The forward's routes are timed on the shape's first call: kTimedRuns back-to-back runs behind an
-// untimed one, in each of kTimingRounds rounds that take the routes in turn; a route's time is its
-// fastest round's. (Timing them instead over the shape's calls in the first step, as the
-// gradient's, took cuDNN's graph at 350M and cuBLASLt's epilogue at 1.3B, and the trainer ran
-// slower than with ours, 0.995 and 0.998 of its tokens/s, in two separate measurements.)
-constexpr int kTimedRuns = 3;
-constexpr int kTimingRounds = 2;
-
-// A route's time over rounds: the faster of its best so far and this round's; a failed round
-// (<= 0) fails the route.
-float Faster(int round, float best_ms, float round_ms) {
-  if (round == 0) return round_ms;
-  return best_ms <= 0 || round_ms <= 0 ? -1.f : std::min(best_ms, round_ms);
+// The routes' names in the route table (model/route_table.h, Engine.gpu_routes).
+constexpr const char* kForwardOp = "gelu_gemm_forward";
+constexpr const char* kGradientOp = "gelu_gemm_gradient";
+// The forward's candidates, in GeluGemmChoice's order.
+const std::vector<std::string>& ForwardNames() {
+  static const std::vector<std::string> names = {"cublaslt", "cudnn", "sm90", "sm90_pairs"};
+  return names;
 }
 
-// Timed calls of each candidate in the gradient's trial (route_trial.h).
-constexpr int kTrialsEach = 4;
 // Our GELU-gradient kernel's variants in the trial: 0, 1 or 2 of a tile's four boxes' slopes in
 // its epilogue, alone and in CTA pairs (clusters of two sharing the weight's k-blocks), with din's
 // column sums by the spare warps and (where there are sums) in the multipliers' epilogue.
@@ -115,10 +109,27 @@ void SetDgeluVariant(const DgeluVariant& v, Sm90DgeluProblem* p) {
   p->cluster = v.cluster;
   p->sums_in_epilogue = v.sums_in_epilogue;
 }
-// As the trainer's log names it (the legend is in the log line).
+// The variant's route name: "sm90:" and the slope boxes in its epilogue, "p" in CTA pairs, "e"
+// with the column sums in its epilogue.
 std::string DgeluVariantName(const DgeluVariant& v) {
-  return StrFormat("%d%s%s", v.slope_boxes, v.cluster == 2 ? "p" : "",
+  return StrFormat("sm90:%d%s%s", v.slope_boxes, v.cluster == 2 ? "p" : "",
                    v.sums_in_epilogue ? "e" : "");
+}
+// The shapes as the route table names them.
+std::string ForwardShape(int64_t N, int64_t C, int64_t F, bool bias) {
+  return StrFormat("N=%lld C=%lld F=%lld %s", (long long)N, (long long)C, (long long)F,
+                   bias ? "bias" : "nobias");
+}
+std::string GradientShape(int64_t N, int64_t F, int64_t OC, bool sums) {
+  return StrFormat("N=%lld F=%lld OC=%lld %s", (long long)N, (long long)F, (long long)OC,
+                   sums ? "sums" : "nosums");
+}
+// The gradient's candidates: cuBLASLt's DGELU first where with_cublaslt, then the variants.
+std::vector<std::string> GradientNames(bool with_cublaslt, bool sums) {
+  std::vector<std::string> names;
+  if (with_cublaslt) names.push_back("cublaslt");
+  for (const DgeluVariant& v : DgeluVariants(sums)) names.push_back(DgeluVariantName(v));
+  return names;
 }
 
 }  // namespace
@@ -135,64 +146,8 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
     GeluGemmChoice choice = GeluGemmChoice::kCublasLt;
     if (gelu_route_ == GeluMatmulRoute::kCudnn && cudnn_runs) choice = GeluGemmChoice::kCudnn;
     if (gelu_route_ == GeluMatmulRoute::kSm90 && sm90_runs[0]) choice = GeluGemmChoice::kSm90;
-    if (gelu_route_ == GeluMatmulRoute::kFastest) {
-      // cuBLASLt's time (its first run tunes it), cuDNN's fastest plan's, then ours alone and in
-      // CTA pairs, in rounds; the outputs hold the last one's result, and the caller runs
-      // cuBLASLt again when it wins. cuDNN's first run picks its plan and gives that plan's time;
-      // later rounds time the plan.
-      auto time_cublaslt = [&] {
-        return cuda::TimeBackToBack(
-            stream_,
-            [&] {
-              bool ran = false;
-              return matmul_->Run(gemm, &ran).ok() && ran;
-            },
-            kTimedRuns);
-      };
-      auto time_cudnn = [&](int round, float* ms) -> Status {
-        bool supported = false;
-        if (round == 0) {
-          TRAINER_RETURN_IF_ERROR(cudnn_gelu_matmul_->Run(args, &supported, ms));
-        } else {
-          *ms = cuda::TimeBackToBack(
-              stream_, [&] { return cudnn_gelu_matmul_->Run(args, &supported).ok() && supported; },
-              kTimedRuns);
-        }
-        if (!supported) *ms = -1.f;
-        return Status::Ok();
-      };
-      auto time_sm90 = [&](int cluster) {
-        return cuda::TimeBackToBack(
-            stream_, [&] { return Sm90GeluLaunch(args, cluster, stream_) == cudaSuccess; },
-            kTimedRuns);
-      };
-      // Per choice (GeluGemmChoice's order): its time, or -1.
-      float ms[4] = {-1.f, -1.f, -1.f, -1.f};
-      for (int round = 0; round < kTimingRounds; ++round) {
-        ms[0] = Faster(round, ms[0], time_cublaslt());
-        if (cudnn_runs && (round == 0 || ms[1] > 0)) {
-          float round_ms = -1.f;
-          TRAINER_RETURN_IF_ERROR(time_cudnn(round, &round_ms));
-          ms[1] = Faster(round, ms[1], round_ms);
-        }
-        for (int pairs = 0; pairs < 2; ++pairs)
-          if (sm90_runs[pairs]) ms[2 + pairs] = Faster(round, ms[2 + pairs], time_sm90(1 + pairs));
-      }
-      for (int c = 1; c < 4; ++c)
-        if (ms[c] > 0 &&
-            (ms[static_cast<int>(choice)] <= 0 || ms[c] < ms[static_cast<int>(choice)]))
-          choice = static_cast<GeluGemmChoice>(c);
-      const char* names[] = {"cuBLASLt", "cuDNN", "sm90 kernel", "sm90 kernel in CTA pairs"};
-      auto shown = [&](int c, const char* absent) {
-        return ms[c] > 0 ? StrFormat("%.3f ms", ms[c]) : std::string(absent);
-      };
-      LogInfo(StrFormat(
-          "GELU GEMM (%lld x %lld -> %lld): cuBLASLt epilogue %s, cuDNN fused graph %s, "
-          "sm90 kernel %s, in CTA pairs %s; using %s",
-          (long long)args.N, (long long)args.C, (long long)args.F, shown(0, "failed").c_str(),
-          shown(1, "(no plan)").c_str(), shown(2, "(not for this shape)").c_str(),
-          shown(3, "(not for this shape)").c_str(), names[static_cast<int>(choice)]));
-    }
+    if (gelu_route_ == GeluMatmulRoute::kFastest)
+      TRAINER_RETURN_IF_ERROR(ChooseGeluForward(gemm, args, cudnn_runs, sm90_runs, &choice));
     it = gelu_choice_.emplace(key, choice).first;
   }
   if (it->second == GeluGemmChoice::kCudnn) {
@@ -203,6 +158,49 @@ Status CudaBackend::FusedGeluMatmul(const cuda::Gemm& gemm, const cuda::GeluMatm
     ++counts_.gelu_sm90;
     *done = true;
   }
+  return Status::Ok();
+}
+
+Status CudaBackend::ChooseGeluForward(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args,
+                                      bool cudnn_runs, const bool sm90_runs[2],
+                                      GeluGemmChoice* choice) {
+  const std::string shape = ForwardShape(args.N, args.C, args.F, args.bias != nullptr);
+  // Candidate c in GeluGemmChoice's order; the outputs hold the last run's result, and the
+  // caller runs the chosen one again (cuBLASLt's when it is chosen). A library that fails counts
+  // as a refusal, except for a pin of its own that does not apply (a usage error, passed on).
+  Status pin_error;
+  auto ran_ok = [&](const Status& s, bool ran) {
+    if (s.code() == ExitCode::kUsage && pin_error.ok()) pin_error = s;
+    return s.ok() && ran;
+  };
+  auto run = [&](int c) -> bool {
+    bool ran = false;
+    switch (static_cast<GeluGemmChoice>(c)) {
+      case GeluGemmChoice::kCublasLt:
+        return ran_ok(matmul_->Run(gemm, &ran), ran);
+      case GeluGemmChoice::kCudnn:
+        return cudnn_runs && ran_ok(cudnn_gelu_matmul_->Run(args, &ran), ran);
+      default:
+        return sm90_runs[c - 2] && Sm90GeluLaunch(args, c - 1, stream_) == cudaSuccess;
+    }
+  };
+  cuda::RouteTrial trial(static_cast<int>(ForwardNames().size()));
+  int pinned = -1;
+  const std::vector<bool> runs = {true, cudnn_runs, sm90_runs[0], sm90_runs[1]};
+  TRAINER_RETURN_IF_ERROR(pins_.PinnedChoice(kForwardOp, shape, ForwardNames(), runs, &pinned));
+  if (pinned >= 0 && !run(pinned)) {  // e.g. cuDNN has no plan for the shape
+    TRAINER_RETURN_IF_ERROR(pin_error);
+    return pins_.PinnedChoice(kForwardOp, shape, ForwardNames(),
+                              std::vector<bool>(runs.size(), false), &pinned);
+  }
+  if (pinned >= 0)
+    trial.Pin(pinned);
+  else  // the candidates back to back on this call (timed over the step's calls instead, the
+        // trainer ran 0.5% slower at 350M and 1.3B)
+    TRAINER_RETURN_IF_ERROR(trial.RunToEnd(stream_, run));
+  TRAINER_RETURN_IF_ERROR(pin_error);
+  routes_.Record(trial.Entry(kForwardOp, shape, ForwardNames()));
+  if (trial.choice() >= 0) *choice = static_cast<GeluGemmChoice>(trial.choice());
   return Status::Ok();
 }
 
@@ -227,14 +225,31 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   p.m = N, p.n = F, p.k = OC;
   if (sums) TRAINER_RETURN_IF_ERROR(Scratch(kInitialScratchBytes, &p.column_partials));
   const std::vector<DgeluVariant>& variants = DgeluVariants(sums);
+  const std::string shape = GradientShape(N, F, OC, sums);
   auto it = dgelu_routes_.find(key);
   if (it == dgelu_routes_.end()) {
     DgeluRoute route;
     route.with_cublaslt = gelu_route_ == GeluMatmulRoute::kFastest;
+    route.names = GradientNames(route.with_cublaslt, sums);
     // Our kernel not for this shape: no trial, cuBLASLt's route (the caller's).
-    const int candidates =
-        Sm90DgeluRuns(p) ? (route.with_cublaslt ? 1 : 0) + static_cast<int>(variants.size()) : 0;
-    if (candidates > 0) route.trial = std::make_unique<cuda::RouteTrial>(candidates, kTrialsEach);
+    const bool ours = Sm90DgeluRuns(p);
+    const int first = route.with_cublaslt ? 1 : 0;
+    std::vector<bool> runs(route.names.size(), true);
+    for (size_t v = 0; v < variants.size(); ++v) {
+      SetDgeluVariant(variants[v], &p);
+      runs[first + v] = ours && Sm90DgeluRuns(p);
+    }
+    int pinned = -1;
+    if (route.with_cublaslt)  // the pins name cuBLASLt's route too
+      TRAINER_RETURN_IF_ERROR(pins_.PinnedChoice(kGradientOp, shape, route.names, runs, &pinned));
+    if (ours || pinned >= 0)
+      route.trial = std::make_unique<cuda::RouteTrial>(static_cast<int>(route.names.size()));
+    if (pinned >= 0) {
+      route.trial->Pin(pinned);
+      routes_.Record(route.trial->Entry(kGradientOp, shape, route.names));
+    } else if (!ours && route.with_cublaslt) {
+      routes_.Record({kGradientOp, shape, {{"cublaslt", -1.f}}, 0, "only"});
+    }
     it = dgelu_routes_.emplace(key, std::move(route)).first;
   }
   DgeluRoute& route = it->second;
@@ -244,6 +259,7 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   // pass over din here).
   if (route.trial == nullptr || (route.trial->decided() && route.trial->choice() < first_ours))
     return Status::Ok();
+  Status pin_error;
   // Candidate c: cuBLASLt's DGELU, with the first stage of the column sums that would follow it
   // (the caller's pass then sums din again); or ours, variant c - first_ours. (Both routes'
   // second stage, a short pass over partial sums, is not timed.)
@@ -254,7 +270,9 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
     }
     bool ran = false;
     if (sums) ++counts_.din_sum_passes;
-    return matmul_->Run(gemm, &ran).ok() && ran &&
+    const Status s = matmul_->Run(gemm, &ran);
+    if (s.code() == ExitCode::kUsage && pin_error.ok()) pin_error = s;  // a cuBLASLt pin's
+    return s.ok() && ran &&
            (!sums ||
             cuda::LaunchColumnSumsPartial(compute_, static_cast<float*>(p.column_partials),
                                           din.data, N, static_cast<int>(F), F, nullptr,
@@ -262,30 +280,8 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   };
   cuda::RouteTrial::CallResult call;
   TRAINER_RETURN_IF_ERROR(route.trial->Call(stream_, run, &call));
-  const cuda::RouteTrial& trial = *route.trial;
-  if (call.decided_now && trial.candidates() > 1) {
-    auto shown = [&](int c) {
-      return trial.refused(c) ? std::string("refused") : StrFormat("%.3f ms", trial.mean_ms(c));
-    };
-    std::string times =
-        route.with_cublaslt
-            ? StrFormat("cuBLASLt DGELU%s %s, ", sums ? " + column sums" : "", shown(0).c_str())
-            : std::string();
-    times +=
-        "sm90 kernel (slope boxes in its epilogue; p: in CTA pairs, e: column sums in its "
-        "epilogue)";
-    for (size_t v = 0; v < variants.size(); ++v)
-      times += StrFormat("%s %s %s", v == 0 ? ":" : ",", DgeluVariantName(variants[v]).c_str(),
-                         shown(first_ours + static_cast<int>(v)).c_str());
-    const int choice = trial.choice();
-    LogInfo(StrFormat(
-        "GELU-gradient GEMM (%lld x %lld -> %lld%s), %d calls each in turn: %s; using %s",
-        (long long)N, (long long)OC, (long long)F, sums ? ", with din's column sums" : "",
-        kTrialsEach, times.c_str(),
-        choice < first_ours
-            ? "cuBLASLt"
-            : ("sm90 kernel " + DgeluVariantName(variants[choice - first_ours])).c_str()));
-  }
+  TRAINER_RETURN_IF_ERROR(pin_error);
+  if (call.decided_now) routes_.Record(route.trial->Entry(kGradientOp, shape, route.names));
   if (call.refused) {
     CUDA_CHECK(cudaGetLastError());
     return cuda::OpError("MatmulBackward", call.output < first_ours
@@ -306,6 +302,65 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
     *sums_done = true;
   }
   return Status::Ok();
+}
+
+bool CudaBackend::routes_settled() const {
+  for (const auto& shape : dgelu_routes_)
+    if (shape.second.trial != nullptr && !shape.second.trial->decided()) return false;
+  return true;
+}
+
+Status CudaBackend::PinRoutes(const RouteTable& pins) {
+  auto listed = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  const std::vector<std::string> gradient = GradientNames(true, true);  // every variant
+  TRAINER_RETURN_IF_ERROR(pins.CheckNames(
+      {{kForwardOp, [&](const std::string& c) { return listed(ForwardNames(), c); }},
+       {kGradientOp, [&](const std::string& c) { return listed(gradient, c); }},
+       {"attention", [&](const std::string& c) { return c == "cudnn" || c == "ours"; }},
+       {cuda::CudnnGeluMatmul::kRouteOp,
+        [](const std::string& c) { return c.rfind("plan", 0) == 0 && c.size() > 4; }},
+       {cuda::CublasLtMatmul::kRouteOp, cuda::CublasLtMatmul::IsAlgoName}}));
+  pins_ = pins;
+  return Status::Ok();
+}
+
+Status CudaBackend::AdoptRoutes(const RouteTable& table) {
+  if (pins_.source().empty()) pins_.set_source("rank 0's routes");
+  for (const RouteEntry& e : table.entries()) {
+    const RouteEntry* mine = routes_.Find(e.op, e.shape);
+    if (mine == nullptr || mine->chosen_name() == e.chosen_name()) continue;
+    pins_.Record({e.op, e.shape, {{e.chosen_name(), -1.f}}, 0, "pinned"});
+    ForgetRoute(e.op, e.shape);
+  }
+  return Status::Ok();
+}
+
+void CudaBackend::ForgetRoute(const std::string& op, const std::string& shape) {
+  if (op == kForwardOp) {
+    for (auto it = gelu_choice_.begin(); it != gelu_choice_.end(); ++it) {
+      const auto& [N, C, F, bias] = it->first;
+      if (ForwardShape(N, C, F, bias) == shape) {
+        gelu_choice_.erase(it);
+        break;
+      }
+    }
+  } else if (op == kGradientOp) {
+    for (auto it = dgelu_routes_.begin(); it != dgelu_routes_.end(); ++it) {
+      const auto& [N, F, OC, sums] = it->first;
+      if (GradientShape(N, F, OC, sums) == shape) {
+        dgelu_routes_.erase(it);
+        break;
+      }
+    }
+  } else if (op == "attention") {
+    ForgetAttentionRoute(shape);
+  } else if (op == cuda::CublasLtMatmul::kRouteOp) {
+    matmul_->Forget(shape);
+  } else if (op == cuda::CudnnGeluMatmul::kRouteOp && cudnn_gelu_matmul_ != nullptr) {
+    cudnn_gelu_matmul_->Forget(shape);
+  }
 }
 
 }  // namespace trainer

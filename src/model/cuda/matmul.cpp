@@ -1,16 +1,18 @@
 // cuBLASLt GEMMs with epilogues (see matmul.h). Each distinct problem (shapes, dtypes, epilogue,
 // pointer alignments) gets its descriptors and algorithm once; later calls only set the pointers
-// and run. The heuristic's candidates (for the problem and for its half) are timed on the first
-// call and the fastest is kept.
+// and run. The heuristic's candidates (for the problem, its half, and without the bias) are timed
+// on the first call by the route policy (model/route_policy.h), or pinned by Engine.gpu_routes.
 #include "model/cuda/matmul.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/log.h"
-#include "model/cuda/back_to_back_timing.h"
 #include "model/cuda/cuda_check.h"
+#include "model/cuda/route_trial.h"
 
 namespace trainer {
 namespace cuda {
@@ -20,6 +22,7 @@ struct CublasLtMatmul::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::string shape;  // as the route table names it
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -57,13 +60,34 @@ const char* EpilogueName(GemmEpilogue e) {
   }
 }
 
-int AlgoId(const cublasLtMatmulAlgo_t& algo) {
-  int id = -1;
-  size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id),
-                                           &written) != CUBLAS_STATUS_SUCCESS)
-    id = -1;
-  return id;
+// An algorithm's route name: its configuration (algorithm, tile, stages, split-k, reduction,
+// swizzle, custom option, cluster shape, inner shape), which is what tells two candidates apart.
+std::string AlgoNameOf(const cublasLtMatmulAlgo_t& algo) {
+  const cublasLtMatmulAlgoConfigAttributes_t attributes[] = {CUBLASLT_ALGO_CONFIG_ID,
+                                                             CUBLASLT_ALGO_CONFIG_TILE_ID,
+                                                             CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                                             CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                             CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                             CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+                                                             CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+                                                             CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                                             CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID};
+  const char* tags[] = {"algo", "t", "s", "k", "r", "w", "c", "g", "i"};
+  std::string name;
+  for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); ++i) {
+    // Each attribute has a size of its own (cuBLASLt refuses another): asked first, then read
+    // into the low bytes of a zeroed 8-byte value (little-endian).
+    uint64_t value = 0;
+    size_t size = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attributes[i], nullptr, 0, &size) !=
+            CUBLAS_STATUS_SUCCESS ||
+        size == 0 || size > sizeof(value) ||
+        cublasLtMatmulAlgoConfigGetAttribute(&algo, attributes[i], &value, size, &size) !=
+            CUBLAS_STATUS_SUCCESS)
+      value = 0;
+    name += StrFormat("%s%s%llu", i ? "." : "", tags[i], (unsigned long long)value);
+  }
+  return name;
 }
 
 cublasLtEpilogue_t LtEpilogue(GemmEpilogue e) {
@@ -204,7 +228,7 @@ Status CublasLtMatmul::BuildPlan(const Gemm& g, Plan* plan) {
   plan->supported = found > 0;
   if (!plan->supported) return Status::Ok();
   plan->algo = results[0].algo;
-  if (found > 1) TRAINER_RETURN_IF_ERROR(TimeCandidates(g, plan, results, found));
+  TRAINER_RETURN_IF_ERROR(ChooseAlgo(g, plan, results, found));
   return Status::Ok();
 }
 
@@ -290,60 +314,94 @@ cublasStatus_t CublasLtMatmul::AddBiasFreeCandidates(const Gemm& g, const Plan& 
   return status;
 }
 
-// Runs each candidate algorithm on the problem's own operands and keeps the fastest: the
-// heuristic's first choice is 0-14% off the best on GPT shapes. Each timing is kRuns launches back
-// to back behind an untimed one, so that the host's work per launch (cuBLASLt's, ~20-45 us on the
-// GPU machine) overlaps the GPU's and the events time the kernels alone; an isolated launch would
-// count it and favour kernels that are cheap to launch. The candidates take turns over kRounds
-// rounds (the clock drifts as the GPU warms) and each keeps its best round.
-Status CublasLtMatmul::TimeCandidates(const Gemm& g, Plan* plan,
-                                      const cublasLtMatmulHeuristicResult_t* results, int count) {
-  constexpr int kRounds = 3, kRuns = 3;
-  // D is read when beta != 0: keep a copy so that the trial runs leave it as they found it.
-  const size_t d_bytes = (size_t)g.ldd * g.n * (g.d_dtype == DType::kBF16 ? 2 : 4);
-  void* saved = nullptr;
-  if (g.beta != 0.f && (g.c == nullptr || g.c == g.d)) {
-    CUDA_CHECK(cudaMalloc(&saved, d_bytes));
-    CUDA_CHECK(cudaMemcpyAsync(saved, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream_));
+// The route policy (model/route_policy.h) over the candidate algorithms, on the problem's own
+// operands, or the algorithm Engine.gpu_routes pins: the heuristic's first choice is 0-14% off the
+// best on GPT shapes. The turns run back to back on the first call, so that the host's work per
+// launch (cuBLASLt's, ~20-45 us on an H200 host) overlaps the GPU's.
+Status CublasLtMatmul::ChooseAlgo(const Gemm& g, Plan* plan,
+                                  const cublasLtMatmulHeuristicResult_t* results, int count) {
+  // Names by configuration; a configuration met again (candidates for the half or bias-free
+  // problem can differ from one of the problem's in opaque fields only) gets ".d<n>".
+  std::vector<std::string> names(count);
+  for (int i = 0; i < count; ++i) {
+    names[i] = AlgoName(results[i].algo);
+    const int repeats = static_cast<int>(std::count(names.begin(), names.begin() + i, names[i]));
+    if (repeats > 0) names[i] += StrFormat(".d%d", repeats);
   }
-  const float alpha = 1.f, beta = g.beta;
-  auto launch = [&](int i) {
-    return cublasLtMatmul(handle_, plan->desc, &alpha, g.a.data, plan->a, g.b.data, plan->b, &beta,
-                          g.c ? g.c : g.d, plan->d, g.d, plan->d, &results[i].algo, workspace_,
-                          kWorkspaceBytes, stream_) == CUBLAS_STATUS_SUCCESS;
-  };
-  std::vector<float> best_ms(count, 1e30f);  // per candidate, its best round; 1e30: failed
-  std::vector<bool> runs(count, true);
-  for (int round = 0; round < kRounds; ++round) {
-    for (int i = 0; i < count; ++i) {
-      if (!runs[i]) continue;
-      const float ms = TimeBackToBack(
-          stream_, [&] { return launch(i); }, kRuns);
-      runs[i] = ms >= 0.f;
-      if (runs[i]) best_ms[i] = std::min(best_ms[i], ms);
+  const std::string shape = ShapeName(g);
+  plan->shape = shape;
+  RouteTrial trial(count);
+  int pinned = -1;
+  if (pins_ != nullptr)
+    TRAINER_RETURN_IF_ERROR(
+        pins_->PinnedChoice(kRouteOp, shape, names, std::vector<bool>(count, true), &pinned));
+  if (pinned >= 0) {
+    trial.Pin(pinned);
+  } else if (count > 1) {
+    // D is read when beta != 0: keep a copy so that the trial runs leave it as they found it.
+    const size_t d_bytes = (size_t)g.ldd * g.n * (g.d_dtype == DType::kBF16 ? 2 : 4);
+    void* saved = nullptr;
+    if (g.beta != 0.f && (g.c == nullptr || g.c == g.d)) {
+      CUDA_CHECK(cudaMalloc(&saved, d_bytes));
+      CUDA_CHECK(cudaMemcpyAsync(saved, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream_));
+    }
+    const float alpha = 1.f, beta = g.beta;
+    auto launch = [&](int i) {
+      return cublasLtMatmul(handle_, plan->desc, &alpha, g.a.data, plan->a, g.b.data, plan->b,
+                            &beta, g.c ? g.c : g.d, plan->d, g.d, plan->d, &results[i].algo,
+                            workspace_, kWorkspaceBytes, stream_) == CUBLAS_STATUS_SUCCESS;
+    };
+    TRAINER_RETURN_IF_ERROR(trial.RunToEnd(stream_, launch));
+    if (saved) {
+      CUDA_CHECK(cudaMemcpyAsync(g.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      CUDA_CHECK(cudaFree(saved));
     }
   }
-  const int best =
-      static_cast<int>(std::min_element(best_ms.begin(), best_ms.end()) - best_ms.begin());
-  plan->algo = results[best].algo;
-  float runner_up = 1e30f;
-  for (int i = 0; i < count; ++i)
-    if (i != best) runner_up = std::min(runner_up, best_ms[i]);
-  // One line per problem (rank 0): what tuning chose and by how much, so that a run's GEMM choices
-  // can be compared with another's. Candidate 0 is the heuristic's own first choice.
-  auto shown = [](float ms) { return ms < 1e29f ? ms : -1.f; };
-  LogInfo(
-      StrFormat("GEMM tuning (%lld x %lld x %lld%s%s, %s): candidate %d of %d (algo %d), %.3f "
-                "ms; heuristic's first %.3f ms, runner-up %.3f ms",
-                (long long)g.m, (long long)g.n, (long long)g.k, g.transpose_a ? ", A^T" : "",
-                g.transpose_b ? ", B^T" : "", EpilogueName(g.epilogue), best, count,
-                AlgoId(plan->algo), shown(best_ms[best]), shown(best_ms[0]), shown(runner_up)));
-  if (saved) {
-    CUDA_CHECK(cudaMemcpyAsync(g.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    CUDA_CHECK(cudaFree(saved));
+  const int choice = count == 1 ? 0 : std::max(trial.choice(), 0);
+  plan->algo = results[choice].algo;
+  if (routes_ != nullptr) {
+    RouteEntry entry = trial.Entry(kRouteOp, shape, names);
+    if (count == 1 && pinned < 0) entry.chosen = 0, entry.how = "only";
+    routes_->Record(std::move(entry));
   }
   return Status::Ok();
+}
+
+std::string CublasLtMatmul::AlgoName(const cublasLtMatmulAlgo_t& algo) {
+  return AlgoNameOf(algo);
+}
+
+bool CublasLtMatmul::IsAlgoName(const std::string& name) {
+  unsigned long long v[10];
+  int length = -1;
+  if (std::sscanf(name.c_str(), "algo%llu.t%llu.s%llu.k%llu.r%llu.w%llu.c%llu.g%llu.i%llu%n", &v[0],
+                  &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &length) != 9 ||
+      length < 0)
+    return false;
+  const std::string rest = name.substr(length);  // "" or a repeat's ".d<n>"
+  char end = 0;
+  return rest.empty() || std::sscanf(rest.c_str(), ".d%llu%c", &v[9], &end) == 1;
+}
+
+// The problem as the route table names it: every field of its plan key.
+std::string CublasLtMatmul::ShapeName(const Gemm& g) {
+  const std::vector<int64_t> key = PlanKey(g);
+  std::string text =
+      StrFormat("%lldx%lldx%lld%s%s %s", (long long)g.m, (long long)g.n, (long long)g.k,
+                g.transpose_a ? " A^T" : "", g.transpose_b ? " B^T" : "", EpilogueName(g.epilogue));
+  for (size_t i = 0; i < key.size(); ++i)
+    text += StrFormat("%s%lld", i ? "," : " key=", (long long)key[i]);
+  return text;
+}
+
+void CublasLtMatmul::Forget(const std::string& shape) {
+  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+    if (it->second->shape == shape) {
+      plans_.erase(it);
+      return;
+    }
+  }
 }
 
 Status CublasLtMatmul::Run(const Gemm& g, bool* supported) {

@@ -2,7 +2,7 @@
 // pre-activation as aux output, GELU gradient), f32 accumulation, one 32 MiB workspace allocated
 // at creation, and descriptors plus the chosen algorithm cached per problem (the fastest of the
 // heuristic's candidates for the problem, for its half and, with a bias, for it without the bias,
-// timed on first use; rank 0 logs each problem's choice with its time and the runner-up's).
+// timed on first use by the route policy, or pinned: op cublaslt_gemm of the route table).
 #pragma once
 
 #include <cublasLt.h>
@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "model/route_table.h"
 
 namespace trainer {
 namespace cuda {
@@ -65,6 +67,16 @@ class CublasLtMatmul {
   // algorithm for this problem, so that the caller can take another route.
   Status Run(const Gemm& gemm, bool* supported);
 
+  // Routes (model/route_table.h): each problem's algorithm is op kRouteOp, named by its
+  // configuration ("algo21.t20.s8.k1.r0.w0.c0.g0.i0"); `pins` (may be null) pins it, `chosen`
+  // records it. Both outlive this object.
+  static constexpr const char* kRouteOp = "cublaslt_gemm";
+  static bool IsAlgoName(const std::string& name);
+  void set_routes(const RouteTable* pins, RouteTable* chosen) { pins_ = pins, routes_ = chosen; }
+  // Drops the plan of the problem the route table names `shape` (its next call builds it again,
+  // taking the pins).
+  void Forget(const std::string& shape);
+
  private:
   struct Plan;
   CublasLtMatmul() = default;
@@ -78,14 +90,18 @@ class CublasLtMatmul {
   void MergeCheckedCandidates(const Plan& plan, const cublasLtMatmulHeuristicResult_t* extra,
                               int extra_found, cublasLtMatmulHeuristicResult_t* results,
                               int* found);
-  Status TimeCandidates(const Gemm& gemm, Plan* plan,
-                        const cublasLtMatmulHeuristicResult_t* results, int count);
+  Status ChooseAlgo(const Gemm& gemm, Plan* plan, const cublasLtMatmulHeuristicResult_t* results,
+                    int count);
+  static std::string AlgoName(const cublasLtMatmulAlgo_t& algo);
+  static std::string ShapeName(const Gemm& gemm);
   static constexpr int kCandidates = 16;
 
   cublasLtHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
   std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans_;
+  const RouteTable* pins_ = nullptr;
+  RouteTable* routes_ = nullptr;
 };
 
 }  // namespace cuda

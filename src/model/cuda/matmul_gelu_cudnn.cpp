@@ -1,6 +1,6 @@
 // cuDNN frontend matmul + bias + GELU graphs (see matmul_gelu_cudnn.h): one per shape, built on
-// first use with its fastest plan chosen by timing, including the shapes cuDNN rejects (so a
-// rejected shape costs one attempt).
+// first use with its plan chosen by the route policy (op cudnn_gelu_plan) or pinned, including the
+// shapes cuDNN rejects (so a rejected shape costs one attempt).
 #include "model/cuda/matmul_gelu_cudnn.h"
 
 #if TRAINER_WITH_CUDNN
@@ -9,13 +9,16 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
-#include "model/cuda/back_to_back_timing.h"
+#include "common/log.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/cudnn_graph.h"
 #include "model/cuda/op_checks.h"
+#include "model/cuda/route_trial.h"
 
 namespace trainer {
 namespace cuda {
@@ -52,6 +55,12 @@ GraphPtr GeluGraph(int64_t N, int64_t C, int64_t F, bool bias) {
   return g;
 }
 
+// The shape as the route table names it.
+std::string ShapeName(int64_t N, int64_t C, int64_t F, bool bias) {
+  return StrFormat("N=%lld C=%lld F=%lld %s", (long long)N, (long long)C, (long long)F,
+                   bias ? "bias" : "nobias");
+}
+
 std::unordered_map<int64_t, void*> Pack(const GeluMatmulArgs& a) {
   std::unordered_map<int64_t, void*> pack = {{kIn, const_cast<void*>(a.in)},
                                              {kWeight, const_cast<void*>(a.weight)},
@@ -72,10 +81,13 @@ struct CudnnGeluMatmul::Impl {
   // (N, C, F, bias) -> graph and plan.
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Entry> entries;
 
-  // Plans the shape's graph, builds its first plans and times each on the call's operands (three
-  // runs behind an untimed one); the entry keeps the fastest, and *best_ms its time.
-  Status Build(const GeluMatmulArgs& a, Entry* entry, float* best_ms) {
-    *best_ms = -1.f;
+  const RouteTable* pins = nullptr;
+  RouteTable* routes = nullptr;
+
+  // Plans the shape's graph and builds its first plans; the entry keeps the one the route policy
+  // picks on the call's operands (op kRouteOp; the outputs are written by those runs too), or the
+  // one Engine.gpu_routes pins.
+  Status Build(const GeluMatmulArgs& a, Entry* entry) {
     GraphPtr g = GeluGraph(a.N, a.C, a.F, a.bias != nullptr);
     fe::error_t e = g->validate();
     if (e.is_good()) e = g->build_operation_graph(cudnn.handle);
@@ -84,21 +96,35 @@ struct CudnnGeluMatmul::Impl {
     if (e.is_bad()) return Status::Ok();  // unsupported: the caller keeps cuBLASLt
     std::unordered_map<int64_t, void*> pack = Pack(a);
     const int64_t count = std::min<int64_t>(g->get_execution_plan_count(), kPlansTimed);
+    std::vector<int64_t> built;
+    std::vector<std::string> names;
     for (int64_t i = 0; i < count; ++i) {
       int64_t bytes = 0;
       if (g->build_plan_at_index(i).is_bad() ||
           g->get_workspace_size_plan_at_index(i, bytes).is_bad())
         continue;
       TRAINER_RETURN_IF_ERROR(cudnn.GrowWorkspace(bytes));
-      const float ms = TimeBackToBack(
-          cudnn.stream,
-          [&] {
-            return g->execute_plan_at_index(cudnn.handle, pack, cudnn.workspace, i).is_good();
-          },
-          3);
-      if (ms > 0 && (*best_ms < 0 || ms < *best_ms)) *best_ms = ms, entry->plan = i;
+      built.push_back(i);
+      names.push_back(StrFormat("plan%lld", (long long)i));
     }
-    if (entry->plan >= 0) entry->graph = g;
+    if (built.empty()) return Status::Ok();
+    const std::string shape = ShapeName(a.N, a.C, a.F, a.bias != nullptr);
+    RouteTrial trial(static_cast<int>(built.size()));
+    int pinned = -1;
+    if (pins != nullptr)
+      TRAINER_RETURN_IF_ERROR(pins->PinnedChoice(CudnnGeluMatmul::kRouteOp, shape, names,
+                                                 std::vector<bool>(built.size(), true), &pinned));
+    if (pinned >= 0) {
+      trial.Pin(pinned);
+    } else {
+      TRAINER_RETURN_IF_ERROR(trial.RunToEnd(cudnn.stream, [&](int c) {
+        return g->execute_plan_at_index(cudnn.handle, pack, cudnn.workspace, built[c]).is_good();
+      }));
+    }
+    if (routes != nullptr) routes->Record(trial.Entry(CudnnGeluMatmul::kRouteOp, shape, names));
+    if (trial.choice() < 0) return Status::Ok();  // every plan failed: cuBLASLt's route
+    entry->plan = built[trial.choice()];
+    entry->graph = g;
     return Status::Ok();
   }
 };
@@ -116,15 +142,28 @@ Status CudnnGeluMatmul::Create(cudaStream_t stream, std::unique_ptr<CudnnGeluMat
   return Status::Ok();
 }
 
-Status CudnnGeluMatmul::Run(const GeluMatmulArgs& a, bool* supported, float* first_use_ms) {
+void CudnnGeluMatmul::set_routes(const RouteTable* pins, RouteTable* chosen) {
+  impl_->pins = pins;
+  impl_->routes = chosen;
+}
+
+void CudnnGeluMatmul::Forget(const std::string& shape) {
+  for (auto it = impl_->entries.begin(); it != impl_->entries.end(); ++it) {
+    const auto& [N, C, F, bias] = it->first;
+    if (ShapeName(N, C, F, bias) == shape) {
+      impl_->entries.erase(it);
+      return;
+    }
+  }
+}
+
+Status CudnnGeluMatmul::Run(const GeluMatmulArgs& a, bool* supported) {
   *supported = false;
   const auto key = std::make_tuple(a.N, a.C, a.F, a.bias != nullptr);
   auto it = impl_->entries.find(key);
   if (it == impl_->entries.end()) {
     Impl::Entry entry;
-    float best_ms = -1.f;
-    TRAINER_RETURN_IF_ERROR(impl_->Build(a, &entry, &best_ms));
-    if (first_use_ms) *first_use_ms = best_ms;
+    TRAINER_RETURN_IF_ERROR(impl_->Build(a, &entry));
     it = impl_->entries.emplace(key, entry).first;
   }
   const Impl::Entry& entry = it->second;
@@ -155,7 +194,9 @@ Status CudnnGeluMatmul::Create(cudaStream_t, std::unique_ptr<CudnnGeluMatmul>*) 
   return EnvironmentError("cuDNN GELU matmul (" + Where() +
                           "): this binary was built without the cuDNN frontend");
 }
-Status CudnnGeluMatmul::Run(const GeluMatmulArgs&, bool* supported, float*) {
+void CudnnGeluMatmul::set_routes(const RouteTable*, RouteTable*) {}
+void CudnnGeluMatmul::Forget(const std::string&) {}
+Status CudnnGeluMatmul::Run(const GeluMatmulArgs&, bool* supported) {
   *supported = false;
   return Status::Ok();
 }

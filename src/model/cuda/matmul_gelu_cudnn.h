@@ -3,16 +3,18 @@
 // output), written with the cuDNN C++ frontend: the other route beside cuBLASLt's GELU_AUX_BIAS
 // epilogue, which the backend times against it per shape (cuda_backend_layers.cpp). One graph per
 // shape, built on first use; the heuristic's first few plans are built and timed on the call's
-// own operands, and the fastest is kept. Builds without the frontend (no TRAINER_WITH_CUDNN) get
-// a class whose Create fails.
+// own operands by the route policy (model/route_policy.h), or one is pinned (Engine.gpu_routes).
+// Builds without the frontend (no TRAINER_WITH_CUDNN) get a class whose Create fails.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/status.h"
+#include "model/route_table.h"
 
 namespace trainer {
 namespace cuda {
@@ -37,8 +39,16 @@ class CudnnGeluMatmul {
 
   // Enqueues the fused GEMM. *supported = false (nothing runs) when cuDNN has no plan for the
   // shape. When the shape is new, its plans are built and timed first (the outputs are written
-  // by those runs too) and *first_use_ms, when given, receives the chosen plan's time per run.
-  Status Run(const GeluMatmulArgs& args, bool* supported, float* first_use_ms = nullptr);
+  // by those runs too).
+  Status Run(const GeluMatmulArgs& args, bool* supported);
+  // Routes (model/route_table.h): each shape's plan is op kRouteOp, candidates "plan0", "plan1",
+  // ... (the heuristic's order); `pins` (may be null) pins it, `chosen` records it. Both outlive
+  // this object.
+  static constexpr const char* kRouteOp = "cudnn_gelu_plan";
+  void set_routes(const RouteTable* pins, RouteTable* chosen);
+  // Drops the graph of the shape the route table names `shape` (its next call builds it again,
+  // taking the pins).
+  void Forget(const std::string& shape);
 
  private:
   struct Impl;

@@ -1,16 +1,22 @@
-// RouteTrial (route_trial.h): the first call's untimed runs, the timed calls in turn, the choice.
+// RouteTrial (route_trial.h): the first call's untimed runs, the timed turns, the choice.
 #include "model/cuda/route_trial.h"
 
+#include "common/log.h"
 #include "model/cuda/cuda_check.h"
+#include "model/route_policy.h"
 
 namespace trainer {
 namespace cuda {
 
-RouteTrial::RouteTrial(int candidates, int trials_each)
-    : candidates_(candidates), trials_each_(trials_each) {}
+RouteTrial::RouteTrial(int candidates) : candidates_(candidates) {}
 
 RouteTrial::~RouteTrial() {
   for (cudaEvent_t event : events_) cudaEventDestroy(event);
+}
+
+void RouteTrial::Pin(int c) {
+  decided_ = pinned_ = true;
+  choice_ = c;
 }
 
 Status RouteTrial::Call(cudaStream_t stream, const std::function<bool(int)>& run,
@@ -36,45 +42,61 @@ Status RouteTrial::Call(cudaStream_t stream, const std::function<bool(int)>& run
       choice_ = last_accepted_;
       return Status::Ok();
     }
-    events_.resize(2 * candidates_ * trials_each_);
+    events_.resize(2 * RouteTimedRuns(candidates_));
     for (cudaEvent_t& event : events_) CUDA_CHECK(cudaEventCreate(&event));
     return Status::Ok();
   }
   const int trial = calls_ - 1;
-  const int c = trial % candidates_;
-  result->output = refused_[c] ? last_accepted_ : c;  // a refused candidate's turn: not timed
+  const int c = RouteTurnCandidate(trial, candidates_);
+  result->output = refused_[c] ? last_accepted_ : c;  // a refused candidate's turn: not counted
   CUDA_CHECK(cudaEventRecord(events_[2 * trial], stream));
   if (!run(result->output)) {
     result->refused = true;
     return Status::Ok();
   }
   CUDA_CHECK(cudaEventRecord(events_[2 * trial + 1], stream));
-  if (++calls_ == 1 + candidates_ * trials_each_) {
+  if (++calls_ == 1 + RouteTimedRuns(candidates_)) {
     TRAINER_RETURN_IF_ERROR(Decide());
     result->decided_now = true;
   }
   return Status::Ok();
 }
 
+Status RouteTrial::RunToEnd(cudaStream_t stream, const std::function<bool(int)>& run) {
+  CallResult call;
+  while (!decided_) {
+    TRAINER_RETURN_IF_ERROR(Call(stream, run, &call));
+    if (call.refused) {  // a candidate that ran on the first call and no longer does
+      CUDA_CHECK(cudaGetLastError());
+      return RuntimeError(
+          StrFormat("a route candidate (%d) refused a shape it ran before", call.output));
+    }
+  }
+  return Status::Ok();
+}
+
 Status RouteTrial::Decide() {
   CUDA_CHECK(cudaEventSynchronize(events_.back()));
-  mean_ms_.assign(candidates_, 0.f);
-  for (int trial = 0; trial < candidates_ * trials_each_; ++trial) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, events_[2 * trial], events_[2 * trial + 1]));
-    mean_ms_[trial % candidates_] += ms / trials_each_;
-  }
+  std::vector<float> run_ms(RouteTimedRuns(candidates_), -1.f);
+  for (size_t run = 0; run < run_ms.size(); ++run)
+    CUDA_CHECK(cudaEventElapsedTime(&run_ms[run], events_[2 * run], events_[2 * run + 1]));
   for (cudaEvent_t event : events_) cudaEventDestroy(event);
   events_.clear();
-  choice_ = last_accepted_;
-  for (int c = 0; c < candidates_; ++c) {
-    if (refused_[c])
-      mean_ms_[c] = -1.f;
-    else if (mean_ms_[c] < mean_ms_[choice_])
-      choice_ = c;
-  }
+  times_ms_ = RouteTimes(refused_, run_ms);
+  choice_ = RouteChoice(times_ms_);
   decided_ = true;
   return Status::Ok();
+}
+
+RouteEntry RouteTrial::Entry(const std::string& op, const std::string& shape,
+                             const std::vector<std::string>& names) const {
+  RouteEntry entry;
+  entry.op = op;
+  entry.shape = shape;
+  for (int c = 0; c < candidates_; ++c) entry.candidates.push_back({names[c], time_ms(c)});
+  entry.chosen = choice_;
+  entry.how = pinned_ ? "pinned" : times_ms_.empty() ? "only" : "timed";
+  return entry;
 }
 
 }  // namespace cuda
