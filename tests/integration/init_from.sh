@@ -72,7 +72,8 @@ frozen from-hf 2 -o Checkpoint.init_from=hf
 frozen from-checkpoint 2 -o Distributed.pp_degree=2 -o Checkpoint.init_from=trained/checkpoints
 frozen from-hub 1 -o Checkpoint.init_from=hub/model.safetensors
 frozen from-bf16 1 -o Checkpoint.init_from=hf-bf16
-python3 - <<'PY'
+# A safetensors file's tensors by name (raw bytes), for the comparisons below.
+cat > safetensors_tensors.py <<'PY'
 import json, struct
 def tensors(path):
     data = open(path, "rb").read()
@@ -80,6 +81,9 @@ def tensors(path):
     header = json.loads(data[8:8 + n])
     header.pop("__metadata__")
     return {k: data[8 + n + h["data_offsets"][0]:8 + n + h["data_offsets"][1]] for k, h in header.items()}
+PY
+python3 - <<'PY'
+from safetensors_tensors import tensors
 def f32_of_bf16(raw):
     return b"".join(b"\0\0" + raw[i:i + 2] for i in range(0, len(raw), 2))
 want = tensors("hf/model.safetensors")
@@ -118,13 +122,7 @@ run_np 1 train "${COMMON[@]}" -o Model.bias=false -o Engine.max_steps=5 -o Engin
 export_to nobias/checkpoints --output hf-nobias
 frozen from-nobias 1 -o Model.bias=false -o Checkpoint.init_from=hf-nobias
 python3 - <<'PY'
-import json, struct
-def tensors(path):
-    data = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    header.pop("__metadata__")
-    return {k: data[8 + n + h["data_offsets"][0]:8 + n + h["data_offsets"][1]] for k, h in header.items()}
+from safetensors_tensors import tensors
 want, got = tensors("hf-nobias/model.safetensors"), tensors("hf-from-nobias/model.safetensors")
 assert got.keys() == want.keys() and all(got[k] == want[k] for k in want), "from-nobias"
 biases = [k for k in want if k.endswith(".bias")]

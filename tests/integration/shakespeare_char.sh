@@ -9,11 +9,9 @@
 # 200 steps (20 of warmup, cosine over the other 180), evaluation every 100 steps over 10 batches.
 # Measured once (fp32 CPU, 1 rank; 2 ranks follow it to 1e-5): val loss 2.6054 at step 100 and
 # 2.5177 at step 200 (train loss 2.54), from 5.55 at step 1; the text's unigram entropy is 3.31
-# nats. The full recipe (configs/shakespeare-char.yaml, GPU) passes 2.5 after ~150 of its steps and
-# reaches about 1.47 at its best. THRESHOLD is the measured 2.518 with a 0.04 margin (another
-# compiler's or library's rounding moves the run a little; a broken dropout or schedule moves it
-# more: without dropout's rescaling, or with the masks of the wrong rows, the run diverges from
-# the 1-rank one, which compare_curves catches).
+# nats; nanoGPT's full recipe reaches 1.4697 at its best. THRESHOLD is the measured 2.518 with a
+# 0.04 margin for another compiler's or library's rounding; masks drawn for the wrong rows make
+# the 2-rank run leave the 1-rank one, which compare_curves catches.
 source "$(dirname "$0")/lib.sh"
 TEXT="$SRC/../shared/data/tinyshakespeare.txt"
 [ -f "$TEXT" ] || { echo "skip: $TEXT not found"; exit 77; }
