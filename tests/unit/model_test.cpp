@@ -143,7 +143,9 @@ TEST_P(ModelGradients, InitialLossIsCloseToLogVocab) {
   const double loss = f.Loss();
   EXPECT_NEAR(loss - f.last_moe_losses, std::log(61.0), 0.05);
   // Near-uniform routing: the load-balancing loss near its coefficient in each MoE layer.
-  if (f.config.moe()) EXPECT_NEAR(f.last_moe_losses, 2 * f.config.moe_aux_loss_coeff, 0.01);
+  if (f.config.moe()) {
+    EXPECT_NEAR(f.last_moe_losses, 2 * f.config.moe_aux_loss_coeff, 0.01);
+  }
 }
 
 TEST_P(ModelGradients, EveryGradientMatchesFiniteDifferences) {
