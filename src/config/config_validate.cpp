@@ -279,20 +279,6 @@ Status CheckMoe(const TrainConfig& c, Checker& check) {
                       StrFormat("Set Model.moe_first_k_dense below %d, or Model.num_experts=0 "
                                 "for a dense model",
                                 m.num_layers));
-  if (m.moe_router_bias_update_rate > 0 && m.moe_router_score_function != "sigmoid")
-    return check.Fail(check.Show("Model.moe_router_bias_update_rate") +
-                          " (DeepSeek-V3's expert bias) with " +
-                          check.Show("Model.moe_router_score_function"),
-                      {"Model.moe_router_bias_update_rate", "Model.moe_router_score_function"},
-                      "Set Model.moe_router_score_function=sigmoid, as DeepSeek-V3 has it, or "
-                      "the rate to 0");
-  if (m.moe_router_bias_update_rate > 0)
-    return check.Fail(check.Show("Model.moe_router_bias_update_rate") +
-                          " asks for the aux-loss-free expert bias, which this version does not "
-                          "train yet",
-                      {"Model.moe_router_bias_update_rate"},
-                      "Set Model.moe_router_bias_update_rate=0 and balance with "
-                      "Model.moe_aux_loss_coeff");
   if (c.global.device == "cuda")
     return check.Fail(check.Show("Model.num_experts") +
                           ": MoE runs on CPU ranks in this version; the CUDA kernels (router "

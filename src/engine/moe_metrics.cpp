@@ -5,6 +5,30 @@
 
 namespace trainer {
 
+Status UpdateExpertBias(const GptModel& model, Communicator* dp, double rate, AdamW* optimizer) {
+  const int E = model.spec().moe.num_experts;
+  const ModelPartition& part = model.partition();
+  const std::vector<MoeLayerStats>& stats = model.moe_stats();
+  std::vector<double> load(static_cast<size_t>(part.num_layers) * E, 0.0);
+  for (int i = 0; i < part.num_layers; ++i)
+    for (size_t e = 0; e < stats[i].load.size(); ++e)
+      load[i * E + e] = static_cast<double>(stats[i].load[e]);
+  if (dp != nullptr && dp->size() > 1)
+    TRAINER_RETURN_IF_ERROR(dp->AllReduce(load.data(), load.size(), DType::kF64, ReduceOp::kSum));
+  for (int i = 0; i < part.num_layers; ++i) {
+    const ParameterInfo* p = model.Find(ParamRole::kExpertBias, part.first_layer + i);
+    if (p == nullptr) continue;  // a dense layer
+    const double* l = load.data() + static_cast<size_t>(i) * E;
+    double mean = 0;
+    for (int e = 0; e < E; ++e) mean += l[e] / E;
+    std::vector<float> delta(E);
+    for (int e = 0; e < E; ++e)
+      delta[e] = static_cast<float>(rate * ((l[e] < mean) - (l[e] > mean)));
+    TRAINER_RETURN_IF_ERROR(optimizer->AddToParameters(p->offset, delta));
+  }
+  return Status::Ok();
+}
+
 Status AppendMoeMetrics(const GptModel& model, const ParallelGroups& groups, int micro_batches,
                         std::vector<std::pair<std::string, double>>* record) {
   const ModelSpec& spec = model.spec();

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "config/config_diff.h"
 #include "config/config_loader.h"
+#include "engine/moe_metrics.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "engine/gpu_monitor.h"
@@ -381,6 +382,10 @@ Status Trainer::TrainStep(double* lr) {
     TRAINER_RETURN_IF_ERROR(GlobalGradNorm(&host_grad_norm_));
     TRAINER_RETURN_IF_ERROR(optimizer_->Step(step, *lr, GradientClipScale(host_grad_norm_, clip)));
   }
+  if (config_.model.moe_router_bias_update_rate > 0)
+    TRAINER_RETURN_IF_ERROR(UpdateExpertBias(*model_, groups_.dp,
+                                             config_.model.moe_router_bias_update_rate,
+                                             optimizer_.get()));
   TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kOptimizer));
   TRAINER_RETURN_IF_ERROR(timer_->EndStep());
   state_.step = step;

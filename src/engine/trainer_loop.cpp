@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "engine/gpu_monitor.h"
 #include "engine/moe_metrics.h"
+
 #include "engine/signals.h"
 #include "engine/trainer.h"
 

@@ -266,9 +266,10 @@ class Backend {
   // sigmoid); experts (N,K) i32, the K chosen, in ascending order (the top K by probs, or by the
   // logits with !pre_softmax; equal scores: the lower expert index first); weights (N,K') f32
   // their weights (and the shared expert's gate, sigmoid(logits[:, E])); lse (N) f32 the
-  // logsumexp of the E logits (for the z-loss).
+  // logsumexp of the E logits (for the z-loss). bias (E) f32, when not empty, is added to what
+  // the choice compares (scores, or logits) and to nothing else (DeepSeek-V3's expert bias).
   Status MoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse, Tensor logits,
-                          const MoeRouting& r);
+                          Tensor bias, const MoeRouting& r);
   // dlogits (N,E') f32 = the gradient through the weights (dweights (N,K') f32), plus the
   // load-balancing loss's through probs: aux_coef (G,E) f32 (empty: none) is d(loss)/d(score) of
   // the G groups of N/G consecutive rows (with sigmoid scores, of the scores normalised to sum 1),
@@ -374,7 +375,7 @@ class Backend {
   virtual Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) = 0;
   // Mixture of experts. Default: an error ("MoE runs on CPU ranks in this version").
   virtual Status RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
-                                     Tensor logits, const MoeRouting& r);
+                                     Tensor logits, Tensor bias, const MoeRouting& r);
   virtual Status RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,
                                       Tensor experts, Tensor weights, Tensor aux_coef,
                                       float z_scale, const MoeRouting& r);

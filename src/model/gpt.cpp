@@ -404,6 +404,7 @@ BlockWeights GptModel::Weights(int layer, bool gradients) const {
     w.moe.experts_down = get(ParamRole::kExpertDown);
     w.moe.shared_gu = get(ParamRole::kSharedGateWeight, 2 * e.shared_ffn);
     w.moe.shared_down = get(ParamRole::kSharedDownWeight);
+    if (!gradients) w.moe.bias = get(ParamRole::kExpertBias);
   }
   return w;
 }

@@ -54,6 +54,7 @@ ModelSpec MakeModelSpec(const ModelConfig& m) {
       m.moe_router_load_balancing_type == "seq_aux_loss" ? MoeAuxLoss::kSequence : MoeAuxLoss::kMicroBatch;
   e.z_loss_coeff = m.moe_z_loss_coeff;
   e.capacity_factor = m.moe_expert_capacity_factor;
+  e.bias_update_rate = m.moe_router_bias_update_rate;
   return s;
 }
 
@@ -130,6 +131,8 @@ std::string ParameterName(const ModelSpec& spec, ParamRole role, int layer) {
       return block + "mlp.shared_expert.up_proj.weight";
     case ParamRole::kSharedDownWeight:
       return block + "mlp.shared_expert.down_proj.weight";
+    case ParamRole::kExpertBias:
+      return block + "mlp.gate.e_score_correction_bias";
   }
   return "";
 }
@@ -223,6 +226,7 @@ std::vector<ParameterSpec> SpecParameters(const ModelSpec& spec, bool sequence_p
         add(ParamRole::kSharedUpWeight, l, {Fs, C}, ShardKind::kReplicated);
         add(ParamRole::kSharedDownWeight, l, {C, Fs}, ShardKind::kReplicated);
       }
+      if (e.bias_update_rate > 0) add(ParamRole::kExpertBias, l, {E}, ShardKind::kReplicated);
       continue;
     }
     if (spec.mlp == MlpKind::kGelu) {

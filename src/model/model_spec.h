@@ -68,6 +68,7 @@ enum class ParamRole {
   kSharedGateWeight,       // (Fs, C), (Fs, C) stored one after the other, (C, Fs)
   kSharedUpWeight,
   kSharedDownWeight,
+  kExpertBias,  // (E) DeepSeek-V3's selection bias: no gradient, moved by the load (moe_layer.h)
 };
 
 // How the full tensor maps to the local shard over the TP group of size tp_size.
@@ -108,6 +109,7 @@ struct MoeSpec {
   MoeAuxLoss aux_loss = MoeAuxLoss::kMicroBatch;
   double z_loss_coeff = 0.0;
   double capacity_factor = 0.0;  // 0: dropless
+  double bias_update_rate = 0.0;  // > 0: an expert bias shifts the choice, updated by the load
   bool enabled() const { return num_experts > 0; }
   int router_rows() const { return num_experts + (shared_ffn > 0 ? 1 : 0); }
 };

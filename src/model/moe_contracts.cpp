@@ -52,12 +52,13 @@ Status NoMoeKernels(const Backend& b, const char* op) {
 }  // namespace
 
 Status Backend::MoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
-                                 Tensor logits, const MoeRouting& r) {
+                                 Tensor logits, Tensor bias, const MoeRouting& r) {
   OpContract c(*this, "MoeRouterForward");
   CheckRouter(c, weights, experts, probs, logits, r);
-  c.Has("lse", lse, DType::kF32, Rows(logits));
+  c.Has("lse", lse, DType::kF32, Rows(logits)).Optional(bias).PerColumn("bias", bias, DType::kF32,
+                                                                         "probs", probs);
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunMoeRouterForward(weights, experts, probs, lse, logits, r);
+  return RunMoeRouterForward(weights, experts, probs, lse, logits, bias, r);
 }
 
 Status Backend::MoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,
@@ -102,7 +103,8 @@ Status Backend::MoeSlotDots(Tensor dweights, Tensor dout, Tensor in, Tensor slot
   return RunMoeSlotDots(dweights, dout, in, slots);
 }
 
-Status Backend::RunMoeRouterForward(Tensor, Tensor, Tensor, Tensor, Tensor, const MoeRouting&) {
+Status Backend::RunMoeRouterForward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
+                                    const MoeRouting&) {
   return NoMoeKernels(*this, "MoeRouterForward");
 }
 Status Backend::RunMoeRouterBackward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float,

@@ -138,7 +138,7 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   TRAINER_RETURN_IF_ERROR(
       be->MatmulForward(a.logits, Tensor(), x, w.router, Tensor(), Activation::kNone));
   TRAINER_RETURN_IF_ERROR(be->MoeRouterForward(a.weights, a.experts, a.probs, a.lse, a.logits,
-                                               Routing(s)));
+                                               w.bias, Routing(s)));
   std::vector<int32_t> experts(N * K);
   TRAINER_RETURN_IF_ERROR(be->CopyToHost(experts.data(), a.experts.data, experts.size() * 4));
   PlanMoeDispatch(s, experts.data(), N, d);

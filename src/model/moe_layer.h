@@ -60,6 +60,7 @@ struct MoeWeights {
   Tensor experts_down;  // (E, C, F)
   Tensor shared_gu;     // (2Fs, C) or empty
   Tensor shared_down;   // (C, Fs)
+  Tensor bias;          // (E) f32 the expert bias (moe_router_bias_update_rate), or empty
 };
 
 // What the backward needs from the forward of one micro-batch. K' = K (+1 with a shared expert).

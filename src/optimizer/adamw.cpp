@@ -82,6 +82,22 @@ Status AdamW::SetMaster(const std::vector<float>& flat) {
   return model_->SetParameters(flat);
 }
 
+Status AdamW::AddToParameters(size_t offset, const std::vector<float>& delta) {
+  Backend* be = model_->backend();
+  auto add = [&](Tensor t, size_t first, size_t n, const float* d) -> Status {
+    std::vector<float> values(n);
+    TRAINER_RETURN_IF_ERROR(be->CopyToHost(values.data(), ElementAddress(t, first), n * 4));
+    for (size_t i = 0; i < n; ++i) values[i] += d[i];
+    return be->CopyToDevice(ElementAddress(t, first), values.data(), n * 4);
+  };
+  TRAINER_ASSERT(model_->parameter_buffer().dtype == DType::kF32,
+                 "AddToParameters needs f32 compute parameters (the CPU path)");
+  const auto [lo, hi] = Intersect({offset, offset + delta.size()}, shard_begin(), shard_end());
+  if (hi > lo)
+    TRAINER_RETURN_IF_ERROR(add(master_, lo - shard_begin(), hi - lo, delta.data() + (lo - offset)));
+  return add(model_->parameter_buffer(), offset, delta.size(), delta.data());
+}
+
 Status AdamW::Download(int which, std::vector<float>* flat) const {
   const Tensor& t = which == 0 ? master_ : which == 1 ? m_ : v_;
   Backend* be = model_->backend();

@@ -43,6 +43,11 @@ class AdamW {
   // gradient buffer as scratch (call it between steps).
   Status Download(int which, std::vector<float>* flat) const;
   Status Upload(int which, const std::vector<float>& flat);
+  // Adds delta to the parameters [offset, offset + delta.size()) of the flat buffers outside the
+  // gradient step: to the master weights this rank holds and to the model's compute copy (every
+  // rank calls it with the same delta). MoE's expert bias, which no gradient moves (its moments
+  // stay zero), is updated this way after each step.
+  Status AddToParameters(size_t offset, const std::vector<float>& delta);
 
   // Sharded only: sum the gradients of unit u (whole in `grads`) over the sharding group into
   // this rank's piece (GptModel::GradPiece).

@@ -48,11 +48,12 @@ TINY_LAYOUT_LLAMA=("${TINY_LAYOUT_GPT[@]}" -o Model.arch=llama -o Model.num_kv_h
 # The llama model with mixture-of-experts layers (parallel_layouts_moe.sh, checkpoint_layouts.sh):
 # layer 0 dense (moe_first_k_dense), then every second layer MoE (2 and 4, so that two pipeline
 # stages each hold dense and MoE layers): 4 experts, top-2, a gated shared expert, load-balancing
-# and z losses.
+# and z losses, and DeepSeek-V3's expert bias (moved by the global batch's load after each step).
 TINY_LAYOUT_MOE=("${TINY_LAYOUT_LLAMA[@]}" -o Model.num_experts=4 -o Model.moe_router_topk=2
                  -o Model.moe_ffn_hidden_size=32 -o Model.moe_shared_expert_intermediate_size=24
                  -o Model.moe_first_k_dense=1 -o Model.moe_layer_freq=2
-                 -o Model.moe_aux_loss_coeff=0.01 -o Model.moe_z_loss_coeff=0.001)
+                 -o Model.moe_aux_loss_coeff=0.01 -o Model.moe_z_loss_coeff=0.001
+                 -o Model.moe_router_bias_update_rate=0.01)
 
 # run_layout NAME NP OVERRIDES...: `trainer train` of "${COMMON[@]}" on NP ranks into NAME/, its
 # log in NAME.log (the layout comparisons: parallel_layouts.sh, sharding_layouts.sh).

@@ -475,7 +475,7 @@ TEST_F(CudaLlamaOpsTest, MoeOpsAreRefusedInOneLine) {
   r.top_k = 2;
   const std::vector<Status> refused = {
       gpu->MoeRouterForward(weights.tensor(), experts.tensor(), probs.tensor(), lse.tensor(),
-                            logits.tensor(), r),
+                            logits.tensor(), Tensor(), r),
       gpu->MoeRouterBackward(logits.tensor(), weights.tensor(), logits.tensor(), probs.tensor(),
                              experts.tensor(), weights.tensor(), Tensor(), 0.f, r),
       gpu->MoeScatterRows(rows.tensor(), tokens.tensor(), slots.tensor(), weights.tensor()),

@@ -54,7 +54,15 @@ const Case kCases[] = {
     {"sigmoid_normalised_shared",
      Spec(MoeScore::kSigmoid, true, true, 4, MoeAuxLoss::kMicroBatch, 0)},
     {"capacity_drops", Spec(MoeScore::kSoftmax, true, false, 3, MoeAuxLoss::kSequence, 0.6)},
+    {"sigmoid_expert_bias", [] {
+       MoeSpec s = Spec(MoeScore::kSigmoid, true, true, 0, MoeAuxLoss::kMicroBatch, 0);
+       s.bias_update_rate = 1e-3;  // the layer then reads kBias
+       return s;
+     }()},
 };
+
+// The expert bias of the cases with bias_update_rate > 0: large enough to move choices.
+const float kBias[5] = {0.3f, -0.2f, 0.1f, 0.f, -0.4f};
 
 constexpr int64_t kB = 3, kT = 4, kN = kB * kT, kC = 8;
 
@@ -122,11 +130,15 @@ DoubleVec Naive(const MoeSpec& s, const DoubleVec& p) {
     for (int e = 0; e < E; ++e)
       score[e] = s.score == MoeScore::kSigmoid ? 1 / (1 + std::exp(-logit[e]))
                                                : std::exp(logit[e] - lse);
-    // Top-k: by score (Mixtral: by logit, the same order), larger first, lower index on ties.
+    // Top-k: by score (Mixtral: by logit, the same order), plus the expert bias if any, larger
+    // first, lower index on ties.
+    std::vector<double> key = score;
+    if (s.bias_update_rate > 0)
+      for (int e = 0; e < E; ++e) key[e] += kBias[e];
     std::vector<int> order(E);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return score[a] > score[b]; });
+                     [&](int a, int b) { return key[a] > key[b]; });
     std::vector<int> top(order.begin(), order.begin() + K);
     std::sort(top.begin(), top.end());
     chosen[t] = top;
@@ -220,6 +232,7 @@ struct LayerRun {
     a.shared_act = f32({kN, Fs});
     a.y = f32({kN * K2, kC});
     a.out = f32({kN, kC});
+    if (s.bias_update_rate > 0) weights.bias = Tensor(bias.data(), DType::kF32, {E});
     a.dispatch = &dispatch;
     a.stats = &stats;
     MoeScratch& m = ctx.scratch;
@@ -249,6 +262,7 @@ struct LayerRun {
   MoeSpec s;
   Layout L;
   std::vector<float> params, grads;
+  std::vector<float> bias{kBias, kBias + 5};
   std::unique_ptr<Backend> backend = MakeCpuBackend();
   std::vector<std::vector<float>> store;
   std::vector<std::vector<int32_t>> ints;

@@ -82,7 +82,7 @@ class CpuBackend : public Backend {
   Status RunSwiGluForward(Tensor out, Tensor gate_up) override;
   Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) override;
   Status RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
-                             Tensor logits, const MoeRouting& r) override;
+                             Tensor logits, Tensor bias, const MoeRouting& r) override;
   Status RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,
                               Tensor experts, Tensor weights, Tensor aux_coef, float z_scale,
                               const MoeRouting& r) override;

@@ -129,9 +129,10 @@ struct MoeRouterShape {
   int E2() const { return E + (shared_gate ? 1 : 0); }
   int K2() const { return K + (shared_gate ? 1 : 0); }
 };
-// logits (N,E2) -> weights (N,K2), experts (N,K) ascending, probs (N,E), lse (N).
+// logits (N,E2) -> weights (N,K2), experts (N,K) ascending, probs (N,E), lse (N); bias (E) or
+// null, added to the choice's keys only.
 void moe_router_forward(float* weights, int32_t* experts, float* probs, float* lse,
-                        const float* logits, const MoeRouterShape& s);
+                        const float* logits, const float* bias, const MoeRouterShape& s);
 // dlogits (N,E2) from dweights (N,K2), aux_coef (G,E) or null, z_scale.
 void moe_router_backward(float* dlogits, const float* dweights, const float* logits,
                          const float* probs, const int32_t* experts, const float* weights,

@@ -47,11 +47,11 @@ void TopK(int32_t* chosen, char* taken, const float* key, int E, int K) {
 }  // namespace
 
 void moe_router_forward(float* weights, int32_t* experts, float* probs, float* lse,
-                        const float* logits, const MoeRouterShape& s) {
+                        const float* logits, const float* bias, const MoeRouterShape& s) {
   const int E = s.E, K = s.K, E2 = s.E2(), K2 = s.K2();
 #pragma omp parallel
   {
-  std::vector<float> scratch(E);
+  std::vector<float> scratch(E), key(E);
   std::vector<char> taken(E);
 #pragma omp for schedule(static)
   for (int64_t t = 0; t < s.N; ++t) {
@@ -63,7 +63,12 @@ void moe_router_forward(float* weights, int32_t* experts, float* probs, float* l
     if (s.sigmoid)
       for (int e = 0; e < E; ++e) p[e] = Sigmoid(z[e]);
     const bool by_logits = !s.sigmoid && !s.pre_softmax;
-    TopK(chosen, taken.data(), by_logits ? z : p, E, K);
+    const float* by = by_logits ? z : p;
+    if (bias != nullptr) {  // the bias moves the choice, not the weights
+      for (int e = 0; e < E; ++e) key[e] = by[e] + bias[e];
+      by = key.data();
+    }
+    TopK(chosen, taken.data(), by, E, K);
     if (by_logits) {  // softmax over the chosen logits (Mixtral)
       float max = z[chosen[0]];
       for (int k = 1; k < K; ++k) max = std::fmax(max, z[chosen[k]]);
@@ -198,9 +203,10 @@ int SlotsPerRow(Tensor slots, Tensor rows) {
 }  // namespace
 
 Status CpuBackend::RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
-                                       Tensor logits, const MoeRouting& r) {
+                                       Tensor logits, Tensor bias, const MoeRouting& r) {
   cpu::moe_router_forward(weights.as<float>(), experts.as<int32_t>(), probs.as<float>(),
-                          lse.as<float>(), logits.as<float>(), RouterShape(logits, r));
+                          lse.as<float>(), logits.as<float>(),
+                          bias.empty() ? nullptr : bias.as<float>(), RouterShape(logits, r));
   return Status::Ok();
 }
 
