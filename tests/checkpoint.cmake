@@ -24,3 +24,4 @@ trainer_script_test(hf_llama SCRIPT hf_llama.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_gtest(checksum_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/checksum_test.cpp
               LIBS trainer_checkpoint TIMEOUT 60)
 target_compile_definitions(checksum_test PRIVATE TRAINER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+trainer_script_test(checkpoint_kill_sharded SCRIPT checkpoint_kill_sharded.sh LABELS "e2e;mpi;checkpoint" TIMEOUT 600)

@@ -18,6 +18,9 @@ COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
         -o Model.hidden_size=256 -o Model.num_layers=2 -o Model.num_heads=4 -o Model.max_seq_len=32
         -o Global.global_batch_size=2 -o Global.micro_batch_size=1 -o Engine.max_steps=$MAX
         -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Optimizer.warmup_steps=2)
+# CHECKPOINT_KILL_LAYOUT: overrides for another layout of the 2 ranks (checkpoint_kill_sharded.sh).
+read -r -a layout <<< "${CHECKPOINT_KILL_LAYOUT:-}"
+COMMON+=("${layout[@]}")
 run_np 2 train "${COMMON[@]}" -o Engine.save_steps=$MAX -o Engine.output_dir=ref > ref.log 2>&1 ||
   { tail -20 ref.log; fail "uninterrupted run"; }
 
