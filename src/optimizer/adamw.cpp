@@ -83,19 +83,28 @@ Status AdamW::SetMaster(const std::vector<float>& flat) {
 }
 
 Status AdamW::AddToParameters(size_t offset, const std::vector<float>& delta) {
-  Backend* be = model_->backend();
-  auto add = [&](Tensor t, size_t first, size_t n, const float* d) -> Status {
-    std::vector<float> values(n);
-    TRAINER_RETURN_IF_ERROR(be->CopyToHost(values.data(), ElementAddress(t, first), n * 4));
-    for (size_t i = 0; i < n; ++i) values[i] += d[i];
-    return be->CopyToDevice(ElementAddress(t, first), values.data(), n * 4);
+  auto add = [](Backend* be, Tensor t, const float* d) -> Status {
+    std::vector<float> values(static_cast<size_t>(t.numel()));
+    TRAINER_RETURN_IF_ERROR(be->CopyToHost(values.data(), t.data, values.size() * 4));
+    for (size_t i = 0; i < values.size(); ++i) values[i] += d[i];
+    return be->CopyToDevice(t.data, values.data(), values.size() * 4);
   };
   TRAINER_ASSERT(model_->parameter_buffer().dtype == DType::kF32,
                  "AddToParameters needs f32 compute parameters (the CPU path)");
-  const auto [lo, hi] = Intersect({offset, offset + delta.size()}, shard_begin(), shard_end());
-  if (hi > lo)
-    TRAINER_RETURN_IF_ERROR(add(master_, lo - shard_begin(), hi - lo, delta.data() + (lo - offset)));
-  return add(model_->parameter_buffer(), offset, delta.size(), delta.data());
+  // This rank's pieces of [offset, offset + n): the master copy and the compute parameters; the
+  // units kept whole then gather them, as after a step.
+  const ShardLayout& layout = model_->shard_layout();
+  Status status;
+  layout.ForEachOwned(offset, offset + delta.size(), [&](int u, size_t at, size_t to, size_t n) {
+    if (!status.ok()) return;
+    const int64_t local = static_cast<int64_t>(at - layout.piece_begin(u)),
+                  count = static_cast<int64_t>(n);
+    const float* d = delta.data() + (at - offset);
+    status = add(state_backend(), master_.rows(static_cast<int64_t>(to), count), d);
+    if (status.ok()) status = add(model_->backend(), model_->ParamPiece(u).rows(local, count), d);
+  });
+  TRAINER_RETURN_IF_ERROR(status);
+  return GatherWholeUnits();
 }
 
 Status AdamW::Download(int which, std::vector<float>* flat) const {
