@@ -9,12 +9,15 @@
 # tensor 1e-3): only the reduction order differs (stages 2-3 reduce-scatter each micro-batch's
 # block gradients on top of the shard's running sum, instead of summing micro-batches first).
 #
-# SHARDING_MODEL picks the model: gpt2 (the default) or llama (sharding_layouts_llama.sh).
+# SHARDING_MODEL picks the model: gpt2 (the default), llama or moe (MoE layers with the expert
+# bias, which moves after each step outside the gradient update; sharding_layouts_llama.sh runs
+# both).
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 case ${SHARDING_MODEL:-gpt2} in
   gpt2) MODEL=("${TINY_LAYOUT_GPT[@]}") ;;
   llama) MODEL=("${TINY_LAYOUT_LLAMA[@]}") ;;
+  moe) MODEL=("${TINY_LAYOUT_MOE[@]}") ;;
 esac
 COMMON=("${MODEL[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)
 run_layout single 1
