@@ -49,6 +49,10 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Model, model, qkv_bias),
     CONFIG_KEY(Model, model, qk_norm),
     CONFIG_KEY(Model, model, tie_embeddings),
+    CONFIG_KEY(Model, model, lora_rank),
+    CONFIG_KEY(Model, model, lora_alpha),
+    CONFIG_KEY(Model, model, lora_dropout),
+    CONFIG_KEY(Model, model, lora_targets),
 
     CONFIG_KEY(Distributed, distributed, dp_degree),
     CONFIG_KEY(Distributed, distributed, tp_degree),

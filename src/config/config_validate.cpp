@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "config/config_keys.h"
 #include "config/config_loader.h"
+#include "config/lora_targets.h"
 
 namespace trainer {
 namespace {
@@ -46,6 +47,9 @@ const RangeRule kRangeRules[] = {
     {"Model.rope_low_freq_factor", 0, true, kNoBound},
     {"Model.rope_high_freq_factor", 0, true, kNoBound},
     {"Model.rope_original_max_positions", 1, false, kNoBound},
+    {"Model.lora_rank", 0, false, kNoBound},
+    {"Model.lora_alpha", 0, true, kNoBound},
+    {"Model.lora_dropout", 0, false, 1},
     {"Distributed.dp_degree", 0, false, kNoBound},
     {"Distributed.tp_degree", 1, false, kNoBound},
     {"Distributed.pp_degree", 1, false, kNoBound},
@@ -241,6 +245,22 @@ Status CheckModelFamily(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
+// Model.lora_*: the targets name linears of the family; dropout is not implemented yet.
+Status CheckLora(const TrainConfig& c, Checker& check) {
+  const ModelConfig& m = c.model;
+  if (!m.lora()) return Status::Ok();
+  std::vector<std::string> targets;
+  std::string error;
+  if (!ParseLoraTargets(m, &targets, &error))
+    return check.Fail(check.Show("Model.lora_targets") + ": " + error, {"Model.lora_targets"},
+                      m.arch == "llama" ? "Set Model.lora_targets to e.g. q,k,v,o,gate,up,down"
+                                        : "Set Model.lora_targets to e.g. c_attn,c_proj,c_fc");
+  if (m.lora_dropout != 0)
+    return check.Fail(check.Show("Model.lora_dropout") + " is not supported yet",
+                      {"Model.lora_dropout"}, "Set Model.lora_dropout=0");
+  return Status::Ok();
+}
+
 // Shapes that do not depend on the parallel layout.
 Status CheckModel(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
@@ -252,6 +272,7 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
                                 m.max_seq_len));
   }
   TRAINER_RETURN_IF_ERROR(CheckModelFamily(c, check));
+  TRAINER_RETURN_IF_ERROR(CheckLora(c, check));
   if (m.head_dim == 0 && m.hidden_size % m.num_heads != 0) {
     const int example = m.hidden_size / m.num_heads * m.num_heads;
     int heads = m.num_heads;  // the nearest head count below that divides hidden_size

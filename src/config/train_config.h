@@ -43,6 +43,13 @@ struct ModelConfig {
   bool qkv_bias = false;       // biases on q, k and v (Qwen2)
   bool qk_norm = false;        // RMSNorm of each q and k head before RoPE (Qwen3)
   bool tie_embeddings = true;  // the LM head is the token embedding (tie_word_embeddings)
+  // LoRA fine-tuning (PEFT's LoraConfig: r, lora_alpha, lora_dropout, target_modules): the
+  // model's weights frozen, low-rank adapters on the linears of lora_targets trained.
+  int lora_rank = 0;                 // r; 0: off (every weight trains)
+  double lora_alpha = 16;            // the adapters' output is scaled by lora_alpha / lora_rank
+  double lora_dropout = 0.0;         // dropout on the adapters' input; only 0 for now
+  std::string lora_targets = "all";  // comma-separated: q,k,v,o,gate,up,down (gpt2:
+                                     // c_attn,c_proj,c_fc); "all": every linear of the blocks
 
   int ffn_size() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int sequence_length() const { return seq_len > 0 ? seq_len : max_seq_len; }
@@ -52,6 +59,7 @@ struct ModelConfig {
   }
   int head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  bool lora() const { return lora_rank > 0; }
 };
 
 struct DistributedConfig {

@@ -74,11 +74,13 @@ Status Trainer::Setup() {
 }
 
 Status Trainer::Restore() {
+  if (config_.model.lora()) TRAINER_RETURN_IF_ERROR(LoadLoraBase());
   if (!config_.checkpoint.resume.empty()) {
     TRAINER_RETURN_IF_ERROR(Resume());
     if (state_.step > 0) return Status::Ok();
   }
-  if (!config_.checkpoint.init_from.empty()) {  // a fresh run from pretrained weights
+  // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
+  if (!config_.checkpoint.init_from.empty() && !config_.model.lora()) {
     std::vector<float> flat;
     std::string what;
     TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(config_.checkpoint.init_from, config_.model,
@@ -89,6 +91,25 @@ Status Trainer::Restore() {
   }
   return optimizer_->SetMaster(InitialParameterValues(config_.model, model_->partition(),
                                                       model_->parameters(), config_.global.seed));
+}
+
+Status Trainer::LoadLoraBase() {
+  std::vector<float> flat;
+  std::string what = StrFormat("the initialisation of Global.seed=%llu",
+                               static_cast<unsigned long long>(config_.global.seed));
+  if (config_.checkpoint.init_from.empty())
+    flat = InitialParameterValues(config_.model, model_->partition(), model_->frozen_parameters(),
+                                  config_.global.seed);
+  else
+    TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(config_.checkpoint.init_from, config_.model,
+                                                      model_->partition(),
+                                                      model_->frozen_parameters(), &flat, &what));
+  LogInfo(
+      StrFormat("LoRA rank %d, alpha %g on %s: %zu adapter tensors train; the base weights "
+                "are frozen, from %s",
+                config_.model.lora_rank, config_.model.lora_alpha,
+                config_.model.lora_targets.c_str(), model_->parameters().size(), what.c_str()));
+  return model_->SetFrozenParameters(flat);
 }
 
 namespace {

@@ -27,6 +27,7 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
   m->num_slots_ = num_slots;
   m->spec_ = MakeModelSpec(config);
   m->params_ = BuildParameterList(config, partition);
+  m->frozen_params_ = BuildFrozenParameterList(config, partition);
   if (m->SequenceParallel() && (micro_batch * seq_len) % partition.tp_size != 0)
     return UsageError(StrFormat(
         "Model.sequence_parallel splits the %d x %d tokens of a micro-batch over tp_degree=%d "
@@ -59,7 +60,9 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
     const bool lm_head =
         p.role == ParamRole::kLmHead || (p.role == ParamRole::kTokenEmbedding &&
                                          partition.last_stage() && m->spec_.tied_embeddings);
-    const bool block_matrix = p.local_shape.size() == 2 && p.layer >= 0;
+    // Adapters accumulate into their gradients (lora.cpp): zeroed like the biases.
+    const bool adapter = p.role == ParamRole::kLoraA || p.role == ParamRole::kLoraB;
+    const bool block_matrix = p.local_shape.size() == 2 && p.layer >= 0 && !adapter;
     if (!lm_head && !block_matrix) continue;
     if (p.offset > zero_from) m->zeroed_gradient_spans_.emplace_back(zero_from, p.offset);
     zero_from = p.offset + static_cast<size_t>(p.local_numel());
@@ -100,6 +103,7 @@ ModelBufferBytes GptModel::BufferBytes(const ModelConfig& config, const ModelPar
   sizing.T_ = seq_len;
   sizing.num_slots_ = num_slots;
   sizing.params_ = BuildParameterList(config, partition);
+  sizing.frozen_params_ = BuildFrozenParameterList(config, partition);
   sizing.sizing_only_ = true;
   Status ignored = sizing.AllocateBuffers();
   (void)ignored;
@@ -146,11 +150,13 @@ Tensor RowsFrom(const ParameterInfo& p, Tensor t, int64_t rows) {
 
 Tensor GptModel::P(ParamRole role, int layer, int64_t rows) const {
   const ParameterInfo* p = Find(role, layer);
-  return p ? RowsFrom(*p, Parameter(*p), rows) : Tensor();
+  if (p != nullptr) return RowsFrom(*p, Parameter(*p), rows);
+  p = FindFrozen(role, layer);
+  return p ? RowsFrom(*p, FrozenParameter(*p), rows) : Tensor();
 }
 Tensor GptModel::G(ParamRole role, int layer, int64_t rows) const {
   const ParameterInfo* p = Find(role, layer);
-  return p ? RowsFrom(*p, Gradient(*p), rows) : Tensor();
+  return p ? RowsFrom(*p, Gradient(*p), rows) : FrozenGradientSink(role);
 }
 
 BlockActivations GptModel::AllocateBlockActivations(bool gelu_output, bool norm_outputs) {
@@ -179,6 +185,7 @@ BlockActivations GptModel::AllocateBlockActivations(bool gelu_output, bool norm_
   a.fc_pre = Alloc({B, T, Pl}, cd);
   if (gelu_output) a.fc_out = Alloc({B, T, Fl}, cd);
   a.residual_out = Alloc({R, C}, cd);
+  AllocateLoraActivations(&a);
   return a;
 }
 
@@ -193,6 +200,7 @@ Status GptModel::AllocateBuffers() {
   const int64_t total = static_cast<int64_t>(FlatBufferElements(params_, partition_.flat_shards));
   sizing_kind_ = &ModelBufferBytes::parameters;
   param_buffer_ = Alloc({total}, cd);
+  AllocateLoraBuffers();  // the frozen weights with the parameters, the rest by kind
   sizing_kind_ = &ModelBufferBytes::gradients;
   grad_buffer_ = Alloc({total}, DType::kF32);
   sizing_kind_ = &ModelBufferBytes::activations;
@@ -311,6 +319,7 @@ BlockWeights GptModel::Weights(int layer, bool gradients) const {
   w.fc_b = get(ParamRole::kFcBias);
   w.fcproj_w = get(ParamRole::kFcOutWeight);
   w.fcproj_b = get(ParamRole::kFcOutBias);
+  SetLoraAdapters(layer, gradients, &w);
   return w;
 }
 
@@ -325,6 +334,7 @@ BlockContext GptModel::Context() const {
   ctx.sequence_parallel = SequenceParallel();
   ctx.scratch = {scratch_.proj, scratch_.dln,  scratch_.dqkv,    scratch_.datt,    scratch_.dfc,
                  scratch_.dact, scratch_.rows, scratch_.ln_rows, scratch_.dres_all};
+  ctx.lora = LoraCtx();
   return ctx;
 }
 
@@ -442,7 +452,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
     TRAINER_RETURN_IF_ERROR(BlockBackward(ctx, layer_weights_[i], layer_grads_[i], x, a, dres));
     if (block_done) TRAINER_RETURN_IF_ERROR(block_done(i));
   }
-  if (partition_.first_stage()) {
+  if (partition_.first_stage() && !config_.lora()) {  // LoRA: the embeddings are frozen
     // Every TP rank computes the (replicated) position-embedding gradient from the replicated
     // dres, so the replicas stay equal.
     const Tensor dres_all = SequenceParallel() ? scratch_.dres_all : dres;

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "model/lora.h"
+
 namespace trainer {
 
 ModelSpec MakeModelSpec(const ModelConfig& m) {
@@ -18,6 +20,11 @@ ModelSpec MakeModelSpec(const ModelConfig& m) {
   s.vocab = m.vocab_size;
   s.padded_vocab = m.padded_vocab();
   s.max_positions = m.max_seq_len;
+  if (m.lora()) {
+    s.lora_rank = m.lora_rank;
+    s.lora_scale = static_cast<float>(m.lora_alpha / m.lora_rank);
+    s.lora_bases = LoraBaseRoles(m);
+  }
   if (m.arch != "llama") return s;  // gpt2: the defaults above
   s.norm = NormKind::kRmsNorm;
   s.norm_eps = static_cast<float>(m.norm_eps);
@@ -96,6 +103,9 @@ std::string ParameterName(const ModelSpec& spec, ParamRole role, int layer) {
       return block + (gpt2 ? "mlp.c_proj.weight" : "mlp.down_proj.weight");
     case ParamRole::kFcOutBias:
       return block + "mlp.c_proj.bias";
+    case ParamRole::kLoraA:
+    case ParamRole::kLoraB:
+      break;  // LoraParameterName (lora.h)
   }
   return "";
 }

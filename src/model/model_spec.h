@@ -56,6 +56,9 @@ enum class ParamRole {
   kUpWeight,
   kFcOutWeight,  // (C, F): c_proj / down_proj
   kFcOutBias,
+  // LoRA adapters (lora.h), per block, of the linear named by ParameterSpec::lora_base:
+  kLoraA,  // (r, in)
+  kLoraB,  // (out, r)
 };
 
 // How the full tensor maps to the local shard over the TP group of size tp_size.
@@ -98,6 +101,10 @@ struct ModelSpec {
   bool qk_norm = false;
   bool linear_bias = true;  // biases of the attention output and the MLP's linears
   bool tied_embeddings = true;
+  // LoRA (Model.lora_*): rank 0 is off; the base roles of the adapted linears, in block order.
+  int64_t lora_rank = 0;
+  float lora_scale = 0.f;  // lora_alpha / lora_rank
+  std::vector<ParamRole> lora_bases;
 
   int64_t q_width() const { return heads * head_dim; }
   int64_t kv_width() const { return kv_heads * head_dim; }
@@ -120,6 +127,7 @@ struct ParameterSpec {
   // Stored right before the next parameter with no padding between (q, k, v; gate, up).
   bool contiguous_with_next = false;
   bool weight_decay = true;  // matrices and embeddings; not biases and norm weights
+  ParamRole lora_base = ParamRole::kTokenEmbedding;  // kLoraA/kLoraB: the linear adapted
 };
 
 // The parameters of blocks [first_layer, first_layer + num_layers) and of the ends this stage

@@ -13,6 +13,7 @@
 
 #include "common/communicator.h"
 #include "model/backend.h"
+#include "model/lora.h"
 #include "model/model_spec.h"
 
 namespace trainer {
@@ -28,6 +29,8 @@ struct BlockWeights {
   Tensor ln2_w, ln2_b;        // (C)
   Tensor fc_w, fc_b;          // GELU: (F/tp, C), (F/tp); SwiGLU: [gate; up] (2F/tp, C)
   Tensor fcproj_w, fcproj_b;  // (C, F/tp), (C)
+
+  LoraAdapter lora[kLoraSlots];  // Model.lora_*: the adapters of this block's linears
 };
 
 // What the backward pass needs from the forward pass of one block and one micro-batch.
@@ -42,6 +45,8 @@ struct BlockActivations {
   Tensor ln2_out, ln2_mean, ln2_rstd;  // (B,T,C) all rows, (R), (R)
   Tensor fc_pre, fc_out;  // GELU: (B,T,F/tp) before and after; SwiGLU: (B,T,2F/tp), (B,T,F/tp)
   Tensor residual_out;    // (R,C) residual_mid + MLP
+
+  Tensor lora_u[kLoraSlots];  // (B,T,r) each adapter's scale * x A^T (lora.h)
 };
 
 struct BlockScratch {
@@ -72,6 +77,7 @@ struct BlockContext {
   // again (the norm from its input, then the all-gather under sequence parallelism) before each
   // GEMM that reads it.
   bool recompute_norms = false;
+  LoraContext lora;  // Model.lora_*: scale and scratch of the adapters
 };
 
 // The spec's norm (LayerNorm with mean, rstd, bias; or RMSNorm with rstd only), shared with the

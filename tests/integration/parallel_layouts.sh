@@ -7,9 +7,12 @@
 # tests/tools/compare_checkpoints.cpp for why single tensors need the looser bound).
 #
 # LAYOUT_MODEL picks the model: gpt2 (the default), llama (GQA, q/k norm, untied; the wrapper
-# parallel_layouts_llama.sh) or llama-tied (qkv bias, tied embeddings, llama3 RoPE scaling).
+# parallel_layouts_llama.sh), llama-tied (qkv bias, tied embeddings, llama3 RoPE scaling), or
+# llama-lora and gpt2-lora (LoRA adapters on every linear, the base frozen; the wrapper
+# parallel_layouts_lora.sh).
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
+LORA=(-o Model.lora_rank=4 -o Model.lora_alpha=8 -o Optimizer.lr=1e-2)
 case ${LAYOUT_MODEL:-gpt2} in
   gpt2) MODEL=("${TINY_LAYOUT_GPT[@]}") ;;
   llama) MODEL=("${TINY_LAYOUT_LLAMA[@]}")
@@ -18,6 +21,10 @@ case ${LAYOUT_MODEL:-gpt2} in
                      -o Model.qkv_bias=true -o Model.rope_scaling=llama3 -o Model.rope_factor=4
                      -o Model.rope_original_max_positions=16)
     DEFAULT_LAYOUTS="dp2 tp2 pp2 tp2-pp2-sp dp2-tp2-z1" ;;
+  llama-lora) MODEL=("${TINY_LAYOUT_LLAMA[@]}" "${LORA[@]}")
+    DEFAULT_LAYOUTS="dp2 tp2 pp2 tp2-sp dp2-z1 tp2-pp2-sp-rc tp2-sp-rs dp2-tp2-pp2-sp-z1" ;;
+  gpt2-lora) MODEL=("${TINY_LAYOUT_GPT[@]}" "${LORA[@]}")
+    DEFAULT_LAYOUTS="dp2 tp2 pp2 tp2-sp-rs dp2-z1" ;;
 esac
 COMMON=("${MODEL[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)
 run_layout() {  # name np overrides...
