@@ -21,3 +21,4 @@ trainer_script_test(hf_tokenizer SCRIPT hf_tokenizer.sh LABELS "e2e" TIMEOUT 300
 trainer_script_test(eval SCRIPT eval.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(export SCRIPT export.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(parallel_layouts_lora SCRIPT parallel_layouts_lora.sh LABELS "e2e;mpi" TIMEOUT 600)
+trainer_script_test(lora_resume SCRIPT lora_resume.sh LABELS "e2e;mpi" TIMEOUT 600)

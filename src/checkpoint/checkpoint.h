@@ -44,6 +44,9 @@ struct CheckpointWriteRequest {
   // not recorded when eod_id < 0.
   int64_t eod_id = -1;
   std::string tokenizer;
+  // LoRA: the base model the adapters apply to (Checkpoint.init_from, or the seed's
+  // initialisation); the file holds the adapters only. Empty without LoRA.
+  std::string lora_base;
 };
 
 struct CheckpointSaveReport {
@@ -124,6 +127,7 @@ struct CheckpointSummary {
   std::string config_text;
   int64_t eod_id = -1;    // the training data's end-of-document id; -1: not recorded
   std::string tokenizer;  // the training data's tokenizer ("bytes", "gpt2", ...); "": not recorded
+  std::string lora_base;  // LoRA: the base model its adapters apply to; "": not a LoRA checkpoint
   struct TensorInfo {
     std::string name;
     std::vector<int64_t> shape;

@@ -344,6 +344,8 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
     TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "eod_id", &s->eod_id));
     TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "tokenizer", &s->tokenizer));
   }
+  if (H5Aexists(f.get(), "lora_base") > 0)
+    TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "lora_base", &s->lora_base));
   s->format_version = static_cast<int>(version);
   s->seed = static_cast<uint64_t>(seed);
   DatasetList list;

@@ -226,6 +226,8 @@ class SaveOnRoot {
       TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(f, "eod_id", r_.eod_id));
       TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "tokenizer", r_.tokenizer));
     }
+    if (!r_.lora_base.empty())
+      TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "lora_base", r_.lora_base));
     return Hdf5WriteStringAttribute(f, "checksum", "crc32 (zlib) of each tensor's float32 bytes");
   }
 

@@ -161,6 +161,12 @@ Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id
   return Status::Ok();
 }
 
+std::string LoraBaseName(const TrainConfig& config) {
+  if (!config.checkpoint.init_from.empty())
+    return "Checkpoint.init_from=" + config.checkpoint.init_from;
+  return StrFormat("Global.seed=%llu", static_cast<unsigned long long>(config.global.seed));
+}
+
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
                                  const ModelPartition& part,
                                  const std::vector<ParameterInfo>& params, std::vector<float>* flat,

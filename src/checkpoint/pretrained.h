@@ -44,6 +44,10 @@ Status ImpliedModelOverrides(const std::string& file, std::string* overrides, st
 
 // This rank's slices (`part`, `params`: its parameter list) of the weights at `path`, as a flat
 // f32 array in buffer order (padding zero). *what says which kind of file was read.
+// LoRA: the base model a run's adapters apply to, as its checkpoints name it (the `lora_base`
+// attribute): "Checkpoint.init_from=<path>", or "Global.seed=<n>" for the seed's initialisation.
+std::string LoraBaseName(const TrainConfig& config);
+
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
                                  const ModelPartition& part,
                                  const std::vector<ParameterInfo>& params, std::vector<float>* flat,

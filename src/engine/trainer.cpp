@@ -95,8 +95,7 @@ Status Trainer::Restore() {
 
 Status Trainer::LoadLoraBase() {
   std::vector<float> flat;
-  std::string what = StrFormat("the initialisation of Global.seed=%llu",
-                               static_cast<unsigned long long>(config_.global.seed));
+  std::string what = LoraBaseName(config_);
   if (config_.checkpoint.init_from.empty())
     flat = InitialParameterValues(config_.model, model_->partition(), model_->frozen_parameters(),
                                   config_.global.seed);
@@ -384,6 +383,7 @@ Status Trainer::SaveCheckpoint(bool wait) {
     request.eod_id = data_.train_files.front()->eod_id();
     request.tokenizer = data_.train_files.front()->tokenizer();
   }
+  if (config_.model.lora()) request.lora_base = LoraBaseName(config_);
   request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
                                           config_.distributed.pp_layers);
   if (config_.checkpoint.async_save && saver_ == nullptr) {
