@@ -135,8 +135,9 @@ struct CheckpointSummary {
   std::vector<TensorInfo> tensors;  // under /model
 };
 // The weights of a checkpoint (a step folder or its checkpoint.h5) into `model`, this process's
-// slices of them, after checking the file's model shape against `config` (`trainer sample`).
-Status LoadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
+// slices of them, after checking the file's model shape against `config` (`trainer sample`);
+// LoRA: the adapters, and the frozen base that `config` names (LoadLoraBaseWeights).
+Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfig& config,
                              GptModel* model);
 // The slices that `part` holds of a checkpoint's weights into `flat`, in the buffer order of
 // `params` (this rank's list, or FullParameterList's for whole tensors), after checking the

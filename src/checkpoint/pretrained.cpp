@@ -79,7 +79,7 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
   };
   // A tensor the model has no place for means another model (more layers, another name scheme).
   std::set<std::string> known;
-  for (const ParameterInfo& p : FullParameterList(model)) {
+  for (const ParameterInfo& p : FullBaseParameterList(model)) {
     known.insert(p.name);
     known.insert(p.name.substr(sizeof(kTransformer) - 1));
   }
@@ -165,6 +165,19 @@ std::string LoraBaseName(const TrainConfig& config) {
   if (!config.checkpoint.init_from.empty())
     return "Checkpoint.init_from=" + config.checkpoint.init_from;
   return StrFormat("Global.seed=%llu", static_cast<unsigned long long>(config.global.seed));
+}
+
+Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what) {
+  std::vector<float> flat;
+  *what = LoraBaseName(config);
+  if (config.checkpoint.init_from.empty())
+    flat = InitialParameterValues(config.model, model->partition(), model->frozen_parameters(),
+                                  config.global.seed);
+  else
+    TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(config.checkpoint.init_from, config.model,
+                                                      model->partition(),
+                                                      model->frozen_parameters(), &flat, what));
+  return model->SetFrozenParameters(flat);
 }
 
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,

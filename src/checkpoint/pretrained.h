@@ -18,6 +18,7 @@
 #include "checkpoint/safetensors.h"
 #include "common/status.h"
 #include "config/train_config.h"
+#include "model/gpt.h"
 #include "model/parameters.h"
 
 namespace trainer {
@@ -47,6 +48,10 @@ Status ImpliedModelOverrides(const std::string& file, std::string* overrides, st
 // LoRA: the base model a run's adapters apply to, as its checkpoints name it (the `lora_base`
 // attribute): "Checkpoint.init_from=<path>", or "Global.seed=<n>" for the seed's initialisation.
 std::string LoraBaseName(const TrainConfig& config);
+
+// LoRA: the frozen base weights of `model` (its frozen_parameters()) from Checkpoint.init_from,
+// or from Global.seed's initialisation without one; *what names the source.
+Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what);
 
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
                                  const ModelPartition& part,

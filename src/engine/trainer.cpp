@@ -94,21 +94,14 @@ Status Trainer::Restore() {
 }
 
 Status Trainer::LoadLoraBase() {
-  std::vector<float> flat;
-  std::string what = LoraBaseName(config_);
-  if (config_.checkpoint.init_from.empty())
-    flat = InitialParameterValues(config_.model, model_->partition(), model_->frozen_parameters(),
-                                  config_.global.seed);
-  else
-    TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(config_.checkpoint.init_from, config_.model,
-                                                      model_->partition(),
-                                                      model_->frozen_parameters(), &flat, &what));
+  std::string what;
+  TRAINER_RETURN_IF_ERROR(LoadLoraBaseWeights(config_, model_.get(), &what));
   LogInfo(
       StrFormat("LoRA rank %d, alpha %g on %s: %zu adapter tensors train; the base weights "
                 "are frozen, from %s",
                 config_.model.lora_rank, config_.model.lora_alpha,
                 config_.model.lora_targets.c_str(), model_->parameters().size(), what.c_str()));
-  return model_->SetFrozenParameters(flat);
+  return Status::Ok();
 }
 
 namespace {
