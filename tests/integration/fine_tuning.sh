@@ -7,11 +7,9 @@
 # (hf_venv.sh), transformers' loss of the merged model and PEFT's of base + adapter equal
 # trainer eval's (1e-5 relative).
 source "$(dirname "$0")/lib.sh"
+word_text text.txt
 python3 - <<'PY'
-import json, random
-random.seed(3)
-words = 'the cat sat on a mat while dogs ran in fields of gold and rivers of blue'.split()
-open('text.txt', 'w').write(' '.join(random.choice(words) for _ in range(700)))
+import json
 with open('chat.jsonl', 'w') as f:
     for i in range(300):
         a, b = i % 13, (5 * i) % 11
@@ -25,7 +23,6 @@ SHAPE=(-c "$SRC/configs/tiny-llama-cpu.yaml" -o Model.hidden_size=64 -o Model.nu
        -o Model.qk_norm=false -o Model.max_seq_len=$T)
 RUN=(-o Global.micro_batch_size=4 -o Global.global_batch_size=8 -o Engine.eval_freq=0
      -o Engine.logging_freq=5 -o Optimizer.warmup_steps=2)
-"$TRAINER" pack --input text.txt --output text.h5 --quiet
 run_np 1 train "${SHAPE[@]}" "${RUN[@]}" -o Data.train_path=text.h5 -o Model.seq_len=32 -o Engine.max_steps=10 \
   -o Engine.save_steps=10 -o Engine.output_dir=pretrain > pretrain.log 2>&1 ||
   { tail pretrain.log; fail "pretraining the base"; }

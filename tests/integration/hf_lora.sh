@@ -9,12 +9,7 @@
 source "$(dirname "$0")/lib.sh"
 PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
-python3 -c "
-import random
-random.seed(7)
-words = 'the cat sat on a mat while dogs ran in fields of gold and rivers of blue'.split()
-open('text.txt', 'w').write(' '.join(random.choice(words) for _ in range(700)))"
-"$TRAINER" pack --input text.txt --output text.h5 --quiet
+word_text text.txt
 T=32
 "$PY" "$SRC/tests/integration/hf_llama.py" make llama hf-llama || fail "making the llama"
 "$TRAINER" inspect hf-llama > inspect.txt || { cat inspect.txt; fail "inspect"; }

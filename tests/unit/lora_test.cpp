@@ -9,6 +9,7 @@
 #include <random>
 
 #include "model/gpt.h"
+#include "model_test_util.h"
 #include "optimizer/adamw.h"
 
 namespace trainer {
@@ -114,46 +115,18 @@ TEST_P(LoraLinear, MatchesTheClosedForm) {
 INSTANTIATE_TEST_SUITE_P(Columns, LoraLinear, ::testing::Values(0, 3));
 
 ModelConfig TinyGpt2() {
-  ModelConfig m;
-  m.vocab_size = 61;
-  m.vocab_pad_multiple = 16;
-  m.hidden_size = 16;
-  m.num_layers = 2;
-  m.num_heads = 2;
-  m.max_seq_len = 8;
-  m.lora_rank = 3;
-  m.lora_alpha = 6;
-  m.lora_targets = "all";
-  return m;
+  return WithLora(TinyModel(), 3, 6, "all");
 }
 
 // GQA with head_dim != hidden/heads, q/k norm, untied LM head: every adapter's column block.
-ModelConfig TinyLlama(const char* targets) {
-  ModelConfig m = TinyGpt2();
-  m.arch = "llama";
-  m.num_heads = 4;
-  m.num_kv_heads = 2;
-  m.head_dim = 6;
-  m.ffn_hidden_size = 24;
-  m.norm_eps = 1e-6;
-  m.rope_theta = 100.0;
-  m.qk_norm = true;
-  m.tie_embeddings = false;
-  m.lora_targets = targets;
-  return m;
+ModelConfig LoraLlama(const char* targets) {
+  return WithLora(TinyLlama(true, false, false), 3, 6, targets);
 }
 
-struct LoraCase {
-  const char* name;
-  ModelConfig config;
-};
-std::ostream& operator<<(std::ostream& os, const LoraCase& c) {
-  return os << c.name;
-}
-const LoraCase kCases[] = {
+const ModelCase kCases[] = {
     {"gpt2_all", TinyGpt2()},
-    {"llama_all", TinyLlama("q,k,v,o,gate,up,down")},
-    {"llama_k_up", TinyLlama("k_proj,up_proj")},
+    {"llama_all", LoraLlama("q,k,v,o,gate,up,down")},
+    {"llama_k_up", LoraLlama("k_proj,up_proj")},
 };
 
 // A model of `config` with random base weights and random adapters (B too, so that every
@@ -177,17 +150,10 @@ struct Fixture {
     adapters = Random(TotalLocalElements(model->parameters()), &rng, 0.3f);
     ASSERT_TRUE(model->SetFrozenParameters(base).ok());
     ASSERT_TRUE(model->SetParameters(adapters).ok());
-    for (int i = 0; i < B * T; ++i) {
-      tokens.push_back(static_cast<int32_t>(rng() % config.vocab_size));
-      targets.push_back(static_cast<int32_t>(rng() % config.vocab_size));
-    }
+    RandomTokens(B * T, config.vocab_size, &rng, &tokens, &targets);
   }
   double Loss(float dloss_scale = 0.f) {
-    EXPECT_TRUE(model->Forward(0, tokens.data(), targets.data(), true, dloss_scale).ok());
-    double sum = 0;
-    EXPECT_TRUE(model->AccumulateLoss(true).ok());
-    EXPECT_TRUE(model->LossSum(&sum).ok());
-    return sum / (B * T);
+    return MeanLoss(model.get(), tokens, targets, dloss_scale);
   }
   std::vector<float> Gradients() {
     Tensor g = model->gradient_buffer();
@@ -197,7 +163,7 @@ struct Fixture {
   }
 };
 
-class LoraModel : public ::testing::TestWithParam<LoraCase> {};
+class LoraModel : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(LoraModel, OnlyAdaptersTrain) {
   Fixture f(GetParam().config);
@@ -215,21 +181,13 @@ TEST_P(LoraModel, AdapterGradientsMatchFiniteDifferences) {
   ASSERT_TRUE(f.model->Backward(0).ok());
   const std::vector<float> grads = f.Gradients();
   std::mt19937 rng(11);
-  const double eps = 1e-2;
   for (const ParameterInfo& p : f.model->parameters()) {
     for (int k = 0; k < 4; ++k) {
       const size_t i = p.offset + rng() % static_cast<size_t>(p.local_numel());
-      const float saved = f.adapters[i];
-      f.adapters[i] = saved + static_cast<float>(eps);
-      ASSERT_TRUE(f.model->SetParameters(f.adapters).ok());
-      const double up = f.Loss();
-      f.adapters[i] = saved - static_cast<float>(eps);
-      ASSERT_TRUE(f.model->SetParameters(f.adapters).ok());
-      const double down = f.Loss();
-      f.adapters[i] = saved;
-      const double numeric = (up - down) / (2 * eps);
-      EXPECT_NEAR(grads[i], numeric, 2e-3 + 2e-2 * std::fabs(numeric))
-          << p.name << " element " << i - p.offset;
+      ExpectCentralDifference(
+          &f.adapters, i, grads[i],
+          [&](const std::vector<float>& v) { return f.model->SetParameters(v); },
+          [&] { return f.Loss(); }, p.name + " element " + std::to_string(i - p.offset));
     }
   }
   ASSERT_TRUE(f.model->SetParameters(f.adapters).ok());
@@ -280,23 +238,20 @@ TEST_P(LoraModel, EqualsTheMergedModel) {
 }
 
 TEST_P(LoraModel, RecomputationGivesBitIdenticalLossAndGradients) {
-  std::vector<float> reference;
-  double reference_loss = 0;
-  for (const char* mode : {"none", "gelu", "selective", "block"}) {
+  const char* modes[] = {"none", "gelu", "selective", "block"};
+  std::vector<std::pair<double, std::vector<float>>> runs;  // loss and gradients of each mode
+  for (const char* mode : modes) {
     ModelConfig c = GetParam().config;
     c.recompute = mode;
     Fixture f(c);
     ASSERT_TRUE(f.model->ZeroGradients().ok());
     const double loss = f.Loss(1.f / (f.B * f.T));
     ASSERT_TRUE(f.model->Backward(0).ok());
-    const std::vector<float> grads = f.Gradients();
-    if (reference.empty()) {
-      reference = grads;
-      reference_loss = loss;
-      continue;
-    }
-    EXPECT_EQ(loss, reference_loss) << mode;
-    EXPECT_EQ(grads, reference) << mode;
+    runs.emplace_back(loss, f.Gradients());
+  }
+  for (size_t m = 1; m < runs.size(); ++m) {
+    EXPECT_EQ(runs[m].first, runs[0].first) << modes[m];
+    EXPECT_EQ(runs[m].second, runs[0].second) << modes[m];
   }
 }
 
@@ -332,7 +287,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, LoraModel, ::testing::ValuesIn(kCases),
 
 // PEFT's init: A within +-1/sqrt(in), not all equal, the same whatever the layout; B zero.
 TEST(LoraInit, AsPeft) {
-  const ModelConfig c = TinyLlama("q,o");
+  const ModelConfig c = LoraLlama("q,o");
   for (const ParameterInfo& p : FullParameterList(c)) {
     std::vector<float> v(static_cast<size_t>(p.full_numel()));
     InitFullTensor(c, 9, p, v.data());
