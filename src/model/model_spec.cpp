@@ -216,8 +216,13 @@ double TrainingFlopsPerToken(const ModelSpec& spec, int64_t seq_len) {
     for (int64_t d : p.full_shape) n *= static_cast<double>(d);
     active += n;
   }
-  return 6.0 * active + 12.0 * static_cast<double>(spec.layers) *
-                            static_cast<double>(spec.q_width()) * static_cast<double>(seq_len);
+  double adapters = 0;  // LoRA: the frozen weights' gradients are not computed
+  for (const ParameterSpec& p : LoraSpecParameters(spec, 1, 0, static_cast<int>(spec.layers)))
+    adapters += static_cast<double>(p.full_shape[0] * p.full_shape[1]);
+  const double per_weight = spec.lora_rank > 0 ? 4.0 : 6.0;
+  return per_weight * active + 6.0 * adapters +
+         12.0 * static_cast<double>(spec.layers) * static_cast<double>(spec.q_width()) *
+             static_cast<double>(seq_len);
 }
 
 std::vector<float> MakeRopeTable(const ModelSpec& spec, int64_t positions) {

@@ -151,7 +151,8 @@ bool IsNormWeight(ParamRole role);
 bool CountsForFlops(const ModelSpec& spec, ParamRole role);
 
 // FLOPs per token of one training step (forward + backward) as PaLM counts them:
-// 6 * active parameters + 12 * L * NH * HD * T.
+// 6 * active parameters + 12 * L * NH * HD * T. With LoRA the frozen weights cost 4 (no weight
+// gradient) and the adapters 6 per parameter.
 double TrainingFlopsPerToken(const ModelSpec& spec, int64_t seq_len);
 
 // The RoPE table (2, positions, HD/2) f32: cos then sin of t * inv_freq[i], with Llama-3's

@@ -305,5 +305,20 @@ TEST(LoraInit, AsPeft) {
   }
 }
 
+// MFU's FLOPs: the frozen weights cost 4 per parameter (forward, input gradient), the adapters 6.
+TEST(LoraFlops, FrozenWeightsCountFourAdaptersSix) {
+  const ModelConfig lora = LoraLlama("q,v,down");
+  ModelConfig full = lora;
+  full.lora_rank = 0;
+  const int64_t T = 8;
+  const ModelSpec spec = MakeModelSpec(full);
+  const double attention = 12.0 * spec.layers * spec.q_width() * T;
+  double adapters = 0;
+  for (const ParameterInfo& p : FullParameterList(lora)) adapters += p.full_numel();
+  const double weights = (TrainingFlopsPerToken(spec, T) - attention) / 6;
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(MakeModelSpec(lora), T),
+                   4 * weights + 6 * adapters + attention);
+}
+
 }  // namespace
 }  // namespace trainer
