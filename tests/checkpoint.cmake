@@ -19,6 +19,10 @@ trainer_script_test(checkpoint_lock SCRIPT checkpoint_lock.sh LABELS "e2e;mpi" T
 trainer_script_test(checkpoint_async SCRIPT checkpoint_async.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(init_from SCRIPT init_from.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(hf_llama SCRIPT hf_llama.sh LABELS "e2e;mpi" TIMEOUT 600)
+# LoRA on a Hugging Face llama: export merged (transformers) and as a PEFT adapter (PEFT).
+trainer_script_test(hf_lora SCRIPT hf_lora.sh LABELS "e2e;mpi" TIMEOUT 600)
+# docs/fine-tuning.md end to end on the CPU (import, chat pack, LoRA and full, eval, export).
+trainer_script_test(fine_tuning SCRIPT fine_tuning.sh LABELS "e2e;mpi" TIMEOUT 600)
 # The checkpoint CRC-32 (zlib's crc32): the check value, a bitwise CRC-32, and a checkpoint written
 # by the trainer's earlier hand-written CRC-32 (tests/fixtures/).
 trainer_gtest(checksum_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/checksum_test.cpp

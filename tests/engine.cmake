@@ -28,3 +28,5 @@ trainer_script_test(sharding_layouts SCRIPT sharding_layouts.sh LABELS "e2e;mpi"
 trainer_script_test(sharding_layouts_llama SCRIPT sharding_layouts_llama.sh LABELS "e2e;mpi" TIMEOUT 900)
 trainer_script_test(sharding_memory SCRIPT sharding_memory.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(sharding_resume SCRIPT sharding_resume.sh LABELS "e2e;mpi;checkpoint" TIMEOUT 600)
+trainer_script_test(parallel_layouts_lora SCRIPT parallel_layouts_lora.sh LABELS "e2e;mpi" TIMEOUT 600)
+trainer_script_test(lora_resume SCRIPT lora_resume.sh LABELS "e2e;mpi" TIMEOUT 600)

@@ -5,6 +5,11 @@ if(TRAINER_WITH_CUDA)
                 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_test_main.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_model_test.cpp
                 LIBS trainer_model LABELS gpu TIMEOUT 300)
+  # LoRA on the GPU (bf16, frozen bf16 base) against the CPU path.
+  trainer_gtest(gpu_lora_test
+                SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_test_main.cpp
+                        ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_lora_test.cpp
+                LIBS trainer_model LABELS gpu TIMEOUT 300)
 endif()
 trainer_script_test(gpu_training SCRIPT gpu_training.sh LABELS "gpu;e2e" TIMEOUT 600)
 trainer_script_test(gpu_sharding SCRIPT gpu_sharding.sh LABELS "gpu;e2e" TIMEOUT 900)

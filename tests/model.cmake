@@ -10,3 +10,8 @@ trainer_gtest(moe_layer_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/moe_layer_
 # The GPU route policy's decision and the routes file (Engine.gpu_routes), on made-up times.
 trainer_gtest(route_table_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/route_table_test.cpp
               LIBS trainer_model TIMEOUT 60)
+
+# LoRA: the adapter against its closed form, adapter gradients by finite differences, the merged
+# model, recomputation, and frozen base weights under AdamW.
+trainer_gtest(lora_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/lora_test.cpp
+              LIBS trainer_optimizer TIMEOUT 120)

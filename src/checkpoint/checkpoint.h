@@ -46,6 +46,9 @@ struct CheckpointWriteRequest {
   std::string tokenizer;
   // The GPU routes the run took (route_table.h's file format, one line); empty: none (CPU).
   std::string gpu_routes;
+  // LoRA: the base model the adapters apply to (Checkpoint.init_from, or the seed's
+  // initialisation); the file holds the adapters only. Empty without LoRA.
+  std::string lora_base;
 };
 
 struct CheckpointSaveReport {
@@ -126,6 +129,7 @@ struct CheckpointSummary {
   std::string config_text;
   int64_t eod_id = -1;    // the training data's end-of-document id; -1: not recorded
   std::string tokenizer;  // the training data's tokenizer ("bytes", "gpt2", ...); "": not recorded
+  std::string lora_base;  // LoRA: the base model its adapters apply to; "": not a LoRA checkpoint
   struct TensorInfo {
     std::string name;
     std::vector<int64_t> shape;
@@ -133,8 +137,9 @@ struct CheckpointSummary {
   std::vector<TensorInfo> tensors;  // under /model
 };
 // The weights of a checkpoint (a step folder or its checkpoint.h5) into `model`, this process's
-// slices of them, after checking the file's model shape against `config` (`trainer sample`).
-Status LoadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
+// slices of them, after checking the file's model shape against `config` (`trainer sample`);
+// LoRA: the adapters, and the frozen base that `config` names (LoadLoraBaseWeights).
+Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfig& config,
                              GptModel* model);
 // The slices that `part` holds of a checkpoint's weights into `flat`, in the buffer order of
 // `params` (this rank's list, or FullParameterList's for whole tensors), after checking the

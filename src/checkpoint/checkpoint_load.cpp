@@ -7,6 +7,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/checksum.h"
+#include "checkpoint/pretrained.h"
 #include "common/agree.h"
 #include "common/filesystem.h"
 #include "common/log.h"
@@ -344,6 +345,8 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
     TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "eod_id", &s->eod_id));
     TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "tokenizer", &s->tokenizer));
   }
+  if (H5Aexists(f.get(), "lora_base") > 0)
+    TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "lora_base", &s->lora_base));
   s->format_version = static_cast<int>(version);
   s->seed = static_cast<uint64_t>(seed);
   DatasetList list;
@@ -370,12 +373,15 @@ Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfi
   return ReadState(f.get(), file, params, part, 0, flat);
 }
 
-Status LoadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
+Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfig& config,
                              GptModel* model) {
   std::vector<float> flat;
-  TRAINER_RETURN_IF_ERROR(ReadCheckpointWeights(folder_or_file, config, model->parameters(),
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointWeights(folder_or_file, config.model, model->parameters(),
                                                 model->partition(), &flat));
-  return model->SetParameters(flat);
+  TRAINER_RETURN_IF_ERROR(model->SetParameters(flat));
+  if (!config.model.lora()) return Status::Ok();
+  std::string what;
+  return LoadLoraBaseWeights(config, model, &what);
 }
 
 std::string FindCheckpointFile(const std::string& path) {

@@ -228,6 +228,8 @@ class SaveOnRoot {
     }
     if (!r_.gpu_routes.empty())  // Engine.gpu_routes can pin them in a resumed run
       TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "gpu_routes", r_.gpu_routes));
+    if (!r_.lora_base.empty())
+      TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(f, "lora_base", r_.lora_base));
     return Hdf5WriteStringAttribute(f, "checksum", "crc32 (zlib) of each tensor's float32 bytes");
   }
 

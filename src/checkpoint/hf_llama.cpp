@@ -329,7 +329,7 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
   std::map<std::string, SafetensorsTensor> tensors;
   TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(weights, &tensors));
   std::set<std::string> known;
-  const std::vector<ParameterInfo> all = FullParameterList(model);
+  const std::vector<ParameterInfo> all = FullBaseParameterList(model);
   for (const ParameterInfo& p : all) known.insert(p.name);
   const std::string embed = "model.embed_tokens.weight";
   for (const auto& [name, t] : tensors) {

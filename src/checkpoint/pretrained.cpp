@@ -79,7 +79,7 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
   };
   // A tensor the model has no place for means another model (more layers, another name scheme).
   std::set<std::string> known, zero_biases;
-  for (const ParameterInfo& p : FullParameterList(model)) {
+  for (const ParameterInfo& p : FullBaseParameterList(model)) {
     known.insert(p.name);
     known.insert(p.name.substr(sizeof(kTransformer) - 1));
   }
@@ -201,6 +201,25 @@ Status HuggingFaceConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id
       model.ffn_size(), hidden_pdrop.c_str(), hidden_pdrop.c_str(), attn_pdrop.c_str(), eod, eod,
       bf16 ? "bfloat16" : "float32");
   return Status::Ok();
+}
+
+std::string LoraBaseName(const TrainConfig& config) {
+  if (!config.checkpoint.init_from.empty())
+    return "Checkpoint.init_from=" + config.checkpoint.init_from;
+  return StrFormat("Global.seed=%llu", static_cast<unsigned long long>(config.global.seed));
+}
+
+Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what) {
+  std::vector<float> flat;
+  *what = LoraBaseName(config);
+  if (config.checkpoint.init_from.empty())
+    flat = InitialParameterValues(config.model, model->partition(), model->frozen_parameters(),
+                                  config.global.seed);
+  else
+    TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(config.checkpoint.init_from, config.model,
+                                                      model->partition(),
+                                                      model->frozen_parameters(), &flat, what));
+  return model->SetFrozenParameters(flat);
 }
 
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,

@@ -18,6 +18,7 @@
 #include "checkpoint/safetensors.h"
 #include "common/status.h"
 #include "config/train_config.h"
+#include "model/gpt.h"
 #include "model/parameters.h"
 
 namespace trainer {
@@ -44,6 +45,14 @@ Status ImpliedModelOverrides(const std::string& file, std::string* overrides, st
 
 // This rank's slices (`part`, `params`: its parameter list) of the weights at `path`, as a flat
 // f32 array in buffer order (padding zero). *what says which kind of file was read.
+// LoRA: the base model a run's adapters apply to, as its checkpoints name it (the `lora_base`
+// attribute): "Checkpoint.init_from=<path>", or "Global.seed=<n>" for the seed's initialisation.
+std::string LoraBaseName(const TrainConfig& config);
+
+// LoRA: the frozen base weights of `model` (its frozen_parameters()) from Checkpoint.init_from,
+// or from Global.seed's initialisation without one; *what names the source.
+Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what);
+
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
                                  const ModelPartition& part,
                                  const std::vector<ParameterInfo>& params, std::vector<float>* flat,

@@ -63,7 +63,7 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
       GptModel::BufferBytes(mc, part, backend->compute_dtype(), B, T, 1).total()));
   std::unique_ptr<GptModel> model;
   TRAINER_RETURN_IF_ERROR(GptModel::Create(mc, part, backend, ctx->groups.tp, B, T, 1, &model));
-  TRAINER_RETURN_IF_ERROR(LoadCheckpointWeights(*file, mc, model.get()));
+  TRAINER_RETURN_IF_ERROR(LoadCheckpointWeights(*file, config, model.get()));
   std::cerr << StrFormat("evaluating %s on %s: %lld micro-batches of %d x %d tokens on %s\n",
                          file->c_str(), data.Describe().c_str(), static_cast<long long>(r->batches),
                          B, T, backend->name().c_str());

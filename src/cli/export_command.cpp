@@ -9,11 +9,14 @@
 // model.safetensors.index.json, as save_pretrained writes them. The tensors are read from the
 // checkpoint file and written out; no model is built. With
 // --tokenizer-dir, the GPT-2 BPE files the data was packed with go beside them as vocab.json and
-// merges.txt, so that transformers' tokenizer loads from the same folder.
+// merges.txt, so that transformers' tokenizer loads from the same folder. A LoRA checkpoint
+// (adapters only) needs --lora: merge (its adapters merged into the base it names: full weights
+// as above) or adapter (a PEFT adapter folder, lora_export.h).
 #include <iostream>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_folder.h"
+#include "checkpoint/lora_export.h"
 #include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
 #include "cli/checkpoint_model.h"
@@ -27,9 +30,36 @@ namespace trainer {
 namespace {
 
 struct ExportOptions {
-  std::string checkpoint, output, dtype = "f32", tokenizer_dir, max_shard_size = "5GB";
+  std::string checkpoint, output, dtype = "f32", tokenizer_dir, max_shard_size = "5GB", lora;
   std::vector<std::string> overrides;
 };
+
+// --lora adapter: adapter_config.json and adapter_model.safetensors for PEFT.
+Status ExportAdapter(const ExportOptions& o, const TrainConfig& tc, const std::string& file,
+                     SafetensorsDType dtype) {
+  const std::string config = o.output + "/adapter_config.json";
+  const std::string weights = o.output + "/adapter_model.safetensors";
+  for (const std::string& path : {config, weights})
+    if (PathExists(path))
+      return UsageError(
+          StrFormat("%s exists (trainer export --output %s): remove it or choose another --output",
+                    path.c_str(), o.output.c_str()));
+  std::string json;
+  std::vector<SafetensorsTensor> tensors;
+  TRAINER_RETURN_IF_ERROR(PeftAdapter(tc, file, &json, &tensors));
+  TRAINER_RETURN_IF_ERROR(MakeDirectories(o.output));
+  TRAINER_RETURN_IF_ERROR(
+      WriteSafetensors(weights, tensors, dtype, {{"format", "pt"}, {"source", file}}));
+  TRAINER_RETURN_IF_ERROR(WriteFileAtomically(config, json));
+  std::cout << StrFormat(
+                   "exported the LoRA adapters of %s: %zu tensors (rank %d, alpha %g, %s) to "
+                   "%s/adapter_model.safetensors and adapter_config.json; load with "
+                   "peft.PeftModel.from_pretrained(base_model, \"%s\")",
+                   file.c_str(), tensors.size(), tc.model.lora_rank, tc.model.lora_alpha,
+                   o.dtype.c_str(), o.output.c_str(), o.output.c_str())
+            << std::endl;
+  return Status::Ok();
+}
 
 Status Export(const ExportOptions& o, RunContext* ctx) {
   if (o.dtype != "f32" && o.dtype != "bf16")
@@ -59,25 +89,41 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   std::string file;
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", &file));
   TRAINER_ASSIGN_OR_RETURN(const TrainConfig tc, OneProcessConfig(file, o.overrides, 0));
+  if (tc.model.lora() != !o.lora.empty() ||
+      (o.lora != "" && o.lora != "merge" && o.lora != "adapter"))
+    return UsageError(
+        tc.model.lora()
+            ? StrFormat("%s holds LoRA adapters (of %s): give --lora merge (full Hugging Face "
+                        "weights) or --lora adapter (a PEFT adapter folder)",
+                        file.c_str(), LoraBaseName(tc).c_str())
+            : StrFormat("--lora %s: %s holds no LoRA adapters (Model.lora_rank=0); leave --lora "
+                        "out",
+                        o.lora.c_str(), file.c_str()));
+  const SafetensorsDType dtype =
+      o.dtype == "bf16" ? SafetensorsDType::kBF16 : SafetensorsDType::kF32;
+  if (o.lora == "adapter") return ExportAdapter(o, tc, file, dtype);
+  ModelConfig model = tc.model;  // the exported model: merged, without adapters
+  model.lora_rank = 0;
   CheckpointSummary summary;  // the training data's end-of-document id, where recorded
   TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
   std::string config_json;
   TRAINER_RETURN_IF_ERROR(
-      HuggingFaceConfigJson(tc.model, o.dtype == "bf16", summary.eod_id, &config_json));
+      HuggingFaceConfigJson(model, o.dtype == "bf16", summary.eod_id, &config_json));
   std::shared_ptr<const BpeVocabulary> tokenizer;
   if (!o.tokenizer_dir.empty()) {
-    TRAINER_ASSIGN_OR_RETURN(tokenizer, LoadModelTokenizer(o.tokenizer_dir, tc.model));
+    TRAINER_ASSIGN_OR_RETURN(tokenizer, LoadModelTokenizer(o.tokenizer_dir, model));
   }
-  const std::vector<ParameterInfo> params = FullParameterList(tc.model);
+  const std::vector<ParameterInfo> params = FullParameterList(model);
   ModelPartition whole;
-  whole.num_layers = tc.model.num_layers;
+  whole.num_layers = model.num_layers;
   std::vector<float> flat;
-  TRAINER_RETURN_IF_ERROR(ReadCheckpointWeights(file, tc.model, params, whole, &flat));
-  const std::vector<SafetensorsTensor> tensors = ToHuggingFace(tc.model, params, flat);
+  if (tc.model.lora())
+    TRAINER_RETURN_IF_ERROR(MergedLoraWeights(tc, file, &flat));
+  else
+    TRAINER_RETURN_IF_ERROR(ReadCheckpointWeights(file, model, params, whole, &flat));
+  const std::vector<SafetensorsTensor> tensors = ToHuggingFace(model, params, flat);
   flat.clear();
   flat.shrink_to_fit();
-  const SafetensorsDType dtype =
-      o.dtype == "bf16" ? SafetensorsDType::kBF16 : SafetensorsDType::kF32;
   std::vector<std::string> files = HuggingFaceWeightFiles(tensors, dtype, max_shard_bytes);
   for (std::string& f : files) f = o.output + "/" + f;
   TRAINER_RETURN_IF_ERROR(refuse_existing(files));  // earlier shards
@@ -120,6 +166,9 @@ int RunExportCommand(const std::vector<std::string>& args) {
       "dtype", po::value(&o.dtype)->default_value("f32"), "f32 or bf16 (rounded to nearest)")(
       "tokenizer-dir", po::value(&o.tokenizer_dir)->default_value(""),
       "also copy the GPT-2 BPE files the data was packed with (vocab.json, merges.txt)")(
+      "lora", po::value(&o.lora)->default_value(""),
+      "a LoRA checkpoint: merge (adapters merged into the base: full weights) or adapter (a "
+      "PEFT adapter folder: adapter_config.json, adapter_model.safetensors)")(
       "max-shard-size", po::value(&o.max_shard_size)->default_value("5GB"),
       "above this the weights go into model-0000K-of-0000N.safetensors shards and "
       "model.safetensors.index.json (KB/MB/GB: powers of 1000; KiB/MiB/GiB: of 1024)");
@@ -127,7 +176,7 @@ int RunExportCommand(const std::vector<std::string>& args) {
   int exit_code = 0;
   if (!StartCheckpointCommand("export",
                               "CHECKPOINT --output DIR [--dtype f32|bf16] [--tokenizer-dir DIR] "
-                              "[--max-shard-size 5GB]",
+                              "[--max-shard-size 5GB] [--lora merge|adapter]",
                               args, &options, &o.checkpoint, &o.overrides, &ctx, &exit_code))
     return exit_code;
   Status status = Status::Ok();

@@ -38,8 +38,10 @@ Status InspectCheckpoint(const std::string& path) {
             << "  trained on       "
             << (s.eod_id < 0 ? std::string("(not recorded)")
                              : s.tokenizer + " tokens, end of document " + std::to_string(s.eod_id))
-            << "\n"
-            << "  tensors (" << s.tensors.size() << " under /model, Adam moments under /optim):\n";
+            << "\n";
+  if (!s.lora_base.empty())  // the adapters only; the frozen base is named, not held
+    std::cout << "  LoRA adapters of " << s.lora_base << "\n";
+  std::cout << "  tensors (" << s.tensors.size() << " under /model, Adam moments under /optim):\n";
   int64_t total = 0;
   for (const auto& t : s.tensors) {
     int64_t n = 1;

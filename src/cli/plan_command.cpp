@@ -132,12 +132,17 @@ int RunPlanCommand(const std::vector<std::string>& args) {
           "cuDNN attention workspace%s)",
           GiB(m.total()), GiB(m.device_base), GiB(m.attention_workspace),
           world > 1 ? "; NCCL's buffers not counted" : "");
+    // LoRA: the frozen base holds compute-dtype weights only (no gradients, no optimizer state).
+    const std::string frozen =
+        m.frozen > 0 ? StrFormat(" trained (LoRA) + %.1fM frozen (weights only)", m.frozen / 1e6)
+                     : "";
     std::cout << StrFormat(
-        "  stage %d: %d blocks, %.1fM parameters per rank | weights+grads+"
+        "  stage %d: %d blocks, %.1fM parameters%s per rank | weights+grads+"
         "optimizer %.2f GiB | activations (%d slots) %.2f GiB | logits %.2f "
         "GiB | backward scratch %.2f GiB | arena %.2f GiB%s\n",
-        stage, m.layers, m.parameters / 1e6, GiB(m.state()), m.slots, GiB(m.model.activations),
-        GiB(m.model.logits), GiB(m.model.scratch), GiB(m.arena()), beside.c_str());
+        stage, m.layers, m.parameters / 1e6, frozen.c_str(), GiB(m.state()), m.slots,
+        GiB(m.model.activations), GiB(m.model.logits), GiB(m.model.scratch), GiB(m.arena()),
+        beside.c_str());
     if (m.offloaded > 0)
       std::cout << StrFormat(
           "  stage %d: sharding_offload keeps %.2f GiB of optimizer state and "

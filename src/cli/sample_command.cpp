@@ -139,7 +139,7 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
       GptModel::BufferBytes(mc, part, backend->compute_dtype(), 1, T, 1).total()));
   std::unique_ptr<GptModel> model;
   TRAINER_RETURN_IF_ERROR(GptModel::Create(mc, part, backend, ctx->groups.tp, 1, T, 1, &model));
-  TRAINER_RETURN_IF_ERROR(LoadCheckpointWeights(file, mc, model.get()));
+  TRAINER_RETURN_IF_ERROR(LoadCheckpointWeights(file, config, model.get()));
   std::cerr << StrFormat("sampling %d tokens from %s (%d layers, hidden %d, context %d) on %s\n",
                          o.tokens, file.c_str(), mc.num_layers, mc.hidden_size, T,
                          backend->name().c_str());

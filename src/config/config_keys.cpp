@@ -72,6 +72,10 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Model, model, bias),
     CONFIG_KEY(Model, model, hidden_dropout),
     CONFIG_KEY(Model, model, attention_dropout),
+    CONFIG_KEY(Model, model, lora_rank),
+    CONFIG_KEY(Model, model, lora_alpha),
+    CONFIG_KEY(Model, model, lora_dropout),
+    CONFIG_KEY(Model, model, lora_targets),
 
     CONFIG_KEY(Distributed, distributed, dp_degree),
     CONFIG_KEY(Distributed, distributed, tp_degree),

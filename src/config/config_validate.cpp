@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "config/config_keys.h"
 #include "config/config_loader.h"
+#include "config/lora_targets.h"
 
 namespace trainer {
 namespace {
@@ -58,6 +59,9 @@ const RangeRule kRangeRules[] = {
     {"Model.moe_z_loss_coeff", 0, false, kNoBound},
     {"Model.moe_expert_capacity_factor", 0, false, kNoBound},
     {"Model.moe_router_bias_update_rate", 0, false, kNoBound},
+    {"Model.lora_rank", 0, false, kNoBound},
+    {"Model.lora_alpha", 0, true, kNoBound},
+    {"Model.lora_dropout", 0, false, 1},
     {"Distributed.dp_degree", 0, false, kNoBound},
     {"Distributed.tp_degree", 1, false, kNoBound},
     {"Distributed.pp_degree", 1, false, kNoBound},
@@ -288,6 +292,34 @@ Status CheckMoe(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
+// Model.lora_*: the targets name linears of the family; dropout is not implemented yet.
+Status CheckLora(const TrainConfig& c, Checker& check) {
+  const ModelConfig& m = c.model;
+  if (!m.lora()) return Status::Ok();
+  std::vector<std::string> targets;
+  std::string error;
+  if (!ParseLoraTargets(m, &targets, &error))
+    return check.Fail(check.Show("Model.lora_targets") + ": " + error, {"Model.lora_targets"},
+                      m.arch == "llama" ? "Set Model.lora_targets to e.g. q,k,v,o,gate,up,down"
+                                        : "Set Model.lora_targets to e.g. c_attn,c_proj,c_fc");
+  if (m.lora_dropout != 0)
+    return check.Fail(check.Show("Model.lora_dropout") + " is not supported yet",
+                      {"Model.lora_dropout"}, "Set Model.lora_dropout=0");
+  if (m.moe())
+    return check.Fail(check.Show("Model.lora_rank") + " with " + check.Show("Model.num_experts") +
+                          ": LoRA on mixture-of-experts models is not supported yet",
+                      {"Model.lora_rank", "Model.num_experts"},
+                      "Set Model.lora_rank=0 to fine-tune every weight of a MoE model");
+  if (c.distributed.zero_stage() >= 2)
+    return check.Fail(check.Show("Model.lora_rank") + " with " +
+                          check.Show("Distributed.sharding.sharding_stage") +
+                          ": LoRA's frozen base is not sharded; LoRA runs with sharding stage 0 or 1",
+                      {"Model.lora_rank", "Distributed.sharding.sharding_stage"},
+                      "Set Distributed.sharding.sharding_stage=1 (the adapters' optimizer state is "
+                      "small anyway)");
+  return Status::Ok();
+}
+
 // Shapes that do not depend on the parallel layout.
 Status CheckModel(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
@@ -300,6 +332,7 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
   }
   TRAINER_RETURN_IF_ERROR(CheckModelFamily(c, check));
   TRAINER_RETURN_IF_ERROR(CheckMoe(c, check));
+  TRAINER_RETURN_IF_ERROR(CheckLora(c, check));
   if (m.head_dim == 0 && m.hidden_size % m.num_heads != 0) {
     const int example = m.hidden_size / m.num_heads * m.num_heads;
     int heads = m.num_heads;  // the nearest head count below that divides hidden_size

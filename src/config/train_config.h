@@ -66,6 +66,13 @@ struct ModelConfig {
   // (attention_probs_dropout_prob / --attention-dropout). Never in evaluation or sampling.
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
+  // LoRA fine-tuning (PEFT's LoraConfig: r, lora_alpha, lora_dropout, target_modules): the
+  // model's weights frozen, low-rank adapters on the linears of lora_targets trained.
+  int lora_rank = 0;                 // r; 0: off (every weight trains)
+  double lora_alpha = 16;            // the adapters' output is scaled by lora_alpha / lora_rank
+  double lora_dropout = 0.0;         // dropout on the adapters' input; only 0 for now
+  std::string lora_targets = "all";  // comma-separated: q,k,v,o,gate,up,down (gpt2:
+                                     // c_attn,c_proj,c_fc); "all": every linear of the blocks
 
   int ffn_size() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int sequence_length() const { return seq_len > 0 ? seq_len : max_seq_len; }
@@ -91,6 +98,7 @@ struct ShardingConfig {
   bool sharding_offload = false;  // master weights and moments in host memory, AdamW on the CPU
   bool reduce_overlap = true;     // gradient reduce-scatter during the backward pass (GPU stream)
   bool broadcast_overlap = true;  // stage 3: the next block's all-gather ahead of its use
+  bool lora() const { return lora_rank > 0; }
 };
 
 struct DistributedConfig {

@@ -77,6 +77,7 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
       std::max(1, config.global.global_batch_size / (B * d.data_parallel_size()));
   m.slots = PipelineStage::NumSlots(stage, d.pp_degree, micro_batches);
   m.parameters = TotalLocalElements(params);
+  m.frozen = TotalLocalElements(BuildFrozenParameterList(model, part));
   m.model = GptModel::BufferBytes(model, part, compute_dtype, B, model.sequence_length(), m.slots);
   const bool offload = d.sharding.sharding_offload;
   m.optimizer = AdamW::BufferBytes(params, part.flat_shards, offload);

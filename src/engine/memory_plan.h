@@ -26,7 +26,8 @@ constexpr double kHeldElsewhereBytes = 4.0 * 1024 * 1024 * 1024;
 
 struct RankMemory {
   int layers = 0, slots = 0;
-  size_t parameters = 0;   // elements on this rank
+  size_t parameters = 0;   // trained elements on this rank
+  size_t frozen = 0;  // LoRA: frozen base elements on this rank (weights only, in model.parameters)
   ModelBufferBytes model;  // the model's buffers, by kind
   size_t optimizer = 0;    // master weights, Adam moments (a shard), the norm
   size_t offloaded = 0;    // sharding_offload: host memory for the shard's state and its staging

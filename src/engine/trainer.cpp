@@ -92,11 +92,13 @@ Status Trainer::Setup() {
 }
 
 Status Trainer::Restore() {
+  if (config_.model.lora()) TRAINER_RETURN_IF_ERROR(LoadLoraBase());
   if (!config_.checkpoint.resume.empty()) {
     TRAINER_RETURN_IF_ERROR(Resume());
     if (state_.step > 0) return Status::Ok();
   }
-  if (!config_.checkpoint.init_from.empty()) {  // a fresh run from pretrained weights
+  // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
+  if (!config_.checkpoint.init_from.empty() && !config_.model.lora()) {
     std::vector<float> flat;
     std::string what;
     TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(config_.checkpoint.init_from, config_.model,
@@ -107,6 +109,17 @@ Status Trainer::Restore() {
   }
   return optimizer_->SetMaster(InitialParameterValues(config_.model, model_->partition(),
                                                       model_->parameters(), config_.global.seed));
+}
+
+Status Trainer::LoadLoraBase() {
+  std::string what;
+  TRAINER_RETURN_IF_ERROR(LoadLoraBaseWeights(config_, model_.get(), &what));
+  LogInfo(
+      StrFormat("LoRA rank %d, alpha %g on %s: %zu adapter tensors train; the base weights "
+                "are frozen, from %s",
+                config_.model.lora_rank, config_.model.lora_alpha,
+                config_.model.lora_targets.c_str(), model_->parameters().size(), what.c_str()));
+  return Status::Ok();
 }
 
 namespace {
@@ -425,6 +438,7 @@ Status Trainer::SaveCheckpoint(bool wait) {
     request.tokenizer = data_.train_files.front()->tokenizer();
   }
   request.gpu_routes = routes_->json();  // rank 0's, once reported; empty before (and on CPUs)
+  if (config_.model.lora()) request.lora_base = LoraBaseName(config_);
   request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
                                           config_.distributed.pp_layers);
   if (config_.checkpoint.async_save && saver_ == nullptr) {

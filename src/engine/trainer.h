@@ -64,6 +64,8 @@ class Trainer {
   Status Evaluate(double* val_loss);
 
  private:
+  // LoRA: the frozen base weights from Checkpoint.init_from (else from Global.seed).
+  Status LoadLoraBase();
   Status OpenData();
   // Engine.eval_freq > 0 with no validation samples, found at start rather than at the first
   // evaluation: the data error naming the keys (and the .val.h5 that trainer pack wrote, if any).

@@ -31,6 +31,7 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
   m->params_ = BuildParameterList(config, partition);
   m->layout_ = ShardLayout(m->params_, partition);
   m->block_backwards_.assign(static_cast<size_t>(partition.num_layers), 0);
+  m->frozen_params_ = BuildFrozenParameterList(config, partition);
   if (m->SequenceParallel() && (micro_batch * seq_len) % partition.tp_size != 0)
     return UsageError(StrFormat(
         "Model.sequence_parallel splits the %d x %d tokens of a micro-batch over tp_degree=%d "
@@ -64,7 +65,9 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
     const bool lm_head =
         p.role == ParamRole::kLmHead || (p.role == ParamRole::kTokenEmbedding &&
                                          partition.last_stage() && m->spec_.tied_embeddings);
-    const bool block_matrix = p.local_shape.size() == 2 && p.layer >= 0;
+    // Adapters accumulate into their gradients (lora.cpp): zeroed like the biases.
+    const bool adapter = p.role == ParamRole::kLoraA || p.role == ParamRole::kLoraB;
+    const bool block_matrix = p.local_shape.size() == 2 && p.layer >= 0 && !adapter;
     if (p.offset >= static_cast<size_t>(m->grad_buffer_.numel())) break;  // stage 2: buckets
     if (!lm_head && !block_matrix) continue;
     if (p.offset > zero_from) m->zeroed_gradient_spans_.emplace_back(zero_from, p.offset);
@@ -107,6 +110,7 @@ ModelBufferBytes GptModel::BufferBytes(const ModelConfig& config, const ModelPar
   sizing.num_slots_ = num_slots;
   sizing.params_ = BuildParameterList(config, partition);
   sizing.layout_ = ShardLayout(sizing.params_, partition);
+  sizing.frozen_params_ = BuildFrozenParameterList(config, partition);
   sizing.sizing_only_ = true;
   Status ignored = sizing.AllocateBuffers();
   (void)ignored;
@@ -165,11 +169,13 @@ Tensor RowsFrom(const ParameterInfo& p, Tensor t, int64_t rows) {
 
 Tensor GptModel::P(ParamRole role, int layer, int64_t rows) const {
   const ParameterInfo* p = Find(role, layer);
-  return p ? RowsFrom(*p, Parameter(*p), rows) : Tensor();
+  if (p != nullptr) return RowsFrom(*p, Parameter(*p), rows);
+  p = FindFrozen(role, layer);
+  return p ? RowsFrom(*p, FrozenParameter(*p), rows) : Tensor();
 }
 Tensor GptModel::G(ParamRole role, int layer, int64_t rows) const {
   const ParameterInfo* p = Find(role, layer);
-  return p ? RowsFrom(*p, Gradient(*p), rows) : Tensor();
+  return p ? RowsFrom(*p, Gradient(*p), rows) : FrozenGradientSink(role);
 }
 
 MoeActivations GptModel::AllocateMoeActivations() {
@@ -227,6 +233,7 @@ BlockActivations GptModel::AllocateBlockActivations(bool gelu_output, bool norm_
   }
   if (moe) a.moe = AllocateMoeActivations();
   a.residual_out = Alloc({R, C}, cd);
+  AllocateLoraActivations(&a);
   return a;
 }
 
@@ -247,6 +254,8 @@ Status GptModel::AllocateBuffers() {
     sizing_kind_ = &ModelBufferBytes::gradients;
     grad_buffer_ = Alloc({total}, DType::kF32);
   }
+  sizing_kind_ = &ModelBufferBytes::parameters;
+  AllocateLoraBuffers();  // the frozen weights with the parameters, the rest by kind
   sizing_kind_ = &ModelBufferBytes::activations;
   recompute_ = config_.recompute;
   // Model.recompute: "block" keeps only each block's output per slot (the rest is one shared set,
@@ -406,6 +415,7 @@ BlockWeights GptModel::Weights(int layer, bool gradients) const {
     w.moe.shared_down = get(ParamRole::kSharedDownWeight);
     if (!gradients) w.moe.bias = get(ParamRole::kExpertBias);
   }
+  SetLoraAdapters(layer, gradients, &w);
   return w;
 }
 
@@ -421,6 +431,7 @@ BlockContext GptModel::Context() const {
   ctx.scratch = {scratch_.proj,     scratch_.dln,  scratch_.dqkv,    scratch_.datt,
                  scratch_.dfc,      scratch_.dact, scratch_.rows,    scratch_.ln_rows,
                  scratch_.dres_all, scratch_.moe,  scratch_.ddrop};
+  ctx.lora = LoraCtx();
   ctx.zero_bias = scratch_.zero_bias;
   ctx.dbias_sink = scratch_.dbias_sink;
   return ctx;
@@ -569,7 +580,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
     TRAINER_RETURN_IF_ERROR(AfterBlockBackward(i));
     if (block_done) TRAINER_RETURN_IF_ERROR(block_done(i));
   }
-  if (partition_.first_stage()) {
+  if (partition_.first_stage() && !config_.lora()) {  // LoRA: the embeddings are frozen
     // Every TP rank computes the (replicated) position-embedding gradient from the replicated
     // dres, so the replicas stay equal.
     const Tensor dres_all = SequenceParallel() ? scratch_.dres_all : dres;

@@ -126,6 +126,16 @@ class GptModel {
   // Replace this rank's parameters from a host f32 flat array in buffer order.
   Status SetParameters(const std::vector<float>& flat);
 
+  // ---- LoRA (Model.lora_rank > 0, gpt_lora.cpp) ----
+  // The frozen base weights of this rank (BuildFrozenParameterList; empty without LoRA): compute
+  // dtype only, in a buffer of their own, no gradients and no optimizer state.
+  const std::vector<ParameterInfo>& frozen_parameters() const { return frozen_params_; }
+  Tensor FrozenParameter(const ParameterInfo& p) const;
+  // Replace them from a host f32 flat array in their buffer order.
+  Status SetFrozenParameters(const std::vector<float>& flat);
+  // The frozen weights back to host f32 (exact: bf16 widens to f32 without rounding).
+  Status FrozenParameterValues(std::vector<float>* flat) const;
+
   // The residual stream between stages: (B*T, C), or this rank's (B*T/tp, C) rows with
   // Model.sequence_parallel; compute dtype.
   Tensor StageInput(int slot) const;
@@ -161,6 +171,14 @@ class GptModel {
   // its start, across the contiguous parameters after it (q, k, v; gate, up).
   Tensor P(ParamRole role, int layer = -1, int64_t rows = 0) const;
   Tensor G(ParamRole role, int layer = -1, int64_t rows = 0) const;
+  // LoRA (gpt_lora.cpp): the frozen weight of `role`; where the backward must write a frozen
+  // norm's gradient (a sink nobody reads); the block's adapters; their buffers.
+  const ParameterInfo* FindFrozen(ParamRole role, int layer) const;
+  Tensor FrozenGradientSink(ParamRole role) const;
+  void SetLoraAdapters(int layer, bool gradients, BlockWeights* w) const;
+  void AllocateLoraActivations(BlockActivations* a);
+  void AllocateLoraBuffers();
+  LoraContext LoraCtx() const;
 
   ModelConfig config_;
   ModelSpec spec_;
@@ -170,6 +188,10 @@ class GptModel {
   int B_ = 0, T_ = 0, num_slots_ = 0;
   std::vector<ParameterInfo> params_;
   Tensor param_buffer_, grad_buffer_;
+  std::vector<ParameterInfo> frozen_params_;  // LoRA: the base weights
+  Tensor frozen_buffer_;                      // their compute-dtype values
+  Tensor norm_sink_;                          // (2, max(C, HD)) f32: frozen norms' gradients
+  LoraScratch lora_scratch_;
   std::vector<void*> allocations_;
   // Sharded storage (stage >= 2): this rank's shard of the gradients (and, stage 3, of the
   // parameters), two gradient buckets and (stage 3) two gathered blocks, used alternately.

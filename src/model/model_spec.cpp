@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "model/lora.h"
+
 namespace trainer {
 
 ModelSpec MakeModelSpec(const ModelConfig& m) {
@@ -19,6 +21,11 @@ ModelSpec MakeModelSpec(const ModelConfig& m) {
   s.vocab = m.vocab_size;
   s.padded_vocab = m.padded_vocab();
   s.max_positions = m.max_seq_len;
+  if (m.lora()) {
+    s.lora_rank = m.lora_rank;
+    s.lora_scale = static_cast<float>(m.lora_alpha / m.lora_rank);
+    s.lora_bases = LoraBaseRoles(m);
+  }
   if (m.arch != "llama") {  // gpt2: the defaults above, with or without biases
     s.qkv_bias = s.linear_bias = s.layernorm_bias = m.bias;
     return s;
@@ -133,6 +140,9 @@ std::string ParameterName(const ModelSpec& spec, ParamRole role, int layer) {
       return block + "mlp.shared_expert.down_proj.weight";
     case ParamRole::kExpertBias:
       return block + "mlp.gate.e_score_correction_bias";
+    case ParamRole::kLoraA:
+    case ParamRole::kLoraB:
+      break;  // LoraParameterName (lora.h)
   }
   return "";
 }
@@ -308,8 +318,13 @@ std::string MoeShapeText(const ModelSpec& spec) {
 
 double TrainingFlopsPerToken(const ModelSpec& spec, int64_t seq_len) {
   const double active = ActiveParameters(spec);
-  return 6.0 * active + 12.0 * static_cast<double>(spec.layers) *
-                            static_cast<double>(spec.q_width()) * static_cast<double>(seq_len);
+  double adapters = 0;  // LoRA: the frozen weights' gradients are not computed
+  for (const ParameterSpec& p : LoraSpecParameters(spec, 1, 0, static_cast<int>(spec.layers)))
+    adapters += static_cast<double>(p.full_shape[0] * p.full_shape[1]);
+  const double per_weight = spec.lora_rank > 0 ? 4.0 : 6.0;
+  return per_weight * active + 6.0 * adapters +
+         12.0 * static_cast<double>(spec.layers) * static_cast<double>(spec.q_width()) *
+             static_cast<double>(seq_len);
 }
 
 std::vector<float> MakeRopeTable(const ModelSpec& spec, int64_t positions) {

@@ -69,6 +69,9 @@ enum class ParamRole {
   kSharedUpWeight,
   kSharedDownWeight,
   kExpertBias,  // (E) DeepSeek-V3's selection bias: no gradient, moved by the load (moe_layer.h)
+  // LoRA adapters (lora.h), per block, of the linear named by ParameterSpec::lora_base:
+  kLoraA,  // (r, in)
+  kLoraB,  // (out, r)
 };
 
 // How the full tensor maps to the local shard over the TP group of size tp_size.
@@ -138,6 +141,10 @@ struct ModelSpec {
   bool layernorm_bias = true;  // LayerNorm's bias (gpt2 with Model.bias: false has none)
   bool tied_embeddings = true;
   MoeSpec moe;
+  // LoRA (Model.lora_*): rank 0 is off; the base roles of the adapted linears, in block order.
+  int64_t lora_rank = 0;
+  float lora_scale = 0.f;  // lora_alpha / lora_rank
+  std::vector<ParamRole> lora_bases;
 
   // Whether block `layer` is a MoE layer (ModelConfig::moe_layer).
   bool moe_layer(int layer) const {
@@ -164,6 +171,7 @@ struct ParameterSpec {
   // Stored right before the next parameter with no padding between (q, k, v; gate, up).
   bool contiguous_with_next = false;
   bool weight_decay = true;  // matrices and embeddings; not biases and norm weights
+  ParamRole lora_base = ParamRole::kTokenEmbedding;  // kLoraA/kLoraB: the linear adapted
 };
 
 // The parameters of blocks [first_layer, first_layer + num_layers) and of the ends this stage
@@ -196,7 +204,8 @@ double TotalParameters(const ModelSpec& spec);
 std::string MoeShapeText(const ModelSpec& spec);
 
 // FLOPs per token of one training step (forward + backward) as PaLM counts them:
-// 6 * active parameters + 12 * L * NH * HD * T.
+// 6 * active parameters + 12 * L * NH * HD * T. With LoRA the frozen weights cost 4 (no weight
+// gradient) and the adapters 6 per parameter.
 double TrainingFlopsPerToken(const ModelSpec& spec, int64_t seq_len);
 
 // The RoPE table (2, positions, HD/2) f32: cos then sin of t * inv_freq[i], with Llama-3's

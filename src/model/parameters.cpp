@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/lora.h"
+
 namespace trainer {
 
 std::vector<int> StageLayerCounts(int num_layers, int pp_size, const std::vector<int>& pp_layers) {
@@ -41,16 +43,18 @@ std::vector<int64_t> LocalShape(const std::vector<int64_t>& full, ShardKind kind
 
 }  // namespace
 
-std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
-                                              const ModelPartition& part) {
-  const ModelSpec spec = MakeModelSpec(model);
+namespace {
+
+// The registry entries of `specs` on this rank, in buffer order with offsets.
+std::vector<ParameterInfo> ToParameterList(std::vector<ParameterSpec> specs,
+                                           const ModelPartition& part) {
   const int tp = part.tp_size;
   std::vector<ParameterInfo> list;
-  for (ParameterSpec& ps : SpecParameters(spec, model.sequence_parallel, tp, part.first_stage(),
-                                          part.last_stage(), part.first_layer, part.num_layers)) {
+  for (ParameterSpec& ps : specs) {
     ParameterInfo p;
     p.name = std::move(ps.name);
     p.role = ps.role;
+    p.lora_base = ps.lora_base;
     p.layer = ps.layer;
     p.full_shape = ps.full_shape;
     p.local_shape = LocalShape(ps.full_shape, ps.shard, tp);
@@ -91,10 +95,41 @@ std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
   return ordered;
 }
 
+}  // namespace
+
+std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model,
+                                              const ModelPartition& part) {
+  if (model.lora())
+    return ToParameterList(
+        LoraSpecParameters(MakeModelSpec(model), part.tp_size, part.first_layer, part.num_layers),
+        part);
+  return BuildBaseParameterList(model, part);
+}
+
+std::vector<ParameterInfo> BuildBaseParameterList(const ModelConfig& model,
+                                                  const ModelPartition& part) {
+  return ToParameterList(
+      SpecParameters(MakeModelSpec(model), model.sequence_parallel, part.tp_size,
+                     part.first_stage(), part.last_stage(), part.first_layer, part.num_layers),
+      part);
+}
+
+std::vector<ParameterInfo> BuildFrozenParameterList(const ModelConfig& model,
+                                                    const ModelPartition& part) {
+  if (!model.lora()) return {};
+  return BuildBaseParameterList(model, part);
+}
+
 std::vector<ParameterInfo> FullParameterList(const ModelConfig& model) {
   ModelPartition whole;
   whole.num_layers = model.num_layers;
   return BuildParameterList(model, whole);
+}
+
+std::vector<ParameterInfo> FullBaseParameterList(const ModelConfig& model) {
+  ModelPartition whole;
+  whole.num_layers = model.num_layers;
+  return BuildBaseParameterList(model, whole);
 }
 
 size_t TotalLocalElements(const std::vector<ParameterInfo>& params) {
@@ -176,10 +211,30 @@ uint64_t HashName(const std::string& name) {
   return h;
 }
 
+// PEFT's init: A kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)) (torch's
+// nn.Linear default), B zero; a splitmix64 stream seeded by (seed, name) like the others.
+void InitLoraTensor(uint64_t seed, const ParameterInfo& p, float* out) {
+  const int64_t n = p.full_numel();
+  if (p.role == ParamRole::kLoraB) {
+    for (int64_t i = 0; i < n; ++i) out[i] = 0.f;
+    return;
+  }
+  const double bound = 1.0 / std::sqrt(static_cast<double>(p.full_shape[1]));
+  uint64_t state = seed ^ HashName(p.name);
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = static_cast<double>(SplitMix64(&state) >> 11) * 0x1.0p-53;  // [0, 1)
+    out[i] = static_cast<float>((2.0 * u - 1.0) * bound);
+  }
+}
+
 }  // namespace
 
 void InitFullTensor(const ModelConfig& model, uint64_t seed, const ParameterInfo& p, float* out) {
   const int64_t n = p.full_numel();
+  if (p.role == ParamRole::kLoraA || p.role == ParamRole::kLoraB) {
+    InitLoraTensor(seed, p, out);
+    return;
+  }
   const bool is_bias = p.full_shape.size() == 1 && !IsNormWeight(p.role);
   if (is_bias || IsNormWeight(p.role)) {
     const float value = is_bias ? 0.f : 1.f;

@@ -36,8 +36,9 @@ struct ModelPartition {
 struct ParameterInfo {
   std::string name;  // e.g. "transformer.h.0.attn.c_attn.weight"
   ParamRole role = ParamRole::kTokenEmbedding;
-  int layer = -1;                   // block index, -1 outside the blocks
-  std::vector<int64_t> full_shape;  // e.g. {3C, C}
+  ParamRole lora_base = ParamRole::kTokenEmbedding;  // kLoraA/kLoraB: the linear adapted
+  int layer = -1;                                    // block index, -1 outside the blocks
+  std::vector<int64_t> full_shape;                   // e.g. {3C, C}
   std::vector<int64_t> local_shape;
   ShardKind shard = ShardKind::kReplicated;
   size_t offset = 0;         // element offset into the flat parameter/gradient/optimizer buffers
@@ -75,13 +76,23 @@ std::vector<int> StageLayerCounts(int num_layers, int pp_size, const std::vector
 ModelPartition MakePartition(const ModelConfig& model, const DistributedConfig& dist, int tp_rank,
                              int pp_rank);
 
-// The parameters this rank holds, in buffer order (decayed tensors first, then the rest, so that
+// The parameters this rank trains, in buffer order (decayed tensors first, then the rest, so that
 // AdamW runs in two launches; from ZeRO stage 2 on, that order within each unit: the tensors
 // outside the blocks, then block by block, each unit padded to 64 x flat_shards elements);
-// offsets filled in.
+// offsets filled in. With LoRA (Model.lora_rank > 0): the adapters only (lora.h); else the
+// model's weights.
 std::vector<ParameterInfo> BuildParameterList(const ModelConfig& model, const ModelPartition& part);
-// Every parameter of the model, as one rank holding all of it would see it (tp 1, pp 1).
+// The model's weights on this rank (without adapters), whether they train or not.
+std::vector<ParameterInfo> BuildBaseParameterList(const ModelConfig& model,
+                                                  const ModelPartition& part);
+// The frozen weights on this rank, offsets into a buffer of their own: with LoRA the base
+// weights, else none.
+std::vector<ParameterInfo> BuildFrozenParameterList(const ModelConfig& model,
+                                                    const ModelPartition& part);
+// Every trained parameter of the model, as one rank holding all of it would see it (tp 1, pp 1).
 std::vector<ParameterInfo> FullParameterList(const ModelConfig& model);
+// Every base weight of the model, likewise (FullParameterList without LoRA).
+std::vector<ParameterInfo> FullBaseParameterList(const ModelConfig& model);
 // Total elements of the local flat buffers.
 size_t TotalLocalElements(const std::vector<ParameterInfo>& params);
 // Elements of the flat buffers as allocated: TotalLocalElements rounded up so that they split

@@ -47,6 +47,20 @@ DropoutKey AttentionDropoutKey(const BlockContext& ctx) {
   return k;
 }
 
+// y += the adapter of `slot` on x, where the block has one.
+Status AdapterForward(const BlockContext& ctx, const BlockWeights& w, const BlockActivations& a,
+                      LoraSlot slot, Tensor x, Tensor y) {
+  if (!w.lora[slot].present()) return Status::Ok();
+  return LoraForward(ctx.lora, w.lora[slot], x, a.lora_u[slot], y);
+}
+
+// The adapter's gradients, and dx += its input gradient (dy: its base linear's output gradient).
+Status AdapterBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
+                       const BlockActivations& a, LoraSlot slot, Tensor x, Tensor dy, Tensor dx) {
+  if (!w.lora[slot].present()) return Status::Ok();
+  return LoraBackward(ctx.lora, w.lora[slot], g.lora[slot], x, a.lora_u[slot], dy, dx);
+}
+
 }  // namespace
 
 Tensor RowBlockTarget(const BlockContext& ctx, Tensor all_rows) {
@@ -111,8 +125,11 @@ namespace {
 Status QkvForward(const BlockContext& ctx, const BlockWeights& w, BlockActivations* a) {
   Backend* be = ctx.backend;
   const bool qk_norm = !w.q_norm.empty();
-  TRAINER_RETURN_IF_ERROR(be->MatmulForward(qk_norm ? a->qkv_pre : a->qkv, Tensor(), a->ln1_out,
-                                            w.attn_w, w.attn_b, Activation::kNone));
+  const Tensor out = qk_norm ? a->qkv_pre : a->qkv;
+  TRAINER_RETURN_IF_ERROR(
+      be->MatmulForward(out, Tensor(), a->ln1_out, w.attn_w, w.attn_b, Activation::kNone));
+  for (LoraSlot slot : {kLoraQ, kLoraK, kLoraV})
+    TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, slot, a->ln1_out, out));
   if (qk_norm)
     TRAINER_RETURN_IF_ERROR(be->QkNormForward(a->qkv, a->qkv_rstd, a->qkv_pre, w.q_norm, w.k_norm,
                                               ctx.local_heads, ctx.local_kv_heads,
@@ -124,11 +141,14 @@ Status QkvForward(const BlockContext& ctx, const BlockWeights& w, BlockActivatio
 // The MLP's activation: GELU (fc_out, with fc_pre from the GEMM's epilogue) or SwiGLU.
 Status MlpInputForward(const BlockContext& ctx, const BlockWeights& w, BlockActivations* a) {
   Backend* be = ctx.backend;
-  if (ctx.spec->mlp == MlpKind::kGelu)
+  const bool adapted = w.lora[kLoraGate].present() || w.lora[kLoraUp].present();
+  if (ctx.spec->mlp == MlpKind::kGelu && !adapted)
     return be->MatmulForward(a->fc_out, a->fc_pre, a->ln2_out, w.fc_w, w.fc_b, Activation::kGelu);
   TRAINER_RETURN_IF_ERROR(
       be->MatmulForward(a->fc_pre, Tensor(), a->ln2_out, w.fc_w, w.fc_b, Activation::kNone));
-  return be->SwiGluForward(a->fc_out, a->fc_pre);
+  for (LoraSlot slot : {kLoraGate, kLoraUp})
+    TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, slot, a->ln2_out, a->fc_pre));
+  return MlpActivationForward(ctx, *a);
 }
 
 }  // namespace
@@ -157,6 +177,7 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   if (tp || drop) {
     TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->att_out, w.proj_w,
                                               RowParallelBias(ctx, w.proj_b), Activation::kNone));
+    TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, kLoraO, a->att_out, s.proj));
     TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
     if (drop)
       TRAINER_RETURN_IF_ERROR(be->Dropout(
@@ -167,6 +188,7 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   } else {
     TRAINER_RETURN_IF_ERROR(
         be->MatmulForwardAddResidual(a->residual_mid, a->att_out, w.proj_w, w.proj_b, x));
+    TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, kLoraO, a->att_out, a->residual_mid));
     TRAINER_RETURN_IF_ERROR(
         NormForward(ctx, ln, a->ln2_mean, a->ln2_rstd, a->residual_mid, w.ln2_w, w.ln2_b));
   }
@@ -180,11 +202,14 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   }
   // MLP half.
   TRAINER_RETURN_IF_ERROR(MlpInputForward(ctx, w, a));
-  if (!tp && !drop)
-    return be->MatmulForwardAddResidual(a->residual_out, a->fc_out, w.fcproj_w, w.fcproj_b,
-                                        a->residual_mid);
+  if (!tp && !drop) {
+    TRAINER_RETURN_IF_ERROR(be->MatmulForwardAddResidual(a->residual_out, a->fc_out, w.fcproj_w,
+                                                         w.fcproj_b, a->residual_mid));
+    return AdapterForward(ctx, w, *a, kLoraDown, a->fc_out, a->residual_out);
+  }
   TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->fc_out, w.fcproj_w,
                                             RowParallelBias(ctx, w.fcproj_b), Activation::kNone));
+  TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, kLoraDown, a->fc_out, s.proj));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
   if (!drop) return be->Add(a->residual_out, a->residual_mid, summed);
   return be->Dropout(a->residual_out, summed, a->residual_mid,
@@ -221,17 +246,27 @@ Status MlpBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWe
   Backend* be = ctx.backend;
   const BlockScratch& s = ctx.scratch;
   const GradientWrite dw = ctx.weight_gradients;
-  if (ctx.spec->mlp == MlpKind::kGelu) {
+  const bool gelu = ctx.spec->mlp == MlpKind::kGelu;
+  if (gelu && !w.lora[kLoraDown].present()) {
     // fc's bias gradient is the column sums of dfc, summed as dfc is made.
     TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(
         s.dfc, g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, a.fc_pre, g.fc_b, dw));
   } else {
+    const Tensor dact = gelu ? s.dfc : s.dact;  // the gradient of the activation's output
     TRAINER_RETURN_IF_ERROR(
-        be->MatmulBackward(s.dact, g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, dw));
-    TRAINER_RETURN_IF_ERROR(be->SwiGluBackward(s.dfc, s.dact, a.fc_pre));
+        be->MatmulBackward(dact, g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, dw));
+    TRAINER_RETURN_IF_ERROR(AdapterBackward(ctx, w, g, a, kLoraDown, a.fc_out, dres_all, dact));
+    if (gelu)
+      TRAINER_RETURN_IF_ERROR(be->GeluBackward(s.dfc, s.dfc, a.fc_pre));
+    else
+      TRAINER_RETURN_IF_ERROR(be->SwiGluBackward(s.dfc, s.dact, a.fc_pre));
     if (!g.fc_b.empty()) TRAINER_RETURN_IF_ERROR(be->ColumnSums(g.fc_b, s.dfc, 0, Tensor()));
   }
-  return be->MatmulBackward(s.dln, g.fc_w, Tensor(), s.dfc, a.ln2_out, w.fc_w, dw);
+  TRAINER_RETURN_IF_ERROR(
+      be->MatmulBackward(s.dln, g.fc_w, Tensor(), s.dfc, a.ln2_out, w.fc_w, dw));
+  for (LoraSlot slot : {kLoraGate, kLoraUp})
+    TRAINER_RETURN_IF_ERROR(AdapterBackward(ctx, w, g, a, slot, a.ln2_out, s.dfc, s.dln));
+  return Status::Ok();
 }
 
 // A norm's output again, as BlockForward made it (the statistics are written again, the same).
@@ -259,6 +294,8 @@ Status AttentionInputBackward(const BlockContext& ctx, const BlockWeights& w, co
                                                ctx.local_kv_heads));
   TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.dln, g.attn_w, Tensor(), s.dqkv, a.ln1_out, w.attn_w,
                                              ctx.weight_gradients));
+  for (LoraSlot slot : {kLoraQ, kLoraK, kLoraV})
+    TRAINER_RETURN_IF_ERROR(AdapterBackward(ctx, w, g, a, slot, a.ln1_out, s.dqkv, s.dln));
   if (g.attn_b.empty()) return Status::Ok();
   if (!QkvBiasShortcut(ctx, w)) return be->ColumnSums(g.attn_b, s.dqkv, 0, Tensor());
   // The qkv bias gradient reads only the q third of dqkv (see AttentionBiasGradients).
@@ -310,6 +347,7 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   TRAINER_RETURN_IF_ERROR(drop_gradient(kDropoutAttnOut));
   TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.datt, g.proj_w, proj_db, dproj, a.att_out, w.proj_w,
                                              ctx.weight_gradients));
+  TRAINER_RETURN_IF_ERROR(AdapterBackward(ctx, w, g, a, kLoraO, a.att_out, dproj, s.datt));
   if (ctx.recompute_norms)
     TRAINER_RETURN_IF_ERROR(
         RecomputeNorm(ctx, a.ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b));

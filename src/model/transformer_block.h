@@ -17,6 +17,7 @@
 
 #include "common/communicator.h"
 #include "model/backend.h"
+#include "model/lora.h"
 #include "model/model_spec.h"
 #include "model/moe_layer.h"
 
@@ -34,6 +35,8 @@ struct BlockWeights {
   Tensor fc_w, fc_b;          // GELU: (F/tp, C), (F/tp); SwiGLU: [gate; up] (2F/tp, C)
   Tensor fcproj_w, fcproj_b;  // (C, F/tp), (C)
   MoeWeights moe;             // a MoE layer's (then fc_w, fcproj_w are empty), else empty
+
+  LoraAdapter lora[kLoraSlots];  // Model.lora_*: the adapters of this block's linears
 };
 
 // What the backward pass needs from the forward pass of one block and one micro-batch.
@@ -49,6 +52,8 @@ struct BlockActivations {
   Tensor fc_pre, fc_out;  // GELU: (B,T,F/tp) before and after; SwiGLU: (B,T,2F/tp), (B,T,F/tp)
   Tensor residual_out;    // (R,C) residual_mid + MLP
   MoeActivations moe;     // a MoE layer's (then fc_pre, fc_out are empty)
+
+  Tensor lora_u[kLoraSlots];  // (B,T,r) each adapter's scale * x A^T (lora.h)
 };
 
 struct BlockScratch {
@@ -95,6 +100,7 @@ struct BlockContext {
   int layer = -1;  // the global index of the block being run
   // gpt2 with Model.bias: false: LayerNorm's constant zero bias (C) and its gradient's sink (C).
   Tensor zero_bias, dbias_sink;
+  LoraContext lora;  // Model.lora_*: scale and scratch of the adapters
 };
 
 // The spec's norm (LayerNorm with mean, rstd, bias; or RMSNorm with rstd only), shared with the

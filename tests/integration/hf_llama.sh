@@ -14,12 +14,7 @@ source "$(dirname "$0")/lib.sh"
 PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 HELPER="$SRC/tests/integration/hf_llama.py"
-python3 -c "
-import random
-random.seed(7)
-words = 'the cat sat on a mat while dogs ran in fields of gold and rivers of blue'.split()
-open('text.txt', 'w').write(' '.join(random.choice(words) for _ in range(700)))"
-"$TRAINER" pack --input text.txt --output text.h5 --quiet
+word_text text.txt
 T=32
 COMMON=(-c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=text.h5 -o Data.val_fraction=0
         -o Global.micro_batch_size=2 -o Global.global_batch_size=4 -o Engine.eval_freq=0

@@ -17,6 +17,17 @@ run_np() {
   timeout --kill-after=5 240 "$MPIEXEC" --oversubscribe --bind-to none -n "$n" "$TRAINER" "$@"
 }
 
+# word_text FILE: 700 random words of a 16-word vocabulary (seed 7), packed by bytes into
+# FILE.h5 beside FILE: text that Python's tokenizer-free checks (hf_llama.py) read back as bytes.
+word_text() {
+  python3 -c "
+import random
+random.seed(7)
+words = 'the cat sat on a mat while dogs ran in fields of gold and rivers of blue'.split()
+open('$1', 'w').write(' '.join(random.choice(words) for _ in range(700)))"
+  "$TRAINER" pack --input "$1" --output "${1%.*}.h5" --quiet
+}
+
 # A small packed dataset from text every Debian/Ubuntu machine has (the GPL-3 and Apache-2.0
 # licence texts, 46 KB); elsewhere from the project's own docs. Not from the docs where the
 # licences exist: the tests' data would change with every edit of the documentation.

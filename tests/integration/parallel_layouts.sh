@@ -9,11 +9,13 @@
 # LAYOUT_MODEL picks the model: gpt2 (the default), llama (GQA, q/k norm, untied; the wrapper
 # parallel_layouts_llama.sh), llama-tied (qkv bias, tied embeddings, llama3 RoPE scaling), moe
 # (MoE layers; parallel_layouts_moe.sh) or moe-capacity (sigmoid router, per-sequence balancing, a
-# capacity that drops tokens). For MoE models the load-balancing loss must agree too.
+# capacity that drops tokens), llama-lora or gpt2-lora (LoRA adapters on every linear, the base
+# frozen; parallel_layouts_lora.sh). For MoE models the load-balancing loss must agree too.
 # LAYOUT_EXTRA adds overrides to every run (parallel_layouts_dropout.sh: dropout on); the layout
 # part "mb1" splits the batch into micro-batches of one sample (another gradient accumulation).
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
+LORA=(-o Model.lora_rank=4 -o Model.lora_alpha=8 -o Optimizer.lr=1e-2)
 case ${LAYOUT_MODEL:-gpt2} in
   gpt2) MODEL=("${TINY_LAYOUT_GPT[@]}") ;;
   llama) MODEL=("${TINY_LAYOUT_LLAMA[@]}")
@@ -29,6 +31,10 @@ case ${LAYOUT_MODEL:-gpt2} in
                        -o Model.moe_router_load_balancing_type=seq_aux_loss
                        -o Model.moe_shared_expert_intermediate_size=0)
     DEFAULT_LAYOUTS="dp2 tp2-sp pp2 dp2-z1" ;;
+  llama-lora) MODEL=("${TINY_LAYOUT_LLAMA[@]}" "${LORA[@]}")
+    DEFAULT_LAYOUTS="dp2 tp2 pp2 tp2-sp dp2-z1 tp2-pp2-sp-rc tp2-sp-rs dp2-tp2-pp2-sp-z1" ;;
+  gpt2-lora) MODEL=("${TINY_LAYOUT_GPT[@]}" "${LORA[@]}")
+    DEFAULT_LAYOUTS="dp2 tp2 pp2 tp2-sp-rs dp2-z1" ;;
 esac
 read -r -a EXTRA <<< "${LAYOUT_EXTRA:-}"
 COMMON=("${MODEL[@]}" "${EXTRA[@]}" -o Engine.max_steps=10 -o Engine.save_steps=10)

@@ -90,6 +90,23 @@ TEST(ConfigValidate, ShardingKeysAndTheZeroStage1Alias) {
       {"micro_batch_size*dp_degree*sharding_degree=2*2=4"});
 }
 
+// Model.lora_targets names linears of the family; Model.lora_dropout only 0.
+TEST(ConfigValidate, LoraKeys) {
+  EXPECT_TRUE(
+      ValidateWith({"Model.arch=llama", "Model.lora_rank=8", "Model.lora_targets=q_proj, v"}, 1)
+          .ok());
+  ExpectUsageError(
+      ValidateWith({"Model.lora_rank=8", "Model.lora_targets=c_attn,q"}, 1),
+      {"Model.lora_targets=\"c_attn,q\"", "\"q\" is not a linear layer of Model.arch=gpt2",
+       "Set Model.lora_targets to e.g. c_attn,c_proj,c_fc"});
+  ExpectUsageError(
+      ValidateWith({"Model.arch=llama", "Model.lora_rank=8", "Model.lora_targets=q,fc"}, 1),
+      {"\"fc\" is not a linear layer of Model.arch=llama", "q, k, v, o, gate, up, down"});
+  ExpectUsageError(ValidateWith({"Model.lora_rank=8", "Model.lora_dropout=0.1"}, 1),
+                   {"Model.lora_dropout=0.1 is not supported yet", "Set Model.lora_dropout=0"});
+  ExpectUsageError(ValidateWith({"Model.lora_rank=-1"}, 1), {"Model.lora_rank=-1"});
+}
+
 TEST(ConfigValidate, WorldSizeMustMatchTheDegrees) {
   ExpectUsageError(ValidateWith({"Distributed.dp_degree=2", "Distributed.tp_degree=2"}, 8),
                    {"Distributed.dp_degree*tp_degree*pp_degree=2*2*1=4", "world size 8",

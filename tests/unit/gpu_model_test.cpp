@@ -7,36 +7,11 @@
 #include <cmath>
 #include <random>
 
+#include "gpu_model_test_util.h"
 #include "model/gpt.h"
 
 namespace trainer {
 namespace {
-
-struct PassResult {
-  double loss = 0;
-  std::vector<float> grads;
-};
-
-PassResult ForwardBackward(Backend* backend, const ModelConfig& config,
-                           const std::vector<float>& params, const std::vector<int32_t>& tokens,
-                           const std::vector<int32_t>& targets, int B, int T) {
-  ModelPartition part;
-  part.num_layers = config.num_layers;
-  std::unique_ptr<GptModel> model;
-  EXPECT_TRUE(GptModel::Create(config, part, backend, nullptr, B, T, 1, &model).ok());
-  EXPECT_TRUE(model->SetParameters(params).ok());
-  EXPECT_TRUE(model->ZeroGradients().ok());
-  EXPECT_TRUE(model->Forward(0, tokens.data(), targets.data(), true, 1.f / (B * T)).ok());
-  PassResult run;
-  EXPECT_TRUE(model->AccumulateLoss(true).ok());
-  EXPECT_TRUE(model->LossSum(&run.loss).ok());
-  run.loss /= B * T;
-  EXPECT_TRUE(model->Backward(0).ok());
-  run.grads.resize(params.size());
-  Tensor g = model->gradient_buffer();
-  EXPECT_TRUE(backend->CopyToHost(run.grads.data(), g.data, g.bytes()).ok());
-  return run;
-}
 
 // A tiny GPT with odd sizes, bf16-representable parameters and random tokens.
 class GpuModel : public ::testing::Test {
@@ -63,18 +38,8 @@ class GpuModel : public ::testing::Test {
   PassResult Run(Backend* backend, const ModelConfig& config) {
     return ForwardBackward(backend, config, params_, tokens_, targets_, B, T);
   }
-  // Each parameter's gradient against the reference, as ||got - want|| / ||want|| < tolerance.
   void ExpectGradientsNear(const PassResult& got, const PassResult& want, double tolerance) {
-    for (const ParameterInfo& p : BuildParameterList(config_, part_)) {
-      double diff = 0, norm = 0;
-      for (int64_t i = 0; i < p.local_numel(); ++i) {
-        const double w = want.grads[p.offset + i], g = got.grads[p.offset + i];
-        diff += (g - w) * (g - w);
-        norm += w * w;
-      }
-      if (norm == 0) continue;
-      EXPECT_LT(std::sqrt(diff / norm), tolerance) << p.name;
-    }
+    ExpectParameterGradientsNear(BuildParameterList(config_, part_), got, want, tolerance);
   }
   ModelConfig config_;
   ModelPartition part_;

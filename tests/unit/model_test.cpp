@@ -11,41 +11,10 @@
 #include <random>
 
 #include "model/gpt.h"
+#include "model_test_util.h"
 
 namespace trainer {
 namespace {
-
-ModelConfig TinyModel() {
-  ModelConfig m;
-  m.vocab_size = 61;  // not a multiple of the padding: pad columns must be masked
-  m.vocab_pad_multiple = 16;
-  m.hidden_size = 16;
-  m.num_layers = 2;
-  m.num_heads = 2;
-  m.max_seq_len = 8;
-  return m;
-}
-
-// The llama family: GQA (4 query heads on 2 kv heads) with head_dim 6 != hidden/heads, SwiGLU.
-ModelConfig TinyLlama(bool qk_norm, bool qkv_bias, bool tied) {
-  ModelConfig m = TinyModel();
-  m.arch = "llama";
-  m.num_heads = 4;
-  m.num_kv_heads = 2;
-  m.head_dim = 6;
-  m.ffn_hidden_size = 24;
-  m.norm_eps = 1e-6;
-  m.rope_theta = 100.0;  // short wavelengths, so that positions matter within 8 tokens
-  m.qk_norm = qk_norm;
-  m.qkv_bias = qkv_bias;
-  m.tie_embeddings = tied;
-  if (qkv_bias) {  // llama3 frequency scaling with a short original context
-    m.rope_scaling = "llama3";
-    m.rope_factor = 4.0;
-    m.rope_original_max_positions = 8;
-  }
-  return m;
-}
 
 // A mixture of experts on the llama block: layers 0 and 2 MoE, layer 1 dense (moe_layer_freq 2),
 // with load-balancing and z losses; one with Qwen2-MoE's gated shared expert, one with sigmoid
@@ -70,13 +39,6 @@ ModelConfig TinyMoe(bool qwen2) {
   return m;
 }
 
-struct ModelCase {
-  const char* name;
-  ModelConfig config;
-};
-std::ostream& operator<<(std::ostream& os, const ModelCase& c) {
-  return os << c.name;
-}
 ModelConfig WithDropout(ModelConfig m, bool bias) {
   m.hidden_dropout = 0.2;
   m.attention_dropout = 0.3;
@@ -123,10 +85,7 @@ struct Fixture {
     EXPECT_TRUE(model->SetParameters(params).ok());
     model->SetDropoutDraw(0, TrainingDraw());
     std::mt19937 rng(3);
-    for (int i = 0; i < B * T; ++i) {
-      tokens.push_back(static_cast<int32_t>(rng() % config.vocab_size));
-      targets.push_back(static_cast<int32_t>(rng() % config.vocab_size));
-    }
+    RandomTokens(B * T, config.vocab_size, &rng, &tokens, &targets);
   }
   // The objective: the mean loss over the B*T tokens (double accumulation of the per-token f32
   // losses), plus the MoE layers' load-balancing and z losses (which the forward adds to their
@@ -207,7 +166,6 @@ TEST_P(ModelGradients, EveryGradientMatchesFiniteDifferences) {
   ASSERT_TRUE(f.backend->CopyToHost(twice.data(), g.data, g.bytes()).ok());
   for (size_t i = 0; i < grads.size(); ++i)
     ASSERT_NEAR(twice[i], 2 * grads[i], 4e-6 * std::fabs(grads[i]) + 1e-8) << "element " << i;
-  const double eps = 1e-2;
   for (const ParameterInfo& p : f.model->parameters()) {
     // A few elements of every tensor (the embedding and LM head rows of real tokens only: pad
     // rows get no gradient), and every element of the qkv biases, whose k and v thirds GPT-2
@@ -218,17 +176,10 @@ TEST_P(ModelGradients, EveryGradientMatchesFiniteDifferences) {
                           p.role == ParamRole::kKBias || p.role == ParamRole::kVBias;
     for (int64_t k = 0; k < (qkv_bias ? n : 4); ++k) {
       const size_t i = p.offset + static_cast<size_t>(qkv_bias ? k : rng() % n);
-      const float saved = f.params[i];
-      f.params[i] = saved + static_cast<float>(eps);
-      ASSERT_TRUE(f.model->SetParameters(f.params).ok());
-      const double up = f.Loss();
-      f.params[i] = saved - static_cast<float>(eps);
-      ASSERT_TRUE(f.model->SetParameters(f.params).ok());
-      const double down = f.Loss();
-      f.params[i] = saved;
-      const double numeric = (up - down) / (2 * eps);
-      EXPECT_NEAR(grads[i], numeric, 2e-3 + 2e-2 * std::fabs(numeric))
-          << p.name << " element " << i - p.offset;
+      ExpectCentralDifference(
+          &f.params, i, grads[i],
+          [&](const std::vector<float>& v) { return f.model->SetParameters(v); },
+          [&] { return f.Loss(); }, p.name + " element " + std::to_string(i - p.offset));
     }
   }
 }

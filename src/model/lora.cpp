@@ -1,0 +1,168 @@
+// LoRA adapters (lora.h): their parameters in the spec, and the adapter's forward and backward
+// through the backend's matmul ops.
+#include "model/lora.h"
+
+#include <algorithm>
+
+#include "config/lora_targets.h"
+
+namespace trainer {
+
+std::vector<ParamRole> LoraBaseRoles(const ModelConfig& model) {
+  std::vector<ParamRole> roles;
+  std::vector<std::string> targets;
+  std::string error;
+  if (!model.lora() || !ParseLoraTargets(model, &targets, &error)) return roles;
+  for (const std::string& t : targets) {
+    if (t == "q") roles.push_back(ParamRole::kQWeight);
+    if (t == "k") roles.push_back(ParamRole::kKWeight);
+    if (t == "v") roles.push_back(ParamRole::kVWeight);
+    if (t == "o" || t == "c_proj") roles.push_back(ParamRole::kAttnOutWeight);
+    if (t == "gate") roles.push_back(ParamRole::kGateWeight);
+    if (t == "up") roles.push_back(ParamRole::kUpWeight);
+    if (t == "down" || t == "c_proj") roles.push_back(ParamRole::kFcOutWeight);
+    if (t == "c_attn") roles.push_back(ParamRole::kQkvWeight);
+    if (t == "c_fc") roles.push_back(ParamRole::kFcWeight);
+  }
+  std::sort(roles.begin(), roles.end(),
+            [](ParamRole x, ParamRole y) { return LoraSlotOf(x) < LoraSlotOf(y); });
+  return roles;
+}
+
+LoraSlot LoraSlotOf(ParamRole base) {
+  switch (base) {
+    case ParamRole::kQWeight:
+    case ParamRole::kQkvWeight:
+      return kLoraQ;
+    case ParamRole::kKWeight:
+      return kLoraK;
+    case ParamRole::kVWeight:
+      return kLoraV;
+    case ParamRole::kAttnOutWeight:
+      return kLoraO;
+    case ParamRole::kGateWeight:
+    case ParamRole::kFcWeight:
+      return kLoraGate;
+    case ParamRole::kUpWeight:
+      return kLoraUp;
+    default:
+      return kLoraDown;
+  }
+}
+
+std::string LoraParameterName(const ModelSpec& spec, ParamRole base, int layer, bool b) {
+  std::string name = ParameterName(spec, base, layer);  // "....q_proj.weight"
+  name.erase(name.size() - std::string("weight").size());
+  return name + (b ? "lora_B.weight" : "lora_A.weight");
+}
+
+std::vector<ParameterSpec> LoraSpecParameters(const ModelSpec& spec, int tp_size, int first_layer,
+                                              int num_layers) {
+  const int64_t C = spec.hidden, F = spec.ffn, r = spec.lora_rank;
+  std::vector<ParameterSpec> list;
+  for (int l = first_layer; l < first_layer + num_layers; ++l) {
+    for (ParamRole base : spec.lora_bases) {
+      int64_t in = C, out = F;
+      ShardKind base_shard = ShardKind::kSplitRows;
+      switch (base) {
+        case ParamRole::kQWeight:
+          out = spec.q_width();
+          break;
+        case ParamRole::kKWeight:
+        case ParamRole::kVWeight:
+          out = spec.kv_width();
+          break;
+        case ParamRole::kQkvWeight:
+          out = spec.qkv_width();
+          base_shard = ShardKind::kSplitQkvRows;
+          break;
+        case ParamRole::kAttnOutWeight:
+          in = spec.q_width();
+          out = C;
+          base_shard = ShardKind::kSplitCols;
+          break;
+        case ParamRole::kFcOutWeight:
+          in = F;
+          out = C;
+          base_shard = ShardKind::kSplitCols;
+          break;
+        default:  // gate, up, c_fc: (F, C)
+          break;
+      }
+      const bool row_parallel = base_shard == ShardKind::kSplitCols;
+      for (bool is_b : {false, true}) {
+        ParameterSpec p;
+        p.role = is_b ? ParamRole::kLoraB : ParamRole::kLoraA;
+        p.lora_base = base;
+        p.layer = l;
+        p.name = LoraParameterName(spec, base, l, is_b);
+        p.full_shape = is_b ? std::vector<int64_t>{out, r} : std::vector<int64_t>{r, in};
+        // Column-parallel base: A whole, B split like W. Row-parallel: A split like W, B whole.
+        const bool whole = is_b == row_parallel;
+        p.shard = whole ? ShardKind::kReplicated : (is_b ? base_shard : ShardKind::kSplitCols);
+        p.grad_sum_over_tp = whole && tp_size > 1;
+        list.push_back(std::move(p));
+      }
+    }
+  }
+  return list;
+}
+
+namespace {
+
+// `t` seen as the matrix (rows, cols) (views of scratch and activations for the matmul ops).
+Tensor Matrix(Tensor t, int64_t rows, int64_t cols) {
+  return Tensor(t.data, t.dtype, {rows, cols});
+}
+
+// B, or B in its rows of the zero-padded (base_width, r) scratch.
+Status FullWidthB(const LoraContext& ctx, const LoraAdapter& w, Tensor* out) {
+  const int64_t r = w.b.dim(1), rows = w.b.dim(0);
+  if (rows == w.base_width) {
+    *out = w.b;
+    return Status::Ok();
+  }
+  *out = Matrix(ctx.scratch.b_full, w.base_width, r);
+  TRAINER_RETURN_IF_ERROR(ctx.backend->Zero(*out));
+  return ctx.backend->CopyDeviceToDevice(out->rows(w.first_column, rows).data, w.b.data,
+                                         w.b.bytes());
+}
+
+}  // namespace
+
+Status LoraForward(const LoraContext& ctx, const LoraAdapter& w, Tensor x, Tensor u, Tensor y) {
+  Backend* be = ctx.backend;
+  const int64_t N = Rows(x), r = w.a.dim(0), W = w.base_width;
+  const Tensor u2 = Matrix(u, N, r), wide = Matrix(ctx.scratch.wide, N, W);
+  TRAINER_RETURN_IF_ERROR(
+      be->MatmulForward(u2, Tensor(), Matrix(x, N, Cols(x)), w.a, Tensor(), Activation::kNone));
+  TRAINER_RETURN_IF_ERROR(be->Scale(u2, ctx.scale));
+  Tensor b;
+  TRAINER_RETURN_IF_ERROR(FullWidthB(ctx, w, &b));
+  TRAINER_RETURN_IF_ERROR(be->MatmulForward(wide, Tensor(), u2, b, Tensor(), Activation::kNone));
+  return be->AddInPlace(Matrix(y, N, W), wide);
+}
+
+Status LoraBackward(const LoraContext& ctx, const LoraAdapter& w, const LoraAdapter& g, Tensor x,
+                    Tensor u, Tensor dy, Tensor dx) {
+  Backend* be = ctx.backend;
+  const int64_t N = Rows(x), in = Cols(x), r = w.a.dim(0), W = w.base_width;
+  const bool padded = w.b.dim(0) != W;
+  Tensor b;
+  TRAINER_RETURN_IF_ERROR(FullWidthB(ctx, w, &b));
+  // du = dy B (the padding rows add nothing); dB (+)= dy^T u.
+  const Tensor du = Matrix(ctx.scratch.du, N, r);
+  const Tensor db = padded ? Matrix(ctx.scratch.db_full, W, r) : g.b;
+  TRAINER_RETURN_IF_ERROR(
+      be->MatmulBackward(du, db, Tensor(), Matrix(dy, N, W), Matrix(u, N, r), b,
+                         padded ? GradientWrite::kOverwrite : GradientWrite::kAccumulate));
+  if (padded) TRAINER_RETURN_IF_ERROR(be->AddInPlace(g.b, db.rows(w.first_column, g.b.dim(0))));
+  // u = scale x A^T: dA += scale du^T x, dx += scale du A.
+  TRAINER_RETURN_IF_ERROR(be->Scale(du, ctx.scale));
+  const Tensor wide = Matrix(ctx.scratch.wide, N, in), x2 = Matrix(x, N, in);
+  TRAINER_RETURN_IF_ERROR(
+      be->MatmulBackward(wide, g.a, Tensor(), du, x2, w.a, GradientWrite::kAccumulate));
+  return be->AddInPlace(Matrix(dx, N, in), wide);
+}
+
+}  // namespace trainer
