@@ -89,6 +89,7 @@ struct ModelConfig {
   bool moe_layer(int layer) const {
     return moe() && layer >= moe_first_k_dense && layer % moe_layer_freq == 0;
   }
+  bool lora() const { return lora_rank > 0; }
 };
 
 // Distributed.sharding (PaddleFleetX's keys): ZeRO stages over `sharding_degree` data ranks.
@@ -98,7 +99,6 @@ struct ShardingConfig {
   bool sharding_offload = false;  // master weights and moments in host memory, AdamW on the CPU
   bool reduce_overlap = true;     // gradient reduce-scatter during the backward pass (GPU stream)
   bool broadcast_overlap = true;  // stage 3: the next block's all-gather ahead of its use
-  bool lora() const { return lora_rank > 0; }
 };
 
 struct DistributedConfig {
