@@ -46,18 +46,18 @@ struct ModelConfig {
   // Mixture of experts (llama family; Megatron's flag names, docs/config.md maps them to Hugging
   // Face's): num_experts 0 means dense MLPs everywhere.
   int num_experts = 0;
-  int moe_router_topk = 2;                       // experts per token
-  int moe_ffn_hidden_size = 0;                   // each expert's intermediate size; 0: ffn_size()
-  int moe_shared_expert_intermediate_size = 0;   // 0: no shared expert (Qwen2-MoE's, gated)
-  int moe_layer_freq = 1;                        // layers with layer % n == 0 have experts
-  int moe_first_k_dense = 0;                     // the first k layers stay dense
+  int moe_router_topk = 2;                      // experts per token
+  int moe_ffn_hidden_size = 0;                  // each expert's intermediate size; 0: ffn_size()
+  int moe_shared_expert_intermediate_size = 0;  // 0: no shared expert (Qwen2-MoE's, gated)
+  int moe_layer_freq = 1;                       // layers with layer % n == 0 have experts
+  int moe_first_k_dense = 0;                    // the first k layers stay dense
   std::string moe_router_score_function = "softmax";  // softmax | sigmoid
   bool moe_router_pre_softmax = true;  // softmax over all experts, then top-k (Qwen2-MoE, OLMoE)
   bool moe_norm_topk_prob = false;     // renormalise the chosen experts' weights to sum to 1
   double moe_aux_loss_coeff = 0.0;     // switch-style load-balancing loss
   std::string moe_router_load_balancing_type = "aux_loss";  // aux_loss | seq_aux_loss
-  double moe_z_loss_coeff = 0.0;            // router z-loss
-  double moe_expert_capacity_factor = 0.0;  // 0: dropless
+  double moe_z_loss_coeff = 0.0;                            // router z-loss
+  double moe_expert_capacity_factor = 0.0;                  // 0: dropless
   double moe_router_bias_update_rate = 0.0;  // DeepSeek-V3's aux-loss-free expert bias; 0: off
   // gpt2: biases in the linear layers and LayerNorms (nanoGPT's bias; false drops them all).
   bool bias = true;
@@ -157,6 +157,9 @@ struct DataConfig {
   std::string train_weights;  // empty, or one weight per train_path entry (passes per epoch)
   std::string val_path;       // empty: hold out val_fraction of train_path's samples
   double val_fraction = 0.0;  // used only when val_path is empty
+  // Each epoch cuts the training windows at another offset in [0, seq_len), drawn from the seed
+  // and the epoch (as nanoGPT's random windows see other cuts each epoch); false: fixed windows.
+  bool shift_windows = false;
 };
 
 struct CheckpointConfig {

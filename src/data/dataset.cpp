@@ -240,16 +240,19 @@ Status TokenDataset::RequireSamples(int seq_len, int64_t min_samples,
 
 Status TokenDataset::ReadSamples(const std::vector<int64_t>& sample_ids, int seq_len,
                                  int32_t* inputs, int32_t* targets) {
-  return ReadSampleRange(DataSplit{0, NumSamples(seq_len)}, sample_ids, seq_len, inputs, targets);
+  return ReadSampleRange(DataSplit{0, NumSamples(seq_len)}, sample_ids, seq_len, inputs, targets,
+                         nullptr);
 }
 
 Status TokenDataset::ReadSamples(const DataSplit& split, const std::vector<int64_t>& split_ids,
-                                 int seq_len, int32_t* inputs, int32_t* targets) {
-  return ReadSampleRange(split, split_ids, seq_len, inputs, targets);
+                                 int seq_len, int32_t* inputs, int32_t* targets,
+                                 const int64_t* shifts) {
+  return ReadSampleRange(split, split_ids, seq_len, inputs, targets, shifts);
 }
 
 Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids,
-                                     int seq_len, int32_t* inputs, int32_t* targets) {
+                                     int seq_len, int32_t* inputs, int32_t* targets,
+                                     const int64_t* shifts) {
   const int64_t T = seq_len;
   const int64_t file_samples = NumSamples(seq_len);
   const size_t n = ids.size();
@@ -264,17 +267,22 @@ Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<i
           static_cast<long long>(split.first_sample), static_cast<long long>(file_samples),
           seq_len));
   }
+  // The token offset of sample i's window past its fixed start.
+  auto shift = [&](size_t i) -> int64_t {
+    if (shifts == nullptr || ids[i] == split.num_samples - 1) return 0;
+    return shifts[i];
+  };
   size_t i = 0;
   while (i < n) {
     size_t j = i;  // [i, j] is a run of consecutive ids: one read of k*T+1 tokens
-    while (j + 1 < n && ids[j + 1] == ids[j] + 1) ++j;
+    while (j + 1 < n && ids[j + 1] == ids[j] + 1 && shift(j + 1) == shift(i)) ++j;
     const int64_t k = static_cast<int64_t>(j - i + 1);
-    const int64_t first = split.first_sample + ids[i];
-    TRAINER_RETURN_IF_ERROR(ReadTokens(first * T, k * T + 1, &staging_));
+    const int64_t first = (split.first_sample + ids[i]) * T + shift(i);  // the run's first token
+    TRAINER_RETURN_IF_ERROR(ReadTokens(first, k * T + 1, &staging_));
     if (has_loss_mask_) {
       mask_staging_.resize(static_cast<size_t>(k * T + 1));
-      TRAINER_RETURN_IF_ERROR(Hdf5ReadRange1D(loss_mask_.get(), first * T, k * T + 1,
-                                              H5T_NATIVE_UINT8, mask_staging_.data()));
+      TRAINER_RETURN_IF_ERROR(Hdf5ReadRange1D(loss_mask_.get(), first, k * T + 1, H5T_NATIVE_UINT8,
+                                              mask_staging_.data()));
     }
     for (int64_t r = 0; r < k; ++r) {
       const uint32_t* sample = staging_.data() + r * T;  // (T+1) tokens

@@ -62,9 +62,11 @@ class TokenDataset {
   // One hyperslab read per run of consecutive ids; nothing outside the samples is read.
   Status ReadSamples(const std::vector<int64_t>& sample_ids, int seq_len, int32_t* inputs,
                      int32_t* targets);
-  // The same with ids relative to `split` (0 is split.first_sample).
+  // The same with ids relative to `split` (0 is split.first_sample). With `shifts` (one per id,
+  // in [0, seq_len)) sample id starts `shift` tokens later; the split's last sample, whose
+  // shifted window could run past the split, is read unshifted.
   Status ReadSamples(const DataSplit& split, const std::vector<int64_t>& split_ids, int seq_len,
-                     int32_t* inputs, int32_t* targets);
+                     int32_t* inputs, int32_t* targets, const int64_t* shifts = nullptr);
 
  private:
   TokenDataset() = default;
@@ -75,7 +77,7 @@ class TokenDataset {
   // Reads tokens [start, start + count) into `buffer` (grown as needed) and checks each id.
   Status ReadTokens(int64_t start, int64_t count, std::vector<uint32_t>* buffer);
   Status ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids, int seq_len,
-                         int32_t* inputs, int32_t* targets);
+                         int32_t* inputs, int32_t* targets, const int64_t* shifts);
 
   std::string path_;
   Hdf5Handle file_;

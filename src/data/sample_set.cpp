@@ -40,7 +40,7 @@ std::string SampleSet::Describe() const {
 }
 
 Status SampleSet::ReadSamples(const std::vector<int64_t>& ids, int seq_len, int32_t* inputs,
-                              int32_t* targets) const {
+                              int32_t* targets, const std::vector<int64_t>& shifts) const {
   const int64_t row = seq_len;
   std::vector<int64_t> run;
   for (size_t begin = 0; begin < ids.size();) {
@@ -56,7 +56,7 @@ Status SampleSet::ReadSamples(const std::vector<int64_t>& ids, int seq_len, int3
       run.push_back(ids[end] - starts_[part]);
     TRAINER_RETURN_IF_ERROR(parts_[part].file->ReadSamples(
         parts_[part].split, run, seq_len, inputs + row * static_cast<int64_t>(begin),
-        targets + row * static_cast<int64_t>(begin)));
+        targets + row * static_cast<int64_t>(begin), shifts.empty() ? nullptr : &shifts[begin]));
     begin = end;
   }
   return Status::Ok();

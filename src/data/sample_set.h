@@ -32,9 +32,10 @@ class SampleSet {
   std::string Describe() const;
 
   // Reads samples by set id into inputs (n, T) and targets (n, T), int32, n = ids.size(): each
-  // run of ids that fall in one file is one call of that file's ReadSamples.
+  // run of ids that fall in one file is one call of that file's ReadSamples. `shifts` (n, or
+  // empty): each window's offset past its fixed start (TokenDataset::ReadSamples).
   Status ReadSamples(const std::vector<int64_t>& ids, int seq_len, int32_t* inputs,
-                     int32_t* targets) const;
+                     int32_t* targets, const std::vector<int64_t>& shifts = {}) const;
 
  private:
   std::vector<Part> parts_;

@@ -56,6 +56,14 @@ int64_t GlobalSampler::EpochOf(int64_t consumed_samples) const {
   return num_samples_ > 0 ? consumed_samples / num_samples_ : 0;
 }
 
+int64_t GlobalSampler::WindowShift(int64_t position, int seq_len) const {
+  if (seq_len <= 1) return 0;
+  SplitMix64 seed_mixer(seed_ ^ 0x2545f4914f6cdd1dULL);  // not the stream of the epoch's order
+  SplitMix64 epoch_mixer(static_cast<uint64_t>(EpochOf(position)) ^ 0x5851f42d4c957f2dULL);
+  SplitMix64 rng(seed_mixer.Next() ^ epoch_mixer.Next());
+  return static_cast<int64_t>(rng.Below(static_cast<uint64_t>(seq_len)));
+}
+
 const std::vector<int64_t>& GlobalSampler::EpochOrder(int64_t epoch) {
   if (epoch == cached_epoch_) return order_;
   // Seed and epoch pass through the mixer separately so that nearby seeds and epochs give

@@ -53,6 +53,9 @@ class GlobalSampler {
   int64_t num_samples() const { return num_samples_; }
   // The epoch a position falls in: consumed_samples / num_samples.
   int64_t EpochOf(int64_t consumed_samples) const;
+  // Data.shift_windows: how far the windows of the epoch of `position` (a consumed-samples
+  // index) start past their fixed places, in [0, seq_len); the same for every sample of an epoch.
+  int64_t WindowShift(int64_t position, int seq_len) const;
   // The order of `epoch` (a permutation of [0, num_samples)); computed once per epoch and cached.
   const std::vector<int64_t>& EpochOrder(int64_t epoch);
 

@@ -11,11 +11,11 @@
 #include "common/log.h"
 #include "config/config_diff.h"
 #include "config/config_loader.h"
-#include "engine/moe_metrics.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "engine/gpu_monitor.h"
 #include "engine/memory_plan.h"
+#include "engine/moe_metrics.h"
 #include "engine/signals.h"
 #include "optimizer/lr_schedule.h"
 
@@ -188,15 +188,23 @@ Status Trainer::AgreeOnTrainingSet(const DataSources* sources) {
       config_.data.train_path.c_str(), -v[2], v[0], -v[3], v[1]));
 }
 
-Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, const SampleSet& samples,
-                          HostBatch* batch) {
+Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, int64_t first_position,
+                          const SampleSet& samples, HostBatch* batch) {
   // Only the first stage needs inputs and only the last needs targets; both read the same rows.
   const ModelPartition& part = model_->partition();
   if (!part.first_stage() && !part.last_stage()) return Status::Ok();
   const std::vector<int64_t> mine =
       GlobalSampler::DpSlice(global_ids, groups_.coord.dp, groups_.topology.dp);
-  TRAINER_RETURN_IF_ERROR(samples.ReadSamples(mine, config_.model.sequence_length(),
-                                              batch->inputs.data(), batch->targets.data()));
+  const int T = config_.model.sequence_length();
+  std::vector<int64_t> shifts;  // Data.shift_windows: by each sample's place in the sample order
+  if (first_position >= 0 && config_.data.shift_windows) {
+    const int64_t first_mine = first_position + static_cast<int64_t>(global_ids.size()) *
+                                                    groups_.coord.dp / groups_.topology.dp;
+    for (size_t i = 0; i < mine.size(); ++i)
+      shifts.push_back(sampler_->WindowShift(first_mine + static_cast<int64_t>(i), T));
+  }
+  TRAINER_RETURN_IF_ERROR(
+      samples.ReadSamples(mine, T, batch->inputs.data(), batch->targets.data(), shifts));
   batch->trained = 0;
   const bool masked = &samples == &data_.train ? train_masked_ : val_masked_;  // Setup's
   if (part.last_stage() && masked)
@@ -210,8 +218,8 @@ void Trainer::StartPrefetch(int64_t consumed_samples) {
   std::vector<int64_t> ids =
       sampler_->GlobalBatch(consumed_samples, config_.global.global_batch_size);
   prefetched_position_ = consumed_samples;
-  prefetch_ = std::async(std::launch::async, [this, ids = std::move(ids), next] {
-    return ReadBatch(ids, data_.train, next);
+  prefetch_ = std::async(std::launch::async, [this, ids = std::move(ids), consumed_samples, next] {
+    return ReadBatch(ids, consumed_samples, data_.train, next);
   });
 }
 
@@ -231,7 +239,7 @@ Status Trainer::TakeBatch(int64_t consumed_samples) {
     return Status::Ok();
   }
   return ReadBatch(sampler_->GlobalBatch(consumed_samples, config_.global.global_batch_size),
-                   data_.train, &batches_[current_]);
+                   consumed_samples, data_.train, &batches_[current_]);
 }
 
 void Trainer::SetUpOverlappedReduction() {
@@ -396,9 +404,8 @@ Status Trainer::TrainStep(double* lr) {
     TRAINER_RETURN_IF_ERROR(optimizer_->Step(step, *lr, GradientClipScale(host_grad_norm_, clip)));
   }
   if (config_.model.moe_router_bias_update_rate > 0)
-    TRAINER_RETURN_IF_ERROR(UpdateExpertBias(*model_, groups_.dp,
-                                             config_.model.moe_router_bias_update_rate,
-                                             optimizer_.get()));
+    TRAINER_RETURN_IF_ERROR(UpdateExpertBias(
+        *model_, groups_.dp, config_.model.moe_router_bias_update_rate, optimizer_.get()));
   TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kOptimizer));
   TRAINER_RETURN_IF_ERROR(timer_->EndStep());
   state_.step = step;

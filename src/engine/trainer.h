@@ -104,8 +104,10 @@ class Trainer {
   // (sources: this rank's, null when it failed to open them).
   Status AgreeOnTrainingSet(const DataSources* sources);
   // Reads this rank's DP slice of `global_ids` (ids of `samples`) into *batch.
-  Status ReadBatch(const std::vector<int64_t>& global_ids, const SampleSet& samples,
-                   HostBatch* batch);
+  // first_position: the consumed-samples index of global_ids[0] (training; it places the windows
+  // under Data.shift_windows), -1 for validation.
+  Status ReadBatch(const std::vector<int64_t>& global_ids, int64_t first_position,
+                   const SampleSet& samples, HostBatch* batch);
   // The training batch after `consumed_samples`, read in the background while the step runs.
   // HDF5 serves one thread at a time: JoinPrefetch before any other HDF5 use.
   void StartPrefetch(int64_t consumed_samples);

@@ -65,7 +65,7 @@ Status Trainer::Evaluate(double* val_loss) {
   const int iters = config_.engine.eval_iters;
   for (int it = 0; it < iters; ++it) {
     TRAINER_RETURN_IF_ERROR(
-        ReadBatch(ValidationBatch(it, GB, data_.val.num_samples()), data_.val, batch));
+        ReadBatch(ValidationBatch(it, GB, data_.val.num_samples()), -1, data_.val, batch));
     MicroBatches mb;
     mb.count = config_.gradient_accumulation_steps();
     mb.batch = B;

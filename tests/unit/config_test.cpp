@@ -112,6 +112,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Data.train_weights",
                                              "Data.val_path",
                                              "Data.val_fraction",
+                                             "Data.shift_windows",
                                              "Checkpoint.dir",
                                              "Checkpoint.keep_last",
                                              "Checkpoint.keep_every",

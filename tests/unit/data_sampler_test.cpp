@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "data/sampler.h"
 
@@ -72,6 +73,27 @@ TEST(SamplerTest, BatchesWalkTheEpochOrdersAndCrossEpochs) {
   EXPECT_EQ(resumed.GlobalBatch(9, 3), (std::vector<int64_t>{epoch0[9], epoch1[0], epoch1[1]}));
   EXPECT_EQ(sampler.EpochOf(19), 1);
   EXPECT_EQ(sampler.EpochOf(20), 2);
+}
+
+// Data.shift_windows: one shift per epoch, in [0, T), not the same every epoch, the same for
+// any sampler made with the seed (so every rank and a resumed run agree), and seed-dependent.
+TEST(SamplerTest, WindowShiftIsOnePerEpochAndCoversItsRange) {
+  const int T = 16;
+  GlobalSampler sampler(10, 42), again(10, 42), other(10, 43);
+  std::set<int64_t> seen;
+  int differs = 0;
+  for (int64_t epoch = 0; epoch < 200; ++epoch) {
+    const int64_t shift = sampler.WindowShift(epoch * 10, T);
+    ASSERT_GE(shift, 0);
+    ASSERT_LT(shift, T);
+    for (int64_t k = 1; k < 10; ++k) ASSERT_EQ(sampler.WindowShift(epoch * 10 + k, T), shift);
+    ASSERT_EQ(again.WindowShift(epoch * 10 + 3, T), shift);
+    differs += other.WindowShift(epoch * 10, T) != shift;
+    seen.insert(shift);
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(T));  // 200 draws over 16 values reach them all
+  EXPECT_GT(differs, 150);                         // another seed: mostly other shifts
+  EXPECT_EQ(sampler.WindowShift(5, 1), 0);
 }
 
 TEST(SamplerTest, DpSlicesConcatenateToTheGlobalBatchForAnyDpSize) {

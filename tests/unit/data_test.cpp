@@ -80,6 +80,39 @@ TEST_F(DatasetTest, ReadSamplesEqualFileSlicesUint16) {
   ExpectSamplesMatch(dataset, spec.tokens, {5, 6}, T, /*first=*/40);
 }
 
+// Data.shift_windows: each window starts `shift` tokens past its fixed place, checked against
+// the file's tokens; runs of consecutive ids with one shift are one read, and the split's last
+// sample stays unshifted (its shifted window would run past the split).
+TEST_F(DatasetTest, ShiftedWindowsEqualFileSlices) {
+  const int T = 8;
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(20 * T + 1, 1000, 3);  // exactly 20 samples: no spare token
+  WriteSyntheticFile(Path("d.h5"), spec);
+  auto opened = TokenDataset::Open(Path("d.h5"), 1024);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  const DataSplit split{4, 10};  // file samples 4..13
+  const std::vector<int64_t> ids = {0, 1, 2, 9, 5, 6, 9, 3};
+  const std::vector<int64_t> shifts = {3, 3, 5, 7, 0, 7, 2, 1};
+  std::vector<int32_t> inputs(ids.size() * T, -1), targets(ids.size() * T, -1);
+  Status status =
+      (*opened)->ReadSamples(split, ids, T, inputs.data(), targets.data(), shifts.data());
+  ASSERT_TRUE(status.ok()) << status.message();
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const int64_t shift = ids[r] == split.num_samples - 1 ? 0 : shifts[r];
+    for (int t = 0; t < T; ++t) {
+      const size_t pos = static_cast<size_t>((split.first_sample + ids[r]) * T + shift + t);
+      ASSERT_EQ(inputs[r * T + t], static_cast<int32_t>(spec.tokens[pos])) << r << " " << t;
+      ASSERT_EQ(targets[r * T + t], static_cast<int32_t>(spec.tokens[pos + 1])) << r << " " << t;
+    }
+  }
+  // The file's last sample (a split to the end) reads within the file whatever its shift.
+  std::vector<int64_t> last = {19}, big = {T - 1};
+  status = (*opened)->ReadSamples(DataSplit{0, 20}, last, T, inputs.data(), targets.data(),
+                                  big.data());
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(targets[T - 1], static_cast<int32_t>(spec.tokens[20 * T]));
+}
+
 TEST_F(DatasetTest, ReadSamplesEqualFileSlicesUint32) {
   const int T = 5;
   SyntheticFile spec;
