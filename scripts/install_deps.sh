@@ -11,8 +11,10 @@ packages=(build-essential cmake ninja-build pkg-config python3 python3-pip
           libpcre2-dev libutf8proc-dev nlohmann-json3-dev libsentencepiece-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # procps: pgrep in the kill tests; python3-regex: the BPE reference encoder (bpe_pack.sh);
-  # python3-torch, python3-venv: the transformers venv of hf_llama.sh (tests/integration/hf_venv.sh)
-  packages+=(slurm-wlm munge iproute2 util-linux procps python3-regex python3-torch python3-venv)
+  # python3-torch, python3-venv: the transformers venv of hf_llama.sh (tests/integration/hf_venv.sh);
+  # python3-psutil, python3-yaml: what PEFT and accelerate import there (installed --no-deps)
+  packages+=(slurm-wlm munge iproute2 util-linux procps python3-regex python3-torch python3-venv
+            python3-psutil python3-yaml)
 fi
 
 missing=()
