@@ -127,17 +127,24 @@ Status TokenDataset::Validate(int64_t model_vocab_size, const DatasetOpenOptions
   return ValidateDocOffsets();
 }
 
+Status TokenDataset::OpenUnsignedDataset(const char* name, size_t bytes, hid_t access_props,
+                                         Hdf5Handle* out) {
+  const char* path = path_.c_str();
+  if (out->Reset(H5Dopen2(file_.get(), name, access_props), H5Dclose) < 0)
+    return DataError(StrFormat("cannot open /%s (%s): %s. %s", name, path,
+                               Hdf5ErrorText().c_str(), kRepack));
+  Hdf5Handle type;
+  HDF5_CHECK(type.Reset(H5Dget_type(out->get()), H5Tclose));
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != bytes)
+    return DataError(StrFormat("wrong /%s type (%s): %s, expected uint%zu. %s", name, path,
+                               DescribeType(type.get()).c_str(), 8 * bytes, kRepack));
+  return Status::Ok();
+}
+
 Status TokenDataset::ValidateLossMask(hid_t access_props) {
   if (H5Lexists(file_.get(), "loss_mask", H5P_DEFAULT) <= 0) return Status::Ok();
   const char* path = path_.c_str();
-  if (loss_mask_.Reset(H5Dopen2(file_.get(), "loss_mask", access_props), H5Dclose) < 0)
-    return DataError(
-        StrFormat("cannot open /loss_mask (%s): %s. %s", path, Hdf5ErrorText().c_str(), kRepack));
-  Hdf5Handle type;
-  HDF5_CHECK(type.Reset(H5Dget_type(loss_mask_.get()), H5Tclose));
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1)
-    return DataError(StrFormat("wrong /loss_mask type (%s): %s, expected uint8. %s", path,
-                               DescribeType(type.get()).c_str(), kRepack));
+  TRAINER_RETURN_IF_ERROR(OpenUnsignedDataset("loss_mask", 1, access_props, &loss_mask_));
   if (Hdf5Length1D(loss_mask_.get()) != num_tokens_)
     return DataError(StrFormat("wrong /loss_mask length (%s): %lld, /tokens has %lld. %s", path,
                                static_cast<long long>(Hdf5Length1D(loss_mask_.get())),
@@ -168,14 +175,7 @@ Status TokenDataset::ValidateDocOffsets() {
   if (H5Lexists(file_.get(), "doc_offsets", H5P_DEFAULT) <= 0)
     return DataError(
         StrFormat("dataset has no /doc_offsets (%s): not a packed-token file. %s", path, kRepack));
-  if (doc_offsets_.Reset(H5Dopen2(file_.get(), "doc_offsets", H5P_DEFAULT), H5Dclose) < 0)
-    return DataError(
-        StrFormat("cannot open /doc_offsets (%s): %s. %s", path, Hdf5ErrorText().c_str(), kRepack));
-  Hdf5Handle type;
-  HDF5_CHECK(type.Reset(H5Dget_type(doc_offsets_.get()), H5Tclose));
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 8)
-    return DataError(StrFormat("wrong /doc_offsets type (%s): %s, expected uint64. %s", path,
-                               DescribeType(type.get()).c_str(), kRepack));
+  TRAINER_RETURN_IF_ERROR(OpenUnsignedDataset("doc_offsets", 8, H5P_DEFAULT, &doc_offsets_));
   int64_t length = Hdf5Length1D(doc_offsets_.get());
   if (length < 2)
     return DataError(

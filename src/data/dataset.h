@@ -74,6 +74,8 @@ class TokenDataset {
   Status ValidateTokens(const DatasetOpenOptions& options);
   Status ValidateDocOffsets();
   Status ValidateLossMask(hid_t access_props);
+  // Opens /name into *out; a data error naming it unless it holds unsigned integers of `bytes`.
+  Status OpenUnsignedDataset(const char* name, size_t bytes, hid_t access_props, Hdf5Handle* out);
   // Reads tokens [start, start + count) into `buffer` (grown as needed) and checks each id.
   Status ReadTokens(int64_t start, int64_t count, std::vector<uint32_t>* buffer);
   Status ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids, int seq_len,
