@@ -28,13 +28,15 @@ Status RunContext::Agree(const Status& local) {
 Status RunContext::SetupDevice(const TrainConfig& config) {
   const std::string& wanted = config.global.device;
   const int visible = VisibleCudaDevices();
-  // MoE layers run on CPU ranks in this version (ValidateConfig refuses them with device=cuda).
-  const bool use_cuda =
-      wanted == "cuda" || (wanted == "auto" && visible > 0 && !config.model.moe());
+  // The MoE expert bias runs on CPU ranks in this version (ValidateConfig refuses it with
+  // device=cuda).
+  const bool cpu_only = config.model.moe() && config.model.moe_router_bias_update_rate > 0;
+  const bool use_cuda = wanted == "cuda" || (wanted == "auto" && visible > 0 && !cpu_only);
   if (!use_cuda) {
     backend = MakeCpuBackend();
-    if (wanted == "auto" && visible > 0 && config.model.moe())
-      LogInfo("device: cpu (Model.num_experts > 0: MoE runs on CPU ranks in this version)");
+    if (wanted == "auto" && visible > 0 && cpu_only)
+      LogInfo("device: cpu (Model.moe_router_bias_update_rate > 0: the expert bias runs on CPU "
+              "ranks in this version)");
     else if (wanted == "auto")
       LogInfo(CudaBackendCompiled() ? "device: cpu (no GPU visible; fp32 CPU path)"
                                     : "device: cpu (built without CUDA; fp32 CPU path)");

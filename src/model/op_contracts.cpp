@@ -50,12 +50,12 @@ void CheckLayerNormAround(OpContract& c, const char* x_name, const Tensor& x, co
 }
 
 // A linear layer: in (N,C), weight (OC,C), out_name (N,OC) (the forward's out or the backward's
-// dout), all compute.
+// dout), all compute; out_name of out_dtype where the op allows f32 there (the MoE router).
 void CheckLinear(OpContract& c, DType cd, const char* out_name, const Tensor& out, const Tensor& in,
-                 const Tensor& weight) {
+                 const Tensor& weight, DType out_dtype) {
   const int64_t OC = weight.ndim == 2 ? weight.dim(0) : 0;
   const int64_t WC = weight.ndim == 2 ? weight.dim(1) : 0;
-  c.Has(out_name, out, cd, -1)
+  c.Has(out_name, out, out_dtype, -1)
       .Has("in", in, cd, -1)
       .Has("weight", weight, cd, -1)
       .Dims("weight", weight, 2)
@@ -64,11 +64,17 @@ void CheckLinear(OpContract& c, DType cd, const char* out_name, const Tensor& ou
       .Agree(out_name, out, "in", in, "N", Rows(out), Rows(in));
 }
 
+// The dtype a plain linear's out (or dout) must have: compute, or f32 where it is f32 and the op
+// has no bias and no activation (the MoE router's f32 logits, backend.h).
+DType LinearOutDType(DType cd, const Tensor& out, bool plain) {
+  return plain && out.dtype == kF32 ? kF32 : cd;
+}
+
 // MatmulBackward's tensors (those of MatmulBackwardThroughGelu but gelu_pre_act and din_sums).
 void CheckLinearBackward(OpContract& c, DType cd, const Tensor& din, const Tensor& dweight,
                          const Tensor& dbias, const Tensor& dout, const Tensor& in,
-                         const Tensor& weight) {
-  CheckLinear(c, cd, "dout", dout, in, weight);
+                         const Tensor& weight, DType dout_dtype) {
+  CheckLinear(c, cd, "dout", dout, in, weight, dout_dtype);
   c.Optional(din)
       .Like("din", din, cd, "in", in)
       .Optional(dweight)
@@ -200,7 +206,8 @@ Status Backend::MatmulForward(Tensor out, Tensor pre_act, Tensor in, Tensor weig
                               Activation act) {
   const DType cd = compute_dtype();
   OpContract c(*this, "MatmulForward");
-  CheckLinear(c, cd, "out", out, in, weight);
+  CheckLinear(c, cd, "out", out, in, weight,
+              LinearOutDType(cd, out, bias.empty() && act == Activation::kNone));
   c.Optional(bias).PerRow("bias", bias, cd, 1, "weight", weight);
   if (act == Activation::kGelu) c.Like("pre_act", pre_act, cd, "out", out);
   TRAINER_RETURN_IF_ERROR(c.status());
@@ -211,7 +218,7 @@ Status Backend::MatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, T
                                          Tensor residual) {
   const DType cd = compute_dtype();
   OpContract c(*this, "MatmulForwardAddResidual");
-  CheckLinear(c, cd, "out", out, in, weight);
+  CheckLinear(c, cd, "out", out, in, weight, cd);
   c.Like("residual", residual, cd, "out", out)
       .Optional(bias)
       .PerRow("bias", bias, cd, 1, "weight", weight)
@@ -230,7 +237,8 @@ Status Backend::RunMatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight
 Status Backend::MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                                Tensor weight, GradientWrite dweight_write) {
   OpContract c(*this, "MatmulBackward");
-  CheckLinearBackward(c, compute_dtype(), din, dweight, dbias, dout, in, weight);
+  CheckLinearBackward(c, compute_dtype(), din, dweight, dbias, dout, in, weight,
+                      LinearOutDType(compute_dtype(), dout, dbias.empty()));
   TRAINER_RETURN_IF_ERROR(c.status());
   return RunMatmulBackward(din, dweight, dbias, dout, in, weight, dweight_write);
 }
@@ -241,7 +249,7 @@ Status Backend::MatmulBackwardThroughGelu(Tensor din, Tensor dweight, Tensor dbi
   const DType cd = compute_dtype();
   OpContract c(*this, "MatmulBackwardThroughGelu");
   c.Has("din", din, cd, -1);
-  CheckLinearBackward(c, cd, din, dweight, dbias, dout, in, weight);
+  CheckLinearBackward(c, cd, din, dweight, dbias, dout, in, weight, cd);
   c.Like("gelu_pre_act", gelu_pre_act, cd, "in", in)
       .Optional(din_sums)
       .PerColumn("din_sums", din_sums, kF32, "in", in);

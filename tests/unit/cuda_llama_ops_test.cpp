@@ -1,11 +1,11 @@
 // GPU tests of the CUDA backend's Llama-family ops against the CPU fp32 backend, on a bf16 and an
 // f32 CudaBackend: RMSNorm (plain and fused with the residual add) forward and backward, Qwen3's
 // q/k norm, RoPE forward and backward, SwiGLU forward and backward, and grouped-query attention
-// through cuDNN and through our fallback kernels; and the MoE ops' one-line refusal (MoE runs on
-// CPU ranks for now). Inputs are random values rounded to bf16, so that both backends see the
-// same numbers. The weight gradients must be bitwise the same in two
-// runs. Attention's reference is the CPU's multi-head attention over q and the kv heads repeated
-// for their query groups, its kv gradients summed over each group.
+// through cuDNN and through our fallback kernels (the MoE ops: cuda_moe_test.cpp). Inputs are
+// random values rounded to bf16, so that both backends see the same numbers. The weight
+// gradients must be bitwise the same in two runs. Attention's reference is the CPU's multi-head
+// attention over q and the kv heads repeated for their query groups, its kv gradients summed
+// over each group.
 #include <cmath>
 #include <cstdio>
 
@@ -451,42 +451,6 @@ TEST_F(CudaGqaTest, FallbackInF32MatchesCpuToF32Precision) {
     EXPECT_RELATIVE_ERROR_BELOW(got.dqkv, want.dqkv, 1e-4);
   }
   EXPECT_EQ(gpu32->path_counts().attention_cudnn, 0);  // cuDNN SDPA has no f32 graphs
-}
-
-}  // namespace
-}  // namespace cuda_testing
-}  // namespace trainer
-
-namespace trainer {
-namespace cuda_testing {
-namespace {
-
-// ---- Mixture of experts ----
-// MoE layers run on CPU ranks in this version: a well-formed call of each MoE op passes its
-// contract and is refused by the CUDA backend with one line that says so.
-TEST_F(CudaLlamaOpsTest, MoeOpsAreRefusedInOneLine) {
-  Backend* gpu = gpu_.get();
-  const DType cd = gpu->compute_dtype();
-  DeviceBuffer logits(gpu, DType::kF32, {6, 4}), probs(gpu, DType::kF32, {6, 4}),
-      weights(gpu, DType::kF32, {6, 2}), lse(gpu, DType::kF32, {6}),
-      experts(gpu, DType::kI32, {6, 2}), slots(gpu, DType::kI32, {6, 2}),
-      rows(gpu, cd, {12, 8}), tokens(gpu, cd, {6, 8});
-  MoeRouting r;
-  r.top_k = 2;
-  const std::vector<Status> refused = {
-      gpu->MoeRouterForward(weights.tensor(), experts.tensor(), probs.tensor(), lse.tensor(),
-                            logits.tensor(), Tensor(), r),
-      gpu->MoeRouterBackward(logits.tensor(), weights.tensor(), logits.tensor(), probs.tensor(),
-                             experts.tensor(), weights.tensor(), Tensor(), 0.f, r),
-      gpu->MoeScatterRows(rows.tensor(), tokens.tensor(), slots.tensor(), weights.tensor()),
-      gpu->MoeGatherRows(tokens.tensor(), rows.tensor(), slots.tensor(), Tensor(), false),
-      gpu->MoeSlotDots(weights.tensor(), tokens.tensor(), rows.tensor(), slots.tensor())};
-  for (const Status& s : refused) {
-    EXPECT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("MoE runs on CPU ranks in this version"), std::string::npos)
-        << s.message();
-    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
-  }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The whole GPT on the GPU against the CPU fp32 path: the same parameters (bf16-rounded), the same
 // tokens; the loss and every parameter's gradient must agree within bf16 tolerance. Odd sizes:
 // T not a multiple of 64, vocabulary not a multiple of 128, head size 64. Also activation
-// recomputation on the GPU against keeping the activations.
+// recomputation on the GPU against keeping the activations, and a mixture of experts on the llama
+// block (router, permutation, the experts' GEMMs over their row groups, combine, aux and z losses).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,6 +71,57 @@ TEST_F(GpuModel, RecomputationMatchesKeepingActivations) {
     const PassResult got = Run(gpu_.get(), config);
     EXPECT_NEAR(got.loss, want.loss, 1e-5 * want.loss);
     ExpectGradientsNear(got, want, 1e-2);
+  }
+}
+
+// A llama with MoE layers 0 and 2 (layer 1 dense) of E = 5 experts, top 3, expert width 40: one
+// Qwen2-MoE-like (softmax scores, a gated shared expert, aux and z losses), one with sigmoid scores,
+// renormalised top-k, per-sequence balancing and a capacity that drops tokens, one Mixtral-like
+// (top-k of the logits, then the softmax over the chosen). The GPU's bf16 activations may route a
+// token whose scores nearly tie to another expert than the CPU does, which moves a gradient by
+// about one token's share: the bound is that of the dense model.
+ModelConfig MoeLlama(const char* variant) {
+  ModelConfig m;
+  m.arch = "llama";
+  m.vocab_size = 1000;
+  m.hidden_size = 128;
+  m.num_heads = 2;
+  m.num_kv_heads = 2;
+  m.num_layers = 3;
+  m.ffn_hidden_size = 96;
+  m.max_seq_len = 128;
+  m.num_experts = 5;
+  m.moe_router_topk = 3;
+  m.moe_ffn_hidden_size = 40;
+  m.moe_layer_freq = 2;
+  m.moe_aux_loss_coeff = 0.01;
+  m.moe_z_loss_coeff = 0.001;
+  const std::string v = variant;
+  if (v == "qwen2") m.moe_shared_expert_intermediate_size = 48;
+  if (v == "sigmoid_capacity") {
+    m.moe_router_score_function = "sigmoid";
+    m.moe_norm_topk_prob = true;
+    m.moe_router_load_balancing_type = "seq_aux_loss";
+    m.moe_expert_capacity_factor = 1.0;
+  }
+  if (v == "mixtral") m.moe_router_pre_softmax = false;
+  return m;
+}
+
+TEST_F(GpuModel, MixtureOfExpertsLossAndEveryGradientMatchTheCpuPath) {
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  for (const char* variant : {"qwen2", "sigmoid_capacity", "mixtral"}) {
+    SCOPED_TRACE(variant);
+    const ModelConfig config = MoeLlama(variant);
+    ModelPartition part;
+    part.num_layers = config.num_layers;
+    const std::vector<ParameterInfo> list = BuildParameterList(config, part);
+    std::vector<float> params = InitialParameterValues(config, part, list, 5);
+    for (float& p : params) p = BF16ToFloat(FloatToBF16(p));
+    const PassResult want = ForwardBackward(cpu.get(), config, params, tokens_, targets_, B, T);
+    const PassResult got = ForwardBackward(gpu_.get(), config, params, tokens_, targets_, B, T);
+    EXPECT_NEAR(got.loss, want.loss, 1e-2 * want.loss);
+    ExpectParameterGradientsNear(list, got, want, 5e-2, /*nonzero=*/true);
   }
 }
 

@@ -151,6 +151,16 @@ class CudaBackend final : public Backend {
                  bool inverse) override;
   Status RunSwiGluForward(Tensor out, Tensor gate_up) override;
   Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) override;
+  // Mixture of experts (cuda_backend_moe.cpp, moe.cu).
+  Status RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
+                             Tensor logits, Tensor bias, const MoeRouting& r) override;
+  Status RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,
+                              Tensor experts, Tensor weights, Tensor aux_coef, float z_scale,
+                              const MoeRouting& r) override;
+  Status RunMoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights) override;
+  Status RunMoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights,
+                          bool accumulate) override;
+  Status RunMoeSlotDots(Tensor dweights, Tensor dout, Tensor in, Tensor slots) override;
 
  private:
   static constexpr size_t kInitialScratchBytes = 32u << 20;

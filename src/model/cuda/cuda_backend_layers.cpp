@@ -111,6 +111,7 @@ Status CudaBackend::RunMatmulForward(Tensor out, Tensor pre_act, Tensor in, Tens
   const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
 
   cuda::Gemm g = LinearForwardGemm(compute_, in, weight, bias);
+  g.d_dtype = out.dtype;  // compute, or f32 (the MoE router's logits: no bias, no GELU)
   bool supported = false;
   // cuBLASLt wants the aux leading dimension divisible by 8.
   if (gelu && matmul_epilogues_ && OC % 8 == 0) {
@@ -151,6 +152,13 @@ Status CudaBackend::RunMatmulForward(Tensor out, Tensor pre_act, Tensor in, Tens
 
 Status CudaBackend::RunMatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
                                       Tensor in, Tensor weight, GradientWrite dweight_write) {
+  if (dout.dtype != compute_) {  // f32 (the MoE router's logits; no dbias): rounded to compute
+    void* rounded = nullptr;
+    TRAINER_RETURN_IF_ERROR(Scratch(dout.numel() * DTypeSize(compute_), &rounded));
+    Tensor d(rounded, compute_, {Rows(dout), Cols(dout)});
+    TRAINER_RETURN_IF_ERROR(RunConvert(d, dout));
+    dout = d;
+  }
   return MatmulBackwardImpl(din, dweight, dbias, dout, in, weight, Tensor(), Tensor(),
                             dweight_write);
 }

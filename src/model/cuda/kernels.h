@@ -91,6 +91,35 @@ cudaError_t LaunchSwiGluForward(DType dtype, void* out, const void* gate_up, int
 cudaError_t LaunchSwiGluBackward(DType dtype, void* dgate_up, const void* dout, const void* gate_up,
                                  int64_t N, int F, cudaStream_t stream);
 
+// ---- moe.cu (mixture of experts; the twins of cpu/moe.cpp, shapes as Backend's Moe* ops) ----
+// E experts, K chosen per token; K2 = K (+1 with the shared expert's gate), E2 = E (+1 likewise).
+struct MoeRouterDims {
+  int64_t N;
+  int E, K;
+  bool sigmoid, pre_softmax, norm_topk_prob, shared_gate;
+};
+// logits (N,E2) f32 -> weights (N,K2), experts (N,K) ascending, probs (N,E), lse (N); bias (E)
+// or null, added to the choice's keys only.
+cudaError_t LaunchMoeRouterForward(float* weights, int32_t* experts, float* probs, float* lse,
+                                   const float* logits, const float* bias, const MoeRouterDims& d,
+                                   cudaStream_t stream);
+// dlogits (N,E2) overwritten from dweights (N,K2), aux_coef (groups,E) or null, z_scale.
+cudaError_t LaunchMoeRouterBackward(float* dlogits, const float* dweights, const float* logits,
+                                    const float* probs, const int32_t* experts,
+                                    const float* weights, const float* aux_coef, int64_t groups,
+                                    float z_scale, const MoeRouterDims& d, cudaStream_t stream);
+// out[slots[t][k]] = [w[t][k] *] in[t] (C columns) for slots >= 0; w may be null.
+cudaError_t LaunchMoeScatterRows(DType dtype, void* out, const void* in, const int32_t* slots,
+                                 const float* w, int64_t N, int K2, int64_t C, cudaStream_t stream);
+// out[t] (+)= sum over k ascending, slots >= 0, of [w[t][k] *] in[slots[t][k]]; f32 sum.
+cudaError_t LaunchMoeGatherRows(DType dtype, void* out, const void* in, const int32_t* slots,
+                                const float* w, int64_t N, int K2, int64_t C, bool accumulate,
+                                cudaStream_t stream);
+// dw (N,K2) f32 [t][k] = dout[t] . in[slots[t][k]] (0 where slots < 0).
+cudaError_t LaunchMoeSlotDots(DType dtype, float* dw, const void* dout, const void* in,
+                              const int32_t* slots, int64_t N, int K2, int64_t C,
+                              cudaStream_t stream);
+
 // ---- elementwise.cu ----
 cudaError_t LaunchGeluForward(DType dtype, void* out, const void* in, int64_t n,
                               cudaStream_t stream);

@@ -1,0 +1,68 @@
+// CudaBackend's mixture-of-experts ops (router, row scatter and gather, slot dots): the Run*
+// hooks that Backend's public ops call after checking their contracts (moe_contracts.cpp), then
+// the launchers of moe.cu. The router's tensors are f32 on every backend; the rows are compute.
+#include "model/cuda/cuda_backend.h"
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/kernels.h"
+
+namespace trainer {
+
+namespace {
+
+cuda::MoeRouterDims RouterDims(Tensor logits, const MoeRouting& r) {
+  const int E = static_cast<int>(Cols(logits)) - (r.shared_gate ? 1 : 0);
+  return {Rows(logits), E, r.top_k, r.sigmoid, r.pre_softmax, r.norm_topk_prob, r.shared_gate};
+}
+
+// K' of slots (N,K') for `rows` (N, C).
+int SlotsPerRow(Tensor slots, Tensor rows) {
+  return static_cast<int>(slots.numel() / Rows(rows));
+}
+
+const float* OrNull(Tensor t) {
+  return t.empty() ? nullptr : t.as<float>();
+}
+
+}  // namespace
+
+Status CudaBackend::RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
+                                        Tensor logits, Tensor bias, const MoeRouting& r) {
+  CUDA_CHECK(cuda::LaunchMoeRouterForward(weights.as<float>(), experts.as<int32_t>(),
+                                          probs.as<float>(), lse.as<float>(), logits.as<float>(),
+                                          OrNull(bias), RouterDims(logits, r), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits,
+                                         Tensor probs, Tensor experts, Tensor weights,
+                                         Tensor aux_coef, float z_scale, const MoeRouting& r) {
+  CUDA_CHECK(cuda::LaunchMoeRouterBackward(
+      dlogits.as<float>(), dweights.as<float>(), logits.as<float>(), probs.as<float>(),
+      experts.as<int32_t>(), weights.as<float>(), OrNull(aux_coef),
+      aux_coef.empty() ? 0 : Rows(aux_coef), z_scale, RouterDims(logits, r), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::RunMoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights) {
+  CUDA_CHECK(cuda::LaunchMoeScatterRows(compute_, out.data, in.data, slots.as<int32_t>(),
+                                        OrNull(weights), Rows(in), SlotsPerRow(slots, in),
+                                        Cols(in), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::RunMoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights,
+                                     bool accumulate) {
+  CUDA_CHECK(cuda::LaunchMoeGatherRows(compute_, out.data, in.data, slots.as<int32_t>(),
+                                       OrNull(weights), Rows(out), SlotsPerRow(slots, out),
+                                       Cols(out), accumulate, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::RunMoeSlotDots(Tensor dweights, Tensor dout, Tensor in, Tensor slots) {
+  CUDA_CHECK(cuda::LaunchMoeSlotDots(compute_, dweights.as<float>(), dout.data, in.data,
+                                     slots.as<int32_t>(), Rows(dout), SlotsPerRow(slots, dout),
+                                     Cols(dout), stream_));
+  return Status::Ok();
+}
+
+}  // namespace trainer
