@@ -149,6 +149,11 @@ class Backend {
   // f32 += column sums of dout (skipped when empty). dout, in, weight, din compute.
   Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                         Tensor weight, GradientWrite dweight_write);
+  // The matrix products from here until SetRaggedGroups(false) run over row groups whose sizes
+  // change from step to step (the MoE experts' groups): a backend that times its algorithms per
+  // shape (CUDA's cuBLASLt routes) takes its heuristic's first choice for them instead, untimed,
+  // the same on every rank. No effect on the CPU.
+  virtual void SetRaggedGroups(bool on) { (void)on; }
   // out (W) f32 += over the rows r of in (N,C): [row_weights[r] *] in[r, first_column + j], j < W;
   // in compute; row_weights f32 (N) or empty. Without weights: a bias gradient from a block of
   // dout's columns; with them: a vector times a matrix.

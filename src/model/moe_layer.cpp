@@ -79,14 +79,18 @@ Tensor ExpertMatrix(Tensor stacked, int64_t e) {
   return Tensor(m.data, m.dtype, {stacked.dim(1), stacked.dim(2)});
 }
 
-// fn(e, offset, n) for each expert e with n > 0 kept rows from `offset` of the permuted rows.
+// fn(e, offset, n) for each expert e with n > 0 kept rows from `offset` of the permuted rows
+// (ragged groups for the backend's GEMMs, Backend::SetRaggedGroups).
 template <typename Fn>
-Status ForEachGroup(const MoeDispatch& d, Fn fn) {
-  for (size_t e = 0; e + 1 < d.offsets.size(); ++e) {
+Status ForEachGroup(Backend* be, const MoeDispatch& d, Fn fn) {
+  be->SetRaggedGroups(true);
+  Status s = Status::Ok();
+  for (size_t e = 0; e + 1 < d.offsets.size() && s.ok(); ++e) {
     const int64_t off = d.offsets[e], n = d.offsets[e + 1] - off;
-    if (n > 0) TRAINER_RETURN_IF_ERROR(fn(static_cast<int64_t>(e), off, n));
+    if (n > 0) s = fn(static_cast<int64_t>(e), off, n);
   }
-  return Status::Ok();
+  be->SetRaggedGroups(false);
+  return s;
 }
 
 // Rows [offset, offset + n) of the (rows, cols) buffer t.
@@ -139,6 +143,8 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
       be->MatmulForward(a.logits, Tensor(), x, w.router, Tensor(), Activation::kNone));
   TRAINER_RETURN_IF_ERROR(be->MoeRouterForward(a.weights, a.experts, a.probs, a.lse, a.logits,
                                                w.bias, Routing(s)));
+  // The layer's one host sync: the plan needs the choices (CopyToHost is stream-ordered and waits
+  // for them); the aux and z losses' reads below find the device idle.
   std::vector<int32_t> experts(N * K);
   TRAINER_RETURN_IF_ERROR(be->CopyToHost(experts.data(), a.experts.data, experts.size() * 4));
   PlanMoeDispatch(s, experts.data(), N, d);
@@ -172,7 +178,7 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   }
   // Permute, the experts over their groups, the shared expert over every token, combine.
   TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
-  TRAINER_RETURN_IF_ERROR(ForEachGroup(*d, [&](int64_t e, int64_t off, int64_t n) {
+  TRAINER_RETURN_IF_ERROR(ForEachGroup(be, *d, [&](int64_t e, int64_t off, int64_t n) {
     return ExpertForward(be, Group(a.x_perm, off, n), ExpertMatrix(w.experts_gu, e),
                          ExpertMatrix(w.experts_down, e), Group(a.h, off, n),
                          Group(a.act, off, n), Group(a.y, off, n));
@@ -194,7 +200,7 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
   // The combine: out[t] = sum_k w[t][k] y[slot].
   TRAINER_RETURN_IF_ERROR(be->MoeSlotDots(sc.dweights, dout, a.y, a.slots));
   TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(sc.dy, dout, a.slots, a.weights));
-  TRAINER_RETURN_IF_ERROR(ForEachGroup(*d, [&](int64_t e, int64_t off, int64_t n) {
+  TRAINER_RETURN_IF_ERROR(ForEachGroup(be, *d, [&](int64_t e, int64_t off, int64_t n) {
     return ExpertBackward(be, Group(a.x_perm, off, n), ExpertMatrix(w.experts_gu, e),
                           ExpertMatrix(w.experts_down, e), Group(a.h, off, n),
                           Group(a.act, off, n), Group(sc.dy, off, n),

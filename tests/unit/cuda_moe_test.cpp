@@ -7,6 +7,8 @@
 // - scatter, gather (the weighted combine, and the permutation's backward accumulating), slot
 //   dots, over dispatch plans from the host planner (PlanMoeDispatch): random routing, empty
 //   experts, every token on expert 0, a shared expert, and slots dropped by a capacity.
+// - the router GEMM's f32 logits on the bf16 backend, and the experts' GEMMs over ragged row
+//   groups (untimed cuBLASLt heuristic choice, no route recorded).
 // Odd sizes: N not a multiple of 32, E = 5, K = 3, C = 72 and 75. The combine is deterministic:
 // two runs agree bit for bit.
 #include <cmath>
@@ -241,6 +243,34 @@ TEST_F(CudaMoeTest, RouterMatmulWithF32LogitsMatchesCpu) {
                                         GradientWrite::kAccumulate));
   EXPECT_RELATIVE_ERROR_BELOW(g_dx->Download(), dx, 1e-2);  // dz rounded to bf16 first
   EXPECT_RELATIVE_ERROR_BELOW(g_dw->Download(), dwr, 1e-2);
+}
+
+// The experts' GEMMs over ragged row groups (Backend::SetRaggedGroups): cuBLASLt's heuristic
+// choice, untimed and unrecorded, with the same result as the CPU; a plain call of a new shape
+// afterwards is timed and recorded again.
+TEST_F(CudaMoeTest, RaggedGroupGemmsAreUntimedAndMatchCpu) {
+  const int64_t C = 72, F = 40;
+  std::vector<float> w = Random(F * C);
+  auto g_w = Compute(w, {F, C});
+  const size_t routes_before = gpu_->routes()->entries().size();
+  gpu_->SetRaggedGroups(true);
+  for (int64_t n : {1, 7, 37, 129}) {
+    SCOPED_TRACE(StrFormat("n=%lld, ", (long long)n) + Trace());
+    std::vector<float> x = Random(n * C), y(n * F);
+    ASSERT_STATUS_OK(cpu_->MatmulForward(HostView(y, {n, F}), Tensor(), HostView(x, {n, C}),
+                                         HostView(w, {F, C}), Tensor(), Activation::kNone));
+    auto g_x = Compute(x, {n, C}), g_y = Compute(std::vector<float>(n * F), {n, F});
+    ASSERT_STATUS_OK(gpu_->MatmulForward(g_y->tensor(), Tensor(), g_x->tensor(), g_w->tensor(),
+                                         Tensor(), Activation::kNone));
+    EXPECT_RELATIVE_ERROR_BELOW(g_y->Download(), y, 1e-2);
+  }
+  gpu_->SetRaggedGroups(false);
+  EXPECT_EQ(gpu_->routes()->entries().size(), routes_before) << "ragged GEMMs recorded routes";
+  std::vector<float> x = Random(53 * C);
+  auto g_x = Compute(x, {53, C}), g_y = Compute(std::vector<float>(53 * F), {53, F});
+  ASSERT_STATUS_OK(gpu_->MatmulForward(g_y->tensor(), Tensor(), g_x->tensor(), g_w->tensor(),
+                                       Tensor(), Activation::kNone));
+  EXPECT_EQ(gpu_->routes()->entries().size(), routes_before + 1) << "a plain GEMM's route";
 }
 
 }  // namespace

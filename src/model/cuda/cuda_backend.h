@@ -90,6 +90,7 @@ class CudaBackend final : public Backend {
   Status Mark(int index) override;
   Status SecondsBetween(int from, int to, double* seconds) override;
   Status ProfilerRange(bool start) override;
+  void SetRaggedGroups(bool on) override { ragged_groups_ = on; }
 
  protected:
   Status RunConvert(Tensor dst, Tensor src) override;
@@ -235,6 +236,7 @@ class CudaBackend final : public Backend {
   bool force_attention_fallback_ = false;
   std::map<std::tuple<int, int, int, int, int>, int> attention_routes_;  // (B, T, NH, NKV, HS)
   bool matmul_epilogues_ = true;
+  bool ragged_groups_ = false;  // SetRaggedGroups: plain GEMMs untimed (cuda::Gemm::timed)
   CudaPathCounts counts_;
   RouteTable routes_;  // the routes chosen so far
   RouteTable pins_;    // Engine.gpu_routes' (empty: every shape timed)

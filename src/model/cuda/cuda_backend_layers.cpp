@@ -112,6 +112,7 @@ Status CudaBackend::RunMatmulForward(Tensor out, Tensor pre_act, Tensor in, Tens
 
   cuda::Gemm g = LinearForwardGemm(compute_, in, weight, bias);
   g.d_dtype = out.dtype;  // compute, or f32 (the MoE router's logits: no bias, no GELU)
+  g.timed = !ragged_groups_;
   bool supported = false;
   // cuBLASLt wants the aux leading dimension divisible by 8.
   if (gelu && matmul_epilogues_ && OC % 8 == 0) {
@@ -188,6 +189,7 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
     g.d = din.data;
     g.d_dtype = compute_;
     g.ldd = C;
+    g.timed = !ragged_groups_;
     const bool gelu = !gelu_pre_act.empty();
     if (gelu && matmul_epilogues_) {  // din = GELU'(pre_act) * (W dout^T) in the GEMM's epilogue
       g.epilogue = cuda::GemmEpilogue::kDGelu;
@@ -229,6 +231,7 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
     g.d_dtype = DType::kF32;
     g.ldd = C;
     g.beta = dweight_write == GradientWrite::kAccumulate ? 1.f : 0.f;
+    g.timed = !ragged_groups_;
     TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
     if (!supported) return OpError(op, "cuBLASLt has no algorithm for dweight");
   }

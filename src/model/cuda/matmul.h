@@ -52,6 +52,10 @@ struct Gemm {
   DType bias_dtype = DType::kBF16;
   void* aux = nullptr;  // GELU pre-activation (output; input for kDGelu), dtype of D, ld aux_ld
   int64_t aux_ld = 0;
+  // false: the heuristic's first algorithm, neither timed nor recorded as a route (row groups
+  // whose sizes change every step, Backend::SetRaggedGroups: no trial per new size, and the same
+  // choice on every rank).
+  bool timed = true;
 };
 
 class CublasLtMatmul {
