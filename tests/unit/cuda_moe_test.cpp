@@ -78,8 +78,7 @@ TEST_F(CudaMoeTest, RouterForwardAndBackwardMatchCpu) {
     std::vector<int32_t> experts(N * K);
     ASSERT_STATUS_OK(cpu_->MoeRouterForward(
         HostView(weights, {N, K2}), HostView(experts, {N, K}), HostView(probs, {N, E}),
-        HostView(lse, {N}), HostView(logits, {N, E2}),
-        c.bias ? HostView(bias, {E}) : Tensor(), r));
+        HostView(lse, {N}), HostView(logits, {N, E2}), c.bias ? HostView(bias, {E}) : Tensor(), r));
     // GPU.
     auto g_logits = F32(logits, {N, E2}), g_weights = F32(std::vector<float>(N * K2), {N, K2}),
          g_probs = F32(std::vector<float>(N * E), {N, E}), g_lse = F32(std::vector<float>(N), {N});
@@ -107,10 +106,9 @@ TEST_F(CudaMoeTest, RouterForwardAndBackwardMatchCpu) {
     auto g_experts_cpu = Ints(experts, {N, K});
     auto g_dlogits = F32(std::vector<float>(N * E2, 7.f), {N, E2});  // overwritten
     auto backward = [&] {
-      return gpu_->MoeRouterBackward(g_dlogits->tensor(), g_dweights->tensor(),
-                                     g_logits->tensor(), g_probs_cpu->tensor(),
-                                     g_experts_cpu->tensor(), g_weights_cpu->tensor(),
-                                     g_aux->tensor(), z_scale, r);
+      return gpu_->MoeRouterBackward(g_dlogits->tensor(), g_dweights->tensor(), g_logits->tensor(),
+                                     g_probs_cpu->tensor(), g_experts_cpu->tensor(),
+                                     g_weights_cpu->tensor(), g_aux->tensor(), z_scale, r);
     };
     ASSERT_STATUS_OK(backward());
     const std::vector<float> got = g_dlogits->Download();
@@ -144,15 +142,15 @@ struct RowsCase {
   double capacity_factor;
 };
 constexpr RowsCase kRowsCases[] = {
-    {"random", 37, 72, 5, 3, false, 0.0},         {"empty experts", 37, 72, 5, 3, false, 0.0},
-    {"all on expert 0", 37, 75, 5, 3, true, 0.0}, {"random", 45, 72, 5, 3, true, 0.5},
+    {"random", 37, 72, 5, 3, false, 0.0},          {"empty experts", 37, 72, 5, 3, false, 0.0},
+    {"all on expert 0", 37, 75, 5, 3, true, 0.0},  {"random", 45, 72, 5, 3, true, 0.5},
     {"all on expert 0", 33, 72, 5, 3, false, 0.7},
 };
 
 TEST_F(CudaMoeTest, ScatterGatherAndSlotDotsMatchCpu) {
   for (const RowsCase& c : kRowsCases) {
-    SCOPED_TRACE(StrFormat("%s N=%lld C=%lld shared=%d capacity=%.1f, ", c.routing,
-                           (long long)c.N, (long long)c.C, c.shared, c.capacity_factor) +
+    SCOPED_TRACE(StrFormat("%s N=%lld C=%lld shared=%d capacity=%.1f, ", c.routing, (long long)c.N,
+                           (long long)c.C, c.shared, c.capacity_factor) +
                  Trace());
     const int64_t N = c.N, C = c.C;
     MoeSpec spec;
@@ -192,13 +190,13 @@ TEST_F(CudaMoeTest, ScatterGatherAndSlotDotsMatchCpu) {
         ASSERT_STATUS_OK(cpu_->MoeGatherRows(HostView(out, {N, C}), HostView(rows0, {M, C}),
                                              HostView(slots, {N, K2}), cw, accumulate));
         auto g_in = Compute(rows0, {M, C}), g_out = Compute(dout, {N, C});
-        ASSERT_STATUS_OK(gpu_->MoeGatherRows(g_out->tensor(), g_in->tensor(), g_slots->tensor(),
-                                             gw, accumulate));
+        ASSERT_STATUS_OK(gpu_->MoeGatherRows(g_out->tensor(), g_in->tensor(), g_slots->tensor(), gw,
+                                             accumulate));
         const std::vector<float> got = g_out->Download();
         EXPECT_RELATIVE_ERROR_BELOW(got, out, 1e-2);
         ASSERT_TRUE(g_out->Upload(dout).ok());
-        ASSERT_STATUS_OK(gpu_->MoeGatherRows(g_out->tensor(), g_in->tensor(), g_slots->tensor(),
-                                             gw, accumulate));
+        ASSERT_STATUS_OK(gpu_->MoeGatherRows(g_out->tensor(), g_in->tensor(), g_slots->tensor(), gw,
+                                             accumulate));
         EXPECT_BITWISE_EQUAL(g_out->Download(), got) << "the combine, two identical runs";
       }
     }
@@ -208,8 +206,8 @@ TEST_F(CudaMoeTest, ScatterGatherAndSlotDotsMatchCpu) {
                                        HostView(rows0, {M, C}), HostView(slots, {N, K2})));
     auto g_dw = F32(std::vector<float>(N * K2, 5.f), {N, K2});
     auto g_dout = Compute(dout, {N, C}), g_rows = Compute(rows0, {M, C});
-    ASSERT_STATUS_OK(gpu_->MoeSlotDots(g_dw->tensor(), g_dout->tensor(), g_rows->tensor(),
-                                       g_slots->tensor()));
+    ASSERT_STATUS_OK(
+        gpu_->MoeSlotDots(g_dw->tensor(), g_dout->tensor(), g_rows->tensor(), g_slots->tensor()));
     const std::vector<float> got_dw = g_dw->Download();
     EXPECT_RELATIVE_ERROR_BELOW(got_dw, dw, 1e-5);
     for (int64_t i = 0; i < N * K2; ++i) {
@@ -239,8 +237,7 @@ TEST_F(CudaMoeTest, RouterMatmulWithF32LogitsMatchesCpu) {
                                        Tensor(), Activation::kNone));
   EXPECT_RELATIVE_ERROR_BELOW(g_z->Download(), z, 1e-5);  // f32 out: no bf16 rounding
   ASSERT_STATUS_OK(gpu_->MatmulBackward(g_dx->tensor(), g_dw->tensor(), Tensor(), g_dz->tensor(),
-                                        g_x->tensor(), g_w->tensor(),
-                                        GradientWrite::kAccumulate));
+                                        g_x->tensor(), g_w->tensor(), GradientWrite::kAccumulate));
   EXPECT_RELATIVE_ERROR_BELOW(g_dx->Download(), dx, 1e-2);  // dz rounded to bf16 first
   EXPECT_RELATIVE_ERROR_BELOW(g_dw->Download(), dwr, 1e-2);
 }

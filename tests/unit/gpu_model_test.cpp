@@ -75,11 +75,14 @@ TEST_F(GpuModel, RecomputationMatchesKeepingActivations) {
 }
 
 // A llama with MoE layers 0 and 2 (layer 1 dense) of E = 5 experts, top 3, expert width 40: one
-// Qwen2-MoE-like (softmax scores, a gated shared expert, aux and z losses), one with sigmoid scores,
-// renormalised top-k, per-sequence balancing and a capacity that drops tokens, one Mixtral-like
-// (top-k of the logits, then the softmax over the chosen). The GPU's bf16 activations may route a
-// token whose scores nearly tie to another expert than the CPU does, which moves a gradient by
-// about one token's share: the bound is that of the dense model.
+// Qwen2-MoE-like (softmax scores, a gated shared expert, aux and z losses), one with sigmoid
+// scores, renormalised top-k, per-sequence balancing and a capacity that drops tokens, one
+// Mixtral-like (top-k of the logits, then the softmax over the chosen). The GPU's bf16 activations
+// may route a token whose scores nearly tie to another expert than the CPU does (about one token in
+// 200 here: its 3rd and 4th logits closer than bf16's rounding of x moves them). That moves an
+// expert's gradient by about one of its ~90 tokens' share, inside the dense bound, but the router's
+// by about 1/sqrt(154) of its norm (each token's logits gradient is of the same size): the router
+// gets 0.2. A wrong router backward is off by far more.
 ModelConfig MoeLlama(const char* variant) {
   ModelConfig m;
   m.arch = "llama";
@@ -121,7 +124,12 @@ TEST_F(GpuModel, MixtureOfExpertsLossAndEveryGradientMatchTheCpuPath) {
     const PassResult want = ForwardBackward(cpu.get(), config, params, tokens_, targets_, B, T);
     const PassResult got = ForwardBackward(gpu_.get(), config, params, tokens_, targets_, B, T);
     EXPECT_NEAR(got.loss, want.loss, 1e-2 * want.loss);
-    ExpectParameterGradientsNear(list, got, want, 5e-2, /*nonzero=*/true);
+    std::vector<ParameterInfo> router, rest;
+    for (const ParameterInfo& p : list)
+      (p.role == ParamRole::kRouterWeight ? router : rest).push_back(p);
+    ASSERT_FALSE(router.empty());
+    ExpectParameterGradientsNear(rest, got, want, 5e-2, /*nonzero=*/true);
+    ExpectParameterGradientsNear(router, got, want, 0.2, /*nonzero=*/true);
   }
 }
 

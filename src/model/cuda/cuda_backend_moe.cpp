@@ -45,8 +45,8 @@ Status CudaBackend::RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor
 
 Status CudaBackend::RunMoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights) {
   CUDA_CHECK(cuda::LaunchMoeScatterRows(compute_, out.data, in.data, slots.as<int32_t>(),
-                                        OrNull(weights), Rows(in), SlotsPerRow(slots, in),
-                                        Cols(in), stream_));
+                                        OrNull(weights), Rows(in), SlotsPerRow(slots, in), Cols(in),
+                                        stream_));
   return Status::Ok();
 }
 

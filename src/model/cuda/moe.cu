@@ -236,10 +236,10 @@ cudaError_t LaunchMoeScatterRows(DType dtype, void* out, const void* in, const i
                                  const float* w, int64_t N, int K2, int64_t C,
                                  cudaStream_t stream) {
   if (N == 0 || C == 0) return cudaSuccess;
-  TRAINER_DISPATCH_FLOAT_TYPE(dtype, T,
-                              MoeScatterRowsKernel<T><<<RowBlocks(N), kRowThreads, 0, stream>>>(
-                                  static_cast<T*>(out), static_cast<const T*>(in), slots, w, N,
-                                  K2, C));
+  TRAINER_DISPATCH_FLOAT_TYPE(
+      dtype, T,
+      MoeScatterRowsKernel<T><<<RowBlocks(N), kRowThreads, 0, stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(in), slots, w, N, K2, C));
   return cudaGetLastError();
 }
 
@@ -247,10 +247,10 @@ cudaError_t LaunchMoeGatherRows(DType dtype, void* out, const void* in, const in
                                 const float* w, int64_t N, int K2, int64_t C, bool accumulate,
                                 cudaStream_t stream) {
   if (N == 0 || C == 0) return cudaSuccess;
-  TRAINER_DISPATCH_FLOAT_TYPE(dtype, T,
-                              MoeGatherRowsKernel<T><<<RowBlocks(N), kRowThreads, 0, stream>>>(
-                                  static_cast<T*>(out), static_cast<const T*>(in), slots, w, N,
-                                  K2, C, accumulate));
+  TRAINER_DISPATCH_FLOAT_TYPE(
+      dtype, T,
+      MoeGatherRowsKernel<T><<<RowBlocks(N), kRowThreads, 0, stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(in), slots, w, N, K2, C, accumulate));
   return cudaGetLastError();
 }
 
