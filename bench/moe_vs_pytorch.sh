@@ -7,7 +7,7 @@
 # dispatch, experts, combine; bench/kernel_profile.sh under ncu, bench/kernel_summary.py). Issue 48's targets: olmoe >= 1.5x the peer, mixtral >= 1.3x.
 #
 #   bench/moe_vs_pytorch.sh TRAINER [PEER_SCRIPT] MODEL:B...
-#   PEER_SCRIPT: default ../shared/bench/torch_llama.py beside the repository
+#   PEER_SCRIPT: default shared/bench/torch_llama.py in the checkout, or ../shared/bench/ beside it
 #   MODEL: olmoe   8 layers, hidden 2048, 16 heads, 64 experts top-8 of width 1024, vocab 50304
 #          mixtral the same block with 8 experts top-2 of width 7168 (Mixtral's 3.5x), top-k of
 #                  the logits then the softmax over the chosen
@@ -20,36 +20,21 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TRAINER=$1; shift
-PEER=$ROOT/../shared/bench/torch_llama.py
+PEER=$ROOT/shared/bench/torch_llama.py  # a checkout's shared/, else the one beside it
+[ -f "$PEER" ] || PEER=$ROOT/../shared/bench/torch_llama.py
 if [ $# -gt 0 ] && [[ $1 == *.py ]]; then PEER=$1; shift; fi
 [ $# -gt 0 ] || { echo "usage: bench/moe_vs_pytorch.sh TRAINER [PEER_SCRIPT] MODEL:B..." >&2; exit 2; }
 STEPS=${STEPS:-30}
 WORK=${WORK:-/tmp/bench}
 mkdir -p "$WORK"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# The peer's optimizer (AdamW lr 3e-4 from the first step, betas 0.9/0.999, weight decay 0.1,
-# clipping at 1.0) and its data pattern (8 global batches of random tokens, repeated).
-PEER_OPTIMIZER=(-o Optimizer.lr=3e-4 -o Optimizer.min_lr=3e-4 -o Optimizer.warmup_steps=0
-                -o Optimizer.decay_style=constant -o Optimizer.beta1=0.9 -o Optimizer.beta2=0.999
-                -o Optimizer.eps=1e-8 -o Optimizer.weight_decay=0.1 -o Optimizer.grad_clip=1.0)
+source "$ROOT/bench/peer_common.sh"  # random_u32, trainer_side, peer_side
 V=50304 T=2048
 # The shared block: 8 layers of hidden 2048, 16 heads of 128, untied, no dense MLP layer.
 BLOCK=(-o Model.vocab_size=$V -o Model.vocab_pad_multiple=128 -o Model.num_layers=8
        -o Model.hidden_size=2048 -o Model.num_heads=16 -o Model.num_kv_heads=16 -o Model.head_dim=128
        -o Model.max_seq_len=$T -o Model.rope_scaling=none -o Model.rope_theta=1000000
        -o Model.tie_embeddings=false -o Model.moe_aux_loss_coeff=0.01)
-# random_u32 NAME COUNT -> $WORK/NAME.h5: COUNT uniform token ids below V.
-random_u32() {
-  [ -f "$WORK/$1.h5" ] && return 0
-  python3 -c "
-import array, random, sys
-rng = random.Random(0)
-v = int(sys.argv[3])
-array.array('I', (rng.randrange(v) for _ in range(int(sys.argv[2])))).tofile(open(sys.argv[1], 'wb'))" \
-    "$WORK/$1.u32" "$2" "$V"
-  "$TRAINER" pack --tokenizer u32 --vocab-size "$V" --input "$WORK/$1.u32" --output "$WORK/$1.h5" --quiet
-  rm -f "$WORK/$1.u32"
-}
 for spec in "$@"; do
   IFS=: read -r model B <<< "$spec"
   case $model in
@@ -59,38 +44,16 @@ for spec in "$@"; do
   esac
   shape="\"V\":$V,\"T\":$T,\"L\":8,\"D\":2048,\"H\":16,\"KV\":16,\"HD\":128,\"E\":$E,\"K\":$K,\"EF\":$EF,\"aux\":0.01"
   out="$WORK/moe-$model-b$B" data=moe-b$B
-  random_u32 "$data" $((8 * B * T + 1))
-  rm -rf "$out"
+  random_u32 "$data" $((8 * B * T + 1)) "$V"
   TRAINER_OVERRIDES=("${BLOCK[@]}" "${ROUTING[@]}" -o Model.num_experts=$E -o Model.moe_router_topk=$K
                      -o Model.moe_ffn_hidden_size=$EF -o Model.ffn_hidden_size=$EF)
-  # shellcheck disable=SC2086  # TRAINER_ARGS are words
-  if "$TRAINER" train -c "$ROOT/configs/llama-3.2-1b.yaml" "${TRAINER_OVERRIDES[@]}" \
-      -o Data.train_path="$WORK/$data.h5" "${PEER_OPTIMIZER[@]}" \
-      -o Global.micro_batch_size="$B" -o Global.global_batch_size="$B" -o Engine.max_steps="$STEPS" \
-      -o Engine.logging_freq=5 -o Engine.eval_freq=0 -o Engine.save_steps=0 -o Global.device=cuda \
-      -o Engine.output_dir="$out" -o Checkpoint.resume= -o Data.val_path= -o Data.val_fraction=0 \
-      ${TRAINER_ARGS:-} > "$out.log" 2>&1; then
-    ours=$(python3 "$ROOT/bench/metrics.py" summary "$out/metrics.jsonl")
-  else
-    tail -20 "$out.log" >&2
-    ours='{"error": "trainer failed"}'
-  fi
-  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"result\":$ours}"
+  trainer_side "$model" "$B" "$out" "$data" -c "$ROOT/configs/llama-3.2-1b.yaml" \
+    "${TRAINER_OVERRIDES[@]}"
   if [ "${PHASES:-0}" = 1 ]; then  # one step's kernels (ncu) by MoE phase
     MODEL=configs/llama-3.2-1b.yaml B=$B bash "$ROOT/bench/kernel_profile.sh" "$TRAINER" \
       "$out.ncu.csv" "${TRAINER_OVERRIDES[@]}" > "$out.ncu.log" 2>&1 &&
       python3 "$ROOT/bench/kernel_summary.py" "$out.ncu.csv" --moe-phases | grep "^moe phase\|^one step" ||
       echo "kernel profile failed: $out.ncu.log" >&2
   fi
-  [ "${SKIP_PEER:-0}" = 1 ] && continue
-  peer=$(python3 "$PEER" "[{$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2> "$out.peer.err" | tail -1) || true
-  [ -n "$peer" ] || peer='{"error": "no result line"}'
-  echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer}"
-  python3 -c "
-import json, sys
-a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-if 'tok_s' in a and 'tok_s' in b:
-    print(json.dumps({'model': sys.argv[3], 'B': int(sys.argv[4]), 'ratio': round(a['tok_s'] / b['tok_s'], 3),
-                      'trainer_mfu': a.get('mfu'), 'peer_mfu': b.get('mfu'),
-                      'trainer_mem_gib': a.get('mem_gib'), 'peer_mem_gib': b.get('mem_gib')}))" "$ours" "$peer" "$model" "$B"
+  peer_side "$model" "$B" "$shape" "$out"
 done

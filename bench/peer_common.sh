@@ -1,0 +1,61 @@
+# Sourced by the scripts that run the trainer beside a PyTorch peer script (llama_vs_pytorch.sh,
+# moe_vs_pytorch.sh); needs $TRAINER and $WORK.
+# The peer's optimizer (AdamW lr 3e-4 from the first step, betas 0.9/0.999, weight decay 0.1,
+# clipping at 1.0) as trainer overrides; its data pattern is 8 global batches of random tokens,
+# repeated.
+PEER_OPTIMIZER=(-o Optimizer.lr=3e-4 -o Optimizer.min_lr=3e-4 -o Optimizer.warmup_steps=0
+                -o Optimizer.decay_style=constant -o Optimizer.beta1=0.9 -o Optimizer.beta2=0.999
+                -o Optimizer.eps=1e-8 -o Optimizer.weight_decay=0.1 -o Optimizer.grad_clip=1.0)
+# random_u32 NAME COUNT VOCAB -> $WORK/NAME.h5 (once): COUNT uniform token ids below VOCAB.
+random_u32() {
+  [ -f "$WORK/$1.h5" ] && return 0
+  python3 -c "
+import array, random, sys
+rng = random.Random(0)
+v = int(sys.argv[3])
+array.array('I', (rng.randrange(v) for _ in range(int(sys.argv[2])))).tofile(open(sys.argv[1], 'wb'))" \
+    "$WORK/$1.u32" "$2" "$3"
+  "$TRAINER" pack --tokenizer u32 --vocab-size "$3" --input "$WORK/$1.u32" --output "$WORK/$1.h5" --quiet
+  rm -f "$WORK/$1.u32"
+}
+# peer_ratio TRAINER_JSON PEER_JSON MODEL B: one JSON line, tokens/s trainer / peer with both
+# sides' MFU and memory (nothing when either side has no tokens/s).
+peer_ratio() {
+  python3 -c "
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+if 'tok_s' in a and 'tok_s' in b:
+    print(json.dumps({'model': sys.argv[3], 'B': int(sys.argv[4]), 'ratio': round(a['tok_s'] / b['tok_s'], 3),
+                      'trainer_mfu': a.get('mfu'), 'peer_mfu': b.get('mfu'),
+                      'trainer_mem_gib': a.get('mem_gib'), 'peer_mem_gib': b.get('mem_gib')}))" "$@"
+}
+# trainer_side MODEL B OUT DATA ARGS...: one trainer run (ARGS: -c CONFIG and overrides) with the
+# peer's optimizer on $WORK/DATA.h5 at micro-batch B, logged to OUT.log; prints its JSON line
+# and keeps it in $OURS. TRAINER_ARGS adds overrides.
+trainer_side() {
+  local model=$1 B=$2 out=$3 data=$4
+  shift 4
+  rm -rf "$out"
+  # shellcheck disable=SC2086  # TRAINER_ARGS are words
+  if "$TRAINER" train "$@" -o Data.train_path="$WORK/$data.h5" "${PEER_OPTIMIZER[@]}" \
+      -o Global.micro_batch_size="$B" -o Global.global_batch_size="$B" -o Engine.max_steps="$STEPS" \
+      -o Engine.logging_freq=5 -o Engine.eval_freq=0 -o Engine.save_steps=0 \
+      -o Engine.output_dir="$out" -o Checkpoint.resume= -o Data.val_path= -o Data.val_fraction=0 \
+      ${TRAINER_ARGS:-} > "$out.log" 2>&1; then
+    OURS=$(python3 "$ROOT/bench/metrics.py" summary "$out/metrics.jsonl")
+  else
+    tail -20 "$out.log" >&2
+    OURS='{"error": "trainer failed"}'
+  fi
+  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"result\":$OURS}"
+}
+# peer_side MODEL B SHAPE OUT: the peer script $PEER on the JSON keys SHAPE at micro-batch B with
+# torch.compile, then its ratio to $OURS (nothing with SKIP_PEER=1).
+peer_side() {
+  local model=$1 B=$2 shape=$3 out=$4 peer
+  [ "${SKIP_PEER:-0}" = 1 ] && return 0
+  peer=$(python3 "$PEER" "[{$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2> "$out.peer.err" | tail -1) || true
+  [ -n "$peer" ] || peer='{"error": "no result line"}'
+  echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer}"
+  peer_ratio "$OURS" "$peer" "$model" "$B"
+}
