@@ -39,16 +39,6 @@ constexpr RouterCase kRouterCases[] = {
     {"top 1 of 5", 33, 5, 1, false, true, false, true, false, true, 1},
 };
 
-MoeRouting Routing(const RouterCase& c) {
-  MoeRouting r;
-  r.top_k = c.K;
-  r.sigmoid = c.sigmoid;
-  r.pre_softmax = c.pre_softmax;
-  r.norm_topk_prob = c.norm_topk_prob;
-  r.shared_gate = c.shared_gate;
-  return r;
-}
-
 class CudaMoeTest : public CudaVsCpuTest {
  protected:
   std::vector<int32_t> DownloadInts(const DeviceBuffer& b, size_t n) {
@@ -70,7 +60,7 @@ TEST_F(CudaMoeTest, RouterForwardAndBackwardMatchCpu) {
     SCOPED_TRACE(std::string(c.name) + ", " + Trace());
     const int64_t N = c.N;
     const int E = c.E, K = c.K, E2 = E + c.shared_gate, K2 = K + c.shared_gate;
-    const MoeRouting r = Routing(c);
+    const MoeRouting r{c.K, c.sigmoid, c.pre_softmax, c.norm_topk_prob, c.shared_gate};
     std::vector<float> logits = Logits(c, E2);
     std::vector<float> bias = c.bias ? RandomFloats(E, rng_, -0.05f, 0.05f) : std::vector<float>();
     // CPU reference.
