@@ -378,7 +378,7 @@ class Backend {
                          bool inverse) = 0;
   virtual Status RunSwiGluForward(Tensor out, Tensor gate_up) = 0;
   virtual Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) = 0;
-  // Mixture of experts. Default: an error ("MoE runs on CPU ranks in this version").
+  // Mixture of experts. Default: an error ("this backend has no mixture-of-experts kernels").
   virtual Status RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
                                      Tensor logits, Tensor bias, const MoeRouting& r);
   virtual Status RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,

@@ -1,6 +1,6 @@
 // The contracts of Backend's mixture-of-experts ops (backend.h), checked once for every backend
-// (op_contract.h) before the backend's Run* hook, and the hooks' default: backends without MoE
-// kernels (the GPU in this version) refuse them in one line.
+// (op_contract.h) before the backend's Run* hook, and the hooks' default: a backend without MoE
+// kernels refuses them in one line (the CPU's are in cpu/moe.cpp, the GPU's in cuda/moe.cu).
 #include "model/backend.h"
 #include "model/op_contract.h"
 
@@ -44,8 +44,7 @@ void CheckSlots(OpContract& c, DType cd, const char* tokens_name, Tensor tokens,
 
 Status NoMoeKernels(const Backend& b, const char* op) {
   return RuntimeError(StrFormat(
-      "%s (%s backend): MoE runs on CPU ranks in this version; the CUDA kernels (router top-k, "
-      "permutation, grouped GEMM, combine) are not built yet. Set Global.device=cpu",
+      "%s (%s backend): this backend has no mixture-of-experts kernels. Set Global.device=cpu",
       op, b.name().c_str()));
 }
 
