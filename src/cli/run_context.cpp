@@ -28,16 +28,10 @@ Status RunContext::Agree(const Status& local) {
 Status RunContext::SetupDevice(const TrainConfig& config) {
   const std::string& wanted = config.global.device;
   const int visible = VisibleCudaDevices();
-  // The MoE expert bias runs on CPU ranks in this version (ValidateConfig refuses it with
-  // device=cuda).
-  const bool cpu_only = config.model.moe() && config.model.moe_router_bias_update_rate > 0;
-  const bool use_cuda = wanted == "cuda" || (wanted == "auto" && visible > 0 && !cpu_only);
+  const bool use_cuda = wanted == "cuda" || (wanted == "auto" && visible > 0);
   if (!use_cuda) {
     backend = MakeCpuBackend();
-    if (wanted == "auto" && visible > 0 && cpu_only)
-      LogInfo("device: cpu (Model.moe_router_bias_update_rate > 0: the expert bias runs on CPU "
-              "ranks in this version)");
-    else if (wanted == "auto")
+    if (wanted == "auto")
       LogInfo(CudaBackendCompiled() ? "device: cpu (no GPU visible; fp32 CPU path)"
                                     : "device: cpu (built without CUDA; fp32 CPU path)");
     else

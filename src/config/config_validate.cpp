@@ -283,12 +283,6 @@ Status CheckMoe(const TrainConfig& c, Checker& check) {
                       StrFormat("Set Model.moe_first_k_dense below %d, or Model.num_experts=0 "
                                 "for a dense model",
                                 m.num_layers));
-  if (c.global.device == "cuda" && m.moe_router_bias_update_rate > 0)
-    return check.Fail(check.Show("Model.moe_router_bias_update_rate") +
-                          ": the aux-loss-free expert bias runs on CPU ranks in this version "
-                          "(the GPU keeps parameters in bf16, the bias must stay f32)",
-                      {"Model.moe_router_bias_update_rate", "Global.device"},
-                      "Set Model.moe_router_bias_update_rate=0 on the GPU, or Global.device=cpu");
   return Status::Ok();
 }
 

@@ -271,8 +271,9 @@ class Backend {
   // sigmoid); experts (N,K) i32, the K chosen, in ascending order (the top K by probs, or by the
   // logits with !pre_softmax; equal scores: the lower expert index first); weights (N,K') f32
   // their weights (and the shared expert's gate, sigmoid(logits[:, E])); lse (N) f32 the
-  // logsumexp of the E logits (for the z-loss). bias (E) f32, when not empty, is added to what
-  // the choice compares (scores, or logits) and to nothing else (DeepSeek-V3's expert bias).
+  // logsumexp of the E logits (for the z-loss). bias (E) f32 or compute, when not empty, is added
+  // to what the choice compares (scores, or logits) and to nothing else (DeepSeek-V3's expert
+  // bias; on the GPU its bf16 parameter copy, widened to f32).
   Status MoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse, Tensor logits,
                           Tensor bias, const MoeRouting& r);
   // dlogits (N,E') f32 = the gradient through the weights (dweights (N,K') f32), plus the

@@ -54,7 +54,9 @@ Status Backend::MoeRouterForward(Tensor weights, Tensor experts, Tensor probs, T
                                  Tensor logits, Tensor bias, const MoeRouting& r) {
   OpContract c(*this, "MoeRouterForward");
   CheckRouter(c, weights, experts, probs, logits, r);
-  c.Has("lse", lse, DType::kF32, Rows(logits)).Optional(bias).PerColumn("bias", bias, DType::kF32,
+  // The bias: f32, or the compute dtype (the GPU's bf16 copy of the parameter).
+  const DType bias_dtype = bias.dtype == compute_dtype() ? compute_dtype() : DType::kF32;
+  c.Has("lse", lse, DType::kF32, Rows(logits)).Optional(bias).PerColumn("bias", bias, bias_dtype,
                                                                          "probs", probs);
   TRAINER_RETURN_IF_ERROR(c.status());
   return RunMoeRouterForward(weights, experts, probs, lse, logits, bias, r);

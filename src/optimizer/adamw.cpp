@@ -83,14 +83,23 @@ Status AdamW::SetMaster(const std::vector<float>& flat) {
 }
 
 Status AdamW::AddToParameters(size_t offset, const std::vector<float>& delta) {
-  auto add = [](Backend* be, Tensor t, const float* d) -> Status {
-    std::vector<float> values(static_cast<size_t>(t.numel()));
-    TRAINER_RETURN_IF_ERROR(be->CopyToHost(values.data(), t.data, values.size() * 4));
-    for (size_t i = 0; i < values.size(); ++i) values[i] += d[i];
-    return be->CopyToDevice(t.data, values.data(), values.size() * 4);
+  // The master rows += delta; the compute parameters then take the new master values (rounded to
+  // bf16 on the GPU, so that the copy never drifts from the master).
+  auto add = [](Backend* be, Tensor t, const float* d, std::vector<float>* values) -> Status {
+    values->resize(static_cast<size_t>(t.numel()));
+    TRAINER_RETURN_IF_ERROR(be->CopyToHost(values->data(), t.data, values->size() * 4));
+    for (size_t i = 0; i < values->size(); ++i) (*values)[i] += d[i];
+    return be->CopyToDevice(t.data, values->data(), values->size() * 4);
   };
-  TRAINER_ASSERT(model_->parameter_buffer().dtype == DType::kF32,
-                 "AddToParameters needs f32 compute parameters (the CPU path)");
+  auto set = [](Backend* be, Tensor t, const std::vector<float>& values) -> Status {
+    if (t.dtype == DType::kF32) return be->CopyToDevice(t.data, values.data(), values.size() * 4);
+    std::vector<uint16_t> rounded(values.size());
+    for (size_t i = 0; i < values.size(); ++i) rounded[i] = FloatToBF16(values[i]);
+    return be->CopyToDevice(t.data, rounded.data(), rounded.size() * 2);
+  };
+  const DType pd = model_->parameter_buffer().dtype;
+  TRAINER_ASSERT(pd == DType::kF32 || pd == DType::kBF16,
+                 "AddToParameters needs f32 or bf16 compute parameters");
   // This rank's pieces of [offset, offset + n): the master copy and the compute parameters; the
   // units kept whole then gather them, as after a step.
   const ShardLayout& layout = model_->shard_layout();
@@ -100,8 +109,9 @@ Status AdamW::AddToParameters(size_t offset, const std::vector<float>& delta) {
     const int64_t local = static_cast<int64_t>(at - layout.piece_begin(u)),
                   count = static_cast<int64_t>(n);
     const float* d = delta.data() + (at - offset);
-    status = add(state_backend(), master_.rows(static_cast<int64_t>(to), count), d);
-    if (status.ok()) status = add(model_->backend(), model_->ParamPiece(u).rows(local, count), d);
+    std::vector<float> values;
+    status = add(state_backend(), master_.rows(static_cast<int64_t>(to), count), d, &values);
+    if (status.ok()) status = set(model_->backend(), model_->ParamPiece(u).rows(local, count), values);
   });
   TRAINER_RETURN_IF_ERROR(status);
   return GatherWholeUnits();

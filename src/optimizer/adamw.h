@@ -44,8 +44,8 @@ class AdamW {
   Status Download(int which, std::vector<float>* flat) const;
   Status Upload(int which, const std::vector<float>& flat);
   // Adds delta to the parameters [offset, offset + delta.size()) of the flat buffers outside the
-  // gradient step: to the master weights this rank holds and to the model's compute copy (every
-  // rank calls it with the same delta). MoE's expert bias, which no gradient moves (its moments
+  // gradient step: to the master weights this rank holds, and the model's compute copy set from
+  // them (rounded to bf16 on the GPU; every rank calls it with the same delta). MoE's expert bias, which no gradient moves (its moments
   // stay zero), is updated this way after each step.
   Status AddToParameters(size_t offset, const std::vector<float>& delta);
 

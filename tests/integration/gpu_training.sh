@@ -86,17 +86,14 @@ echo "== llama with q/k norm, fp32 on the GPU vs the CPU"
 compare_curves llama-qk-gpu-fp32/metrics.jsonl llama-qk-cpu/metrics.jsonl 2e-4 3e-5 50 ||
   fail "the fp32 GPU llama curve leaves the CPU curve"
 # A mixture of experts on the llama block (moe.cu's router, permutation and combine, the experts'
-# GEMMs over their row groups, aux and z losses), 20 steps: the first step's loss within 1% of the
-# CPU's (the same initial weights and batch), the loss falls, and every step within 10% of the
-# CPU's curve, 3% on average (bf16 activations route a token whose scores nearly tie to another
-# expert now and then, which the dense curves do not see).
-MOE=("${LLAMA[@]}" -o Model.num_experts=8 -o Model.moe_router_topk=2 -o Model.moe_ffn_hidden_size=96
-     -o Model.moe_shared_expert_intermediate_size=64 -o Model.moe_aux_loss_coeff=0.01
-     -o Model.moe_z_loss_coeff=0.001 -o Engine.max_steps=20)
-train moe-cpu 1 cpu "${MOE[@]}"
-train moe-gpu1 1 cuda "${MOE[@]}"
-echo "== MoE llama, one GPU (bf16) vs CPU (fp32)"
-python3 - moe-gpu1/metrics.jsonl moe-cpu/metrics.jsonl <<'PY' || fail "the MoE run on the GPU"
+# GEMMs over their row groups, aux and z losses), 20 steps, Qwen2-MoE-like (softmax, a shared
+# expert) and DeepSeek-like (sigmoid scores, renormalised top-k, the expert bias moved after each
+# step): the first step's loss within 1% of the CPU's (the same initial weights and batch), the
+# loss falls, and every step within 10% of the CPU's curve, 3% on average (bf16 activations route
+# a token whose scores nearly tie to another expert now and then, which the dense curves do not
+# see).
+moe_check() {  # GPU_METRICS CPU_METRICS
+  python3 - "$@" <<'PY'
 import json, sys
 def losses(path):
     return {r["step"]: r for r in map(json.loads, open(path)) if "loss" in r and "step" in r}
@@ -112,6 +109,17 @@ diffs = [abs(gpu[s]["loss"] / cpu[s]["loss"] - 1) for s in gpu]
 print("worst step %.4f, mean %.4f" % (max(diffs), sum(diffs) / len(diffs)))
 assert max(diffs) < 0.10 and sum(diffs) / len(diffs) < 0.03, "the curve leaves the CPU's"
 PY
+}
+MOE=("${LLAMA[@]}" -o Model.num_experts=8 -o Model.moe_router_topk=2 -o Model.moe_ffn_hidden_size=96
+     -o Model.moe_aux_loss_coeff=0.01 -o Model.moe_z_loss_coeff=0.001 -o Engine.max_steps=20)
+for variant in "qwen2 -o Model.moe_shared_expert_intermediate_size=64" \
+               "deepseek -o Model.moe_router_score_function=sigmoid -o Model.moe_norm_topk_prob=true -o Model.moe_router_bias_update_rate=0.001"; do
+  set -- $variant; name=moe-$1; shift
+  train "$name-cpu" 1 cpu "${MOE[@]}" "$@"
+  train "$name-gpu1" 1 cuda "${MOE[@]}" "$@"
+  echo "== $name llama, one GPU (bf16) vs CPU (fp32)"
+  moe_check "$name-gpu1/metrics.jsonl" "$name-cpu/metrics.jsonl" || fail "$name on the GPU"
+done
 # Dropout, GPT-2 without biases: the GPU's hidden-dropout masks are the CPU's (philox.h), so with
 # hidden dropout the bf16 curve tracks the CPU's within the bounds above. cuDNN's attention
 # dropout draws masks of its own (seeded from the step, layer and micro-batch), so that run is

@@ -1,8 +1,9 @@
 // GPU tests of the CUDA backend's mixture-of-experts ops against their CPU twins (cpu/moe.cpp):
 // - the router forward (f32 on both): the chosen experts exactly, the scores, weights and
 //   logsumexp within f32 rounding, over softmax and sigmoid scores, top-k after or before the
-//   softmax, norm_topk_prob, the shared expert's gate, the expert bias, and logits drawn from a
-//   few values so that scores tie (the lower expert index must win, as on the CPU);
+//   softmax, norm_topk_prob, the shared expert's gate, the expert bias (f32, and the GPU model's
+//   bf16 copy), and logits drawn from a few values so that scores tie (the lower expert index
+//   must win, as on the CPU);
 // - the router backward (aux loss per micro-batch and per sequence, z-loss);
 // - scatter, gather (the weighted combine, and the permutation's backward accumulating), slot
 //   dots, over dispatch plans from the host planner (PlanMoeDispatch): random routing, empty
@@ -62,7 +63,9 @@ TEST_F(CudaMoeTest, RouterForwardAndBackwardMatchCpu) {
     const int E = c.E, K = c.K, E2 = E + c.shared_gate, K2 = K + c.shared_gate;
     const MoeRouting r{c.K, c.sigmoid, c.pre_softmax, c.norm_topk_prob, c.shared_gate};
     std::vector<float> logits = Logits(c, E2);
-    std::vector<float> bias = c.bias ? RandomFloats(E, rng_, -0.05f, 0.05f) : std::vector<float>();
+    // bf16 values, so that the GPU's bf16 parameter copy holds the same bias as the f32 one.
+    std::vector<float> bias =
+        c.bias ? Rounded(RandomFloats(E, rng_, -0.05f, 0.05f), DType::kBF16) : std::vector<float>();
     // CPU reference.
     std::vector<float> weights(N * K2), probs(N * E), lse(N);
     std::vector<int32_t> experts(N * K);
@@ -73,14 +76,19 @@ TEST_F(CudaMoeTest, RouterForwardAndBackwardMatchCpu) {
     auto g_logits = F32(logits, {N, E2}), g_weights = F32(std::vector<float>(N * K2), {N, K2}),
          g_probs = F32(std::vector<float>(N * E), {N, E}), g_lse = F32(std::vector<float>(N), {N});
     auto g_experts = Ints(std::vector<int32_t>(N * K), {N, K});
-    auto g_bias = c.bias ? F32(bias, {E}) : nullptr;
-    ASSERT_STATUS_OK(gpu_->MoeRouterForward(g_weights->tensor(), g_experts->tensor(),
-                                            g_probs->tensor(), g_lse->tensor(), g_logits->tensor(),
-                                            c.bias ? g_bias->tensor() : Tensor(), r));
-    EXPECT_EQ(DownloadInts(*g_experts, N * K), experts) << "the chosen experts";
-    EXPECT_RELATIVE_ERROR_BELOW(g_weights->Download(), weights, 1e-5);
-    EXPECT_RELATIVE_ERROR_BELOW(g_probs->Download(), probs, 1e-5);
-    EXPECT_RELATIVE_ERROR_BELOW(g_lse->Download(), lse, 1e-5);
+    // The bias as f32, and as the bf16 parameter copy the GPU model passes.
+    for (bool bf16_bias : {false, true}) {
+      if (bf16_bias && !c.bias) break;
+      SCOPED_TRACE(bf16_bias ? "bf16 bias" : "f32 bias");
+      auto g_bias = !c.bias ? nullptr : bf16_bias ? Compute(bias, {E}) : F32(bias, {E});
+      ASSERT_STATUS_OK(gpu_->MoeRouterForward(
+          g_weights->tensor(), g_experts->tensor(), g_probs->tensor(), g_lse->tensor(),
+          g_logits->tensor(), c.bias ? g_bias->tensor() : Tensor(), r));
+      EXPECT_EQ(DownloadInts(*g_experts, N * K), experts) << "the chosen experts";
+      EXPECT_RELATIVE_ERROR_BELOW(g_weights->Download(), weights, 1e-5);
+      EXPECT_RELATIVE_ERROR_BELOW(g_probs->Download(), probs, 1e-5);
+      EXPECT_RELATIVE_ERROR_BELOW(g_lse->Download(), lse, 1e-5);
+    }
 
     // Backward from the CPU's forward (the same inputs on both), with the aux and z losses.
     std::vector<float> dweights = RandomFloats(N * K2, rng_);

@@ -27,6 +27,13 @@ const float* OrNull(Tensor t) {
 
 Status CudaBackend::RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
                                         Tensor logits, Tensor bias, const MoeRouting& r) {
+  if (!bias.empty() && bias.dtype != DType::kF32) {  // the bf16 parameter copy, widened
+    void* wide = nullptr;
+    TRAINER_RETURN_IF_ERROR(Scratch(bias.numel() * sizeof(float), &wide));
+    Tensor f32(wide, DType::kF32, {bias.numel()});
+    TRAINER_RETURN_IF_ERROR(RunConvert(f32, bias));
+    bias = f32;
+  }
   CUDA_CHECK(cuda::LaunchMoeRouterForward(weights.as<float>(), experts.as<int32_t>(),
                                           probs.as<float>(), lse.as<float>(), logits.as<float>(),
                                           OrNull(bias), RouterDims(logits, r), stream_));
