@@ -109,10 +109,18 @@ def inv_freq(cfg, D):
     return torch.tensor(f, dtype=torch.float64)
 
 
-def reference_logits(folder, tokens):
-    """The llama family's forward in float64, from the weights and config.json alone."""
+def dense_mlp(W, b, x, prefix="mlp."):
+    """SwiGLU: down(silu(gate x) * up x) of the projections under b + prefix."""
+    gate, up = x @ W[b + prefix + "gate_proj.weight"].T, x @ W[b + prefix + "up_proj.weight"].T
+    return (torch.nn.functional.silu(gate) * up) @ W[b + prefix + "down_proj.weight"].T
+
+
+def reference_logits(folder, tokens, mlp=None):
+    """The llama family's forward in float64, from the weights and config.json alone. mlp(W, cfg,
+    layer, x) replaces the dense SwiGLU MLP (hf_moe.py's mixture of experts)."""
     cfg = json.load(open(f"{folder}/config.json"))
     W = {k: v.double() for k, v in load_weights(folder).items()}
+    mlp = mlp or (lambda W, cfg, l, x: dense_mlp(W, f"model.layers.{l}.", x))
     H, KV, C = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"]
     D = cfg.get("head_dim") or C // H
     eps, T = cfg["rms_norm_eps"], len(tokens)
@@ -146,13 +154,12 @@ def reference_logits(folder, tokens):
         att = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(D) + mask, -1) @ v
         h = h + linear(att.transpose(0, 1).reshape(T, H * D), b + "self_attn.o_proj")
         x = rms(h, W[b + "post_attention_layernorm.weight"])
-        gate, up = linear(x, b + "mlp.gate_proj"), linear(x, b + "mlp.up_proj")
-        h = h + linear(torch.nn.functional.silu(gate) * up, b + "mlp.down_proj")
+        h = h + mlp(W, cfg, l, x)
     head = W.get("lm_head.weight", W["model.embed_tokens.weight"])
     return rms(h, W["model.norm.weight"]) @ head.T
 
 
-def check(folder, text, T, eval_json, reference_only):
+def check(folder, text, T, eval_json, reference_only, mlp=None):
     stream = list(open(text, "rb").read()) + [256]
     samples = [(stream[i * T:i * T + T], stream[i * T + 1:i * T + T + 1]) for i in range(2)]
     ce = torch.nn.functional.cross_entropy
@@ -161,7 +168,7 @@ def check(folder, text, T, eval_json, reference_only):
         return sum(ce(logits_of(x).double(), torch.tensor(y)).item() for x, y in samples) / 2
 
     got = json.loads(open(eval_json).read().splitlines()[-1])["loss"]
-    ref = loss(lambda x: reference_logits(folder, x))
+    ref = loss(lambda x: reference_logits(folder, x, mlp))
     arch = json.load(open(f"{folder}/config.json"))["architectures"][0]
     line = f"{folder} ({arch}): trainer eval {got:.7f}; float64 reference {ref:.7f} " \
            f"(relative {abs(got - ref) / ref:.1e})"

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Hugging Face mixture-of-experts models in and out, against transformers itself: 4.46.3 from
+# hf_venv.sh (skipped, exit 77, without it), or the python named by TRAINER_HF_PYTHON (the H200
+# machine's transformers 5, which also has Qwen3-MoE). hf_moe.py makes tiny random models with
+# transformers: a Qwen2MoeForCausalLM (layer 0 dense, shared expert, q/k/v biases, 20 KB shards
+# with an index) and a MixtralForCausalLM (every layer sparse, router_jitter_noise, warned
+# about), and a Qwen3MoeForCausalLM where transformers has it (else that family is skipped with a
+# line). For each: `trainer inspect` gives the -o Model.* overrides; a run with those,
+# Checkpoint.init_from and learning rate 0 saves the imported weights, whose `trainer eval` loss
+# on two samples must be transformers' and hf_moe.py's float64 reference's (1e-5 relative); then
+# 4 training steps on tp2, `trainer export`, and transformers' loss of the export must be trainer
+# eval's of the trained checkpoint. Refusals, one line each: OLMoE, a missing, a duplicated and a
+# ninth expert, a sigmoid scoring_func, sparse layers the trainer's keys cannot express, and the
+# export of a MoE model no class computes.
+source "$(dirname "$0")/lib.sh"
+if [ -n "${TRAINER_HF_PYTHON:-}" ]; then PY=$TRAINER_HF_PYTHON
+else PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?; fi
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
+HELPER="$SRC/tests/integration/hf_moe.py"
+word_text text.txt
+T=32
+COMMON=(-c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=text.h5 -o Data.val_fraction=0
+        -o Global.micro_batch_size=2 -o Global.global_batch_size=4 -o Engine.eval_freq=0
+        -o Engine.logging_freq=1 -o Model.seq_len=$T)
+evaluate() {  # checkpoints, output json
+  "$TRAINER" eval "$1" --data text.h5 -b 1 --batches 2 > "$2" 2> "$2.err" ||
+    { cat "$2" "$2.err"; fail "trainer eval $1"; }
+}
+overrides() { sed -n 's/^  init_from needs  //p' "inspect-$1.txt"; }
+
+for case in qwen2_moe mixtral qwen3_moe; do
+  if ! "$PY" "$HELPER" has "$case"; then
+    echo "skip $case: transformers $("$PY" -c 'import transformers; print(transformers.__version__)') has no ${case} class (TRAINER_HF_PYTHON=<python with transformers 5> runs it)"
+    continue
+  fi
+  "$PY" "$HELPER" make "$case" "hf-$case" || fail "making the $case model"
+  "$TRAINER" inspect "hf-$case" > "inspect-$case.txt" 2> "inspect-$case.err" ||
+    { cat "inspect-$case.txt" "inspect-$case.err"; fail "inspect $case"; }
+  read -ra MODEL <<< "$(overrides "$case")"
+  [ "${#MODEL[@]}" -gt 40 ] || { cat "inspect-$case.txt"; fail "inspect $case: no MoE overrides"; }
+  run_np 2 train "${COMMON[@]}" "${MODEL[@]}" -o Checkpoint.init_from="hf-$case" -o Optimizer.lr=0 \
+    -o Optimizer.min_lr=0 -o Engine.max_steps=1 -o Engine.save_steps=1 \
+    -o Engine.output_dir="init-$case" > "init-$case.log" 2>&1 ||
+    { tail -20 "init-$case.log"; fail "init_from $case failed"; }
+  grep -q "initial weights from .*Hugging Face" "init-$case.log" || fail "$case: init_from not said"
+  evaluate "init-$case/checkpoints" "eval-init-$case.json"
+  "$PY" "$HELPER" check "hf-$case" text.txt $T "eval-init-$case.json" ||
+    fail "$case: the imported model's loss"
+  run_np 2 train "${COMMON[@]}" "${MODEL[@]}" -o Checkpoint.init_from="hf-$case" \
+    -o Optimizer.lr=1e-2 -o Optimizer.warmup_steps=0 -o Engine.max_steps=4 -o Engine.save_steps=4 \
+    -o Distributed.tp_degree=2 -o Engine.output_dir="trained-$case" > "trained-$case.log" 2>&1 ||
+    { tail -20 "trained-$case.log"; fail "training $case failed"; }
+  evaluate "trained-$case/checkpoints" "eval-trained-$case.json"
+  cmp -s <(tail -1 "eval-init-$case.json") <(tail -1 "eval-trained-$case.json") &&
+    fail "$case: training did not change the loss"
+  shard=(); [ "$case" = qwen2_moe ] && shard=(--max-shard-size 20KB)
+  "$TRAINER" export "trained-$case/checkpoints" --output "export-$case" "${shard[@]}" \
+    > "export-$case.log" || fail "export $case"
+  "$PY" "$HELPER" check "export-$case" text.txt $T "eval-trained-$case.json" ||
+    fail "$case: the exported model's loss"
+done
+grep -q "warning: MixtralForCausalLM has router_jitter_noise 0.01" init-mixtral.log ||
+  fail "mixtral: no warning about router_jitter_noise"
+python3 - <<'PY'
+import json, os
+for case, arch in (("qwen2_moe", "Qwen2MoeForCausalLM"), ("mixtral", "MixtralForCausalLM"),
+                   ("qwen3_moe", "Qwen3MoeForCausalLM")):
+    if not os.path.exists(f"export-{case}"):
+        continue
+    c = json.load(open(f"export-{case}/config.json"))
+    assert c["architectures"] == [arch] and c["num_experts_per_tok"] == 2, (case, c)
+    if case != "mixtral":
+        assert c["mlp_only_layers"] == [0] and c["decoder_sparse_step"] == 1, c
+        assert c["norm_topk_prob"] == (case == "qwen3_moe"), c
+index = json.load(open("export-qwen2_moe/model.safetensors.index.json"))["weight_map"]
+assert "model.layers.2.mlp.experts.7.down_proj.weight" in index, sorted(index)[:10]
+assert not any("gate_up_proj" in k for k in index)
+print(f"exports: config.json of each class; Qwen2-MoE in {len(set(index.values()))} shards")
+PY
+
+# Bad input: one line each, naming what is wrong.
+read -ra MODEL <<< "$(overrides qwen2_moe)"
+bad() {  # text folder [overrides...]
+  local text=$1 dir=$2
+  shift 2
+  expect_error 4 "$text" run_np 1 train "${COMMON[@]}" "${MODEL[@]}" "$@" \
+    -o Checkpoint.init_from="$dir" -o Engine.output_dir="bad-$dir"
+}
+"$PY" "$HELPER" make olmoe hf-olmoe || fail "making the OLMoE model"
+bad "OlmoeForCausalLM is not supported: its q_norm and k_norm are RMSNorms over the whole" hf-olmoe
+for what in missing duplicated extra sigmoid sparse_step; do
+  "$PY" "$HELPER" edit hf-qwen2_moe "$what" || fail "editing $what"
+done
+bad "lacks expert 3 of layer 1: no model.layers.1.mlp.experts.3.up_proj.weight" hf-qwen2_moe-missing
+bad "holds expert 0 of layer 2 twice: model.layers.2.mlp.experts.0.gate_proj.weight and model.layers.2.mlp.experts.gate_up_proj\\[0\\]" \
+  hf-qwen2_moe-duplicated
+bad "holds model.layers.1.mlp.experts.8.up_proj.weight \\[32, 64\\], which the Qwen2MoeForCausalLM" \
+  hf-qwen2_moe-extra
+bad "scoring_func sigmoid is not supported" hf-qwen2_moe-sigmoid
+bad "the MoE layers 1,3 (decoder_sparse_step 2, mlp_only_layers) are not the first dense layers" \
+  hf-qwen2_moe-sparse_step -o Model.num_layers=4
+bad "Model.moe_norm_topk_prob is true, the pretrained model's false" hf-qwen2_moe \
+  -o Model.moe_norm_topk_prob=true
+bad "Model.moe_first_k_dense=0 and Model.moe_layer_freq=1 make layers 0,1,2 MoE layers, the pretrained model has 1,2" \
+  hf-qwen2_moe -o Model.moe_first_k_dense=0
+run_np 1 train "${COMMON[@]}" -o Model.num_experts=4 -o Model.moe_router_score_function=sigmoid \
+  -o Engine.max_steps=1 -o Engine.save_steps=1 -o Engine.output_dir=sigmoid > sigmoid.log 2>&1 ||
+  { tail -20 sigmoid.log; fail "training a sigmoid-routed model"; }
+expect_error 2 "has a sigmoid router: Qwen2-MoE, Mixtral and Qwen3-MoE route by a softmax" \
+  "$TRAINER" export sigmoid/checkpoints --output export-sigmoid
+echo "PASS: Hugging Face MoE import and export"
