@@ -22,9 +22,9 @@ std::string ExpertName(bool mixtral, int layer, int e, Part part) {
   const char* qwen[] = {"gate_proj", "up_proj", "down_proj"};
   const char* mix[] = {"w1", "w3", "w2"};
   const int i = static_cast<int>(part);
-  return mixtral ? StrFormat("model.layers.%d.block_sparse_moe.experts.%d.%s.weight", layer, e,
-                             mix[i])
-                 : StrFormat("model.layers.%d.mlp.experts.%d.%s.weight", layer, e, qwen[i]);
+  return mixtral
+             ? StrFormat("model.layers.%d.block_sparse_moe.experts.%d.%s.weight", layer, e, mix[i])
+             : StrFormat("model.layers.%d.mlp.experts.%d.%s.weight", layer, e, qwen[i]);
 }
 
 std::string MixtralRouterName(int layer) {
@@ -78,6 +78,7 @@ Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, ModelConfig
   TRAINER_RETURN_IF_ERROR(r.Get("num_experts_per_tok", &topk));
   if (!mixtral) TRAINER_RETURN_IF_ERROR(r.Get("moe_intermediate_size", &ffn));
   if (qwen2) TRAINER_RETURN_IF_ERROR(r.Get("shared_expert_intermediate_size", &shared));
+  if (qwen2) TRAINER_RETURN_IF_ERROR(r.Get("qkv_bias", &m->qkv_bias));  // transformers 5's key
   TRAINER_RETURN_IF_ERROR(r.Get("decoder_sparse_step", &step));
   TRAINER_RETURN_IF_ERROR(r.Get("mlp_only_layers", &mlp_only));
   TRAINER_RETURN_IF_ERROR(r.Get("norm_topk_prob", &norm_topk));
@@ -86,40 +87,46 @@ Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, ModelConfig
   TRAINER_RETURN_IF_ERROR(r.Get("router_jitter_noise", &jitter));
   TRAINER_RETURN_IF_ERROR(r.Get("scoring_func", &scoring));
   if (scoring != "softmax")
-    return r.Refuse(StrFormat("scoring_func %s is not supported: %s's router is a softmax over "
-                              "the experts (Model.moe_router_score_function=softmax)",
-                              scoring.c_str(), arch.c_str()));
+    return r.Refuse(
+        StrFormat("scoring_func %s is not supported: %s's router is a softmax over "
+                  "the experts (Model.moe_router_score_function=softmax)",
+                  scoring.c_str(), arch.c_str()));
   if (experts <= 0 || topk <= 0 || topk > experts)
-    return r.Refuse(StrFormat("num_experts_per_tok %d with %d experts: give 1 to num_experts", topk,
-                              experts));
-  if (ffn <= 0) return r.Refuse(StrFormat("the experts' intermediate size %d is not positive", ffn));
+    return r.Refuse(
+        StrFormat("num_experts_per_tok %d with %d experts: give 1 to num_experts", topk, experts));
+  if (ffn <= 0)
+    return r.Refuse(StrFormat("the experts' intermediate size %d is not positive", ffn));
   if (qwen2 && shared <= 0)
-    return r.Refuse(StrFormat("shared_expert_intermediate_size %d: a Qwen2MoeForCausalLM always "
-                              "has a shared expert, of positive size",
-                              shared));
+    return r.Refuse(
+        StrFormat("shared_expert_intermediate_size %d: a Qwen2MoeForCausalLM always "
+                  "has a shared expert, of positive size",
+                  shared));
   if (step <= 0) return r.Refuse(StrFormat("decoder_sparse_step %d is not positive", step));
   int window = 0;
   if (mixtral && r.Has("sliding_window")) {
     TRAINER_RETURN_IF_ERROR(r.Get("sliding_window", &window));
     if (window < m->max_seq_len)
-      return r.Refuse(StrFormat("sliding_window %d is not supported (full attention only; null, "
-                                "or at least max_position_embeddings %d)",
-                                window, m->max_seq_len));
+      return r.Refuse(
+          StrFormat("sliding_window %d is not supported (full attention only; null, "
+                    "or at least max_position_embeddings %d)",
+                    window, m->max_seq_len));
   }
   if (jitter > 0)
-    LogWarning(StrFormat("%s has router_jitter_noise %g, transformers' training-only noise on the "
-                         "router's input: this trainer does not apply it (training goes on "
-                         "without it; inference is the same)",
-                         arch.c_str(), jitter));
+    LogWarning(
+        StrFormat("%s has router_jitter_noise %g, transformers' training-only noise on the "
+                  "router's input: this trainer does not apply it (training goes on "
+                  "without it; inference is the same)",
+                  arch.c_str(), jitter));
   // The sparse layers by transformers' rule, then the (first_k_dense, layer_freq) giving them.
   const std::set<int> dense(mlp_only.begin(), mlp_only.end());
   std::vector<int> sparse;
   for (int l = 0; l < m->num_layers; ++l)
     if (mixtral || (!dense.count(l) && (l + 1) % step == 0)) sparse.push_back(l);
   if (sparse.empty())
-    return r.Refuse(StrFormat("decoder_sparse_step %d and mlp_only_layers leave no MoE layer of "
-                              "%d: this is a dense model, which this trainer imports as one",
-                              step, m->num_layers));
+    return r.Refuse(
+        StrFormat("decoder_sparse_step %d and mlp_only_layers leave no MoE layer of "
+                  "%d: this is a dense model, which this trainer imports as one",
+                  step, m->num_layers));
   m->num_experts = experts;
   m->moe_router_topk = topk;
   m->moe_ffn_hidden_size = ffn;
@@ -157,9 +164,9 @@ std::string MoeModelOverrides(const ModelConfig& m) {
 
 std::string MoeDifference(const ModelConfig& a, const ModelConfig& b) {
   auto differs = [](const char* key, const std::string& x, const std::string& y) {
-    return x == y ? std::string()
-                  : StrFormat("Model.%s is %s, the pretrained model's %s", key, x.c_str(),
-                              y.c_str());
+    return x == y
+               ? std::string()
+               : StrFormat("Model.%s is %s, the pretrained model's %s", key, x.c_str(), y.c_str());
   };
   const std::string experts =
       differs("num_experts", std::to_string(a.num_experts), std::to_string(b.num_experts));
@@ -168,8 +175,7 @@ std::string MoeDifference(const ModelConfig& a, const ModelConfig& b) {
   const std::vector<std::tuple<const char*, std::string, std::string>> keys = {
       {"moe_router_topk", std::to_string(a.moe_router_topk), std::to_string(b.moe_router_topk)},
       {"moe_ffn_hidden_size", std::to_string(a.moe_ffn_size()), std::to_string(b.moe_ffn_size())},
-      {"moe_shared_expert_intermediate_size",
-       std::to_string(a.moe_shared_expert_intermediate_size),
+      {"moe_shared_expert_intermediate_size", std::to_string(a.moe_shared_expert_intermediate_size),
        std::to_string(b.moe_shared_expert_intermediate_size)},
       {"moe_router_score_function", a.moe_router_score_function, b.moe_router_score_function}};
   for (const auto& [key, x, y] : keys)
@@ -191,9 +197,10 @@ std::string MoeDifference(const ModelConfig& a, const ModelConfig& b) {
 
 Status MoeExportClass(const ModelConfig& m, HfMoeClass* c) {
   auto refuse = [&](const std::string& why) {
-    return UsageError(StrFormat("the checkpoint's MoE model (Model.num_experts=%d) %s; keep the "
-                                "checkpoint (trainer sample and eval run it)",
-                                m.num_experts, why.c_str()));
+    return UsageError(
+        StrFormat("the checkpoint's MoE model (Model.num_experts=%d) %s; keep the "
+                  "checkpoint (trainer sample and eval run it)",
+                  m.num_experts, why.c_str()));
   };
   if (m.moe_router_score_function != "softmax")
     return refuse("has a " + m.moe_router_score_function +
@@ -215,14 +222,16 @@ Status MoeExportClass(const ModelConfig& m, HfMoeClass* c) {
                            "(Model.moe_shared_expert_intermediate_size > 0)");
   const bool mixtral = !qwen2 && !qwen3;
   if ((mixtral || qwen2) && m.head_size() * m.num_heads != m.hidden_size)
-    return refuse(StrFormat("has head_dim %d, not hidden_size / num_heads (%d): Qwen2-MoE and "
-                            "Mixtral derive it so",
-                            m.head_size(), m.hidden_size / m.num_heads));
+    return refuse(
+        StrFormat("has head_dim %d, not hidden_size / num_heads (%d): Qwen2-MoE and "
+                  "Mixtral derive it so",
+                  m.head_size(), m.hidden_size / m.num_heads));
   const std::vector<int> sparse = MoeLayers(m);
   if (mixtral && static_cast<int>(sparse.size()) != m.num_layers)
-    return refuse(StrFormat("has dense layers (MoE layers %s of %d): Mixtral's every layer is "
-                            "sparse (Qwen2-MoE and Qwen3-MoE take dense layers)",
-                            LayerList(sparse).c_str(), m.num_layers));
+    return refuse(
+        StrFormat("has dense layers (MoE layers %s of %d): Mixtral's every layer is "
+                  "sparse (Qwen2-MoE and Qwen3-MoE take dense layers)",
+                  LayerList(sparse).c_str(), m.num_layers));
   if (mixtral && !Renormalised(m))
     return refuse(
         "keeps the softmax scores of the top K unnormalised (Model.moe_router_pre_softmax=true, "
@@ -230,10 +239,10 @@ Status MoeExportClass(const ModelConfig& m, HfMoeClass* c) {
   std::vector<int> dense;
   for (int l = 0; l < m.num_layers; ++l)
     if (!m.moe_layer(l)) dense.push_back(l);
-  const std::string aux = StrFormat(
-      "  \"output_router_logits\": %s,\n  \"router_aux_loss_coef\": %s,\n",
-      m.moe_aux_loss_coeff > 0 ? "true" : "false",
-      JsonFloat(m.moe_aux_loss_coeff > 0 ? m.moe_aux_loss_coeff : 0.001).c_str());
+  const std::string aux =
+      StrFormat("  \"output_router_logits\": %s,\n  \"router_aux_loss_coef\": %s,\n",
+                m.moe_aux_loss_coeff > 0 ? "true" : "false",
+                JsonFloat(m.moe_aux_loss_coeff > 0 ? m.moe_aux_loss_coeff : 0.001).c_str());
   c->architecture = mixtral ? kMixtral : qwen2 ? kQwen2Moe : kQwen3Moe;
   c->model_type = mixtral ? "mixtral" : qwen2 ? "qwen2_moe" : "qwen3_moe";
   c->intermediate_size = mixtral ? m.moe_ffn_size() : m.ffn_size();
@@ -246,9 +255,9 @@ Status MoeExportClass(const ModelConfig& m, HfMoeClass* c) {
   }
   c->keys = StrFormat(
       "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n"
-      "%s  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [%s],\n"
+      "%s%s  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [%s],\n"
       "  \"norm_topk_prob\": %s,\n%s",
-      m.num_experts, m.moe_router_topk, m.moe_ffn_size(),
+      m.num_experts, m.moe_router_topk, m.moe_ffn_size(), qwen2 ? "  \"qkv_bias\": true,\n" : "",
       qwen2 ? StrFormat("  \"shared_expert_intermediate_size\": %d,\n",
                         m.moe_shared_expert_intermediate_size)
                   .c_str()
@@ -286,7 +295,8 @@ Status StackHuggingFaceExperts(const std::string& weights, const ModelConfig& m,
         const int s = part == Part::kDown ? 1 : 0;
         std::vector<std::string> found;
         for (bool mixtral : {false, true})
-          if (has(ExpertName(mixtral, l, e, part))) found.push_back(ExpertName(mixtral, l, e, part));
+          if (has(ExpertName(mixtral, l, e, part)))
+            found.push_back(ExpertName(mixtral, l, e, part));
         if (has(stacked[s])) found.push_back(StrFormat("%s[%d]", stacked[s].c_str(), e));
         if (found.empty())
           return CheckpointError(StrFormat(
@@ -294,8 +304,7 @@ Status StackHuggingFaceExperts(const std::string& weights, const ModelConfig& m,
               "A MoE layer trains with all its %lld experts: give the complete model (every "
               "shard of model.safetensors.index.json)",
               weights.c_str(), e, l, ExpertName(false, l, e, part).c_str(),
-              ExpertName(true, l, e, part).c_str(), stacked[s].c_str(),
-              static_cast<long long>(E)));
+              ExpertName(true, l, e, part).c_str(), stacked[s].c_str(), static_cast<long long>(E)));
         if (found.size() > 1)
           return CheckpointError(StrFormat(
               "%s (Checkpoint.init_from) holds expert %d of layer %d twice: %s and %s. Keep one "
@@ -303,8 +312,8 @@ Status StackHuggingFaceExperts(const std::string& weights, const ModelConfig& m,
               weights.c_str(), e, l, found[0].c_str(), found[1].c_str()));
         if (has(stacked[s])) continue;
         const SafetensorsTensor& t = tensors->at(found[0]);
-        const std::vector<int64_t> want = s == 1 ? std::vector<int64_t>{C, F}
-                                                 : std::vector<int64_t>{F, C};
+        const std::vector<int64_t> want =
+            s == 1 ? std::vector<int64_t>{C, F} : std::vector<int64_t>{F, C};
         if (t.shape != want)
           return CheckpointError(StrFormat(
               "%s (Checkpoint.init_from): %s (expert %d of layer %d) is %s, the model of its "

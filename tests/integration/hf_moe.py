@@ -14,8 +14,9 @@ Families (all 8 experts of width 32, top-2, hidden 64, 4 heads over 2 key/value 
   mixtral    MixtralForCausalLM, 2 layers (every layer sparse), top-2 logits renormalised,
              router_jitter_noise 0.01 (training-only noise the import warns about)
   olmoe      OlmoeForCausalLM (its q/k norm spans every head: the import refuses it)
-  qwen3_moe  Qwen3MoeForCausalLM (transformers 5), 3 layers, layer 0 dense, per-head q/k norm,
-             head_dim 24, norm_topk_prob
+  qwen3_moe  Qwen3MoeForCausalLM, 3 layers, layer 0 dense, per-head q/k norm, head_dim 24,
+             norm_topk_prob; made by transformers 5 where it has the class, else written here
+             with the experts stacked as transformers 5 holds them (checked by the reference)
 The router's weights are drawn wider than the rest so that each token's top-2 is clear.
 """
 import json
@@ -50,14 +51,57 @@ def config(family):
                              rope_parameters={"rope_type": "default", "rope_theta": 20000.0})
 
 
-def make(family, out):
-    import transformers as tf
-    model = getattr(tf, CLASSES[family])(config(family))
-    randomize(model.named_parameters(), 11)
+def widen_routers(named):
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in named:
             if name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight")):
                 p.mul_(10)
+
+
+def make_qwen3_moe(out):
+    """Qwen3-MoE without transformers 5: its tensors written here, the experts stacked as
+    transformers 5 holds them (gate_up_proj (E, 2F, C), down_proj (E, C, F)), its config.json in
+    transformers 5's form."""
+    from safetensors.torch import save_file
+    H, KV, D, C, E, F, Fd, L = 4, 2, 24, 64, 8, 32, 96, 3
+    shapes = {"model.embed_tokens.weight": (257, C), "model.norm.weight": (C,),
+              "lm_head.weight": (257, C)}
+    for l in range(L):
+        b = f"model.layers.{l}."
+        shapes.update({b + "input_layernorm.weight": (C,),
+                       b + "post_attention_layernorm.weight": (C,),
+                       b + "self_attn.q_proj.weight": (H * D, C),
+                       b + "self_attn.k_proj.weight": (KV * D, C),
+                       b + "self_attn.v_proj.weight": (KV * D, C),
+                       b + "self_attn.o_proj.weight": (C, H * D),
+                       b + "self_attn.q_norm.weight": (D,), b + "self_attn.k_norm.weight": (D,)})
+        if l == 0:
+            shapes.update({b + "mlp.gate_proj.weight": (Fd, C), b + "mlp.up_proj.weight": (Fd, C),
+                           b + "mlp.down_proj.weight": (C, Fd)})
+        else:
+            shapes.update({b + "mlp.gate.weight": (E, C),
+                           b + "mlp.experts.gate_up_proj": (E, 2 * F, C),
+                           b + "mlp.experts.down_proj": (E, C, F)})
+    tensors = {k: torch.zeros(s) for k, s in shapes.items()}
+    randomize(sorted(tensors.items()), 12)
+    widen_routers(tensors.items())
+    os.makedirs(out, exist_ok=True)
+    save_file(tensors, f"{out}/model.safetensors", metadata={"format": "pt"})
+    c = dict(COMMON, architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+             hidden_act="silu", head_dim=D, num_hidden_layers=L, intermediate_size=Fd,
+             num_experts=E, moe_intermediate_size=F, mlp_only_layers=[0], decoder_sparse_step=1,
+             norm_topk_prob=True, attention_bias=False, use_sliding_window=False, dtype="float32",
+             rope_parameters={"rope_type": "default", "rope_theta": 20000.0})
+    json.dump(c, open(f"{out}/config.json", "w"), indent=2)
+
+
+def make(family, out):
+    import transformers as tf
+    if not hasattr(tf, CLASSES[family]) and family == "qwen3_moe":
+        return make_qwen3_moe(out)
+    model = getattr(tf, CLASSES[family])(config(family))
+    randomize(model.named_parameters(), 11)
+    widen_routers(model.named_parameters())
     shard = {"max_shard_size": "20KB"} if family == "qwen2_moe" else {}
     model.save_pretrained(out, safe_serialization=True, **shard)
 
