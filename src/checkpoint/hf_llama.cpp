@@ -19,8 +19,8 @@ namespace trainer {
 namespace {
 
 const char kSupported[] =
-    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM, MixtralForCausalLM, "
-    "Qwen3MoeForCausalLM, GPT2LMHeadModel";
+    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM, "
+    "MixtralForCausalLM, OlmoeForCausalLM, Qwen3MoeForCausalLM, GPT2LMHeadModel";
 
 Status ReadRope(const ConfigReader& r, const YAML::Node& root, const std::string& arch,
                 ModelConfig* m) {
@@ -69,6 +69,7 @@ std::string Difference(const ModelConfig& a, const ModelConfig& b) {
       {"ffn_hidden_size", std::to_string(a.ffn_size()), std::to_string(b.ffn_size())},
       {"qkv_bias", text(a.qkv_bias), text(b.qkv_bias)},
       {"qk_norm", text(a.qk_norm), text(b.qk_norm)},
+      {"qk_norm_type", a.qk_norm ? a.qk_norm_type : "head", b.qk_norm ? b.qk_norm_type : "head"},
       {"tie_embeddings", text(a.tie_embeddings), text(b.tie_embeddings)},
       {"rope_scaling", a.rope_scaling, b.rope_scaling}};
   for (const auto& [key, x, y] : keys)
@@ -101,14 +102,11 @@ std::string HuggingFaceArchitecture(const std::string& folder) {
       return c["architectures"][0].as<std::string>();
     if (c["model_type"]) {  // no architectures: the class of the model type
       const std::string type = c["model_type"].as<std::string>();
-      const std::map<std::string, std::string> classes = {{"llama", "LlamaForCausalLM"},
-                                                          {"qwen2", "Qwen2ForCausalLM"},
-                                                          {"qwen3", "Qwen3ForCausalLM"},
-                                                          {"qwen2_moe", "Qwen2MoeForCausalLM"},
-                                                          {"mixtral", "MixtralForCausalLM"},
-                                                          {"qwen3_moe", "Qwen3MoeForCausalLM"},
-                                                          {"olmoe", "OlmoeForCausalLM"},
-                                                          {"gpt2", "GPT2LMHeadModel"}};
+      const std::map<std::string, std::string> classes = {
+          {"llama", "LlamaForCausalLM"},     {"qwen2", "Qwen2ForCausalLM"},
+          {"qwen3", "Qwen3ForCausalLM"},     {"qwen2_moe", "Qwen2MoeForCausalLM"},
+          {"mixtral", "MixtralForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
+          {"olmoe", "OlmoeForCausalLM"},     {"gpt2", "GPT2LMHeadModel"}};
       return classes.count(type) ? classes.at(type) : type;
     }
   } catch (const YAML::Exception&) {
@@ -136,6 +134,7 @@ Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
   // Qwen2-MoE has Qwen2's q/k/v biases, Qwen3-MoE Qwen3's q/k norm.
   const bool qwen2 = arch == "Qwen2ForCausalLM" || arch == "Qwen2MoeForCausalLM";
   const bool qwen3 = arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM";
+  const bool olmoe = arch == "OlmoeForCausalLM";  // q/k norm over all heads together
   std::string act = "silu", dtype = "float32";
   bool mlp_bias = false, attention_bias = false, sliding = false;
   TRAINER_RETURN_IF_ERROR(r.Get("hidden_act", &act));
@@ -154,7 +153,8 @@ Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
   ModelConfig c;
   c.arch = "llama";
   c.qkv_bias = qwen2;
-  c.qk_norm = qwen3;
+  c.qk_norm = qwen3 || olmoe;
+  if (olmoe) c.qk_norm_type = "full";
   c.tie_embeddings = false;
   c.norm_eps = 1e-6;
   c.max_seq_len = 2048;
@@ -209,12 +209,17 @@ std::string LlamaModelOverrides(const ModelConfig& m) {
       "-o Model.max_seq_len=%d",
       m.qkv_bias ? "true" : "false", m.qk_norm ? "true" : "false",
       m.tie_embeddings ? "true" : "false", m.max_seq_len);
+  if (m.qk_norm && m.qk_norm_type != "head") s += " -o Model.qk_norm_type=" + m.qk_norm_type;
   return s + MoeModelOverrides(m);
 }
 
 Status LlamaConfigJson(const ModelConfig& m, bool bf16, int64_t eod_id, std::string* json) {
   HfMoeClass moe;
   if (m.moe()) TRAINER_RETURN_IF_ERROR(MoeExportClass(m, &moe));
+  if (!m.moe() && m.qk_norm && m.qk_norm_type == "full")
+    return UsageError(
+        "a dense model with q/k norms over all heads (Model.qk_norm_type=full) is OLMo 2's, "
+        "which export does not write (with experts it is OLMoE's, which it does)");
   if (m.qkv_bias && m.qk_norm && !m.moe())
     return UsageError(
         "a model with both Model.qkv_bias and Model.qk_norm has no transformers class (Qwen3's "
@@ -265,13 +270,12 @@ Status LlamaConfigJson(const ModelConfig& m, bool bf16, int64_t eod_id, std::str
       "  \"torch_dtype\": \"%s\"\n"
       "}\n",
       arch, type, m.vocab_size, m.hidden_size, m.moe() ? moe.intermediate_size : m.ffn_size(),
-      m.num_layers, m.num_heads,
-      m.kv_heads(), m.head_size(), m.max_seq_len, JsonFloat(m.norm_eps).c_str(),
-      JsonFloat(m.rope_theta).c_str(), rope.c_str(),
+      m.num_layers, m.num_heads, m.kv_heads(), m.head_size(), m.max_seq_len,
+      JsonFloat(m.norm_eps).c_str(), JsonFloat(m.rope_theta).c_str(), rope.c_str(),
       llama ? "  \"mlp_bias\": false,\n  \"pretraining_tp\": 1,\n"
             : "  \"use_sliding_window\": false,\n",
-      moe.keys.c_str(),
-      m.tie_embeddings ? "true" : "false", eod, eod, bf16 ? "bfloat16" : "float32");
+      moe.keys.c_str(), m.tie_embeddings ? "true" : "false", eod, eod,
+      bf16 ? "bfloat16" : "float32");
   return Status::Ok();
 }
 

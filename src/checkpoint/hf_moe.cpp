@@ -58,16 +58,21 @@ bool IsMoeArchitecture(const std::string& a) {
 }
 
 Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, ModelConfig* m) {
-  if (arch == kOlmoe)
-    return r.Refuse(
-        "OlmoeForCausalLM is not supported: its q_norm and k_norm are RMSNorms over the whole "
-        "projected q and k (num_attention_heads x head_dim wide), this trainer's q/k norm "
-        "(Model.qk_norm) normalises each head as Qwen3 does. Qwen2MoeForCausalLM, "
-        "MixtralForCausalLM and Qwen3MoeForCausalLM are supported");
-  const bool mixtral = arch == kMixtral, qwen2 = arch == kQwen2Moe;
-  // transformers' defaults where a key is absent
-  int experts = mixtral ? 8 : qwen2 ? 60 : 128, topk = mixtral ? 2 : qwen2 ? 4 : 8;
-  int ffn = mixtral ? m->ffn_hidden_size : qwen2 ? 1408 : 768, shared = qwen2 ? 5632 : 0;
+  const bool mixtral = arch == kMixtral, qwen2 = arch == kQwen2Moe, olmoe = arch == kOlmoe;
+  // OLMoE's q/k norm over all heads (Model.qk_norm_type=full) is one head's as wide: it needs as
+  // many key/value heads as heads.
+  if (olmoe && m->kv_heads() != m->num_heads)
+    return r.Refuse(StrFormat(
+        "num_key_value_heads %d is not supported with OlmoeForCausalLM's q/k norm over all heads "
+        "(Model.qk_norm_type=full needs num_key_value_heads = num_attention_heads, %d)",
+        m->kv_heads(), m->num_heads));
+  if (olmoe && r.Has("clip_qkv"))
+    return r.Refuse("clip_qkv is not supported (q, k and v are not clipped here): give null");
+  // transformers' defaults where a key is absent; Mixtral's and OLMoE's experts are
+  // intermediate_size wide and every layer is sparse
+  const bool all_sparse = mixtral || olmoe;
+  int experts = mixtral ? 8 : qwen2 ? 60 : olmoe ? 64 : 128, topk = mixtral ? 2 : qwen2 ? 4 : 8;
+  int ffn = all_sparse ? m->ffn_hidden_size : qwen2 ? 1408 : 768, shared = qwen2 ? 5632 : 0;
   int step = 1;
   bool norm_topk = false, router_logits = false;
   double coef = 0.001, jitter = 0.0;
@@ -76,7 +81,7 @@ Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, ModelConfig
   TRAINER_RETURN_IF_ERROR(r.Get("num_experts", &experts));
   TRAINER_RETURN_IF_ERROR(r.Get("num_local_experts", &experts));
   TRAINER_RETURN_IF_ERROR(r.Get("num_experts_per_tok", &topk));
-  if (!mixtral) TRAINER_RETURN_IF_ERROR(r.Get("moe_intermediate_size", &ffn));
+  if (!all_sparse) TRAINER_RETURN_IF_ERROR(r.Get("moe_intermediate_size", &ffn));
   if (qwen2) TRAINER_RETURN_IF_ERROR(r.Get("shared_expert_intermediate_size", &shared));
   if (qwen2) TRAINER_RETURN_IF_ERROR(r.Get("qkv_bias", &m->qkv_bias));  // transformers 5's key
   TRAINER_RETURN_IF_ERROR(r.Get("decoder_sparse_step", &step));
@@ -121,7 +126,7 @@ Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, ModelConfig
   const std::set<int> dense(mlp_only.begin(), mlp_only.end());
   std::vector<int> sparse;
   for (int l = 0; l < m->num_layers; ++l)
-    if (mixtral || (!dense.count(l) && (l + 1) % step == 0)) sparse.push_back(l);
+    if (all_sparse || (!dense.count(l) && (l + 1) % step == 0)) sparse.push_back(l);
   if (sparse.empty())
     return r.Refuse(
         StrFormat("decoder_sparse_step %d and mlp_only_layers leave no MoE layer of "
@@ -204,33 +209,34 @@ Status MoeExportClass(const ModelConfig& m, HfMoeClass* c) {
   };
   if (m.moe_router_score_function != "softmax")
     return refuse("has a " + m.moe_router_score_function +
-                  " router: Qwen2-MoE, Mixtral and Qwen3-MoE route by a softmax");
+                  " router: Qwen2-MoE, Mixtral, OLMoE and Qwen3-MoE route by a softmax");
   if (m.moe_router_bias_update_rate > 0)
     return refuse(
         "has an expert bias (Model.moe_router_bias_update_rate > 0), which no exported class "
-        "(Qwen2-MoE, Mixtral, Qwen3-MoE) holds");
+        "(Qwen2-MoE, Mixtral, OLMoE, Qwen3-MoE) holds");
   const bool shared = m.moe_shared_expert_intermediate_size > 0;
-  const bool qwen3 = m.qk_norm, qwen2 = !qwen3 && (shared || m.qkv_bias);
-  if (qwen3 && (shared || m.qkv_bias))
+  const bool olmoe = m.qk_norm && m.qk_norm_type == "full";
+  const bool qwen3 = m.qk_norm && !olmoe, qwen2 = !m.qk_norm && (shared || m.qkv_bias);
+  if (m.qk_norm && (shared || m.qkv_bias))
     return refuse(
-        "has q/k norms with a shared expert or q/k/v biases: Qwen3-MoE has neither, Qwen2-MoE "
-        "no q/k norm");
+        "has q/k norms with a shared expert or q/k/v biases: Qwen3-MoE and OLMoE have neither, "
+        "Qwen2-MoE no q/k norm");
   if (qwen2 && !(shared && m.qkv_bias))
     return refuse(shared ? "has a shared expert without q/k/v biases: Qwen2-MoE has both "
                            "(Model.qkv_bias=true)"
                          : "has q/k/v biases without a shared expert: Qwen2-MoE has both "
                            "(Model.moe_shared_expert_intermediate_size > 0)");
-  const bool mixtral = !qwen2 && !qwen3;
-  if ((mixtral || qwen2) && m.head_size() * m.num_heads != m.hidden_size)
+  const bool mixtral = !qwen2 && !m.qk_norm;
+  if (!qwen3 && m.head_size() * m.num_heads != m.hidden_size)
     return refuse(
-        StrFormat("has head_dim %d, not hidden_size / num_heads (%d): Qwen2-MoE and "
-                  "Mixtral derive it so",
+        StrFormat("has head_dim %d, not hidden_size / num_heads (%d): Qwen2-MoE, "
+                  "Mixtral and OLMoE derive it so",
                   m.head_size(), m.hidden_size / m.num_heads));
   const std::vector<int> sparse = MoeLayers(m);
-  if (mixtral && static_cast<int>(sparse.size()) != m.num_layers)
+  if ((mixtral || olmoe) && static_cast<int>(sparse.size()) != m.num_layers)
     return refuse(
-        StrFormat("has dense layers (MoE layers %s of %d): Mixtral's every layer is "
-                  "sparse (Qwen2-MoE and Qwen3-MoE take dense layers)",
+        StrFormat("has dense layers (MoE layers %s of %d): Mixtral's and OLMoE's every "
+                  "layer is sparse (Qwen2-MoE and Qwen3-MoE take dense layers)",
                   LayerList(sparse).c_str(), m.num_layers));
   if (mixtral && !Renormalised(m))
     return refuse(
@@ -243,14 +249,21 @@ Status MoeExportClass(const ModelConfig& m, HfMoeClass* c) {
       StrFormat("  \"output_router_logits\": %s,\n  \"router_aux_loss_coef\": %s,\n",
                 m.moe_aux_loss_coeff > 0 ? "true" : "false",
                 JsonFloat(m.moe_aux_loss_coeff > 0 ? m.moe_aux_loss_coeff : 0.001).c_str());
-  c->architecture = mixtral ? kMixtral : qwen2 ? kQwen2Moe : kQwen3Moe;
-  c->model_type = mixtral ? "mixtral" : qwen2 ? "qwen2_moe" : "qwen3_moe";
-  c->intermediate_size = mixtral ? m.moe_ffn_size() : m.ffn_size();
+  c->architecture = mixtral ? kMixtral : qwen2 ? kQwen2Moe : olmoe ? kOlmoe : kQwen3Moe;
+  c->model_type = mixtral ? "mixtral" : qwen2 ? "qwen2_moe" : olmoe ? "olmoe" : "qwen3_moe";
+  c->intermediate_size = mixtral || olmoe ? m.moe_ffn_size() : m.ffn_size();
   if (mixtral) {
     c->keys = StrFormat(
         "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
         "  \"router_jitter_noise\": 0.0,\n  \"sliding_window\": null,\n%s",
         m.num_experts, m.moe_router_topk, aux.c_str());
+    return Status::Ok();
+  }
+  if (olmoe) {
+    c->keys = StrFormat(
+        "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"norm_topk_prob\": %s,\n"
+        "  \"clip_qkv\": null,\n%s",
+        m.num_experts, m.moe_router_topk, Renormalised(m) ? "true" : "false", aux.c_str());
     return Status::Ok();
   }
   c->keys = StrFormat(

@@ -1,12 +1,12 @@
 // Mixture-of-experts models (Model.num_experts > 0) as Hugging Face stores them, on top of the
 // llama family's mapping (hf_llama.h): Qwen2MoeForCausalLM (Qwen1.5-MoE / Qwen2-MoE: q/k/v
 // biases, a sigmoid-gated shared expert), MixtralForCausalLM (block_sparse_moe, experts w1/w3/w2
-// = gate/up/down, every layer sparse) and Qwen3MoeForCausalLM (per-head q/k RMSNorm).
-// OlmoeForCausalLM is recognised and refused: its q/k RMSNorm spans the whole projected q and k,
-// which this trainer's per-head q/k norm cannot express.
+// = gate/up/down, every layer sparse), OlmoeForCausalLM (q/k RMSNorm over all heads together:
+// Model.qk_norm_type=full, which needs as many key/value heads as heads; every layer sparse) and
+// Qwen3MoeForCausalLM (per-head q/k RMSNorm).
 //
 // config.json: num_experts (Mixtral: num_local_experts), num_experts_per_tok,
-// moe_intermediate_size (Mixtral: intermediate_size), shared_expert_intermediate_size,
+// moe_intermediate_size (Mixtral, OLMoE: intermediate_size), shared_expert_intermediate_size,
 // norm_topk_prob, output_router_logits with router_aux_loss_coef (moe_aux_loss_coeff when
 // output_router_logits is true, else 0), and which layers are sparse: transformers' rule
 // (layer not in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0) is read as the
@@ -35,7 +35,7 @@
 
 namespace trainer {
 
-// Whether `architecture` is one of the MoE classes above (OlmoeForCausalLM included).
+// Whether `architecture` is one of the MoE classes above.
 bool IsMoeArchitecture(const std::string& architecture);
 
 // The MoE keys of the config.json `r` reads (its class `architecture`) into `m`, whose dense
@@ -56,8 +56,9 @@ struct HfMoeClass {
   int intermediate_size = 0;  // config.json's intermediate_size (Mixtral: the experts')
   std::string keys;           // the MoE keys, JSON lines ending ",\n"
 };
-// Qwen3MoeForCausalLM with Model.qk_norm, Qwen2MoeForCausalLM with a shared expert (and q/k/v
-// biases), else MixtralForCausalLM (every layer sparse). A model none of them computes is a
+// OlmoeForCausalLM with Model.qk_norm_type=full, Qwen3MoeForCausalLM with the per-head
+// Model.qk_norm, Qwen2MoeForCausalLM with a shared expert (and q/k/v biases), else
+// MixtralForCausalLM (every layer sparse). A model none of them computes is a
 // usage error saying which key stands in the way.
 Status MoeExportClass(const ModelConfig& m, HfMoeClass* c);
 

@@ -237,7 +237,7 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
       return CheckpointError(StrFormat(
           "%s (Checkpoint.init_from): architecture %s is not supported (LlamaForCausalLM, "
           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM, MixtralForCausalLM, "
-          "Qwen3MoeForCausalLM, GPT2LMHeadModel are)",
+          "OlmoeForCausalLM, Qwen3MoeForCausalLM, GPT2LMHeadModel are)",
           weights.c_str(), arch.c_str()));
     if (llama != (model.arch == "llama")) {
       std::string needs, note;

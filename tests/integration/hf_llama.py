@@ -144,11 +144,15 @@ def reference_logits(folder, tokens, mlp=None):
     for l in range(cfg["num_hidden_layers"]):
         b = f"model.layers.{l}."
         x = rms(h, W[b + "input_layernorm.weight"])
-        q = linear(x, b + "self_attn.q_proj").view(T, H, D).transpose(0, 1)
-        k = linear(x, b + "self_attn.k_proj").view(T, KV, D).transpose(0, 1)
+        q, k = linear(x, b + "self_attn.q_proj"), linear(x, b + "self_attn.k_proj")
+        qn, kn = W.get(b + "self_attn.q_norm.weight"), W.get(b + "self_attn.k_norm.weight")
+        if qn is not None and qn.numel() == H * D != D:  # OLMoE: RMSNorm of all heads together
+            q, k = rms(q, qn), rms(k, kn)
+        q = q.view(T, H, D).transpose(0, 1)
+        k = k.view(T, KV, D).transpose(0, 1)
         v = linear(x, b + "self_attn.v_proj").view(T, KV, D).transpose(0, 1)
-        if b + "self_attn.q_norm.weight" in W:  # Qwen3: RMSNorm of each head, before RoPE
-            q, k = rms(q, W[b + "self_attn.q_norm.weight"]), rms(k, W[b + "self_attn.k_norm.weight"])
+        if qn is not None and qn.numel() == D:  # Qwen3: RMSNorm of each head, before RoPE
+            q, k = rms(q, qn), rms(k, kn)
         q, k = rope(q), rope(k)
         k, v = k.repeat_interleave(H // KV, 0), v.repeat_interleave(H // KV, 0)
         att = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(D) + mask, -1) @ v

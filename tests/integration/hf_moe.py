@@ -13,7 +13,8 @@ Families (all 8 experts of width 32, top-2, hidden 64, 4 heads over 2 key/value 
              of 48, softmax then top-2 unnormalised, q/k/v biases; saved in 20 KB shards
   mixtral    MixtralForCausalLM, 2 layers (every layer sparse), top-2 logits renormalised,
              router_jitter_noise 0.01 (training-only noise the import warns about)
-  olmoe      OlmoeForCausalLM (its q/k norm spans every head: the import refuses it)
+  olmoe      OlmoeForCausalLM, 2 layers (every layer sparse), q/k norms over all heads
+             together (Model.qk_norm_type=full), 4 key/value heads (as many as heads)
   qwen3_moe  Qwen3MoeForCausalLM, 3 layers, layer 0 dense, per-head q/k norm, head_dim 24,
              norm_topk_prob; made by transformers 5 where it has the class, else written here
              with the experts stacked as transformers 5 holds them (checked by the reference)
@@ -46,7 +47,8 @@ def config(family):
         return tf.MixtralConfig(**COMMON, num_local_experts=8, intermediate_size=32,
                                 num_hidden_layers=2, rope_theta=1e6, router_jitter_noise=0.01)
     if family == "olmoe":
-        return tf.OlmoeConfig(**COMMON, num_experts=8, intermediate_size=32, num_hidden_layers=2)
+        return tf.OlmoeConfig(**dict(COMMON, num_key_value_heads=4), num_experts=8,
+                              intermediate_size=32, num_hidden_layers=2)
     return tf.Qwen3MoeConfig(**COMMON, **moe, head_dim=24, norm_topk_prob=True,
                              rope_parameters={"rope_type": "default", "rope_theta": 20000.0})
 
@@ -124,7 +126,7 @@ def moe_mlp(W, cfg, l, x):
     b = f"model.layers.{l}."
     mixtral = cfg["model_type"] == "mixtral"
     step = cfg.get("decoder_sparse_step", 1)
-    if not mixtral and (l in cfg.get("mlp_only_layers", []) or (l + 1) % step != 0):
+    if cfg["model_type"] not in ("mixtral", "olmoe") and (l in cfg.get("mlp_only_layers", []) or (l + 1) % step != 0):
         return dense_mlp(W, b, x)
     router = W.get(b + "mlp.gate.weight", W.get(b + "block_sparse_moe.gate.weight"))
     probs = torch.softmax(x @ router.T, -1)
@@ -142,7 +144,7 @@ def moe_mlp(W, cfg, l, x):
 
 
 def edit(folder, what):
-    """Copies of a saved Qwen2-MoE (one file) broken one way each, for hf_moe.sh's refusals."""
+    """Copies of a saved model (in one file) broken one way each, for hf_moe.sh's refusals."""
     from safetensors.torch import save_file
     w = load_weights(folder)
     out = f"{folder}-{what}"
@@ -161,6 +163,8 @@ def edit(folder, what):
             w["model.layers.1.mlp.experts.0.up_proj.weight"].clone()
     elif what == "sigmoid":
         cfg["scoring_func"] = "sigmoid"
+    elif what == "gqa":  # OLMoE with fewer key/value heads than heads
+        cfg["num_key_value_heads"] = 2
     elif what == "sparse_step":  # layers 1 and 3 of 4: not the first k dense then every n-th
         cfg.update(num_hidden_layers=4, decoder_sparse_step=2, mlp_only_layers=[])
     save_file({k: v.contiguous() for k, v in w.items()}, f"{out}/model.safetensors",

@@ -3,14 +3,17 @@
 # hf_venv.sh (skipped, exit 77, without it), or the python named by TRAINER_HF_PYTHON (the H200
 # machine's transformers 5, which also has Qwen3-MoE). hf_moe.py makes tiny random models with
 # transformers: a Qwen2MoeForCausalLM (layer 0 dense, shared expert, q/k/v biases, 20 KB shards
-# with an index), a MixtralForCausalLM (every layer sparse, router_jitter_noise, warned about)
-# and a Qwen3MoeForCausalLM (per-head q/k norm; under transformers 4.46, which lacks the class,
-# written by hand with stacked experts and checked by the float64 reference only). For each: `trainer inspect` gives the -o Model.* overrides; a run with those,
+# with an index), a MixtralForCausalLM (every layer sparse, router_jitter_noise, warned about),
+# an OlmoeForCausalLM (q/k norms over all heads together: Model.qk_norm_type=full; trained on
+# dp2, as TP would split those heads) and a Qwen3MoeForCausalLM (per-head q/k norm; under
+# transformers 4.46, which lacks the class, written by hand with stacked experts and checked by
+# the float64 reference only). For each: `trainer inspect` gives the -o Model.* overrides; a run with those,
 # Checkpoint.init_from and learning rate 0 saves the imported weights, whose `trainer eval` loss
 # on two samples must be transformers' and hf_moe.py's float64 reference's (1e-5 relative); then
 # 4 training steps on tp2, `trainer export`, and transformers' loss of the export must be trainer
-# eval's of the trained checkpoint. Refusals, one line each: OLMoE, a missing, a duplicated and a
-# ninth expert, a sigmoid scoring_func, sparse layers the trainer's keys cannot express, and the
+# eval's of the trained checkpoint. Refusals, one line each: a missing, a duplicated and a ninth
+# expert, a sigmoid scoring_func, sparse layers the trainer's keys cannot express, OLMoE with
+# grouped-query attention or on tp2, router keys that differ from the pretrained model's, and the
 # export of a MoE model no class computes.
 source "$(dirname "$0")/lib.sh"
 if [ -n "${TRAINER_HF_PYTHON:-}" ]; then PY=$TRAINER_HF_PYTHON
@@ -28,7 +31,7 @@ evaluate() {  # checkpoints, output json
 }
 overrides() { sed -n 's/^  init_from needs  //p' "inspect-$1.txt"; }
 
-for case in qwen2_moe mixtral qwen3_moe; do
+for case in qwen2_moe mixtral olmoe qwen3_moe; do
   ref=()
   if ! "$PY" "$HELPER" has "$case"; then
     ref=(--reference-only)
@@ -48,9 +51,10 @@ for case in qwen2_moe mixtral qwen3_moe; do
   evaluate "init-$case/checkpoints" "eval-init-$case.json"
   "$PY" "$HELPER" check "hf-$case" text.txt $T "eval-init-$case.json" "${ref[@]}" ||
     fail "$case: the imported model's loss"
+  tp=2; [ "$case" = olmoe ] && tp=1  # its q/k norm spans the heads that TP would split
   run_np 2 train "${COMMON[@]}" "${MODEL[@]}" -o Checkpoint.init_from="hf-$case" \
     -o Optimizer.lr=1e-2 -o Optimizer.warmup_steps=0 -o Engine.max_steps=4 -o Engine.save_steps=4 \
-    -o Distributed.tp_degree=2 -o Engine.output_dir="trained-$case" > "trained-$case.log" 2>&1 ||
+    -o Distributed.tp_degree=$tp -o Engine.output_dir="trained-$case" > "trained-$case.log" 2>&1 ||
     { tail -20 "trained-$case.log"; fail "training $case failed"; }
   evaluate "trained-$case/checkpoints" "eval-trained-$case.json"
   cmp -s <(tail -1 "eval-init-$case.json") <(tail -1 "eval-trained-$case.json") &&
@@ -66,10 +70,10 @@ grep -q "warning: MixtralForCausalLM has router_jitter_noise 0.01" init-mixtral.
 python3 - <<'PY'
 import json, os
 for case, arch in (("qwen2_moe", "Qwen2MoeForCausalLM"), ("mixtral", "MixtralForCausalLM"),
-                   ("qwen3_moe", "Qwen3MoeForCausalLM")):
+                   ("olmoe", "OlmoeForCausalLM"), ("qwen3_moe", "Qwen3MoeForCausalLM")):
     c = json.load(open(f"export-{case}/config.json"))
     assert c["architectures"] == [arch] and c["num_experts_per_tok"] == 2, (case, c)
-    if case != "mixtral":
+    if case in ("qwen2_moe", "qwen3_moe"):
         assert c["mlp_only_layers"] == [0] and c["decoder_sparse_step"] == 1, c
         assert c["norm_topk_prob"] == (case == "qwen3_moe"), c
 index = json.load(open("export-qwen2_moe/model.safetensors.index.json"))["weight_map"]
@@ -86,8 +90,12 @@ bad() {  # text folder [overrides...]
   expect_error 4 "$text" run_np 1 train "${COMMON[@]}" "${MODEL[@]}" "$@" \
     -o Checkpoint.init_from="$dir" -o Engine.output_dir="bad-$dir"
 }
-"$PY" "$HELPER" make olmoe hf-olmoe || fail "making the OLMoE model"
-bad "OlmoeForCausalLM is not supported: its q_norm and k_norm are RMSNorms over the whole" hf-olmoe
+"$PY" "$HELPER" edit hf-olmoe gqa || fail "editing gqa"
+bad "num_key_value_heads 2 is not supported with OlmoeForCausalLM's q/k norm over all heads" \
+  hf-olmoe-gqa
+read -ra OLMOE <<< "$(overrides olmoe)"
+expect_error 2 "Model.qk_norm_type=\"full\" normalises q and k over every head, and Distributed.tp_degree=2" \
+  run_np 2 train "${COMMON[@]}" "${OLMOE[@]}" -o Distributed.tp_degree=2 -o Engine.output_dir=bad-tp
 for what in missing duplicated extra sigmoid sparse_step; do
   "$PY" "$HELPER" edit hf-qwen2_moe "$what" || fail "editing $what"
 done
@@ -106,6 +114,6 @@ bad "Model.moe_first_k_dense=0 and Model.moe_layer_freq=1 make layers 0,1,2 MoE 
 run_np 1 train "${COMMON[@]}" -o Model.num_experts=4 -o Model.moe_router_score_function=sigmoid \
   -o Engine.max_steps=1 -o Engine.save_steps=1 -o Engine.output_dir=sigmoid > sigmoid.log 2>&1 ||
   { tail -20 sigmoid.log; fail "training a sigmoid-routed model"; }
-expect_error 2 "has a sigmoid router: Qwen2-MoE, Mixtral and Qwen3-MoE route by a softmax" \
+expect_error 2 "has a sigmoid router: Qwen2-MoE, Mixtral, OLMoE and Qwen3-MoE route by a softmax" \
   "$TRAINER" export sigmoid/checkpoints --output export-sigmoid
 echo "PASS: Hugging Face MoE import and export"
