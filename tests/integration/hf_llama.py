@@ -35,6 +35,20 @@ def randomize(named, seed):
             p.copy_(1 + 0.2 * noise if "norm" in name else 0.1 * noise)
 
 
+def layer_shapes(l, H, KV, D, C, F=None):
+    """Block l's tensors as transformers names them: its norms, attention with per-head q/k norms
+    (Qwen3's) and, given F, the dense SwiGLU MLP."""
+    b = f"model.layers.{l}."
+    shapes = {b + "input_layernorm.weight": (C,), b + "post_attention_layernorm.weight": (C,),
+              b + "self_attn.q_proj.weight": (H * D, C), b + "self_attn.k_proj.weight": (KV * D, C),
+              b + "self_attn.v_proj.weight": (KV * D, C), b + "self_attn.o_proj.weight": (C, H * D),
+              b + "self_attn.q_norm.weight": (D,), b + "self_attn.k_norm.weight": (D,)}
+    if F:
+        shapes.update({b + "mlp.gate_proj.weight": (F, C), b + "mlp.up_proj.weight": (F, C),
+                       b + "mlp.down_proj.weight": (C, F)})
+    return shapes
+
+
 def make(case, out):
     import transformers as tf
     if case == "llama":
@@ -58,16 +72,7 @@ def make(case, out):
         shapes = {"model.embed_tokens.weight": (c["vocab_size"], C), "model.norm.weight": (C,),
                   "lm_head.weight": (c["vocab_size"], C)}
         for l in range(L):
-            b = f"model.layers.{l}."
-            shapes.update({b + "input_layernorm.weight": (C,),
-                           b + "post_attention_layernorm.weight": (C,),
-                           b + "self_attn.q_proj.weight": (H * D, C),
-                           b + "self_attn.k_proj.weight": (KV * D, C),
-                           b + "self_attn.v_proj.weight": (KV * D, C),
-                           b + "self_attn.o_proj.weight": (C, H * D),
-                           b + "self_attn.q_norm.weight": (D,), b + "self_attn.k_norm.weight": (D,),
-                           b + "mlp.gate_proj.weight": (F, C), b + "mlp.up_proj.weight": (F, C),
-                           b + "mlp.down_proj.weight": (C, F)})
+            shapes.update(layer_shapes(l, H, KV, D, C, F))
         tensors = {k: torch.zeros(s) for k, s in shapes.items()}
         randomize(sorted(tensors.items()), 3)
         os.makedirs(out, exist_ok=True)

@@ -27,7 +27,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_llama import check, dense_mlp, load_weights, randomize  # noqa: E402
+from hf_llama import check, dense_mlp, layer_shapes, load_weights, randomize  # noqa: E402
 
 COMMON = dict(vocab_size=257, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=32, rms_norm_eps=1e-5, bos_token_id=256, eos_token_id=256,
@@ -70,17 +70,8 @@ def make_qwen3_moe(out):
               "lm_head.weight": (257, C)}
     for l in range(L):
         b = f"model.layers.{l}."
-        shapes.update({b + "input_layernorm.weight": (C,),
-                       b + "post_attention_layernorm.weight": (C,),
-                       b + "self_attn.q_proj.weight": (H * D, C),
-                       b + "self_attn.k_proj.weight": (KV * D, C),
-                       b + "self_attn.v_proj.weight": (KV * D, C),
-                       b + "self_attn.o_proj.weight": (C, H * D),
-                       b + "self_attn.q_norm.weight": (D,), b + "self_attn.k_norm.weight": (D,)})
-        if l == 0:
-            shapes.update({b + "mlp.gate_proj.weight": (Fd, C), b + "mlp.up_proj.weight": (Fd, C),
-                           b + "mlp.down_proj.weight": (C, Fd)})
-        else:
+        shapes.update(layer_shapes(l, H, KV, D, C, Fd if l == 0 else None))
+        if l > 0:
             shapes.update({b + "mlp.gate.weight": (E, C),
                            b + "mlp.experts.gate_up_proj": (E, 2 * F, C),
                            b + "mlp.experts.down_proj": (E, C, F)})

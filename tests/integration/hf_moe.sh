@@ -7,64 +7,30 @@
 # an OlmoeForCausalLM (q/k norms over all heads together: Model.qk_norm_type=full; trained on
 # dp2, as TP would split those heads) and a Qwen3MoeForCausalLM (per-head q/k norm; under
 # transformers 4.46, which lacks the class, written by hand with stacked experts and checked by
-# the float64 reference only). For each: `trainer inspect` gives the -o Model.* overrides; a run with those,
-# Checkpoint.init_from and learning rate 0 saves the imported weights, whose `trainer eval` loss
-# on two samples must be transformers' and hf_moe.py's float64 reference's (1e-5 relative); then
-# 4 training steps on tp2, `trainer export`, and transformers' loss of the export must be trainer
-# eval's of the trained checkpoint. Refusals, one line each: a missing, a duplicated and a ninth
+# the float64 reference only). Each goes through hf_lib.sh's round trip: `trainer inspect`, a
+# run from it at learning rate 0 whose `trainer eval` loss must be transformers' and hf_moe.py's
+# float64 reference's (1e-5 relative), 4 training steps on tp2 (OLMoE: dp2), `trainer export`,
+# and transformers' loss of the export must be trainer eval's of the trained checkpoint. Refusals, one line each: a missing, a duplicated and a ninth
 # expert, a sigmoid scoring_func, sparse layers the trainer's keys cannot express, OLMoE with
 # grouped-query attention or on tp2, router keys that differ from the pretrained model's, and the
 # export of a MoE model no class computes.
 source "$(dirname "$0")/lib.sh"
-if [ -n "${TRAINER_HF_PYTHON:-}" ]; then PY=$TRAINER_HF_PYTHON
-else PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?; fi
-export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
-HELPER="$SRC/tests/integration/hf_moe.py"
-word_text text.txt
-T=32
-COMMON=(-c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=text.h5 -o Data.val_fraction=0
-        -o Global.micro_batch_size=2 -o Global.global_batch_size=4 -o Engine.eval_freq=0
-        -o Engine.logging_freq=1 -o Model.seq_len=$T)
-evaluate() {  # checkpoints, output json
-  "$TRAINER" eval "$1" --data text.h5 -b 1 --batches 2 > "$2" 2> "$2.err" ||
-    { cat "$2" "$2.err"; fail "trainer eval $1"; }
-}
+source "$(dirname "$0")/hf_lib.sh"
+hf_setup "$SRC/tests/integration/hf_moe.py"
 overrides() { sed -n 's/^  init_from needs  //p' "inspect-$1.txt"; }
 
-for case in qwen2_moe mixtral olmoe qwen3_moe; do
-  ref=()
-  if ! "$PY" "$HELPER" has "$case"; then
-    ref=(--reference-only)
-    echo "$case: this transformers has no such class; its loss is the float64 reference's only" \
-      "(TRAINER_HF_PYTHON=<python with transformers 5> checks it against transformers)"
-  fi
-  "$PY" "$HELPER" make "$case" "hf-$case" || fail "making the $case model"
-  "$TRAINER" inspect "hf-$case" > "inspect-$case.txt" 2> "inspect-$case.err" ||
-    { cat "inspect-$case.txt" "inspect-$case.err"; fail "inspect $case"; }
-  read -ra MODEL <<< "$(overrides "$case")"
-  [ "${#MODEL[@]}" -gt 40 ] || { cat "inspect-$case.txt"; fail "inspect $case: no MoE overrides"; }
-  run_np 2 train "${COMMON[@]}" "${MODEL[@]}" -o Checkpoint.init_from="hf-$case" -o Optimizer.lr=0 \
-    -o Optimizer.min_lr=0 -o Engine.max_steps=1 -o Engine.save_steps=1 \
-    -o Engine.output_dir="init-$case" > "init-$case.log" 2>&1 ||
-    { tail -20 "init-$case.log"; fail "init_from $case failed"; }
-  grep -q "initial weights from .*Hugging Face" "init-$case.log" || fail "$case: init_from not said"
-  evaluate "init-$case/checkpoints" "eval-init-$case.json"
-  "$PY" "$HELPER" check "hf-$case" text.txt $T "eval-init-$case.json" "${ref[@]}" ||
-    fail "$case: the imported model's loss"
-  tp=2; [ "$case" = olmoe ] && tp=1  # its q/k norm spans the heads that TP would split
-  run_np 2 train "${COMMON[@]}" "${MODEL[@]}" -o Checkpoint.init_from="hf-$case" \
-    -o Optimizer.lr=1e-2 -o Optimizer.warmup_steps=0 -o Engine.max_steps=4 -o Engine.save_steps=4 \
-    -o Distributed.tp_degree=$tp -o Engine.output_dir="trained-$case" > "trained-$case.log" 2>&1 ||
-    { tail -20 "trained-$case.log"; fail "training $case failed"; }
-  evaluate "trained-$case/checkpoints" "eval-trained-$case.json"
-  cmp -s <(tail -1 "eval-init-$case.json") <(tail -1 "eval-trained-$case.json") &&
-    fail "$case: training did not change the loss"
-  shard=(); [ "$case" = qwen2_moe ] && shard=(--max-shard-size 20KB)
-  "$TRAINER" export "trained-$case/checkpoints" --output "export-$case" "${shard[@]}" \
-    > "export-$case.log" || fail "export $case"
-  "$PY" "$HELPER" check "export-$case" text.txt $T "eval-trained-$case.json" "${ref[@]}" ||
-    fail "$case: the exported model's loss"
-done
+hf_round_trip qwen2_moe 40 2 --max-shard-size 20KB
+hf_round_trip mixtral 40 2
+hf_round_trip olmoe 40 1  # its q/k norm spans the heads that TP would split
+if "$PY" "$HELPER" has qwen3_moe; then
+  hf_round_trip qwen3_moe 40 2
+else
+  echo "qwen3_moe: this transformers has no such class; its loss is the float64 reference's" \
+    "only (TRAINER_HF_PYTHON=<python with transformers 5> checks it against transformers)"
+  hf_round_trip qwen3_moe 40 2 -- --reference-only
+fi
+grep -q "^  experts          8 experts, top-2, expert FFN 32, shared expert FFN 48, dropless; MoE layers 1,2 of 3" \
+  inspect-qwen2_moe.txt || { cat inspect-qwen2_moe.txt; fail "inspect: no MoE shape"; }
 grep -q "warning: MixtralForCausalLM has router_jitter_noise 0.01" init-mixtral.log ||
   fail "mixtral: no warning about router_jitter_noise"
 python3 - <<'PY'
