@@ -184,7 +184,8 @@ def check(folder, text, T, eval_json, reference_only, mlp=None):
     worst = abs(got - ref) / ref
     if not reference_only:
         import transformers as tf
-        model = tf.AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
+        dtype = "dtype" if int(tf.__version__.split(".")[0]) >= 5 else "torch_dtype"
+        model = tf.AutoModelForCausalLM.from_pretrained(folder, **{dtype: torch.float32})
         model.eval()
         with torch.no_grad():
             hf = loss(lambda x: model(torch.tensor([x])).logits[0])

@@ -36,21 +36,28 @@ CLASSES = {"qwen2_moe": "Qwen2MoeForCausalLM", "mixtral": "MixtralForCausalLM",
            "olmoe": "OlmoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 
 
+def rope(theta):
+    """RoPE's base as transformers 5 (rope_parameters) or 4 (rope_theta) takes it."""
+    import transformers as tf
+    if int(tf.__version__.split(".")[0]) >= 5:
+        return {"rope_parameters": {"rope_type": "default", "rope_theta": theta}}
+    return {"rope_theta": theta}
+
+
 def config(family):
     import transformers as tf
     moe = dict(num_experts=8, moe_intermediate_size=32, intermediate_size=96,
                num_hidden_layers=3, mlp_only_layers=[0], decoder_sparse_step=1)
     if family == "qwen2_moe":
         return tf.Qwen2MoeConfig(**COMMON, **moe, shared_expert_intermediate_size=48,
-                                 norm_topk_prob=False, rope_theta=10000.0)
+                                 norm_topk_prob=False, **rope(10000.0))
     if family == "mixtral":
         return tf.MixtralConfig(**COMMON, num_local_experts=8, intermediate_size=32,
-                                num_hidden_layers=2, rope_theta=1e6, router_jitter_noise=0.01)
+                                num_hidden_layers=2, router_jitter_noise=0.01, **rope(1e6))
     if family == "olmoe":
         return tf.OlmoeConfig(**dict(COMMON, num_key_value_heads=4), num_experts=8,
                               intermediate_size=32, num_hidden_layers=2)
-    return tf.Qwen3MoeConfig(**COMMON, **moe, head_dim=24, norm_topk_prob=True,
-                             rope_parameters={"rope_type": "default", "rope_theta": 20000.0})
+    return tf.Qwen3MoeConfig(**COMMON, **moe, head_dim=24, norm_topk_prob=True, **rope(20000.0))
 
 
 def widen_routers(named):
@@ -96,7 +103,7 @@ def make(family, out):
     randomize(model.named_parameters(), 11)
     widen_routers(model.named_parameters())
     shard = {"max_shard_size": "20KB"} if family == "qwen2_moe" else {}
-    model.save_pretrained(out, safe_serialization=True, **shard)
+    model.save_pretrained(out, **shard)  # safetensors: both versions' default
 
 
 def expert(W, b, e, x):
