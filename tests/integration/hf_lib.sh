@@ -45,7 +45,8 @@ hf_round_trip() {
     fail "$case: the imported model's loss"
   run_np 2 train "${COMMON[@]}" "${MODEL[@]}" -o Checkpoint.init_from="hf-$case" \
     -o Optimizer.lr=1e-2 -o Optimizer.warmup_steps=0 -o Engine.max_steps=4 -o Engine.save_steps=4 \
-    -o Distributed.tp_degree="$tp" -o Engine.output_dir="trained-$case" > "trained-$case.log" 2>&1 ||
+    -o Distributed.tp_degree="$tp" -o Engine.output_dir="trained-$case" \
+    > "trained-$case.log" 2>&1 ||
     { tail -20 "trained-$case.log"; fail "training $case failed"; }
   evaluate "trained-$case/checkpoints" "eval-trained-$case.json"
   cmp -s <(tail -1 "eval-init-$case.json") <(tail -1 "eval-trained-$case.json") &&
