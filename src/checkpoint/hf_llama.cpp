@@ -8,7 +8,9 @@
 #include <map>
 #include <set>
 
+#include "checkpoint/hf_config.h"
 #include "checkpoint/hf_folder.h"
+#include "checkpoint/hf_moe.h"
 #include "checkpoint/safetensors.h"
 #include "common/filesystem.h"
 #include "common/log.h"
@@ -16,57 +18,9 @@
 namespace trainer {
 namespace {
 
-const char kSupported[] = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel";
-
-// The shortest decimal that reads back as `v`.
-std::string Decimal(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return StrFormat("%.0f", v);
-  for (int digits = 1; digits <= 17; ++digits) {
-    const std::string text = StrFormat("%.*g", digits, v);
-    if (std::strtod(text.c_str(), nullptr) == v) return text;
-  }
-  return StrFormat("%.17g", v);
-}
-
-// A number as JSON wants it: with a point or an exponent when it is a float key.
-std::string JsonFloat(double v) {
-  std::string text = Decimal(v);
-  if (text.find_first_of(".en") == std::string::npos) text += ".0";
-  return text;
-}
-
-class ConfigReader {
- public:
-  ConfigReader(const std::string& path, const YAML::Node& root) : path_(path), root_(root) {}
-
-  bool Has(const char* key) const { return root_[key] && !root_[key].IsNull(); }
-
-  template <typename T>
-  Status Get(const char* key, T* value, const YAML::Node& node = YAML::Node()) const {
-    const YAML::Node n = node.IsDefined() && !node.IsNull() ? node[key] : root_[key];
-    if (!n || n.IsNull()) return Status::Ok();  // the default stays
-    try {
-      *value = n.as<T>();
-    } catch (const YAML::Exception&) {
-      return CheckpointError(StrFormat("%s: %s is not a %s", path_.c_str(), key, Dump(n).c_str()));
-    }
-    return Status::Ok();
-  }
-
-  Status Refuse(const std::string& why) const {
-    return CheckpointError(StrFormat("%s: %s", path_.c_str(), why.c_str()));
-  }
-
- private:
-  static std::string Dump(const YAML::Node& n) {
-    YAML::Emitter e;
-    e << YAML::Flow << n;
-    return std::string("value this trainer reads there: ") + e.c_str();
-  }
-
-  std::string path_;
-  YAML::Node root_;
-};
+const char kSupported[] =
+    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM, "
+    "MixtralForCausalLM, OlmoeForCausalLM, Qwen3MoeForCausalLM, GPT2LMHeadModel";
 
 Status ReadRope(const ConfigReader& r, const YAML::Node& root, const std::string& arch,
                 ModelConfig* m) {
@@ -115,6 +69,7 @@ std::string Difference(const ModelConfig& a, const ModelConfig& b) {
       {"ffn_hidden_size", std::to_string(a.ffn_size()), std::to_string(b.ffn_size())},
       {"qkv_bias", text(a.qkv_bias), text(b.qkv_bias)},
       {"qk_norm", text(a.qk_norm), text(b.qk_norm)},
+      {"qk_norm_type", a.qk_norm ? a.qk_norm_type : "head", b.qk_norm ? b.qk_norm_type : "head"},
       {"tie_embeddings", text(a.tie_embeddings), text(b.tie_embeddings)},
       {"rope_scaling", a.rope_scaling, b.rope_scaling}};
   for (const auto& [key, x, y] : keys)
@@ -133,7 +88,7 @@ std::string Difference(const ModelConfig& a, const ModelConfig& b) {
     if (!close(x, y))
       return StrFormat("Model.%s is %s, the pretrained model's %s", key, Decimal(x).c_str(),
                        Decimal(y).c_str());
-  return "";
+  return MoeDifference(a, b);
 }
 
 }  // namespace
@@ -147,10 +102,11 @@ std::string HuggingFaceArchitecture(const std::string& folder) {
       return c["architectures"][0].as<std::string>();
     if (c["model_type"]) {  // no architectures: the class of the model type
       const std::string type = c["model_type"].as<std::string>();
-      const std::map<std::string, std::string> classes = {{"llama", "LlamaForCausalLM"},
-                                                          {"qwen2", "Qwen2ForCausalLM"},
-                                                          {"qwen3", "Qwen3ForCausalLM"},
-                                                          {"gpt2", "GPT2LMHeadModel"}};
+      const std::map<std::string, std::string> classes = {
+          {"llama", "LlamaForCausalLM"},     {"qwen2", "Qwen2ForCausalLM"},
+          {"qwen3", "Qwen3ForCausalLM"},     {"qwen2_moe", "Qwen2MoeForCausalLM"},
+          {"mixtral", "MixtralForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
+          {"olmoe", "OlmoeForCausalLM"},     {"gpt2", "GPT2LMHeadModel"}};
       return classes.count(type) ? classes.at(type) : type;
     }
   } catch (const YAML::Exception&) {
@@ -159,7 +115,8 @@ std::string HuggingFaceArchitecture(const std::string& folder) {
 }
 
 bool IsLlamaArchitecture(const std::string& a) {
-  return a == "LlamaForCausalLM" || a == "Qwen2ForCausalLM" || a == "Qwen3ForCausalLM";
+  return a == "LlamaForCausalLM" || a == "Qwen2ForCausalLM" || a == "Qwen3ForCausalLM" ||
+         IsMoeArchitecture(a);
 }
 
 Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
@@ -174,7 +131,10 @@ Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
   if (!IsLlamaArchitecture(arch))
     return r.Refuse(
         StrFormat("architecture %s is not supported (%s are)", arch.c_str(), kSupported));
-  const bool qwen2 = arch == "Qwen2ForCausalLM", qwen3 = arch == "Qwen3ForCausalLM";
+  // Qwen2-MoE has Qwen2's q/k/v biases, Qwen3-MoE Qwen3's q/k norm.
+  const bool qwen2 = arch == "Qwen2ForCausalLM" || arch == "Qwen2MoeForCausalLM";
+  const bool qwen3 = arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM";
+  const bool olmoe = arch == "OlmoeForCausalLM";  // q/k norm over all heads together
   std::string act = "silu", dtype = "float32";
   bool mlp_bias = false, attention_bias = false, sliding = false;
   TRAINER_RETURN_IF_ERROR(r.Get("hidden_act", &act));
@@ -193,7 +153,8 @@ Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
   ModelConfig c;
   c.arch = "llama";
   c.qkv_bias = qwen2;
-  c.qk_norm = qwen3;
+  c.qk_norm = qwen3 || olmoe;
+  if (olmoe) c.qk_norm_type = "full";
   c.tie_embeddings = false;
   c.norm_eps = 1e-6;
   c.max_seq_len = 2048;
@@ -209,13 +170,15 @@ Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
   TRAINER_RETURN_IF_ERROR(r.Get("num_key_value_heads", &c.num_kv_heads));
   if (c.num_heads <= 0 || c.hidden_size <= 0 || c.num_kv_heads <= 0)
     return r.Refuse("hidden_size, num_attention_heads and num_key_value_heads must be positive");
-  c.head_dim = qwen3 ? 128 : c.hidden_size / c.num_heads;  // transformers' defaults
+  // transformers' defaults
+  c.head_dim = arch == "Qwen3ForCausalLM" ? 128 : c.hidden_size / c.num_heads;
   TRAINER_RETURN_IF_ERROR(r.Get("head_dim", &c.head_dim));
   TRAINER_RETURN_IF_ERROR(r.Get("intermediate_size", &c.ffn_hidden_size));
   TRAINER_RETURN_IF_ERROR(r.Get("rms_norm_eps", &c.norm_eps));
   TRAINER_RETURN_IF_ERROR(r.Get("max_position_embeddings", &c.max_seq_len));
   TRAINER_RETURN_IF_ERROR(r.Get("tie_word_embeddings", &c.tie_embeddings));
   TRAINER_RETURN_IF_ERROR(ReadRope(r, root, arch, &c));
+  if (IsMoeArchitecture(arch)) TRAINER_RETURN_IF_ERROR(ReadMoeConfig(r, arch, &c));
   if (c.num_heads % c.num_kv_heads != 0)
     return r.Refuse(StrFormat("num_attention_heads %d is not a multiple of num_key_value_heads %d",
                               c.num_heads, c.num_kv_heads));
@@ -246,25 +209,30 @@ std::string LlamaModelOverrides(const ModelConfig& m) {
       "-o Model.max_seq_len=%d",
       m.qkv_bias ? "true" : "false", m.qk_norm ? "true" : "false",
       m.tie_embeddings ? "true" : "false", m.max_seq_len);
-  return s;
+  if (m.qk_norm && m.qk_norm_type != "head") s += " -o Model.qk_norm_type=" + m.qk_norm_type;
+  return s + MoeModelOverrides(m);
 }
 
 Status LlamaConfigJson(const ModelConfig& m, bool bf16, int64_t eod_id, std::string* json) {
-  if (m.moe())
-    return UsageError(StrFormat(
-        "the checkpoint's model has experts (Model.num_experts=%d): export to Hugging Face's MoE "
-        "classes (Qwen2-MoE, Mixtral, OLMoE, Qwen3-MoE) is not supported yet. Keep the "
-        "checkpoint; trainer sample and eval run it",
-        m.num_experts));
-  if (m.qkv_bias && m.qk_norm)
+  HfMoeClass moe;
+  if (m.moe()) TRAINER_RETURN_IF_ERROR(MoeExportClass(m, &moe));
+  if (!m.moe() && m.qk_norm && m.qk_norm_type == "full")
+    return UsageError(
+        "a dense model with q/k norms over all heads (Model.qk_norm_type=full) is OLMo 2's, "
+        "which export does not write (with experts it is OLMoE's, which it does)");
+  if (m.qkv_bias && m.qk_norm && !m.moe())
     return UsageError(
         "a model with both Model.qkv_bias and Model.qk_norm has no transformers class (Qwen3's "
         "attention_bias also biases o_proj): export supports one or the other");
-  const char* arch = m.qk_norm    ? "Qwen3ForCausalLM"
+  const char* arch = m.moe()      ? moe.architecture.c_str()
+                     : m.qk_norm  ? "Qwen3ForCausalLM"
                      : m.qkv_bias ? "Qwen2ForCausalLM"
                                   : "LlamaForCausalLM";
-  const char* type = m.qk_norm ? "qwen3" : m.qkv_bias ? "qwen2" : "llama";
-  const bool llama = !m.qk_norm && !m.qkv_bias;
+  const char* type = m.moe()      ? moe.model_type.c_str()
+                     : m.qk_norm  ? "qwen3"
+                     : m.qkv_bias ? "qwen2"
+                                  : "llama";
+  const bool llama = !m.qk_norm && !m.qkv_bias && !m.moe();
   const std::string rope =
       m.rope_scaling != "llama3"
           ? "null"
@@ -293,7 +261,7 @@ Status LlamaConfigJson(const ModelConfig& m, bool bf16, int64_t eod_id, std::str
       "  \"rope_scaling\": %s,\n"
       "  \"attention_bias\": false,\n"
       "  \"attention_dropout\": 0.0,\n"
-      "%s"
+      "%s%s"
       "  \"initializer_range\": 0.02,\n"
       "  \"tie_word_embeddings\": %s,\n"
       "  \"use_cache\": true,\n"
@@ -301,12 +269,13 @@ Status LlamaConfigJson(const ModelConfig& m, bool bf16, int64_t eod_id, std::str
       "  \"eos_token_id\": %d,\n"
       "  \"torch_dtype\": \"%s\"\n"
       "}\n",
-      arch, type, m.vocab_size, m.hidden_size, m.ffn_size(), m.num_layers, m.num_heads,
-      m.kv_heads(), m.head_size(), m.max_seq_len, JsonFloat(m.norm_eps).c_str(),
-      JsonFloat(m.rope_theta).c_str(), rope.c_str(),
+      arch, type, m.vocab_size, m.hidden_size, m.moe() ? moe.intermediate_size : m.ffn_size(),
+      m.num_layers, m.num_heads, m.kv_heads(), m.head_size(), m.max_seq_len,
+      JsonFloat(m.norm_eps).c_str(), JsonFloat(m.rope_theta).c_str(), rope.c_str(),
       llama ? "  \"mlp_bias\": false,\n  \"pretraining_tp\": 1,\n"
             : "  \"use_sliding_window\": false,\n",
-      m.tie_embeddings ? "true" : "false", eod, eod, bf16 ? "bfloat16" : "float32");
+      moe.keys.c_str(), m.tie_embeddings ? "true" : "false", eod, eod,
+      bf16 ? "bfloat16" : "float32");
   return Status::Ok();
 }
 
@@ -328,6 +297,7 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
                                      folder.c_str(), difference.c_str(), needs.c_str()));
   std::map<std::string, SafetensorsTensor> tensors;
   TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(weights, &tensors));
+  TRAINER_RETURN_IF_ERROR(StackHuggingFaceExperts(weights, model, &tensors));
   std::set<std::string> known;
   const std::vector<ParameterInfo> all = FullBaseParameterList(model);
   for (const ParameterInfo& p : all) known.insert(p.name);

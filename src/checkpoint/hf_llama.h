@@ -1,5 +1,7 @@
 // The llama family (Model.arch=llama) as Hugging Face stores it: LlamaForCausalLM,
-// Qwen2ForCausalLM (q/k/v biases) and Qwen3ForCausalLM (per-head q/k RMSNorm). The parameter
+// Qwen2ForCausalLM (q/k/v biases) and Qwen3ForCausalLM (per-head q/k RMSNorm), and with experts
+// the MoE classes whose keys and expert tensors hf_moe.h maps (Qwen2-MoE, Mixtral, OLMoE,
+// Qwen3-MoE). The parameter
 // names are transformers' own and the matrices (out, in) as nn.Linear stores them, so import and
 // export copy tensors as they are; only the embedding and an untied lm_head differ, by the
 // vocabulary's padding rows (exported without, imported zero). config.json is read in both forms
@@ -20,7 +22,7 @@ namespace trainer {
 // "" when there is no config.json.
 std::string HuggingFaceArchitecture(const std::string& folder);
 
-// Whether `architecture` is one of the llama family's.
+// Whether `architecture` is one of the llama family's (the MoE classes included).
 bool IsLlamaArchitecture(const std::string& architecture);
 
 // The Model keys of the llama-family model whose config.json is `config_path`. Anything this
@@ -33,8 +35,8 @@ Status ReadLlamaConfigJson(const std::string& config_path, ModelConfig* model);
 std::string LlamaModelOverrides(const ModelConfig& model);
 
 // config.json for `model` (Model.arch=llama): LlamaForCausalLM, Qwen2ForCausalLM (qkv_bias) or
-// Qwen3ForCausalLM (qk_norm); a usage error for both at once (no transformers class has q/k/v
-// biases and q/k norms without an o_proj bias).
+// Qwen3ForCausalLM (qk_norm), with experts the class of MoeExportClass (hf_moe.h); a usage error
+// for both at once (no transformers class has q/k/v biases and q/k norms without an o_proj bias).
 Status LlamaConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id, std::string* json);
 
 // This rank's slices of the llama-family weights `weights` (HuggingFaceWeightsFile's) with the

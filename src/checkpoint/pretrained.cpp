@@ -10,6 +10,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_folder.h"
 #include "checkpoint/hf_llama.h"
+#include "checkpoint/hf_moe.h"
 #include "checkpoint/safetensors.h"
 #include "common/filesystem.h"
 #include "common/log.h"
@@ -132,6 +133,7 @@ std::vector<SafetensorsTensor> ToHuggingFace(const ModelConfig& model,
   std::vector<SafetensorsTensor> tensors;
   for (const ParameterInfo& p : params) {
     const float* values = flat.data() + p.offset;
+    if (AppendHuggingFaceMoeTensors(model, p, values, &tensors)) continue;  // experts apart
     SafetensorsTensor t;
     t.name = p.name;
     t.shape = p.full_shape;
@@ -234,7 +236,8 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
     if (!llama && !gpt2)
       return CheckpointError(StrFormat(
           "%s (Checkpoint.init_from): architecture %s is not supported (LlamaForCausalLM, "
-          "Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel are)",
+          "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM, MixtralForCausalLM, "
+          "OlmoeForCausalLM, Qwen3MoeForCausalLM, GPT2LMHeadModel are)",
           weights.c_str(), arch.c_str()));
     if (llama != (model.arch == "llama")) {
       std::string needs, note;

@@ -109,6 +109,10 @@ Status InspectHuggingFace(const std::string& file) {
   std::string overrides, note;
   TRAINER_RETURN_IF_ERROR(ImpliedModelOverrides(file, &overrides, &note));
   std::cout << "  init_from needs  " << overrides << "\n";
+  ModelConfig model;  // a MoE model's shape, as for a checkpoint
+  if (IsLlamaArchitecture(arch) &&
+      ReadLlamaConfigJson(HuggingFaceFolder(file) + "/config.json", &model).ok() && model.moe())
+    std::cout << "  experts          " << MoeShapeText(MakeModelSpec(model)) << "\n";
   if (!note.empty()) std::cout << "  note             " << note << "\n";
   std::cout.flush();
   return Status::Ok();

@@ -54,6 +54,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Model, model, rope_original_max_positions),
     CONFIG_KEY(Model, model, qkv_bias),
     CONFIG_KEY(Model, model, qk_norm),
+    CONFIG_KEY(Model, model, qk_norm_type),
     CONFIG_KEY(Model, model, tie_embeddings),
     CONFIG_KEY(Model, model, num_experts),
     CONFIG_KEY(Model, model, moe_router_topk),

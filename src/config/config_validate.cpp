@@ -99,6 +99,7 @@ const ChoiceRule kChoiceRules[] = {
     {"Global.device", {"auto", "cpu", "cuda"}},
     {"Model.arch", {"gpt2", "llama"}},
     {"Model.rope_scaling", {"none", "llama3"}},
+    {"Model.qk_norm_type", {"head", "full"}},
     {"Model.recompute", {"none", "gelu", "selective", "block"}},
     {"Model.moe_router_score_function", {"softmax", "sigmoid"}},
     {"Model.moe_router_load_balancing_type", {"aux_loss", "seq_aux_loss"}},
@@ -233,6 +234,7 @@ Status CheckModelFamily(const TrainConfig& c, Checker& check) {
         {"Model.head_dim", m.head_dim != 0 && m.head_dim * m.num_heads != m.hidden_size},
         {"Model.qkv_bias", m.qkv_bias},
         {"Model.qk_norm", m.qk_norm},
+        {"Model.qk_norm_type", m.qk_norm_type != "head"},
         {"Model.tie_embeddings", !m.tie_embeddings},
         {"Model.rope_scaling", m.rope_scaling != "none"},
         {"Model.norm_eps", m.norm_eps != 1e-5},
@@ -258,6 +260,32 @@ Status CheckModelFamily(const TrainConfig& c, Checker& check) {
                                 m.head_size()),
                       {"Model.head_dim", "Model.hidden_size", "Model.num_heads"},
                       "Set Model.head_dim to an even number");
+  return Status::Ok();
+}
+
+// Model.qk_norm_type=full (OLMoE): one RMSNorm over all q heads and one over all k heads, which
+// the q/k norm op computes as one head of num_heads x head_dim; it needs the whole of q on a rank.
+Status CheckFullQkNorm(const TrainConfig& c, Checker& check) {
+  const ModelConfig& m = c.model;
+  if (m.qk_norm_type != "full") return Status::Ok();
+  if (!m.qk_norm)
+    return check.Fail(check.Show("Model.qk_norm_type") + " without q/k norms (" +
+                          check.Show("Model.qk_norm") + ")",
+                      {"Model.qk_norm_type", "Model.qk_norm"},
+                      "Set Model.qk_norm=true, or leave Model.qk_norm_type at head");
+  if (m.kv_heads() != m.num_heads)
+    return check.Fail(check.Show("Model.qk_norm_type") +
+                          " needs as many key/value heads as heads (OLMoE's attention): " +
+                          check.Show("Model.num_kv_heads") + ", " + check.Show("Model.num_heads"),
+                      {"Model.qk_norm_type", "Model.num_kv_heads"},
+                      StrFormat("Set Model.num_kv_heads=%d, or Model.qk_norm_type=head",
+                                m.num_heads));
+  if (c.distributed.tp_degree > 1)
+    return check.Fail(check.Show("Model.qk_norm_type") +
+                          " normalises q and k over every head, and " +
+                          check.Show("Distributed.tp_degree") + " splits the heads over ranks",
+                      {"Model.qk_norm_type", "Distributed.tp_degree"},
+                      "Set Distributed.tp_degree=1 (data, pipeline and sharding parallelism work)");
   return Status::Ok();
 }
 
@@ -325,6 +353,7 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
                                 m.max_seq_len));
   }
   TRAINER_RETURN_IF_ERROR(CheckModelFamily(c, check));
+  TRAINER_RETURN_IF_ERROR(CheckFullQkNorm(c, check));
   TRAINER_RETURN_IF_ERROR(CheckMoe(c, check));
   TRAINER_RETURN_IF_ERROR(CheckLora(c, check));
   if (m.head_dim == 0 && m.hidden_size % m.num_heads != 0) {

@@ -42,6 +42,9 @@ struct ModelConfig {
   int rope_original_max_positions = 8192;
   bool qkv_bias = false;       // biases on q, k and v (Qwen2)
   bool qk_norm = false;        // RMSNorm of each q and k head before RoPE (Qwen3)
+  // head: each head apart (Qwen3); full: all q heads as one vector, all k heads as another
+  // (OLMoE's q_norm / k_norm of num_heads x head_dim)
+  std::string qk_norm_type = "head";
   bool tie_embeddings = true;  // the LM head is the token embedding (tie_word_embeddings)
   // Mixture of experts (llama family; Megatron's flag names, docs/config.md maps them to Hugging
   // Face's): num_experts 0 means dense MLPs everywhere.

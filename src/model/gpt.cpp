@@ -218,7 +218,7 @@ BlockActivations GptModel::AllocateBlockActivations(bool gelu_output, bool norm_
   a.ln1_rstd = Alloc({R}, DType::kF32);
   if (spec_.qk_norm) {
     a.qkv_pre = Alloc({B, T, Ql}, cd);
-    a.qkv_rstd = Alloc({B * T, heads + kv_heads}, DType::kF32);
+    a.qkv_rstd = Alloc({B * T, spec_.qk_norm_full ? 2 : heads + kv_heads}, DType::kF32);
   }
   a.qkv = Alloc({B, T, Ql}, cd);
   a.att_out = Alloc({B, T, Al}, cd);

@@ -34,8 +34,8 @@ Tensor GptModel::FrozenGradientSink(ParamRole role) const {
   const bool second = role == ParamRole::kKNorm || role == ParamRole::kNorm1Bias ||
                       role == ParamRole::kNorm2Bias || role == ParamRole::kFinalNormBias;
   const int64_t width = norm_sink_.dim(1);
-  const int64_t n =
-      role == ParamRole::kQNorm || role == ParamRole::kKNorm ? spec_.head_dim : spec_.hidden;
+  const int64_t qk = spec_.qk_norm_full ? spec_.q_width() : spec_.head_dim;  // NKV = NH there
+  const int64_t n = role == ParamRole::kQNorm || role == ParamRole::kKNorm ? qk : spec_.hidden;
   Tensor row = norm_sink_.rows(second ? 1 : 0, 1);
   return Tensor(row.data, DType::kF32, {std::min(n, width)});
 }
@@ -92,7 +92,9 @@ void GptModel::AllocateLoraBuffers() {
   frozen_buffer_ = Alloc({static_cast<int64_t>(TotalLocalElements(frozen_params_))}, compute_);
   const int64_t tp = partition_.tp_size, N = static_cast<int64_t>(B_) * T_, r = spec_.lora_rank;
   sizing_kind_ = &ModelBufferBytes::gradients;
-  norm_sink_ = Alloc({2, std::max(spec_.hidden, spec_.head_dim)}, DType::kF32);
+  norm_sink_ =
+      Alloc({2, std::max({spec_.hidden, spec_.head_dim, spec_.qk_norm_full ? spec_.q_width() : 0})},
+            DType::kF32);
   sizing_kind_ = &ModelBufferBytes::scratch;
   const int64_t W =
       std::max({spec_.qkv_width() / tp, 2 * spec_.ffn / tp, spec_.hidden, spec_.q_width() / tp});

@@ -43,6 +43,7 @@ ModelSpec MakeModelSpec(const ModelConfig& m) {
   s.fused_qkv = false;
   s.qkv_bias = m.qkv_bias;
   s.qk_norm = m.qk_norm;
+  s.qk_norm_full = m.qk_norm && m.qk_norm_type == "full";
   s.linear_bias = false;
   s.tied_embeddings = m.tie_embeddings;
   if (!m.moe()) return s;
@@ -213,8 +214,10 @@ std::vector<ParameterSpec> SpecParameters(const ModelSpec& spec, bool sequence_p
       }
     }
     if (spec.qk_norm) {
-      add(ParamRole::kQNorm, l, {spec.head_dim}, ShardKind::kReplicated);
-      add(ParamRole::kKNorm, l, {spec.head_dim}, ShardKind::kReplicated);
+      add(ParamRole::kQNorm, l, {spec.qk_norm_full ? spec.q_width() : spec.head_dim},
+          ShardKind::kReplicated);
+      add(ParamRole::kKNorm, l, {spec.qk_norm_full ? spec.kv_width() : spec.head_dim},
+          ShardKind::kReplicated);
     }
     add(ParamRole::kAttnOutWeight, l, {C, spec.q_width()}, ShardKind::kSplitCols);
     if (spec.linear_bias) add(ParamRole::kAttnOutBias, l, {C}, ShardKind::kReplicated);

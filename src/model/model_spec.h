@@ -48,7 +48,7 @@ enum class ParamRole {
   kQBias,
   kKBias,
   kVBias,
-  kQNorm,  // (HD) Qwen3
+  kQNorm,  // (HD) Qwen3; (NH*HD) and (NKV*HD) with qk_norm_full (OLMoE)
   kKNorm,
   kAttnOutWeight,  // (C, NH*HD)
   kAttnOutBias,
@@ -137,6 +137,9 @@ struct ModelSpec {
   bool fused_qkv = true;  // gpt2's c_attn; llama stores q, k, v apart
   bool qkv_bias = true;
   bool qk_norm = false;
+  // OLMoE: one norm over the q heads together (weight NH*HD) and one over the k heads (NKV*HD =
+  // NH*HD), computed as one head of that width; else per head (weight HD).
+  bool qk_norm_full = false;
   bool linear_bias = true;     // biases of the attention output and the MLP's linears
   bool layernorm_bias = true;  // LayerNorm's bias (gpt2 with Model.bias: false has none)
   bool tied_embeddings = true;

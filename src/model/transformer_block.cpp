@@ -121,6 +121,12 @@ Status NormBackward(const BlockContext& ctx, Tensor din, Tensor dweight, Tensor 
 
 namespace {
 
+// The q (kv: k) heads the q/k norm normalises apart: each head, or with qk_norm_full (OLMoE) all
+// of them as one head of NH*HD (NKV = NH there).
+int QkNormHeads(const BlockContext& ctx, bool kv) {
+  return ctx.spec->qk_norm_full ? 1 : kv ? ctx.local_kv_heads : ctx.local_heads;
+}
+
 // The attention half's input side: qkv = ln1_out W^T (+ b), then the q/k norm and RoPE in place.
 Status QkvForward(const BlockContext& ctx, const BlockWeights& w, BlockActivations* a) {
   Backend* be = ctx.backend;
@@ -132,7 +138,7 @@ Status QkvForward(const BlockContext& ctx, const BlockWeights& w, BlockActivatio
     TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, slot, a->ln1_out, out));
   if (qk_norm)
     TRAINER_RETURN_IF_ERROR(be->QkNormForward(a->qkv, a->qkv_rstd, a->qkv_pre, w.q_norm, w.k_norm,
-                                              ctx.local_heads, ctx.local_kv_heads,
+                                              QkNormHeads(ctx, false), QkNormHeads(ctx, true),
                                               ctx.spec->norm_eps));
   if (ctx.rope.empty()) return Status::Ok();
   return be->RopeForward(a->qkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads);
@@ -290,8 +296,8 @@ Status AttentionInputBackward(const BlockContext& ctx, const BlockWeights& w, co
         be->RopeBackward(s.dqkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads));
   if (!w.q_norm.empty())
     TRAINER_RETURN_IF_ERROR(be->QkNormBackward(s.dqkv, g.q_norm, g.k_norm, s.dqkv, a.qkv_pre,
-                                               w.q_norm, w.k_norm, a.qkv_rstd, ctx.local_heads,
-                                               ctx.local_kv_heads));
+                                               w.q_norm, w.k_norm, a.qkv_rstd,
+                                               QkNormHeads(ctx, false), QkNormHeads(ctx, true)));
   TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.dln, g.attn_w, Tensor(), s.dqkv, a.ln1_out, w.attn_w,
                                              ctx.weight_gradients));
   for (LoraSlot slot : {kLoraQ, kLoraK, kLoraV})

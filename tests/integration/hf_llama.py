@@ -35,6 +35,20 @@ def randomize(named, seed):
             p.copy_(1 + 0.2 * noise if "norm" in name else 0.1 * noise)
 
 
+def layer_shapes(l, H, KV, D, C, F=None):
+    """Block l's tensors as transformers names them: its norms, attention with per-head q/k norms
+    (Qwen3's) and, given F, the dense SwiGLU MLP."""
+    b = f"model.layers.{l}."
+    shapes = {b + "input_layernorm.weight": (C,), b + "post_attention_layernorm.weight": (C,),
+              b + "self_attn.q_proj.weight": (H * D, C), b + "self_attn.k_proj.weight": (KV * D, C),
+              b + "self_attn.v_proj.weight": (KV * D, C), b + "self_attn.o_proj.weight": (C, H * D),
+              b + "self_attn.q_norm.weight": (D,), b + "self_attn.k_norm.weight": (D,)}
+    if F:
+        shapes.update({b + "mlp.gate_proj.weight": (F, C), b + "mlp.up_proj.weight": (F, C),
+                       b + "mlp.down_proj.weight": (C, F)})
+    return shapes
+
+
 def make(case, out):
     import transformers as tf
     if case == "llama":
@@ -58,16 +72,7 @@ def make(case, out):
         shapes = {"model.embed_tokens.weight": (c["vocab_size"], C), "model.norm.weight": (C,),
                   "lm_head.weight": (c["vocab_size"], C)}
         for l in range(L):
-            b = f"model.layers.{l}."
-            shapes.update({b + "input_layernorm.weight": (C,),
-                           b + "post_attention_layernorm.weight": (C,),
-                           b + "self_attn.q_proj.weight": (H * D, C),
-                           b + "self_attn.k_proj.weight": (KV * D, C),
-                           b + "self_attn.v_proj.weight": (KV * D, C),
-                           b + "self_attn.o_proj.weight": (C, H * D),
-                           b + "self_attn.q_norm.weight": (D,), b + "self_attn.k_norm.weight": (D,),
-                           b + "mlp.gate_proj.weight": (F, C), b + "mlp.up_proj.weight": (F, C),
-                           b + "mlp.down_proj.weight": (C, F)})
+            shapes.update(layer_shapes(l, H, KV, D, C, F))
         tensors = {k: torch.zeros(s) for k, s in shapes.items()}
         randomize(sorted(tensors.items()), 3)
         os.makedirs(out, exist_ok=True)
@@ -109,10 +114,18 @@ def inv_freq(cfg, D):
     return torch.tensor(f, dtype=torch.float64)
 
 
-def reference_logits(folder, tokens):
-    """The llama family's forward in float64, from the weights and config.json alone."""
+def dense_mlp(W, b, x, prefix="mlp."):
+    """SwiGLU: down(silu(gate x) * up x) of the projections under b + prefix."""
+    gate, up = x @ W[b + prefix + "gate_proj.weight"].T, x @ W[b + prefix + "up_proj.weight"].T
+    return (torch.nn.functional.silu(gate) * up) @ W[b + prefix + "down_proj.weight"].T
+
+
+def reference_logits(folder, tokens, mlp=None):
+    """The llama family's forward in float64, from the weights and config.json alone. mlp(W, cfg,
+    layer, x) replaces the dense SwiGLU MLP (hf_moe.py's mixture of experts)."""
     cfg = json.load(open(f"{folder}/config.json"))
     W = {k: v.double() for k, v in load_weights(folder).items()}
+    mlp = mlp or (lambda W, cfg, l, x: dense_mlp(W, f"model.layers.{l}.", x))
     H, KV, C = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"]
     D = cfg.get("head_dim") or C // H
     eps, T = cfg["rms_norm_eps"], len(tokens)
@@ -136,23 +149,26 @@ def reference_logits(folder, tokens):
     for l in range(cfg["num_hidden_layers"]):
         b = f"model.layers.{l}."
         x = rms(h, W[b + "input_layernorm.weight"])
-        q = linear(x, b + "self_attn.q_proj").view(T, H, D).transpose(0, 1)
-        k = linear(x, b + "self_attn.k_proj").view(T, KV, D).transpose(0, 1)
+        q, k = linear(x, b + "self_attn.q_proj"), linear(x, b + "self_attn.k_proj")
+        qn, kn = W.get(b + "self_attn.q_norm.weight"), W.get(b + "self_attn.k_norm.weight")
+        if qn is not None and qn.numel() == H * D != D:  # OLMoE: RMSNorm of all heads together
+            q, k = rms(q, qn), rms(k, kn)
+        q = q.view(T, H, D).transpose(0, 1)
+        k = k.view(T, KV, D).transpose(0, 1)
         v = linear(x, b + "self_attn.v_proj").view(T, KV, D).transpose(0, 1)
-        if b + "self_attn.q_norm.weight" in W:  # Qwen3: RMSNorm of each head, before RoPE
-            q, k = rms(q, W[b + "self_attn.q_norm.weight"]), rms(k, W[b + "self_attn.k_norm.weight"])
+        if qn is not None and qn.numel() == D:  # Qwen3: RMSNorm of each head, before RoPE
+            q, k = rms(q, qn), rms(k, kn)
         q, k = rope(q), rope(k)
         k, v = k.repeat_interleave(H // KV, 0), v.repeat_interleave(H // KV, 0)
         att = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(D) + mask, -1) @ v
         h = h + linear(att.transpose(0, 1).reshape(T, H * D), b + "self_attn.o_proj")
         x = rms(h, W[b + "post_attention_layernorm.weight"])
-        gate, up = linear(x, b + "mlp.gate_proj"), linear(x, b + "mlp.up_proj")
-        h = h + linear(torch.nn.functional.silu(gate) * up, b + "mlp.down_proj")
+        h = h + mlp(W, cfg, l, x)
     head = W.get("lm_head.weight", W["model.embed_tokens.weight"])
     return rms(h, W["model.norm.weight"]) @ head.T
 
 
-def check(folder, text, T, eval_json, reference_only):
+def check(folder, text, T, eval_json, reference_only, mlp=None):
     stream = list(open(text, "rb").read()) + [256]
     samples = [(stream[i * T:i * T + T], stream[i * T + 1:i * T + T + 1]) for i in range(2)]
     ce = torch.nn.functional.cross_entropy
@@ -161,14 +177,15 @@ def check(folder, text, T, eval_json, reference_only):
         return sum(ce(logits_of(x).double(), torch.tensor(y)).item() for x, y in samples) / 2
 
     got = json.loads(open(eval_json).read().splitlines()[-1])["loss"]
-    ref = loss(lambda x: reference_logits(folder, x))
+    ref = loss(lambda x: reference_logits(folder, x, mlp))
     arch = json.load(open(f"{folder}/config.json"))["architectures"][0]
     line = f"{folder} ({arch}): trainer eval {got:.7f}; float64 reference {ref:.7f} " \
            f"(relative {abs(got - ref) / ref:.1e})"
     worst = abs(got - ref) / ref
     if not reference_only:
         import transformers as tf
-        model = tf.AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
+        dtype = "dtype" if int(tf.__version__.split(".")[0]) >= 5 else "torch_dtype"
+        model = tf.AutoModelForCausalLM.from_pretrained(folder, **{dtype: torch.float32})
         model.eval()
         with torch.no_grad():
             hf = loss(lambda x: model(torch.tensor([x])).logits[0])

@@ -11,46 +11,11 @@
 # 20KB shards), and transformers' loss from the export must be trainer eval's of the trained
 # checkpoint. Bad input: one line, exit 4 (or 2 for a usage error).
 source "$(dirname "$0")/lib.sh"
-PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?
-export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
-HELPER="$SRC/tests/integration/hf_llama.py"
-word_text text.txt
-T=32
-COMMON=(-c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=text.h5 -o Data.val_fraction=0
-        -o Global.micro_batch_size=2 -o Global.global_batch_size=4 -o Engine.eval_freq=0
-        -o Engine.logging_freq=1 -o Model.seq_len=$T)
-evaluate() {  # checkpoints, output json
-  "$TRAINER" eval "$1" --data text.h5 -b 1 --batches 2 > "$2" 2> "$2.err" ||
-    { cat "$2" "$2.err"; fail "trainer eval $1"; }
-}
-
-for case in llama qwen2 qwen3; do
-  "$PY" "$HELPER" make "$case" "hf-$case" || fail "making the $case model"
-  "$TRAINER" inspect "hf-$case" > "inspect-$case.txt" || { cat "inspect-$case.txt"; fail "inspect $case"; }
-  read -ra MODEL <<< "$(sed -n 's/^  init_from needs  //p' "inspect-$case.txt")"
-  [ "${#MODEL[@]}" -gt 20 ] || { cat "inspect-$case.txt"; fail "inspect $case: no overrides"; }
-  ref=(); [ "$case" = qwen3 ] && ref=(--reference-only)
-  run_np 2 train "${COMMON[@]}" "${MODEL[@]}" -o Checkpoint.init_from="hf-$case" -o Optimizer.lr=0 \
-    -o Optimizer.min_lr=0 -o Engine.max_steps=1 -o Engine.save_steps=1 \
-    -o Engine.output_dir="init-$case" > "init-$case.log" 2>&1 ||
-    { tail -20 "init-$case.log"; fail "init_from $case failed"; }
-  grep -q "initial weights from .*Hugging Face" "init-$case.log" || fail "$case: init_from not said"
-  evaluate "init-$case/checkpoints" "eval-init-$case.json"
-  "$PY" "$HELPER" check "hf-$case" text.txt $T "eval-init-$case.json" "${ref[@]}" ||
-    fail "$case: the imported model's loss"
-  run_np 2 train "${COMMON[@]}" "${MODEL[@]}" -o Checkpoint.init_from="hf-$case" \
-    -o Optimizer.lr=1e-2 -o Optimizer.warmup_steps=0 -o Engine.max_steps=4 -o Engine.save_steps=4 \
-    -o Distributed.tp_degree=2 -o Engine.output_dir="trained-$case" > "trained-$case.log" 2>&1 ||
-    { tail -20 "trained-$case.log"; fail "training $case failed"; }
-  evaluate "trained-$case/checkpoints" "eval-trained-$case.json"
-  cmp -s <(tail -1 "eval-init-$case.json") <(tail -1 "eval-trained-$case.json") &&
-    fail "$case: training did not change the loss"
-  shard=(); [ "$case" = llama ] && shard=(--max-shard-size 20KB)
-  "$TRAINER" export "trained-$case/checkpoints" --output "export-$case" "${shard[@]}" \
-    > "export-$case.log" || fail "export $case"
-  "$PY" "$HELPER" check "export-$case" text.txt $T "eval-trained-$case.json" "${ref[@]}" ||
-    fail "$case: the exported model's loss"
-done
+source "$(dirname "$0")/hf_lib.sh"
+hf_setup "$SRC/tests/integration/hf_llama.py"
+hf_round_trip llama 20 2 --max-shard-size 20KB
+hf_round_trip qwen2 20 2
+hf_round_trip qwen3 20 2 -- --reference-only
 python3 - <<'PY'
 import json, os
 for case, arch, tied in (("llama", "LlamaForCausalLM", False), ("qwen2", "Qwen2ForCausalLM", True),

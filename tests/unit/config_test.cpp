@@ -51,6 +51,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Model.rope_original_max_positions",
                                              "Model.qkv_bias",
                                              "Model.qk_norm",
+                                             "Model.qk_norm_type",
                                              "Model.tie_embeddings",
                                              "Model.num_experts",
                                              "Model.moe_router_topk",

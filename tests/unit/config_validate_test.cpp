@@ -295,6 +295,21 @@ TEST(ConfigValidate, LlamaFamilyShapes) {
                    {"Model.num_kv_heads=2 is a key of the llama family"});
   ExpectUsageError(ValidateWith({"Model.arch=mistral"}, 1),
                    {"Model.arch=\"mistral\" must be one of gpt2, llama"});
+  // OLMoE's q/k norm over all heads: with q/k norms, as many key/value heads as heads, no TP.
+  const std::string full = "Model.qk_norm_type=full", heads = "Model.num_heads=4";
+  EXPECT_TRUE(ValidateWith({llama, heads, "Model.qk_norm=true", full, "Model.num_kv_heads=4"}, 2).ok());
+  ExpectUsageError(ValidateWith({llama, full}, 1),
+                   {"Model.qk_norm_type=\"full\" without q/k norms (Model.qk_norm=false)",
+                    "Set Model.qk_norm=true"});
+  ExpectUsageError(ValidateWith({llama, heads, "Model.qk_norm=true", full, "Model.num_kv_heads=2"}, 1),
+                   {"needs as many key/value heads as heads", "Set Model.num_kv_heads=4"});
+  ExpectUsageError(ValidateWith({llama, heads, "Model.qk_norm=true", full, "Model.num_kv_heads=4",
+                                 "Distributed.tp_degree=2"},
+                                2),
+                   {"normalises q and k over every head, and Distributed.tp_degree=2",
+                    "Set Distributed.tp_degree=1"});
+  ExpectUsageError(ValidateWith({llama, "Model.qk_norm_type=group"}, 1),
+                   {"Model.qk_norm_type=\"group\" must be one of head, full"});
   // head_dim frees hidden_size from num_heads (Qwen3-0.6B: 16 heads of 128 on 1024).
   EXPECT_TRUE(ValidateWith({llama, "Model.hidden_size=64", "Model.num_heads=3",
                             "Model.num_kv_heads=1", "Model.head_dim=32"},

@@ -39,6 +39,19 @@ ModelConfig TinyMoe(bool qwen2) {
   return m;
 }
 
+// OLMoE's attention: q/k norms over all heads together (Model.qk_norm_type=full), experts on
+// every layer with renormalised top-k.
+ModelConfig TinyOlmoe() {
+  ModelConfig m = TinyLlama(true, false, false);
+  m.num_kv_heads = 4;
+  m.qk_norm_type = "full";
+  m.num_experts = 4;
+  m.moe_router_topk = 2;
+  m.moe_ffn_hidden_size = 10;
+  m.moe_norm_topk_prob = true;
+  return m;
+}
+
 ModelConfig WithDropout(ModelConfig m, bool bias) {
   m.hidden_dropout = 0.2;
   m.attention_dropout = 0.3;
@@ -52,6 +65,7 @@ const ModelCase kCases[] = {
     {"llama_qkv_bias_tied_llama3_rope", TinyLlama(false, true, true)},
     {"llama_moe_shared_expert", TinyMoe(true)},
     {"llama_moe_sigmoid_capacity", TinyMoe(false)},
+    {"llama_moe_qk_norm_full", TinyOlmoe()},
     {"gpt2_dropout_no_bias", WithDropout(TinyModel(), false)},
     {"gpt2_dropout", WithDropout(TinyModel(), true)},
     {"llama_dropout_gqa", WithDropout(TinyLlama(true, false, false), false)},

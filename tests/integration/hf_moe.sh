@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Hugging Face mixture-of-experts models in and out, against transformers itself: 4.46.3 from
+# hf_venv.sh (skipped, exit 77, without it), or the python named by TRAINER_HF_PYTHON (the H200
+# machine's transformers 5, which also has Qwen3-MoE). hf_moe.py makes tiny random models with
+# transformers: a Qwen2MoeForCausalLM (layer 0 dense, shared expert, q/k/v biases, 20 KB shards
+# with an index), a MixtralForCausalLM (every layer sparse, router_jitter_noise, warned about),
+# an OlmoeForCausalLM (q/k norms over all heads together: Model.qk_norm_type=full; trained on
+# dp2, as TP would split those heads) and a Qwen3MoeForCausalLM (per-head q/k norm; under
+# transformers 4.46, which lacks the class, written by hand with stacked experts and checked by
+# the float64 reference only). Each goes through hf_lib.sh's round trip: `trainer inspect`, a
+# run from it at learning rate 0 whose `trainer eval` loss must be transformers' and hf_moe.py's
+# float64 reference's (1e-5 relative), 4 training steps on tp2 (OLMoE: dp2), `trainer export`,
+# and transformers' loss of the export must be trainer eval's of the trained checkpoint. Refusals, one line each: a missing, a duplicated and a ninth
+# expert, a sigmoid scoring_func, sparse layers the trainer's keys cannot express, OLMoE with
+# grouped-query attention or on tp2, router keys that differ from the pretrained model's, and the
+# export of a MoE model no class computes.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/hf_lib.sh"
+hf_setup "$SRC/tests/integration/hf_moe.py"
+overrides() { sed -n 's/^  init_from needs  //p' "inspect-$1.txt"; }
+
+hf_round_trip qwen2_moe 40 2 --max-shard-size 20KB
+hf_round_trip mixtral 40 2
+hf_round_trip olmoe 40 1  # its q/k norm spans the heads that TP would split
+if "$PY" "$HELPER" has qwen3_moe; then
+  hf_round_trip qwen3_moe 40 2
+else
+  echo "qwen3_moe: this transformers has no such class; its loss is the float64 reference's" \
+    "only (TRAINER_HF_PYTHON=<python with transformers 5> checks it against transformers)"
+  hf_round_trip qwen3_moe 40 2 -- --reference-only
+fi
+grep -q "^  experts          8 experts, top-2, expert FFN 32, shared expert FFN 48, dropless; MoE layers 1,2 of 3" \
+  inspect-qwen2_moe.txt || { cat inspect-qwen2_moe.txt; fail "inspect: no MoE shape"; }
+grep -q "warning: MixtralForCausalLM has router_jitter_noise 0.01" init-mixtral.log ||
+  fail "mixtral: no warning about router_jitter_noise"
+python3 - <<'PY'
+import json, os
+for case, arch in (("qwen2_moe", "Qwen2MoeForCausalLM"), ("mixtral", "MixtralForCausalLM"),
+                   ("olmoe", "OlmoeForCausalLM"), ("qwen3_moe", "Qwen3MoeForCausalLM")):
+    c = json.load(open(f"export-{case}/config.json"))
+    assert c["architectures"] == [arch] and c["num_experts_per_tok"] == 2, (case, c)
+    if case in ("qwen2_moe", "qwen3_moe"):
+        assert c["mlp_only_layers"] == [0] and c["decoder_sparse_step"] == 1, c
+        assert c["norm_topk_prob"] == (case == "qwen3_moe"), c
+index = json.load(open("export-qwen2_moe/model.safetensors.index.json"))["weight_map"]
+assert "model.layers.2.mlp.experts.7.down_proj.weight" in index, sorted(index)[:10]
+assert not any("gate_up_proj" in k for k in index)
+print(f"exports: config.json of each class; Qwen2-MoE in {len(set(index.values()))} shards")
+PY
+
+# Bad input: one line each, naming what is wrong.
+read -ra MODEL <<< "$(overrides qwen2_moe)"
+bad() {  # text folder [overrides...]
+  local text=$1 dir=$2
+  shift 2
+  expect_error 4 "$text" run_np 1 train "${COMMON[@]}" "${MODEL[@]}" "$@" \
+    -o Checkpoint.init_from="$dir" -o Engine.output_dir="bad-$dir"
+}
+"$PY" "$HELPER" edit hf-olmoe gqa || fail "editing gqa"
+bad "num_key_value_heads 2 is not supported with OlmoeForCausalLM's q/k norm over all heads" \
+  hf-olmoe-gqa
+read -ra OLMOE <<< "$(overrides olmoe)"
+expect_error 2 "Model.qk_norm_type=\"full\" normalises q and k over every head, and Distributed.tp_degree=2" \
+  run_np 2 train "${COMMON[@]}" "${OLMOE[@]}" -o Distributed.tp_degree=2 -o Engine.output_dir=bad-tp
+for what in missing duplicated extra sigmoid sparse_step; do
+  "$PY" "$HELPER" edit hf-qwen2_moe "$what" || fail "editing $what"
+done
+bad "lacks expert 3 of layer 1: no model.layers.1.mlp.experts.3.up_proj.weight" hf-qwen2_moe-missing
+bad "holds expert 0 of layer 2 twice: model.layers.2.mlp.experts.0.gate_proj.weight and model.layers.2.mlp.experts.gate_up_proj\\[0\\]" \
+  hf-qwen2_moe-duplicated
+bad "holds model.layers.1.mlp.experts.8.up_proj.weight \\[32, 64\\], which the Qwen2MoeForCausalLM" \
+  hf-qwen2_moe-extra
+bad "scoring_func sigmoid is not supported" hf-qwen2_moe-sigmoid
+bad "the MoE layers 1,3 (decoder_sparse_step 2, mlp_only_layers) are not the first dense layers" \
+  hf-qwen2_moe-sparse_step -o Model.num_layers=4
+bad "Model.moe_norm_topk_prob is true, the pretrained model's false" hf-qwen2_moe \
+  -o Model.moe_norm_topk_prob=true
+bad "Model.moe_first_k_dense=0 and Model.moe_layer_freq=1 make layers 0,1,2 MoE layers, the pretrained model has 1,2" \
+  hf-qwen2_moe -o Model.moe_first_k_dense=0
+run_np 1 train "${COMMON[@]}" -o Model.num_experts=4 -o Model.moe_router_score_function=sigmoid \
+  -o Engine.max_steps=1 -o Engine.save_steps=1 -o Engine.output_dir=sigmoid > sigmoid.log 2>&1 ||
+  { tail -20 sigmoid.log; fail "training a sigmoid-routed model"; }
+expect_error 2 "has a sigmoid router: Qwen2-MoE, Mixtral, OLMoE and Qwen3-MoE route by a softmax" \
+  "$TRAINER" export sigmoid/checkpoints --output export-sigmoid
+echo "PASS: Hugging Face MoE import and export"
