@@ -13,6 +13,8 @@ trainer_script_test(checkpoint_disk SCRIPT checkpoint_disk.sh LABELS "e2e;mpi" T
 trainer_script_test(checkpoint_layouts SCRIPT checkpoint_layouts.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(checkpoint_layouts_llama SCRIPT checkpoint_layouts_llama.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(checkpoint_layouts_moe SCRIPT checkpoint_layouts_moe.sh LABELS "e2e;mpi" TIMEOUT 600)
+# Expert parallelism: saved on dp2-tp2-ep2, resumed on ep4, tp2 and one rank; bit-exact on tp2-ep2.
+trainer_script_test(checkpoint_layouts_ep SCRIPT checkpoint_layouts_ep.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(checkpoint_integrity SCRIPT checkpoint_integrity.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_preempt SCRIPT checkpoint_preempt.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_lock SCRIPT checkpoint_lock.sh LABELS "e2e;mpi" TIMEOUT 240)

@@ -6,6 +6,10 @@
 trainer_script_test(parallel_layouts SCRIPT parallel_layouts.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(parallel_layouts_llama SCRIPT parallel_layouts_llama.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(parallel_layouts_moe SCRIPT parallel_layouts_moe.sh LABELS "e2e;mpi" TIMEOUT 600)
+# Expert parallelism against one rank (ep2, ep4, dp2-ep2, tp2-ep2, pp2-ep2, with SP and
+# recomputation; capacity dropping); the 8-rank dp2-tp2-ep2 layouts are `slow`.
+trainer_script_test(parallel_layouts_ep SCRIPT parallel_layouts_ep.sh LABELS "e2e;mpi" TIMEOUT 600)
+trainer_script_test(parallel_layouts_ep8 SCRIPT parallel_layouts_ep8.sh LABELS "e2e;mpi;slow" TIMEOUT 600)
 trainer_script_test(parallel_layouts_dropout SCRIPT parallel_layouts_dropout.sh LABELS "e2e;mpi" TIMEOUT 600)
 # Data.shift_windows: shifted windows over two epochs on dp2, pp2, tp2 and another micro-batch split.
 trainer_script_test(shift_windows SCRIPT shift_windows.sh LABELS "e2e;mpi" TIMEOUT 600)

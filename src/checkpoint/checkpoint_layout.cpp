@@ -32,8 +32,12 @@ int StageOf(const ParameterInfo& p, const ModelConfig& model, const DistributedC
 std::vector<int> CanonicalHolders(const ParameterInfo& p, const ModelConfig& model,
                                   const DistributedConfig& dist, const Topology& topo) {
   const int stage = StageOf(p, model, dist);
-  const int tp_count = p.shard == ShardKind::kReplicated ? 1 : topo.tp;
   std::vector<int> ranks;
+  if (p.shard == ShardKind::kSplitExperts) {  // TP rank 0 of each EP rank (DP ranks 0..ep-1)
+    for (int e = 0; e < topo.ep; ++e) ranks.push_back(topo.RankOf(0, e, stage));
+    return ranks;
+  }
+  const int tp_count = p.shard == ShardKind::kReplicated ? 1 : topo.tp;
   for (int t = 0; t < tp_count; ++t) ranks.push_back(topo.RankOf(t, 0, stage));
   return ranks;
 }
@@ -123,7 +127,7 @@ Status ReadBlock(hid_t dataset, const std::vector<hsize_t>& start,
 }  // namespace
 
 Status ReadShard(hid_t file, const std::string& path, const ParameterInfo& p, int tp_rank,
-                 int tp_size, float* local) {
+                 int tp_size, float* local) {  // tp_*: the shard's slot (ShardSlotOf)
   Hdf5Handle dataset;
   HDF5_CHECK(dataset.Reset(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose));
   std::vector<hsize_t> full(p.full_shape.begin(), p.full_shape.end());
@@ -132,6 +136,7 @@ Status ReadShard(hid_t file, const std::string& path, const ParameterInfo& p, in
     case ShardKind::kReplicated:
       return ReadBlock(dataset.get(), start, count, local);
     case ShardKind::kSplitRows:
+    case ShardKind::kSplitExperts:
       count[0] = full[0] / tp_size;
       start[0] = count[0] * tp_rank;
       return ReadBlock(dataset.get(), start, count, local);

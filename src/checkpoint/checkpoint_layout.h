@@ -22,7 +22,8 @@ const char* StateGroup(int which);  // "/model", "/optim/exp_avg", "/optim/exp_a
 
 // Pipeline stage that holds `p` for the given layer partition.
 int StageOf(const ParameterInfo& p, const ModelConfig& model, const DistributedConfig& dist);
-// World ranks (dp 0) holding the canonical shards of `p`, in TP order.
+// World ranks (dp 0) holding the canonical shards of `p`, in TP order (the experts: in EP order,
+// the EP group of DP rank 0).
 std::vector<int> CanonicalHolders(const ParameterInfo& p, const ModelConfig& model,
                                   const DistributedConfig& dist, const Topology& topo);
 
@@ -34,7 +35,8 @@ constexpr const char* kChecksumAttribute = "crc32";
 // each, outside any HDF5 call.
 Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_t>& shape,
                    const float* data, const std::function<void()>& after_slab = {});
-// Read this TP rank's shard of `p` from the dataset at `path` (hyperslabs only; no full read).
+// Read shard tp_rank of tp_size of `p` (ShardSlotOf: the EP slot for the experts) from the
+// dataset at `path` (hyperslabs only; no full read).
 Status ReadShard(hid_t file, const std::string& path, const ParameterInfo& p, int tp_rank,
                  int tp_size, float* local);
 // Shape of a dataset.

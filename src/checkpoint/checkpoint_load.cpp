@@ -213,7 +213,8 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
                     "checkpoint %s, config %s. Resume with the checkpoint's model shape",
                     file.c_str(), path.c_str(), s.ok() ? ShapeText(shape).c_str() : "missing",
                     ShapeText(p.full_shape).c_str()));
-    s = ReadShard(file_id, path, p, part.tp_rank, part.tp_size, flat->data() + p.offset);
+    const ShardSlot slot = ShardSlotOf(p, part);
+    s = ReadShard(file_id, path, p, slot.rank, slot.size, flat->data() + p.offset);
     if (!s.ok())
       return CheckpointError(StrFormat(
           "reading a checkpoint tensor failed (%s, /%s, rank %d): %s. %s", file.c_str(),

@@ -337,7 +337,8 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
           folder.c_str(), p.name.c_str(), ShapeText(t.shape).c_str(), ShapeText(want).c_str()));
     full.assign(static_cast<size_t>(p.full_numel()), 0.f);
     std::copy(t.values.begin(), t.values.end(), full.begin());
-    ExtractShard(p, part.tp_rank, part.tp_size, full.data(), flat->data() + p.offset);
+    const ShardSlot slot = ShardSlotOf(p, part);
+    ExtractShard(p, slot.rank, slot.size, full.data(), flat->data() + p.offset);
   }
   return Status::Ok();
 }

@@ -120,7 +120,8 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
                     "Model.num_layers to the pretrained model's",
                     file.c_str(), p.name.c_str()));
     TRAINER_RETURN_IF_ERROR(FromHuggingFace(model, p, *t, file, &full));
-    ExtractShard(p, part.tp_rank, part.tp_size, full.data(), flat->data() + p.offset);
+    const ShardSlot slot = ShardSlotOf(p, part);
+    ExtractShard(p, slot.rank, slot.size, full.data(), flat->data() + p.offset);
   }
   return Status::Ok();
 }

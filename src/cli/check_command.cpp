@@ -4,7 +4,8 @@
 // and cuDNN versions equal on all ranks; /dev/shm; that each rank's memory (trainer plan's need
 // for its stage) fits its GPU or its share of its host; that the checkpoint folder is shared (probe
 // files); that the data files open on every rank; then an all-reduce on every group of the
-// configured layout, checked for the exact result, with its bandwidth. It ends with "works well on
+// configured layout (and an all-to-all on the EP group), checked for the exact result, with its
+// bandwidth. It ends with "works well on
 // N ranks (H hosts, G GPUs)", or names each failing rank, host and check with the fix and exits 5.
 //
 // Every rank runs each check on itself; the failures of a check are gathered to every rank (so
@@ -40,24 +41,6 @@ constexpr int kTimedAllReduces = 5;
 constexpr double kProbeWaitSeconds = 3.0;  // how long a probe file may take to show up
 constexpr size_t kMaxLinesPerCheck = 32;   // failure lines printed per check; the rest counted
 
-// What a rank learns about itself before the process groups exist, gathered to every rank.
-struct RankFacts {
-  int32_t device = -1;        // bound CUDA device; -1 on the CPU path
-  int32_t device_failed = 0;  // binding the device or reading it failed on this rank
-  int32_t visible_gpus = 0;
-  int32_t padding = 0;  // explicit: the struct travels as bytes
-  double shm_total = -1, shm_free = -1;
-  char gpu_uuid[48] = {};
-  char gpu_pci[32] = {};
-  char gpu_name[64] = {};
-  char versions[128] = {};
-  char cuda_visible_devices[64] = {};
-};
-static_assert(sizeof(RankFacts) % 4 == 0, "RankFacts travels as 32-bit words");
-
-void CopyText(char* dst, size_t size, const std::string& src) {
-  std::snprintf(dst, size, "%s", src.c_str());
-}
 
 class EnvironmentCheck {
  public:
@@ -82,7 +65,8 @@ class EnvironmentCheck {
     TRAINER_RETURN_IF_ERROR(CheckMemory());
     TRAINER_RETURN_IF_ERROR(CheckFolder());
     TRAINER_RETURN_IF_ERROR(CheckData());
-    return CheckAllReduces();
+    TRAINER_RETURN_IF_ERROR(CheckAllReduces());
+    return CheckAllToAll();
   }
 
   Status Verdict() const {
@@ -457,16 +441,14 @@ class EnvironmentCheck {
   Status CheckAllReduces() {
     const Topology& t = ctx_->groups.topology;
     const Topology::Coord c = ctx_->groups.coord;
-    std::vector<int> world_members(world_->size()), tp, dp, pp, embedding, sharding, replica;
+    std::vector<int> world_members(world_->size()), embedding;
     for (int r = 0; r < world_->size(); ++r) world_members[r] = r;
-    for (int i = 0; i < t.tp; ++i) tp.push_back(t.RankOf(i, c.dp, c.pp));
-    for (int i = 0; i < t.dp; ++i) dp.push_back(t.RankOf(c.tp, i, c.pp));
-    for (int i = 0; i < t.pp; ++i) pp.push_back(t.RankOf(c.tp, c.dp, i));
+    const std::vector<int> tp = t.Members(rank_, kDimTp), pp = t.Members(rank_, kDimPp),
+                           dp = t.Members(rank_, kDimSharding | kDimReplica),
+                           sharding = t.Members(rank_, kDimSharding),
+                           replica = t.Members(rank_, kDimReplica),
+                           ep = t.Members(rank_, kDimEp), edp = t.Members(rank_, kDimExpertDp);
     if (t.pp > 1) embedding = {t.RankOf(c.tp, c.dp, 0), t.RankOf(c.tp, c.dp, t.pp - 1)};
-    for (int i = 0; i < t.sharding; ++i)
-      sharding.push_back(t.RankOf(c.tp, c.replica * t.sharding + i, c.pp));
-    for (int i = 0; i < t.replicas(); ++i)
-      replica.push_back(t.RankOf(c.tp, i * t.sharding + c.shard, c.pp));
     struct Kind {
       const char* name;
       Communicator* comm;  // null where this rank is not a member (embedding)
@@ -483,6 +465,11 @@ class EnvironmentCheck {
       kinds.push_back({"sharding", ctx_->groups.sharding, t.tp * t.pp * t.replicas(), sharding});
       if (t.replicas() > 1)
         kinds.push_back({"replica", ctx_->groups.replica, t.tp * t.pp * t.sharding, replica});
+    }
+    if (t.ep > 1) {  // Distributed.ep_degree's groups
+      kinds.push_back({"ep", ctx_->groups.ep, t.world_size / t.ep, ep});
+      if (t.expert_dp() > 1)
+        kinds.push_back({"expert_dp", ctx_->groups.expert_dp, t.world_size / t.expert_dp(), edp});
     }
     const float contribution = static_cast<float>(rank_ % 13 + 1);
     for (const Kind& kind : kinds) {
@@ -528,6 +515,25 @@ class EnvironmentCheck {
                     kind.name, Plural(kind.groups, "group").c_str(), size, transport,
                     FormatBytes(count * sizeof(float)).c_str(), bandwidth.c_str()));
     }
+    return Status::Ok();
+  }
+
+  // MoE's dispatch exchange on the EP group: uneven counts, each element checked.
+  Status CheckAllToAll() {
+    const Topology& t = ctx_->groups.topology;
+    if (t.ep <= 1) return Status::Ok();
+    std::string mismatch;
+    TRAINER_RETURN_IF_ERROR(ExactAllToAll(ctx_->groups.ep, ctx_->backend.get(), &mismatch));
+    std::vector<CheckFailure> mine;
+    if (!mismatch.empty())
+      mine.push_back({rank_, "all-to-all",
+                      StrFormat("ep group of ranks %s: %s. Rerun with NCCL_DEBUG=INFO (GPU) or "
+                                "OMPI_MCA_btl=self,vader,tcp (CPU)",
+                                FormatRanks(t.Members(rank_, kDimEp)).c_str(), mismatch.c_str())});
+    TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
+    if (failed == 0)
+      LogInfo(StrFormat("all-to-all on ep: %s of %d ranks, uneven counts: exact",
+                        Plural(t.world_size / t.ep, "group").c_str(), t.ep));
     return Status::Ok();
   }
 

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "common/status.h"
@@ -24,5 +26,25 @@ StatusOr<GpuFacts> QueryGpu(int device);
 
 // "CUDA driver 12.8, runtime 12.8, NCCL 2.26.2, cuDNN 9.8.0", or "CUDA: not built".
 std::string GpuLibraryVersions();
+
+// What a rank learns about itself before the process groups exist, gathered to every rank.
+struct RankFacts {
+  int32_t device = -1;        // bound CUDA device; -1 on the CPU path
+  int32_t device_failed = 0;  // binding the device or reading it failed on this rank
+  int32_t visible_gpus = 0;
+  int32_t padding = 0;  // explicit: the struct travels as bytes
+  double shm_total = -1, shm_free = -1;
+  char gpu_uuid[48] = {};
+  char gpu_pci[32] = {};
+  char gpu_name[64] = {};
+  char versions[128] = {};
+  char cuda_visible_devices[64] = {};
+};
+static_assert(sizeof(RankFacts) % 4 == 0, "RankFacts travels as 32-bit words");
+
+// src into the fixed-size text field dst (cut to fit, always terminated).
+inline void CopyText(char* dst, size_t size, const std::string& src) {
+  std::snprintf(dst, size, "%s", src.c_str());
+}
 
 }  // namespace trainer

@@ -127,4 +127,50 @@ Status TimeExactAllReduce(Communicator* group, Backend* backend, float contribut
   return status;
 }
 
+Status ExactAllToAll(Communicator* group, Backend* backend, std::string* mismatch) {
+  mismatch->clear();
+  const int n = group->size(), me = group->rank();
+  auto value = [](int s, int p, int64_t i) { return static_cast<float>(s * 4096 + p * 64 + i); };
+  std::vector<int64_t> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+  std::vector<float> send;
+  for (int p = 0; p < n; ++p) {
+    send_counts[p] = (me + p) % 3 + 1;
+    send_displs[p] = static_cast<int64_t>(send.size());
+    for (int64_t i = 0; i < send_counts[p]; ++i) send.push_back(value(me, p, i));
+  }
+  TRAINER_RETURN_IF_ERROR(group->AllToAllCounts(send_counts.data(), recv_counts.data(), 1));
+  int64_t total = 0;
+  for (int s = 0; s < n; ++s) {
+    recv_displs[s] = total;
+    total += recv_counts[s];
+  }
+  std::vector<float> recv(total);
+  void *dsend = send.data(), *drecv = recv.data();
+  const size_t send_bytes = send.size() * sizeof(float), recv_bytes = recv.size() * sizeof(float);
+  if (group->device_memory()) {
+    TRAINER_RETURN_IF_ERROR(backend->Allocate(send_bytes, &dsend));
+    TRAINER_RETURN_IF_ERROR(backend->Allocate(recv_bytes, &drecv));
+    TRAINER_RETURN_IF_ERROR(backend->CopyToDevice(dsend, send.data(), send_bytes));
+  }
+  Status status = group->AllToAllV(dsend, send_counts.data(), send_displs.data(), drecv,
+                                   recv_counts.data(), recv_displs.data(), DType::kF32);
+  if (group->device_memory()) {
+    if (status.ok()) status = backend->CopyToHost(recv.data(), drecv, recv_bytes);
+    backend->Free(dsend);
+    backend->Free(drecv);
+  }
+  TRAINER_RETURN_IF_ERROR(status);
+  for (int s = 0; s < n && mismatch->empty(); ++s) {
+    if (recv_counts[s] != (s + me) % 3 + 1)
+      *mismatch = StrFormat("member %d announced %lld elements where it sends %d", s,
+                            static_cast<long long>(recv_counts[s]), (s + me) % 3 + 1);
+    for (int64_t i = 0; i < recv_counts[s] && mismatch->empty(); ++i)
+      if (recv[recv_displs[s] + i] != value(s, me, i))
+        *mismatch = StrFormat("element %lld from member %d is %.9g where %.9g was sent",
+                              static_cast<long long>(i), s, recv[recv_displs[s] + i],
+                              value(s, me, i));
+  }
+  return Status::Ok();
+}
+
 }  // namespace trainer

@@ -46,4 +46,9 @@ Status TimeExactAllReduce(Communicator* group, Backend* backend, float contribut
                           double group_sum, size_t count, int iterations, double* seconds_per_call,
                           std::string* mismatch);
 
+// One all-to-all on `group` with uneven counts: member s sends (s + p) % 3 + 1 elements to member p
+// (the pattern's values are s * 4096 + p * 64 + i), then every received element is compared
+// with that closed form; counts exchanged first by AllToAllCounts. *mismatch as above.
+Status ExactAllToAll(Communicator* group, Backend* backend, std::string* mismatch);
+
 }  // namespace trainer

@@ -93,6 +93,8 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   groups.embedding = mpi_groups.embedding.get();
   groups.sharding = mpi_groups.sharding.get();
   groups.replica = mpi_groups.replica.get();
+  groups.ep = mpi_groups.ep.get();
+  groups.expert_dp = mpi_groups.expert_dp.get();
   config_zero_stage_ = config.distributed.zero_stage();
   if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups(config));
   return Status::Ok();
@@ -139,6 +141,8 @@ void RunContext::PrintRankMap() {
   if (t.sharding > 1)
     map += StrFormat(" sharding stage %d over %d ranks x %d replicas;", config_zero_stage_,
                      t.sharding, t.replicas());
+  if (t.ep > 1)
+    map += StrFormat(" experts over ep %d x expert-dp %d;", t.ep, t.expert_dp());
   bool tp_spans_hosts = false;
   for (int r = 0; r < n; ++r) {
     const Topology::Coord c = t.CoordOf(r);
@@ -194,6 +198,8 @@ Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
   TRAINER_RETURN_IF_ERROR(make(mpi_groups.sharding.get(), &groups.sharding,
                                config.distributed.zero_stage() >= 2 && sharding.reduce_overlap));
   TRAINER_RETURN_IF_ERROR(make(mpi_groups.replica.get(), &groups.replica));
+  TRAINER_RETURN_IF_ERROR(make(mpi_groups.ep.get(), &groups.ep));
+  TRAINER_RETURN_IF_ERROR(make(mpi_groups.expert_dp.get(), &groups.expert_dp));
   // Every rank takes part in the embedding group's split, but only its members build NCCL.
   return make(mpi_groups.embedding.get(), &groups.embedding);
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -42,6 +43,16 @@ class Communicator {
   virtual Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv,
                           size_t recv_count, int recv_peer, DType dtype) = 0;
   virtual Status Barrier() = 0;
+  // All-to-all with per-peer counts (MPI_Alltoallv): send_counts[p] elements from
+  // send + send_displs[p] go to member p, recv_counts[p] elements from member p land at
+  // recv + recv_displs[p] (counts and displacements in elements of `dtype`, size() of each, on
+  // the host). Zero counts are allowed; send and recv must not overlap.
+  virtual Status AllToAllV(const void* send, const int64_t* send_counts,
+                           const int64_t* send_displs, void* recv, const int64_t* recv_counts,
+                           const int64_t* recv_displs, DType dtype) = 0;
+  // The counts exchange before an AllToAllV: send holds size() * per_peer int64 in host memory,
+  // block p for member p; recv gets member p's block for this rank at block p.
+  virtual Status AllToAllCounts(const int64_t* send, int64_t* recv, size_t per_peer) = 0;
 
   // Several in-place all-reduces issued together (one fused launch on NCCL).
   virtual Status AllReduceGroup(const std::vector<Tensor>& tensors, ReduceOp op) {
@@ -80,6 +91,22 @@ class SelfCommunicator final : public Communicator {
     return NoPeer(peer);
   }
   Status Barrier() override { return Status::Ok(); }
+  Status AllToAllV(const void* send, const int64_t* send_counts, const int64_t* send_displs,
+                   void* recv, const int64_t* recv_counts, const int64_t* recv_displs,
+                   DType dtype) override {
+    if (send_counts[0] != recv_counts[0])
+      return RuntimeError("all-to-all on a one-member group (" + name_ +
+                          "): sends " + std::to_string(send_counts[0]) + " but receives " +
+                          std::to_string(recv_counts[0]));
+    const size_t bytes = DTypeSize(dtype);
+    std::memmove(static_cast<char*>(recv) + recv_displs[0] * bytes,
+                 static_cast<const char*>(send) + send_displs[0] * bytes, send_counts[0] * bytes);
+    return Status::Ok();
+  }
+  Status AllToAllCounts(const int64_t* send, int64_t* recv, size_t per_peer) override {
+    std::memmove(recv, send, per_peer * sizeof(int64_t));
+    return Status::Ok();
+  }
 
  private:
   Status NoPeer(int peer) const {

@@ -1,4 +1,5 @@
-// ParallelGroups: the communicators of one rank in the DP (replica x sharding) x TP x PP grid, as
+// ParallelGroups: the communicators of one rank in the DP (replica x sharding) x TP x PP grid
+// (the replicas split into EP x expert-DP), as
 // the engine and the checkpoint code see them (no MPI types). *_host groups move host memory
 // (scalars, checkpoint shards); the others move the backend's memory: the same MPI groups on the
 // CPU path, NCCL communicators on the GPU path.
@@ -22,6 +23,11 @@ struct ParallelGroups {
   // and the replica group that all-reduces each shard's gradients across sharding groups.
   Communicator* sharding = nullptr;
   Communicator* replica = nullptr;
+  // Expert parallelism (Distributed.ep_degree): the ranks that hold one copy of the experts
+  // between them (MoE dispatch and combine), and the ranks holding the same experts (their
+  // gradients' sum). Groups of one without EP.
+  Communicator* ep = nullptr;
+  Communicator* expert_dp = nullptr;
 };
 
 }  // namespace trainer

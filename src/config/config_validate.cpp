@@ -472,10 +472,19 @@ Status CheckSharding(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
-// How the model is split over the tensor-, pipeline- and expert-parallel groups.
-Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
+// Expert parallelism: experts to split, evenly, and no sharding of the state over the same ranks.
+Status CheckExpertParallel(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
   const DistributedConfig& d = c.distributed;
+  if (d.ep_degree <= 1) return Status::Ok();
+  if (d.sharding.sharding_degree > 1)
+    return check.Fail(check.Show("Distributed.ep_degree") + " with " +
+                          check.Show("Distributed.sharding.sharding_degree") +
+                          ": sharding the optimizer state over expert-parallel ranks is not "
+                          "supported",
+                      {"Distributed.ep_degree", "Distributed.sharding.sharding_degree"},
+                      "Use ep_degree alone (each rank then keeps 1/ep of the experts' state), "
+                      "or sharding with ep_degree=1");
   if (d.dp_degree % d.ep_degree != 0) {
     return check.Fail(
         check.Show("Distributed.ep_degree") +
@@ -484,12 +493,33 @@ Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
         StrFormat("Set Distributed.ep_degree to a divisor of %d (1 unless the model has experts)",
                   d.dp_degree));
   }
-  // Reserved keys whose features have not landed yet: refuse rather than silently ignore them.
-  if (d.ep_degree > 1)
+  if (!m.moe())
     return check.Fail(check.Show("Distributed.ep_degree") +
-                          " asks for expert parallelism, which this version does not have yet "
-                          "(MoE layers hold every expert on every rank)",
-                      {"Distributed.ep_degree"}, "Set Distributed.ep_degree to 1");
+                          " splits the experts of MoE layers, but the model has none "
+                          "(Model.num_experts=0)",
+                      {"Distributed.ep_degree", "Model.num_experts"},
+                      "Set Distributed.ep_degree to 1, or give the model experts");
+  if (m.num_experts % d.ep_degree != 0)
+    return check.Fail(StrFormat("the %d experts (Model.num_experts) are not divisible by ",
+                                m.num_experts) +
+                          check.Show("Distributed.ep_degree"),
+                      {"Model.num_experts", "Distributed.ep_degree"},
+                      "Set Distributed.ep_degree to a divisor of " +
+                          std::to_string(m.num_experts) + " that divides dp_degree");
+  if (c.global.device == "cuda")
+    return check.Fail(check.Show("Distributed.ep_degree") +
+                          ": expert parallelism runs on CPU ranks in this version (the NCCL "
+                          "all-to-all is built but the GPU dispatch is not validated)",
+                      {"Distributed.ep_degree", "Global.device"},
+                      "Set Global.device=cpu, or ep_degree=1 with data parallelism on GPUs");
+  return Status::Ok();
+}
+
+// How the model is split over the tensor-, pipeline- and expert-parallel groups.
+Status CheckParallelLayout(const TrainConfig& c, Checker& check) {
+  const ModelConfig& m = c.model;
+  const DistributedConfig& d = c.distributed;
+  TRAINER_RETURN_IF_ERROR(CheckExpertParallel(c, check));
   TRAINER_RETURN_IF_ERROR(CheckSharding(c, check));
   // hidden_size first: with num_heads | hidden_size, tp | num_heads would imply tp | hidden_size.
   TRAINER_RETURN_IF_ERROR(CheckSplitByTp(c, check, "Model.hidden_size",

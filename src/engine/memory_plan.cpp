@@ -68,7 +68,7 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
   if (!recompute.empty()) model.recompute = recompute;
   const DistributedConfig& d = config.distributed;
   const int B = micro_batch > 0 ? micro_batch : config.global.micro_batch_size;
-  const ModelPartition part = MakePartition(model, d, 0, stage);
+  const ModelPartition part = MakePartition(model, d, 0, stage, 0, d.ep_degree);
   const std::vector<ParameterInfo> params = BuildParameterList(model, part);
   RankMemory m;
   m.layers = part.num_layers;

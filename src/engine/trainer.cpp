@@ -34,7 +34,8 @@ Trainer::~Trainer() = default;
 Status Trainer::Setup() {
   const Topology& topo = groups_.topology;
   const Topology::Coord& c = groups_.coord;
-  ModelPartition part = MakePartition(config_.model, config_.distributed, c.tp, c.pp);
+  ModelPartition part =
+      MakePartition(config_.model, config_.distributed, c.tp, c.pp, c.ep, groups_.topology.ep);
   if (part.flat_shards > 1) part.shard_rank = groups_.sharding->rank();
   const int micro = config_.gradient_accumulation_steps();
   TRAINER_RETURN_IF_ERROR(OpenData());  // cheap checks first
@@ -48,6 +49,7 @@ Status Trainer::Setup() {
                                            config_.global.micro_batch_size,
                                            config_.model.sequence_length(), memory.slots, &model_));
   model_->set_shard_group(groups_.sharding);
+  TRAINER_RETURN_IF_ERROR(SetUpExpertParallel());
   model_->set_prefetch(config_.distributed.sharding.broadcast_overlap);
   TRAINER_RETURN_IF_ERROR(AdamW::Create(
       model_.get(), config_.optimizer, part.flat_shards > 1 ? groups_.sharding : nullptr,
@@ -242,6 +244,32 @@ Status Trainer::TakeBatch(int64_t consumed_samples) {
                    consumed_samples, data_.train, &batches_[current_]);
 }
 
+Status Trainer::SetUpExpertParallel() {
+  if (groups_.topology.ep <= 1) return Status::Ok();
+  if (backend_->device_memory())
+    return UsageError(
+        "Distributed.ep_degree > 1 runs on CPU ranks in this version (the GPU dispatch is not "
+        "validated). Set Global.device=cpu, or Distributed.ep_degree=1 on GPUs");
+  model_->set_expert_group(groups_.ep);
+  // Runs of neighbouring parameters of one kind (the padding between them is zero).
+  const Tensor grads = model_->gradient_buffer();
+  const std::vector<ParameterInfo>& params = model_->parameters();
+  bool last_expert = false;
+  size_t begin = 0;
+  for (size_t i = 0; i <= params.size(); ++i) {
+    const bool end = i == params.size();
+    const bool expert = !end && params[i].shard == ShardKind::kSplitExperts;
+    const size_t at = end ? static_cast<size_t>(grads.numel()) : params[i].offset;
+    if (i > 0 && (end || expert != last_expert) && at > begin) {
+      (last_expert ? expert_grads_ : dense_grads_)
+          .push_back(grads.rows(static_cast<int64_t>(begin), static_cast<int64_t>(at - begin)));
+      begin = at;
+    }
+    last_expert = expert;
+  }
+  return Status::Ok();
+}
+
 void Trainer::SetUpOverlappedReduction() {
   // On GPUs the DP group has a stream of its own: each block's gradients are all-reduced as soon
   // as the last micro-batch's backward is through the block, while earlier blocks still compute.
@@ -269,6 +297,10 @@ Status Trainer::ReduceGradients() {
     TRAINER_RETURN_IF_ERROR(groups_.dp->StartAfter(compute_stream_));
     TRAINER_RETURN_IF_ERROR(groups_.dp->AllReduceGroup(tail_bucket_, ReduceOp::kSum));
     TRAINER_RETURN_IF_ERROR(groups_.dp->FinishBefore(compute_stream_));
+  } else if (groups_.topology.ep > 1) {  // dense over DP, the experts over expert-DP
+    TRAINER_RETURN_IF_ERROR(groups_.dp->AllReduceGroup(dense_grads_, ReduceOp::kSum));
+    if (groups_.topology.expert_dp() > 1)
+      TRAINER_RETURN_IF_ERROR(groups_.expert_dp->AllReduceGroup(expert_grads_, ReduceOp::kSum));
   } else if (groups_.topology.dp > 1) {
     TRAINER_RETURN_IF_ERROR(groups_.dp->AllReduce(grads.data, static_cast<size_t>(grads.numel()),
                                                   DType::kF32, ReduceOp::kSum));
@@ -330,11 +362,14 @@ Status Trainer::ReduceSharedParameterGradients(bool outside_blocks_only) {
 
 Status Trainer::GlobalGradNorm(double* norm) {
   double sum = 0.0;
-  TRAINER_RETURN_IF_ERROR(optimizer_->QueueLocalGradNormSquared());
+  // With EP the experts of the other EP ranks of expert-DP index 0 count too (once each).
+  const Topology::Coord& c = groups_.coord;
+  const bool experts_only = groups_.topology.ep > 1 && c.dp != 0 && c.edp == 0;
+  TRAINER_RETURN_IF_ERROR(optimizer_->QueueLocalGradNormSquared(experts_only));
   TRAINER_RETURN_IF_ERROR(optimizer_->QueuedGradNormSquared(&sum));
   // Canonical parameters are disjoint over TP x PP and equal over DP: sum over one DP replica,
   // or when sharded over every sharding rank's pieces of one replica.
-  const bool counted = optimizer_->sharded() ? groups_.coord.replica == 0 : groups_.coord.dp == 0;
+  const bool counted = optimizer_->sharded() ? c.replica == 0 : (c.dp == 0 || experts_only);
   double total = counted ? sum : 0.0;
   TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&total, 1, DType::kF64, ReduceOp::kSum));
   *norm = std::sqrt(total);
@@ -357,7 +392,7 @@ double Trainer::TokensPerStep() const {
 
 bool Trainer::NormOnDevice() const {
   return !optimizer_->sharded() && !optimizer_->offloaded() && groups_.topology.tp == 1 &&
-         groups_.topology.pp == 1;
+         groups_.topology.pp == 1 && groups_.topology.ep == 1;
 }
 
 Status Trainer::TrainStep(double* lr) {

@@ -136,7 +136,11 @@ class Trainer {
   // Overlapped DP reduction (GPU): one bucket of gradient tensors per local block, and the rest.
   void* compute_stream_ = nullptr;  // set when the reduction overlaps the backward pass
   std::vector<std::vector<Tensor>> buckets_;
-  std::vector<Tensor> tail_bucket_;  // enabled by Engine.profile after warm-up
+  std::vector<Tensor> tail_bucket_;
+  // Expert parallelism: the gradient buffer's spans summed over DP (dense parameters) and over
+  // the expert-DP group (the experts this rank holds).
+  std::vector<Tensor> dense_grads_, expert_grads_;
+  Status SetUpExpertParallel();  // enabled by Engine.profile after warm-up
   DataSources data_;
   std::unique_ptr<GlobalSampler> sampler_;
   std::unique_ptr<MetricsWriter> metrics_;

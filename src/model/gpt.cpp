@@ -178,31 +178,6 @@ Tensor GptModel::G(ParamRole role, int layer, int64_t rows) const {
   return p ? RowsFrom(*p, Gradient(*p), rows) : FrozenGradientSink(role);
 }
 
-MoeActivations GptModel::AllocateMoeActivations() {
-  const MoeSpec& e = spec_.moe;
-  const int64_t N = static_cast<int64_t>(B_) * T_, C = config_.hidden_size, E = e.num_experts;
-  const int64_t K = e.top_k, K2 = e.router_rows() - E + K, F = e.ffn, Fs = e.shared_ffn;
-  MoeActivations m;
-  m.logits = Alloc({N, e.router_rows()}, DType::kF32);
-  m.probs = Alloc({N, E}, DType::kF32);
-  m.lse = Alloc({N}, DType::kF32);
-  m.weights = Alloc({N, K2}, DType::kF32);
-  m.experts = Alloc({N, K}, DType::kI32);
-  m.slots = Alloc({N, K2}, DType::kI32);
-  if (e.aux_loss_coeff > 0)
-    m.aux_coef = Alloc({e.aux_loss == MoeAuxLoss::kSequence ? B_ : 1, E}, DType::kF32);
-  m.x_perm = Alloc({N * K2, C}, compute_);
-  m.h = Alloc({N * K, 2 * F}, compute_);
-  m.act = Alloc({N * K, F}, compute_);
-  if (Fs > 0) {
-    m.shared_h = Alloc({N, 2 * Fs}, compute_);
-    m.shared_act = Alloc({N, Fs}, compute_);
-  }
-  m.y = Alloc({N * K2, C}, compute_);
-  m.out = Alloc({N, C}, compute_);
-  return m;
-}
-
 BlockActivations GptModel::AllocateBlockActivations(bool gelu_output, bool norm_outputs, bool moe,
                                                     bool dense) {
   const DType cd = compute_;
@@ -315,21 +290,7 @@ Status GptModel::AllocateBuffers() {
   scratch_.datt = Alloc({B, T, Al}, cd);
   scratch_.dfc = Alloc({B, T, swiglu ? 2 * Fl : Fl}, cd);
   if (swiglu) scratch_.dact = Alloc({B, T, Fl}, cd);
-  if (any_moe) {
-    const MoeSpec& e = spec_.moe;
-    const int64_t K = e.top_k, K2 = e.router_rows() - e.num_experts + K;
-    MoeScratch& m = scratch_.moe;
-    m.dweights = Alloc({N, K2}, DType::kF32);
-    m.dlogits = Alloc({N, e.router_rows()}, DType::kF32);
-    m.dy = Alloc({N * K2, C}, cd);
-    m.dx_perm = Alloc({N * K2, C}, cd);
-    m.dh = Alloc({N * K, 2 * e.ffn}, cd);
-    m.dact = Alloc({N * K, e.ffn}, cd);
-    if (e.shared_ffn > 0) {
-      m.shared_dh = Alloc({N, 2 * e.shared_ffn}, cd);
-      m.shared_dact = Alloc({N, e.shared_ffn}, cd);
-    }
-  }
+  if (any_moe) scratch_.moe = AllocateMoeScratch();
   if (config_.hidden_dropout > 0) scratch_.ddrop = Alloc({B, T, C}, cd);
   if (spec_.norm == NormKind::kLayerNorm && !spec_.layernorm_bias) {
     scratch_.zero_bias = Alloc({C}, cd);
@@ -423,6 +384,7 @@ BlockContext GptModel::Context() const {
   BlockContext ctx;
   ctx.backend = backend_;
   ctx.tp = tp_;
+  ctx.ep = ep_;
   ctx.spec = &spec_;
   ctx.local_heads = static_cast<int>(spec_.heads / partition_.tp_size);
   ctx.local_kv_heads = static_cast<int>(spec_.kv_heads / partition_.tp_size);

@@ -76,6 +76,9 @@ class GptModel {
   // The sharding group: stage 3 gathers each block's parameters over it before use, stages 2
   // and 3 reduce-scatter each block's gradients over it after each backward.
   void set_shard_group(Communicator* group) { shard_ = group; }
+  // The expert-parallel group (Distributed.ep_degree; partition().ep_size members): MoE layers
+  // send their tokens' rows to the ranks holding the experts over it.
+  void set_expert_group(Communicator* group) { ep_ = group; }
   // Stage 3: gather the next block's parameters while the current one computes.
   void set_prefetch(bool prefetch) { prefetch_ = prefetch; }
   // This rank's piece of unit u: the compute-dtype parameters that AdamW writes, and the summed
@@ -156,7 +159,10 @@ class GptModel {
   // layer's (moe) has the MoE layer's buffers instead of the MLP's; `dense` adds the MLP's.
   BlockActivations AllocateBlockActivations(bool gelu_output, bool norm_outputs = true,
                                             bool moe = false, bool dense = true);
+  // gpt_moe.cpp: a MoE layer's activations, and the MoE layers' backward scratch (with expert
+  // parallelism sized for the rows every EP rank may send to this one).
   MoeActivations AllocateMoeActivations();
+  MoeScratch AllocateMoeScratch();
   Tensor Alloc(std::initializer_list<int64_t> shape, DType dtype);
   bool SequenceParallel() const { return config_.sequence_parallel && partition_.tp_size > 1; }
   Status CrossEntropy(Tensor targets, float dloss_scale);
@@ -197,6 +203,7 @@ class GptModel {
   // parameters), two gradient buckets and (stage 3) two gathered blocks, used alternately.
   ShardLayout layout_;
   Communicator* shard_ = nullptr;
+  Communicator* ep_ = nullptr;
   bool prefetch_ = true;
   Tensor grad_shard_, param_shard_, grad_bucket_[2], gathered_[2];
   int gathered_ahead_ = -1;           // stage 3: the block whose gather is already issued

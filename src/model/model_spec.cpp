@@ -231,8 +231,8 @@ std::vector<ParameterSpec> SpecParameters(const ModelSpec& spec, bool sequence_p
         contiguous();
         add(ParamRole::kSharedExpertGateWeight, l, {1, C}, ShardKind::kReplicated);
       }
-      add(ParamRole::kExpertGateUp, l, {E, 2 * Fe, C}, ShardKind::kReplicated);
-      add(ParamRole::kExpertDown, l, {E, C, Fe}, ShardKind::kReplicated);
+      add(ParamRole::kExpertGateUp, l, {E, 2 * Fe, C}, ShardKind::kSplitExperts);
+      add(ParamRole::kExpertDown, l, {E, C, Fe}, ShardKind::kSplitExperts);
       if (Fs > 0) {
         add(ParamRole::kSharedGateWeight, l, {Fs, C}, ShardKind::kReplicated);
         contiguous();

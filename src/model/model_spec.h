@@ -74,12 +74,15 @@ enum class ParamRole {
   kLoraB,  // (out, r)
 };
 
-// How the full tensor maps to the local shard over the TP group of size tp_size.
+// How the full tensor maps to the local shard over the TP group of size tp_size (or, for the
+// experts, over the EP group).
 enum class ShardKind {
   kReplicated,    // every TP rank holds the whole tensor
   kSplitRows,     // dim 0 split into tp_size contiguous blocks
   kSplitCols,     // dim 1 split into tp_size contiguous blocks (2-D only)
   kSplitQkvRows,  // dim 0 is [q; k; v], each third split into tp_size blocks (by heads)
+  kSplitExperts,  // dim 0 (the expert) split into ep_size contiguous blocks over the EP group;
+                  // replicated over TP
 };
 
 // Llama-3's rope_scaling (rope_type "llama3"): long wavelengths slowed by `factor`, short ones

@@ -42,6 +42,7 @@ void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N, Moe
     }
     if (K2 > K) out->slots[t * K2 + K] = static_cast<int32_t>(N * K + t);
   }
+  out->runs = LocalExpertRuns(out->offsets);
 }
 
 namespace {
@@ -79,18 +80,21 @@ Tensor ExpertMatrix(Tensor stacked, int64_t e) {
   return Tensor(m.data, m.dtype, {stacked.dim(1), stacked.dim(2)});
 }
 
-// fn(e, offset, n) for each expert e with n > 0 kept rows from `offset` of the permuted rows
-// (ragged groups for the backend's GEMMs, Backend::SetRaggedGroups).
+// fn(e, offset, n) for each run of n > 0 rows of (local) expert e from `offset` of the expert
+// side's rows (the permuted rows, or with EP the received ones): ragged groups for the backend's
+// GEMMs (Backend::SetRaggedGroups).
 template <typename Fn>
 Status ForEachGroup(Backend* be, const MoeDispatch& d, Fn fn) {
   be->SetRaggedGroups(true);
   Status s = Status::Ok();
-  for (size_t e = 0; e + 1 < d.offsets.size() && s.ok(); ++e) {
-    const int64_t off = d.offsets[e], n = d.offsets[e + 1] - off;
-    if (n > 0) s = fn(static_cast<int64_t>(e), off, n);
-  }
+  for (size_t i = 0; i < d.runs.size() && s.ok(); ++i)
+    s = fn(d.runs[i].expert, d.runs[i].offset, d.runs[i].rows);
   be->SetRaggedGroups(false);
   return s;
+}
+
+bool ExpertParallel(const MoeContext& ctx) {
+  return ctx.ep != nullptr && ctx.ep->size() > 1;
 }
 
 // Rows [offset, offset + n) of the (rows, cols) buffer t.
@@ -148,6 +152,10 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   std::vector<int32_t> experts(N * K);
   TRAINER_RETURN_IF_ERROR(be->CopyToHost(experts.data(), a.experts.data, experts.size() * 4));
   PlanMoeDispatch(s, experts.data(), N, d);
+  const bool ep = ExpertParallel(ctx);
+  if (ep)
+    TRAINER_RETURN_IF_ERROR(
+        PlanExpertExchange(ctx.ep, d->offsets, Rows(a.x_recv), &d->exchange, &d->runs));
   d->loss_scale = loss_scale;
   TRAINER_RETURN_IF_ERROR(be->CopyToDevice(a.slots.data, d->slots.data(), d->slots.size() * 4));
   // The losses: values for the metrics, gradients for the backward.
@@ -176,13 +184,17 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
     st->dropped += d->dropped;
     st->micro_batches += 1;
   }
-  // Permute, the experts over their groups, the shared expert over every token, combine.
+  // Permute, (EP: to the experts' ranks,) the experts over their groups, (EP: back,) the shared
+  // expert over every token, combine.
   TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
+  const Tensor xe = ep ? a.x_recv : a.x_perm, ye = ep ? a.y_recv : a.y;
+  if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, a.x_perm, xe, true));
   TRAINER_RETURN_IF_ERROR(ForEachGroup(be, *d, [&](int64_t e, int64_t off, int64_t n) {
-    return ExpertForward(be, Group(a.x_perm, off, n), ExpertMatrix(w.experts_gu, e),
+    return ExpertForward(be, Group(xe, off, n), ExpertMatrix(w.experts_gu, e),
                          ExpertMatrix(w.experts_down, e), Group(a.h, off, n),
-                         Group(a.act, off, n), Group(a.y, off, n));
+                         Group(a.act, off, n), Group(ye, off, n));
   }));
+  if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, ye, a.y, false));
   if (s.shared_ffn > 0)
     TRAINER_RETURN_IF_ERROR(ExpertForward(be, Group(a.x_perm, N * K, N), w.shared_gu,
                                           w.shared_down, a.shared_h, a.shared_act,
@@ -200,14 +212,20 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
   // The combine: out[t] = sum_k w[t][k] y[slot].
   TRAINER_RETURN_IF_ERROR(be->MoeSlotDots(sc.dweights, dout, a.y, a.slots));
   TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(sc.dy, dout, a.slots, a.weights));
+  // EP: dy to the experts' ranks, dx back, as the forward moved x and y.
+  const bool ep = ExpertParallel(ctx);
+  const Tensor xe = ep ? a.x_recv : a.x_perm, dye = ep ? sc.dy_recv : sc.dy,
+               dxe = ep ? sc.dx_recv : sc.dx_perm;
+  if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, sc.dy, dye, true));
   TRAINER_RETURN_IF_ERROR(ForEachGroup(be, *d, [&](int64_t e, int64_t off, int64_t n) {
-    return ExpertBackward(be, Group(a.x_perm, off, n), ExpertMatrix(w.experts_gu, e),
+    return ExpertBackward(be, Group(xe, off, n), ExpertMatrix(w.experts_gu, e),
                           ExpertMatrix(w.experts_down, e), Group(a.h, off, n),
-                          Group(a.act, off, n), Group(sc.dy, off, n),
+                          Group(a.act, off, n), Group(dye, off, n),
                           ExpertMatrix(g.experts_gu, e), ExpertMatrix(g.experts_down, e),
-                          Group(sc.dh, off, n), Group(sc.dact, off, n),
-                          Group(sc.dx_perm, off, n), GradientWrite::kAccumulate);
+                          Group(sc.dh, off, n), Group(sc.dact, off, n), Group(dxe, off, n),
+                          GradientWrite::kAccumulate);
   }));
+  if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, dxe, sc.dx_perm, false));
   if (s.shared_ffn > 0)
     TRAINER_RETURN_IF_ERROR(ExpertBackward(
         be, Group(a.x_perm, N * K, N), w.shared_gu, w.shared_down, a.shared_h, a.shared_act,

@@ -14,7 +14,8 @@
 // through the router's backward; their values are kept for the metrics.
 //
 // Experts are not split by tensor parallelism: each TP rank computes the whole layer (its input
-// is every row) and holds every expert.
+// is every row). With expert parallelism (MoeContext::ep) each rank holds E/ep of the experts and
+// the permuted rows travel to them and back (moe_dispatch.h); without it, every expert.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 
 #include "model/backend.h"
 #include "model/model_spec.h"
+#include "model/moe_dispatch.h"
 
 namespace trainer {
 
@@ -32,6 +34,8 @@ struct MoeDispatch {
                                  // shared expert's (k = K) is N*K + t
   std::vector<int64_t> counts;   // (E) choices per expert before dropping
   std::vector<int64_t> offsets;  // (E+1) start of each expert's group of kept rows
+  std::vector<ExpertRun> runs;   // the experts' work: groups of x_perm, or (EP) of x_recv
+  ExpertExchange exchange;       // EP: the rows moved to and from the experts' ranks
   int64_t dropped = 0;           // choices dropped by the capacity
   float z_scale = 0.f;           // d(objective)/d(sum of lse^2) of this micro-batch
   float loss_scale = 0.f;        // MoeContext::loss_scale of the forward that made it
@@ -53,11 +57,12 @@ struct MoeLayerStats {
   void Clear();
 };
 
-// The layer's weights (or their gradients), whole on every TP rank.
+// The layer's weights (or their gradients), whole on every TP rank; the experts this rank holds
+// (E_l = E / ep of them, all E without expert parallelism).
 struct MoeWeights {
   Tensor router;        // (E', C): E router rows, then the shared expert's gate (E' = E + 1)
-  Tensor experts_gu;    // (E, 2F, C) [gate; up] of each expert
-  Tensor experts_down;  // (E, C, F)
+  Tensor experts_gu;    // (E_l, 2F, C) [gate; up] of each expert
+  Tensor experts_down;  // (E_l, C, F)
   Tensor shared_gu;     // (2Fs, C) or empty
   Tensor shared_down;   // (C, Fs)
   Tensor bias;          // (E) f32 the expert bias (moe_router_bias_update_rate), or empty
@@ -73,7 +78,9 @@ struct MoeActivations {
   Tensor slots;     // (N,K') i32, MoeDispatch::slots on the backend
   Tensor aux_coef;  // (G,E) f32 the load-balancing loss's gradient by score, empty without it
   Tensor x_perm;    // (N*K', C) the tokens in expert order; the last N rows: the shared expert's
-  Tensor h, act;    // (N*K, 2F), (N*K, F) the experts' [gate|up] and SwiGLU output
+  Tensor x_recv;    // EP: (ep*N*K, C) the rows this rank's experts received; empty without EP
+  Tensor y_recv;    // EP: (ep*N*K, C) their outputs, before they go back
+  Tensor h, act;    // (R, 2F), (R, F) the experts' [gate|up] and SwiGLU output, R = ep*N*K
   Tensor shared_h, shared_act;  // (N, 2Fs), (N, Fs)
   Tensor y;         // (N*K', C) each row's expert output
   Tensor out;       // (N, C) the layer's output
@@ -85,13 +92,15 @@ struct MoeActivations {
 struct MoeScratch {
   Tensor dweights, dlogits;  // (N,K') f32, (N,E') f32
   Tensor dy, dx_perm;        // (N*K', C)
-  Tensor dh, dact;           // (N*K, 2F), (N*K, F)
+  Tensor dy_recv, dx_recv;   // EP: (R, C) the expert side's dy and dx, R = ep*N*K
+  Tensor dh, dact;           // (R, 2F), (R, F)
   Tensor shared_dh, shared_dact;
 };
 
 struct MoeContext {
   Backend* backend;
   const MoeSpec* spec;
+  Communicator* ep = nullptr;  // the expert-parallel group; null or one member: no EP
   MoeScratch scratch;
   // Forward: d(objective)/d(this micro-batch's aux and z losses), and whether to add the
   // micro-batch to the stats (not on recomputation or evaluation).

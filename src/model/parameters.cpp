@@ -18,10 +18,12 @@ std::vector<int> StageLayerCounts(int num_layers, int pp_size, const std::vector
 }
 
 ModelPartition MakePartition(const ModelConfig& model, const DistributedConfig& dist, int tp_rank,
-                             int pp_rank) {
+                             int pp_rank, int ep_rank, int ep_size) {
   ModelPartition part;
   part.tp_rank = tp_rank;
   part.tp_size = dist.tp_degree;
+  part.ep_rank = ep_rank;
+  part.ep_size = ep_size;
   part.pp_rank = pp_rank;
   part.pp_size = dist.pp_degree;
   std::vector<int> counts = StageLayerCounts(model.num_layers, dist.pp_degree, dist.pp_layers);
@@ -34,10 +36,11 @@ ModelPartition MakePartition(const ModelConfig& model, const DistributedConfig& 
 
 namespace {
 
-std::vector<int64_t> LocalShape(const std::vector<int64_t>& full, ShardKind kind, int tp) {
+std::vector<int64_t> LocalShape(const std::vector<int64_t>& full, ShardKind kind, int tp, int ep) {
   std::vector<int64_t> local = full;
   if (kind == ShardKind::kSplitRows || kind == ShardKind::kSplitQkvRows) local[0] /= tp;
   if (kind == ShardKind::kSplitCols) local[1] /= tp;
+  if (kind == ShardKind::kSplitExperts) local[0] /= ep;
   return local;
 }
 
@@ -57,11 +60,13 @@ std::vector<ParameterInfo> ToParameterList(std::vector<ParameterSpec> specs,
     p.lora_base = ps.lora_base;
     p.layer = ps.layer;
     p.full_shape = ps.full_shape;
-    p.local_shape = LocalShape(ps.full_shape, ps.shard, tp);
+    p.local_shape = LocalShape(ps.full_shape, ps.shard, tp, part.ep_size);
     p.shard = ps.shard;
     p.weight_decay = ps.weight_decay;
     p.contiguous_with_next = ps.contiguous_with_next;
-    p.canonical = ps.shard != ShardKind::kReplicated || part.tp_rank == 0;
+    const bool tp_replicated =
+        ps.shard == ShardKind::kReplicated || ps.shard == ShardKind::kSplitExperts;
+    p.canonical = !tp_replicated || part.tp_rank == 0;
     p.grad_sum_over_tp = ps.grad_sum_over_tp;
     // The last stage's copy of the tied embedding (the LM head) when it is not the first stage.
     if (p.role == ParamRole::kTokenEmbedding && !part.first_stage()) {
@@ -160,7 +165,8 @@ void ForEachShardRun(const ParameterInfo& p, int tp_rank, int tp_size, Fn fn) {
     case ShardKind::kReplicated:
       fn(0, 0, p.full_numel());
       break;
-    case ShardKind::kSplitRows: {
+    case ShardKind::kSplitRows:
+    case ShardKind::kSplitExperts: {
       const int64_t local_rows = rows / tp_size;
       fn(tp_rank * local_rows * row_len, 0, local_rows * row_len);
       break;
@@ -181,6 +187,11 @@ void ForEachShardRun(const ParameterInfo& p, int tp_rank, int tp_size, Fn fn) {
 }
 
 }  // namespace
+
+ShardSlot ShardSlotOf(const ParameterInfo& p, const ModelPartition& part) {
+  if (p.shard == ShardKind::kSplitExperts) return {part.ep_rank, part.ep_size};
+  return {part.tp_rank, part.tp_size};
+}
 
 void ExtractShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* full,
                   float* local) {
@@ -263,7 +274,8 @@ std::vector<float> InitialParameterValues(const ModelConfig& model, const ModelP
   for (const ParameterInfo& p : params) {
     full.resize(static_cast<size_t>(p.full_numel()));
     InitFullTensor(model, seed, p, full.data());
-    ExtractShard(p, part.tp_rank, part.tp_size, full.data(), flat.data() + p.offset);
+    const ShardSlot slot = ShardSlotOf(p, part);
+    ExtractShard(p, slot.rank, slot.size, full.data(), flat.data() + p.offset);
   }
   return flat;
 }

@@ -17,6 +17,8 @@ namespace trainer {
 struct ModelPartition {
   int tp_rank = 0;
   int tp_size = 1;
+  int ep_rank = 0;  // index in the expert-parallel group: holds experts
+  int ep_size = 1;  // [ep_rank * E / ep_size, (ep_rank + 1) * E / ep_size)
   int pp_rank = 0;
   int pp_size = 1;
   int first_layer = 0;  // first transformer block held by this stage
@@ -46,8 +48,9 @@ struct ParameterInfo {
   // Stored right before the next parameter with no padding between (q, k, v; gate, up), so that
   // their local shards form one matrix.
   bool contiguous_with_next = false;
-  // The canonical holder: counted in the gradient norm and written to checkpoints from this rank.
-  // False on TP ranks > 0 for replicated tensors, and for the last stage's copy of the tied
+  // The canonical holder: counted in the gradient norm and written to checkpoints from this rank
+  // (with the experts' DP index 0 for them, the DP index 0 for the rest).
+  // False on TP ranks > 0 for replicated tensors (the experts among them), and for the last stage's copy of the tied
   // token embedding when pp_size > 1.
   bool canonical = true;
   // True for the last stage's copy of the tied token embedding (the LM head) when pp_size > 1:
@@ -73,8 +76,10 @@ struct ParameterInfo {
 // Blocks per pipeline stage: `pp_layers` when given, else balanced (earlier stages take the
 // remainder).
 std::vector<int> StageLayerCounts(int num_layers, int pp_size, const std::vector<int>& pp_layers);
+// ep_size: the EP group's size where this partition's ranks split the experts (the trainer,
+// the memory plan), 1 where one process holds the whole model.
 ModelPartition MakePartition(const ModelConfig& model, const DistributedConfig& dist, int tp_rank,
-                             int pp_rank);
+                             int pp_rank, int ep_rank = 0, int ep_size = 1);
 
 // The parameters this rank trains, in buffer order (decayed tensors first, then the rest, so that
 // AdamW runs in two launches; from ZeRO stage 2 on, that order within each unit: the tensors
@@ -101,10 +106,16 @@ size_t FlatBufferElements(const std::vector<ParameterInfo>& params, int shards);
 // Index of the first non-decayed parameter (the split between the two AdamW spans).
 size_t FirstNoDecayElement(const std::vector<ParameterInfo>& params);
 
-// Copy this rank's shard out of a full tensor (host f32), and back.
-void ExtractShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* full,
-                  float* local);
-void InsertShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* local, float* full);
+// The group a parameter's shard kind splits it over, and this rank's place in it: the TP group,
+// or the EP group for kSplitExperts. `rank` and `size` for the shard functions below.
+struct ShardSlot {
+  int rank = 0, size = 1;
+};
+ShardSlot ShardSlotOf(const ParameterInfo& p, const ModelPartition& part);
+
+// Copy shard `rank` of `size` out of a full tensor (host f32), and back.
+void ExtractShard(const ParameterInfo& p, int rank, int size, const float* full, float* local);
+void InsertShard(const ParameterInfo& p, int rank, int size, const float* local, float* full);
 
 // GPT-2 initialisation of a full tensor, a pure function of (seed, name, role): normal(0, 0.02),
 // residual projections (attention output and MLP output weights) scaled by 1/sqrt(2*num_layers),

@@ -30,6 +30,7 @@ MoeContext MoeCtx(const BlockContext& ctx) {
   MoeContext m;
   m.backend = ctx.backend;
   m.spec = &ctx.spec->moe;
+  m.ep = ctx.ep;
   m.scratch = ctx.scratch.moe;
   m.loss_scale = ctx.moe_loss_scale;
   m.record = ctx.moe_record;

@@ -75,6 +75,7 @@ struct BlockScratch {
 struct BlockContext {
   Backend* backend;
   Communicator* tp;
+  Communicator* ep = nullptr;  // the expert-parallel group (MoE layers), null without EP
   const ModelSpec* spec;
   int local_heads;
   int local_kv_heads;

@@ -5,6 +5,7 @@
 
 #include <climits>
 #include <cstring>
+#include <vector>
 
 #include "common/agree.h"
 #include "common/log.h"
@@ -122,6 +123,31 @@ Status MpiCommunicator::SendRecv(const void* send, size_t send_count, int send_p
   return Status::Ok();
 }
 
+Status MpiCommunicator::AllToAllV(const void* send, const int64_t* send_counts,
+                                  const int64_t* send_displs, void* recv,
+                                  const int64_t* recv_counts, const int64_t* recv_displs,
+                                  DType dtype) {
+  // MPI's counts and displacements are int: each must fit.
+  std::vector<int> ints(4 * static_cast<size_t>(size_));
+  const int64_t* from[4] = {send_counts, send_displs, recv_counts, recv_displs};
+  for (int a = 0; a < 4; ++a)
+    for (int p = 0; p < size_; ++p) {
+      TRAINER_RETURN_IF_ERROR(CheckCount(static_cast<size_t>(from[a][p]), name_));
+      ints[a * size_ + p] = static_cast<int>(from[a][p]);
+    }
+  const MPI_Datatype type = ToMpi(dtype);
+  MPI_CHECK(MPI_Alltoallv(send, ints.data(), ints.data() + size_, type, recv,
+                          ints.data() + 2 * size_, ints.data() + 3 * size_, type, comm_));
+  return Status::Ok();
+}
+
+Status MpiCommunicator::AllToAllCounts(const int64_t* send, int64_t* recv, size_t per_peer) {
+  TRAINER_RETURN_IF_ERROR(CheckCount(per_peer, name_));
+  MPI_CHECK(MPI_Alltoall(send, static_cast<int>(per_peer), MPI_INT64_T, recv,
+                         static_cast<int>(per_peer), MPI_INT64_T, comm_));
+  return Status::Ok();
+}
+
 Status MpiCommunicator::Barrier() {
   MPI_CHECK(MPI_Barrier(comm_));
   return Status::Ok();
@@ -181,13 +207,17 @@ Status MpiRuntime::MakeGroups(const Topology& topo, ProcessGroups* out) {
   MPI_CHECK(split(c.dp + topo.dp * c.pp, c.tp, "tp", &out->tp));
   MPI_CHECK(split(c.tp + topo.tp * c.pp, c.dp, "dp", &out->dp));
   MPI_CHECK(split(c.tp + topo.tp * c.dp, c.pp, "pp", &out->pp));
-  // The sharding group (same tp, replica, pp) and the replica group (same tp, shard, pp), from
-  // the order string's dimensions.
+  // The sharding group (same tp, replica, pp), the replica group (same tp, shard, pp) and its
+  // EP and expert-DP parts, from the order string's dimensions.
   int color = 0, key = 0;
   topo.Group(rank_, kDimSharding, &color, &key);
   MPI_CHECK(split(color, key, "sharding", &out->sharding));
   topo.Group(rank_, kDimReplica, &color, &key);
   MPI_CHECK(split(color, key, "replica", &out->replica));
+  topo.Group(rank_, kDimEp, &color, &key);
+  MPI_CHECK(split(color, key, "ep", &out->ep));
+  topo.Group(rank_, kDimExpertDp, &color, &key);
+  MPI_CHECK(split(color, key, "expert_dp", &out->expert_dp));
   const bool ends = topo.pp > 1 && (c.pp == 0 || c.pp == topo.pp - 1);
   MPI_CHECK(
       split(ends ? c.tp + topo.tp * c.dp : MPI_UNDEFINED, c.pp, "embedding", &out->embedding));

@@ -36,6 +36,10 @@ class MpiCommunicator final : public Communicator {
   Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv, size_t recv_count,
                   int recv_peer, DType dtype) override;
   Status Barrier() override;
+  Status AllToAllV(const void* send, const int64_t* send_counts, const int64_t* send_displs,
+                   void* recv, const int64_t* recv_counts, const int64_t* recv_displs,
+                   DType dtype) override;
+  Status AllToAllCounts(const int64_t* send, int64_t* recv, size_t per_peer) override;
 
  private:
   MPI_Comm comm_;
@@ -52,6 +56,9 @@ struct ProcessGroups {
   // Sharding (Distributed.sharding): the ranks sharing one copy of the sharded state, and the
   // replicas of one shard (pure data parallelism across sharding groups).
   std::unique_ptr<MpiCommunicator> sharding, replica;
+  // Expert parallelism: the EP group (ep consecutive replicas) and the expert-data-parallel
+  // group (the replicas with this rank's EP index).
+  std::unique_ptr<MpiCommunicator> ep, expert_dp;
   // First and last pipeline stage of the same (tp, dp) coordinates: sums the tied embedding's
   // gradient. Null on middle stages and when pp == 1.
   std::unique_ptr<MpiCommunicator> embedding;

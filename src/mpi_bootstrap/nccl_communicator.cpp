@@ -4,6 +4,8 @@
 
 #include "mpi_bootstrap/nccl_communicator.h"
 
+#include <vector>
+
 #include "common/log.h"
 
 namespace trainer {
@@ -64,6 +66,7 @@ NcclCommunicator::~NcclCommunicator() {
   if (owns_stream_) cudaStreamSynchronize(stream_);
   if (comm_) ncclCommDestroy(comm_);
   if (barrier_value_) cudaFree(barrier_value_);
+  if (counts_) cudaFree(counts_);
   if (order_event_) cudaEventDestroy(order_event_);
   if (owns_stream_) cudaStreamDestroy(stream_);
 }
@@ -151,6 +154,64 @@ Status NcclCommunicator::SendRecv(const void* send, size_t send_count, int send_
   TRAINER_RETURN_IF_ERROR(Check(send_result, "send (send-recv)"));
   TRAINER_RETURN_IF_ERROR(Check(recv_result, "recv (send-recv)"));
   return Check(end_result, "send-recv");
+}
+
+Status NcclCommunicator::AllToAllV(const void* send, const int64_t* send_counts,
+                                   const int64_t* send_displs, void* recv,
+                                   const int64_t* recv_counts, const int64_t* recv_displs,
+                                   DType dtype) {
+  const size_t bytes = DTypeSize(dtype);
+  const ncclDataType_t type = NcclType(dtype);
+  TRAINER_RETURN_IF_ERROR(Check(ncclGroupStart(), "all-to-all group start"));
+  ncclResult_t first_error = ncclSuccess;
+  for (int p = 0; p < size_; ++p) {
+    ncclResult_t r = ncclSuccess;
+    if (send_counts[p] > 0)
+      r = ncclSend(static_cast<const char*>(send) + send_displs[p] * bytes,
+                   static_cast<size_t>(send_counts[p]), type, p, comm_, stream_);
+    if (first_error == ncclSuccess) first_error = r;
+    if (recv_counts[p] > 0)
+      r = ncclRecv(static_cast<char*>(recv) + recv_displs[p] * bytes,
+                   static_cast<size_t>(recv_counts[p]), type, p, comm_, stream_);
+    if (first_error == ncclSuccess) first_error = r;
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  TRAINER_RETURN_IF_ERROR(Check(first_error, "send/recv (all-to-all)"));
+  return Check(end, "all-to-all");
+}
+
+Status NcclCommunicator::AllToAllCounts(const int64_t* send, int64_t* recv, size_t per_peer) {
+  const size_t n = per_peer * static_cast<size_t>(size_), bytes = n * sizeof(int64_t);
+  if (n > counts_capacity_) {
+    if (counts_) cudaFree(counts_);
+    counts_ = nullptr;
+    const cudaError_t e = cudaMalloc(&counts_, 2 * bytes);
+    if (e != cudaSuccess)
+      return RuntimeError(StrFormat("NCCL counts buffer (%s): cudaMalloc returned %s",
+                                    Where(name_, rank_).c_str(), cudaGetErrorString(e)));
+    counts_capacity_ = n;
+  }
+  int64_t* dsend = counts_;
+  int64_t* drecv = counts_ + counts_capacity_;
+  cudaError_t e = cudaMemcpyAsync(dsend, send, bytes, cudaMemcpyHostToDevice, stream_);
+  if (e != cudaSuccess)
+    return RuntimeError(StrFormat("NCCL counts upload (%s): %s", Where(name_, rank_).c_str(),
+                                  cudaGetErrorString(e)));
+  std::vector<int64_t> counts(size_, static_cast<int64_t>(per_peer)), displs(size_);
+  for (int p = 0; p < size_; ++p) displs[p] = static_cast<int64_t>(per_peer) * p;
+  // int64 moved as pairs of int32 (NCCL moves bytes; no reduction here).
+  for (int p = 0; p < size_; ++p) {
+    counts[p] *= 2;
+    displs[p] *= 2;
+  }
+  TRAINER_RETURN_IF_ERROR(AllToAllV(dsend, counts.data(), displs.data(), drecv, counts.data(),
+                                    displs.data(), DType::kI32));
+  e = cudaMemcpyAsync(recv, drecv, bytes, cudaMemcpyDeviceToHost, stream_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess)
+    return RuntimeError(StrFormat("NCCL counts download (%s): %s", Where(name_, rank_).c_str(),
+                                  cudaGetErrorString(e)));
+  return Status::Ok();
 }
 
 Status NcclCommunicator::Barrier() {

@@ -51,6 +51,13 @@ class NcclCommunicator final : public Communicator {
   // Waits until every member got here and all earlier work on the stream is done.
   Status Barrier() override;
   Status AllReduceGroup(const std::vector<Tensor>& tensors, ReduceOp op) override;
+  // Grouped ncclSend/ncclRecv, one pair per member with a non-zero count.
+  Status AllToAllV(const void* send, const int64_t* send_counts, const int64_t* send_displs,
+                   void* recv, const int64_t* recv_counts, const int64_t* recv_displs,
+                   DType dtype) override;
+  // Through a device buffer of its own (grown on first use); waits for the stream, since the
+  // counts are wanted on the host.
+  Status AllToAllCounts(const int64_t* send, int64_t* recv, size_t per_peer) override;
   Status StartAfter(void* stream) override;
   Status FinishBefore(void* stream) override;
 
@@ -71,6 +78,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
   float* barrier_value_ = nullptr;  // one device float all-reduced by Barrier()
+  int64_t* counts_ = nullptr;       // AllToAllCounts' send and receive blocks on the device
+  size_t counts_capacity_ = 0;      // int64 each half of counts_ holds
   bool owns_stream_ = false;
   cudaEvent_t order_event_ = nullptr;  // for StartAfter / FinishBefore
 };

@@ -67,10 +67,13 @@ Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicato
       decay.push_back({{begin, end}, params[i].weight_decay});
     if (!params[i].canonical) continue;
     const size_t canonical_end = i + 1 < params.size() ? end : o->total_;
-    if (!o->canonical_spans_.empty() && o->canonical_spans_.back().second == begin)
-      o->canonical_spans_.back().second = canonical_end;
-    else
-      o->canonical_spans_.emplace_back(begin, canonical_end);
+    for (auto* spans : {&o->canonical_spans_, &o->expert_spans_}) {
+      if (spans == &o->expert_spans_ && params[i].shard != ShardKind::kSplitExperts) continue;
+      if (!spans->empty() && spans->back().second == begin)
+        spans->back().second = canonical_end;
+      else
+        spans->emplace_back(begin, canonical_end);
+    }
   }
   *out = std::move(o);
   return Status::Ok();
@@ -170,12 +173,12 @@ Status AdamW::ReduceScatterGradients(int u, const Tensor& grads) {
                                      model_->shard_layout().piece(u), DType::kF32);
 }
 
-Status AdamW::QueueLocalGradNormSquared() {
+Status AdamW::QueueLocalGradNormSquared(bool experts_only) {
   Backend* be = model_->backend();
   const ShardLayout& layout = model_->shard_layout();
   bool first = true;  // the first span sets the sum, the others add to it
   Status status;
-  for (const auto& [lo, hi] : canonical_spans_) {
+  for (const auto& [lo, hi] : experts_only ? expert_spans_ : canonical_spans_) {
     layout.ForEachOwned(lo, hi, [&](int u, size_t at, size_t, size_t n) {
       if (!status.ok()) return;
       const Tensor piece = model_->GradPiece(u);

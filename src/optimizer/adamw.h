@@ -55,8 +55,10 @@ class AdamW {
   // Squared L2 norm of the canonical gradients this rank updates, left in device memory (nothing
   // waits for the GPU). Summed over ranks it is the global one: over one DP replica, or over every
   // DP rank when sharded. Where this rank's sum is already global (no TP, PP or ZeRO-1 split),
-  // StepClippedOnDevice clips by it without the host.
-  Status QueueLocalGradNormSquared();
+  // StepClippedOnDevice clips by it without the host. experts_only: the canonical experts
+  // (ShardKind::kSplitExperts) alone, for the ranks that count their experts but not the rest
+  // (expert parallelism: the other EP ranks of DP rank 0's expert-DP index).
+  Status QueueLocalGradNormSquared(bool experts_only = false);
   // The sum that QueueLocalGradNormSquared left (waits for the GPU).
   Status QueuedGradNormSquared(double* out) const;
   // One step with learning rate lr; gradients are multiplied by grad_scale first (clipping).
@@ -88,6 +90,7 @@ class AdamW {
   // Contiguous [begin, end) element ranges of canonical parameters, for the norm, and of
   // decayed and non-decayed parameters (the first of each pair: decayed), for the update.
   std::vector<std::pair<size_t, size_t>> canonical_spans_;
+  std::vector<std::pair<size_t, size_t>> expert_spans_;  // the canonical experts among them
   std::vector<std::pair<std::pair<size_t, size_t>, bool>> decay_spans_;
   std::vector<void*> allocations_;
 };

@@ -2,7 +2,8 @@
 # `trainer check` under mpiexec on this machine:
 #   - 2 ranks (dp 2) and 4 ranks (tp 2 x pp 2, so that the embedding group exists too) pass, with
 #     an exact all-reduce on every group of the layout, the checkpoint folder and the data file
-#     seen by every rank, the probe files removed, and the verdict line;
+#     seen by every rank, the probe files removed, and the verdict line; 4 ranks in EP groups of 2
+#     (Distributed.ep_degree) add the ep and expert_dp groups and an exact all-to-all on ep;
 #   - a layout that does not fit the world size exits 2 with the config's line;
 #   - a checkpoint folder that cannot be created and a missing data file exit 5, naming each rank,
 #     its host and the check;
@@ -56,6 +57,15 @@ expect_line pass4 "^all-reduce on dp: groups of one rank, nothing to exchange$"
 expect_line pass4 "^works well on 4 ranks \(1 host, 0 GPUs\)$"
 echo "ok: 4 ranks (tp 2 x pp 2):"
 grep '^all-reduce' pass4.out | sed 's/^/    /'
+# Expert parallelism: 4 data-parallel ranks in EP groups of 2; the rank map shows each rank's EP
+# and expert-DP index, and the EP group gets an all-to-all as well as an all-reduce.
+check ep4 0 4 "${CONFIG[@]}" -o Model.arch=llama -o Model.num_experts=4 -o Distributed.ep_degree=2
+expect_line ep4 "^rank map \(4 ranks: dp 4 x tp 1 x pp 1, order tp-sharding-ep-edp-pp, TP fastest\): experts over ep 2 x expert-dp 2;"
+expect_line ep4 "^  rank +3 .* dp 3/4 \(ep 1/2, edp 1/2\) tp 0/1 pp 0/1$"
+expect_line ep4 "^all-reduce on ep: 2 groups of 2 ranks .*: exact;"
+expect_line ep4 "^all-reduce on expert_dp: 2 groups of 2 ranks .*: exact;"
+expect_line ep4 "^all-to-all on ep: 2 groups of 2 ranks, uneven counts: exact$"
+echo "ok: 4 ranks (dp 4, ep 2): $(grep '^all-to-all' ep4.out)"
 leftovers=$(find out/checkpoints -name '.trainer-check-*' | wc -l)
 [[ $leftovers -eq 0 ]] || fail "$leftovers probe files left in out/checkpoints"
 echo "ok: probe files removed"

@@ -13,26 +13,32 @@ MODEL=("${TINY_LAYOUT_GPT[@]}") RESUMED_ON="tp4 dp4 pp2 single"
 [ "${LAYOUT_MODEL:-gpt2}" = llama ] && MODEL=("${TINY_LAYOUT_LLAMA[@]}") RESUMED_ON="tp2 dp4 pp2 single"
 # LAYOUT_MODEL=moe: a model with MoE layers (checkpoint_layouts_moe.sh).
 [ "${LAYOUT_MODEL:-gpt2}" = moe ] && MODEL=("${TINY_LAYOUT_MOE[@]}") RESUMED_ON="tp2 dp4 pp2 single"
+# LAYOUT_MODEL=moe-ep: the MoE model saved on dp2-tp2-ep2 (its experts split over EP groups of 2
+# of the 4 data-parallel ranks), resumed on ep4, tp2 and one rank (checkpoint_layouts_ep.sh).
+SAVED_AS="dp2-tp2-pp2" SAVED_ON=(-o Distributed.tp_degree=2 -o Distributed.pp_degree=2)
+WRITTEN_ON="dp=2 tp=2 pp=2"
+[ "${LAYOUT_MODEL:-gpt2}" = moe-ep ] && MODEL=("${TINY_LAYOUT_MOE[@]}") RESUMED_ON="ep4 tp2 single" \
+  SAVED_AS="dp2-tp2-ep2" SAVED_ON=(-o Distributed.tp_degree=2 -o Distributed.ep_degree=2) \
+  WRITTEN_ON="dp=4 tp=2 pp=1 ep=2"
 COMMON=("${MODEL[@]}" -o Engine.save_steps=5 -o Optimizer.decay_steps=8)
 run_np 1 train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=single > single.log 2>&1 ||
   fail "uninterrupted single-rank run"
-run_np 8 train "${COMMON[@]}" -o Engine.max_steps=5 -o Engine.output_dir=saved \
-  -o Distributed.tp_degree=2 -o Distributed.pp_degree=2 > saved.log 2>&1 ||
-  { tail -20 saved.log; fail "dp2-tp2-pp2 run to step 5"; }
+run_np 8 train "${COMMON[@]}" -o Engine.max_steps=5 -o Engine.output_dir=saved "${SAVED_ON[@]}" \
+  > saved.log 2>&1 || { tail -20 saved.log; fail "$SAVED_AS run to step 5"; }
 SAVED=saved/checkpoints/step-00000005
 expect_verified $SAVED
-grep -q "^  written on       dp=2 tp=2 pp=2" inspect.out || fail "the checkpoint does not say dp2-tp2-pp2"
-compare_step_losses saved/metrics.jsonl single/metrics.jsonl 1e-5 || fail "dp2-tp2-pp2 steps 1-5"
+grep -q "^  written on       $WRITTEN_ON" inspect.out || fail "the checkpoint does not say $SAVED_AS"
+compare_step_losses saved/metrics.jsonl single/metrics.jsonl 1e-5 || fail "$SAVED_AS steps 1-5"
 
 for layout in $RESUMED_ON; do
-  tp=1 pp=1 np=1
-  case $layout in tp4) tp=4 np=4;; tp2) tp=2 np=2;; dp4) np=4;; pp2) pp=2 np=2;; esac
+  tp=1 pp=1 ep=1 np=1
+  case $layout in tp4) tp=4 np=4;; tp2) tp=2 np=2;; dp4) np=4;; pp2) pp=2 np=2;; ep4) ep=4 np=4;; esac
   run_np $np train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=$layout.resumed \
-    -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp --resume $SAVED \
-    > $layout.log 2>&1 || { tail -20 $layout.log; fail "resume on $layout"; }
+    -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp -o Distributed.ep_degree=$ep \
+    --resume $SAVED > $layout.log 2>&1 || { tail -20 $layout.log; fail "resume on $layout"; }
   grep -q "resumed from $SAVED at step 5 (40 samples consumed)" $layout.log ||
     fail "$layout did not resume at step 5 with 40 samples consumed"
-  echo "== dp2-tp2-pp2 -> $layout"
+  echo "== $SAVED_AS -> $layout"
   compare_step_losses $layout.resumed/metrics.jsonl single/metrics.jsonl 1e-5 6 ||
     fail "$layout: losses after the resume differ"
   [ "$(grep -o '"consumed_samples": [0-9]*' $layout.resumed/metrics.jsonl | tail -n 1)" = \
@@ -40,4 +46,4 @@ for layout in $RESUMED_ON; do
   "$COMPARE_CHECKPOINTS" $layout.resumed/checkpoints/step-00000010/checkpoint.h5 \
     single/checkpoints/step-00000010/checkpoint.h5 1e-5 1e-3 || fail "$layout: parameters differ"
 done
-echo "a dp2-tp2-pp2 checkpoint resumes on $RESUMED_ON as the uninterrupted run goes on"
+echo "a $SAVED_AS checkpoint resumes on $RESUMED_ON as the uninterrupted run goes on"

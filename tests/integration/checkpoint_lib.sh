@@ -97,3 +97,24 @@ newest_step() {
   [ -d "${folders[-1]}" ] || return 0
   sed -E 's/.*step-0*([0-9]+)$/\1/' <<<"${folders[-1]}"
 }
+
+# resume_bit_exact NAME NP OVERRIDES...: `trainer train` of "${COMMON[@]}" and OVERRIDES on NP
+# ranks, 10 steps into full/, and 5 steps into part/ resumed there to step 10 (--resume auto): the
+# losses, the MoE fields of the metrics and the step-10 parameters and moments must be
+# bit-identical. NAME names the layout in failures.
+resume_bit_exact() {
+  local name=$1 np=$2; shift 2
+  run_np "$np" train "${COMMON[@]}" "$@" -o Engine.max_steps=10 -o Engine.output_dir=full \
+    > full.log 2>&1 || { tail -20 full.log; fail "uninterrupted $name run"; }
+  run_np "$np" train "${COMMON[@]}" "$@" -o Engine.max_steps=5 -o Engine.output_dir=part \
+    > part.a.log 2>&1 || { tail -20 part.a.log; fail "$name run to step 5"; }
+  run_np "$np" train "${COMMON[@]}" "$@" -o Engine.max_steps=10 -o Engine.output_dir=part \
+    --resume auto > part.b.log 2>&1 || { tail -20 part.b.log; fail "$name resumed to step 10"; }
+  grep -q "resumed from" part.b.log || fail "$name did not resume"
+  diff <(losses full/metrics.jsonl) <(losses part/metrics.jsonl) ||
+    fail "$name: resumed losses are not bit-identical"
+  diff <(moe_fields full/metrics.jsonl) <(moe_fields part/metrics.jsonl) ||
+    fail "$name: resumed MoE metrics differ"
+  "$COMPARE_CHECKPOINTS" full/checkpoints/step-00000010/checkpoint.h5 \
+    part/checkpoints/step-00000010/checkpoint.h5 0 || fail "$name: parameters differ after resume"
+}

@@ -12,7 +12,9 @@
 # capacity that drops tokens), llama-lora or gpt2-lora (LoRA adapters on every linear, the base
 # frozen; parallel_layouts_lora.sh). For MoE models the load-balancing loss must agree too.
 # LAYOUT_EXTRA adds overrides to every run (parallel_layouts_dropout.sh: dropout on); the layout
-# part "mb1" splits the batch into micro-batches of one sample (another gradient accumulation).
+# part "mb1" splits the batch into micro-batches of one sample (another gradient accumulation);
+# "epN" multiplies the data-parallel ranks by N and splits the experts over groups of N of them
+# (expert parallelism; parallel_layouts_ep.sh).
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 LORA=(-o Model.lora_rank=4 -o Model.lora_alpha=8 -o Optimizer.lr=1e-2)
@@ -41,13 +43,14 @@ COMMON=("${MODEL[@]}" "${EXTRA[@]}" -o Engine.max_steps=10 -o Engine.save_steps=
 run_layout single 1
 LAYOUTS=${TRAINER_TEST_LAYOUTS:-${DEFAULT_LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 dp2-tp2 tp2-pp2 dp2-pp2 dp2-tp2-pp2 tp2-sp tp2-pp2-sp tp2-pp2-rc dp2-z1 dp4-z1 dp2-tp2-pp2-sp-z1"}}
 for layout in $LAYOUTS; do
-  dp=1 tp=1 pp=1 sp=false rc=none z1=false mb=2
+  dp=1 tp=1 pp=1 ep=1 sp=false rc=none z1=false mb=2
   for part in ${layout//-/ }; do
-    case $part in dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; sp) sp=true;; rc) rc=block;; rs) rc=selective;; z1) z1=true;; mb*) mb=${part#mb};; esac
+    case $part in dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; ep*) ep=${part#ep};; sp) sp=true;; rc) rc=block;; rs) rc=selective;; z1) z1=true;; mb*) mb=${part#mb};; esac
   done
-  run_layout "$layout" $((dp * tp * pp)) -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp \
-    -o Model.sequence_parallel=$sp -o Model.recompute=$rc -o Distributed.zero_stage1=$z1 \
-    -o Global.micro_batch_size=$mb
+  # "epN": N more data-parallel ranks, which split the experts (dp2-ep2: 4 DP ranks, EP groups of 2).
+  run_layout "$layout" $((dp * ep * tp * pp)) -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp \
+    -o Distributed.ep_degree=$ep -o Model.sequence_parallel=$sp -o Model.recompute=$rc \
+    -o Distributed.zero_stage1=$z1 -o Global.micro_batch_size=$mb
   echo "== $layout"
   compare_curves "$layout/metrics.jsonl" single/metrics.jsonl 1e-5 1e-5 10 || fail "$layout losses differ"
   if [[ ${LAYOUT_MODEL:-gpt2} == moe* ]]; then  # the same routing: the same aux loss and drops

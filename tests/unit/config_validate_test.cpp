@@ -24,10 +24,10 @@ TEST(ConfigValidate, DerivesDataParallelDegree) {
   EXPECT_EQ(config->world_size, 8);
   EXPECT_EQ(config->distributed.dp_degree, 4);
   EXPECT_EQ(config->gradient_accumulation_steps(), 2);  // 16 / (2 * 4)
-  // Reserved features refuse to be switched on rather than being silently ignored.
-  ExpectUsageError(
-      ValidateWith({"Distributed.ep_degree=2", "Global.global_batch_size=8"}, 4),
-      {"Distributed.ep_degree=2", "expert parallelism", "Set Distributed.ep_degree to 1"});
+  // Expert parallelism needs experts.
+  ExpectUsageError(ValidateWith({"Distributed.ep_degree=2", "Global.global_batch_size=8"}, 4),
+                   {"Distributed.ep_degree=2 splits the experts of MoE layers",
+                    "Set Distributed.ep_degree to 1"});
   ExpectUsageError(
       ValidateWith({"Distributed.zero_stage1=true", "Distributed.overlap_grad_reduce=true",
                     "Global.global_batch_size=8"},
@@ -186,6 +186,20 @@ TEST(ConfigValidate, MixtureOfExperts) {
                   .ok());
   ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Model.moe_aux_loss_coeff=-1"}, 1),
                    {"Model.moe_aux_loss_coeff=-1.0 must be >= 0"});
+  // Expert parallelism: experts split evenly over EP, EP carved out of the DP ranks.
+  EXPECT_TRUE(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2"}, 4).ok());
+  ExpectUsageError(ValidateWith({llama, "Model.num_experts=6", "Distributed.ep_degree=4"}, 4),
+                   {"the 6 experts (Model.num_experts) are not divisible by "
+                    "Distributed.ep_degree=4"});
+  ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=4",
+                                 "Distributed.tp_degree=2"},
+                                4),
+                   {"Distributed.ep_degree=4 does not divide dp_degree=2"});
+  ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
+                                 "Distributed.zero_stage1=true"},
+                                2),
+                   {"Distributed.ep_degree=2 with Distributed.sharding.sharding_degree=2",
+                    "sharding with ep_degree=1"});
 }
 
 TEST(ConfigValidate, PipelineStages) {

@@ -28,6 +28,13 @@ class TestCommunicator : public Communicator {
     return Unused("SendRecv");
   }
   Status Barrier() override { return Status::Ok(); }
+  Status AllToAllV(const void*, const int64_t*, const int64_t*, void*, const int64_t*,
+                   const int64_t*, DType) override {
+    return Unused("AllToAllV");
+  }
+  Status AllToAllCounts(const int64_t*, int64_t*, size_t) override {
+    return Unused("AllToAllCounts");
+  }
 
  private:
   static Status Unused(const char* collective) {

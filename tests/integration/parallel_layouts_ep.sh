@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Expert parallelism (Distributed.ep_degree) against one rank on the same global batch: the MoE
+# model of parallel_layouts_moe.sh (4 experts, top-2, shared expert, aux and z losses, expert
+# bias) with its experts split over EP groups carved out of the data-parallel ranks, alone and
+# with DP, TP (and SP), PP and recomputation; then the capacity model (tokens dropped, decided on
+# each rank over its own micro-batch as without EP). Losses, aux loss, dropped tokens, final
+# weights and Adam moments must match the single-rank run (parallel_layouts.sh's bounds).
+set -euo pipefail
+here="$(dirname "$0")"
+scratch=$3
+LAYOUT_MODEL=moe TRAINER_TEST_LAYOUTS=${EP_DROPLESS_LAYOUTS:-"ep2 ep4 dp2-ep2 tp2-ep2 pp2-ep2 tp2-pp2-sp-rc-ep2"} \
+  bash "$here/parallel_layouts.sh" "$1" "$2" "$scratch/dropless"
+LAYOUT_MODEL=moe-capacity TRAINER_TEST_LAYOUTS=${EP_CAPACITY_LAYOUTS:-"ep2 dp2-ep2 tp2-sp-ep2"} \
+  bash "$here/parallel_layouts.sh" "$1" "$2" "$scratch/capacity"

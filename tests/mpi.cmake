@@ -1,0 +1,12 @@
+# MpiCommunicator's collectives under mpiexec against closed forms (all-to-all with uneven and
+# zero counts, the counts exchange), and the EP / expert-DP groups of the rank grid.
+trainer_mpi_gtest(mpi_alltoall_test NP 3 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/mpi_alltoall_test.cpp
+                  LIBS trainer_mpi TIMEOUT 60)
+# The same on NcclCommunicator (device memory; GPU label, skipped without a GPU): the first
+# min(2, GPUs) ranks take part.
+if(TRAINER_WITH_CUDA)
+  trainer_mpi_gtest(nccl_alltoall_test NP 2
+                    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/nccl_alltoall_test.cpp
+                    LIBS trainer_mpi TIMEOUT 120)
+  set_tests_properties(nccl_alltoall_test PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77)
+endif()
