@@ -100,6 +100,7 @@ const ChoiceRule kChoiceRules[] = {
     {"Model.arch", {"gpt2", "llama"}},
     {"Model.rope_scaling", {"none", "llama3"}},
     {"Model.recompute", {"none", "gelu", "selective", "block"}},
+    {"Data.packing", {"concat", "documents", "padding_free"}},
     {"Model.moe_router_score_function", {"softmax", "sigmoid"}},
     {"Model.moe_router_load_balancing_type", {"aux_loss", "seq_aux_loss"}},
     {"Engine.mix_precision", {"bf16", "fp32"}},
@@ -333,6 +334,11 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
   TRAINER_RETURN_IF_ERROR(CheckModelFamily(c, check));
   TRAINER_RETURN_IF_ERROR(CheckMoe(c, check));
   TRAINER_RETURN_IF_ERROR(CheckLora(c, check));
+  if (c.data.packed_documents() && c.model.arch != "llama")  // learned positions: no restart
+    return check.Fail(check.Show("Data.packing") + " restarts RoPE positions at each document, "
+                          "and " + check.Show("Model.arch") + " has learned positions",
+                      {"Data.packing", "Model.arch"},
+                      "Set Data.packing=concat for GPT-2, or use a llama-family model");
   if (m.head_dim == 0 && m.hidden_size % m.num_heads != 0) {
     const int example = m.hidden_size / m.num_heads * m.num_heads;
     int heads = m.num_heads;  // the nearest head count below that divides hidden_size

@@ -160,6 +160,12 @@ struct DataConfig {
   // Each epoch cuts the training windows at another offset in [0, seq_len), drawn from the seed
   // and the epoch (as nanoGPT's random windows see other cuts each epoch); false: fixed windows.
   bool shift_windows = false;
+  // How documents share a sample: "concat" (they run together, as GPT-2 and llm.c train) or
+  // "documents" (alias "padding_free", ms-swift's and TRL's name; torchtune's packed=True):
+  // attention stays inside each document, RoPE positions restart at each document's start, and
+  // a document's last token is not trained to predict the next document's first.
+  std::string packing = "concat";
+  bool packed_documents() const { return packing == "documents" || packing == "padding_free"; }
 };
 
 struct CheckpointConfig {

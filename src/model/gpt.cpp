@@ -275,6 +275,7 @@ Status GptModel::AllocateBuffers() {
   for (Slot& s : slots_) {
     s.tokens = Alloc({B, T}, DType::kI32);
     s.targets = Alloc({B, T}, DType::kI32);
+    s.doc_starts = Alloc({B, T}, DType::kI32);
     s.input = Alloc({R, C}, cd);
     for (int l = 0; l < partition_.num_layers; ++l) {
       const bool moe = spec_.moe_layer(partition_.first_layer + l);
@@ -439,6 +440,7 @@ BlockContext GptModel::Context() const {
 
 BlockContext GptModel::Context(int slot) const {
   BlockContext ctx = Context();
+  if (slots_[slot].documents) ctx.doc_starts = slots_[slot].doc_starts;
   const DropoutDraw& d = slots_[slot].dropout;
   if (!d.on) return ctx;
   for (DropoutKey* k : {&ctx.hidden_dropout, &ctx.attention_dropout}) {

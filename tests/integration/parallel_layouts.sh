@@ -13,8 +13,10 @@
 # frozen; parallel_layouts_lora.sh). For MoE models the load-balancing loss must agree too.
 # LAYOUT_EXTRA adds overrides to every run (parallel_layouts_dropout.sh: dropout on); the layout
 # part "mb1" splits the batch into micro-batches of one sample (another gradient accumulation).
+# LAYOUT_DOCUMENTS=1 trains on many short documents (make_document_dataset; parallel_layouts_
+# packing.sh).
 source "$(dirname "$0")/lib.sh"
-make_small_dataset data.h5
+if [[ -n ${LAYOUT_DOCUMENTS:-} ]]; then make_document_dataset data.h5; else make_small_dataset data.h5; fi
 LORA=(-o Model.lora_rank=4 -o Model.lora_alpha=8 -o Optimizer.lr=1e-2)
 case ${LAYOUT_MODEL:-gpt2} in
   gpt2) MODEL=("${TINY_LAYOUT_GPT[@]}") ;;

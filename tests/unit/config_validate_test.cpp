@@ -107,6 +107,17 @@ TEST(ConfigValidate, LoraKeys) {
   ExpectUsageError(ValidateWith({"Model.lora_rank=-1"}, 1), {"Model.lora_rank=-1"});
 }
 
+// Data.packing: documents (or ms-swift's padding_free) needs RoPE: GPT-2 is refused in one line.
+TEST(ConfigValidate, PackingDocuments) {
+  EXPECT_TRUE(ValidateWith({"Model.arch=llama", "Data.packing=documents"}, 1).ok());
+  EXPECT_TRUE(ValidateWith({"Model.arch=llama", "Data.packing=padding_free"}, 1).ok());
+  ExpectUsageError(ValidateWith({"Data.packing=documents"}, 1),
+                   {"Data.packing=\"documents\" restarts RoPE positions",
+                    "Model.arch=\"gpt2\" has learned positions", "Set Data.packing=concat"});
+  ExpectUsageError(ValidateWith({"Data.packing=yes"}, 1),
+                   {"Data.packing=\"yes\" must be one of concat, documents, padding_free"});
+}
+
 TEST(ConfigValidate, WorldSizeMustMatchTheDegrees) {
   ExpectUsageError(ValidateWith({"Distributed.dp_degree=2", "Distributed.tp_degree=2"}, 8),
                    {"Distributed.dp_degree*tp_degree*pp_degree=2*2*1=4", "world size 8",
