@@ -293,7 +293,7 @@ Status CheckMoe(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
-// Model.lora_*: the targets name linears of the family; dropout is not implemented yet.
+// Model.lora_*: the targets name linears of the family.
 Status CheckLora(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
   if (!m.lora()) return Status::Ok();
@@ -303,9 +303,6 @@ Status CheckLora(const TrainConfig& c, Checker& check) {
     return check.Fail(check.Show("Model.lora_targets") + ": " + error, {"Model.lora_targets"},
                       m.arch == "llama" ? "Set Model.lora_targets to e.g. q,k,v,o,gate,up,down"
                                         : "Set Model.lora_targets to e.g. c_attn,c_proj,c_fc");
-  if (m.lora_dropout != 0)
-    return check.Fail(check.Show("Model.lora_dropout") + " is not supported yet",
-                      {"Model.lora_dropout"}, "Set Model.lora_dropout=0");
   if (m.moe())
     return check.Fail(check.Show("Model.lora_rank") + " with " + check.Show("Model.num_experts") +
                           ": LoRA on mixture-of-experts models is not supported yet",

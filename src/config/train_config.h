@@ -70,7 +70,7 @@ struct ModelConfig {
   // model's weights frozen, low-rank adapters on the linears of lora_targets trained.
   int lora_rank = 0;                 // r; 0: off (every weight trains)
   double lora_alpha = 16;            // the adapters' output is scaled by lora_alpha / lora_rank
-  double lora_dropout = 0.0;         // dropout on the adapters' input; only 0 for now
+  double lora_dropout = 0.0;         // dropout on the adapters' input (training only)
   std::string lora_targets = "all";  // comma-separated: q,k,v,o,gate,up,down (gpt2:
                                      // c_attn,c_proj,c_fc); "all": every linear of the blocks
 

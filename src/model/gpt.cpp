@@ -443,7 +443,7 @@ BlockContext GptModel::Context(int slot) const {
   if (slots_[slot].documents) ctx.doc_starts = slots_[slot].doc_starts;
   const DropoutDraw& d = slots_[slot].dropout;
   if (!d.on) return ctx;
-  for (DropoutKey* k : {&ctx.hidden_dropout, &ctx.attention_dropout}) {
+  for (DropoutKey* k : {&ctx.hidden_dropout, &ctx.attention_dropout, &ctx.lora.dropout}) {
     k->seed = d.seed;
     k->step = d.step;
     k->first_sample = d.first_sample;
@@ -451,6 +451,7 @@ BlockContext GptModel::Context(int slot) const {
   }
   ctx.hidden_dropout.p = static_cast<float>(config_.hidden_dropout);
   ctx.attention_dropout.p = static_cast<float>(config_.attention_dropout);
+  ctx.lora.dropout.p = static_cast<float>(config_.lora_dropout);
   return ctx;
 }
 

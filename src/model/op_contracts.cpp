@@ -301,7 +301,8 @@ namespace {
 void CheckDropoutKey(OpContract& c, const DropoutKey& key) {
   c.Require(key.p >= 0.f && key.p < 1.f, StrFormat("dropout probability %g is outside [0, 1)",
                                                    static_cast<double>(key.p)))
-      .Require(key.seq_len > 0, "dropout key without a sequence length");
+      .Require(key.seq_len > 0, "dropout key without a sequence length")
+      .Require(key.first_column >= 0, "dropout key with a negative first column");
 }
 }  // namespace
 

@@ -47,18 +47,25 @@ DropoutKey AttentionDropoutKey(const BlockContext& ctx) {
   return k;
 }
 
+// The adapters' context in this block (its layer keys Model.lora_dropout's masks).
+LoraContext LoraOfLayer(const BlockContext& ctx) {
+  LoraContext lora = ctx.lora;
+  lora.dropout.layer = ctx.layer;
+  return lora;
+}
+
 // y += the adapter of `slot` on x, where the block has one.
 Status AdapterForward(const BlockContext& ctx, const BlockWeights& w, const BlockActivations& a,
                       LoraSlot slot, Tensor x, Tensor y) {
   if (!w.lora[slot].present()) return Status::Ok();
-  return LoraForward(ctx.lora, w.lora[slot], x, a.lora_u[slot], y);
+  return LoraForward(LoraOfLayer(ctx), w.lora[slot], x, a.lora_u[slot], y);
 }
 
 // The adapter's gradients, and dx += its input gradient (dy: its base linear's output gradient).
 Status AdapterBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
                        const BlockActivations& a, LoraSlot slot, Tensor x, Tensor dy, Tensor dx) {
   if (!w.lora[slot].present()) return Status::Ok();
-  return LoraBackward(ctx.lora, w.lora[slot], g.lora[slot], x, a.lora_u[slot], dy, dx);
+  return LoraBackward(LoraOfLayer(ctx), w.lora[slot], g.lora[slot], x, a.lora_u[slot], dy, dx);
 }
 
 }  // namespace

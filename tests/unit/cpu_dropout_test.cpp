@@ -7,6 +7,7 @@
 // differences with the mask fixed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -225,6 +226,42 @@ TEST(CpuDropout, AttentionStaysInsideDocuments) {
                                        View(stats, {B, NH, T}), NH, 0, key, doc_starts)
                     .ok());
     EXPECT_TRUE(AllClose(dqkv, NumericGradient(reference, qkvd, ToDouble(dout)), 1e-4)) << p;
+  }
+}
+
+// Model.lora_dropout: the mask of adapter slot s is philox.h's with kind bits 0 and head s + 1,
+// drawn by global column (a row-parallel adapter's input block: first_column), and its key word
+// differs from every hidden-state and attention mask's of the layer (which keep their keys).
+TEST(CpuDropout, LoraMasksHaveKeysOfTheirOwn) {
+  const int N = 9, C = 10;
+  CpuBackend backend;
+  std::vector<float> x = RandomFloats(N * C, 75, 0.5f, 1.5f);  // no zeros
+  for (uint32_t slot = 0; slot < 7; ++slot) {
+    DropoutKey key = HiddenKey(0.3f);
+    key.kind = kDropoutLora + slot;
+    key.first_column = 5 + slot;
+    std::vector<float> y(x.size());
+    ASSERT_TRUE(backend.Dropout(View(y, {N, C}), View(x, {N, C}), Tensor(), key).ok());
+    for (int r = 0; r < N; ++r)
+      for (int c = 0; c < C; ++c) {
+        const int64_t row = r;
+        const bool keep =
+            ReferenceKeep(key.seed, key.step, 0, key.layer, static_cast<int>(slot) + 1,
+                          key.first_sample + row / key.seq_len, row % key.seq_len,
+                          key.first_column + c, key.p);
+        ASSERT_EQ(y[r * C + c] != 0.f, keep) << slot << " " << r << " " << c;
+      }
+  }
+  for (int layer : {-1, 0, 3}) {
+    std::vector<uint32_t> words;
+    for (uint32_t kind : {kDropoutEmbedding, kDropoutAttnOut, kDropoutMlpOut})
+      words.push_back(DropoutKey1(kind, layer, 0));
+    for (int head = 0; head < 4096; ++head)
+      words.push_back(DropoutKey1(kDropoutAttnProbs, layer, head));
+    for (uint32_t slot = 0; slot < 7; ++slot)
+      words.push_back(DropoutKey1(kDropoutLora + slot, layer, 0));
+    std::sort(words.begin(), words.end());
+    EXPECT_EQ(std::adjacent_find(words.begin(), words.end()), words.end()) << layer;
   }
 }
 
