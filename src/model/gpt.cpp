@@ -438,23 +438,6 @@ BlockContext GptModel::Context() const {
   return ctx;
 }
 
-BlockContext GptModel::Context(int slot) const {
-  BlockContext ctx = Context();
-  if (slots_[slot].documents) ctx.doc_starts = slots_[slot].doc_starts;
-  const DropoutDraw& d = slots_[slot].dropout;
-  if (!d.on) return ctx;
-  for (DropoutKey* k : {&ctx.hidden_dropout, &ctx.attention_dropout, &ctx.lora.dropout}) {
-    k->seed = d.seed;
-    k->step = d.step;
-    k->first_sample = d.first_sample;
-    k->seq_len = T_;
-  }
-  ctx.hidden_dropout.p = static_cast<float>(config_.hidden_dropout);
-  ctx.attention_dropout.p = static_cast<float>(config_.attention_dropout);
-  ctx.lora.dropout.p = static_cast<float>(config_.lora_dropout);
-  return ctx;
-}
-
 Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets, bool with_loss,
                          float dloss_scale) {
   Slot& s = slots_[slot];

@@ -105,7 +105,7 @@ class GptModel {
   void SetDropoutDraw(int slot, const DropoutDraw& draw) { slots_[slot].dropout = draw; }
   // Data.packing: documents: the (B,T) document starts (Backend::AttentionForward) of the
   // micro-batch that the next Forward(slot) runs, copied to the slot now; null: none (each
-  // sample one sequence). Every stage needs them (gpt_documents.cpp).
+  // sample one sequence). Every stage needs them (gpt_micro_batch.cpp).
   Status SetDocumentStarts(int slot, const int32_t* doc_starts);
   // After a Forward on the last stage without TP: the logits of token row `row` (of B*T) over
   // the vocabulary (vocab_size values, the padding left out), as f32 on the host.
