@@ -11,6 +11,9 @@ trainer_script_test(parallel_layouts_moe SCRIPT parallel_layouts_moe.sh LABELS "
 trainer_script_test(parallel_layouts_ep SCRIPT parallel_layouts_ep.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(parallel_layouts_ep8 SCRIPT parallel_layouts_ep8.sh LABELS "e2e;mpi;slow" TIMEOUT 600)
 trainer_script_test(parallel_layouts_dropout SCRIPT parallel_layouts_dropout.sh LABELS "e2e;mpi" TIMEOUT 600)
+# Data.packing: documents (attention and RoPE positions inside each document) on dp2, tp2-sp,
+# pp2, recomputation and dropout, against one rank.
+trainer_script_test(parallel_layouts_packing SCRIPT parallel_layouts_packing.sh LABELS "e2e;mpi" TIMEOUT 600)
 # Data.shift_windows: shifted windows over two epochs on dp2, pp2, tp2 and another micro-batch split.
 trainer_script_test(shift_windows SCRIPT shift_windows.sh LABELS "e2e;mpi" TIMEOUT 600)
 # nanoGPT's shakespeare-char recipe shortened, on 1 and 2 CPU ranks (~35 s on 2 idle cores).

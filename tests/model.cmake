@@ -2,6 +2,10 @@
 # the parameter registry (TP shards, stage partition).
 trainer_gtest(model_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/model_test.cpp
               LIBS trainer_model TIMEOUT 120)
+# Data.packing: documents: a packed sample's per-document losses and gradients equal each
+# document's alone.
+trainer_gtest(packing_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/packing_test.cpp
+              LIBS trainer_model TIMEOUT 60)
 # The mixture-of-experts layer against a naive per-token loop (forward, every gradient by finite
 # differences, capacity dropping, token-order invariance) and its dispatch plan.
 trainer_gtest(moe_layer_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/moe_layer_test.cpp

@@ -68,11 +68,17 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
                          file->c_str(), data.Describe().c_str(), static_cast<long long>(r->batches),
                          B, T, backend->name().c_str());
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
+  // Data.packing: documents (the checkpoint's, or -o): as training evaluates, inside documents.
+  const bool documents = config.data.packed_documents();
+  std::vector<int32_t> starts(documents ? inputs.size() : 0);
+  if (documents) TRAINER_RETURN_IF_ERROR(data.LoadDocOffsets());
   std::vector<int64_t> ids(static_cast<size_t>(B));
   int64_t counted = 0;  // targets not ignored (all of them unless the data has a /loss_mask)
   for (int64_t b = 0; b < r->batches; ++b) {
     for (int j = 0; j < B; ++j) ids[static_cast<size_t>(j)] = b * B + j;
-    TRAINER_RETURN_IF_ERROR(data.ReadSamples(ids, T, inputs.data(), targets.data()));
+    TRAINER_RETURN_IF_ERROR(data.ReadSamples(ids, T, inputs.data(), targets.data(), {},
+                                             documents ? starts.data() : nullptr));
+    TRAINER_RETURN_IF_ERROR(model->SetDocumentStarts(0, documents ? starts.data() : nullptr));
     for (int32_t t : targets) counted += t >= 0;
     TRAINER_RETURN_IF_ERROR(model->Forward(0, inputs.data(), targets.data(), true, 0.f));
     TRAINER_RETURN_IF_ERROR(model->AccumulateLoss(b == 0));

@@ -121,6 +121,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Data, data, val_path),
     CONFIG_KEY(Data, data, val_fraction),
     CONFIG_KEY(Data, data, shift_windows),
+    CONFIG_KEY(Data, data, packing),
 
     CONFIG_KEY(Checkpoint, checkpoint, dir),
     CONFIG_KEY(Checkpoint, checkpoint, keep_last),

@@ -101,6 +101,7 @@ const ChoiceRule kChoiceRules[] = {
     {"Model.rope_scaling", {"none", "llama3"}},
     {"Model.qk_norm_type", {"head", "full"}},
     {"Model.recompute", {"none", "gelu", "selective", "block"}},
+    {"Data.packing", {"concat", "documents", "padding_free"}},
     {"Model.moe_router_score_function", {"softmax", "sigmoid"}},
     {"Model.moe_router_load_balancing_type", {"aux_loss", "seq_aux_loss"}},
     {"Engine.mix_precision", {"bf16", "fp32"}},
@@ -314,7 +315,7 @@ Status CheckMoe(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
-// Model.lora_*: the targets name linears of the family; dropout is not implemented yet.
+// Model.lora_*: the targets name linears of the family.
 Status CheckLora(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
   if (!m.lora()) return Status::Ok();
@@ -324,9 +325,6 @@ Status CheckLora(const TrainConfig& c, Checker& check) {
     return check.Fail(check.Show("Model.lora_targets") + ": " + error, {"Model.lora_targets"},
                       m.arch == "llama" ? "Set Model.lora_targets to e.g. q,k,v,o,gate,up,down"
                                         : "Set Model.lora_targets to e.g. c_attn,c_proj,c_fc");
-  if (m.lora_dropout != 0)
-    return check.Fail(check.Show("Model.lora_dropout") + " is not supported yet",
-                      {"Model.lora_dropout"}, "Set Model.lora_dropout=0");
   if (m.moe())
     return check.Fail(check.Show("Model.lora_rank") + " with " + check.Show("Model.num_experts") +
                           ": LoRA on mixture-of-experts models is not supported yet",
@@ -356,6 +354,11 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
   TRAINER_RETURN_IF_ERROR(CheckFullQkNorm(c, check));
   TRAINER_RETURN_IF_ERROR(CheckMoe(c, check));
   TRAINER_RETURN_IF_ERROR(CheckLora(c, check));
+  if (c.data.packed_documents() && c.model.arch != "llama")  // learned positions: no restart
+    return check.Fail(check.Show("Data.packing") + " restarts RoPE positions at each document, "
+                          "and " + check.Show("Model.arch") + " has learned positions",
+                      {"Data.packing", "Model.arch"},
+                      "Set Data.packing=concat for GPT-2, or use a llama-family model");
   if (m.head_dim == 0 && m.hidden_size % m.num_heads != 0) {
     const int example = m.hidden_size / m.num_heads * m.num_heads;
     int heads = m.num_heads;  // the nearest head count below that divides hidden_size

@@ -73,7 +73,7 @@ struct ModelConfig {
   // model's weights frozen, low-rank adapters on the linears of lora_targets trained.
   int lora_rank = 0;                 // r; 0: off (every weight trains)
   double lora_alpha = 16;            // the adapters' output is scaled by lora_alpha / lora_rank
-  double lora_dropout = 0.0;         // dropout on the adapters' input; only 0 for now
+  double lora_dropout = 0.0;         // dropout on the adapters' input (training only)
   std::string lora_targets = "all";  // comma-separated: q,k,v,o,gate,up,down (gpt2:
                                      // c_attn,c_proj,c_fc); "all": every linear of the blocks
 
@@ -163,6 +163,12 @@ struct DataConfig {
   // Each epoch cuts the training windows at another offset in [0, seq_len), drawn from the seed
   // and the epoch (as nanoGPT's random windows see other cuts each epoch); false: fixed windows.
   bool shift_windows = false;
+  // How documents share a sample: "concat" (they run together, as GPT-2 and llm.c train) or
+  // "documents" (alias "padding_free", ms-swift's and TRL's name; torchtune's packed=True):
+  // attention stays inside each document, RoPE positions restart at each document's start, and
+  // a document's last token is not trained to predict the next document's first.
+  std::string packing = "concat";
+  bool packed_documents() const { return packing == "documents" || packing == "padding_free"; }
 };
 
 struct CheckpointConfig {

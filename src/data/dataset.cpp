@@ -241,19 +241,55 @@ Status TokenDataset::RequireSamples(int seq_len, int64_t min_samples,
 Status TokenDataset::ReadSamples(const std::vector<int64_t>& sample_ids, int seq_len,
                                  int32_t* inputs, int32_t* targets) {
   return ReadSampleRange(DataSplit{0, NumSamples(seq_len)}, sample_ids, seq_len, inputs, targets,
-                         nullptr);
+                         nullptr, nullptr);
 }
 
 Status TokenDataset::ReadSamples(const DataSplit& split, const std::vector<int64_t>& split_ids,
                                  int seq_len, int32_t* inputs, int32_t* targets,
-                                 const int64_t* shifts) {
-  return ReadSampleRange(split, split_ids, seq_len, inputs, targets, shifts);
+                                 const int64_t* shifts, int32_t* doc_starts) {
+  return ReadSampleRange(split, split_ids, seq_len, inputs, targets, shifts, doc_starts);
+}
+
+Status TokenDataset::LoadDocOffsets() {
+  const int64_t length = num_documents_ + 1;
+  if (static_cast<int64_t>(doc_offsets_all_.size()) == length) return Status::Ok();
+  doc_offsets_all_.resize(static_cast<size_t>(length));
+  Status read = Hdf5ReadRange1D(doc_offsets_.get(), 0, length, H5T_NATIVE_UINT64,
+                                doc_offsets_all_.data());
+  if (!read.ok())
+    return DataError(StrFormat("cannot read /doc_offsets (%s): %s. %s", path_.c_str(),
+                               read.message().c_str(), kRepack));
+  if (!std::is_sorted(doc_offsets_all_.begin(), doc_offsets_all_.end()))
+    return DataError(StrFormat("inconsistent /doc_offsets (%s): they do not rise. %s",
+                               path_.c_str(), kRepack));
+  return Status::Ok();
+}
+
+void TokenDataset::WindowDocStarts(int64_t first, int seq_len, int32_t* starts,
+                                   int32_t* targets) const {
+  const std::vector<uint64_t>& off = doc_offsets_all_;
+  // k: the document holding token `pos` (off[k] <= pos < off[k + 1]; empty documents skipped).
+  size_t k = std::upper_bound(off.begin(), off.end(), static_cast<uint64_t>(first)) - off.begin();
+  k = k == 0 ? 0 : k - 1;
+  auto start_of = [&](int64_t pos) {  // where pos's document starts, in window positions
+    while (k + 1 < off.size() && off[k + 1] <= static_cast<uint64_t>(pos)) ++k;
+    return static_cast<int32_t>(std::max<int64_t>(static_cast<int64_t>(off[k]) - first, 0));
+  };
+  for (int t = 0; t < seq_len; ++t) starts[t] = start_of(first + t);
+  if (targets == nullptr) return;
+  // Target t is token t + 1: ignored where that token starts a document (starts[t+1] == t+1).
+  for (int t = 0; t + 1 < seq_len; ++t)
+    if (starts[t + 1] == t + 1) targets[t] = -1;
+  if (start_of(first + seq_len) == seq_len) targets[seq_len - 1] = -1;
 }
 
 Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids,
                                      int seq_len, int32_t* inputs, int32_t* targets,
-                                     const int64_t* shifts) {
+                                     const int64_t* shifts, int32_t* doc_starts) {
   const int64_t T = seq_len;
+  if (doc_starts != nullptr && doc_offsets_all_.empty())
+    return RuntimeError(StrFormat("document starts asked of %s before LoadDocOffsets (a bug)",
+                                  path_.c_str()));
   const int64_t file_samples = NumSamples(seq_len);
   const size_t n = ids.size();
   for (int64_t id : ids) {
@@ -278,25 +314,31 @@ Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<i
     while (j + 1 < n && ids[j + 1] == ids[j] + 1 && shift(j + 1) == shift(i)) ++j;
     const int64_t k = static_cast<int64_t>(j - i + 1);
     const int64_t first = (split.first_sample + ids[i]) * T + shift(i);  // the run's first token
-    TRAINER_RETURN_IF_ERROR(ReadTokens(first, k * T + 1, &staging_));
-    if (has_loss_mask_) {
+    if (inputs != nullptr) TRAINER_RETURN_IF_ERROR(ReadTokens(first, k * T + 1, &staging_));
+    if (has_loss_mask_ && inputs != nullptr) {
       mask_staging_.resize(static_cast<size_t>(k * T + 1));
       TRAINER_RETURN_IF_ERROR(Hdf5ReadRange1D(loss_mask_.get(), first, k * T + 1, H5T_NATIVE_UINT8,
                                               mask_staging_.data()));
     }
     for (int64_t r = 0; r < k; ++r) {
-      const uint32_t* sample = staging_.data() + r * T;  // (T+1) tokens
-      int32_t* in = inputs + (static_cast<int64_t>(i) + r) * T;
-      int32_t* out = targets + (static_cast<int64_t>(i) + r) * T;
-      for (int64_t t = 0; t < T; ++t) {
-        in[t] = static_cast<int32_t>(sample[t]);
-        out[t] = static_cast<int32_t>(sample[t + 1]);
+      const int64_t row = (static_cast<int64_t>(i) + r) * T;
+      if (inputs != nullptr) {
+        const uint32_t* sample = staging_.data() + r * T;  // (T+1) tokens
+        int32_t* in = inputs + row;
+        int32_t* out = targets + row;
+        for (int64_t t = 0; t < T; ++t) {
+          in[t] = static_cast<int32_t>(sample[t]);
+          out[t] = static_cast<int32_t>(sample[t + 1]);
+        }
+        if (has_loss_mask_) {  // a target of mask 0 is ignored: -1
+          const uint8_t* mask = mask_staging_.data() + r * T;
+          for (int64_t t = 0; t < T; ++t)
+            if (mask[t + 1] == 0) out[t] = -1;
+        }
       }
-      if (has_loss_mask_) {  // a target of mask 0 is ignored: -1
-        const uint8_t* mask = mask_staging_.data() + r * T;
-        for (int64_t t = 0; t < T; ++t)
-          if (mask[t + 1] == 0) out[t] = -1;
-      }
+      if (doc_starts != nullptr)
+        WindowDocStarts(first + r * T, seq_len, doc_starts + row,
+                        inputs != nullptr ? targets + row : nullptr);
     }
     i = j + 1;
   }

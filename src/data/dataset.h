@@ -58,6 +58,10 @@ class TokenDataset {
   // has mask 0 to -1 (ignored by the loss).
   bool has_loss_mask() const { return has_loss_mask_; }
 
+  // Data.packing: documents. Reads all of /doc_offsets into memory (8 bytes a document), once,
+  // at setup; ReadSamples can then give each window's document starts.
+  Status LoadDocOffsets();
+
   // Reads samples by file sample id into inputs (n, T) and targets (n, T), int32, n = ids.size().
   // One hyperslab read per run of consecutive ids; nothing outside the samples is read.
   Status ReadSamples(const std::vector<int64_t>& sample_ids, int seq_len, int32_t* inputs,
@@ -65,8 +69,14 @@ class TokenDataset {
   // The same with ids relative to `split` (0 is split.first_sample). With `shifts` (one per id,
   // in [0, seq_len)) sample id starts `shift` tokens later; the split's last sample, whose
   // shifted window could run past the split, is read unshifted.
+  // With doc_starts (n, T) (after LoadDocOffsets): doc_starts[i][t] is where the document of
+  // window i's token t starts in the window (a window that starts mid-document starts with a
+  // document of its own), and a target whose token starts a document is set to -1 (a document's
+  // last token does not learn the next one's first). inputs and targets may be null (nothing
+  // read from /tokens; a middle pipeline stage needs the document starts only).
   Status ReadSamples(const DataSplit& split, const std::vector<int64_t>& split_ids, int seq_len,
-                     int32_t* inputs, int32_t* targets, const int64_t* shifts = nullptr);
+                     int32_t* inputs, int32_t* targets, const int64_t* shifts = nullptr,
+                     int32_t* doc_starts = nullptr);
 
  private:
   TokenDataset() = default;
@@ -79,7 +89,10 @@ class TokenDataset {
   // Reads tokens [start, start + count) into `buffer` (grown as needed) and checks each id.
   Status ReadTokens(int64_t start, int64_t count, std::vector<uint32_t>* buffer);
   Status ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids, int seq_len,
-                         int32_t* inputs, int32_t* targets, const int64_t* shifts);
+                         int32_t* inputs, int32_t* targets, const int64_t* shifts,
+                         int32_t* doc_starts);
+  // The document starts (T) of the window whose first token is `first`; targets (T) or null.
+  void WindowDocStarts(int64_t first, int seq_len, int32_t* starts, int32_t* targets) const;
 
   std::string path_;
   Hdf5Handle file_;
@@ -97,6 +110,7 @@ class TokenDataset {
   std::string tokenizer_;
   bool fully_scanned_ = false;
   std::vector<uint32_t> staging_;  // grows to the largest read once, then is reused
+  std::vector<uint64_t> doc_offsets_all_;  // LoadDocOffsets: /doc_offsets whole
 };
 
 }  // namespace trainer

@@ -40,7 +40,8 @@ std::string SampleSet::Describe() const {
 }
 
 Status SampleSet::ReadSamples(const std::vector<int64_t>& ids, int seq_len, int32_t* inputs,
-                              int32_t* targets, const std::vector<int64_t>& shifts) const {
+                              int32_t* targets, const std::vector<int64_t>& shifts,
+                              int32_t* doc_starts) const {
   const int64_t row = seq_len;
   std::vector<int64_t> run;
   for (size_t begin = 0; begin < ids.size();) {
@@ -54,11 +55,18 @@ Status SampleSet::ReadSamples(const std::vector<int64_t>& ids, int seq_len, int3
     size_t end = begin;
     for (; end < ids.size() && ids[end] >= starts_[part] && ids[end] < starts_[part + 1]; ++end)
       run.push_back(ids[end] - starts_[part]);
+    const int64_t at = row * static_cast<int64_t>(begin);
     TRAINER_RETURN_IF_ERROR(parts_[part].file->ReadSamples(
-        parts_[part].split, run, seq_len, inputs + row * static_cast<int64_t>(begin),
-        targets + row * static_cast<int64_t>(begin), shifts.empty() ? nullptr : &shifts[begin]));
+        parts_[part].split, run, seq_len, inputs ? inputs + at : nullptr,
+        targets ? targets + at : nullptr, shifts.empty() ? nullptr : &shifts[begin],
+        doc_starts ? doc_starts + at : nullptr));
     begin = end;
   }
+  return Status::Ok();
+}
+
+Status SampleSet::LoadDocOffsets() const {
+  for (const Part& part : parts_) TRAINER_RETURN_IF_ERROR(part.file->LoadDocOffsets());
   return Status::Ok();
 }
 

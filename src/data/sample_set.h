@@ -34,8 +34,13 @@ class SampleSet {
   // Reads samples by set id into inputs (n, T) and targets (n, T), int32, n = ids.size(): each
   // run of ids that fall in one file is one call of that file's ReadSamples. `shifts` (n, or
   // empty): each window's offset past its fixed start (TokenDataset::ReadSamples).
+  // doc_starts (n, T) or null: each window's document starts, inputs and targets may then be
+  // null (TokenDataset::ReadSamples; LoadDocOffsets first).
   Status ReadSamples(const std::vector<int64_t>& ids, int seq_len, int32_t* inputs,
-                     int32_t* targets, const std::vector<int64_t>& shifts = {}) const;
+                     int32_t* targets, const std::vector<int64_t>& shifts = {},
+                     int32_t* doc_starts = nullptr) const;
+  // Data.packing: documents: every file's /doc_offsets into memory (TokenDataset).
+  Status LoadDocOffsets() const;
 
  private:
   std::vector<Part> parts_;

@@ -23,6 +23,7 @@ Status PipelineStage::Forward(const MicroBatches& mb, int i, float dloss_scale) 
   DropoutDraw draw = mb.dropout;
   draw.first_sample += static_cast<int64_t>(i) * mb.batch;
   model_->SetDropoutDraw(Slot(i, mb.count), draw);
+  TRAINER_RETURN_IF_ERROR(model_->SetDocumentStarts(Slot(i, mb.count), mb.starts(i)));
   TRAINER_RETURN_IF_ERROR(
       model_->Forward(Slot(i, mb.count), mb.tokens(i), mb.labels(i), last, dloss_scale));
   return last ? model_->AccumulateLoss(i == 0) : Status::Ok();
@@ -106,6 +107,7 @@ Status PipelineStage::EvalStep(const MicroBatches& mb, double* loss_sum) {
     if (s > 0) TRAINER_RETURN_IF_ERROR(pp_->Recv(model_->StageInput(slot).data, n, dt, s - 1));
     const bool last = s == P - 1;
     model_->SetDropoutDraw(slot, DropoutDraw());  // off in evaluation
+    TRAINER_RETURN_IF_ERROR(model_->SetDocumentStarts(slot, mb.starts(i)));
     TRAINER_RETURN_IF_ERROR(model_->Forward(slot, mb.tokens(i), mb.labels(i), last, 0.f));
     if (last) {
       TRAINER_RETURN_IF_ERROR(model_->AccumulateLoss(i == 0));

@@ -21,7 +21,12 @@ struct MicroBatches {
   // Training: the dropout draw of micro-batch 0 (its first_sample; micro-batch i starts
   // i * batch samples later). Evaluation never drops.
   DropoutDraw dropout;
+  // Data.packing: documents: (count*batch, T) host document starts (every stage), else null.
+  const int32_t* doc_starts = nullptr;
   const int32_t* tokens(int mb) const { return inputs + static_cast<size_t>(mb) * batch * seq_len; }
+  const int32_t* starts(int mb) const {
+    return doc_starts ? doc_starts + static_cast<size_t>(mb) * batch * seq_len : nullptr;
+  }
   const int32_t* labels(int mb) const {
     return targets + static_cast<size_t>(mb) * batch * seq_len;
   }

@@ -80,6 +80,7 @@ Status Trainer::Setup() {
   for (HostBatch& b : batches_) {
     b.inputs.assign(tokens, 0);
     b.targets.assign(tokens, 0);
+    if (config_.data.packed_documents()) b.doc_starts.assign(tokens, 0);
   }
   const bool root = groups_.world_rank == 0;
   if (root) {  // first: a folder that another run writes to is left alone, metrics included
@@ -169,6 +170,12 @@ Status Trainer::OpenData() {
   val_masked_ = HasLossMask(data_.val);
   if (train_masked_ || val_masked_)
     line += "; /loss_mask: the loss averages over the targets of mask 1 only";
+  if (config_.data.packed_documents()) {  // targets at document starts are ignored too
+    TRAINER_RETURN_IF_ERROR(data_.train.LoadDocOffsets());
+    TRAINER_RETURN_IF_ERROR(data_.val.LoadDocOffsets());
+    train_masked_ = val_masked_ = true;
+    line += "; Data.packing=documents: attention and positions stay inside each document";
+  }
   LogInfo(line);
   return Status::Ok();
 }
@@ -194,7 +201,8 @@ Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, int64_t first_
                           const SampleSet& samples, HostBatch* batch) {
   // Only the first stage needs inputs and only the last needs targets; both read the same rows.
   const ModelPartition& part = model_->partition();
-  if (!part.first_stage() && !part.last_stage()) return Status::Ok();
+  const bool documents = !batch->doc_starts.empty();  // every stage reads them
+  if (!part.first_stage() && !part.last_stage() && !documents) return Status::Ok();
   const std::vector<int64_t> mine =
       GlobalSampler::DpSlice(global_ids, groups_.coord.dp, groups_.topology.dp);
   const int T = config_.model.sequence_length();
@@ -205,8 +213,10 @@ Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, int64_t first_
     for (size_t i = 0; i < mine.size(); ++i)
       shifts.push_back(sampler_->WindowShift(first_mine + static_cast<int64_t>(i), T));
   }
-  TRAINER_RETURN_IF_ERROR(
-      samples.ReadSamples(mine, T, batch->inputs.data(), batch->targets.data(), shifts));
+  const bool tokens = part.first_stage() || part.last_stage();
+  TRAINER_RETURN_IF_ERROR(samples.ReadSamples(
+      mine, T, tokens ? batch->inputs.data() : nullptr, tokens ? batch->targets.data() : nullptr,
+      shifts, documents ? batch->doc_starts.data() : nullptr));
   batch->trained = 0;
   const bool masked = &samples == &data_.train ? train_masked_ : val_masked_;  // Setup's
   if (part.last_stage() && masked)
@@ -409,6 +419,7 @@ Status Trainer::TrainStep(double* lr) {
   mb.seq_len = T;
   mb.inputs = batches_[current_].inputs.data();
   mb.targets = batches_[current_].targets.data();
+  if (!batches_[current_].doc_starts.empty()) mb.doc_starts = batches_[current_].doc_starts.data();
   // Dropout masks keyed by the step and the sample's place in the global batch (this rank's DP
   // block starts where DpSlice cuts it), the same in every layout.
   mb.dropout.on = true;

@@ -98,6 +98,7 @@ class Trainer {
   // A host batch: this rank's (GA*B, T) inputs and targets.
   struct HostBatch {
     std::vector<int32_t> inputs, targets;
+    std::vector<int32_t> doc_starts;  // Data.packing: documents, every stage; else empty
     int64_t trained = 0;  // with a loss mask, on the last stage: the targets not ignored (>= 0)
   };
   // A data error on every rank that opened its data when the ranks' training sets differ

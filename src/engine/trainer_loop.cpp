@@ -72,6 +72,7 @@ Status Trainer::Evaluate(double* val_loss) {
     mb.seq_len = T;
     mb.inputs = batch->inputs.data();
     mb.targets = batch->targets.data();
+    if (!batch->doc_starts.empty()) mb.doc_starts = batch->doc_starts.data();
     double sum = 0.0;
     TRAINER_RETURN_IF_ERROR(pipeline_->EvalStep(mb, &sum));
     total += sum;

@@ -7,6 +7,7 @@
 
 namespace trainer {
 
+using contract::CheckDocStarts;
 using contract::HeadSize;
 using contract::HeadsText;
 using contract::OpContract;
@@ -100,7 +101,8 @@ Status Backend::QkNormBackward(Tensor din, Tensor dq_weight, Tensor dk_weight, T
 
 namespace {
 Status CheckRope(const Backend& backend, const char* op, const char* name, const Tensor& qkv,
-                 const Tensor& cos_sin, int num_heads, int num_kv_heads) {
+                 const Tensor& cos_sin, int num_heads, int num_kv_heads,
+                 const Tensor& doc_starts) {
   const int64_t HD = HeadSize(qkv, num_heads, num_kv_heads);
   OpContract c(backend, op);
   c.Has(name, qkv, backend.compute_dtype(), -1)
@@ -113,20 +115,23 @@ Status CheckRope(const Backend& backend, const char* op, const char* name, const
                          cos_sin.shape_string().c_str(),
                          static_cast<long long>(qkv.ndim == 3 ? qkv.dim(1) : 0),
                          static_cast<long long>(HD / 2)));
+  CheckDocStarts(c, doc_starts, qkv);
   return c.status();
 }
 }  // namespace
 
-Status Backend::RopeForward(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads) {
-  TRAINER_RETURN_IF_ERROR(
-      CheckRope(*this, "RopeForward", "qkv", qkv, cos_sin, num_heads, num_kv_heads));
-  return RunRope(qkv, cos_sin, num_heads, num_kv_heads, false);
+Status Backend::RopeForward(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads,
+                            Tensor doc_starts) {
+  TRAINER_RETURN_IF_ERROR(CheckRope(*this, "RopeForward", "qkv", qkv, cos_sin, num_heads,
+                                    num_kv_heads, doc_starts));
+  return RunRope(qkv, cos_sin, num_heads, num_kv_heads, false, doc_starts);
 }
 
-Status Backend::RopeBackward(Tensor dqkv, Tensor cos_sin, int num_heads, int num_kv_heads) {
-  TRAINER_RETURN_IF_ERROR(
-      CheckRope(*this, "RopeBackward", "dqkv", dqkv, cos_sin, num_heads, num_kv_heads));
-  return RunRope(dqkv, cos_sin, num_heads, num_kv_heads, true);
+Status Backend::RopeBackward(Tensor dqkv, Tensor cos_sin, int num_heads, int num_kv_heads,
+                             Tensor doc_starts) {
+  TRAINER_RETURN_IF_ERROR(CheckRope(*this, "RopeBackward", "dqkv", dqkv, cos_sin, num_heads,
+                                    num_kv_heads, doc_starts));
+  return RunRope(dqkv, cos_sin, num_heads, num_kv_heads, true, doc_starts);
 }
 
 Status Backend::SwiGluForward(Tensor out, Tensor gate_up) {

@@ -179,12 +179,17 @@ class Backend {
   // qkv is sample dropout.first_sample + b, query t and key s are position t and column s, local
   // head h is head dropout.first_head + h) after the statistics are taken; the backward drops the
   // same. The GPU's fused attention draws its own mask (gpu.md).
+  // With doc_starts (B,T) i32 (Data.packing: documents; empty: plain causal), query t of sample
+  // b attends to keys s with doc_starts[b][t] <= s <= t only: doc_starts[b][t] is the position
+  // where t's document starts in the window (0 <= doc_starts[b][t] <= t, the same for every
+  // token of a document; the caller keeps to that).
   Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                          int num_kv_heads = 0, const DropoutKey& dropout = DropoutKey());
+                          int num_kv_heads = 0, const DropoutKey& dropout = DropoutKey(),
+                          Tensor doc_starts = Tensor());
   // dqkv like qkv, overwritten (a kv head's gradient sums over its query heads); dout like out.
   Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
                            int num_heads, int num_kv_heads = 0,
-                           const DropoutKey& dropout = DropoutKey());
+                           const DropoutKey& dropout = DropoutKey(), Tensor doc_starts = Tensor());
 
   // Dropout (philox.h): out (N,C) = [residual +] in * keep / (1 - p), keep drawn for row r (the
   // global row key.first_row + r: sample key.first_sample + row / key.seq_len, position
@@ -256,9 +261,13 @@ class Backend {
   // of qkv (B,T,(NH+2*NKV)*HD): for position t and i < HD/2, with c = cos_sin[0][t][i] and
   // s = cos_sin[1][t][i], (x_i, x_{i+HD/2}) <- (x_i c - x_{i+HD/2} s, x_{i+HD/2} c + x_i s).
   // cos_sin (2, P, HD/2) f32 with P >= T positions (MakeRopeTable). v heads untouched.
-  Status RopeForward(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads);
+  // With doc_starts (B,T) i32 (as AttentionForward's; empty: position t), token t of sample b
+  // is at position t - doc_starts[b][t]: positions restart at 0 where each document starts.
+  Status RopeForward(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads,
+                     Tensor doc_starts = Tensor());
   // The transposed rotation (by -angle), in place on the gradient dqkv (same layout).
-  Status RopeBackward(Tensor dqkv, Tensor cos_sin, int num_heads, int num_kv_heads);
+  Status RopeBackward(Tensor dqkv, Tensor cos_sin, int num_heads, int num_kv_heads,
+                      Tensor doc_starts = Tensor());
   // SwiGLU: out (N,F) = silu(gate_up[:, :F]) * gate_up[:, F:], gate_up (N,2F) = [gate | up]
   // (the column-parallel gate and up projections of this rank, side by side).
   Status SwiGluForward(Tensor out, Tensor gate_up);
@@ -337,10 +346,11 @@ class Backend {
   virtual Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
   // num_kv_heads is resolved here: NKV > 0 (num_heads where the caller passed 0).
   virtual Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                     int num_kv_heads, const DropoutKey& dropout) = 0;
+                                     int num_kv_heads, const DropoutKey& dropout,
+                                     Tensor doc_starts) = 0;
   virtual Status RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
                                       Tensor stats, int num_heads, int num_kv_heads,
-                                      const DropoutKey& dropout) = 0;
+                                      const DropoutKey& dropout, Tensor doc_starts) = 0;
   virtual Status RunDropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) = 0;
   virtual Status RunAdd(Tensor out, Tensor a, Tensor b) = 0;
   virtual Status RunAddInPlace(Tensor out, Tensor a) = 0;
@@ -376,7 +386,7 @@ class Backend {
                                    int num_heads, int num_kv_heads) = 0;
   // inverse: false forward rotation, true the backward (transposed) one.
   virtual Status RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads,
-                         bool inverse) = 0;
+                         bool inverse, Tensor doc_starts) = 0;
   virtual Status RunSwiGluForward(Tensor out, Tensor gate_up) = 0;
   virtual Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) = 0;
   // Mixture of experts. Default: an error ("this backend has no mixture-of-experts kernels").

@@ -250,6 +250,7 @@ Status GptModel::AllocateBuffers() {
   for (Slot& s : slots_) {
     s.tokens = Alloc({B, T}, DType::kI32);
     s.targets = Alloc({B, T}, DType::kI32);
+    s.doc_starts = Alloc({B, T}, DType::kI32);
     s.input = Alloc({R, C}, cd);
     for (int l = 0; l < partition_.num_layers; ++l) {
       const bool moe = spec_.moe_layer(partition_.first_layer + l);
@@ -396,21 +397,6 @@ BlockContext GptModel::Context() const {
   ctx.lora = LoraCtx();
   ctx.zero_bias = scratch_.zero_bias;
   ctx.dbias_sink = scratch_.dbias_sink;
-  return ctx;
-}
-
-BlockContext GptModel::Context(int slot) const {
-  BlockContext ctx = Context();
-  const DropoutDraw& d = slots_[slot].dropout;
-  if (!d.on) return ctx;
-  for (DropoutKey* k : {&ctx.hidden_dropout, &ctx.attention_dropout}) {
-    k->seed = d.seed;
-    k->step = d.step;
-    k->first_sample = d.first_sample;
-    k->seq_len = T_;
-  }
-  ctx.hidden_dropout.p = static_cast<float>(config_.hidden_dropout);
-  ctx.attention_dropout.p = static_cast<float>(config_.attention_dropout);
   return ctx;
 }
 

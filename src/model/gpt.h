@@ -106,6 +106,10 @@ class GptModel {
   // The dropout of the micro-batch that the next Forward(slot) runs (and its Backward): with
   // draw.on and Model.hidden_dropout / attention_dropout > 0, masks keyed by the draw.
   void SetDropoutDraw(int slot, const DropoutDraw& draw) { slots_[slot].dropout = draw; }
+  // Data.packing: documents: the (B,T) document starts (Backend::AttentionForward) of the
+  // micro-batch that the next Forward(slot) runs, copied to the slot now; null: none (each
+  // sample one sequence). Every stage needs them (gpt_micro_batch.cpp).
+  Status SetDocumentStarts(int slot, const int32_t* doc_starts);
   // After a Forward on the last stage without TP: the logits of token row `row` (of B*T) over
   // the vocabulary (vocab_size values, the padding left out), as f32 on the host.
   Status LogitsRow(int64_t row, std::vector<float>* out) const;
@@ -223,6 +227,8 @@ class GptModel {
 
   struct Slot {
     Tensor tokens, targets;  // (B,T) i32 on the device
+    Tensor doc_starts;       // (B,T) i32 on the device, used when `documents`
+    bool documents = false;
     Tensor input;            // (B,T,C) residual stream entering the stage
     std::vector<BlockActivations*> blocks;
     Tensor lnf_out, lnf_mean, lnf_rstd;  // last stage

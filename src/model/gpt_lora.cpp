@@ -46,6 +46,7 @@ void GptModel::SetLoraAdapters(int layer, bool gradients, BlockWeights* w) const
   const int64_t Fl = spec_.ffn / tp, C = spec_.hidden;
   for (ParamRole base : spec_.lora_bases) {
     LoraAdapter& adapter = w->lora[LoraSlotOf(base)];
+    adapter.slot = LoraSlotOf(base);
     for (const ParameterInfo& p : params_) {
       if (p.layer != layer || p.lora_base != base) continue;
       if (p.role == ParamRole::kLoraA) adapter.a = gradients ? Gradient(p) : Parameter(p);
@@ -74,8 +75,9 @@ void GptModel::SetLoraAdapters(int layer, bool gradients, BlockWeights* w) const
       case ParamRole::kFcWeight:
         adapter.base_width = Fl;
         break;
-      default:  // o, down: row-parallel, the whole (C) output
+      default:  // o, down: row-parallel, the whole (C) output, this rank's block of the input
         adapter.base_width = C;
+        adapter.first_input = partition_.tp_rank * (base == ParamRole::kAttnOutWeight ? Al : Fl);
         break;
     }
   }
@@ -102,6 +104,9 @@ void GptModel::AllocateLoraBuffers() {
   lora_scratch_.du = Alloc({N, r}, compute_);
   lora_scratch_.b_full = Alloc({W, r}, compute_);
   lora_scratch_.db_full = Alloc({W, r}, DType::kF32);
+  if (config_.lora_dropout > 0)  // the widest adapter input
+    lora_scratch_.dropped = Alloc({N, std::max({spec_.hidden, spec_.q_width() / tp,
+                                                spec_.ffn / tp})}, compute_);
   sizing_kind_ = &ModelBufferBytes::parameters;
 }
 

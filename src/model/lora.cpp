@@ -128,14 +128,32 @@ Status FullWidthB(const LoraContext& ctx, const LoraAdapter& w, Tensor* out) {
                                          w.b.bytes());
 }
 
+// The adapter's input as A reads it: x, or dropout(x) in scratch.dropped (Model.lora_dropout).
+Status AdapterInput(const LoraContext& ctx, const LoraAdapter& w, Tensor x, Tensor* out) {
+  const int64_t N = Rows(x), in = Cols(x);
+  *out = Matrix(x, N, in);
+  if (!ctx.dropout.on()) return Status::Ok();
+  *out = Matrix(ctx.scratch.dropped, N, in);
+  return ctx.backend->Dropout(*out, Matrix(x, N, in), Tensor(), AdapterDropoutKey(ctx, w));
+}
+
 }  // namespace
+
+DropoutKey AdapterDropoutKey(const LoraContext& ctx, const LoraAdapter& w) {
+  DropoutKey key = ctx.dropout;
+  key.kind = kDropoutLora + static_cast<uint32_t>(w.slot);
+  key.first_column = w.first_input;
+  return key;
+}
 
 Status LoraForward(const LoraContext& ctx, const LoraAdapter& w, Tensor x, Tensor u, Tensor y) {
   Backend* be = ctx.backend;
   const int64_t N = Rows(x), r = w.a.dim(0), W = w.base_width;
   const Tensor u2 = Matrix(u, N, r), wide = Matrix(ctx.scratch.wide, N, W);
+  Tensor input;
+  TRAINER_RETURN_IF_ERROR(AdapterInput(ctx, w, x, &input));
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulForward(u2, Tensor(), Matrix(x, N, Cols(x)), w.a, Tensor(), Activation::kNone));
+      be->MatmulForward(u2, Tensor(), input, w.a, Tensor(), Activation::kNone));
   TRAINER_RETURN_IF_ERROR(be->Scale(u2, ctx.scale));
   Tensor b;
   TRAINER_RETURN_IF_ERROR(FullWidthB(ctx, w, &b));
@@ -157,11 +175,16 @@ Status LoraBackward(const LoraContext& ctx, const LoraAdapter& w, const LoraAdap
       be->MatmulBackward(du, db, Tensor(), Matrix(dy, N, W), Matrix(u, N, r), b,
                          padded ? GradientWrite::kOverwrite : GradientWrite::kAccumulate));
   if (padded) TRAINER_RETURN_IF_ERROR(be->AddInPlace(g.b, db.rows(w.first_column, g.b.dim(0))));
-  // u = scale x A^T: dA += scale du^T x, dx += scale du A.
+  // u = scale x' A^T, x' = dropout(x) or x: dA += scale du^T x', dx += dropout(scale du A) (the
+  // same mask, drawn again).
   TRAINER_RETURN_IF_ERROR(be->Scale(du, ctx.scale));
-  const Tensor wide = Matrix(ctx.scratch.wide, N, in), x2 = Matrix(x, N, in);
+  const Tensor wide = Matrix(ctx.scratch.wide, N, in);
+  Tensor input;
+  TRAINER_RETURN_IF_ERROR(AdapterInput(ctx, w, x, &input));
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(wide, g.a, Tensor(), du, x2, w.a, GradientWrite::kAccumulate));
+      be->MatmulBackward(wide, g.a, Tensor(), du, input, w.a, GradientWrite::kAccumulate));
+  if (ctx.dropout.on())
+    return be->Dropout(Matrix(dx, N, in), wide, Matrix(dx, N, in), AdapterDropoutKey(ctx, w));
   return be->AddInPlace(Matrix(dx, N, in), wide);
 }
 

@@ -13,6 +13,12 @@
 // Everything runs through the backend's matmul ops, so the CPU (fp32) and GPU (bf16) paths are
 // the same code. An adapter whose output is a column block of its base's (q, k and v of the
 // fused local qkv; gate and up) multiplies a B padded with zero rows to the full width.
+//
+// Model.lora_dropout (PEFT's lora_dropout): y = x W^T + scale * (dropout(x) A^T) B^T while
+// training, the mask drawn from philox.h (kind kDropoutLora + the adapter's slot, the block's
+// layer, the sample's place in the global batch, the position and the GLOBAL input channel, so
+// that a row-parallel adapter's TP shards draw the columns of the whole); drawn again in
+// backward, never stored. Evaluation, sampling and export draw none.
 #pragma once
 
 #include <string>
@@ -44,6 +50,8 @@ struct LoraAdapter {
   Tensor a, b;
   int64_t first_column = 0;
   int64_t base_width = 0;
+  LoraSlot slot = kLoraQ;
+  int64_t first_input = 0;  // the global input channel of x's column 0 (row-parallel under TP)
   bool present() const { return !a.empty(); }
 };
 
@@ -54,13 +62,20 @@ struct LoraScratch {
   Tensor du;       // (N, r) compute
   Tensor b_full;   // (W, r) compute: B padded with zero rows to its base's width
   Tensor db_full;  // (W, r) f32: its gradient
+  Tensor dropped;  // (N, W) compute: the input after Model.lora_dropout (empty without it)
 };
 
 struct LoraContext {
   Backend* backend = nullptr;
   float scale = 0.f;
   LoraScratch scratch;
+  // The micro-batch's Model.lora_dropout key (layer set; kind and first_column per adapter); p
+  // 0: off.
+  DropoutKey dropout;
 };
+
+// The Model.lora_dropout key of adapter w's input (ctx.dropout with its kind and columns).
+DropoutKey AdapterDropoutKey(const LoraContext& ctx, const LoraAdapter& w);
 
 // y (N, base_width) += scale * (x A^T) B^T, into its columns of y; u (N, r) = scale * x A^T is
 // kept for backward. x (N, in_local).

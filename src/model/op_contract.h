@@ -159,5 +159,11 @@ inline std::string HeadsText(const Tensor& qkv, int num_heads, int num_kv_heads)
       qkv.shape_string().c_str(), num_heads, num_kv_heads);
 }
 
+// Data.packing's doc_starts (B,T) i32 against qkv (B,T,...): empty (no documents), or one per
+// row of qkv.
+inline void CheckDocStarts(OpContract& c, const Tensor& doc_starts, const Tensor& qkv) {
+  c.Optional(doc_starts).PerRow("doc_starts", doc_starts, DType::kI32, 1, "qkv", qkv);
+}
+
 }  // namespace contract
 }  // namespace trainer

@@ -6,6 +6,7 @@
 
 namespace trainer {
 
+using contract::CheckDocStarts;
 using contract::HeadSize;
 using contract::HeadsText;
 using contract::OpContract;
@@ -308,30 +309,34 @@ namespace {
 void CheckDropoutKey(OpContract& c, const DropoutKey& key) {
   c.Require(key.p >= 0.f && key.p < 1.f, StrFormat("dropout probability %g is outside [0, 1)",
                                                    static_cast<double>(key.p)))
-      .Require(key.seq_len > 0, "dropout key without a sequence length");
+      .Require(key.seq_len > 0, "dropout key without a sequence length")
+      .Require(key.first_column >= 0, "dropout key with a negative first column");
 }
 }  // namespace
 
 Status Backend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                 int num_kv_heads, const DropoutKey& dropout) {
+                                 int num_kv_heads, const DropoutKey& dropout, Tensor doc_starts) {
   const int NKV = num_kv_heads == 0 ? num_heads : num_kv_heads;
   OpContract c(*this, "AttentionForward");
   CheckAttention(c, compute_dtype(), qkv, "out", out, stats, num_heads, NKV);
+  CheckDocStarts(c, doc_starts, qkv);
   CheckDropoutKey(c, dropout);
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunAttentionForward(out, stats, qkv, num_heads, NKV, dropout);
+  return RunAttentionForward(out, stats, qkv, num_heads, NKV, dropout, doc_starts);
 }
 
 Status Backend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                                  int num_heads, int num_kv_heads, const DropoutKey& dropout) {
+                                  int num_heads, int num_kv_heads, const DropoutKey& dropout,
+                                  Tensor doc_starts) {
   const DType cd = compute_dtype();
   const int NKV = num_kv_heads == 0 ? num_heads : num_kv_heads;
   OpContract c(*this, "AttentionBackward");
   CheckAttention(c, cd, qkv, "dout", dout, stats, num_heads, NKV);
   c.Like("out", out, cd, "dout", dout).Like("dqkv", dqkv, cd, "qkv", qkv);
+  CheckDocStarts(c, doc_starts, qkv);
   CheckDropoutKey(c, dropout);
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunAttentionBackward(dqkv, dout, qkv, out, stats, num_heads, NKV, dropout);
+  return RunAttentionBackward(dqkv, dout, qkv, out, stats, num_heads, NKV, dropout, doc_starts);
 }
 
 Status Backend::Dropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) {

@@ -12,7 +12,12 @@
 // (the same whatever the DP/PP layout and micro-batch split), `position` its GLOBAL position in
 // the sequence (the same under sequence parallelism), `column` the hidden channel, or the key
 // position for attention probabilities (whose `position` is the query's and `head` the GLOBAL
-// head index, the same under tensor parallelism).
+// head index, the same under tensor parallelism). A tensor whose columns are a block of a wider
+// one (a row-parallel LoRA adapter's input under TP) draws by the global column
+// (DropoutKey::first_column). LoRA's masks (kind kDropoutLora + the adapter's slot) are keyed
+// with kind bits 0 and head = slot + 1: the hidden-state masks (kinds 0-2) always have head 0 and
+// the attention probabilities kind 3, so no LoRA mask equals one of theirs, and theirs are the
+// same as before LoRA had dropout.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +59,7 @@ enum DropoutKind : uint32_t {
   kDropoutAttnOut = 1,    // after the attention output projection
   kDropoutMlpOut = 2,     // after the MLP output projection
   kDropoutAttnProbs = 3,  // the attention probabilities
+  kDropoutLora = 4,       // + LoraSlot (lora.h): the input of the block's adapter in that slot
 };
 
 // Everything but the element's coordinates: one dropout site of one micro-batch in one step.
@@ -68,6 +74,7 @@ struct DropoutKey {
   int layer = -1;
   uint32_t kind = kDropoutEmbedding;
   int first_head = 0;  // attention: the global index of this rank's head 0
+  int64_t first_column = 0;  // hidden-state kinds: the global column of the tensor's column 0
   bool on() const { return p > 0.f; }
 };
 
@@ -83,6 +90,10 @@ TRAINER_HD float DropoutScale(float p) {
 }
 
 TRAINER_HD uint32_t DropoutKey1(uint32_t kind, int layer, int head) {
+  if (kind >= kDropoutLora) {  // kind bits 0, head = slot + 1 (see the top of this file)
+    head = static_cast<int>(kind - kDropoutLora) + 1;
+    kind = 0;
+  }
   return kind | (static_cast<uint32_t>(layer + 1) << 2) | (static_cast<uint32_t>(head) << 16);
 }
 

@@ -48,18 +48,25 @@ DropoutKey AttentionDropoutKey(const BlockContext& ctx) {
   return k;
 }
 
+// The adapters' context in this block (its layer keys Model.lora_dropout's masks).
+LoraContext LoraOfLayer(const BlockContext& ctx) {
+  LoraContext lora = ctx.lora;
+  lora.dropout.layer = ctx.layer;
+  return lora;
+}
+
 // y += the adapter of `slot` on x, where the block has one.
 Status AdapterForward(const BlockContext& ctx, const BlockWeights& w, const BlockActivations& a,
                       LoraSlot slot, Tensor x, Tensor y) {
   if (!w.lora[slot].present()) return Status::Ok();
-  return LoraForward(ctx.lora, w.lora[slot], x, a.lora_u[slot], y);
+  return LoraForward(LoraOfLayer(ctx), w.lora[slot], x, a.lora_u[slot], y);
 }
 
 // The adapter's gradients, and dx += its input gradient (dy: its base linear's output gradient).
 Status AdapterBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
                        const BlockActivations& a, LoraSlot slot, Tensor x, Tensor dy, Tensor dx) {
   if (!w.lora[slot].present()) return Status::Ok();
-  return LoraBackward(ctx.lora, w.lora[slot], g.lora[slot], x, a.lora_u[slot], dy, dx);
+  return LoraBackward(LoraOfLayer(ctx), w.lora[slot], g.lora[slot], x, a.lora_u[slot], dy, dx);
 }
 
 }  // namespace
@@ -142,7 +149,7 @@ Status QkvForward(const BlockContext& ctx, const BlockWeights& w, BlockActivatio
                                               QkNormHeads(ctx, false), QkNormHeads(ctx, true),
                                               ctx.spec->norm_eps));
   if (ctx.rope.empty()) return Status::Ok();
-  return be->RopeForward(a->qkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads);
+  return be->RopeForward(a->qkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads, ctx.doc_starts);
 }
 
 // The MLP's activation: GELU (fc_out, with fc_pre from the GEMM's epilogue) or SwiGLU.
@@ -179,7 +186,8 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, a->ln1_out));
   TRAINER_RETURN_IF_ERROR(QkvForward(ctx, w, a));
   TRAINER_RETURN_IF_ERROR(be->AttentionForward(a->att_out, a->att_stats, a->qkv, ctx.local_heads,
-                                               ctx.local_kv_heads, AttentionDropoutKey(ctx)));
+                                               ctx.local_kv_heads, AttentionDropoutKey(ctx),
+                                               ctx.doc_starts));
   ln = RowBlockTarget(ctx, a->ln2_out);
   if (tp || drop) {
     TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->att_out, w.proj_w,
@@ -291,10 +299,10 @@ Status AttentionInputBackward(const BlockContext& ctx, const BlockWeights& w, co
   const BlockScratch& s = ctx.scratch;
   TRAINER_RETURN_IF_ERROR(be->AttentionBackward(s.dqkv, s.datt, a.qkv, a.att_out, a.att_stats,
                                                 ctx.local_heads, ctx.local_kv_heads,
-                                                AttentionDropoutKey(ctx)));
+                                                AttentionDropoutKey(ctx), ctx.doc_starts));
   if (!ctx.rope.empty())
-    TRAINER_RETURN_IF_ERROR(
-        be->RopeBackward(s.dqkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads));
+    TRAINER_RETURN_IF_ERROR(be->RopeBackward(s.dqkv, ctx.rope, ctx.local_heads,
+                                             ctx.local_kv_heads, ctx.doc_starts));
   if (!w.q_norm.empty())
     TRAINER_RETURN_IF_ERROR(be->QkNormBackward(s.dqkv, g.q_norm, g.k_norm, s.dqkv, a.qkv_pre,
                                                w.q_norm, w.k_norm, a.qkv_rstd,

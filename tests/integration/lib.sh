@@ -31,11 +31,23 @@ open('$1', 'w').write(' '.join(random.choice(words) for _ in range(700)))"
 # A small packed dataset from text every Debian/Ubuntu machine has (the GPL-3 and Apache-2.0
 # licence texts, 46 KB); elsewhere from the project's own docs. Not from the docs where the
 # licences exist: the tests' data would change with every edit of the documentation.
+small_inputs() {  # SMALL_INPUTS: two licenses, or the docs where they are missing
+  SMALL_INPUTS=(/usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0)
+  [ -f "${SMALL_INPUTS[0]}" ] && [ -f "${SMALL_INPUTS[1]}" ] || SMALL_INPUTS=("$SRC"/docs/*.md)
+}
 make_small_dataset() {
+  small_inputs
+  "$TRAINER" pack --input "${SMALL_INPUTS[@]}" --output "$1" >/dev/null
+}
+
+# make_small_dataset's text with each non-empty line a document of its own (JSON Lines), so that
+# most 32-token windows hold a document boundary or two (Data.packing: documents).
+make_document_dataset() {
   local out=$1
-  local inputs=(/usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0)
-  [ -f "${inputs[0]}" ] && [ -f "${inputs[1]}" ] || inputs=("$SRC"/docs/*.md)
-  "$TRAINER" pack --input "${inputs[@]}" --output "$out" >/dev/null
+  small_inputs
+  cat "${SMALL_INPUTS[@]}" | tr -d '\r\t' | awk 'NF { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); print "{\"text\": \"" $0 "\"}" }' \
+    > "$out.jsonl"
+  "$TRAINER" pack --input-format jsonl --input "$out.jsonl" --output "$out" >/dev/null
 }
 
 # The tiny GPT of the layout comparisons (parallel_layouts.sh, checkpoint_layouts.sh) on

@@ -15,8 +15,10 @@
 # part "mb1" splits the batch into micro-batches of one sample (another gradient accumulation);
 # "epN" multiplies the data-parallel ranks by N and splits the experts over groups of N of them
 # (expert parallelism; parallel_layouts_ep.sh).
+# LAYOUT_DOCUMENTS=1 trains on many short documents (make_document_dataset; parallel_layouts_
+# packing.sh).
 source "$(dirname "$0")/lib.sh"
-make_small_dataset data.h5
+if [[ -n ${LAYOUT_DOCUMENTS:-} ]]; then make_document_dataset data.h5; else make_small_dataset data.h5; fi
 LORA=(-o Model.lora_rank=4 -o Model.lora_alpha=8 -o Optimizer.lr=1e-2)
 case ${LAYOUT_MODEL:-gpt2} in
   gpt2) MODEL=("${TINY_LAYOUT_GPT[@]}") ;;

@@ -114,6 +114,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Data.val_path",
                                              "Data.val_fraction",
                                              "Data.shift_windows",
+                                             "Data.packing",
                                              "Checkpoint.dir",
                                              "Checkpoint.keep_last",
                                              "Checkpoint.keep_every",

@@ -90,7 +90,7 @@ TEST(ConfigValidate, ShardingKeysAndTheZeroStage1Alias) {
       {"micro_batch_size*dp_degree*sharding_degree=2*2=4"});
 }
 
-// Model.lora_targets names linears of the family; Model.lora_dropout only 0.
+// Model.lora_targets names linears of the family; Model.lora_dropout in [0, 1).
 TEST(ConfigValidate, LoraKeys) {
   EXPECT_TRUE(
       ValidateWith({"Model.arch=llama", "Model.lora_rank=8", "Model.lora_targets=q_proj, v"}, 1)
@@ -102,9 +102,21 @@ TEST(ConfigValidate, LoraKeys) {
   ExpectUsageError(
       ValidateWith({"Model.arch=llama", "Model.lora_rank=8", "Model.lora_targets=q,fc"}, 1),
       {"\"fc\" is not a linear layer of Model.arch=llama", "q, k, v, o, gate, up, down"});
-  ExpectUsageError(ValidateWith({"Model.lora_rank=8", "Model.lora_dropout=0.1"}, 1),
-                   {"Model.lora_dropout=0.1 is not supported yet", "Set Model.lora_dropout=0"});
+  EXPECT_TRUE(ValidateWith({"Model.lora_rank=8", "Model.lora_dropout=0.1"}, 1).ok());
+  ExpectUsageError(ValidateWith({"Model.lora_rank=8", "Model.lora_dropout=1"}, 1),
+                   {"Model.lora_dropout=1.0 must be in [0, 1)"});
   ExpectUsageError(ValidateWith({"Model.lora_rank=-1"}, 1), {"Model.lora_rank=-1"});
+}
+
+// Data.packing: documents (or ms-swift's padding_free) needs RoPE: GPT-2 is refused in one line.
+TEST(ConfigValidate, PackingDocuments) {
+  EXPECT_TRUE(ValidateWith({"Model.arch=llama", "Data.packing=documents"}, 1).ok());
+  EXPECT_TRUE(ValidateWith({"Model.arch=llama", "Data.packing=padding_free"}, 1).ok());
+  ExpectUsageError(ValidateWith({"Data.packing=documents"}, 1),
+                   {"Data.packing=\"documents\" restarts RoPE positions",
+                    "Model.arch=\"gpt2\" has learned positions", "Set Data.packing=concat"});
+  ExpectUsageError(ValidateWith({"Data.packing=yes"}, 1),
+                   {"Data.packing=\"yes\" must be one of concat, documents, padding_free"});
 }
 
 TEST(ConfigValidate, WorldSizeMustMatchTheDegrees) {

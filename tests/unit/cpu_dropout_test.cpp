@@ -7,6 +7,7 @@
 // differences with the mask fixed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -131,8 +132,9 @@ TEST(CpuDropout, BackwardResidualAndRowBlocks) {
 }
 
 // Causal attention with the probabilities dropped by the reference mask, in double precision.
-DoubleVec DroppedAttention(const DoubleVec& qkv, int B, int T, int NH, int HS,
-                           const DropoutKey& k) {
+// With starts (B*T, Data.packing: documents) query t sees keys starts[b*T+t] <= s <= t only.
+DoubleVec DroppedAttention(const DoubleVec& qkv, int B, int T, int NH, int HS, const DropoutKey& k,
+                           const std::vector<int32_t>* starts = nullptr) {
   const int C = NH * HS;
   const double scale = 1.0 / (1.0 - k.p);
   DoubleVec out(static_cast<size_t>(B) * T * C, 0.0);
@@ -144,14 +146,15 @@ DoubleVec DroppedAttention(const DoubleVec& qkv, int B, int T, int NH, int HS,
       for (int t = 0; t < T; ++t) {
         std::vector<double> score(t + 1);
         double max_score = -INFINITY, sum = 0.0;
-        for (int s = 0; s <= t; ++s) {
+        const int lo = starts ? (*starts)[static_cast<size_t>(b) * T + t] : 0;
+        for (int s = lo; s <= t; ++s) {
           double d = 0.0;
           for (int i = 0; i < HS; ++i) d += at(b, t, 0, h, i) * at(b, s, 1, h, i);
           score[s] = d / std::sqrt(static_cast<double>(HS));
           max_score = std::max(max_score, score[s]);
         }
-        for (int s = 0; s <= t; ++s) sum += std::exp(score[s] - max_score);
-        for (int s = 0; s <= t; ++s) {
+        for (int s = lo; s <= t; ++s) sum += std::exp(score[s] - max_score);
+        for (int s = lo; s <= t; ++s) {
           const bool keep = ReferenceKeep(k.seed, k.step, k.kind, k.layer, k.first_head + h,
                                           k.first_sample + b, t, s, k.p);
           const double w = keep ? std::exp(score[s] - max_score) / sum * scale : 0.0;
@@ -188,6 +191,78 @@ TEST(CpuDropout, AttentionDropsProbabilitiesForwardAndBackward) {
       NumericGradient([&](const DoubleVec& x) { return DroppedAttention(x, B, T, NH, HS, key); },
                       qkvd, ToDouble(dout)),
       1e-4));
+}
+
+// Data.packing: documents: attention inside each document only (sample 0: documents at 0, 4
+// and 9; sample 1 starts mid-document, then one at 6), with and without attention dropout,
+// against the double-precision reference with the same mask, forward and finite differences.
+TEST(CpuDropout, AttentionStaysInsideDocuments) {
+  const int B = 2, T = 11, NH = 2, HS = 4, C = NH * HS;
+  const std::vector<int32_t> starts = {0, 0, 0, 0, 4, 4, 4, 4, 4, 9, 9,
+                                       0, 0, 0, 0, 0, 0, 6, 6, 6, 6, 6};
+  std::vector<int32_t> s = starts;
+  const Tensor doc_starts(s.data(), DType::kI32, {B, T});
+  for (float p : {0.f, 0.2f}) {
+    DropoutKey key = HiddenKey(p);
+    key.kind = kDropoutAttnProbs;
+    CpuBackend backend;
+    std::vector<float> qkv = RandomFloats(B * T * 3 * C, 73, -1.5f, 1.5f);
+    std::vector<float> out(B * T * C), stats(B * NH * T);
+    ASSERT_TRUE(backend
+                    .AttentionForward(View(out, {B, T, C}), View(stats, {B, NH, T}),
+                                      View(qkv, {B, T, 3 * C}), NH, 0, key, doc_starts)
+                    .ok());
+    const DoubleVec qkvd = ToDouble(qkv);
+    auto reference = [&](const DoubleVec& x) {
+      return DroppedAttention(x, B, T, NH, HS, key, &starts);
+    };
+    EXPECT_TRUE(AllClose(out, reference(qkvd), 1e-5)) << p;
+    EXPECT_FALSE(AllClose(out, DroppedAttention(qkvd, B, T, NH, HS, key), 1e-3)) << p;
+    const std::vector<float> dout = RandomFloats(out.size(), 74);
+    std::vector<float> dout_copy = dout, dqkv(qkv.size(), 1e3f);
+    ASSERT_TRUE(backend
+                    .AttentionBackward(View(dqkv, {B, T, 3 * C}), View(dout_copy, {B, T, C}),
+                                       View(qkv, {B, T, 3 * C}), View(out, {B, T, C}),
+                                       View(stats, {B, NH, T}), NH, 0, key, doc_starts)
+                    .ok());
+    EXPECT_TRUE(AllClose(dqkv, NumericGradient(reference, qkvd, ToDouble(dout)), 1e-4)) << p;
+  }
+}
+
+// Model.lora_dropout: the mask of adapter slot s is philox.h's with kind bits 0 and head s + 1,
+// drawn by global column (a row-parallel adapter's input block: first_column), and its key word
+// differs from every hidden-state and attention mask's of the layer (which keep their keys).
+TEST(CpuDropout, LoraMasksHaveKeysOfTheirOwn) {
+  const int N = 9, C = 10;
+  CpuBackend backend;
+  std::vector<float> x = RandomFloats(N * C, 75, 0.5f, 1.5f);  // no zeros
+  for (uint32_t slot = 0; slot < 7; ++slot) {
+    DropoutKey key = HiddenKey(0.3f);
+    key.kind = kDropoutLora + slot;
+    key.first_column = 5 + slot;
+    std::vector<float> y(x.size());
+    ASSERT_TRUE(backend.Dropout(View(y, {N, C}), View(x, {N, C}), Tensor(), key).ok());
+    for (int r = 0; r < N; ++r)
+      for (int c = 0; c < C; ++c) {
+        const int64_t row = r;
+        const bool keep =
+            ReferenceKeep(key.seed, key.step, 0, key.layer, static_cast<int>(slot) + 1,
+                          key.first_sample + row / key.seq_len, row % key.seq_len,
+                          key.first_column + c, key.p);
+        ASSERT_EQ(y[r * C + c] != 0.f, keep) << slot << " " << r << " " << c;
+      }
+  }
+  for (int layer : {-1, 0, 3}) {
+    std::vector<uint32_t> words;
+    for (uint32_t kind : {kDropoutEmbedding, kDropoutAttnOut, kDropoutMlpOut})
+      words.push_back(DropoutKey1(kind, layer, 0));
+    for (int head = 0; head < 4096; ++head)
+      words.push_back(DropoutKey1(kDropoutAttnProbs, layer, head));
+    for (uint32_t slot = 0; slot < 7; ++slot)
+      words.push_back(DropoutKey1(kDropoutLora + slot, layer, 0));
+    std::sort(words.begin(), words.end());
+    EXPECT_EQ(std::adjacent_find(words.begin(), words.end()), words.end()) << layer;
+  }
 }
 
 }  // namespace

@@ -206,8 +206,10 @@ std::vector<float> RopeTable(int P, int HD) {
 }
 
 // Each pair (x_i, x_{i+HD/2}) of a q or k head as the complex number x_i + i x_{i+HD/2}, times
-// e^(i sign angle(t, i)); v heads unchanged.
-DoubleVec RopeReference(const DoubleVec& in, const HeadsCase& c, double sign) {
+// e^(i sign angle(t, i)); v heads unchanged. With starts (B*T, Data.packing: documents) token t
+// of sample b is at position t - starts[b*T+t].
+DoubleVec RopeReference(const DoubleVec& in, const HeadsCase& c, double sign,
+                        const std::vector<int32_t>* starts = nullptr) {
   const int W = (c.NH + 2 * c.NKV) * c.HD, half = c.HD / 2;
   DoubleVec out = in;
   for (int b = 0; b < c.B; ++b)
@@ -215,8 +217,9 @@ DoubleVec RopeReference(const DoubleVec& in, const HeadsCase& c, double sign) {
       for (int j = 0; j < c.NH + c.NKV; ++j)
         for (int i = 0; i < half; ++i) {
           const size_t at = (static_cast<size_t>(b) * c.T + t) * W + j * c.HD + i;
+          const int pos = t - (starts ? (*starts)[static_cast<size_t>(b) * c.T + t] : 0);
           const std::complex<double> z = std::complex<double>(in[at], in[at + half]) *
-                                         std::polar(1.0, sign * RopeAngle(t, i, c.HD));
+                                         std::polar(1.0, sign * RopeAngle(pos, i, c.HD));
           out[at] = z.real();
           out[at + half] = z.imag();
         }
@@ -252,6 +255,27 @@ TEST_P(CpuRope, RotatesLikeComplexNumbersAndInverts) {
                        NumericGradient([&](const DoubleVec& v) { return RopeReference(v, c, 1.0); },
                                        ToDouble(x), weights),
                        1e-5));
+}
+
+// Data.packing: documents: positions count from each document's start (sample 0: documents at
+// 0, 3 and 7; sample 1 starts mid-document, then a document at 5).
+TEST(CpuRopeDocuments, PositionsRestartAtEachDocument) {
+  const HeadsCase c{2, 9, 4, 2, 6};
+  const int W = (c.NH + 2 * c.NKV) * c.HD;
+  const std::vector<int32_t> starts = {0, 0, 0, 3, 3, 3, 3, 7, 7, 0, 0, 0, 0, 0, 5, 5, 5, 5};
+  CpuBackend backend;
+  std::vector<float> table = RopeTable(c.T, c.HD);
+  const Tensor cos_sin = View(table, {2, c.T, c.HD / 2});
+  std::vector<int32_t> s = starts;
+  const Tensor doc_starts(s.data(), DType::kI32, {c.B, c.T});
+  const std::vector<float> x = RandomFloats(c.B * c.T * W, 33, -2.f, 2.f);
+  std::vector<float> y = x;
+  ASSERT_TRUE(backend.RopeForward(View(y, {c.B, c.T, W}), cos_sin, c.NH, c.NKV, doc_starts).ok());
+  EXPECT_TRUE(AllClose(y, RopeReference(ToDouble(x), c, 1.0, &starts), 1e-5));
+  EXPECT_FALSE(AllClose(y, RopeReference(ToDouble(x), c, 1.0), 1e-3));  // the restart matters
+  std::vector<float> g = x;
+  ASSERT_TRUE(backend.RopeBackward(View(g, {c.B, c.T, W}), cos_sin, c.NH, c.NKV, doc_starts).ok());
+  EXPECT_TRUE(AllClose(g, RopeReference(ToDouble(x), c, -1.0, &starts), 1e-5));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuRope,

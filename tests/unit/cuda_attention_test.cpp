@@ -1,7 +1,8 @@
 // GPU tests of causal attention against the CPU fp32 backend: forward (out and the logsumexp
 // statistics) and backward (dqkv), through cuDNN's fused SDPA when this build has it and through
 // our fallback kernels, for sequence lengths that are not multiples of 64 and head sizes 64 and
-// 128; and the fallback in an f32 backend, where it must agree to f32 precision.
+// 128; and the fallback in an f32 backend, where it must agree to f32 precision. Data.packing:
+// documents (doc_starts): our kernels (never cuDNN) against the CPU's, in bf16 and in f32.
 #include <cstdio>
 
 #include "cuda_test_util.h"
@@ -20,41 +21,52 @@ struct AttentionResult {
 
 class CudaAttentionFixture : public CudaVsCpuTest {
  protected:
-  // Forward then backward (from the backend's own out and stats, as in training).
+  // Forward then backward (from the backend's own out and stats, as in training); starts: the
+  // (B,T) document starts, or empty.
   void RunGpu(CudaBackend* gpu, const AttentionCase& c, const std::vector<float>& qkv,
-              const std::vector<float>& dout, AttentionResult* r) {
+              const std::vector<float>& dout, AttentionResult* r,
+              const std::vector<int32_t>& starts = {}) {
     const int64_t B = c.B, T = c.T, C = c.NH * c.HS;
     const DType dtype = gpu->compute_dtype();
+    DeviceBuffer g_starts(gpu, DType::kI32, {B, T});
+    ASSERT_STATUS_OK(g_starts.UploadInts(starts.empty() ? std::vector<int32_t>(B * T) : starts));
+    const Tensor docs = starts.empty() ? Tensor() : g_starts.tensor();
     DeviceBuffer g_qkv(gpu, dtype, {B, T, 3 * C}), g_dqkv(gpu, dtype, {B, T, 3 * C});
     DeviceBuffer g_out(gpu, dtype, {B, T, C}), g_dout(gpu, dtype, {B, T, C});
     DeviceBuffer g_stats(gpu, DType::kF32, {B, c.NH, T});
     ASSERT_STATUS_OK(g_qkv.Upload(qkv));
     ASSERT_STATUS_OK(g_dout.Upload(dout));
     ASSERT_STATUS_OK(g_dqkv.Upload(std::vector<float>(B * T * 3 * C, 7.f)));  // overwritten
-    ASSERT_STATUS_OK(gpu->AttentionForward(g_out.tensor(), g_stats.tensor(), g_qkv.tensor(), c.NH));
+    ASSERT_STATUS_OK(gpu->AttentionForward(g_out.tensor(), g_stats.tensor(), g_qkv.tensor(), c.NH,
+                                           0, DropoutKey(), docs));
     ASSERT_STATUS_OK(gpu->AttentionBackward(g_dqkv.tensor(), g_dout.tensor(), g_qkv.tensor(),
-                                            g_out.tensor(), g_stats.tensor(), c.NH));
+                                            g_out.tensor(), g_stats.tensor(), c.NH, 0,
+                                            DropoutKey(), docs));
     r->out = g_out.Download();
     r->stats = g_stats.Download();
     r->dqkv = g_dqkv.Download();
     // The forward again: bit for bit the same (the backward may add dq in another order).
-    ASSERT_STATUS_OK(gpu->AttentionForward(g_out.tensor(), g_stats.tensor(), g_qkv.tensor(), c.NH));
+    ASSERT_STATUS_OK(gpu->AttentionForward(g_out.tensor(), g_stats.tensor(), g_qkv.tensor(), c.NH,
+                                           0, DropoutKey(), docs));
     EXPECT_BITWISE_EQUAL(g_out.Download(), r->out);
     EXPECT_BITWISE_EQUAL(g_stats.Download(), r->stats);
   }
 
   void RunCpu(const AttentionCase& c, std::vector<float> qkv, std::vector<float> dout,
-              AttentionResult* r) {
+              AttentionResult* r, std::vector<int32_t> starts = {}) {
     const int64_t B = c.B, T = c.T, C = c.NH * c.HS;
+    const Tensor docs = starts.empty() ? Tensor() : Tensor(starts.data(), DType::kI32, {B, T});
     r->out.assign(B * T * C, 0.f);
     r->stats.assign(B * c.NH * T, 0.f);
     r->dqkv.assign(B * T * 3 * C, 0.f);
     ASSERT_STATUS_OK(cpu_->AttentionForward(HostView(r->out, {B, T, C}),
                                             HostView(r->stats, {B, c.NH, T}),
-                                            HostView(qkv, {B, T, 3 * C}), c.NH));
+                                            HostView(qkv, {B, T, 3 * C}), c.NH, 0,
+                                            DropoutKey(), docs));
     ASSERT_STATUS_OK(cpu_->AttentionBackward(
         HostView(r->dqkv, {B, T, 3 * C}), HostView(dout, {B, T, C}), HostView(qkv, {B, T, 3 * C}),
-        HostView(r->out, {B, T, C}), HostView(r->stats, {B, c.NH, T}), c.NH));
+        HostView(r->out, {B, T, C}), HostView(r->stats, {B, c.NH, T}), c.NH, 0, DropoutKey(),
+        docs));
   }
 };
 
@@ -116,6 +128,35 @@ TEST_F(CudaAttentionFixture, FallbackInF32MatchesCpuToF32Precision) {
     EXPECT_RELATIVE_ERROR_BELOW(got.dqkv, want.dqkv, 1e-4);
   }
   EXPECT_EQ(gpu32->path_counts().attention_cudnn, 0);  // cuDNN SDPA has no f32 graphs
+}
+
+// Data.packing: documents: sample 0 holds documents at 0, 20, 21 (one token) and 50; sample 1
+// starts mid-document, then one at 40. Our kernels run even where cuDNN is routed; bf16 to bf16
+// precision, f32 to f32 precision.
+TEST_F(CudaAttentionFixture, DocumentsMatchCpu) {
+  const AttentionCase c{2, 77, 3, 64};
+  std::vector<int32_t> starts;
+  for (int t = 0; t < c.T; ++t) starts.push_back(t < 20 ? 0 : t < 21 ? 20 : t < 50 ? 21 : 50);
+  for (int t = 0; t < c.T; ++t) starts.push_back(t < 40 ? 0 : 40);
+  std::unique_ptr<CudaBackend> gpu32;
+  ASSERT_STATUS_OK(CudaBackend::Create(0, DType::kF32, &gpu32));
+  const int C = c.NH * c.HS;
+  const std::vector<float> qkv = RandomFloats(static_cast<size_t>(c.B) * c.T * 3 * C, rng_, -2.f,
+                                              2.f);
+  const std::vector<float> dout = RandomFloats(static_cast<size_t>(c.B) * c.T * C, rng_);
+  AttentionResult want, plain, got, got32;
+  RunCpu(c, qkv, dout, &want, starts);
+  RunCpu(c, qkv, dout, &plain);
+  EXPECT_GT(RelativeError(plain.out, want.out), 1e-1) << "the documents change the result";
+  RunGpu(gpu_.get(), c, qkv, dout, &got, starts);
+  EXPECT_RELATIVE_ERROR_BELOW(got.out, want.out, 2e-2);
+  EXPECT_RELATIVE_ERROR_BELOW(got.stats, want.stats, 5e-3);
+  EXPECT_RELATIVE_ERROR_BELOW(got.dqkv, want.dqkv, 3e-2);
+  EXPECT_EQ(gpu_->path_counts().attention_cudnn, 0);
+  RunGpu(gpu32.get(), c, qkv, dout, &got32, starts);
+  EXPECT_RELATIVE_ERROR_BELOW(got32.out, want.out, 1e-5);
+  EXPECT_RELATIVE_ERROR_BELOW(got32.stats, want.stats, 1e-5);
+  EXPECT_RELATIVE_ERROR_BELOW(got32.dqkv, want.dqkv, 1e-4);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // GPU tests of dropout against the CPU twins: the hidden-state dropout kernel draws the CPU's
 // Philox mask exactly (the same elements dropped, the kept ones scaled alike, with and without
-// the fused residual add, in bf16 and f32); the fallback attention kernels drop the CPU's
+// the fused residual add, in bf16 and f32; a LoRA adapter's input mask, drawn by global column
+// from a column block); the fallback attention kernels drop the CPU's
 // attention probabilities; cuDNN's fused attention dropout (its own mask) is the same for the
 // same key, another for another step, and unbiased: its mean over many draws is the attention
 // without dropout.
@@ -30,9 +31,15 @@ TEST_F(CudaDropoutTest, HiddenMaskEqualsCpu) {
   for (DType dtype : {DType::kBF16, DType::kF32}) {
     std::unique_ptr<CudaBackend> gpu;
     ASSERT_STATUS_OK(CudaBackend::Create(0, dtype, &gpu));
-    for (bool residual : {false, true}) {
-      SCOPED_TRACE(Trace() + StrFormat(", %s, residual %d", DTypeName(dtype), residual));
-      const DropoutKey key = Key(0.3f);
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool residual = variant == 1, lora = variant == 2;
+      SCOPED_TRACE(Trace() + StrFormat(", %s, residual %d, lora %d", DTypeName(dtype), residual,
+                                       lora));
+      DropoutKey key = Key(0.3f);
+      if (lora) {  // Model.lora_dropout of a row-parallel adapter's input block (o_proj, slot 3)
+        key.kind = kDropoutLora + 3;
+        key.first_column = 7;
+      }
       std::vector<float> in = Rounded(RandomFloats(N * C, rng_, 0.5f, 2.f), dtype);
       std::vector<float> res = Rounded(RandomFloats(N * C, rng_), dtype), want(N * C);
       ASSERT_STATUS_OK(cpu_->Dropout(HostView(want, {N, C}), HostView(in, {N, C}),

@@ -275,6 +275,37 @@ TEST_F(CudaLlamaOpsTest, RopeForwardAndBackwardMatchCpu) {
   });
 }
 
+// Data.packing: documents: positions from each document's start (doc_starts), against the CPU.
+TEST_F(CudaLlamaOpsTest, RopeWithDocumentStartsMatchesCpu) {
+  ForEachDtype([&](CudaBackend* gpu, const Tolerance& tol) {
+    const HeadsCase c = kRopeCases[0];
+    SCOPED_TRACE(c.text());
+    const int64_t B = c.B, T = c.T, W = c.width(), half = c.HD / 2;
+    const DType dt = gpu->compute_dtype();
+    std::vector<int32_t> starts;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) starts.push_back(t < 11 ? 0 : t < 30 ? 11 : 30);
+    std::vector<float> table = RopeTable(static_cast<int>(T), c.HD);
+    const std::vector<float> qkv = Random(c.size(), -2.f, 2.f), dqkv = Random(c.size());
+    std::vector<float> want = qkv, want_grad = dqkv;
+    const Tensor cpu_starts(starts.data(), DType::kI32, {B, T});
+    ASSERT_STATUS_OK(cpu_->RopeForward(HostView(want, {B, T, W}), HostView(table, {2, T, half}),
+                                       c.NH, c.NKV, cpu_starts));
+    ASSERT_STATUS_OK(cpu_->RopeBackward(HostView(want_grad, {B, T, W}),
+                                        HostView(table, {2, T, half}), c.NH, c.NKV, cpu_starts));
+    DeviceBuffer g_starts(gpu, DType::kI32, {B, T});
+    ASSERT_STATUS_OK(g_starts.UploadInts(starts));
+    auto g_table = On(gpu, DType::kF32, table, {2, T, half});
+    auto g_qkv = On(gpu, dt, qkv, {B, T, W}), g_dqkv = On(gpu, dt, dqkv, {B, T, W});
+    ASSERT_STATUS_OK(
+        gpu->RopeForward(g_qkv->tensor(), g_table->tensor(), c.NH, c.NKV, g_starts.tensor()));
+    ASSERT_STATUS_OK(
+        gpu->RopeBackward(g_dqkv->tensor(), g_table->tensor(), c.NH, c.NKV, g_starts.tensor()));
+    EXPECT_RELATIVE_ERROR_BELOW(g_qkv->Download(), want, tol.out);
+    EXPECT_RELATIVE_ERROR_BELOW(g_dqkv->Download(), want_grad, tol.out);
+  });
+}
+
 // ---- SwiGLU: gate_up (N,2F) ----
 // 16-byte chunks (F a whole number of them in both dtypes) and single elements (F = 1001, 46).
 constexpr NormShape kSwiGluShapes[] = {{64, 256}, {37, 344}, {5, 1001}, {300, 2048}, {9, 46}};

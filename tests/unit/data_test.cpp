@@ -113,6 +113,55 @@ TEST_F(DatasetTest, ShiftedWindowsEqualFileSlices) {
   EXPECT_EQ(targets[T - 1], static_cast<int32_t>(spec.tokens[20 * T]));
 }
 
+// Data.packing: documents: each window's document starts and the targets at document starts,
+// against a brute-force reading of /doc_offsets (an empty document, windows that start
+// mid-document, shifted windows); a middle pipeline stage's read (no tokens) gives the same.
+TEST_F(DatasetTest, DocumentStartsFollowDocOffsets) {
+  const int T = 8;
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(5 * T + 1, 1000, 6);
+  spec.doc_offsets = {0, 3, 3, 11, 12, 20, 41};
+  WriteSyntheticFile(Path("d.h5"), spec);
+  auto opened = TokenDataset::Open(Path("d.h5"), 1024);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  TokenDataset& file = **opened;
+  const DataSplit split{0, 5};
+  const std::vector<int64_t> ids = {0, 1, 2, 3, 1}, shifts = {0, 0, 2, 1, 4};
+  const size_t n = ids.size() * T;
+  std::vector<int32_t> inputs(n), targets(n), starts(n, -7), starts_only(n, -7);
+  EXPECT_FALSE(
+      file.ReadSamples(split, ids, T, inputs.data(), targets.data(), shifts.data(), starts.data())
+          .ok());  // LoadDocOffsets first
+  ASSERT_TRUE(file.LoadDocOffsets().ok());
+  ASSERT_TRUE(
+      file.ReadSamples(split, ids, T, inputs.data(), targets.data(), shifts.data(), starts.data())
+          .ok());
+  ASSERT_TRUE(
+      file.ReadSamples(split, ids, T, nullptr, nullptr, shifts.data(), starts_only.data()).ok());
+  EXPECT_EQ(starts, starts_only);
+  auto begins_document = [&](int64_t pos) {
+    for (size_t d = 0; d + 1 < spec.doc_offsets.size(); ++d)
+      if (static_cast<int64_t>(spec.doc_offsets[d]) == pos) return true;
+    return false;
+  };
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const int64_t first = ids[r] * T + shifts[r];
+    for (int t = 0; t < T; ++t) {
+      int64_t start = first;  // the window's first token, or a later document start
+      for (int64_t pos = first; pos <= first + t; ++pos)
+        if (begins_document(pos)) start = pos;
+      ASSERT_EQ(starts[r * T + t], start - first) << r << " " << t;
+      const int32_t token = static_cast<int32_t>(spec.tokens[first + t + 1]);
+      ASSERT_EQ(targets[r * T + t], begins_document(first + t + 1) ? -1 : token) << r << " " << t;
+    }
+  }
+  // Window 0: documents at 0 and 3; window 3 (tokens 25..32) starts inside the document at 20.
+  EXPECT_EQ(std::vector<int32_t>(starts.begin(), starts.begin() + T),
+            (std::vector<int32_t>{0, 0, 0, 3, 3, 3, 3, 3}));
+  EXPECT_EQ(std::vector<int32_t>(starts.begin() + 3 * T, starts.begin() + 4 * T),
+            std::vector<int32_t>(T, 0));
+}
+
 TEST_F(DatasetTest, ReadSamplesEqualFileSlicesUint32) {
   const int T = 5;
   SyntheticFile spec;

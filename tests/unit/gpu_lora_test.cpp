@@ -3,7 +3,8 @@
 // tokens; the loss and every adapter's gradient must agree within bf16 tolerance, for a llama
 // (GQA, every linear adapted: q, k and v as column blocks of the fused qkv, gate and up of the
 // fused MLP input) and a GPT-2 (c_attn, c_proj, c_fc). Also recomputation on the GPU, and the
-// frozen base read back unchanged after a step.
+// frozen base read back unchanged after a step; Model.lora_dropout (the GPU draws the CPU's
+// masks); and, for the llama, Data.packing: documents (attention and RoPE inside documents).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,8 +58,9 @@ struct LoraInputs {
     adapters = RandomBf16(TotalLocalElements(BuildParameterList(config, part)), 0.05f, &rng);
     RandomTokens(B * T, config.vocab_size, &rng, &tokens, &targets);
   }
-  PassResult Run(Backend* backend, const ModelConfig& c) const {
-    return ForwardBackward(backend, c, adapters, tokens, targets, B, T, base);
+  PassResult Run(Backend* backend, const ModelConfig& c, const DropoutDraw& draw = DropoutDraw(),
+                 const int32_t* doc_starts = nullptr) const {
+    return ForwardBackward(backend, c, adapters, tokens, targets, B, T, base, draw, doc_starts);
   }
   // Every adapter has a gradient, within `tolerance` of the reference's.
   void Expect(const PassResult& got, const PassResult& want, double loss_tolerance,
@@ -92,6 +94,37 @@ TEST_P(GpuLora, RecomputationMatchesKeepingActivations) {
     config.recompute = mode;
     in.Expect(in.Run(gpu.get(), config), want, 1e-5, 1e-2);
   }
+}
+
+// Model.lora_dropout: the adapters' input masks are the CPU's (dropout.cu draws philox.h's bits).
+TEST_P(GpuLora, LoraDropoutMatchesTheCpuPath) {
+  const LoraInputs in(GetParam());
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(), gpu;
+  ASSERT_TRUE(MakeCudaBackend(0, &gpu).ok());
+  ModelConfig config = in.config;
+  config.lora_dropout = 0.2;
+  const DropoutDraw draw = TrainingDraw();
+  const PassResult want = in.Run(cpu.get(), config, draw);
+  in.Expect(in.Run(gpu.get(), config, draw), want, 1e-2, 5e-2);
+  const PassResult plain = in.Run(cpu.get(), in.config);
+  EXPECT_GT(std::fabs(plain.loss - want.loss), 1e-5 * want.loss) << "the masks change the loss";
+}
+
+// Data.packing: documents on the llama: sample 0 holds documents at 0, 30, 31 (one token) and
+// 60; sample 1 starts mid-document, then one at 50. Our attention kernels (not cuDNN's) and RoPE
+// with per-token positions, against the CPU.
+TEST_P(GpuLora, PackedDocumentsMatchTheCpuPath) {
+  if (!GetParam()) GTEST_SKIP() << "GPT-2's learned positions: Data.packing is llama-only";
+  const LoraInputs in(GetParam());
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(), gpu;
+  ASSERT_TRUE(MakeCudaBackend(0, &gpu).ok());
+  std::vector<int32_t> starts;
+  for (int t = 0; t < in.T; ++t) starts.push_back(t < 30 ? 0 : t < 31 ? 30 : t < 60 ? 31 : 60);
+  for (int t = 0; t < in.T; ++t) starts.push_back(t < 50 ? 0 : 50);
+  const PassResult want = in.Run(cpu.get(), in.config, DropoutDraw(), starts.data());
+  in.Expect(in.Run(gpu.get(), in.config, DropoutDraw(), starts.data()), want, 1e-2, 5e-2);
+  const PassResult plain = in.Run(cpu.get(), in.config);
+  EXPECT_GT(std::fabs(plain.loss - want.loss), 1e-5 * want.loss) << "the documents matter";
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GpuLora, ::testing::Values(true, false),

@@ -18,12 +18,15 @@ struct PassResult {
   std::vector<float> base_after;  // LoRA: the frozen weights read back after the pass
 };
 
-// `params` the trained parameters; `frozen` the frozen ones (LoRA), or empty.
+// `params` the trained parameters; `frozen` the frozen ones (LoRA), or empty; `draw` the
+// micro-batch's dropout draw; `doc_starts` its (B,T) document starts (Data.packing), or null.
 inline PassResult ForwardBackward(Backend* backend, const ModelConfig& config,
                                   const std::vector<float>& params,
                                   const std::vector<int32_t>& tokens,
                                   const std::vector<int32_t>& targets, int B, int T,
-                                  const std::vector<float>& frozen = {}) {
+                                  const std::vector<float>& frozen = {},
+                                  const DropoutDraw& draw = DropoutDraw(),
+                                  const int32_t* doc_starts = nullptr) {
   ModelPartition part;
   part.num_layers = config.num_layers;
   std::unique_ptr<GptModel> model;
@@ -33,6 +36,8 @@ inline PassResult ForwardBackward(Backend* backend, const ModelConfig& config,
   }
   EXPECT_TRUE(model->SetParameters(params).ok());
   EXPECT_TRUE(model->ZeroGradients().ok());
+  model->SetDropoutDraw(0, draw);
+  EXPECT_TRUE(model->SetDocumentStarts(0, doc_starts).ok());
   EXPECT_TRUE(model->Forward(0, tokens.data(), targets.data(), true, 1.f / (B * T)).ok());
   PassResult run;
   EXPECT_TRUE(model->AccumulateLoss(true).ok());

@@ -43,8 +43,9 @@ TEST(MemoryPlan, TheModelsBuffersByKindInClosedForm) {
   EXPECT_EQ(m.optimizer, static_cast<size_t>(12 * kParams + 256));
   // Per token and block: ln1 out, qkv (3C), attention out, residual mid, ln2 out, fc pre and out
   // (4C each), residual out = 16C, two LayerNorms' mean and rstd, a softmax stat per head. Per
-  // token of the slot: tokens and targets, the stage input, the final LayerNorm (C, mean, rstd).
-  const int64_t activations = N * (kL * (16 * kC + 4 + kH) + 2 + kC + kC + 2);
+  // token of the slot: tokens, targets and document starts, the stage input, the final LayerNorm
+  // (C, mean, rstd).
+  const int64_t activations = N * (kL * (16 * kC + 4 + kH) + 3 + kC + kC + 2);
   EXPECT_EQ(m.model.activations, static_cast<size_t>(4 * activations));
   // Logits (their gradient in place), losses, row max, two sums per row; the f64 loss sum.
   EXPECT_EQ(m.model.logits, static_cast<size_t>(4 * N * (kV + 4) + 256));

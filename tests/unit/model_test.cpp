@@ -72,16 +72,6 @@ const ModelCase kCases[] = {
     {"llama_moe_dropout", WithDropout(TinyMoe(true), false)},
 };
 
-// The masks of a training micro-batch (a fixed key: step 3, samples 4.. of the global batch).
-DropoutDraw TrainingDraw() {
-  DropoutDraw d;
-  d.on = true;
-  d.seed = 99;
-  d.step = 3;
-  d.first_sample = 4;
-  return d;
-}
-
 struct Fixture {
   explicit Fixture(ModelConfig c = TinyModel()) : config(c) { Build(); }
   ModelConfig config;

@@ -67,6 +67,16 @@ inline ModelConfig WithLora(ModelConfig m, int rank, double alpha, const std::st
   return m;
 }
 
+// The masks of a training micro-batch (a fixed key: step 3, samples 4.. of the global batch).
+inline DropoutDraw TrainingDraw() {
+  DropoutDraw d;
+  d.on = true;
+  d.seed = 99;
+  d.step = 3;
+  d.first_sample = 4;
+  return d;
+}
+
 // n random tokens and targets below `vocab`.
 inline void RandomTokens(int n, int vocab, std::mt19937* rng, std::vector<int32_t>* tokens,
                          std::vector<int32_t>* targets) {
@@ -88,11 +98,10 @@ inline double MeanLoss(GptModel* model, const std::vector<int32_t>& tokens,
 }
 
 // The central difference of loss() in (*values)[i], each value set by set(*values), against
-// `analytic`: the gradient that backward gave for it.
+// `analytic`: the gradient that backward gave for it. A smaller `eps` for a more curved loss.
 template <typename Set, typename Loss>
 void ExpectCentralDifference(std::vector<float>* values, size_t i, float analytic, Set set,
-                             Loss loss, const std::string& what) {
-  const double eps = 1e-2;
+                             Loss loss, const std::string& what, double eps = 1e-2) {
   const float saved = (*values)[i];
   (*values)[i] = saved + static_cast<float>(eps);
   ASSERT_TRUE(set(*values).ok());

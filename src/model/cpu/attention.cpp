@@ -8,7 +8,8 @@
 // the block's last row (the causal mask skips the rest). The backward pass recomputes the
 // probabilities from the saved logsumexp statistics instead of keeping a (B,NH,T,T) buffer.
 // Per-thread scratch: two (kQueryBlock, T) blocks and the transposed keys (and values) of the
-// head.
+// head. Under Data.packing: documents (doc_starts) a query row sees only the keys of its own
+// document, [doc_starts[t], t]: the scores before that start are zeroed like those past t.
 #include <omp.h>
 
 #include <algorithm>
@@ -98,6 +99,11 @@ void SoftmaxBackwardRow(float* p, float* ds, int len, int keys, float scale, flo
   for (int s = len; s < keys; ++s) p[s] = ds[s] = 0.f;
 }
 
+// The first key that query t of sample b sees: its document's start, or 0.
+inline int FirstKey(const int32_t* doc_starts, int b, int t, int T) {
+  return doc_starts == nullptr ? 0 : doc_starts[static_cast<int64_t>(b) * T + t];
+}
+
 // Per thread: two (kQueryBlock, T) blocks and two (HS, T) transposes.
 inline size_t ScratchPerThread(int T, int HS) {
   return (2 * static_cast<size_t>(kQueryBlock) + 2 * static_cast<size_t>(HS)) * T;
@@ -110,7 +116,8 @@ size_t attention_scratch_floats(int T, int HS, int threads) {
 }
 
 void attention_forward(float* out, float* stats, const float* qkv, float* scratch, int B, int T,
-                       int NH, int NKV, int HS, const DropoutKey& dropout) {
+                       int NH, int NKV, int HS, const DropoutKey& dropout,
+                       const int32_t* doc_starts) {
   const float scale = 1.f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
@@ -126,7 +133,9 @@ void attention_forward(float* out, float* stats, const float* qkv, float* scratc
         Scores(p, hv, kt, t0, rows, keys, T, HS);
         for (int r = 0; r < rows; ++r) {
           float* row = p + static_cast<int64_t>(r) * T;
-          row_stats[t0 + r] = SoftmaxRow(row, t0 + r + 1, keys, scale);
+          const int lo = FirstKey(doc_starts, b, t0 + r, T);
+          std::fill(row, row + lo, 0.f);
+          row_stats[t0 + r] = SoftmaxRow(row + lo, t0 + r + 1 - lo, keys - lo, scale);
           if (dropout.on())
             dropout_row(row, t0 + r + 1, dropout, dropout.first_sample + b, t0 + r,
                         dropout.first_head + h);
@@ -147,7 +156,7 @@ void attention_forward(float* out, float* stats, const float* qkv, float* scratc
 // D_t = dout_t . out_t still, and dv_s sums the dropped probabilities.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* stats, float* scratch, int B, int T, int NH, int NKV, int HS,
-                        const DropoutKey& dropout) {
+                        const DropoutKey& dropout, const int32_t* doc_starts) {
   const float scale = 1.f / std::sqrt(static_cast<float>(HS));
   const int group = NH / NKV;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -185,7 +194,11 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
             const int64_t sample = dropout.first_sample + b;
             const int head = dropout.first_head + h;
             if (dropout.on()) dropout_row(ds_row, t + 1, dropout, sample, t, head);
-            SoftmaxBackwardRow(p_row, ds_row, t + 1, keys, scale, row_stats[t], d);
+            const int lo = FirstKey(doc_starts, b, t, T);
+            std::fill(p_row, p_row + lo, 0.f);
+            std::fill(ds_row, ds_row + lo, 0.f);
+            SoftmaxBackwardRow(p_row + lo, ds_row + lo, t + 1 - lo, keys - lo, scale, row_stats[t],
+                               d);
             if (dropout.on()) dropout_row(p_row, t + 1, dropout, sample, t, head);
           }
           // dq rows = ds @ k[0 : keys]; dk[0 : keys] += ds^T @ q rows; dv[0 : keys] += p^T @ dout.
@@ -205,26 +218,32 @@ namespace {
 int HeadSize(const Tensor& qkv, int num_heads, int num_kv_heads) {
   return static_cast<int>(qkv.dim(2) / (static_cast<int64_t>(num_heads) + 2 * num_kv_heads));
 }
+
+// The documents' starts (B,T) of Data.packing: documents, or null.
+const int32_t* DocStarts(const Tensor& doc_starts) {
+  return doc_starts.empty() ? nullptr : doc_starts.as<int32_t>();
+}
 }  // namespace
 
 Status CpuBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                       int num_kv_heads, const DropoutKey& dropout) {
+                                       int num_kv_heads, const DropoutKey& dropout,
+                                       Tensor doc_starts) {
   const int NKV = num_kv_heads, HS = HeadSize(qkv, num_heads, num_kv_heads);
   const int T = static_cast<int>(qkv.dim(1));
   cpu::attention_forward(out.as<float>(), stats.as<float>(), qkv.as<float>(),
                          AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)), T, num_heads, NKV,
-                         HS, dropout);
+                         HS, dropout, DocStarts(doc_starts));
   return Status::Ok();
 }
 
 Status CpuBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
                                         Tensor stats, int num_heads, int num_kv_heads,
-                                        const DropoutKey& dropout) {
+                                        const DropoutKey& dropout, Tensor doc_starts) {
   const int NKV = num_kv_heads, HS = HeadSize(qkv, num_heads, num_kv_heads);
   const int T = static_cast<int>(qkv.dim(1));
   cpu::attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(),
                           stats.as<float>(), AttentionScratch(T, HS), static_cast<int>(qkv.dim(0)),
-                          T, num_heads, NKV, HS, dropout);
+                          T, num_heads, NKV, HS, dropout, DocStarts(doc_starts));
   return Status::Ok();
 }
 

@@ -52,9 +52,11 @@ class CpuBackend : public Backend {
   Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
   Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                             int num_kv_heads, const DropoutKey& dropout) override;
+                             int num_kv_heads, const DropoutKey& dropout,
+                             Tensor doc_starts) override;
   Status RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                              int num_heads, int num_kv_heads, const DropoutKey& dropout) override;
+                              int num_heads, int num_kv_heads, const DropoutKey& dropout,
+                              Tensor doc_starts) override;
   Status RunDropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) override;
   Status RunAdd(Tensor out, Tensor a, Tensor b) override;
   Status RunAddInPlace(Tensor out, Tensor a) override;
@@ -77,8 +79,8 @@ class CpuBackend : public Backend {
   Status RunQkNormBackward(Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout, Tensor in,
                            Tensor q_weight, Tensor k_weight, Tensor rstd, int num_heads,
                            int num_kv_heads) override;
-  Status RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads,
-                 bool inverse) override;
+  Status RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads, bool inverse,
+                 Tensor doc_starts) override;
   Status RunSwiGluForward(Tensor out, Tensor gate_up) override;
   Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) override;
   Status RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,

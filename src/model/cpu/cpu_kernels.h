@@ -84,13 +84,16 @@ void gelu_backward(float* dx, const float* dy, const float* pre_act, size_t n);
 // scratch: attention_scratch_floats(T, HS, threads) floats, threads >= omp_get_max_threads().
 size_t attention_scratch_floats(int T, int HS, int threads);
 // With dropout.on(), the probabilities are dropped after stats (dropout_row; Backend's contract).
+// doc_starts (B,T) or null: query t of sample b sees keys doc_starts[b*T+t] <= s <= t only.
 void attention_forward(float* out, float* stats, const float* qkv, float* scratch, int B, int T,
-                       int NH, int NKV, int HS, const DropoutKey& dropout = DropoutKey());
+                       int NH, int NKV, int HS, const DropoutKey& dropout = DropoutKey(),
+                       const int32_t* doc_starts = nullptr);
 // dqkv (B,T,(NH+2*NKV)*HS) overwritten (a kv head's gradient sums over its query heads); the
 // probabilities are recomputed from qkv and stats, and sum_s p_ts dp_ts as dout_t . out_t.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* stats, float* scratch, int B, int T, int NH, int NKV, int HS,
-                        const DropoutKey& dropout = DropoutKey());
+                        const DropoutKey& dropout = DropoutKey(),
+                        const int32_t* doc_starts = nullptr);
 
 // ---- rmsnorm.cpp (Llama family) ----
 // out (N,C), rstd (N) = 1/sqrt(mean(in^2) + eps); out = in * rstd * weight (C).
@@ -110,9 +113,10 @@ void qk_norm_backward(float* din, float* dq_weight, float* dk_weight, const floa
                       const float* rstd, int64_t N, int NH, int NKV, int HD);
 
 // ---- rope.cpp (rotate-half layout, in place on the q and k heads of qkv (B,T,(NH+2*NKV)*HD);
-// cos_sin (2, P, HD/2), P >= T; inverse rotates by -angle: the backward pass) ----
+// cos_sin (2, P, HD/2), P >= T; inverse rotates by -angle: the backward pass; doc_starts (B,T)
+// or null: token t of sample b at position t - doc_starts[b*T+t], else t) ----
 void rope(float* qkv, const float* cos_sin, int B, int T, int NH, int NKV, int HD, int P,
-          bool inverse);
+          bool inverse, const int32_t* doc_starts = nullptr);
 
 // ---- swiglu.cpp ----
 // out (N,F) = silu(gate_up[:, :F]) * gate_up[:, F:]; gate_up (N,2F).

@@ -11,13 +11,16 @@ void dropout_forward(float* out, const float* in, const float* residual, int64_t
                      const DropoutKey& key) {
   const uint32_t threshold = DropoutThreshold(key.p);
   const float scale = DropoutScale(key.p);
+  const int64_t first = key.first_column;  // columns are global: first + c
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < N; ++r) {
-    for (int c0 = 0; c0 < C; c0 += 4) {
-      const Philox4 bits = HiddenDropoutWords(key, r, c0 / 4);
-      for (int c = c0; c < C && c < c0 + 4; ++c) {
+    for (int64_t g = first / 4; g * 4 < first + C; ++g) {  // groups of four global columns
+      const Philox4 bits = HiddenDropoutWords(key, r, g);
+      for (int k = 0; k < 4; ++k) {
+        const int64_t c = g * 4 + k - first;
+        if (c < 0 || c >= C) continue;
         const int64_t i = r * C + c;
-        const float kept = bits.v[c - c0] >= threshold ? in[i] * scale : 0.f;
+        const float kept = bits.v[k] >= threshold ? in[i] * scale : 0.f;
         out[i] = residual ? residual[i] + kept : kept;
       }
     }

@@ -4,6 +4,8 @@
 // Grouped-query attention: q head h reads kv head h / (NH/NKV); the warp of a kv head's key row
 // sums dk and dv over the group's query heads in order (deterministic, no atomics).
 // Attention dropout draws the CPU's mask (philox.h, cpu/attention.cpp) for every (query, key).
+// Under Data.packing: documents (doc_starts) query i sees keys doc_starts[i] <= j <= i only, and
+// key j is seen by the queries of its own document: i from j while doc_starts[i] <= j.
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -22,6 +24,13 @@ struct AttentionLayout {
   DropoutKey drop;  // p 0: off
   uint32_t drop_threshold;
   float drop_scale;
+  const int32_t* doc_starts;  // (B,T), or null: one document per sample
+  // The first key that query i of sample b sees.
+  __device__ int FirstKey(int b, int i) const {
+    return doc_starts == nullptr ? 0 : doc_starts[(int64_t)b * T + i];
+  }
+  // Whether query i of sample b sees key j <= i.
+  __device__ bool Sees(int b, int i, int j) const { return FirstKey(b, i) <= j; }
   // What probability p_ij of local head h of sample b is multiplied by: 1 without dropout.
   __device__ float Keep(int b, int h, int i, int j) const {
     if (drop.p == 0.f) return 1.f;
@@ -97,7 +106,7 @@ __global__ void AttentionForwardFallbackKernel(T* out, float* stats, const T* qk
   float q[kMaxPerLane], acc[kMaxPerLane] = {};
   LoadLane(q, qkv + L.Q(b, i, h), L.HS);
   float running_max = -INFINITY, running_sum = 0.f;
-  for (int j = 0; j <= i; ++j) {
+  for (int j = L.FirstKey(b, i); j <= i; ++j) {
     const float s = L.scale * WarpDot(q, qkv + L.K(b, j, g), L.HS);
     const float new_max = fmaxf(running_max, s);
     const float correction = expf(running_max - new_max);
@@ -140,7 +149,7 @@ __global__ void AttentionQueryGradFallbackKernel(T* dqkv, const T* dout, const T
   LoadLane(q, qkv + L.Q(b, i, h), L.HS);
   LoadLane(g, dout + L.O(b, i, h), L.HS);
   const float lse = stats[L.Stat(b, i, h)], di = delta[L.Stat(b, i, h)];
-  for (int j = 0; j <= i; ++j) {
+  for (int j = L.FirstKey(b, i); j <= i; ++j) {
     const T* k = qkv + L.K(b, j, kv);
     const float p = expf(L.scale * WarpDot(q, k, L.HS) - lse);
     const float ds = p * (L.Keep(b, h, i, j) * WarpDot(g, qkv + L.V(b, j, kv), L.HS) - di);
@@ -166,7 +175,7 @@ __global__ void AttentionKeyValueGradFallbackKernel(T* dqkv, const T* dout, cons
   LoadLane(k, qkv + L.K(b, j, kv), L.HS);
   LoadLane(v, qkv + L.V(b, j, kv), L.HS);
   for (int h = kv * L.group; h < (kv + 1) * L.group; ++h) {
-    for (int i = j; i < L.T; ++i) {
+    for (int i = j; i < L.T && L.Sees(b, i, j); ++i) {
       const T* q = qkv + L.Q(b, i, h);
       const T* g = dout + L.O(b, i, h);
       const float p = expf(L.scale * WarpDot(k, q, L.HS) - stats[L.Stat(b, i, h)]);
@@ -186,13 +195,14 @@ __global__ void AttentionKeyValueGradFallbackKernel(T* dqkv, const T* dout, cons
   StoreLane(dqkv + L.V(b, j, kv), dv, 1.f, L.HS);
 }
 
-AttentionLayout MakeLayout(int B, int T, int NH, int NKV, int HS, const DropoutKey& dropout) {
+AttentionLayout MakeLayout(int B, int T, int NH, int NKV, int HS, const DropoutKey& dropout,
+                           const int32_t* doc_starts) {
   return AttentionLayout{B,       T,
                          NH,      NKV,
                          HS,      NH / NKV,
                          1.f / sqrtf(static_cast<float>(HS)),
                          dropout, DropoutThreshold(dropout.p),
-                         DropoutScale(dropout.p)};
+                         DropoutScale(dropout.p), doc_starts};
 }
 
 // Blocks of warps for the B * heads * T rows.
@@ -208,9 +218,10 @@ bool ValidHeads(int NH, int NKV, int HS) {
 
 cudaError_t LaunchAttentionForwardFallback(DType dtype, void* out, float* stats, const void* qkv,
                                            int B, int T, int NH, int NKV, int HS,
-                                           const DropoutKey& dropout, cudaStream_t stream) {
+                                           const DropoutKey& dropout, cudaStream_t stream,
+                                           const int32_t* doc_starts) {
   if (!ValidHeads(NH, NKV, HS)) return cudaErrorInvalidValue;
-  const AttentionLayout L = MakeLayout(B, T, NH, NKV, HS, dropout);
+  const AttentionLayout L = MakeLayout(B, T, NH, NKV, HS, dropout, doc_starts);
   TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,
                               AttentionForwardFallbackKernel<E>
                               <<<RowBlocks(B, T, NH), kWarpsPerBlock * kWarpSize, 0, stream>>>(
@@ -225,9 +236,10 @@ size_t AttentionBackwardFallbackScratchFloats(int B, int T, int NH) {
 cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void* dout,
                                             const void* qkv, const void* out, const float* stats,
                                             float* scratch, int B, int T, int NH, int NKV, int HS,
-                                            const DropoutKey& dropout, cudaStream_t stream) {
+                                            const DropoutKey& dropout, cudaStream_t stream,
+                                            const int32_t* doc_starts) {
   if (!ValidHeads(NH, NKV, HS)) return cudaErrorInvalidValue;
-  const AttentionLayout L = MakeLayout(B, T, NH, NKV, HS, dropout);
+  const AttentionLayout L = MakeLayout(B, T, NH, NKV, HS, dropout, doc_starts);
   const unsigned blocks = RowBlocks(B, T, NH), kv_blocks = RowBlocks(B, T, NKV),
                  threads = kWarpsPerBlock * kWarpSize;
   TRAINER_DISPATCH_FLOAT_TYPE(

@@ -117,10 +117,14 @@ class CudaBackend final : public Backend {
   Status RunGeluForward(Tensor out, Tensor in) override;
   Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
+  // With doc_starts (Data.packing: documents) our kernels run: cuDNN's graph is not built for
+  // per-sample document masks here (gpu.md).
   Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                             int num_kv_heads, const DropoutKey& dropout) override;
+                             int num_kv_heads, const DropoutKey& dropout,
+                             Tensor doc_starts) override;
   Status RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
-                              int num_heads, int num_kv_heads, const DropoutKey& dropout) override;
+                              int num_heads, int num_kv_heads, const DropoutKey& dropout,
+                              Tensor doc_starts) override;
   Status RunDropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) override;
   Status RunAdd(Tensor out, Tensor a, Tensor b) override;
   Status RunAddInPlace(Tensor out, Tensor a) override;
@@ -148,8 +152,8 @@ class CudaBackend final : public Backend {
   Status RunQkNormBackward(Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout, Tensor in,
                            Tensor q_weight, Tensor k_weight, Tensor rstd, int num_heads,
                            int num_kv_heads) override;
-  Status RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads,
-                 bool inverse) override;
+  Status RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads, bool inverse,
+                 Tensor doc_starts) override;
   Status RunSwiGluForward(Tensor out, Tensor gate_up) override;
   Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) override;
   // Mixture of experts (cuda_backend_moe.cpp, moe.cu).

@@ -351,11 +351,14 @@ Status CudaBackend::AttentionCudnnRefused(int B, int T, int NH, int NKV, int HS,
 }
 
 Status CudaBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                        int num_kv_heads, const DropoutKey& dropout) {
+                                        int num_kv_heads, const DropoutKey& dropout,
+                                        Tensor doc_starts) {
   const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
+  const int32_t* starts = doc_starts.empty() ? nullptr : doc_starts.as<int32_t>();
   int* route = nullptr;
-  TRAINER_RETURN_IF_ERROR(AttentionRoute(s.B, s.T, s.NH, s.NKV, s.HS, &route));
-  if (*route == kAttentionCudnn) {
+  if (starts == nullptr)
+    TRAINER_RETURN_IF_ERROR(AttentionRoute(s.B, s.T, s.NH, s.NKV, s.HS, &route));
+  if (route != nullptr && *route == kAttentionCudnn) {
     bool supported = false;
     TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(compute_, out.data, stats.as<float>(),
                                                       qkv.data, s.B, s.T, s.NH, s.NKV, s.HS,
@@ -368,17 +371,20 @@ Status CudaBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, in
   }
   ++counts_.attention_fallback;
   CUDA_CHECK(cuda::LaunchAttentionForwardFallback(compute_, out.data, stats.as<float>(), qkv.data,
-                                                  s.B, s.T, s.NH, s.NKV, s.HS, dropout, stream_));
+                                                  s.B, s.T, s.NH, s.NKV, s.HS, dropout, stream_,
+                                                  starts));
   return Status::Ok();
 }
 
 Status CudaBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
                                          Tensor stats, int num_heads, int num_kv_heads,
-                                         const DropoutKey& dropout) {
+                                         const DropoutKey& dropout, Tensor doc_starts) {
   const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
+  const int32_t* starts = doc_starts.empty() ? nullptr : doc_starts.as<int32_t>();
   int* route = nullptr;
-  TRAINER_RETURN_IF_ERROR(AttentionRoute(s.B, s.T, s.NH, s.NKV, s.HS, &route));
-  if (*route == kAttentionCudnn) {
+  if (starts == nullptr)
+    TRAINER_RETURN_IF_ERROR(AttentionRoute(s.B, s.T, s.NH, s.NKV, s.HS, &route));
+  if (route != nullptr && *route == kAttentionCudnn) {
     bool supported = false;
     TRAINER_RETURN_IF_ERROR(cudnn_attention_->Backward(compute_, dqkv.data, dout.data, qkv.data,
                                                        out.data, stats.as<float>(), s.B, s.T, s.NH,
@@ -394,7 +400,7 @@ Status CudaBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, T
       cuda::AttentionBackwardFallbackScratchFloats(s.B, s.T, s.NH) * sizeof(float), &scratch));
   CUDA_CHECK(cuda::LaunchAttentionBackwardFallback(
       compute_, dqkv.data, dout.data, qkv.data, out.data, stats.as<float>(),
-      static_cast<float*>(scratch), s.B, s.T, s.NH, s.NKV, s.HS, dropout, stream_));
+      static_cast<float*>(scratch), s.B, s.T, s.NH, s.NKV, s.HS, dropout, stream_, starts));
   return Status::Ok();
 }
 

@@ -84,12 +84,13 @@ Status CudaBackend::RunQkNormBackward(Tensor din, Tensor dq_weight, Tensor dk_we
 }
 
 Status CudaBackend::RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads,
-                            bool inverse) {
+                            bool inverse, Tensor doc_starts) {
   // qkv (B,T,...) and cos_sin (2,P,HD/2), as the contract checked.
   CUDA_CHECK(cuda::LaunchRope(compute_, qkv.data, cos_sin.as<float>(), Rows(qkv),
                               static_cast<int>(qkv.dim(1)), num_heads, num_kv_heads,
                               static_cast<int>(HeadSize(qkv, num_heads, num_kv_heads)),
-                              static_cast<int>(cos_sin.dim(1)), inverse, stream_));
+                              static_cast<int>(cos_sin.dim(1)), inverse, stream_,
+                              doc_starts.empty() ? nullptr : doc_starts.as<int32_t>()));
   return Status::Ok();
 }
 

@@ -13,14 +13,17 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void DropoutKernel(T* out, const T* in, const T* residual, int64_t N, int C,
                               DropoutKey key, uint32_t threshold, float scale) {
-  const int64_t groups_per_row = (C + 3) / 4, n = N * groups_per_row;
+  // Groups of four global columns (key.first_column + c), as the CPU's.
+  const int64_t first = key.first_column, first_group = first / 4;
+  const int64_t groups_per_row = (first % 4 + C + 3) / 4, n = N * groups_per_row;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = i / groups_per_row, group = i % groups_per_row;
+    const int64_t r = i / groups_per_row, group = first_group + i % groups_per_row;
     const Philox4 bits = HiddenDropoutWords(key, r, group);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const int64_t c = group * 4 + k;
+      const int64_t c = group * 4 + k - first;
+      if (c < 0) continue;
       if (c >= C) break;
       const int64_t e = r * C + c;
       const float kept = bits.v[k] >= threshold ? ToFloat(in[e]) * scale : 0.f;
@@ -43,7 +46,7 @@ cudaError_t LaunchFillInt64Pair(int64_t* dst, int64_t a, int64_t b, cudaStream_t
 
 cudaError_t LaunchDropout(DType dtype, void* out, const void* in, const void* residual, int64_t N,
                           int C, const DropoutKey& key, cudaStream_t stream) {
-  const int64_t n = N * ((C + 3) / 4);
+  const int64_t n = N * ((key.first_column % 4 + C + 3) / 4);
   const uint32_t threshold = DropoutThreshold(key.p);
   const float scale = DropoutScale(key.p);
   TRAINER_DISPATCH_FLOAT_TYPE(dtype, E,

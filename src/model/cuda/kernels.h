@@ -78,10 +78,12 @@ cudaError_t LaunchQkNormBackward(DType dtype, void* din, float* dq_weight, float
                                  int NKV, int HD, float* scratch, cudaStream_t stream);
 
 // ---- rope.cu (rotate-half rotary embedding, in place on the q and k heads) ----
-// qkv (B*T, (NH+2*NKV)*HD); cos_sin (2, P, HD/2) f32; row r is position r % T. inverse: rotate
-// by -angle (the backward pass).
+// qkv (B*T, (NH+2*NKV)*HD); cos_sin (2, P, HD/2) f32; row r is position r % T, or
+// r % T - doc_starts[r] with doc_starts (B*T) (Data.packing: documents). inverse: rotate by
+// -angle (the backward pass).
 cudaError_t LaunchRope(DType dtype, void* qkv, const float* cos_sin, int64_t N, int T, int NH,
-                       int NKV, int HD, int P, bool inverse, cudaStream_t stream);
+                       int NKV, int HD, int P, bool inverse, cudaStream_t stream,
+                       const int32_t* doc_starts = nullptr);
 
 // ---- swiglu.cu ----
 // out (N,F) = silu(gate_up[:, :F]) * gate_up[:, F:]; gate_up (N,2F).
@@ -166,10 +168,12 @@ cudaError_t LaunchSum(const float* x, int64_t n, bool squares, bool accumulate, 
 // qkv (B,T,NH+2*NKV,HS) = [NH q heads | NKV k heads | NKV v heads]; q head h attends with kv head
 // h / (NH/NKV) (grouped-query attention; NKV = NH: multi-head). out (B,T,NH,HS); stats (B,NH,T) =
 // logsumexp of the scaled scores. With dropout.p > 0, the probabilities dropped as the CPU's
-// (Backend::AttentionForward), the backward the same.
+// (Backend::AttentionForward), the backward the same. doc_starts (B,T) or null: query t of
+// sample b sees keys doc_starts[b*T+t] <= s <= t only (Data.packing: documents).
 cudaError_t LaunchAttentionForwardFallback(DType dtype, void* out, float* stats, const void* qkv,
                                            int B, int T, int NH, int NKV, int HS,
-                                           const DropoutKey& dropout, cudaStream_t stream);
+                                           const DropoutKey& dropout, cudaStream_t stream,
+                                           const int32_t* doc_starts = nullptr);
 // Floats of scratch that LaunchAttentionBackwardFallback needs.
 size_t AttentionBackwardFallbackScratchFloats(int B, int T, int NH);
 // dqkv (B,T,NH+2*NKV,HS) overwritten; a kv head's gradient sums over its query heads in a fixed
@@ -177,7 +181,8 @@ size_t AttentionBackwardFallbackScratchFloats(int B, int T, int NH);
 cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void* dout,
                                             const void* qkv, const void* out, const float* stats,
                                             float* scratch, int B, int T, int NH, int NKV, int HS,
-                                            const DropoutKey& dropout, cudaStream_t stream);
+                                            const DropoutKey& dropout, cudaStream_t stream,
+                                            const int32_t* doc_starts = nullptr);
 
 // ---- cross_entropy.cu (block per row; see Backend::CrossEntropy* for the three passes) ----
 // One pass for a rank that holds the whole vocabulary, when a row fits in shared memory; false

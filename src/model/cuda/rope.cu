@@ -4,7 +4,8 @@
 // computed in f32 and rounded once. The inverse (the backward pass: the transposed rotation)
 // negates s. A block takes rows in a grid-stride loop; its threads take the row's (head, i)
 // pairs, consecutive threads consecutive i, so loads of a half-head are coalesced; two pairs per
-// thread (bf16x2 / float2 loads) where HD/2 is even and the rows allow.
+// thread (bf16x2 / float2 loads) where HD/2 is even and the rows allow. Under Data.packing:
+// documents the position is t - doc_starts[r], counted from the row's document start.
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -25,11 +26,11 @@ struct alignas(sizeof(T) * kPairs) Pairs {
 template <typename T, int kPairs>
 __global__ void __launch_bounds__(kThreads)
     RopeKernel(T* qkv, const float* __restrict__ cos_sin, int64_t N, int T_, int slots, int heads,
-               int half, int P, float sign) {
+               int half, int P, float sign, const int32_t* __restrict__ doc_starts) {
   const int groups = half / kPairs;  // per head
   const int per_row = heads * groups;
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
-    const int t = static_cast<int>(row % T_);
+    const int t = static_cast<int>(row % T_) - (doc_starts ? doc_starts[row] : 0);
     const float* cos_t = cos_sin + (int64_t)t * half;
     const float* sin_t = cos_sin + ((int64_t)P + t) * half;
     T* x = qkv + row * slots * 2 * half;
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 void RopeImpl(T* qkv, const float* cos_sin, int64_t N, int T_, int NH, int NKV, int HD, int P,
-              bool inverse, cudaStream_t stream) {
+              bool inverse, cudaStream_t stream, const int32_t* doc_starts) {
   const int half = HD / 2, slots = NH + 2 * NKV, heads = NH + NKV;
   const float sign = inverse ? -1.f : 1.f;
   const int64_t max_blocks = 132 * 16;  // a few waves; the row loop covers the rest
@@ -62,20 +63,24 @@ void RopeImpl(T* qkv, const float* cos_sin, int64_t N, int T_, int NH, int NKV, 
   // Pairs of adjacent i where both halves' pairs are aligned: half even, qkv aligned to two T.
   if (half % 2 == 0 && reinterpret_cast<uintptr_t>(qkv) % (2 * sizeof(T)) == 0)
     RopeKernel<T, 2>
-        <<<blocks, kThreads, 0, stream>>>(qkv, cos_sin, N, T_, slots, heads, half, P, sign);
+        <<<blocks, kThreads, 0, stream>>>(qkv, cos_sin, N, T_, slots, heads, half, P, sign,
+                                          doc_starts);
   else
     RopeKernel<T, 1>
-        <<<blocks, kThreads, 0, stream>>>(qkv, cos_sin, N, T_, slots, heads, half, P, sign);
+        <<<blocks, kThreads, 0, stream>>>(qkv, cos_sin, N, T_, slots, heads, half, P, sign,
+                                          doc_starts);
 }
 
 }  // namespace
 
 cudaError_t LaunchRope(DType dtype, void* qkv, const float* cos_sin, int64_t N, int T, int NH,
-                       int NKV, int HD, int P, bool inverse, cudaStream_t stream) {
+                       int NKV, int HD, int P, bool inverse, cudaStream_t stream,
+                       const int32_t* doc_starts) {
   if (N == 0) return cudaSuccess;
   if (HD % 2 != 0 || T <= 0 || P < T) return cudaErrorInvalidValue;
   TRAINER_DISPATCH_FLOAT_TYPE(
-      dtype, E, RopeImpl<E>(static_cast<E*>(qkv), cos_sin, N, T, NH, NKV, HD, P, inverse, stream));
+      dtype, E,
+      RopeImpl<E>(static_cast<E*>(qkv), cos_sin, N, T, NH, NKV, HD, P, inverse, stream, doc_starts));
   return cudaGetLastError();
 }
 
