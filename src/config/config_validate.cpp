@@ -12,9 +12,9 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "config/config_checker.h"
 #include "config/config_keys.h"
 #include "config/config_loader.h"
-#include "config/lora_targets.h"
 
 namespace trainer {
 namespace {
@@ -120,55 +120,6 @@ const RequiredRule kRequiredRules[] = {
     {"Engine.output_dir", "Set it to a folder for metrics and checkpoints, e.g. out/run1"},
 };
 
-std::string Join(const std::vector<std::string>& items) {
-  std::string text;
-  for (size_t i = 0; i < items.size(); ++i) text += (i ? ", " : "") + items[i];
-  return text;
-}
-
-// Reads keys of one config by name and words the errors about them.
-class Checker {
- public:
-  explicit Checker(TrainConfig* config) : config_(config) {}
-
-  // The field of "Section.key" (nullptr only for a misspelt name in this file: a bug).
-  const FieldRef* Field(const std::string& full_name) {
-    size_t dot = full_name.find('.');
-    const ConfigKey* key = FindConfigKey(full_name.substr(0, dot), full_name.substr(dot + 1));
-    if (key == nullptr) return nullptr;
-    field_ = key->field(*config_);
-    return &field_;
-  }
-
-  // "Model.hidden_size=130", "Global.device=\"gpu\"".
-  std::string Show(const std::string& key) { return key + "=" + Value(key); }
-  std::string Value(const std::string& key) { return FormatField(*Field(key)); }
-
-  // Where the first of `keys` that an override set came from ("from -o Model.hidden_size=130",
-  // the last such override), else the config file, else "built-in defaults".
-  std::string Where(std::initializer_list<std::string> keys) const {
-    const std::vector<std::string>& overrides = config_->config_overrides;
-    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
-      std::string name = it->substr(0, it->find('='));
-      name.erase(0, name.find_first_not_of(" \t"));
-      name.erase(name.find_last_not_of(" \t") + 1);
-      for (const std::string& key : keys)
-        if (CanonicalKeyName(name) == key) return "from -o " + *it;
-    }
-    return config_->config_path.empty() ? "built-in defaults" : config_->config_path;
-  }
-
-  // "<what> (<where>). <fix>."
-  Status Fail(const std::string& what, std::initializer_list<std::string> keys,
-              const std::string& fix) const {
-    return UsageError(what + " (" + Where(keys) + "). " + fix + ".");
-  }
-
- private:
-  TrainConfig* config_;
-  FieldRef field_;
-};
-
 double NumericValue(const FieldRef& field) {
   if (auto* v = std::get_if<int*>(&field)) return **v;
   if (auto* v = std::get_if<double*>(&field)) return **v;
@@ -218,157 +169,6 @@ Status CheckStrings(Checker& check) {
                    std::string("no string config key ") + rule.key);
     if (std::get<std::string*>(*field)->empty())
       return check.Fail(std::string(rule.key) + " is empty", {rule.key}, rule.fix);
-  }
-  return Status::Ok();
-}
-
-// The keys of one family that the other does not have, and the llama family's attention shape.
-Status CheckModelFamily(const TrainConfig& c, Checker& check) {
-  const ModelConfig& m = c.model;
-  if (m.arch == "gpt2") {
-    struct LlamaOnly {
-      const char* key;
-      bool set;
-    };
-    const LlamaOnly keys[] = {
-        {"Model.num_kv_heads", m.num_kv_heads != 0 && m.num_kv_heads != m.num_heads},
-        {"Model.head_dim", m.head_dim != 0 && m.head_dim * m.num_heads != m.hidden_size},
-        {"Model.qkv_bias", m.qkv_bias},
-        {"Model.qk_norm", m.qk_norm},
-        {"Model.qk_norm_type", m.qk_norm_type != "head"},
-        {"Model.tie_embeddings", !m.tie_embeddings},
-        {"Model.rope_scaling", m.rope_scaling != "none"},
-        {"Model.norm_eps", m.norm_eps != 1e-5},
-    };
-    for (const LlamaOnly& k : keys)
-      if (k.set)
-        return check.Fail(
-            check.Show(k.key) + " is a key of the llama family, and Model.arch=gpt2",
-            {k.key, "Model.arch"},
-            std::string("Set Model.arch=llama, or leave ") + k.key + " at its default for GPT-2");
-    return Status::Ok();
-  }
-  if (m.num_heads % m.kv_heads() != 0)
-    return check.Fail(
-        check.Show("Model.num_heads") + " is not divisible by " + check.Show("Model.num_kv_heads"),
-        {"Model.num_heads", "Model.num_kv_heads"},
-        StrFormat("Set Model.num_kv_heads to a divisor of %d (each key/value head "
-                  "serves a whole group of query heads)",
-                  m.num_heads));
-  if (m.head_size() % 2 != 0 || m.head_size() <= 0)
-    return check.Fail(StrFormat("the head size %d (Model.head_dim, or hidden_size/num_heads) is "
-                                "odd: rotary position embedding rotates pairs of channels",
-                                m.head_size()),
-                      {"Model.head_dim", "Model.hidden_size", "Model.num_heads"},
-                      "Set Model.head_dim to an even number");
-  return Status::Ok();
-}
-
-// Model.qk_norm_type=full (OLMoE): one RMSNorm over all q heads and one over all k heads, which
-// the q/k norm op computes as one head of num_heads x head_dim; it needs the whole of q on a rank.
-Status CheckFullQkNorm(const TrainConfig& c, Checker& check) {
-  const ModelConfig& m = c.model;
-  if (m.qk_norm_type != "full") return Status::Ok();
-  if (!m.qk_norm)
-    return check.Fail(check.Show("Model.qk_norm_type") + " without q/k norms (" +
-                          check.Show("Model.qk_norm") + ")",
-                      {"Model.qk_norm_type", "Model.qk_norm"},
-                      "Set Model.qk_norm=true, or leave Model.qk_norm_type at head");
-  if (m.kv_heads() != m.num_heads)
-    return check.Fail(check.Show("Model.qk_norm_type") +
-                          " needs as many key/value heads as heads (OLMoE's attention): " +
-                          check.Show("Model.num_kv_heads") + ", " + check.Show("Model.num_heads"),
-                      {"Model.qk_norm_type", "Model.num_kv_heads"},
-                      StrFormat("Set Model.num_kv_heads=%d, or Model.qk_norm_type=head",
-                                m.num_heads));
-  if (c.distributed.tp_degree > 1)
-    return check.Fail(check.Show("Model.qk_norm_type") +
-                          " normalises q and k over every head, and " +
-                          check.Show("Distributed.tp_degree") + " splits the heads over ranks",
-                      {"Model.qk_norm_type", "Distributed.tp_degree"},
-                      "Set Distributed.tp_degree=1 (data, pipeline and sharding parallelism work)");
-  return Status::Ok();
-}
-
-// The mixture-of-experts keys (Model.num_experts > 0) against each other and the family.
-Status CheckMoe(const TrainConfig& c, Checker& check) {
-  const ModelConfig& m = c.model;
-  if (!m.moe()) return Status::Ok();
-  if (m.arch != "llama")
-    return check.Fail(check.Show("Model.num_experts") +
-                          " asks for experts, which are SwiGLU MLPs of the llama family, and " +
-                          check.Show("Model.arch"),
-                      {"Model.num_experts", "Model.arch"},
-                      "Set Model.arch=llama, or Model.num_experts=0 for GPT-2");
-  if (m.moe_router_topk > m.num_experts)
-    return check.Fail(check.Show("Model.moe_router_topk") + " exceeds " +
-                          check.Show("Model.num_experts"),
-                      {"Model.moe_router_topk", "Model.num_experts"},
-                      StrFormat("Set Model.moe_router_topk to at most %d", m.num_experts));
-  if (m.moe_first_k_dense >= m.num_layers)
-    return check.Fail(check.Show("Model.moe_first_k_dense") + " leaves no MoE layer among " +
-                          check.Show("Model.num_layers"),
-                      {"Model.moe_first_k_dense", "Model.num_layers"},
-                      StrFormat("Set Model.moe_first_k_dense below %d, or Model.num_experts=0 "
-                                "for a dense model",
-                                m.num_layers));
-  return Status::Ok();
-}
-
-// Model.lora_*: the targets name linears of the family.
-Status CheckLora(const TrainConfig& c, Checker& check) {
-  const ModelConfig& m = c.model;
-  if (!m.lora()) return Status::Ok();
-  std::vector<std::string> targets;
-  std::string error;
-  if (!ParseLoraTargets(m, &targets, &error))
-    return check.Fail(check.Show("Model.lora_targets") + ": " + error, {"Model.lora_targets"},
-                      m.arch == "llama" ? "Set Model.lora_targets to e.g. q,k,v,o,gate,up,down"
-                                        : "Set Model.lora_targets to e.g. c_attn,c_proj,c_fc");
-  if (m.moe())
-    return check.Fail(check.Show("Model.lora_rank") + " with " + check.Show("Model.num_experts") +
-                          ": LoRA on mixture-of-experts models is not supported yet",
-                      {"Model.lora_rank", "Model.num_experts"},
-                      "Set Model.lora_rank=0 to fine-tune every weight of a MoE model");
-  if (c.distributed.zero_stage() >= 2)
-    return check.Fail(check.Show("Model.lora_rank") + " with " +
-                          check.Show("Distributed.sharding.sharding_stage") +
-                          ": LoRA's frozen base is not sharded; LoRA runs with sharding stage 0 or 1",
-                      {"Model.lora_rank", "Distributed.sharding.sharding_stage"},
-                      "Set Distributed.sharding.sharding_stage=1 (the adapters' optimizer state is "
-                      "small anyway)");
-  return Status::Ok();
-}
-
-// Shapes that do not depend on the parallel layout.
-Status CheckModel(const TrainConfig& c, Checker& check) {
-  const ModelConfig& m = c.model;
-  if (m.seq_len > m.max_seq_len) {
-    return check.Fail(check.Show("Model.seq_len") + " exceeds " + check.Show("Model.max_seq_len"),
-                      {"Model.seq_len", "Model.max_seq_len"},
-                      StrFormat("Set Model.seq_len to at most %d (0 means max_seq_len), or raise "
-                                "Model.max_seq_len",
-                                m.max_seq_len));
-  }
-  TRAINER_RETURN_IF_ERROR(CheckModelFamily(c, check));
-  TRAINER_RETURN_IF_ERROR(CheckFullQkNorm(c, check));
-  TRAINER_RETURN_IF_ERROR(CheckMoe(c, check));
-  TRAINER_RETURN_IF_ERROR(CheckLora(c, check));
-  if (c.data.packed_documents() && c.model.arch != "llama")  // learned positions: no restart
-    return check.Fail(check.Show("Data.packing") + " restarts RoPE positions at each document, "
-                          "and " + check.Show("Model.arch") + " has learned positions",
-                      {"Data.packing", "Model.arch"},
-                      "Set Data.packing=concat for GPT-2, or use a llama-family model");
-  if (m.head_dim == 0 && m.hidden_size % m.num_heads != 0) {
-    const int example = m.hidden_size / m.num_heads * m.num_heads;
-    int heads = m.num_heads;  // the nearest head count below that divides hidden_size
-    while (m.hidden_size % heads != 0) --heads;
-    return check.Fail(
-        check.Show("Model.hidden_size") + " is not divisible by " + check.Show("Model.num_heads"),
-        {"Model.hidden_size", "Model.num_heads"},
-        StrFormat("Set Model.hidden_size to a multiple of %d, e.g. %d, or Model.num_heads to a "
-                  "divisor of %d, e.g. %d",
-                  m.num_heads, example > 0 ? example : m.num_heads, m.hidden_size, heads));
   }
   return Status::Ok();
 }
@@ -503,12 +303,12 @@ Status CheckExpertParallel(const TrainConfig& c, Checker& check) {
                       {"Distributed.ep_degree", "Model.num_experts"},
                       "Set Distributed.ep_degree to 1, or give the model experts");
   if (m.num_experts % d.ep_degree != 0)
-    return check.Fail(StrFormat("the %d experts (Model.num_experts) are not divisible by ",
-                                m.num_experts) +
-                          check.Show("Distributed.ep_degree"),
-                      {"Model.num_experts", "Distributed.ep_degree"},
-                      "Set Distributed.ep_degree to a divisor of " +
-                          std::to_string(m.num_experts) + " that divides dp_degree");
+    return check.Fail(
+        StrFormat("the %d experts (Model.num_experts) are not divisible by ", m.num_experts) +
+            check.Show("Distributed.ep_degree"),
+        {"Model.num_experts", "Distributed.ep_degree"},
+        "Set Distributed.ep_degree to a divisor of " + std::to_string(m.num_experts) +
+            " that divides dp_degree");
   if (c.global.device == "cuda")
     return check.Fail(check.Show("Distributed.ep_degree") +
                           ": expert parallelism runs on CPU ranks in this version (the NCCL "
