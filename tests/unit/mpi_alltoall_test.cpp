@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "alltoall_cases.h"
 #include "common/topology.h"
 #include "mpi_bootstrap/mpi_runtime.h"
 
@@ -15,49 +16,20 @@ namespace {
 
 MpiRuntime* g_runtime = nullptr;
 
-// Rank s sends (s + p) % 3 elements to rank p (some zero): element i is s * 1000 + p * 100 + i.
-int64_t Count(int s, int p) { return (s + p) % 3; }
-
 TEST(MpiAllToAll, UnevenCountsArriveInOrder) {
   MpiCommunicator* world = g_runtime->world();
-  const int n = world->size(), me = world->rank();
-  std::vector<int64_t> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
-  std::vector<float> send;
-  for (int p = 0; p < n; ++p) {
-    send_counts[p] = Count(me, p);
-    send_displs[p] = static_cast<int64_t>(send.size()) + 1;  // a gap: displacements are used
-    send.push_back(-1.f);
-    for (int64_t i = 0; i < send_counts[p]; ++i) send.push_back(me * 1000.f + p * 100.f + i);
-  }
-  // The counts exchange gives each rank what it will receive.
-  ASSERT_TRUE(world->AllToAllCounts(send_counts.data(), recv_counts.data(), 1).ok());
-  int64_t total = 0;
-  for (int s = 0; s < n; ++s) {
-    EXPECT_EQ(recv_counts[s], Count(s, me));
-    recv_displs[s] = total;
-    total += recv_counts[s];
-  }
-  std::vector<float> recv(total + 1, -7.f);
+  UnevenAllToAll c;
+  c.Prepare(world);
   ASSERT_TRUE(world
-                  ->AllToAllV(send.data(), send_counts.data(), send_displs.data(), recv.data(),
-                              recv_counts.data(), recv_displs.data(), DType::kF32)
+                  ->AllToAllV(c.send.data(), c.send_counts.data(), c.send_displs.data(),
+                              c.recv.data(), c.recv_counts.data(), c.recv_displs.data(),
+                              DType::kF32)
                   .ok());
-  for (int s = 0; s < n; ++s)
-    for (int64_t i = 0; i < Count(s, me); ++i)
-      EXPECT_EQ(recv[recv_displs[s] + i], s * 1000.f + me * 100.f + i) << "from " << s;
-  EXPECT_EQ(recv[total], -7.f);  // nothing past the received rows
+  c.Check(*world);
 }
 
 TEST(MpiAllToAll, CountsExchangeOfSeveralPerPeer) {
-  MpiCommunicator* world = g_runtime->world();
-  const int n = world->size(), me = world->rank();
-  const int per = 3;
-  std::vector<int64_t> send(n * per), recv(n * per, -1);
-  for (int p = 0; p < n; ++p)
-    for (int j = 0; j < per; ++j) send[p * per + j] = (int64_t{me} << 40) + p * 10 + j;
-  ASSERT_TRUE(world->AllToAllCounts(send.data(), recv.data(), per).ok());
-  for (int s = 0; s < n; ++s)
-    for (int j = 0; j < per; ++j) EXPECT_EQ(recv[s * per + j], (int64_t{s} << 40) + me * 10 + j);
+  ExpectCountsExchangeOfSeveralPerPeer(g_runtime->world());
 }
 
 TEST(MpiAllToAll, SelfCommunicatorCopies) {
@@ -98,8 +70,8 @@ TEST(Topology, ExpertGroupsAreCarvedOutOfDataParallelRanks) {
       t.Group(q, kDimEp, &qc, &qk);
       if (qc == color) ep_members.insert(q);
     }
-    EXPECT_EQ(ep_members, (std::set<int>{t.RankOf(tp, dp / 2 * 2, pp),
-                                         t.RankOf(tp, dp / 2 * 2 + 1, pp)}));
+    EXPECT_EQ(ep_members,
+              (std::set<int>{t.RankOf(tp, dp / 2 * 2, pp), t.RankOf(tp, dp / 2 * 2 + 1, pp)}));
     t.Group(r, kDimExpertDp, &color, &key);
     EXPECT_EQ(key, dp / 2);
     for (int q = 0; q < 16; ++q) {

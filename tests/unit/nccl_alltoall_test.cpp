@@ -1,5 +1,5 @@
 // NcclCommunicator's all-to-all (grouped ncclSend/ncclRecv with uneven and zero counts) and its
-// counts exchange, on device memory, against the closed form of mpi_alltoall_test. Run under
+// counts exchange, on device memory, against the closed form of alltoall_cases.h. Run under
 // mpiexec: the first min(ranks, GPUs) ranks take part, one GPU each (1 GPU: a group of one,
 // which still sends to itself); exits 77 (CTest's skip) without a GPU.
 #include <cuda_runtime_api.h>
@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "alltoall_cases.h"
 #include "mpi_bootstrap/mpi_runtime.h"
 #include "mpi_bootstrap/nccl_bootstrap.h"
 
@@ -18,54 +19,28 @@ namespace {
 
 Communicator* g_nccl = nullptr;
 
-// Member s sends (s + p) % 3 elements (some zero) to member p: s * 1000 + p * 100 + i.
-int64_t Count(int s, int p) { return (s + p) % 3; }
-
 TEST(NcclAllToAll, UnevenCountsArriveInOrder) {
-  const int n = g_nccl->size(), me = g_nccl->rank();
-  std::vector<int64_t> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
-  std::vector<float> send;
-  for (int p = 0; p < n; ++p) {
-    send_counts[p] = Count(me, p);
-    send_displs[p] = static_cast<int64_t>(send.size()) + 1;  // a gap: displacements are used
-    send.push_back(-1.f);
-    for (int64_t i = 0; i < send_counts[p]; ++i) send.push_back(me * 1000.f + p * 100.f + i);
-  }
-  ASSERT_TRUE(g_nccl->AllToAllCounts(send_counts.data(), recv_counts.data(), 1).ok());
-  int64_t total = 0;
-  for (int s = 0; s < n; ++s) {
-    EXPECT_EQ(recv_counts[s], Count(s, me));
-    recv_displs[s] = total;
-    total += recv_counts[s];
-  }
-  std::vector<float> recv(total + 1, -7.f);
+  UnevenAllToAll c;
+  c.Prepare(g_nccl);
+  const size_t send_bytes = c.send.size() * sizeof(float), recv_bytes = c.recv.size() * 4;
   void *dsend = nullptr, *drecv = nullptr;
-  ASSERT_EQ(cudaMalloc(&dsend, send.size() * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&drecv, recv.size() * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dsend, send.data(), send.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(drecv, recv.data(), recv.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dsend, send_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&drecv, recv_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dsend, c.send.data(), send_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(drecv, c.recv.data(), recv_bytes, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_TRUE(g_nccl
-                  ->AllToAllV(dsend, send_counts.data(), send_displs.data(), drecv,
-                              recv_counts.data(), recv_displs.data(), DType::kF32)
+                  ->AllToAllV(dsend, c.send_counts.data(), c.send_displs.data(), drecv,
+                              c.recv_counts.data(), c.recv_displs.data(), DType::kF32)
                   .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(recv.data(), drecv, recv.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (int s = 0; s < n; ++s)
-    for (int64_t i = 0; i < Count(s, me); ++i)
-      EXPECT_EQ(recv[recv_displs[s] + i], s * 1000.f + me * 100.f + i) << "from " << s;
-  EXPECT_EQ(recv[total], -7.f);  // nothing past the received elements
+  ASSERT_EQ(cudaMemcpy(c.recv.data(), drecv, recv_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  c.Check(*g_nccl);
   cudaFree(dsend);
   cudaFree(drecv);
 }
 
 TEST(NcclAllToAll, CountsExchangeOfSeveralPerPeer) {
-  const int n = g_nccl->size(), me = g_nccl->rank(), per = 3;
-  std::vector<int64_t> send(n * per), recv(n * per, -1);
-  for (int p = 0; p < n; ++p)
-    for (int j = 0; j < per; ++j) send[p * per + j] = (int64_t{me} << 40) + p * 10 + j;
-  ASSERT_TRUE(g_nccl->AllToAllCounts(send.data(), recv.data(), per).ok());
-  for (int s = 0; s < n; ++s)
-    for (int j = 0; j < per; ++j) EXPECT_EQ(recv[s * per + j], (int64_t{s} << 40) + me * 10 + j);
+  ExpectCountsExchangeOfSeveralPerPeer(g_nccl);
 }
 
 }  // namespace
