@@ -275,18 +275,12 @@ Status CheckSharding(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
-// Expert parallelism: experts to split, evenly (over the replicas, so sharding groups hold the
-// same experts), with sharding at stage 1.
+// Expert parallelism: experts to split, evenly, over the replicas (dp_degree), so that the members
+// of a sharding group hold the same experts and shard their state at any stage.
 Status CheckExpertParallel(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
   const DistributedConfig& d = c.distributed;
   if (d.ep_degree <= 1) return Status::Ok();
-  if (d.sharding.sharding_degree > 1 && d.sharding.sharding_stage > 1)
-    return check.Fail(check.Show("Distributed.ep_degree") + " with " +
-                          check.Show("Distributed.sharding.sharding_stage") +
-                          ": expert parallelism shards the optimizer state at stage 1 only",
-                      {"Distributed.ep_degree", "Distributed.sharding.sharding_stage"},
-                      "Set Distributed.sharding.sharding_stage=1, or ep_degree=1");
   if (d.dp_degree % d.ep_degree != 0) {
     return check.Fail(
         check.Show("Distributed.ep_degree") +

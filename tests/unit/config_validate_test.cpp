@@ -207,20 +207,17 @@ TEST(ConfigValidate, MixtureOfExperts) {
                                  "Distributed.tp_degree=2"},
                                 4),
                    {"Distributed.ep_degree=4 does not divide dp_degree=2"});
-  // With sharding: EP splits the replicas (dp_degree), at sharding stage 1 only.
-  const std::vector<std::string> sharded = {llama, "Model.num_experts=4", "Distributed.ep_degree=2",
-                                            "Distributed.sharding.sharding_degree=2"};
-  EXPECT_TRUE(ValidateWith(sharded, 4).ok());
+  // With sharding: EP splits the replicas (dp_degree), at every sharding stage.
+  for (const char* stage : {"1", "2", "3"})
+    EXPECT_TRUE(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
+                              "Distributed.sharding.sharding_degree=2",
+                              std::string("Distributed.sharding.sharding_stage=") + stage},
+                             4)
+                    .ok());
   ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
                                  "Distributed.zero_stage1=true"},
                                 2),
                    {"Distributed.ep_degree=2 does not divide dp_degree=1"});
-  std::vector<std::string> stage2 = sharded;
-  stage2.push_back("Distributed.sharding.sharding_stage=2");
-  ExpectUsageError(ValidateWith(stage2, 4),
-                   {"Distributed.ep_degree=2 with Distributed.sharding.sharding_stage=2: expert "
-                    "parallelism shards the optimizer state at stage 1 only",
-                    "Set Distributed.sharding.sharding_stage=1, or ep_degree=1"});
 }
 
 TEST(ConfigValidate, PipelineStages) {
