@@ -7,7 +7,8 @@ trainer_script_test(parallel_layouts SCRIPT parallel_layouts.sh LABELS "e2e;mpi"
 trainer_script_test(parallel_layouts_llama SCRIPT parallel_layouts_llama.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(parallel_layouts_moe SCRIPT parallel_layouts_moe.sh LABELS "e2e;mpi" TIMEOUT 600)
 # Expert parallelism against one rank (ep2, ep4, dp2-ep2, tp2-ep2, pp2-ep2, with SP and
-# recomputation; capacity dropping); the 8-rank dp2-tp2-ep2 layouts are `slow`.
+# recomputation; capacity dropping; with sharding: sh2-ep2, and sh2-dp2-ep2 on 8 ranks);
+# the 8-rank dp2-tp2-ep2 layouts are `slow`.
 trainer_script_test(parallel_layouts_ep SCRIPT parallel_layouts_ep.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(parallel_layouts_ep8 SCRIPT parallel_layouts_ep8.sh LABELS "e2e;mpi;slow" TIMEOUT 600)
 trainer_script_test(parallel_layouts_dropout SCRIPT parallel_layouts_dropout.sh LABELS "e2e;mpi" TIMEOUT 600)

@@ -33,8 +33,8 @@ std::vector<int> CanonicalHolders(const ParameterInfo& p, const ModelConfig& mod
                                   const DistributedConfig& dist, const Topology& topo) {
   const int stage = StageOf(p, model, dist);
   std::vector<int> ranks;
-  if (p.shard == ShardKind::kSplitExperts) {  // TP rank 0 of each EP rank (DP ranks 0..ep-1)
-    for (int e = 0; e < topo.ep; ++e) ranks.push_back(topo.RankOf(0, e, stage));
+  if (p.shard == ShardKind::kSplitExperts) {  // TP rank 0, sharding rank 0 of each EP rank
+    for (int e = 0; e < topo.ep; ++e) ranks.push_back(topo.RankOf(0, e * topo.sharding, stage));
     return ranks;
   }
   const int tp_count = p.shard == ShardKind::kReplicated ? 1 : topo.tp;

@@ -294,11 +294,11 @@ Status GatherTensors(const CheckpointWriteRequest& r, GptModel* model, const Par
   for (const ParameterInfo& fp : FullParameterList(mc)) {
     const std::vector<int> holders = CanonicalHolders(fp, mc, dist, groups.topology);
     const ParameterInfo* mine = model->Find(fp.name);
-    // DP rank 0 holds each canonical tensor; DP rank i < ep (the first EP group) the experts
-    // of EP rank i.
+    // DP rank 0 holds each canonical tensor; sharding rank 0 of replica i < ep (the first EP
+    // group) the experts of EP rank i.
     const bool expert = fp.shard == ShardKind::kSplitExperts;
-    const bool i_hold = mine != nullptr && mine->canonical &&
-                        groups.coord.dp == (expert ? groups.coord.ep : 0);
+    const bool i_hold = mine != nullptr && mine->canonical && groups.coord.shard == 0 &&
+                        groups.coord.replica == (expert ? groups.coord.ep : 0);
     for (int w = 0; w < kStateCount; ++w, ++tensor_index) {
       if (i_hold && !is_root) {
         TRAINER_RETURN_IF_ERROR(groups.world_host->Send(state[w].data() + mine->offset,

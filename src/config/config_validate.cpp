@@ -275,19 +275,12 @@ Status CheckSharding(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
-// Expert parallelism: experts to split, evenly, and no sharding of the state over the same ranks.
+// Expert parallelism: experts to split, evenly, over the replicas (dp_degree), so that the members
+// of a sharding group hold the same experts and shard their state at any stage.
 Status CheckExpertParallel(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
   const DistributedConfig& d = c.distributed;
   if (d.ep_degree <= 1) return Status::Ok();
-  if (d.sharding.sharding_degree > 1)
-    return check.Fail(check.Show("Distributed.ep_degree") + " with " +
-                          check.Show("Distributed.sharding.sharding_degree") +
-                          ": sharding the optimizer state over expert-parallel ranks is not "
-                          "supported",
-                      {"Distributed.ep_degree", "Distributed.sharding.sharding_degree"},
-                      "Use ep_degree alone (each rank then keeps 1/ep of the experts' state), "
-                      "or sharding with ep_degree=1");
   if (d.dp_degree % d.ep_degree != 0) {
     return check.Fail(
         check.Show("Distributed.ep_degree") +

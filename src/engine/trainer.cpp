@@ -261,23 +261,39 @@ Status Trainer::SetUpExpertParallel() {
         "Distributed.ep_degree > 1 runs on CPU ranks in this version (the GPU dispatch is not "
         "validated). Set Global.device=cpu, or Distributed.ep_degree=1 on GPUs");
   model_->set_expert_group(groups_.ep);
-  // Runs of neighbouring parameters of one kind (the padding between them is zero).
-  const Tensor grads = model_->gradient_buffer();
+  // The flat buffer's runs of experts (neighbouring parameters of one kind; the padding between
+  // them is zero).
   const std::vector<ParameterInfo>& params = model_->parameters();
-  bool last_expert = false;
-  size_t begin = 0;
-  for (size_t i = 0; i <= params.size(); ++i) {
-    const bool end = i == params.size();
-    const bool expert = !end && params[i].shard == ShardKind::kSplitExperts;
-    const size_t at = end ? static_cast<size_t>(grads.numel()) : params[i].offset;
-    if (i > 0 && (end || expert != last_expert) && at > begin) {
-      (last_expert ? expert_grads_ : dense_grads_)
-          .push_back(grads.rows(static_cast<int64_t>(begin), static_cast<int64_t>(at - begin)));
-      begin = at;
-    }
-    last_expert = expert;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].shard != ShardKind::kSplitExperts) continue;
+    const size_t end = i + 1 < params.size() ? params[i + 1].offset
+                                             : model_->shard_layout().flat_elements();
+    if (!expert_runs_.empty() && expert_runs_.back().second == params[i].offset)
+      expert_runs_.back().second = end;
+    else
+      expert_runs_.emplace_back(params[i].offset, end);
   }
+  if (model_->partition().flat_shards <= 1)
+    SplitByKind(0, model_->gradient_buffer(), &dense_grads_, &expert_grads_);
   return Status::Ok();
+}
+
+void Trainer::SplitByKind(size_t lo, const Tensor& rows, std::vector<Tensor>* dense,
+                          std::vector<Tensor>* experts) const {
+  // rows: flat elements [lo, lo + rows.numel()), cut where the runs of experts begin and end.
+  const size_t hi = lo + static_cast<size_t>(rows.numel());
+  auto take = [&](size_t a, size_t b, std::vector<Tensor>* out) {
+    if (a < b)
+      out->push_back(rows.rows(static_cast<int64_t>(a - lo), static_cast<int64_t>(b - a)));
+  };
+  size_t at = lo;
+  for (const auto& [begin, end] : expert_runs_) {
+    const size_t a = std::clamp(begin, lo, hi), b = std::clamp(end, lo, hi);
+    take(at, a, dense);
+    take(a, b, experts);
+    at = std::max(at, b);
+  }
+  take(at, hi, dense);
 }
 
 void Trainer::SetUpOverlappedReduction() {
@@ -343,14 +359,15 @@ Status Trainer::ReduceShardedGradients() {
                         });
     TRAINER_RETURN_IF_ERROR(status);
   }
-  // Hybrid: each shard summed over its replicas (the sharding groups of the other replicas).
+  // Hybrid: each shard summed over its replicas (the sharding groups of the other replicas); with
+  // EP the experts' pieces only over the replicas that hold the same experts (expert-DP).
   if (groups_.topology.replicas() == 1) return Status::Ok();
-  for (int u = 0; u < static_cast<int>(layout.units().size()); ++u) {
-    const Tensor piece = model_->GradPiece(u);
-    TRAINER_RETURN_IF_ERROR(groups_.replica->AllReduce(
-        piece.data, static_cast<size_t>(piece.numel()), DType::kF32, ReduceOp::kSum));
-  }
-  return Status::Ok();
+  std::vector<Tensor> dense, experts;
+  for (int u = 0; u < static_cast<int>(layout.units().size()); ++u)
+    SplitByKind(layout.piece_begin(u), model_->GradPiece(u), &dense, &experts);
+  TRAINER_RETURN_IF_ERROR(groups_.replica->AllReduceGroup(dense, ReduceOp::kSum));
+  if (groups_.topology.expert_dp() == 1 || experts.empty()) return Status::Ok();
+  return groups_.expert_dp->AllReduceGroup(experts, ReduceOp::kSum);
 }
 
 Status Trainer::ReduceSharedParameterGradients(bool outside_blocks_only) {
@@ -374,12 +391,12 @@ Status Trainer::GlobalGradNorm(double* norm) {
   double sum = 0.0;
   // With EP the experts of the other EP ranks of expert-DP index 0 count too (once each).
   const Topology::Coord& c = groups_.coord;
-  const bool experts_only = groups_.topology.ep > 1 && c.dp != 0 && c.edp == 0;
+  const bool experts_only = groups_.topology.ep > 1 && c.replica != 0 && c.edp == 0;
   TRAINER_RETURN_IF_ERROR(optimizer_->QueueLocalGradNormSquared(experts_only));
   TRAINER_RETURN_IF_ERROR(optimizer_->QueuedGradNormSquared(&sum));
   // Canonical parameters are disjoint over TP x PP and equal over DP: sum over one DP replica,
   // or when sharded over every sharding rank's pieces of one replica.
-  const bool counted = optimizer_->sharded() ? c.replica == 0 : (c.dp == 0 || experts_only);
+  const bool counted = (optimizer_->sharded() ? c.replica == 0 : c.dp == 0) || experts_only;
   double total = counted ? sum : 0.0;
   TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&total, 1, DType::kF64, ReduceOp::kSum));
   *norm = std::sqrt(total);

@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
@@ -139,9 +140,13 @@ class Trainer {
   std::vector<std::vector<Tensor>> buckets_;
   std::vector<Tensor> tail_bucket_;
   // Expert parallelism: the gradient buffer's spans summed over DP (dense parameters) and over
-  // the expert-DP group (the experts this rank holds).
+  // the expert-DP group (the experts this rank holds); sharded, the same cut of each piece.
   std::vector<Tensor> dense_grads_, expert_grads_;
-  Status SetUpExpertParallel();  // enabled by Engine.profile after warm-up
+  std::vector<std::pair<size_t, size_t>> expert_runs_;  // [begin, end) of the flat buffer
+  Status SetUpExpertParallel();
+  // Appends the dense and expert runs of `rows` (flat elements from `lo` on) to the two lists.
+  void SplitByKind(size_t lo, const Tensor& rows, std::vector<Tensor>* dense,
+                   std::vector<Tensor>* experts) const;
   DataSources data_;
   std::unique_ptr<GlobalSampler> sampler_;
   std::unique_ptr<MetricsWriter> metrics_;

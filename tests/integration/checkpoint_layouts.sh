@@ -16,14 +16,19 @@ MODEL=("${TINY_LAYOUT_GPT[@]}") RESUMED_ON="tp4 dp4 pp2 single"
 # LAYOUT_MODEL=moe-ep: the MoE model saved on dp2-tp2-ep2 (its experts split over EP groups of 2
 # of the 4 data-parallel ranks), resumed on ep4, tp2 and one rank (checkpoint_layouts_ep.sh).
 SAVED_AS="dp2-tp2-pp2" SAVED_ON=(-o Distributed.tp_degree=2 -o Distributed.pp_degree=2)
-WRITTEN_ON="dp=2 tp=2 pp=2"
+WRITTEN_ON="dp=2 tp=2 pp=2" SAVED_NP=8
 [ "${LAYOUT_MODEL:-gpt2}" = moe-ep ] && MODEL=("${TINY_LAYOUT_MOE[@]}") RESUMED_ON="ep4 tp2 single" \
   SAVED_AS="dp2-tp2-ep2" SAVED_ON=(-o Distributed.tp_degree=2 -o Distributed.ep_degree=2) \
   WRITTEN_ON="dp=4 tp=2 pp=1 ep=2"
+# LAYOUT_MODEL=moe-ep-sharded: saved on sh2-ep2 (4 ranks: the optimizer state sharded at stage 1
+# over 2 ranks, the experts split over the 2 sharding groups), resumed on ep2 and one rank.
+[ "${LAYOUT_MODEL:-gpt2}" = moe-ep-sharded ] && MODEL=("${TINY_LAYOUT_MOE[@]}") \
+  RESUMED_ON="ep2 single" SAVED_AS="sh2-ep2" SAVED_NP=4 WRITTEN_ON="dp=4 tp=1 pp=1 ep=2" \
+  SAVED_ON=(-o Distributed.ep_degree=2 -o Distributed.sharding.sharding_degree=2)
 COMMON=("${MODEL[@]}" -o Engine.save_steps=5 -o Optimizer.decay_steps=8)
 run_np 1 train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=single > single.log 2>&1 ||
   fail "uninterrupted single-rank run"
-run_np 8 train "${COMMON[@]}" -o Engine.max_steps=5 -o Engine.output_dir=saved "${SAVED_ON[@]}" \
+run_np $SAVED_NP train "${COMMON[@]}" -o Engine.max_steps=5 -o Engine.output_dir=saved "${SAVED_ON[@]}" \
   > saved.log 2>&1 || { tail -20 saved.log; fail "$SAVED_AS run to step 5"; }
 SAVED=saved/checkpoints/step-00000005
 expect_verified $SAVED
@@ -32,7 +37,7 @@ compare_step_losses saved/metrics.jsonl single/metrics.jsonl 1e-5 || fail "$SAVE
 
 for layout in $RESUMED_ON; do
   tp=1 pp=1 ep=1 np=1
-  case $layout in tp4) tp=4 np=4;; tp2) tp=2 np=2;; dp4) np=4;; pp2) pp=2 np=2;; ep4) ep=4 np=4;; esac
+  case $layout in tp4) tp=4 np=4;; tp2) tp=2 np=2;; dp4) np=4;; pp2) pp=2 np=2;; ep4) ep=4 np=4;; ep2) ep=2 np=2;; esac
   run_np $np train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=$layout.resumed \
     -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp -o Distributed.ep_degree=$ep \
     --resume $SAVED > $layout.log 2>&1 || { tail -20 $layout.log; fail "resume on $layout"; }

@@ -45,14 +45,17 @@ COMMON=("${MODEL[@]}" "${EXTRA[@]}" -o Engine.max_steps=10 -o Engine.save_steps=
 run_layout single 1
 LAYOUTS=${TRAINER_TEST_LAYOUTS:-${DEFAULT_LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 dp2-tp2 tp2-pp2 dp2-pp2 dp2-tp2-pp2 tp2-sp tp2-pp2-sp tp2-pp2-rc dp2-z1 dp4-z1 dp2-tp2-pp2-sp-z1"}}
 for layout in $LAYOUTS; do
-  dp=1 tp=1 pp=1 ep=1 sp=false rc=none z1=false mb=2
+  dp=1 tp=1 pp=1 ep=1 sh=1 stage=1 sp=false rc=none z1=false mb=2
   for part in ${layout//-/ }; do
-    case $part in dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; ep*) ep=${part#ep};; sp) sp=true;; rc) rc=block;; rs) rc=selective;; z1) z1=true;; mb*) mb=${part#mb};; esac
+    case $part in sh*) sh=${part#sh};; s[123]) stage=${part#s};; dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; ep*) ep=${part#ep};; sp) sp=true;; rc) rc=block;; rs) rc=selective;; z1) z1=true;; mb*) mb=${part#mb};; esac
   done
-  # "epN": N more data-parallel ranks, which split the experts (dp2-ep2: 4 DP ranks, EP groups of 2).
-  run_layout "$layout" $((dp * ep * tp * pp)) -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp \
-    -o Distributed.ep_degree=$ep -o Model.sequence_parallel=$sp -o Model.recompute=$rc \
-    -o Distributed.zero_stage1=$z1 -o Global.micro_batch_size=$mb
+  # "epN": N more data-parallel ranks, which split the experts (dp2-ep2: 4 DP ranks, EP groups of 2);
+  # "shN": N more, sharding the state (sh2-ep2: 2 sharding groups of 2), at stage K with "sK".
+  run_layout "$layout" $((dp * ep * sh * tp * pp)) -o Distributed.tp_degree=$tp \
+    -o Distributed.pp_degree=$pp -o Distributed.ep_degree=$ep \
+    -o Distributed.sharding.sharding_degree=$sh -o Distributed.sharding.sharding_stage=$stage \
+    -o Model.sequence_parallel=$sp \
+    -o Model.recompute=$rc -o Distributed.zero_stage1=$z1 -o Global.micro_batch_size=$mb
   echo "== $layout"
   compare_curves "$layout/metrics.jsonl" single/metrics.jsonl 1e-5 1e-5 10 || fail "$layout losses differ"
   if [[ ${LAYOUT_MODEL:-gpt2} == moe* ]]; then  # the same routing: the same aux loss and drops

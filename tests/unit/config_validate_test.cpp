@@ -207,11 +207,17 @@ TEST(ConfigValidate, MixtureOfExperts) {
                                  "Distributed.tp_degree=2"},
                                 4),
                    {"Distributed.ep_degree=4 does not divide dp_degree=2"});
+  // With sharding: EP splits the replicas (dp_degree), at every sharding stage.
+  for (const char* stage : {"1", "2", "3"})
+    EXPECT_TRUE(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
+                              "Distributed.sharding.sharding_degree=2",
+                              std::string("Distributed.sharding.sharding_stage=") + stage},
+                             4)
+                    .ok());
   ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
                                  "Distributed.zero_stage1=true"},
                                 2),
-                   {"Distributed.ep_degree=2 with Distributed.sharding.sharding_degree=2",
-                    "sharding with ep_degree=1"});
+                   {"Distributed.ep_degree=2 does not divide dp_degree=1"});
 }
 
 TEST(ConfigValidate, PipelineStages) {
