@@ -14,10 +14,11 @@ MODEL=("${TINY_LAYOUT_GPT[@]}") RESUMED_ON="tp4 dp4 pp2 single"
 # LAYOUT_MODEL=moe: a model with MoE layers (checkpoint_layouts_moe.sh).
 [ "${LAYOUT_MODEL:-gpt2}" = moe ] && MODEL=("${TINY_LAYOUT_MOE[@]}") RESUMED_ON="tp2 dp4 pp2 single"
 # LAYOUT_MODEL=moe-ep: the MoE model saved on dp2-tp2-ep2 (its experts split over EP groups of 2
-# of the 4 data-parallel ranks), resumed on ep4, tp2 and one rank (checkpoint_layouts_ep.sh).
+# of the 4 data-parallel ranks), resumed on ep4, tp2, one rank and sh2-ep2 (the optimizer state
+# sharded over 2 ranks as well; checkpoint_layouts_ep.sh).
 SAVED_AS="dp2-tp2-pp2" SAVED_ON=(-o Distributed.tp_degree=2 -o Distributed.pp_degree=2)
 WRITTEN_ON="dp=2 tp=2 pp=2" SAVED_NP=8
-[ "${LAYOUT_MODEL:-gpt2}" = moe-ep ] && MODEL=("${TINY_LAYOUT_MOE[@]}") RESUMED_ON="ep4 tp2 single" \
+[ "${LAYOUT_MODEL:-gpt2}" = moe-ep ] && MODEL=("${TINY_LAYOUT_MOE[@]}") RESUMED_ON="ep4 tp2 single sh2-ep2" \
   SAVED_AS="dp2-tp2-ep2" SAVED_ON=(-o Distributed.tp_degree=2 -o Distributed.ep_degree=2) \
   WRITTEN_ON="dp=4 tp=2 pp=1 ep=2"
 # LAYOUT_MODEL=moe-ep-sharded: saved on sh2-ep2 (4 ranks: the optimizer state sharded at stage 1
@@ -36,11 +37,12 @@ grep -q "^  written on       $WRITTEN_ON" inspect.out || fail "the checkpoint do
 compare_step_losses saved/metrics.jsonl single/metrics.jsonl 1e-5 || fail "$SAVED_AS steps 1-5"
 
 for layout in $RESUMED_ON; do
-  tp=1 pp=1 ep=1 np=1
-  case $layout in tp4) tp=4 np=4;; tp2) tp=2 np=2;; dp4) np=4;; pp2) pp=2 np=2;; ep4) ep=4 np=4;; ep2) ep=2 np=2;; esac
+  tp=1 pp=1 ep=1 sh=1 np=1
+  case $layout in tp4) tp=4 np=4;; tp2) tp=2 np=2;; dp4) np=4;; pp2) pp=2 np=2;; ep4) ep=4 np=4;;
+    ep2) ep=2 np=2;; sh2-ep2) ep=2 sh=2 np=4;; esac
   run_np $np train "${COMMON[@]}" -o Engine.max_steps=10 -o Engine.output_dir=$layout.resumed \
     -o Distributed.tp_degree=$tp -o Distributed.pp_degree=$pp -o Distributed.ep_degree=$ep \
-    --resume $SAVED > $layout.log 2>&1 || { tail -20 $layout.log; fail "resume on $layout"; }
+    -o Distributed.sharding.sharding_degree=$sh --resume $SAVED > $layout.log 2>&1 || { tail -20 $layout.log; fail "resume on $layout"; }
   grep -q "resumed from $SAVED at step 5 (40 samples consumed)" $layout.log ||
     fail "$layout did not resume at step 5 with 40 samples consumed"
   echo "== $SAVED_AS -> $layout"
