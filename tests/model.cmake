@@ -10,6 +10,9 @@ trainer_gtest(packing_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/packing_test
 # differences, capacity dropping, token-order invariance) and its dispatch plan.
 trainer_gtest(moe_layer_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/moe_layer_test.cpp
               LIBS trainer_model TIMEOUT 120)
+# Expert parallelism's exchange plan and row movement over an EP group simulated in threads.
+trainer_gtest(moe_dispatch_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/moe_dispatch_test.cpp
+              LIBS trainer_model TIMEOUT 60)
 
 # The GPU route policy's decision and the routes file (Engine.gpu_routes), on made-up times.
 trainer_gtest(route_table_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/route_table_test.cpp
