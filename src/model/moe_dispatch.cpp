@@ -17,7 +17,8 @@ std::vector<ExpertRun> LocalExpertRuns(const std::vector<int64_t>& offsets) {
 }
 
 Status PlanExpertExchange(Communicator* ep, const std::vector<int64_t>& offsets,
-                          int64_t capacity_rows, ExpertExchange* x, std::vector<ExpertRun>* runs) {
+                          int64_t capacity_rows, int64_t cols, ExpertExchange* x,
+                          std::vector<ExpertRun>* runs) {
   const int n = ep->size();
   const int64_t E = static_cast<int64_t>(offsets.size()) - 1, El = E / n;
   // Kept rows per (peer, local expert), and each peer's contiguous block of x_perm.
@@ -46,6 +47,17 @@ Status PlanExpertExchange(Communicator* ep, const std::vector<int64_t>& offsets,
         "its buffers hold (ep x tokens x top-k)",
         ep->name().c_str(), static_cast<long long>(x->recv_total),
         static_cast<long long>(capacity_rows)));
+  x->cols = cols;
+  x->send_count.resize(n);
+  x->send_displ.resize(n);
+  x->recv_count.resize(n);
+  x->recv_displ.resize(n);
+  for (int p = 0; p < n; ++p) {
+    x->send_count[p] = x->send_rows[p] * cols;
+    x->send_displ[p] = x->send_at[p] * cols;
+    x->recv_count[p] = x->recv_rows[p] * cols;
+    x->recv_displ[p] = x->recv_at[p] * cols;
+  }
   // The runs: local expert by local expert, each source rank's rows (in its token order).
   runs->clear();
   for (int64_t e = 0; e < El; ++e) {
@@ -61,16 +73,16 @@ Status PlanExpertExchange(Communicator* ep, const std::vector<int64_t>& offsets,
 
 Status ExchangeExpertRows(Communicator* ep, const ExpertExchange& x, Tensor from, Tensor to,
                           bool to_experts) {
-  const int n = ep->size();
-  const int64_t cols = Cols(from);
-  std::vector<int64_t> sc(n), sd(n), rc(n), rd(n);
-  for (int p = 0; p < n; ++p) {
-    sc[p] = (to_experts ? x.send_rows[p] : x.recv_rows[p]) * cols;
-    sd[p] = (to_experts ? x.send_at[p] : x.recv_at[p]) * cols;
-    rc[p] = (to_experts ? x.recv_rows[p] : x.send_rows[p]) * cols;
-    rd[p] = (to_experts ? x.recv_at[p] : x.send_at[p]) * cols;
-  }
-  return ep->AllToAllV(from.data, sc.data(), sd.data(), to.data, rc.data(), rd.data(), from.dtype);
+  if (Cols(from) != x.cols || Cols(to) != x.cols)
+    return RuntimeError(StrFormat("MoE exchange of rows of %lld and %lld values on a plan for %lld",
+                                  static_cast<long long>(Cols(from)),
+                                  static_cast<long long>(Cols(to)),
+                                  static_cast<long long>(x.cols)));
+  if (to_experts)
+    return ep->AllToAllV(from.data, x.send_count.data(), x.send_displ.data(), to.data,
+                         x.recv_count.data(), x.recv_displ.data(), from.dtype);
+  return ep->AllToAllV(from.data, x.recv_count.data(), x.recv_displ.data(), to.data,
+                       x.send_count.data(), x.send_displ.data(), from.dtype);
 }
 
 }  // namespace trainer

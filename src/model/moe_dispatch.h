@@ -34,6 +34,10 @@ struct ExpertExchange {
   std::vector<int64_t> recv_rows, recv_at;  // (ep) block of x_recv from each source rank
   std::vector<int64_t> recv_expert_rows;    // (ep, E/ep) rows from each source per local expert
   int64_t recv_total = 0;
+  // The same blocks in elements of rows of `cols` values, as the all-to-alls take them (made
+  // once by the plan: the exchanges of a micro-batch allocate nothing).
+  int64_t cols = 0;
+  std::vector<int64_t> send_count, send_displ, recv_count, recv_displ;
 };
 
 // The runs of kept rows by expert from `offsets` (E+1, the permutation's group starts): the
@@ -41,13 +45,15 @@ struct ExpertExchange {
 std::vector<ExpertRun> LocalExpertRuns(const std::vector<int64_t>& offsets);
 
 // With EP: the counts exchange over `ep` (every member calls it with its own offsets), the plan
-// of `x`, and the runs over x_recv: local expert by local expert, each source rank's rows in rank
-// order. `capacity_rows` is what the x_recv buffers hold; more is an error naming the layer.
+// of `x` for rows of `cols` values, and the runs over x_recv: local expert by local expert, each
+// source rank's rows in rank order. `capacity_rows` is what the x_recv buffers hold; more is an
+// error naming the layer.
 Status PlanExpertExchange(Communicator* ep, const std::vector<int64_t>& offsets,
-                          int64_t capacity_rows, ExpertExchange* x, std::vector<ExpertRun>* runs);
+                          int64_t capacity_rows, int64_t cols, ExpertExchange* x,
+                          std::vector<ExpertRun>* runs);
 
-// Rows of `cols` columns: x_perm's blocks to the experts' ranks (to_experts), or the expert
-// side's blocks back to their source ranks.
+// Rows of the plan's `cols` columns: x_perm's blocks to the experts' ranks (to_experts), or the
+// expert side's blocks back to their source ranks.
 Status ExchangeExpertRows(Communicator* ep, const ExpertExchange& x, Tensor from, Tensor to,
                           bool to_experts);
 

@@ -107,8 +107,8 @@ Tensor Group(Tensor t, int64_t offset, int64_t n) {
 // micro-batch, or each sequence) of n tokens, coeff * E / (K n^2) * sum_e P_e * count_e, with
 // P_e the sum of the group's scores for e (sigmoid scores normalised to sum 1 per token) and
 // count_e its choices of e, averaged over the groups (as Megatron's switch and seq_aux losses).
-double AuxLoss(const MoeSpec& s, const std::vector<int32_t>& experts, const float* probs,
-               int64_t N, int64_t G, float loss_scale, std::vector<float>* coef) {
+double AuxLoss(const MoeSpec& s, const std::vector<int32_t>& experts, const float* probs, int64_t N,
+               int64_t G, float loss_scale, std::vector<float>* coef) {
   const int E = s.num_experts, K = s.top_k;
   const int64_t n = N / G;
   const double c = s.aux_loss_coeff * E / (static_cast<double>(K) * n * n);
@@ -145,8 +145,8 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   const float loss_scale = ctx.recompute ? d->loss_scale : ctx.loss_scale;
   TRAINER_RETURN_IF_ERROR(
       be->MatmulForward(a.logits, Tensor(), x, w.router, Tensor(), Activation::kNone));
-  TRAINER_RETURN_IF_ERROR(be->MoeRouterForward(a.weights, a.experts, a.probs, a.lse, a.logits,
-                                               w.bias, Routing(s)));
+  TRAINER_RETURN_IF_ERROR(
+      be->MoeRouterForward(a.weights, a.experts, a.probs, a.lse, a.logits, w.bias, Routing(s)));
   // The layer's one host sync: the plan needs the choices (CopyToHost is stream-ordered and waits
   // for them); the aux and z losses' reads below find the device idle.
   std::vector<int32_t> experts(N * K);
@@ -154,8 +154,8 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   PlanMoeDispatch(s, experts.data(), N, d);
   const bool ep = ExpertParallel(ctx);
   if (ep)
-    TRAINER_RETURN_IF_ERROR(
-        PlanExpertExchange(ctx.ep, d->offsets, Rows(a.x_recv), &d->exchange, &d->runs));
+    TRAINER_RETURN_IF_ERROR(PlanExpertExchange(ctx.ep, d->offsets, Rows(a.x_recv), Cols(a.x_recv),
+                                               &d->exchange, &d->runs));
   d->loss_scale = loss_scale;
   TRAINER_RETURN_IF_ERROR(be->CopyToDevice(a.slots.data, d->slots.data(), d->slots.size() * 4));
   // The losses: values for the metrics, gradients for the backward.
@@ -191,14 +191,13 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, a.x_perm, xe, true));
   TRAINER_RETURN_IF_ERROR(ForEachGroup(be, *d, [&](int64_t e, int64_t off, int64_t n) {
     return ExpertForward(be, Group(xe, off, n), ExpertMatrix(w.experts_gu, e),
-                         ExpertMatrix(w.experts_down, e), Group(a.h, off, n),
-                         Group(a.act, off, n), Group(ye, off, n));
+                         ExpertMatrix(w.experts_down, e), Group(a.h, off, n), Group(a.act, off, n),
+                         Group(ye, off, n));
   }));
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, ye, a.y, false));
   if (s.shared_ffn > 0)
-    TRAINER_RETURN_IF_ERROR(ExpertForward(be, Group(a.x_perm, N * K, N), w.shared_gu,
-                                          w.shared_down, a.shared_h, a.shared_act,
-                                          Group(a.y, N * K, N)));
+    TRAINER_RETURN_IF_ERROR(ExpertForward(be, Group(a.x_perm, N * K, N), w.shared_gu, w.shared_down,
+                                          a.shared_h, a.shared_act, Group(a.y, N * K, N)));
   return be->MoeGatherRows(a.out, a.y, a.slots, a.weights, false);
 }
 
@@ -219,11 +218,10 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, sc.dy, dye, true));
   TRAINER_RETURN_IF_ERROR(ForEachGroup(be, *d, [&](int64_t e, int64_t off, int64_t n) {
     return ExpertBackward(be, Group(xe, off, n), ExpertMatrix(w.experts_gu, e),
-                          ExpertMatrix(w.experts_down, e), Group(a.h, off, n),
-                          Group(a.act, off, n), Group(dye, off, n),
-                          ExpertMatrix(g.experts_gu, e), ExpertMatrix(g.experts_down, e),
-                          Group(sc.dh, off, n), Group(sc.dact, off, n), Group(dxe, off, n),
-                          GradientWrite::kAccumulate);
+                          ExpertMatrix(w.experts_down, e), Group(a.h, off, n), Group(a.act, off, n),
+                          Group(dye, off, n), ExpertMatrix(g.experts_gu, e),
+                          ExpertMatrix(g.experts_down, e), Group(sc.dh, off, n),
+                          Group(sc.dact, off, n), Group(dxe, off, n), GradientWrite::kAccumulate);
   }));
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, dxe, sc.dx_perm, false));
   if (s.shared_ffn > 0)
@@ -232,10 +230,9 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
         Group(sc.dy, N * K, N), g.shared_gu, g.shared_down, sc.shared_dh, sc.shared_dact,
         Group(sc.dx_perm, N * K, N), ctx.weight_gradients));
   // The router, then the permutation's backward added to its input gradient.
-  TRAINER_RETURN_IF_ERROR(be->MoeRouterBackward(sc.dlogits, sc.dweights, a.logits, a.probs,
-                                                a.experts, a.weights,
-                                                s.aux_loss_coeff > 0 ? a.aux_coef : Tensor(),
-                                                d->z_scale, Routing(s)));
+  TRAINER_RETURN_IF_ERROR(
+      be->MoeRouterBackward(sc.dlogits, sc.dweights, a.logits, a.probs, a.experts, a.weights,
+                            s.aux_loss_coeff > 0 ? a.aux_coef : Tensor(), d->z_scale, Routing(s)));
   TRAINER_RETURN_IF_ERROR(
       be->MatmulBackward(dx, g.router, Tensor(), sc.dlogits, x, w.router, ctx.weight_gradients));
   return be->MoeGatherRows(dx, sc.dx_perm, a.slots, Tensor(), true);

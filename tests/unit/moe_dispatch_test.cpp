@@ -114,7 +114,7 @@ void RunMember(SimulatedGroup* g, int r, int n, int64_t E,
   for (int s = 0; s < n; ++s) capacity += offsets[s][(r + 1) * El] - offsets[s][r * El];
   ExpertExchange x;
   std::vector<ExpertRun> runs;
-  const Status planned = PlanExpertExchange(&comm, mine, capacity, &x, &runs);
+  const Status planned = PlanExpertExchange(&comm, mine, capacity, kCols, &x, &runs);
   std::vector<float> x_perm(rows * kCols), x_recv(capacity * kCols, -1.f);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t c = 0; c < kCols; ++c) x_perm[i * kCols + c] = RowValue(r, i, c);
@@ -195,7 +195,7 @@ TEST(MoeDispatch, RowsBeyondTheBuffersAreRefused) {
       SimulatedMember comm(&group, r, n);
       ExpertExchange x;
       std::vector<ExpertRun> runs;
-      status[r] = PlanExpertExchange(&comm, offsets[r], /*capacity_rows=*/6, &x, &runs);
+      status[r] = PlanExpertExchange(&comm, offsets[r], /*capacity_rows=*/6, kCols, &x, &runs);
     });
   for (std::thread& t : members) t.join();
   EXPECT_FALSE(status[0].ok());  // 3 + 4 rows for expert 0
