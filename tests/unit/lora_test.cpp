@@ -219,7 +219,9 @@ TEST_P(LoraModel, EqualsTheMergedModel) {
   const double trained = f.Loss();
   f.model->SetDropoutDraw(0, DropoutDraw());
   const double with_adapters = f.Loss();
-  if (f.config.lora_dropout > 0) EXPECT_GT(std::fabs(trained - with_adapters), 1e-4);
+  if (f.config.lora_dropout > 0) {
+    EXPECT_GT(std::fabs(trained - with_adapters), 1e-4);
+  }
   ModelConfig plain = f.config;
   plain.lora_rank = 0;
   const std::vector<ParameterInfo> base = FullBaseParameterList(f.config);

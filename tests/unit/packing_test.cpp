@@ -95,7 +95,9 @@ TEST_P(Packing, EachDocumentHasTheLossAndGradientsItHasAlone) {
     EXPECT_NEAR(packed, alone, 1e-5 * std::fabs(alone)) << "document " << d;
     // Without the document starts the later documents see the earlier ones: 10x the tolerance.
     const double mixed = p.Run(p.tokens, p.TargetsOf(d), nullptr);
-    if (d > 0) EXPECT_GT(std::fabs(mixed - alone), 1e-4 * std::fabs(alone)) << "document " << d;
+    if (d > 0) {
+      EXPECT_GT(std::fabs(mixed - alone), 1e-4 * std::fabs(alone)) << "document " << d;
+    }
   }
   std::vector<float> packed_g;
   p.Run(p.tokens, p.targets, p.starts.data(), &packed_g);
