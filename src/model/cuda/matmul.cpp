@@ -409,29 +409,81 @@ void CublasLtMatmul::Forget(const std::string& shape) {
   }
 }
 
-Status CublasLtMatmul::Run(const Gemm& g, bool* supported) {
+// Row groups (untimed GEMMs, Backend::SetRaggedGroups) change sizes every step. Their plans are
+// kept per size class (each dimension rounded up to a power of two) and the class's algorithm runs
+// at the call's own sizes, the layouts resized in place: a new size costs no heuristic query (a
+// few hundred microseconds of host time, with the GPU idle). A size the class's algorithm refuses
+// gets its exact plan.
+Gemm CublasLtMatmul::SizeClass(const Gemm& g) {
+  if (g.timed) return g;
+  auto up = [](int64_t v) {
+    int64_t p = 1;
+    while (p < v) p *= 2;
+    return p;
+  };
+  Gemm c = g;
+  c.m = up(g.m), c.n = up(g.n), c.k = up(g.k);
+  const bool fits = (c.transpose_a ? c.k : c.m) <= c.a.ld && (c.transpose_b ? c.n : c.k) <= c.b.ld &&
+                    c.m <= c.ldd && (!HasAux(c.epilogue) || c.m <= c.aux_ld);
+  return fits ? c : g;
+}
+
+Status CublasLtMatmul::FindPlan(const Gemm& g, Plan** plan) {
   std::vector<int64_t> key = PlanKey(g);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
-    auto plan = std::make_unique<Plan>();
-    TRAINER_RETURN_IF_ERROR(BuildPlan(g, plan.get()));
-    it = plans_.emplace(std::move(key), std::move(plan)).first;
+    auto built = std::make_unique<Plan>();
+    TRAINER_RETURN_IF_ERROR(BuildPlan(g, built.get()));
+    it = plans_.emplace(std::move(key), std::move(built)).first;
   }
-  Plan& plan = *it->second;
-  *supported = plan.supported;
-  if (!plan.supported) return Status::Ok();
+  *plan = it->second.get();
+  return Status::Ok();
+}
+
+Status CublasLtMatmul::Run(const Gemm& g, bool* supported) {
+  const Gemm size_class = SizeClass(g);
+  const bool resized = size_class.m != g.m || size_class.n != g.n || size_class.k != g.k;
+  Plan* plan = nullptr;
+  TRAINER_RETURN_IF_ERROR(FindPlan(size_class, &plan));
+  *supported = plan->supported;
+  if (!plan->supported && !resized) return Status::Ok();
+  if (resized && plan->supported) {  // the stored shapes (before op) at the call's sizes
+    auto resize = [](cublasLtMatrixLayout_t layout, int64_t rows, int64_t cols) {
+      const uint64_t r = rows, c = cols;
+      cublasStatus_t s = cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_ROWS, &r,
+                                                          sizeof(r));
+      if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_COLS, &c, sizeof(c));
+      return s;
+    };
+    CUBLAS_CHECK(resize(plan->a, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k));
+    CUBLAS_CHECK(resize(plan->b, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n));
+    CUBLAS_CHECK(resize(plan->d, g.m, g.n));
+  }
+  cublasStatus_t status = plan->supported ? Launch(g, *plan) : CUBLAS_STATUS_NOT_SUPPORTED;
+  if (resized && status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    TRAINER_RETURN_IF_ERROR(FindPlan(g, &plan));
+    *supported = plan->supported;
+    if (!plan->supported) return Status::Ok();
+    status = Launch(g, *plan);
+  }
+  CUBLAS_CHECK(status);
+  return Status::Ok();
+}
+
+cublasStatus_t CublasLtMatmul::Launch(const Gemm& g, const Plan& plan) {
+  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
   if (HasBias(g.epilogue))
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                &g.bias, sizeof(g.bias)));
-  if (HasAux(g.epilogue))
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+    s = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
+                                       sizeof(g.bias));
+  if (s == CUBLAS_STATUS_SUCCESS && HasAux(g.epilogue))
+    s = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
+                                       sizeof(g.aux));
+  if (s != CUBLAS_STATUS_SUCCESS) return s;
   const float alpha = 1.f, beta = g.beta;
   const void* c = g.c ? g.c : g.d;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, g.a.data, plan.a, g.b.data, plan.b, &beta,
-                              c, plan.d, g.d, plan.d, &plan.algo, workspace_, kWorkspaceBytes,
-                              stream_));
-  return Status::Ok();
+  return cublasLtMatmul(handle_, plan.desc, &alpha, g.a.data, plan.a, g.b.data, plan.b, &beta, c,
+                        plan.d, g.d, plan.d, &plan.algo, workspace_, kWorkspaceBytes, stream_);
 }
 
 }  // namespace cuda

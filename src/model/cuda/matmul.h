@@ -52,9 +52,9 @@ struct Gemm {
   DType bias_dtype = DType::kBF16;
   void* aux = nullptr;  // GELU pre-activation (output; input for kDGelu), dtype of D, ld aux_ld
   int64_t aux_ld = 0;
-  // false: the heuristic's first algorithm, neither timed nor recorded as a route (row groups
-  // whose sizes change every step, Backend::SetRaggedGroups: no trial per new size, and the same
-  // choice on every rank).
+  // false: the heuristic's first algorithm for the size class (CublasLtMatmul::SizeClass), neither
+  // timed nor recorded as a route (row groups whose sizes change every step,
+  // Backend::SetRaggedGroups: no trial or query per new size, and the same choice on every rank).
   bool timed = true;
 };
 
@@ -85,6 +85,9 @@ class CublasLtMatmul {
   struct Plan;
   CublasLtMatmul() = default;
   Status BuildPlan(const Gemm& gemm, Plan* plan);
+  Status FindPlan(const Gemm& gemm, Plan** plan);  // cached, or built
+  cublasStatus_t Launch(const Gemm& gemm, const Plan& plan);
+  static Gemm SizeClass(const Gemm& gemm);  // untimed GEMMs' plan sizes (see Run)
   cublasStatus_t AddHalfProblemCandidates(const Gemm& gemm, const Plan& plan,
                                           cublasLtMatmulPreference_t pref,
                                           cublasLtMatmulHeuristicResult_t* results, int* found);
