@@ -7,6 +7,7 @@
 // of 8, the cuBLAS grouped path must have run each GEMM kind in one launch (path_counts(), no
 // fallback). The OLMoE-sized case prints the grouped GEMM's TFLOP/s against one dense cuBLASLt
 // GEMM of the same total size.
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,8 @@ namespace {
 
 using grouped_testing::GroupedCase;
 
-constexpr GroupedCase kCases[] = {
-    {"uneven", 61, 13, 7, 9, "uneven"},
-    {"empty experts", 40, 5, 11, 6, "empty experts"},
-    {"one expert", 29, 9, 6, 5, "one expert"},
-    {"two runs", 53, 7, 10, 4, "two runs"},
+// The odd cases (grouped_matmul_cases.h), then these: leading dimensions multiples of 8.
+constexpr GroupedCase kAlignedCases[] = {
     {"uneven aligned", 301, 72, 40, 8, "uneven"},
     {"two runs aligned", 203, 64, 96, 6, "two runs"},
     {"one expert aligned", 131, 128, 64, 5, "one expert"},
@@ -38,7 +36,10 @@ class CudaGroupedMatmulTest : public CudaVsCpuTest {
 };
 
 TEST_F(CudaGroupedMatmulTest, MatchesCpuTwinOnTheGroupedPath) {
-  for (const GroupedCase& c : kCases) {
+  std::vector<GroupedCase> cases(std::begin(grouped_testing::kOddCases),
+                                 std::end(grouped_testing::kOddCases));
+  cases.insert(cases.end(), std::begin(kAlignedCases), std::end(kAlignedCases));
+  for (const GroupedCase& c : cases) {
     SCOPED_TRACE(std::string(c.name) + ", " + Trace());
     const int64_t M = c.rows, C = c.C, OC = c.OC, E = c.E;
     const bool aligned = C % 8 == 0 && OC % 8 == 0;
@@ -99,7 +100,7 @@ TEST_F(CudaGroupedMatmulTest, MatchesCpuTwinOnTheGroupedPath) {
 // The grouped GEMM's speed on the OLMoE-sized forward against one dense cuBLASLt GEMM of the
 // same total rows (printed, not asserted: the figure for the MoE speed notes).
 TEST_F(CudaGroupedMatmulTest, PrintsGroupedAgainstDenseSpeed) {
-  const GroupedCase c = kCases[sizeof(kCases) / sizeof(kCases[0]) - 1];
+  const GroupedCase c = *(std::end(kAlignedCases) - 1);  // the OLMoE-sized case
   const int64_t M = c.rows, C = c.C, OC = c.OC, E = c.E;
   const std::vector<ExpertRun> groups = grouped_testing::MakeGroups(c, rng_);
   auto g_in = Compute(Random(M * C), {M, C}), g_w = Compute(Random(E * OC * C), {E, OC, C});

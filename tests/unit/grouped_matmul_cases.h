@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,7 +23,21 @@ struct GroupedCase {
   const char* split;  // "uneven", "empty experts", "one expert", "two runs"
 };
 
+inline std::ostream& operator<<(std::ostream& os, const GroupedCase& c) {
+  return os << c.name << " (rows " << c.rows << ", C " << c.C << ", OC " << c.OC << ", E " << c.E
+            << ")";
+}
+
 constexpr int64_t kSpareRows = 3;
+
+// Odd sizes (no leading dimension a multiple of 8), every split.
+constexpr GroupedCase kOddCases[] = {
+    {"uneven", 61, 13, 7, 9, "uneven"},
+    {"empty experts", 40, 5, 11, 6, "empty experts"},
+    {"one expert", 29, 9, 6, 5, "one expert"},
+    {"two runs", 53, 7, 10, 4, "two runs"},
+    {"one expert of one", 10, 3, 2, 1, "uneven"},
+};
 
 // Rows [0, rows - kSpareRows) split over the experts by `split`, groups listed expert by expert.
 inline std::vector<ExpertRun> MakeGroups(const GroupedCase& c, std::mt19937& rng) {
