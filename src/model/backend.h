@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "common/tensor.h"
@@ -51,6 +52,15 @@ struct MoeRouting {
                                 // then softmax over the chosen (Mixtral)
   bool norm_topk_prob = false;  // the chosen weights divided by their sum
   bool shared_gate = false;     // logits' last column gates a shared expert by its sigmoid
+};
+
+// One row group of a grouped matrix product (Backend::GroupedMatmulForward/Backward): rows
+// [offset, offset + rows) of the row-side tensors, with matrix `expert` of the stacked weights
+// (the MoE experts' runs, moe_dispatch.h).
+struct ExpertRun {
+  int64_t expert = 0;
+  int64_t offset = 0;
+  int64_t rows = 0;
 };
 
 // What SumInto adds up.
@@ -302,6 +312,20 @@ class Backend {
   Status MoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights, bool accumulate);
   // dweights (N,K') f32 [t][k] = dout (N,C)[t] . in (M,C)[slots[t][k]] (0 where slots < 0).
   Status MoeSlotDots(Tensor dweights, Tensor dout, Tensor in, Tensor slots);
+  // Grouped matrix products (the experts over their row groups; contracts in
+  // grouped_contracts.cpp): for each group g of `groups` (host data; rows 0 skipped), with
+  // R = rows [g.offset, g.offset + g.rows) and W = weights[g.expert]:
+  //   out[R] (M,OC) = in[R] (M,C) @ W^T, weights (E,OC,C); rows of out in no group untouched.
+  // Groups must not overlap; in, out, weights compute. One launch per call on the GPU
+  // (cuBLAS's grouped GEMM), the per-group loop on the CPU.
+  Status GroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
+                              const std::vector<ExpertRun>& groups);
+  // din[R] (M,C) = dout[R] (M,OC) @ W (overwritten; skipped when empty); dweights (E,OC,C) f32:
+  // dweights[g.expert] += (or =, by dweights_write, for the expert's first group; experts in no
+  // group untouched) dout[R]^T @ in[R] (skipped when empty). dout, in, din compute.
+  Status GroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in, Tensor weights,
+                               const std::vector<ExpertRun>& groups,
+                               GradientWrite dweights_write);
 
   // ---- optimizer ----
   // One AdamW step over contiguous f32 spans (master, grad, m, v: n > 0 elements); writes the
@@ -399,6 +423,13 @@ class Backend {
   virtual Status RunMoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights,
                                   bool accumulate);
   virtual Status RunMoeSlotDots(Tensor dweights, Tensor dout, Tensor in, Tensor slots);
+  // Grouped matrix products. Default (the CPU twin, and the GPU's fallback): one
+  // RunMatmulForward / RunMatmulBackward per group, under SetRaggedGroups(true).
+  virtual Status RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
+                                         const std::vector<ExpertRun>& groups);
+  virtual Status RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
+                                          Tensor weights, const std::vector<ExpertRun>& groups,
+                                          GradientWrite dweights_write);
 };
 
 std::unique_ptr<Backend> MakeCpuBackend();

@@ -18,15 +18,12 @@
 
 #include "common/communicator.h"
 #include "common/tensor.h"
+#include "model/backend.h"
 
 namespace trainer {
 
-// Rows [offset, offset + rows) of the expert-side buffers, all for local expert `expert`.
-struct ExpertRun {
-  int64_t expert = 0;
-  int64_t offset = 0;
-  int64_t rows = 0;
-};
+// ExpertRun (backend.h): rows [offset, offset + rows) of the expert-side buffers, all for local
+// expert `expert`.
 
 // The rows moved between the ranks of the EP group, per peer (in rows).
 struct ExpertExchange {

@@ -1,7 +1,9 @@
 // The mixture-of-experts layer (moe_layer.h): routing plan, forward and backward.
 #include "model/moe_layer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace trainer {
 
@@ -74,23 +76,21 @@ Status ExpertBackward(Backend* be, Tensor x, Tensor gu, Tensor down, Tensor h, T
   return be->MatmulBackward(dx, dgu, Tensor(), dh, x, gu, write);
 }
 
-// Expert e's matrix of a stacked (E, R, C) tensor.
-Tensor ExpertMatrix(Tensor stacked, int64_t e) {
-  Tensor m = stacked.rows(e, 1);
-  return Tensor(m.data, m.dtype, {stacked.dim(1), stacked.dim(2)});
-}
-
-// fn(e, offset, n) for each run of n > 0 rows of (local) expert e from `offset` of the expert
-// side's rows (the permuted rows, or with EP the received ones): ragged groups for the backend's
-// GEMMs (Backend::SetRaggedGroups).
-template <typename Fn>
-Status ForEachGroup(Backend* be, const MoeDispatch& d, Fn fn) {
-  be->SetRaggedGroups(true);
-  Status s = Status::Ok();
-  for (size_t i = 0; i < d.runs.size() && s.ok(); ++i)
-    s = fn(d.runs[i].expert, d.runs[i].offset, d.runs[i].rows);
-  be->SetRaggedGroups(false);
-  return s;
+// The rows the runs cover, as maximal contiguous spans (offset, rows): without EP one, [0, kept
+// rows); with EP the received rows, [0, received), also one. SwiGLU runs once over each.
+std::vector<std::pair<int64_t, int64_t>> CoveredSpans(const std::vector<ExpertRun>& runs) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const ExpertRun& r : runs)
+    if (r.rows > 0) spans.emplace_back(r.offset, r.rows);
+  std::sort(spans.begin(), spans.end());
+  std::vector<std::pair<int64_t, int64_t>> merged;
+  for (const auto& s : spans) {
+    if (!merged.empty() && merged.back().first + merged.back().second == s.first)
+      merged.back().second += s.second;
+    else
+      merged.push_back(s);
+  }
+  return merged;
 }
 
 bool ExpertParallel(const MoeContext& ctx) {
@@ -189,11 +189,11 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
   const Tensor xe = ep ? a.x_recv : a.x_perm, ye = ep ? a.y_recv : a.y;
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, a.x_perm, xe, true));
-  TRAINER_RETURN_IF_ERROR(ForEachGroup(be, *d, [&](int64_t e, int64_t off, int64_t n) {
-    return ExpertForward(be, Group(xe, off, n), ExpertMatrix(w.experts_gu, e),
-                         ExpertMatrix(w.experts_down, e), Group(a.h, off, n), Group(a.act, off, n),
-                         Group(ye, off, n));
-  }));
+  // The experts: one grouped GEMM for [gate|up], SwiGLU over all their rows, one for down.
+  TRAINER_RETURN_IF_ERROR(be->GroupedMatmulForward(a.h, xe, w.experts_gu, d->runs));
+  for (const auto& [off, n] : CoveredSpans(d->runs))
+    TRAINER_RETURN_IF_ERROR(be->SwiGluForward(Group(a.act, off, n), Group(a.h, off, n)));
+  TRAINER_RETURN_IF_ERROR(be->GroupedMatmulForward(ye, a.act, w.experts_down, d->runs));
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, ye, a.y, false));
   if (s.shared_ffn > 0)
     TRAINER_RETURN_IF_ERROR(ExpertForward(be, Group(a.x_perm, N * K, N), w.shared_gu, w.shared_down,
@@ -216,13 +216,15 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
   const Tensor xe = ep ? a.x_recv : a.x_perm, dye = ep ? sc.dy_recv : sc.dy,
                dxe = ep ? sc.dx_recv : sc.dx_perm;
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, sc.dy, dye, true));
-  TRAINER_RETURN_IF_ERROR(ForEachGroup(be, *d, [&](int64_t e, int64_t off, int64_t n) {
-    return ExpertBackward(be, Group(xe, off, n), ExpertMatrix(w.experts_gu, e),
-                          ExpertMatrix(w.experts_down, e), Group(a.h, off, n), Group(a.act, off, n),
-                          Group(dye, off, n), ExpertMatrix(g.experts_gu, e),
-                          ExpertMatrix(g.experts_down, e), Group(sc.dh, off, n),
-                          Group(sc.dact, off, n), Group(dxe, off, n), GradientWrite::kAccumulate);
-  }));
+  // The experts' backward, as their forward: grouped GEMMs around one SwiGLU pass per span.
+  TRAINER_RETURN_IF_ERROR(be->GroupedMatmulBackward(sc.dact, g.experts_down, dye, a.act,
+                                                    w.experts_down, d->runs,
+                                                    GradientWrite::kAccumulate));
+  for (const auto& [off, n] : CoveredSpans(d->runs))
+    TRAINER_RETURN_IF_ERROR(
+        be->SwiGluBackward(Group(sc.dh, off, n), Group(sc.dact, off, n), Group(a.h, off, n)));
+  TRAINER_RETURN_IF_ERROR(be->GroupedMatmulBackward(dxe, g.experts_gu, sc.dh, xe, w.experts_gu,
+                                                    d->runs, GradientWrite::kAccumulate));
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, dxe, sc.dx_perm, false));
   if (s.shared_ffn > 0)
     TRAINER_RETURN_IF_ERROR(ExpertBackward(

@@ -4,7 +4,8 @@
 //   logits = x W_router^T (f32)                       (N, E)
 //   scores -> top-k -> weights (MoeRouting)           (N, K)   lower expert index wins ties
 //   permute: tokens grouped by expert, a stable counting sort (token order within an expert)
-//   each expert e: y = down_e(silu(gate_e x) * up_e x) over its group (one GEMM pair per expert)
+//   each expert e: y = down_e(silu(gate_e x) * up_e x) over its group (Backend's grouped GEMMs:
+//   every expert's gate-up at once, one SwiGLU over all the rows, every expert's down at once)
 //   out[t] = sum over t's K experts, ascending, of w * y  (+ sigmoid(x g^T) * shared expert(x))
 //
 // Dropless by default: every token reaches its K experts. With a capacity factor cf, each expert

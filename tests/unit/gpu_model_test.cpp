@@ -9,6 +9,7 @@
 #include <random>
 
 #include "gpu_model_test_util.h"
+#include "model/cuda/cuda_backend.h"
 #include "model/gpt.h"
 
 namespace trainer {
@@ -139,6 +140,11 @@ TEST_F(GpuModel, MixtureOfExpertsLossAndEveryGradientMatchTheCpuPath) {
     EXPECT_NEAR(again.loss, got.loss, 1e-5 * got.loss);
     ExpectParameterGradientsNear(list, again, got, 1e-2);
   }
+  // The experts' GEMMs ran as cuBLAS grouped GEMMs (their widths are multiples of 8), none per
+  // expert.
+  const CudaPathCounts& p = static_cast<CudaBackend*>(gpu_.get())->path_counts();
+  EXPECT_GT(p.grouped_gemm, 0);
+  EXPECT_EQ(p.grouped_gemm_fallback, 0);
 }
 
 }  // namespace

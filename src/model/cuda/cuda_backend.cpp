@@ -11,6 +11,7 @@
 #include "model/cuda/attention_cudnn.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/kernels.h"
+#include "model/cuda/grouped_gemm.h"
 #include "model/cuda/matmul.h"
 #include "model/cuda/matmul_gelu_cudnn.h"
 #include "model/cuda/op_checks.h"
@@ -48,6 +49,7 @@ Status CudaBackend::Create(int device, DType compute, std::unique_ptr<CudaBacken
   CUDA_CHECK(cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking));
   TRAINER_RETURN_IF_ERROR(cuda::CublasLtMatmul::Create(backend->stream_, &backend->matmul_));
   backend->matmul_->set_routes(&backend->pins_, &backend->routes_);
+  TRAINER_RETURN_IF_ERROR(cuda::GroupedGemm::Create(backend->stream_, &backend->grouped_gemm_));
   if (cuda::CudnnAttention::Compiled()) {
     const Status cudnn = cuda::CudnnAttention::Create(backend->stream_, &backend->cudnn_attention_);
     if (!cudnn.ok())  // a missing or broken cuDNN costs speed, not the run
@@ -72,6 +74,7 @@ CudaBackend::~CudaBackend() {
   cudnn_attention_.reset();
   cudnn_gelu_matmul_.reset();
   matmul_.reset();
+  grouped_gemm_.reset();
   for (cudaEvent_t event : staging_free_)
     if (event) cudaEventDestroy(event);
   for (cudaEvent_t event : marks_)

@@ -27,7 +27,10 @@ namespace cuda {
 class CublasLtMatmul;
 class CudnnAttention;
 class CudnnGeluMatmul;
+class GroupedGemm;
 struct Gemm;
+struct GroupedGemmKind;
+struct GroupedGemmProblem;
 struct GeluMatmulArgs;
 }  // namespace cuda
 
@@ -49,6 +52,8 @@ struct CudaPathCounts {
                                // bias gradient's, or a route trial's timing of them)
   int attention_cudnn = 0;     // forward or backward calls through cuDNN
   int attention_fallback = 0;  // forward or backward calls through our kernels
+  int grouped_gemm = 0;          // grouped GEMM launches (cuBLAS, one per GEMM kind of a call)
+  int grouped_gemm_fallback = 0;  // GEMM kinds of grouped calls run one GEMM per group instead
 };
 
 class CudaBackend final : public Backend {
@@ -166,6 +171,12 @@ class CudaBackend final : public Backend {
   Status RunMoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights,
                           bool accumulate) override;
   Status RunMoeSlotDots(Tensor dweights, Tensor dout, Tensor in, Tensor slots) override;
+  // Grouped matrix products (cuda_backend_grouped.cpp, grouped_gemm.h).
+  Status RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
+                                 const std::vector<ExpertRun>& groups) override;
+  Status RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
+                                  Tensor weights, const std::vector<ExpertRun>& groups,
+                                  GradientWrite dweights_write) override;
 
  private:
   static constexpr size_t kInitialScratchBytes = 32u << 20;
@@ -204,6 +215,10 @@ class CudaBackend final : public Backend {
   Status Scratch(size_t bytes, void** out);
   Status AddColumnSums(float* out, const void* x, int64_t N, int64_t C, int64_t ld,
                        const float* row_weights);
+  // One grouped GEMM launch of `problems` (none: nothing to do); *done = false where cuBLAS
+  // refuses it (counted in path_counts()), for the caller's per-group route.
+  Status LaunchGrouped(const cuda::GroupedGemmKind& kind,
+                       const std::vector<cuda::GroupedGemmProblem>& problems, bool* done);
 
   int device_;
   DType compute_;
@@ -221,6 +236,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   std::unique_ptr<cuda::CudnnGeluMatmul> cudnn_gelu_matmul_;
+  std::unique_ptr<cuda::GroupedGemm> grouped_gemm_;
   GeluMatmulRoute gelu_route_ = GeluMatmulRoute::kFastest;
   // (N, C, F, bias) -> who runs that forward GELU GEMM (pairs: our kernel in clusters of two).
   enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90, kSm90Pairs };  // ForwardNames' order

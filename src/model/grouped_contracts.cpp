@@ -1,0 +1,122 @@
+// The contracts of Backend's grouped matrix products (backend.h: the MoE experts over their row
+// groups), checked once for every backend (op_contract.h) before the backend's Run* hook, and the
+// hooks' default: one RunMatmulForward / RunMatmulBackward per group, the plain loop that is the
+// CPU's implementation (its twin for the GPU's grouped GEMMs) and the GPU's fallback.
+#include <algorithm>
+
+#include "model/backend.h"
+#include "model/op_contract.h"
+
+namespace trainer {
+
+using contract::OpContract;
+
+namespace {
+
+// weights (E,OC,C) compute; the row-side tensors' widths: in_name's C, out_name's OC; every group
+// names an expert of weights and rows inside both, and no two groups overlap.
+void CheckGroups(OpContract& c, DType cd, const char* in_name, Tensor in, const char* out_name,
+                 Tensor out, Tensor weights, const std::vector<ExpertRun>& groups) {
+  c.Has("weights", weights, cd, -1).Dims("weights", weights, 3);
+  if (!c.status().ok()) return;
+  const int64_t E = weights.dim(0), OC = weights.dim(1), C = weights.dim(2);
+  c.Has(in_name, in, cd, -1)
+      .Agree(in_name, in, "weights", weights, "C (last dimensions)", Cols(in), C)
+      .Has(out_name, out, cd, -1)
+      .Agree(out_name, out, "weights", weights, "OC (last dimension, dimension 1)", Cols(out), OC);
+  if (!c.status().ok()) return;
+  const int64_t rows = std::min(Rows(in), Rows(out));
+  std::vector<std::pair<int64_t, int64_t>> spans;  // (offset, end) of the non-empty groups
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const ExpertRun& g = groups[i];
+    c.Require(g.expert >= 0 && g.expert < E && g.offset >= 0 && g.rows >= 0 &&
+                  g.offset + g.rows <= rows,
+              StrFormat("group %zu (expert %lld, rows [%lld, %lld)) is outside weights %s or the "
+                        "%lld rows of %s %s and %s %s",
+                        i, static_cast<long long>(g.expert), static_cast<long long>(g.offset),
+                        static_cast<long long>(g.offset + g.rows), weights.shape_string().c_str(),
+                        static_cast<long long>(rows), in_name, in.shape_string().c_str(), out_name,
+                        out.shape_string().c_str()));
+    if (g.rows > 0) spans.emplace_back(g.offset, g.offset + g.rows);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    c.Require(spans[i].first >= spans[i - 1].second,
+              StrFormat("groups overlap: rows [%lld, %lld) and [%lld, %lld)",
+                        static_cast<long long>(spans[i - 1].first),
+                        static_cast<long long>(spans[i - 1].second),
+                        static_cast<long long>(spans[i].first),
+                        static_cast<long long>(spans[i].second)));
+}
+
+// Rows [offset, offset + rows) of the (rows, cols) tensor t.
+Tensor GroupRows(Tensor t, int64_t offset, int64_t rows) {
+  return Tensor(t.data, t.dtype, {Rows(t), Cols(t)}).rows(offset, rows);
+}
+
+// Matrix e of t (the stacked weights or their gradient, as many elements as weights (E,R,C)),
+// as (R, C).
+Tensor Matrix(Tensor t, Tensor weights, int64_t e) {
+  const int64_t R = weights.dim(1), C = weights.dim(2);
+  return Tensor(static_cast<char*>(t.data) + static_cast<size_t>(e * R * C) * DTypeSize(t.dtype),
+                t.dtype, {R, C});
+}
+
+}  // namespace
+
+Status Backend::GroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
+                                     const std::vector<ExpertRun>& groups) {
+  OpContract c(*this, "GroupedMatmulForward");
+  CheckGroups(c, compute_dtype(), "in", in, "out", out, weights, groups);
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunGroupedMatmulForward(out, in, weights, groups);
+}
+
+Status Backend::GroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
+                                      Tensor weights, const std::vector<ExpertRun>& groups,
+                                      GradientWrite dweights_write) {
+  const DType cd = compute_dtype();
+  OpContract c(*this, "GroupedMatmulBackward");
+  CheckGroups(c, cd, "in", in, "dout", dout, weights, groups);
+  c.Optional(din).Like("din", din, cd, "in", in);
+  c.Optional(dweights).SameCount("dweights", dweights, DType::kF32, "weights", weights);
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunGroupedMatmulBackward(din, dweights, dout, in, weights, groups, dweights_write);
+}
+
+Status Backend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
+                                        const std::vector<ExpertRun>& groups) {
+  SetRaggedGroups(true);
+  Status s = Status::Ok();
+  for (size_t i = 0; i < groups.size() && s.ok(); ++i) {
+    const ExpertRun& g = groups[i];
+    if (g.rows == 0) continue;
+    s = RunMatmulForward(GroupRows(out, g.offset, g.rows), Tensor(),
+                         GroupRows(in, g.offset, g.rows), Matrix(weights, weights, g.expert), Tensor(),
+                         Activation::kNone);
+  }
+  SetRaggedGroups(false);
+  return s;
+}
+
+Status Backend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
+                                         Tensor weights, const std::vector<ExpertRun>& groups,
+                                         GradientWrite dweights_write) {
+  SetRaggedGroups(true);
+  std::vector<bool> written(weights.dim(0), false);  // the expert's first group (its write)
+  Status s = Status::Ok();
+  for (size_t i = 0; i < groups.size() && s.ok(); ++i) {
+    const ExpertRun& g = groups[i];
+    if (g.rows == 0) continue;
+    const GradientWrite write = written[g.expert] ? GradientWrite::kAccumulate : dweights_write;
+    written[g.expert] = true;
+    s = RunMatmulBackward(din.empty() ? Tensor() : GroupRows(din, g.offset, g.rows),
+                          dweights.empty() ? Tensor() : Matrix(dweights, weights, g.expert), Tensor(),
+                          GroupRows(dout, g.offset, g.rows), GroupRows(in, g.offset, g.rows),
+                          Matrix(weights, weights, g.expert), write);
+  }
+  SetRaggedGroups(false);
+  return s;
+}
+
+}  // namespace trainer
