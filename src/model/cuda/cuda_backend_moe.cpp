@@ -51,8 +51,8 @@ Status CudaBackend::RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor
   return Status::Ok();
 }
 
-Status CudaBackend::RunMoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor experts,
-                                       Tensor probs, Tensor lse, const MoeLossCoefficients& c) {
+Status CudaBackend::RunMoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor experts, Tensor probs,
+                                       Tensor lse, const MoeLossCoefficients& c) {
   const cuda::MoeLossDims d{Rows(probs), aux_coef.empty() ? 1 : Rows(aux_coef),
                             static_cast<int>(Cols(probs)),
                             static_cast<int>(experts.numel() / Rows(probs)), c.sigmoid};
@@ -60,9 +60,8 @@ Status CudaBackend::RunMoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor ex
   const size_t bytes = cuda::MoeRouterLossesWorkspace(d, !aux_coef.empty());
   if (bytes > 0) TRAINER_RETURN_IF_ERROR(Scratch(bytes, &workspace));
   CUDA_CHECK(cuda::LaunchMoeRouterLosses(
-      aux_coef.empty() ? nullptr : aux_coef.as<float>(), losses.as<double>(),
-      experts.as<int32_t>(), probs.as<float>(), lse.as<float>(), d, c.aux, c.z, c.loss_scale,
-      workspace, stream_));
+      aux_coef.empty() ? nullptr : aux_coef.as<float>(), losses.as<double>(), experts.as<int32_t>(),
+      probs.as<float>(), lse.as<float>(), d, c.aux, c.z, c.loss_scale, workspace, stream_));
   return Status::Ok();
 }
 

@@ -303,10 +303,11 @@ __global__ void __launch_bounds__(kLossThreads)
   }
 }
 
-// Chunks of each group's n rows: about 8 blocks per SM of 132, each of at least 64 rows.
+// Chunks of each group's n rows: up to 8 blocks per SM of 132, each of at least 256 rows (32 a
+// thread), so that the final block adds few partials per expert.
 int64_t LossChunks(const MoeLossDims& d) {
   const int64_t n = d.N / d.G, blocks = CeilDiv(d.E, kLossColumns) * d.G;
-  const int64_t want = CeilDiv(132 * 8, blocks), most = CeilDiv(n, 64);
+  const int64_t want = CeilDiv(132 * 8, blocks), most = CeilDiv(n, 256);
   return want < 1 ? 1 : want < most ? want : most;
 }
 
@@ -341,7 +342,8 @@ cudaError_t LaunchMoeRouterLosses(float* aux_coef, double* losses, const int32_t
           totals, probs, d.N, d.E);
     }
     double* scores = reinterpret_cast<double*>(at);
-    int32_t* counts = reinterpret_cast<int32_t*>(at + Align256(d.G * chunks * d.E * sizeof(double)));
+    int32_t* counts =
+        reinterpret_cast<int32_t*>(at + Align256(d.G * chunks * d.E * sizeof(double)));
     const dim3 grid(static_cast<unsigned>(CeilDiv(d.E, kLossColumns)),
                     static_cast<unsigned>(chunks), static_cast<unsigned>(d.G));
     MoeAuxPartialsKernel<<<grid, dim3(kLossColumns, kLossRows), 0, stream>>>(
