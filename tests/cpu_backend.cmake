@@ -4,11 +4,12 @@
 # against multi-head attention on repeated kv heads, and bit-identical results across calls and
 # thread counts; dropout's Philox masks (Random123's known answers, a reference Philox, the keep
 # fraction, attention dropout against a double-precision reference and finite differences); the
-# grouped matrix products (the MoE experts' GEMMs) against a naive loop.
+# grouped matrix products (the MoE experts' GEMMs) against a naive loop; the MoE router's
+# load-balancing and z losses against their formula in double.
 trainer_gtest(cpu_backend_test
   SOURCES unit/cpu_backend_test.cpp unit/cpu_matmul_attention_test.cpp
           unit/cpu_loss_optimizer_test.cpp unit/cpu_llama_ops_test.cpp unit/cpu_dropout_test.cpp
-          unit/cpu_grouped_matmul_test.cpp
+          unit/cpu_grouped_matmul_test.cpp unit/cpu_moe_losses_test.cpp
   LIBS trainer_model
   LABELS unit
   TIMEOUT 120)

@@ -63,6 +63,15 @@ struct ExpertRun {
   int64_t rows = 0;
 };
 
+// The router's losses of one micro-batch (MoeRouterLosses; moe_layer.h): the load-balancing
+// loss's coefficient (0: none), the z-loss's (0: none), and d(objective)/d(these losses).
+struct MoeLossCoefficients {
+  bool sigmoid = false;  // the scores are sigmoids: normalised to sum 1 per token for the aux loss
+  double aux = 0.0;      // MoeSpec::aux_loss_coeff
+  double z = 0.0;        // MoeSpec::z_loss_coeff
+  float loss_scale = 1.f;
+};
+
 // What SumInto adds up.
 enum class SumOf { kValues, kSquares };
 
@@ -302,6 +311,16 @@ class Backend {
   Status MoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,
                            Tensor experts, Tensor weights, Tensor aux_coef, float z_scale,
                            const MoeRouting& r);
+  // The router's losses from its choices experts (N,K) i32 and scores probs (N,E) f32, over G
+  // groups of n = N/G consecutive rows (the micro-batch, or each sequence): the load-balancing
+  // loss, the mean over the groups of c.aux * E / (K n^2) * sum_e P_e * count_e (P_e the group's
+  // sum of its scores for e, sigmoid scores normalised to sum 1 per token; count_e its choices
+  // of e), and the z-loss c.z / N * sum_t lse (N) f32 [t]^2. aux_coef (G,E) f32 (empty when
+  // c.aux is 0) = c.loss_scale * d(aux loss)/d(P_e), what MoeRouterBackward takes; losses (2)
+  // f64 = {aux loss, z-loss} (0 for a zero coefficient). Fixed-order sums: the same inputs give
+  // the same bits.
+  Status MoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor experts, Tensor probs, Tensor lse,
+                         const MoeLossCoefficients& c);
   // out (M,C)[slots[t][k]] = [weights[t][k] *] in (N,C)[t] for every slots[t][k] >= 0 (slots
   // (N,K') i32 distinct, < M; weights (N,K') f32 or empty): the permutation of the tokens into
   // expert order, and the combine's backward. Rows no slot names are left as they are.
@@ -419,6 +438,8 @@ class Backend {
   virtual Status RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,
                                       Tensor experts, Tensor weights, Tensor aux_coef,
                                       float z_scale, const MoeRouting& r);
+  virtual Status RunMoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor experts, Tensor probs,
+                                    Tensor lse, const MoeLossCoefficients& c);
   virtual Status RunMoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights);
   virtual Status RunMoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights,
                                   bool accumulate);

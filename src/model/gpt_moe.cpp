@@ -20,6 +20,7 @@ MoeActivations GptModel::AllocateMoeActivations() {
   m.slots = Alloc({N, K2}, DType::kI32);
   if (e.aux_loss_coeff > 0)
     m.aux_coef = Alloc({e.aux_loss == MoeAuxLoss::kSequence ? B_ : 1, E}, DType::kF32);
+  m.losses = Alloc({2}, DType::kF64);
   m.x_perm = Alloc({N * K2, C}, compute_);
   if (partition_.ep_size > 1) {
     m.x_recv = Alloc({R, C}, compute_);

@@ -81,6 +81,36 @@ Status Backend::MoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits
                               z_scale, r);
 }
 
+Status Backend::MoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor experts, Tensor probs,
+                                Tensor lse, const MoeLossCoefficients& k) {
+  OpContract c(*this, "MoeRouterLosses");
+  const int64_t N = Rows(probs), E = Cols(probs);
+  c.Has("probs", probs, DType::kF32, -1)
+      .Has("experts", experts, DType::kI32, -1)
+      .Require(N > 0 && experts.numel() % N == 0 && experts.numel() / N >= 1 &&
+                   experts.numel() / N <= E,
+               StrFormat("experts %s must be (N, K) with K in [1, %lld] for the %lld rows of "
+                         "probs %s",
+                         experts.shape_string().c_str(), static_cast<long long>(E),
+                         static_cast<long long>(N), probs.shape_string().c_str()))
+      .Has("lse", lse, DType::kF32, N)
+      .Has("losses", losses, DType::kF64, 2)
+      .Require(k.aux >= 0 && k.z >= 0,
+               StrFormat("the loss coefficients (aux %g, z %g) must be >= 0", k.aux, k.z))
+      .Require((k.aux > 0) == !aux_coef.empty(),
+               StrFormat("aux_coef %s must be given exactly when the aux coefficient (%g) is > 0",
+                         aux_coef.shape_string().c_str(), k.aux))
+      .Optional(aux_coef)
+      .Has("aux_coef", aux_coef, DType::kF32, -1)
+      .Require(aux_coef.empty() || (Cols(aux_coef) == E && Rows(aux_coef) > 0 &&
+                                    N % Rows(aux_coef) == 0),
+               StrFormat("aux_coef %s must be (G, %lld) with G dividing the %lld rows",
+                         aux_coef.shape_string().c_str(), static_cast<long long>(E),
+                         static_cast<long long>(N)));
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunMoeRouterLosses(aux_coef, losses, experts, probs, lse, k);
+}
+
 Status Backend::MoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights) {
   OpContract c(*this, "MoeScatterRows");
   CheckSlots(c, compute_dtype(), "in", in, "out", out, slots, weights);
@@ -111,6 +141,10 @@ Status Backend::RunMoeRouterForward(Tensor, Tensor, Tensor, Tensor, Tensor, Tens
 Status Backend::RunMoeRouterBackward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float,
                                      const MoeRouting&) {
   return NoMoeKernels(*this, "MoeRouterBackward");
+}
+Status Backend::RunMoeRouterLosses(Tensor, Tensor, Tensor, Tensor, Tensor,
+                                   const MoeLossCoefficients&) {
+  return NoMoeKernels(*this, "MoeRouterLosses");
 }
 Status Backend::RunMoeScatterRows(Tensor, Tensor, Tensor, Tensor) {
   return NoMoeKernels(*this, "MoeScatterRows");

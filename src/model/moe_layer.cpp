@@ -23,7 +23,7 @@ int64_t MoeCapacity(const MoeSpec& spec, int64_t tokens) {
 void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N, MoeDispatch* out) {
   const int E = spec.num_experts, K = spec.top_k, K2 = K + (spec.shared_ffn > 0 ? 1 : 0);
   const int64_t capacity = MoeCapacity(spec, N);
-  out->experts.assign(experts, experts + N * K);
+  if (experts != out->experts.data()) out->experts.assign(experts, experts + N * K);
   out->counts.assign(E, 0);
   for (int64_t i = 0; i < N * K; ++i) ++out->counts[experts[i]];
   // Kept rows per expert, then the group starts.
@@ -103,38 +103,6 @@ Tensor Group(Tensor t, int64_t offset, int64_t n) {
   return flat.rows(offset, n);
 }
 
-// The load-balancing loss of one micro-batch and its gradient by score: over G groups (the
-// micro-batch, or each sequence) of n tokens, coeff * E / (K n^2) * sum_e P_e * count_e, with
-// P_e the sum of the group's scores for e (sigmoid scores normalised to sum 1 per token) and
-// count_e its choices of e, averaged over the groups (as Megatron's switch and seq_aux losses).
-double AuxLoss(const MoeSpec& s, const std::vector<int32_t>& experts, const float* probs, int64_t N,
-               int64_t G, float loss_scale, std::vector<float>* coef) {
-  const int E = s.num_experts, K = s.top_k;
-  const int64_t n = N / G;
-  const double c = s.aux_loss_coeff * E / (static_cast<double>(K) * n * n);
-  coef->assign(G * E, 0.f);
-  double loss = 0;
-  std::vector<double> count(E), score(E);
-  for (int64_t g = 0; g < G; ++g) {
-    std::fill(count.begin(), count.end(), 0.0);
-    std::fill(score.begin(), score.end(), 0.0);
-    for (int64_t t = g * n; t < (g + 1) * n; ++t) {
-      for (int k = 0; k < K; ++k) count[experts[t * K + k]] += 1;
-      double total = 1;
-      if (s.score == MoeScore::kSigmoid) {
-        total = 0;
-        for (int e = 0; e < E; ++e) total += probs[t * E + e];
-      }
-      for (int e = 0; e < E; ++e) score[e] += probs[t * E + e] / total;
-    }
-    for (int e = 0; e < E; ++e) {
-      loss += c * score[e] * count[e] / G;
-      (*coef)[g * E + e] = static_cast<float>(loss_scale * c * count[e] / G);
-    }
-  }
-  return loss;
-}
-
 }  // namespace
 
 Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const MoeActivations& a) {
@@ -147,38 +115,39 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
       be->MatmulForward(a.logits, Tensor(), x, w.router, Tensor(), Activation::kNone));
   TRAINER_RETURN_IF_ERROR(
       be->MoeRouterForward(a.weights, a.experts, a.probs, a.lse, a.logits, w.bias, Routing(s)));
-  // The layer's one host sync: the plan needs the choices (CopyToHost is stream-ordered and waits
-  // for them); the aux and z losses' reads below find the device idle.
-  std::vector<int32_t> experts(N * K);
-  TRAINER_RETURN_IF_ERROR(be->CopyToHost(experts.data(), a.experts.data, experts.size() * 4));
-  PlanMoeDispatch(s, experts.data(), N, d);
+  // The router's losses on the device: the aux loss's coefficients (for the backward) and the
+  // values (for the metrics).
+  const bool aux = s.aux_loss_coeff > 0, zloss = s.z_loss_coeff > 0;
+  if (aux || zloss) {
+    MoeLossCoefficients coeffs;
+    coeffs.sigmoid = s.score == MoeScore::kSigmoid;
+    coeffs.aux = s.aux_loss_coeff;
+    coeffs.z = s.z_loss_coeff;
+    coeffs.loss_scale = loss_scale;
+    TRAINER_RETURN_IF_ERROR(be->MoeRouterLosses(aux ? a.aux_coef : Tensor(), a.losses, a.experts,
+                                                a.probs, a.lse, coeffs));
+  }
+  // The layer's one wait for the device: the plan needs the choices (CopyToHost is stream-ordered),
+  // copied into the dispatch's own buffer. The losses' two values, read next, find it idle.
+  d->experts.resize(N * K);
+  TRAINER_RETURN_IF_ERROR(
+      be->CopyToHost(d->experts.data(), a.experts.data, d->experts.size() * sizeof(int32_t)));
+  const bool record = ctx.record && !ctx.recompute;
+  double losses[2] = {0, 0};  // {aux, z}
+  if (record && (aux || zloss))
+    TRAINER_RETURN_IF_ERROR(be->CopyToHost(losses, a.losses.data, sizeof(losses)));
+  PlanMoeDispatch(s, d->experts.data(), N, d);
   const bool ep = ExpertParallel(ctx);
   if (ep)
     TRAINER_RETURN_IF_ERROR(PlanExpertExchange(ctx.ep, d->offsets, Rows(a.x_recv), Cols(a.x_recv),
                                                &d->exchange, &d->runs));
   d->loss_scale = loss_scale;
   TRAINER_RETURN_IF_ERROR(be->CopyToDevice(a.slots.data, d->slots.data(), d->slots.size() * 4));
-  // The losses: values for the metrics, gradients for the backward.
-  const bool aux = s.aux_loss_coeff > 0, zloss = s.z_loss_coeff > 0;
-  double aux_value = 0, z_value = 0;
-  if (aux) {
-    std::vector<float> probs(N * E), coef;
-    TRAINER_RETURN_IF_ERROR(be->CopyToHost(probs.data(), a.probs.data, probs.size() * 4));
-    const int64_t G = s.aux_loss == MoeAuxLoss::kSequence ? x.dim(0) : 1;
-    aux_value = AuxLoss(s, experts, probs.data(), N, G, loss_scale, &coef);
-    TRAINER_RETURN_IF_ERROR(be->CopyToDevice(a.aux_coef.data, coef.data(), coef.size() * 4));
-  }
-  if (zloss) {
-    std::vector<float> lse(N);
-    TRAINER_RETURN_IF_ERROR(be->CopyToHost(lse.data(), a.lse.data, lse.size() * 4));
-    for (float v : lse) z_value += static_cast<double>(v) * v;
-    z_value *= s.z_loss_coeff / N;
-  }
   d->z_scale = zloss ? static_cast<float>(loss_scale * s.z_loss_coeff / N) : 0.f;
-  if (ctx.record && !ctx.recompute) {
+  if (record) {
     MoeLayerStats* st = a.stats;
-    st->aux_loss += aux_value;
-    st->z_loss += z_value;
+    st->aux_loss += losses[0];
+    st->z_loss += losses[1];
     st->load.resize(E, 0);
     for (int e = 0; e < E; ++e) st->load[e] += d->counts[e];
     st->dropped += d->dropped;

@@ -30,7 +30,8 @@ namespace trainer {
 
 // The routing of one micro-batch on the host: which permuted row each (token, choice) went to.
 struct MoeDispatch {
-  std::vector<int32_t> experts;  // (N,K) the router's choices, ascending per token
+  std::vector<int32_t> experts;  // (N,K) the router's choices, ascending per token (the forward
+                                 // copies them here from the backend, reusing the buffer)
   std::vector<int32_t> slots;    // (N,K') permuted row of each choice, -1 if dropped; the
                                  // shared expert's (k = K) is N*K + t
   std::vector<int64_t> counts;   // (E) choices per expert before dropping
@@ -78,6 +79,7 @@ struct MoeActivations {
   Tensor experts;   // (N,K) i32
   Tensor slots;     // (N,K') i32, MoeDispatch::slots on the backend
   Tensor aux_coef;  // (G,E) f32 the load-balancing loss's gradient by score, empty without it
+  Tensor losses;    // (2) f64 the micro-batch's aux and z losses (Backend::MoeRouterLosses)
   Tensor x_perm;    // (N*K', C) the tokens in expert order; the last N rows: the shared expert's
   Tensor x_recv;    // EP: (ep*N*K, C) the rows this rank's experts received; empty without EP
   Tensor y_recv;    // EP: (ep*N*K, C) their outputs, before they go back

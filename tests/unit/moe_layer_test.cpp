@@ -225,6 +225,7 @@ struct LayerRun {
     a.experts = i32({kN, K});
     a.slots = i32({kN, K2});
     a.aux_coef = f32({s.aux_loss == MoeAuxLoss::kSequence ? kB : 1, E});
+    a.losses = Tensor(losses.data(), DType::kF64, {2});
     a.x_perm = f32({kN * K2, kC});
     a.h = f32({kN * K, 2 * F});
     a.act = f32({kN * K, F});
@@ -266,6 +267,7 @@ struct LayerRun {
   std::unique_ptr<Backend> backend = MakeCpuBackend();
   std::vector<std::vector<float>> store;
   std::vector<std::vector<int32_t>> ints;
+  std::vector<double> losses = std::vector<double>(2);
   Tensor x, dx;
   MoeWeights weights, gradients;
   MoeActivations a;

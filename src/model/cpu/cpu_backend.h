@@ -88,6 +88,8 @@ class CpuBackend : public Backend {
   Status RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,
                               Tensor experts, Tensor weights, Tensor aux_coef, float z_scale,
                               const MoeRouting& r) override;
+  Status RunMoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor experts, Tensor probs,
+                            Tensor lse, const MoeLossCoefficients& c) override;
   Status RunMoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights) override;
   Status RunMoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights,
                           bool accumulate) override;

@@ -142,6 +142,17 @@ void moe_router_backward(float* dlogits, const float* dweights, const float* log
                          const float* probs, const int32_t* experts, const float* weights,
                          const float* aux_coef, int64_t groups, float z_scale,
                          const MoeRouterShape& s);
+// The router's losses over G groups of N/G rows (Backend::MoeRouterLosses): aux_coef (G,E), or
+// null without the load-balancing loss (aux = 0), and losses[0..1] = {aux loss, z-loss} from
+// experts (N,K), probs (N,E), lse (N); sigmoid scores are normalised per token.
+struct MoeLossShape {
+  int64_t N, G;
+  int E, K;
+  bool sigmoid;
+};
+void moe_router_losses(float* aux_coef, double* losses, const int32_t* experts, const float* probs,
+                       const float* lse, const MoeLossShape& s, double aux, double z,
+                       float loss_scale);
 // out[slots[t][k]] = [w[t][k] *] in[t], C columns; w may be null.
 void moe_scatter_rows(float* out, const float* in, const int32_t* slots, const float* w,
                       int64_t N, int K2, int64_t C);

@@ -1,8 +1,10 @@
 // Mixture of experts on the CPU: the router (scores, top-k with the lower expert index winning
 // ties, the chosen weights, the shared expert's sigmoid gate, logsumexp for the z-loss) and its
 // backward; the row scatter and gather that permute tokens into expert order and combine the
-// experts' outputs in a fixed order; and the dot products that are the combine weights'
-// gradient. Tokens are independent and split over threads; every sum runs in a fixed order.
+// experts' outputs in a fixed order; the dot products that are the combine weights' gradient;
+// and the router's load-balancing and z losses (their values, and the aux loss's coefficients).
+// Tokens are independent and split over threads; every sum runs in a fixed order.
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -146,6 +148,43 @@ void moe_router_backward(float* dlogits, const float* dweights, const float* log
   }
 }
 
+void moe_router_losses(float* aux_coef, double* losses, const int32_t* experts, const float* probs,
+                       const float* lse, const MoeLossShape& s, double aux, double z,
+                       float loss_scale) {
+  const int E = s.E, K = s.K;
+  const int64_t N = s.N, G = s.G, n = N / G;
+  // Per group g: coef (g,e) = loss_scale * c * count_e / G, the loss adds c * P_e * count_e / G.
+  double aux_loss = 0;
+  if (aux_coef != nullptr) {
+    const double c = aux * E / (static_cast<double>(K) * n * n);
+    std::vector<double> count(E), score(E);
+    for (int64_t g = 0; g < G; ++g) {
+      std::fill(count.begin(), count.end(), 0.0);
+      std::fill(score.begin(), score.end(), 0.0);
+      for (int64_t t = g * n; t < (g + 1) * n; ++t) {
+        for (int k = 0; k < K; ++k) count[experts[t * K + k]] += 1;
+        double total = 1;
+        if (s.sigmoid) {
+          total = 0;
+          for (int e = 0; e < E; ++e) total += probs[t * E + e];
+        }
+        for (int e = 0; e < E; ++e) score[e] += probs[t * E + e] / total;
+      }
+      for (int e = 0; e < E; ++e) {
+        aux_loss += c * score[e] * count[e] / G;
+        aux_coef[g * E + e] = static_cast<float>(loss_scale * c * count[e] / G);
+      }
+    }
+  }
+  double z_loss = 0;
+  if (z > 0) {
+    for (int64_t t = 0; t < N; ++t) z_loss += static_cast<double>(lse[t]) * lse[t];
+    z_loss *= z / N;
+  }
+  losses[0] = aux_loss;
+  losses[1] = z_loss;
+}
+
 void moe_scatter_rows(float* out, const float* in, const int32_t* slots, const float* w,
                       int64_t N, int K2, int64_t C) {
 #pragma omp parallel for schedule(static)
@@ -218,6 +257,17 @@ Status CpuBackend::RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor 
                            aux_coef.empty() ? nullptr : aux_coef.as<float>(),
                            aux_coef.empty() ? 0 : Rows(aux_coef), z_scale,
                            RouterShape(logits, r));
+  return Status::Ok();
+}
+
+Status CpuBackend::RunMoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor experts,
+                                      Tensor probs, Tensor lse, const MoeLossCoefficients& c) {
+  const cpu::MoeLossShape shape{Rows(probs), aux_coef.empty() ? 1 : Rows(aux_coef),
+                                static_cast<int>(Cols(probs)),
+                                static_cast<int>(experts.numel() / Rows(probs)), c.sigmoid};
+  cpu::moe_router_losses(aux_coef.empty() ? nullptr : aux_coef.as<float>(), losses.as<double>(),
+                         experts.as<int32_t>(), probs.as<float>(), lse.as<float>(), shape, c.aux,
+                         c.z, c.loss_scale);
   return Status::Ok();
 }
 

@@ -1,6 +1,7 @@
-// CudaBackend's mixture-of-experts ops (router, row scatter and gather, slot dots): the Run*
-// hooks that Backend's public ops call after checking their contracts (moe_contracts.cpp), then
-// the launchers of moe.cu. The router's tensors are f32 on every backend; the rows are compute.
+// CudaBackend's mixture-of-experts ops (router, its losses, row scatter and gather, slot dots):
+// the Run* hooks that Backend's public ops call after checking their contracts
+// (moe_contracts.cpp), then the launchers of moe.cu. The router's tensors are f32 on every
+// backend; the rows are compute.
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/kernels.h"
@@ -47,6 +48,20 @@ Status CudaBackend::RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor
       dlogits.as<float>(), dweights.as<float>(), logits.as<float>(), probs.as<float>(),
       experts.as<int32_t>(), weights.as<float>(), OrNull(aux_coef),
       aux_coef.empty() ? 0 : Rows(aux_coef), z_scale, RouterDims(logits, r), stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::RunMoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor experts, Tensor probs,
+                                       Tensor lse, const MoeLossCoefficients& c) {
+  const cuda::MoeLossDims d{Rows(probs), aux_coef.empty() ? 1 : Rows(aux_coef),
+                            static_cast<int>(Cols(probs)),
+                            static_cast<int>(experts.numel() / Rows(probs)), c.sigmoid};
+  void* workspace = nullptr;
+  const size_t bytes = cuda::MoeRouterLossesWorkspace(d, !aux_coef.empty());
+  if (bytes > 0) TRAINER_RETURN_IF_ERROR(Scratch(bytes, &workspace));
+  CUDA_CHECK(cuda::LaunchMoeRouterLosses(
+      aux_coef.empty() ? nullptr : aux_coef.as<float>(), losses.as<double>(), experts.as<int32_t>(),
+      probs.as<float>(), lse.as<float>(), d, c.aux, c.z, c.loss_scale, workspace, stream_));
   return Status::Ok();
 }
 

@@ -110,6 +110,19 @@ cudaError_t LaunchMoeRouterBackward(float* dlogits, const float* dweights, const
                                     const float* probs, const int32_t* experts,
                                     const float* weights, const float* aux_coef, int64_t groups,
                                     float z_scale, const MoeRouterDims& d, cudaStream_t stream);
+// The router's losses over G groups of N/G rows (Backend::MoeRouterLosses): aux_coef (G,E), or
+// null without the load-balancing loss, and losses (2) f64 = {aux loss, z-loss} from experts
+// (N,K), probs (N,E), lse (N). workspace: MoeRouterLossesWorkspace bytes of device memory.
+struct MoeLossDims {
+  int64_t N, G;
+  int E, K;
+  bool sigmoid;
+};
+size_t MoeRouterLossesWorkspace(const MoeLossDims& d, bool aux);
+cudaError_t LaunchMoeRouterLosses(float* aux_coef, double* losses, const int32_t* experts,
+                                  const float* probs, const float* lse, const MoeLossDims& d,
+                                  double aux, double z, float loss_scale, void* workspace,
+                                  cudaStream_t stream);
 // out[slots[t][k]] = [w[t][k] *] in[t] (C columns) for slots >= 0; w may be null.
 cudaError_t LaunchMoeScatterRows(DType dtype, void* out, const void* in, const int32_t* slots,
                                  const float* w, int64_t N, int K2, int64_t C, cudaStream_t stream);

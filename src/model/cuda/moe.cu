@@ -8,7 +8,12 @@
 // - scatter / gather of rows by slot (N,K') (-1: dropped): a block per token, threads over C,
 //   the gather summing each token's K' rows in ascending k in f32 and rounding once (no atomics,
 //   deterministic);
-// - slot dots: a warp per (token, slot), a fixed shuffle tree (deterministic).
+// - slot dots: a warp per (token, slot), a fixed shuffle tree (deterministic);
+// - the router's losses: the load-balancing loss's per-expert sums of the scores (f64) and
+//   counts of the choices by blocks of 32 experts x a chunk of a group's tokens, each block
+//   summing its rows in a fixed order, then one block adding the chunks in order, writing the
+//   coefficients and summing the aux loss and the z-loss (sum of lse^2, f64) by a fixed tree: no
+//   atomics, the same bits on every run.
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -19,6 +24,8 @@ namespace {
 constexpr int kRouterThreads = 128;
 constexpr int kRowThreads = 256;
 constexpr int kDotWarps = 8;
+constexpr int kLossColumns = 32, kLossRows = 8;  // the aux loss's partial sums: experts x rows
+constexpr int kLossThreads = 256;                // its final block
 
 __device__ __forceinline__ float Sigmoid(float x) {
   return 1.f / (1.f + expf(-x));
@@ -210,7 +217,146 @@ __global__ void __launch_bounds__(kDotWarps* kWarpSize)
   if (lane == 0) dw[pair] = sum;
 }
 
+// totals (N) f64: each token's sum of its E sigmoid scores, in expert order (as the CPU).
+__global__ void __launch_bounds__(kRouterThreads)
+    MoeScoreTotalsKernel(double* __restrict__ totals, const float* __restrict__ probs, int64_t N,
+                         int E) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= N) return;
+  double total = 0;
+  for (int e = 0; e < E; ++e) total += probs[t * E + e];
+  totals[t] = total;
+}
+
+// Block (experts blockIdx.x * 32 + x, rows y) over chunk blockIdx.y of group blockIdx.z: each
+// expert's sum of (normalised) scores and count of choices over the chunk's rows, the block's 8
+// row sums added in order. Partials (G, chunks, E).
+__global__ void __launch_bounds__(kLossColumns* kLossRows)
+    MoeAuxPartialsKernel(double* __restrict__ score_part, int32_t* __restrict__ count_part,
+                         const int32_t* __restrict__ experts, const float* __restrict__ probs,
+                         const double* __restrict__ totals, int64_t n, int64_t chunk_rows, int E,
+                         int K) {
+  const int e = blockIdx.x * kLossColumns + threadIdx.x;
+  const int64_t g = blockIdx.z, chunk = blockIdx.y;
+  const int64_t begin = g * n + chunk * chunk_rows;
+  const int64_t end = begin + chunk_rows < (g + 1) * n ? begin + chunk_rows : (g + 1) * n;
+  double score = 0;
+  int32_t count = 0;
+  if (e < E)
+    for (int64_t t = begin + threadIdx.y; t < end; t += kLossRows) {
+      const double total = totals != nullptr ? totals[t] : 1.0;
+      score += probs[t * E + e] / total;
+      for (int k = 0; k < K; ++k) count += experts[t * K + k] == e;
+    }
+  __shared__ double scores[kLossRows][kLossColumns];
+  __shared__ int32_t counts[kLossRows][kLossColumns];
+  scores[threadIdx.y][threadIdx.x] = score;
+  counts[threadIdx.y][threadIdx.x] = count;
+  __syncthreads();
+  if (threadIdx.y != 0 || e >= E) return;
+  for (int y = 1; y < kLossRows; ++y) {
+    score += scores[y][threadIdx.x];
+    count += counts[y][threadIdx.x];
+  }
+  const int64_t at = (g * gridDim.y + chunk) * E + e;
+  score_part[at] = score;
+  count_part[at] = count;
+}
+
+// One block: coef (G,E) and the aux loss from the partials (chunks in order), the z-loss from
+// lse (N); each thread's sums, then a fixed tree. losses = {aux, z}.
+__global__ void __launch_bounds__(kLossThreads)
+    MoeLossesFinishKernel(float* __restrict__ coef, double* __restrict__ losses,
+                          const double* __restrict__ score_part,
+                          const int32_t* __restrict__ count_part, const float* __restrict__ lse,
+                          MoeLossDims d, int chunks, double c, double z_per_row, float loss_scale) {
+  __shared__ double aux_sums[kLossThreads], z_sums[kLossThreads];
+  double aux = 0, z = 0;
+  if (coef != nullptr)
+    for (int64_t i = threadIdx.x; i < d.G * d.E; i += kLossThreads) {
+      const int64_t g = i / d.E, e = i % d.E;
+      double score = 0;
+      int64_t count = 0;
+      for (int ch = 0; ch < chunks; ++ch) {
+        score += score_part[(g * chunks + ch) * d.E + e];
+        count += count_part[(g * chunks + ch) * d.E + e];
+      }
+      aux += c * score * static_cast<double>(count) / d.G;
+      coef[i] = static_cast<float>(loss_scale * c * static_cast<double>(count) / d.G);
+    }
+  if (z_per_row != 0)
+    for (int64_t t = threadIdx.x; t < d.N; t += kLossThreads)
+      z += static_cast<double>(lse[t]) * lse[t];
+  aux_sums[threadIdx.x] = aux;
+  z_sums[threadIdx.x] = z;
+  __syncthreads();
+  for (int stride = kLossThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      aux_sums[threadIdx.x] += aux_sums[threadIdx.x + stride];
+      z_sums[threadIdx.x] += z_sums[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    losses[0] = aux_sums[0];
+    losses[1] = z_sums[0] * z_per_row;
+  }
+}
+
+// Chunks of each group's n rows: up to 8 blocks per SM of 132, each of at least 256 rows (32 a
+// thread), so that the final block adds few partials per expert.
+int64_t LossChunks(const MoeLossDims& d) {
+  const int64_t n = d.N / d.G, blocks = CeilDiv(d.E, kLossColumns) * d.G;
+  const int64_t want = CeilDiv(132 * 8, blocks), most = CeilDiv(n, 256);
+  return want < 1 ? 1 : want < most ? want : most;
+}
+
+size_t Align256(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
 }  // namespace
+
+size_t MoeRouterLossesWorkspace(const MoeLossDims& d, bool aux) {
+  if (!aux) return 0;
+  const size_t parts = static_cast<size_t>(d.G * LossChunks(d) * d.E);
+  return Align256(d.sigmoid ? d.N * sizeof(double) : 0) + Align256(parts * sizeof(double)) +
+         parts * sizeof(int32_t);
+}
+
+cudaError_t LaunchMoeRouterLosses(float* aux_coef, double* losses, const int32_t* experts,
+                                  const float* probs, const float* lse, const MoeLossDims& d,
+                                  double aux, double z, float loss_scale, void* workspace,
+                                  cudaStream_t stream) {
+  const int64_t chunks = LossChunks(d), n = d.N / d.G;
+  double c = 0;
+  const double* score_part = nullptr;
+  const int32_t* count_part = nullptr;
+  if (aux_coef != nullptr) {
+    char* at = static_cast<char*>(workspace);
+    double* totals = nullptr;
+    if (d.sigmoid) {
+      totals = reinterpret_cast<double*>(at);
+      at += Align256(d.N * sizeof(double));
+      MoeScoreTotalsKernel<<<CeilDiv(d.N, kRouterThreads), kRouterThreads, 0, stream>>>(
+          totals, probs, d.N, d.E);
+    }
+    double* scores = reinterpret_cast<double*>(at);
+    int32_t* counts =
+        reinterpret_cast<int32_t*>(at + Align256(d.G * chunks * d.E * sizeof(double)));
+    const dim3 grid(static_cast<unsigned>(CeilDiv(d.E, kLossColumns)),
+                    static_cast<unsigned>(chunks), static_cast<unsigned>(d.G));
+    MoeAuxPartialsKernel<<<grid, dim3(kLossColumns, kLossRows), 0, stream>>>(
+        scores, counts, experts, probs, totals, n, CeilDiv(n, chunks), d.E, d.K);
+    c = aux * d.E / (static_cast<double>(d.K) * n * n);
+    score_part = scores;
+    count_part = counts;
+  }
+  MoeLossesFinishKernel<<<1, kLossThreads, 0, stream>>>(aux_coef, losses, score_part, count_part,
+                                                        lse, d, static_cast<int>(chunks), c,
+                                                        z / d.N, loss_scale);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchMoeRouterForward(float* weights, int32_t* experts, float* probs, float* lse,
                                    const float* logits, const float* bias, const MoeRouterDims& d,
