@@ -18,7 +18,7 @@ if(TRAINER_WITH_CUDA)
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_perf_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_sm90_gemm_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_dropout_test.cpp
-                LIBS trainer_model LABELS gpu TIMEOUT 300)
+                LIBS trainer_model LABELS gpu TIMEOUT 600)
 endif()
 if(TRAINER_WITH_CUDA AND TRAINER_WITH_CUDNN_FRONTEND)
   # Not a test: cuBLASLt's GELU epilogues against cuDNN's fused matmul graphs (bench/).
