@@ -1,0 +1,167 @@
+// The offloaded AdamW (Distributed.sharding.sharding_offload, optimizer/adamw_offload.cpp) on the
+// CPU backend: steps through a staging ring of small chunks (many chunks, the ring wrapping
+// around its slots, chunk edges inside parameters and units) leave the master weights, both
+// moments and the model's weights bit-identical to the unchunked offload and to the AdamW
+// without offload. The chunked runs also go through a backend whose asynchronous copies happen
+// only when a copy mark is waited for, as on a GPU's stream: a step that read a chunk before
+// its copies arrived, or refilled a slot before its weights left, would differ.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "model/cpu/cpu_backend.h"
+#include "model/gpt.h"
+#include "model_test_util.h"
+#include "optimizer/adamw.h"
+
+namespace trainer {
+namespace {
+
+// A CPU backend whose CopyToHostAsync / CopyToDeviceAsync run late: queued, and run in order
+// only when WaitForCopies reaches the mark recorded after them (or at Synchronize), like the
+// copies of a GPU's stream; between the two, the destination still holds what it held.
+class DeferredCopyBackend : public CpuBackend {
+ public:
+  Status CopyToHostAsync(void* host_dst, const void* src, size_t bytes) override {
+    return Queue(host_dst, src, bytes);
+  }
+  Status CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes) override {
+    return Queue(dst, host_src, bytes);
+  }
+  Status RecordCopies(int mark) override {
+    EXPECT_TRUE(mark >= 0 && mark < kMaxCopyMarks);
+    marks_[mark] = queued_.size();
+    ++recorded_;
+    return Status::Ok();
+  }
+  Status WaitForCopies(int mark) override {
+    RunUpTo(marks_[mark]);
+    ++waited_;
+    return Status::Ok();
+  }
+  Status Synchronize() override {
+    RunUpTo(queued_.size());
+    return Status::Ok();
+  }
+  int recorded() const { return recorded_; }
+  int waited() const { return waited_; }
+  size_t pending() const { return queued_.size() - done_; }
+
+ private:
+  Status Queue(void* dst, const void* src, size_t bytes) {
+    queued_.push_back([=] { return CopyToDevice(dst, src, bytes); });
+    return Status::Ok();
+  }
+  void RunUpTo(size_t end) {
+    for (; done_ < end; ++done_) EXPECT_TRUE(queued_[done_]().ok());
+  }
+  std::vector<std::function<Status()>> queued_;
+  size_t done_ = 0;
+  size_t marks_[kMaxCopyMarks] = {};
+  int recorded_ = 0, waited_ = 0;
+};
+
+// What a run leaves: the master weights, both moments and the model's weights.
+struct Result {
+  std::vector<float> master, m, v, weights;
+};
+
+// `steps` AdamW steps of a tiny model on random tokens (the same for every run), clipped by a
+// fixed scale, with weight decay (so that the decayed and non-decayed spans differ).
+// offload_chunk 0: no offload.
+Result Train(const ModelConfig& config, std::unique_ptr<Backend> backend, size_t offload_chunk,
+             int steps = 3) {
+  const int B = 2, T = 7;
+  ModelPartition part;
+  part.num_layers = config.num_layers;
+  std::unique_ptr<GptModel> model;
+  EXPECT_TRUE(GptModel::Create(config, part, backend.get(), nullptr, B, T, 1, &model).ok());
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 0.3f);
+  std::vector<float> init(TotalLocalElements(model->parameters()));
+  for (float& x : init) x = normal(rng);
+  OptimizerConfig oc;
+  oc.weight_decay = 0.1;
+  std::unique_ptr<AdamW> opt;
+  EXPECT_TRUE(AdamW::Create(model.get(), oc, nullptr, &opt, offload_chunk > 0,
+                            offload_chunk > 0 ? offload_chunk : AdamW::kOffloadChunkElements)
+                  .ok());
+  EXPECT_TRUE(opt->SetMaster(init).ok());
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<int32_t> tokens, targets;
+    RandomTokens(B * T, config.vocab_size, &rng, &tokens, &targets);
+    EXPECT_TRUE(model->ZeroGradients().ok());
+    MeanLoss(model.get(), tokens, targets, 1.f / (B * T));
+    EXPECT_TRUE(model->Backward(0).ok());
+    EXPECT_TRUE(opt->Step(step, 1e-2, 0.75f).ok());
+    EXPECT_TRUE(backend->Synchronize().ok());  // the next forward is stream-ordered after it
+  }
+  Result r;
+  EXPECT_TRUE(opt->Download(0, &r.master).ok());
+  EXPECT_TRUE(opt->Download(1, &r.m).ok());
+  EXPECT_TRUE(opt->Download(2, &r.v).ok());
+  const Tensor weights = model->parameter_buffer();
+  r.weights.resize(static_cast<size_t>(weights.numel()));
+  EXPECT_TRUE(backend->CopyToHost(r.weights.data(), weights.data, weights.bytes()).ok());
+  return r;
+}
+
+void ExpectBitIdentical(const Result& a, const Result& b, const std::string& what) {
+  EXPECT_EQ(a.master, b.master) << what << ": master weights";
+  EXPECT_EQ(a.m, b.m) << what << ": first moments";
+  EXPECT_EQ(a.v, b.v) << what << ": second moments";
+  EXPECT_EQ(a.weights, b.weights) << what << ": model weights";
+}
+
+class AdamWOffload : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(AdamWOffload, ChunkedRingIsBitIdenticalToUnchunkedAndToNoOffload) {
+  const ModelConfig& config = GetParam().config;
+  const Result plain = Train(config, MakeCpuBackend(), 0);
+  const Result whole = Train(config, MakeCpuBackend(), AdamW::kOffloadChunkElements);
+  ASSERT_FALSE(plain.master.empty());
+  ASSERT_GT(plain.master.size(), 4000u);  // so that the chunks below wrap the ring many times
+  ExpectBitIdentical(whole, plain, "one chunk against no offload");
+  // 1000 and 777 elements: edges inside parameters and units, a short last chunk; 64: the
+  // smallest unit's alignment; the shard's size less one: two chunks, the second of one element.
+  for (size_t chunk : {size_t{1000}, size_t{777}, size_t{64}, plain.master.size() - 1}) {
+    auto deferred = std::make_unique<DeferredCopyBackend>();
+    DeferredCopyBackend* copies = deferred.get();
+    const Result chunked = Train(config, std::move(deferred), chunk);
+    ExpectBitIdentical(chunked, whole, "chunks of " + std::to_string(chunk));
+    EXPECT_GE(copies->recorded(), 3 * 2) << "chunks of " << chunk;  // every step, every chunk
+    EXPECT_EQ(copies->recorded(), copies->waited()) << "chunks of " << chunk;
+  }
+}
+
+TEST(AdamWOffloadPlan, PlannedHostBytesMatchTheAllocatorsHighWaterMark) {
+  const ModelConfig config = TinyLlama(true, true, false);
+  ModelPartition part;
+  part.num_layers = config.num_layers;
+  std::unique_ptr<Backend> backend = MakeCpuBackend();
+  std::unique_ptr<GptModel> model;
+  ASSERT_TRUE(GptModel::Create(config, part, backend.get(), nullptr, 2, 7, 1, &model).ok());
+  for (size_t chunk : {size_t{1000}, AdamW::kOffloadChunkElements}) {
+    std::unique_ptr<AdamW> opt;
+    ASSERT_TRUE(AdamW::Create(model.get(), OptimizerConfig(), nullptr, &opt, true, chunk).ok());
+    const size_t n = FlatBufferElements(model->parameters(), 1), slot = std::min(n, chunk);
+    // The state (3 x 4 bytes per element) and two slots of gradients and weights (f32: the CPU
+    // computes in f32, so no compute-dtype copy), each allocation rounded to 256 bytes.
+    const size_t expected =
+        3 * Backend::AllocationSize(n * 4) + (n > chunk ? 2 : 1) * 2 * Backend::AllocationSize(slot * 4);
+    EXPECT_EQ(AdamW::OffloadedBytes(model->parameters(), 1, DType::kF32, chunk), expected);
+    EXPECT_EQ(opt->OffloadPeakBytes(), expected) << "chunk " << chunk;
+  }
+}
+
+const ModelCase kCases[] = {
+    {"gpt2", TinyModel()},
+    {"llama", TinyLlama(true, true, false)},
+};
+
+INSTANTIATE_TEST_SUITE_P(Architectures, AdamWOffload, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace trainer
