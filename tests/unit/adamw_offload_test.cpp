@@ -4,9 +4,15 @@
 // moments and the model's weights bit-identical to the unchunked offload and to the AdamW
 // without offload. The chunked runs also go through a backend whose asynchronous copies happen
 // only when a copy mark is waited for, as on a GPU's stream: a step that read a chunk before
-// its copies arrived, or refilled a slot before its weights left, would differ.
+// its copies arrived, or refilled a slot before its weights left, would differ. The planned host
+// bytes equal the allocator's count, and the host backend's large buffers stay unresident until
+// written.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <random>
 
@@ -153,6 +159,33 @@ TEST(AdamWOffloadPlan, PlannedHostBytesMatchTheAllocatorsHighWaterMark) {
     EXPECT_EQ(AdamW::OffloadedBytes(model->parameters(), 1, DType::kF32, chunk), expected);
     EXPECT_EQ(opt->OffloadPeakBytes(), expected) << "chunk " << chunk;
   }
+}
+
+// Resident memory of this process (/proc/self/statm), in bytes.
+size_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// The host backend's large allocations (the offloaded master weights and moments) are zero and
+// take memory only as they are written: the moments cost nothing while the trainer still holds
+// the initial weights at setup.
+TEST(AdamWOffloadPlan, LargeHostAllocationsAreZeroAndResidentOnlyWhenWritten) {
+  std::unique_ptr<Backend> host = MakeCpuBackend();
+  const size_t bytes = size_t{256} << 20;
+  const size_t before = ResidentBytes();
+  void* p = nullptr;
+  ASSERT_TRUE(host->Allocate(bytes, &p).ok());
+  EXPECT_LT(ResidentBytes(), before + bytes / 8);
+  const float* f = static_cast<const float*>(p);
+  for (size_t i = 0; i < bytes / 4; i += 4096) ASSERT_EQ(f[i], 0.f) << i;
+  std::memset(p, 1, bytes);
+  EXPECT_GT(ResidentBytes(), before + bytes / 2);
+  EXPECT_EQ(host->PeakAllocatedBytes(), bytes);
+  host->Free(p);
+  EXPECT_LT(ResidentBytes(), before + bytes / 8);
 }
 
 const ModelCase kCases[] = {
