@@ -19,6 +19,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/gpt.h"
 #include "model_test_util.h"
+#include "offload_test_util.h"
 #include "optimizer/adamw.h"
 
 namespace trainer {
@@ -68,64 +69,12 @@ class DeferredCopyBackend : public CpuBackend {
   int recorded_ = 0, waited_ = 0;
 };
 
-// What a run leaves: the master weights, both moments and the model's weights.
-struct Result {
-  std::vector<float> master, m, v, weights;
-};
-
-// `steps` AdamW steps of a tiny model on random tokens (the same for every run), clipped by a
-// fixed scale, with weight decay (so that the decayed and non-decayed spans differ).
-// offload_chunk 0: no offload.
-Result Train(const ModelConfig& config, std::unique_ptr<Backend> backend, size_t offload_chunk,
-             int steps = 3) {
-  const int B = 2, T = 7;
-  ModelPartition part;
-  part.num_layers = config.num_layers;
-  std::unique_ptr<GptModel> model;
-  EXPECT_TRUE(GptModel::Create(config, part, backend.get(), nullptr, B, T, 1, &model).ok());
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.f, 0.3f);
-  std::vector<float> init(TotalLocalElements(model->parameters()));
-  for (float& x : init) x = normal(rng);
-  OptimizerConfig oc;
-  oc.weight_decay = 0.1;
-  std::unique_ptr<AdamW> opt;
-  EXPECT_TRUE(AdamW::Create(model.get(), oc, nullptr, &opt, offload_chunk > 0,
-                            offload_chunk > 0 ? offload_chunk : AdamW::kOffloadChunkElements)
-                  .ok());
-  EXPECT_TRUE(opt->SetMaster(init).ok());
-  for (int step = 1; step <= steps; ++step) {
-    std::vector<int32_t> tokens, targets;
-    RandomTokens(B * T, config.vocab_size, &rng, &tokens, &targets);
-    EXPECT_TRUE(model->ZeroGradients().ok());
-    MeanLoss(model.get(), tokens, targets, 1.f / (B * T));
-    EXPECT_TRUE(model->Backward(0).ok());
-    EXPECT_TRUE(opt->Step(step, 1e-2, 0.75f).ok());
-    EXPECT_TRUE(backend->Synchronize().ok());  // the next forward is stream-ordered after it
-  }
-  Result r;
-  EXPECT_TRUE(opt->Download(0, &r.master).ok());
-  EXPECT_TRUE(opt->Download(1, &r.m).ok());
-  EXPECT_TRUE(opt->Download(2, &r.v).ok());
-  const Tensor weights = model->parameter_buffer();
-  r.weights.resize(static_cast<size_t>(weights.numel()));
-  EXPECT_TRUE(backend->CopyToHost(r.weights.data(), weights.data, weights.bytes()).ok());
-  return r;
-}
-
-void ExpectBitIdentical(const Result& a, const Result& b, const std::string& what) {
-  EXPECT_EQ(a.master, b.master) << what << ": master weights";
-  EXPECT_EQ(a.m, b.m) << what << ": first moments";
-  EXPECT_EQ(a.v, b.v) << what << ": second moments";
-  EXPECT_EQ(a.weights, b.weights) << what << ": model weights";
-}
-
 class AdamWOffload : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(AdamWOffload, ChunkedRingIsBitIdenticalToUnchunkedAndToNoOffload) {
   const ModelConfig& config = GetParam().config;
-  const Result plain = Train(config, MakeCpuBackend(), 0);
-  const Result whole = Train(config, MakeCpuBackend(), AdamW::kOffloadChunkElements);
+  const OffloadRun plain = TrainTiny(config, MakeCpuBackend(), 0);
+  const OffloadRun whole = TrainTiny(config, MakeCpuBackend(), AdamW::kOffloadChunkElements);
   ASSERT_FALSE(plain.master.empty());
   ASSERT_GT(plain.master.size(), 4000u);  // so that the chunks below wrap the ring many times
   ExpectBitIdentical(whole, plain, "one chunk against no offload");
@@ -134,11 +83,19 @@ TEST_P(AdamWOffload, ChunkedRingIsBitIdenticalToUnchunkedAndToNoOffload) {
   for (size_t chunk : {size_t{1000}, size_t{777}, size_t{64}, plain.master.size() - 1}) {
     auto deferred = std::make_unique<DeferredCopyBackend>();
     DeferredCopyBackend* copies = deferred.get();
-    const Result chunked = Train(config, std::move(deferred), chunk);
+    const OffloadRun chunked = TrainTiny(config, std::move(deferred), chunk);
     ExpectBitIdentical(chunked, whole, "chunks of " + std::to_string(chunk));
     EXPECT_GE(copies->recorded(), 3 * 2) << "chunks of " << chunk;  // every step, every chunk
     EXPECT_EQ(copies->recorded(), copies->waited()) << "chunks of " << chunk;
   }
+}
+
+// The same with gradients written into the model's buffer, as gpu_offload_test gives them.
+TEST(AdamWOffloadGiven, ChunkedRingOnGivenGradientsIsBitIdenticalToNoOffload) {
+  const ModelConfig config = TinyLlama(false, false, true);
+  const OffloadRun plain = TrainTiny(config, MakeCpuBackend(), 0, true);
+  const OffloadRun chunked = TrainTiny(config, std::make_unique<DeferredCopyBackend>(), 1000, true);
+  ExpectBitIdentical(chunked, plain, "chunks of 1000 on given gradients");
 }
 
 TEST(AdamWOffloadPlan, PlannedHostBytesMatchTheAllocatorsHighWaterMark) {
