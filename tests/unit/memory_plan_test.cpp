@@ -1,11 +1,14 @@
 // The memory plan of one rank (src/engine/memory_plan.h) against closed-form counts of a tiny GPT
 // whose every buffer is a multiple of the 256-byte allocation unit, and the fit check's choice of
-// the way out (the largest micro-batch that fits and divides the global batch, recomputation).
+// the way out (the largest micro-batch that fits and divides the global batch, recomputation),
+// and the offloaded optimizer's host bytes for configs/llama-3.1-8b.yaml.
 #include "engine/memory_plan.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "config/config_loader.h"
 
 namespace trainer {
 namespace {
@@ -64,33 +67,24 @@ TEST(MemoryPlan, TheModelsBuffersByKindInClosedForm) {
   EXPECT_EQ(g.total(), g.arena() + kGpuBaseBytes + 4.0 * N * kC);
 }
 
-// sharding_offload on the Llama-3.1-8B shape (8,030,261,248 parameters, Meta's count): the
-// host keeps 12 bytes per parameter (master weights, two moments) and a ring of two 32 Mi-element
-// staging slots (gradients and weights in f32, weights in bf16: 640 MiB), not the whole-shard
-// staging of 10 more bytes per parameter; 91 GiB, within a 128 GiB host.
+// sharding_offload on configs/llama-3.1-8b.yaml, the Llama-3.1-8B shape (8,030,261,248
+// parameters, Meta's count): the host keeps 12 bytes per parameter (master weights, two moments)
+// and a ring of two 32 Mi-element staging slots (gradients and weights in f32, weights in bf16:
+// 640 MiB), not the whole-shard staging of 10 more bytes per parameter; 91 GiB, within a 128 GiB
+// host. On the GPU it fits an H200 (139 GiB).
 TEST(MemoryPlan, OffloadKeepsTwelveBytesPerParameterAndTheRingOnTheHost) {
-  TrainConfig c;
-  c.model.arch = "llama";
-  c.model.vocab_size = 128256;
-  c.model.vocab_pad_multiple = 128;
-  c.model.hidden_size = 4096;
-  c.model.num_layers = 32;
-  c.model.num_heads = 32;
-  c.model.num_kv_heads = 8;
-  c.model.head_dim = 128;
-  c.model.ffn_hidden_size = 14336;
-  c.model.tie_embeddings = false;
-  c.model.max_seq_len = 8192;
-  c.global.micro_batch_size = 2;
-  c.global.global_batch_size = 64;
-  c.distributed.dp_degree = 1;
-  c.distributed.sharding.sharding_offload = true;
-  const RankMemory m = PlanRankMemory(c, 0, DType::kBF16, true);
+  StatusOr<TrainConfig> config =
+      LoadConfig(std::string(TRAINER_SOURCE_DIR) + "/configs/llama-3.1-8b.yaml", {});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  ASSERT_TRUE(config->distributed.sharding.sharding_offload);
+  config->distributed.dp_degree = 1;
+  const RankMemory m = PlanRankMemory(config.value(), 0, DType::kBF16, true);
   const size_t n = 8030261248;
   EXPECT_EQ(m.parameters, n);
   EXPECT_EQ(m.offloaded, 12 * n + (size_t{640} << 20));
   EXPECT_LT(m.offloaded, size_t{92} << 30);
   EXPECT_EQ(m.optimizer, Backend::AllocationSize(sizeof(double)));  // the state is not on the GPU
+  EXPECT_LT(m.total(), 139.0 * (1 << 30));
 }
 
 TEST(MemoryPlan, RecomputationKeepsLessPerSlot) {
