@@ -114,12 +114,14 @@ Status CpuBackend::RunConvert(Tensor dst, Tensor src) {
   if (dst.dtype == DType::kBF16 && src.dtype == DType::kF32) {
     uint16_t* d = dst.as<uint16_t>();
     const float* s = src.as<float>();
+#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16))
     for (size_t i = 0; i < n; ++i) d[i] = FloatToBF16(s[i]);
     return Status::Ok();
   }
   if (dst.dtype == DType::kF32 && src.dtype == DType::kBF16) {
     float* d = dst.as<float>();
     const uint16_t* s = src.as<uint16_t>();
+#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16))
     for (size_t i = 0; i < n; ++i) d[i] = BF16ToFloat(s[i]);
     return Status::Ok();
   }
