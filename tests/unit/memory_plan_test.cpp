@@ -139,6 +139,28 @@ TEST(MemoryPlan, FitsOrNamesTheLargestMicroBatchThatKeepsTheGlobalBatch) {
   EXPECT_EQ(r.message().find("recompute=gelu"), std::string::npos) << r.message();
 }
 
+// sharding_offload: the host's free memory must hold the offloaded state and ring (a GPU rank)
+// or those and the arena (a CPU rank); else one line with the need and the ways out.
+TEST(MemoryPlan, OffloadedStateMustFitTheHostsFreeMemory) {
+  TrainConfig c = TinyConfig(2, 2);
+  EXPECT_TRUE(CheckOffloadFitsHost(c, 0, true, Room(0)).ok());  // offload off: nothing to hold
+  c.distributed.sharding.sharding_offload = true;
+  const RankMemory gpu = PlanRankMemory(c, 0, DType::kBF16, true);
+  const RankMemory cpu = PlanRankMemory(c, 0, DType::kF32, false);
+  ASSERT_GT(gpu.offloaded, 0u);
+  EXPECT_TRUE(CheckOffloadFitsHost(c, 0, true, Room(gpu.offloaded)).ok());
+  const Status s = CheckOffloadFitsHost(c, 0, true, Room(gpu.offloaded - 1));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), ExitCode::kUsage);
+  EXPECT_NE(s.message().find("sharding_offload keeps ~"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("host test has"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Distributed.sharding.sharding_offload=false"), std::string::npos);
+  EXPECT_TRUE(CheckOffloadFitsHost(c, 0, false, Room(cpu.offloaded + cpu.arena())).ok());
+  const Status t = CheckOffloadFitsHost(c, 0, false, Room(cpu.offloaded + cpu.arena() - 1));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.message().find("arena"), std::string::npos) << t.message();
+}
+
 TEST(MemoryPlan, OnAGpuTheTotalMustFitItsMemoryAndTheArenaItsFreeMemory) {
   const TrainConfig c = TinyConfig(8, 8);
   const RankMemory m = PlanRankMemory(c, 0, DType::kBF16, true);
