@@ -83,9 +83,11 @@ class AdamW {
   // Chunk i of the shard, [i * chunk, (i + 1) * chunk), streams through ring slot i % slots.
   Status SetUpOffload(size_t chunk);
   Status OffloadedStep(const AdamWParams& p);
-  Status QueueChunkGradients(size_t chunk);  // to the host, then the slot's copy mark
-  Status UpdateChunk(size_t chunk, const AdamWParams& p);  // the CPU AdamW, once they are there
-  Status QueueChunkWeights(size_t chunk);    // the updated compute-dtype weights to the model
+  // The chunk's gradients to the host, then the slot's copy mark; the CPU AdamW once they are
+  // there; the updated compute-dtype weights back to the model.
+  Status QueueChunkGradients(size_t chunk);
+  Status UpdateChunk(size_t chunk, const AdamWParams& p);
+  Status QueueChunkWeights(size_t chunk);
   // Calls fn(unit, shard_begin, n) for each unit piece's overlap [shard_begin, + n) with the chunk.
   template <typename Fn>
   void ForEachPieceInChunk(size_t chunk, Fn fn) const;

@@ -35,7 +35,9 @@ size_t ShardElements(const std::vector<ParameterInfo>& params, int shards) {
 }
 
 // Elements of a ring slot, and the number of slots, for a shard of n elements.
-size_t SlotElements(size_t n, size_t chunk) { return std::min(n, chunk); }
+size_t SlotElements(size_t n, size_t chunk) {
+  return std::min(n, chunk);
+}
 int RingSlots(size_t n, size_t chunk) {
   const size_t chunks = (n + chunk - 1) / chunk;
   return static_cast<int>(std::min<size_t>(AdamW::kOffloadRingSlots, std::max<size_t>(chunks, 1)));
@@ -49,7 +51,8 @@ size_t AdamW::OffloadedBytes(const std::vector<ParameterInfo>& params, int shard
   // Master weights and two moments; per ring slot the gradients and weights (f32) and the
   // weights' compute-dtype copy where that is not f32.
   size_t per_slot = 2 * Backend::AllocationSize(slot * sizeof(float));
-  if (compute_dtype != DType::kF32) per_slot += Backend::AllocationSize(slot * DTypeSize(compute_dtype));
+  if (compute_dtype != DType::kF32)
+    per_slot += Backend::AllocationSize(slot * DTypeSize(compute_dtype));
   return 3 * Backend::AllocationSize(n * sizeof(float)) + RingSlots(n, offload_chunk) * per_slot;
 }
 

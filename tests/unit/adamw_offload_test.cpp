@@ -8,7 +8,6 @@
 // bytes equal the allocator's count, and the host backend's large buffers stay unresident until
 // written.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstring>
@@ -111,8 +110,8 @@ TEST(AdamWOffloadPlan, PlannedHostBytesMatchTheAllocatorsHighWaterMark) {
     const size_t n = FlatBufferElements(model->parameters(), 1), slot = std::min(n, chunk);
     // The state (3 x 4 bytes per element) and two slots of gradients and weights (f32: the CPU
     // computes in f32, so no compute-dtype copy), each allocation rounded to 256 bytes.
-    const size_t expected =
-        3 * Backend::AllocationSize(n * 4) + (n > chunk ? 2 : 1) * 2 * Backend::AllocationSize(slot * 4);
+    const size_t expected = 3 * Backend::AllocationSize(n * 4) +
+                            (n > chunk ? 2 : 1) * 2 * Backend::AllocationSize(slot * 4);
     EXPECT_EQ(AdamW::OffloadedBytes(model->parameters(), 1, DType::kF32, chunk), expected);
     EXPECT_EQ(opt->OffloadPeakBytes(), expected) << "chunk " << chunk;
   }

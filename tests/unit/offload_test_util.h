@@ -26,7 +26,7 @@ struct OffloadRun {
 // gradient buffer (the same for every run: no kernel choice between runs can change them).
 // offload_chunk 0: no offload.
 inline OffloadRun TrainTiny(const ModelConfig& config, std::unique_ptr<Backend> backend,
-                    size_t offload_chunk, bool given_gradients = false, int steps = 3) {
+                            size_t offload_chunk, bool given_gradients = false, int steps = 3) {
   const int B = 2, T = 7;
   ModelPartition part;
   part.num_layers = config.num_layers;

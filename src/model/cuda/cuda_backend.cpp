@@ -188,10 +188,10 @@ Status CudaBackend::AllocateHost(size_t bytes, void** out) {
   if (cudaHostAlloc(out, bytes, cudaHostAllocDefault) != cudaSuccess) {
     cudaGetLastError();
     *out = nullptr;
-    return RuntimeError(StrFormat("page-locked host allocation of %zu bytes failed (%s): the "
-                                  "host is out of memory or its locked-memory limit (ulimit -l) "
-                                  "is too low",
-                                  bytes, name().c_str()));
+    return RuntimeError(
+        StrFormat("page-locked host allocation of %zu bytes failed (%s): the host is out of "
+                  "memory or its locked-memory limit (ulimit -l) is too low",
+                  bytes, name().c_str()));
   }
   std::memset(*out, 0, bytes);
   return Status::Ok();
