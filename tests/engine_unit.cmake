@@ -10,6 +10,7 @@ trainer_gtest(gpu_monitor_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_moni
 # One rank's memory plan against closed-form counts, and the fit check's way out.
 trainer_gtest(memory_plan_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/memory_plan_test.cpp
               LIBS trainer_engine TIMEOUT 60)
+target_compile_definitions(memory_plan_test PRIVATE TRAINER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # The GPU route report (Engine.gpu_routes) from one rank's view of a fake world of three.
 trainer_gtest(gpu_routes_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_routes_test.cpp
               LIBS trainer_engine TIMEOUT 60)

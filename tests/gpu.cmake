@@ -10,6 +10,12 @@ if(TRAINER_WITH_CUDA)
                 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_test_main.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_lora_test.cpp
                 LIBS trainer_model LABELS gpu TIMEOUT 300)
+  # The offloaded AdamW's staging ring on the GPU (pinned slots, asynchronous copies): chunked
+  # against one chunk bit for bit, and against the device AdamW.
+  trainer_gtest(gpu_offload_test
+                SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_test_main.cpp
+                        ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_offload_test.cpp
+                LIBS trainer_optimizer LABELS gpu TIMEOUT 300)
 endif()
 trainer_script_test(gpu_training SCRIPT gpu_training.sh LABELS "gpu;e2e" TIMEOUT 600)
 trainer_script_test(gpu_sharding SCRIPT gpu_sharding.sh LABELS "gpu;e2e" TIMEOUT 900)

@@ -22,3 +22,7 @@ trainer_gtest(route_table_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/route_ta
 # model, recomputation, and frozen base weights under AdamW.
 trainer_gtest(lora_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/lora_test.cpp
               LIBS trainer_optimizer TIMEOUT 120)
+# The offloaded AdamW's staging ring: many chunks (copies deferred as on a GPU's stream) bit for
+# bit against one chunk and against no offload; its planned host bytes against the allocator.
+trainer_gtest(adamw_offload_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/adamw_offload_test.cpp
+              LIBS trainer_optimizer TIMEOUT 120)

@@ -145,9 +145,9 @@ int RunPlanCommand(const std::vector<std::string>& args) {
         beside.c_str());
     if (m.offloaded > 0)
       std::cout << StrFormat(
-          "  stage %d: sharding_offload keeps %.2f GiB of optimizer state and "
-          "staging in host memory per rank (outside the arena)\n",
-          stage, GiB(m.offloaded));
+          "  stage %d: sharding_offload keeps %.2f GiB of optimizer state and its staging "
+          "ring in host memory per rank (outside the arena; %zu bytes)\n",
+          stage, GiB(m.offloaded), m.offloaded);
     if (device_gib <= 0) continue;
     RankMemoryAvailable memory;
     memory.where = gpu ? StrFormat("a GPU of %g GiB", device_gib)

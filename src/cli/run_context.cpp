@@ -101,24 +101,36 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
 }
 
 Status RunContext::MemoryFits(const TrainConfig& config, std::string* summary) const {
+  // This rank's share of its host's memory; false where it cannot be read.
+  RankMemoryAvailable host_share;
+  const auto read_host = [&]() {
+    const HostMemoryFacts host = QueryHostMemory();
+    if (host.available_bytes < 0 || host.total_bytes < 0) return false;
+    const int ranks = runtime->local_size();
+    host_share.where = ranks == 1 ? "host " + runtime->host()
+                                  : StrFormat("host %s (a share for each of its %d ranks)",
+                                              runtime->host().c_str(), ranks);
+    host_share.capacity = host.total_bytes / ranks;
+    host_share.free_now = host.available_bytes / ranks;
+    host_share.source = host.source;
+    return true;
+  };
+  const bool device_memory = backend->device_memory();
+  // sharding_offload: the optimizer's state in host memory (beside the arena on CPU ranks).
+  if (config.distributed.sharding.sharding_offload && read_host())
+    TRAINER_RETURN_IF_ERROR(
+        CheckOffloadFitsHost(config, groups.coord.pp, device_memory, host_share));
   RankMemoryAvailable available;
-  if (backend->device_memory()) {
+  if (device_memory) {
     available.where = StrFormat("cuda:%d (%s)", device, CudaDeviceName(device).c_str());
     available.source = "cudaMemGetInfo";
     if (!DeviceMemoryInfo(backend.get(), &available.free_now, &available.capacity))
       return Status::Ok();
   } else {
-    const HostMemoryFacts host = QueryHostMemory();
-    if (host.available_bytes < 0 || host.total_bytes < 0) return Status::Ok();
-    const int ranks = runtime->local_size();
-    available.where = ranks == 1 ? "host " + runtime->host()
-                                 : StrFormat("host %s (a share for each of its %d ranks)",
-                                             runtime->host().c_str(), ranks);
-    available.capacity = host.total_bytes / ranks;
-    available.free_now = host.available_bytes / ranks;
-    available.source = host.source;
+    if (host_share.where.empty() && !read_host()) return Status::Ok();
+    available = host_share;
   }
-  return CheckRankMemoryFits(config, groups.coord.pp, backend->device_memory(), available, summary);
+  return CheckRankMemoryFits(config, groups.coord.pp, device_memory, available, summary);
 }
 
 Status RunContext::CheckMemory(const TrainConfig& config, std::string* summary) const {

@@ -150,4 +150,20 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
                               memory.c_str(), fix_text.c_str()));
 }
 
+Status CheckOffloadFitsHost(const TrainConfig& config, int stage, bool device,
+                            const RankMemoryAvailable& host) {
+  if (!config.distributed.sharding.sharding_offload) return Status::Ok();
+  const RankMemory m = PlanRankMemory(config, stage, PlannedComputeDtype(config, device), device);
+  const double need = m.offloaded + (device ? 0.0 : static_cast<double>(m.arena()));
+  if (need <= host.free_now) return Status::Ok();
+  return UsageError(StrFormat(
+      "sharding_offload keeps ~%s of optimizer state and staging in host memory per rank%s "
+      "(trainer plan), but %s has %s free (%s). Free host memory, run fewer ranks per host, "
+      "shard the state over more ranks (Distributed.sharding.sharding_degree), or set "
+      "Distributed.sharding.sharding_offload=false",
+      FormatBytes(static_cast<double>(m.offloaded)).c_str(),
+      device ? "" : StrFormat(" beside the ~%s arena", FormatBytes(m.arena()).c_str()).c_str(),
+      host.where.c_str(), FormatBytes(host.free_now).c_str(), host.source.c_str()));
+}
+
 }  // namespace trainer

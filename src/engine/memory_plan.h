@@ -68,4 +68,10 @@ struct RankMemoryAvailable {
 Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
                            const RankMemoryAvailable& available, std::string* summary = nullptr);
 
+// sharding_offload: whether the host memory free for this rank (`host`: its share of its host's)
+// holds the offloaded optimizer state and its staging ring, and on CPU ranks the arena beside
+// them. The error names the need, the memory and the ways out. Ok when offload is off.
+Status CheckOffloadFitsHost(const TrainConfig& config, int stage, bool device,
+                            const RankMemoryAvailable& host);
+
 }  // namespace trainer

@@ -57,7 +57,7 @@ Status Trainer::Setup() {
   if (optimizer_->offloaded())
     LogInfo(
         StrFormat("sharding_offload: master weights and Adam moments in host memory (%.1f MB "
-                  "per rank), updated by AdamW on CPU threads",
+                  "per rank with the staging ring), updated by AdamW on CPU threads",
                   memory.offloaded / 1e6));
   static const char* const kSharded[] = {"", "master weights and Adam moments",
                                          "gradients, master weights and Adam moments",

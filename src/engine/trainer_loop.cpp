@@ -226,6 +226,9 @@ Status Trainer::Run() {
         StrFormat("memory: allocator high-water mark %zu bytes per rank (trainer plan's "
                   "arena: %zu bytes)",
                   backend_->PeakAllocatedBytes(), planned_arena_));
+  if (optimizer_->OffloadPeakBytes() > 0 && !backend_->device_memory())
+    LogInfo(StrFormat("memory: offloaded optimizer host high-water mark %zu bytes per rank",
+                      optimizer_->OffloadPeakBytes()));
   if (timer_->enabled()) {
     TRAINER_RETURN_IF_ERROR(backend_->ProfilerRange(false));
     LogInfo(timer_->Report());

@@ -106,6 +106,26 @@ class Backend {
   Status Convert(Tensor dst, Tensor src);
   virtual Status Synchronize() = 0;
 
+  // ---- host staging and copies in stream order (the offloaded optimizer's ring) ----
+  // Host memory that the device copies to and from at full speed: page-locked on a GPU
+  // (cudaHostAlloc), zero-filled; by default Allocate (a host backend's memory is the host's).
+  virtual Status AllocateHost(size_t bytes, void** out) { return Allocate(bytes, out); }
+  virtual void FreeHost(void* ptr) { Free(ptr); }
+  // Copies queued in the backend's stream order (after the ops queued before them) that may
+  // return before they finish: the host must leave host_dst / host_src alone until WaitForCopies
+  // of a mark recorded after them returns. By default the synchronous copies.
+  virtual Status CopyToHostAsync(void* host_dst, const void* src, size_t bytes) {
+    return CopyToHost(host_dst, src, bytes);
+  }
+  virtual Status CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes) {
+    return CopyToDevice(dst, host_src, bytes);
+  }
+  // RecordCopies(i) sets copy mark i (0 <= i < kMaxCopyMarks) at this point of the stream order;
+  // WaitForCopies(i) returns once the stream has passed it (everything queued before it is done).
+  static constexpr int kMaxCopyMarks = 4;
+  virtual Status RecordCopies(int mark) { return Status::Ok(); }
+  virtual Status WaitForCopies(int mark) { return Status::Ok(); }
+
   // ---- timing (Engine.profile) ----
   // Mark(i) records timing mark i (0 <= i < kMaxMarks) in the backend's stream order (a CUDA
   // event on the GPU, the host clock on the CPU); SecondsBetween(i, j) waits for mark j and

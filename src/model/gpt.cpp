@@ -330,9 +330,17 @@ Status GptModel::SetParameters(const std::vector<float>& flat) {
 Status UploadCompute(Backend* backend, Tensor dst, const float* host) {
   const size_t n = static_cast<size_t>(dst.numel());
   if (dst.dtype == DType::kF32) return backend->CopyToDevice(dst.data, host, n * sizeof(float));
-  std::vector<uint16_t> converted(n);
-  for (size_t i = 0; i < n; ++i) converted[i] = FloatToBF16(host[i]);
-  return backend->CopyToDevice(dst.data, converted.data(), n * sizeof(uint16_t));
+  // Converted in blocks, so that the host holds one block beside `host` (an 8B model's bf16
+  // weights whole would be 15 GiB more at setup).
+  constexpr size_t kBlock = size_t{16} << 20;
+  std::vector<uint16_t> converted(std::min(n, kBlock));
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t count = std::min(kBlock, n - begin);
+    for (size_t i = 0; i < count; ++i) converted[i] = FloatToBF16(host[begin + i]);
+    TRAINER_RETURN_IF_ERROR(backend->CopyToDevice(static_cast<uint16_t*>(dst.data) + begin,
+                                                  converted.data(), count * sizeof(uint16_t)));
+  }
+  return Status::Ok();
 }
 
 Tensor GptModel::StageInput(int slot) const {

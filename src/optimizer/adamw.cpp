@@ -22,11 +22,12 @@ size_t AdamW::BufferBytes(const std::vector<ParameterInfo>& params, int shards, 
 
 AdamW::~AdamW() {
   for (void* p : allocations_) model_->backend()->Free(p);
+  for (void* p : ring_allocations_) ring_backend_->FreeHost(p);
   for (void* p : host_allocations_) host_->Free(p);
 }
 
 Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicator* shard_group,
-                     std::unique_ptr<AdamW>* out, bool offload) {
+                     std::unique_ptr<AdamW>* out, bool offload, size_t offload_chunk) {
   std::unique_ptr<AdamW> o(new AdamW());
   o->model_ = model;
   o->config_ = config;
@@ -49,7 +50,6 @@ Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicato
     (o->host_ ? o->host_allocations_ : o->allocations_).push_back(p);
     *t = Tensor(p, DType::kF32, {static_cast<int64_t>(o->shard_size_)});
   }
-  if (o->host_) TRAINER_RETURN_IF_ERROR(o->SetUpOffload());
   void* norm = nullptr;
   TRAINER_RETURN_IF_ERROR(be->Allocate(sizeof(double), &norm));
   o->allocations_.push_back(norm);
@@ -75,6 +75,7 @@ Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicato
         spans->emplace_back(begin, canonical_end);
     }
   }
+  if (o->host_) TRAINER_RETURN_IF_ERROR(o->SetUpOffload(offload_chunk));
   *out = std::move(o);
   return Status::Ok();
 }

@@ -21,17 +21,26 @@ class AdamW {
   // `shard_group`: the sharding group when the model's flat buffers are split over it
   // (partition().flat_shards == its size > 1), else nullptr.
   // `offload` (Distributed.sharding.sharding_offload): the master weights and moments live in
-  // host memory and the CPU backend's AdamW updates them from a host copy of the shard's
-  // gradients; the compute-dtype weights go back to the model's backend (adamw_offload.cpp).
+  // host memory and the CPU backend's AdamW updates them, chunk by chunk, from host copies of
+  // the shard's gradients that stream through a ring of kOffloadRingSlots staging buffers of
+  // `offload_chunk` elements; the compute-dtype weights go back to the model's backend
+  // (adamw_offload.cpp). The chunk size changes no result, only the memory and the overlap.
+  static constexpr size_t kOffloadChunkElements = size_t{32} << 20;  // 128 MiB of f32 gradients
+  static constexpr int kOffloadRingSlots = 2;
   static Status Create(GptModel* model, const OptimizerConfig& config, Communicator* shard_group,
-                       std::unique_ptr<AdamW>* out, bool offload = false);
+                       std::unique_ptr<AdamW>* out, bool offload = false,
+                       size_t offload_chunk = kOffloadChunkElements);
   // Backend bytes that Create allocates for a model with `params` split into `shards` pieces:
   // master weights and moments of one piece (unless offloaded), and the device gradient norm
-  // (arena sizing); and the host bytes that offload allocates instead.
+  // (arena sizing); and the host bytes that offload allocates instead: the state (12 bytes per
+  // element of the piece) and the staging ring.
   static size_t BufferBytes(const std::vector<ParameterInfo>& params, int shards,
                             bool offload = false);
   static size_t OffloadedBytes(const std::vector<ParameterInfo>& params, int shards,
-                               DType compute_dtype);
+                               DType compute_dtype, size_t offload_chunk = kOffloadChunkElements);
+  // Offload: the high-water mark of the host memory the state and the ring took (0 where the
+  // host's allocator does not count it; the ring is counted on CPU ranks only).
+  size_t OffloadPeakBytes() const;
   ~AdamW();
 
   bool sharded() const { return shard_group_ != nullptr; }
@@ -71,17 +80,39 @@ class AdamW {
   AdamW() = default;
   Status StepWith(AdamWParams p);
   // Offload: the update on the host (adamw_offload.cpp), then the gather of the whole units.
-  Status SetUpOffload();
+  // Chunk i of the shard, [i * chunk, (i + 1) * chunk), streams through ring slot i % slots.
+  Status SetUpOffload(size_t chunk);
   Status OffloadedStep(const AdamWParams& p);
+  // The chunk's gradients to the host, then the slot's copy mark; the CPU AdamW once they are
+  // there; the updated compute-dtype weights back to the model.
+  Status QueueChunkGradients(size_t chunk);
+  Status UpdateChunk(size_t chunk, const AdamWParams& p);
+  Status QueueChunkWeights(size_t chunk);
+  // Calls fn(unit, shard_begin, n) for each unit piece's overlap [shard_begin, + n) with the chunk.
+  template <typename Fn>
+  void ForEachPieceInChunk(size_t chunk, Fn fn) const;
   Status GatherWholeUnits();
   // Where master_, m_ and v_ live: the host backend when offloaded, else the model's.
   Backend* state_backend() const { return host_ ? host_.get() : model_->backend(); }
   GptModel* model_ = nullptr;
   std::unique_ptr<Backend> host_;  // offload: the CPU backend that holds the state
-  // Offload's host staging, shard_size_ elements each: the gradients (f32), the updated weights
-  // (f32, as the CPU AdamW writes them) and their compute-dtype copy (unless that is f32).
-  Tensor host_grads_, host_params_, host_compute_;
   std::vector<void*> host_allocations_;
+  // Offload's staging ring, chunk_ elements a slot: the gradients (f32), the updated weights
+  // (f32, as the CPU AdamW writes them) and their compute-dtype copy (empty when that is f32).
+  // Page-locked through the model's backend on a GPU (AllocateHost), else the host backend's.
+  struct RingSlot {
+    Tensor grads, params, compute;
+  };
+  std::vector<RingSlot> ring_;
+  Backend* ring_backend_ = nullptr;
+  std::vector<void*> ring_allocations_;
+  size_t chunk_ = 0;
+  // The update's segments, [to, to + n) of the shard with or without weight decay.
+  struct Segment {
+    size_t to, n;
+    bool decayed;
+  };
+  std::vector<Segment> segments_;
   OptimizerConfig config_;
   Communicator* shard_group_ = nullptr;
   Tensor master_, m_, v_;     // shard_size_ elements each: this rank's pieces, back to back

@@ -42,6 +42,11 @@ expect data_too_short 3 "data.h5" 2 train "${SMALL[@]}" -o Model.max_seq_len=204
 # before anything large is allocated, naming the need, the memory and the way out.
 expect too_big_for_memory 2 "memory (rank 0 on .*): a rank of pipeline stage 0 needs ~[0-9.]* [GT]iB .* [Ss]pread the model over more ranks" \
   2 train "${SMALL[@]}" -o Model.hidden_size=8192 -o Model.num_layers=64 -o Model.num_heads=64
+# The same model with its optimizer offloaded: the host's free memory cannot hold the offloaded
+# state (12 B/param) beside the arena, and says so before allocating it.
+expect offload_too_big_for_host 2 "memory (rank 0 on .*): sharding_offload keeps ~[0-9.]* [GT]iB .*sharding_offload=false" \
+  2 train "${SMALL[@]}" -o Model.hidden_size=8192 -o Model.num_layers=64 -o Model.num_heads=64 \
+  -o Distributed.sharding.sharding_offload=true
 expect unknown_command 2 "unknown command" 1 frobnicate
 # A config file without -c: refused, not trained on the built-in defaults.
 expect stray_argument 2 "unexpected argument '$SRC/configs/tiny-cpu.yaml' (trainer train, command line).*Did you mean -c " \

@@ -3,8 +3,13 @@
 # ranks (sharded over all of them), stages 0-3 train two steps and print the host allocator's
 # high-water mark (every buffer of the model and optimizer, counted by the backend as it hands
 # them out); it must be within 5% of the arena `trainer plan` prints for that stage and layout.
-# The stages must also save what the ZeRO formulas say: from stage 0 to 3 the arena falls.
+# The stages must also save what the ZeRO formulas say: from stage 0 to 3 the arena falls. With
+# sharding_offload, the offloaded state's and staging ring's host memory matches the plan too.
 source "$(dirname "$0")/lib.sh"
+within_5_percent() {  # name measured planned
+  python3 -c "import sys; m, p = int(sys.argv[1]), int(sys.argv[2]); sys.exit(abs(m - p) > 0.05 * p)" \
+    "$2" "$3" || fail "$1: measured $2 bytes, more than 5% from the plan's $3"
+}
 make_small_dataset data.h5
 COMMON=("${TINY_LAYOUT_GPT[@]}" -o Engine.max_steps=2 -o Global.global_batch_size=8)
 for np in 1 2 4; do
@@ -21,12 +26,29 @@ for np in 1 2 4; do
     planned=$(sed -n "s/^    sharding stage $stage: .*(\([0-9]*\) bytes)\$/\1/p" "plan$np.txt")
     [ -n "$measured" ] && [ -n "$planned" ] || fail "$name: no measured ($measured) or planned ($planned) figure"
     echo "$name: measured $measured bytes, trainer plan $planned bytes"
-    python3 -c "import sys; m, p = int(sys.argv[1]), int(sys.argv[2]); sys.exit(abs(m - p) > 0.05 * p)" \
-      "$measured" "$planned" || fail "$name: measured $measured bytes, more than 5% from the plan's $planned"
+    within_5_percent "$name" "$measured" "$planned"
     if [ "$np" -gt 1 ] && [ "$previous" -gt 0 ]; then
       [ "$measured" -lt "$previous" ] || fail "$name: $measured bytes, not below the stage before ($previous)"
     fi
     previous=$measured
   done
+done
+# sharding_offload: the host memory of the offloaded state and its staging ring (the offloaded
+# optimizer's allocator high-water mark) against the bytes `trainer plan` prints for it, on one
+# rank and at stage 1 over two.
+for np in 1 2; do
+  offload=(-o Distributed.sharding.sharding_offload=true)
+  [ "$np" -gt 1 ] && offload+=(-o Distributed.dp_degree=1 -o Distributed.sharding.sharding_degree="$np"
+                               -o Distributed.sharding.sharding_stage=1)
+  name="np$np-offload"
+  "$TRAINER" plan "${COMMON[@]}" "${offload[@]}" --world-size "$np" > "$name-plan.txt" ||
+    fail "trainer plan $name"
+  run_np "$np" train "${COMMON[@]}" -o Engine.output_dir="$name" "${offload[@]}" > "$name.log" 2>&1 ||
+    { tail -20 "$name.log"; fail "$name exited non-zero"; }
+  measured=$(sed -n 's/.*offloaded optimizer host high-water mark \([0-9]*\) bytes per rank.*/\1/p' "$name.log" | head -1)
+  planned=$(sed -n 's/.*sharding_offload keeps .* (outside the arena; \([0-9]*\) bytes)$/\1/p' "$name-plan.txt")
+  [ -n "$measured" ] && [ -n "$planned" ] || fail "$name: no measured ($measured) or planned ($planned) figure"
+  echo "$name: measured $measured bytes of offloaded host memory, trainer plan $planned bytes"
+  within_5_percent "$name" "$measured" "$planned"
 done
 echo "every stage's memory matches trainer plan"

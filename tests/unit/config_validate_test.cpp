@@ -418,7 +418,8 @@ TEST(ShippedConfigs, GpuConfigsValidateOnTheirWorldSizes) {
 }
 
 TEST(ShippedConfigs, LlamaFamilyConfigsValidate) {
-  for (const char* file : {"llama-3.2-1b.yaml", "qwen3-0.6b.yaml", "tiny-llama-cpu.yaml"})
+  for (const char* file :
+       {"llama-3.2-1b.yaml", "llama-3.1-8b.yaml", "qwen3-0.6b.yaml", "tiny-llama-cpu.yaml"})
     for (int world : {1, 4}) {
       StatusOr<TrainConfig> config = LoadConfig(Shipped(file), {"Data.train_path=x.h5"});
       ASSERT_TRUE(config.ok()) << file << ": " << config.status().message();

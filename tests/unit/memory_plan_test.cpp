@@ -1,11 +1,14 @@
 // The memory plan of one rank (src/engine/memory_plan.h) against closed-form counts of a tiny GPT
 // whose every buffer is a multiple of the 256-byte allocation unit, and the fit check's choice of
-// the way out (the largest micro-batch that fits and divides the global batch, recomputation).
+// the way out (the largest micro-batch that fits and divides the global batch, recomputation),
+// and the offloaded optimizer's host bytes for configs/llama-3.1-8b.yaml.
 #include "engine/memory_plan.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "config/config_loader.h"
 
 namespace trainer {
 namespace {
@@ -64,6 +67,26 @@ TEST(MemoryPlan, TheModelsBuffersByKindInClosedForm) {
   EXPECT_EQ(g.total(), g.arena() + kGpuBaseBytes + 4.0 * N * kC);
 }
 
+// sharding_offload on configs/llama-3.1-8b.yaml, the Llama-3.1-8B shape (8,030,261,248
+// parameters, Meta's count): the host keeps 12 bytes per parameter (master weights, two moments)
+// and a ring of two 32 Mi-element staging slots (gradients and weights in f32, weights in bf16:
+// 640 MiB), not the whole-shard staging of 10 more bytes per parameter; 91 GiB, within a 128 GiB
+// host. On the GPU it fits an H200 (139 GiB).
+TEST(MemoryPlan, OffloadKeepsTwelveBytesPerParameterAndTheRingOnTheHost) {
+  StatusOr<TrainConfig> config =
+      LoadConfig(std::string(TRAINER_SOURCE_DIR) + "/configs/llama-3.1-8b.yaml", {});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  ASSERT_TRUE(config->distributed.sharding.sharding_offload);
+  config->distributed.dp_degree = 1;
+  const RankMemory m = PlanRankMemory(config.value(), 0, DType::kBF16, true);
+  const size_t n = 8030261248;
+  EXPECT_EQ(m.parameters, n);
+  EXPECT_EQ(m.offloaded, 12 * n + (size_t{640} << 20));
+  EXPECT_LT(m.offloaded, size_t{92} << 30);
+  EXPECT_EQ(m.optimizer, Backend::AllocationSize(sizeof(double)));  // the state is not on the GPU
+  EXPECT_LT(m.total(), 139.0 * (1 << 30));
+}
+
 TEST(MemoryPlan, RecomputationKeepsLessPerSlot) {
   const RankMemory none = PlanRankMemory(TinyConfig(4, 4), 0, DType::kF32, false);
   const RankMemory gelu = PlanRankMemory(TinyConfig(4, 4), 0, DType::kF32, false, 0, "gelu");
@@ -114,6 +137,28 @@ TEST(MemoryPlan, FitsOrNamesTheLargestMicroBatchThatKeepsTheGlobalBatch) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.message().find("set Model.recompute=block"), std::string::npos) << r.message();
   EXPECT_EQ(r.message().find("recompute=gelu"), std::string::npos) << r.message();
+}
+
+// sharding_offload: the host's free memory must hold the offloaded state and ring (a GPU rank)
+// or those and the arena (a CPU rank); else one line with the need and the ways out.
+TEST(MemoryPlan, OffloadedStateMustFitTheHostsFreeMemory) {
+  TrainConfig c = TinyConfig(2, 2);
+  EXPECT_TRUE(CheckOffloadFitsHost(c, 0, true, Room(0)).ok());  // offload off: nothing to hold
+  c.distributed.sharding.sharding_offload = true;
+  const RankMemory gpu = PlanRankMemory(c, 0, DType::kBF16, true);
+  const RankMemory cpu = PlanRankMemory(c, 0, DType::kF32, false);
+  ASSERT_GT(gpu.offloaded, 0u);
+  EXPECT_TRUE(CheckOffloadFitsHost(c, 0, true, Room(gpu.offloaded)).ok());
+  const Status s = CheckOffloadFitsHost(c, 0, true, Room(gpu.offloaded - 1));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), ExitCode::kUsage);
+  EXPECT_NE(s.message().find("sharding_offload keeps ~"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("host test has"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Distributed.sharding.sharding_offload=false"), std::string::npos);
+  EXPECT_TRUE(CheckOffloadFitsHost(c, 0, false, Room(cpu.offloaded + cpu.arena())).ok());
+  const Status t = CheckOffloadFitsHost(c, 0, false, Room(cpu.offloaded + cpu.arena() - 1));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.message().find("arena"), std::string::npos) << t.message();
 }
 
 TEST(MemoryPlan, OnAGpuTheTotalMustFitItsMemoryAndTheArenaItsFreeMemory) {

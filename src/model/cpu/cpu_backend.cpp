@@ -4,6 +4,7 @@
 #include "model/cpu/cpu_backend.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -35,18 +36,30 @@ void scale(float* x, float s, size_t n) {
 }  // namespace cpu
 
 // ---- memory ----
+// From this size on, an allocation is fresh pages of its own from the kernel (mmap): zero
+// already, and resident only as they are first written, so that an offloaded optimizer's
+// moments take no memory before the first step (while the initial weights are still held).
+constexpr size_t kMappedBytes = size_t{64} << 20;
+
 Status CpuBackend::Allocate(size_t bytes, void** out) {
   constexpr size_t kAlignment = 256;
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* ptr = nullptr;
-  if (posix_memalign(&ptr, kAlignment, rounded > 0 ? rounded : kAlignment) != 0) {
+  bool failed = false;
+  if (rounded >= kMappedBytes) {
+    ptr = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    failed = ptr == MAP_FAILED;
+  } else {
+    failed = posix_memalign(&ptr, kAlignment, rounded > 0 ? rounded : kAlignment) != 0;
+    if (!failed) std::memset(ptr, 0, rounded);
+  }
+  if (failed) {
     *out = nullptr;
     return RuntimeError(
         StrFormat("host allocation of %zu bytes failed (cpu backend, rank %d): "
                   "out of memory. Lower Global.micro_batch_size or the model size",
                   bytes, GetProcessIdentity().rank));
   }
-  std::memset(ptr, 0, rounded);
   *out = ptr;
   std::lock_guard<std::mutex> lock(allocation_mutex_);
   allocated_[ptr] = rounded;
@@ -56,15 +69,20 @@ Status CpuBackend::Allocate(size_t bytes, void** out) {
 }
 
 void CpuBackend::Free(void* ptr) {
+  size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(allocation_mutex_);
     auto it = allocated_.find(ptr);
     if (it != allocated_.end()) {
-      in_use_ -= it->second;
+      bytes = it->second;
+      in_use_ -= bytes;
       allocated_.erase(it);
     }
   }
-  std::free(ptr);
+  if (bytes >= kMappedBytes)
+    munmap(ptr, bytes);
+  else
+    std::free(ptr);
 }
 
 size_t CpuBackend::PeakAllocatedBytes() const {
@@ -96,12 +114,14 @@ Status CpuBackend::RunConvert(Tensor dst, Tensor src) {
   if (dst.dtype == DType::kBF16 && src.dtype == DType::kF32) {
     uint16_t* d = dst.as<uint16_t>();
     const float* s = src.as<float>();
+#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16))
     for (size_t i = 0; i < n; ++i) d[i] = FloatToBF16(s[i]);
     return Status::Ok();
   }
   if (dst.dtype == DType::kF32 && src.dtype == DType::kBF16) {
     float* d = dst.as<float>();
     const uint16_t* s = src.as<uint16_t>();
+#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16))
     for (size_t i = 0; i < n; ++i) d[i] = BF16ToFloat(s[i]);
     return Status::Ok();
   }

@@ -79,6 +79,8 @@ CudaBackend::~CudaBackend() {
     if (event) cudaEventDestroy(event);
   for (cudaEvent_t event : marks_)
     if (event) cudaEventDestroy(event);
+  for (cudaEvent_t event : copy_marks_)
+    if (event) cudaEventDestroy(event);
   if (staging_) cudaFreeHost(staging_);
   if (scratch_) cudaFree(scratch_);
   if (arena_) cudaFree(arena_);
@@ -178,6 +180,55 @@ Status CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
 
 Status CudaBackend::CopyDeviceToDevice(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  return Status::Ok();
+}
+
+// ---- host staging (the offloaded optimizer's ring) ----
+
+Status CudaBackend::AllocateHost(size_t bytes, void** out) {
+  *out = nullptr;
+  if (bytes == 0) return Status::Ok();
+  if (cudaHostAlloc(out, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    *out = nullptr;
+    return RuntimeError(
+        StrFormat("page-locked host allocation of %zu bytes failed (%s): the host is out of "
+                  "memory or its locked-memory limit (ulimit -l) is too low",
+                  bytes, name().c_str()));
+  }
+  std::memset(*out, 0, bytes);
+  return Status::Ok();
+}
+
+void CudaBackend::FreeHost(void* ptr) {
+  if (ptr == nullptr) return;
+  cudaStreamSynchronize(stream_);  // no copy still reads or writes it
+  cudaFreeHost(ptr);
+}
+
+Status CudaBackend::CopyToHostAsync(void* host_dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::RecordCopies(int mark) {
+  if (mark < 0 || mark >= kMaxCopyMarks)
+    return RuntimeError("CudaBackend::RecordCopies: mark out of range");
+  if (copy_marks_[mark] == nullptr)
+    CUDA_CHECK(cudaEventCreateWithFlags(&copy_marks_[mark], cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(copy_marks_[mark], stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::WaitForCopies(int mark) {
+  if (mark < 0 || mark >= kMaxCopyMarks || copy_marks_[mark] == nullptr)
+    return RuntimeError("CudaBackend::WaitForCopies: mark not recorded");
+  CUDA_CHECK(cudaEventSynchronize(copy_marks_[mark]));
   return Status::Ok();
 }
 

@@ -92,6 +92,15 @@ class CudaBackend final : public Backend {
   Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes) override;
   Status Zero(Tensor t) override;
   Status Synchronize() override;
+  // Host staging: cudaHostAlloc'd (page-locked) memory; copies on stream(); copy marks are
+  // events on it.
+  Status AllocateHost(size_t bytes, void** out) override;
+  void FreeHost(void* ptr) override;
+  Status CopyToHostAsync(void* host_dst, const void* src, size_t bytes) override;
+  Status CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes) override;
+  Status RecordCopies(int mark) override;
+  Status WaitForCopies(int mark) override;
+
   Status Mark(int index) override;
   Status SecondsBetween(int from, int to, double* seconds) override;
   Status ProfilerRange(bool start) override;
@@ -234,6 +243,7 @@ class CudaBackend final : public Backend {
   char* staging_ = nullptr;
   cudaEvent_t staging_free_[2] = {nullptr, nullptr};
   cudaEvent_t marks_[kMaxMarks] = {};  // timing events, created on first use
+  cudaEvent_t copy_marks_[kMaxCopyMarks] = {};  // RecordCopies' events, created on first use
   int staging_next_ = 0;
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
