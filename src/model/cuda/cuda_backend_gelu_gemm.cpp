@@ -168,9 +168,10 @@ Status CudaBackend::ChooseGeluForward(const cuda::Gemm& gemm, const cuda::GeluMa
   // Candidate c in GeluGemmChoice's order; the outputs hold the last run's result, and the
   // caller runs the chosen one again (cuBLASLt's when it is chosen). A library that fails counts
   // as a refusal, except for a pin of its own that does not apply (a usage error, passed on).
-  Status pin_error;
+  Status pin_error, run_error;  // run_error: a library's own failure, named if a pin meets it
   auto ran_ok = [&](const Status& s, bool ran) {
     if (s.code() == ExitCode::kUsage && pin_error.ok()) pin_error = s;
+    if (!s.ok() && s.code() != ExitCode::kUsage && run_error.ok()) run_error = s;
     return s.ok() && ran;
   };
   auto run = [&](int c) -> bool {
@@ -190,6 +191,10 @@ Status CudaBackend::ChooseGeluForward(const cuda::Gemm& gemm, const cuda::GeluMa
   TRAINER_RETURN_IF_ERROR(pins_.PinnedChoice(kForwardOp, shape, ForwardNames(), runs, &pinned));
   if (pinned >= 0 && !run(pinned)) {  // e.g. cuDNN has no plan for the shape
     TRAINER_RETURN_IF_ERROR(pin_error);
+    if (!run_error.ok())
+      return RuntimeError(StrFormat("%s pinned to %s on shape %s: %s", kForwardOp,
+                                    ForwardNames()[pinned].c_str(), shape.c_str(),
+                                    run_error.message().c_str()));
     return pins_.PinnedChoice(kForwardOp, shape, ForwardNames(),
                               std::vector<bool>(runs.size(), false), &pinned);
   }

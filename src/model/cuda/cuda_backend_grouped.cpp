@@ -1,8 +1,9 @@
-// CudaBackend's grouped matrix products (backend.h: the MoE experts over their row groups): each
-// GEMM kind of a call is one cuBLAS grouped GEMM (grouped_gemm.h) over the groups with rows,
-// mapped onto column-major cuBLAS as MatmulForward and MatmulBackward map one linear layer
-// (cuda_backend_layers.cpp). Where cuBLAS refuses a kind, the per-group cuBLASLt loop (Backend's
-// default hooks) runs it instead.
+// CudaBackend's grouped matrix products (backend.h: the MoE experts over their row groups): a GEMM
+// kind whose groups are small runs as one cuBLAS grouped GEMM (grouped_gemm.h) over the groups with
+// rows, mapped onto column-major cuBLAS as MatmulForward and MatmulBackward map one linear layer
+// (cuda_backend_layers.cpp); large groups, the f32 weight gradients (cuBLAS 13.0's grouped GEMM
+// refuses bf16 inputs with an f32 output) and kinds cuBLAS refuses run the per-group cuBLASLt loop
+// (Backend's default hooks).
 #include <algorithm>
 
 #include "model/cuda/cuda_backend.h"
@@ -31,6 +32,21 @@ std::vector<std::vector<ExpertRun>> Waves(const std::vector<ExpertRun>& groups, 
   return waves;
 }
 
+// Whether the groups of a kind are small enough for cuBLAS's grouped GEMM: the mean group's GEMM
+// (2 rows k x m FLOPs) takes under ~25 us at a dense GEMM's speed (~700 TFLOP/s). Below that the
+// per-group loop is bound by the host (20-45 us of cuBLASLt's host work per launch) and one
+// grouped launch wins; above it the per-group GEMMs win, as cuBLAS's grouped kernel is the slower
+// one (on an H200, 294 TFLOP/s over 48 groups of ~340 rows of 2048 x 2048, against 784 for one
+// dense GEMM of the same total size).
+bool SmallGroups(const std::vector<cuda::GroupedGemmProblem>& problems) {
+  if (problems.empty()) return false;
+  double flops = 0;
+  for (const cuda::GroupedGemmProblem& p : problems)
+    flops += 2.0 * static_cast<double>(p.m) * p.n * p.k;
+  constexpr double kMaxMeanFlops = 25e-6 * 700e12;
+  return flops / static_cast<double>(problems.size()) <= kMaxMeanFlops;
+}
+
 }  // namespace
 
 Status CudaBackend::LaunchGrouped(const cuda::GroupedGemmKind& kind,
@@ -38,6 +54,8 @@ Status CudaBackend::LaunchGrouped(const cuda::GroupedGemmKind& kind,
                                   bool* done) {
   *done = true;
   if (problems.empty()) return Status::Ok();
+  *done = false;
+  if (!SmallGroups(problems)) return Status::Ok();  // the per-group loop, not a fallback
   TRAINER_RETURN_IF_ERROR(grouped_gemm_->Run(kind, problems, done));
   ++(*done ? counts_.grouped_gemm : counts_.grouped_gemm_fallback);
   return Status::Ok();
@@ -76,7 +94,13 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
   }
   if (dweights.empty()) return Status::Ok();
   // dW_e^T (C,OC) (+)= in[R]^T (C,n) dout[R] (n,OC), in f32: the ragged dimension is k.
-  const std::vector<std::vector<ExpertRun>> waves = Waves(groups, E);
+  // (bf16 inputs with an f32 output: cuBLAS 13.0's grouped GEMM refuses them, so the per-group
+  // loop runs them without asking.)
+  const std::vector<std::vector<ExpertRun>> waves =
+      compute_ == DType::kF32 ? Waves(groups, E) : std::vector<std::vector<ExpertRun>>{};
+  if (waves.empty())
+    return Backend::RunGroupedMatmulBackward(Tensor(), dweights, dout, in, weights, groups,
+                                             dweights_write);
   for (size_t w = 0; w < waves.size(); ++w) {
     const bool overwrite = w == 0 && dweights_write == GradientWrite::kOverwrite;
     std::vector<cuda::GroupedGemmProblem> problems;
