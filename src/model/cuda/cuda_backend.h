@@ -249,6 +249,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   std::unique_ptr<cuda::CudnnGeluMatmul> cudnn_gelu_matmul_;
   std::unique_ptr<cuda::GroupedGemm> grouped_gemm_;
+  std::vector<cuda::GroupedGemmProblem> grouped_problems_;  // a grouped call's, reused
   GeluMatmulRoute gelu_route_ = GeluMatmulRoute::kFastest;
   // (N, C, F, bias) -> who runs that forward GELU GEMM (pairs: our kernel in clusters of two).
   enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90, kSm90Pairs };  // ForwardNames' order

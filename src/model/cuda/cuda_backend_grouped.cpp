@@ -65,7 +65,8 @@ Status CudaBackend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weight
                                             const std::vector<ExpertRun>& groups) {
   // out[R]^T (OC,n) = W_e (C,OC)^T in[R]^T (C,n).
   const int64_t OC = weights.dim(1), C = weights.dim(2);
-  std::vector<cuda::GroupedGemmProblem> problems;
+  std::vector<cuda::GroupedGemmProblem>& problems = grouped_problems_;
+  problems.clear();
   for (const ExpertRun& g : groups)
     if (g.rows > 0)
       problems.push_back({OC, g.rows, C, At(weights, g.expert * OC * C), C, At(in, g.offset * C), C,
@@ -81,7 +82,8 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
                                              GradientWrite dweights_write) {
   const int64_t E = weights.dim(0), OC = weights.dim(1), C = weights.dim(2);
   if (!din.empty()) {  // din[R]^T (C,n) = W_e (C,OC) dout[R]^T (OC,n)
-    std::vector<cuda::GroupedGemmProblem> problems;
+    std::vector<cuda::GroupedGemmProblem>& problems = grouped_problems_;
+  problems.clear();
     for (const ExpertRun& g : groups)
       if (g.rows > 0)
         problems.push_back({C, g.rows, OC, At(weights, g.expert * OC * C), C,
@@ -103,7 +105,8 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
                                              dweights_write);
   for (size_t w = 0; w < waves.size(); ++w) {
     const bool overwrite = w == 0 && dweights_write == GradientWrite::kOverwrite;
-    std::vector<cuda::GroupedGemmProblem> problems;
+    std::vector<cuda::GroupedGemmProblem>& problems = grouped_problems_;
+  problems.clear();
     for (const ExpertRun& g : waves[w])
       problems.push_back({C, OC, g.rows, At(in, g.offset * C), C, At(dout, g.offset * OC), OC,
                           At(dweights, g.expert * OC * C), C, overwrite ? 0.f : 1.f});
