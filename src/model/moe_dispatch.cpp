@@ -7,13 +7,12 @@
 
 namespace trainer {
 
-std::vector<ExpertRun> LocalExpertRuns(const std::vector<int64_t>& offsets) {
-  std::vector<ExpertRun> runs;
+void LocalExpertRuns(const std::vector<int64_t>& offsets, std::vector<ExpertRun>* runs) {
+  runs->clear();
   for (size_t e = 0; e + 1 < offsets.size(); ++e) {
     const int64_t n = offsets[e + 1] - offsets[e];
-    if (n > 0) runs.push_back({static_cast<int64_t>(e), offsets[e], n});
+    if (n > 0) runs->push_back({static_cast<int64_t>(e), offsets[e], n});
   }
-  return runs;
 }
 
 Status PlanExpertExchange(Communicator* ep, const std::vector<int64_t>& offsets,

@@ -39,7 +39,7 @@ struct ExpertExchange {
 
 // The runs of kept rows by expert from `offsets` (E+1, the permutation's group starts): the
 // experts' work without EP (every expert local).
-std::vector<ExpertRun> LocalExpertRuns(const std::vector<int64_t>& offsets);
+void LocalExpertRuns(const std::vector<int64_t>& offsets, std::vector<ExpertRun>* runs);
 
 // With EP: the counts exchange over `ep` (every member calls it with its own offsets), the plan
 // of `x` for rows of `cols` values, and the runs over x_recv: local expert by local expert, each

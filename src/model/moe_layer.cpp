@@ -35,7 +35,8 @@ void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N, Moe
     out->offsets[e + 1] = out->offsets[e] + kept;
   }
   // Stable counting sort: tokens in order within each expert; past the capacity, dropped.
-  std::vector<int64_t> next(out->offsets.begin(), out->offsets.end() - 1);
+  std::vector<int64_t>& next = out->next;
+  next.assign(out->offsets.begin(), out->offsets.end() - 1);
   out->slots.assign(N * K2, -1);
   for (int64_t t = 0; t < N; ++t) {
     for (int k = 0; k < K; ++k) {
@@ -44,7 +45,7 @@ void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N, Moe
     }
     if (K2 > K) out->slots[t * K2 + K] = static_cast<int32_t>(N * K + t);
   }
-  out->runs = LocalExpertRuns(out->offsets);
+  LocalExpertRuns(out->offsets, &out->runs);
 }
 
 namespace {
