@@ -122,7 +122,8 @@ def build(c, torch):
 
     def rms_norm(x, w, eps):  # statistics in fp32, as the trainer
         xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w.to(x.dtype)
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return y.to(x.dtype) * w.to(x.dtype)
 
     class RmsNorm(nn.Module):
         def __init__(self, n):
@@ -134,7 +135,7 @@ def build(c, torch):
 
     def rotate(x, cos, sin):  # (B, h, T, HD), rotate-half
         x1, x2 = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+        return x * cos.to(x.dtype) + torch.cat((-x2, x1), dim=-1) * sin.to(x.dtype)
 
     def attention(q, k, v):  # (B, H, T, HD), (B, KV, T, HD) x 2
         if hasattr(F, "scaled_dot_product_attention"):
@@ -147,7 +148,8 @@ def build(c, torch):
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         t = q.shape[2]
         s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+        s = s.masked_fill(future, float("-inf"))
         return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
 
     class Attention(nn.Module):
@@ -196,7 +198,7 @@ def build(c, torch):
             self.shared_gate = nn.Parameter(torch.empty(1, d)) if c["SE"] > 0 else None
 
         def experts(self, xs, counts, weights):  # xs (N K, D) grouped by expert, counts (E,)
-            w1, w2 = self.gate_up.to(xs.dtype), self.down.to(xs.dtype)
+            w1, w2 = self.gate_up.to(xs.dtype), self.down.to(xs.dtype)  # (E, D, 2 EF), (E, EF, D)
             if grouped_mm and xs.is_cuda:
                 offs = torch.cumsum(counts, 0).to(torch.int32)
                 h = torch._grouped_mm(xs, w1, offs=offs)
@@ -211,7 +213,8 @@ def build(c, torch):
 
         def forward(self, x):  # (N, D)
             n, k, e = x.shape[0], c["K"], c["E"]
-            with torch.autocast("cuda", enabled=False) if x.is_cuda else contextlib.nullcontext():
+            fp32 = torch.autocast("cuda", enabled=False) if x.is_cuda else contextlib.nullcontext()
+            with fp32:  # the router in fp32, as the trainer's
                 logits = x.float() @ self.router.float().t()  # (N, E)
                 probs = torch.softmax(logits, dim=-1)
                 if c["pre_softmax"]:
@@ -221,14 +224,16 @@ def build(c, torch):
                     weights = torch.softmax(top, dim=-1)
                 if c["norm_topk"]:
                     weights = weights / weights.sum(-1, keepdim=True)
-                counts = torch.bincount(chosen.reshape(-1), minlength=e)
+                flat = chosen.reshape(-1)  # (N K,) token-major
+                counts = torch.zeros(e, dtype=torch.long, device=x.device)  # tokens per expert
+                counts.scatter_add_(0, flat, torch.ones_like(flat))
                 aux = c["aux"] * e / (k * n * n) * (probs.sum(0) * counts.float()).sum()
-            flat = chosen.reshape(-1)  # (N K,) token-major
             order = torch.sort(flat, stable=True).indices
             token = order // k
-            xs = x[token]  # (N K, D) grouped by expert
-            ys = self.experts(xs, counts, weights.reshape(-1)[order, None].to(x.dtype))
-            out = torch.zeros_like(x).index_add_(0, token, ys.to(x.dtype))
+            xc = x.to(torch.bfloat16) if x.is_cuda else x  # the experts in bf16 on CUDA
+            xs = xc[token]  # (N K, D) grouped by expert
+            ys = self.experts(xs, counts, weights.reshape(-1)[order, None].to(xc.dtype))
+            out = torch.zeros_like(xc).index_add_(0, token, ys.to(xc.dtype))
             if self.shared is not None:
                 out = out + torch.sigmoid(x @ self.shared_gate.to(x.dtype).t()) * self.shared(x)
             return out, aux
@@ -274,7 +279,7 @@ def build(c, torch):
                 if a is not None:
                     aux = aux + a
             logits = self.lm_head(self.norm(x))
-            ce = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+            ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))  # fp32
             return ce, aux
 
     return Llama()
@@ -313,7 +318,8 @@ def run(c):
     g = torch.Generator(device=dev).manual_seed(0)
     data = torch.randint(0, c["vocab"], (8, c["B"], c["T"] + 1), device=dev, generator=g)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cuda else contextlib.nullcontext
+    def autocast():  # bf16 on CUDA; fp32 on the CPU, as the trainer's CPU path
+        return torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     warmup, window = c["warmup"], c["window"]
