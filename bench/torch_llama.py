@@ -46,7 +46,7 @@ import statistics
 import sys
 import time
 
-PEAK_FLOPS = 989e12
+from torch_gpt import PEAK_FLOPS, run_all  # bench/ beside this script
 DEFAULTS = dict(tie=False, theta=10000.0, rope_scaling="none", rope_factor=32.0, rope_low=1.0,
                 rope_high=4.0, rope_original=8192, eps=1e-5, qk_norm=False, E=0, K=0, EF=0,
                 aux=0.0, SE=0, pre_softmax=True, norm_topk=False, compile=True, steps=30,
@@ -364,11 +364,7 @@ def main(argv):
         sys.exit("torch_llama.py: %s\n\n%s" % (e, __doc__))
     if not configs:
         sys.exit(__doc__)
-    for c in configs:
-        try:
-            print(json.dumps(run(c)), flush=True)
-        except Exception as e:  # one failing config (e.g. out of memory) does not stop the rest
-            print(json.dumps(dict(c, error=str(e)[:300])), flush=True)
+    run_all(configs, run)
 
 
 if __name__ == "__main__":
