@@ -7,7 +7,9 @@
 # equals `trainer inspect`'s of the same shape trained by the trainer (and for the MoE its active
 # parameters the trainer's to the 0.01M it prints), so both sides train the same model; the first
 # loss is ln(V) within 0.1 (weights N(0, 0.02) predict nearly uniformly); the loss falls; and a
-# config that lacks a key is refused with one line naming it.
+# config that lacks a key is refused with one line naming it. With TRAINER_HF_PYTHON naming a
+# python whose torch has CUDA (>= 2.8), the peer runs on the GPU: bf16 autocast, fused AdamW and
+# torch._grouped_mm for the experts.
 source "$(dirname "$0")/lib.sh"
 if [ -n "${TRAINER_HF_PYTHON:-}" ]; then PY=$TRAINER_HF_PYTHON
 else PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?; fi
