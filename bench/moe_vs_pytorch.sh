@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Mixture-of-experts models side by side on one GPU, in one call: the trainer and the PyTorch peer
-# (../shared/bench/torch_llama.py with its E/K/EF keys: dropless top-k, torch._grouped_mm,
+# (bench/torch_llama.py with its E/K/EF keys: dropless top-k, torch._grouped_mm,
 # torch.compile) on the same shapes, the same optimizer settings and the same kind of random
 # tokens. Prints one JSON line per run (tokens/s, MFU with active parameters, memory) and the
 # ratio trainer / peer; with PHASES=1 also one trainer step's kernel time by MoE phase (router,
 # dispatch, experts, combine; bench/kernel_profile.sh under ncu, bench/kernel_summary.py). Issue 48's targets: olmoe >= 1.5x the peer, mixtral >= 1.3x.
 #
 #   bench/moe_vs_pytorch.sh TRAINER [PEER_SCRIPT] MODEL:B...
-#   PEER_SCRIPT: default shared/bench/torch_llama.py in the checkout, or ../shared/bench/ beside it
+#   PEER_SCRIPT: default bench/torch_llama.py; another script taking its JSON keys
 #   MODEL: olmoe   8 layers, hidden 2048, 16 heads, 64 experts top-8 of width 1024, vocab 50304
 #          mixtral the same block with 8 experts top-2 of width 7168 (Mixtral's 3.5x), top-k of
 #                  the logits then the softmax over the chosen
@@ -20,8 +20,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TRAINER=$1; shift
-PEER=$ROOT/shared/bench/torch_llama.py  # a checkout's shared/, else the one beside it
-[ -f "$PEER" ] || PEER=$ROOT/../shared/bench/torch_llama.py
+PEER=$ROOT/bench/torch_llama.py
 if [ $# -gt 0 ] && [[ $1 == *.py ]]; then PEER=$1; shift; fi
 [ $# -gt 0 ] || { echo "usage: bench/moe_vs_pytorch.sh TRAINER [PEER_SCRIPT] MODEL:B..." >&2; exit 2; }
 STEPS=${STEPS:-30}
@@ -38,11 +37,13 @@ BLOCK=(-o Model.vocab_size=$V -o Model.vocab_pad_multiple=128 -o Model.num_layer
 for spec in "$@"; do
   IFS=: read -r model B <<< "$spec"
   case $model in
-    olmoe) E=64 K=8 EF=1024 ROUTING=(-o Model.moe_router_pre_softmax=true) ;;
-    mixtral) E=8 K=2 EF=7168 ROUTING=(-o Model.moe_router_pre_softmax=false) ;;
+    olmoe) E=64 K=8 EF=1024 PRE=true ;;
+    mixtral) E=8 K=2 EF=7168 PRE=false ;;
     *) echo "unknown model $model: olmoe or mixtral" >&2; exit 2 ;;
   esac
-  shape="\"V\":$V,\"T\":$T,\"L\":8,\"D\":2048,\"H\":16,\"KV\":16,\"HD\":128,\"E\":$E,\"K\":$K,\"EF\":$EF,\"aux\":0.01"
+  ROUTING=(-o Model.moe_router_pre_softmax=$PRE)
+  shape="\"V\":$V,\"T\":$T,\"L\":8,\"D\":2048,\"H\":16,\"KV\":16,\"HD\":128,\"theta\":1000000"
+  shape+=",\"E\":$E,\"K\":$K,\"EF\":$EF,\"aux\":0.01,\"pre_softmax\":$PRE"
   out="$WORK/moe-$model-b$B" data=moe-b$B
   random_u32 "$data" $((8 * B * T + 1)) "$V"
   TRAINER_OVERRIDES=("${BLOCK[@]}" "${ROUTING[@]}" -o Model.num_experts=$E -o Model.moe_router_topk=$K

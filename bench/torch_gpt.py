@@ -198,13 +198,20 @@ def main(argv):
         sys.exit("torch_gpt.py: %s\n\n%s" % (e, __doc__))
     if not configs:
         sys.exit(__doc__)
-    for c in configs:
-        if dry_run:
+    if dry_run:
+        for c in configs:
             print(json.dumps(c), flush=True)
-            continue
+    else:
+        run_all(configs, run)
+
+
+def run_all(configs, run):
+    """Prints run(c)'s JSON line for each config (torch_llama.py's too); a config that fails (e.g.
+    out of memory) prints its config with "error" and does not stop the rest."""
+    for c in configs:
         try:
             print(json.dumps(run(c)), flush=True)
-        except Exception as e:  # one failing config (e.g. out of memory) does not stop the rest
+        except Exception as e:
             print(json.dumps(dict(c, error=str(e)[:300])), flush=True)
 
 

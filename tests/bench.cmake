@@ -14,3 +14,7 @@ trainer_script_test(results_table SCRIPT results_table.sh LABELS "unit;bench" TI
 # rank, DP scaling lines, a tp2-pp2 checkpoint resumed on dp4 and one rank, a failing check.
 # ~50 s on 2 cores: label slow.
 trainer_script_test(scaling_bench SCRIPT scaling_bench.sh LABELS "e2e;mpi;bench;slow" TIMEOUT 300)
+# bench/torch_llama.py (the PyTorch peer of llama_vs_pytorch.sh and moe_vs_pytorch.sh) on the CPU
+# in the Hugging Face tests' venv: a tiny dense and a tiny MoE model with the trainer's parameter
+# counts, finite figures, falling losses (skipped without the venv). ~15 s.
+trainer_script_test(torch_llama_peer SCRIPT torch_llama_peer.sh LABELS "e2e;bench" TIMEOUT 300)
