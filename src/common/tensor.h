@@ -77,6 +77,11 @@ inline int64_t Rows(const Tensor& t) {
   return Cols(t) == 0 ? 0 : t.numel() / Cols(t);
 }
 
+// Rows [begin, begin + count) of t seen as that (Rows, Cols) matrix.
+inline Tensor MatrixRows(const Tensor& t, int64_t begin, int64_t count) {
+  return Tensor(t.data, t.dtype, {Rows(t), Cols(t)}).rows(begin, count);
+}
+
 // Host-side bf16 <-> f32 (round to nearest even), matching the device conversion.
 inline uint16_t FloatToBF16(float f) {
   uint32_t u;

@@ -29,29 +29,24 @@ void CheckGroups(OpContract& c, DType cd, const char* in_name, Tensor in, const 
   std::vector<std::pair<int64_t, int64_t>> spans;  // (offset, end) of the non-empty groups
   for (size_t i = 0; i < groups.size(); ++i) {
     const ExpertRun& g = groups[i];
-    c.Require(g.expert >= 0 && g.expert < E && g.offset >= 0 && g.rows >= 0 &&
-                  g.offset + g.rows <= rows,
-              StrFormat("group %zu (expert %lld, rows [%lld, %lld)) is outside weights %s or the "
-                        "%lld rows of %s %s and %s %s",
-                        i, static_cast<long long>(g.expert), static_cast<long long>(g.offset),
-                        static_cast<long long>(g.offset + g.rows), weights.shape_string().c_str(),
-                        static_cast<long long>(rows), in_name, in.shape_string().c_str(), out_name,
-                        out.shape_string().c_str()));
+    c.Require(
+        g.expert >= 0 && g.expert < E && g.offset >= 0 && g.rows >= 0 && g.offset + g.rows <= rows,
+        StrFormat("group %zu (expert %lld, rows [%lld, %lld)) is outside weights %s or the "
+                  "%lld rows of %s %s and %s %s",
+                  i, static_cast<long long>(g.expert), static_cast<long long>(g.offset),
+                  static_cast<long long>(g.offset + g.rows), weights.shape_string().c_str(),
+                  static_cast<long long>(rows), in_name, in.shape_string().c_str(), out_name,
+                  out.shape_string().c_str()));
     if (g.rows > 0) spans.emplace_back(g.offset, g.offset + g.rows);
   }
   std::sort(spans.begin(), spans.end());
   for (size_t i = 1; i < spans.size(); ++i)
-    c.Require(spans[i].first >= spans[i - 1].second,
-              StrFormat("groups overlap: rows [%lld, %lld) and [%lld, %lld)",
-                        static_cast<long long>(spans[i - 1].first),
-                        static_cast<long long>(spans[i - 1].second),
-                        static_cast<long long>(spans[i].first),
-                        static_cast<long long>(spans[i].second)));
-}
-
-// Rows [offset, offset + rows) of the (rows, cols) tensor t.
-Tensor GroupRows(Tensor t, int64_t offset, int64_t rows) {
-  return Tensor(t.data, t.dtype, {Rows(t), Cols(t)}).rows(offset, rows);
+    c.Require(
+        spans[i].first >= spans[i - 1].second,
+        StrFormat("groups overlap: rows [%lld, %lld) and [%lld, %lld)",
+                  static_cast<long long>(spans[i - 1].first),
+                  static_cast<long long>(spans[i - 1].second),
+                  static_cast<long long>(spans[i].first), static_cast<long long>(spans[i].second)));
 }
 
 // Matrix e of t (the stacked weights or their gradient, as many elements as weights (E,R,C)),
@@ -91,9 +86,9 @@ Status Backend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
   for (size_t i = 0; i < groups.size() && s.ok(); ++i) {
     const ExpertRun& g = groups[i];
     if (g.rows == 0) continue;
-    s = RunMatmulForward(GroupRows(out, g.offset, g.rows), Tensor(),
-                         GroupRows(in, g.offset, g.rows), Matrix(weights, weights, g.expert), Tensor(),
-                         Activation::kNone);
+    s = RunMatmulForward(MatrixRows(out, g.offset, g.rows), Tensor(),
+                         MatrixRows(in, g.offset, g.rows), Matrix(weights, weights, g.expert),
+                         Tensor(), Activation::kNone);
   }
   SetRaggedGroups(false);
   return s;
@@ -110,10 +105,11 @@ Status Backend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dou
     if (g.rows == 0) continue;
     const GradientWrite write = written[g.expert] ? GradientWrite::kAccumulate : dweights_write;
     written[g.expert] = true;
-    s = RunMatmulBackward(din.empty() ? Tensor() : GroupRows(din, g.offset, g.rows),
-                          dweights.empty() ? Tensor() : Matrix(dweights, weights, g.expert), Tensor(),
-                          GroupRows(dout, g.offset, g.rows), GroupRows(in, g.offset, g.rows),
-                          Matrix(weights, weights, g.expert), write);
+    s = RunMatmulBackward(din.empty() ? Tensor() : MatrixRows(din, g.offset, g.rows),
+                          dweights.empty() ? Tensor() : Matrix(dweights, weights, g.expert),
+                          Tensor(), MatrixRows(dout, g.offset, g.rows),
+                          MatrixRows(in, g.offset, g.rows), Matrix(weights, weights, g.expert),
+                          write);
   }
   SetRaggedGroups(false);
   return s;

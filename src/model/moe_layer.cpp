@@ -3,7 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
+
+#include "common/log.h"
 
 namespace trainer {
 
@@ -77,31 +78,22 @@ Status ExpertBackward(Backend* be, Tensor x, Tensor gu, Tensor down, Tensor h, T
   return be->MatmulBackward(dx, dgu, Tensor(), dh, x, gu, write);
 }
 
-// The rows the runs cover, as maximal contiguous spans (offset, rows): without EP one, [0, kept
-// rows); with EP the received rows, [0, received), also one. SwiGLU runs once over each.
-std::vector<std::pair<int64_t, int64_t>> CoveredSpans(const std::vector<ExpertRun>& runs) {
-  std::vector<std::pair<int64_t, int64_t>> spans;
-  for (const ExpertRun& r : runs)
-    if (r.rows > 0) spans.emplace_back(r.offset, r.rows);
-  std::sort(spans.begin(), spans.end());
-  std::vector<std::pair<int64_t, int64_t>> merged;
-  for (const auto& s : spans) {
-    if (!merged.empty() && merged.back().first + merged.back().second == s.first)
-      merged.back().second += s.second;
-    else
-      merged.push_back(s);
-  }
-  return merged;
+// The rows the runs cover: they tile [0, rows) (the kept rows of x_perm, or with EP the rows
+// received in x_recv), so that SwiGLU runs once over all the experts' rows.
+Status CoveredRows(const std::vector<ExpertRun>& runs, int64_t* rows) {
+  int64_t total = 0, end = 0;
+  for (const ExpertRun& r : runs) total += r.rows, end = std::max(end, r.offset + r.rows);
+  if (end != total)
+    return RuntimeError(
+        StrFormat("MoE: the experts' runs cover %lld rows up to row %lld, not a "
+                  "block from row 0",
+                  static_cast<long long>(total), static_cast<long long>(end)));
+  *rows = total;
+  return Status::Ok();
 }
 
 bool ExpertParallel(const MoeContext& ctx) {
   return ctx.ep != nullptr && ctx.ep->size() > 1;
-}
-
-// Rows [offset, offset + n) of the (rows, cols) buffer t.
-Tensor Group(Tensor t, int64_t offset, int64_t n) {
-  Tensor flat(t.data, t.dtype, {Rows(t), Cols(t)});
-  return flat.rows(offset, n);
 }
 
 }  // namespace
@@ -161,13 +153,17 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, a.x_perm, xe, true));
   // The experts: one grouped GEMM for [gate|up], SwiGLU over all their rows, one for down.
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulForward(a.h, xe, w.experts_gu, d->runs));
-  for (const auto& [off, n] : CoveredSpans(d->runs))
-    TRAINER_RETURN_IF_ERROR(be->SwiGluForward(Group(a.act, off, n), Group(a.h, off, n)));
+  int64_t rows = 0;
+  TRAINER_RETURN_IF_ERROR(CoveredRows(d->runs, &rows));
+  if (rows > 0)
+    TRAINER_RETURN_IF_ERROR(
+        be->SwiGluForward(MatrixRows(a.act, 0, rows), MatrixRows(a.h, 0, rows)));
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulForward(ye, a.act, w.experts_down, d->runs));
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, ye, a.y, false));
   if (s.shared_ffn > 0)
-    TRAINER_RETURN_IF_ERROR(ExpertForward(be, Group(a.x_perm, N * K, N), w.shared_gu, w.shared_down,
-                                          a.shared_h, a.shared_act, Group(a.y, N * K, N)));
+    TRAINER_RETURN_IF_ERROR(ExpertForward(be, MatrixRows(a.x_perm, N * K, N), w.shared_gu,
+                                          w.shared_down, a.shared_h, a.shared_act,
+                                          MatrixRows(a.y, N * K, N)));
   return be->MoeGatherRows(a.out, a.y, a.slots, a.weights, false);
 }
 
@@ -187,20 +183,21 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
                dxe = ep ? sc.dx_recv : sc.dx_perm;
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, sc.dy, dye, true));
   // The experts' backward, as their forward: grouped GEMMs around one SwiGLU pass per span.
-  TRAINER_RETURN_IF_ERROR(be->GroupedMatmulBackward(sc.dact, g.experts_down, dye, a.act,
-                                                    w.experts_down, d->runs,
-                                                    GradientWrite::kAccumulate));
-  for (const auto& [off, n] : CoveredSpans(d->runs))
-    TRAINER_RETURN_IF_ERROR(
-        be->SwiGluBackward(Group(sc.dh, off, n), Group(sc.dact, off, n), Group(a.h, off, n)));
+  TRAINER_RETURN_IF_ERROR(be->GroupedMatmulBackward(
+      sc.dact, g.experts_down, dye, a.act, w.experts_down, d->runs, GradientWrite::kAccumulate));
+  int64_t rows = 0;
+  TRAINER_RETURN_IF_ERROR(CoveredRows(d->runs, &rows));
+  if (rows > 0)
+    TRAINER_RETURN_IF_ERROR(be->SwiGluBackward(
+        MatrixRows(sc.dh, 0, rows), MatrixRows(sc.dact, 0, rows), MatrixRows(a.h, 0, rows)));
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulBackward(dxe, g.experts_gu, sc.dh, xe, w.experts_gu,
                                                     d->runs, GradientWrite::kAccumulate));
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, dxe, sc.dx_perm, false));
   if (s.shared_ffn > 0)
     TRAINER_RETURN_IF_ERROR(ExpertBackward(
-        be, Group(a.x_perm, N * K, N), w.shared_gu, w.shared_down, a.shared_h, a.shared_act,
-        Group(sc.dy, N * K, N), g.shared_gu, g.shared_down, sc.shared_dh, sc.shared_dact,
-        Group(sc.dx_perm, N * K, N), ctx.weight_gradients));
+        be, MatrixRows(a.x_perm, N * K, N), w.shared_gu, w.shared_down, a.shared_h, a.shared_act,
+        MatrixRows(sc.dy, N * K, N), g.shared_gu, g.shared_down, sc.shared_dh, sc.shared_dact,
+        MatrixRows(sc.dx_perm, N * K, N), ctx.weight_gradients));
   // The router, then the permutation's backward added to its input gradient.
   TRAINER_RETURN_IF_ERROR(
       be->MoeRouterBackward(sc.dlogits, sc.dweights, a.logits, a.probs, a.experts, a.weights,

@@ -22,8 +22,7 @@ Tensor RowParallelBias(const BlockContext& ctx, Tensor bias) {
 Tensor OwnRows(const BlockContext& ctx, Tensor all_rows) {
   if (!SequenceParallel(ctx)) return all_rows;
   const int64_t R = Rows(all_rows) / ctx.tp->size();
-  return Tensor(all_rows.data, all_rows.dtype, {Rows(all_rows), Cols(all_rows)})
-      .rows(ctx.tp->rank() * R, R);
+  return MatrixRows(all_rows, ctx.tp->rank() * R, R);
 }
 
 MoeContext MoeCtx(const BlockContext& ctx) {
@@ -301,8 +300,8 @@ Status AttentionInputBackward(const BlockContext& ctx, const BlockWeights& w, co
                                                 ctx.local_heads, ctx.local_kv_heads,
                                                 AttentionDropoutKey(ctx), ctx.doc_starts));
   if (!ctx.rope.empty())
-    TRAINER_RETURN_IF_ERROR(be->RopeBackward(s.dqkv, ctx.rope, ctx.local_heads,
-                                             ctx.local_kv_heads, ctx.doc_starts));
+    TRAINER_RETURN_IF_ERROR(
+        be->RopeBackward(s.dqkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads, ctx.doc_starts));
   if (!w.q_norm.empty())
     TRAINER_RETURN_IF_ERROR(be->QkNormBackward(s.dqkv, g.q_norm, g.k_norm, s.dqkv, a.qkv_pre,
                                                w.q_norm, w.k_norm, a.qkv_rstd,
@@ -347,8 +346,7 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
   TRAINER_RETURN_IF_ERROR(drop_gradient(kDropoutMlpOut));
   if (!w.moe.router.empty()) {  // d(ln2_out) is whole on every TP rank
-    TRAINER_RETURN_IF_ERROR(MoeBackward(MoeCtx(ctx), w.moe, g.moe, a.ln2_out, a.moe, dproj,
-                                        s.dln));
+    TRAINER_RETURN_IF_ERROR(MoeBackward(MoeCtx(ctx), w.moe, g.moe, a.ln2_out, a.moe, dproj, s.dln));
     dln = OwnRows(ctx, s.dln);
   } else {
     TRAINER_RETURN_IF_ERROR(MlpBackward(ctx, w, g, a, dproj, fcproj_db));
