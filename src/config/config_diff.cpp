@@ -20,7 +20,8 @@ const std::set<std::string>& Unweighed() {
       "Engine.eval_iters",       "Engine.save_steps",        "Engine.output_dir",
       "Engine.watchdog_s",       "Engine.tensorboard",       "Engine.profile",
       "Engine.peak_tflops",      "Engine.exit_duration_min", "Data.val_path",
-      "Optimizer.decay_steps",   "Engine.gpu_routes"};
+      "Optimizer.decay_steps",   "Engine.gpu_routes",
+      "Model.loss_chunk_tokens"};
   return keys;
 }
 bool Weighed(const std::string& key) {

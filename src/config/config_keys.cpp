@@ -43,6 +43,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Model, model, seq_len),
     CONFIG_KEY(Model, model, recompute),
     CONFIG_KEY(Model, model, sequence_parallel),
+    CONFIG_KEY(Model, model, loss_chunk_tokens),
     CONFIG_KEY(Model, model, num_kv_heads),
     CONFIG_KEY(Model, model, head_dim),
     CONFIG_KEY(Model, model, norm_eps),

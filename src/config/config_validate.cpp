@@ -39,6 +39,7 @@ const RangeRule kRangeRules[] = {
     {"Model.ffn_hidden_size", 0, false, kNoBound},
     {"Model.max_seq_len", 1, false, kNoBound},
     {"Model.seq_len", 0, false, kNoBound},
+    {"Model.loss_chunk_tokens", 0, false, kNoBound},
     {"Model.hidden_dropout", 0, false, 1},
     {"Model.attention_dropout", 0, false, 1},
     {"Model.num_kv_heads", 0, false, kNoBound},

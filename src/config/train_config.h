@@ -30,6 +30,9 @@ struct ModelConfig {
   int seq_len = 0;                 // training sequence length; 0 means max_seq_len
   std::string recompute = "none";  // none | gelu | block (GPU path)
   bool sequence_parallel = false;
+  // Tokens of a micro-batch whose logits the LM head and loss hold at once (gpt_head.cpp):
+  // 0 = auto (chunks of at most ~1 GiB of logits); B*T or more = the whole micro-batch at once.
+  int loss_chunk_tokens = 0;
   // The llama family's keys (Hugging Face config.json names in docs/config.md).
   int num_kv_heads = 0;    // key/value heads; 0 means num_heads (no grouped-query attention)
   int head_dim = 0;        // 0 means hidden_size / num_heads

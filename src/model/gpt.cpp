@@ -301,10 +301,11 @@ Status GptModel::AllocateBuffers() {
     rope_ = Alloc({2, config_.max_seq_len, spec_.head_dim / 2}, DType::kF32);
   if (partition_.last_stage()) {
     sizing_kind_ = &ModelBufferBytes::logits;
-    scratch_.logits = Alloc({N, Vl}, cd);
+    const int64_t chunk = LossChunkRows(config_, partition_, cd, N);
+    scratch_.logits = Alloc({chunk, Vl}, cd);
     scratch_.losses = Alloc({N}, DType::kF32);
-    scratch_.row_max = Alloc({N}, DType::kF32);
-    scratch_.sums = Alloc({2, N}, DType::kF32);
+    scratch_.row_max = Alloc({chunk}, DType::kF32);
+    scratch_.sums = Alloc({2, chunk}, DType::kF32);
     scratch_.loss_sum = Alloc({1}, DType::kF64);
   }
   if (sizing_only_) return Status::Ok();
@@ -442,59 +443,7 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
     x = s.blocks[i]->residual_out;
   }
   if (!partition_.last_stage()) return Status::Ok();
-  last_forward_slot_ = slot;
-  const Tensor ln = RowBlockTarget(ctx, s.lnf_out);
-  TRAINER_RETURN_IF_ERROR(
-      NormForward(ctx, ln, s.lnf_mean, s.lnf_rstd, x, ends_.lnf_w, ends_.lnf_b));
-  TRAINER_RETURN_IF_ERROR(GatherRows(ctx, ln, s.lnf_out));
-  TRAINER_RETURN_IF_ERROR(backend_->MatmulForward(scratch_.logits, Tensor(), s.lnf_out,
-                                                  ends_.lm_head, Tensor(), Activation::kNone));
-  if (!with_loss) return Status::Ok();
-  TRAINER_RETURN_IF_ERROR(backend_->CopyToDevice(s.targets.data, targets, token_bytes));
-  return CrossEntropy(s.targets, dloss_scale);
-}
-
-Status GptModel::LogitsRow(int64_t row, std::vector<float>* out) const {
-  TRAINER_ASSERT(partition_.last_stage() && (tp_ == nullptr || tp_->size() == 1),
-                 "LogitsRow needs the last stage without TP");
-  TRAINER_ASSERT(row >= 0 && row < static_cast<int64_t>(B_) * T_, "LogitsRow: row out of range");
-  const int V = config_.vocab_size;
-  const Tensor logits = scratch_.logits.rows(row, 1);
-  out->resize(V);
-  if (logits.dtype == DType::kF32) return backend_->CopyToHost(out->data(), logits.data, V * 4);
-  std::vector<uint16_t> bf16(V);
-  TRAINER_RETURN_IF_ERROR(backend_->CopyToHost(bf16.data(), logits.data, V * 2));
-  for (int i = 0; i < V; ++i) (*out)[i] = BF16ToFloat(bf16[i]);
-  return Status::Ok();
-}
-
-Status GptModel::CrossEntropy(Tensor targets, float dloss_scale) {
-  const int N = B_ * T_, V = config_.vocab_size;
-  Tensor flat_targets(targets.data, DType::kI32, {N});
-  if (tp_ == nullptr || tp_->size() == 1)  // the whole vocabulary here: one pass
-    return backend_->CrossEntropyFused(
-        scratch_.losses, dloss_scale != 0.f ? scratch_.logits : Tensor(), scratch_.logits,
-        scratch_.row_max, scratch_.sums, flat_targets, V, dloss_scale);
-  TRAINER_RETURN_IF_ERROR(
-      backend_->CrossEntropyRowMax(scratch_.row_max, scratch_.logits, VocabStart(), V));
-  if (tp_ != nullptr && tp_->size() > 1)
-    TRAINER_RETURN_IF_ERROR(tp_->AllReduce(scratch_.row_max.data, N, DType::kF32, ReduceOp::kMax));
-  TRAINER_RETURN_IF_ERROR(backend_->CrossEntropySums(
-      scratch_.sums, scratch_.logits, scratch_.row_max, flat_targets, VocabStart(), V));
-  if (tp_ != nullptr && tp_->size() > 1)
-    TRAINER_RETURN_IF_ERROR(tp_->AllReduce(scratch_.sums.data, 2 * static_cast<size_t>(N),
-                                           DType::kF32, ReduceOp::kSum));
-  return backend_->CrossEntropyBackward(
-      scratch_.losses, dloss_scale != 0.f ? scratch_.logits : Tensor(), scratch_.logits,
-      scratch_.row_max, scratch_.sums, flat_targets, VocabStart(), V, dloss_scale);
-}
-
-Status GptModel::AccumulateLoss(bool first) {
-  return backend_->SumInto(scratch_.loss_sum, scratch_.losses, SumOf::kValues, !first);
-}
-
-Status GptModel::LossSum(double* out) {
-  return backend_->CopyToHost(out, scratch_.loss_sum.data, sizeof(double));
+  return HeadForward(ctx, slot, x, with_loss ? targets : nullptr, dloss_scale);
 }
 
 Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done) {
@@ -509,12 +458,9 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
     if (last_forward_slot_ != slot)
       return RuntimeError(
           "GptModel::Backward: the last stage must run Backward(slot) right "
-          "after Forward(slot) (the logits buffer is shared)");
+          "after Forward(slot) (the head's input gradient is shared)");
     Tensor x = StageOutput(slot);
-    TRAINER_RETURN_IF_ERROR(backend_->MatmulBackward(scratch_.dln, end_grads_.lm_head, Tensor(),
-                                                     scratch_.logits, s.lnf_out, ends_.lm_head,
-                                                     ctx.weight_gradients));
-    Tensor dln;
+    Tensor dln;  // the LM head's input gradient, which HeadForward left in scratch_.dln
     TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, scratch_.dln, &dln));
     TRAINER_RETURN_IF_ERROR(backend_->Zero(dres));
     TRAINER_RETURN_IF_ERROR(NormBackward(ctx, dres, end_grads_.lnf_w, end_grads_.lnf_b, Tensor(),

@@ -6,8 +6,10 @@
 // embedding and loss).
 //
 // Activations live in `num_slots` slots so that a pipeline schedule can keep several
-// micro-batches in flight; the logits buffer is shared, so on the last stage Backward(slot) must
-// follow Forward(slot) before the next Forward (true of 1F1B and of plain accumulation).
+// micro-batches in flight. The last stage's Forward ends with the LM head's backward (gpt_head.cpp:
+// the logits in chunks, never whole), leaving the head's input gradient in a shared buffer, so
+// there Backward(slot) must follow Forward(slot) before the next Forward (true of 1F1B and of
+// plain accumulation).
 #pragma once
 
 #include <functional>
@@ -30,7 +32,8 @@ struct ModelBufferBytes {
   size_t parameters = 0;   // the compute-dtype copy of the weights
   size_t gradients = 0;    // f32
   size_t activations = 0;  // what the slots keep for backward (and the set shared by recompute)
-  size_t logits = 0;       // last stage: the logits (their gradient in place), losses, row stats
+  size_t logits = 0;       // last stage: one chunk's logits (their gradient in place), losses,
+                           // row stats
   size_t scratch = 0;      // the backward's buffers, one set shared by every block and slot
   size_t total() const { return parameters + gradients + activations + logits + scratch; }
 };
@@ -100,7 +103,8 @@ class GptModel {
   // Forward of one micro-batch into `slot`. tokens/targets are host (B,T) arrays: tokens are used
   // on the first stage, targets on the last (with_loss). Non-first stages read StageInput(slot),
   // which the caller has filled. On the last stage with_loss computes the per-token losses and,
-  // when `dloss_scale` != 0, the logits gradient scaled by it (ready for Backward).
+  // when `dloss_scale` != 0, their gradient scaled by it through the LM head: its weight gradient
+  // and its input gradient (ready for Backward).
   Status Forward(int slot, const int32_t* tokens, const int32_t* targets, bool with_loss,
                  float dloss_scale);
   // The dropout of the micro-batch that the next Forward(slot) runs (and its Backward): with
@@ -112,7 +116,11 @@ class GptModel {
   Status SetDocumentStarts(int slot, const int32_t* doc_starts);
   // After a Forward on the last stage without TP: the logits of token row `row` (of B*T) over
   // the vocabulary (vocab_size values, the padding left out), as f32 on the host.
-  Status LogitsRow(int64_t row, std::vector<float>* out) const;
+  Status LogitsRow(int64_t row, std::vector<float>* out);
+  // Token rows of the micro-batch's `rows` that the head holds logits for at once
+  // (Model.loss_chunk_tokens; 0: auto, chunks of at most ~1 GiB, 128-row multiples).
+  static int64_t LossChunkRows(const ModelConfig& config, const ModelPartition& partition,
+                               DType compute, int64_t rows);
   // Adds this micro-batch's per-token losses to the step's loss sum, which stays on the device
   // (last stage, after Forward with_loss; `first` starts a new sum). Nothing waits for the GPU.
   Status AccumulateLoss(bool first);
@@ -123,9 +131,9 @@ class GptModel {
   // `block_done(i)`, when given, runs after block i (local index) is through its backward: the
   // gradients of its parameters are final for this call (the DP reduction starts there).
   Status Backward(int slot, const std::function<Status(int)>& block_done = nullptr);
-  // Starts a step's gradients at zero: the gradients that the next Backward writes first by a
-  // GEMM (the weight matrices, and the LM head's wte on the last stage) are overwritten by it
-  // (beta = 0); the rest (biases, LayerNorms, embeddings written by EmbeddingBackward) are zeroed.
+  // Starts a step's gradients at zero: the gradients that the next Forward or Backward writes
+  // first by a GEMM (the weight matrices, and the LM head's on the last stage) are overwritten
+  // by it (beta = 0); the rest (biases, LayerNorms, embeddings written by EmbeddingBackward) are zeroed.
   Status ZeroGradients();
   // The MoE layers' figures of the step so far on this rank, by local layer index (empty stats
   // for a dense layer); ZeroGradients starts them again.
@@ -169,7 +177,11 @@ class GptModel {
   MoeScratch AllocateMoeScratch();
   Tensor Alloc(std::initializer_list<int64_t> shape, DType dtype);
   bool SequenceParallel() const { return config_.sequence_parallel && partition_.tp_size > 1; }
-  Status CrossEntropy(Tensor targets, float dloss_scale);
+  // gpt_head.cpp: the final norm, the LM head and the loss (targets null: the norm only), in
+  // chunks; the cross-entropy of one chunk of logits (n, V/tp) (targets, losses: its n rows).
+  Status HeadForward(const BlockContext& ctx, int slot, Tensor x, const int32_t* targets,
+                     float dloss_scale);
+  Status CrossEntropy(Tensor logits, Tensor targets, Tensor losses, float dloss_scale);
   int VocabStart() const {
     return partition_.tp_rank * config_.padded_vocab() / partition_.tp_size;
   }
@@ -240,15 +252,15 @@ class GptModel {
   struct Scratch {
     Tensor proj;       // (B,T,C) output of a row-parallel linear before its all-reduce
     Tensor dresidual;  // (B,T,C) gradient of the residual stream
-    Tensor dln;        // (B,T,C)
+    Tensor dln;        // (B,T,C); after the last stage's Forward, d(lnf_out)
     Tensor dqkv;       // (B,T,Q) (see BlockWeights)
     Tensor datt;       // (B,T,A)
     Tensor dfc;        // (B,T,F/tp); SwiGLU (B,T,2F/tp)
     Tensor dact;       // SwiGLU: (B,T,F/tp)
-    Tensor logits;     // (B,T,V/tp), also holds the logits gradient
+    Tensor logits;     // (chunk, V/tp): one chunk's logits, then their gradient (gpt_head.cpp)
     Tensor losses;     // (B,T) f32
-    Tensor row_max;    // (B*T) f32
-    Tensor sums;       // (2, B*T) f32
+    Tensor row_max;    // (chunk) f32
+    Tensor sums;       // (2, chunk) f32
     Tensor loss_sum;   // (1) f64: the step's losses, summed over its micro-batches
     Tensor rows, ln_rows, dres_all;  // sequence parallelism (see BlockScratch)
     MoeScratch moe;                  // MoE layers' backward

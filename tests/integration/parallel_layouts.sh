@@ -12,7 +12,8 @@
 # capacity that drops tokens), llama-lora or gpt2-lora (LoRA adapters on every linear, the base
 # frozen; parallel_layouts_lora.sh). For MoE models the load-balancing loss must agree too.
 # LAYOUT_EXTRA adds overrides to every run (parallel_layouts_dropout.sh: dropout on); the layout
-# part "mb1" splits the batch into micro-batches of one sample (another gradient accumulation);
+# part "mb1" splits the batch into micro-batches of one sample (another gradient accumulation),
+# "lcN" runs the LM head and loss in chunks of N tokens (Model.loss_chunk_tokens);
 # "epN" multiplies the data-parallel ranks by N and splits the experts over groups of N of them
 # (expert parallelism; parallel_layouts_ep.sh).
 # LAYOUT_DOCUMENTS=1 trains on many short documents (make_document_dataset; parallel_layouts_
@@ -23,11 +24,11 @@ LORA=(-o Model.lora_rank=4 -o Model.lora_alpha=8 -o Optimizer.lr=1e-2)
 case ${LAYOUT_MODEL:-gpt2} in
   gpt2) MODEL=("${TINY_LAYOUT_GPT[@]}") ;;
   llama) MODEL=("${TINY_LAYOUT_LLAMA[@]}")
-    DEFAULT_LAYOUTS="dp2 tp2 pp2 pp4 dp2-tp2 tp2-pp2 tp2-sp tp2-pp2-sp-rc tp2-sp-rs dp2-rs dp2-z1 dp2-tp2-pp2-sp-z1" ;;
+    DEFAULT_LAYOUTS="dp2 tp2 pp2 pp4 dp2-tp2 tp2-pp2 tp2-sp tp2-pp2-sp-rc tp2-sp-rs dp2-rs dp2-z1 dp2-tp2-pp2-sp-z1 tp2-sp-lc7" ;;
   llama-tied) MODEL=("${TINY_LAYOUT_LLAMA[@]}" -o Model.tie_embeddings=true -o Model.qk_norm=false
                      -o Model.qkv_bias=true -o Model.rope_scaling=llama3 -o Model.rope_factor=4
                      -o Model.rope_original_max_positions=16)
-    DEFAULT_LAYOUTS="dp2 tp2 pp2 tp2-pp2-sp dp2-tp2-z1" ;;
+    DEFAULT_LAYOUTS="dp2 tp2 pp2 tp2-pp2-sp dp2-tp2-z1 pp2-lc5" ;;
   moe) MODEL=("${TINY_LAYOUT_MOE[@]}")
     DEFAULT_LAYOUTS="dp2 tp2 pp2 dp2-z1 tp2-sp tp2-pp2-sp-rc dp2-rs dp2-tp2-pp2-z1" ;;
   moe-capacity) MODEL=("${TINY_LAYOUT_MOE[@]}" -o Model.moe_router_score_function=sigmoid
@@ -45,9 +46,9 @@ COMMON=("${MODEL[@]}" "${EXTRA[@]}" -o Engine.max_steps=10 -o Engine.save_steps=
 run_layout single 1
 LAYOUTS=${TRAINER_TEST_LAYOUTS:-${DEFAULT_LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 dp2-tp2 tp2-pp2 dp2-pp2 dp2-tp2-pp2 tp2-sp tp2-pp2-sp tp2-pp2-rc dp2-z1 dp4-z1 dp2-tp2-pp2-sp-z1"}}
 for layout in $LAYOUTS; do
-  dp=1 tp=1 pp=1 ep=1 sh=1 stage=1 sp=false rc=none z1=false mb=2
+  dp=1 tp=1 pp=1 ep=1 sh=1 stage=1 sp=false rc=none z1=false mb=2 lc=0
   for part in ${layout//-/ }; do
-    case $part in sh*) sh=${part#sh};; s[123]) stage=${part#s};; dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; ep*) ep=${part#ep};; sp) sp=true;; rc) rc=block;; rs) rc=selective;; z1) z1=true;; mb*) mb=${part#mb};; esac
+    case $part in lc*) lc=${part#lc};; sh*) sh=${part#sh};; s[123]) stage=${part#s};; dp*) dp=${part#dp};; tp*) tp=${part#tp};; pp*) pp=${part#pp};; ep*) ep=${part#ep};; sp) sp=true;; rc) rc=block;; rs) rc=selective;; z1) z1=true;; mb*) mb=${part#mb};; esac
   done
   # "epN": N more data-parallel ranks, which split the experts (dp2-ep2: 4 DP ranks, EP groups of 2);
   # "shN": N more, sharding the state (sh2-ep2: 2 sharding groups of 2), at stage K with "sK".
@@ -55,7 +56,8 @@ for layout in $LAYOUTS; do
     -o Distributed.pp_degree=$pp -o Distributed.ep_degree=$ep \
     -o Distributed.sharding.sharding_degree=$sh -o Distributed.sharding.sharding_stage=$stage \
     -o Model.sequence_parallel=$sp \
-    -o Model.recompute=$rc -o Distributed.zero_stage1=$z1 -o Global.micro_batch_size=$mb
+    -o Model.recompute=$rc -o Distributed.zero_stage1=$z1 -o Global.micro_batch_size=$mb \
+    -o Model.loss_chunk_tokens=$lc
   echo "== $layout"
   compare_curves "$layout/metrics.jsonl" single/metrics.jsonl 1e-5 1e-5 10 || fail "$layout losses differ"
   if [[ ${LAYOUT_MODEL:-gpt2} == moe* ]]; then  # the same routing: the same aux loss and drops

@@ -40,6 +40,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Model.seq_len",
                                              "Model.recompute",
                                              "Model.sequence_parallel",
+                                             "Model.loss_chunk_tokens",
                                              "Model.num_kv_heads",
                                              "Model.head_dim",
                                              "Model.norm_eps",

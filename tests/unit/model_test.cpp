@@ -59,6 +59,12 @@ ModelConfig WithDropout(ModelConfig m, bool bias) {
   return m;
 }
 
+// The LM head and loss in chunks of `tokens` rows of the B*T = 14 (gpt_head.cpp).
+ModelConfig WithLossChunks(ModelConfig m, int tokens) {
+  m.loss_chunk_tokens = tokens;
+  return m;
+}
+
 const ModelCase kCases[] = {
     {"gpt2", TinyModel()},
     {"llama_gqa_qk_norm_untied", TinyLlama(true, false, false)},
@@ -70,6 +76,8 @@ const ModelCase kCases[] = {
     {"gpt2_dropout", WithDropout(TinyModel(), true)},
     {"llama_dropout_gqa", WithDropout(TinyLlama(true, false, false), false)},
     {"llama_moe_dropout", WithDropout(TinyMoe(true), false)},
+    {"gpt2_tied_loss_chunks", WithLossChunks(TinyModel(), 5)},
+    {"llama_untied_loss_chunks", WithLossChunks(TinyLlama(true, false, false), 4)},
 };
 
 struct Fixture {
@@ -215,6 +223,46 @@ TEST_P(ModelGradients, RecomputationGivesBitIdenticalLossAndGradients) {
     }
     EXPECT_EQ(loss, reference_loss) << mode;
     EXPECT_EQ(grads, reference) << mode;
+  }
+}
+
+// The head in chunks of 1, 3, 5 and 13 rows (the last chunk shorter) against one pass: the same
+// per-token losses bit for bit, the same input gradients of every block (each row's own), and the
+// LM head's gradient up to the order of its sums over the chunks.
+TEST_P(ModelGradients, LossChunksGiveTheLossAndGradientsOfOnePass) {
+  std::vector<float> reference;
+  double reference_loss = 0;
+  for (int chunk : {0, 1, 3, 5, 13}) {
+    Fixture f(WithLossChunks(GetParam().config, chunk));
+    ASSERT_TRUE(f.model->ZeroGradients().ok());
+    const double loss = f.Loss(1.f / (f.B * f.T));
+    ASSERT_TRUE(f.model->Backward(0).ok());
+    // A second micro-batch accumulates (the chunks after the first add to the head's gradient).
+    f.Loss(1.f / (f.B * f.T));
+    ASSERT_TRUE(f.model->Backward(0).ok());
+    Tensor g = f.model->gradient_buffer();
+    std::vector<float> grads(static_cast<size_t>(g.numel()));
+    ASSERT_TRUE(f.backend->CopyToHost(grads.data(), g.data, g.bytes()).ok());
+    if (chunk == 0) {  // auto: one chunk at this size
+      reference = grads;
+      reference_loss = loss;
+      continue;
+    }
+    EXPECT_EQ(loss, reference_loss) << "chunk " << chunk;
+    double head_norm = 0, worst = 0;
+    for (const ParameterInfo& p : f.model->parameters()) {
+      const bool head = p.role == ParamRole::kLmHead || p.role == ParamRole::kTokenEmbedding;
+      for (size_t i = p.offset; i < p.offset + static_cast<size_t>(p.local_numel()); ++i) {
+        if (!head) {
+          ASSERT_EQ(grads[i], reference[i]) << p.name << " chunk " << chunk;
+          continue;
+        }
+        head_norm = std::max(head_norm, std::fabs(static_cast<double>(reference[i])));
+        worst = std::max(worst, std::fabs(static_cast<double>(grads[i]) - reference[i]));
+      }
+    }
+    ASSERT_GT(head_norm, 0.0);
+    EXPECT_LE(worst, 1e-6 * head_norm) << "LM head gradient, chunk " << chunk;
   }
 }
 
