@@ -188,6 +188,15 @@ class Backend {
   // f32 += column sums of dout (skipped when empty). dout, in, weight, din compute.
   Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                         Tensor weight, GradientWrite dweight_write);
+  // Matrix products on the block of columns [first_column, first_column + OC) of a wider (N,W)
+  // matrix, in place (LoRA's adapters on the fused q/k/v and gate/up outputs; lora.h). All
+  // compute but dweight (f32); first_column + OC <= W.
+  // out (N,W): the block += in (N,R) @ weight (OC,R)^T (one rounding on the GPU).
+  Status MatmulAddToColumns(Tensor out, int64_t first_column, Tensor in, Tensor weight);
+  // With dcols the block of dout (N,W): din (N,C) = (or +=, by din_write) dcols @ weight (OC,C);
+  // dweight (OC,C) += dcols^T @ in (skipped when empty).
+  Status MatmulBackwardFromColumns(Tensor din, GradientWrite din_write, Tensor dweight,
+                                   Tensor dout, int64_t first_column, Tensor in, Tensor weight);
   // The matrix products from here until SetRaggedGroups(false) run over row groups whose sizes
   // change from step to step (the MoE experts' groups): a backend that times its algorithms per
   // shape (CUDA's cuBLASLt routes) takes its heuristic's first choice for them instead, untimed,
@@ -405,6 +414,11 @@ class Backend {
                                               Tensor in, Tensor weight, Tensor gelu_pre_act,
                                               Tensor din_sums, GradientWrite dweight_write);
   virtual Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) = 0;
+  virtual Status RunMatmulAddToColumns(Tensor out, int64_t first_column, Tensor in,
+                                      Tensor weight) = 0;
+  virtual Status RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_write, Tensor dweight,
+                                              Tensor dout, int64_t first_column, Tensor in,
+                                              Tensor weight) = 0;
   virtual Status RunGeluForward(Tensor out, Tensor in) = 0;
   virtual Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
   // num_kv_heads is resolved here: NKV > 0 (num_heads where the caller passed 0).

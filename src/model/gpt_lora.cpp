@@ -98,15 +98,12 @@ void GptModel::AllocateLoraBuffers() {
       Alloc({2, std::max({spec_.hidden, spec_.head_dim, spec_.qk_norm_full ? spec_.q_width() : 0})},
             DType::kF32);
   sizing_kind_ = &ModelBufferBytes::scratch;
-  const int64_t W =
-      std::max({spec_.qkv_width() / tp, 2 * spec_.ffn / tp, spec_.hidden, spec_.q_width() / tp});
-  lora_scratch_.wide = Alloc({N, W}, compute_);
   lora_scratch_.du = Alloc({N, r}, compute_);
-  lora_scratch_.b_full = Alloc({W, r}, compute_);
-  lora_scratch_.db_full = Alloc({W, r}, DType::kF32);
-  if (config_.lora_dropout > 0)  // the widest adapter input
-    lora_scratch_.dropped = Alloc({N, std::max({spec_.hidden, spec_.q_width() / tp,
-                                                spec_.ffn / tp})}, compute_);
+  if (config_.lora_dropout > 0) {  // the widest adapter input, dropped, and its gradient
+    const int64_t in = std::max({spec_.hidden, spec_.q_width() / tp, spec_.ffn / tp});
+    lora_scratch_.dropped = Alloc({N, in}, compute_);
+    lora_scratch_.din = Alloc({N, in}, compute_);
+  }
   sizing_kind_ = &ModelBufferBytes::parameters;
 }
 

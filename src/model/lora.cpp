@@ -115,19 +115,6 @@ Tensor Matrix(Tensor t, int64_t rows, int64_t cols) {
   return Tensor(t.data, t.dtype, {rows, cols});
 }
 
-// B, or B in its rows of the zero-padded (base_width, r) scratch.
-Status FullWidthB(const LoraContext& ctx, const LoraAdapter& w, Tensor* out) {
-  const int64_t r = w.b.dim(1), rows = w.b.dim(0);
-  if (rows == w.base_width) {
-    *out = w.b;
-    return Status::Ok();
-  }
-  *out = Matrix(ctx.scratch.b_full, w.base_width, r);
-  TRAINER_RETURN_IF_ERROR(ctx.backend->Zero(*out));
-  return ctx.backend->CopyDeviceToDevice(out->rows(w.first_column, rows).data, w.b.data,
-                                         w.b.bytes());
-}
-
 // The adapter's input as A reads it: x, or dropout(x) in scratch.dropped (Model.lora_dropout).
 Status AdapterInput(const LoraContext& ctx, const LoraAdapter& w, Tensor x, Tensor* out) {
   const int64_t N = Rows(x), in = Cols(x);
@@ -148,44 +135,38 @@ DropoutKey AdapterDropoutKey(const LoraContext& ctx, const LoraAdapter& w) {
 
 Status LoraForward(const LoraContext& ctx, const LoraAdapter& w, Tensor x, Tensor u, Tensor y) {
   Backend* be = ctx.backend;
-  const int64_t N = Rows(x), r = w.a.dim(0), W = w.base_width;
-  const Tensor u2 = Matrix(u, N, r), wide = Matrix(ctx.scratch.wide, N, W);
+  const int64_t N = Rows(x), r = w.a.dim(0);
+  const Tensor u2 = Matrix(u, N, r);
   Tensor input;
   TRAINER_RETURN_IF_ERROR(AdapterInput(ctx, w, x, &input));
+  // u = scale x' A^T (N,r); y[:, block] += u B^T.
   TRAINER_RETURN_IF_ERROR(
       be->MatmulForward(u2, Tensor(), input, w.a, Tensor(), Activation::kNone));
   TRAINER_RETURN_IF_ERROR(be->Scale(u2, ctx.scale));
-  Tensor b;
-  TRAINER_RETURN_IF_ERROR(FullWidthB(ctx, w, &b));
-  TRAINER_RETURN_IF_ERROR(be->MatmulForward(wide, Tensor(), u2, b, Tensor(), Activation::kNone));
-  return be->AddInPlace(Matrix(y, N, W), wide);
+  return be->MatmulAddToColumns(Matrix(y, N, w.base_width), w.first_column, u2, w.b);
 }
 
 Status LoraBackward(const LoraContext& ctx, const LoraAdapter& w, const LoraAdapter& g, Tensor x,
                     Tensor u, Tensor dy, Tensor dx) {
   Backend* be = ctx.backend;
-  const int64_t N = Rows(x), in = Cols(x), r = w.a.dim(0), W = w.base_width;
-  const bool padded = w.b.dim(0) != W;
-  Tensor b;
-  TRAINER_RETURN_IF_ERROR(FullWidthB(ctx, w, &b));
-  // du = dy B (the padding rows add nothing); dB (+)= dy^T u.
+  const int64_t N = Rows(x), in = Cols(x), r = w.a.dim(0);
+  // du = dy[:, block] B; dB += dy[:, block]^T u.
   const Tensor du = Matrix(ctx.scratch.du, N, r);
-  const Tensor db = padded ? Matrix(ctx.scratch.db_full, W, r) : g.b;
-  TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(du, db, Tensor(), Matrix(dy, N, W), Matrix(u, N, r), b,
-                         padded ? GradientWrite::kOverwrite : GradientWrite::kAccumulate));
-  if (padded) TRAINER_RETURN_IF_ERROR(be->AddInPlace(g.b, db.rows(w.first_column, g.b.dim(0))));
+  TRAINER_RETURN_IF_ERROR(be->MatmulBackwardFromColumns(du, GradientWrite::kOverwrite, g.b,
+                                                        Matrix(dy, N, w.base_width),
+                                                        w.first_column, Matrix(u, N, r), w.b));
   // u = scale x' A^T, x' = dropout(x) or x: dA += scale du^T x', dx += dropout(scale du A) (the
   // same mask, drawn again).
   TRAINER_RETURN_IF_ERROR(be->Scale(du, ctx.scale));
-  const Tensor wide = Matrix(ctx.scratch.wide, N, in);
   Tensor input;
   TRAINER_RETURN_IF_ERROR(AdapterInput(ctx, w, x, &input));
+  const Tensor dx2 = Matrix(dx, N, in);
+  if (!ctx.dropout.on())
+    return be->MatmulBackwardFromColumns(dx2, GradientWrite::kAccumulate, g.a, du, 0, input, w.a);
+  const Tensor din = Matrix(ctx.scratch.din, N, in);
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(wide, g.a, Tensor(), du, input, w.a, GradientWrite::kAccumulate));
-  if (ctx.dropout.on())
-    return be->Dropout(Matrix(dx, N, in), wide, Matrix(dx, N, in), AdapterDropoutKey(ctx, w));
-  return be->AddInPlace(Matrix(dx, N, in), wide);
+      be->MatmulBackwardFromColumns(din, GradientWrite::kOverwrite, g.a, du, 0, input, w.a));
+  return be->Dropout(dx2, din, dx2, AdapterDropoutKey(ctx, w));
 }
 
 }  // namespace trainer

@@ -12,7 +12,9 @@
 //
 // Everything runs through the backend's matmul ops, so the CPU (fp32) and GPU (bf16) paths are
 // the same code. An adapter whose output is a column block of its base's (q, k and v of the
-// fused local qkv; gate and up) multiplies a B padded with zero rows to the full width.
+// fused local qkv; gate and up) adds into that block in place, and its backward reads the
+// block's gradient in place (Backend::MatmulAddToColumns, MatmulBackwardFromColumns): no copy
+// of the base's whole width.
 //
 // Model.lora_dropout (PEFT's lora_dropout): y = x W^T + scale * (dropout(x) A^T) B^T while
 // training, the mask drawn from philox.h (kind kDropoutLora + the adapter's slot, the block's
@@ -56,13 +58,11 @@ struct LoraAdapter {
 };
 
 // Buffers of one block's adapter passes, shared by every adapter, block and slot.
-// N = B*T rows; W = the widest base output or input among the adapted linears.
+// N = B*T rows; In = the widest input among the adapted linears.
 struct LoraScratch {
-  Tensor wide;     // (N, W) compute: the update before it is added, the input gradient
   Tensor du;       // (N, r) compute
-  Tensor b_full;   // (W, r) compute: B padded with zero rows to its base's width
-  Tensor db_full;  // (W, r) f32: its gradient
-  Tensor dropped;  // (N, W) compute: the input after Model.lora_dropout (empty without it)
+  Tensor dropped;  // (N, In) compute: the input after Model.lora_dropout (empty without it)
+  Tensor din;      // (N, In) compute: the input gradient before that dropout (empty without it)
 };
 
 struct LoraContext {

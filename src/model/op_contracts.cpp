@@ -282,6 +282,48 @@ Status Backend::ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor r
   return RunColumnSums(out, in, first_column, row_weights);
 }
 
+namespace {
+// A block of OC columns from first_column inside `wide` (N,W), OC = weight's rows, and the rows
+// of `wide` against in's.
+void CheckColumnBlock(OpContract& c, DType cd, const char* wide_name, const Tensor& wide,
+                      int64_t first_column, const Tensor& in, const Tensor& weight) {
+  c.Has(wide_name, wide, cd, -1)
+      .Has("in", in, cd, -1)
+      .Has("weight", weight, cd, -1)
+      .Dims("weight", weight, 2)
+      .Agree(wide_name, wide, "in", in, "N", Rows(wide), Rows(in));
+  if (!c.status().ok()) return;
+  const int64_t OC = weight.dim(0);
+  c.Require(first_column >= 0 && first_column + OC <= Cols(wide),
+            StrFormat("columns [%lld, %lld) (weight %s) outside %s %s", (long long)first_column,
+                      (long long)(first_column + OC), weight.shape_string().c_str(), wide_name,
+                      wide.shape_string().c_str()));
+}
+}  // namespace
+
+Status Backend::MatmulAddToColumns(Tensor out, int64_t first_column, Tensor in, Tensor weight) {
+  OpContract c(*this, "MatmulAddToColumns");
+  CheckColumnBlock(c, compute_dtype(), "out", out, first_column, in, weight);
+  if (c.status().ok()) c.Agree("in", in, "weight", weight, "R", Cols(in), weight.dim(1));
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunMatmulAddToColumns(out, first_column, in, weight);
+}
+
+Status Backend::MatmulBackwardFromColumns(Tensor din, GradientWrite din_write, Tensor dweight,
+                                          Tensor dout, int64_t first_column, Tensor in,
+                                          Tensor weight) {
+  const DType cd = compute_dtype();
+  OpContract c(*this, "MatmulBackwardFromColumns");
+  CheckColumnBlock(c, cd, "dout", dout, first_column, in, weight);
+  if (c.status().ok()) c.Agree("in", in, "weight", weight, "C", Cols(in), weight.dim(1));
+  c.Optional(din)
+      .Like("din", din, cd, "in", in)
+      .Optional(dweight)
+      .Like("dweight", dweight, kF32, "weight", weight);
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunMatmulBackwardFromColumns(din, din_write, dweight, dout, first_column, in, weight);
+}
+
 // ---- GELU ----
 
 Status Backend::GeluForward(Tensor out, Tensor in) {

@@ -150,6 +150,54 @@ TEST(CpuColumnSums, WindowAndRowWeightsMatchNaiveLoops) {
   EXPECT_FALSE(backend.ColumnSums(View(out, {W}), View(in, {N, C}), C - W + 1, Tensor()).ok());
 }
 
+// The column-block products (LoRA's adapters on a fused output): a block of a wider matrix added
+// to in place, and its gradient read in place, with din written or added to, against naive loops;
+// columns outside the block untouched, and a block past the edge refused.
+TEST(CpuMatmulColumns, BlockProductsMatchNaiveLoops) {
+  const int N = 37, R = 5, C = 9, W = 40, first = 13, OC = 11;
+  CpuBackend backend;
+  const std::vector<float> out0 = RandomFloats(N * W, 71), din0 = RandomFloats(N * C, 77),
+                           dw0 = RandomFloats(OC * C, 78);
+  std::vector<float> in = RandomFloats(N * R, 72),
+                     w = RandomFloats(OC * R, 73), dout = RandomFloats(N * W, 74),
+                     x = RandomFloats(N * C, 75), wx = RandomFloats(OC * C, 76);
+  std::vector<float> out = out0;
+  ASSERT_TRUE(
+      backend.MatmulAddToColumns(View(out, {N, W}), first, View(in, {N, R}), View(w, {OC, R}))
+          .ok());
+  DoubleVec want(out0.begin(), out0.end());
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o)
+      for (int r = 0; r < R; ++r) want[n * W + first + o] += double(in[n * R + r]) * w[o * R + r];
+  EXPECT_TRUE(AllClose(out, want, 1e-5));
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "din added to" : "din written");
+    std::vector<float> din = din0, dw = dw0;
+    ASSERT_TRUE(backend
+                    .MatmulBackwardFromColumns(
+                        View(din, {N, C}),
+                        accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite,
+                        View(dw, {OC, C}), View(dout, {N, W}), first, View(x, {N, C}),
+                        View(wx, {OC, C}))
+                    .ok());
+    DoubleVec want_din(N * C, 0.0), want_dw(dw0.begin(), dw0.end());
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) {
+        if (accumulate) want_din[n * C + c] = din0[n * C + c];
+        for (int o = 0; o < OC; ++o) {
+          want_din[n * C + c] += double(dout[n * W + first + o]) * wx[o * C + c];
+          want_dw[o * C + c] += double(dout[n * W + first + o]) * x[n * C + c];
+        }
+      }
+    EXPECT_TRUE(AllClose(din, want_din, 1e-5));
+    EXPECT_TRUE(AllClose(dw, want_dw, 1e-5));
+  }
+  EXPECT_FALSE(backend
+                   .MatmulAddToColumns(View(out, {N, W}), W - OC + 1, View(in, {N, R}),
+                                       View(w, {OC, R}))
+                   .ok());
+}
+
 // Shapes spanning several cache blocks in every dimension (rows, columns, k), checked against
 // the closed-form gradients computed by naive loops.
 TEST(CpuMatmulLarge, BlockedProductsMatchNaiveLoops) {

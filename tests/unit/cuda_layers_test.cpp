@@ -433,6 +433,57 @@ TEST_F(CudaLayersTest, ColumnSumsMatchCpu) {
   }
 }
 
+// The column-block products of LoRA's adapters (a block of a fused q/k/v or gate/up output, read
+// and written in place through the leading dimension) against the CPU twin: the block's sum, the
+// columns outside it untouched, din written and added to, dweight added to.
+TEST_F(CudaLayersTest, ColumnBlockMatmulsMatchCpu) {
+  struct Case {
+    int N, R, C, W, first, OC;
+  };
+  // k of a fused qkv (aligned), gate of gate/up, a full-width block, an odd offset and widths.
+  for (const Case c : {Case{512, 16, 128, 384, 256, 64}, Case{300, 16, 128, 1024, 0, 512},
+                       Case{256, 8, 64, 64, 0, 64}, Case{77, 5, 9, 45, 13, 11}}) {
+    SCOPED_TRACE(Trace() + StrFormat(", N=%d R=%d C=%d W=%d first=%d OC=%d", c.N, c.R, c.C, c.W,
+                                     c.first, c.OC));
+    const std::vector<float> out0 = Random(c.N * c.W), din0 = Random(c.N * c.C),
+                             dw0 = RandomFloats(c.OC * c.C, rng_);
+    std::vector<float> in = Random(c.N * c.R), w = Random(c.OC * c.R, -0.5f, 0.5f),
+                       dout = Random(c.N * c.W), x = Random(c.N * c.C),
+                       wx = Random(c.OC * c.C, -0.5f, 0.5f);
+    std::vector<float> out = out0;
+    ASSERT_STATUS_OK(cpu_->MatmulAddToColumns(HostView(out, {c.N, c.W}), c.first,
+                                              HostView(in, {c.N, c.R}), HostView(w, {c.OC, c.R})));
+    auto g_out = Compute(out0, {c.N, c.W}), g_in = Compute(in, {c.N, c.R});
+    auto g_w = Compute(w, {c.OC, c.R});
+    ASSERT_STATUS_OK(gpu_->MatmulAddToColumns(g_out->tensor(), c.first, g_in->tensor(),
+                                              g_w->tensor()));
+    const std::vector<float> got = g_out->Download();
+    EXPECT_RELATIVE_ERROR_BELOW(got, out, 1e-2);
+    for (int n = 0; n < c.N; ++n)
+      for (int j = 0; j < c.W; ++j)
+        if (j < c.first || j >= c.first + c.OC) {
+          ASSERT_EQ(got[n * c.W + j], out0[n * c.W + j]) << "row " << n << " column " << j;
+        }
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(accumulate ? "din added to" : "din written");
+      const GradientWrite write = accumulate ? GradientWrite::kAccumulate
+                                             : GradientWrite::kOverwrite;
+      std::vector<float> din = din0, dw = dw0;
+      ASSERT_STATUS_OK(cpu_->MatmulBackwardFromColumns(
+          HostView(din, {c.N, c.C}), write, HostView(dw, {c.OC, c.C}), HostView(dout, {c.N, c.W}),
+          c.first, HostView(x, {c.N, c.C}), HostView(wx, {c.OC, c.C})));
+      auto g_din = Compute(din0, {c.N, c.C}), g_dw = F32(dw0, {c.OC, c.C});
+      auto g_dout = Compute(dout, {c.N, c.W}), g_x = Compute(x, {c.N, c.C});
+      auto g_wx = Compute(wx, {c.OC, c.C});
+      ASSERT_STATUS_OK(gpu_->MatmulBackwardFromColumns(g_din->tensor(), write, g_dw->tensor(),
+                                                       g_dout->tensor(), c.first, g_x->tensor(),
+                                                       g_wx->tensor()));
+      EXPECT_RELATIVE_ERROR_BELOW(g_din->Download(), din, 1e-2);
+      EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dw->Download(), dw0), Minus(dw, dw0), 1e-3);
+    }
+  }
+}
+
 TEST_F(CudaLayersTest, GeluBackwardInPlaceMatchesCpu) {
   SCOPED_TRACE(Trace());
   const int n = 4097;

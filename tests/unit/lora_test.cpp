@@ -51,14 +51,11 @@ TEST_P(LoraLinear, MatchesTheClosedForm) {
   std::vector<float> x = Random(N * in, &rng), a = Random(r * in, &rng), b = Random(w * r, &rng);
   std::vector<float> y = Random(N * W, &rng), dy = Random(N * W, &rng), dx = Random(N * in, &rng);
   std::vector<float> ga(r * in, 0.5f), gb(w * r, -0.25f), u(N * r, 0.f);
-  std::vector<float> wide(N * std::max(W, in)), du(N * r), bf(W * r), dbf(W * r);
+  std::vector<float> du(N * r);
   LoraContext ctx;
   ctx.backend = be.get();
   ctx.scale = s;
-  ctx.scratch.wide = Upload(be.get(), &wide, {N, std::max(W, in)});
   ctx.scratch.du = Upload(be.get(), &du, {N, r});
-  ctx.scratch.b_full = Upload(be.get(), &bf, {W, r});
-  ctx.scratch.db_full = Upload(be.get(), &dbf, {W, r});
   LoraAdapter wt, gt;
   wt.a = Upload(be.get(), &a, {r, in});
   wt.b = Upload(be.get(), &b, {w, r});

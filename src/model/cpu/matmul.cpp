@@ -211,6 +211,28 @@ Status CpuBackend::RunMatmulBackward(Tensor din, Tensor dweight, Tensor dbias, T
   return Status::Ok();
 }
 
+Status CpuBackend::RunMatmulAddToColumns(Tensor out, int64_t first_column, Tensor in,
+                                         Tensor weight) {
+  const int64_t N = Rows(in), R = Cols(in), W = Cols(out), OC = weight.dim(0);
+  // The block (N,OC), row stride W, += A (N,R) @ B (R,OC) with B(r, o) = weight[o*R + r].
+  cpu::gemm(out.as<float>() + first_column, W, in.as<float>(), R, 1, weight.as<float>(), 1, R, N,
+            OC, R, /*accumulate=*/true);
+  return Status::Ok();
+}
+
+Status CpuBackend::RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_write,
+                                                Tensor dweight, Tensor dout, int64_t first_column,
+                                                Tensor in, Tensor weight) {
+  const int64_t N = Rows(in), C = Cols(in), W = Cols(dout), OC = weight.dim(0);
+  const float* dcols = dout.as<float>() + first_column;  // (N,OC), row stride W
+  if (!din.empty())  // din (N,C) (+)= dcols @ weight (OC,C)
+    cpu::gemm(din.as<float>(), C, dcols, W, 1, weight.as<float>(), C, 1, N, C, OC,
+              din_write == GradientWrite::kAccumulate);
+  if (!dweight.empty())  // dweight (OC,C) += dcols^T @ in: A(o, n) = dcols[n*W + o]
+    cpu::gemm(dweight.as<float>(), C, dcols, 1, W, in.as<float>(), C, 1, OC, C, N, true);
+  return Status::Ok();
+}
+
 Status CpuBackend::RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) {
   const int64_t N = Rows(in), C = Cols(in), W = out.numel();
   cpu::column_sums_accumulate(out.as<float>(), in.as<float>() + first_column, N,

@@ -131,6 +131,11 @@ class CudaBackend final : public Backend {
   Status RunGeluForward(Tensor out, Tensor in) override;
   Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
+  Status RunMatmulAddToColumns(Tensor out, int64_t first_column, Tensor in,
+                               Tensor weight) override;
+  Status RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_write, Tensor dweight,
+                                      Tensor dout, int64_t first_column, Tensor in,
+                                      Tensor weight) override;
   // With doc_starts (Data.packing: documents) our kernels run: cuDNN's graph is not built for
   // per-sample document masks here (gpu.md).
   Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,

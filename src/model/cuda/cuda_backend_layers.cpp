@@ -243,6 +243,59 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
   return Status::Ok();
 }
 
+// The block's GEMMs read and write it in place: its first element and the wide matrix's row
+// stride as the leading dimension (column-major: the block is (OC, N) with ld W).
+Status CudaBackend::RunMatmulAddToColumns(Tensor out, int64_t first_column, Tensor in,
+                                          Tensor weight) {
+  cuda::Gemm g = LinearForwardGemm(compute_, in, weight, Tensor());
+  g.d = static_cast<char*>(out.data) + first_column * DTypeSize(compute_);
+  g.ldd = Cols(out);
+  g.beta = 1.f;  // D = block + W x, rounded once
+  bool supported = false;
+  TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+  if (!supported) return OpError("MatmulAddToColumns", "cuBLASLt has no algorithm for the block");
+  return Status::Ok();
+}
+
+Status CudaBackend::RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_write,
+                                                 Tensor dweight, Tensor dout,
+                                                 int64_t first_column, Tensor in, Tensor weight) {
+  const char* op = "MatmulBackwardFromColumns";
+  const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight), W = Cols(dout);
+  const void* dcols = static_cast<const char*>(dout.data) + first_column * DTypeSize(compute_);
+  bool supported = false;
+  if (!din.empty()) {  // din^T (C,N) (+)= W (C,OC) dcols^T (OC,N)
+    cuda::Gemm g;
+    g.m = C;
+    g.n = N;
+    g.k = OC;
+    g.a = {weight.data, compute_, C};
+    g.b = {dcols, compute_, W};
+    g.d = din.data;
+    g.d_dtype = compute_;
+    g.ldd = C;
+    g.beta = din_write == GradientWrite::kAccumulate ? 1.f : 0.f;
+    TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+    if (!supported) return OpError(op, "cuBLASLt has no algorithm for din");
+  }
+  if (!dweight.empty()) {  // dW^T (C,OC) += x^T (C,N) dcols (N,OC), in f32
+    cuda::Gemm g;
+    g.transpose_b = true;
+    g.m = C;
+    g.n = OC;
+    g.k = N;
+    g.a = {in.data, compute_, C};
+    g.b = {dcols, compute_, W};
+    g.d = dweight.data;
+    g.d_dtype = DType::kF32;
+    g.ldd = C;
+    g.beta = 1.f;
+    TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
+    if (!supported) return OpError(op, "cuBLASLt has no algorithm for dweight");
+  }
+  return Status::Ok();
+}
+
 // out (C) f32 += the (row-weighted) column sums of x: deterministic, two stages (partials per
 // chunk of rows in scratch, then their fixed-order sum).
 Status CudaBackend::AddColumnSums(float* out, const void* x, int64_t N, int64_t C, int64_t ld,
