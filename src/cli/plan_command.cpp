@@ -105,8 +105,7 @@ int RunPlanCommand(const std::vector<std::string>& args) {
     LogError(s.message());
     return s.exit_code();
   }
-  // MoE layers run on CPU ranks in this version (device auto picks the CPU for them).
-  const bool gpu = c.global.device != "cpu" && !c.model.moe();
+  const bool gpu = c.global.device != "cpu";
   const DistributedConfig& d = c.distributed;
   const int micro = c.gradient_accumulation_steps(), B = c.global.micro_batch_size;
   std::cout << StrFormat(

@@ -46,6 +46,11 @@ done
 # biases stay whole; wte is split by vocabulary rows.
 TP2=$(( V * C / 2 + T * C + L * (4 * C + (3 * C * C + 3 * C) / 2 + C * C / 2 + C + (4 * C * C + 4 * C) / 2 + 4 * C * C / 2 + C) + 2 * C ))
 expect_plan tp2 2 "$TP2" 18 -o Distributed.tp_degree=2
+# A mixture of experts is planned for the GPU it trains on (bf16 weights), as a dense model is.
+"$TRAINER" plan -c "$SRC/configs/llama-3.2-1b.yaml" -o Model.num_experts=8 -o Model.moe_router_topk=2 \
+  > moe.txt 2>&1 || { cat moe.txt; fail "moe: trainer plan exited non-zero"; }
+grep -q "bf16 compute" moe.txt && grep -q "with bf16 weights" moe.txt ||
+  { cat moe.txt; fail "moe: not planned with bf16 weights on the GPU"; }
 
 # --device-memory: a GPU with room for B=16 but not 32 (124M) names 16, the largest micro-batch
 # below 32 that divides the global batch of 512 and fits; with room for 32, the stage fits.
