@@ -206,7 +206,7 @@ BlockActivations GptModel::AllocateBlockActivations(bool gelu_output, bool norm_
     a.fc_pre = Alloc({B, T, Pl}, cd);
     if (gelu_output) a.fc_out = Alloc({B, T, Fl}, cd);
   }
-  if (moe) a.moe = AllocateMoeActivations();
+  if (moe) a.moe = AllocateMoeActivations(shared_.moe);
   a.residual_out = Alloc({R, C}, cd);
   AllocateLoraActivations(&a);
   return a;
@@ -235,8 +235,9 @@ Status GptModel::AllocateBuffers() {
   recompute_ = config_.recompute;
   // Model.recompute: "block" keeps only each block's output per slot (the rest is one shared set,
   // recomputed in backward); "gelu" shares the MLP activation's output (GELU or SwiGLU) of every
-  // block; "selective" shares that and the two norms' outputs (every elementwise result that a
-  // GEMM reads, recomputed in backward from what the block keeps); "none" keeps all.
+  // block (a MoE layer's too); "selective" shares that and the two norms' outputs (every
+  // elementwise result that a GEMM reads, recomputed in backward from what the block keeps; a MoE
+  // layer's permuted input too); "none" keeps all.
   const bool selective = recompute_ == "selective";
   // Which of this stage's layers are MoE layers.
   bool any_moe = false, any_dense = false;
@@ -245,6 +246,14 @@ Status GptModel::AllocateBuffers() {
   if (recompute_ == "block") shared_ = AllocateBlockActivations(true, true, any_moe, any_dense);
   if (recompute_ == "gelu" || selective) shared_.fc_out = Alloc({B, T, Fl}, cd);
   if (selective) shared_.ln1_out = Alloc({B, T, C}, cd);
+  if (any_moe && recompute_ != "block") shared_.moe.out = Alloc({N, C}, cd);
+  if (any_moe && (recompute_ == "gelu" || selective)) {
+    // The MoE layers' SwiGLU output and (selective) permuted input, shared as fc_out is.
+    const MoeSpec& e = spec_.moe;
+    const int64_t K2 = e.router_rows() - e.num_experts + e.top_k;
+    shared_.moe.act = Alloc({N * e.top_k * partition_.ep_size, e.ffn}, cd);
+    if (selective) shared_.moe.x_perm = Alloc({N * K2, C}, cd);
+  }
   moe_stats_.assign(partition_.num_layers, MoeLayerStats());
   slots_.resize(num_slots_);
   for (Slot& s : slots_) {

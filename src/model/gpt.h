@@ -171,9 +171,10 @@ class GptModel {
   // layer's (moe) has the MoE layer's buffers instead of the MLP's; `dense` adds the MLP's.
   BlockActivations AllocateBlockActivations(bool gelu_output, bool norm_outputs = true,
                                             bool moe = false, bool dense = true);
-  // gpt_moe.cpp: a MoE layer's activations, and the MoE layers' backward scratch (with expert
-  // parallelism sized for the rows every EP rank may send to this one).
-  MoeActivations AllocateMoeActivations();
+  // gpt_moe.cpp: a MoE layer's activations (x_perm and act: those of `shared` where it has them),
+  // and the MoE layers' backward scratch (with expert parallelism sized for the rows every EP
+  // rank may send to this one).
+  MoeActivations AllocateMoeActivations(const MoeActivations& shared);
   MoeScratch AllocateMoeScratch();
   Tensor Alloc(std::initializer_list<int64_t> shape, DType dtype);
   bool SequenceParallel() const { return config_.sequence_parallel && partition_.tp_size > 1; }

@@ -98,6 +98,13 @@ bool ExpertParallel(const MoeContext& ctx) {
 
 }  // namespace
 
+Status MoeActivationForward(Backend* be, const MoeActivations& a) {
+  int64_t rows = 0;
+  TRAINER_RETURN_IF_ERROR(CoveredRows(a.dispatch->runs, &rows));
+  if (rows == 0) return Status::Ok();
+  return be->SwiGluForward(MatrixRows(a.act, 0, rows), MatrixRows(a.h, 0, rows));
+}
+
 Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const MoeActivations& a) {
   Backend* be = ctx.backend;
   const MoeSpec& s = *ctx.spec;
@@ -153,11 +160,7 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, a.x_perm, xe, true));
   // The experts: one grouped GEMM for [gate|up], SwiGLU over all their rows, one for down.
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulForward(a.h, xe, w.experts_gu, d->runs));
-  int64_t rows = 0;
-  TRAINER_RETURN_IF_ERROR(CoveredRows(d->runs, &rows));
-  if (rows > 0)
-    TRAINER_RETURN_IF_ERROR(
-        be->SwiGluForward(MatrixRows(a.act, 0, rows), MatrixRows(a.h, 0, rows)));
+  TRAINER_RETURN_IF_ERROR(MoeActivationForward(be, a));
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulForward(ye, a.act, w.experts_down, d->runs));
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, ye, a.y, false));
   if (s.shared_ffn > 0)
@@ -174,6 +177,7 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
   const MoeScratch& sc = ctx.scratch;
   const int64_t N = Rows(x), K = s.top_k;
   const MoeDispatch* d = a.dispatch;
+  if (ctx.rebuild_x_perm) TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
   // The combine: out[t] = sum_k w[t][k] y[slot].
   TRAINER_RETURN_IF_ERROR(be->MoeSlotDots(sc.dweights, dout, a.y, a.slots));
   TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(sc.dy, dout, a.slots, a.weights));

@@ -87,7 +87,7 @@ struct MoeActivations {
   Tensor h, act;    // (R, 2F), (R, F) the experts' [gate|up] and SwiGLU output, R = ep*N*K
   Tensor shared_h, shared_act;  // (N, 2Fs), (N, Fs)
   Tensor y;         // (N*K', C) each row's expert output
-  Tensor out;       // (N, C) the layer's output
+  Tensor out;       // (N, C) the layer's output (shared by the layers: the block adds it at once)
   MoeDispatch* dispatch = nullptr;  // host routing of this slot's micro-batch
   MoeLayerStats* stats = nullptr;   // the layer's step figures
 };
@@ -111,9 +111,14 @@ struct MoeContext {
   float loss_scale = 0.f;
   bool record = false;
   bool recompute = false;  // the forward again in backward: the first forward's loss_scale, no stats
+  // Backward: x_perm is shared with other layers (Model.recompute=selective): scatter x again.
+  bool rebuild_x_perm = false;
   GradientWrite weight_gradients = GradientWrite::kAccumulate;  // router and shared expert
 };
 
+// a.act = SwiGLU(a.h) over the experts' rows (the forward's, and again in backward where the
+// layers share act: Model.recompute gelu and selective).
+Status MoeActivationForward(Backend* be, const MoeActivations& a);
 // x (B,T,C) -> a->out (B*T, C).
 Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const MoeActivations& a);
 // dout (N,C) -> dx (N,C) overwritten; weight gradients into g (the experts' accumulate).

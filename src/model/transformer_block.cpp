@@ -34,6 +34,7 @@ MoeContext MoeCtx(const BlockContext& ctx) {
   m.loss_scale = ctx.moe_loss_scale;
   m.record = ctx.moe_record;
   m.recompute = ctx.moe_recompute;
+  m.rebuild_x_perm = ctx.recompute_norms;  // selective: the layers share x_perm
   m.weight_gradients = ctx.weight_gradients;
   return m;
 }
@@ -167,7 +168,8 @@ Status MlpInputForward(const BlockContext& ctx, const BlockWeights& w, BlockActi
 }  // namespace
 
 Status MlpActivationForward(const BlockContext& ctx, const BlockActivations& a) {
-  if (a.fc_pre.empty()) return Status::Ok();  // a MoE layer keeps its activations
+  if (a.fc_pre.empty())  // a MoE layer
+    return a.moe.dispatch != nullptr ? MoeActivationForward(ctx.backend, a.moe) : Status::Ok();
   if (ctx.spec->mlp == MlpKind::kGelu) return ctx.backend->GeluForward(a.fc_out, a.fc_pre);
   return ctx.backend->SwiGluForward(a.fc_out, a.fc_pre);
 }

@@ -11,7 +11,7 @@
 set -euo pipefail
 here="$(dirname "$0")"
 scratch=$3
-LAYOUT_MODEL=moe TRAINER_TEST_LAYOUTS=${EP_DROPLESS_LAYOUTS:-"ep2 ep4 dp2-ep2 tp2-ep2 pp2-ep2 tp2-pp2-sp-rc-ep2 sh2-ep2 sh2-s3-ep2"} \
+LAYOUT_MODEL=moe TRAINER_TEST_LAYOUTS=${EP_DROPLESS_LAYOUTS:-"ep2 ep4 dp2-ep2 tp2-ep2 pp2-ep2 tp2-pp2-sp-rc-ep2 dp2-rs-ep2 sh2-ep2 sh2-s3-ep2"} \
   bash "$here/parallel_layouts.sh" "$1" "$2" "$scratch/dropless"
 LAYOUT_MODEL=moe-capacity TRAINER_TEST_LAYOUTS=${EP_CAPACITY_LAYOUTS:-"ep2 dp2-ep2 tp2-sp-ep2 sh2-ep2"} \
   bash "$here/parallel_layouts.sh" "$1" "$2" "$scratch/capacity"
