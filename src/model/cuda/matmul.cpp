@@ -344,7 +344,9 @@ Status CublasLtMatmul::ChooseAlgo(const Gemm& g, Plan* plan,
     trial.Pin(pinned);
   } else if (count > 1) {
     // D is read when beta != 0: keep a copy so that the trial runs leave it as they found it.
-    const size_t d_bytes = (size_t)g.ldd * g.n * (g.d_dtype == DType::kBF16 ? 2 : 4);
+    // Its extent ends with its last column's m elements (D may be a block of a wider matrix).
+    const size_t d_bytes =
+        ((size_t)g.ldd * (g.n - 1) + g.m) * (g.d_dtype == DType::kBF16 ? 2 : 4);
     void* saved = nullptr;
     if (g.beta != 0.f && (g.c == nullptr || g.c == g.d)) {
       CUDA_CHECK(cudaMalloc(&saved, d_bytes));
