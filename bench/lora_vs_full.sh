@@ -5,6 +5,7 @@
 # both, then each run's median tokens/s and memory (GiB, metrics.jsonl's memory_gib) over steps
 # 11-30, and the ratios (the aim: LoRA's memory under half of full's, tokens/s at least 1.2x).
 #   bench/lora_vs_full.sh TRAINER [WORK]          (WORK default ./lorabench)
+#   env: B (micro-batch, default 8), RECOMPUTE (Model.recompute, default the config's: none)
 set -euo pipefail
 TRAINER=$(realpath "$1") WORK=${2:-lorabench}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,9 +13,10 @@ mkdir -p "$WORK"
 source "$SRC/bench/random_tokens.sh"
 random_tokens tokens 20000000
 M=(-c "$SRC/configs/llama-3.2-1b.yaml" -o Data.train_path="$WORK/tokens.h5" -o Data.val_fraction=0
-   -o Global.micro_batch_size=8 -o Global.global_batch_size=64 -o Engine.max_steps=30
+   -o Global.micro_batch_size="${B:-8}" -o Global.global_batch_size=64 -o Engine.max_steps=30
    -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Engine.save_steps=0 -o Engine.tensorboard=false
    -o Optimizer.warmup_steps=2)
+[ -n "${RECOMPUTE:-}" ] && M+=(-o Model.recompute="$RECOMPUTE")
 LORA=(-o Model.lora_rank=16 -o Model.lora_alpha=32 -o Model.lora_targets=all)
 for run in full lora; do
   extra=(); [ $run = lora ] && extra=("${LORA[@]}")
