@@ -1,0 +1,63 @@
+// The MoE experts' grouped GEMMs as a Hopper kernel of our own (sm90/grouped_gemm_sm90.cu): every
+// row group of a call in one persistent launch, with the tiles of sm90/gemm_tiles.cuh.
+//   forward:         out[R_g] (rows_g, OC) = in[R_g] (rows_g, C) @ W_e (OC, C)^T
+//   input gradient:  din[R_g] (rows_g, C) = dout[R_g] (rows_g, OC) @ W_e (OC, C)
+// R_g = rows [offset_g, offset_g + rows_g) of the row-side tensors (packed by expert, any sizes),
+// W_e = expert e's matrix of the stacked weights (E, OC, C). bf16 operands and outputs, f32
+// accumulation. Rows in no group are left as they were. Its CPU twin is the CPU backend's
+// per-group loop (Backend::RunGroupedMatmulForward/Backward); the GPU backend takes it where the
+// route says so (cuda_backend_grouped.cpp).
+//
+// The output is tiled in 128-row blocks of each group (GroupedBlock, built on the host from the
+// group sizes and copied to the device in the launch's stream) by 256 columns. A group's last
+// block reads rows past the group (the next group's, or the TMA's zeros past the tensor's end) and
+// stores only the group's rows.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace trainer {
+namespace cuda {
+
+// One 128-row block of a group: rows [row, min(row + 128, end)) with expert `expert`'s weights.
+struct GroupedBlock {
+  int32_t row = 0, end = 0, expert = 0, unused = 0;
+};
+constexpr int64_t kGroupedBlockRows = 128;
+
+// Appends the blocks of one group (rows [offset, offset + rows) of `expert`; none for rows 0).
+inline void AppendGroupedBlocks(int64_t expert, int64_t offset, int64_t rows,
+                                std::vector<GroupedBlock>* blocks) {
+  for (int64_t r = 0; r < rows; r += kGroupedBlockRows)
+    blocks->push_back({static_cast<int32_t>(offset + r), static_cast<int32_t>(offset + rows),
+                       static_cast<int32_t>(expert), 0});
+}
+
+enum class GroupedSm90Op { kForward, kInputGradient };
+
+struct GroupedSm90Problem {
+  GroupedSm90Op op = GroupedSm90Op::kForward;
+  const void* rows_in = nullptr;  // forward: in (M, C); input gradient: dout (M, OC)
+  const void* weights = nullptr;  // (E, OC, C)
+  void* rows_out = nullptr;       // forward: out (M, OC); input gradient: din (M, C)
+  int64_t m = 0;                  // rows of the row-side tensors (groups and rows in none)
+  int64_t experts = 0, oc = 0, c = 0;
+  // The blocks (AppendGroupedBlocks over the groups), in device memory, written in the launch's
+  // stream before it; block_count of them. Each block's rows lie in [0, m).
+  const GroupedBlock* blocks = nullptr;
+  int64_t block_count = 0;
+};
+
+// Whether the kernel runs this problem on the current device: an sm_90 GPU, C and OC multiples of
+// 256, m and E * OC below 2^31, 16-byte aligned pointers.
+bool GroupedSm90Supported(const GroupedSm90Problem& problem);
+
+// Enqueues the kernel (one CTA per SM at most; nothing for block_count 0). Returns
+// cudaErrorNotSupported for a problem that GroupedSm90Supported refuses.
+cudaError_t LaunchGroupedSm90(const GroupedSm90Problem& problem, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace trainer
