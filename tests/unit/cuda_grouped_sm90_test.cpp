@@ -1,15 +1,19 @@
-// GPU tests of our sm90 grouped GEMM (src/model/cuda/sm90/grouped_gemm_sm90.cu) through the CUDA
+// GPU tests of our sm90 grouped GEMMs (src/model/cuda/sm90/grouped_gemm_sm90.cu) through the CUDA
 // backend's grouped_gemm route, forced (set_grouped_gemm_route) or pinned (Engine.gpu_routes),
 // against the CPU twin (the CPU backend's per-group loop) on the same bf16-rounded inputs: the
-// forward and the input gradient on groups of 1, 127, 128, 129 and 300 rows, with rows in no group
-// between the groups (which must keep their values to the bit), empty experts, every row on one
-// expert, one group, an expert in two runs, 64 experts of random sizes, and OLMoE's and Mixtral's
-// expert shapes (C 2048; OC 1024, 2048, 7168, 14336; the down projection C 1024, OC 2048). Each
-// call must have run our kernel once (path_counts().grouped_sm90) and cuBLAS's grouped GEMM never;
-// the weight gradient keeps the per-group route. A pin runs our kernel and is recorded; pins and a
-// TRAINER_GROUPED_GEMM value that do not apply are refused in one line. A benchmark prints the
-// TFLOP/s of our kernel, cuBLAS's grouped GEMM, the per-group loop and one dense cuBLASLt GEMM of
-// the same rows (not asserted). The kernel's cases skip on GPUs other than sm_90.
+// forward, the input gradient and the weight gradient (overwritten and accumulated; experts without
+// rows untouched to the bit) on groups of 1, 127, 128, 129 and 300 rows, with rows in no group
+// between the groups (NaN in the inputs, their outputs kept to the bit), empty experts, every row
+// on one expert, one group, an expert in two runs, 64 experts of random sizes, and OLMoE's and
+// Mixtral's expert shapes (C 2048; OC 1024, 2048, 7168, 14336; the down projection C 1024, OC
+// 2048; the weight gradient on those with up to 64M weights). Each call must have run our kernel
+// once (path_counts().grouped_sm90) and cuBLAS's grouped GEMM never. A pin runs our kernel and is
+// recorded; pins and a TRAINER_GROUPED_GEMM value that do not apply are refused in one line. A
+// benchmark prints the TFLOP/s of our kernel, cuBLAS's grouped GEMM, the per-group loop and one
+// dense cuBLASLt GEMM of the same rows (not asserted). The kernel's cases skip on GPUs other than
+// sm_90.
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <iterator>
 #include <string>
@@ -52,6 +56,8 @@ const std::vector<Sm90Case>& Cases() {
       {"olmoe down", 1024, 2048, 64, {}, 0, 60},
       {"mixtral", 2048, 7168, 8, {}, 0, 90},
       {"mixtral gate+up", 2048, 14336, 8, {}, 0, 60},
+      {"olmoe gate+up, 8 experts", 2048, 2048, 8, {}, 3, 300},
+      {"mixtral gate+up, 2 experts", 2048, 14336, 2, {}, 0, 200},
   };
   return cases;
 }
@@ -113,19 +119,31 @@ class CudaGroupedSm90Test : public CudaVsCpuTest {
   }
 };
 
-TEST_F(CudaGroupedSm90Test, MatchesCpuTwinForwardAndInputGradient) {
+// Rows in no group of the row-side inputs to NaN: our kernels may read them (a group's last block
+// or k-block reaches past it) but must not let them into a result.
+void PoisonRowsInNoGroup(const std::vector<bool>& in_group, int64_t cols, std::vector<float>* x) {
+  for (size_t r = 0; r < in_group.size(); ++r)
+    if (!in_group[r]) std::fill(x->begin() + r * cols, x->begin() + (r + 1) * cols, std::nanf(""));
+}
+
+TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
   if (!KernelRuns()) GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
   gpu_->set_grouped_gemm_route(GroupedGemmRoute::kSm90);
-  for (const Sm90Case& c : Cases()) {
-    SCOPED_TRACE(std::string(c.name) + ", " + Trace());
+  for (size_t i = 0; i < Cases().size(); ++i) {
+    const Sm90Case& c = Cases()[i];
+    // The weight gradient where its f32 copies stay small, overwritten and accumulated in turn.
+    const bool with_dw = int64_t{c.E} * c.OC * c.C <= (int64_t{64} << 20);
+    const GradientWrite write = i % 2 ? GradientWrite::kAccumulate : GradientWrite::kOverwrite;
+    SCOPED_TRACE(std::string(c.name) + ", " + Trace() +
+                 (with_dw ? (i % 2 ? ", dW accumulated" : ", dW overwritten") : ""));
     int64_t M = 0;
     const std::vector<ExpertRun> groups = MakeSm90Groups(c, rng_, &M);
     const std::vector<bool> in_group = RowsInGroups(groups, M);
     const int64_t C = c.C, OC = c.OC, E = c.E;
     std::vector<float> in = Random(M * C), w = Random(E * OC * C), out0 = Random(M * OC),
                        dout = Random(M * OC), din0 = Random(M * C);
-    // The weight gradient too (by the per-group loop, accumulated) on the small shapes.
-    const bool with_dw = C * OC <= 512 * 512;
+    PoisonRowsInNoGroup(in_group, C, &in);
+    PoisonRowsInNoGroup(in_group, OC, &dout);
     std::vector<float> dw0 = RandomFloats(with_dw ? E * OC * C : 0, rng_);
     // The CPU twin's results first.
     std::vector<float> out = out0, din = din0, dw = dw0;
@@ -133,8 +151,7 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwinForwardAndInputGradient) {
                                                 HostView(w, {E, OC, C}), groups));
     ASSERT_STATUS_OK(cpu_->GroupedMatmulBackward(
         HostView(din, {M, C}), with_dw ? HostView(dw, {E, OC, C}) : Tensor(),
-        HostView(dout, {M, OC}), HostView(in, {M, C}), HostView(w, {E, OC, C}), groups,
-        GradientWrite::kAccumulate));
+        HostView(dout, {M, OC}), HostView(in, {M, C}), HostView(w, {E, OC, C}), groups, write));
 
     auto g_in = Compute(in, {M, C}), g_w = Compute(w, {E, OC, C}), g_dout = Compute(dout, {M, OC});
     auto g_out = Compute(out0, {M, OC}), g_din = Compute(din0, {M, C});
@@ -146,11 +163,20 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwinForwardAndInputGradient) {
     EXPECT_EQ(Sm90() - sm90, 1) << "the forward in one launch of our kernel";
     ASSERT_STATUS_OK(gpu_->GroupedMatmulBackward(
         g_din->tensor(), with_dw ? g_dw->tensor() : Tensor(), g_dout->tensor(), g_in->tensor(),
-        g_w->tensor(), groups, GradientWrite::kAccumulate));
+        g_w->tensor(), groups, write));
     ExpectRows(g_din->Download(), din, din0, in_group, C);
-    if (with_dw) EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dw->Download(), dw0), Minus(dw, dw0), 1e-2);
-    EXPECT_EQ(Sm90() - sm90, 2) << "the input gradient in one launch of our kernel";
+    EXPECT_EQ(Sm90() - sm90, with_dw ? 3 : 2) << "each gradient in one launch of our kernels";
     EXPECT_EQ(Cublas(), cublas) << "cuBLAS's grouped GEMM ran on the sm90 route";
+    if (!with_dw) continue;
+    const std::vector<float> got = g_dw->Download();
+    // What the op added (or wrote), so that dw0 does not hide its errors; experts in no group
+    // keep dw0 to the bit.
+    EXPECT_RELATIVE_ERROR_BELOW(Minus(got, dw0), Minus(dw, dw0), 1e-2);
+    std::vector<bool> has_rows(E, false);
+    for (const ExpertRun& g : groups) has_rows[g.expert] = has_rows[g.expert] || g.rows > 0;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t j = e * OC * C; j < (e + 1) * OC * C && !has_rows[e]; ++j)
+        ASSERT_EQ(got[j], dw0[j]) << "expert " << e << " has no rows but its gradient changed";
   }
 }
 
@@ -177,19 +203,22 @@ TEST_F(CudaGroupedSm90Test, PinsTakeTheRouteAndRefuseWhatDoesNotApply) {
   const std::vector<ExpertRun> groups = {{1, 0, 130}, {3, 130, 167}};  // 3 rows in no group
   std::vector<float> in = Random(M * C), w = Random(E * OC * C), out0 = Random(M * OC);
   auto g_in = Compute(in, {M, C}), g_w = Compute(w, {E, OC, C}), g_out = Compute(out0, {M, OC});
-  auto g_dw = F32(std::vector<float>(E * OC * C), {E, OC, C});
 
-  // A candidate the op does not have, at once; our kernel for the weight gradient (which it does
-  // not run), on the shape's first call.
+  // A candidate the op does not have, at once; our kernels for C = 192 (not a multiple of 256),
+  // on the shape's first call, on any GPU.
   ExpectOneLineUsageError(
       gpu_->PinRoutes(GroupedPins({{"forward E=4 OC=256 C=256 bf16", "cutlass"}})),
       {"pins.json", "grouped_gemm", "cutlass"});
   ASSERT_STATUS_OK(
-      gpu_->PinRoutes(GroupedPins({{"weight_gradient E=4 OC=256 C=256 bf16", "sm90"}})));
+      gpu_->PinRoutes(GroupedPins({{"weight_gradient E=4 OC=256 C=192 bf16", "sm90"}})));
+  constexpr int64_t kOddC = 192;
+  auto g_in_odd = Compute(Random(M * kOddC), {M, kOddC});
+  auto g_w_odd = Compute(Random(E * OC * kOddC), {E, OC, kOddC});
+  auto g_dw_odd = F32(std::vector<float>(E * OC * kOddC), {E, OC, kOddC});
   ExpectOneLineUsageError(
-      gpu_->GroupedMatmulBackward(Tensor(), g_dw->tensor(), g_out->tensor(), g_in->tensor(),
-                                  g_w->tensor(), groups, GradientWrite::kOverwrite),
-      {"pins.json", "grouped_gemm", "weight_gradient", "sm90", "cannot run"});
+      gpu_->GroupedMatmulBackward(Tensor(), g_dw_odd->tensor(), g_out->tensor(), g_in_odd->tensor(),
+                                  g_w_odd->tensor(), groups, GradientWrite::kOverwrite),
+      {"pins.json", "grouped_gemm", "weight_gradient", "C=192", "sm90", "cannot run"});
 
   // A value of TRAINER_GROUPED_GEMM that is not a route, on a fresh backend's first grouped call.
   {
@@ -221,9 +250,10 @@ TEST_F(CudaGroupedSm90Test, PinsTakeTheRouteAndRefuseWhatDoesNotApply) {
   ExpectRows(g_out->Download(), out, out0, RowsInGroups(groups, M), OC);
 }
 
-// Our kernel's speed against cuBLAS's grouped GEMM, the per-group loop and one dense cuBLASLt GEMM
-// of the same rows, on OLMoE-sized groups (64 experts, ~16k rows in uneven groups, C = OC =
-// 2048) and on 48 groups of ~340 rows: the forward and the input gradient (printed, not asserted).
+// Our kernels' speed against cuBLAS's grouped GEMM, the per-group loop and one dense cuBLASLt
+// GEMM of the same rows, on OLMoE-sized groups (64 experts, ~16k rows in uneven groups, C = OC =
+// 2048) and on 48 groups of 341 rows: the forward, the input gradient and the weight gradient (for
+// which the cuBLAS route is the per-group loop in bf16). Printed, not asserted.
 TEST_F(CudaGroupedSm90Test, PrintsSpeedAgainstCublasAndDense) {
   if (!KernelRuns()) GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
   const grouped_testing::GroupedCase olmoe = {
@@ -235,39 +265,46 @@ TEST_F(CudaGroupedSm90Test, PrintsSpeedAgainstCublasAndDense) {
   auto g_out = Compute(std::vector<float>(M * OC), {M, OC});
   auto g_dout = Compute(Random(M * OC), {M, OC}),
        g_din = Compute(std::vector<float>(M * C), {M, C});
+  auto g_dw = F32(std::vector<float>(E * OC * C), {E, OC, C});
   const Tensor w0(g_w->tensor().data, gpu_->compute_dtype(), {OC, C});
+  const Tensor dw0(g_dw->tensor().data, DType::kF32, {OC, C});
   const int repeats = 10;
   const char* names[] = {"sm90", "cuBLAS grouped", "per-group cuBLASLt", "dense cuBLASLt"};
+  const char* kinds[] = {"forward", "input gradient", "weight gradient"};
   const GroupedGemmRoute routes[] = {GroupedGemmRoute::kSm90, GroupedGemmRoute::kCublas,
                                      GroupedGemmRoute::kPerExpert};
   for (const std::vector<ExpertRun>& groups : splits) {
     int64_t rows = 0;
     for (const ExpertRun& g : groups) rows += g.rows;
-    for (bool forward : {true, false}) {
-      std::string line = StrFormat("grouped %s, %zu groups of %lld rows, C=%lld, OC=%lld:",
-                                   forward ? "forward" : "input gradient", groups.size(),
-                                   (long long)rows, (long long)C, (long long)OC);
+    const Tensor in = MatrixRows(g_in->tensor(), 0, rows),
+                 dout = MatrixRows(g_dout->tensor(), 0, rows);
+    for (int kind = 0; kind < 3; ++kind) {
+      // One call of the kind by route (3: one dense GEMM of the groups' rows with expert 0).
+      auto call = [&](int route) -> Status {
+        const bool dense = route == 3;
+        if (kind == 0)
+          return dense ? gpu_->MatmulForward(MatrixRows(g_out->tensor(), 0, rows), Tensor(), in, w0,
+                                             Tensor(), Activation::kNone)
+                       : gpu_->GroupedMatmulForward(g_out->tensor(), g_in->tensor(), g_w->tensor(),
+                                                    groups);
+        const Tensor din = kind == 1 ? g_din->tensor() : Tensor();
+        const Tensor dw = kind == 2 ? g_dw->tensor() : Tensor();
+        if (dense)
+          return gpu_->MatmulBackward(din.empty() ? din : MatrixRows(din, 0, rows),
+                                      dw.empty() ? dw : dw0, Tensor(), dout, in, w0,
+                                      GradientWrite::kOverwrite);
+        return gpu_->GroupedMatmulBackward(din, dw, g_dout->tensor(), g_in->tensor(), g_w->tensor(),
+                                           groups, GradientWrite::kOverwrite);
+      };
+      std::string line =
+          StrFormat("grouped %s, %zu groups of %lld rows, C=%lld, OC=%lld:", kinds[kind],
+                    groups.size(), (long long)rows, (long long)C, (long long)OC);
       for (int route = 0; route < 4; ++route) {
         if (route < 3) gpu_->set_grouped_gemm_route(routes[route]);
         double seconds = 0;
         for (int i = 0; i <= repeats; ++i) {
           if (i == 1) ASSERT_STATUS_OK(gpu_->Mark(0));  // the first call warms up
-          const Tensor dense_out = MatrixRows(forward ? g_out->tensor() : g_din->tensor(), 0, rows);
-          if (route == 3 && forward)
-            ASSERT_STATUS_OK(gpu_->MatmulForward(dense_out, Tensor(),
-                                                 MatrixRows(g_in->tensor(), 0, rows), w0, Tensor(),
-                                                 Activation::kNone));
-          else if (route == 3)
-            ASSERT_STATUS_OK(gpu_->MatmulBackward(
-                dense_out, Tensor(), Tensor(), MatrixRows(g_dout->tensor(), 0, rows),
-                MatrixRows(g_in->tensor(), 0, rows), w0, GradientWrite::kOverwrite));
-          else if (forward)
-            ASSERT_STATUS_OK(
-                gpu_->GroupedMatmulForward(g_out->tensor(), g_in->tensor(), g_w->tensor(), groups));
-          else
-            ASSERT_STATUS_OK(gpu_->GroupedMatmulBackward(
-                g_din->tensor(), Tensor(), g_dout->tensor(), g_in->tensor(), g_w->tensor(), groups,
-                GradientWrite::kOverwrite));
+          ASSERT_STATUS_OK(call(route));
         }
         ASSERT_STATUS_OK(gpu_->Mark(1));
         ASSERT_STATUS_OK(gpu_->SecondsBetween(0, 1, &seconds));

@@ -47,7 +47,7 @@ enum class GeluMatmulRoute { kFastest, kCublasLt, kCudnn, kSm90 };
 // grouped GEMM where the mean group is small, else one cuBLASLt GEMM per group; pins of
 // Engine.gpu_routes, op grouped_gemm, apply), or one forced for every shape (tests, diagnosis;
 // also the environment's TRAINER_GROUPED_GEMM): cuBLAS's grouped GEMM, the per-group loop, or our
-// sm90 kernel (the rule where it cannot run the shape). The first three in the route names' order.
+// sm90 kernels (the rule where they cannot run the shape). The first three in the route names' order.
 enum class GroupedGemmRoute { kCublas, kPerExpert, kSm90, kRule };
 
 // Which implementation each op took, counted since creation (for tests and logs).
@@ -63,7 +63,7 @@ struct CudaPathCounts {
   int attention_fallback = 0;  // forward or backward calls through our kernels
   int grouped_gemm = 0;          // grouped GEMM launches (cuBLAS, one per GEMM kind of a call)
   int grouped_gemm_fallback = 0;  // GEMM kinds of grouped calls run one GEMM per group instead
-  int grouped_sm90 = 0;           // grouped GEMM launches of our sm90 kernel
+  int grouped_sm90 = 0;           // grouped GEMM launches of our sm90 kernels
 };
 
 class CudaBackend final : public Backend {
@@ -253,9 +253,13 @@ class CudaBackend final : public Backend {
   // The route of a grouped GEMM (op grouped_gemm; shape from GroupedRouteShape): forced, pinned,
   // or the rule (kRule). sm90_runs: whether our kernel runs this call.
   Status GroupedRoute(const std::string& shape, bool sm90_runs, GroupedGemmRoute* route);
-  // Our sm90 kernel over the groups (p without its blocks).
+  // Our sm90 kernels over the groups (p without its lists), and whether they run p.
   Status RunGroupedSm90(cuda::GroupedSm90Problem p, const std::vector<ExpertRun>& groups);
+  Status RunGroupedSm90(cuda::GroupedSm90WeightGradient p, const std::vector<ExpertRun>& groups);
   bool GroupedSm90Runs(const cuda::GroupedSm90Problem& p) const;
+  bool GroupedSm90Runs(const cuda::GroupedSm90WeightGradient& p) const;
+  // A copy of a call's lists on the device, in stream order (grouped_upload_).
+  Status UploadGrouped(const void* data, size_t bytes, const void** device);
   // GroupedMatmulBackward's din by the route of its shape.
   Status GroupedInputGradient(Tensor din, Tensor dout, Tensor in, Tensor weights,
                               const std::vector<ExpertRun>& groups);
@@ -279,7 +283,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CudnnGeluMatmul> cudnn_gelu_matmul_;
   std::unique_ptr<cuda::GroupedGemm> grouped_gemm_;
   std::vector<cuda::GroupedGemmProblem> grouped_problems_;  // a grouped call's, reused
-  std::vector<cuda::GroupedBlock> grouped_blocks_;          // our kernel's blocks of a call
+  std::vector<cuda::GroupedBlock> grouped_blocks_;          // our kernels' blocks (runs) of a call
+  std::vector<cuda::GroupedExpert> grouped_experts_;        // the weight gradient's experts
   std::unique_ptr<cuda::UploadRing> grouped_upload_;        // and their copies to the device
   GroupedGemmRoute grouped_forced_ = GroupedGemmRoute::kRule;
   bool grouped_env_read_ = false;  // grouped_forced_ taken from TRAINER_GROUPED_GEMM (or set)

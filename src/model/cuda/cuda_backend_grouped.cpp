@@ -3,8 +3,8 @@
 // over the groups with rows, mapped onto column-major cuBLAS as MatmulForward and MatmulBackward
 // map one linear layer (cuda_backend_layers.cpp); large groups, the f32 weight gradients (cuBLAS
 // 13.0's grouped GEMM refuses bf16 inputs with an f32 output) and kinds cuBLAS refuses run the
-// per-group cuBLASLt loop (Backend's default hooks). Our sm90 kernel (sm90/grouped_gemm_sm90.h)
-// runs the forward and the input gradient where the route says so: forced (set_grouped_gemm_route,
+// per-group cuBLASLt loop (Backend's default hooks). Our sm90 kernels (sm90/grouped_gemm_sm90.h)
+// run the forward, the input gradient and the weight gradient where the route says so: forced (set_grouped_gemm_route,
 // TRAINER_GROUPED_GEMM) or pinned by Engine.gpu_routes (op grouped_gemm); it is never chosen
 // otherwise.
 #include <algorithm>
@@ -122,13 +122,37 @@ Status CudaBackend::GroupedRoute(const std::string& shape, bool sm90_runs,
   return Status::Ok();
 }
 
-bool CudaBackend::GroupedSm90Runs(const cuda::GroupedSm90Problem& p) const {
 #if defined(TRAINER_WITH_SM90_KERNELS)
+bool CudaBackend::GroupedSm90Runs(const cuda::GroupedSm90Problem& p) const {
   return compute_ == DType::kBF16 && cuda::GroupedSm90Supported(p);
-#else
-  (void)p;
+}
+bool CudaBackend::GroupedSm90Runs(const cuda::GroupedSm90WeightGradient& p) const {
+  return compute_ == DType::kBF16 && cuda::GroupedSm90WeightGradientSupported(p);
+}
+#else  // never asked to launch: nothing runs
+bool CudaBackend::GroupedSm90Runs(const cuda::GroupedSm90Problem&) const {
   return false;
+}
+bool CudaBackend::GroupedSm90Runs(const cuda::GroupedSm90WeightGradient&) const {
+  return false;
+}
+namespace cuda {
+cudaError_t LaunchGroupedSm90(const GroupedSm90Problem&, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+cudaError_t LaunchGroupedSm90WeightGradient(const GroupedSm90WeightGradient&, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+}  // namespace cuda
 #endif
+
+Status CudaBackend::UploadGrouped(const void* data, size_t bytes, const void** device) {
+  if (grouped_upload_ == nullptr)
+    TRAINER_RETURN_IF_ERROR(cuda::UploadRing::Create(stream_, bytes, &grouped_upload_));
+  void* copy = nullptr;
+  TRAINER_RETURN_IF_ERROR(grouped_upload_->Upload(data, bytes, &copy));
+  *device = copy;
+  return Status::Ok();
 }
 
 Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90Problem p,
@@ -137,19 +161,29 @@ Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90Problem p,
   for (const ExpertRun& g : groups)
     cuda::AppendGroupedBlocks(g.expert, g.offset, g.rows, &grouped_blocks_);
   if (grouped_blocks_.empty()) return Status::Ok();
-  if (grouped_upload_ == nullptr)
-    TRAINER_RETURN_IF_ERROR(cuda::UploadRing::Create(
-        stream_, grouped_blocks_.size() * sizeof(cuda::GroupedBlock), &grouped_upload_));
-  void* blocks = nullptr;
-  TRAINER_RETURN_IF_ERROR(grouped_upload_->Upload(
+  const void* blocks = nullptr;
+  TRAINER_RETURN_IF_ERROR(UploadGrouped(
       grouped_blocks_.data(), grouped_blocks_.size() * sizeof(cuda::GroupedBlock), &blocks));
   p.blocks = static_cast<const cuda::GroupedBlock*>(blocks);
   p.block_count = static_cast<int64_t>(grouped_blocks_.size());
-#if defined(TRAINER_WITH_SM90_KERNELS)
   CUDA_CHECK(cuda::LaunchGroupedSm90(p, stream_));
-#else
-  CUDA_CHECK(cudaErrorNotSupported);
-#endif
+  ++counts_.grouped_sm90;
+  return Status::Ok();
+}
+
+Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90WeightGradient p,
+                                   const std::vector<ExpertRun>& groups) {
+  cuda::MakeGroupedExperts(groups, p.experts, &grouped_blocks_, &grouped_experts_);
+  if (grouped_experts_.empty()) return Status::Ok();
+  const void *experts = nullptr, *runs = nullptr;
+  TRAINER_RETURN_IF_ERROR(UploadGrouped(
+      grouped_experts_.data(), grouped_experts_.size() * sizeof(cuda::GroupedExpert), &experts));
+  TRAINER_RETURN_IF_ERROR(UploadGrouped(
+      grouped_blocks_.data(), grouped_blocks_.size() * sizeof(cuda::GroupedBlock), &runs));
+  p.expert_list = static_cast<const cuda::GroupedExpert*>(experts);
+  p.expert_count = static_cast<int64_t>(grouped_experts_.size());
+  p.runs = static_cast<const cuda::GroupedBlock*>(runs);
+  CUDA_CHECK(cuda::LaunchGroupedSm90WeightGradient(p, stream_));
   ++counts_.grouped_sm90;
   return Status::Ok();
 }
@@ -197,8 +231,14 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
   const int64_t E = weights.dim(0), OC = weights.dim(1), C = weights.dim(2);
   if (!din.empty()) TRAINER_RETURN_IF_ERROR(GroupedInputGradient(din, dout, in, weights, groups));
   if (dweights.empty()) return Status::Ok();
+  cuda::GroupedSm90WeightGradient sm90;
+  sm90.dout = dout.data, sm90.in = in.data, sm90.dweights = dweights.data;
+  sm90.accumulate = dweights_write == GradientWrite::kAccumulate;
+  sm90.m = dout.dim(0), sm90.experts = E, sm90.oc = OC, sm90.c = C;
   GroupedGemmRoute route;
-  TRAINER_RETURN_IF_ERROR(GroupedRoute(GroupedShape("weight_gradient", weights), false, &route));
+  TRAINER_RETURN_IF_ERROR(
+      GroupedRoute(GroupedShape("weight_gradient", weights), GroupedSm90Runs(sm90), &route));
+  if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   // dW_e^T (C,OC) (+)= in[R]^T (C,n) dout[R] (n,OC), in f32: the ragged dimension is k.
   // (bf16 inputs with an f32 output: cuBLAS 13.0's grouped GEMM refuses them, so the per-group
   // loop runs them without asking.)
