@@ -38,7 +38,8 @@ train pinned cuda -o Engine.gpu_routes=sm90-pins.json
 TRAINER_GROUPED_GEMM=sm90 train forced cuda
 for run in pinned forced; do
   echo "== $run: the experts on our sm90 grouped GEMMs, one GPU (bf16) vs CPU (fp32)"
-  compare_curves $run/metrics.jsonl cpu/metrics.jsonl 0.10 0.03 20 || fail "$run leaves the CPU curve"
+  compare_curves $run/metrics.jsonl cpu/metrics.jsonl 0.10 0.03 20 ||
+    fail "$run leaves the CPU curve"
 done
 python3 - <<'PY' || fail "the sm90 grouped GEMM pins are not in the pinned run's routes"
 import json

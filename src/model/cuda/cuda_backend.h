@@ -47,7 +47,8 @@ enum class GeluMatmulRoute { kFastest, kCublasLt, kCudnn, kSm90 };
 // grouped GEMM where the mean group is small, else one cuBLASLt GEMM per group; pins of
 // Engine.gpu_routes, op grouped_gemm, apply), or one forced for every shape (tests, diagnosis;
 // also the environment's TRAINER_GROUPED_GEMM): cuBLAS's grouped GEMM, the per-group loop, or our
-// sm90 kernels (the rule where they cannot run the shape). The first three in the route names' order.
+// sm90 kernels (the rule where they cannot run the shape). The first three in the route names'
+// order.
 enum class GroupedGemmRoute { kCublas, kPerExpert, kSm90, kRule };
 
 // Which implementation each op took, counted since creation (for tests and logs).

@@ -4,9 +4,9 @@
 // map one linear layer (cuda_backend_layers.cpp); large groups, the f32 weight gradients (cuBLAS
 // 13.0's grouped GEMM refuses bf16 inputs with an f32 output) and kinds cuBLAS refuses run the
 // per-group cuBLASLt loop (Backend's default hooks). Our sm90 kernels (sm90/grouped_gemm_sm90.h)
-// run the forward, the input gradient and the weight gradient where the route says so: forced (set_grouped_gemm_route,
-// TRAINER_GROUPED_GEMM) or pinned by Engine.gpu_routes (op grouped_gemm); it is never chosen
-// otherwise.
+// run the forward, the input gradient and the weight gradient where the route says so: forced
+// (set_grouped_gemm_route, TRAINER_GROUPED_GEMM) or pinned by Engine.gpu_routes (op grouped_gemm);
+// they are never chosen otherwise.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
