@@ -13,6 +13,7 @@ if(TRAINER_WITH_CUDA)
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_llama_ops_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_moe_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_grouped_matmul_test.cpp
+                        ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_grouped_sm90_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_moe_losses_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_loss_optimizer_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_perf_test.cpp

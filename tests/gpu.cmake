@@ -21,3 +21,6 @@ trainer_script_test(gpu_training SCRIPT gpu_training.sh LABELS "gpu;e2e" TIMEOUT
 trainer_script_test(gpu_sharding SCRIPT gpu_sharding.sh LABELS "gpu;e2e" TIMEOUT 900)
 # Engine.gpu_routes: a run's routes file pins another run's kernels (bit for bit), refusals.
 trainer_script_test(gpu_routes SCRIPT gpu_routes.sh LABELS "gpu;e2e" TIMEOUT 600)
+# The MoE experts on our sm90 grouped GEMMs (pinned, and forced by TRAINER_GROUPED_GEMM) against
+# the CPU curve (sm_90 GPUs).
+trainer_script_test(gpu_grouped_sm90 SCRIPT gpu_grouped_sm90.sh LABELS "gpu;e2e" TIMEOUT 600)

@@ -75,6 +75,7 @@ CudaBackend::~CudaBackend() {
   cudnn_gelu_matmul_.reset();
   matmul_.reset();
   grouped_gemm_.reset();
+  grouped_upload_.reset();
   for (cudaEvent_t event : staging_free_)
     if (event) cudaEventDestroy(event);
   for (cudaEvent_t event : marks_)

@@ -21,6 +21,7 @@
 
 #include "model/backend.h"
 #include "model/cuda/route_trial.h"
+#include "model/cuda/sm90/grouped_gemm_sm90.h"
 
 namespace trainer {
 namespace cuda {
@@ -28,6 +29,7 @@ class CublasLtMatmul;
 class CudnnAttention;
 class CudnnGeluMatmul;
 class GroupedGemm;
+class UploadRing;
 struct Gemm;
 struct GroupedGemmKind;
 struct GroupedGemmProblem;
@@ -40,6 +42,14 @@ struct GeluMatmulArgs;
 // forced (tests, diagnosis; cuBLASLt where the forced one
 // cannot run the shape or, for cuDNN, the direction).
 enum class GeluMatmulRoute { kFastest, kCublasLt, kCudnn, kSm90 };
+
+// Who runs the MoE experts' grouped GEMMs (cuda_backend_grouped.cpp): by the rule (cuBLAS's
+// grouped GEMM where the mean group is small, else one cuBLASLt GEMM per group; pins of
+// Engine.gpu_routes, op grouped_gemm, apply), or one forced for every shape (tests, diagnosis;
+// also the environment's TRAINER_GROUPED_GEMM): cuBLAS's grouped GEMM, the per-group loop, or our
+// sm90 kernels (the rule where they cannot run the shape). The first three in the route names'
+// order.
+enum class GroupedGemmRoute { kCublas, kPerExpert, kSm90, kRule };
 
 // Which implementation each op took, counted since creation (for tests and logs).
 struct CudaPathCounts {
@@ -54,6 +64,7 @@ struct CudaPathCounts {
   int attention_fallback = 0;  // forward or backward calls through our kernels
   int grouped_gemm = 0;          // grouped GEMM launches (cuBLAS, one per GEMM kind of a call)
   int grouped_gemm_fallback = 0;  // GEMM kinds of grouped calls run one GEMM per group instead
+  int grouped_sm90 = 0;           // grouped GEMM launches of our sm90 kernels
 };
 
 class CudaBackend final : public Backend {
@@ -71,13 +82,21 @@ class CudaBackend final : public Backend {
   void set_force_attention_fallback(bool on) { force_attention_fallback_ = on; }
   void set_matmul_epilogues(bool on) { matmul_epilogues_ = on; }
   void set_gelu_matmul_route(GeluMatmulRoute route) { gelu_route_ = route; }
+  // Overrides TRAINER_GROUPED_GEMM.
+  void set_grouped_gemm_route(GroupedGemmRoute route) {
+    grouped_forced_ = route;
+    grouped_env_read_ = true;
+  }
   const CudaPathCounts& path_counts() const { return counts_; }
 
-  // Routes (model/route_table.h): ops gelu_gemm_forward, gelu_gemm_gradient (bf16) and
-  // cublaslt_gemm (cuBLASLt's algorithm for each GEMM shape).
+  // Routes (model/route_table.h): ops gelu_gemm_forward, gelu_gemm_gradient (bf16),
+  // cublaslt_gemm (cuBLASLt's algorithm for each GEMM shape) and grouped_gemm (pinned only).
   const RouteTable* routes() const override { return &routes_; }
   bool routes_settled() const override;
   Status PinRoutes(const RouteTable& pins) override;
+  // The grouped GEMMs' op in the route table, and whether `name` is one of its candidates.
+  static const char* kGroupedRouteOp;
+  static bool GroupedRouteNamed(const std::string& name);
   Status AdoptRoutes(const RouteTable& table) override;
 
   std::string name() const override;
@@ -233,8 +252,23 @@ class CudaBackend final : public Backend {
                        const float* row_weights);
   // One grouped GEMM launch of `problems` (none: nothing to do); *done = false where cuBLAS
   // refuses it (counted in path_counts()), for the caller's per-group route.
+  // forced: whatever the groups' sizes (else only where they are small).
   Status LaunchGrouped(const cuda::GroupedGemmKind& kind,
-                       const std::vector<cuda::GroupedGemmProblem>& problems, bool* done);
+                       const std::vector<cuda::GroupedGemmProblem>& problems, bool forced,
+                       bool* done);
+  // The route of a grouped GEMM (op grouped_gemm; shape from GroupedRouteShape): forced, pinned,
+  // or the rule (kRule). sm90_runs: whether our kernel runs this call.
+  Status GroupedRoute(const std::string& shape, bool sm90_runs, GroupedGemmRoute* route);
+  // Our sm90 kernels over the groups (p without its lists), and whether they run p.
+  Status RunGroupedSm90(cuda::GroupedSm90Problem p, const std::vector<ExpertRun>& groups);
+  Status RunGroupedSm90(cuda::GroupedSm90WeightGradient p, const std::vector<ExpertRun>& groups);
+  bool GroupedSm90Runs(const cuda::GroupedSm90Problem& p) const;
+  bool GroupedSm90Runs(const cuda::GroupedSm90WeightGradient& p) const;
+  // A copy of a call's lists on the device, in stream order (grouped_upload_).
+  Status UploadGrouped(const void* data, size_t bytes, const void** device);
+  // GroupedMatmulBackward's din by the route of its shape.
+  Status GroupedInputGradient(Tensor din, Tensor dout, Tensor in, Tensor weights,
+                              const std::vector<ExpertRun>& groups);
 
   int device_;
   DType compute_;
@@ -255,6 +289,12 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CudnnGeluMatmul> cudnn_gelu_matmul_;
   std::unique_ptr<cuda::GroupedGemm> grouped_gemm_;
   std::vector<cuda::GroupedGemmProblem> grouped_problems_;  // a grouped call's, reused
+  std::vector<cuda::GroupedBlock> grouped_blocks_;          // our kernels' blocks (runs) of a call
+  std::vector<cuda::GroupedExpert> grouped_experts_;        // the weight gradient's experts
+  std::unique_ptr<cuda::UploadRing> grouped_upload_;        // and their copies to the device
+  GroupedGemmRoute grouped_forced_ = GroupedGemmRoute::kRule;
+  bool grouped_env_read_ = false;  // grouped_forced_ taken from TRAINER_GROUPED_GEMM (or set)
+  std::map<std::string, GroupedGemmRoute> grouped_routes_;  // shape -> route (kRule: unpinned)
   GeluMatmulRoute gelu_route_ = GeluMatmulRoute::kFastest;
   // (N, C, F, bias) -> who runs that forward GELU GEMM (pairs: our kernel in clusters of two).
   enum class GeluGemmChoice { kCublasLt, kCudnn, kSm90, kSm90Pairs };  // ForwardNames' order

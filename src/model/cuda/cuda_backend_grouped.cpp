@@ -1,17 +1,54 @@
-// CudaBackend's grouped matrix products (backend.h: the MoE experts over their row groups): a GEMM
-// kind whose groups are small runs as one cuBLAS grouped GEMM (grouped_gemm.h) over the groups with
-// rows, mapped onto column-major cuBLAS as MatmulForward and MatmulBackward map one linear layer
-// (cuda_backend_layers.cpp); large groups, the f32 weight gradients (cuBLAS 13.0's grouped GEMM
-// refuses bf16 inputs with an f32 output) and kinds cuBLAS refuses run the per-group cuBLASLt loop
-// (Backend's default hooks).
+// CudaBackend's grouped matrix products (backend.h: the MoE experts over their row groups): by
+// the rule, a GEMM kind whose groups are small runs as one cuBLAS grouped GEMM (grouped_gemm.h)
+// over the groups with rows, mapped onto column-major cuBLAS as MatmulForward and MatmulBackward
+// map one linear layer (cuda_backend_layers.cpp); large groups, the f32 weight gradients (cuBLAS
+// 13.0's grouped GEMM refuses bf16 inputs with an f32 output) and kinds cuBLAS refuses run the
+// per-group cuBLASLt loop (Backend's default hooks). Our sm90 kernels (sm90/grouped_gemm_sm90.h)
+// run the forward, the input gradient and the weight gradient where the route says so: forced
+// (set_grouped_gemm_route, TRAINER_GROUPED_GEMM) or pinned by Engine.gpu_routes (op grouped_gemm);
+// they are never chosen otherwise.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
+#include "common/log.h"
 #include "model/cuda/cuda_backend.h"
+#include "model/cuda/cuda_check.h"
 #include "model/cuda/grouped_gemm.h"
+#include "model/cuda/upload_ring.h"
 
 namespace trainer {
 
 namespace {
+
+// The route names (GroupedGemmRoute's order) and the environment's values.
+const std::vector<std::string>& GroupedNames() {
+  static const std::vector<std::string> names = {"cublas", "per_expert", "sm90"};
+  return names;
+}
+constexpr const char* kGroupedEnv = "TRAINER_GROUPED_GEMM";
+
+// The forced route from TRAINER_GROUPED_GEMM (unset, empty or auto: none).
+Status GroupedRouteFromEnv(GroupedGemmRoute* route) {
+  *route = GroupedGemmRoute::kRule;
+  const char* value = std::getenv(kGroupedEnv);
+  if (value == nullptr || value[0] == '\0' || std::string(value) == "auto") return Status::Ok();
+  for (size_t i = 0; i < GroupedNames().size(); ++i)
+    if (GroupedNames()[i] == value) {
+      *route = static_cast<GroupedGemmRoute>(i);
+      return Status::Ok();
+    }
+  return UsageError(
+      StrFormat("%s=%s is not a grouped GEMM route. Use auto (the default), cublas, "
+                "per_expert or sm90, or unset it",
+                kGroupedEnv, value));
+}
+
+// A grouped GEMM's shape as the route table names it: the kind, the experts' matrices, the dtype.
+std::string GroupedShape(const char* kind, Tensor weights) {
+  return StrFormat("%s E=%lld OC=%lld C=%lld %s", kind, (long long)weights.dim(0),
+                   (long long)weights.dim(1), (long long)weights.dim(2), DTypeName(weights.dtype));
+}
 
 // Element `index` of t's data (of t's dtype).
 char* At(Tensor t, int64_t index) {
@@ -49,13 +86,115 @@ bool SmallGroups(const std::vector<cuda::GroupedGemmProblem>& problems) {
 
 }  // namespace
 
+const char* CudaBackend::kGroupedRouteOp = "grouped_gemm";
+
+bool CudaBackend::GroupedRouteNamed(const std::string& name) {
+  return std::find(GroupedNames().begin(), GroupedNames().end(), name) != GroupedNames().end();
+}
+
+Status CudaBackend::GroupedRoute(const std::string& shape, bool sm90_runs,
+                                 GroupedGemmRoute* route) {
+  if (!grouped_env_read_) {
+    TRAINER_RETURN_IF_ERROR(GroupedRouteFromEnv(&grouped_forced_));
+    grouped_env_read_ = true;
+  }
+  *route = grouped_forced_;
+  if (*route == GroupedGemmRoute::kRule) {
+    auto it = grouped_routes_.find(shape);
+    if (it == grouped_routes_.end()) {  // the shape's first call: pinned or not
+      const std::vector<bool> runs = {true, true, sm90_runs};
+      int pinned = -1;
+      TRAINER_RETURN_IF_ERROR(
+          pins_.PinnedChoice(kGroupedRouteOp, shape, GroupedNames(), runs, &pinned));
+      if (pinned >= 0) {
+        RouteEntry entry{kGroupedRouteOp, shape, {}, pinned, "pinned"};
+        for (const std::string& name : GroupedNames()) entry.candidates.push_back({name, -1.f});
+        routes_.Record(std::move(entry));
+      }
+      it = grouped_routes_
+               .emplace(shape, pinned >= 0 ? static_cast<GroupedGemmRoute>(pinned)
+                                           : GroupedGemmRoute::kRule)
+               .first;
+    }
+    *route = it->second;
+  }
+  if (*route == GroupedGemmRoute::kSm90 && !sm90_runs) *route = GroupedGemmRoute::kRule;
+  return Status::Ok();
+}
+
+#if defined(TRAINER_WITH_SM90_KERNELS)
+bool CudaBackend::GroupedSm90Runs(const cuda::GroupedSm90Problem& p) const {
+  return compute_ == DType::kBF16 && cuda::GroupedSm90Supported(p);
+}
+bool CudaBackend::GroupedSm90Runs(const cuda::GroupedSm90WeightGradient& p) const {
+  return compute_ == DType::kBF16 && cuda::GroupedSm90WeightGradientSupported(p);
+}
+#else  // never asked to launch: nothing runs
+bool CudaBackend::GroupedSm90Runs(const cuda::GroupedSm90Problem&) const {
+  return false;
+}
+bool CudaBackend::GroupedSm90Runs(const cuda::GroupedSm90WeightGradient&) const {
+  return false;
+}
+namespace cuda {
+cudaError_t LaunchGroupedSm90(const GroupedSm90Problem&, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+cudaError_t LaunchGroupedSm90WeightGradient(const GroupedSm90WeightGradient&, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+}  // namespace cuda
+#endif
+
+Status CudaBackend::UploadGrouped(const void* data, size_t bytes, const void** device) {
+  if (grouped_upload_ == nullptr)
+    TRAINER_RETURN_IF_ERROR(cuda::UploadRing::Create(stream_, bytes, &grouped_upload_));
+  void* copy = nullptr;
+  TRAINER_RETURN_IF_ERROR(grouped_upload_->Upload(data, bytes, &copy));
+  *device = copy;
+  return Status::Ok();
+}
+
+Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90Problem p,
+                                   const std::vector<ExpertRun>& groups) {
+  grouped_blocks_.clear();
+  for (const ExpertRun& g : groups)
+    cuda::AppendGroupedBlocks(g.expert, g.offset, g.rows, &grouped_blocks_);
+  if (grouped_blocks_.empty()) return Status::Ok();
+  const void* blocks = nullptr;
+  TRAINER_RETURN_IF_ERROR(UploadGrouped(
+      grouped_blocks_.data(), grouped_blocks_.size() * sizeof(cuda::GroupedBlock), &blocks));
+  p.blocks = static_cast<const cuda::GroupedBlock*>(blocks);
+  p.block_count = static_cast<int64_t>(grouped_blocks_.size());
+  CUDA_CHECK(cuda::LaunchGroupedSm90(p, stream_));
+  ++counts_.grouped_sm90;
+  return Status::Ok();
+}
+
+Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90WeightGradient p,
+                                   const std::vector<ExpertRun>& groups) {
+  cuda::MakeGroupedExperts(groups, p.experts, &grouped_blocks_, &grouped_experts_);
+  if (grouped_experts_.empty()) return Status::Ok();
+  const void *experts = nullptr, *runs = nullptr;
+  TRAINER_RETURN_IF_ERROR(UploadGrouped(
+      grouped_experts_.data(), grouped_experts_.size() * sizeof(cuda::GroupedExpert), &experts));
+  TRAINER_RETURN_IF_ERROR(UploadGrouped(
+      grouped_blocks_.data(), grouped_blocks_.size() * sizeof(cuda::GroupedBlock), &runs));
+  p.expert_list = static_cast<const cuda::GroupedExpert*>(experts);
+  p.expert_count = static_cast<int64_t>(grouped_experts_.size());
+  p.runs = static_cast<const cuda::GroupedBlock*>(runs);
+  CUDA_CHECK(cuda::LaunchGroupedSm90WeightGradient(p, stream_));
+  ++counts_.grouped_sm90;
+  return Status::Ok();
+}
+
 Status CudaBackend::LaunchGrouped(const cuda::GroupedGemmKind& kind,
                                   const std::vector<cuda::GroupedGemmProblem>& problems,
-                                  bool* done) {
+                                  bool forced, bool* done) {
   *done = true;
   if (problems.empty()) return Status::Ok();
   *done = false;
-  if (!SmallGroups(problems)) return Status::Ok();  // the per-group loop, not a fallback
+  if (!forced && !SmallGroups(problems)) return Status::Ok();  // the per-group loop, not a fallback
   TRAINER_RETURN_IF_ERROR(grouped_gemm_->Run(kind, problems, done));
   ++(*done ? counts_.grouped_gemm : counts_.grouped_gemm_fallback);
   return Status::Ok();
@@ -63,8 +202,16 @@ Status CudaBackend::LaunchGrouped(const cuda::GroupedGemmKind& kind,
 
 Status CudaBackend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
                                             const std::vector<ExpertRun>& groups) {
+  const int64_t E = weights.dim(0), OC = weights.dim(1), C = weights.dim(2);
+  const cuda::GroupedSm90Problem sm90{cuda::GroupedSm90Op::kForward, in.data, weights.data,
+                                      out.data, in.dim(0), E, OC, C};
+  GroupedGemmRoute route;
+  TRAINER_RETURN_IF_ERROR(
+      GroupedRoute(GroupedShape("forward", weights), GroupedSm90Runs(sm90), &route));
+  if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
+  if (route == GroupedGemmRoute::kPerExpert)
+    return Backend::RunGroupedMatmulForward(out, in, weights, groups);
   // out[R]^T (OC,n) = W_e (C,OC)^T in[R]^T (C,n).
-  const int64_t OC = weights.dim(1), C = weights.dim(2);
   std::vector<cuda::GroupedGemmProblem>& problems = grouped_problems_;
   problems.clear();
   for (const ExpertRun& g : groups)
@@ -72,7 +219,8 @@ Status CudaBackend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weight
       problems.push_back({OC, g.rows, C, At(weights, g.expert * OC * C), C, At(in, g.offset * C), C,
                           At(out, g.offset * OC), OC, 0.f});
   bool done = false;
-  TRAINER_RETURN_IF_ERROR(LaunchGrouped({true, false, compute_, compute_}, problems, &done));
+  TRAINER_RETURN_IF_ERROR(LaunchGrouped({true, false, compute_, compute_}, problems,
+                                        route == GroupedGemmRoute::kCublas, &done));
   if (done) return Status::Ok();
   return Backend::RunGroupedMatmulForward(out, in, weights, groups);
 }
@@ -81,44 +229,70 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
                                              Tensor weights, const std::vector<ExpertRun>& groups,
                                              GradientWrite dweights_write) {
   const int64_t E = weights.dim(0), OC = weights.dim(1), C = weights.dim(2);
-  if (!din.empty()) {  // din[R]^T (C,n) = W_e (C,OC) dout[R]^T (OC,n)
-    std::vector<cuda::GroupedGemmProblem>& problems = grouped_problems_;
-  problems.clear();
-    for (const ExpertRun& g : groups)
-      if (g.rows > 0)
-        problems.push_back({C, g.rows, OC, At(weights, g.expert * OC * C), C,
-                            At(dout, g.offset * OC), OC, At(din, g.offset * C), C, 0.f});
-    bool done = false;
-    TRAINER_RETURN_IF_ERROR(LaunchGrouped({false, false, compute_, compute_}, problems, &done));
-    if (!done)
-      TRAINER_RETURN_IF_ERROR(Backend::RunGroupedMatmulBackward(din, Tensor(), dout, in, weights,
-                                                                groups, dweights_write));
-  }
+  if (!din.empty()) TRAINER_RETURN_IF_ERROR(GroupedInputGradient(din, dout, in, weights, groups));
   if (dweights.empty()) return Status::Ok();
+  cuda::GroupedSm90WeightGradient sm90;
+  sm90.dout = dout.data, sm90.in = in.data, sm90.dweights = dweights.data;
+  sm90.accumulate = dweights_write == GradientWrite::kAccumulate;
+  sm90.m = dout.dim(0), sm90.experts = E, sm90.oc = OC, sm90.c = C;
+  GroupedGemmRoute route;
+  TRAINER_RETURN_IF_ERROR(
+      GroupedRoute(GroupedShape("weight_gradient", weights), GroupedSm90Runs(sm90), &route));
+  if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   // dW_e^T (C,OC) (+)= in[R]^T (C,n) dout[R] (n,OC), in f32: the ragged dimension is k.
   // (bf16 inputs with an f32 output: cuBLAS 13.0's grouped GEMM refuses them, so the per-group
   // loop runs them without asking.)
   const std::vector<std::vector<ExpertRun>> waves =
-      compute_ == DType::kF32 ? Waves(groups, E) : std::vector<std::vector<ExpertRun>>{};
+      compute_ == DType::kF32 && route != GroupedGemmRoute::kPerExpert
+          ? Waves(groups, E)
+          : std::vector<std::vector<ExpertRun>>{};
   if (waves.empty())
     return Backend::RunGroupedMatmulBackward(Tensor(), dweights, dout, in, weights, groups,
                                              dweights_write);
   for (size_t w = 0; w < waves.size(); ++w) {
     const bool overwrite = w == 0 && dweights_write == GradientWrite::kOverwrite;
     std::vector<cuda::GroupedGemmProblem>& problems = grouped_problems_;
-  problems.clear();
+    problems.clear();
     for (const ExpertRun& g : waves[w])
       problems.push_back({C, OC, g.rows, At(in, g.offset * C), C, At(dout, g.offset * OC), OC,
                           At(dweights, g.expert * OC * C), C, overwrite ? 0.f : 1.f});
     bool done = false;
-    TRAINER_RETURN_IF_ERROR(LaunchGrouped({false, true, compute_, DType::kF32}, problems, &done));
+    TRAINER_RETURN_IF_ERROR(LaunchGrouped({false, true, compute_, DType::kF32}, problems,
+                                          route == GroupedGemmRoute::kCublas, &done));
     if (done) continue;
     // Refused: this wave and the later ones by the per-group loop.
     std::vector<ExpertRun> rest;
-    for (size_t v = w; v < waves.size(); ++v) rest.insert(rest.end(), waves[v].begin(), waves[v].end());
+    for (size_t v = w; v < waves.size(); ++v)
+      rest.insert(rest.end(), waves[v].begin(), waves[v].end());
     return Backend::RunGroupedMatmulBackward(Tensor(), dweights, dout, in, weights, rest,
                                              w == 0 ? dweights_write : GradientWrite::kAccumulate);
   }
+  return Status::Ok();
+}
+
+Status CudaBackend::GroupedInputGradient(Tensor din, Tensor dout, Tensor in, Tensor weights,
+                                         const std::vector<ExpertRun>& groups) {
+  const int64_t E = weights.dim(0), OC = weights.dim(1), C = weights.dim(2);
+  const cuda::GroupedSm90Problem sm90{cuda::GroupedSm90Op::kInputGradient, dout.data,
+                                      weights.data, din.data, dout.dim(0), E, OC, C};
+  GroupedGemmRoute route;
+  TRAINER_RETURN_IF_ERROR(
+      GroupedRoute(GroupedShape("input_gradient", weights), GroupedSm90Runs(sm90), &route));
+  if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
+  bool done = false;
+  if (route != GroupedGemmRoute::kPerExpert) {  // din[R]^T (C,n) = W_e (C,OC) dout[R]^T (OC,n)
+    std::vector<cuda::GroupedGemmProblem>& problems = grouped_problems_;
+    problems.clear();
+    for (const ExpertRun& g : groups)
+      if (g.rows > 0)
+        problems.push_back({C, g.rows, OC, At(weights, g.expert * OC * C), C,
+                            At(dout, g.offset * OC), OC, At(din, g.offset * C), C, 0.f});
+    TRAINER_RETURN_IF_ERROR(LaunchGrouped({false, false, compute_, compute_}, problems,
+                                          route == GroupedGemmRoute::kCublas, &done));
+  }
+  if (!done)
+    return Backend::RunGroupedMatmulBackward(din, Tensor(), dout, in, weights, groups,
+                                             GradientWrite::kAccumulate);
   return Status::Ok();
 }
 

@@ -3,7 +3,6 @@
 #include "model/cuda/grouped_gemm.h"
 
 #include <climits>
-#include <cstring>
 
 #include "common/log.h"
 #include "model/cuda/cuda_check.h"
@@ -29,33 +28,15 @@ Status GroupedGemm::Create(cudaStream_t stream, std::unique_ptr<GroupedGemm>* ou
   CUBLAS_CHECK(cublasCreate(&g->handle_));
   CUBLAS_CHECK(cublasSetStream(g->handle_, stream));
   CUBLAS_CHECK(cublasSetPointerMode(g->handle_, CUBLAS_POINTER_MODE_HOST));
-  for (cudaEvent_t& e : g->free_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  TRAINER_RETURN_IF_ERROR(g->Reserve(3 * 64));  // 64 experts' worth, grown on first use of more
+  // 64 experts' worth, grown on first use of more.
+  TRAINER_RETURN_IF_ERROR(UploadRing::Create(stream, 3 * 64 * sizeof(void*), &g->pointers_));
   *out = std::move(g);
   return Status::Ok();
 }
 
 GroupedGemm::~GroupedGemm() {
-  if (stream_) cudaStreamSynchronize(stream_);
-  for (cudaEvent_t e : free_)
-    if (e) cudaEventDestroy(e);
-  if (host_) cudaFreeHost(host_);
-  if (device_) cudaFree(device_);
+  pointers_.reset();  // waits for the stream
   if (handle_) cublasDestroy(handle_);
-}
-
-Status GroupedGemm::Reserve(size_t pointers) {
-  if (pointers <= slot_pointers_) return Status::Ok();
-  // The old slots may still be read by copies and GEMMs in flight.
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (host_) CUDA_CHECK(cudaFreeHost(host_));
-  if (device_) CUDA_CHECK(cudaFree(device_));
-  host_ = nullptr, device_ = nullptr, slot_pointers_ = 0;
-  const size_t bytes = kSlots * pointers * sizeof(void*);
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), bytes));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), bytes));
-  slot_pointers_ = pointers;
-  return Status::Ok();
 }
 
 Status GroupedGemm::Run(const GroupedGemmKind& kind, const std::vector<GroupedGemmProblem>& problems,
@@ -75,13 +56,9 @@ Status GroupedGemm::Run(const GroupedGemmKind& kind, const std::vector<GroupedGe
     *supported = false;
     return Status::Ok();
   }
-  TRAINER_RETURN_IF_ERROR(Reserve(3 * G));
-  // The pointers: [A of each problem | B of each | D of each], through the next pinned slot.
-  const int slot = next_;
-  next_ = (next_ + 1) % kSlots;
-  const void** host = host_ + slot * slot_pointers_;
-  void** device = device_ + slot * slot_pointers_;
-  CUDA_CHECK(cudaEventSynchronize(free_[slot]));  // its copy kSlots calls ago has been consumed
+  // The pointers: [A of each problem | B of each | D of each].
+  host_pointers_.resize(3 * G);
+  const void** host = host_pointers_.data();
   transa_.assign(G, kind.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   transb_.assign(G, kind.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   m_.resize(G), n_.resize(G), k_.resize(G), lda_.resize(G), ldb_.resize(G), ldd_.resize(G);
@@ -96,8 +73,9 @@ Status GroupedGemm::Run(const GroupedGemmKind& kind, const std::vector<GroupedGe
     ldd_[i] = static_cast<int>(p.ldd);
     beta_[i] = p.beta;
   }
-  CUDA_CHECK(cudaMemcpyAsync(device, host, 3 * G * sizeof(void*), cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaEventRecord(free_[slot], stream_));
+  void* uploaded = nullptr;
+  TRAINER_RETURN_IF_ERROR(pointers_->Upload(host, 3 * G * sizeof(void*), &uploaded));
+  void** device = static_cast<void**>(uploaded);
   const cublasStatus_t status = cublasGemmGroupedBatchedEx(
       handle_, transa_.data(), transb_.data(), m_.data(), n_.data(), k_.data(), alpha_.data(),
       reinterpret_cast<const void* const*>(device), CudaType(kind.ab_dtype), lda_.data(),

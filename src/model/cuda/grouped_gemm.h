@@ -1,9 +1,7 @@
 // GroupedGemm: many column-major GEMMs of one kind (transposes and dtypes) but their own sizes
 // and pointers in one launch, through cuBLAS's cublasGemmGroupedBatchedEx (f32 accumulation):
 // the MoE experts over their row groups (CudaBackend::RunGroupedMatmul*). The per-problem pointer
-// arrays go to the device with one stream-ordered copy per call, from a ring of pinned host slots
-// (an event per slot says when its copy has been consumed) into a ring of device slots; the
-// rings grow on first use of more problems (the first step), so the step loop does not allocate.
+// arrays go to the device with one stream-ordered copy per call (upload_ring.h).
 // A kind and leading dimensions cuBLAS refuses are remembered: later calls say "unsupported" at
 // once and the caller takes its per-problem route.
 #pragma once
@@ -18,6 +16,7 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "model/cuda/upload_ring.h"
 
 namespace trainer {
 namespace cuda {
@@ -55,18 +54,12 @@ class GroupedGemm {
              bool* supported);
 
  private:
-  static constexpr int kSlots = 4;
   GroupedGemm() = default;
-  // Room for `pointers` pointers in every slot of both rings.
-  Status Reserve(size_t pointers);
 
   cublasHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  size_t slot_pointers_ = 0;                 // capacity of one slot, in pointers
-  const void** host_ = nullptr;              // kSlots pinned slots
-  void** device_ = nullptr;                  // kSlots device slots
-  cudaEvent_t free_[kSlots] = {};            // slot i's last copy has been consumed
-  int next_ = 0;
+  std::unique_ptr<UploadRing> pointers_;    // the per-problem pointer arrays, to the device
+  std::vector<const void*> host_pointers_;  // a call's: [A of each | B of each | D of each]
   std::set<std::vector<int64_t>> refused_;   // kinds (with leading dimensions) cuBLAS refused
   // The host arrays of a call (cuBLAS reads them during the call).
   std::vector<cublasOperation_t> transa_, transb_;

@@ -1,10 +1,10 @@
-// What the sm90 GEMMs with epilogues share (gemm_dgelu.cu, gemm_gelu_forward.cu): the 128 x 256
-// tile and its shared-memory layout (a ring of kStages k-blocks of A (128, 64) and B (256, 64),
-// then one 64 KB output tile as four (128, 64) boxes, all in the TMA's 128B swizzle), the loader's
-// k-block loop, the multipliers' k-block loop (two warpgroups, 64 rows each, m64n256k16 wgmma),
-// where a thread's accumulator pairs sit in the output tile, and the host side: 2-D tensor maps,
-// the device check. Persistent kernels: one CTA per SM, 384 threads (warpgroup 0 loads, 1 and 2
-// multiply).
+// What the sm90 GEMMs share (gemm_dgelu.cu, gemm_gelu_forward.cu, grouped_gemm_sm90.cu): the
+// 128 x 256 tile and its shared-memory layout (a ring of kStages k-blocks of A (128, 64) and B
+// (256, 64), then one 64 KB output tile as four (128, 64) boxes, all in the TMA's 128B swizzle),
+// the loader's k-block loop, the multipliers' k-block loop (two warpgroups, 64 rows each,
+// m64n256k16 wgmma), where a thread's accumulator pairs sit in the output tile, and the host side:
+// 2-D tensor maps, the device check. Persistent kernels: one CTA per SM, 384 threads (warpgroup 0
+// loads, 1 and 2 multiply).
 #pragma once
 
 #include <cuda.h>
@@ -66,8 +66,9 @@ __device__ __forceinline__ TileShared CarveTileShared(uint8_t* raw) {
   return s;
 }
 
-// Thread 0's part of a kernel's setup: the ring's barriers and the prefetch of the four tensor
-// maps. The kernel then initialises its own barriers, calls BarrierInitFence, and all threads
+// Thread 0's part of a kernel's setup: the ring's barriers and the prefetch of the tensor maps
+// (mn_map and out_map may be null: a kernel that stores without them). The kernel then initialises
+// its own barriers, calls BarrierInitFence, and all threads
 // __syncthreads (ClusterSync in clusters: the peer's barriers must be ready before it is sent
 // anything). In a cluster of `cluster` CTAs a stage is free once the multiplying warps of all of
 // them have read it (each CTA's loader writes its part of B into all of them).
@@ -80,8 +81,8 @@ __device__ __forceinline__ void InitRing(const TileShared& s, const CUtensorMap*
   }
   TmaPrefetchMap(a_map);
   TmaPrefetchMap(b_map);
-  TmaPrefetchMap(mn_map);
-  TmaPrefetchMap(out_map);
+  if (mn_map != nullptr) TmaPrefetchMap(mn_map);
+  if (out_map != nullptr) TmaPrefetchMap(out_map);
 }
 
 // Where in the ring the next k-block goes, and the parity of its barriers' phase.
@@ -105,12 +106,13 @@ constexpr int kNMajorBoxBytes = kBlockK * kBoxCols * 2;  // 8 KB
 // `rank`, the two tiles one above the other, the same n0), each loader brings its half of B
 // (K-major: rows; N-major: two of the four boxes) into both CTAs by multicast, so that each CTA
 // reads 32 KB per k-block from the L2 instead of 48; each stage's barrier counts all 48 KB.
+// N-major B's k-blocks start at its row b_k0 (a matrix of stacked ones: the grouped GEMMs').
 template <BMajor kB = BMajor::kK, int kCluster = 1>
 __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap* a_map,
                                          const CUtensorMap* b_map, int m0, int n0, int k_blocks,
                                          RingPosition* ring, int rank = 0,
                                          const void* extra_src = nullptr, void* extra_dst = nullptr,
-                                         uint32_t extra_bytes = 0) {
+                                         uint32_t extra_bytes = 0, int b_k0 = 0) {
   static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs");
   constexpr uint16_t kBothCtas = 0b11;
   for (int kb = 0; kb < k_blocks; ++kb) {
@@ -128,10 +130,11 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
       constexpr int kBoxes = kTileBoxes / kCluster;  // this CTA's boxes
       for (int box = rank * kBoxes; box < (rank + 1) * kBoxes; ++box) {
         if (kCluster == 1)
-          TmaLoad2d(b_tile + box * kNMajorBoxBytes, b_map, bar, n0 + box * kBoxCols, kb * kBlockK);
+          TmaLoad2d(b_tile + box * kNMajorBoxBytes, b_map, bar, n0 + box * kBoxCols,
+                    b_k0 + kb * kBlockK);
         else
           TmaLoad2dMulticast(b_tile + box * kNMajorBoxBytes, b_map, bar, n0 + box * kBoxCols,
-                             kb * kBlockK, kBothCtas);
+                             b_k0 + kb * kBlockK, kBothCtas);
       }
     }
     if (kb == 0 && extra_bytes > 0) BulkLoad(extra_dst, extra_src, extra_bytes, bar);
@@ -139,12 +142,23 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
   }
 }
 
+// What the multipliers do to a k-block's stage before multiplying it: nothing, or (another
+// functor) fix its contents up (their generic writes then need FenceSharedForAsyncProxy).
+struct KeepStage {
+  __device__ __forceinline__ void operator()(int /*stage*/) const {}
+};
+
 // The multipliers (both warpgroups): acc = A (this half's 64 rows) B^T over the tile's k-blocks.
-// Each k-block's stage goes back to the loader once its wgmma have completed (one group stays in
-// flight), in a cluster to the loaders of all its CTAs.
-template <BMajor kB = BMajor::kK, int kCluster = 1>
+// A as the TMA writes it: K-major, one (128, 64) box; or, with kAMMajor, M-major (stored (K, M),
+// as A^T), two (64 K-rows, 64 M-elements) boxes of 8 KB, one per half. prepare(stage) runs once
+// each k-block's stage has landed, before its wgmma. Each k-block's stage goes back to the loader
+// once its wgmma have completed (one group stays in flight), in a cluster to the loaders of all
+// its CTAs.
+template <BMajor kB = BMajor::kK, int kCluster = 1, bool kAMMajor = false,
+          typename Prepare = KeepStage>
 __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, int half,
-                                             int k_blocks, RingPosition* ring) {
+                                             int k_blocks, RingPosition* ring,
+                                             Prepare&& prepare = Prepare()) {
   const bool lane0 = threadIdx.x % 32 == 0;
   auto release = [&](int stage) {
     if (!lane0) return;
@@ -154,20 +168,25 @@ __device__ __forceinline__ void MultiplyTile(float* acc, const TileShared& s, in
   int previous = 0;
   for (int kb = 0; kb < k_blocks; ++kb) {
     BarrierWait(&s.full[ring->stage], ring->phase);
-    const uint64_t desc_a =
-        WgmmaDescriptorSwizzle128(s.a_tiles + ring->stage * kATileBytes + half * 64 * 128);
+    prepare(ring->stage);
+    const uint8_t* a_tile = s.a_tiles + ring->stage * kATileBytes;
+    const uint64_t desc_a = kAMMajor
+                                ? WgmmaDescriptorSwizzle128NMajor(a_tile + half * kNMajorBoxBytes)
+                                : WgmmaDescriptorSwizzle128(a_tile + half * 64 * 128);
     const uint8_t* b_tile = s.b_tiles + ring->stage * kBTileBytes;
     const uint64_t desc_b = kB == BMajor::kK ? WgmmaDescriptorSwizzle128(b_tile)
                                              : WgmmaDescriptorSwizzle128NMajor(b_tile);
     // Along K by 16: K-major, 32 bytes within the rows (2 in the address field); N-major, 16
     // rows of 128 bytes (128).
     constexpr uint64_t kBStep = kB == BMajor::kK ? 2 : 128;
+    constexpr uint64_t kAStep = kAMMajor ? 128 : 2;  // the same for A
 #pragma unroll
     for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);
     WgmmaFence();
 #pragma unroll
     for (int k = 0; k < kBlockK / 16; ++k)
-      WgmmaM64N256K16<kB == BMajor::kN>(acc, desc_a + 2 * k, desc_b + kBStep * k, kb > 0 || k > 0);
+      WgmmaM64N256K16<kB == BMajor::kN, kAMMajor>(acc, desc_a + kAStep * k, desc_b + kBStep * k,
+                                                  kb > 0 || k > 0);
     WgmmaCommit();
 #pragma unroll
     for (int i = 0; i < 128; ++i) WgmmaFenceOperand(acc[i]);

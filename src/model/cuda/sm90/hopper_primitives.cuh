@@ -194,9 +194,10 @@ __device__ __forceinline__ void WgmmaFenceOperand(float& r) {
 }
 
 // d (64 x 256 f32, the wgmma accumulator fragment) (+)= A (64 x 16) B (256 x 16)^T, bf16 in
-// shared memory (descriptors above): A K-major, B K-major or, with kBNMajor, N-major (the
-// instruction's imm-trans-b); accumulate = false overwrites d.
-template <bool kBNMajor = false>
+// shared memory (descriptors above): A K-major or, with kAMMajor, M-major (stored (K, M), the
+// instruction's imm-trans-a; its descriptor as an N-major B's), B K-major or, with kBNMajor,
+// N-major (imm-trans-b); accumulate = false overwrites d.
+template <bool kBNMajor = false, bool kAMMajor = false>
 __device__ __forceinline__ void WgmmaM64N256K16(float* d, uint64_t desc_a, uint64_t desc_b,
                                                 bool accumulate) {
   asm volatile(
@@ -213,7 +214,7 @@ __device__ __forceinline__ void WgmmaM64N256K16(float* d, uint64_t desc_a, uint6
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
       "%127}, "
-      "%128, %129, p, 1, 1, 0, %131;\n"
+      "%128, %129, p, 1, 1, %132, %131;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
@@ -234,7 +235,8 @@ __device__ __forceinline__ void WgmmaM64N256K16(float* d, uint64_t desc_a, uint6
         "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
         "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
         "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kBNMajor ? 1 : 0));
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kBNMajor ? 1 : 0),
+        "n"(kAMMajor ? 1 : 0));
 }
 
 }  // namespace sm90

@@ -1,0 +1,322 @@
+// GPU tests of our sm90 grouped GEMMs (src/model/cuda/sm90/grouped_gemm_sm90.cu) through the CUDA
+// backend's grouped_gemm route, forced (set_grouped_gemm_route) or pinned (Engine.gpu_routes),
+// against the CPU twin (the CPU backend's per-group loop) on the same bf16-rounded inputs: the
+// forward, the input gradient and the weight gradient (overwritten and accumulated; experts without
+// rows untouched to the bit) on groups of 1, 127, 128, 129 and 300 rows, with rows in no group
+// between the groups (NaN in the inputs, their outputs kept to the bit), empty experts, every row
+// on one expert, one group, an expert in two runs, 64 experts of random sizes, and OLMoE's and
+// Mixtral's expert shapes (C 2048; OC 1024, 2048, 7168, 14336; the down projection C 1024, OC
+// 2048; the weight gradient on those with up to 64M weights). Each call must have run our kernel
+// once (path_counts().grouped_sm90) and cuBLAS's grouped GEMM never. A pin runs our kernel and is
+// recorded; pins and a TRAINER_GROUPED_GEMM value that do not apply are refused in one line. A
+// benchmark prints the TFLOP/s of our kernel, cuBLAS's grouped GEMM, the per-group loop and one
+// dense cuBLASLt GEMM of the same rows (not asserted). The kernel's cases skip on GPUs other than
+// sm_90.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/log.h"
+#include "cuda_test_util.h"
+#include "grouped_matmul_cases.h"
+#include "model/cuda/cuda_backend.h"
+#include "model/cuda/sm90/grouped_gemm_sm90.h"
+
+namespace trainer {
+namespace cuda_testing {
+namespace {
+
+// Groups in row order, (expert, rows) each, `gap` rows in no group after each and
+// grouped_testing::kSpareRows at the end; random_experts > 0: that many experts of 0-max_rows
+// rows each instead.
+struct Sm90Case {
+  const char* name;
+  int64_t C, OC;
+  int E;
+  std::vector<std::pair<int, int64_t>> runs;
+  int64_t gap = 0;
+  int64_t max_rows = 0;  // with runs empty: each expert 0..max_rows rows (0 for a quarter)
+};
+
+const std::vector<Sm90Case>& Cases() {
+  static const std::vector<Sm90Case> cases = {
+      {"odd sizes", 256, 512, 5, {{0, 1}, {1, 127}, {2, 128}, {3, 129}, {4, 300}}},
+      {"odd sizes, rows between", 256, 512, 5, {{3, 129}, {0, 1}, {4, 300}, {1, 127}, {2, 128}}, 5},
+      {"empty experts", 512, 256, 8, {{1, 200}, {2, 0}, {4, 77}, {6, 3}}, 2},
+      {"one expert", 256, 256, 4, {{2, 700}}},
+      {"one group", 256, 768, 1, {{0, 333}}},
+      {"an expert in two runs", 512, 512, 3, {{0, 100}, {1, 50}, {0, 70}, {2, 129}, {1, 1}}},
+      {"64 experts", 256, 256, 64, {}, 0, 150},
+      {"olmoe gate+up", 2048, 2048, 64, {}, 0, 60},
+      {"olmoe up", 2048, 1024, 64, {}, 0, 60},
+      {"olmoe down", 1024, 2048, 64, {}, 0, 60},
+      {"mixtral", 2048, 7168, 8, {}, 0, 90},
+      {"mixtral gate+up", 2048, 14336, 8, {}, 0, 60},
+      {"olmoe gate+up, 8 experts", 2048, 2048, 8, {}, 3, 300},
+      {"mixtral gate+up, 2 experts", 2048, 14336, 2, {}, 0, 200},
+  };
+  return cases;
+}
+
+// The case's groups and the rows of the row-side tensors.
+std::vector<ExpertRun> MakeSm90Groups(const Sm90Case& c, std::mt19937& rng, int64_t* rows) {
+  std::vector<std::pair<int, int64_t>> runs = c.runs;
+  if (runs.empty()) {
+    std::uniform_int_distribution<int64_t> size(1, c.max_rows);
+    for (int e = 0; e < c.E; ++e) runs.push_back({e, e % 4 == 3 ? 0 : size(rng)});
+  }
+  std::vector<ExpertRun> groups;
+  int64_t offset = 0;
+  for (const auto& [expert, n] : runs) {
+    groups.push_back({expert, offset, n});
+    offset += n + c.gap;
+  }
+  *rows = offset + grouped_testing::kSpareRows;
+  return groups;
+}
+
+// Whether row r of the row-side tensors is in a group.
+std::vector<bool> RowsInGroups(const std::vector<ExpertRun>& groups, int64_t rows) {
+  std::vector<bool> in(rows, false);
+  for (const ExpertRun& g : groups)
+    for (int64_t r = g.offset; r < g.offset + g.rows; ++r) in[r] = true;
+  return in;
+}
+
+class CudaGroupedSm90Test : public CudaVsCpuTest {
+ protected:
+  // Whether our kernel runs on this GPU and build (a small problem it takes).
+  static bool KernelRuns() {
+#if defined(TRAINER_WITH_SM90_KERNELS)
+    cuda::GroupedSm90Problem p;
+    p.m = 1, p.experts = 1, p.oc = 256, p.c = 256;
+    return cuda::GroupedSm90Supported(p);
+#else
+    return false;
+#endif
+  }
+  int Sm90() const {
+    return gpu_->path_counts().grouped_sm90;
+  }
+  int Cublas() const {
+    return gpu_->path_counts().grouped_gemm;
+  }
+
+  // got against want (the CPU twin's), and rows in no group of got equal to `before`'s.
+  void ExpectRows(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::vector<float>& before, const std::vector<bool>& in_group,
+                  int64_t cols) {
+    EXPECT_RELATIVE_ERROR_BELOW(got, want, 1e-2);
+    for (size_t r = 0; r < in_group.size(); ++r) {
+      if (in_group[r]) continue;
+      for (int64_t c = 0; c < cols; ++c)
+        ASSERT_EQ(got[r * cols + c], before[r * cols + c]) << "row " << r << " in no group changed";
+    }
+  }
+};
+
+// Rows in no group of the row-side inputs to NaN: our kernels may read them (a group's last block
+// or k-block reaches past it) but must not let them into a result.
+void PoisonRowsInNoGroup(const std::vector<bool>& in_group, int64_t cols, std::vector<float>* x) {
+  for (size_t r = 0; r < in_group.size(); ++r)
+    if (!in_group[r]) std::fill(x->begin() + r * cols, x->begin() + (r + 1) * cols, std::nanf(""));
+}
+
+TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
+  if (!KernelRuns()) GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
+  gpu_->set_grouped_gemm_route(GroupedGemmRoute::kSm90);
+  for (size_t i = 0; i < Cases().size(); ++i) {
+    const Sm90Case& c = Cases()[i];
+    // The weight gradient where its f32 copies stay small, overwritten and accumulated in turn.
+    const bool with_dw = int64_t{c.E} * c.OC * c.C <= (int64_t{64} << 20);
+    const GradientWrite write = i % 2 ? GradientWrite::kAccumulate : GradientWrite::kOverwrite;
+    SCOPED_TRACE(std::string(c.name) + ", " + Trace() +
+                 (with_dw ? (i % 2 ? ", dW accumulated" : ", dW overwritten") : ""));
+    int64_t M = 0;
+    const std::vector<ExpertRun> groups = MakeSm90Groups(c, rng_, &M);
+    const std::vector<bool> in_group = RowsInGroups(groups, M);
+    const int64_t C = c.C, OC = c.OC, E = c.E;
+    std::vector<float> in = Random(M * C), w = Random(E * OC * C), out0 = Random(M * OC),
+                       dout = Random(M * OC), din0 = Random(M * C);
+    PoisonRowsInNoGroup(in_group, C, &in);
+    PoisonRowsInNoGroup(in_group, OC, &dout);
+    std::vector<float> dw0 = RandomFloats(with_dw ? E * OC * C : 0, rng_);
+    // The CPU twin's results first.
+    std::vector<float> out = out0, din = din0, dw = dw0;
+    ASSERT_STATUS_OK(cpu_->GroupedMatmulForward(HostView(out, {M, OC}), HostView(in, {M, C}),
+                                                HostView(w, {E, OC, C}), groups));
+    ASSERT_STATUS_OK(cpu_->GroupedMatmulBackward(
+        HostView(din, {M, C}), with_dw ? HostView(dw, {E, OC, C}) : Tensor(),
+        HostView(dout, {M, OC}), HostView(in, {M, C}), HostView(w, {E, OC, C}), groups, write));
+
+    auto g_in = Compute(in, {M, C}), g_w = Compute(w, {E, OC, C}), g_dout = Compute(dout, {M, OC});
+    auto g_out = Compute(out0, {M, OC}), g_din = Compute(din0, {M, C});
+    auto g_dw = with_dw ? F32(dw0, {E, OC, C}) : nullptr;
+    const int sm90 = Sm90(), cublas = Cublas();
+    ASSERT_STATUS_OK(
+        gpu_->GroupedMatmulForward(g_out->tensor(), g_in->tensor(), g_w->tensor(), groups));
+    ExpectRows(g_out->Download(), out, out0, in_group, OC);
+    EXPECT_EQ(Sm90() - sm90, 1) << "the forward in one launch of our kernel";
+    ASSERT_STATUS_OK(gpu_->GroupedMatmulBackward(
+        g_din->tensor(), with_dw ? g_dw->tensor() : Tensor(), g_dout->tensor(), g_in->tensor(),
+        g_w->tensor(), groups, write));
+    ExpectRows(g_din->Download(), din, din0, in_group, C);
+    EXPECT_EQ(Sm90() - sm90, with_dw ? 3 : 2) << "each gradient in one launch of our kernels";
+    EXPECT_EQ(Cublas(), cublas) << "cuBLAS's grouped GEMM ran on the sm90 route";
+    if (!with_dw) continue;
+    const std::vector<float> got = g_dw->Download();
+    // What the op added (or wrote), so that dw0 does not hide its errors; experts in no group
+    // keep dw0 to the bit.
+    EXPECT_RELATIVE_ERROR_BELOW(Minus(got, dw0), Minus(dw, dw0), 1e-2);
+    std::vector<bool> has_rows(E, false);
+    for (const ExpertRun& g : groups) has_rows[g.expert] = has_rows[g.expert] || g.rows > 0;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t j = e * OC * C; j < (e + 1) * OC * C && !has_rows[e]; ++j)
+        ASSERT_EQ(got[j], dw0[j]) << "expert " << e << " has no rows but its gradient changed";
+  }
+}
+
+// Pins (Engine.gpu_routes' file) of op grouped_gemm, parsed as a routes file would be.
+RouteTable GroupedPins(const std::vector<std::pair<std::string, std::string>>& shape_candidates) {
+  RouteTable table;
+  for (const auto& [shape, candidate] : shape_candidates)
+    table.Record({CudaBackend::kGroupedRouteOp, shape, {{candidate, -1.f}}, 0, "pinned"});
+  RouteTable parsed;
+  EXPECT_TRUE(RouteTable::Parse(table.ToJson(), "pins.json", &parsed).ok());
+  return parsed;
+}
+
+void ExpectOneLineUsageError(const Status& s, const std::vector<std::string>& words) {
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), ExitCode::kUsage);
+  for (const std::string& word : words)
+    EXPECT_NE(s.message().find(word), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+}
+
+TEST_F(CudaGroupedSm90Test, PinsTakeTheRouteAndRefuseWhatDoesNotApply) {
+  constexpr int64_t M = 300, C = 256, OC = 256, E = 4;
+  const std::vector<ExpertRun> groups = {{1, 0, 130}, {3, 130, 167}};  // 3 rows in no group
+  std::vector<float> in = Random(M * C), w = Random(E * OC * C), out0 = Random(M * OC);
+  auto g_in = Compute(in, {M, C}), g_w = Compute(w, {E, OC, C}), g_out = Compute(out0, {M, OC});
+
+  // A candidate the op does not have, at once; our kernels for C = 192 (not a multiple of 256),
+  // on the shape's first call, on any GPU.
+  ExpectOneLineUsageError(
+      gpu_->PinRoutes(GroupedPins({{"forward E=4 OC=256 C=256 bf16", "cutlass"}})),
+      {"pins.json", "grouped_gemm", "cutlass"});
+  ASSERT_STATUS_OK(
+      gpu_->PinRoutes(GroupedPins({{"weight_gradient E=4 OC=256 C=192 bf16", "sm90"}})));
+  constexpr int64_t kOddC = 192;
+  auto g_in_odd = Compute(Random(M * kOddC), {M, kOddC});
+  auto g_w_odd = Compute(Random(E * OC * kOddC), {E, OC, kOddC});
+  auto g_dw_odd = F32(std::vector<float>(E * OC * kOddC), {E, OC, kOddC});
+  ExpectOneLineUsageError(
+      gpu_->GroupedMatmulBackward(Tensor(), g_dw_odd->tensor(), g_out->tensor(), g_in_odd->tensor(),
+                                  g_w_odd->tensor(), groups, GradientWrite::kOverwrite),
+      {"pins.json", "grouped_gemm", "weight_gradient", "C=192", "sm90", "cannot run"});
+
+  // A value of TRAINER_GROUPED_GEMM that is not a route, on a fresh backend's first grouped call.
+  {
+    std::unique_ptr<CudaBackend> gpu;
+    ASSERT_STATUS_OK(CudaBackend::Create(0, DType::kBF16, &gpu));
+    setenv("TRAINER_GROUPED_GEMM", "fastest", 1);
+    const Status s =
+        gpu->GroupedMatmulForward(g_out->tensor(), g_in->tensor(), g_w->tensor(), groups);
+    unsetenv("TRAINER_GROUPED_GEMM");
+    ExpectOneLineUsageError(s, {"TRAINER_GROUPED_GEMM=fastest", "sm90"});
+  }
+
+  if (!KernelRuns()) GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
+  const std::string shape = "forward E=4 OC=256 C=256 bf16";
+  std::unique_ptr<CudaBackend> gpu;
+  ASSERT_STATUS_OK(CudaBackend::Create(0, DType::kBF16, &gpu));
+  ASSERT_STATUS_OK(gpu->PinRoutes(GroupedPins({{shape, "sm90"}})));
+  ASSERT_STATUS_OK(
+      gpu->GroupedMatmulForward(g_out->tensor(), g_in->tensor(), g_w->tensor(), groups));
+  EXPECT_EQ(gpu->path_counts().grouped_sm90, 1);
+  EXPECT_EQ(gpu->path_counts().grouped_gemm, 0);
+  const RouteEntry* entry = gpu->routes()->Find(CudaBackend::kGroupedRouteOp, shape);
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(entry->chosen_name(), "sm90");
+  EXPECT_EQ(entry->how, "pinned");
+  std::vector<float> out = out0;
+  ASSERT_STATUS_OK(cpu_->GroupedMatmulForward(HostView(out, {M, OC}), HostView(in, {M, C}),
+                                              HostView(w, {E, OC, C}), groups));
+  ExpectRows(g_out->Download(), out, out0, RowsInGroups(groups, M), OC);
+}
+
+// Our kernels' speed against cuBLAS's grouped GEMM, the per-group loop and one dense cuBLASLt
+// GEMM of the same rows, on OLMoE-sized groups (64 experts, ~16k rows in uneven groups, C = OC =
+// 2048) and on 48 groups of 341 rows: the forward, the input gradient and the weight gradient (for
+// which the cuBLAS route is the per-group loop in bf16). Printed, not asserted.
+TEST_F(CudaGroupedSm90Test, PrintsSpeedAgainstCublasAndDense) {
+  if (!KernelRuns()) GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
+  const grouped_testing::GroupedCase olmoe = {
+      "olmoe-sized", 16384 + grouped_testing::kSpareRows, 2048, 2048, 64, "uneven"};
+  std::vector<std::vector<ExpertRun>> splits = {grouped_testing::MakeGroups(olmoe, rng_), {}};
+  for (int e = 0; e < 48; ++e) splits[1].push_back({e, e * 341, 341});  // 16368 rows
+  const int64_t M = olmoe.rows, C = olmoe.C, OC = olmoe.OC, E = olmoe.E;
+  auto g_in = Compute(Random(M * C), {M, C}), g_w = Compute(Random(E * OC * C), {E, OC, C});
+  auto g_out = Compute(std::vector<float>(M * OC), {M, OC});
+  auto g_dout = Compute(Random(M * OC), {M, OC}),
+       g_din = Compute(std::vector<float>(M * C), {M, C});
+  auto g_dw = F32(std::vector<float>(E * OC * C), {E, OC, C});
+  const Tensor w0(g_w->tensor().data, gpu_->compute_dtype(), {OC, C});
+  const Tensor dw0(g_dw->tensor().data, DType::kF32, {OC, C});
+  const int repeats = 10;
+  const char* names[] = {"sm90", "cuBLAS grouped", "per-group cuBLASLt", "dense cuBLASLt"};
+  const char* kinds[] = {"forward", "input gradient", "weight gradient"};
+  const GroupedGemmRoute routes[] = {GroupedGemmRoute::kSm90, GroupedGemmRoute::kCublas,
+                                     GroupedGemmRoute::kPerExpert};
+  for (const std::vector<ExpertRun>& groups : splits) {
+    int64_t rows = 0;
+    for (const ExpertRun& g : groups) rows += g.rows;
+    const Tensor in = MatrixRows(g_in->tensor(), 0, rows),
+                 dout = MatrixRows(g_dout->tensor(), 0, rows);
+    for (int kind = 0; kind < 3; ++kind) {
+      // One call of the kind by route (3: one dense GEMM of the groups' rows with expert 0).
+      auto call = [&](int route) -> Status {
+        const bool dense = route == 3;
+        if (kind == 0)
+          return dense ? gpu_->MatmulForward(MatrixRows(g_out->tensor(), 0, rows), Tensor(), in, w0,
+                                             Tensor(), Activation::kNone)
+                       : gpu_->GroupedMatmulForward(g_out->tensor(), g_in->tensor(), g_w->tensor(),
+                                                    groups);
+        const Tensor din = kind == 1 ? g_din->tensor() : Tensor();
+        const Tensor dw = kind == 2 ? g_dw->tensor() : Tensor();
+        if (dense)
+          return gpu_->MatmulBackward(din.empty() ? din : MatrixRows(din, 0, rows),
+                                      dw.empty() ? dw : dw0, Tensor(), dout, in, w0,
+                                      GradientWrite::kOverwrite);
+        return gpu_->GroupedMatmulBackward(din, dw, g_dout->tensor(), g_in->tensor(), g_w->tensor(),
+                                           groups, GradientWrite::kOverwrite);
+      };
+      std::string line =
+          StrFormat("grouped %s, %zu groups of %lld rows, C=%lld, OC=%lld:", kinds[kind],
+                    groups.size(), (long long)rows, (long long)C, (long long)OC);
+      for (int route = 0; route < 4; ++route) {
+        if (route < 3) gpu_->set_grouped_gemm_route(routes[route]);
+        double seconds = 0;
+        for (int i = 0; i <= repeats; ++i) {
+          if (i == 1) ASSERT_STATUS_OK(gpu_->Mark(0));  // the first call warms up
+          ASSERT_STATUS_OK(call(route));
+        }
+        ASSERT_STATUS_OK(gpu_->Mark(1));
+        ASSERT_STATUS_OK(gpu_->SecondsBetween(0, 1, &seconds));
+        line += StrFormat(" %s %.1f TFLOP/s%s", names[route],
+                          2.0 * rows * C * OC * repeats / seconds * 1e-12, route < 3 ? "," : "");
+      }
+      std::printf("%s\n", line.c_str());
+    }
+  }
+  gpu_->set_grouped_gemm_route(GroupedGemmRoute::kRule);
+}
+
+}  // namespace
+}  // namespace cuda_testing
+}  // namespace trainer
