@@ -90,6 +90,27 @@ cuda::Gemm LinearForwardGemm(DType compute, const Tensor& in, const Tensor& weig
   return g;
 }
 
+// din^T (C,N) = W (C,OC) dout^T (OC,N), dout's rows ld_dout apart: the input gradient's GEMM.
+cuda::Gemm InputGradientGemm(DType compute, const Tensor& weight, const void* dout,
+                             int64_t ld_dout, void* din, int64_t N) {
+  cuda::Gemm g;
+  g.m = Cols(weight), g.n = N, g.k = Rows(weight);
+  g.a = {weight.data, compute, g.m}, g.b = {dout, compute, ld_dout};
+  g.d = din, g.d_dtype = compute, g.ldd = g.m;
+  return g;
+}
+
+// dW^T (C,OC) = x^T (C,N) dout (N,OC) in f32, dout's rows ld_dout apart: the weight gradient's.
+cuda::Gemm WeightGradientGemm(DType compute, const Tensor& in, const void* dout, int64_t ld_dout,
+                              int64_t OC, void* dweight) {
+  cuda::Gemm g;
+  g.transpose_b = true;
+  g.m = Cols(in), g.n = OC, g.k = Rows(in);
+  g.a = {in.data, compute, g.m}, g.b = {dout, compute, ld_dout};
+  g.d = dweight, g.d_dtype = DType::kF32, g.ldd = g.m;
+  return g;
+}
+
 }  // namespace
 
 Status CudaBackend::RunMatmulForwardAddResidual(Tensor out, Tensor in, Tensor weight, Tensor bias,
@@ -179,16 +200,8 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
   const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight);
   bool supported = false, din_summed = false;
 
-  if (!din.empty()) {  // din^T (C,N) = W (C,OC) dout^T (OC,N)
-    cuda::Gemm g;
-    g.m = C;
-    g.n = N;
-    g.k = OC;
-    g.a = {weight.data, compute_, C};
-    g.b = {dout.data, compute_, OC};
-    g.d = din.data;
-    g.d_dtype = compute_;
-    g.ldd = C;
+  if (!din.empty()) {
+    cuda::Gemm g = InputGradientGemm(compute_, weight, dout.data, OC, din.data, N);
     g.timed = !ragged_groups_;
     const bool gelu = !gelu_pre_act.empty();
     if (gelu && matmul_epilogues_) {  // din = GELU'(pre_act) * (W dout^T) in the GEMM's epilogue
@@ -219,17 +232,8 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
     if (!gelu_pre_act.empty()) ++counts_.din_sum_passes;
   }
 
-  if (!dweight.empty()) {  // dW^T (C,OC) (+)= x^T (C,N) dout (N,OC), in f32
-    cuda::Gemm g;
-    g.transpose_b = true;
-    g.m = C;
-    g.n = OC;
-    g.k = N;
-    g.a = {in.data, compute_, C};
-    g.b = {dout.data, compute_, OC};
-    g.d = dweight.data;
-    g.d_dtype = DType::kF32;
-    g.ldd = C;
+  if (!dweight.empty()) {  // (+)=
+    cuda::Gemm g = WeightGradientGemm(compute_, in, dout.data, OC, OC, dweight.data);
     g.beta = dweight_write == GradientWrite::kAccumulate ? 1.f : 0.f;
     g.timed = !ragged_groups_;
     TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
@@ -261,34 +265,17 @@ Status CudaBackend::RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_w
                                                  Tensor dweight, Tensor dout,
                                                  int64_t first_column, Tensor in, Tensor weight) {
   const char* op = "MatmulBackwardFromColumns";
-  const int64_t N = Rows(in), C = Cols(in), OC = Rows(weight), W = Cols(dout);
+  const int64_t N = Rows(in), OC = Rows(weight), W = Cols(dout);
   const void* dcols = static_cast<const char*>(dout.data) + first_column * DTypeSize(compute_);
   bool supported = false;
-  if (!din.empty()) {  // din^T (C,N) (+)= W (C,OC) dcols^T (OC,N)
-    cuda::Gemm g;
-    g.m = C;
-    g.n = N;
-    g.k = OC;
-    g.a = {weight.data, compute_, C};
-    g.b = {dcols, compute_, W};
-    g.d = din.data;
-    g.d_dtype = compute_;
-    g.ldd = C;
+  if (!din.empty()) {  // (+)=
+    cuda::Gemm g = InputGradientGemm(compute_, weight, dcols, W, din.data, N);
     g.beta = din_write == GradientWrite::kAccumulate ? 1.f : 0.f;
     TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
     if (!supported) return OpError(op, "cuBLASLt has no algorithm for din");
   }
-  if (!dweight.empty()) {  // dW^T (C,OC) += x^T (C,N) dcols (N,OC), in f32
-    cuda::Gemm g;
-    g.transpose_b = true;
-    g.m = C;
-    g.n = OC;
-    g.k = N;
-    g.a = {in.data, compute_, C};
-    g.b = {dcols, compute_, W};
-    g.d = dweight.data;
-    g.d_dtype = DType::kF32;
-    g.ldd = C;
+  if (!dweight.empty()) {  // +=
+    cuda::Gemm g = WeightGradientGemm(compute_, in, dcols, W, OC, dweight.data);
     g.beta = 1.f;
     TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
     if (!supported) return OpError(op, "cuBLASLt has no algorithm for dweight");
