@@ -52,11 +52,11 @@ class CpuBackend : public Backend {
   Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
   Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                             int num_kv_heads, const DropoutKey& dropout,
-                             Tensor doc_starts) override;
+                             int num_kv_heads, const DropoutKey& dropout, Tensor doc_starts,
+                             const DocumentShape& documents) override;
   Status RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
                               int num_heads, int num_kv_heads, const DropoutKey& dropout,
-                              Tensor doc_starts) override;
+                              Tensor doc_starts, const DocumentShape& documents) override;
   Status RunDropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) override;
   Status RunAdd(Tensor out, Tensor a, Tensor b) override;
   Status RunAddInPlace(Tensor out, Tensor a) override;
