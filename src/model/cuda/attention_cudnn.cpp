@@ -83,9 +83,10 @@ struct DocumentScratch {
   char* offsets = nullptr;
   float* stats_rows = nullptr;
   size_t bytes = 0;
+  // base null: only `bytes` is computed.
   DocumentScratch(const DocShape& d, void* base) {
     auto take = [&](size_t n) {
-      char* at = static_cast<char*>(base) + bytes;
+      char* at = base == nullptr ? nullptr : static_cast<char*>(base) + bytes;
       bytes += (n + 255) & ~static_cast<size_t>(255);
       return at;
     };
