@@ -360,23 +360,45 @@ struct CudnnAttention::Impl {
         out);
   }
 
-  // Data.packing: documents: the sequences and offsets of doc_starts into `scratch`, and the
-  // pointers every document graph reads besides q, k, v (and the dropout's).
-  Status DocumentPack(const DocShape& d, const int32_t* doc_starts, const DocumentScratch& sc,
-                      std::unordered_map<int64_t, void*>* pack) {
-    const Shape& s = d.s;
+  // Data.packing: documents (CudnnAttention::ForwardDocuments, BackwardDocuments): the forward
+  // where dqkv is null (out and stats written), else the backward (dout read, dqkv written).
+  Status Documents(DType dtype, const Shape& s, const DocumentShape& documents, const void* qkv,
+                   void* out, float* stats, void* dqkv, const void* dout,
+                   const DropoutKey& dropout, const int32_t* doc_starts, void* scratch,
+                   bool* supported) {
+    *supported = false;
+    if (dtype != DType::kBF16 || !documents.known()) return Status::Ok();
+    const bool backward = dqkv != nullptr;
+    const DocShape d(s, documents);
+    GraphPtr graph;
+    TRAINER_RETURN_IF_ERROR(DocumentGraph(d, backward, &graph));
+    if (!graph) return Status::Ok();
+    const DocumentScratch sc(d, scratch);
     CUDA_CHECK(LaunchDocumentSequences(sc.seq_len, sc.first_row, sc.offsets, d.wide, doc_starts,
                                        (int)s.B, (int)s.T, (int)d.N, s.row(), s.NH * s.HS, s.NH,
                                        cudnn.stream));
     void* qkv_offsets = sc.offsets_of(d, 0);
-    (*pack)[kSeqLenQ] = sc.seq_len;
-    (*pack)[kSeqLenKv] = sc.seq_len;
-    (*pack)[kQOffsets] = qkv_offsets;  // k and v: the same rows from their own base pointers
-    (*pack)[kKOffsets] = qkv_offsets;
-    (*pack)[kVOffsets] = qkv_offsets;
-    (*pack)[kOOffsets] = sc.offsets_of(d, 1);
-    (*pack)[kStatsOffsets] = sc.offsets_of(d, 2);
-    (*pack)[kStats] = sc.stats_rows;
+    std::unordered_map<int64_t, void*> pack = {
+        {kO, out},
+        {kSeqLenQ, sc.seq_len},
+        {kSeqLenKv, sc.seq_len},
+        {kQOffsets, qkv_offsets},  // k and v: the same rows from their own base pointers
+        {kKOffsets, qkv_offsets},
+        {kVOffsets, qkv_offsets},
+        {kOOffsets, sc.offsets_of(d, 1)},
+        {kStatsOffsets, sc.offsets_of(d, 2)},
+        {kStats, sc.stats_rows}};
+    if (backward) pack[kDO] = const_cast<void*>(dout);
+    TRAINER_RETURN_IF_ERROR(
+        QkvPack(dtype, qkv, dqkv, (int)s.NH, (int)s.NKV, (int)s.HS, dropout, &pack));
+    if (backward)
+      CUDA_CHECK(LaunchTransposeAttentionStats(sc.stats_rows, stats, (int)s.B, (int)s.T,
+                                               (int)s.NH, /*to_rows=*/true, cudnn.stream));
+    *supported = true;
+    TRAINER_RETURN_IF_ERROR(cudnn.Execute("document attention", graph, pack));
+    if (!backward)
+      CUDA_CHECK(LaunchTransposeAttentionStats(sc.stats_rows, stats, (int)s.B, (int)s.T,
+                                               (int)s.NH, /*to_rows=*/false, cudnn.stream));
     return Status::Ok();
   }
 
@@ -458,21 +480,8 @@ Status CudnnAttention::ForwardDocuments(DType dtype, void* out, float* stats, co
                                         const DropoutKey& dropout, const int32_t* doc_starts,
                                         const DocumentShape& documents, void* scratch,
                                         bool* supported) {
-  *supported = false;
-  if (dtype != DType::kBF16 || !documents.known()) return Status::Ok();
-  const DocShape d(Shape{B, T, NH, NKV, HS, dropout.p}, documents);
-  GraphPtr graph;
-  TRAINER_RETURN_IF_ERROR(impl_->DocumentGraph(d, /*backward=*/false, &graph));
-  if (!graph) return Status::Ok();
-  const DocumentScratch sc(d, scratch);
-  std::unordered_map<int64_t, void*> pack = {{kO, out}};
-  TRAINER_RETURN_IF_ERROR(impl_->DocumentPack(d, doc_starts, sc, &pack));
-  TRAINER_RETURN_IF_ERROR(impl_->QkvPack(dtype, qkv, nullptr, NH, NKV, HS, dropout, &pack));
-  *supported = true;
-  TRAINER_RETURN_IF_ERROR(impl_->cudnn.Execute("document attention", graph, pack));
-  CUDA_CHECK(LaunchTransposeAttentionStats(sc.stats_rows, stats, B, T, NH, /*to_rows=*/false,
-                                           impl_->cudnn.stream));
-  return Status::Ok();
+  return impl_->Documents(dtype, Shape{B, T, NH, NKV, HS, dropout.p}, documents, qkv, out, stats,
+                          nullptr, nullptr, dropout, doc_starts, scratch, supported);
 }
 
 Status CudnnAttention::BackwardDocuments(DType dtype, void* dqkv, const void* dout,
@@ -481,21 +490,9 @@ Status CudnnAttention::BackwardDocuments(DType dtype, void* dqkv, const void* do
                                          const DropoutKey& dropout, const int32_t* doc_starts,
                                          const DocumentShape& documents, void* scratch,
                                          bool* supported) {
-  *supported = false;
-  if (dtype != DType::kBF16 || !documents.known()) return Status::Ok();
-  const DocShape d(Shape{B, T, NH, NKV, HS, dropout.p}, documents);
-  GraphPtr graph;
-  TRAINER_RETURN_IF_ERROR(impl_->DocumentGraph(d, /*backward=*/true, &graph));
-  if (!graph) return Status::Ok();
-  const DocumentScratch sc(d, scratch);
-  std::unordered_map<int64_t, void*> pack = {{kO, const_cast<void*>(out)},
-                                             {kDO, const_cast<void*>(dout)}};
-  TRAINER_RETURN_IF_ERROR(impl_->DocumentPack(d, doc_starts, sc, &pack));
-  TRAINER_RETURN_IF_ERROR(impl_->QkvPack(dtype, qkv, dqkv, NH, NKV, HS, dropout, &pack));
-  CUDA_CHECK(LaunchTransposeAttentionStats(sc.stats_rows, const_cast<float*>(stats), B, T, NH,
-                                           /*to_rows=*/true, impl_->cudnn.stream));
-  *supported = true;
-  return impl_->cudnn.Execute("document attention", graph, pack);
+  return impl_->Documents(dtype, Shape{B, T, NH, NKV, HS, dropout.p}, documents, qkv,
+                          const_cast<void*>(out), const_cast<float*>(stats), dqkv, dout,
+                          dropout, doc_starts, scratch, supported);
 }
 
 }  // namespace cuda

@@ -220,6 +220,17 @@ class CudaBackend final : public Backend {
   static constexpr int kAttentionCudnn = 0, kAttentionOurs = 1;
   Status AttentionRoute(bool documents, int B, int T, int NH, int NKV, int HS, int** route);
   Status AttentionCudnnRefused(bool documents, int B, int T, int NH, int NKV, int HS, int* route);
+  // One attention call: qkv's shape (B,T,(NH+2*NKV)*HS); route: the shape's route where cuDNN
+  // takes the call, else null (our kernels; so are documents without their measure); scratch:
+  // for cuDNN's call over documents.
+  struct AttentionCall {
+    int B = 0, T = 0, NH = 0, NKV = 0, HS = 0;
+    const int32_t* starts = nullptr;  // doc_starts, or null
+    int* route = nullptr;
+    void* scratch = nullptr;
+  };
+  Status PrepareAttention(Tensor qkv, int num_heads, int num_kv_heads, Tensor doc_starts,
+                          const DocumentShape& documents, AttentionCall* call);
   // AdoptRoutes: the shape's cached route dropped, so that its next call takes the pins.
   void ForgetRoute(const std::string& op, const std::string& shape);
   void ForgetAttentionRoute(const std::string& op, const std::string& shape);

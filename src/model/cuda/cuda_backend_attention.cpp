@@ -19,17 +19,6 @@ namespace trainer {
 
 namespace {
 
-struct AttentionShape {
-  int B = 0, T = 0, NH = 0, NKV = 0, HS = 0;
-};
-
-// qkv (B, T, (NH+2*NKV)*HS), as the op's contract checked (num_kv_heads resolved there).
-AttentionShape AttentionShapeOf(const Tensor& qkv, int num_heads, int num_kv_heads) {
-  const int64_t slots = static_cast<int64_t>(num_heads) + 2 * num_kv_heads;
-  return AttentionShape{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), num_heads,
-                        num_kv_heads, static_cast<int>(qkv.dim(2) / slots)};
-}
-
 const char* AttentionOp(bool documents) {
   return documents ? "attention_documents" : "attention";
 }
@@ -89,41 +78,58 @@ Status CudaBackend::AttentionCudnnRefused(bool documents, int B, int T, int NH, 
   return Status::Ok();
 }
 
+Status CudaBackend::PrepareAttention(Tensor qkv, int num_heads, int num_kv_heads,
+                                     Tensor doc_starts, const DocumentShape& documents,
+                                     AttentionCall* a) {
+  // qkv (B, T, (NH+2*NKV)*HS), as the op's contract checked (num_kv_heads resolved there).
+  const int64_t slots = static_cast<int64_t>(num_heads) + 2 * num_kv_heads;
+  a->B = static_cast<int>(qkv.dim(0));
+  a->T = static_cast<int>(qkv.dim(1));
+  a->NH = num_heads;
+  a->NKV = num_kv_heads;
+  a->HS = static_cast<int>(qkv.dim(2) / slots);
+  a->starts = doc_starts.empty() ? nullptr : doc_starts.as<int32_t>();
+  const bool docs = a->starts != nullptr;
+  if (docs && !documents.known()) return Status::Ok();
+  int* route = nullptr;
+  TRAINER_RETURN_IF_ERROR(AttentionRoute(docs, a->B, a->T, a->NH, a->NKV, a->HS, &route));
+  if (*route != kAttentionCudnn) return Status::Ok();
+  a->route = route;
+  if (docs)
+    TRAINER_RETURN_IF_ERROR(Scratch(cuda::CudnnAttention::DocumentScratchBytes(
+                                        a->B, a->T, a->NH, a->NKV, a->HS, documents),
+                                    &a->scratch));
+  return Status::Ok();
+}
+
 Status CudaBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
                                         int num_kv_heads, const DropoutKey& dropout,
                                         Tensor doc_starts, const DocumentShape& documents) {
-  const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
-  const int32_t* starts = doc_starts.empty() ? nullptr : doc_starts.as<int32_t>();
-  const bool docs = starts != nullptr;
-  int* route = nullptr;
-  if (!docs || documents.known())
-    TRAINER_RETURN_IF_ERROR(AttentionRoute(docs, s.B, s.T, s.NH, s.NKV, s.HS, &route));
-  if (route != nullptr && *route == kAttentionCudnn) {
+  AttentionCall a;
+  TRAINER_RETURN_IF_ERROR(
+      PrepareAttention(qkv, num_heads, num_kv_heads, doc_starts, documents, &a));
+  const bool docs = a.starts != nullptr;
+  if (a.route != nullptr) {
     bool supported = false;
-    if (docs) {
-      void* scratch = nullptr;
-      TRAINER_RETURN_IF_ERROR(Scratch(cuda::CudnnAttention::DocumentScratchBytes(
-                                          s.B, s.T, s.NH, s.NKV, s.HS, documents),
-                                      &scratch));
+    if (docs)
       TRAINER_RETURN_IF_ERROR(cudnn_attention_->ForwardDocuments(
-          compute_, out.data, stats.as<float>(), qkv.data, s.B, s.T, s.NH, s.NKV, s.HS, dropout,
-          starts, documents, scratch, &supported));
-    } else {
+          compute_, out.data, stats.as<float>(), qkv.data, a.B, a.T, a.NH, a.NKV, a.HS, dropout,
+          a.starts, documents, a.scratch, &supported));
+    else
       TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(compute_, out.data, stats.as<float>(),
-                                                        qkv.data, s.B, s.T, s.NH, s.NKV, s.HS,
+                                                        qkv.data, a.B, a.T, a.NH, a.NKV, a.HS,
                                                         dropout, &supported));
-    }
     if (supported) {
       ++counts_.attention_cudnn;
-      if (docs) ++counts_.attention_cudnn_documents;
+      counts_.attention_cudnn_documents += docs;
       return Status::Ok();
     }
-    TRAINER_RETURN_IF_ERROR(AttentionCudnnRefused(docs, s.B, s.T, s.NH, s.NKV, s.HS, route));
+    TRAINER_RETURN_IF_ERROR(AttentionCudnnRefused(docs, a.B, a.T, a.NH, a.NKV, a.HS, a.route));
   }
   ++counts_.attention_fallback;
   CUDA_CHECK(cuda::LaunchAttentionForwardFallback(compute_, out.data, stats.as<float>(), qkv.data,
-                                                  s.B, s.T, s.NH, s.NKV, s.HS, dropout, stream_,
-                                                  starts));
+                                                  a.B, a.T, a.NH, a.NKV, a.HS, dropout, stream_,
+                                                  a.starts));
   return Status::Ok();
 }
 
@@ -131,40 +137,31 @@ Status CudaBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, T
                                          Tensor stats, int num_heads, int num_kv_heads,
                                          const DropoutKey& dropout, Tensor doc_starts,
                                          const DocumentShape& documents) {
-  const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
-  const int32_t* starts = doc_starts.empty() ? nullptr : doc_starts.as<int32_t>();
-  const bool docs = starts != nullptr;
-  int* route = nullptr;
-  if (!docs || documents.known())
-    TRAINER_RETURN_IF_ERROR(AttentionRoute(docs, s.B, s.T, s.NH, s.NKV, s.HS, &route));
-  if (route != nullptr && *route == kAttentionCudnn) {
-    bool supported = false;
-    if (docs) {
-      void* scratch = nullptr;
-      TRAINER_RETURN_IF_ERROR(Scratch(cuda::CudnnAttention::DocumentScratchBytes(
-                                          s.B, s.T, s.NH, s.NKV, s.HS, documents),
-                                      &scratch));
-      TRAINER_RETURN_IF_ERROR(cudnn_attention_->BackwardDocuments(
-          compute_, dqkv.data, dout.data, qkv.data, out.data, stats.as<float>(), s.B, s.T, s.NH,
-          s.NKV, s.HS, dropout, starts, documents, scratch, &supported));
-    } else {
-      TRAINER_RETURN_IF_ERROR(cudnn_attention_->Backward(
-          compute_, dqkv.data, dout.data, qkv.data, out.data, stats.as<float>(), s.B, s.T, s.NH,
-          s.NKV, s.HS, dropout, &supported));
-    }
-    if (supported) {
-      ++counts_.attention_cudnn;
-      if (docs) ++counts_.attention_cudnn_documents;
-      return Status::Ok();
-    }
+  AttentionCall a;
+  TRAINER_RETURN_IF_ERROR(
+      PrepareAttention(qkv, num_heads, num_kv_heads, doc_starts, documents, &a));
+  const bool docs = a.starts != nullptr;
+  bool supported = false;
+  if (a.route != nullptr && docs)
+    TRAINER_RETURN_IF_ERROR(cudnn_attention_->BackwardDocuments(
+        compute_, dqkv.data, dout.data, qkv.data, out.data, stats.as<float>(), a.B, a.T, a.NH,
+        a.NKV, a.HS, dropout, a.starts, documents, a.scratch, &supported));
+  else if (a.route != nullptr)
+    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Backward(compute_, dqkv.data, dout.data, qkv.data,
+                                                       out.data, stats.as<float>(), a.B, a.T,
+                                                       a.NH, a.NKV, a.HS, dropout, &supported));
+  if (supported) {
+    ++counts_.attention_cudnn;
+    counts_.attention_cudnn_documents += docs;
+    return Status::Ok();
   }
   ++counts_.attention_fallback;
   void* scratch = nullptr;
   TRAINER_RETURN_IF_ERROR(Scratch(
-      cuda::AttentionBackwardFallbackScratchFloats(s.B, s.T, s.NH) * sizeof(float), &scratch));
+      cuda::AttentionBackwardFallbackScratchFloats(a.B, a.T, a.NH) * sizeof(float), &scratch));
   CUDA_CHECK(cuda::LaunchAttentionBackwardFallback(
       compute_, dqkv.data, dout.data, qkv.data, out.data, stats.as<float>(),
-      static_cast<float*>(scratch), s.B, s.T, s.NH, s.NKV, s.HS, dropout, stream_, starts));
+      static_cast<float*>(scratch), a.B, a.T, a.NH, a.NKV, a.HS, dropout, stream_, a.starts));
   return Status::Ok();
 }
 
