@@ -56,15 +56,24 @@ using GraphPtr = CudnnGraphPtr;
 // bucket) over the packed B*T rows. q, out and their gradients are (N, NH, L, HS), k, v and theirs
 // (N, NKV, L, HS), the statistics (N, NH, L, 1) in ragged (B*T, NH) rows; each sequence starts
 // at its ragged offset (elements), so the batch stride is only nominal.
+// The backward's f32 workspace (cuDNN frontend's composite SDPA backward) holds dq's sums and
+// the softmax sums as ragged as their outputs (max_total_seq_len_q: B*T rows of the row stride,
+// (NH+2*NKV)*HS in our interleaved qkv, as Transformer Engine sizes it). Under grouped-query
+// heads it also holds dk and dv per query head: ragged (max_total_seq_len_kv), B*T rows of that
+// stride times NH/NKV each, or padded, (N, NH, L, HS) each; the smaller is chosen (a micro-batch
+// of a few long documents pads little, the ragged rows' stride is wide).
 struct DocShape {
   Shape s;
   int64_t N, L;
   bool wide;  // int64 offsets (the largest, B*T*row, does not fit int32)
+  bool ragged_kv_workspace;
   DocShape(const Shape& shape, const DocumentShape& documents) : s(shape) {
     const DocumentShape bucket = DocumentBucket(documents, static_cast<int>(s.T));
     N = bucket.count;
     L = bucket.longest;
-    wide = s.B * s.T * s.row() > INT32_MAX;
+    const int64_t rows = s.B * s.T, padded = N * s.NH * L;
+    wide = rows * s.row() > INT32_MAX;
+    ragged_kv_workspace = rows * s.row() * (s.NH / s.NKV) <= padded * s.HS;
   }
   std::vector<int64_t> dims() const { return {N, s.NH, L, s.HS}; }
   std::vector<int64_t> kv_dims() const { return {N, s.NKV, L, s.HS}; }
@@ -245,12 +254,10 @@ GraphPtr DocumentBackwardGraph(const DocShape& d) {
   auto stats = GraphInput(graph, "stats", kStats, d.stats_dims(), d.stats_strides());
   stats->set_data_type(fe::DataType_t::FLOAT)
       .set_ragged_offset(RaggedOffsets(graph, "stats_offsets", kStatsOffsets, d));
-  // The softmax sums' workspace sized for the packed rows, not N * L of them.
   const int64_t rows = d.s.B * d.s.T;
-  auto options = fe::graph::SDPA_backward_attributes()
-                     .set_name("document_attention_backward")
-                     .set_max_total_seq_len_q(rows)
-                     .set_max_total_seq_len_kv(rows);
+  auto options = fe::graph::SDPA_backward_attributes().set_name("document_attention_backward");
+  options.set_max_total_seq_len_q(rows);
+  if (d.ragged_kv_workspace) options.set_max_total_seq_len_kv(rows);
   auto [dq, dk, dv] =
       graph->sdpa_backward(in.q, in.k, in.v, o, dout, stats, DocumentMasks(options, graph, d));
   dq->set_output(true).set_dim(d.dims()).set_stride(d.qkv_strides()).set_uid(kDQ);
