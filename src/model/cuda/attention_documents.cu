@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the scan's storage is reused; the last barrier publishes first_row
   }
   for (int i = threadIdx.x; i <= capacity; i += kThreads) {
-    const int64_t r = first_row[i];  // written by this thread above, or the fill
+    const int64_t r = first_row[i];  // a document's first row, or the fill
     offsets[i] = static_cast<O>(r * qkv_row);
     offsets[capacity + 1 + i] = static_cast<O>(r * out_row);
     offsets[2 * (capacity + 1) + i] = static_cast<O>(r * stats_row);
