@@ -25,31 +25,22 @@ train() {  # name device overrides...
 train cpu cpu
 train gpu cuda
 train gpu-rc cuda -o Model.recompute=block
-# The route each attention shape of the documents took, from the run's routes file.
-python3 - gpu <<'PY' || fail "the GPU run's attention_documents routes"
-import json, sys
-routes = [r for r in json.load(open(sys.argv[1] + "/gpu_routes.json"))["routes"]
-          if r["op"] == "attention_documents"]
-assert routes, "no attention_documents route"
-print("attention_documents:", [(r["shape"], r["chosen"], r["how"]) for r in routes])
-PY
-# cuDNN runs the documents where the binary has its frontend and the GPU is a Hopper or newer.
+# The route each attention shape of the documents took, from the run's routes file (all cuDNN's
+# where the binary has its frontend and the GPU is a Hopper or newer); the same file with those
+# routes pinned to our kernels is ours.json.
 CAP=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | cut -d. -f1)
-if "$TRAINER" --version | grep -q "frontend attention" && [ "${CAP:-0}" -ge 9 ]; then
-  python3 - gpu <<'PY' || fail "cuDNN did not run the documents' attention"
+EXPECT_CUDNN=0
+if "$TRAINER" --version | grep -q "frontend attention" && [ "${CAP:-0}" -ge 9 ]; then EXPECT_CUDNN=1; fi
+python3 - gpu/gpu_routes.json ours.json $EXPECT_CUDNN <<'PY' || fail "the GPU run's attention_documents routes"
 import json, sys
-routes = [r for r in json.load(open(sys.argv[1] + "/gpu_routes.json"))["routes"]
-          if r["op"] == "attention_documents"]
-assert all(r["chosen"] == "cudnn" for r in routes), routes
-PY
-fi
-python3 - <<'PY'
-import json
-routes = json.load(open("gpu/gpu_routes.json"))
-for r in routes["routes"]:
-    if r["op"] == "attention_documents":
-        r["chosen"] = "ours"
-json.dump(routes, open("ours.json", "w"), indent=1)
+table = json.load(open(sys.argv[1]))
+documents = [r for r in table["routes"] if r["op"] == "attention_documents"]
+assert documents, "no attention_documents route"
+print("attention_documents:", [(r["shape"], r["chosen"], r["how"]) for r in documents])
+assert sys.argv[3] == "0" or all(r["chosen"] == "cudnn" for r in documents), "not cuDNN's"
+for r in documents:
+    r["chosen"] = "ours"
+json.dump(table, open(sys.argv[2], "w"), indent=1)
 PY
 train ours cuda -o Engine.gpu_routes=ours.json
 python3 - ours <<'PY' || fail "the pinned run's attention_documents routes"
