@@ -1,6 +1,7 @@
 # CUDA backend tests. cuda_availability_test runs in every build (MakeCudaBackend's answer without
 # CUDA, without a GPU, or with one). cuda_backend_test compares every CudaBackend op with the CPU
-# fp32 backend on a GPU (label gpu), dropout's masks among them (cuda_dropout_test.cpp); it exits
+# fp32 backend on a GPU (label gpu), dropout's masks among them (cuda_dropout_test.cpp) and
+# attention over packed documents through cuDNN (cuda_attention_documents_test.cpp); it exits
 # 77 (skipped) where no GPU is visible.
 trainer_gtest(cuda_availability_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_availability_test.cpp
               LIBS trainer_model TIMEOUT 60)
@@ -10,6 +11,7 @@ if(TRAINER_WITH_CUDA)
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_layers_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_routes_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_attention_test.cpp
+                        ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_attention_documents_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_llama_ops_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_moe_test.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_grouped_matmul_test.cpp

@@ -18,6 +18,9 @@ if(TRAINER_WITH_CUDA)
                 LIBS trainer_optimizer LABELS gpu TIMEOUT 300)
 endif()
 trainer_script_test(gpu_training SCRIPT gpu_training.sh LABELS "gpu;e2e" TIMEOUT 600)
+# Data.packing: documents on one GPU: cuDNN's attention over the documents, and our kernels
+# pinned, against the CPU curve.
+trainer_script_test(gpu_packing SCRIPT gpu_packing.sh LABELS "gpu;e2e" TIMEOUT 600)
 trainer_script_test(gpu_sharding SCRIPT gpu_sharding.sh LABELS "gpu;e2e" TIMEOUT 900)
 # Engine.gpu_routes: a run's routes file pins another run's kernels (bit for bit), refusals.
 trainer_script_test(gpu_routes SCRIPT gpu_routes.sh LABELS "gpu;e2e" TIMEOUT 600)

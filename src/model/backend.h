@@ -22,6 +22,7 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "model/documents.h"
 #include "model/philox.h"
 #include "model/route_table.h"
 
@@ -230,14 +231,17 @@ class Backend {
   // With doc_starts (B,T) i32 (Data.packing: documents; empty: plain causal), query t of sample
   // b attends to keys s with doc_starts[b][t] <= s <= t only: doc_starts[b][t] is the position
   // where t's document starts in the window (0 <= doc_starts[b][t] <= t, the same for every
-  // token of a document; the caller keeps to that).
+  // token of a document; the caller keeps to that). documents: their count and longest length
+  // as the host measured them (MeasureDocuments), or unknown; the GPU's fused attention for
+  // documents needs them (unknown: its slower kernels run).
   Status AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
                           int num_kv_heads = 0, const DropoutKey& dropout = DropoutKey(),
-                          Tensor doc_starts = Tensor());
+                          Tensor doc_starts = Tensor(), DocumentShape documents = DocumentShape());
   // dqkv like qkv, overwritten (a kv head's gradient sums over its query heads); dout like out.
   Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
                            int num_heads, int num_kv_heads = 0,
-                           const DropoutKey& dropout = DropoutKey(), Tensor doc_starts = Tensor());
+                           const DropoutKey& dropout = DropoutKey(), Tensor doc_starts = Tensor(),
+                           DocumentShape documents = DocumentShape());
 
   // Dropout (philox.h): out (N,C) = [residual +] in * keep / (1 - p), keep drawn for row r (the
   // global row key.first_row + r: sample key.first_sample + row / key.seq_len, position
@@ -424,10 +428,11 @@ class Backend {
   // num_kv_heads is resolved here: NKV > 0 (num_heads where the caller passed 0).
   virtual Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
                                      int num_kv_heads, const DropoutKey& dropout,
-                                     Tensor doc_starts) = 0;
+                                     Tensor doc_starts, const DocumentShape& documents) = 0;
   virtual Status RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
                                       Tensor stats, int num_heads, int num_kv_heads,
-                                      const DropoutKey& dropout, Tensor doc_starts) = 0;
+                                      const DropoutKey& dropout, Tensor doc_starts,
+                                      const DocumentShape& documents) = 0;
   virtual Status RunDropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) = 0;
   virtual Status RunAdd(Tensor out, Tensor a, Tensor b) = 0;
   virtual Status RunAddInPlace(Tensor out, Tensor a) = 0;

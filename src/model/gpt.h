@@ -242,6 +242,7 @@ class GptModel {
     Tensor tokens, targets;  // (B,T) i32 on the device
     Tensor doc_starts;       // (B,T) i32 on the device, used when `documents`
     bool documents = false;
+    DocumentShape document_shape;  // the host's measure of doc_starts
     Tensor input;            // (B,T,C) residual stream entering the stage
     std::vector<BlockActivations*> blocks;
     Tensor lnf_out, lnf_mean, lnf_rstd;  // last stage

@@ -10,13 +10,17 @@ Status GptModel::SetDocumentStarts(int slot, const int32_t* doc_starts) {
   Slot& s = slots_[slot];
   s.documents = doc_starts != nullptr;
   if (!s.documents) return Status::Ok();
+  s.document_shape = MeasureDocuments(doc_starts, B_, T_);
   return backend_->CopyToDevice(s.doc_starts.data, doc_starts,
                                 static_cast<size_t>(B_) * T_ * sizeof(int32_t));
 }
 
 BlockContext GptModel::Context(int slot) const {
   BlockContext ctx = Context();
-  if (slots_[slot].documents) ctx.doc_starts = slots_[slot].doc_starts;
+  if (slots_[slot].documents) {
+    ctx.doc_starts = slots_[slot].doc_starts;
+    ctx.documents = slots_[slot].document_shape;
+  }
   const DropoutDraw& d = slots_[slot].dropout;
   if (!d.on) return ctx;
   for (DropoutKey* k : {&ctx.hidden_dropout, &ctx.attention_dropout, &ctx.lora.dropout}) {

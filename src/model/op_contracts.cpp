@@ -354,31 +354,45 @@ void CheckDropoutKey(OpContract& c, const DropoutKey& key) {
       .Require(key.seq_len > 0, "dropout key without a sequence length")
       .Require(key.first_column >= 0, "dropout key with a negative first column");
 }
+// The host's measure of the documents (unknown, or with doc_starts and within the batch).
+void CheckDocumentShape(OpContract& c, const DocumentShape& d, const Tensor& doc_starts,
+                        const Tensor& qkv) {
+  if (!d.known()) return;
+  const int64_t B = qkv.ndim == 3 ? qkv.dim(0) : 0, T = qkv.ndim == 3 ? qkv.dim(1) : 0;
+  c.Require(!doc_starts.empty(), "documents measured without doc_starts")
+      .Require(d.count >= B && d.count <= B * T && d.longest >= 1 && d.longest <= T,
+               StrFormat("documents count %d, longest %d do not fit B=%lld T=%lld", d.count,
+                         d.longest, static_cast<long long>(B), static_cast<long long>(T)));
+}
 }  // namespace
 
 Status Backend::AttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                 int num_kv_heads, const DropoutKey& dropout, Tensor doc_starts) {
+                                 int num_kv_heads, const DropoutKey& dropout, Tensor doc_starts,
+                                 DocumentShape documents) {
   const int NKV = num_kv_heads == 0 ? num_heads : num_kv_heads;
   OpContract c(*this, "AttentionForward");
   CheckAttention(c, compute_dtype(), qkv, "out", out, stats, num_heads, NKV);
   CheckDocStarts(c, doc_starts, qkv);
+  CheckDocumentShape(c, documents, doc_starts, qkv);
   CheckDropoutKey(c, dropout);
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunAttentionForward(out, stats, qkv, num_heads, NKV, dropout, doc_starts);
+  return RunAttentionForward(out, stats, qkv, num_heads, NKV, dropout, doc_starts, documents);
 }
 
 Status Backend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
                                   int num_heads, int num_kv_heads, const DropoutKey& dropout,
-                                  Tensor doc_starts) {
+                                  Tensor doc_starts, DocumentShape documents) {
   const DType cd = compute_dtype();
   const int NKV = num_kv_heads == 0 ? num_heads : num_kv_heads;
   OpContract c(*this, "AttentionBackward");
   CheckAttention(c, cd, qkv, "dout", dout, stats, num_heads, NKV);
   c.Like("out", out, cd, "dout", dout).Like("dqkv", dqkv, cd, "qkv", qkv);
   CheckDocStarts(c, doc_starts, qkv);
+  CheckDocumentShape(c, documents, doc_starts, qkv);
   CheckDropoutKey(c, dropout);
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunAttentionBackward(dqkv, dout, qkv, out, stats, num_heads, NKV, dropout, doc_starts);
+  return RunAttentionBackward(dqkv, dout, qkv, out, stats, num_heads, NKV, dropout, doc_starts,
+                              documents);
 }
 
 Status Backend::Dropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) {

@@ -188,7 +188,7 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   TRAINER_RETURN_IF_ERROR(QkvForward(ctx, w, a));
   TRAINER_RETURN_IF_ERROR(be->AttentionForward(a->att_out, a->att_stats, a->qkv, ctx.local_heads,
                                                ctx.local_kv_heads, AttentionDropoutKey(ctx),
-                                               ctx.doc_starts));
+                                               ctx.doc_starts, ctx.documents));
   ln = RowBlockTarget(ctx, a->ln2_out);
   if (tp || drop) {
     TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->att_out, w.proj_w,
@@ -300,7 +300,8 @@ Status AttentionInputBackward(const BlockContext& ctx, const BlockWeights& w, co
   const BlockScratch& s = ctx.scratch;
   TRAINER_RETURN_IF_ERROR(be->AttentionBackward(s.dqkv, s.datt, a.qkv, a.att_out, a.att_stats,
                                                 ctx.local_heads, ctx.local_kv_heads,
-                                                AttentionDropoutKey(ctx), ctx.doc_starts));
+                                                AttentionDropoutKey(ctx), ctx.doc_starts,
+                                                ctx.documents));
   if (!ctx.rope.empty())
     TRAINER_RETURN_IF_ERROR(
         be->RopeBackward(s.dqkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads, ctx.doc_starts));

@@ -81,8 +81,10 @@ struct BlockContext {
   int local_kv_heads;
   Tensor rope;  // (2, maxT, HD/2) f32 RoPE table, empty without RoPE
   // Data.packing: documents: the micro-batch's (B,T) i32 document starts (Backend's
-  // AttentionForward, RopeForward); empty: each sample is one sequence.
+  // AttentionForward, RopeForward); empty: each sample is one sequence. documents: their count
+  // and longest length, measured on the host.
   Tensor doc_starts;
+  DocumentShape documents;
   bool sequence_parallel;
   BlockScratch scratch;
   // How BlockBackward writes the weight matrices' gradients (the biases' always accumulate).

@@ -2,73 +2,16 @@
 // statistics) and backward (dqkv), through cuDNN's fused SDPA when this build has it and through
 // our fallback kernels, for sequence lengths that are not multiples of 64 and head sizes 64 and
 // 128; and the fallback in an f32 backend, where it must agree to f32 precision. Data.packing:
-// documents (doc_starts): our kernels (never cuDNN) against the CPU's, in bf16 and in f32.
+// documents (doc_starts): without the host's measure of them our kernels (never cuDNN) against
+// the CPU's, in bf16 and in f32; with it (cuda_attention_documents_test.cpp) cuDNN's ragged
+// batch.
 #include <cstdio>
 
-#include "cuda_test_util.h"
+#include "cuda_attention_fixture.h"
 
 namespace trainer {
 namespace cuda_testing {
 namespace {
-
-struct AttentionCase {
-  int B, T, NH, HS;
-};
-
-struct AttentionResult {
-  std::vector<float> out, stats, dqkv;
-};
-
-class CudaAttentionFixture : public CudaVsCpuTest {
- protected:
-  // Forward then backward (from the backend's own out and stats, as in training); starts: the
-  // (B,T) document starts, or empty.
-  void RunGpu(CudaBackend* gpu, const AttentionCase& c, const std::vector<float>& qkv,
-              const std::vector<float>& dout, AttentionResult* r,
-              const std::vector<int32_t>& starts = {}) {
-    const int64_t B = c.B, T = c.T, C = c.NH * c.HS;
-    const DType dtype = gpu->compute_dtype();
-    DeviceBuffer g_starts(gpu, DType::kI32, {B, T});
-    ASSERT_STATUS_OK(g_starts.UploadInts(starts.empty() ? std::vector<int32_t>(B * T) : starts));
-    const Tensor docs = starts.empty() ? Tensor() : g_starts.tensor();
-    DeviceBuffer g_qkv(gpu, dtype, {B, T, 3 * C}), g_dqkv(gpu, dtype, {B, T, 3 * C});
-    DeviceBuffer g_out(gpu, dtype, {B, T, C}), g_dout(gpu, dtype, {B, T, C});
-    DeviceBuffer g_stats(gpu, DType::kF32, {B, c.NH, T});
-    ASSERT_STATUS_OK(g_qkv.Upload(qkv));
-    ASSERT_STATUS_OK(g_dout.Upload(dout));
-    ASSERT_STATUS_OK(g_dqkv.Upload(std::vector<float>(B * T * 3 * C, 7.f)));  // overwritten
-    ASSERT_STATUS_OK(gpu->AttentionForward(g_out.tensor(), g_stats.tensor(), g_qkv.tensor(), c.NH,
-                                           0, DropoutKey(), docs));
-    ASSERT_STATUS_OK(gpu->AttentionBackward(g_dqkv.tensor(), g_dout.tensor(), g_qkv.tensor(),
-                                            g_out.tensor(), g_stats.tensor(), c.NH, 0,
-                                            DropoutKey(), docs));
-    r->out = g_out.Download();
-    r->stats = g_stats.Download();
-    r->dqkv = g_dqkv.Download();
-    // The forward again: bit for bit the same (the backward may add dq in another order).
-    ASSERT_STATUS_OK(gpu->AttentionForward(g_out.tensor(), g_stats.tensor(), g_qkv.tensor(), c.NH,
-                                           0, DropoutKey(), docs));
-    EXPECT_BITWISE_EQUAL(g_out.Download(), r->out);
-    EXPECT_BITWISE_EQUAL(g_stats.Download(), r->stats);
-  }
-
-  void RunCpu(const AttentionCase& c, std::vector<float> qkv, std::vector<float> dout,
-              AttentionResult* r, std::vector<int32_t> starts = {}) {
-    const int64_t B = c.B, T = c.T, C = c.NH * c.HS;
-    const Tensor docs = starts.empty() ? Tensor() : Tensor(starts.data(), DType::kI32, {B, T});
-    r->out.assign(B * T * C, 0.f);
-    r->stats.assign(B * c.NH * T, 0.f);
-    r->dqkv.assign(B * T * 3 * C, 0.f);
-    ASSERT_STATUS_OK(cpu_->AttentionForward(HostView(r->out, {B, T, C}),
-                                            HostView(r->stats, {B, c.NH, T}),
-                                            HostView(qkv, {B, T, 3 * C}), c.NH, 0,
-                                            DropoutKey(), docs));
-    ASSERT_STATUS_OK(cpu_->AttentionBackward(
-        HostView(r->dqkv, {B, T, 3 * C}), HostView(dout, {B, T, C}), HostView(qkv, {B, T, 3 * C}),
-        HostView(r->out, {B, T, C}), HostView(r->stats, {B, c.NH, T}), c.NH, 0, DropoutKey(),
-        docs));
-  }
-};
 
 class CudaAttentionTest : public CudaAttentionFixture,
                           public ::testing::WithParamInterface<std::tuple<AttentionCase, bool>> {};

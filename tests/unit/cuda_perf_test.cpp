@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "cuda_test_util.h"
+#include "packing_cases.h"
 
 namespace trainer {
 namespace cuda_testing {
@@ -247,6 +248,46 @@ TEST_F(CudaPerfTest, DISABLED_AttentionShapes) {
            }),
            2.5 * flops, 0);
   }
+}
+
+// Data.packing: documents at a Llama-8B-like shape (B=2, T=4096, 32 query heads on 8 kv heads,
+// HS=128) with documents of 1..2048 tokens: plain causal attention through cuDNN, the documents
+// through cuDNN's variable-length batch (route attention_documents) and through our kernels (no
+// measure of the documents given). FLOP/s count the plain causal scores.
+TEST_F(CudaPerfTest, DISABLED_DocumentAttention) {
+  const int64_t B = 2, T = 4096, NH = 32, NKV = 8, HS = 128, C = NH * HS, W = (NH + 2 * NKV) * HS;
+  const testing::Packing p = testing::RandomPacking(B, T, 2048, 7);
+  const DocumentShape measured = MeasureDocuments(p.doc_starts.data(), B, T);
+  std::printf("[perf] %d documents, the longest %d tokens\n", measured.count, measured.longest);
+  auto qkv = Compute(Random(B * T * W), {B, T, W}), dout = Compute(Random(B * T * C), {B, T, C});
+  auto out = Zeros(DType::kBF16, {B, T, C}), stats = Zeros(DType::kF32, {B, NH, T});
+  auto dqkv = Zeros(DType::kBF16, {B, T, W});
+  auto starts = Ints(p.doc_starts, {B, T});
+  const double flops = 4.0 * B * NH * T * T * HS / 2;
+  struct Route {
+    const char* name;
+    Tensor starts;
+    DocumentShape documents;
+  };
+  for (const Route& r : {Route{"plain causal, cuDNN", Tensor(), DocumentShape()},
+                         Route{"documents, cuDNN", starts->tensor(), measured},
+                         Route{"documents, ours", starts->tensor(), DocumentShape()}}) {
+    char what[64];
+    std::snprintf(what, sizeof(what), "forward %s", r.name);
+    Report(what, Time([&] {
+             return gpu_->AttentionForward(out->tensor(), stats->tensor(), qkv->tensor(), NH, NKV,
+                                           DropoutKey(), r.starts, r.documents);
+           }),
+           flops, 0);
+    std::snprintf(what, sizeof(what), "backward %s", r.name);
+    Report(what, Time([&] {
+             return gpu_->AttentionBackward(dqkv->tensor(), dout->tensor(), qkv->tensor(),
+                                            out->tensor(), stats->tensor(), NH, NKV, DropoutKey(),
+                                            r.starts, r.documents);
+           }),
+           2.5 * flops, 0);
+  }
+  EXPECT_GT(gpu_->path_counts().attention_cudnn_documents, 0);
 }
 
 }  // namespace

@@ -111,8 +111,9 @@ TEST_P(GpuLora, LoraDropoutMatchesTheCpuPath) {
 }
 
 // Data.packing: documents on the llama: sample 0 holds documents at 0, 30, 31 (one token) and
-// 60; sample 1 starts mid-document, then one at 50. Our attention kernels (not cuDNN's) and RoPE
-// with per-token positions, against the CPU.
+// 60; sample 1 starts mid-document, then one at 50. Attention over the documents (cuDNN's fused
+// variable-length batch where it runs, else our kernels) and RoPE with per-token positions,
+// against the CPU.
 TEST_P(GpuLora, PackedDocumentsMatchTheCpuPath) {
   if (!GetParam()) GTEST_SKIP() << "GPT-2's learned positions: Data.packing is llama-only";
   const LoraInputs in(GetParam());

@@ -227,7 +227,7 @@ const int32_t* DocStarts(const Tensor& doc_starts) {
 
 Status CpuBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
                                        int num_kv_heads, const DropoutKey& dropout,
-                                       Tensor doc_starts) {
+                                       Tensor doc_starts, const DocumentShape&) {
   const int NKV = num_kv_heads, HS = HeadSize(qkv, num_heads, num_kv_heads);
   const int T = static_cast<int>(qkv.dim(1));
   cpu::attention_forward(out.as<float>(), stats.as<float>(), qkv.as<float>(),
@@ -238,7 +238,8 @@ Status CpuBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int
 
 Status CpuBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
                                         Tensor stats, int num_heads, int num_kv_heads,
-                                        const DropoutKey& dropout, Tensor doc_starts) {
+                                        const DropoutKey& dropout, Tensor doc_starts,
+                                        const DocumentShape&) {
   const int NKV = num_kv_heads, HS = HeadSize(qkv, num_heads, num_kv_heads);
   const int T = static_cast<int>(qkv.dim(1));
   cpu::attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(),

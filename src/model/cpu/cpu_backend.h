@@ -57,11 +57,11 @@ class CpuBackend : public Backend {
                                       Tensor dout, int64_t first_column, Tensor in,
                                       Tensor weight) override;
   Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                             int num_kv_heads, const DropoutKey& dropout,
-                             Tensor doc_starts) override;
+                             int num_kv_heads, const DropoutKey& dropout, Tensor doc_starts,
+                             const DocumentShape& documents) override;
   Status RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
                               int num_heads, int num_kv_heads, const DropoutKey& dropout,
-                              Tensor doc_starts) override;
+                              Tensor doc_starts, const DocumentShape& documents) override;
   Status RunDropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) override;
   Status RunAdd(Tensor out, Tensor a, Tensor b) override;
   Status RunAddInPlace(Tensor out, Tensor a) override;

@@ -95,6 +95,18 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         const DropoutKey& dropout = DropoutKey(),
                         const int32_t* doc_starts = nullptr);
 
+// ---- documents.cpp (Data.packing: documents as a variable-length batch; the CPU twins of
+// cuda/attention_documents.cu, which feed cuDNN's fused attention) ----
+// The documents of doc_starts (B,T), in row order, as sequences of the packed B*T rows:
+// seq_len[i] (capacity) their lengths and first_row[i] (capacity + 1) their first rows; entries
+// past the last document are empty sequences (length 0) at row B*T, and so is first_row[capacity].
+// Documents past `capacity` are left out (the caller sizes capacity from MeasureDocuments).
+void document_sequences(int32_t* seq_len, int32_t* first_row, const int32_t* doc_starts, int B,
+                        int T, int capacity);
+// The attention statistics in two layouts: by_head (B,NH,T), the ops' contract, and by_row
+// (B*T,NH), the packed rows' (cuDNN's ragged statistics). to_rows: by_head -> by_row, else back.
+void transpose_attention_stats(float* by_row, float* by_head, int B, int T, int NH, bool to_rows);
+
 // ---- rmsnorm.cpp (Llama family) ----
 // out (N,C), rstd (N) = 1/sqrt(mean(in^2) + eps); out = in * rstd * weight (C).
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t N,

@@ -61,6 +61,7 @@ struct CudaPathCounts {
   int din_sum_passes = 0;      // passes of the column sums over a GELU-gradient GEMM's din (the
                                // bias gradient's, or a route trial's timing of them)
   int attention_cudnn = 0;     // forward or backward calls through cuDNN
+  int attention_cudnn_documents = 0;  // of those, under Data.packing: documents
   int attention_fallback = 0;  // forward or backward calls through our kernels
   int grouped_gemm = 0;          // grouped GEMM launches (cuBLAS, one per GEMM kind of a call)
   int grouped_gemm_fallback = 0;  // GEMM kinds of grouped calls run one GEMM per group instead
@@ -155,14 +156,14 @@ class CudaBackend final : public Backend {
   Status RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_write, Tensor dweight,
                                       Tensor dout, int64_t first_column, Tensor in,
                                       Tensor weight) override;
-  // With doc_starts (Data.packing: documents) our kernels run: cuDNN's graph is not built for
-  // per-sample document masks here (gpu.md).
+  // Attention (cuda_backend_attention.cpp): cuDNN's fused SDPA, under Data.packing: documents
+  // over the documents as a variable-length batch, or our kernels (gpu.md).
   Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                             int num_kv_heads, const DropoutKey& dropout,
-                             Tensor doc_starts) override;
+                             int num_kv_heads, const DropoutKey& dropout, Tensor doc_starts,
+                             const DocumentShape& documents) override;
   Status RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor stats,
                               int num_heads, int num_kv_heads, const DropoutKey& dropout,
-                              Tensor doc_starts) override;
+                              Tensor doc_starts, const DocumentShape& documents) override;
   Status RunDropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) override;
   Status RunAdd(Tensor out, Tensor a, Tensor b) override;
   Status RunAddInPlace(Tensor out, Tensor a) override;
@@ -237,15 +238,26 @@ class CudaBackend final : public Backend {
   enum class GeluGemmChoice;
   Status ChooseGeluForward(const cuda::Gemm& gemm, const cuda::GeluMatmulArgs& args,
                            bool cudnn_runs, const bool sm90_runs[2], GeluGemmChoice* choice);
-  // Attention's route for the shape (kAttentionCudnn or kAttentionOurs), kept per shape;
-  // AttentionCudnnRefused: cuDNN refused a shape routed to it (our kernels from now on, or the
-  // pin's refusal).
+  // Attention's route for the shape (kAttentionCudnn or kAttentionOurs), kept per shape and per
+  // op (documents: attention_documents, else attention); AttentionCudnnRefused: cuDNN refused a
+  // shape routed to it (our kernels from now on, or the pin's refusal).
   static constexpr int kAttentionCudnn = 0, kAttentionOurs = 1;
-  Status AttentionRoute(int B, int T, int NH, int NKV, int HS, int** route);
-  Status AttentionCudnnRefused(int B, int T, int NH, int NKV, int HS, int* route);
+  Status AttentionRoute(bool documents, int B, int T, int NH, int NKV, int HS, int** route);
+  Status AttentionCudnnRefused(bool documents, int B, int T, int NH, int NKV, int HS, int* route);
+  // One attention call: qkv's shape (B,T,(NH+2*NKV)*HS); route: the shape's route where cuDNN
+  // takes the call, else null (our kernels; so are documents without their measure); scratch:
+  // for cuDNN's call over documents.
+  struct AttentionCall {
+    int B = 0, T = 0, NH = 0, NKV = 0, HS = 0;
+    const int32_t* starts = nullptr;  // doc_starts, or null
+    int* route = nullptr;
+    void* scratch = nullptr;
+  };
+  Status PrepareAttention(Tensor qkv, int num_heads, int num_kv_heads, Tensor doc_starts,
+                          const DocumentShape& documents, AttentionCall* call);
   // AdoptRoutes: the shape's cached route dropped, so that its next call takes the pins.
   void ForgetRoute(const std::string& op, const std::string& shape);
-  void ForgetAttentionRoute(const std::string& shape);
+  void ForgetAttentionRoute(const std::string& op, const std::string& shape);
   // Scratch of at least `bytes` for the current op (contents do not survive the op).
   Status Scratch(size_t bytes, void** out);
   Status AddColumnSums(float* out, const void* x, int64_t N, int64_t C, int64_t ld,
@@ -312,7 +324,8 @@ class CudaBackend final : public Backend {
   // (N, F, OC, din's column sums in the kernel) -> that GELU-gradient GEMM's route.
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, DgeluRoute> dgelu_routes_;
   bool force_attention_fallback_ = false;
-  std::map<std::tuple<int, int, int, int, int>, int> attention_routes_;  // (B, T, NH, NKV, HS)
+  // (documents, B, T, NH, NKV, HS) -> attention's route
+  std::map<std::tuple<bool, int, int, int, int, int>, int> attention_routes_;
   bool matmul_epilogues_ = true;
   bool ragged_groups_ = false;  // SetRaggedGroups: plain GEMMs untimed (cuda::Gemm::timed)
   CudaPathCounts counts_;

@@ -325,6 +325,8 @@ Status CudaBackend::PinRoutes(const RouteTable& pins) {
        {kGradientOp, [&](const std::string& c) { return listed(gradient, c); }},
        {"attention", [&](const std::string& c) { return c == "cudnn" || c == "ours"; }},
        {kGroupedRouteOp, GroupedRouteNamed},
+       {"attention_documents",
+        [&](const std::string& c) { return c == "cudnn" || c == "ours"; }},
        {cuda::CudnnGeluMatmul::kRouteOp,
         [](const std::string& c) { return c.rfind("plan", 0) == 0 && c.size() > 4; }},
        {cuda::CublasLtMatmul::kRouteOp, cuda::CublasLtMatmul::IsAlgoName}}));
@@ -360,8 +362,8 @@ void CudaBackend::ForgetRoute(const std::string& op, const std::string& shape) {
         break;
       }
     }
-  } else if (op == "attention") {
-    ForgetAttentionRoute(shape);
+  } else if (op == "attention" || op == "attention_documents") {
+    ForgetAttentionRoute(op, shape);
   } else if (op == kGroupedRouteOp) {
     grouped_routes_.erase(shape);
   } else if (op == cuda::CublasLtMatmul::kRouteOp) {

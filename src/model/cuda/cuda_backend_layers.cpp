@@ -4,7 +4,6 @@
 // column-major to cuBLASLt: y = x W^T is y^T (OC,N) = W (as (C,OC) column-major, transposed) times
 // x^T (C,N).
 #include "common/log.h"
-#include "model/cuda/attention_cudnn.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/kernels.h"
@@ -316,133 +315,7 @@ Status CudaBackend::RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) {
   return Status::Ok();
 }
 
-// ---- attention ----
-
-namespace {
-
-struct AttentionShape {
-  int B = 0, T = 0, NH = 0, NKV = 0, HS = 0;
-  int64_t rows() const { return static_cast<int64_t>(B) * T; }
-  int64_t qkv_width() const { return static_cast<int64_t>(NH + 2 * NKV) * HS; }
-};
-
-// qkv (B, T, (NH+2*NKV)*HS), as the op's contract checked (num_kv_heads resolved there).
-AttentionShape AttentionShapeOf(const Tensor& qkv, int num_heads, int num_kv_heads) {
-  const int64_t slots = static_cast<int64_t>(num_heads) + 2 * num_kv_heads;
-  return AttentionShape{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), num_heads,
-                        num_kv_heads, static_cast<int>(qkv.dim(2) / slots)};
-}
-
-}  // namespace
-
-// Attention's route for a shape (op "attention": cuDNN's fused SDPA, or our kernels), by rule
-// rather than by time: cuDNN wherever it runs the shape (several times faster on Hopper), unless
-// pinned (Engine.gpu_routes) or forced (set_force_attention_fallback).
-namespace {
-constexpr const char* kAttentionOp = "attention";
-const std::vector<std::string>& AttentionNames() {
-  static const std::vector<std::string> names = {"cudnn", "ours"};
-  return names;
-}
-std::string AttentionShapeName(int B, int T, int NH, int NKV, int HS, DType compute) {
-  return StrFormat("B=%d T=%d NH=%d NKV=%d HS=%d %s", B, T, NH, NKV, HS, DTypeName(compute));
-}
-}  // namespace
-
-Status CudaBackend::AttentionRoute(int B, int T, int NH, int NKV, int HS, int** route) {
-  const auto key = std::make_tuple(B, T, NH, NKV, HS);
-  auto it = attention_routes_.find(key);
-  if (it == attention_routes_.end()) {
-    const std::string shape = AttentionShapeName(B, T, NH, NKV, HS, compute_);
-    const bool cudnn = cudnn_attention_ != nullptr && !force_attention_fallback_;
-    int pinned = -1;
-    TRAINER_RETURN_IF_ERROR(
-        pins_.PinnedChoice(kAttentionOp, shape, AttentionNames(), {cudnn, true}, &pinned));
-    const int choice = pinned >= 0 ? pinned : cudnn ? kAttentionCudnn : kAttentionOurs;
-    routes_.Record({kAttentionOp,
-                    shape,
-                    {{"cudnn", -1.f}, {"ours", -1.f}},
-                    choice,
-                    pinned >= 0 ? "pinned" : "rule"});
-    it = attention_routes_.emplace(key, choice).first;
-  }
-  *route = &it->second;
-  return Status::Ok();
-}
-
-void CudaBackend::ForgetAttentionRoute(const std::string& shape) {
-  for (auto it = attention_routes_.begin(); it != attention_routes_.end(); ++it) {
-    const auto& [B, T, NH, NKV, HS] = it->first;
-    if (AttentionShapeName(B, T, NH, NKV, HS, compute_) == shape) {
-      attention_routes_.erase(it);
-      return;
-    }
-  }
-}
-
-Status CudaBackend::AttentionCudnnRefused(int B, int T, int NH, int NKV, int HS, int* route) {
-  const std::string shape = AttentionShapeName(B, T, NH, NKV, HS, compute_);
-  const RouteEntry* entry = routes_.Find(kAttentionOp, shape);
-  if (entry != nullptr && entry->how == "pinned")  // the pin's one-line refusal
-    return pins_.PinnedChoice(kAttentionOp, shape, AttentionNames(), {false, true}, route);
-  *route = kAttentionOurs;
-  routes_.Record({kAttentionOp, shape, {{"cudnn", -1.f}, {"ours", -1.f}}, kAttentionOurs, "rule"});
-  return Status::Ok();
-}
-
-Status CudaBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
-                                        int num_kv_heads, const DropoutKey& dropout,
-                                        Tensor doc_starts) {
-  const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
-  const int32_t* starts = doc_starts.empty() ? nullptr : doc_starts.as<int32_t>();
-  int* route = nullptr;
-  if (starts == nullptr)
-    TRAINER_RETURN_IF_ERROR(AttentionRoute(s.B, s.T, s.NH, s.NKV, s.HS, &route));
-  if (route != nullptr && *route == kAttentionCudnn) {
-    bool supported = false;
-    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Forward(compute_, out.data, stats.as<float>(),
-                                                      qkv.data, s.B, s.T, s.NH, s.NKV, s.HS,
-                                                      dropout, &supported));
-    if (supported) {
-      ++counts_.attention_cudnn;
-      return Status::Ok();
-    }
-    TRAINER_RETURN_IF_ERROR(AttentionCudnnRefused(s.B, s.T, s.NH, s.NKV, s.HS, route));
-  }
-  ++counts_.attention_fallback;
-  CUDA_CHECK(cuda::LaunchAttentionForwardFallback(compute_, out.data, stats.as<float>(), qkv.data,
-                                                  s.B, s.T, s.NH, s.NKV, s.HS, dropout, stream_,
-                                                  starts));
-  return Status::Ok();
-}
-
-Status CudaBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
-                                         Tensor stats, int num_heads, int num_kv_heads,
-                                         const DropoutKey& dropout, Tensor doc_starts) {
-  const AttentionShape s = AttentionShapeOf(qkv, num_heads, num_kv_heads);
-  const int32_t* starts = doc_starts.empty() ? nullptr : doc_starts.as<int32_t>();
-  int* route = nullptr;
-  if (starts == nullptr)
-    TRAINER_RETURN_IF_ERROR(AttentionRoute(s.B, s.T, s.NH, s.NKV, s.HS, &route));
-  if (route != nullptr && *route == kAttentionCudnn) {
-    bool supported = false;
-    TRAINER_RETURN_IF_ERROR(cudnn_attention_->Backward(compute_, dqkv.data, dout.data, qkv.data,
-                                                       out.data, stats.as<float>(), s.B, s.T, s.NH,
-                                                       s.NKV, s.HS, dropout, &supported));
-    if (supported) {
-      ++counts_.attention_cudnn;
-      return Status::Ok();
-    }
-  }
-  ++counts_.attention_fallback;
-  void* scratch = nullptr;
-  TRAINER_RETURN_IF_ERROR(Scratch(
-      cuda::AttentionBackwardFallbackScratchFloats(s.B, s.T, s.NH) * sizeof(float), &scratch));
-  CUDA_CHECK(cuda::LaunchAttentionBackwardFallback(
-      compute_, dqkv.data, dout.data, qkv.data, out.data, stats.as<float>(),
-      static_cast<float*>(scratch), s.B, s.T, s.NH, s.NKV, s.HS, dropout, stream_, starts));
-  return Status::Ok();
-}
+// ---- dropout (attention: cuda_backend_attention.cpp) ----
 
 Status CudaBackend::RunDropout(Tensor out, Tensor in, Tensor residual, const DropoutKey& key) {
   CUDA_CHECK(cuda::LaunchDropout(compute_, out.data, in.data,

@@ -197,6 +197,19 @@ cudaError_t LaunchAttentionBackwardFallback(DType dtype, void* dqkv, const void*
                                             const DropoutKey& dropout, cudaStream_t stream,
                                             const int32_t* doc_starts = nullptr);
 
+// ---- attention_documents.cu (Data.packing: documents for cuDNN's fused attention; CPU twins:
+// cpu::document_sequences, cpu::transpose_attention_stats) ----
+// seq_len (capacity) and first_row (capacity + 1) as cpu::document_sequences; offsets
+// (3, capacity + 1), int64 where wide_offsets else int32: first_row times qkv_row, out_row and
+// stats_row, the element offsets of each sequence in qkv, out and the (B*T,NH) statistics.
+cudaError_t LaunchDocumentSequences(int32_t* seq_len, int32_t* first_row, void* offsets,
+                                    bool wide_offsets, const int32_t* doc_starts, int B, int T,
+                                    int capacity, int64_t qkv_row, int64_t out_row,
+                                    int64_t stats_row, cudaStream_t stream);
+// by_head (B,NH,T) -> by_row (B*T,NH) where to_rows, else back.
+cudaError_t LaunchTransposeAttentionStats(float* by_row, float* by_head, int B, int T, int NH,
+                                          bool to_rows, cudaStream_t stream);
+
 // ---- cross_entropy.cu (block per row; see Backend::CrossEntropy* for the three passes) ----
 // One pass for a rank that holds the whole vocabulary, when a row fits in shared memory; false
 // (nothing launched) otherwise. *error: the launch's result.
