@@ -75,6 +75,22 @@ TEST_F(GpuModel, RecomputationMatchesKeepingActivations) {
   }
 }
 
+// The LM head and loss in chunks of 50 of the 154 rows (the last chunk shorter; gpt_head.cpp), on
+// the GPU against the CPU's one pass, and against the GPU's one pass: the chunks' losses are the
+// same rows' losses, and the tied embedding's gradient sums the chunks' products in f32.
+TEST_F(GpuModel, LossChunksMatchOnePass) {
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  const PassResult want = Run(cpu.get(), config_);
+  const PassResult whole = Run(gpu_.get(), config_);
+  ModelConfig chunked = config_;
+  chunked.loss_chunk_tokens = 50;
+  const PassResult got = Run(gpu_.get(), chunked);
+  EXPECT_NEAR(got.loss, want.loss, 1e-2 * want.loss);
+  ExpectGradientsNear(got, want, 5e-2);
+  EXPECT_NEAR(got.loss, whole.loss, 1e-5 * whole.loss);
+  ExpectGradientsNear(got, whole, 1e-2);
+}
+
 // A llama with MoE layers 0 and 2 (layer 1 dense) of E = 5 experts, top 3, expert width 40: one
 // Qwen2-MoE-like (softmax scores, a gated shared expert, aux and z losses), one with sigmoid
 // scores, renormalised top-k, per-sequence balancing and a capacity that drops tokens, one
