@@ -99,8 +99,8 @@ TEST_F(GpuModel, LossChunksMatchOnePass) {
 // 200 here: its 3rd and 4th logits closer than bf16's rounding of x moves them). That moves an
 // expert's gradient by about one of its ~90 tokens' share, inside the dense bound, but the router's
 // by about 1/sqrt(154) of its norm (each token's logits gradient is of the same size): the router
-// gets 0.2. A wrong router backward is off by far more. Also block recomputation on the GPU against
-// keeping the activations.
+// gets 0.2. A wrong router backward is off by far more. Also block and selective recomputation on
+// the GPU against keeping the activations.
 ModelConfig MoeLlama(const char* variant) {
   ModelConfig m;
   m.arch = "llama";
@@ -150,11 +150,16 @@ TEST_F(GpuModel, MixtureOfExpertsLossAndEveryGradientMatchTheCpuPath) {
     ExpectParameterGradientsNear(router, got, want, 0.2, /*nonzero=*/true);
     // Whole-block recomputation reruns the router and the dispatch plan on the same inputs: the
     // same routing, so the same numbers up to the GPU's own reordering (as for the dense model).
-    ModelConfig rc = config;
-    rc.recompute = "block";
-    const PassResult again = ForwardBackward(gpu_.get(), rc, params, tokens_, targets_, B, T);
-    EXPECT_NEAR(again.loss, got.loss, 1e-5 * got.loss);
-    ExpectParameterGradientsNear(list, again, got, 1e-2);
+    // Selective recomputation makes the experts' SwiGLU output and permuted input again from what
+    // each layer keeps (the layers share those buffers).
+    for (const char* mode : {"block", "selective"}) {
+      SCOPED_TRACE(mode);
+      ModelConfig rc = config;
+      rc.recompute = mode;
+      const PassResult again = ForwardBackward(gpu_.get(), rc, params, tokens_, targets_, B, T);
+      EXPECT_NEAR(again.loss, got.loss, 1e-5 * got.loss);
+      ExpectParameterGradientsNear(list, again, got, 1e-2);
+    }
   }
   // The experts' GEMMs ran as cuBLAS grouped GEMMs (their widths are multiples of 8), none per
   // expert.
