@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "engine/memory_plan.h"
+#include "model/gpt.h"
 #include "model/model_spec.h"
 
 namespace trainer {
@@ -131,6 +132,17 @@ int RunPlanCommand(const std::vector<std::string>& args) {
           "cuDNN attention workspace%s)",
           GiB(m.total()), GiB(m.device_base), GiB(m.attention_workspace),
           world > 1 ? "; NCCL's buffers not counted" : "");
+    // The last stage's LM head holds one chunk of the micro-batch's logits (gpt_head.cpp).
+    std::string chunks;
+    if (stage == d.pp_degree - 1) {
+      ModelPartition head;
+      head.tp_size = d.tp_degree;
+      const int64_t rows = static_cast<int64_t>(B) * c.model.sequence_length();
+      const int64_t chunk =
+          GptModel::LossChunkRows(c.model, head, PlannedComputeDtype(c, gpu), rows);
+      chunks = StrFormat(" (%lld of %lld tokens at a time)", static_cast<long long>(chunk),
+                         static_cast<long long>(rows));
+    }
     // LoRA: the frozen base holds compute-dtype weights only (no gradients, no optimizer state).
     const std::string frozen =
         m.frozen > 0 ? StrFormat(" trained (LoRA) + %.1fM frozen (weights only)", m.frozen / 1e6)
@@ -138,10 +150,10 @@ int RunPlanCommand(const std::vector<std::string>& args) {
     std::cout << StrFormat(
         "  stage %d: %d blocks, %.1fM parameters%s per rank | weights+grads+"
         "optimizer %.2f GiB | activations (%d slots) %.2f GiB | logits %.2f "
-        "GiB | backward scratch %.2f GiB | arena %.2f GiB%s\n",
+        "GiB%s | backward scratch %.2f GiB | arena %.2f GiB%s\n",
         stage, m.layers, m.parameters / 1e6, frozen.c_str(), GiB(m.state()), m.slots,
-        GiB(m.model.activations), GiB(m.model.logits), GiB(m.model.scratch), GiB(m.arena()),
-        beside.c_str());
+        GiB(m.model.activations), GiB(m.model.logits), chunks.c_str(), GiB(m.model.scratch),
+        GiB(m.arena()), beside.c_str());
     if (m.offloaded > 0)
       std::cout << StrFormat(
           "  stage %d: sharding_offload keeps %.2f GiB of optimizer state and its staging "

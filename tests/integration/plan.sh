@@ -46,6 +46,13 @@ done
 # biases stay whole; wte is split by vocabulary rows.
 TP2=$(( V * C / 2 + T * C + L * (4 * C + (3 * C * C + 3 * C) / 2 + C * C / 2 + C + (4 * C * C + 4 * C) / 2 + 4 * C * C / 2 + C) + 2 * C ))
 expect_plan tp2 2 "$TP2" 18 -o Distributed.tp_degree=2
+# The LM head's chunk (gpt_head.cpp): 16 x 1024 tokens of 50304 bf16 logits are 1.5 GiB, over the
+# ~1 GiB a chunk may hold: two chunks of 8192 tokens; or the chunk Model.loss_chunk_tokens names.
+"$TRAINER" plan -c "$CFG" -o Global.micro_batch_size=16 > chunk.txt 2>&1 || { cat chunk.txt; fail "chunk: plan"; }
+grep -q "(8192 of 16384 tokens at a time)" chunk.txt || { cat chunk.txt; fail "chunk: expected 8192 of 16384"; }
+"$TRAINER" plan -c "$CFG" -o Global.micro_batch_size=16 -o Model.loss_chunk_tokens=1000 > chunk.txt 2>&1
+grep -q "(1000 of 16384 tokens at a time)" chunk.txt || { cat chunk.txt; fail "chunk: expected 1000 of 16384"; }
+
 # A mixture of experts is planned for the GPU it trains on (bf16 weights), as a dense model is.
 "$TRAINER" plan -c "$SRC/configs/llama-3.2-1b.yaml" -o Model.num_experts=8 -o Model.moe_router_topk=2 \
   > moe.txt 2>&1 || { cat moe.txt; fail "moe: trainer plan exited non-zero"; }
