@@ -65,6 +65,18 @@ TEST(MemoryPlan, TheModelsBuffersByKindInClosedForm) {
   EXPECT_EQ(g.optimizer, m.optimizer);
   EXPECT_EQ(g.attention_workspace, 4.0 * N * kC);
   EXPECT_EQ(g.total(), g.arena() + kGpuBaseBytes + 4.0 * N * kC);
+  // Grouped-query attention (2 kv heads of 4) with 64-wide heads (a query width of 256): dQ's f32
+  // accumulator over the query width, and as much again for the keys' and values' gradients per
+  // query head; with TP the rank's heads only.
+  TrainConfig llama = TinyConfig(B, 3);
+  llama.model.arch = "llama";
+  llama.model.num_kv_heads = 2;
+  llama.model.head_dim = 64;
+  EXPECT_EQ(PlanRankMemory(llama, 0, DType::kBF16, true).attention_workspace,
+            2 * 4.0 * N * kH * 64);
+  llama.distributed.tp_degree = 2;
+  EXPECT_EQ(PlanRankMemory(llama, 0, DType::kBF16, true).attention_workspace,
+            2 * 4.0 * N * kH * 64 / 2);
 }
 
 // sharding_offload on configs/llama-3.1-8b.yaml, the Llama-3.1-8B shape (8,030,261,248
