@@ -1,12 +1,13 @@
 // CudaBackend's grouped matrix products (backend.h: the MoE experts over their row groups): by
-// the rule, a GEMM kind whose groups are small runs as one cuBLAS grouped GEMM (grouped_gemm.h)
+// the rule, a GEMM kind whose groups are small runs on our sm90 kernels where they run the shape,
+// else as one cuBLAS grouped GEMM (grouped_gemm.h)
 // over the groups with rows, mapped onto column-major cuBLAS as MatmulForward and MatmulBackward
 // map one linear layer (cuda_backend_layers.cpp); large groups, the f32 weight gradients (cuBLAS
 // 13.0's grouped GEMM refuses bf16 inputs with an f32 output) and kinds cuBLAS refuses run the
 // per-group cuBLASLt loop (Backend's default hooks). Our sm90 kernels (sm90/grouped_gemm_sm90.h)
-// run the forward, the input gradient and the weight gradient where the route says so: forced
-// (set_grouped_gemm_route, TRAINER_GROUPED_GEMM) or pinned by Engine.gpu_routes (op grouped_gemm);
-// they are never chosen otherwise.
+// run the forward, the input gradient and the weight gradient of small groups by the rule where
+// they run the shape (SmallExpertGroups), and wherever the route says so: forced
+// (set_grouped_gemm_route, TRAINER_GROUPED_GEMM) or pinned by Engine.gpu_routes (op grouped_gemm).
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -75,13 +76,26 @@ std::vector<std::vector<ExpertRun>> Waves(const std::vector<ExpertRun>& groups, 
 // grouped launch wins; above it the per-group GEMMs win, as cuBLAS's grouped kernel is the slower
 // one (on an H200, 294 TFLOP/s over 48 groups of ~340 rows of 2048 x 2048, against 784 for one
 // dense GEMM of the same total size).
+constexpr double kMaxMeanFlops = 25e-6 * 700e12;
 bool SmallGroups(const std::vector<cuda::GroupedGemmProblem>& problems) {
   if (problems.empty()) return false;
   double flops = 0;
   for (const cuda::GroupedGemmProblem& p : problems)
     flops += 2.0 * static_cast<double>(p.m) * p.n * p.k;
-  constexpr double kMaxMeanFlops = 25e-6 * 700e12;
   return flops / static_cast<double>(problems.size()) <= kMaxMeanFlops;
+}
+
+// The same measure over the groups with rows of an (E, OC, C) call. Small groups take our sm90
+// kernels by the rule where they run the shape: on an H200 they ran 531-588 TFLOP/s forward and
+// input gradient and 305-325 weight gradient over 48 groups of ~341 rows of 2048 x 2048, against
+// cuBLAS grouped's 274-291 and 194-199 and per-group cuBLASLt's 188-197; the OLMoE-style bench
+// (64 experts, top-8) went from 86,008 to 92,090 tokens/s. Large groups stay per expert, where
+// cuBLASLt runs at dense speed (the Mixtral-style bench: 79,993 per expert, 77,946 on sm90).
+bool SmallExpertGroups(const std::vector<ExpertRun>& groups, Tensor weights) {
+  double flops = 0, count = 0;
+  for (const ExpertRun& g : groups)
+    if (g.rows > 0) flops += 2.0 * g.rows * weights.dim(1) * weights.dim(2), count += 1;
+  return count > 0 && flops / count <= kMaxMeanFlops;
 }
 
 }  // namespace
@@ -208,6 +222,9 @@ Status CudaBackend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weight
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
       GroupedRoute(GroupedShape("forward", weights), GroupedSm90Runs(sm90), &route));
+  if (route == GroupedGemmRoute::kRule && GroupedSm90Runs(sm90) &&
+      SmallExpertGroups(groups, weights))
+    route = GroupedGemmRoute::kSm90;
   if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   if (route == GroupedGemmRoute::kPerExpert)
     return Backend::RunGroupedMatmulForward(out, in, weights, groups);
@@ -238,6 +255,9 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
       GroupedRoute(GroupedShape("weight_gradient", weights), GroupedSm90Runs(sm90), &route));
+  if (route == GroupedGemmRoute::kRule && GroupedSm90Runs(sm90) &&
+      SmallExpertGroups(groups, weights))
+    route = GroupedGemmRoute::kSm90;
   if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   // dW_e^T (C,OC) (+)= in[R]^T (C,n) dout[R] (n,OC), in f32: the ragged dimension is k.
   // (bf16 inputs with an f32 output: cuBLAS 13.0's grouped GEMM refuses them, so the per-group
@@ -278,6 +298,9 @@ Status CudaBackend::GroupedInputGradient(Tensor din, Tensor dout, Tensor in, Ten
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
       GroupedRoute(GroupedShape("input_gradient", weights), GroupedSm90Runs(sm90), &route));
+  if (route == GroupedGemmRoute::kRule && GroupedSm90Runs(sm90) &&
+      SmallExpertGroups(groups, weights))
+    route = GroupedGemmRoute::kSm90;
   if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   bool done = false;
   if (route != GroupedGemmRoute::kPerExpert) {  // din[R]^T (C,n) = W_e (C,OC) dout[R]^T (OC,n)
