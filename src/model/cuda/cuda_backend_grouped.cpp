@@ -106,7 +106,7 @@ bool CudaBackend::GroupedRouteNamed(const std::string& name) {
   return std::find(GroupedNames().begin(), GroupedNames().end(), name) != GroupedNames().end();
 }
 
-Status CudaBackend::GroupedRoute(const std::string& shape, bool sm90_runs,
+Status CudaBackend::GroupedRoute(const std::string& shape, bool sm90_runs, bool small_groups,
                                  GroupedGemmRoute* route) {
   if (!grouped_env_read_) {
     TRAINER_RETURN_IF_ERROR(GroupedRouteFromEnv(&grouped_forced_));
@@ -133,6 +133,8 @@ Status CudaBackend::GroupedRoute(const std::string& shape, bool sm90_runs,
     *route = it->second;
   }
   if (*route == GroupedGemmRoute::kSm90 && !sm90_runs) *route = GroupedGemmRoute::kRule;
+  if (*route == GroupedGemmRoute::kRule && sm90_runs && small_groups)
+    *route = GroupedGemmRoute::kSm90;  // the rule's choice for small groups (SmallExpertGroups)
   return Status::Ok();
 }
 
@@ -221,10 +223,8 @@ Status CudaBackend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weight
                                       out.data, in.dim(0), E, OC, C};
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
-      GroupedRoute(GroupedShape("forward", weights), GroupedSm90Runs(sm90), &route));
-  if (route == GroupedGemmRoute::kRule && GroupedSm90Runs(sm90) &&
-      SmallExpertGroups(groups, weights))
-    route = GroupedGemmRoute::kSm90;
+      GroupedRoute(GroupedShape("forward", weights), GroupedSm90Runs(sm90),
+                   SmallExpertGroups(groups, weights), &route));
   if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   if (route == GroupedGemmRoute::kPerExpert)
     return Backend::RunGroupedMatmulForward(out, in, weights, groups);
@@ -254,10 +254,8 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
   sm90.m = dout.dim(0), sm90.experts = E, sm90.oc = OC, sm90.c = C;
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
-      GroupedRoute(GroupedShape("weight_gradient", weights), GroupedSm90Runs(sm90), &route));
-  if (route == GroupedGemmRoute::kRule && GroupedSm90Runs(sm90) &&
-      SmallExpertGroups(groups, weights))
-    route = GroupedGemmRoute::kSm90;
+      GroupedRoute(GroupedShape("weight_gradient", weights), GroupedSm90Runs(sm90),
+                   SmallExpertGroups(groups, weights), &route));
   if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   // dW_e^T (C,OC) (+)= in[R]^T (C,n) dout[R] (n,OC), in f32: the ragged dimension is k.
   // (bf16 inputs with an f32 output: cuBLAS 13.0's grouped GEMM refuses them, so the per-group
@@ -297,10 +295,8 @@ Status CudaBackend::GroupedInputGradient(Tensor din, Tensor dout, Tensor in, Ten
                                       weights.data, din.data, dout.dim(0), E, OC, C};
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
-      GroupedRoute(GroupedShape("input_gradient", weights), GroupedSm90Runs(sm90), &route));
-  if (route == GroupedGemmRoute::kRule && GroupedSm90Runs(sm90) &&
-      SmallExpertGroups(groups, weights))
-    route = GroupedGemmRoute::kSm90;
+      GroupedRoute(GroupedShape("input_gradient", weights), GroupedSm90Runs(sm90),
+                   SmallExpertGroups(groups, weights), &route));
   if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   bool done = false;
   if (route != GroupedGemmRoute::kPerExpert) {  // din[R]^T (C,n) = W_e (C,OC) dout[R]^T (OC,n)
