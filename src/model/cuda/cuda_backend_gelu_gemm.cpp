@@ -174,13 +174,20 @@ Status CudaBackend::ChooseGeluForward(const cuda::Gemm& gemm, const cuda::GeluMa
     if (!s.ok() && s.code() != ExitCode::kUsage && run_error.ok()) run_error = s;
     return s.ok() && ran;
   };
+  // Each library's status first, then `ran`, which it sets: as two arguments of one call the
+  // order would be unspecified (GCC reads `ran` first, so both libraries always "refused").
   auto run = [&](int c) -> bool {
     bool ran = false;
     switch (static_cast<GeluGemmChoice>(c)) {
-      case GeluGemmChoice::kCublasLt:
-        return ran_ok(matmul_->Run(gemm, &ran), ran);
-      case GeluGemmChoice::kCudnn:
-        return cudnn_runs && ran_ok(cudnn_gelu_matmul_->Run(args, &ran), ran);
+      case GeluGemmChoice::kCublasLt: {
+        const Status s = matmul_->Run(gemm, &ran);
+        return ran_ok(s, ran);
+      }
+      case GeluGemmChoice::kCudnn: {
+        if (!cudnn_runs) return false;
+        const Status s = cudnn_gelu_matmul_->Run(args, &ran);
+        return ran_ok(s, ran);
+      }
       default:
         return sm90_runs[c - 2] && Sm90GeluLaunch(args, c - 1, stream_) == cudaSuccess;
     }
