@@ -19,7 +19,10 @@ the fields), with the date, commit, hardware, command, ... of --meta.
 import json
 import sys
 
-MODELS = {"124m": "GPT-2 124M", "350m": "GPT-2 350M", "1.3b": "GPT 1.3B"}
+MODELS = {"124m": "GPT-2 124M", "350m": "GPT-2 350M", "1.3b": "GPT 1.3B",
+          "llama-1b": "Llama-3.2-1B", "qwen3-0.6b": "Qwen3-0.6B",
+          "olmoe": "OLMoE-style MoE (3.6B, 0.64B active)",
+          "mixtral": "Mixtral-style MoE (3.2B, 0.94B active)"}
 
 
 def tok_s(run):
@@ -31,9 +34,14 @@ def ok(run):
 
 
 def layout(gpus, args):
-    """'1 GPU', or the parallel layout: 'dp2 ZeRO-1', 'tp2 dp2', ... from TRAINER_ARGS."""
+    """'1 GPU', or the parallel layout: 'dp2 ZeRO-1', 'tp2 dp2', ... from TRAINER_ARGS, with
+    ' selective recompute' (any Model.recompute but none) after it."""
+    recompute = ""
+    if "Model.recompute=" in args:
+        mode = args.split("Model.recompute=", 1)[1].split()[0]
+        recompute = "" if mode == "none" else " %s recompute" % mode
     if gpus == 1:
-        return "1 GPU"
+        return "1 GPU" + recompute
     degree = {}
     for kind in ("tp", "pp"):
         key = "Distributed.%s_degree=" % kind
@@ -44,7 +52,7 @@ def layout(gpus, args):
         parts.append("dp%d" % dp)
         if "zero_stage1=false" not in args:  # on in the GPU configs
             parts.append("ZeRO-1")
-    return " ".join(parts)
+    return " ".join(parts) + recompute
 
 
 def side(run, peer_name=None):

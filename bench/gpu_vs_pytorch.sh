@@ -65,9 +65,7 @@ print('{"sm_mhz": %s, "power_w": %s}' % (
 PY
 }
 MATCH_PEER=${MATCH_PEER:-1}
-PEER_OPTIMIZER=(-o Optimizer.lr=3e-4 -o Optimizer.min_lr=3e-4 -o Optimizer.warmup_steps=0
-                -o Optimizer.decay_style=constant -o Optimizer.beta1=0.9 -o Optimizer.beta2=0.999
-                -o Optimizer.eps=1e-8 -o Optimizer.weight_decay=0.1 -o Optimizer.grad_clip=1.0)
+source "$ROOT/bench/peer_common.sh"  # PEER_OPTIMIZER, record_comparisons
 source "$ROOT/bench/random_tokens.sh"  # random_tokens NAME COUNT -> $WORK/NAME.h5
 [ "$MATCH_PEER" = 1 ] || random_tokens random 20000000
 RESULTS=$(mktemp)
@@ -134,30 +132,7 @@ import json, sys
 if 'tok_s' not in json.loads(sys.argv[1]): print(json.dumps({'peer_error': json.loads(sys.argv[1])}))" "$peer"
 done
 # The comparisons (bench/compare_runs.py), and with RECORD=1 one record each in RECORD_FILE.
-record=()
-if [ "${RECORD:-0}" = 1 ]; then
-  gpu_name=$(timeout 10 nvidia-smi -i 0 --query-gpu=name --format=csv,noheader 2> /dev/null | head -1 || true)
-  case $gpu_name in  # nvidia-smi names the SXM boards without their form factor
-    "NVIDIA H200") gpu_name="NVIDIA H200 SXM" ;;
-    "NVIDIA H100 80GB HBM3") gpu_name="NVIDIA H100 SXM" ;;
-  esac
-  commit=${COMMIT:-$(git -C "$ROOT" describe --always --dirty --abbrev=7 2> /dev/null || echo unknown)}
-  peer_name=$PEER
-  [[ $PEER == "$ROOT"/* ]] && peer_name=${PEER#"$ROOT"/}
-  command="STEPS=$STEPS NP=$NP"
-  [ "$MATCH_PEER" = 1 ] || command+=" MATCH_PEER=$MATCH_PEER"
-  [ -z "${TRAINER_ARGS:-}" ] || command+=" TRAINER_ARGS='$TRAINER_ARGS'"
-  command+=" bench/gpu_vs_pytorch.sh $TRAINER ${PEER_ARG:+$PEER_ARG }$*"
-  meta=$(python3 - "$commit" "$gpu_name" "$(timeout 10 nvidia-smi -i 0 --query-gpu=driver_version --format=csv,noheader 2> /dev/null | head -1 || true)" \
-    "$peer_name" "$MATCH_PEER" "$STEPS" "${TRAINER_ARGS:-}" "$command" <<'PY'
-import datetime, json, sys
-commit, gpu, driver, peer, match, steps, args, command = sys.argv[1:]
-print(json.dumps({"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                  "commit": commit, "gpu": gpu or None, "driver": driver or None, "peer": peer,
-                  "match_peer": match == "1", "steps": int(steps), "trainer_args": args,
-                  "command": command}))
-PY
-)
-  record=(--record "${RECORD_FILE:-$ROOT/bench/results/gpu.jsonl}" --meta "$meta")
-fi
-python3 "$ROOT/bench/compare_runs.py" "$RESULTS" "${record[@]}"
+command="STEPS=$STEPS NP=$NP"
+[ "$MATCH_PEER" = 1 ] || command+=" MATCH_PEER=$MATCH_PEER"
+[ -z "${TRAINER_ARGS:-}" ] || command+=" TRAINER_ARGS='$TRAINER_ARGS'"
+record_comparisons "$RESULTS" "$command bench/gpu_vs_pytorch.sh $TRAINER ${PEER_ARG:+$PEER_ARG }$*"

@@ -7,18 +7,23 @@
 #   bench/llama_vs_pytorch.sh TRAINER [PEER_SCRIPT] MODEL:B...
 #   PEER_SCRIPT: default bench/torch_llama.py; another script taking its JSON keys
 #   MODEL: llama-1b (configs/llama-3.2-1b.yaml) | qwen3-0.6b (configs/qwen3-0.6b.yaml)
-#   env: STEPS (default 30), SKIP_PEER=1, WORK (default /tmp/bench)
+#   env: STEPS (default 30), SKIP_PEER=1, WORK (default /tmp/bench), TRAINER_ARGS (more -o
+#        overrides), RECORD=1 (append one record per comparison to RECORD_FILE, default
+#        bench/results/gpu.jsonl, as bench/gpu_vs_pytorch.sh does)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TRAINER=$1; shift
 PEER=$ROOT/bench/torch_llama.py
-if [ $# -gt 0 ] && [[ $1 == *.py ]]; then PEER=$1; shift; fi
+PEER_ARG=
+if [ $# -gt 0 ] && [[ $1 == *.py ]]; then PEER=$1 PEER_ARG=$1; shift; fi
 [ $# -gt 0 ] || { echo "usage: bench/llama_vs_pytorch.sh TRAINER [PEER_SCRIPT] MODEL:B..." >&2; exit 2; }
 STEPS=${STEPS:-30}
 WORK=${WORK:-/tmp/bench}
 mkdir -p "$WORK"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 source "$ROOT/bench/peer_common.sh"  # random_u32, trainer_side, peer_side
+RESULTS=$(mktemp)
+trap 'rm -f "$RESULTS"' EXIT
 for spec in "$@"; do
   IFS=: read -r model B <<< "$spec"
   case $model in
@@ -34,3 +39,7 @@ for spec in "$@"; do
   trainer_side "$model" "$B" "$out" "$data" -c "$ROOT/$cfg"
   peer_side "$model" "$B" "$shape" "$out"
 done
+# The comparisons (bench/compare_runs.py), and with RECORD=1 one record each in RECORD_FILE.
+command="STEPS=$STEPS"
+[ -z "${TRAINER_ARGS:-}" ] || command+=" TRAINER_ARGS='$TRAINER_ARGS'"
+record_comparisons "$RESULTS" "$command bench/llama_vs_pytorch.sh $TRAINER ${PEER_ARG:+$PEER_ARG }$*"

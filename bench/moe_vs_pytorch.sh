@@ -13,7 +13,8 @@
 #                  the logits then the softmax over the chosen
 #   (T = 2048; B = micro-batch; each side at several B: run e.g. olmoe:4 olmoe:8 olmoe:16)
 #   env: STEPS (default 30), SKIP_PEER=1, PHASES=1, WORK (default /tmp/bench), TRAINER_ARGS
-#        (more -o overrides)
+#        (more -o overrides), RECORD=1 (append one record per comparison to RECORD_FILE, default
+#        bench/results/gpu.jsonl, as bench/gpu_vs_pytorch.sh does)
 #
 # Both sides count MFU as 6 x active parameters + 12 L H HD T FLOPs per token against 989 TFLOP/s
 # (of the experts only K of E, plus the router; the input embedding is a lookup).
@@ -21,13 +22,16 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TRAINER=$1; shift
 PEER=$ROOT/bench/torch_llama.py
-if [ $# -gt 0 ] && [[ $1 == *.py ]]; then PEER=$1; shift; fi
+PEER_ARG=
+if [ $# -gt 0 ] && [[ $1 == *.py ]]; then PEER=$1 PEER_ARG=$1; shift; fi
 [ $# -gt 0 ] || { echo "usage: bench/moe_vs_pytorch.sh TRAINER [PEER_SCRIPT] MODEL:B..." >&2; exit 2; }
 STEPS=${STEPS:-30}
 WORK=${WORK:-/tmp/bench}
 mkdir -p "$WORK"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 source "$ROOT/bench/peer_common.sh"  # random_u32, trainer_side, peer_side
+RESULTS=$(mktemp)
+trap 'rm -f "$RESULTS"' EXIT
 V=50304 T=2048
 # The shared block: 8 layers of hidden 2048, 16 heads of 128, untied, no dense MLP layer.
 BLOCK=(-o Model.vocab_size=$V -o Model.vocab_pad_multiple=128 -o Model.num_layers=8
@@ -58,3 +62,7 @@ for spec in "$@"; do
   fi
   peer_side "$model" "$B" "$shape" "$out"
 done
+# The comparisons (bench/compare_runs.py), and with RECORD=1 one record each in RECORD_FILE.
+command="STEPS=$STEPS"
+[ -z "${TRAINER_ARGS:-}" ] || command+=" TRAINER_ARGS='$TRAINER_ARGS'"
+record_comparisons "$RESULTS" "$command bench/moe_vs_pytorch.sh $TRAINER ${PEER_ARG:+$PEER_ARG }$*"

@@ -1,5 +1,6 @@
-# Sourced by the scripts that run the trainer beside a PyTorch peer script (llama_vs_pytorch.sh,
-# moe_vs_pytorch.sh); needs $TRAINER and $WORK.
+# Sourced by the scripts that run the trainer beside a PyTorch peer script (gpu_vs_pytorch.sh,
+# llama_vs_pytorch.sh, moe_vs_pytorch.sh); needs $TRAINER and $WORK. trainer_side and peer_side
+# append their JSON lines to $RESULTS where it is set, for record_comparisons.
 # The peer's optimizer (AdamW lr 3e-4 from the first step, betas 0.9/0.999, weight decay 0.1,
 # clipping at 1.0) as trainer overrides; its data pattern is 8 global batches of random tokens,
 # repeated.
@@ -47,7 +48,11 @@ trainer_side() {
     tail -20 "$out.log" >&2
     OURS='{"error": "trainer failed"}'
   fi
-  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"result\":$OURS}"
+  # What trainer plan said rank 0 would need (its memory line), beside the memory measured.
+  local planned
+  planned=$(grep -o 'needs ~[0-9.]* [KMGT]iB' "$out.log" | head -1 | sed 's/^needs ~//' || true)
+  echo "{\"who\":\"trainer\",\"model\":\"$model\",\"B\":$B,\"args\":\"${TRAINER_ARGS:-}\",\"result\":$OURS,\"memory_planned\":\"$planned\"}" |
+    tee -a "${RESULTS:-/dev/null}"
 }
 # peer_side MODEL B SHAPE OUT: the peer script $PEER on the JSON keys SHAPE at micro-batch B with
 # torch.compile, then its ratio to $OURS (nothing with SKIP_PEER=1).
@@ -56,6 +61,37 @@ peer_side() {
   [ "${SKIP_PEER:-0}" = 1 ] && return 0
   peer=$(python3 "$PEER" "[{$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2> "$out.peer.err" | tail -1) || true
   [ -n "$peer" ] || peer='{"error": "no result line"}'
-  echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer}"
+  echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer}" |
+    tee -a "${RESULTS:-/dev/null}"
   peer_ratio "$OURS" "$peer" "$model" "$B"
+}
+# record_comparisons RESULTS COMMAND: the comparisons of RESULTS' runs (bench/compare_runs.py);
+# with RECORD=1 also one record each in RECORD_FILE (default bench/results/gpu.jsonl) with the
+# date, the build (COMMIT, else git describe), the GPU and driver, $STEPS, $TRAINER_ARGS, $PEER,
+# $MATCH_PEER (default 1) and COMMAND, the command line that measured them.
+record_comparisons() {
+  local results=$1 command=$2 record=() gpu_name driver commit peer_name meta
+  if [ "${RECORD:-0}" = 1 ]; then
+    gpu_name=$(timeout 10 nvidia-smi -i 0 --query-gpu=name --format=csv,noheader 2> /dev/null | head -1 || true)
+    case $gpu_name in  # nvidia-smi names the SXM boards without their form factor
+      "NVIDIA H200") gpu_name="NVIDIA H200 SXM" ;;
+      "NVIDIA H100 80GB HBM3") gpu_name="NVIDIA H100 SXM" ;;
+    esac
+    driver=$(timeout 10 nvidia-smi -i 0 --query-gpu=driver_version --format=csv,noheader 2> /dev/null | head -1 || true)
+    commit=${COMMIT:-$(git -C "$ROOT" describe --always --dirty --abbrev=7 2> /dev/null || echo unknown)}
+    peer_name=$PEER
+    [[ $PEER == "$ROOT"/* ]] && peer_name=${PEER#"$ROOT"/}
+    meta=$(python3 - "$commit" "$gpu_name" "$driver" "$peer_name" "${MATCH_PEER:-1}" "$STEPS" \
+      "${TRAINER_ARGS:-}" "$command" <<'PY'
+import datetime, json, sys
+commit, gpu, driver, peer, match, steps, args, command = sys.argv[1:]
+print(json.dumps({"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                  "commit": commit, "gpu": gpu or None, "driver": driver or None, "peer": peer,
+                  "match_peer": match == "1", "steps": int(steps), "trainer_args": args,
+                  "command": command}))
+PY
+)
+    record=(--record "${RECORD_FILE:-$ROOT/bench/results/gpu.jsonl}" --meta "$meta")
+  fi
+  python3 "$ROOT/bench/compare_runs.py" "$results" "${record[@]}"
 }

@@ -6,8 +6,9 @@
 # of random tokens (packed by the trainer: 8 x 8 x 1024 + 1 ids below 50257), with MATCH_PEER=0
 # the config's own settings on the 20M-token stream; a side run alone (MODEL:B:trainer) and the
 # ratio of each side's best; a peer that fails without a result line; the memory that the
-# trainer's memory line planned, carried into its result. Last, what
-# bench/kernel_profile.sh runs under ncu (a stand-in): the trainer on that same stream.
+# trainer's memory line planned, carried into its result; bench/llama_vs_pytorch.sh's record (the
+# llama family's names, the recompute mode in the layout). Last, what bench/kernel_profile.sh
+# runs under ncu (a stand-in): the trainer on that same stream.
 #   gpu_vs_pytorch_ratios.sh TRAINER SOURCE_DIR SCRATCH   (the trainer is not used)
 set -euo pipefail
 SRC=$2 DIR=$3
@@ -171,6 +172,23 @@ grep -q '^train .*Global.global_batch_size=8 ' "$DIR/trainer-calls" &&
   grep -q '^train .*Global.global_batch_size=4 ' "$DIR/trainer-calls" ||
   { echo "FAIL: NP=2 should train at global batch 8, then 4 on one GPU: $(cat "$DIR/trainer-calls")"; exit 1; }
 echo "ok: NP=2 runs the trainer on one GPU as its baseline, and records the ratio"
+# bench/llama_vs_pytorch.sh records the same way: the llama family's names, and the recompute
+# mode of TRAINER_ARGS in the layout.
+rm -f "$DIR/sampled"
+PATH="$DIR/bin:$PATH" WORK="$DIR/bench" STEPS=20 RECORD=1 RECORD_FILE="$DIR/records-llama.jsonl" \
+  COMMIT=abc1234 TRAINER_ARGS="-o Model.recompute=gelu" \
+  bash "$SRC/bench/llama_vs_pytorch.sh" "$DIR/bin/trainer" "$DIR/peer.py" llama-1b:8 > /dev/null
+python3 - "$DIR/records-llama.jsonl" "$DIR" <<'PY'
+import json, sys
+(r,) = [json.loads(l) for l in open(sys.argv[1])]
+d = sys.argv[2]
+assert r["model"] == "Llama-3.2-1B" and r["layout"] == "1 GPU gelu recompute", r
+assert r["tokens_per_s"] == 1100 and r["peer"]["tokens_per_s"] == 1000 and r["ratio"] == 1.1, r
+assert r["memory_planned"] == "12.3 GiB" and r["steps"] == 20, r
+assert r["command"] == ("STEPS=20 TRAINER_ARGS='-o Model.recompute=gelu' bench/llama_vs_pytorch.sh "
+                        "%s/bin/trainer %s/peer.py llama-1b:8" % (d, d)), r
+PY
+echo "ok: bench/llama_vs_pytorch.sh's RECORD=1 record"
 # Without a PEER_SCRIPT the PyTorch side is bench/torch_gpt.py, given the shape as JSON.
 real_python=$(command -v python3)
 printf '#!/bin/sh\necho "$*" >> "%s/python-calls"\nexec "%s" "$@"\n' "$DIR" "$real_python" > "$DIR/bin/python3"
