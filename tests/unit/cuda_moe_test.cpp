@@ -9,7 +9,8 @@
 //   dots, over dispatch plans from the host planner (PlanMoeDispatch): random routing, empty
 //   experts, every token on expert 0, a shared expert, and slots dropped by a capacity.
 // - the router GEMM's f32 logits on the bf16 backend, and the experts' GEMMs over ragged row
-//   groups (untimed cuBLASLt heuristic choice, no route recorded).
+//   groups (untimed cuBLASLt heuristic choice, no route recorded; a call at its size class's own
+//   sizes after a smaller call of the class runs at its own).
 // Odd sizes: N not a multiple of 32, E = 5, K = 3, C = 72 and 75. The combine is deterministic:
 // two runs agree bit for bit.
 #include <cmath>
@@ -266,6 +267,39 @@ TEST_F(CudaMoeTest, RaggedGroupGemmsAreUntimedAndMatchCpu) {
   ASSERT_STATUS_OK(gpu_->MatmulForward(g_y->tensor(), Tensor(), g_x->tensor(), g_w->tensor(),
                                        Tensor(), Activation::kNone));
   EXPECT_EQ(gpu_->routes()->entries().size(), routes_before + 1) << "a plain GEMM's route";
+}
+
+// Ragged GEMMs whose sizes share a power-of-two class share one plan, which runs each call at the
+// call's own sizes: a call at exactly the class's size (128, 4, 512 rows) right after a smaller
+// one of the class (100, 3, 300) must run all its rows, forward, input gradient and the weight
+// gradient summed over them (C and F powers of two, so that the classes apply).
+TEST_F(CudaMoeTest, RaggedGroupGemmsRunAtEachCallsOwnSize) {
+  const int64_t C = 64, F = 128;
+  std::vector<float> w = Random(F * C);
+  auto g_w = Compute(w, {F, C});
+  gpu_->SetRaggedGroups(true);
+  for (int64_t n : {100, 128, 3, 4, 300, 512, 2, 1, 2}) {
+    SCOPED_TRACE(StrFormat("n=%lld, ", (long long)n) + Trace());
+    std::vector<float> x = Random(n * C), dy = Random(n * F), y(n * F), dx(n * C), dw(F * C);
+    ASSERT_STATUS_OK(cpu_->MatmulForward(HostView(y, {n, F}), Tensor(), HostView(x, {n, C}),
+                                         HostView(w, {F, C}), Tensor(), Activation::kNone));
+    ASSERT_STATUS_OK(cpu_->MatmulBackward(HostView(dx, {n, C}), HostView(dw, {F, C}), Tensor(),
+                                          HostView(dy, {n, F}), HostView(x, {n, C}),
+                                          HostView(w, {F, C}), GradientWrite::kOverwrite));
+    auto g_x = Compute(x, {n, C}), g_dy = Compute(dy, {n, F});
+    auto g_y = Compute(std::vector<float>(n * F), {n, F});
+    auto g_dx = Compute(std::vector<float>(n * C), {n, C});
+    auto g_dw = F32(std::vector<float>(F * C), {F, C});
+    ASSERT_STATUS_OK(gpu_->MatmulForward(g_y->tensor(), Tensor(), g_x->tensor(), g_w->tensor(),
+                                         Tensor(), Activation::kNone));
+    ASSERT_STATUS_OK(gpu_->MatmulBackward(g_dx->tensor(), g_dw->tensor(), Tensor(), g_dy->tensor(),
+                                          g_x->tensor(), g_w->tensor(),
+                                          GradientWrite::kOverwrite));
+    EXPECT_RELATIVE_ERROR_BELOW(g_y->Download(), y, 1e-2);
+    EXPECT_RELATIVE_ERROR_BELOW(g_dx->Download(), dx, 1e-2);
+    EXPECT_RELATIVE_ERROR_BELOW(g_dw->Download(), dw, 1e-2);
+  }
+  gpu_->SetRaggedGroups(false);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ struct CublasLtMatmul::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   std::string shape;  // as the route table names it
+  // The sizes the layouts describe now: a size class's plan runs each call at the call's own
+  // sizes (Run), so they are those of the last call, not the class's.
+  int64_t m = 0, n = 0, k = 0;
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -186,6 +189,7 @@ Status CublasLtMatmul::BuildPlan(const Gemm& g, Plan* plan) {
                                           g.transpose_a ? g.m : g.k, g.a.ld));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CudaType(g.b.dtype), g.transpose_b ? g.n : g.k,
                                           g.transpose_b ? g.k : g.n, g.b.ld));
+  plan->m = g.m, plan->n = g.n, plan->k = g.k;
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, CudaType(g.d_dtype), g.m, g.n, g.ldd));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -449,7 +453,9 @@ Status CublasLtMatmul::Run(const Gemm& g, bool* supported) {
   TRAINER_RETURN_IF_ERROR(FindPlan(size_class, &plan));
   *supported = plan->supported;
   if (!plan->supported && !resized) return Status::Ok();
-  if (resized && plan->supported) {  // the stored shapes (before op) at the call's sizes
+  // The layouts at the call's sizes, wherever they differ from the last call's: a call at the
+  // class's own sizes after a smaller one of the class must not run at the smaller one's.
+  if (plan->supported && (plan->m != g.m || plan->n != g.n || plan->k != g.k)) {
     auto resize = [](cublasLtMatrixLayout_t layout, int64_t rows, int64_t cols) {
       const uint64_t r = rows, c = cols;
       cublasStatus_t s = cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_ROWS, &r,
@@ -461,6 +467,7 @@ Status CublasLtMatmul::Run(const Gemm& g, bool* supported) {
     CUBLAS_CHECK(resize(plan->a, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k));
     CUBLAS_CHECK(resize(plan->b, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n));
     CUBLAS_CHECK(resize(plan->d, g.m, g.n));
+    plan->m = g.m, plan->n = g.n, plan->k = g.k;
   }
   cublasStatus_t status = plan->supported ? Launch(g, *plan) : CUBLAS_STATUS_NOT_SUPPORTED;
   if (resized && status == CUBLAS_STATUS_NOT_SUPPORTED) {
