@@ -10,6 +10,7 @@
 // (set_grouped_gemm_route, TRAINER_GROUPED_GEMM) or pinned by Engine.gpu_routes (op grouped_gemm).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "common/log.h"
@@ -191,14 +192,21 @@ Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90WeightGradient p,
                                    const std::vector<ExpertRun>& groups) {
   cuda::MakeGroupedExperts(groups, p.experts, &grouped_blocks_, &grouped_experts_);
   if (grouped_experts_.empty()) return Status::Ok();
-  const void *experts = nullptr, *runs = nullptr;
-  TRAINER_RETURN_IF_ERROR(UploadGrouped(
-      grouped_experts_.data(), grouped_experts_.size() * sizeof(cuda::GroupedExpert), &experts));
-  TRAINER_RETURN_IF_ERROR(UploadGrouped(
-      grouped_blocks_.data(), grouped_blocks_.size() * sizeof(cuda::GroupedBlock), &runs));
-  p.expert_list = static_cast<const cuda::GroupedExpert*>(experts);
+  // Both lists in one upload: a second upload that outgrew the ring's slots would free the
+  // first's copy before the kernel read it.
+  static_assert(sizeof(cuda::GroupedExpert) % 16 == 0 && sizeof(cuda::GroupedBlock) % 16 == 0,
+                "the runs start 16-byte aligned after the experts");
+  const size_t expert_bytes = grouped_experts_.size() * sizeof(cuda::GroupedExpert);
+  const size_t run_bytes = grouped_blocks_.size() * sizeof(cuda::GroupedBlock);
+  grouped_lists_.resize(expert_bytes + run_bytes);
+  std::memcpy(grouped_lists_.data(), grouped_experts_.data(), expert_bytes);
+  std::memcpy(grouped_lists_.data() + expert_bytes, grouped_blocks_.data(), run_bytes);
+  const void* lists = nullptr;
+  TRAINER_RETURN_IF_ERROR(UploadGrouped(grouped_lists_.data(), grouped_lists_.size(), &lists));
+  p.expert_list = static_cast<const cuda::GroupedExpert*>(lists);
   p.expert_count = static_cast<int64_t>(grouped_experts_.size());
-  p.runs = static_cast<const cuda::GroupedBlock*>(runs);
+  p.runs = reinterpret_cast<const cuda::GroupedBlock*>(static_cast<const char*>(lists) +
+                                                      expert_bytes);
   CUDA_CHECK(cuda::LaunchGroupedSm90WeightGradient(p, stream_));
   ++counts_.grouped_sm90;
   return Status::Ok();
@@ -251,7 +259,10 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
   cuda::GroupedSm90WeightGradient sm90;
   sm90.dout = dout.data, sm90.in = in.data, sm90.dweights = dweights.data;
   sm90.accumulate = dweights_write == GradientWrite::kAccumulate;
-  sm90.m = dout.dim(0), sm90.experts = E, sm90.oc = OC, sm90.c = C;
+  // The rows both tensors have (dout has the shared expert's rows after the routed ones, which
+  // `in` may not): the maps' bound, past which TMA reads zeros, and the groups lie below it.
+  sm90.m = std::min(dout.dim(0), in.dim(0));
+  sm90.experts = E, sm90.oc = OC, sm90.c = C;
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
       GroupedRoute(GroupedShape("weight_gradient", weights), GroupedSm90Runs(sm90),
