@@ -61,8 +61,8 @@ Status GpuRouteReport::AfterStep(bool last_step, std::string* json) {
   std::vector<std::string> texts;
   TRAINER_RETURN_IF_ERROR(GatherText(world, mine->ToJson(), &texts));
   // One table, the same on every rank: each shape's entry as the lowest rank that ran it chose it
-  // (pipeline stages differ in shapes). Every rank takes it from the next call of each shape on; a
-  // rank that chose otherwise is named.
+  // (pipeline stages differ in shapes). Every rank takes its timed choices from the next call of
+  // each shape on; a rank that timed otherwise is named. Choices by rule stay each rank's own.
   const bool root = groups_->world_rank == 0;
   RouteTable merged;
   for (size_t r = 0; r < texts.size(); ++r) {
@@ -72,7 +72,7 @@ Status GpuRouteReport::AfterStep(bool last_step, std::string* json) {
       const RouteEntry* first = merged.Find(e.op, e.shape);
       if (first == nullptr)
         merged.Record(e);
-      else if (first->chosen_name() != e.chosen_name() && root)
+      else if (first->chosen_name() != e.chosen_name() && root && first->how == "timed")
         LogWarning(
             StrFormat("rank %zu chose %s for %s (%s) where a lower rank chose %s; it takes "
                       "the lower rank's from the next step on",

@@ -148,8 +148,8 @@ class Backend {
   // usage error naming the file, op, shape and candidate for a route that is not one of the
   // backend's. Backends without routes ignore them.
   virtual Status PinRoutes(const RouteTable& pins) { return Status::Ok(); }
-  // Takes `table`'s choices (rank 0's report, every rank's shapes) for the shapes this backend
-  // routed otherwise, from their next call on, so that every rank routes a shape alike.
+  // Takes `table`'s timed choices (rank 0's report, every rank's shapes) for the shapes this
+  // backend timed otherwise, from their next call on, so that every rank routes a shape alike.
   virtual Status AdoptRoutes(const RouteTable& table) { return Status::Ok(); }
 
   // ---- layers ----

@@ -268,6 +268,27 @@ TEST_F(CudaRoutesTest, AttentionRoutesCanBePinned) {
   }
 }
 
+// Another rank's choice by rule (attention: cuDNN wherever it runs the shape) is not adopted: a
+// rule's choice follows what this rank's libraries run, and only timed choices are unified.
+TEST_F(CudaRoutesTest, RuleChoicesAreNotAdopted) {
+  if (!CudaBackend::CudnnAttentionCompiled()) GTEST_SKIP() << "built without cuDNN's frontend";
+  const int B = 2, T = 64, NH = 4, HC = 4 * 64;
+  DeviceBuffer q(gpu_.get(), DType::kBF16, {B, T, 3 * HC}),
+      o(gpu_.get(), DType::kBF16, {B, T, HC}), s(gpu_.get(), DType::kF32, {B, NH, T});
+  ASSERT_STATUS_OK(q.Upload(Random(B * T * 3 * HC)));
+  ASSERT_STATUS_OK(gpu_->AttentionForward(o.tensor(), s.tensor(), q.tensor(), NH));
+  const std::vector<RouteEntry> mine = EntriesOf(*gpu_, "attention");
+  ASSERT_EQ(mine.size(), 1u);
+  ASSERT_EQ(mine[0].chosen_name(), "cudnn");
+  RouteTable table;
+  table.Record({"attention", mine[0].shape, {{"cudnn", -1.f}, {"ours", -1.f}}, 1, "rule"});
+  ASSERT_STATUS_OK(gpu_->AdoptRoutes(table));
+  const int before = gpu_->path_counts().attention_cudnn;
+  ASSERT_STATUS_OK(gpu_->AttentionForward(o.tensor(), s.tensor(), q.tensor(), NH));
+  EXPECT_EQ(gpu_->path_counts().attention_cudnn, before + 1);
+  EXPECT_EQ(gpu_->path_counts().attention_fallback, 0);
+}
+
 // The one line of a refused pin.
 void ExpectRefusal(const Status& s, const std::string& op, const std::string& candidate) {
   ASSERT_FALSE(s.ok());

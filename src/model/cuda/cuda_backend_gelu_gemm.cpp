@@ -343,9 +343,17 @@ Status CudaBackend::PinRoutes(const RouteTable& pins) {
 
 Status CudaBackend::AdoptRoutes(const RouteTable& table) {
   if (pins_.source().empty()) pins_.set_source("rank 0's routes");
+  bool synchronized = false;
   for (const RouteEntry& e : table.entries()) {
     const RouteEntry* mine = routes_.Find(e.op, e.shape);
     if (mine == nullptr || mine->chosen_name() == e.chosen_name()) continue;
+    // Only timed choices: a rule's follows what each rank's libraries run (cuDNN refuses some
+    // document buckets on one rank and not another), and pins come from one file for all.
+    if (e.how != "timed") continue;
+    if (!synchronized) {  // the forgotten plans and graphs may still have launches queued
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      synchronized = true;
+    }
     pins_.Record({e.op, e.shape, {{e.chosen_name(), -1.f}}, 0, "pinned"});
     ForgetRoute(e.op, e.shape);
   }
