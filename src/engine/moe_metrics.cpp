@@ -5,20 +5,26 @@
 
 namespace trainer {
 
-Status UpdateExpertBias(const GptModel& model, Communicator* dp, double rate, AdamW* optimizer) {
-  const int E = model.spec().moe.num_experts;
+Status UpdateExpertBias(const GptModel& model, const ParallelGroups& groups, double rate,
+                        AdamW* optimizer) {
+  const int E = model.spec().moe.num_experts, L = static_cast<int>(model.spec().layers);
   const ModelPartition& part = model.partition();
   const std::vector<MoeLayerStats>& stats = model.moe_stats();
-  std::vector<double> load(static_cast<size_t>(part.num_layers) * E, 0.0);
-  for (int i = 0; i < part.num_layers; ++i)
-    for (size_t e = 0; e < stats[i].load.size(); ++e)
-      load[i * E + e] = static_cast<double>(stats[i].load[e]);
-  if (dp != nullptr && dp->size() > 1)
-    TRAINER_RETURN_IF_ERROR(dp->AllReduce(load.data(), load.size(), DType::kF64, ReduceOp::kSum));
+  // (L, E) loads of the whole model, each stage's layers from its TP rank 0: summed over the world
+  // they are each layer's loads over the DP ranks (integers in f64: exact in any order).
+  std::vector<double> load(static_cast<size_t>(L) * E, 0.0);
+  if (groups.coord.tp == 0)
+    for (int i = 0; i < part.num_layers; ++i)
+      for (size_t e = 0; e < stats[i].load.size(); ++e)
+        load[static_cast<size_t>(part.first_layer + i) * E + e] =
+            static_cast<double>(stats[i].load[e]);
+  if (groups.world_host != nullptr && groups.world_host->size() > 1)
+    TRAINER_RETURN_IF_ERROR(
+        groups.world_host->AllReduce(load.data(), load.size(), DType::kF64, ReduceOp::kSum));
   for (int i = 0; i < part.num_layers; ++i) {
     const ParameterInfo* p = model.Find(ParamRole::kExpertBias, part.first_layer + i);
     if (p == nullptr) continue;  // a dense layer
-    const double* l = load.data() + static_cast<size_t>(i) * E;
+    const double* l = load.data() + static_cast<size_t>(part.first_layer + i) * E;
     double mean = 0;
     for (int e = 0; e < E; ++e) mean += l[e] / E;
     std::vector<float> delta(E);

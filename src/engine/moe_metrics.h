@@ -23,8 +23,11 @@ namespace trainer {
 // `micro_batches` is the global batch's count (Global.global_batch_size / micro_batch_size).
 // Model.moe_router_bias_update_rate: each MoE layer's expert bias += rate * sign(mean load -
 // load of the expert), the loads (tokens that chose each expert) summed over the step's global
-// batch (a DP all-reduce). Every rank calls it after the optimizer step, before the next forward.
-Status UpdateExpertBias(const GptModel& model, Communicator* dp, double rate, AdamW* optimizer);
+// batch (over the world in host memory, from TP rank 0 of each DP and PP position: the DP group
+// moves device memory on GPUs). Every rank calls it after the optimizer step, before the next
+// forward.
+Status UpdateExpertBias(const GptModel& model, const ParallelGroups& groups, double rate,
+                        AdamW* optimizer);
 
 Status AppendMoeMetrics(const GptModel& model, const ParallelGroups& groups, int micro_batches,
                         std::vector<std::pair<std::string, double>>* record);

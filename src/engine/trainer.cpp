@@ -468,7 +468,7 @@ Status Trainer::TrainStep(double* lr) {
   }
   if (config_.model.moe_router_bias_update_rate > 0)
     TRAINER_RETURN_IF_ERROR(UpdateExpertBias(
-        *model_, groups_.dp, config_.model.moe_router_bias_update_rate, optimizer_.get()));
+        *model_, groups_, config_.model.moe_router_bias_update_rate, optimizer_.get()));
   TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kOptimizer));
   TRAINER_RETURN_IF_ERROR(timer_->EndStep());
   state_.step = step;
