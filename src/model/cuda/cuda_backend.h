@@ -15,6 +15,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -240,10 +241,13 @@ class CudaBackend final : public Backend {
                            bool cudnn_runs, const bool sm90_runs[2], GeluGemmChoice* choice);
   // Attention's route for the shape (kAttentionCudnn or kAttentionOurs), kept per shape and per
   // op (documents: attention_documents, else attention); AttentionCudnnRefused: cuDNN refused a
-  // shape routed to it (our kernels from now on, or the pin's refusal).
+  // shape routed to it, forward or backward (our kernels from now on, or the pin's refusal; with
+  // attention dropout after a cuDNN forward of the shape, an error: our kernels do not draw
+  // cuDNN's mask, so a backward of ours would not match that forward).
   static constexpr int kAttentionCudnn = 0, kAttentionOurs = 1;
   Status AttentionRoute(bool documents, int B, int T, int NH, int NKV, int HS, int** route);
-  Status AttentionCudnnRefused(bool documents, int B, int T, int NH, int NKV, int HS, int* route);
+  Status AttentionCudnnRefused(bool documents, int B, int T, int NH, int NKV, int HS, bool dropout,
+                               int* route);
   // One attention call: qkv's shape (B,T,(NH+2*NKV)*HS); route: the shape's route where cuDNN
   // takes the call, else null (our kernels; so are documents without their measure); scratch:
   // for cuDNN's call over documents.
@@ -329,6 +333,8 @@ class CudaBackend final : public Backend {
   bool force_attention_fallback_ = false;
   // (documents, B, T, NH, NKV, HS) -> attention's route
   std::map<std::tuple<bool, int, int, int, int, int>, int> attention_routes_;
+  // The same keys where a cuDNN forward ran with attention dropout (AttentionCudnnRefused).
+  std::set<std::tuple<bool, int, int, int, int, int>> attention_cudnn_dropout_;
   bool matmul_epilogues_ = true;
   bool ragged_groups_ = false;  // SetRaggedGroups: plain GEMMs untimed (cuda::Gemm::timed)
   CudaPathCounts counts_;

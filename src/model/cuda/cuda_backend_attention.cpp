@@ -6,8 +6,9 @@
 // (several times faster on Hopper), unless pinned (Engine.gpu_routes) or forced
 // (set_force_attention_fallback). A shape cuDNN refuses takes our kernels from then on, with
 // one warning. Documents without the host's measure of them (DocumentShape unknown) take our
-// kernels. Either route's forward feeds either route's backward (the statistics keep the ops'
-// layout).
+// kernels. Without attention dropout either route's forward feeds either route's backward (the
+// statistics keep the ops' layout); with it, cuDNN draws its own mask, so a shape whose forward
+// ran on cuDNN must run its backward there too (a refusal then stops the run with one line).
 #include "common/log.h"
 #include "model/cuda/attention_cudnn.h"
 #include "model/cuda/cuda_backend.h"
@@ -67,9 +68,17 @@ void CudaBackend::ForgetAttentionRoute(const std::string& op, const std::string&
 }
 
 Status CudaBackend::AttentionCudnnRefused(bool documents, int B, int T, int NH, int NKV, int HS,
-                                          int* route) {
+                                          bool dropout, int* route) {
   const char* op = AttentionOp(documents);
   const std::string shape = AttentionShapeName(B, T, NH, NKV, HS, compute_);
+  if (dropout && attention_cudnn_dropout_.count(std::make_tuple(documents, B, T, NH, NKV, HS)))
+    return RuntimeError(StrFormat(
+        "%s (%s): cuDNN refused a call of a shape whose forward it ran with attention dropout "
+        "(%s), and our kernels cannot continue its mask. Set Model.attention_dropout=0, or pin "
+        "%s to ours in Engine.gpu_routes",
+        op, shape.c_str(),
+        documents ? "a bucket of the packed documents it has no graph for" : "its backward",
+        op));
   const RouteEntry* entry = routes_.Find(op, shape);
   if (entry != nullptr && entry->how == "pinned")  // the pin's one-line refusal
     return pins_.PinnedChoice(op, shape, AttentionNames(), {false, true}, route);
@@ -122,9 +131,12 @@ Status CudaBackend::RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, in
     if (supported) {
       ++counts_.attention_cudnn;
       counts_.attention_cudnn_documents += docs;
+      if (dropout.on())
+        attention_cudnn_dropout_.insert(std::make_tuple(docs, a.B, a.T, a.NH, a.NKV, a.HS));
       return Status::Ok();
     }
-    TRAINER_RETURN_IF_ERROR(AttentionCudnnRefused(docs, a.B, a.T, a.NH, a.NKV, a.HS, a.route));
+    TRAINER_RETURN_IF_ERROR(
+        AttentionCudnnRefused(docs, a.B, a.T, a.NH, a.NKV, a.HS, dropout.on(), a.route));
   }
   ++counts_.attention_fallback;
   CUDA_CHECK(cuda::LaunchAttentionForwardFallback(compute_, out.data, stats.as<float>(), qkv.data,
@@ -155,6 +167,9 @@ Status CudaBackend::RunAttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, T
     counts_.attention_cudnn_documents += docs;
     return Status::Ok();
   }
+  if (a.route != nullptr)  // the forward ran on cuDNN: our backward matches it without dropout
+    TRAINER_RETURN_IF_ERROR(
+        AttentionCudnnRefused(docs, a.B, a.T, a.NH, a.NKV, a.HS, dropout.on(), a.route));
   ++counts_.attention_fallback;
   void* scratch = nullptr;
   TRAINER_RETURN_IF_ERROR(Scratch(
