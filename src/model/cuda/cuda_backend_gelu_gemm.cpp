@@ -229,9 +229,10 @@ Status CudaBackend::FusedGeluBackward(const cuda::Gemm& gemm, Tensor din, Tensor
   // din's column sums inside the kernel: (N/128, F) partials in the scratch, where they fit in
   // what it holds from the start (so that the memory plan stays exact), as do the (chunks, F) of
   // the trial's cuBLASLt candidate, which sums into the same place; else their own pass.
-  const int64_t partial_rows = std::max<int64_t>(N / 128, cuda::ColumnReductionChunks(N));
+  const int64_t partial_rows = N / 128;  // our kernel's, summed after it
+  const int64_t scratch_rows = std::max<int64_t>(partial_rows, cuda::ColumnReductionChunks(N));
   const bool sums = !din_sums.empty() &&
-                    static_cast<size_t>(partial_rows * F) * sizeof(float) <= kInitialScratchBytes;
+                    static_cast<size_t>(scratch_rows * F) * sizeof(float) <= kInitialScratchBytes;
   const auto key = std::make_tuple(N, F, OC, sums);
   Sm90DgeluProblem p;
   p.dout = dout.data, p.w = weight.data, p.pre = pre_act.data, p.din = din.data;
