@@ -60,7 +60,7 @@ StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std:
   TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
   for (const char* single :
        {"Distributed.tp_degree=1", "Distributed.pp_degree=1", "Distributed.dp_degree=1",
-        "Distributed.pp_layers=[]", "Distributed.zero_stage1=false",
+        "Distributed.ep_degree=1", "Distributed.pp_layers=[]", "Distributed.zero_stage1=false",
         "Distributed.sharding.sharding_degree=1", "Model.sequence_parallel=false"})
     overrides.push_back(single);
   TRAINER_ASSIGN_OR_RETURN(TrainConfig config,

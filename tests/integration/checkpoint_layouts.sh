@@ -4,7 +4,8 @@
 # relative 1e-5: only the reduction order differs) with the same consumed_samples (no sample
 # skipped or repeated, although the DP size changes), and the step-10 parameters and moments must
 # match (an independent HDF5 reader, as parallel_layouts.sh). The tiny GPT's 5 layers split
-# unevenly over 2 stages, so the stage boundaries move too.
+# unevenly over 2 stages, so the stage boundaries move too. `trainer eval` (one process) of the
+# saved checkpoint gives the single-rank run's step-5 loss.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 make_small_dataset data.h5
@@ -35,6 +36,16 @@ SAVED=saved/checkpoints/step-00000005
 expect_verified $SAVED
 grep -q "^  written on       $WRITTEN_ON" inspect.out || fail "the checkpoint does not say $SAVED_AS"
 compare_step_losses saved/metrics.jsonl single/metrics.jsonl 1e-5 || fail "$SAVED_AS steps 1-5"
+# One process reads a checkpoint of any layout: `trainer eval` of the saved weights gives the loss
+# of the single-rank run's step-5 weights.
+eval_loss() {
+  "$TRAINER" eval "$1" --data data.h5 --batches 8 2> "$2.err" | tail -n 1 |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["loss"])' ||
+    { cat "$2.err"; fail "trainer eval $1"; }
+}
+python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert abs(a - b) <= 1e-5 * abs(b), (a, b)' \
+  "$(eval_loss $SAVED eval-saved)" "$(eval_loss single/checkpoints/step-00000005 eval-single)" ||
+  fail "trainer eval of the $SAVED_AS checkpoint differs from the single-rank run's"
 
 for layout in $RESUMED_ON; do
   tp=1 pp=1 ep=1 sh=1 np=1
