@@ -24,7 +24,9 @@ bool AsyncCheckpointSavesSupported() {
   return H5is_library_threadsafe(&threadsafe) >= 0 && threadsafe;
 }
 
-AsyncCheckpointSaver::~AsyncCheckpointSaver() {
+AsyncCheckpointSaver::~AsyncCheckpointSaver() { WaitForWrite(); }
+
+void AsyncCheckpointSaver::WaitForWrite() {
   if (!write_.valid()) return;
   const Status s = write_.get();
   if (!s.ok()) LogWarning("the checkpoint written in the background failed: " + s.message());

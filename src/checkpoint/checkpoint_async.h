@@ -20,9 +20,12 @@ bool AsyncCheckpointSavesSupported();
 class AsyncCheckpointSaver {
  public:
   explicit AsyncCheckpointSaver(const ParallelGroups& groups) : groups_(groups) {}
-  // Rank 0: waits for a write in flight (an error return or a divergence still commits the last
-  // good state); its outcome is logged as a warning when it failed.
+  // Rank 0: waits for a write in flight (WaitForWrite).
   ~AsyncCheckpointSaver();
+  // Rank 0, no communication: waits for a write in flight, so that a run stopping on an error
+  // still commits the last good state before the process ends (a failed write is logged as a
+  // warning). Other ranks: nothing.
+  void WaitForWrite();
   AsyncCheckpointSaver(const AsyncCheckpointSaver&) = delete;
   AsyncCheckpointSaver& operator=(const AsyncCheckpointSaver&) = delete;
 

@@ -92,6 +92,9 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   status = ctx.Agree(trainer.Setup());
   if (status.ok()) status = ctx.Agree(trainer.Restore());
   if (status.ok()) status = trainer.Run();
+  // An error on this rank stops every rank (ctx.Finish): rank 0 first commits a checkpoint that
+  // its background writer has in flight.
+  if (!status.ok()) trainer.WaitForCheckpointWrite();
   return ctx.Finish(status);
 }
 

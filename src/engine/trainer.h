@@ -49,8 +49,14 @@ class Trainer {
   Status Restore();
   // Train to Engine.max_steps. Returns ExitCode::kPreempted after saving on a signal, and
   // ExitCode::kDiverged (every rank, nothing saved from that state) on a non-finite loss or
-  // gradient norm; both carry no message (rank 0 has logged it).
+  // gradient norm; both carry no message (rank 0 has logged it). A divergence first finishes a
+  // background checkpoint write in flight (the last good state).
   Status Run();
+  // Rank 0, no communication: waits for a background checkpoint write in flight, so that a run
+  // that stops on an error commits it before the process ends. Other ranks: nothing.
+  void WaitForCheckpointWrite() {
+    if (saver_ != nullptr) saver_->WaitForWrite();
+  }
 
   const TrainingState& state() const { return state_; }
   // Called with a phase name (a string literal) whenever a new phase of work starts, so that a
@@ -76,8 +82,9 @@ class Trainer {
   Status TrainStep(double* lr);
   Status StepResults(double* loss, double* grad_norm);
   // ExitCode::kDiverged when the step's loss or gradient norm is not finite. Both are sums over
-  // ranks, so every rank comes to the same verdict at the same step; rank 0 says what to do.
-  Status StopIfDiverged(int step, double loss, double grad_norm) const;
+  // ranks, so every rank comes to the same verdict at the same step (and finishes a checkpoint
+  // write in flight together); rank 0 says what to do.
+  Status StopIfDiverged(int step, double loss, double grad_norm);
   // This rank's gradient sum of squares is the global one (no TP, PP or ZeRO-1 split), so the
   // clipping scale can be worked out on the device.
   bool NormOnDevice() const;

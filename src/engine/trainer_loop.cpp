@@ -255,8 +255,9 @@ std::string Trainer::Summary(int64_t steps, double seconds, double loss, double 
   return text;
 }
 
-Status Trainer::StopIfDiverged(int step, double loss, double grad_norm) const {
+Status Trainer::StopIfDiverged(int step, double loss, double grad_norm) {
   if (std::isfinite(loss) && std::isfinite(grad_norm)) return Status::Ok();
+  TRAINER_RETURN_IF_ERROR(FinishCheckpoint());  // the last good state, written in the background
   if (groups_.world_rank == 0) {
     const std::string saved = last_checkpoint_.empty()
                                   ? "no checkpoint was saved or resumed from in this run"

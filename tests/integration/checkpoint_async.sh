@@ -8,7 +8,9 @@
 # - the end of training and a preemption signal both wait for the writer: everything saved is
 #   committed when the process exits, and no .tmp is left;
 # - Engine.exit_duration_min=0.02: the run saves and exits 75 after ~1.2 s, and resuming it
-#   reproduces an uninterrupted run's losses and final checkpoint bit for bit.
+#   reproduces an uninterrupted run's losses and final checkpoint bit for bit;
+# - a divergence on 2 ranks while the step-1 write is in flight commits it before the ranks
+#   stop (exit 6), and the divergence message names it.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 make_small_dataset data.h5
@@ -112,3 +114,17 @@ compare_step_losses timed/metrics.jsonl untimed/metrics.jsonl 0 || fail "losses 
 "$COMPARE_CHECKPOINTS" "$(ckpt timed $END)/checkpoint.h5" "$(ckpt untimed $END)/checkpoint.h5" 0 ||
   fail "final parameters differ"
 echo "ok: exit_duration_min=0.02 stopped after step $stopped (exit 75); resumed to $END bit-identically"
+
+# 6. A divergence (Optimizer.lr=1e30: step 2's loss is not finite) on 2 ranks while rank 0 still
+# writes step 1's checkpoint: the ranks finish the write together before they stop.
+rc=0
+TRAINER_FAULT_CHECKPOINT_SLOW=40 run_np 2 train "${COMMON[@]}" -o Distributed.tp_degree=2 \
+  -o Optimizer.lr=1e30 -o Engine.max_steps=20 -o Engine.save_steps=1 \
+  -o Engine.output_dir=diverged > diverged.log 2>&1 || rc=$?
+[ $rc -eq 6 ] || { tail -20 diverged.log; fail "diverged: exit $rc, expected 6"; }
+[ "$(latest_step diverged/checkpoints)" = 1 ] || { tail -20 diverged.log; fail "diverged: latest is not step 1"; }
+expect_verified "$(ckpt diverged 1)"
+! compgen -G "diverged/checkpoints/step-*.tmp" > /dev/null || fail "the divergence left a .tmp"
+grep -q "training diverged (step 2.*the last checkpoint is $(ckpt diverged 1)" diverged.log ||
+  { tail -20 diverged.log; fail "the divergence message does not name step 1's checkpoint"; }
+echo "ok: a divergence while step 1 was written committed it first (exit 6)"
