@@ -29,6 +29,9 @@ trainer_script_test(hf_lora SCRIPT hf_lora.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(fine_tuning SCRIPT fine_tuning.sh LABELS "e2e;mpi" TIMEOUT 600)
 # The checkpoint CRC-32 (zlib's crc32): the check value, a bitwise CRC-32, and a checkpoint written
 # by the trainer's earlier hand-written CRC-32 (tests/fixtures/).
+# The checkpoint's HDF5 chunks: at most ~1 Mi elements, 3-D expert tensors included.
+trainer_gtest(checkpoint_layout_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/checkpoint_layout_test.cpp
+              LIBS trainer_checkpoint TIMEOUT 60)
 trainer_gtest(checksum_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/checksum_test.cpp
               LIBS trainer_checkpoint TIMEOUT 60)
 target_compile_definitions(checksum_test PRIVATE TRAINER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -42,16 +42,26 @@ std::vector<int> CanonicalHolders(const ParameterInfo& p, const ModelConfig& mod
   return ranks;
 }
 
+std::vector<hsize_t> CheckpointChunkShape(const std::vector<hsize_t>& dims, hsize_t limit) {
+  std::vector<hsize_t> chunk(dims);
+  for (hsize_t& c : chunk) c = std::max<hsize_t>(1, c);  // HDF5 takes no empty chunk dimension
+  for (size_t i = 0; i < dims.size(); ++i) {
+    hsize_t rest = 1;  // the elements of one index of dimension i
+    for (size_t j = i + 1; j < dims.size(); ++j) rest *= std::max<hsize_t>(1, dims[j]);
+    if (rest <= limit) {
+      chunk[i] = std::max<hsize_t>(1, std::min(dims[i], limit / rest));
+      break;
+    }
+    chunk[i] = 1;
+  }
+  return chunk;
+}
+
 Status WriteTensor(hid_t file, const std::string& path, const std::vector<int64_t>& shape,
                    const float* data, const std::function<void()>& after_slab) {
   const int rank = static_cast<int>(shape.size());
-  std::vector<hsize_t> dims(shape.begin(), shape.end()), chunk(dims);
-  // Chunks of at most ~1 Mi elements (whole rows for 2-D tensors).
-  const hsize_t limit = hsize_t{1} << 20;
-  if (rank == 1)
-    chunk[0] = std::max<hsize_t>(1, std::min(dims[0], limit));
-  else
-    chunk[0] = std::max<hsize_t>(1, std::min(dims[0], limit / std::max<hsize_t>(1, dims[1])));
+  const std::vector<hsize_t> dims(shape.begin(), shape.end());
+  const std::vector<hsize_t> chunk = CheckpointChunkShape(dims);
   Hdf5Handle space, plist, dataset;
   HDF5_CHECK(space.Reset(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose));
   HDF5_CHECK(plist.Reset(H5Pcreate(H5P_DATASET_CREATE), H5Pclose));

@@ -30,6 +30,12 @@ std::vector<int> CanonicalHolders(const ParameterInfo& p, const ModelConfig& mod
 // Name of the per-tensor CRC-32 attribute (checksum.h), an integer on each dataset.
 constexpr const char* kChecksumAttribute = "crc32";
 
+// A tensor's HDF5 chunk: at most `limit` elements (~1 Mi by default), in whole rows of the trailing
+// dimensions where one fits (for a 2-D tensor: whole rows), else one index of the leading
+// dimension and as much of the next as fits (3-D experts: part of one expert's matrix).
+std::vector<hsize_t> CheckpointChunkShape(const std::vector<hsize_t>& dims,
+                                          hsize_t limit = hsize_t{1} << 20);
+
 // Create a chunked f32 dataset with the Fletcher32 filter, write `data` (full shape) and its
 // CRC-32 attribute. The values go in slabs of whole chunks; `after_slab`, when set, runs after
 // each, outside any HDF5 call.
