@@ -42,8 +42,9 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
     return EnvironmentError(
         "Global.device=cuda but this trainer was built without CUDA. Rebuild "
         "with -DTRAINER_CUDA=ON or set Global.device=cpu");
-  // One GPU per rank: the local rank's GPU, or the only GPU this rank sees (Slurm's
-  // --gpus-per-task / --gpu-bind give each rank its own CUDA_VISIBLE_DEVICES).
+  // One GPU per rank: of the GPUs this rank sees, the one at its index among the ranks of its
+  // host that see the same ones (Slurm's --gpus-per-task / --gpu-bind give each rank or socket
+  // its own CUDA_VISIBLE_DEVICES; without it, every rank of the host sees all of them).
   const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
   if (visible == 0)
     return EnvironmentError(StrFormat(
@@ -52,14 +53,14 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
         runtime->rank(), runtime->host().c_str(), cvd ? cvd : "unset"));
   if (visible == 1) {
     device = 0;
-  } else if (runtime->local_rank() < visible) {
-    device = runtime->local_rank();
+  } else if (runtime->gpu_peer_rank() < visible) {
+    device = runtime->gpu_peer_rank();
   } else {
     return EnvironmentError(StrFormat(
-        "%d ranks on host %s but only %d GPU(s) visible to rank %d (CUDA_VISIBLE_DEVICES=%s). "
-        "Start one rank per GPU (e.g. --ntasks-per-node=%d)",
-        runtime->local_size(), runtime->host().c_str(), visible, runtime->rank(),
-        cvd ? cvd : "unset", visible));
+        "%d ranks on host %s see the same %d GPU(s) (CUDA_VISIBLE_DEVICES=%s), too few for rank "
+        "%d. Start one rank per GPU (e.g. --ntasks-per-node=%d)",
+        runtime->gpu_peers(), runtime->host().c_str(), visible, cvd ? cvd : "unset",
+        runtime->rank(), visible));
   }
   const bool bf16 = config.engine.mix_precision == "bf16";
   const std::string name = CudaDeviceName(device);
@@ -96,8 +97,34 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   groups.ep = mpi_groups.ep.get();
   groups.expert_dp = mpi_groups.expert_dp.get();
   config_zero_stage_ = config.distributed.zero_stage();
+  TRAINER_RETURN_IF_ERROR(AgreeOnDeviceKind());
   if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups(config));
   return Status::Ok();
+}
+
+Status RunContext::AgreeOnDeviceKind() {
+  // Global.device=auto decides per rank: a rank that sees no GPU (a missing driver, an empty
+  // CUDA_VISIBLE_DEVICES) would take the CPU path beside GPU ranks, which then wait for it in
+  // NCCL's setup. Every rank learns which ranks are on the CPU and stops with the same line.
+  std::vector<double> on_cpu(static_cast<size_t>(runtime->size()), 0.0);
+  on_cpu[static_cast<size_t>(runtime->rank())] = backend->device_memory() ? 0.0 : 1.0;
+  TRAINER_RETURN_IF_ERROR(
+      runtime->world()->AllReduce(on_cpu.data(), on_cpu.size(), DType::kF64, ReduceOp::kSum));
+  std::string cpu_ranks;
+  int count = 0;
+  for (int r = 0; r < runtime->size(); ++r) {
+    if (on_cpu[static_cast<size_t>(r)] == 0.0) continue;
+    if (count++ < 8)
+      cpu_ranks += StrFormat("%s%d (%s)", cpu_ranks.empty() ? "" : ", ", r,
+                             runtime->hosts()[static_cast<size_t>(r)].c_str());
+  }
+  if (count == 0 || count == runtime->size()) return Status::Ok();
+  if (count > 8) cpu_ranks += StrFormat(" and %d more", count - 8);
+  return EnvironmentError(StrFormat(
+      "rank(s) %s see no GPU and would run on the CPU while the other ranks use GPUs. Check the "
+      "driver (nvidia-smi) and CUDA_VISIBLE_DEVICES on those hosts, or set Global.device=cuda "
+      "so that a rank without a GPU stops at once",
+      cpu_ranks.c_str()));
 }
 
 Status RunContext::MemoryFits(const TrainConfig& config, std::string* summary) const {

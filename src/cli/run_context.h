@@ -44,6 +44,8 @@ struct RunContext {
  private:
   // NCCL communicators from ids broadcast over the MPI groups.
   Status BuildDeviceGroups(const TrainConfig& config);
+  // Every rank on a GPU, or every rank on the CPU: one line naming the CPU ranks otherwise.
+  Status AgreeOnDeviceKind();
   bool reported_ = false;      // the status handed to Finish went through Agree
   int config_zero_stage_ = 0;  // Distributed.sharding's stage in effect, for the rank map
 };

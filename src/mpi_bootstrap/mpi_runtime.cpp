@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -179,6 +181,19 @@ Status MpiRuntime::Init(int* argc, char*** argv, std::unique_ptr<MpiRuntime>* ou
   MPI_CHECK(MPI_Allgather(&rt->local_rank_, 1, MPI_INT, rt->local_ranks_.data(), 1, MPI_INT,
                           MPI_COMM_WORLD));
   for (int r = 0; r < rt->size_; ++r) rt->hosts_.emplace_back(&names[static_cast<size_t>(r) * 256]);
+  // The ranks of this host that see the same GPUs, in rank order.
+  char visible[256] = {0};
+  if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"))
+    std::snprintf(visible, sizeof(visible), "=%s", cvd);  // "" (unset) differs from "=" (empty)
+  std::vector<char> sets(static_cast<size_t>(rt->size_) * 256);
+  MPI_CHECK(MPI_Allgather(visible, 256, MPI_CHAR, sets.data(), 256, MPI_CHAR, MPI_COMM_WORLD));
+  rt->gpu_peers_ = 0;
+  for (int r = 0; r < rt->size_; ++r) {
+    if (rt->hosts_[r] != rt->host_ || std::strcmp(&sets[static_cast<size_t>(r) * 256], visible))
+      continue;
+    if (r < rt->rank_) ++rt->gpu_peer_rank_;
+    ++rt->gpu_peers_;
+  }
   rt->world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", false);
   *out = std::move(rt);
   return Status::Ok();

@@ -79,6 +79,11 @@ class MpiRuntime {
   // Host name of every rank, and local rank of every rank (gathered at Init).
   const std::vector<std::string>& hosts() const { return hosts_; }
   const std::vector<int>& local_ranks() const { return local_ranks_; }
+  // This rank's index among the ranks of its host that see the same GPUs (the same
+  // CUDA_VISIBLE_DEVICES, or none set), and their count: the GPU it takes of those it sees
+  // (with Slurm's --gpus-per-task=2 each rank sees two GPUs of its own and takes the first).
+  int gpu_peer_rank() const { return gpu_peer_rank_; }
+  int gpu_peers() const { return gpu_peers_; }
 
   // All ranks call this with their own status. Returns a non-ok status on every rank when any
   // rank failed: the failing rank's own status, or (on the others) the same exit code with an
@@ -93,7 +98,7 @@ class MpiRuntime {
 
  private:
   MpiRuntime() = default;
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, gpu_peer_rank_ = 0, gpu_peers_ = 1;
   std::string host_;
   std::vector<std::string> hosts_;
   std::vector<int> local_ranks_;
