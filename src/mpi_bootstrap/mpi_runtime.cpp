@@ -129,14 +129,22 @@ Status MpiCommunicator::AllToAllV(const void* send, const int64_t* send_counts,
                                   const int64_t* send_displs, void* recv,
                                   const int64_t* recv_counts, const int64_t* recv_displs,
                                   DType dtype) {
-  // MPI's counts and displacements are int: each must fit.
+  // MPI's counts and displacements are int: each must fit, on every rank (the counts differ
+  // between ranks, so the ranks agree first rather than leave the others in the collective).
   std::vector<int> ints(4 * static_cast<size_t>(size_));
   const int64_t* from[4] = {send_counts, send_displs, recv_counts, recv_displs};
-  for (int a = 0; a < 4; ++a)
-    for (int p = 0; p < size_; ++p) {
-      TRAINER_RETURN_IF_ERROR(CheckCount(static_cast<size_t>(from[a][p]), name_));
+  Status fits;
+  for (int a = 0; a < 4 && fits.ok(); ++a)
+    for (int p = 0; p < size_ && fits.ok(); ++p) {
+      fits = CheckCount(static_cast<size_t>(from[a][p]), name_);
       ints[a * size_ + p] = static_cast<int>(from[a][p]);
     }
+  int ok = fits.ok() ? 1 : 0, all_ok = 0;
+  MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm_));
+  if (!fits.ok()) return fits;
+  if (!all_ok)
+    return RuntimeError("all-to-all on group " + name_ +
+                        ": another rank's counts are too large for MPI (its error says which)");
   const MPI_Datatype type = ToMpi(dtype);
   MPI_CHECK(MPI_Alltoallv(send, ints.data(), ints.data() + size_, type, recv,
                           ints.data() + 2 * size_, ints.data() + 3 * size_, type, comm_));
