@@ -45,6 +45,7 @@ Status Trainer::Setup() {
       PlanRankMemory(config_, c.pp, backend_->compute_dtype(), backend_->device_memory());
   TRAINER_RETURN_IF_ERROR(backend_->ReserveArena(memory.arena()));
   planned_arena_ = memory.arena();
+  if (backend_->device_memory()) planned_device_gib_ = memory.total() / (1024.0 * 1024.0 * 1024.0);
   TRAINER_RETURN_IF_ERROR(GptModel::Create(config_.model, part, backend_, groups_.tp,
                                            config_.global.micro_batch_size,
                                            config_.model.sequence_length(), memory.slots, &model_));

@@ -166,6 +166,8 @@ class Trainer {
   double step_trained_ = 0.0;    // the last step's global count of trained targets (train_masked_)
   double host_grad_norm_ = 0.0;  // the last step's norm, where it was computed on the host
   size_t planned_arena_ = 0;     // what Setup reserved (trainer plan's arena)
+  double planned_device_gib_ = 0;  // GPU: trainer plan's whole figure for this rank, in GiB
+  bool memory_over_plan_reported_ = false;
   Status prefetch_status_;
   int64_t prefetched_position_ = -1;
   TrainingState state_;

@@ -163,6 +163,15 @@ Status Trainer::Run() {
           {"pipeline_bubble", bubble},
           {"mfu", mfu},
           {"memory_gib", memory_gib}};
+      if (planned_device_gib_ > 0) {  // beside the plan's figure, and said once where it is over
+        record.emplace_back("memory_planned_gib", planned_device_gib_);
+        if (!memory_over_plan_reported_ && memory_gib > planned_device_gib_ + 0.25) {
+          memory_over_plan_reported_ = true;
+          LogInfo(StrFormat("memory: %.2f GiB in use on this GPU, %.2f GiB more than trainer "
+                            "plan's %.2f GiB (held outside what the plan counts)",
+                            memory_gib, memory_gib - planned_device_gib_, planned_device_gib_));
+        }
+      }
       for (auto& field : gpu.Fields(tokens_per_s)) record.push_back(std::move(field));
       if (config_.model.moe())
         TRAINER_RETURN_IF_ERROR(AppendMoeMetrics(
