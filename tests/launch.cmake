@@ -10,6 +10,9 @@ trainer_gtest(check_probes_test
                       ${PROJECT_SOURCE_DIR}/src/cli/host_memory.cpp
               LIBS trainer_mpi trainer_model TIMEOUT 60)
 trainer_script_test(check_local SCRIPT check_local.sh LABELS "e2e;mpi" TIMEOUT 120)
+# The same over NCCL on 2 (or 4) GPUs: the pipeline's send/recv, the all-to-all, a corrupted
+# transfer; skips (77) with fewer than 2 GPUs.
+trainer_script_test(gpu_check SCRIPT gpu_check.sh LABELS "gpu;e2e;mpi" TIMEOUT 300)
 trainer_script_test(check_netns SCRIPT check_netns.sh LABELS slurm TIMEOUT 240)
 trainer_script_test(launch_netns_train SCRIPT launch_netns_train.sh LABELS slurm TIMEOUT 240)
 trainer_script_test(launch_srun SCRIPT launch_srun.sh LABELS slurm TIMEOUT 240)

@@ -4,8 +4,8 @@
 // and cuDNN versions equal on all ranks; /dev/shm; that each rank's memory (trainer plan's need
 // for its stage) fits its GPU or its share of its host; that the checkpoint folder is shared (probe
 // files); that the data files open on every rank; then an all-reduce on every group of the
-// configured layout (and an all-to-all on the EP group), checked for the exact result, with its
-// bandwidth. It ends with "works well on
+// configured layout (and send/recv between neighbouring pipeline stages, an all-to-all on the EP
+// group), checked for the exact result, with its bandwidth. It ends with "works well on
 // N ranks (H hosts, G GPUs)", or names each failing rank, host and check with the fix and exits 5.
 //
 // Every rank runs each check on itself; the failures of a check are gathered to every rank (so
@@ -41,7 +41,6 @@ constexpr int kTimedAllReduces = 5;
 constexpr double kProbeWaitSeconds = 3.0;  // how long a probe file may take to show up
 constexpr size_t kMaxLinesPerCheck = 32;   // failure lines printed per check; the rest counted
 
-
 class EnvironmentCheck {
  public:
   EnvironmentCheck(RunContext* ctx, const TrainConfig& config, bool folder_given, bool data_given,
@@ -66,6 +65,7 @@ class EnvironmentCheck {
     TRAINER_RETURN_IF_ERROR(CheckFolder());
     TRAINER_RETURN_IF_ERROR(CheckData());
     TRAINER_RETURN_IF_ERROR(CheckAllReduces());
+    TRAINER_RETURN_IF_ERROR(CheckPointToPoint());
     return CheckAllToAll();
   }
 
@@ -475,7 +475,7 @@ class EnvironmentCheck {
     for (const Kind& kind : kinds) {
       const int size = static_cast<int>(kind.members.size());
       const bool device = kind.comm != nullptr && kind.comm->device_memory();
-      const char* transport = device ? "NCCL, device memory" : "MPI, host memory";
+      const char* transport = Transport(device);
       if (size == 1) {
         LogInfo(StrFormat("all-reduce on %s: groups of one rank, nothing to exchange", kind.name));
         continue;
@@ -492,23 +492,17 @@ class EnvironmentCheck {
                                                    &mismatch));
         if (!mismatch.empty())
           mine.push_back(
-              {rank_, "all-reduce",
-               StrFormat("%s group of ranks %s (%s): %s. Rerun with %s and check the "
-                         "transport settings in docs/launching.md",
-                         kind.name, FormatRanks(kind.members).c_str(), transport, mismatch.c_str(),
-                         device ? "NCCL_DEBUG=INFO" : "OMPI_MCA_btl=self,vader,tcp")});
+              {rank_, "all-reduce", WrongResult(kind.name, kind.members, device, mismatch)});
         // Bus bandwidth as NCCL's tests define it: 2 (n-1)/n * bytes / time.
         bus_gbps =
             seconds > 0 ? 2.0 * (size - 1) / size * count * sizeof(float) / seconds / 1e9 : 0;
       }
-      double range[2] = {bus_gbps < 0 ? -1e300 : -bus_gbps, bus_gbps};  // max of -bw: the minimum
-      TRAINER_RETURN_IF_ERROR(world_->AllReduce(range, 2, DType::kF64, ReduceOp::kMax));
+      std::string bandwidth;
+      const double mine_gbps[2] = {bus_gbps < 0 ? 1e300 : bus_gbps, bus_gbps};
+      TRAINER_RETURN_IF_ERROR(
+          BandwidthRange(mine_gbps, kind.groups == 1 ? nullptr : "group", &bandwidth));
       TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
       if (failed > 0) continue;
-      const std::string bandwidth =
-          kind.groups == 1
-              ? StrFormat("%.2f GB/s", range[1])
-              : StrFormat("%.2f GB/s (slowest group) to %.2f GB/s", -range[0], range[1]);
       LogInfo(
           StrFormat("all-reduce on %s: %s of %d ranks (%s, %s per call): exact; bus "
                     "bandwidth %s",
@@ -518,7 +512,7 @@ class EnvironmentCheck {
     return Status::Ok();
   }
 
-  // MoE's dispatch exchange on the EP group: uneven counts, each element checked.
+  // MoE's dispatch exchange on the EP group: uneven counts, zeros included, each element checked.
   Status CheckAllToAll() {
     const Topology& t = ctx_->groups.topology;
     if (t.ep <= 1) return Status::Ok();
@@ -527,13 +521,52 @@ class EnvironmentCheck {
     std::vector<CheckFailure> mine;
     if (!mismatch.empty())
       mine.push_back({rank_, "all-to-all",
-                      StrFormat("ep group of ranks %s: %s. Rerun with NCCL_DEBUG=INFO (GPU) or "
-                                "OMPI_MCA_btl=self,vader,tcp (CPU)",
-                                FormatRanks(t.Members(rank_, kDimEp)).c_str(), mismatch.c_str())});
+                      WrongResult("ep", t.Members(rank_, kDimEp), ctx_->groups.ep->device_memory(),
+                                  mismatch)});
     TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
     if (failed == 0)
-      LogInfo(StrFormat("all-to-all on ep: %s of %d ranks, uneven counts: exact",
+      LogInfo(StrFormat("all-to-all on ep: %s of %d ranks, uneven counts (zeros included): exact",
                         Plural(t.world_size / t.ep, "group").c_str(), t.ep));
+    return Status::Ok();
+  }
+
+  // The pipeline's send/recv on the pp group: each stage to the next and back, checked exactly.
+  Status CheckPointToPoint() {
+    const Topology& t = ctx_->groups.topology;
+    if (t.pp <= 1) return Status::Ok();
+    const std::vector<int> members = t.Members(rank_, kDimPp);
+    std::vector<std::string> stages;  // "stage 1 (rank 2 on node1)"
+    for (int m : members)
+      stages.push_back(StrFormat("stage %zu (rank %d on %s)", stages.size(), m, hosts_[m].c_str()));
+    const bool device = ctx_->groups.pp->device_memory();
+    const size_t count = device ? kDeviceAllReduceFloats : kHostAllReduceFloats;
+    double gbps[2];
+    std::string mismatch, bandwidth;
+    TRAINER_RETURN_IF_ERROR(TimeExactSendRecv(ctx_->groups.pp, ctx_->backend.get(), count,
+                                              kTimedAllReduces, InjectedSendRecvFault(rank_),
+                                              stages, gbps, &mismatch));
+    TRAINER_RETURN_IF_ERROR(BandwidthRange(gbps, "link", &bandwidth));
+    std::vector<CheckFailure> mine;
+    if (!mismatch.empty())
+      mine.push_back({rank_, "point-to-point", WrongResult("pp", members, device, mismatch)});
+    TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
+    if (failed == 0)
+      LogInfo(
+          StrFormat("point-to-point on pp: %s of %d ranks (%s, %s per transfer): exact both "
+                    "ways between neighbouring stages; bandwidth %s one way",
+                    Plural(t.tp * t.dp, "group").c_str(), t.pp, Transport(device),
+                    FormatBytes(count * sizeof(float)).c_str(), bandwidth.c_str()));
+    return Status::Ok();
+  }
+
+  // The slowest and fastest over every rank of each rank's [min, max] in GB/s, as the lines print
+  // it: "A GB/s (slowest <what>) to B GB/s", or only B where `what` is null (one group).
+  Status BandwidthRange(const double mine[2], const char* what, std::string* text) {
+    double range[2] = {-mine[0], mine[1]};  // the max of -bandwidth is the minimum
+    TRAINER_RETURN_IF_ERROR(world_->AllReduce(range, 2, DType::kF64, ReduceOp::kMax));
+    *text = what == nullptr
+                ? StrFormat("%.2f GB/s", range[1])
+                : StrFormat("%.2f GB/s (slowest %s) to %.2f GB/s", -range[0], what, range[1]);
     return Status::Ok();
   }
 

@@ -3,6 +3,7 @@
 
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -134,7 +135,7 @@ Status ExactAllToAll(Communicator* group, Backend* backend, std::string* mismatc
   std::vector<int64_t> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
   std::vector<float> send;
   for (int p = 0; p < n; ++p) {
-    send_counts[p] = (me + p) % 3 + 1;
+    send_counts[p] = (me + p) % 3;  // 0 for some peers
     send_displs[p] = static_cast<int64_t>(send.size());
     for (int64_t i = 0; i < send_counts[p]; ++i) send.push_back(value(me, p, i));
   }
@@ -144,8 +145,9 @@ Status ExactAllToAll(Communicator* group, Backend* backend, std::string* mismatc
     recv_displs[s] = total;
     total += recv_counts[s];
   }
-  std::vector<float> recv(total);
+  std::vector<float> recv(std::max<int64_t>(total, 1));  // a member may receive nothing
   void *dsend = send.data(), *drecv = recv.data();
+  if (send.empty()) send.push_back(0);  // a member may send nothing: keep a valid buffer
   const size_t send_bytes = send.size() * sizeof(float), recv_bytes = recv.size() * sizeof(float);
   if (group->device_memory()) {
     TRAINER_RETURN_IF_ERROR(backend->Allocate(send_bytes, &dsend));
@@ -161,9 +163,9 @@ Status ExactAllToAll(Communicator* group, Backend* backend, std::string* mismatc
   }
   TRAINER_RETURN_IF_ERROR(status);
   for (int s = 0; s < n && mismatch->empty(); ++s) {
-    if (recv_counts[s] != (s + me) % 3 + 1)
+    if (recv_counts[s] != (s + me) % 3)
       *mismatch = StrFormat("member %d announced %lld elements where it sends %d", s,
-                            static_cast<long long>(recv_counts[s]), (s + me) % 3 + 1);
+                            static_cast<long long>(recv_counts[s]), (s + me) % 3);
     for (int64_t i = 0; i < recv_counts[s] && mismatch->empty(); ++i)
       if (recv[recv_displs[s] + i] != value(s, me, i))
         *mismatch = StrFormat("element %lld from member %d is %.9g where %.9g was sent",
@@ -171,6 +173,94 @@ Status ExactAllToAll(Communicator* group, Backend* backend, std::string* mismatc
                               value(s, me, i));
   }
   return Status::Ok();
+}
+
+namespace {
+
+// Element i of what stage `sender` sends toward s + 1 (direction 0) or s - 1 (direction 1).
+float SendRecvValue(int sender, int direction, size_t i) {
+  return static_cast<float>((i + 4099 * static_cast<size_t>(sender) + 8191 * direction) %
+                            (size_t{1} << 22));
+}
+
+}  // namespace
+
+bool InjectedSendRecvFault(int rank) {
+  const char* v = std::getenv("TRAINER_FAULT_CHECK_P2P");
+  return v != nullptr && *v != '\0' && std::atoi(v) == rank;
+}
+
+Status TimeExactSendRecv(Communicator* group, Backend* backend, size_t count, int iterations,
+                         bool corrupt, const std::vector<std::string>& stage_names, double gbps[2],
+                         std::string* mismatch) {
+  mismatch->clear();
+  const int n = group->size(), me = group->rank();
+  const int phases = n > 2 ? 2 : 1;  // links from even stages, then from odd ones
+  struct Link {
+    int peer, phase;
+    std::vector<float> send;  // this member's pattern toward peer
+    void* device_send = nullptr;
+    double seconds = 0;
+  };
+  std::vector<Link> links;
+  if (me + 1 < n) links.push_back({me + 1, me % 2, {}});
+  if (me > 0) links.push_back({me - 1, (me - 1) % 2, {}});
+  const size_t bytes = count * sizeof(float);
+  const bool on_device = group->device_memory();
+  std::vector<float> recv(count), unset(count, -1.0f);
+  void* device_recv = nullptr;
+  Status status;
+  if (on_device) status = backend->Allocate(bytes, &device_recv);
+  for (Link& link : links) {
+    const int direction = link.peer > me ? 0 : 1;
+    link.send.resize(count);
+    for (size_t i = 0; i < count; ++i) link.send[i] = SendRecvValue(me, direction, i);
+    if (corrupt && direction == 0) link.send[count / 2] += 0.5f;
+    if (status.ok() && on_device) status = backend->Allocate(bytes, &link.device_send);
+    if (status.ok() && on_device)
+      status = backend->CopyToDevice(link.device_send, link.send.data(), bytes);
+  }
+  for (int call = 0; call <= iterations && status.ok(); ++call) {
+    for (int phase = 0; phase < phases && status.ok(); ++phase) {
+      status = group->Barrier();
+      for (Link& link : links) {
+        if (!status.ok() || link.phase != phase) continue;
+        void* to = recv.data();
+        if (on_device) {
+          status = backend->CopyToDevice(device_recv, unset.data(), bytes);
+          if (status.ok()) status = backend->Synchronize();
+          to = device_recv;
+        } else {
+          recv = unset;
+        }
+        const void* from = on_device ? link.device_send : link.send.data();
+        const double start = SteadySeconds();
+        if (status.ok())
+          status = group->SendRecv(from, count, link.peer, to, count, link.peer, DType::kF32);
+        if (status.ok() && on_device) status = group->FinishBefore(BackendStream(backend));
+        if (status.ok() && on_device) status = backend->Synchronize();
+        if (status.ok() && call > 0) link.seconds += SteadySeconds() - start;  // call 0 warms up
+        if (status.ok() && on_device) status = backend->CopyToHost(recv.data(), device_recv, bytes);
+        const int direction = link.peer < me ? 0 : 1;  // the peer's direction toward this member
+        for (size_t i = 0; i < count && status.ok() && mismatch->empty(); ++i)
+          if (recv[i] != SendRecvValue(link.peer, direction, i))
+            *mismatch = StrFormat("element %zu of %zu from %s is %.9g where %.9g was sent", i,
+                                  count, stage_names[link.peer].c_str(), recv[i],
+                                  SendRecvValue(link.peer, direction, i));
+      }
+    }
+  }
+  gbps[0] = 1e300;
+  gbps[1] = 0;
+  for (Link& link : links) {
+    const double rate =
+        link.seconds > 0 ? iterations * static_cast<double>(bytes) / link.seconds / 1e9 : 0;
+    gbps[0] = std::min(gbps[0], rate);
+    gbps[1] = std::max(gbps[1], rate);
+    if (link.device_send != nullptr) backend->Free(link.device_send);
+  }
+  if (device_recv != nullptr) backend->Free(device_recv);
+  return status;
 }
 
 }  // namespace trainer

@@ -74,6 +74,19 @@ std::string FormatRanks(const std::vector<int>& ranks, size_t limit) {
   return text;
 }
 
+const char* Transport(bool device) {
+  return device ? "NCCL, device memory" : "MPI, host memory";
+}
+
+std::string WrongResult(const char* group, const std::vector<int>& members, bool device,
+                        const std::string& mismatch) {
+  return StrFormat(
+      "%s group of ranks %s (%s): %s. Rerun with %s and check the transport settings "
+      "in docs/launching.md",
+      group, FormatRanks(members).c_str(), Transport(device), mismatch.c_str(),
+      device ? "NCCL_DEBUG=INFO" : "OMPI_MCA_btl=self,vader,tcp");
+}
+
 std::string Plural(long long n, const char* word) {
   return StrFormat("%lld %s%s", n, word, n == 1 ? "" : "s");
 }

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # `trainer check` under mpiexec on this machine:
 #   - 2 ranks (dp 2) and 4 ranks (tp 2 x pp 2, so that the embedding group exists too) pass, with
-#     an exact all-reduce on every group of the layout, the checkpoint folder and the data file
-#     seen by every rank, the probe files removed, and the verdict line; 4 ranks in EP groups of 2
-#     (Distributed.ep_degree) add the ep and expert_dp groups and an exact all-to-all on ep;
+#     an exact all-reduce on every group of the layout, exact send/recv both ways between
+#     neighbouring pipeline stages (also with pp 4), the checkpoint folder and the data file seen
+#     by every rank, the probe files removed, and the verdict line; 4 ranks in EP groups of 2
+#     (Distributed.ep_degree) add the ep and expert_dp groups and an exact all-to-all on ep (some
+#     counts zero);
+#   - one element of a pipeline transfer corrupted (TRAINER_FAULT_CHECK_P2P) exits 5 with the
+#     receiving rank's line naming the sending stage;
 #   - a layout that does not fit the world size exits 2 with the config's line;
 #   - a checkpoint folder that cannot be created and a missing data file exit 5, naming each rank,
 #     its host and the check;
@@ -16,22 +20,8 @@ make_small_dataset data.h5
 host=$(hostname)
 CONFIG=(-c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=data.h5 -o Engine.output_dir=out)
 
-# check NAME CODE NP ARGS...: runs `trainer check`, expects exit code CODE; output in NAME.out.
-check() {
-  local name=$1 code=$2 np=$3
-  shift 3
-  local rc=0
-  run_np "$np" check "$@" >"$name.out" 2>&1 || rc=$?
-  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$name: hung (killed by the time limit)"
-  [[ $rc -eq $code ]] || { cat "$name.out"; fail "$name: exit code $rc, expected $code"; }
-}
-# expect_line NAME REGEX: a line of NAME.out matches the extended REGEX.
-expect_line() {
-  grep -qE -- "$2" "$1.out" || { cat "$1.out"; fail "$1: no line matching /$2/"; }
-}
-
 # 1. Passing runs.
-check pass2 0 2 "${CONFIG[@]}"
+run_check pass2 0 2 "${CONFIG[@]}"
 expect_line pass2 "^MPI world: 2 ranks, as the launcher started \(OMPI_COMM_WORLD_SIZE=2\)$"
 # A CPU-only build says "CUDA: not built"; a CUDA build on a machine without a GPU names the
 # library versions it was built with and "driver none".
@@ -47,37 +37,51 @@ expect_line pass2 "^works well on 2 ranks \(1 host, 0 GPUs\)$"
 grep -q "error:" pass2.out && { cat pass2.out; fail "pass2: an error line in a passing check"; }
 echo "ok: 2 ranks: $(grep '^all-reduce on world' pass2.out)"
 
-check pass4 0 4 "${CONFIG[@]}" -o Distributed.tp_degree=2 -o Distributed.pp_degree=2
+run_check pass4 0 4 "${CONFIG[@]}" -o Distributed.tp_degree=2 -o Distributed.pp_degree=2
 expect_line pass4 "^rank map \(4 ranks: dp 1 x tp 2 x pp 2"
 for kind in world tp pp embedding; do
   groups=$([[ $kind == world ]] && echo "1 group of 4" || echo "2 groups of 2")
   expect_line pass4 "^all-reduce on $kind: $groups ranks \(MPI, host memory, 4.0 MiB per call\): exact; bus bandwidth [0-9.]+ GB/s"
 done
 expect_line pass4 "^all-reduce on dp: groups of one rank, nothing to exchange$"
+P2P="\(MPI, host memory, 4.0 MiB per transfer\): exact both ways between neighbouring stages; bandwidth [0-9.]+ GB/s \(slowest link\) to [0-9.]+ GB/s one way$"
+expect_line pass4 "^point-to-point on pp: 2 groups of 2 ranks $P2P"
 expect_line pass4 "^works well on 4 ranks \(1 host, 0 GPUs\)$"
 echo "ok: 4 ranks (tp 2 x pp 2):"
-grep '^all-reduce' pass4.out | sed 's/^/    /'
+grep -E '^(all-reduce|point-to-point)' pass4.out | sed 's/^/    /'
+# Four pipeline stages: the middle ones exchange with both neighbours (even links, then odd).
+run_check pp4 0 4 "${CONFIG[@]}" -o Distributed.pp_degree=4
+expect_line pp4 "^point-to-point on pp: 1 group of 4 ranks $P2P"
+expect_line pp4 "^works well on 4 ranks \(1 host, 0 GPUs\)$"
+echo "ok: 4 ranks (pp 4): $(grep '^point-to-point' pp4.out)"
+# Stage 1 (rank 1) sends one wrong element to stage 2: rank 2's line names the sender, exit 5.
+TRAINER_FAULT_CHECK_P2P=1 run_check p2p_fault 5 4 "${CONFIG[@]}" -o Distributed.pp_degree=4
+expect_line p2p_fault "^error: point-to-point \(rank 2 on $host\): pp group of ranks 0-3 \(MPI, host memory\): element 524288 of 1048576 from stage 1 \(rank 1 on $host\) is 528387.5 where 528387 was sent\. Rerun with OMPI_MCA_btl=self,vader,tcp"
+expect_line p2p_fault "^error: trainer check \(4 ranks, 1 host\): 1 failure \(point-to-point\) on 1 of 4 ranks \(2; $host\)"
+[[ $(grep -c '^error: point-to-point' p2p_fault.out) -eq 1 ]] || { cat p2p_fault.out; fail "p2p_fault: not exactly one point-to-point line"; }
+grep -q "^works well" p2p_fault.out && fail "p2p_fault: a verdict of success"
+echo "ok: a corrupted pipeline transfer -> exit 5: $(grep -m1 '^error: point' p2p_fault.out | cut -c1-110)..."
 # Expert parallelism: 4 data-parallel ranks in EP groups of 2; the rank map shows each rank's EP
 # and expert-DP index, and the EP group gets an all-to-all as well as an all-reduce.
-check ep4 0 4 "${CONFIG[@]}" -o Model.arch=llama -o Model.num_experts=4 -o Distributed.ep_degree=2
+run_check ep4 0 4 "${CONFIG[@]}" -o Model.arch=llama -o Model.num_experts=4 -o Distributed.ep_degree=2
 expect_line ep4 "^rank map \(4 ranks: dp 4 x tp 1 x pp 1, order tp-sharding-ep-edp-pp, TP fastest\): experts over ep 2 x expert-dp 2;"
 expect_line ep4 "^  rank +3 .* dp 3/4 \(ep 1/2, edp 1/2\) tp 0/1 pp 0/1$"
 expect_line ep4 "^all-reduce on ep: 2 groups of 2 ranks .*: exact;"
 expect_line ep4 "^all-reduce on expert_dp: 2 groups of 2 ranks .*: exact;"
-expect_line ep4 "^all-to-all on ep: 2 groups of 2 ranks, uneven counts: exact$"
+expect_line ep4 "^all-to-all on ep: 2 groups of 2 ranks, uneven counts \(zeros included\): exact$"
 echo "ok: 4 ranks (dp 4, ep 2): $(grep '^all-to-all' ep4.out)"
 leftovers=$(find out/checkpoints -name '.trainer-check-*' | wc -l)
 [[ $leftovers -eq 0 ]] || fail "$leftovers probe files left in out/checkpoints"
 echo "ok: probe files removed"
 
 # 2. A layout that does not fit the world: the config's usage error, exit 2.
-check bad_layout 2 2 "${CONFIG[@]}" -o Distributed.tp_degree=3
+run_check bad_layout 2 2 "${CONFIG[@]}" -o Distributed.tp_degree=3
 expect_line bad_layout "^error: world size 2 is not divisible by Distributed.tp_degree"
 echo "ok: tp 3 on 2 ranks -> exit 2: $(grep -m1 '^error' bad_layout.out | cut -c1-100)..."
 
 # 3. Failing checks on every rank: one line per rank and check, the summary, exit 5.
 touch not_a_folder
-check broken 5 2 "${CONFIG[@]}" -o Checkpoint.dir=not_a_folder/checkpoints -o Data.train_path=missing.h5
+run_check broken 5 2 "${CONFIG[@]}" -o Checkpoint.dir=not_a_folder/checkpoints -o Data.train_path=missing.h5
 for rank in 0 1; do
   expect_line broken "^error: checkpoint folder \(rank $rank on $host\): no probe file written in not_a_folder/checkpoints: .*Not a directory"
   expect_line broken "^error: data file \(rank $rank on $host\): dataset file not found \(missing.h5\)"
@@ -88,7 +92,7 @@ grep -q "^works well" broken.out && fail "broken: a verdict of success"
 echo "ok: unwritable folder and missing data -> exit 5, each rank named"
 
 # 4. A model beyond the host's memory: every rank's line (its share of the host), exit 5.
-check too_big 5 2 "${CONFIG[@]}" -o Model.hidden_size=8192 -o Model.num_layers=64 -o Model.num_heads=64
+run_check too_big 5 2 "${CONFIG[@]}" -o Model.hidden_size=8192 -o Model.num_layers=64 -o Model.num_heads=64
 for rank in 0 1; do
   expect_line too_big "^error: memory \(rank $rank on $host\): a rank of pipeline stage 0 needs ~[0-9.]+ [GT]iB at Global.micro_batch_size=4 \(trainer plan prints the parts\), but host $host \(a share for each of its 2 ranks\) holds"
 done

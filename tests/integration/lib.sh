@@ -86,6 +86,21 @@ run_layout() {
     { tail -20 "$name.log"; fail "layout $name exited non-zero"; }
 }
 
+# run_check NAME CODE NP ARGS...: runs `trainer check` on NP ranks, expects exit code CODE (a hang
+# killed by run_np's time limit fails); output in NAME.out.
+run_check() {
+  local name=$1 code=$2 np=$3
+  shift 3
+  local rc=0
+  run_np "$np" check "$@" >"$name.out" 2>&1 || rc=$?
+  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$name: hung (killed by the time limit)"
+  [[ $rc -eq $code ]] || { cat "$name.out"; fail "$name: exit code $rc, expected $code"; }
+}
+# expect_line NAME REGEX: a line of NAME.out matches the extended REGEX.
+expect_line() {
+  grep -qE -- "$2" "$1.out" || { cat "$1.out"; fail "$1: no line matching /$2/"; }
+}
+
 # require_gpus N: exit 77 (CTest's skip) unless at least N GPUs are visible; sets GPUS.
 require_gpus() {
   GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)

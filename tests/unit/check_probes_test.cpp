@@ -1,5 +1,7 @@
 // Tests of the one-rank parts of `trainer check` (src/cli/check_probes.h, check_report.h,
-// check_gpu.h): the all-reduce check catches a wrong element in any timed call, probe files are
+// check_gpu.h): the all-reduce check catches a wrong element in any timed call, the pipeline's
+// send/recv check runs its links in phase order, sends the documented patterns and catches a call
+// that delivers nothing, probe files are
 // seen only with the right nonce, rank and host, the launcher's rank count comes from the right
 // variable, failures survive the gather, rank lists are compressed as documented, and the host
 // memory left is read from meminfo and cgroups (v2 and v1) as the kernel writes them.
@@ -9,7 +11,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "cli/check_gpu.h"
 #include "cli/check_report.h"
@@ -77,6 +81,82 @@ TEST(CheckAllReduce, OneWrongElementInTheLastCallIsCaught) {
   EXPECT_NE(mismatch.find("element 777 of 1000 is 7 where the exact sum is 6"), std::string::npos)
       << mismatch;
   EXPECT_EQ(group.calls(), 4);  // the check did not stop the calls early
+}
+
+// Stage 1 of a pipeline of 3 seen from inside: SendRecv records the peer and what this member
+// sent, and delivers what stage `peer` sends toward it, (i + 4099 * peer + 8191 * direction)
+// mod 2^22 written out here, for the first `deliveries` calls (later ones deliver nothing).
+class NeighbourCommunicator final : public TestCommunicator {
+ public:
+  explicit NeighbourCommunicator(int deliveries)
+      : TestCommunicator(1, 3), deliveries_(deliveries) {}
+  Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv, size_t recv_count,
+                  int recv_peer, DType dtype) override {
+    EXPECT_EQ(send_peer, recv_peer);
+    EXPECT_EQ(send_count, recv_count);
+    EXPECT_EQ(dtype, DType::kF32);
+    peers.push_back(send_peer);
+    const float* out = static_cast<const float*>(send);
+    sent[send_peer].assign(out, out + send_count);
+    float* in = static_cast<float*>(recv);
+    const size_t offset = send_peer == 0 ? 0 : 2 * 4099 + 8191;  // stage 0 toward 1, 2 toward 1
+    if (static_cast<int>(peers.size()) <= deliveries_)
+      for (size_t i = 0; i < recv_count; ++i) in[i] = static_cast<float>((i + offset) % 4194304);
+    return Status::Ok();
+  }
+  std::vector<int> peers;
+  std::map<int, std::vector<float>> sent;
+
+ private:
+  int deliveries_;
+};
+
+const std::vector<std::string> kStages = {"stage 0 (rank 0 on a)", "stage 1 (rank 1 on b)",
+                                          "stage 2 (rank 2 on c)"};
+
+TEST(CheckSendRecv, BothNeighboursExactInPhaseOrder) {
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  NeighbourCommunicator group(1000);
+  double gbps[2] = {-1, -1};
+  std::string mismatch = "stale";
+  ASSERT_TRUE(TimeExactSendRecv(&group, cpu.get(), 5000, 2, false, kStages, gbps, &mismatch).ok());
+  EXPECT_EQ(mismatch, "");
+  // Link (0, 1) of even stage 0 first, then (1, 2), in each of the 3 rounds.
+  EXPECT_EQ(group.peers, std::vector<int>({0, 2, 0, 2, 0, 2}));
+  ASSERT_EQ(group.sent[2].size(), 5000u);
+  ASSERT_EQ(group.sent[0].size(), 5000u);
+  for (size_t i : {size_t{0}, size_t{2500}, size_t{4999}}) {
+    EXPECT_EQ(group.sent[2][i], static_cast<float>(i + 4099));         // activations
+    EXPECT_EQ(group.sent[0][i], static_cast<float>(i + 4099 + 8191));  // gradients
+  }
+  EXPECT_GT(gbps[0], 0);
+  EXPECT_GE(gbps[1], gbps[0]);
+}
+
+TEST(CheckSendRecv, ACallThatDeliversNothingIsCaught) {
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  NeighbourCommunicator group(2);  // the warm-up round only: a stale buffer would pass
+  double gbps[2];
+  std::string mismatch;
+  ASSERT_TRUE(TimeExactSendRecv(&group, cpu.get(), 100, 2, false, kStages, gbps, &mismatch).ok());
+  EXPECT_EQ(mismatch, "element 0 of 100 from stage 0 (rank 0 on a) is -1 where 0 was sent");
+  EXPECT_EQ(group.peers.size(), 6u);  // the check did not stop the calls early
+}
+
+TEST(CheckSendRecv, TheFaultHookCorruptsOneElementTowardTheNextStage) {
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  NeighbourCommunicator group(1000);
+  double gbps[2];
+  std::string mismatch;
+  ASSERT_TRUE(TimeExactSendRecv(&group, cpu.get(), 100, 1, true, kStages, gbps, &mismatch).ok());
+  EXPECT_EQ(group.sent[2][50], 50.5f + 4099);
+  EXPECT_EQ(group.sent[2][49], 49.0f + 4099);
+  EXPECT_EQ(group.sent[0][50], 50.0f + 4099 + 8191);
+  setenv("TRAINER_FAULT_CHECK_P2P", "3", 1);
+  EXPECT_TRUE(InjectedSendRecvFault(3));
+  EXPECT_FALSE(InjectedSendRecvFault(0));
+  unsetenv("TRAINER_FAULT_CHECK_P2P");
+  EXPECT_FALSE(InjectedSendRecvFault(0));
 }
 
 class ProbeTest : public ::testing::Test {
