@@ -20,6 +20,7 @@
 #include <set>
 
 #include "cli/check_gpu.h"
+#include "cli/check_hosts.h"
 #include "cli/check_probes.h"
 #include "cli/check_report.h"
 #include "cli/cli_options.h"
@@ -33,8 +34,6 @@
 namespace trainer {
 namespace {
 
-// NCCL keeps the buffers between GPUs of one host in /dev/shm; NVIDIA's containers ask for 1 GiB.
-constexpr double kMinShmBytesForNccl = 1024.0 * 1024 * 1024;
 constexpr size_t kHostAllReduceFloats = size_t{1} << 20;    // 4 MiB per call (MPI, host memory)
 constexpr size_t kDeviceAllReduceFloats = size_t{1} << 24;  // 64 MiB per call (NCCL)
 constexpr int kTimedAllReduces = 5;
@@ -178,7 +177,7 @@ class EnvironmentCheck {
     TRAINER_RETURN_IF_ERROR(AllGatherValues(world_, me, &facts_));
 
     // Every rank derives the same cross-rank failures; rank 0 alone reports them.
-    std::vector<CheckFailure> derived = CrossRankFailures();
+    std::vector<CheckFailure> derived = CrossRankFailures(facts_, hosts_);
     bool all_on_gpu = true, any_gpu = false;
     for (const RankFacts& f : facts_) {
       all_on_gpu = all_on_gpu && f.device >= 0 && !f.device_failed;
@@ -194,7 +193,7 @@ class EnvironmentCheck {
       LogInfo("the checks below run on the CPU path (MPI): not every rank has a GPU of its own");
     gpus_used_ = all_on_gpu ? world_->size() : 0;
 
-    PrintHosts();
+    LogInfo(HostsText(facts_, hosts_));
     TRAINER_RETURN_IF_ERROR(Report(mine).status());
     if (FailuresOf("GPU binding") == 0)
       LogInfo(gpus_used_ > 0 ? StrFormat("GPU binding: every rank on a GPU of its own (%s)",
@@ -208,90 +207,6 @@ class EnvironmentCheck {
                                          FormatBytes(kMinShmBytesForNccl).c_str())
                              : "/dev/shm: not needed by the CPU path (sizes above)");
     return Status::Ok();
-  }
-
-  std::vector<CheckFailure> CrossRankFailures() const {
-    std::vector<CheckFailure> out;
-    const int n = world_->size();
-    int first_gpu_rank = -1;
-    for (int r = 0; r < n && first_gpu_rank < 0; ++r)
-      if (facts_[r].device >= 0) first_gpu_rank = r;
-    // UUIDs are unique across machines: two "hosts" (containers, namespaces) may share a GPU.
-    std::map<std::string, int> gpu_owner;  // uuid -> first rank that uses it
-    std::map<std::string, int> ranks_on_host;
-    for (int r = 0; r < n; ++r) ++ranks_on_host[hosts_[r]];
-    std::set<std::string> shm_reported;
-    for (int r = 0; r < n; ++r) {
-      const RankFacts& f = facts_[r];
-      if (f.device < 0 && !f.device_failed && first_gpu_rank >= 0)
-        out.push_back({r, "GPU binding",
-                       StrFormat("runs on the CPU (%d GPUs visible, CUDA_VISIBLE_DEVICES=%s) "
-                                 "while rank %d on %s uses cuda:%d. Give every host GPUs, or set "
-                                 "Global.device=cpu",
-                                 f.visible_gpus, f.cuda_visible_devices, first_gpu_rank,
-                                 hosts_[first_gpu_rank].c_str(), facts_[first_gpu_rank].device)});
-      if (f.device >= 0) {
-        auto [owner, fresh] = gpu_owner.emplace(f.gpu_uuid, r);
-        if (!fresh)
-          out.push_back({r, "GPU binding",
-                         StrFormat("cuda:%d (%s, PCI %s) is the GPU that rank %d on %s uses too: "
-                                   "two ranks on one GPU. Start one rank per GPU (as many ranks "
-                                   "per host as GPUs) and give each rank all of the host's GPUs "
-                                   "or exactly its own (CUDA_VISIBLE_DEVICES=%s here)",
-                                   f.device, f.gpu_uuid, f.gpu_pci, owner->second,
-                                   hosts_[owner->second].c_str(), f.cuda_visible_devices)});
-      }
-      if (std::strcmp(f.versions, facts_[0].versions) != 0)
-        out.push_back({r, "versions",
-                       StrFormat("%s, but rank 0 on %s has %s. Install the same CUDA driver, "
-                                 "toolkit, NCCL and cuDNN on every host (or run one container "
-                                 "image everywhere)",
-                                 f.versions, hosts_[0].c_str(), facts_[0].versions)});
-      const bool nccl_in_host = f.device >= 0 && ranks_on_host[hosts_[r]] > 1;
-      if (nccl_in_host && f.shm_total < kMinShmBytesForNccl &&
-          shm_reported.insert(hosts_[r]).second)
-        out.push_back(
-            {r, "/dev/shm",
-             StrFormat("%s for %d GPU ranks on this host, below %s: NCCL keeps the "
-                       "buffers between GPUs of one host there and fails when it is "
-                       "full. Give containers more (docker run --shm-size=8g; "
-                       "Kubernetes: an emptyDir with medium Memory at /dev/shm, as in "
-                       "k8s/mpijob.yaml)",
-                       f.shm_total < 0 ? "missing" : FormatBytes(f.shm_total).c_str(),
-                       ranks_on_host[hosts_[r]], FormatBytes(kMinShmBytesForNccl).c_str())});
-    }
-    return out;
-  }
-
-  // One line per host: its ranks, GPUs, /dev/shm and versions (those of its first rank).
-  void PrintHosts() const {
-    std::vector<std::string> order;
-    std::map<std::string, std::vector<int>> ranks;
-    for (int r = 0; r < world_->size(); ++r) {
-      if (ranks[hosts_[r]].empty()) order.push_back(hosts_[r]);
-      ranks[hosts_[r]].push_back(r);
-    }
-    std::string text = StrFormat("%s:", Plural(order.size(), "host").c_str());
-    for (const std::string& host : order) {
-      const std::vector<int>& on_host = ranks[host];
-      const RankFacts& first = facts_[on_host[0]];
-      std::set<std::string> gpus;
-      for (int r : on_host)
-        if (facts_[r].device >= 0) gpus.insert(facts_[r].gpu_uuid);
-      const std::string shm = first.shm_total < 0 ? "missing"
-                                                  : FormatBytes(first.shm_total) + " (" +
-                                                        FormatBytes(first.shm_free) + " free)";
-      const std::string gpu_text =
-          first.visible_gpus == 0
-              ? std::string("no GPU visible")
-              : StrFormat("%s visible (CUDA_VISIBLE_DEVICES=%s), %zu bound (%s)",
-                          Plural(first.visible_gpus, "GPU").c_str(), first.cuda_visible_devices,
-                          gpus.size(), first.gpu_name);
-      text += StrFormat("\n  %-16s %s %s; %s; /dev/shm %s; %s", host.c_str(),
-                        on_host.size() == 1 ? "rank" : "ranks", FormatRanks(on_host).c_str(),
-                        gpu_text.c_str(), shm.c_str(), first.versions);
-    }
-    LogInfo(text);
   }
 
   // Every rank's need (trainer plan's figure for its pipeline stage) against its GPU's memory or
