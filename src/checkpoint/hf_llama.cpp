@@ -28,7 +28,7 @@ Status ReadRope(const ConfigReader& r, const YAML::Node& root, const std::string
   // rope_scaling {rope_type or type, ...} (null for the default).
   const YAML::Node v5 = root["rope_parameters"];
   const YAML::Node rope = v5 && !v5.IsNull() ? v5 : root["rope_scaling"];
-  m->rope_theta = 10000.0;
+  m->rope_theta = arch == "MixtralForCausalLM" ? 1e6 : 10000.0;  // transformers' defaults
   TRAINER_RETURN_IF_ERROR(r.Get("rope_theta", &m->rope_theta));
   std::string type = "default";
   m->rope_scaling = "none";
@@ -156,7 +156,8 @@ Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
   c.qk_norm = qwen3 || olmoe;
   if (olmoe) c.qk_norm_type = "full";
   c.tie_embeddings = false;
-  c.norm_eps = 1e-6;
+  // transformers' defaults where config.json leaves them out
+  c.norm_eps = arch == "MixtralForCausalLM" || arch == "OlmoeForCausalLM" ? 1e-5 : 1e-6;
   c.max_seq_len = 2048;
   const char* required[] = {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                             "intermediate_size"};
@@ -224,6 +225,12 @@ Status LlamaConfigJson(const ModelConfig& m, bool bf16, int64_t eod_id, std::str
     return UsageError(
         "a model with both Model.qkv_bias and Model.qk_norm has no transformers class (Qwen3's "
         "attention_bias also biases o_proj): export supports one or the other");
+  if (m.qkv_bias && !m.qk_norm && !m.moe() && m.head_size() * m.num_heads != m.hidden_size)
+    return UsageError(StrFormat(
+        "the checkpoint's Qwen2 model (Model.qkv_bias) has head_dim %d, not hidden_size / "
+        "num_heads (%d): Qwen2 in transformers 4 derives it so and could not load the export; "
+        "keep the checkpoint (trainer sample and eval run it)",
+        m.head_size(), m.hidden_size / m.num_heads));
   const char* arch = m.moe()      ? moe.architecture.c_str()
                      : m.qk_norm  ? "Qwen3ForCausalLM"
                      : m.qkv_bias ? "Qwen2ForCausalLM"

@@ -238,6 +238,10 @@ Status MoeExportClass(const ModelConfig& m, HfMoeClass* c) {
         StrFormat("has dense layers (MoE layers %s of %d): Mixtral's and OLMoE's every "
                   "layer is sparse (Qwen2-MoE and Qwen3-MoE take dense layers)",
                   LayerList(sparse).c_str(), m.num_layers));
+  if (mixtral && m.rope_scaling != "none")
+    return refuse("scales its RoPE (Model.rope_scaling=" + m.rope_scaling +
+                  "): Mixtral in transformers before 4.48 ignores rope_scaling and would compute "
+                  "other logits");
   if (mixtral && !Renormalised(m))
     return refuse(
         "keeps the softmax scores of the top K unnormalised (Model.moe_router_pre_softmax=true, "

@@ -86,4 +86,11 @@ expect_error 2 "max-shard-size 5XB: give bytes" "$TRAINER" export trained-llama/
   --max-shard-size 5XB
 expect_error 2 "export-llama/model.safetensors.index.json exists" "$TRAINER" export \
   trained-llama/checkpoints --output export-llama
+# A Qwen2-shaped model (q/k/v biases) with head_dim 24 on hidden 64 and 4 heads: transformers 4's
+# Qwen2 derives head_dim from hidden_size and could not load the export, so it is refused.
+run_np 1 train "${COMMON[@]}" "${MODEL_QWEN2[@]}" -o Model.head_dim=24 -o Engine.max_steps=1 \
+  -o Engine.save_steps=1 -o Engine.output_dir=qwen2-hd > qwen2-hd.log 2>&1 ||
+  { tail -20 qwen2-hd.log; fail "training a Qwen2-shaped model with head_dim 24"; }
+expect_error 2 "Qwen2 model (Model.qkv_bias) has head_dim 24, not hidden_size / num_heads" \
+  "$TRAINER" export qwen2-hd/checkpoints --output export-qwen2-hd
 echo "PASS: Hugging Face llama-family import and export"

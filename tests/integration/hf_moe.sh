@@ -82,4 +82,23 @@ run_np 1 train "${COMMON[@]}" -o Model.num_experts=4 -o Model.moe_router_score_f
   { tail -20 sigmoid.log; fail "training a sigmoid-routed model"; }
 expect_error 2 "has a sigmoid router: Qwen2-MoE, Mixtral, OLMoE and Qwen3-MoE route by a softmax" \
   "$TRAINER" export sigmoid/checkpoints --output export-sigmoid
+# A Mixtral-shaped model (no shared expert, no q/k norm, renormalised top K) with llama3 RoPE
+# scaling: Mixtral in transformers before 4.48 ignores rope_scaling, so export refuses it.
+run_np 1 train "${COMMON[@]}" -o Model.num_experts=4 -o Model.moe_norm_topk_prob=true -o Model.qk_norm=false \
+  -o Model.rope_scaling=llama3 -o Engine.max_steps=1 -o Engine.save_steps=1 \
+  -o Engine.output_dir=mixtral-rope > mixtral-rope.log 2>&1 ||
+  { tail -20 mixtral-rope.log; fail "training a Mixtral-shaped model with llama3 RoPE"; }
+expect_error 2 "scales its RoPE (Model.rope_scaling=llama3): Mixtral in transformers before 4.48" \
+  "$TRAINER" export mixtral-rope/checkpoints --output export-mixtral-rope
+# transformers' own defaults where a config.json leaves rms_norm_eps and rope_theta out: Mixtral's
+# are 1e-5 and 1e6 (not Llama's 1e-6 and 1e4).
+mkdir -p mixtral-defaults && ln -sf "$PWD/hf-mixtral/model.safetensors" mixtral-defaults/
+python3 -c "
+import json
+c = json.load(open('hf-mixtral/config.json'))
+for k in ('rms_norm_eps', 'rope_theta', 'rope_scaling', 'rope_parameters'): c.pop(k, None)
+json.dump(c, open('mixtral-defaults/config.json', 'w'))"
+"$TRAINER" inspect mixtral-defaults > mixtral-defaults.txt 2>&1 || true
+grep -q "Model.norm_eps=1e-05 .*Model.rope_theta=1000000" mixtral-defaults.txt ||
+  { cat mixtral-defaults.txt; fail "Mixtral's default rms_norm_eps and rope_theta"; }
 echo "PASS: Hugging Face MoE import and export"
