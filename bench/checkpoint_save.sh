@@ -32,12 +32,15 @@ def load(path):
     save = next(r for r in recs if "checkpoint_save_s" in r and r["step"] == 20)
     return steps, save
 (s, s_save), (a, a_save) = load(sys.argv[1]), load(sys.argv[2])
+# Training lost to a save: the time the step loop waited for it (checkpoint_save_s; the logging
+# window leaves it out of step_ms) plus what the steps after it took beyond the steps before
+# (an asynchronous write shares the host with training).
 for name, m, save in (("sync", s, s_save), ("async", a, a_save)):
     base = statistics.median(m[k] for k in range(11, 21))
-    during = 0.0 if m is s else (sum(a[k] for k in range(22, 40)) - sum(s[k] for k in range(22, 40))) / 1e3
-    at_save = (m[21] - base) / 1e3
-    print(f"{name:5s}: step {base:.0f} ms, with the save {m[21]:.0f} ms; lost {at_save:.2f} s at the save "
-          f"+ {during:.2f} s during the write = {at_save + during:.2f} s; waited "
-          f"{save['checkpoint_save_s']:.2f} s, write {save.get('checkpoint_write_s', 0):.2f} s")
+    at_save = save["checkpoint_save_s"]
+    during = sum(m[k] - base for k in range(21, 40)) / 1e3
+    print(f"{name:5s}: step {base:.0f} ms; lost {at_save:.2f} s waiting for the save "
+          f"+ {during:.2f} s in the 19 steps after it = {at_save + during:.2f} s; "
+          f"write {save.get('checkpoint_write_s', 0):.2f} s")
 PY
 done

@@ -20,7 +20,7 @@ const std::set<std::string>& Unweighed() {
       "Engine.eval_iters",       "Engine.save_steps",        "Engine.output_dir",
       "Engine.watchdog_s",       "Engine.tensorboard",       "Engine.profile",
       "Engine.peak_tflops",      "Engine.exit_duration_min", "Data.val_path",
-      "Optimizer.decay_steps",   "Engine.gpu_routes",
+      "Data.val_fraction",       "Optimizer.decay_steps",    "Engine.gpu_routes",
       "Model.loss_chunk_tokens"};
   return keys;
 }
@@ -37,6 +37,11 @@ std::vector<std::pair<std::string, std::string>> KeyValues(TrainConfig config) {
   return out;
 }
 
+// The share of the training files held out for validation: Data.val_fraction, unless a
+// validation file is given (Data.val_path). A change moves samples into or out of training,
+// and with them every sample's place in the epoch's order.
+double HeldOut(const TrainConfig& c) { return c.data.val_path.empty() ? c.data.val_fraction : 0.0; }
+
 // Steps of decay after the warmup (0: none, the rate stays at Optimizer.lr).
 int DecayInEffect(const TrainConfig& c) {
   if (c.optimizer.decay_style == "constant") return 0;
@@ -52,6 +57,11 @@ std::vector<std::string> ChangedSettings(const TrainConfig& before, const TrainC
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i].second != b[i].second && Weighed(a[i].first))
       changes.push_back(a[i].first + " " + a[i].second + " -> " + b[i].second);
+  if (HeldOut(before) != HeldOut(after))
+    changes.push_back(StrFormat(
+        "the training files' share held out for validation (Data.val_fraction, 0 when "
+        "Data.val_path is set) %g -> %g: the training samples and their order change",
+        HeldOut(before), HeldOut(after)));
   if (DecayInEffect(before) != DecayInEffect(after))
     changes.push_back(
         StrFormat("the decay length (Optimizer.decay_steps, or when 0 Engine.max_steps - "

@@ -197,6 +197,10 @@ Status Trainer::Run() {
     const bool signalled = flags[0] > 0, out_of_time = flags[1] > 0,
                stop = signalled || out_of_time;
     if (flags[2] > 0) TRAINER_RETURN_IF_ERROR(FinishCheckpoint());  // log it, report a failure
+    // The time training waits for a save or an evaluation is left out of the logging window, so
+    // that tokens/s, ms/step and MFU measure training steps (saves report checkpoint_save_s).
+    const auto pause_start = std::chrono::steady_clock::now();
+    const bool eval_due = e.eval_freq > 0 && (step % e.eval_freq == 0 || step == e.max_steps);
     if (save_due || stop) {
       // Nothing non-finite is saved: a step that was not logged is checked first.
       if (!log_due) {
@@ -219,7 +223,7 @@ Status Trainer::Run() {
       return Status(ExitCode::kPreempted, "");
     }
     // After the save: an evaluation that fails never costs the checkpoint that was due.
-    if (e.eval_freq > 0 && (step % e.eval_freq == 0 || step == e.max_steps)) {
+    if (eval_due) {
       double val = 0;
       progress_("an evaluation");
       TRAINER_RETURN_IF_ERROR(Evaluate(&val));
@@ -227,6 +231,7 @@ Status Trainer::Run() {
       last_val = val;
       TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step}, {"val_loss", val}}));
     }
+    if (save_due || eval_due) window_start += std::chrono::steady_clock::now() - pause_start;
   }
   TRAINER_RETURN_IF_ERROR(FinishCheckpoint());  // the end of training waits for the writer
   LogInfo(Summary(state_.step - first_step, Seconds(start), last_loss, last_val));

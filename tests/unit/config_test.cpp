@@ -450,6 +450,23 @@ TEST(ChangedSettings, ListsWhatChangesTheNumbersAndNothingElse) {
   EXPECT_EQ(ChangedSettings(before, after), expected);
 }
 
+// The validation hold-out in effect: a val file given where val_fraction held out training
+// samples changes the training set (and every sample's place in the order); val_fraction alone
+// does nothing while a val file is given.
+TEST(ChangedSettings, TheValidationHoldOutInEffect) {
+  TrainConfig before;
+  before.data.val_fraction = 0.05;
+  TrainConfig after = before;
+  after.data.val_path = "val.h5";
+  const std::vector<std::string> changes = ChangedSettings(before, after);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_NE(changes[0].find("held out for validation"), std::string::npos) << changes[0];
+  EXPECT_NE(changes[0].find("0.05 -> 0"), std::string::npos) << changes[0];
+  TrainConfig other_fraction = after;  // val_path set on both sides: the fraction is unused
+  other_fraction.data.val_fraction = 0.2;
+  EXPECT_TRUE(ChangedSettings(after, other_fraction).empty());
+}
+
 TEST(ChangedSettings, TheDecayLengthInEffect) {
   TrainConfig before;
   before.engine.max_steps = 100;
