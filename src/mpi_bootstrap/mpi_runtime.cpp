@@ -139,12 +139,7 @@ Status MpiCommunicator::AllToAllV(const void* send, const int64_t* send_counts,
       fits = CheckCount(static_cast<size_t>(from[a][p]), name_);
       ints[a * size_ + p] = static_cast<int>(from[a][p]);
     }
-  int ok = fits.ok() ? 1 : 0, all_ok = 0;
-  MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm_));
-  if (!fits.ok()) return fits;
-  if (!all_ok)
-    return RuntimeError("all-to-all on group " + name_ +
-                        ": another rank's counts are too large for MPI (its error says which)");
+  TRAINER_RETURN_IF_ERROR(AgreeOnStatus(this, fits));
   const MPI_Datatype type = ToMpi(dtype);
   MPI_CHECK(MPI_Alltoallv(send, ints.data(), ints.data() + size_, type, recv,
                           ints.data() + 2 * size_, ints.data() + 3 * size_, type, comm_));
