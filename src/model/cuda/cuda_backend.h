@@ -309,7 +309,6 @@ class CudaBackend final : public Backend {
   std::vector<cuda::GroupedGemmProblem> grouped_problems_;  // a grouped call's, reused
   std::vector<cuda::GroupedBlock> grouped_blocks_;          // our kernels' blocks (runs) of a call
   std::vector<cuda::GroupedExpert> grouped_experts_;        // the weight gradient's experts
-  std::vector<char> grouped_lists_;  // both of the weight gradient's lists, for one upload
   std::unique_ptr<cuda::UploadRing> grouped_upload_;        // and their copies to the device
   GroupedGemmRoute grouped_forced_ = GroupedGemmRoute::kRule;
   bool grouped_env_read_ = false;  // grouped_forced_ taken from TRAINER_GROUPED_GEMM (or set)

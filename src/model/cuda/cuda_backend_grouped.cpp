@@ -10,7 +10,6 @@
 // (set_grouped_gemm_route, TRAINER_GROUPED_GEMM) or pinned by Engine.gpu_routes (op grouped_gemm).
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "common/log.h"
@@ -192,21 +191,14 @@ Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90WeightGradient p,
                                    const std::vector<ExpertRun>& groups) {
   cuda::MakeGroupedExperts(groups, p.experts, &grouped_blocks_, &grouped_experts_);
   if (grouped_experts_.empty()) return Status::Ok();
-  // Both lists in one upload: a second upload that outgrew the ring's slots would free the
-  // first's copy before the kernel read it.
-  static_assert(sizeof(cuda::GroupedExpert) % 16 == 0 && sizeof(cuda::GroupedBlock) % 16 == 0,
-                "the runs start 16-byte aligned after the experts");
-  const size_t expert_bytes = grouped_experts_.size() * sizeof(cuda::GroupedExpert);
-  const size_t run_bytes = grouped_blocks_.size() * sizeof(cuda::GroupedBlock);
-  grouped_lists_.resize(expert_bytes + run_bytes);
-  std::memcpy(grouped_lists_.data(), grouped_experts_.data(), expert_bytes);
-  std::memcpy(grouped_lists_.data() + expert_bytes, grouped_blocks_.data(), run_bytes);
-  const void* lists = nullptr;
-  TRAINER_RETURN_IF_ERROR(UploadGrouped(grouped_lists_.data(), grouped_lists_.size(), &lists));
-  p.expert_list = static_cast<const cuda::GroupedExpert*>(lists);
+  const void *experts = nullptr, *runs = nullptr;
+  TRAINER_RETURN_IF_ERROR(UploadGrouped(
+      grouped_experts_.data(), grouped_experts_.size() * sizeof(cuda::GroupedExpert), &experts));
+  TRAINER_RETURN_IF_ERROR(UploadGrouped(
+      grouped_blocks_.data(), grouped_blocks_.size() * sizeof(cuda::GroupedBlock), &runs));
+  p.expert_list = static_cast<const cuda::GroupedExpert*>(experts);
   p.expert_count = static_cast<int64_t>(grouped_experts_.size());
-  p.runs = reinterpret_cast<const cuda::GroupedBlock*>(static_cast<const char*>(lists) +
-                                                      expert_bytes);
+  p.runs = static_cast<const cuda::GroupedBlock*>(runs);
   CUDA_CHECK(cuda::LaunchGroupedSm90WeightGradient(p, stream_));
   ++counts_.grouped_sm90;
   return Status::Ok();

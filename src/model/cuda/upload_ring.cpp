@@ -25,15 +25,17 @@ UploadRing::~UploadRing() {
     if (e) cudaEventDestroy(e);
   if (host_) cudaFreeHost(host_);
   if (device_) cudaFree(device_);
+  for (char* d : retired_) cudaFree(d);
 }
 
 Status UploadRing::Reserve(size_t bytes) {
   bytes = (bytes + 255) / 256 * 256;  // every slot 256-byte aligned
   if (bytes <= slot_bytes_) return Status::Ok();
-  // The old slots may still be read by copies and kernels in flight.
+  // The old host slots may still be read by copies in flight; the old device slots also by work
+  // not enqueued yet (an earlier upload of the same call), so they are kept (growth is rare).
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (host_) CUDA_CHECK(cudaFreeHost(host_));
-  if (device_) CUDA_CHECK(cudaFree(device_));
+  if (device_) retired_.push_back(device_);
   host_ = nullptr, device_ = nullptr, slot_bytes_ = 0;
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), kSlots * bytes));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), kSlots * bytes));

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 
@@ -23,7 +24,8 @@ class UploadRing {
   UploadRing& operator=(const UploadRing&) = delete;
 
   // Enqueues the copy of `bytes` at `data` to the device; *device is where it lands (256-byte
-  // aligned), valid for the work enqueued after it until kSlots - 1 more uploads.
+  // aligned), valid for the work enqueued after it until kSlots - 1 more uploads (a later upload
+  // that grows the slots keeps the old device slots until the ring is destroyed).
   Status Upload(const void* data, size_t bytes, void** device);
 
  private:
@@ -36,6 +38,7 @@ class UploadRing {
   size_t slot_bytes_ = 0;
   char* host_ = nullptr;           // kSlots pinned slots
   char* device_ = nullptr;         // kSlots device slots
+  std::vector<char*> retired_;     // device slots before a growth: earlier uploads may be unread
   cudaEvent_t free_[kSlots] = {};  // slot i's last copy has been consumed
   int next_ = 0;
 };
