@@ -71,6 +71,30 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& request, GptModel*
                                 AdamW* optimizer, const ParallelGroups& groups,
                                 CheckpointSaveReport* report);
 
+// Host memory for one optimizer buffer's copy (AdamW::DownloadTo): page-locked through the
+// model's backend (Backend::AllocateHost) so that a GPU copies into it at full speed, ordinary
+// memory where the host refuses to lock that much. Kept from one save to the next.
+class SnapshotBuffer {
+ public:
+  SnapshotBuffer() = default;
+  ~SnapshotBuffer();
+  SnapshotBuffer(const SnapshotBuffer&) = delete;
+  SnapshotBuffer& operator=(const SnapshotBuffer&) = delete;
+  // Holds at least `elements` floats afterwards. A refused page-locked allocation falls back to
+  // ordinary memory and is reported in *refusal (otherwise left as it is).
+  void Reserve(Backend* backend, size_t elements, std::string* refusal);
+  float* data() { return locked_ != nullptr ? locked_ : ordinary_.data(); }
+  const float* data() const { return locked_ != nullptr ? locked_ : ordinary_.data(); }
+  size_t size() const { return size_; }
+  bool page_locked() const { return locked_ != nullptr; }
+
+ private:
+  Backend* backend_ = nullptr;
+  float* locked_ = nullptr;
+  std::vector<float> ordinary_;
+  size_t size_ = 0;
+};
+
 // A save's content in host memory, for asynchronous saves: this rank's copy of its optimizer
 // state and, on rank 0, where each full tensor of the file lies (in `state`, or assembled from
 // the other ranks' shards in `assembled`). The buffers keep their size from one save to the next.
@@ -78,7 +102,7 @@ struct CheckpointSnapshot {
   CheckpointWriteRequest request;
   ModelConfig model;
   Topology topology;
-  std::vector<std::vector<float>> state;      // master weights, exp_avg, exp_avg_sq
+  SnapshotBuffer state[3];                    // master weights, exp_avg, exp_avg_sq
   std::vector<std::vector<float>> assembled;  // rank 0: by tensor index, those it assembled
   std::vector<const float*> tensors;          // rank 0: each tensor's values, in file order
 };
@@ -89,6 +113,11 @@ struct CheckpointSnapshot {
 Status GatherCheckpointCollective(const CheckpointWriteRequest& request, GptModel* model,
                                   AdamW* optimizer, const ParallelGroups& groups,
                                   CheckpointSnapshot* snapshot);
+// Sizes `snapshot`'s state buffers for this rank's optimizer (GatherCheckpointCollective does it
+// at the first save; the trainer does it at start, so that the first save does not wait for the
+// allocation). A refused page-locked allocation: a warning from world rank 0 naming the fallback.
+void ReserveCheckpointSnapshot(GptModel* model, const AdamW& optimizer, int world_rank,
+                               CheckpointSnapshot* snapshot);
 // Rank 0, on any thread (no communication): the second half. Writes `snapshot` to step-N.tmp,
 // commits it atomically and applies retention, as SaveCheckpointCollective does; a failure is the
 // same one-line checkpoint error, and leaves the last committed checkpoint as it was.

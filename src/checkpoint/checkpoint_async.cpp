@@ -19,6 +19,38 @@ namespace {
 constexpr int kWriterNice = 10;
 }  // namespace
 
+SnapshotBuffer::~SnapshotBuffer() {
+  if (locked_ != nullptr) backend_->FreeHost(locked_);
+}
+
+void SnapshotBuffer::Reserve(Backend* backend, size_t elements, std::string* refusal) {
+  if (elements <= size_) return;
+  if (locked_ != nullptr) backend_->FreeHost(locked_);
+  locked_ = nullptr;
+  backend_ = backend;
+  void* p = nullptr;
+  const Status s = backend->AllocateHost(elements * sizeof(float), &p);
+  if (s.ok()) {
+    locked_ = static_cast<float*>(p);
+    std::vector<float>().swap(ordinary_);
+  } else {
+    *refusal = s.message();
+    ordinary_.resize(elements);
+  }
+  size_ = elements;
+}
+
+void ReserveCheckpointSnapshot(GptModel* model, const AdamW& optimizer, int world_rank,
+                               CheckpointSnapshot* snapshot) {
+  std::string refusal;
+  for (SnapshotBuffer& buffer : snapshot->state)
+    buffer.Reserve(model->backend(), optimizer.DownloadElements(), &refusal);
+  if (!refusal.empty() && world_rank == 0)
+    LogWarning("Checkpoint.async_save: " + refusal +
+               "; the state's host copy uses ordinary memory instead, so each save holds "
+               "training up for longer (raise `ulimit -l`, or free host memory)");
+}
+
 bool AsyncCheckpointSavesSupported() {
   hbool_t threadsafe = 0;
   return H5is_library_threadsafe(&threadsafe) >= 0 && threadsafe;

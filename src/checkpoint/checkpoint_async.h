@@ -29,6 +29,10 @@ class AsyncCheckpointSaver {
   AsyncCheckpointSaver(const AsyncCheckpointSaver&) = delete;
   AsyncCheckpointSaver& operator=(const AsyncCheckpointSaver&) = delete;
 
+  // Sizes the host copy of this rank's state ahead of the first save (ReserveCheckpointSnapshot).
+  void Reserve(GptModel* model, const AdamW& optimizer) {
+    ReserveCheckpointSnapshot(model, optimizer, groups_.world_rank, &snapshot_);
+  }
   // Collective over the world; no save may be in flight (Finish it first). Gathers the state into
   // rank 0's host snapshot and starts its write there.
   Status Start(const CheckpointWriteRequest& request, GptModel* model, AdamW* optimizer);

@@ -285,7 +285,7 @@ DistributedConfig SavingLayout(const CheckpointWriteRequest& r, const Topology& 
 // layout, is handed over from where it lies in `state`.
 template <class Dest, class Take>
 Status GatherTensors(const CheckpointWriteRequest& r, GptModel* model, const ParallelGroups& groups,
-                     const std::vector<float>* state, Dest dest, Take take) {
+                     const float* const* state, Dest dest, Take take) {
   const ModelConfig& mc = model->config();
   const DistributedConfig dist = SavingLayout(r, groups.topology);
   const bool is_root = groups.world_rank == 0;
@@ -301,7 +301,7 @@ Status GatherTensors(const CheckpointWriteRequest& r, GptModel* model, const Par
                         groups.coord.replica == (expert ? groups.coord.ep : 0);
     for (int w = 0; w < kStateCount; ++w, ++tensor_index) {
       if (i_hold && !is_root) {
-        TRAINER_RETURN_IF_ERROR(groups.world_host->Send(state[w].data() + mine->offset,
+        TRAINER_RETURN_IF_ERROR(groups.world_host->Send(state[w] + mine->offset,
                                                         static_cast<size_t>(mine->local_numel()),
                                                         DType::kF32, 0));
         continue;
@@ -309,7 +309,7 @@ Status GatherTensors(const CheckpointWriteRequest& r, GptModel* model, const Par
       if (!is_root) continue;
       if (holders.size() == 1 && holders[0] == 0 && mine != nullptr &&
           mine->local_numel() == fp.full_numel()) {
-        take(tensor_index, w, fp, state[w].data() + mine->offset);
+        take(tensor_index, w, fp, state[w] + mine->offset);
         continue;
       }
       float* full = dest(tensor_index, fp.full_numel());
@@ -320,7 +320,7 @@ Status GatherTensors(const CheckpointWriteRequest& r, GptModel* model, const Par
             static_cast<size_t>(fp.full_numel() / static_cast<int64_t>(holders.size()));
         const float* src = nullptr;
         if (holders[t] == 0) {
-          src = state[w].data() + mine->offset;
+          src = state[w] + mine->offset;
         } else {
           // Keep receiving after a write error, so that no sender hangs.
           shard.resize(n);
@@ -347,7 +347,11 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
   const auto start = std::chrono::steady_clock::now();
   const ModelConfig& mc = model->config();
   std::vector<float> state[kStateCount];
-  for (int w = 0; w < kStateCount; ++w) TRAINER_RETURN_IF_ERROR(optimizer->Download(w, &state[w]));
+  const float* state_data[kStateCount];
+  for (int w = 0; w < kStateCount; ++w) {
+    TRAINER_RETURN_IF_ERROR(optimizer->Download(w, &state[w]));
+    state_data[w] = state[w].data();
+  }
 
   const bool is_root = groups.world_rank == 0;
   const std::vector<ParameterInfo> full_list = FullParameterList(mc);
@@ -363,7 +367,7 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
     full.resize(static_cast<size_t>(largest));
   }
   TRAINER_RETURN_IF_ERROR(GatherTensors(
-      r, model, groups, state, [&](int, int64_t) { return full.data(); },
+      r, model, groups, state_data, [&](int, int64_t) { return full.data(); },
       [&](int index, int w, const ParameterInfo& fp, const float* values) {
         root.Write(index, w, fp, values);
       }));
@@ -380,22 +384,27 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
   return Status::Ok();
 }
 
+static_assert(sizeof(CheckpointSnapshot::state) / sizeof(SnapshotBuffer) == kStateCount);
+
 Status GatherCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model,
                                   AdamW* optimizer, const ParallelGroups& groups,
                                   CheckpointSnapshot* snapshot) {
   snapshot->request = r;
   snapshot->model = model->config();
   snapshot->topology = groups.topology;
-  snapshot->state.resize(kStateCount);
-  for (int w = 0; w < kStateCount; ++w)
-    TRAINER_RETURN_IF_ERROR(optimizer->Download(w, &snapshot->state[w]));
+  ReserveCheckpointSnapshot(model, *optimizer, groups.world_rank, snapshot);
+  const float* state[kStateCount];
+  for (int w = 0; w < kStateCount; ++w) {
+    TRAINER_RETURN_IF_ERROR(optimizer->DownloadTo(w, snapshot->state[w].data()));
+    state[w] = snapshot->state[w].data();
+  }
   const size_t count = FullParameterList(snapshot->model).size() * kStateCount;
   snapshot->tensors.assign(groups.world_rank == 0 ? count : 0, nullptr);
   if (groups.world_rank == 0) snapshot->assembled.resize(count);
   // The buffers keep their size from one save to the next: no allocation (and no page faults)
   // after the first.
   return GatherTensors(
-      r, model, groups, snapshot->state.data(),
+      r, model, groups, state,
       [snapshot](int index, int64_t numel) {
         std::vector<float>& buffer = snapshot->assembled[static_cast<size_t>(index)];
         buffer.resize(static_cast<size_t>(numel));

@@ -130,6 +130,8 @@ class Trainer {
   Status SaveCheckpoint(bool wait);
   // Waits for the background save in flight (collective), then logs and records it.
   Status FinishCheckpoint();
+  // Checkpoint.async_save: the saver, or (HDF5 not thread-safe) a warning and synchronous saves.
+  void CreateCheckpointSaver();
   Status Resume();
   // Rank 0, after a resume: one warning listing the settings that differ from the saving run's
   // (ChangedSettings), which make the run depart from what an uninterrupted one computes.

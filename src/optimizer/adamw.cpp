@@ -121,17 +121,20 @@ Status AdamW::AddToParameters(size_t offset, const std::vector<float>& delta) {
   return GatherWholeUnits();
 }
 
+size_t AdamW::DownloadElements() const { return model_->shard_layout().flat_elements(); }
+
 Status AdamW::Download(int which, std::vector<float>* flat) const {
+  flat->resize(DownloadElements());
+  TRAINER_RETURN_IF_ERROR(DownloadTo(which, flat->data()));
+  flat->resize(total_);
+  return Status::Ok();
+}
+
+Status AdamW::DownloadTo(int which, float* host) const {
   const Tensor& t = which == 0 ? master_ : which == 1 ? m_ : v_;
   Backend* be = model_->backend();
   const ShardLayout& layout = model_->shard_layout();
-  flat->assign(layout.flat_elements(), 0.f);
-  if (!sharded()) {
-    TRAINER_RETURN_IF_ERROR(
-        state_backend()->CopyToHost(flat->data(), t.data, total_ * sizeof(float)));
-    flat->resize(total_);
-    return Status::Ok();
-  }
+  if (!sharded()) return state_backend()->CopyToHost(host, t.data, total_ * sizeof(float));
   // Unit by unit: every rank's piece into its place in a scratch buffer of the unit's size (free
   // between steps), gathered there (after the copy, on the group's stream where it has one),
   // then copied out.
@@ -148,9 +151,8 @@ Status AdamW::Download(int which, std::vector<float>* flat) const {
     TRAINER_RETURN_IF_ERROR(shard_group_->AllGather(mine, scratch.data, piece, DType::kF32));
     TRAINER_RETURN_IF_ERROR(shard_group_->FinishBefore(stream));
     TRAINER_RETURN_IF_ERROR(
-        be->CopyToHost(flat->data() + unit.begin, scratch.data, unit.size * sizeof(float)));
+        be->CopyToHost(host + unit.begin, scratch.data, unit.size * sizeof(float)));
   }
-  flat->resize(total_);
   return Status::Ok();
 }
 

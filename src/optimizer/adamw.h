@@ -51,6 +51,10 @@ class AdamW {
   // moment, 2 second moment. When sharded, Download is collective over the DP group and uses the
   // gradient buffer as scratch (call it between steps).
   Status Download(int which, std::vector<float>* flat) const;
+  // The same into `host`, DownloadElements() floats (the flat buffers with their padding; the
+  // first parameter_count() hold the state): page-locked memory takes a GPU's copy at full speed.
+  Status DownloadTo(int which, float* host) const;
+  size_t DownloadElements() const;
   Status Upload(int which, const std::vector<float>& flat);
   // Adds delta to the parameters [offset, offset + delta.size()) of the flat buffers outside the
   // gradient step: to the master weights this rank holds, and the model's compute copy set from
