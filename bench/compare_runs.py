@@ -60,6 +60,8 @@ def side(run, peer_name=None):
     r, gpu = run["result"], run.get("gpu0") or {}
     out = {"micro_batch": run["B"], "tokens_per_s": r["tok_s"], "mfu": r.get("mfu"),
            "memory_gib": r.get("mem_gib"), "sm_mhz": gpu.get("sm_mhz")}
+    if gpu.get("used_gib") is not None:  # nvidia-smi's peak memory.used, alike for both sides
+        out["gpu_memory_used_gib"] = gpu["used_gib"]
     if peer_name:
         out = {"name": peer_name, **out}
         if r.get("torch"):

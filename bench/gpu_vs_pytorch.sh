@@ -39,31 +39,6 @@ NP=${NP:-1}
 WORK=${WORK:-/tmp/bench}
 mkdir -p "$WORK"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# The GPU's clock and power, sampled every 200 ms while a run goes (an H200 at its 700 W limit
-# runs well below its 1980 MHz boost clock, so both sides of a ratio should show similar figures).
-# gpu_sampling_start FILE; ...; gpu_sampling_stop FILE prints {"sm_mhz":..,"power_w":..}: the
-# medians over the samples with the GPU busy (utilization >= 90%).
-gpu_sampling_start() {
-  SAMPLER=
-  command -v nvidia-smi > /dev/null || return 0
-  nvidia-smi -i 0 --query-gpu=utilization.gpu,clocks.sm,power.draw --format=csv,noheader,nounits \
-    -lms 200 > "$1" 2> /dev/null &
-  SAMPLER=$!
-}
-gpu_sampling_stop() {
-  [ -n "$SAMPLER" ] && kill "$SAMPLER" 2> /dev/null && wait "$SAMPLER" 2> /dev/null
-  python3 - "$1" <<'PY'
-import statistics, sys
-rows = []
-for line in open(sys.argv[1]) if len(sys.argv) > 1 else []:
-    try: rows.append([float(x) for x in line.split(",")])
-    except ValueError: pass
-busy = [r for r in rows if r[0] >= 90]
-print('{"sm_mhz": %s, "power_w": %s}' % (
-    round(statistics.median(r[1] for r in busy)) if busy else "null",
-    round(statistics.median(r[2] for r in busy)) if busy else "null"))
-PY
-}
 MATCH_PEER=${MATCH_PEER:-1}
 source "$ROOT/bench/peer_common.sh"  # PEER_OPTIMIZER, record_comparisons
 source "$ROOT/bench/random_tokens.sh"  # random_tokens NAME COUNT -> $WORK/NAME.h5

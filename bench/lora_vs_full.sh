@@ -12,7 +12,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$WORK"
 source "$SRC/bench/random_tokens.sh"
 random_tokens tokens 20000000
-M=(-c "$SRC/configs/llama-3.2-1b.yaml" -o Data.train_path="$WORK/tokens.h5" -o Data.val_fraction=0
+M=(-c "$SRC/configs/llama-3.2-1b.yaml" -o Data.train_path="$WORK/tokens.h5" -o Data.val_path= -o Data.val_fraction=0
    -o Global.micro_batch_size="${B:-8}" -o Global.global_batch_size=64 -o Engine.max_steps=30
    -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Engine.save_steps=0 -o Engine.tensorboard=false
    -o Optimizer.warmup_steps=2)
