@@ -21,6 +21,8 @@ trainer_script_test(gpu_training SCRIPT gpu_training.sh LABELS "gpu;e2e" TIMEOUT
 # Data.packing: documents on one GPU: cuDNN's attention over the documents, and our kernels
 # pinned, against the CPU curve.
 trainer_script_test(gpu_packing SCRIPT gpu_packing.sh LABELS "gpu;e2e" TIMEOUT 600)
+# Two ranks on one GPU: one line naming them, before NCCL's setup.
+trainer_script_test(gpu_shared_gpu SCRIPT gpu_shared_gpu.sh LABELS "gpu;e2e" TIMEOUT 300)
 trainer_script_test(gpu_sharding SCRIPT gpu_sharding.sh LABELS "gpu;e2e" TIMEOUT 900)
 # Engine.gpu_routes: a run's routes file pins another run's kernels (bit for bit), refusals.
 trainer_script_test(gpu_routes SCRIPT gpu_routes.sh LABELS "gpu;e2e" TIMEOUT 600)

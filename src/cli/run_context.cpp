@@ -1,6 +1,10 @@
 // RunContext (run_context.h).
 #include "cli/run_context.h"
 
+#include <cstdint>
+#include <functional>
+
+#include "cli/check_gpu.h"
 #include "cli/host_memory.h"
 #include "common/log.h"
 #include "engine/memory_plan.h"
@@ -98,6 +102,7 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   groups.expert_dp = mpi_groups.expert_dp.get();
   config_zero_stage_ = config.distributed.zero_stage();
   TRAINER_RETURN_IF_ERROR(AgreeOnDeviceKind());
+  if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(AgreeOnDistinctGpus());
   if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups(config));
   return Status::Ok();
 }
@@ -125,6 +130,29 @@ Status RunContext::AgreeOnDeviceKind() {
       "driver (nvidia-smi) and CUDA_VISIBLE_DEVICES on those hosts, or set Global.device=cuda "
       "so that a rank without a GPU stops at once",
       cpu_ranks.c_str()));
+}
+
+Status RunContext::AgreeOnDistinctGpus() {
+  // Each rank's GPU UUID (unique across machines: two containers of a host may see one GPU)
+  // as a 52-bit hash, exact in a double, in its slot.
+  TRAINER_ASSIGN_OR_RETURN(const GpuFacts mine, QueryGpu(device));
+  const size_t ranks = static_cast<size_t>(runtime->size());
+  std::vector<double> gpu(ranks, 0.0);
+  gpu[static_cast<size_t>(runtime->rank())] =
+      static_cast<double>(std::hash<std::string>{}(mine.uuid) & ((uint64_t{1} << 52) - 1));
+  TRAINER_RETURN_IF_ERROR(
+      runtime->world()->AllReduce(gpu.data(), gpu.size(), DType::kF64, ReduceOp::kSum));
+  for (size_t a = 0; a < ranks; ++a)
+    for (size_t b = a + 1; b < ranks; ++b) {
+      if (gpu[a] != gpu[b]) continue;
+      return EnvironmentError(StrFormat(
+          "ranks %zu and %zu on host %s were given the same GPU, and each rank needs one of its "
+          "own (NCCL refuses two ranks on one GPU). Start at most one rank per GPU of each host "
+          "(e.g. --ntasks-per-node=<GPUs per node>, or --gpus-per-task=1), or check "
+          "CUDA_VISIBLE_DEVICES",
+          a, b, runtime->hosts()[a].c_str()));
+    }
+  return Status::Ok();
 }
 
 Status RunContext::MemoryFits(const TrainConfig& config, std::string* summary) const {

@@ -46,6 +46,9 @@ struct RunContext {
   Status BuildDeviceGroups(const TrainConfig& config);
   // Every rank on a GPU, or every rank on the CPU: one line naming the CPU ranks otherwise.
   Status AgreeOnDeviceKind();
+  // GPU ranks: no two ranks of a host on one GPU (NCCL would refuse it in its setup with a
+  // "duplicate GPU" error that names neither the ranks nor the fix).
+  Status AgreeOnDistinctGpus();
   bool reported_ = false;      // the status handed to Finish went through Agree
   int config_zero_stage_ = 0;  // Distributed.sharding's stage in effect, for the rank map
 };
