@@ -178,20 +178,38 @@ TEST_P(ModelGradients, EveryGradientMatchesFiniteDifferences) {
   ASSERT_TRUE(f.backend->CopyToHost(twice.data(), g.data, g.bytes()).ok());
   for (size_t i = 0; i < grads.size(); ++i)
     ASSERT_NEAR(twice[i], 2 * grads[i], 4e-6 * std::fabs(grads[i]) + 1e-8) << "element " << i;
+  const int64_t C = f.config.hidden_size;
   for (const ParameterInfo& p : f.model->parameters()) {
-    // A few elements of every tensor (the embedding and LM head rows of real tokens only: pad
-    // rows get no gradient), and every element of the qkv biases, whose k and v thirds GPT-2
-    // derives without summing dqkv (zero, and the projection's bias gradient times its weight).
-    const bool vocab_rows = p.role == ParamRole::kTokenEmbedding || p.role == ParamRole::kLmHead;
-    const int64_t n = vocab_rows ? f.config.vocab_size * f.config.hidden_size : p.local_numel();
+    // A few elements of every tensor, and every element of the qkv biases, whose k and v thirds
+    // GPT-2 derives without summing dqkv (zero, and the projection's bias gradient times its
+    // weight). The LM head's rows are the real vocabulary's (pad rows get no gradient); an
+    // untied embedding's the batch's tokens' (no other row has a gradient, and a random one
+    // would compare zero with zero). Then the element of largest gradient among 64 more of the
+    // same rows, so that every tensor is also checked where its gradient is large.
     const bool qkv_bias = p.role == ParamRole::kQkvBias || p.role == ParamRole::kQBias ||
                           p.role == ParamRole::kKBias || p.role == ParamRole::kVBias;
-    for (int64_t k = 0; k < (qkv_bias ? n : 4); ++k) {
-      const size_t i = p.offset + static_cast<size_t>(qkv_bias ? k : rng() % n);
-      ExpectCentralDifference(
-          &f.params, i, grads[i],
-          [&](const std::vector<float>& v) { return f.model->SetParameters(v); },
-          [&] { return f.Loss(); }, p.name + " element " + std::to_string(i - p.offset));
+    const bool embedding_rows = p.role == ParamRole::kTokenEmbedding && !f.config.tie_embeddings;
+    const bool vocab_rows = p.role == ParamRole::kTokenEmbedding || p.role == ParamRole::kLmHead;
+    const int64_t n = vocab_rows ? f.config.vocab_size * C : p.local_numel();
+    const auto draw = [&]() -> int64_t {
+      if (!embedding_rows) return static_cast<int64_t>(rng() % n);
+      return f.tokens[rng() % f.tokens.size()] * C + static_cast<int64_t>(rng() % C);
+    };
+    const auto set = [&](const std::vector<float>& v) { return f.model->SetParameters(v); };
+    const auto loss = [&] { return f.Loss(); };
+    std::vector<int64_t> picks;
+    for (int64_t k = 0; k < (qkv_bias ? n : 4); ++k) picks.push_back(qkv_bias ? k : draw());
+    int64_t largest = -1;
+    for (int k = 0; k < 64 && !qkv_bias; ++k) {
+      const int64_t e = draw();
+      if (largest < 0 || std::fabs(grads[p.offset + e]) > std::fabs(grads[p.offset + largest]))
+        largest = e;
+    }
+    if (largest >= 0) picks.push_back(largest);
+    for (int64_t e : picks) {
+      const size_t i = p.offset + static_cast<size_t>(e);
+      ExpectCentralDifference(&f.params, i, grads[i], set, loss,
+                              p.name + " element " + std::to_string(e));
     }
   }
 }

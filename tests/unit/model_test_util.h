@@ -99,19 +99,29 @@ inline double MeanLoss(GptModel* model, const std::vector<int32_t>& tokens,
 
 // The central difference of loss() in (*values)[i], each value set by set(*values), against
 // `analytic`: the gradient that backward gave for it. A smaller `eps` for a more curved loss.
+// Where the loss is not smooth over [-eps, eps] (a MoE router's top-k choice flips: the two
+// one-sided differences part by far more than curvature explains), the check is made over a
+// tenth of the interval, with a floor ten times larger for the rounding of the loss.
 template <typename Set, typename Loss>
 void ExpectCentralDifference(std::vector<float>* values, size_t i, float analytic, Set set,
                              Loss loss, const std::string& what, double eps = 1e-2) {
   const float saved = (*values)[i];
-  (*values)[i] = saved + static_cast<float>(eps);
-  ASSERT_TRUE(set(*values).ok());
-  const double up = loss();
-  (*values)[i] = saved - static_cast<float>(eps);
-  ASSERT_TRUE(set(*values).ok());
-  const double down = loss();
+  const auto at = [&](double delta) {
+    (*values)[i] = saved + static_cast<float>(delta);
+    EXPECT_TRUE(set(*values).ok());
+    return loss();
+  };
+  const double center = at(0.0);
+  double floor = 2e-4, up = at(eps), down = at(-eps);
+  if (std::fabs(up - 2 * center + down) > 0.5 * (std::fabs(up - center) + std::fabs(center - down)) &&
+      std::fabs(up - 2 * center + down) > 1e-4) {
+    eps /= 10, floor *= 10;
+    up = at(eps), down = at(-eps);
+  }
   (*values)[i] = saved;
+  ASSERT_TRUE(set(*values).ok());
   const double numeric = (up - down) / (2 * eps);
-  EXPECT_NEAR(analytic, numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << what;
+  EXPECT_NEAR(analytic, numeric, floor + 2e-2 * std::fabs(numeric)) << what;
 }
 
 }  // namespace trainer
