@@ -52,6 +52,10 @@ Status Trainer::Setup() {
   model_->set_shard_group(groups_.sharding);
   TRAINER_RETURN_IF_ERROR(SetUpExpertParallel());
   model_->set_prefetch(config_.distributed.sharding.broadcast_overlap);
+  // The MoE losses count each micro-batch's share of the global batch, whatever the loss mask.
+  model_->set_moe_loss_scale(static_cast<float>(
+      static_cast<double>(config_.global.micro_batch_size) * config_.model.sequence_length() /
+      TokensPerStep()));
   TRAINER_RETURN_IF_ERROR(AdamW::Create(
       model_.get(), config_.optimizer, part.flat_shards > 1 ? groups_.sharding : nullptr,
       &optimizer_, config_.distributed.sharding.sharding_offload));

@@ -441,7 +441,9 @@ Status GptModel::Forward(int slot, const int32_t* tokens, const int32_t* targets
           backend_->CopyDeviceToDevice(s.input.data, summed.data, summed.bytes()));
   }
   BlockContext ctx = Context(slot);
-  ctx.moe_loss_scale = dloss_scale * static_cast<float>(B_) * static_cast<float>(T_);
+  ctx.moe_loss_scale = dloss_scale == 0.f     ? 0.f
+                       : moe_loss_scale_ > 0.f ? moe_loss_scale_
+                                               : dloss_scale * static_cast<float>(B_) * static_cast<float>(T_);
   ctx.moe_record = dloss_scale != 0.f;  // training, not evaluation
   Tensor x = s.input;
   gathered_ahead_ = -1;

@@ -84,6 +84,11 @@ class GptModel {
   void set_expert_group(Communicator* group) { ep_ = group; }
   // Stage 3: gather the next block's parameters while the current one computes.
   void set_prefetch(bool prefetch) { prefetch_ = prefetch; }
+  // The MoE losses' weight in a training Forward: one micro-batch's share of the global batch
+  // (B*T over its tokens). 0 (the default): dloss_scale * B * T, the same where the loss is the
+  // mean over every token, but not where a loss mask (or packing) averages over fewer: the MoE
+  // losses would then weigh more with every target masked out.
+  void set_moe_loss_scale(float scale) { moe_loss_scale_ = scale; }
   // This rank's piece of unit u: the compute-dtype parameters that AdamW writes, and the summed
   // f32 gradients it reads (after the step's reduction).
   Tensor ParamPiece(int u) const;
@@ -222,6 +227,7 @@ class GptModel {
   Communicator* shard_ = nullptr;
   Communicator* ep_ = nullptr;
   bool prefetch_ = true;
+  float moe_loss_scale_ = 0.f;
   Tensor grad_shard_, param_shard_, grad_bucket_[2], gathered_[2];
   int gathered_ahead_ = -1;           // stage 3: the block whose gather is already issued
   std::vector<int> block_backwards_;  // backward passes through each local block this step

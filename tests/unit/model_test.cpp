@@ -132,6 +132,38 @@ TEST(GptModel, LossSumAddsUpMicroBatches) {
   EXPECT_NEAR(two, 2 * one, 1e-9 * one);
 }
 
+// With every target masked out the gradient is the MoE losses' alone: set_moe_loss_scale weighs
+// it whatever dloss_scale (1 / the trained targets, clamped to 1 when there are none) is.
+TEST(GptModel, MoeLossScaleDoesNotFollowTheMaskedLossScale) {
+  Fixture f(TinyMoe(true));
+  std::fill(f.targets.begin(), f.targets.end(), -1);
+  const auto router_gradients = [&](float dloss_scale) {
+    EXPECT_TRUE(f.model->ZeroGradients().ok());
+    EXPECT_TRUE(f.model->Forward(0, f.tokens.data(), f.targets.data(), true, dloss_scale).ok());
+    EXPECT_TRUE(f.model->Backward(0).ok());
+    Tensor g = f.model->gradient_buffer();
+    std::vector<float> all(static_cast<size_t>(g.numel()));
+    EXPECT_TRUE(f.backend->CopyToHost(all.data(), g.data, g.bytes()).ok());
+    std::vector<float> router;
+    for (const ParameterInfo& p : f.model->parameters())
+      if (p.role == ParamRole::kRouterWeight)
+        router.insert(router.end(), all.begin() + p.offset, all.begin() + p.offset + p.local_numel());
+    return router;
+  };
+  f.model->set_moe_loss_scale(0.25f);
+  const std::vector<float> a = router_gradients(1.f), b = router_gradients(1.f / 64);
+  f.model->set_moe_loss_scale(0.5f);
+  const std::vector<float> twice = router_gradients(1.f);
+  ASSERT_FALSE(a.empty());
+  double largest = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    largest = std::max(largest, std::fabs(static_cast<double>(a[i])));
+    EXPECT_NEAR(b[i], a[i], 1e-6 * std::fabs(a[i]) + 1e-12) << "router gradient " << i;
+    EXPECT_NEAR(twice[i], 2 * a[i], 1e-6 * std::fabs(a[i]) + 1e-12) << "router gradient " << i;
+  }
+  EXPECT_GT(largest, 1e-6);  // the MoE losses do reach the router
+}
+
 class ModelGradients : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(ModelGradients, InitialLossIsCloseToLogVocab) {
