@@ -9,7 +9,8 @@ printf 'not an hdf5 file\n' > garbage.h5
 SMALL=(-o Data.train_path=data.h5 -o Global.device=cpu -o Model.hidden_size=32
        -o Model.num_layers=2 -o Model.max_seq_len=32 -o Engine.max_steps=2 -o Engine.eval_freq=0)
 checks=0
-# expect NAME CODE PATTERN NP ARGS...: exit code CODE and PATTERN once on stderr.
+# expect NAME CODE PATTERN NP ARGS...: exit code CODE and exactly one error line on stderr, which
+# says PATTERN.
 expect() {
   local name=$1 code=$2 pattern=$3 np=$4; shift 4
   set +e
@@ -18,10 +19,9 @@ expect() {
   set -e
   [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "$name: hung (killed by the time limit)"
   [ $rc -eq "$code" ] || { cat "$name.err"; fail "$name: exit code $rc, expected $code"; }
-  local n
-  n=$(grep -c -- "$pattern" "$name.err" || true)
-  [ "$n" -ge 1 ] || { cat "$name.err"; fail "$name: message /$pattern/ not found"; }
-  [ "$(grep -c '^.*error: ' "$name.err")" -le 1 ] || { cat "$name.err"; fail "$name: more than one error line"; }
+  [ "$(grep -c 'error: ' "$name.err")" -eq 1 ] || { cat "$name.err"; fail "$name: not exactly one error line"; }
+  grep 'error: ' "$name.err" | grep -q -- "$pattern" ||
+    { cat "$name.err"; fail "$name: the error line does not say /$pattern/"; }
   checks=$((checks + 1))
   echo "ok: $name -> $rc: $(grep -m1 -- 'error' "$name.err")"
 }

@@ -16,5 +16,6 @@ run_np 2 train -c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=shakespeare.h5
   { tail -20 run.log; fail "training run failed"; }
 VAL=$(grep -o '"val_loss": [^,}]*' run/metrics.jsonl | tail -1 | awk '{print $2}')
 echo "unigram entropy $H nats; final validation loss $VAL"
+[[ $VAL =~ ^[0-9.]+$ ]] || fail "no validation loss in run/metrics.jsonl"
 awk -v v="$VAL" -v h="$H" 'BEGIN { exit !(v < h - 0.4) }' ||
   fail "validation loss $VAL is not well below the unigram entropy $H"

@@ -31,6 +31,7 @@ for np in 1 2; do
     { tail -20 run$np.log; fail "$np-rank run failed"; }
   VAL=$(grep -o '"val_loss": [^,}]*' run$np/metrics.jsonl | tail -1 | awk '{print $2}')
   echo "$np rank(s): final validation loss $VAL (threshold $THRESHOLD)"
+  [[ $VAL =~ ^[0-9.]+$ ]] || fail "$np rank(s): no validation loss in run$np/metrics.jsonl"
   awk -v v="$VAL" -v t="$THRESHOLD" 'BEGIN { exit !(v <= t) }' ||
     fail "$np rank(s): validation loss $VAL is above $THRESHOLD"
 done
