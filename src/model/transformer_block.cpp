@@ -123,7 +123,9 @@ Status NormBackward(const BlockContext& ctx, Tensor din, Tensor dweight, Tensor 
   if (ctx.spec->norm == NormKind::kLayerNorm)
     return ctx.backend->LayerNormBackward(din, dweight, dbias.empty() ? ctx.dbias_sink : dbias,
                                           din_sums, dout, in, weight, mean, rstd);
-  if (!din_sums.empty()) return ctx.backend->ColumnSums(din_sums, din, 0, Tensor());
+  // RMSNorm has no fused column sums: din's, as it is on entry, first.
+  if (!din_sums.empty())
+    TRAINER_RETURN_IF_ERROR(ctx.backend->ColumnSums(din_sums, din, 0, Tensor()));
   return ctx.backend->RmsNormBackward(din, dweight, dout, in, weight, rstd);
 }
 
