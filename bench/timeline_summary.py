@@ -26,11 +26,24 @@ def short(name):
 
 
 # Kinds of work, first match wins (kernel names as short() gives them, or "memset ...").
+# A MoE layer's phases (issue: the step by router, dispatch, experts, combine): the router's scores,
+# top-k, losses and their gradients (its small GEMM counts with the GEMMs); the dispatch, which
+# gathers each token's rows into expert order (and in backward sums them back); the experts'
+# grouped GEMMs (our sm90 kernels; the per-expert cuBLASLt route counts with the GEMMs) and
+# SwiGLU (a dense MLP's SwiGLU too, where the model has both); the combine, which scatters the
+# expert outputs back weighted by the routing (and its gradient: the weights' dot products).
 KINDS = [
+    ("MoE router (scores, top-k, aux and z losses)",
+     re.compile(r"MoeRouter|MoeAux|MoeLosses|MoeScoreTotals")),
+    ("MoE dispatch (rows gathered into expert order)", re.compile(r"MoeGatherRows")),
+    ("MoE experts: grouped GEMMs", re.compile(r"GroupedGemm|GroupedWeightGradient")),
+    ("SwiGLU forward and backward", re.compile(r"SwiGlu")),
+    ("MoE combine (weighted scatter back, weight gradients)",
+     re.compile(r"MoeScatterRows|MoeSlotDots")),
     ("attention (cuDNN, or our fallback kernels)",
      re.compile(r"sdpa|dot_do_o|convert_dq|Attention\w*FallbackKernel")),
     ("GEMMs (cuBLASLt, cuDNN matmul graphs)", re.compile(r"nvjet|gemm|matMul|cutlass", re.I)),
-    ("LayerNorm forward and backward", re.compile(r"LayerNorm")),
+    ("LayerNorm / RMSNorm forward and backward", re.compile(r"LayerNorm|RmsNorm")),
     ("cross-entropy", re.compile(r"CrossEntropy\w*Kernel")),
     ("bias gradients (column sums)", re.compile(r"ColumnSums")),
     ("AdamW and the gradient norm", re.compile(r"AdamW|SumPartialKernel<true>")),

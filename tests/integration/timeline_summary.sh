@@ -73,8 +73,38 @@ expect "0.040 ms  40.0%  GEMMs (cuBLASLt, cuDNN matmul graphs)"
 expect "0.013 ms  13.0%  attention (cuDNN, or our fallback kernels)"
 expect "0.010 ms  10.0%  AdamW and the gradient norm"
 expect "0.006 ms   6.0%  embedding, partial sums, elementwise, memsets"
-expect "0.005 ms   5.0%  LayerNorm forward and backward"
+expect "0.005 ms   5.0%  LayerNorm / RMSNorm forward and backward"
 expect "0.004 ms   4.0%  cross-entropy"
 expect "0.003 ms   3.0%  bias gradients (column sums)"
 expect "0.019 ms  19.0%  GPU idle between kernels"
+
+# A MoE layer's phases: steps of 50 us, 3 after 1 warm-up step; per step the router 2 + 1 us,
+# the dispatch 3, the grouped GEMMs 20 + 5 (the weight gradients), SwiGLU 4, the combine 3 + 1,
+# the embedding 2, idle 9.
+python3 - "$WORK/moe.csv" <<'PY'
+import sys
+k = "void trainer::cuda::(anonymous namespace)::"
+step = [(0, 2, k + "EmbeddingForwardKernel<__nv_bfloat16>(int)"),
+        (2, 4, k + "MoeRouterForwardKernel(int)"), (4, 5, k + "MoeAuxPartialsKernel(int)"),
+        (5, 8, k + "MoeGatherRowsKernel<__nv_bfloat16>(int)"),
+        (8, 28, "void trainer::cuda::sm90::GroupedGemmKernel<128, 128, 64>(int)"),
+        (28, 33, "void trainer::cuda::sm90::GroupedWeightGradientKernel<128>(int)"),
+        (33, 37, k + "SwiGluForwardKernel<__nv_bfloat16>(int)"),
+        (37, 40, k + "MoeScatterRowsKernel<__nv_bfloat16>(int)"),
+        (40, 41, k + "MoeSlotDotsKernel<__nv_bfloat16>(int)")]
+rows = ["kind,start_ns,end_ns,stream,name"]
+for i in range(5):
+    t = i * 50_000
+    rows += [f'kernel,{t + s * 1000},{t + e * 1000},7,"{name}"' for s, e, name in step]
+open(sys.argv[1], "w").write("\n".join(rows) + "\n")
+PY
+out=$(python3 "$SRC/bench/timeline_summary.py" "$WORK/moe.csv" --skip 1)
+echo "$out"
+expect "3 steps: 0.050 ms per step, GPU busy 0.041 ms (82.00%)"
+expect "0.025 ms  50.0%  MoE experts: grouped GEMMs"
+expect "0.004 ms   8.0%  SwiGLU forward and backward"
+expect "0.004 ms   8.0%  MoE combine (weighted scatter back, weight gradients)"
+expect "0.003 ms   6.0%  MoE router (scores, top-k, aux and z losses)"
+expect "0.003 ms   6.0%  MoE dispatch (rows gathered into expert order)"
+expect "0.002 ms   4.0%  embedding, partial sums, elementwise, memsets"
 echo "timeline summary: all figures as expected"
