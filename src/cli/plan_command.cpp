@@ -23,22 +23,30 @@ double GiB(double bytes) {
 
 // Bytes per parameter of weights, gradients and optimizer state by ZeRO stage over N ranks: the
 // ZeRO paper's 2 + 2 + 12 with f32 gradients (4 bytes, not 2) and, on CPU ranks, f32 weights.
-std::string StageFormula(int stage, bool bf16) {
+// Under LoRA these are the adapters' bytes, and each frozen weight holds its compute copy alone.
+std::string StageFormula(int stage, bool bf16, bool lora) {
   const int w = bf16 ? 2 : 4;  // the compute copy of the weights
+  std::string trained;
   switch (stage) {
     case 0:
-      return StrFormat("%d", w + 16);
+      trained = StrFormat("%d", w + 16);
+      break;
     case 1:
-      return StrFormat("%d + 12/N", w + 4);
+      trained = StrFormat("%d + 12/N", w + 4);
+      break;
     case 2:
-      return StrFormat("%d + 16/N", w);
+      trained = StrFormat("%d + 16/N", w);
+      break;
     default:
-      return StrFormat("%d/N", w + 16);
+      trained = StrFormat("%d/N", w + 16);
   }
+  if (!lora) return trained + " B/param";
+  return StrFormat("%s B/adapter param + %d B/frozen weight", trained.c_str(), w);
 }
 
 // The memory of a rank of stage 0 at each sharding stage (Distributed.sharding), over the
-// configured sharding degree, or over every data rank when the config shards nothing.
+// configured sharding degree, or over every data rank when the config shards nothing. LoRA runs
+// with stages 0 and 1 only (validation refuses 2 and 3: the frozen base is not sharded).
 void PrintShardingStages(const TrainConfig& config, bool gpu) {
   TrainConfig c = config;
   ShardingConfig& s = c.distributed.sharding;
@@ -47,21 +55,25 @@ void PrintShardingStages(const TrainConfig& config, bool gpu) {
     c.distributed.dp_degree = 1;
   }
   const DType dtype = PlannedComputeDtype(c, gpu);
+  const bool lora = c.model.lora();
+  const std::string weights =
+      dtype == DType::kBF16 ? "with bf16 weights, f32 gradients" : "with f32 weights (CPU)";
   std::cout << StrFormat(
       "  sharding stages over N=%d ranks (weights+grads+optimizer per rank; bytes per parameter "
-      "%s; stages 2-3 add two gradient buckets of a block, stage 3 two gathered blocks; the "
-      "tensors outside the blocks stay whole):\n",
-      s.sharding_degree,
-      dtype == DType::kBF16 ? "with bf16 weights, f32 gradients" : "with f32 weights (CPU)");
-  for (int stage = 0; stage <= 3; ++stage) {
+      "%s; %s):\n",
+      s.sharding_degree, weights.c_str(),
+      lora ? "LoRA: the adapters train and shard, the frozen weights stay whole; stages 2-3 do "
+             "not run with LoRA"
+           : "stages 2-3 add two gradient buckets of a block, stage 3 two gathered blocks; the "
+             "tensors outside the blocks stay whole");
+  for (int stage = 0; stage <= (lora ? 1 : 3); ++stage) {
     TrainConfig at = c;
     at.distributed.sharding.sharding_stage = std::max(stage, 1);
     if (stage == 0) at.distributed.sharding.sharding_degree = 1;
     const RankMemory m = PlanRankMemory(at, 0, dtype, gpu);
     std::cout << StrFormat(
-        "    sharding stage %d: %s B/param | weights+grads+optimizer %s | "
-        "arena %s (%zu bytes)\n",
-        stage, StageFormula(stage, dtype == DType::kBF16).c_str(), FormatBytes(m.state()).c_str(),
+        "    sharding stage %d: %s | weights+grads+optimizer %s | arena %s (%zu bytes)\n", stage,
+        StageFormula(stage, dtype == DType::kBF16, lora).c_str(), FormatBytes(m.state()).c_str(),
         FormatBytes(m.arena()).c_str(), m.arena());
   }
 }

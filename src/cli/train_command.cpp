@@ -61,8 +61,9 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   }
   TrainConfig config;
   if (status.ok()) {
-    if (!resume.empty()) overrides.push_back("Checkpoint.resume=" + resume);
     auto loaded = LoadConfig(config_path, overrides);
+    // The path as given: not through YAML, where " #" would start a comment and "~" mean null.
+    if (loaded.ok() && !resume.empty()) loaded.value().checkpoint.resume = resume;
     status = loaded.ok() ? ValidateConfig(&loaded.value(), ctx.runtime->size()) : loaded.status();
     if (status.ok()) config = loaded.value();
   }

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -189,6 +190,26 @@ Status ApplyDocument(const std::string& path, const YAML::Node& root, TrainConfi
   return Status::Ok();
 }
 
+// The line where the second YAML document of `text` starts: its root's, or (an empty document has
+// no position) the second document marker's, the first not counted when it opens the file.
+int SecondDocumentLine(const std::string& text, const YAML::Node& second) {
+  if (second.Mark().line >= 0 && !second.IsNull()) return LineOf(second);
+  std::istringstream lines(text);
+  std::string line;
+  int number = 0, markers = 0;
+  bool content_before = false;
+  while (std::getline(lines, line)) {
+    ++number;
+    const bool marker = line.rfind("---", 0) == 0 &&
+                        (line.size() == 3 || std::isspace(static_cast<unsigned char>(line[3])));
+    if (marker && (++markers > 1 || content_before)) return number;
+    const std::string trimmed = Trim(line);
+    if (!marker && !trimmed.empty() && trimmed[0] != '#' && trimmed[0] != '%')
+      content_before = true;
+  }
+  return number;
+}
+
 // Applies one "Section.key=value" override.
 Status ApplyOverride(const std::string& text, TrainConfig* config) {
   const std::string where = "from -o " + text;
@@ -231,16 +252,23 @@ StatusOr<TrainConfig> LoadConfigText(const std::string& text, const std::string&
   config.config_path = source;
   config.config_overrides = overrides;
   if (!source.empty()) {
-    YAML::Node root;
+    std::vector<YAML::Node> documents;
     try {
-      root = YAML::Load(text);
+      documents = YAML::LoadAll(text);
     } catch (const YAML::Exception& e) {
       return UsageError(
           StrFormat("invalid YAML in config file (%s line %d, column %d): %s. Fix "
                     "the syntax at that line.",
                     source.c_str(), e.mark.line + 1, e.mark.column + 1, e.msg.c_str()));
     }
-    TRAINER_RETURN_IF_ERROR(ApplyDocument(source, root, &config));
+    if (documents.size() > 1) {
+      return UsageError(StrFormat(
+          "config file holds more than one YAML document (%s line %d: a second document after "
+          "'---'): only one is read. Merge the documents into one, or remove the '---' line.",
+          source.c_str(), SecondDocumentLine(text, documents[1])));
+    }
+    TRAINER_RETURN_IF_ERROR(
+        ApplyDocument(source, documents.empty() ? YAML::Node() : documents[0], &config));
   }
   for (const std::string& o : overrides) TRAINER_RETURN_IF_ERROR(ApplyOverride(o, &config));
   return config;

@@ -185,6 +185,20 @@ Status ResolveZeroStage1Alias(TrainConfig* c, Checker& check) {
                           " both shard the optimizer state",
                       {"Distributed.zero_stage1", "Distributed.sharding.sharding_degree"},
                       "Keep the sharding keys and set Distributed.zero_stage1=false");
+  if (d.ep_degree > 1) {  // EP splits the experts over replicas, and the alias leaves one
+    const bool even = d.dp_degree % d.ep_degree == 0;
+    return check.Fail(
+        StrFormat("Distributed.zero_stage1=true shards over all %d data-parallel ranks, leaving "
+                  "one replica, and Distributed.ep_degree=%d splits the experts over replicas",
+                  d.dp_degree, d.ep_degree),
+        {"Distributed.zero_stage1", "Distributed.ep_degree"},
+        even ? StrFormat("Set Distributed.zero_stage1=false and "
+                         "Distributed.sharding.sharding_degree=%d (%d replicas for the experts), "
+                         "or Distributed.ep_degree=1",
+                         d.dp_degree / d.ep_degree, d.ep_degree)
+             : std::string("Set Distributed.zero_stage1=false and shard with "
+                           "Distributed.sharding.sharding_degree, or Distributed.ep_degree=1"));
+  }
   d.sharding.sharding_degree = d.dp_degree;
   d.sharding.sharding_stage = 1;
   d.dp_degree = 1;
@@ -420,6 +434,14 @@ Status CheckBatchAndSchedule(const TrainConfig& c, Checker& check) {
 // elements of the largest activation and of all the parameters are counted in 64-bit integers.
 Status CheckSizes(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
+  if (m.padded_vocab64() > std::numeric_limits<int32_t>::max())
+    return check.Fail(
+        StrFormat("padded vocabulary %lld (Model.vocab_size=%d rounded up to a multiple of "
+                  "Model.vocab_pad_multiple=%d) is more than 2147483647",
+                  static_cast<long long>(m.padded_vocab64()), m.vocab_size, m.vocab_pad_multiple),
+        {"Model.vocab_size", "Model.vocab_pad_multiple"},
+        "Set Model.vocab_size to the tokenizer's vocabulary and Model.vocab_pad_multiple to a "
+        "small power of two, e.g. 128");
   const long double T = m.sequence_length(), C = m.hidden_size, F = m.ffn_size(),
                     V = m.padded_vocab(), L = m.num_layers;
   const long double tokens = T * c.global.micro_batch_size;

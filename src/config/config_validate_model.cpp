@@ -93,20 +93,47 @@ Status CheckMoe(const TrainConfig& c, Checker& check) {
         check.Show("Model.moe_router_topk") + " exceeds " + check.Show("Model.num_experts"),
         {"Model.moe_router_topk", "Model.num_experts"},
         StrFormat("Set Model.moe_router_topk to at most %d", m.num_experts));
-  if (m.moe_first_k_dense >= m.num_layers)
-    return check.Fail(check.Show("Model.moe_first_k_dense") + " leaves no MoE layer among " +
-                          check.Show("Model.num_layers"),
-                      {"Model.moe_first_k_dense", "Model.num_layers"},
-                      StrFormat("Set Model.moe_first_k_dense below %d, or Model.num_experts=0 "
-                                "for a dense model",
+  bool any_moe_layer = false;
+  for (int layer = 0; layer < m.num_layers && !any_moe_layer; ++layer)
+    any_moe_layer = m.moe_layer(layer);
+  if (!any_moe_layer) {
+    int first = m.moe_first_k_dense;  // the first MoE layer these keys would give
+    while (first % m.moe_layer_freq != 0) ++first;
+    return check.Fail(check.Show("Model.moe_first_k_dense") + " and " +
+                          check.Show("Model.moe_layer_freq") + " leave no MoE layer among " +
+                          check.Show("Model.num_layers") +
+                          StrFormat(" (the first would be layer %d)", first),
+                      {"Model.moe_first_k_dense", "Model.moe_layer_freq", "Model.num_layers"},
+                      StrFormat("Set Model.moe_first_k_dense and Model.moe_layer_freq so that a "
+                                "layer below %d is a MoE layer (e.g. moe_first_k_dense=0, "
+                                "moe_layer_freq=1), or Model.num_experts=0 for a dense model",
                                 m.num_layers));
+  }
   return Status::Ok();
 }
 
 // Model.lora_*: the targets name linears of the family.
 Status CheckLora(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
-  if (!m.lora()) return Status::Ok();
+  if (!m.lora()) {  // the adapters' settings without adapters: LoRA was meant
+    const ModelConfig defaults;
+    const struct {
+      const char* key;
+      bool set;
+    } settings[] = {{"Model.lora_targets", m.lora_targets != defaults.lora_targets},
+                    {"Model.lora_alpha", m.lora_alpha != defaults.lora_alpha},
+                    {"Model.lora_dropout", m.lora_dropout != defaults.lora_dropout}};
+    for (const auto& s : settings)
+      if (s.set)
+        return check.Fail(check.Show(s.key) + " is a LoRA setting, and " +
+                              check.Show("Model.lora_rank") +
+                              " turns LoRA off (every weight would train)",
+                          {s.key, "Model.lora_rank"},
+                          std::string("Set Model.lora_rank (e.g. 16) to fine-tune with LoRA, or "
+                                      "leave ") +
+                              s.key + " at its default for full training");
+    return Status::Ok();
+  }
   std::vector<std::string> targets;
   std::string error;
   if (!ParseLoraTargets(m, &targets, &error))
@@ -141,17 +168,7 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
                                 "Model.max_seq_len",
                                 m.max_seq_len));
   }
-  TRAINER_RETURN_IF_ERROR(CheckModelFamily(c, check));
-  TRAINER_RETURN_IF_ERROR(CheckFullQkNorm(c, check));
-  TRAINER_RETURN_IF_ERROR(CheckMoe(c, check));
-  TRAINER_RETURN_IF_ERROR(CheckLora(c, check));
-  if (c.data.packed_documents() && c.model.arch != "llama")  // learned positions: no restart
-    return check.Fail(check.Show("Data.packing") +
-                          " restarts RoPE positions at each document, "
-                          "and " +
-                          check.Show("Model.arch") + " has learned positions",
-                      {"Data.packing", "Model.arch"},
-                      "Set Data.packing=concat for GPT-2, or use a llama-family model");
+  // Before the family checks, which read the head size hidden_size / num_heads.
   if (m.head_dim == 0 && m.hidden_size % m.num_heads != 0) {
     const int example = m.hidden_size / m.num_heads * m.num_heads;
     int heads = m.num_heads;  // the nearest head count below that divides hidden_size
@@ -163,6 +180,17 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
                   "divisor of %d, e.g. %d",
                   m.num_heads, example > 0 ? example : m.num_heads, m.hidden_size, heads));
   }
+  TRAINER_RETURN_IF_ERROR(CheckModelFamily(c, check));
+  TRAINER_RETURN_IF_ERROR(CheckFullQkNorm(c, check));
+  TRAINER_RETURN_IF_ERROR(CheckMoe(c, check));
+  TRAINER_RETURN_IF_ERROR(CheckLora(c, check));
+  if (c.data.packed_documents() && c.model.arch != "llama")  // learned positions: no restart
+    return check.Fail(check.Show("Data.packing") +
+                          " restarts RoPE positions at each document, "
+                          "and " +
+                          check.Show("Model.arch") + " has learned positions",
+                      {"Data.packing", "Model.arch"},
+                      "Set Data.packing=concat for GPT-2, or use a llama-family model");
   return Status::Ok();
 }
 

@@ -82,10 +82,13 @@ struct ModelConfig {
 
   int ffn_size() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int sequence_length() const { return seq_len > 0 ? seq_len : max_seq_len; }
-  int padded_vocab() const {
-    int m = vocab_pad_multiple > 0 ? vocab_pad_multiple : 1;
-    return (vocab_size + m - 1) / m * m;
+  // vocab_size rounded up to a multiple of vocab_pad_multiple; validation refuses one over
+  // INT_MAX, so padded_vocab() is exact in a validated config.
+  int64_t padded_vocab64() const {
+    const int64_t m = vocab_pad_multiple > 0 ? vocab_pad_multiple : 1;
+    return (static_cast<int64_t>(vocab_size) + m - 1) / m * m;
   }
+  int padded_vocab() const { return static_cast<int>(padded_vocab64()); }
   int head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   bool moe() const { return num_experts > 0; }

@@ -1,6 +1,8 @@
 // RenderChat and CheckChatTemplate (see chat.h); JsonChatMessages is in json_line.cpp.
 #include "data/chat.h"
 
+#include "common/log.h"
+
 namespace trainer {
 namespace {
 
@@ -16,7 +18,49 @@ Status Piece(Tokenizer* tokenizer, const std::string& source, const std::string&
   return Status::Ok();
 }
 
+// The special tokens `chat_template` writes (none for "none").
+std::vector<std::string> ChatMarkers(const std::string& chat_template) {
+  if (chat_template == "chatml") return {"<|im_start|>", "<|im_end|>"};
+  if (chat_template == "llama3")
+    return {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+  return {};
+}
+
 }  // namespace
+
+Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer) {
+  if (tokenizer->name() == "sentencepiece")
+    return UsageError(
+        "--input-format chat with a SentencePiece tokenizer (pack, --tokenizer): it encodes each "
+        "piece of the template apart, giving every reply a spurious leading U+2581 (its word "
+        "marker) and losing its newlines. Use --tokenizer hf with the model's tokenizer.json "
+        "(byte-level BPE), or pack the rendered text with --input-format jsonl (no loss mask)");
+  const std::vector<std::string> markers = ChatMarkers(chat_template);
+  if (markers.empty()) return Status::Ok();
+  if (tokenizer->name() != "hf")
+    return UsageError("--chat-template " + chat_template +
+                      " (pack) writes special tokens such as " + markers.front() +
+                      ", and --tokenizer " + tokenizer->name() +
+                      " has none: they would be trained as ordinary text. Use --chat-template "
+                      "none, or --tokenizer hf with a tokenizer.json of that chat format");
+  struct Markers {  // a marker alone, without the tokenizer's own document markers
+    Tokenizer* tokenizer;
+    ~Markers() { tokenizer->set_document_markers(true); }
+  } restore{tokenizer};
+  tokenizer->set_document_markers(false);
+  for (const std::string& marker : markers) {
+    std::vector<uint32_t> tokens;
+    std::vector<uint8_t> mask;
+    TRAINER_RETURN_IF_ERROR(Piece(tokenizer, "--chat-template", marker, 0, &tokens, &mask));
+    if (tokens.size() == 1) continue;
+    return UsageError(StrFormat(
+        "--chat-template %s (pack): the tokenizer has no token %s (it splits into %zu tokens), "
+        "so the template's markers would be trained as ordinary text. Pass the --chat-template "
+        "of the tokenizer's model (chatml: Qwen, SmolLM2; llama3: Llama 3), or none",
+        chat_template.c_str(), marker.c_str(), tokens.size()));
+  }
+  return Status::Ok();
+}
 
 Status CheckChatTemplate(const std::string& chat_template) {
   if (chat_template == "chatml" || chat_template == "llama3" || chat_template == "none")

@@ -26,6 +26,12 @@ Status JsonChatMessages(std::string_view line, std::vector<ChatMessage>* message
 // Usage error unless `chat_template` is chatml, llama3 or none.
 Status CheckChatTemplate(const std::string& chat_template);
 
+// Usage error unless `tokenizer` can render `chat_template`: every marker of chatml or llama3 is
+// one token of an hf tokenizer (bytes and gpt2 take none only; a marker split into ordinary
+// tokens would be trained as text), and no SentencePiece tokenizer (its dummy prefix and
+// normalization apply to each template piece apart).
+Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer);
+
 // Appends the tokens of the rendered conversation to *tokens and one mask byte per token to *mask.
 // chatml: "<|im_start|>{role}\n" {content} "<|im_end|>" "\n" per message;
 // llama3: "<|begin_of_text|>", then "<|start_header_id|>{role}<|end_header_id|>\n\n" {content}

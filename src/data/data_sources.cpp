@@ -2,11 +2,14 @@
 #include "data/data_sources.h"
 
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <sstream>
+#include <utility>
 
 #include "common/log.h"
 
@@ -124,6 +127,30 @@ Status OpenFiles(const std::string& value, const std::string& key, int64_t model
   return Status::Ok();
 }
 
+// A file of Data.train_path that is also one of Data.val_path (the same file by device and inode,
+// however named: a training glob such as shard-*.h5 also matches pack's shard-00000.val.h5) would
+// be trained on and evaluated as held out: a data error naming it.
+Status CheckTrainValOverlap(const DataConfig& data) {
+  TRAINER_ASSIGN_OR_RETURN(const std::vector<std::string> val,
+                           ExpandDataPaths(data.val_path, "Data.val_path"));
+  TRAINER_ASSIGN_OR_RETURN(const std::vector<std::string> train,
+                           ExpandDataPaths(data.train_path, "Data.train_path"));
+  std::set<std::pair<dev_t, ino_t>> val_files;
+  struct stat info;
+  for (const std::string& path : val)
+    if (stat(path.c_str(), &info) == 0) val_files.emplace(info.st_dev, info.st_ino);
+  for (const std::string& path : train) {
+    if (stat(path.c_str(), &info) != 0 || !val_files.count({info.st_dev, info.st_ino})) continue;
+    return DataError(StrFormat(
+        "training file is also a validation file (%s, Data.train_path '%s' and Data.val_path "
+        "'%s'): it would be trained on and then evaluated as held out. Narrow Data.train_path "
+        "(e.g. 'shard-[0-9]*.h5' instead of 'shard-*.h5'), or name the validation files apart "
+        "(trainer pack --val-output val-00000.h5; slurm/pack.sbatch writes val-<i>.h5)",
+        path.c_str(), data.train_path.c_str(), data.val_path.c_str()));
+  }
+  return Status::Ok();
+}
+
 // Data.train_weights: one positive number per comma-separated entry of Data.train_path.
 StatusOr<std::vector<double>> ParseWeights(const std::string& value, size_t entries) {
   std::vector<double> weights;
@@ -174,6 +201,7 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
     return UsageError(
         "missing Data.train_path (config): set it to a file written by "
         "`trainer pack`");
+  if (!data.val_path.empty()) TRAINER_RETURN_IF_ERROR(CheckTrainValOverlap(data));
   DataSources sources;
   const TokenDataset* like = nullptr;
   std::vector<size_t> entry_of_file;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <memory>
 
@@ -308,6 +309,18 @@ Status CheckExistingOutputs(const PackOptions& options, bool split, const std::s
                                    : "the outputs and remove the stale file"));
 }
 
+// Whether two paths name the same file, whether or not it exists ("./d.h5" and "d.h5", a
+// folder reached through a symbolic link): their absolute forms with the existing part resolved.
+bool SamePath(const std::string& a, const std::string& b) {
+  std::error_code error_a, error_b;
+  const std::filesystem::path canonical_a =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(a), error_a);
+  const std::filesystem::path canonical_b =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(b), error_b);
+  if (error_a || error_b) return a == b;
+  return canonical_a == canonical_b;
+}
+
 std::string Plural(int64_t n, const char* word) {
   return StrFormat("%lld %s%s", static_cast<long long>(n), word, n == 1 ? "" : "s");
 }
@@ -382,6 +395,7 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   const bool chat = options.input_format == "chat";
   if (chat) {
     TRAINER_RETURN_IF_ERROR(CheckChatTemplate(options.chat_template));
+    TRAINER_RETURN_IF_ERROR(CheckChatTokenizer(options.chat_template, tokenizer));
     if (options.overlong != "truncate" && options.overlong != "drop")
       return UsageError("unknown --overlong (pack): '" + options.overlong +
                         "'. Use truncate or drop");
@@ -404,8 +418,9 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   const bool split = options.val_fraction > 0.0;
   const std::string val_path =
       options.val_output.empty() ? DefaultValidationPath(options.output) : options.val_output;
-  if (split && val_path == options.output)
-    return UsageError("--val-output equals --output (" + val_path + "): pick another name");
+  if (split && SamePath(val_path, options.output))
+    return UsageError("--val-output " + val_path + " is the same file as --output " +
+                      options.output + " (pack): pick another name for the validation file");
   std::vector<int64_t> sizes;
   TRAINER_RETURN_IF_ERROR(StatInputs(options.inputs, &sizes));
   std::string stale_val;

@@ -73,6 +73,17 @@ if ! nvidia-smi -L > /dev/null 2>&1; then  # a GPU asked for where there is none
   expect no_gpu 5 "no GPU is visible\|built without CUDA" 2 train "${SMALL[@]}" -o Global.device=cuda
 fi
 expect resume_missing 4 "does not exist" 2 train "${SMALL[@]}" --resume nowhere/step-00000001
+# --resume's path is taken as given, not as YAML: " #" is not a comment, "~" and "null" not null.
+expect resume_hash 4 "no checkpoint at nowhere #old (--resume): it does not exist" \
+  2 train "${SMALL[@]}" --resume "nowhere #old"
+expect resume_tilde 4 "no checkpoint at ~ (--resume): it does not exist" 2 train "${SMALL[@]}" --resume "~"
+expect resume_null 4 "no checkpoint at null (--resume): it does not exist" 2 train "${SMALL[@]}" --resume null
+# A config file of two YAML documents: refused, naming the second's line.
+printf 'Data:\n  train_path: data.h5\n---\nEngine:\n  max_steps: 1\n' > two_documents.yaml
+expect two_documents 2 "more than one YAML document (two_documents.yaml line 4" 2 train -c two_documents.yaml
+# A padded vocabulary past int32: one line, not an overflowed size.
+expect vocab_overflow 2 "padded vocabulary 2147483648 .* is more than 2147483647" \
+  2 train "${SMALL[@]}" -o Model.vocab_size=2147483647
 # Folders the run cannot write: refused before step 1, in one line (no warning before it).
 touch not_a_folder
 expect unwritable_checkpoint_dir 4 "checkpoint folder not writable (not_a_folder/ckpt, Checkpoint.dir, rank 0 on .*): cannot create folder not_a_folder/ckpt: Not a directory" \

@@ -17,10 +17,10 @@ with open("chat.jsonl", "w") as chat, open("plain.jsonl", "w") as plain:
             messages += [{"role": "user", "content": "And twice that?"},
                          {"role": "assistant", "content": f"Twice {a + b} is {2 * (a + b)}."}]
         chat.write(json.dumps({"id": i, "messages": messages}) + "\n")
-        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        text = "".join(f"{m['content']}\n" for m in messages)  # the "none" template
         plain.write(json.dumps({"text": text}) + "\n")
 PY
-"$TRAINER" pack --input-format chat --chat-template chatml --input chat.jsonl --output chat.h5 \
+"$TRAINER" pack --input-format chat --chat-template none --input chat.jsonl --output chat.h5 \
   --val-fraction 0.1 --quiet > pack.log 2>&1 || { cat pack.log; fail "chat pack failed"; }
 cat pack.log
 grep -q "chat: 240 conversations, 0 truncated, 0 dropped" pack.log || fail "chat counts"
@@ -28,11 +28,11 @@ grep -q "chat: 240 conversations, 0 truncated, 0 dropped" pack.log || fail "chat
   --quiet > /dev/null 2>&1 || fail "plain pack failed"
 cmp <(h5dump -d /tokens -y chat.h5 | tail -n +6) <(h5dump -d /tokens -y plain.h5 | tail -n +6) ||
   fail "the chat and plain packs should hold the same tokens"
-"$TRAINER" pack --input-format chat --input chat.jsonl --output drop.h5 --max-length 100 \
+"$TRAINER" pack --input-format chat --chat-template none --input chat.jsonl --output drop.h5 --max-length 60 \
   --overlong drop --quiet > drop.log 2>&1 || { cat drop.log; fail "drop pack failed"; }
 grep -q "chat: 240 conversations, 0 truncated, [1-9][0-9]* dropped" drop.log ||
   { cat drop.log; fail "drop counts"; }
-"$TRAINER" pack --input-format chat --input chat.jsonl --output cut.h5 --max-length 100 \
+"$TRAINER" pack --input-format chat --chat-template none --input chat.jsonl --output cut.h5 --max-length 60 \
   --quiet > cut.log 2>&1 || { cat cut.log; fail "truncate pack failed"; }
 grep -q "chat: 240 conversations, [1-9][0-9]* truncated, 0 dropped" cut.log ||
   { cat cut.log; fail "truncate counts"; }

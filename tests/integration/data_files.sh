@@ -90,4 +90,16 @@ expect_error 3 "packed differently" run_np 2 train "${COMMON[@]}" -o 'Data.train
   -o Engine.output_dir=mixed
 expect_error 3 "no file matches" run_np 2 train "${COMMON[@]}" -o 'Data.train_path=shards/x*.h5' \
   -o Engine.output_dir=none
+# slurm/pack.sbatch (outside an array: task 0) with --val-fraction writes the held-out part as
+# val-00000.h5, which the training glob shard-*.h5 cannot match; pack's default name for it,
+# shard-00000.val.h5, would be matched, and a run that trains on a Data.val_path file is refused.
+TRAINER_BIN="$TRAINER" bash "$SRC/slurm/pack.sbatch" "$SRC/docs/*.md" sbatch --val-fraction 0.1 \
+  > sbatch.log 2>&1 || { cat sbatch.log; fail "pack.sbatch with --val-fraction failed"; }
+[ -f sbatch/shard-00000.h5 ] && [ -f sbatch/val-00000.h5 ] && [ ! -e sbatch/shard-00000.val.h5 ] ||
+  { ls sbatch; fail "pack.sbatch: expected shard-00000.h5 and val-00000.h5"; }
+"$TRAINER" pack --input "$SRC/docs/"*.md --output sbatch/shard-00001.h5 --val-fraction 0.1 --quiet
+expect_error 3 "training file is also a validation file (sbatch/shard-00001.val.h5, Data.train_path" \
+  run_np 2 train "${COMMON[@]}" -o Model.vocab_size=257 -o 'Data.train_path=sbatch/shard-*.h5' \
+  -o 'Data.val_path=sbatch/val-*.h5,sbatch/shard-00001.val.h5' -o Engine.output_dir=overlap
+echo "pack.sbatch: validation shards named apart; a training glob over a validation file refused"
 echo "data_files: all checks passed"

@@ -35,7 +35,7 @@ read -ra MODEL <<< "$(sed -n 's/^  init_from needs  //p' inspect.txt)"
 BASE=(-c "$SRC/configs/tiny-llama-cpu.yaml" "${MODEL[@]}" -o Checkpoint.init_from=base-model
       -o Data.train_path=chat.h5 "${RUN[@]}")
 # 2. Chat data with loss masks.
-"$TRAINER" pack --input-format chat --chat-template chatml --input chat.jsonl --output chat.h5 \
+"$TRAINER" pack --input-format chat --chat-template none --input chat.jsonl --output chat.h5 \
   --val-fraction 0.1 --max-length $((T + 1)) > pack.log 2>&1 || { cat pack.log; fail "chat pack"; }
 # The base as it is (learning rate 0, one step), for the loss before fine-tuning.
 run_np 1 train "${BASE[@]}" -o Optimizer.lr=0 -o Optimizer.min_lr=0 -o Engine.max_steps=1 \

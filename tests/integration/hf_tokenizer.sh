@@ -64,6 +64,17 @@ print(f"{kind}: {len(got)} tokens as tokenizers encodes them")
 PY
 done
 h5dump -a tokenizer qwen2.h5 | grep -q '"hf"' || fail "the tokenizer attribute is not hf"
+# Chat data: chatml's markers are single tokens of the Qwen2-style tokenizer, so it packs; the
+# Llama-3-style one has neither chatml's nor llama3's headers (<|start_header_id|>): refused, not
+# trained as ordinary text.
+printf '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n' > chat.jsonl
+"$TRAINER" pack --input-format chat --tokenizer hf --tokenizer-dir qwen2 --input chat.jsonl \
+  --output chat-qwen2.h5 --quiet || fail "chat with the qwen2 tokenizer and chatml failed"
+expect_error 2 "chat-template chatml (pack): the tokenizer has no token <|im_start|> (it splits into" \
+  "$TRAINER" pack --input-format chat --tokenizer hf --tokenizer-dir llama3 --input chat.jsonl --output c.h5
+expect_error 2 "chat-template llama3 (pack): the tokenizer has no token <|start_header_id|>" \
+  "$TRAINER" pack --input-format chat --chat-template llama3 --tokenizer hf --tokenizer-dir llama3 \
+  --input chat.jsonl --output c.h5
 # A document longer than pack's 4 MiB reads: the streaming's hold-back across them.
 # Long runs of one class too (pieces of 100,000 spaces, letters, newlines).
 for i in $(seq 45); do cat english.txt world.txt; done > long.txt
@@ -96,6 +107,12 @@ print(f"sentencepiece: {len(got)} tokens as the sentencepiece package encodes th
 PY
   done
   h5dump -a tokenizer sp.h5 | grep -q '"sentencepiece"' || fail "the tokenizer attribute is not sentencepiece"
+  # Chat data through SentencePiece would give each template piece its own dummy prefix: refused.
+  for tokenizer in sentencepiece hf; do
+    expect_error 2 "input-format chat with a SentencePiece tokenizer" "$TRAINER" pack \
+      --input-format chat --chat-template none --tokenizer $tokenizer --tokenizer-dir sp \
+      --input chat.jsonl --output c.h5
+  done
 else
   SENTENCEPIECE_MISSING=1  # the rest still runs; the test then reports a skip, not a pass
 fi

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/config_diff.h"
+#include "config/config_keys.h"
 #include "config/config_loader.h"
 #include "config/suggest.h"
 #include "config_test_util.h"
@@ -320,66 +321,30 @@ TEST_F(ConfigTest, MalformedOverridesFilesAndYaml) {
                    {"duplicate key Model.hidden_size (" + dup + " line 3; first at line 2)"});
   std::string dup_section = WriteFile("dups.yaml", "Model:\n  hidden_size: 3\nModel:\n");
   ExpectUsageError(LoadConfig(dup_section, {}).status(), {"duplicate section Model"});
+  // A second YAML document is refused, not dropped with its keys (the typo in it included).
+  std::string two = WriteFile(
+      "two.yaml", "Data:\n  train_path: x.h5\n---\nOptimizer:\n  lr: 0.5\n  bogus_key: 3\n");
+  ExpectUsageError(LoadConfig(two, {}).status(),
+                   {"config file holds more than one YAML document (" + two + " line 4",
+                    "Merge the documents into one"});
+  std::string empty_second = WriteFile("two_empty.yaml", "Model:\n  hidden_size: 32\n---\n");
+  ExpectUsageError(LoadConfig(empty_second, {}).status(),
+                   {"more than one YAML document (" + empty_second + " line 3"});
+  // One document, opened by its marker: read as usual.
+  StatusOr<TrainConfig> marked =
+      LoadConfig(WriteFile("marked.yaml", "# comment\n---\nModel:\n  hidden_size: 32\n"), {});
+  ASSERT_TRUE(marked.ok()) << marked.status().message();
+  EXPECT_EQ(marked->model.hidden_size, 32);
 }
 
 // ---------------------------------------------------------------- round trip
 
-// Every field, compared one by one (not through FormatConfig).
+// Every key of the table, compared one by one (each field's own value, not FormatConfig's
+// text): FormatField is exact for every type (shortest round-trip doubles, escaped strings).
 void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
-  EXPECT_EQ(a.global.seed, b.global.seed);
-  EXPECT_EQ(a.global.global_batch_size, b.global.global_batch_size);
-  EXPECT_EQ(a.global.micro_batch_size, b.global.micro_batch_size);
-  EXPECT_EQ(a.global.device, b.global.device);
-  EXPECT_EQ(a.model.vocab_size, b.model.vocab_size);
-  EXPECT_EQ(a.model.vocab_pad_multiple, b.model.vocab_pad_multiple);
-  EXPECT_EQ(a.model.hidden_size, b.model.hidden_size);
-  EXPECT_EQ(a.model.num_layers, b.model.num_layers);
-  EXPECT_EQ(a.model.num_heads, b.model.num_heads);
-  EXPECT_EQ(a.model.ffn_hidden_size, b.model.ffn_hidden_size);
-  EXPECT_EQ(a.model.max_seq_len, b.model.max_seq_len);
-  EXPECT_EQ(a.model.seq_len, b.model.seq_len);
-  EXPECT_EQ(a.model.recompute, b.model.recompute);
-  EXPECT_EQ(a.model.sequence_parallel, b.model.sequence_parallel);
-  EXPECT_EQ(a.distributed.dp_degree, b.distributed.dp_degree);
-  EXPECT_EQ(a.distributed.tp_degree, b.distributed.tp_degree);
-  EXPECT_EQ(a.distributed.pp_degree, b.distributed.pp_degree);
-  EXPECT_EQ(a.distributed.ep_degree, b.distributed.ep_degree);
-  EXPECT_EQ(a.distributed.pp_layers, b.distributed.pp_layers);
-  EXPECT_EQ(a.distributed.zero_stage1, b.distributed.zero_stage1);
-  EXPECT_EQ(a.distributed.sharding.sharding_degree, b.distributed.sharding.sharding_degree);
-  EXPECT_EQ(a.distributed.sharding.sharding_stage, b.distributed.sharding.sharding_stage);
-  EXPECT_EQ(a.distributed.sharding.sharding_offload, b.distributed.sharding.sharding_offload);
-  EXPECT_EQ(a.distributed.sharding.reduce_overlap, b.distributed.sharding.reduce_overlap);
-  EXPECT_EQ(a.distributed.sharding.broadcast_overlap, b.distributed.sharding.broadcast_overlap);
-  EXPECT_EQ(a.engine.max_steps, b.engine.max_steps);
-  EXPECT_EQ(a.engine.logging_freq, b.engine.logging_freq);
-  EXPECT_EQ(a.engine.eval_freq, b.engine.eval_freq);
-  EXPECT_EQ(a.engine.eval_iters, b.engine.eval_iters);
-  EXPECT_EQ(a.engine.save_steps, b.engine.save_steps);
-  EXPECT_EQ(a.engine.output_dir, b.engine.output_dir);
-  EXPECT_EQ(a.engine.mix_precision, b.engine.mix_precision);
-  EXPECT_EQ(a.engine.exit_duration_min, b.engine.exit_duration_min);
-  EXPECT_EQ(a.engine.gpu_routes, b.engine.gpu_routes);
-  EXPECT_EQ(a.optimizer.lr, b.optimizer.lr);
-  EXPECT_EQ(a.optimizer.min_lr, b.optimizer.min_lr);
-  EXPECT_EQ(a.optimizer.warmup_steps, b.optimizer.warmup_steps);
-  EXPECT_EQ(a.optimizer.decay_steps, b.optimizer.decay_steps);
-  EXPECT_EQ(a.optimizer.decay_style, b.optimizer.decay_style);
-  EXPECT_EQ(a.optimizer.weight_decay, b.optimizer.weight_decay);
-  EXPECT_EQ(a.optimizer.beta1, b.optimizer.beta1);
-  EXPECT_EQ(a.optimizer.beta2, b.optimizer.beta2);
-  EXPECT_EQ(a.optimizer.eps, b.optimizer.eps);
-  EXPECT_EQ(a.optimizer.grad_clip, b.optimizer.grad_clip);
-  EXPECT_EQ(a.data.train_path, b.data.train_path);
-  EXPECT_EQ(a.data.train_weights, b.data.train_weights);
-  EXPECT_EQ(a.data.val_path, b.data.val_path);
-  EXPECT_EQ(a.data.val_fraction, b.data.val_fraction);
-  EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
-  EXPECT_EQ(a.checkpoint.keep_last, b.checkpoint.keep_last);
-  EXPECT_EQ(a.checkpoint.keep_every, b.checkpoint.keep_every);
-  EXPECT_EQ(a.checkpoint.async_save, b.checkpoint.async_save);
-  EXPECT_EQ(a.checkpoint.resume, b.checkpoint.resume);
-  EXPECT_EQ(a.checkpoint.init_from, b.checkpoint.init_from);
+  TrainConfig x = a, y = b;  // the key table hands out pointers into a mutable config
+  for (const ConfigKey& key : ConfigKeyTable())
+    EXPECT_EQ(FormatField(key.field(x)), FormatField(key.field(y))) << key.full_name();
 }
 
 TEST_F(ConfigTest, FormatConfigRoundTrips) {
@@ -398,10 +363,60 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   c.distributed = {3, 2, 4, 1, {10, 12, 13, 13}, true, {4, 3, true, false, false}};
   c.engine = {12345, 7, 0, 9, 250, "out dir/with: colon # and hash", "fp32"};
   c.optimizer = {6e-4, 1.0 / 3.0, 700, 18000, 0.0, 0.8999999999999999, 0.999, 1e-12, 0.0, "linear"};
-  c.data = {"data/\"quoted\"\\back\tslash\n.h5", "0.5, 2", "", 0.05};
+  c.data = {"data/\"quoted\"\\back\tslash\n.h5", "0.5, 2", "val data/*.h5 # not a comment", 0.05};
   c.checkpoint = {"/abs/ckpt", 0, 1000, "auto", "hf/gpt2 \"pretrained\"", false};
   c.engine.exit_duration_min = 0.25;
   c.engine.gpu_routes = "out/run 1/gpu_routes.json";
+  c.engine.watchdog_s = 12.5;
+  c.engine.tensorboard = false;
+  c.engine.profile = true;
+  c.engine.peak_tflops = 1979.5;
+  c.distributed.ep_degree = 2;
+  c.distributed.overlap_grad_reduce = true;
+  c.data.shift_windows = true;
+  c.data.packing = "documents";
+  ModelConfig& m = c.model;
+  m.arch = "llama";
+  m.loss_chunk_tokens = 4097;
+  m.num_kv_heads = 5;
+  m.head_dim = 96;
+  m.norm_eps = 1e-6;
+  m.rope_theta = 500000.0;
+  m.rope_scaling = "llama3";
+  m.rope_factor = 32.0;
+  m.rope_low_freq_factor = 0.5;
+  m.rope_high_freq_factor = 2.5;
+  m.rope_original_max_positions = 131072;
+  m.qkv_bias = true;
+  m.qk_norm = true;
+  m.qk_norm_type = "full";
+  m.tie_embeddings = false;
+  m.num_experts = 64;
+  m.moe_router_topk = 8;
+  m.moe_ffn_hidden_size = 1408;
+  m.moe_shared_expert_intermediate_size = 5632;
+  m.moe_layer_freq = 2;
+  m.moe_first_k_dense = 3;
+  m.moe_router_score_function = "sigmoid";
+  m.moe_router_pre_softmax = false;
+  m.moe_norm_topk_prob = true;
+  m.moe_aux_loss_coeff = 0.001;
+  m.moe_router_load_balancing_type = "seq_aux_loss";
+  m.moe_z_loss_coeff = 1e-3 / 3;
+  m.moe_expert_capacity_factor = 1.25;
+  m.moe_router_bias_update_rate = 0.0001;
+  m.bias = false;
+  m.hidden_dropout = 0.1;
+  m.attention_dropout = 0.2;
+  m.lora_rank = 16;
+  m.lora_alpha = 32;
+  m.lora_dropout = 0.05;
+  m.lora_targets = "q,v,down";
+  // Every key away from its default, so that a key the round trip loses cannot go unnoticed.
+  TrainConfig defaults_config, values = c;
+  for (const ConfigKey& key : ConfigKeyTable())
+    EXPECT_NE(FormatField(key.field(values)), FormatField(key.field(defaults_config)))
+        << key.full_name() << " keeps its default in this test: give it another value";
   std::string text = FormatConfig(c);
   StatusOr<TrainConfig> back = LoadConfig(WriteFile("resolved.yaml", text), {});
   ASSERT_TRUE(back.ok()) << back.status().message() << "\n" << text;

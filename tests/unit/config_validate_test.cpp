@@ -106,6 +106,15 @@ TEST(ConfigValidate, LoraKeys) {
   ExpectUsageError(ValidateWith({"Model.lora_rank=8", "Model.lora_dropout=1"}, 1),
                    {"Model.lora_dropout=1.0 must be in [0, 1)"});
   ExpectUsageError(ValidateWith({"Model.lora_rank=-1"}, 1), {"Model.lora_rank=-1"});
+  // The adapters' settings without lora_rank: refused, not a silent full fine-tune.
+  ExpectUsageError(ValidateWith({"Model.arch=llama", "Model.lora_targets=q,v"}, 1),
+                   {"Model.lora_targets=\"q,v\" is a LoRA setting, and Model.lora_rank=0 turns "
+                    "LoRA off",
+                    "Set Model.lora_rank (e.g. 16)", "leave Model.lora_targets at its default"});
+  ExpectUsageError(ValidateWith({"Model.lora_alpha=32"}, 1),
+                   {"Model.lora_alpha=32.0 is a LoRA setting", "from -o Model.lora_alpha=32"});
+  ExpectUsageError(ValidateWith({"Model.lora_dropout=0.1"}, 1),
+                   {"Model.lora_dropout=0.1 is a LoRA setting"});
 }
 
 // Data.packing: documents (or ms-swift's padding_free) needs RoPE: GPT-2 is refused in one line.
@@ -149,6 +158,19 @@ TEST_F(ConfigTest, BatchMustSplitOverMicroBatchesAndRanks) {
 TEST(ConfigValidate, ModelShapes) {
   ExpectUsageError(ValidateWith({"Model.seq_len=65"}, 1),
                    {"Model.seq_len=65 exceeds Model.max_seq_len=64", "at most 64"});
+  // Divisibility comes before the llama family's head size, which hidden_size/num_heads gives.
+  ExpectUsageError(
+      ValidateWith({"Model.arch=llama", "Model.hidden_size=96", "Model.num_heads=5"}, 1),
+      {"Model.hidden_size=96 is not divisible by Model.num_heads=5"});
+  // The padded vocabulary is counted in 64 bits and refused past int32.
+  ExpectUsageError(ValidateWith({"Model.vocab_size=2147483647"}, 1),
+                   {"padded vocabulary 2147483648 (Model.vocab_size=2147483647 rounded up to a "
+                    "multiple of Model.vocab_pad_multiple=128) is more than 2147483647",
+                    "Model.vocab_pad_multiple to a small power of two"});
+  StatusOr<TrainConfig> padded = LoadConfig("", {"Model.vocab_pad_multiple=2147483647"});
+  ASSERT_TRUE(padded.ok());
+  EXPECT_EQ(padded->model.padded_vocab(), 2147483647);  // 257 rounded up, without overflow
+  EXPECT_EQ(padded->model.padded_vocab64(), 2147483647);
   ExpectUsageError(ValidateWith({"Model.hidden_size=66"}, 1),
                    {"Model.hidden_size=66 is not divisible by Model.num_heads=4",
                     "Set Model.hidden_size to a multiple of 4, e.g. 64, or Model.num_heads to a "
@@ -188,7 +210,19 @@ TEST(ConfigValidate, MixtureOfExperts) {
                    {"Model.moe_router_topk=5 exceeds Model.num_experts=4",
                     "Set Model.moe_router_topk to at most 4"});
   ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Model.moe_first_k_dense=2"}, 1),
-                   {"Model.moe_first_k_dense=2 leaves no MoE layer", "below 2"});
+                   {"Model.moe_first_k_dense=2 and Model.moe_layer_freq=1 leave no MoE layer "
+                    "among Model.num_layers=2",
+                    "below 2"});
+  // Layer 1 is past the dense ones but not a multiple of moe_layer_freq: no layer has experts.
+  ExpectUsageError(
+      ValidateWith(
+          {llama, "Model.num_experts=4", "Model.moe_first_k_dense=1", "Model.moe_layer_freq=8"}, 1),
+      {"Model.moe_first_k_dense=1 and Model.moe_layer_freq=8 leave no MoE layer",
+       "(the first would be layer 8)", "Model.num_experts=0"});
+  EXPECT_TRUE(ValidateWith({llama, "Model.num_experts=4", "Model.num_layers=3",
+                            "Model.moe_first_k_dense=1", "Model.moe_layer_freq=2"},
+                           1)
+                  .ok());
   ExpectUsageError(
       ValidateWith({llama, "Model.num_experts=4", "Model.moe_router_score_function=relu"}, 1),
       {"Model.moe_router_score_function=\"relu\" must be one of softmax, sigmoid"});
@@ -214,10 +248,18 @@ TEST(ConfigValidate, MixtureOfExperts) {
                               std::string("Distributed.sharding.sharding_stage=") + stage},
                              4)
                     .ok());
+  ExpectUsageError(
+      ValidateWith(
+          {llama, "Model.num_experts=4", "Distributed.ep_degree=2", "Distributed.zero_stage1=true"},
+          2),
+      {"Distributed.zero_stage1=true shards over all 2 data-parallel ranks, "
+       "leaving one replica, and Distributed.ep_degree=2 splits the experts",
+       "Set Distributed.zero_stage1=false and Distributed.sharding.sharding_degree=1"});
   ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
-                                 "Distributed.zero_stage1=true"},
-                                2),
-                   {"Distributed.ep_degree=2 does not divide dp_degree=1"});
+                                 "Distributed.zero_stage1=true", "Global.global_batch_size=8"},
+                                4),
+                   {"Distributed.zero_stage1=true", "Distributed.ep_degree=2",
+                    "Distributed.sharding.sharding_degree=2 (2 replicas for the experts)"});
 }
 
 TEST(ConfigValidate, PipelineStages) {

@@ -376,6 +376,28 @@ TEST_F(PackTest, ExistingOutputsNeedForce) {
   ExpectNoTemporaries();
 }
 
+// --val-output naming --output's file by another spelling is refused at once, naming both.
+TEST_F(PackTest, ValidationOutputMustBeAnotherFile) {
+  WriteBytes(Path("a.txt"), "hello world");
+  WriteBytes(Path("b.txt"), "second document");
+  PackOptions options = Options({"a.txt", "b.txt"}, "d.h5");
+  options.val_fraction = 0.5;
+  for (const std::string& same : {Path("d.h5"), Path(".") + "/./d.h5", Path("sub/../d.h5")}) {
+    std::filesystem::create_directories(Path("sub"));
+    options.val_output = same;
+    Status status = Pack(options);
+    EXPECT_EQ(status.code(), ExitCode::kUsage) << same;
+    EXPECT_NE(status.message().find("--val-output " + same + " is the same file as --output " +
+                                    Path("d.h5")),
+              std::string::npos)
+        << status.message();
+    EXPECT_FALSE(FileExists(Path("d.h5")));
+  }
+  options.val_output = Path("sub/d.h5");
+  ASSERT_TRUE(Pack(options).ok());
+  EXPECT_TRUE(FileExists(Path("sub/d.h5")));
+}
+
 TEST_F(PackTest, DefaultValidationPath) {
   EXPECT_EQ(DefaultValidationPath("data.h5"), "data.val.h5");
   EXPECT_EQ(DefaultValidationPath("/x/y.h5/data"), "/x/y.h5/data.val.h5");

@@ -415,6 +415,35 @@ TEST_F(DatasetTest, OpenDataSourcesPicksFilesAndSplits) {
   EXPECT_EQ(OpenDataSources(missing, 1000, 10).status().code(), ExitCode::kUsage);
 }
 
+// A training glob that also matches a validation file (pack's shard-00000.val.h5 under
+// shard-*.h5), or the same file by another name, is refused: it would be trained on.
+TEST_F(DatasetTest, TrainingFilesMustNotBeValidationFiles) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(101, 1000, 13);
+  WriteSyntheticFile(Path("shard-00000.h5"), spec);
+  WriteSyntheticFile(Path("shard-00000.val.h5"), spec);
+  WriteSyntheticFile(Path("val-00000.h5"), spec);
+  DataConfig data;
+  data.train_path = Path("shard-*.h5");
+  data.val_path = Path("shard-00000.val.h5");
+  auto overlap = OpenDataSources(data, 1000, 10);
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_EQ(overlap.status().code(), ExitCode::kData);
+  EXPECT_NE(overlap.status().message().find("training file is also a validation file (" +
+                                            Path("shard-00000.val.h5") + ", Data.train_path"),
+            std::string::npos)
+      << overlap.status().message();
+  data.train_path = Path("shard-00000.h5");
+  data.val_path = Path(".") + "/./shard-00000.h5";  // the same file, another spelling
+  EXPECT_EQ(OpenDataSources(data, 1000, 10).status().code(), ExitCode::kData);
+  data.train_path = Path("shard-*.h5");  // no overlap with a validation file named apart
+  std::filesystem::remove(Path("shard-00000.val.h5"));
+  data.val_path = Path("val-*.h5");
+  auto apart = OpenDataSources(data, 1000, 10);
+  ASSERT_TRUE(apart.ok()) << apart.status().message();
+  EXPECT_EQ(apart->train.num_samples(), apart->val.num_samples());
+}
+
 // Several files: the set's sample k is file A's k-th, then file B's; each read equals the file's
 // own read of that sample; a held-out part spans the files' boundary; globs and comma lists.
 TEST_F(DatasetTest, SeveralFilesFormOneSampleSet) {

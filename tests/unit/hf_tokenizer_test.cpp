@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "data/chat.h"
@@ -47,6 +48,7 @@ const char kQwen2Pattern[] =
 struct Options {
   bool pairs = false, ignore_merges = false, nfc = true, bos = true, eot = true;
   std::string pre_tokenizer;  // empty: Qwen2's Sequence
+  std::vector<std::string> specials;  // more special added tokens, ids from 266 on
 };
 
 std::string TokenizerJson(const Options& o) {
@@ -71,6 +73,8 @@ std::string TokenizerJson(const Options& o) {
   std::string added_tokens =
       added(263, "<x>", false) + "," + added(264, "<x>y", false) + "," + added(265, "<s>", true);
   if (o.eot) added_tokens = added(262, "<|endoftext|>", true) + "," + added_tokens;
+  for (size_t i = 0; i < o.specials.size(); ++i)
+    added_tokens += "," + added(266 + static_cast<int>(i), o.specials[i], true);
   const std::string pre =
       !o.pre_tokenizer.empty()
           ? o.pre_tokenizer
@@ -253,6 +257,50 @@ TEST(HfTokenizerTest, ChatPiecesHaveNoPostProcessorTokens) {
   EXPECT_EQ(tokens, (Ids{'h', 'i', '\n', kHello, '\n'}));
   EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 0, 1, 1}));
   EXPECT_EQ(tokenizer->EncodeText("hello"), (Ids{kBos, kHello}));
+}
+
+// A chat template is packed only with a tokenizer that has each of its markers as one token: a
+// marker split into ordinary tokens would be trained as text (a Llama-3 tokenizer.json under the
+// default chatml). The tokenizers without special tokens take the "none" template only.
+TEST(HfTokenizerTest, ChatTemplateNeedsItsMarkersAsTokens) {
+  Options chatml;
+  chatml.specials = {"<|im_start|>", "<|im_end|>"};
+  auto with_markers = Make(chatml);
+  auto without = Make(Options{});
+  ASSERT_NE(with_markers, nullptr);
+  ASSERT_NE(without, nullptr);
+  EXPECT_TRUE(CheckChatTokenizer("chatml", with_markers.get()).ok());
+  EXPECT_TRUE(CheckChatTokenizer("none", without.get()).ok());
+  for (const std::string& name : {std::string("chatml"), std::string("llama3")}) {
+    Status refused =
+        CheckChatTokenizer(name, name == "chatml" ? without.get() : with_markers.get());
+    EXPECT_EQ(refused.code(), ExitCode::kUsage);
+    const std::string marker = name == "chatml" ? "<|im_start|>" : "<|begin_of_text|>";
+    EXPECT_NE(refused.message().find("--chat-template " + name +
+                                     " (pack): the tokenizer has no "
+                                     "token " +
+                                     marker + " (it splits into "),
+              std::string::npos)
+        << refused.message();
+  }
+  // The check leaves the tokenizer's own document markers on (the BOS of its post-processor).
+  EXPECT_EQ(with_markers->EncodeText("hello"), (Ids{kBos, kHello}));
+  // Rendered, each marker is that one token.
+  Ids tokens;
+  std::vector<uint8_t> mask;
+  ASSERT_TRUE(
+      RenderChat({{"assistant", "hello"}}, "chatml", with_markers.get(), "test", &tokens, &mask)
+          .ok());
+  EXPECT_EQ(tokens.front(), 266u);
+  EXPECT_EQ(std::count(tokens.begin(), tokens.end(), 267u), 1);
+  ByteTokenizer bytes;
+  for (const char* name : {"chatml", "llama3"}) {
+    Status refused = CheckChatTokenizer(name, &bytes);
+    EXPECT_EQ(refused.code(), ExitCode::kUsage);
+    EXPECT_NE(refused.message().find("--tokenizer bytes has none"), std::string::npos)
+        << refused.message();
+  }
+  EXPECT_TRUE(CheckChatTokenizer("none", &bytes).ok());
 }
 
 }  // namespace
