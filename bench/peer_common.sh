@@ -97,7 +97,7 @@ peer_side() {
   [ "${SKIP_PEER:-0}" = 1 ] && return 0
   gpu_sampling_start "$out.peer.gpu"
   peer=$(python3 "$PEER" "[{$shape,\"B\":$B,\"compile\":true,\"steps\":$STEPS}]" 2> "$out.peer.err" | tail -1) || true
-  [ -n "$peer" ] || peer='{"error": "no result line"}'
+  [ -n "$peer" ] || peer="{\"error\": \"no result line: see $out.peer.err\"}"
   gpu=$(gpu_sampling_stop "$out.peer.gpu")
   echo "{\"who\":\"pytorch\",\"model\":\"$model\",\"B\":$B,\"result\":$peer,\"gpu0\":$gpu}" |
     tee -a "${RESULTS:-/dev/null}"
