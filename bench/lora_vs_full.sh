@@ -5,7 +5,7 @@
 # both, then each run's median tokens/s and memory (GiB, metrics.jsonl's memory_gib) over steps
 # 11-30, and the ratios (the aim: LoRA's memory under half of full's, tokens/s at least 1.2x).
 #   bench/lora_vs_full.sh TRAINER [WORK]          (WORK default ./lorabench)
-#   env: B (micro-batch, default 8), RECOMPUTE (Model.recompute, default the config's: none)
+#   env: B (micro-batch, default 8), RECOMPUTE (Model.recompute, default the config's: gelu)
 set -euo pipefail
 TRAINER=$(realpath "$1") WORK=${2:-lorabench}
 SRC=$(cd "$(dirname "$0")/.." && pwd)

@@ -33,8 +33,9 @@ source "$ROOT/bench/peer_common.sh"  # random_u32, trainer_side, peer_side
 RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
 V=50304 T=2048
-# The shared block: 8 layers of hidden 2048, 16 heads of 128, untied, no dense MLP layer.
-BLOCK=(-o Model.vocab_size=$V -o Model.vocab_pad_multiple=128 -o Model.num_layers=8
+# The shared block: 8 layers of hidden 2048, 16 heads of 128, untied, no dense MLP layer, no
+# recomputation (the records' setting, not the base config's; TRAINER_ARGS may set another).
+BLOCK=(-o Model.recompute=none -o Model.vocab_size=$V -o Model.vocab_pad_multiple=128 -o Model.num_layers=8
        -o Model.hidden_size=2048 -o Model.num_heads=16 -o Model.num_kv_heads=16 -o Model.head_dim=128
        -o Model.max_seq_len=$T -o Model.rope_scaling=none -o Model.rope_theta=1000000
        -o Model.tie_embeddings=false -o Model.moe_aux_loss_coeff=0.01)
