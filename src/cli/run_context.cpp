@@ -5,7 +5,7 @@
 #include <functional>
 
 #include "cli/check_gpu.h"
-#include "cli/host_memory.h"
+#include "common/host_memory.h"
 #include "common/log.h"
 #include "engine/memory_plan.h"
 #include "mpi_bootstrap/nccl_bootstrap.h"
@@ -91,6 +91,7 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   groups.topology = topo;
   groups.coord = mpi_groups.coord;
   groups.world_rank = runtime->rank();
+  groups.ranks_on_host = runtime->local_size();
   groups.world_host = runtime->world();
   groups.tp = mpi_groups.tp.get();
   groups.dp = mpi_groups.dp.get();

@@ -14,6 +14,7 @@ struct ParallelGroups {
   Topology topology;
   Topology::Coord coord;
   int world_rank = 0;
+  int ranks_on_host = 1;  // the world's ranks on this rank's host (their share of its memory)
   Communicator* world_host = nullptr;
   Communicator* tp = nullptr;
   Communicator* dp = nullptr;

@@ -8,6 +8,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/pretrained.h"
 #include "common/gradient_clip.h"
+#include "common/host_memory.h"
 #include "common/log.h"
 #include "config/config_diff.h"
 #include "config/config_loader.h"
@@ -101,7 +102,31 @@ Status Trainer::Setup() {
   // hold training up for seconds (a 1.3B model: 15.8 GB).
   CreateCheckpointSaver();
   if (saver_ != nullptr && config_.engine.save_steps > 0)
+    TRAINER_RETURN_IF_ERROR(ReserveCheckpointCopy());
+  return Status::Ok();
+}
+
+Status Trainer::ReserveCheckpointCopy() {
+  // Where a host's ranks cannot hold the copy beside what they hold already (an offloaded
+  // optimizer's state is as large), saves are synchronous: every rank agrees, a save being
+  // collective. They then read an offloaded state where it lies, without a copy.
+  const double bytes = 3.0 * sizeof(float) * static_cast<double>(optimizer_->DownloadElements());
+  const HostMemoryFacts host = QueryHostMemory();
+  double fits = HostCopyFits(bytes, groups_.ranks_on_host, host) ? 1.0 : 0.0;
+  TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&fits, 1, DType::kF64, ReduceOp::kSum));
+  if (fits == groups_.topology.world_size) {
     saver_->Reserve(model_.get(), *optimizer_);
+    return Status::Ok();
+  }
+  saver_.reset();
+  config_.checkpoint.async_save = false;
+  if (groups_.world_rank == 0)
+    LogWarning(StrFormat(
+        "Checkpoint.async_save: the state's host copy (%.1f GiB per rank, 12 bytes per parameter "
+        "it holds) does not fit beside what the ranks hold already (here %.1f GiB available for "
+        "%d rank(s), %s), so checkpoints are saved synchronously: training waits for each write",
+        bytes / 1073741824.0, host.available_bytes / 1073741824.0, groups_.ranks_on_host,
+        host.source.c_str()));
   return Status::Ok();
 }
 

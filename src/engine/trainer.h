@@ -132,6 +132,10 @@ class Trainer {
   Status FinishCheckpoint();
   // Checkpoint.async_save: the saver, or (HDF5 not thread-safe) a warning and synchronous saves.
   void CreateCheckpointSaver();
+  // Periodic asynchronous saves: the host copy of the state, allocated at start (a 1.3B model's
+  // 15.8 GB, page-locked, would hold the first save up for seconds), or synchronous saves where
+  // the hosts cannot hold it (a warning).
+  Status ReserveCheckpointCopy();
   Status Resume();
   // Rank 0, after a resume: one warning listing the settings that differ from the saving run's
   // (ChangedSettings), which make the run depart from what an uninterrupted one computes.

@@ -123,6 +123,11 @@ Status AdamW::AddToParameters(size_t offset, const std::vector<float>& delta) {
 
 size_t AdamW::DownloadElements() const { return model_->shard_layout().flat_elements(); }
 
+const float* AdamW::HostState(int which) const {
+  if (!host_ || sharded()) return nullptr;
+  return static_cast<const float*>((which == 0 ? master_ : which == 1 ? m_ : v_).data);
+}
+
 Status AdamW::Download(int which, std::vector<float>* flat) const {
   flat->resize(DownloadElements());
   TRAINER_RETURN_IF_ERROR(DownloadTo(which, flat->data()));

@@ -52,9 +52,13 @@ class AdamW {
   // gradient buffer as scratch (call it between steps).
   Status Download(int which, std::vector<float>* flat) const;
   // The same into `host`, DownloadElements() floats (the flat buffers with their padding; the
-  // first parameter_count() hold the state): page-locked memory takes a GPU's copy at full speed.
+  // first local_elements() hold the state): page-locked memory takes a GPU's copy at full speed.
   Status DownloadTo(int which, float* host) const;
   size_t DownloadElements() const;
+  size_t local_elements() const { return total_; }  // the model's flat buffers on this rank
+  // Offloaded and not sharded: the state itself in host memory (local_elements() floats, buffer
+  // order), which a checkpoint reads between steps without a copy; null otherwise.
+  const float* HostState(int which) const;
   Status Upload(int which, const std::vector<float>& flat);
   // Adds delta to the parameters [offset, offset + delta.size()) of the flat buffers outside the
   // gradient step: to the master weights this rank holds, and the model's compute copy set from

@@ -17,7 +17,7 @@
 
 #include "cli/check_gpu.h"
 #include "cli/check_report.h"
-#include "cli/host_memory.h"
+#include "common/host_memory.h"
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "test_communicator.h"
@@ -200,6 +200,21 @@ TEST(LauncherWorldSize, MpirunBeforeSrun) {
   EXPECT_EQ(LauncherWorldSize(&variable), 0);
   EXPECT_EQ(variable, "");
   unsetenv("SLURM_STEP_NUM_TASKS");
+}
+
+// An asynchronous save's host copy against a host's available memory: 4 ranks of 10 GiB each
+// need 40 GiB within 90% of what is available.
+TEST(HostCopy, FitsWithinNineTenthsOfTheAvailableMemory) {
+  const double gib = 1073741824.0;
+  HostMemoryFacts host;
+  host.total_bytes = 128 * gib;
+  host.available_bytes = 44.5 * gib;  // 90%: 40.05 GiB
+  EXPECT_TRUE(HostCopyFits(10 * gib, 4, host));
+  host.available_bytes = 44 * gib;  // 90%: 39.6 GiB
+  EXPECT_FALSE(HostCopyFits(10 * gib, 4, host));
+  EXPECT_TRUE(HostCopyFits(10 * gib, 1, host));
+  host.available_bytes = -1;  // nothing read: no reason to refuse
+  EXPECT_TRUE(HostCopyFits(1e15, 8, host));
 }
 
 TEST(CheckReport, FailuresSurviveTheGather) {

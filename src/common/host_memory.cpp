@@ -1,5 +1,5 @@
 // Host memory of this process (host_memory.h).
-#include "cli/host_memory.h"
+#include "common/host_memory.h"
 
 #include <algorithm>
 #include <fstream>
@@ -96,6 +96,10 @@ HostMemoryFacts QueryHostMemory(const std::string& root) {
         StrFormat("cgroup %s: limit %.1f GiB", path.c_str(), limit / (1024.0 * 1024.0 * 1024.0));
   }
   return facts;
+}
+
+bool HostCopyFits(double bytes, int ranks, const HostMemoryFacts& host) {
+  return host.available_bytes < 0 || bytes * ranks <= 0.9 * host.available_bytes;
 }
 
 }  // namespace trainer

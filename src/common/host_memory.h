@@ -19,4 +19,9 @@ struct HostMemoryFacts {
 // prefixes /proc and /sys (for tests).
 HostMemoryFacts QueryHostMemory(const std::string& root = "");
 
+// Whether `ranks` ranks of a host can each take `bytes` more host memory (an asynchronous save's
+// copy of the state), leaving a tenth of what is available for the rest (data, HDF5's caches, the
+// writer's buffers). True where nothing could be read.
+bool HostCopyFits(double bytes, int ranks, const HostMemoryFacts& host);
+
 }  // namespace trainer
