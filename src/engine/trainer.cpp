@@ -92,6 +92,9 @@ Status Trainer::Setup() {
     TRAINER_RETURN_IF_ERROR(CheckOutputFolder(config_.engine.output_dir));
     TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(config_.checkpoint_dir(),
                                                     kCheckpointLockWaitSeconds, &checkpoint_lock_));
+    // A run without --resume in a folder of another run's checkpoints would replace them.
+    if (config_.checkpoint.resume.empty())
+      TRAINER_RETURN_IF_ERROR(CheckNoEarlierCheckpoints(config_.checkpoint_dir()));
   }
   TRAINER_RETURN_IF_ERROR(
       MetricsWriter::Open(config_.engine.output_dir, root, config_.engine.tensorboard, &metrics_));
