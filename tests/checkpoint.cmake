@@ -38,3 +38,9 @@ trainer_gtest(checksum_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/checksum_te
               LIBS trainer_checkpoint TIMEOUT 60)
 target_compile_definitions(checksum_test PRIVATE TRAINER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 trainer_script_test(checkpoint_kill_sharded SCRIPT checkpoint_kill_sharded.sh LABELS "e2e;mpi;checkpoint" TIMEOUT 600)
+# The test tool compare_checkpoints itself: tensors and the manifest's root attributes.
+trainer_gtest(compare_checkpoints_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/compare_checkpoints_test.cpp
+              LIBS trainer_io TIMEOUT 60)
+target_compile_definitions(compare_checkpoints_test PRIVATE
+                           COMPARE_CHECKPOINTS="$<TARGET_FILE:compare_checkpoints>")
+add_dependencies(compare_checkpoints_test compare_checkpoints)
