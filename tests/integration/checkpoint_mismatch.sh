@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Checkpoints that do not fit the run, each refused on both ranks with exit 4 and one line:
+# - Checkpoint.init_from of a GPT checkpoint with biases into a Model.bias=false config: the
+#   tensors the model has no place for are named (not dropped);
+# - a LoRA resume whose config names another base: another Checkpoint.init_from, or without one
+#   another Global.seed; the line names both bases;
+# - a LoRA checkpoint resumed with Model.lora_rank=0, or given as a full run's init_from: "holds
+#   LoRA adapters", pointing to `trainer export --lora merge`;
+# - a full checkpoint resumed with Model.lora_rank > 0: "holds a model's weights, not LoRA
+#   adapters".
+# And the accepted cases next to them: the same base resumes.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+make_small_dataset data.h5
+COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
+        -o Model.hidden_size=32 -o Model.num_layers=2 -o Model.num_heads=2 -o Model.max_seq_len=32
+        -o Global.global_batch_size=4 -o Global.micro_batch_size=2 -o Engine.logging_freq=1
+        -o Engine.eval_freq=0 -o Engine.save_steps=2 -o Engine.max_steps=2)
+LORA=(-o Model.lora_rank=2 -o Model.lora_alpha=4 -o Model.lora_targets=c_attn,c_fc)
+
+# refused NAME PATTERN ARGS...: `trainer train` of ARGS on 2 ranks exits 4 with one error line
+# matching PATTERN.
+refused() {
+  local name=$1 pattern=$2; shift 2
+  set +e
+  run_np 2 train "$@" > "$name.out" 2> "$name.err"
+  local rc=$?
+  set -e
+  [ "$rc" -eq 4 ] || { cat "$name.err"; fail "$name: exit $rc, expected 4"; }
+  one_error_line "$name.err" "$pattern"
+  echo "ok: $name: $(grep 'error: ' "$name.err" | cut -c1-160)..."
+}
+
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=base > base.log 2>&1 || { tail base.log; fail "base"; }
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=other -o Global.seed=7 > other.log 2>&1 ||
+  { tail other.log; fail "other base"; }
+BASE=base/checkpoints/step-00000002
+OTHER=other/checkpoints/step-00000002
+
+refused extra_tensors "$BASE/checkpoint.h5 holds /model/transformer.h.0.attn.c_attn.bias \[96\] (and [0-9]* more), which the config's model has no place for" \
+  "${COMMON[@]}" -o Model.bias=false -o Checkpoint.init_from=$BASE -o Engine.output_dir=nobias
+
+# LoRA on the checkpoint base, and on the seed's initialisation.
+run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=lora \
+  > lora.log 2>&1 || { tail lora.log; fail "LoRA run"; }
+run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Engine.output_dir=seeded > seeded.log 2>&1 ||
+  { tail seeded.log; fail "LoRA run on the seed's base"; }
+refused other_base "LoRA base differs (lora/checkpoints/step-00000002/checkpoint.h5): its adapters were trained on Checkpoint.init_from=$BASE, this config's base is Checkpoint.init_from=$OTHER" \
+  "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$OTHER -o Engine.output_dir=lora \
+  -o Engine.max_steps=4 --resume auto
+refused other_seed "LoRA base differs (seeded/checkpoints/step-00000002/checkpoint.h5): its adapters were trained on Global.seed=1234, this config's base is Global.seed=7" \
+  "${COMMON[@]}" "${LORA[@]}" -o Global.seed=7 -o Engine.output_dir=seeded -o Engine.max_steps=4 \
+  --resume auto
+run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=lora \
+  -o Engine.max_steps=4 --resume auto > same_base.log 2>&1 || { tail same_base.log; fail "same base"; }
+grep -q "resumed from lora/checkpoints/step-00000002" same_base.log || fail "the same base did not resume"
+echo "ok: the LoRA run resumes on its own base"
+
+# Adapters where weights are wanted, and weights where adapters are.
+refused lora_as_weights "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters (of Checkpoint.init_from=$BASE), not a model's weights.*trainer export --lora merge" \
+  "${COMMON[@]}" -o Engine.output_dir=lora -o Engine.max_steps=6 --resume auto
+refused lora_as_init_from "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters.*trainer export --lora merge" \
+  "${COMMON[@]}" -o Checkpoint.init_from=lora/checkpoints/step-00000004 -o Engine.output_dir=from_lora
+mkdir -p weights/checkpoints && cp -r $BASE weights/checkpoints/
+refused weights_as_lora "weights/checkpoints/step-00000002/checkpoint.h5 holds a model's weights, not LoRA adapters.*Model.lora_rank=0" \
+  "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=weights \
+  -o Engine.max_steps=4 --resume auto
+echo PASS
