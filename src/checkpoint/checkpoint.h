@@ -184,6 +184,11 @@ Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfi
 Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
                              const std::vector<ParameterInfo>& params, const ModelPartition& part,
                              std::vector<float>* flat);
+// LoRA (`config` trains adapters): the base that the checkpoint's adapters were trained on (its
+// `lora_base`) is the one `config` names now (LoraBaseIdentity: the same resolved file, step and
+// size, or the same seed); else one error naming both. ok for a checkpoint without adapters.
+// Resume, `trainer eval`, `sample` and `export --lora` check it before loading the base.
+Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& config);
 // Reads the attributes and tensor shapes of `file` (a checkpoint.h5).
 Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary);
 // Reads every tensor (one at a time) and checks its Fletcher32 chunk checksums, its CRC-32

@@ -259,20 +259,6 @@ Status CheckWeightsFit(hid_t file_id, const std::string& file, const ModelConfig
   return CheckNoExtraTensors(file_id, file, config);
 }
 
-// A LoRA resume: the base the checkpoint's adapters were trained on is the config's.
-Status CheckLoraBase(hid_t file_id, const std::string& file, const TrainConfig& config) {
-  if (!config.model.lora() || H5Aexists(file_id, "lora_base") <= 0) return Status::Ok();
-  std::string recorded;
-  TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(file_id, "lora_base", &recorded));
-  const std::string configured = LoraBaseName(config);
-  if (recorded == configured) return Status::Ok();
-  return CheckpointError(StrFormat(
-      "LoRA base differs (%s): its adapters were trained on %s, this config's base is %s. "
-      "Resume with the checkpoint's base (set Checkpoint.init_from or Global.seed as it was), or "
-      "start a new LoRA run in a Checkpoint.dir of its own",
-      file.c_str(), recorded.c_str(), configured.c_str()));
-}
-
 // The slices of one state (0: weights, then the moments) that `part` holds of `params` into
 // `flat`, in buffer order.
 Status ReadState(hid_t file_id, const std::string& file, const std::vector<ParameterInfo>& params,
@@ -305,7 +291,7 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   TRAINER_RETURN_IF_ERROR(CheckWeightsFit(f.get(), file, config.model, model->parameters()));
-  TRAINER_RETURN_IF_ERROR(CheckLoraBase(f.get(), file, config));
+  TRAINER_RETURN_IF_ERROR(CheckLoraBase(file, config));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "step", &result->step));
   TRAINER_RETURN_IF_ERROR(
       Hdf5ReadIntAttribute(f.get(), "consumed_samples", &result->consumed_samples));
@@ -457,8 +443,42 @@ Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfi
                                                 model->partition(), &flat));
   TRAINER_RETURN_IF_ERROR(model->SetParameters(flat));
   if (!config.model.lora()) return Status::Ok();
+  TRAINER_RETURN_IF_ERROR(CheckLoraBase(folder_or_file, config));
   std::string what;
   return LoadLoraBaseWeights(config, model, &what);
+}
+
+namespace {
+
+// The resolved part of a recorded LoRA base ("(/abs/file, step 5, 123 bytes)"), or the whole
+// text where there is none (a seed, or a checkpoint of an earlier trainer).
+std::string ResolvedBase(const std::string& base) {
+  const size_t open = base.rfind(" (");
+  return !base.empty() && base.back() == ')' && open != std::string::npos ? base.substr(open)
+                                                                          : base;
+}
+
+}  // namespace
+
+Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& config) {
+  if (!config.model.lora()) return Status::Ok();
+  const std::string file = CheckpointFile(folder_or_file);
+  CheckpointSummary summary;
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
+  const std::string& recorded = summary.lora_base;
+  if (recorded.empty()) return Status::Ok();  // not adapters: CheckWeightKind's to say
+  std::string configured;
+  TRAINER_RETURN_IF_ERROR(LoraBaseIdentity(config, &configured));
+  // A checkpoint of an earlier trainer recorded the setting's text alone.
+  if (ResolvedBase(recorded) == recorded && recorded.rfind("Checkpoint.", 0) == 0)
+    configured = LoraBaseName(config);
+  if (ResolvedBase(recorded) == ResolvedBase(configured)) return Status::Ok();
+  return CheckpointError(StrFormat(
+      "LoRA base differs (%s): its adapters were trained on %s, this config's base is %s. Point "
+      "Checkpoint.init_from at the base recorded (the file named first; -o "
+      "Checkpoint.init_from=PATH), or set Global.seed as it was; for another base, start a new "
+      "LoRA run in a Checkpoint.dir of its own",
+      file.c_str(), recorded.c_str(), configured.c_str()));
 }
 
 std::string FindCheckpointFile(const std::string& path) {

@@ -130,6 +130,8 @@ Status Trainer::Restore() {
 
 Status Trainer::LoadLoraBase() {
   std::string what;
+  // Resolved once, as loaded: a checkpoint folder's newest step may move on during the run.
+  TRAINER_RETURN_IF_ERROR(LoraBaseIdentity(config_, &lora_base_));
   TRAINER_RETURN_IF_ERROR(LoadLoraBaseWeights(config_, model_.get(), &what));
   LogInfo(
       StrFormat("LoRA rank %d, alpha %g on %s: %zu adapter tensors train; the base weights "
@@ -522,7 +524,7 @@ Status Trainer::SaveCheckpoint(bool wait) {
     request.tokenizer = data_.train_files.front()->tokenizer();
   }
   request.gpu_routes = routes_->json();  // rank 0's, once reported; empty before (and on CPUs)
-  if (config_.model.lora()) request.lora_base = LoraBaseName(config_);
+  request.lora_base = lora_base_;
   request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
                                           config_.distributed.pp_layers);
   CreateCheckpointSaver();
