@@ -21,17 +21,12 @@ COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
         -o Engine.eval_freq=0 -o Engine.save_steps=2 -o Engine.max_steps=2)
 LORA=(-o Model.lora_rank=2 -o Model.lora_alpha=4 -o Model.lora_targets=c_attn,c_fc)
 
-# refused NAME PATTERN ARGS...: `trainer train` of ARGS on 2 ranks exits 4 with one error line
-# matching PATTERN.
+# refused NAME PATTERN COMMAND...: COMMAND exits 4 with one error line matching PATTERN (lib.sh).
 refused() {
-  local name=$1 pattern=$2; shift 2
-  set +e
-  run_np 2 train "$@" > "$name.out" 2> "$name.err"
-  local rc=$?
-  set -e
-  [ "$rc" -eq 4 ] || { cat "$name.err"; fail "$name: exit $rc, expected 4"; }
-  one_error_line "$name.err" "$pattern"
-  echo "ok: $name: $(grep 'error: ' "$name.err" | cut -c1-160)..."
+  local name=$1 pattern=$2
+  shift 2
+  expect_error 4 "$pattern" "$@"
+  echo "ok: $name: $(grep '^error: ' err.log | cut -c1-160)..."
 }
 
 run_np 2 train "${COMMON[@]}" -o Engine.output_dir=base > base.log 2>&1 || { tail base.log; fail "base"; }
@@ -41,7 +36,7 @@ BASE=base/checkpoints/step-00000002
 OTHER=other/checkpoints/step-00000002
 
 refused extra_tensors "$BASE/checkpoint.h5 holds /model/transformer.h.0.attn.c_attn.bias \[96\] (and [0-9]* more), which the config's model has no place for" \
-  "${COMMON[@]}" -o Model.bias=false -o Checkpoint.init_from=$BASE -o Engine.output_dir=nobias
+  run_np 2 train "${COMMON[@]}" -o Model.bias=false -o Checkpoint.init_from=$BASE -o Engine.output_dir=nobias
 
 # LoRA on the checkpoint base, and on the seed's initialisation.
 run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=lora \
@@ -49,31 +44,20 @@ run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engi
 run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Engine.output_dir=seeded > seeded.log 2>&1 ||
   { tail seeded.log; fail "LoRA run on the seed's base"; }
 refused other_base "LoRA base differs (lora/checkpoints/step-00000002/checkpoint.h5): its adapters were trained on Checkpoint.init_from=$BASE ($PWD/$BASE/checkpoint.h5, step 2, [0-9]* bytes), this config's base is Checkpoint.init_from=$OTHER ($PWD/$OTHER/checkpoint.h5, step 2, [0-9]* bytes)" \
-  "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$OTHER -o Engine.output_dir=lora \
+  run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$OTHER -o Engine.output_dir=lora \
   -o Engine.max_steps=4 --resume auto
 refused other_seed "LoRA base differs (seeded/checkpoints/step-00000002/checkpoint.h5): its adapters were trained on Global.seed=1234, this config's base is Global.seed=7" \
-  "${COMMON[@]}" "${LORA[@]}" -o Global.seed=7 -o Engine.output_dir=seeded -o Engine.max_steps=4 \
+  run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Global.seed=7 -o Engine.output_dir=seeded -o Engine.max_steps=4 \
   --resume auto
 run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$PWD/$BASE -o Engine.output_dir=lora \
   -o Engine.max_steps=4 --resume auto > same_base.log 2>&1 || { tail same_base.log; fail "same base"; }
 grep -q "resumed from lora/checkpoints/step-00000002" same_base.log || fail "the same base did not resume"
 echo "ok: the LoRA run resumes on its own base (named by its absolute path)"
 
-# single NAME PATTERN COMMAND...: a one-process command exits 4 with one error line matching PATTERN.
-single() {
-  local name=$1 pattern=$2; shift 2
-  set +e
-  "$@" > "$name.out" 2> "$name.err"
-  local rc=$?
-  set -e
-  [ "$rc" -eq 4 ] || { cat "$name.err"; fail "$name: exit $rc, expected 4"; }
-  one_error_line "$name.err" "$pattern"
-  echo "ok: $name: $(grep 'error: ' "$name.err" | cut -c1-160)..."
-}
 # A relative init_from read from another folder, where the same relative path is another base.
 mkdir -p elsewhere/base/checkpoints && cp -r $OTHER elsewhere/base/checkpoints/
 TOP=$PWD
-(cd elsewhere && single eval_elsewhere "LoRA base differs.*trained on Checkpoint.init_from=$BASE ($TOP/$BASE/checkpoint.h5, .*this config's base is Checkpoint.init_from=$BASE ($TOP/elsewhere/$BASE/checkpoint.h5" \
+(cd elsewhere && refused eval_elsewhere "LoRA base differs.*trained on Checkpoint.init_from=$BASE ($TOP/$BASE/checkpoint.h5, .*this config's base is Checkpoint.init_from=$BASE ($TOP/elsewhere/$BASE/checkpoint.h5" \
   "$TRAINER" eval ../lora/checkpoints/step-00000002 --data ../data.h5 --batches 1)
 "$TRAINER" eval lora/checkpoints/step-00000002 --data data.h5 --batches 1 > eval_here.out 2> eval_here.err ||
   { cat eval_here.err; fail "eval of the LoRA checkpoint where it was trained"; }
@@ -87,9 +71,9 @@ grep -q "LoRA adapters of Checkpoint.init_from=base/checkpoints ($PWD/$BASE/chec
 run_np 2 train "${COMMON[@]}" -o Engine.output_dir=base -o Engine.max_steps=4 --resume auto \
   > base_on.log 2>&1 || { tail base_on.log; fail "base run to step 4"; }
 refused moved_base "LoRA base differs.*trained on Checkpoint.init_from=base/checkpoints ($PWD/$BASE/checkpoint.h5, step 2, .*this config's base is Checkpoint.init_from=base/checkpoints ($PWD/base/checkpoints/step-00000004/checkpoint.h5, step 4, " \
-  "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=base/checkpoints -o Engine.output_dir=on_folder \
+  run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=base/checkpoints -o Engine.output_dir=on_folder \
   -o Engine.max_steps=4 --resume auto
-single export_moved "LoRA base differs.*step-00000004" \
+refused export_moved "LoRA base differs.*step-00000004" \
   "$TRAINER" export on_folder/checkpoints --lora merge --output merged
 [ ! -e merged/model.safetensors ] || fail "export --lora merge wrote a merge onto the moved base"
 run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=on_folder \
@@ -98,11 +82,11 @@ echo "ok: naming the recorded step as init_from resumes"
 
 # Adapters where weights are wanted, and weights where adapters are.
 refused lora_as_weights "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters (of Checkpoint.init_from=$PWD/$BASE ($PWD/$BASE/checkpoint.h5, step 2, [0-9]* bytes)), not a model's weights.*trainer export --lora merge" \
-  "${COMMON[@]}" -o Engine.output_dir=lora -o Engine.max_steps=6 --resume auto
+  run_np 2 train "${COMMON[@]}" -o Engine.output_dir=lora -o Engine.max_steps=6 --resume auto
 refused lora_as_init_from "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters.*trainer export --lora merge" \
-  "${COMMON[@]}" -o Checkpoint.init_from=lora/checkpoints/step-00000004 -o Engine.output_dir=from_lora
+  run_np 2 train "${COMMON[@]}" -o Checkpoint.init_from=lora/checkpoints/step-00000004 -o Engine.output_dir=from_lora
 mkdir -p weights/checkpoints && cp -r $BASE weights/checkpoints/
 refused weights_as_lora "weights/checkpoints/step-00000002/checkpoint.h5 holds a model's weights, not LoRA adapters.*Model.lora_rank=0" \
-  "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=weights \
+  run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=weights \
   -o Engine.max_steps=4 --resume auto
 echo PASS
