@@ -199,8 +199,9 @@ std::string CheckpointFile(const std::string& folder_or_file);
 // The checkpoint file that `path` names: a step folder's, the file itself, or a checkpoint
 // directory's newest (NewestCheckpointFolder); "" when there is none.
 std::string FindCheckpointFile(const std::string& path);
-// A checkpoint directory's newest checkpoint: the step folder `latest` names, or where `latest`
-// is missing (or names no checkpoint), the newest committed step folder; "" when there is none.
+// A checkpoint directory's newest checkpoint: the step folder `latest` names; where `latest` is
+// missing, the newest committed step folder, and where it names a folder that is gone, the
+// newest below it; "" when there is none.
 std::string NewestCheckpointFolder(const std::string& directory);
 // The step of a step folder's path (".../step-00000300": 300).
 int64_t CheckpointFolderStep(const std::string& folder);

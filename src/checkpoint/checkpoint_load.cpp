@@ -494,8 +494,11 @@ std::string NewestCheckpointFolder(const std::string& directory) {
   const std::string latest = LatestCheckpointName(directory);
   if (!latest.empty() && PathExists(CheckpointFile(directory + "/" + latest)))
     return directory + "/" + latest;
-  const std::vector<std::string> steps = CommittedCheckpoints(directory);
-  return steps.empty() ? "" : steps.front();
+  // As ResolveNewest: below a `latest` whose folder is gone, never above it.
+  const int64_t below = latest.empty() ? INT64_MAX : CheckpointFolderStep(latest);
+  for (const std::string& step : CommittedCheckpoints(directory))
+    if (CheckpointFolderStep(step) < below) return step;
+  return "";
 }
 
 int64_t CheckpointFolderStep(const std::string& folder) {

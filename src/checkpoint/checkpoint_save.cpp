@@ -497,8 +497,9 @@ Status RemoveIncompleteCheckpoints(const std::string& directory) {
 }
 
 Status CheckNoEarlierCheckpoints(const std::string& directory) {
-  const std::string newest = NewestCheckpointFolder(directory);
-  if (newest.empty()) return Status::Ok();
+  const std::vector<std::string> committed = CommittedCheckpoints(directory);
+  if (committed.empty()) return Status::Ok();
+  const std::string newest = committed.front();
   return CheckpointError(StrFormat(
       "checkpoint folder already holds checkpoints (%s, Checkpoint.dir; newest %s), and this run "
       "has no --resume: it would start over at step 0 and replace them. Continue that run with "

@@ -8,7 +8,8 @@
 # - with `latest` on step 6 and a step 10 folder present, a damaged step 6 under --resume auto
 #   falls back to step 4 (older), never to step 10, and redoes steps 5-6 with the first run's
 #   losses; `trainer inspect` and `trainer eval` of the folder take the step `latest` names;
-# - without `latest`, `trainer inspect FOLDER` inspects the newest committed step.
+# - without `latest`, `trainer inspect FOLDER` inspects the newest committed step; with `latest`
+#   on a folder that is gone, the newest step below it.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 make_small_dataset data.h5
@@ -86,4 +87,11 @@ rm $CKPT/latest
 grep -q "^checkpoint $CKPT/step-00000006/checkpoint.h5" inspect.out ||
   { cat inspect.out; fail "inspect without latest did not take the newest step"; }
 echo "ok: inspect of a folder without latest takes its newest step"
+# `latest` naming a folder that is gone: the newest step below it, never one above.
+mv $CKPT/step-00000010.superseded $CKPT/step-00000010
+echo step-00000005 > $CKPT/latest
+"$TRAINER" inspect $CKPT > inspect.out 2>&1 || { cat inspect.out; fail "inspect with latest gone"; }
+grep -q "^checkpoint $CKPT/step-00000004/checkpoint.h5" inspect.out ||
+  { cat inspect.out; fail "inspect with latest on a missing step 5 did not take step 4"; }
+echo "ok: with latest on a missing step 5, inspect takes step 4, not step 10"
 echo PASS
