@@ -17,6 +17,10 @@ trainer_script_test(checkpoint_layouts_moe SCRIPT checkpoint_layouts_moe.sh LABE
 trainer_script_test(checkpoint_layouts_ep SCRIPT checkpoint_layouts_ep.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(checkpoint_integrity SCRIPT checkpoint_integrity.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_preempt SCRIPT checkpoint_preempt.sh LABELS "e2e;mpi" TIMEOUT 240)
+# Rewinding, a fresh run in a used folder, the fallback's direction, stray *.tmp entries.
+trainer_script_test(checkpoint_lifecycle SCRIPT checkpoint_lifecycle.sh LABELS "e2e;mpi" TIMEOUT 240)
+# Checkpoints that do not fit the run: extra tensors, another LoRA base, adapters vs weights.
+trainer_script_test(checkpoint_mismatch SCRIPT checkpoint_mismatch.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_lock SCRIPT checkpoint_lock.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_async SCRIPT checkpoint_async.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(init_from SCRIPT init_from.sh LABELS "e2e;mpi" TIMEOUT 240)
@@ -36,3 +40,9 @@ trainer_gtest(checksum_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/checksum_te
               LIBS trainer_checkpoint TIMEOUT 60)
 target_compile_definitions(checksum_test PRIVATE TRAINER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 trainer_script_test(checkpoint_kill_sharded SCRIPT checkpoint_kill_sharded.sh LABELS "e2e;mpi;checkpoint" TIMEOUT 600)
+# The test tool compare_checkpoints itself: tensors and the manifest's root attributes.
+trainer_gtest(compare_checkpoints_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/compare_checkpoints_test.cpp
+              LIBS trainer_io TIMEOUT 60)
+target_compile_definitions(compare_checkpoints_test PRIVATE
+                           COMPARE_CHECKPOINTS="$<TARGET_FILE:compare_checkpoints>")
+add_dependencies(compare_checkpoints_test compare_checkpoints)

@@ -7,7 +7,8 @@
 // Save: every rank sends its canonical shards, tensor by tensor, to world rank 0 (memory bounded
 // by one full tensor), which writes step-N.tmp/checkpoint.h5, fsyncs the file and the folder,
 // renames the folder to step-N/, then atomically replaces `latest` (write, fsync, rename), and only
-// then applies retention. Asynchronous saves (checkpoint_async.h) split this in two: the gather
+// then sets aside the step folders above N (step-M.superseded: a line of training that a resume
+// from an earlier step left) and applies retention. Asynchronous saves (checkpoint_async.h) split this in two: the gather
 // into host memory (GatherCheckpointCollective) and rank 0's write and commit
 // (WriteCheckpointSnapshot), which may run on another thread. Load: rank 0 verifies every checksum
 // of the chosen checkpoint (falling back to the previous one under --resume auto), then every rank
@@ -123,17 +124,24 @@ void ReserveCheckpointSnapshot(GptModel* model, const AdamW& optimizer, int worl
 // same one-line checkpoint error, and leaves the last committed checkpoint as it was.
 Status WriteCheckpointSnapshot(const CheckpointSnapshot& snapshot, CheckpointSaveReport* report);
 
-// resume: "auto" (Checkpoint.dir's newest committed checkpoint that verifies; none found means a
-// fresh start), a checkpoint folder (its newest that verifies), or a step folder or its file.
-// Under "auto" (or the run's own Checkpoint.dir named), newer step folders that fail verification
-// are renamed <step folder>.damaged, so that retention never keeps them in place of good ones,
-// and `latest` is pointed at the checkpoint loaded.
+// resume: "auto" (Checkpoint.dir's newest committed checkpoint that verifies: the one `latest`
+// names, else the newest older one; none found means a fresh start), a checkpoint folder (the
+// same in it), or a step folder or its file. Under "auto" (or the run's own Checkpoint.dir
+// named), step folders that fail verification are renamed <step folder>.damaged, so that
+// retention never keeps them in place of good ones, and `latest` is pointed at the checkpoint
+// loaded.
 Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,
                                 const TrainConfig& config, GptModel* model, AdamW* optimizer,
                                 const ParallelGroups& groups, CheckpointLoadResult* result);
 
-// Rank 0 at start: report and remove step-*.tmp folders left by a crash (and a stray latest.tmp).
+// Rank 0 at start: report and remove step-<digits>.tmp folders left by a crash (and a stray
+// latest.tmp); nothing else in the folder is touched.
 Status RemoveIncompleteCheckpoints(const std::string& directory);
+
+// Rank 0 at the start of a fresh run (no --resume): a checkpoint error naming `directory`, its
+// newest checkpoint and the fix when it already holds committed checkpoints (the run would
+// start over at step 0, move `latest` and, through retention, remove the older run's steps).
+Status CheckNoEarlierCheckpoints(const std::string& directory);
 
 // Rank 0 at start, before anything else touches the folder: creates `directory` and takes its
 // lock (<directory>/.lock) for the whole run, so that two runs never write one checkpoint folder
@@ -176,6 +184,11 @@ Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfi
 Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
                              const std::vector<ParameterInfo>& params, const ModelPartition& part,
                              std::vector<float>* flat);
+// LoRA (`config` trains adapters): the base that the checkpoint's adapters were trained on (its
+// `lora_base`) is the one `config` names now (LoraBaseIdentity: the same resolved file, step and
+// size, or the same seed); else one error naming both. ok for a checkpoint without adapters.
+// Resume, `trainer eval`, `sample` and `export --lora` check it before loading the base.
+Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& config);
 // Reads the attributes and tensor shapes of `file` (a checkpoint.h5).
 Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary);
 // Reads every tensor (one at a time) and checks its Fletcher32 chunk checksums, its CRC-32
@@ -184,8 +197,18 @@ Status VerifyCheckpoint(const std::string& file);
 // The checkpoint file inside a step folder (or the path itself when it is a file).
 std::string CheckpointFile(const std::string& folder_or_file);
 // The checkpoint file that `path` names: a step folder's, the file itself, or a checkpoint
-// directory's newest committed step's; "" when there is none.
+// directory's newest (NewestCheckpointFolder); "" when there is none.
 std::string FindCheckpointFile(const std::string& path);
+// A checkpoint directory's newest checkpoint: the step folder `latest` names; where `latest` is
+// missing, the newest committed step folder, and where it names a folder that is gone, the
+// newest below it; "" when there is none.
+std::string NewestCheckpointFolder(const std::string& directory);
+// The step of a step folder's path (".../step-00000300": 300).
+int64_t CheckpointFolderStep(const std::string& folder);
+// Renames `folder` to <folder><suffix> (or <folder><suffix>-2, ...: a free name, in *aside),
+// durably, so that it is no longer a committed step folder.
+Status RenameStepFolderAside(const std::string& folder, const std::string& suffix,
+                             std::string* aside);
 // "step-00000100": the folder name of a step's checkpoint (zero-padded, so names sort by step).
 std::string CheckpointFolderName(int64_t step);
 // The step folder name `latest` holds in `directory` ("step-00000300"), "" when there is none.

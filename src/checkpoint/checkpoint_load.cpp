@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
+#include <set>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_layout.h"
@@ -96,9 +98,8 @@ bool SameFolder(const std::string& a, const std::string& b) {
 // that neither retention nor a later resume counts it as a checkpoint; warns either way.
 void SetAside(const std::string& folder, const std::string& keep_last_note) {
   if (!IsDirectory(folder)) return;  // `latest` named a folder that is gone
-  std::string aside = folder + ".damaged";
-  for (int n = 2; PathExists(aside); ++n) aside = folder + ".damaged-" + std::to_string(n);
-  Status renamed = RenameDurably(folder, aside);
+  std::string aside;
+  Status renamed = RenameStepFolderAside(folder, ".damaged", &aside);
   if (renamed.ok())
     LogWarning(
         StrFormat("set aside %s as %s: it does not verify, so it is not counted as a "
@@ -111,17 +112,19 @@ void SetAside(const std::string& folder, const std::string& keep_last_note) {
                   folder.c_str(), renamed.message().c_str()));
 }
 
-// The newest checkpoint of `directory` that verifies (latest first, then the step folders, newest
-// first); empty when it holds none. With `own` (the run's locked Checkpoint.dir), the newer ones
-// that failed are set aside and `latest` names the chosen one.
+// The newest checkpoint of `directory` that verifies: the one `latest` names, then the step
+// folders older than it, newest first (those newer than `latest` belong to a line of training
+// that a resume from an earlier step abandoned); without `latest`, every step folder, newest
+// first. Empty when it holds none. With `own` (the run's locked Checkpoint.dir), the ones that
+// failed are set aside and `latest` names the chosen one.
 Status ResolveNewest(const std::string& directory, const std::string& key, bool own,
                      std::string* chosen) {
   std::vector<std::string> candidates, failed;
   const std::string latest = LatestCheckpointName(directory);
+  const int64_t latest_step = latest.empty() ? INT64_MAX : CheckpointFolderStep(latest);
   if (!latest.empty()) candidates.push_back(directory + "/" + latest);
   for (const std::string& c : CommittedCheckpoints(directory))
-    if (std::find(candidates.begin(), candidates.end(), c) == candidates.end())
-      candidates.push_back(c);
+    if (CheckpointFolderStep(c) < latest_step || latest.empty()) candidates.push_back(c);
   for (const std::string& c : candidates) {
     Status v = VerifyCheckpoint(CheckpointFile(c));
     if (v.ok()) {
@@ -198,6 +201,64 @@ Status CheckModelShape(hid_t file_id, const std::string& file, const ModelConfig
                 file.c_str(), diff.c_str(), file.c_str()));
 }
 
+// Whether `file` holds what `params` asks for: LoRA adapters (a `lora_base` attribute) where they
+// are adapters, a model's weights where they are weights; else one error saying which and what
+// to do instead.
+Status CheckWeightKind(hid_t file_id, const std::string& file,
+                       const std::vector<ParameterInfo>& params) {
+  const bool wants_adapters = std::any_of(params.begin(), params.end(), [](const ParameterInfo& p) {
+    return p.role == ParamRole::kLoraA || p.role == ParamRole::kLoraB;
+  });
+  std::string base;
+  const bool has_adapters = H5Aexists(file_id, "lora_base") > 0 &&
+                            Hdf5ReadStringAttribute(file_id, "lora_base", &base).ok();
+  if (has_adapters && !wants_adapters)
+    return CheckpointError(StrFormat(
+        "%s holds LoRA adapters (of %s), not a model's weights, and the config has no adapters "
+        "(Model.lora_rank=0). Merge them into their base with `trainer export --lora merge` and "
+        "start from that, or resume the LoRA run with its Model.lora_rank",
+        file.c_str(), base.c_str()));
+  if (!has_adapters && wants_adapters)
+    return CheckpointError(StrFormat(
+        "%s holds a model's weights, not LoRA adapters, and the config trains adapters "
+        "(Model.lora_rank > 0). Resume it with Model.lora_rank=0, or start a LoRA run on it as "
+        "the base: Checkpoint.init_from=%s and a Checkpoint.dir of its own",
+        file.c_str(), file.c_str()));
+  return Status::Ok();
+}
+
+// Every tensor under the file's /model has a place in `config`'s model (its trained parameters
+// or, with LoRA, its base weights); else one error naming the first that has none.
+Status CheckNoExtraTensors(hid_t file_id, const std::string& file, const ModelConfig& config) {
+  std::set<std::string> known;
+  for (const ParameterInfo& p : FullParameterList(config)) known.insert(p.name);
+  for (const ParameterInfo& p : FullBaseParameterList(config)) known.insert(p.name);
+  DatasetList list;
+  if (H5Ovisit(file_id, H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
+    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
+                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
+  std::vector<std::string> extra;
+  for (const std::string& path : list.paths)
+    if (path.rfind("model/", 0) == 0 && known.count(path.substr(6)) == 0) extra.push_back(path);
+  if (extra.empty()) return Status::Ok();
+  std::vector<int64_t> shape;
+  (void)DatasetShape(file_id, extra.front(), &shape);
+  return CheckpointError(StrFormat(
+      "%s holds /%s %s%s, which the config's model has no place for. Set the config's Model "
+      "keys to the checkpoint's (h5dump -a /config %s shows its config)",
+      file.c_str(), extra.front().c_str(), ShapeText(shape).c_str(),
+      extra.size() > 1 ? StrFormat(" (and %zu more)", extra.size() - 1).c_str() : "",
+      file.c_str()));
+}
+
+// The checks of a checkpoint's weights against the config's model before they are read.
+Status CheckWeightsFit(hid_t file_id, const std::string& file, const ModelConfig& config,
+                       const std::vector<ParameterInfo>& params) {
+  TRAINER_RETURN_IF_ERROR(CheckWeightKind(file_id, file, params));
+  TRAINER_RETURN_IF_ERROR(CheckModelShape(file_id, file, config));
+  return CheckNoExtraTensors(file_id, file, config);
+}
+
 // The slices of one state (0: weights, then the moments) that `part` holds of `params` into
 // `flat`, in buffer order.
 Status ReadState(hid_t file_id, const std::string& file, const std::vector<ParameterInfo>& params,
@@ -209,7 +270,7 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
     Status s = DatasetShape(file_id, path, &shape);
     if (!s.ok() || shape != p.full_shape)
       return CheckpointError(
-          StrFormat("checkpoint does not match the model in the config (%s): /%s: "
+          StrFormat("checkpoint does not match the model in the config (%s): %s: "
                     "checkpoint %s, config %s. Resume with the checkpoint's model shape",
                     file.c_str(), path.c_str(), s.ok() ? ShapeText(shape).c_str() : "missing",
                     ShapeText(p.full_shape).c_str()));
@@ -217,7 +278,7 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
     s = ReadShard(file_id, path, p, slot.rank, slot.size, flat->data() + p.offset);
     if (!s.ok())
       return CheckpointError(StrFormat(
-          "reading a checkpoint tensor failed (%s, /%s, rank %d): %s. %s", file.c_str(),
+          "reading a checkpoint tensor failed (%s, %s, rank %d): %s. %s", file.c_str(),
           path.c_str(), GetProcessIdentity().rank, Hdf5ErrorText().c_str(), kDamagedAdvice));
   }
   return Status::Ok();
@@ -229,7 +290,8 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
   const std::string file = CheckpointFile(folder);
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
-  TRAINER_RETURN_IF_ERROR(CheckModelShape(f.get(), file, config.model));
+  TRAINER_RETURN_IF_ERROR(CheckWeightsFit(f.get(), file, config.model, model->parameters()));
+  TRAINER_RETURN_IF_ERROR(CheckLoraBase(file, config));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "step", &result->step));
   TRAINER_RETURN_IF_ERROR(
       Hdf5ReadIntAttribute(f.get(), "consumed_samples", &result->consumed_samples));
@@ -370,7 +432,7 @@ Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfi
   const std::string file = CheckpointFile(folder_or_file);
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
-  TRAINER_RETURN_IF_ERROR(CheckModelShape(f.get(), file, config));
+  TRAINER_RETURN_IF_ERROR(CheckWeightsFit(f.get(), file, config, params));
   return ReadState(f.get(), file, params, part, 0, flat);
 }
 
@@ -381,17 +443,73 @@ Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfi
                                                 model->partition(), &flat));
   TRAINER_RETURN_IF_ERROR(model->SetParameters(flat));
   if (!config.model.lora()) return Status::Ok();
+  TRAINER_RETURN_IF_ERROR(CheckLoraBase(folder_or_file, config));
   std::string what;
   return LoadLoraBaseWeights(config, model, &what);
+}
+
+namespace {
+
+// The resolved part of a recorded LoRA base ("(/abs/file, step 5, 123 bytes)"), or the whole
+// text where there is none (a seed, or a checkpoint of an earlier trainer).
+std::string ResolvedBase(const std::string& base) {
+  const size_t open = base.rfind(" (");
+  return !base.empty() && base.back() == ')' && open != std::string::npos ? base.substr(open)
+                                                                          : base;
+}
+
+}  // namespace
+
+Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& config) {
+  if (!config.model.lora()) return Status::Ok();
+  const std::string file = CheckpointFile(folder_or_file);
+  CheckpointSummary summary;
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
+  const std::string& recorded = summary.lora_base;
+  if (recorded.empty()) return Status::Ok();  // not adapters: CheckWeightKind's to say
+  std::string configured;
+  TRAINER_RETURN_IF_ERROR(LoraBaseIdentity(config, &configured));
+  // A checkpoint of an earlier trainer recorded the setting's text alone.
+  if (ResolvedBase(recorded) == recorded && recorded.rfind("Checkpoint.", 0) == 0)
+    configured = LoraBaseName(config);
+  if (ResolvedBase(recorded) == ResolvedBase(configured)) return Status::Ok();
+  return CheckpointError(StrFormat(
+      "LoRA base differs (%s): its adapters were trained on %s, this config's base is %s. Point "
+      "Checkpoint.init_from at the base recorded (the file named first; -o "
+      "Checkpoint.init_from=PATH), or set Global.seed as it was; for another base, start a new "
+      "LoRA run in a Checkpoint.dir of its own",
+      file.c_str(), recorded.c_str(), configured.c_str()));
 }
 
 std::string FindCheckpointFile(const std::string& path) {
   std::string file = CheckpointFile(path);
   if (!PathExists(file) && IsDirectory(path)) {
-    const std::vector<std::string> steps = CommittedCheckpoints(path);
-    if (!steps.empty()) file = CheckpointFile(steps.front());
+    const std::string newest = NewestCheckpointFolder(path);
+    if (!newest.empty()) file = CheckpointFile(newest);
   }
   return PathExists(file) ? file : "";
+}
+
+std::string NewestCheckpointFolder(const std::string& directory) {
+  const std::string latest = LatestCheckpointName(directory);
+  if (!latest.empty() && PathExists(CheckpointFile(directory + "/" + latest)))
+    return directory + "/" + latest;
+  // As ResolveNewest: below a `latest` whose folder is gone, never above it.
+  const int64_t below = latest.empty() ? INT64_MAX : CheckpointFolderStep(latest);
+  for (const std::string& step : CommittedCheckpoints(directory))
+    if (CheckpointFolderStep(step) < below) return step;
+  return "";
+}
+
+int64_t CheckpointFolderStep(const std::string& folder) {
+  return std::atoll(folder.c_str() + folder.rfind('-') + 1);
+}
+
+Status RenameStepFolderAside(const std::string& folder, const std::string& suffix,
+                             std::string* aside) {
+  *aside = folder + suffix;
+  for (int n = 2; PathExists(*aside); ++n) *aside = folder + suffix + "-" + std::to_string(n);
+  return RenameDurably(folder, *aside);
 }
 
 Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,

@@ -141,6 +141,7 @@ class SaveOnRoot {
     if (!Try(WriteFileAtomically(r_.directory + "/latest", CheckpointFolderName(r_.step) + "\n"),
              r_.directory + "/latest"))
       return;
+    SetAsideAbandonedSteps();
     ApplyRetention();
   }
 
@@ -233,12 +234,48 @@ class SaveOnRoot {
     return Hdf5WriteStringAttribute(f, "checksum", "crc32 (zlib) of each tensor's float32 bytes");
   }
 
-  // Keeps the newest keep_last (0: all), every multiple of keep_every, and always the new one.
-  // Runs only after the new checkpoint is committed; a failure to delete is a warning.
-  void ApplyRetention() {
+  // Committed steps above the one just written come from a line of training that this run
+  // left by resuming from an earlier step: renamed <step folder>.superseded (one warning), so
+  // that neither retention nor a later --resume auto takes them for this run's checkpoints.
+  // Runs after `latest` names the new step; a failed rename is a warning.
+  void SetAsideAbandonedSteps() {
+    std::string moved, failed;
     const std::vector<std::string> committed = CommittedCheckpoints(r_.directory);
+    for (auto it = committed.rbegin(); it != committed.rend(); ++it) {  // oldest first
+      const std::string& folder = *it;
+      if (CheckpointFolderStep(folder) <= r_.step) continue;
+      std::string aside;
+      Status s = RenameStepFolderAside(folder, ".superseded", &aside);
+      if (s.ok())
+        moved += (moved.empty() ? "" : ", ") + aside.substr(aside.rfind('/') + 1);
+      else
+        failed += StrFormat("%s%s (%s)", failed.empty() ? "" : ", ", folder.c_str(),
+                            s.message().c_str());
+    }
+    if (!moved.empty())
+      LogWarning(StrFormat(
+          "set aside %s in %s: newer than step %lld, which this run wrote after resuming from "
+          "an earlier step, so they belong to the line of training it left. They are no longer "
+          "checkpoints (retention and --resume auto skip them); rename one back to step-N to "
+          "return to it, or remove them",
+          moved.c_str(), r_.directory.c_str(), static_cast<long long>(r_.step)));
+    if (!failed.empty())
+      LogWarning(StrFormat("cannot set aside %s, newer than step %lld that this run wrote: "
+                           "remove them by hand, or --resume auto may return to them",
+                           failed.c_str(), static_cast<long long>(r_.step)));
+  }
+
+  // Keeps the newest keep_last (0: all) of the steps up to the new one, every multiple of
+  // keep_every, and always the new one. Runs only after the new checkpoint is committed; a
+  // failure to delete is a warning. Steps above the new one (left where they could not be set
+  // aside) are neither counted nor removed.
+  void ApplyRetention() {
+    std::vector<std::string> committed = CommittedCheckpoints(r_.directory);
+    committed.erase(std::remove_if(committed.begin(), committed.end(),
+                                   [&](const std::string& c) { return CheckpointFolderStep(c) > r_.step; }),
+                    committed.end());
     for (size_t i = 0; i < committed.size(); ++i) {
-      const int64_t step = std::atoll(committed[i].c_str() + committed[i].rfind('-') + 1);
+      const int64_t step = CheckpointFolderStep(committed[i]);
       const bool recent = r_.keep_last <= 0 || static_cast<int>(i) < r_.keep_last;
       const bool milestone = r_.keep_every > 0 && step % r_.keep_every == 0;
       if (recent || milestone || committed[i] == final_dir_) continue;
@@ -445,8 +482,12 @@ Status RemoveIncompleteCheckpoints(const std::string& directory) {
   if (!names.ok())
     return CheckpointError(names.status().message() + " (Checkpoint.dir). Check its permissions");
   for (const std::string& name : names.value()) {
-    if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".tmp") != 0) continue;
-    if (name.rfind("step-", 0) == 0)
+    // Only what a save leaves: step-<digits>.tmp and latest.tmp (other files are the user's).
+    const bool step_tmp = name.size() > 9 && name.rfind("step-", 0) == 0 &&
+                          name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+                          name.find_first_not_of("0123456789", 5) == name.size() - 4;
+    if (!step_tmp && name != "latest.tmp") continue;
+    if (step_tmp)
       LogWarning(StrFormat("removing incomplete checkpoint %s/%s left by an interrupted save",
                            directory.c_str(), name.c_str()));
     Status s = RemoveTree(directory + "/" + name);
@@ -457,6 +498,18 @@ Status RemoveIncompleteCheckpoints(const std::string& directory) {
                     directory.c_str(), name.c_str(), s.message().c_str()));
   }
   return Status::Ok();
+}
+
+Status CheckNoEarlierCheckpoints(const std::string& directory) {
+  const std::vector<std::string> committed = CommittedCheckpoints(directory);
+  if (committed.empty()) return Status::Ok();
+  const std::string newest = committed.front();
+  return CheckpointError(StrFormat(
+      "checkpoint folder already holds checkpoints (%s, Checkpoint.dir; newest %s), and this run "
+      "has no --resume: it would start over at step 0 and replace them. Continue that run with "
+      "--resume auto, or give this one its own Checkpoint.dir (or Engine.output_dir), or remove "
+      "the step folders",
+      directory.c_str(), newest.substr(newest.rfind('/') + 1).c_str()));
 }
 
 }  // namespace trainer

@@ -29,6 +29,7 @@ std::string JsonString(const std::string& s) {
 
 Status MergedLoraWeights(const TrainConfig& config, const std::string& file,
                          std::vector<float>* flat) {
+  TRAINER_RETURN_IF_ERROR(CheckLoraBase(file, config));
   const ModelConfig& m = config.model;
   const ModelPartition whole = Whole(m);
   const std::vector<ParameterInfo> base = FullBaseParameterList(m);
@@ -71,6 +72,7 @@ Status MergedLoraWeights(const TrainConfig& config, const std::string& file,
 
 Status PeftAdapter(const TrainConfig& config, const std::string& file, std::string* config_json,
                    std::vector<SafetensorsTensor>* tensors) {
+  TRAINER_RETURN_IF_ERROR(CheckLoraBase(file, config));  // the adapter names its base
   const ModelConfig& m = config.model;
   const std::vector<ParameterInfo> adapters = FullParameterList(m);
   std::vector<float> flat;

@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <climits>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -210,6 +211,30 @@ std::string LoraBaseName(const TrainConfig& config) {
   if (!config.checkpoint.init_from.empty())
     return "Checkpoint.init_from=" + config.checkpoint.init_from;
   return StrFormat("Global.seed=%llu", static_cast<unsigned long long>(config.global.seed));
+}
+
+Status LoraBaseIdentity(const TrainConfig& config, std::string* identity) {
+  *identity = LoraBaseName(config);
+  if (config.checkpoint.init_from.empty()) return Status::Ok();
+  const std::string& path = config.checkpoint.init_from;
+  std::string file = HuggingFaceWeightsFile(path), fingerprint;
+  if (!file.empty()) {
+    fingerprint = StrFormat("%lld bytes", FileSize(file));
+  } else {
+    file = FindCheckpointFile(path);
+    CheckpointSummary summary;
+    if (file.empty() || !ReadCheckpointSummary(file, &summary).ok())
+      return CheckpointError(StrFormat(
+          "Checkpoint.init_from=%s names no weights (the LoRA base): give the trainer checkpoint "
+          "or Hugging Face model the adapters apply to",
+          path.c_str()));
+    fingerprint = StrFormat("step %lld, %lld bytes", static_cast<long long>(summary.step),
+                            static_cast<long long>(FileSize(file)));
+  }
+  char absolute[PATH_MAX];
+  if (realpath(file.c_str(), absolute) != nullptr) file = absolute;
+  *identity += StrFormat(" (%s, %s)", file.c_str(), fingerprint.c_str());
+  return Status::Ok();
 }
 
 Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what) {

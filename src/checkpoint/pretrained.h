@@ -48,6 +48,13 @@ Status ImpliedModelOverrides(const std::string& file, std::string* overrides, st
 // LoRA: the base model a run's adapters apply to, as its checkpoints name it (the `lora_base`
 // attribute): "Checkpoint.init_from=<path>", or "Global.seed=<n>" for the seed's initialisation.
 std::string LoraBaseName(const TrainConfig& config);
+// LoRA: the base as a checkpoint records it (`lora_base`): LoraBaseName, and for
+// Checkpoint.init_from the file it resolves to now, absolute, with its fingerprint:
+// "Checkpoint.init_from=ckpt (/abs/ckpt/step-00000300/checkpoint.h5, step 300, 1234 bytes)"
+// (a Hugging Face model: "(/abs/hf/model.safetensors, 5678 bytes)"; sharded: the index file's).
+// A relative path resolves against this process's folder, a checkpoint
+// directory to its newest step.
+Status LoraBaseIdentity(const TrainConfig& config, std::string* identity);
 
 // LoRA: the frozen base weights of `model` (its frozen_parameters()) from Checkpoint.init_from,
 // or from Global.seed's initialisation without one; *what names the source.

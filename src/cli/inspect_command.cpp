@@ -81,12 +81,14 @@ Status InspectCheckpointFolder(const std::string& dir) {
     std::cout << "  incomplete       " << incomplete
               << " (an interrupted save; the next run here removes it)\n";
   std::cout << "  in use           " << (holder.empty() ? "no" : "yes: " + holder) << "\n";
-  if (step.empty())
+  // Without `latest` (or where it names no checkpoint): the newest committed step, as resume.
+  const std::string newest = NewestCheckpointFolder(dir);
+  if (newest.empty())
     return CheckpointError(
-        StrFormat("no committed checkpoint in %s (no `latest`). Train with "
+        StrFormat("no committed checkpoint in %s (no `latest`, no step folder). Train with "
                   "Engine.save_steps > 0 to write one",
                   dir.c_str()));
-  return InspectCheckpoint(dir + "/" + step);
+  return InspectCheckpoint(newest);
 }
 
 // A Hugging Face model (trainer export's, or transformers'; GPT-2 or the llama family, whole or

@@ -93,6 +93,9 @@ Status Trainer::Setup() {
     TRAINER_RETURN_IF_ERROR(CheckOutputFolder(config_.engine.output_dir));
     TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(config_.checkpoint_dir(),
                                                     kCheckpointLockWaitSeconds, &checkpoint_lock_));
+    // A run without --resume in a folder of another run's checkpoints would replace them.
+    if (config_.checkpoint.resume.empty())
+      TRAINER_RETURN_IF_ERROR(CheckNoEarlierCheckpoints(config_.checkpoint_dir()));
   }
   TRAINER_RETURN_IF_ERROR(
       MetricsWriter::Open(config_.engine.output_dir, root, config_.engine.tensorboard, &metrics_));
@@ -152,6 +155,8 @@ Status Trainer::Restore() {
 
 Status Trainer::LoadLoraBase() {
   std::string what;
+  // Resolved once, as loaded: a checkpoint folder's newest step may move on during the run.
+  TRAINER_RETURN_IF_ERROR(LoraBaseIdentity(config_, &lora_base_));
   TRAINER_RETURN_IF_ERROR(LoadLoraBaseWeights(config_, model_.get(), &what));
   LogInfo(
       StrFormat("LoRA rank %d, alpha %g on %s: %zu adapter tensors train; the base weights "
@@ -544,7 +549,7 @@ Status Trainer::SaveCheckpoint(bool wait) {
     request.tokenizer = data_.train_files.front()->tokenizer();
   }
   request.gpu_routes = routes_->json();  // rank 0's, once reported; empty before (and on CPUs)
-  if (config_.model.lora()) request.lora_base = LoraBaseName(config_);
+  request.lora_base = lora_base_;
   request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
                                           config_.distributed.pp_layers);
   CreateCheckpointSaver();

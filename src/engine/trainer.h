@@ -177,6 +177,7 @@ class Trainer {
   Status prefetch_status_;
   int64_t prefetched_position_ = -1;
   TrainingState state_;
+  std::string lora_base_;  // LoRA: the base as checkpoints record it (LoraBaseIdentity)
   std::string last_checkpoint_;                // saved or resumed from in this run; empty if none
   std::unique_ptr<FileLock> checkpoint_lock_;  // rank 0: Checkpoint.dir's, for the whole run
   std::function<void(const char*)> progress_ = [](const char*) {};

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Checkpoints that do not fit the run, each refused on both ranks with exit 4 and one line:
+# - Checkpoint.init_from of a GPT checkpoint with biases into a Model.bias=false config: the
+#   tensors the model has no place for are named (not dropped);
+# - a LoRA resume whose config names another base: another Checkpoint.init_from, or without one
+#   another Global.seed; the line names both bases, each resolved (absolute file, step, bytes);
+# - a relative init_from read from another folder (trainer eval), and a checkpoint folder as
+#   init_from whose newest step moved on after the LoRA run started (resume, export --lora
+#   merge): refused the same way; the same base by another path, or its step named, resumes;
+# - a LoRA checkpoint resumed with Model.lora_rank=0, or given as a full run's init_from: "holds
+#   LoRA adapters", pointing to `trainer export --lora merge`;
+# - a full checkpoint resumed with Model.lora_rank > 0: "holds a model's weights, not LoRA
+#   adapters".
+# And the accepted cases next to them: the same base resumes.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+make_small_dataset data.h5
+COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
+        -o Model.hidden_size=32 -o Model.num_layers=2 -o Model.num_heads=2 -o Model.max_seq_len=32
+        -o Global.global_batch_size=4 -o Global.micro_batch_size=2 -o Engine.logging_freq=1
+        -o Engine.eval_freq=0 -o Engine.save_steps=2 -o Engine.max_steps=2)
+LORA=(-o Model.lora_rank=2 -o Model.lora_alpha=4 -o Model.lora_targets=c_attn,c_fc)
+
+# refused NAME PATTERN COMMAND...: COMMAND exits 4 with one error line matching PATTERN (lib.sh).
+refused() {
+  local name=$1 pattern=$2
+  shift 2
+  expect_error 4 "$pattern" "$@"
+  echo "ok: $name: $(grep '^error: ' err.log | cut -c1-160)..."
+}
+
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=base > base.log 2>&1 || { tail base.log; fail "base"; }
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=other -o Global.seed=7 > other.log 2>&1 ||
+  { tail other.log; fail "other base"; }
+BASE=base/checkpoints/step-00000002
+OTHER=other/checkpoints/step-00000002
+
+refused extra_tensors "$BASE/checkpoint.h5 holds /model/transformer.h.0.attn.c_attn.bias \[96\] (and [0-9]* more), which the config's model has no place for" \
+  run_np 2 train "${COMMON[@]}" -o Model.bias=false -o Checkpoint.init_from=$BASE -o Engine.output_dir=nobias
+
+# LoRA on the checkpoint base, and on the seed's initialisation.
+run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=lora \
+  > lora.log 2>&1 || { tail lora.log; fail "LoRA run"; }
+run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Engine.output_dir=seeded > seeded.log 2>&1 ||
+  { tail seeded.log; fail "LoRA run on the seed's base"; }
+refused other_base "LoRA base differs (lora/checkpoints/step-00000002/checkpoint.h5): its adapters were trained on Checkpoint.init_from=$BASE ($PWD/$BASE/checkpoint.h5, step 2, [0-9]* bytes), this config's base is Checkpoint.init_from=$OTHER ($PWD/$OTHER/checkpoint.h5, step 2, [0-9]* bytes)" \
+  run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$OTHER -o Engine.output_dir=lora \
+  -o Engine.max_steps=4 --resume auto
+refused other_seed "LoRA base differs (seeded/checkpoints/step-00000002/checkpoint.h5): its adapters were trained on Global.seed=1234, this config's base is Global.seed=7" \
+  run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Global.seed=7 -o Engine.output_dir=seeded -o Engine.max_steps=4 \
+  --resume auto
+run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$PWD/$BASE -o Engine.output_dir=lora \
+  -o Engine.max_steps=4 --resume auto > same_base.log 2>&1 || { tail same_base.log; fail "same base"; }
+grep -q "resumed from lora/checkpoints/step-00000002" same_base.log || fail "the same base did not resume"
+echo "ok: the LoRA run resumes on its own base (named by its absolute path)"
+
+# A relative init_from read from another folder, where the same relative path is another base.
+mkdir -p elsewhere/base/checkpoints && cp -r $OTHER elsewhere/base/checkpoints/
+TOP=$PWD
+(cd elsewhere && refused eval_elsewhere "LoRA base differs.*trained on Checkpoint.init_from=$BASE ($TOP/$BASE/checkpoint.h5, .*this config's base is Checkpoint.init_from=$BASE ($TOP/elsewhere/$BASE/checkpoint.h5" \
+  "$TRAINER" eval ../lora/checkpoints/step-00000002 --data ../data.h5 --batches 1)
+"$TRAINER" eval lora/checkpoints/step-00000002 --data data.h5 --batches 1 > eval_here.out 2> eval_here.err ||
+  { cat eval_here.err; fail "eval of the LoRA checkpoint where it was trained"; }
+# A checkpoint folder as the base: its newest step at the time is the base; once the base run
+# has moved on, resume and export refuse.
+run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=base/checkpoints \
+  -o Engine.output_dir=on_folder > on_folder.log 2>&1 || { tail on_folder.log; fail "LoRA on a folder"; }
+"$TRAINER" inspect on_folder/checkpoints > on_folder.inspect 2>&1 || fail "inspect on_folder"
+grep -q "LoRA adapters of Checkpoint.init_from=base/checkpoints ($PWD/$BASE/checkpoint.h5, step 2, " on_folder.inspect ||
+  { cat on_folder.inspect; fail "the base is not recorded as the resolved step"; }
+run_np 2 train "${COMMON[@]}" -o Engine.output_dir=base -o Engine.max_steps=4 --resume auto \
+  > base_on.log 2>&1 || { tail base_on.log; fail "base run to step 4"; }
+refused moved_base "LoRA base differs.*trained on Checkpoint.init_from=base/checkpoints ($PWD/$BASE/checkpoint.h5, step 2, .*this config's base is Checkpoint.init_from=base/checkpoints ($PWD/base/checkpoints/step-00000004/checkpoint.h5, step 4, " \
+  run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=base/checkpoints -o Engine.output_dir=on_folder \
+  -o Engine.max_steps=4 --resume auto
+refused export_moved "LoRA base differs.*step-00000004" \
+  "$TRAINER" export on_folder/checkpoints --lora merge --output merged
+[ ! -e merged/model.safetensors ] || fail "export --lora merge wrote a merge onto the moved base"
+run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=on_folder \
+  -o Engine.max_steps=4 --resume auto > on_step.log 2>&1 || { tail on_step.log; fail "resume on the step"; }
+echo "ok: naming the recorded step as init_from resumes"
+
+# Adapters where weights are wanted, and weights where adapters are.
+refused lora_as_weights "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters (of Checkpoint.init_from=$PWD/$BASE ($PWD/$BASE/checkpoint.h5, step 2, [0-9]* bytes)), not a model's weights.*trainer export --lora merge" \
+  run_np 2 train "${COMMON[@]}" -o Engine.output_dir=lora -o Engine.max_steps=6 --resume auto
+refused lora_as_init_from "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters.*trainer export --lora merge" \
+  run_np 2 train "${COMMON[@]}" -o Checkpoint.init_from=lora/checkpoints/step-00000004 -o Engine.output_dir=from_lora
+mkdir -p weights/checkpoints && cp -r $BASE weights/checkpoints/
+refused weights_as_lora "weights/checkpoints/step-00000002/checkpoint.h5 holds a model's weights, not LoRA adapters.*Model.lora_rank=0" \
+  run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=weights \
+  -o Engine.max_steps=4 --resume auto
+echo PASS
