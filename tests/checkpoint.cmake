@@ -17,6 +17,8 @@ trainer_script_test(checkpoint_layouts_moe SCRIPT checkpoint_layouts_moe.sh LABE
 trainer_script_test(checkpoint_layouts_ep SCRIPT checkpoint_layouts_ep.sh LABELS "e2e;mpi" TIMEOUT 600)
 trainer_script_test(checkpoint_integrity SCRIPT checkpoint_integrity.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_preempt SCRIPT checkpoint_preempt.sh LABELS "e2e;mpi" TIMEOUT 240)
+# A load failure on one rank only (it cannot see rank 0's checkpoint): one line, from that rank.
+trainer_script_test(rank_errors SCRIPT rank_errors.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_lock SCRIPT checkpoint_lock.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_async SCRIPT checkpoint_async.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(init_from SCRIPT init_from.sh LABELS "e2e;mpi" TIMEOUT 240)

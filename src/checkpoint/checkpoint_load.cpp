@@ -409,6 +409,13 @@ Status LoadCheckpointCollective(const std::string& directory, const std::string&
   chosen.assign(chars.begin(), chars.end());
   *result = CheckpointLoadResult();
   if (chosen.empty()) return Status::Ok();  // nothing to resume: the caller initialises
+  if (!PathExists(chosen))  // rank 0 sees it, this rank does not
+    return AgreeOnStatus(
+        groups.world_host,
+        CheckpointError(StrFormat(
+            "rank 0 resumes from %s, which rank %d cannot see. Put Checkpoint.dir (or the "
+            "--resume path) on a file system that every node mounts at the same path",
+            chosen.c_str(), groups.world_rank)));
   return AgreeOnStatus(groups.world_host, LoadLocal(chosen, config, model, optimizer, result));
 }
 
