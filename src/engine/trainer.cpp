@@ -109,6 +109,8 @@ Status Trainer::Restore() {
   if (config_.model.lora()) TRAINER_RETURN_IF_ERROR(LoadLoraBase());
   if (!config_.checkpoint.resume.empty()) {
     TRAINER_RETURN_IF_ERROR(Resume());
+    // What the interrupted run logged past its checkpoint is logged again from here.
+    TRAINER_RETURN_IF_ERROR(metrics_->StartAt(state_.step));
     if (state_.step > 0) return Status::Ok();
   }
   // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
