@@ -1,7 +1,9 @@
 // Watchdog: turns a stuck collective into an error instead of a silent hang. The training loop
 // reports progress (Beat, naming what it is about to do); a thread checks that the last beat is
 // younger than the timeout, and otherwise prints one line naming the phase, rank and host and
-// stops every rank with MPI_Abort.
+// ends this process at once with exit code 1 (std::_Exit: no MPI call from this thread, which
+// MPI_THREAD_FUNNELED forbids). The launcher then ends every other rank: mpirun does when a rank
+// exits non-zero, srun with --kill-on-bad-exit (slurm/train.sbatch passes it).
 #pragma once
 
 #include <atomic>

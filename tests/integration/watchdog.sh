@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A stuck collective becomes an error, not a hang: rank 1 is frozen (SIGSTOP) mid-training, rank 0
-# waits in an all-reduce, and its watchdog (Engine.watchdog_s=4) prints the phase and stops
-# every rank through MPI_Abort well before the test's time limit.
+# waits in an all-reduce, and its watchdog (Engine.watchdog_s=4) prints the phase and ends rank 0
+# with exit code 1 (no MPI call from the watchdog's thread); mpirun then ends every rank, the
+# frozen one too, well before the test's time limit.
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 set +e
@@ -30,9 +31,13 @@ set +e
 wait $launcher
 rc=$?
 set -e
+# Rank 1 must be gone (a zombie that nobody reaped yet is gone too) before it is continued.
+rank1_state=$(awk '/^State:/ {print $2}' /proc/$rank1/status 2> /dev/null || true)
 kill -CONT "$rank1" 2>/dev/null || true
+[ -z "$rank1_state" ] || [ "$rank1_state" = Z ] ||
+  { kill -9 "$rank1"; fail "rank 1 outlived mpirun (state $rank1_state)"; }
 elapsed=$(( $(date +%s) - start ))
-[ $rc -ne 0 ] || fail "mpirun exited 0 after a rank froze"
+[ $rc -eq 1 ] || { cat run.err; fail "mpirun exited $rc after a rank froze, expected 1"; }
 grep -q "no progress for .* in a training step (rank 0" run.err || { cat run.err; fail "no watchdog line"; }
 [ $elapsed -lt 60 ] || fail "the watchdog took ${elapsed}s"
 echo "rank 1 frozen: the watchdog stopped the job after ${elapsed}s with exit code $rc:"
