@@ -90,8 +90,8 @@ Status Trainer::Setup() {
   const bool root = groups_.world_rank == 0;
   if (root) {  // first: a folder that another run writes to is left alone, metrics included
     TRAINER_RETURN_IF_ERROR(CheckOutputFolder(config_.engine.output_dir));
-    TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(config_.checkpoint_dir(),
-                                                    kCheckpointLockWaitSeconds, &checkpoint_lock_));
+    TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(
+        config_.checkpoint_dir(), kCheckpointLockWaitSeconds, &checkpoint_lock_, progress_));
   }
   TRAINER_RETURN_IF_ERROR(
       MetricsWriter::Open(config_.engine.output_dir, root, config_.engine.tensorboard, &metrics_));
@@ -516,6 +516,7 @@ Status Trainer::SaveCheckpoint(bool wait) {
   request.config_text = FormatConfig(config_);
   request.keep_last = config_.checkpoint.keep_last;
   request.keep_every = config_.checkpoint.keep_every;
+  request.progress = progress_;
   if (!data_.train_files.empty()) {  // every file was packed alike (OpenDataSources checks)
     request.eod_id = data_.train_files.front()->eod_id();
     request.tokenizer = data_.train_files.front()->tokenizer();
@@ -559,7 +560,7 @@ void Trainer::CreateCheckpointSaver() {
 
 Status Trainer::FinishCheckpoint() {
   if (saver_ == nullptr || !saver_->pending()) return Status::Ok();
-  progress_("a checkpoint write");
+  ReportProgress(progress_, "a checkpoint write");
   CheckpointSaveReport report;
   TRAINER_RETURN_IF_ERROR(saver_->Finish(&report));
   last_checkpoint_ = report.path;
@@ -576,7 +577,7 @@ Status Trainer::Resume() {
   CheckpointLoadResult loaded;
   TRAINER_RETURN_IF_ERROR(LoadCheckpointCollective(config_.checkpoint_dir(),
                                                    config_.checkpoint.resume, config_, model_.get(),
-                                                   optimizer_.get(), groups_, &loaded));
+                                                   optimizer_.get(), groups_, &loaded, progress_));
   if (loaded.path.empty()) return Status::Ok();  // nothing to resume from
   last_checkpoint_ = loaded.path;
   state_.step = loaded.step;

@@ -31,6 +31,12 @@ Watchdog::~Watchdog() {
 void Watchdog::Beat(const char* phase) {
   phase_ = phase;
   last_beat_ = Now();
+  awaiting_root_ = false;
+}
+
+void Watchdog::AwaitRoot(const char* phase) {
+  phase_ = phase;
+  awaiting_root_ = true;
 }
 
 void Watchdog::Run() {
@@ -39,6 +45,7 @@ void Watchdog::Run() {
   while (!stopping_) {
     stop_signal_.wait_for(lock, period);
     if (stopping_) return;
+    if (awaiting_root_) continue;
     const double idle = Now() - last_beat_;
     if (idle < timeout_) continue;
     const ProcessIdentity& id = GetProcessIdentity();

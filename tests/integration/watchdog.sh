@@ -42,3 +42,20 @@ grep -q "no progress for .* in a training step (rank 0" run.err || { cat run.err
 [ $elapsed -lt 60 ] || fail "the watchdog took ${elapsed}s"
 echo "rank 1 frozen: the watchdog stopped the job after ${elapsed}s with exit code $rc:"
 grep -m1 "no progress" run.err
+
+# A slow checkpoint is progress, not a stall: each tensor takes 60 ms to write, verify and read
+# (TRAINER_FAULT_CHECKPOINT_SLOW, _READ_SLOW; ~5 s for the 84 tensors, more than watchdog_s=2).
+# A synchronous save, then a resume (rank 0 verifies while rank 1 waits for it; both load) and a
+# background save that the end of training waits for: both runs finish, no watchdog line.
+SLOW=(-o Data.train_path=data.h5 -o Global.device=cpu -o Model.hidden_size=32
+      -o Model.num_layers=2 -o Model.max_seq_len=32 -o Engine.logging_freq=1 -o Engine.eval_freq=0
+      -o Engine.save_steps=4 -o Engine.output_dir=slow -o Engine.watchdog_s=2)
+TRAINER_FAULT_CHECKPOINT_SLOW=60 run_np 2 train "${SLOW[@]}" -o Engine.max_steps=4 \
+  -o Checkpoint.async_save=false > slow_save.log 2>&1 || { cat slow_save.log; fail "the slow synchronous save was stopped"; }
+grep -q "saved checkpoint slow/checkpoints/step-00000004" slow_save.log || { cat slow_save.log; fail "no checkpoint at step 4"; }
+TRAINER_FAULT_CHECKPOINT_SLOW=60 TRAINER_FAULT_CHECKPOINT_READ_SLOW=60 run_np 2 train "${SLOW[@]}" \
+  -o Engine.max_steps=8 --resume auto > slow_resume.log 2>&1 || { cat slow_resume.log; fail "the slow resume or background save was stopped"; }
+grep -q "resumed from slow/checkpoints/step-00000004 at step 4" slow_resume.log || { cat slow_resume.log; fail "did not resume from step 4"; }
+grep -q "saved checkpoint slow/checkpoints/step-00000008" slow_resume.log || { cat slow_resume.log; fail "no checkpoint at step 8"; }
+! grep -q "no progress" slow_save.log slow_resume.log || fail "a watchdog fired during a slow checkpoint"
+echo "ok: ~5 s checkpoint save, verification, load and background write under Engine.watchdog_s=2"
