@@ -4,6 +4,8 @@
 # the environment variables that matter (NCCL_*, TRAINER_*, CUDA_*, UCX_*, OMP_*, PATH,
 # LD_LIBRARY_PATH; OMPI_MCA_* travel by themselves), pins Open MPI's control and TCP traffic to
 # one network when asked, and returns the command's exit code (75: preempted, resume later).
+# Ctrl-C (SIGINT), SIGTERM or SIGUSR1 make the ranks save a checkpoint and exit 75; a second
+# Ctrl-C ends them at once (see Signals below).
 #
 #   slurm/mpirun_hostfile.sh -H hosts.txt -N 8 -- trainer train --config configs/gpt2-124m.yaml
 #
@@ -16,7 +18,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 die() {
@@ -45,7 +47,7 @@ done
 # Hosts and their slots, skipping comments and blank lines ("host slots=N", slots default 1).
 hosts=0
 slots=0
-while read -r host rest; do
+while read -r host rest || [[ -n $host ]]; do  # a last line without a newline counts too
   [[ -z $host || $host == \#* ]] && continue
   hosts=$((hosts + 1))
   if [[ $rest =~ slots=([0-9]+) ]]; then
@@ -75,5 +77,36 @@ done
 # shellcheck disable=SC2206  # TRAINER_MPIRUN_ARGS is split on spaces on purpose
 if [[ -n ${TRAINER_MPIRUN_ARGS:-} ]]; then args+=($TRAINER_MPIRUN_ARGS); fi
 
-# exec: signals sent to this script (USR1, TERM) reach mpirun, which forwards USR1 to every rank.
-exec "${MPIRUN:-mpirun}" "${args[@]}" "$@"
+# Signals: the ranks save and exit 75 on SIGUSR1, which mpirun forwards to every rank; but mpirun
+# kills the ranks on SIGINT or SIGTERM, before a save can finish. So mpirun runs in a process
+# group of its own (set -m), out of reach of the terminal's Ctrl-C, and this script passes the
+# first SIGINT, SIGTERM or SIGUSR1 it gets on as SIGUSR1: the ranks stop after their step with a
+# checkpoint, and this script exits 75. A second SIGINT or SIGTERM passes SIGTERM to mpirun,
+# which ends the ranks at once, without a checkpoint.
+set -m
+"${MPIRUN:-mpirun}" "${args[@]}" "$@" </dev/null &
+launcher_pid=$!
+set +m
+signalled=0
+# shellcheck disable=SC2317  # called by the traps below
+forward_signal() {
+  if [[ $signalled -eq 0 || $1 == USR1 ]]; then
+    echo "slurm/mpirun_hostfile.sh: got SIG$1: passing SIGUSR1 to the ranks (they save and exit 75; SIGINT again to quit at once)" >&2
+    kill -USR1 "$launcher_pid" 2>/dev/null || true
+  else
+    echo "slurm/mpirun_hostfile.sh: got SIG$1 again: ending the ranks without a checkpoint" >&2
+    kill -TERM "$launcher_pid" 2>/dev/null || true
+  fi
+  signalled=1
+}
+trap 'forward_signal INT' INT
+trap 'forward_signal TERM' TERM
+trap 'forward_signal USR1' USR1
+# `wait` returns early (status > 128) when a trap runs: wait again until mpirun is gone, then
+# once more for its exit code (bash keeps the status of a child it has reaped).
+while kill -0 "$launcher_pid" 2>/dev/null; do
+  wait "$launcher_pid" || true
+done
+status=0
+wait "$launcher_pid" || status=$?
+exit "$status"

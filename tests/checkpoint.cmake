@@ -21,6 +21,8 @@ trainer_script_test(checkpoint_preempt SCRIPT checkpoint_preempt.sh LABELS "e2e;
 trainer_script_test(checkpoint_lifecycle SCRIPT checkpoint_lifecycle.sh LABELS "e2e;mpi" TIMEOUT 240)
 # Checkpoints that do not fit the run: extra tensors, another LoRA base, adapters vs weights.
 trainer_script_test(checkpoint_mismatch SCRIPT checkpoint_mismatch.sh LABELS "e2e;mpi" TIMEOUT 240)
+# A load failure on one rank only (it cannot see rank 0's checkpoint): one line, from that rank.
+trainer_script_test(rank_errors SCRIPT rank_errors.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_lock SCRIPT checkpoint_lock.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(checkpoint_async SCRIPT checkpoint_async.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(init_from SCRIPT init_from.sh LABELS "e2e;mpi" TIMEOUT 240)

@@ -26,7 +26,7 @@ trainer_script_test(bad_inputs SCRIPT bad_inputs.sh LABELS "e2e;mpi" TIMEOUT 300
 trainer_script_test(version SCRIPT version.sh LABELS "e2e" TIMEOUT 30)
 trainer_script_test(diverge SCRIPT diverge.sh LABELS "e2e;mpi" TIMEOUT 300)
 trainer_script_test(shakespeare SCRIPT shakespeare.sh LABELS "e2e;mpi" TIMEOUT 400)
-trainer_script_test(watchdog SCRIPT watchdog.sh LABELS "e2e;mpi" TIMEOUT 120)
+trainer_script_test(watchdog SCRIPT watchdog.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(tensorboard SCRIPT tensorboard.sh LABELS "e2e" TIMEOUT 120)
 trainer_script_test(plan SCRIPT plan.sh LABELS "e2e" TIMEOUT 60)
 trainer_script_test(sample SCRIPT sample.sh LABELS "e2e;mpi" TIMEOUT 300)

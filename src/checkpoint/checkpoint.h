@@ -22,6 +22,7 @@
 
 #include "common/filesystem.h"
 #include "common/parallel_groups.h"
+#include "common/progress.h"
 #include "config/train_config.h"
 #include "optimizer/adamw.h"
 
@@ -40,6 +41,8 @@ struct CheckpointWriteRequest {
   std::string config_text;  // FormatConfig(config)
   int keep_last = 0;
   int keep_every = 0;
+  // Told of each tensor gathered and written, and of rank 0's commit (nullptr: nobody watches).
+  Progress* progress = nullptr;
   std::vector<int> stage_layers;  // blocks per pipeline stage of the writing layout
   // The training data's tokenizer and end-of-document id (`trainer export`'s eos_token_id);
   // not recorded when eod_id < 0.
@@ -130,9 +133,11 @@ Status WriteCheckpointSnapshot(const CheckpointSnapshot& snapshot, CheckpointSav
 // named), step folders that fail verification are renamed <step folder>.damaged, so that
 // retention never keeps them in place of good ones, and `latest` is pointed at the checkpoint
 // loaded.
+// `progress` (optional) is told of each tensor verified on rank 0 and read on every rank.
 Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,
                                 const TrainConfig& config, GptModel* model, AdamW* optimizer,
-                                const ParallelGroups& groups, CheckpointLoadResult* result);
+                                const ParallelGroups& groups, CheckpointLoadResult* result,
+                                Progress* progress = nullptr);
 
 // Rank 0 at start: report and remove step-<digits>.tmp folders left by a crash (and a stray
 // latest.tmp); nothing else in the folder is touched.
@@ -150,9 +155,9 @@ Status CheckNoEarlierCheckpoints(const std::string& directory);
 // earlier run of this Slurm job (requeued after a node failure: an NFS lock outlives its process
 // until the server's lease ends) is waited for, up to `wait_s` seconds. Where the folder cannot
 // be made or written: a checkpoint error, before step 1. Where its file system keeps no locks: a
-// warning, *lock stays empty, and the run goes on.
+// warning, *lock stays empty, and the run goes on. `progress` (optional) hears of each retry.
 Status LockCheckpointDirectory(const std::string& directory, double wait_s,
-                               std::unique_ptr<FileLock>* lock);
+                               std::unique_ptr<FileLock>* lock, Progress* progress = nullptr);
 // Who holds `directory`'s lock ("host node1, pid 1234, Slurm job 77, since ..."), "" when no run
 // does; asked without taking it (`trainer inspect`).
 std::string CheckpointDirectoryHolder(const std::string& directory);
@@ -193,7 +198,8 @@ Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& confi
 Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary);
 // Reads every tensor (one at a time) and checks its Fletcher32 chunk checksums, its CRC-32
 // attribute and the tensor count, so that a flipped bit or a truncation shows. ok when it verifies.
-Status VerifyCheckpoint(const std::string& file);
+// `progress` (optional) is told of each tensor.
+Status VerifyCheckpoint(const std::string& file, Progress* progress = nullptr);
 // The checkpoint file inside a step folder (or the path itself when it is a file).
 std::string CheckpointFile(const std::string& folder_or_file);
 // The checkpoint file that `path` names: a step folder's, the file itself, or a checkpoint

@@ -70,6 +70,8 @@ Status AsyncCheckpointSaver::Start(const CheckpointWriteRequest& request, GptMod
   TRAINER_RETURN_IF_ERROR(
       GatherCheckpointCollective(request, model, optimizer, groups_, &snapshot_));
   pending_ = true;
+  progress_ = request.progress;
+  snapshot_.request.progress = &writer_progress_;  // the writer's thread reports to the counter
   written_ = CheckpointSaveReport{};
   written_.path = request.directory + "/" + CheckpointFolderName(request.step);
   if (groups_.world_rank == 0)
@@ -88,7 +90,18 @@ Status AsyncCheckpointSaver::Finish(CheckpointSaveReport* report) {
   if (!pending_) return Status::Ok();
   pending_ = false;
   Status status;
-  if (write_.valid()) status = write_.get();
+  if (write_.valid()) {
+    // Waiting: a beat whenever the writer has written more tensors since the last look.
+    int64_t seen = writer_progress_.beats;
+    ReportProgress(progress_, "a checkpoint write");
+    while (write_.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
+      const int64_t now = writer_progress_.beats;
+      if (now != seen) ReportProgress(progress_, "a checkpoint write");
+      seen = now;
+    }
+    status = write_.get();
+  }
+  AwaitRoot(progress_, groups_.world_rank, "rank 0's checkpoint write");
   int code = status.exit_code();
   TRAINER_RETURN_IF_ERROR(groups_.world_host->Broadcast(&code, 1, DType::kI32, 0));
   if (code != 0) return groups_.world_rank == 0 ? status : Status(static_cast<ExitCode>(code), "");

@@ -7,6 +7,8 @@
 // checkpoint, as during a synchronous save.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <future>
 
 #include "checkpoint/checkpoint.h"
@@ -42,6 +44,9 @@ class AsyncCheckpointSaver {
   // false (rank 0's answer reaches them through the training loop's per-step all-reduce).
   bool WriteDone() const;
   // Collective over the world when pending(): waits for rank 0's write and shares its outcome.
+  // While rank 0 waits, the request's progress hears of each tensor the writer writes (not
+  // while training goes on: a stuck training step must not look like progress); the other
+  // ranks await rank 0.
   // A failed write is every rank's checkpoint error (rank 0's carries the one-line message).
   // report: the committed folder (every rank), its bytes and the write's seconds (rank 0).
   Status Finish(CheckpointSaveReport* report);
@@ -50,6 +55,15 @@ class AsyncCheckpointSaver {
   const ParallelGroups& groups_;
   CheckpointSnapshot snapshot_;
   std::future<Status> write_;  // rank 0
+  // The writer's progress: counts its tensors, read by Finish's wait.
+  class WriterProgress : public Progress {
+   public:
+    void Beat(const char*) override { ++beats; }
+    void AwaitRoot(const char*) override {}
+    std::atomic<int64_t> beats{0};
+  };
+  WriterProgress writer_progress_;
+  Progress* progress_ = nullptr;  // the request's, told of the writer's progress in Finish
   CheckpointSaveReport written_;
   bool pending_ = false;
 };

@@ -2,11 +2,20 @@
 #include "checkpoint/checkpoint_layout.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <future>
+#include <thread>
 
 #include "checkpoint/checksum.h"
 
 namespace trainer {
+
+void InjectedCheckpointDelay(const char* name) {
+  const char* v = std::getenv(name);
+  if (v != nullptr && std::atoi(v) > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(v)));
+}
 
 const char* StateGroup(int which) {
   static const char* kGroups[kStateCount] = {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"};

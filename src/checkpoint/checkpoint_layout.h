@@ -27,6 +27,11 @@ int StageOf(const ParameterInfo& p, const ModelConfig& model, const DistributedC
 std::vector<int> CanonicalHolders(const ParameterInfo& p, const ModelConfig& model,
                                   const DistributedConfig& dist, const Topology& topo);
 
+// Test hook: where the environment variable `name` holds <ms> > 0, sleeps that long (once per
+// tensor: TRAINER_FAULT_CHECKPOINT_SLOW in writes, TRAINER_FAULT_CHECKPOINT_READ_SLOW in the
+// verification and the load), so that tests can act while a save or a load goes on.
+void InjectedCheckpointDelay(const char* name);
+
 // Name of the per-tensor CRC-32 attribute (checksum.h), an integer on each dataset.
 constexpr const char* kChecksumAttribute = "crc32";
 

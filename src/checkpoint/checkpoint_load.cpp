@@ -118,7 +118,7 @@ void SetAside(const std::string& folder, const std::string& keep_last_note) {
 // first. Empty when it holds none. With `own` (the run's locked Checkpoint.dir), the ones that
 // failed are set aside and `latest` names the chosen one.
 Status ResolveNewest(const std::string& directory, const std::string& key, bool own,
-                     std::string* chosen) {
+                     Progress* progress, std::string* chosen) {
   std::vector<std::string> candidates, failed;
   const std::string latest = LatestCheckpointName(directory);
   const int64_t latest_step = latest.empty() ? INT64_MAX : CheckpointFolderStep(latest);
@@ -126,7 +126,7 @@ Status ResolveNewest(const std::string& directory, const std::string& key, bool 
   for (const std::string& c : CommittedCheckpoints(directory))
     if (CheckpointFolderStep(c) < latest_step || latest.empty()) candidates.push_back(c);
   for (const std::string& c : candidates) {
-    Status v = VerifyCheckpoint(CheckpointFile(c));
+    Status v = VerifyCheckpoint(CheckpointFile(c), progress);
     if (v.ok()) {
       *chosen = c;
       break;
@@ -175,18 +175,19 @@ Status NoCheckpointToResume(const std::string& directory, const std::string& res
 // Choose the checkpoint folder to load on rank 0 (empty: none, start fresh). `resume` is "auto"
 // (Checkpoint.dir's newest that verifies), a checkpoint folder (its newest that verifies), or a
 // step folder or checkpoint file (that one, verified).
-Status ResolveOnRoot(const std::string& directory, const std::string& resume, std::string* chosen) {
+Status ResolveOnRoot(const std::string& directory, const std::string& resume, Progress* progress,
+                     std::string* chosen) {
   chosen->clear();
-  if (resume == "auto") return ResolveNewest(directory, "Checkpoint.dir", true, chosen);
+  if (resume == "auto") return ResolveNewest(directory, "Checkpoint.dir", true, progress, chosen);
   if (IsDirectory(resume) && !PathExists(CheckpointFile(resume))) {
     if (CommittedCheckpoints(resume).empty() && LatestCheckpointName(resume).empty())
       return NoCheckpointToResume(directory, resume);
     TRAINER_RETURN_IF_ERROR(
-        ResolveNewest(resume, "--resume", SameFolder(resume, directory), chosen));
+        ResolveNewest(resume, "--resume", SameFolder(resume, directory), progress, chosen));
     return Status::Ok();
   }
   if (!PathExists(CheckpointFile(resume))) return NoCheckpointToResume(directory, resume);
-  TRAINER_RETURN_IF_ERROR(VerifyCheckpoint(CheckpointFile(resume)));
+  TRAINER_RETURN_IF_ERROR(VerifyCheckpoint(CheckpointFile(resume), progress));
   *chosen = resume;
   return Status::Ok();
 }
@@ -262,9 +263,12 @@ Status CheckWeightsFit(hid_t file_id, const std::string& file, const ModelConfig
 // The slices of one state (0: weights, then the moments) that `part` holds of `params` into
 // `flat`, in buffer order.
 Status ReadState(hid_t file_id, const std::string& file, const std::vector<ParameterInfo>& params,
-                 const ModelPartition& part, int state, std::vector<float>* flat) {
+                 const ModelPartition& part, int state, Progress* progress,
+                 std::vector<float>* flat) {
   flat->assign(TotalLocalElements(params), 0.f);
   for (const ParameterInfo& p : params) {
+    ReportProgress(progress, "loading a checkpoint");
+    InjectedCheckpointDelay("TRAINER_FAULT_CHECKPOINT_READ_SLOW");
     const std::string path = std::string(StateGroup(state)) + "/" + p.name;
     std::vector<int64_t> shape;
     Status s = DatasetShape(file_id, path, &shape);
@@ -286,7 +290,7 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
 
 // Every rank: read this rank's slices of master weights and moments.
 Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel* model,
-                 AdamW* optimizer, CheckpointLoadResult* result) {
+                 AdamW* optimizer, Progress* progress, CheckpointLoadResult* result) {
   const std::string file = CheckpointFile(folder);
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
@@ -300,7 +304,7 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
   for (int w = 0; w < kStateCount; ++w) {
     std::vector<float> flat;
     TRAINER_RETURN_IF_ERROR(
-        ReadState(f.get(), file, model->parameters(), model->partition(), w, &flat));
+        ReadState(f.get(), file, model->parameters(), model->partition(), w, progress, &flat));
     if (w == 0)
       TRAINER_RETURN_IF_ERROR(optimizer->SetMaster(flat));
     else
@@ -336,7 +340,7 @@ std::vector<std::string> CommittedCheckpoints(const std::string& directory) {
   return out;
 }
 
-Status VerifyCheckpoint(const std::string& file) {
+Status VerifyCheckpoint(const std::string& file, Progress* progress) {
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   int64_t version = 0;
@@ -364,6 +368,8 @@ Status VerifyCheckpoint(const std::string& file) {
         StrFormat("checkpoint holds no tensors (%s). %s", file.c_str(), kDamagedAdvice));
   std::vector<float> buffer;
   for (const std::string& path : list.paths) {
+    ReportProgress(progress, "verifying a checkpoint");
+    InjectedCheckpointDelay("TRAINER_FAULT_CHECKPOINT_READ_SLOW");
     std::vector<int64_t> shape;
     TRAINER_RETURN_IF_ERROR(DatasetShape(f.get(), path, &shape));
     int64_t n = 1;
@@ -433,7 +439,7 @@ Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfi
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   TRAINER_RETURN_IF_ERROR(CheckWeightsFit(f.get(), file, config, params));
-  return ReadState(f.get(), file, params, part, 0, flat);
+  return ReadState(f.get(), file, params, part, 0, nullptr, flat);
 }
 
 Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfig& config,
@@ -514,11 +520,15 @@ Status RenameStepFolderAside(const std::string& folder, const std::string& suffi
 
 Status LoadCheckpointCollective(const std::string& directory, const std::string& resume,
                                 const TrainConfig& config, GptModel* model, AdamW* optimizer,
-                                const ParallelGroups& groups, CheckpointLoadResult* result) {
+                                const ParallelGroups& groups, CheckpointLoadResult* result,
+                                Progress* progress) {
   // Rank 0 chooses (and verifies) the checkpoint; everyone learns the choice.
   std::string chosen;
-  Status resolved = groups.world_rank == 0 ? ResolveOnRoot(directory, resume, &chosen) : Status();
+  Status resolved =
+      groups.world_rank == 0 ? ResolveOnRoot(directory, resume, progress, &chosen) : Status();
+  AwaitRoot(progress, groups.world_rank, "rank 0's choice and verification of the checkpoint");
   TRAINER_RETURN_IF_ERROR(AgreeOnStatus(groups.world_host, resolved));
+  ReportProgress(progress, "loading a checkpoint");
   int length = static_cast<int>(chosen.size());
   TRAINER_RETURN_IF_ERROR(groups.world_host->Broadcast(&length, 1, DType::kI32, 0));
   chosen.resize(static_cast<size_t>(length));
@@ -527,7 +537,15 @@ Status LoadCheckpointCollective(const std::string& directory, const std::string&
   chosen.assign(chars.begin(), chars.end());
   *result = CheckpointLoadResult();
   if (chosen.empty()) return Status::Ok();  // nothing to resume: the caller initialises
-  return AgreeOnStatus(groups.world_host, LoadLocal(chosen, config, model, optimizer, result));
+  if (!PathExists(chosen))  // rank 0 sees it, this rank does not
+    return AgreeOnStatus(
+        groups.world_host,
+        CheckpointError(StrFormat(
+            "rank 0 resumes from %s, which rank %d cannot see. Put Checkpoint.dir (or the "
+            "--resume path) on a file system that every node mounts at the same path",
+            chosen.c_str(), groups.world_rank)));
+  return AgreeOnStatus(groups.world_host,
+                       LoadLocal(chosen, config, model, optimizer, progress, result));
 }
 
 }  // namespace trainer

@@ -56,7 +56,7 @@ std::string DescribeHolder(const std::string& text) {
 }  // namespace
 
 Status LockCheckpointDirectory(const std::string& directory, double wait_s,
-                               std::unique_ptr<FileLock>* lock) {
+                               std::unique_ptr<FileLock>* lock, Progress* progress) {
   lock->reset();
   const std::string path = directory + "/.lock";
   auto unguarded = [&](const std::string& why) {
@@ -101,6 +101,7 @@ Status LockCheckpointDirectory(const std::string& directory, double wait_s,
                       "Slurm job %s (%s)",
                       wait_s, path.c_str(), job.c_str(), DescribeHolder(text).c_str()));
       announced = true;
+      ReportProgress(progress, "the wait for the checkpoint folder's lock");
       std::this_thread::sleep_for(std::chrono::duration<double>(kRetrySeconds));
       continue;
     }

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <thread>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_layout.h"
@@ -68,13 +67,6 @@ bool InjectedWriteFault(int tensor_index) {
   return v != nullptr && std::atoi(v) == tensor_index;
 }
 
-// Test hook: TRAINER_FAULT_CHECKPOINT_SLOW=<ms> makes every tensor write take that much longer,
-// so that tests can act while a (background) save is in progress.
-void InjectedWriteDelay() {
-  const char* v = std::getenv("TRAINER_FAULT_CHECKPOINT_SLOW");
-  if (v != nullptr && std::atoi(v) > 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(v)));
-}
 
 // Rank 0's side of one save: the folders, the open file, and the first error.
 class SaveOnRoot {
@@ -108,7 +100,8 @@ class SaveOnRoot {
   void Write(int tensor_index, int state, const ParameterInfo& p, const float* full) {
     if (!ok()) return;
     const std::string path = std::string(StateGroup(state)) + "/" + p.name;
-    InjectedWriteDelay();
+    ReportProgress(r_.progress, "writing a checkpoint");
+    InjectedCheckpointDelay("TRAINER_FAULT_CHECKPOINT_SLOW");
     if (InjectedWriteFault(tensor_index)) {
       Fail(file_path() + ":" + path, ENOSPC,
            "No space left on device (injected by TRAINER_FAULT_CHECKPOINT_WRITE)");
@@ -124,10 +117,12 @@ class SaveOnRoot {
   void Commit() {
     CloseFlushFile();
     if (!ok()) return;
+    ReportProgress(r_.progress, "committing a checkpoint");
     if (file_.Close() < 0) {
       FailHdf5(file_path(), Hdf5ErrorText());  // the final flush: a full disk often shows here
       return;
     }
+    ReportProgress(r_.progress, "committing a checkpoint");  // the file's final flush is done
     errno = 0;
     if (!Try(SyncPath(file_path()), file_path()) || !Try(SyncPath(tmp_dir_), tmp_dir_)) return;
     if (IsDirectory(final_dir_)) {
@@ -337,6 +332,7 @@ Status GatherTensors(const CheckpointWriteRequest& r, GptModel* model, const Par
     const bool i_hold = mine != nullptr && mine->canonical && groups.coord.shard == 0 &&
                         groups.coord.replica == (expert ? groups.coord.ep : 0);
     for (int w = 0; w < kStateCount; ++w, ++tensor_index) {
+      ReportProgress(r.progress, "gathering a checkpoint");
       if (i_hold && !is_root) {
         TRAINER_RETURN_IF_ERROR(groups.world_host->Send(state[w] + mine->offset,
                                                         static_cast<size_t>(mine->local_numel()),
@@ -417,6 +413,7 @@ Status SaveCheckpointCollective(const CheckpointWriteRequest& r, GptModel* model
     if (!root.ok()) root.Abandon();
   }
   int code = is_root ? root.status().exit_code() : 0;
+  AwaitRoot(r.progress, groups.world_rank, "rank 0's checkpoint write");
   TRAINER_RETURN_IF_ERROR(groups.world_host->Broadcast(&code, 1, DType::kI32, 0));
   if (code != 0) return is_root ? root.status() : Status(static_cast<ExitCode>(code), "");
   report->path = root.final_dir();

@@ -89,9 +89,15 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   InstallPreemptionHandlers(ctx.runtime->rank() == 0);
   Trainer trainer(config, ctx.groups, ctx.backend.get());
   Watchdog watchdog(config.engine.watchdog_s);
-  trainer.set_progress_callback([&watchdog](const char* phase) { watchdog.Beat(phase); });
-  status = ctx.Agree(trainer.Setup());
-  if (status.ok()) status = ctx.Agree(trainer.Restore());
+  trainer.set_progress(&watchdog);
+  status = trainer.Setup();
+  // Rank 0 may still wait for the checkpoint folder's lock, which it reports itself.
+  AwaitRoot(&watchdog, ctx.runtime->rank(), "rank 0's set-up (the checkpoint folder's lock)");
+  status = ctx.Agree(status);
+  if (status.ok()) {
+    watchdog.Beat("restoring the model's state");
+    status = ctx.Agree(trainer.Restore());
+  }
   if (status.ok()) status = trainer.Run();
   // An error on this rank stops every rank (ctx.Finish): rank 0 first commits a checkpoint that
   // its background writer has in flight.

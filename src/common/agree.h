@@ -7,18 +7,25 @@
 namespace trainer {
 
 // Returns the local error where this rank failed; elsewhere the highest exit code with an empty
-// message. *should_print (optional) is true on the lowest failing rank only, which prints the line.
+// message. *should_print (optional) is true on one rank only: the lowest failing rank whose
+// status carries a message, which prints the line. A failure with an empty message is one that
+// an inner agreement already stripped (another rank holds the text) or one already printed, so
+// it never takes the printing away from a rank that has the text; where no failing rank has a
+// message, no rank prints.
 inline Status AgreeOnStatus(Communicator* group, const Status& local,
                             bool* should_print = nullptr) {
-  // One max-reduction: of -(failing rank, or size when ok) and of the exit code.
-  int values[2] = {-(local.ok() ? group->size() : group->rank()), local.exit_code()};
-  Status reduced = group->AllReduce(values, 2, DType::kI32, ReduceOp::kMax);
+  const int size = group->size(), rank = group->rank();
+  // One max-reduction of three values: -(failing rank with a message, or size), -(failing rank,
+  // or size), and the exit code.
+  int values[3] = {-(!local.ok() && !local.message().empty() ? rank : size),
+                   -(local.ok() ? size : rank), local.exit_code()};
+  Status reduced = group->AllReduce(values, 3, DType::kI32, ReduceOp::kMax);
   if (!reduced.ok()) return reduced;
-  const int lowest_failing = -values[0];
-  if (should_print != nullptr) *should_print = lowest_failing == group->rank();
-  if (lowest_failing == group->size()) return Status::Ok();
+  const int printer = -values[0], lowest_failing = -values[1];
+  if (should_print != nullptr) *should_print = printer == rank;
+  if (lowest_failing == size) return Status::Ok();
   if (!local.ok()) return local;
-  return Status(static_cast<ExitCode>(values[1]), "");
+  return Status(static_cast<ExitCode>(values[2]), "");
 }
 
 }  // namespace trainer

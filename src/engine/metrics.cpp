@@ -3,7 +3,9 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 
 #include "common/filesystem.h"
@@ -39,6 +41,51 @@ Status MetricsWriter::Open(const std::string& output_dir, bool enabled, bool ten
           TensorBoardWriter::Open(output_dir + "/tensorboard", &w->tensorboard_));
   }
   *out = std::move(w);
+  return Status::Ok();
+}
+
+namespace {
+
+// The step of a metrics.jsonl line, {"step": N, ...}; -1 for a line a crash tore (no closing
+// brace) or one without a step.
+int64_t RecordStep(const std::string& line) {
+  const std::string key = "{\"step\": ";
+  if (line.compare(0, key.size(), key) != 0 || line.empty() || line.back() != '}') return -1;
+  char* end = nullptr;
+  const long long step = std::strtoll(line.c_str() + key.size(), &end, 10);
+  return end != line.c_str() + key.size() && (*end == ',' || *end == '}') ? step : -1;
+}
+
+}  // namespace
+
+Status MetricsWriter::StartAt(int64_t step) {
+  if (tensorboard_) TRAINER_RETURN_IF_ERROR(tensorboard_->WriteRestart(step + 1));
+  if (file_ == nullptr) return Status::Ok();
+  std::ifstream in(path_);
+  std::string line, kept;
+  size_t dropped = 0;
+  while (std::getline(in, line)) {
+    const int64_t record_step = RecordStep(line);
+    if (record_step < 0 || record_step > step) {
+      ++dropped;
+      continue;
+    }
+    kept += line;
+    kept += '\n';
+  }
+  if (in.bad())
+    return RuntimeError(StrFormat("cannot read %s: %s", path_.c_str(), std::strerror(errno)));
+  if (dropped == 0) return Status::Ok();
+  std::fclose(file_);
+  file_ = nullptr;
+  TRAINER_RETURN_IF_ERROR(WriteFileAtomically(path_, kept));
+  file_ = std::fopen(path_.c_str(), "a");
+  if (file_ == nullptr)
+    return RuntimeError(StrFormat("cannot open %s for appending: %s (Engine.output_dir)",
+                                  path_.c_str(), std::strerror(errno)));
+  LogInfo(StrFormat("%s: dropped %zu record(s) after step %lld, logged by the run that stopped "
+                    "past its last checkpoint",
+                    path_.c_str(), dropped, static_cast<long long>(step)));
   return Status::Ok();
 }
 

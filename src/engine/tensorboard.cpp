@@ -108,6 +108,15 @@ Status TensorBoardWriter::WriteScalars(int64_t step,
   return WriteRecord(event);
 }
 
+Status TensorBoardWriter::WriteRestart(int64_t step) {
+  std::string session_log;
+  PutVarint(&session_log, 1 << 3 | 0);  // status
+  PutVarint(&session_log, 1);           // SessionLog.START
+  std::string event = EventHeader(step);
+  PutBytesField(&event, 6, session_log);  // session_log
+  return WriteRecord(event);
+}
+
 Status TensorBoardWriter::WriteRecord(const std::string& event) {
   const uint64_t length = event.size();
   const uint32_t length_crc = MaskedCrc(&length, 8), data_crc = MaskedCrc(event.data(), length);

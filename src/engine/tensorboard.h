@@ -1,8 +1,9 @@
 // TensorBoardWriter: scalars in TensorBoard's event-file format, so `tensorboard --logdir
 // <Engine.output_dir>/tensorboard` plots what metrics.jsonl holds. An event file is a sequence of
 // TFRecords (length, masked CRC-32C of the length, an Event protobuf, masked CRC-32C of it); the
-// few protobuf fields needed (Event.wall_time/step/file_version/summary, Summary.Value.tag and
-// simple_value) are encoded here by hand, so no protobuf library is needed.
+// few protobuf fields needed (Event.wall_time/step/file_version/summary/session_log,
+// Summary.Value.tag and simple_value, SessionLog.status) are encoded here by hand, so no protobuf
+// library is needed.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,9 @@ class TensorBoardWriter {
   ~TensorBoardWriter();
   // One event at `step` with a scalar per (tag, value).
   Status WriteScalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
+  // A SessionLog START event at `step`: TensorBoard then drops what earlier event files hold
+  // for steps >= `step` (its purge of orphaned data), the steps a resumed run logs again.
+  Status WriteRestart(int64_t step);
   const std::string& path() const { return path_; }
 
  private:

@@ -91,8 +91,8 @@ Status Trainer::Setup() {
   const bool root = groups_.world_rank == 0;
   if (root) {  // first: a folder that another run writes to is left alone, metrics included
     TRAINER_RETURN_IF_ERROR(CheckOutputFolder(config_.engine.output_dir));
-    TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(config_.checkpoint_dir(),
-                                                    kCheckpointLockWaitSeconds, &checkpoint_lock_));
+    TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(
+        config_.checkpoint_dir(), kCheckpointLockWaitSeconds, &checkpoint_lock_, progress_));
     // A run without --resume in a folder of another run's checkpoints would replace them.
     if (config_.checkpoint.resume.empty())
       TRAINER_RETURN_IF_ERROR(CheckNoEarlierCheckpoints(config_.checkpoint_dir()));
@@ -137,6 +137,8 @@ Status Trainer::Restore() {
   if (config_.model.lora()) TRAINER_RETURN_IF_ERROR(LoadLoraBase());
   if (!config_.checkpoint.resume.empty()) {
     TRAINER_RETURN_IF_ERROR(Resume());
+    // What the interrupted run logged past its checkpoint is logged again from here.
+    TRAINER_RETURN_IF_ERROR(metrics_->StartAt(state_.step));
     if (state_.step > 0) return Status::Ok();
   }
   // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
@@ -544,6 +546,7 @@ Status Trainer::SaveCheckpoint(bool wait) {
   request.config_text = FormatConfig(config_);
   request.keep_last = config_.checkpoint.keep_last;
   request.keep_every = config_.checkpoint.keep_every;
+  request.progress = progress_;
   if (!data_.train_files.empty()) {  // every file was packed alike (OpenDataSources checks)
     request.eod_id = data_.train_files.front()->eod_id();
     request.tokenizer = data_.train_files.front()->tokenizer();
@@ -587,7 +590,7 @@ void Trainer::CreateCheckpointSaver() {
 
 Status Trainer::FinishCheckpoint() {
   if (saver_ == nullptr || !saver_->pending()) return Status::Ok();
-  progress_("a checkpoint write");
+  ReportProgress(progress_, "a checkpoint write");
   CheckpointSaveReport report;
   TRAINER_RETURN_IF_ERROR(saver_->Finish(&report));
   last_checkpoint_ = report.path;
@@ -604,7 +607,7 @@ Status Trainer::Resume() {
   CheckpointLoadResult loaded;
   TRAINER_RETURN_IF_ERROR(LoadCheckpointCollective(config_.checkpoint_dir(),
                                                    config_.checkpoint.resume, config_, model_.get(),
-                                                   optimizer_.get(), groups_, &loaded));
+                                                   optimizer_.get(), groups_, &loaded, progress_));
   if (loaded.path.empty()) return Status::Ok();  // nothing to resume from
   last_checkpoint_ = loaded.path;
   state_.step = loaded.step;

@@ -18,6 +18,7 @@
 #include "common/communicator.h"
 #include "common/filesystem.h"
 #include "common/parallel_groups.h"
+#include "common/progress.h"
 #include "config/train_config.h"
 #include "data/data_sources.h"
 #include "data/dataset.h"
@@ -59,11 +60,10 @@ class Trainer {
   }
 
   const TrainingState& state() const { return state_; }
-  // Called with a phase name (a string literal) whenever a new phase of work starts, so that a
-  // watchdog can tell a stuck collective from progress.
-  void set_progress_callback(std::function<void(const char*)> progress) {
-    progress_ = std::move(progress);
-  }
+  // Told of each phase of work as it starts, and of a checkpoint's lock wait, verification,
+  // load and save tensor by tensor, so that a watchdog can tell a stuck collective from
+  // progress (nullptr: nobody watches).
+  void set_progress(Progress* progress) { progress_ = progress; }
   GptModel* model() { return model_.get(); }
   AdamW* optimizer() { return optimizer_.get(); }
   // Average validation loss over Engine.eval_iters batches of Global.global_batch_size sequences
@@ -180,7 +180,7 @@ class Trainer {
   std::string lora_base_;  // LoRA: the base as checkpoints record it (LoraBaseIdentity)
   std::string last_checkpoint_;                // saved or resumed from in this run; empty if none
   std::unique_ptr<FileLock> checkpoint_lock_;  // rank 0: Checkpoint.dir's, for the whole run
-  std::function<void(const char*)> progress_ = [](const char*) {};
+  Progress* progress_ = nullptr;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   // Last: destroyed first, so that rank 0's background write ends while the rest still exists.
   std::unique_ptr<AsyncCheckpointSaver> saver_;

@@ -122,7 +122,7 @@ Status Trainer::Run() {
       TRAINER_RETURN_IF_ERROR(backend_->ProfilerRange(true));
     }
     double lr = 0;
-    progress_("a training step");
+    ReportProgress(progress_, "a training step");
     TRAINER_RETURN_IF_ERROR(TrainStep(&lr));
     ++window_steps;
     if (!routes_->done()) {  // the GPU routes, once settled (normally after the first step)
@@ -207,7 +207,7 @@ Status Trainer::Run() {
         TRAINER_RETURN_IF_ERROR(StepResults(&loss, &norm));
         TRAINER_RETURN_IF_ERROR(StopIfDiverged(step, loss, norm));
       }
-      progress_("a checkpoint save");
+      ReportProgress(progress_, "a checkpoint save");
       // A stop, and the end of training, wait for the write: the process ends after it.
       TRAINER_RETURN_IF_ERROR(SaveCheckpoint(stop || step == e.max_steps));
     }
@@ -225,7 +225,7 @@ Status Trainer::Run() {
     // After the save: an evaluation that fails never costs the checkpoint that was due.
     if (eval_due) {
       double val = 0;
-      progress_("an evaluation");
+      ReportProgress(progress_, "an evaluation");
       TRAINER_RETURN_IF_ERROR(Evaluate(&val));
       LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, val));
       last_val = val;

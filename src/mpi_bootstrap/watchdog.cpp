@@ -1,11 +1,11 @@
 // Watchdog (watchdog.h).
 #include "mpi_bootstrap/watchdog.h"
 
-#include <mpi.h>
-
 #include <chrono>
+#include <cstdlib>
 
 #include "common/log.h"
+#include "common/status.h"
 
 namespace trainer {
 namespace {
@@ -31,6 +31,12 @@ Watchdog::~Watchdog() {
 void Watchdog::Beat(const char* phase) {
   phase_ = phase;
   last_beat_ = Now();
+  awaiting_root_ = false;
+}
+
+void Watchdog::AwaitRoot(const char* phase) {
+  phase_ = phase;
+  awaiting_root_ = true;
 }
 
 void Watchdog::Run() {
@@ -39,6 +45,7 @@ void Watchdog::Run() {
   while (!stopping_) {
     stop_signal_.wait_for(lock, period);
     if (stopping_) return;
+    if (awaiting_root_) continue;
     const double idle = Now() - last_beat_;
     if (idle < timeout_) continue;
     const ProcessIdentity& id = GetProcessIdentity();
@@ -47,7 +54,9 @@ void Watchdog::Run() {
         "stuck, most likely because another rank died or the network hangs. Read the other "
         "ranks' errors above; NCCL_DEBUG=WARN or OMPI_MCA_btl_base_verbose=100 say more",
         idle, phase_.load(), id.rank, id.host.c_str(), timeout_));
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    // Not MPI_Abort: MPI runs MPI_THREAD_FUNNELED, so this thread may not call it. The launcher
+    // ends the other ranks when one exits non-zero (mpirun does; srun with --kill-on-bad-exit).
+    std::_Exit(static_cast<int>(ExitCode::kRuntime));
   }
 }
 

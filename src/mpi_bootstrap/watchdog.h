@@ -1,7 +1,11 @@
-// Watchdog: turns a stuck collective into an error instead of a silent hang. The training loop
-// reports progress (Beat, naming what it is about to do); a thread checks that the last beat is
-// younger than the timeout, and otherwise prints one line naming the phase, rank and host and
-// stops every rank with MPI_Abort.
+// Watchdog: turns a stuck collective into an error instead of a silent hang. The training loop,
+// and the checkpoint's lock wait, verification, load and save tensor by tensor, report progress
+// (Beat, naming what goes on); a thread checks that the last beat is younger than the timeout
+// (except while the rank waits for rank 0's work, AwaitRoot: rank 0's own watchdog times that),
+// and otherwise prints one line naming the phase, rank and host and ends this process at once
+// with exit code 1 (std::_Exit: no MPI call from this thread, which MPI_THREAD_FUNNELED
+// forbids). The launcher then ends every other rank: mpirun does when a rank exits non-zero,
+// srun with --kill-on-bad-exit (slurm/train.sbatch passes it).
 #pragma once
 
 #include <atomic>
@@ -10,9 +14,11 @@
 #include <string>
 #include <thread>
 
+#include "common/progress.h"
+
 namespace trainer {
 
-class Watchdog {
+class Watchdog : public Progress {
  public:
   // timeout_seconds <= 0 disables it.
   explicit Watchdog(double timeout_seconds);
@@ -20,8 +26,10 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // Progress: `phase` (a string literal) names the work that starts now.
-  void Beat(const char* phase);
+  // Progress: `phase` (a string literal) names the work that goes on or starts now.
+  void Beat(const char* phase) override;
+  // A wait for rank 0's work (Progress::AwaitRoot): not timed until the next Beat.
+  void AwaitRoot(const char* phase) override;
 
  private:
   void Run();
@@ -29,6 +37,7 @@ class Watchdog {
   double timeout_;
   std::atomic<const char*> phase_{"start-up"};
   std::atomic<double> last_beat_{0};
+  std::atomic<bool> awaiting_root_{false};
   std::mutex mutex_;
   std::condition_variable stop_signal_;
   bool stopping_ = false;

@@ -4,7 +4,7 @@
 #    naming the lock and its holder, touching nothing; the first run finishes as if alone;
 #  - a lock held by another Slurm job stops the run the same way; one held by an earlier run of
 #    the same Slurm job (a requeue after a node failure) is waited for, and the run goes on once it
-#    is released;
+#    is released, and the wait counts as progress for the watchdog;
 #  - a holder killed with SIGKILL leaves no lock behind;
 #  - `trainer inspect` of the folder names the lock's holder, or says that there is none.
 # The other holders are python3 processes taking the same lock with fcntl (lockf), as another
@@ -77,16 +77,18 @@ grep -q "^  in use           yes: host elsewhere, pid [0-9]*, Slurm job 4242, si
 one_error_line other.err "another run holds its lock (host elsewhere, pid [0-9]*, Slurm job 4242, since earlier)"
 echo "ok: another Slurm job's lock -> exit 4"
 
-# 3. This Slurm job's own earlier lock: waited for (released after 4 s), then the run goes on.
+# 3. This Slurm job's own earlier lock: waited for (released after 8 s), then the run goes on.
+# The wait (retried every 2 s) is progress on rank 0 and a wait for rank 0 on rank 1: a watchdog
+# of 4 s lets it be.
 rm -f hold.out
-hold 4242 4 > hold.out
+hold 4242 8 > hold.out
 start=$SECONDS
-SLURM_JOB_ID=4242 run_np 1 train "${COMMON[@]}" "${short[@]}" > same.log 2>&1 ||
+SLURM_JOB_ID=4242 run_np 2 train "${COMMON[@]}" "${short[@]}" -o Engine.watchdog_s=4 > same.log 2>&1 ||
   { cat same.log; fail "the requeued job's run failed"; }
 wait $holder_pid 2> /dev/null || true
 grep -q "waiting up to 180 s for the lock on first/checkpoints/.lock left by an earlier run of Slurm job 4242" same.log ||
   { cat same.log; fail "no waiting line"; }
-[ $((SECONDS - start)) -ge 3 ] || fail "the run did not wait for the lock"
+[ $((SECONDS - start)) -ge 7 ] || fail "the run did not wait for the lock"
 [ "$(latest_step first/checkpoints)" = $((MAX + 4)) ] || fail "the requeued run did not save step $((MAX + 4))"
 echo "ok: this job's earlier lock is waited for, then the run resumes and saves"
 

@@ -3,6 +3,8 @@
 # at the next step boundary, save, and exit 75 (mpirun's exit code too). The only periodic save is
 # at the last step, so the checkpoint can only come from the signal. Resuming with --resume auto
 # runs to the end with the losses and final parameters of an uninterrupted run, bit for bit.
+# Ctrl-C on slurm/mpirun_hostfile.sh (the whole process group gets SIGINT): the script passes
+# SIGUSR1 on, the ranks save, and it exits 75.
 # Ctrl-C on one process (no mpirun): the first SIGINT says so, saves and exits 75 as SIGTERM does;
 # a second one quits at once, without a checkpoint.
 source "$(dirname "$0")/lib.sh"
@@ -52,6 +54,33 @@ compare_step_losses run/metrics.jsonl ref/metrics.jsonl 0 || fail "losses differ
 "$COMPARE_CHECKPOINTS" run/checkpoints/step-$(printf %08d $MAX)/checkpoint.h5 \
   ref/checkpoints/step-$(printf %08d $MAX)/checkpoint.h5 0 || fail "final parameters differ"
 echo "preempted at step $stopped, resumed to $MAX: losses and parameters bit-identical"
+
+# Ctrl-C on slurm/mpirun_hostfile.sh: SIGINT to its whole process group, as a terminal sends it
+# (mpirun alone would kill the ranks). Started in a session of its own with SIGINT at its default
+# (a background job of this script would start with it ignored, as bash does).
+echo "localhost slots=2" > hosts
+MPIRUN="$MPIEXEC" python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.setsid()
+os.execvp(sys.argv[1], sys.argv[1:])' bash "$SRC/slurm/mpirun_hostfile.sh" -H hosts -- \
+  "$TRAINER" train "${COMMON[@]}" -o Engine.output_dir=wrapped > wrapped.log 2>&1 &
+wrapper_pid=$!
+deadline=$((SECONDS + 120))
+until [ "$(line_count wrapped/metrics.jsonl)" -ge 3 ]; do
+  kill -0 $wrapper_pid 2> /dev/null || { cat wrapped.log; fail "mpirun_hostfile.sh ended before Ctrl-C"; }
+  [ $SECONDS -lt $deadline ] || { kill -9 -- -$wrapper_pid; fail "no step within 120 s"; }
+  sleep 0.01
+done
+kill -INT -- -$wrapper_pid
+rc=0
+timeout 120 tail --pid=$wrapper_pid -f /dev/null
+wait $wrapper_pid || rc=$?
+[ $rc -eq 75 ] || { tail -20 wrapped.log; fail "mpirun_hostfile.sh exited $rc after Ctrl-C, expected 75"; }
+stopped=$(sed -nE 's/.*stopped by SIGUSR1 after step ([0-9]+);.*/\1/p' wrapped.log)
+[ -n "$stopped" ] || { cat wrapped.log; fail "no stop message after Ctrl-C on mpirun_hostfile.sh"; }
+[ "$(latest_step wrapped/checkpoints)" = "$stopped" ] || fail "latest is not the step it stopped at ($stopped)"
+expect_verified wrapped/checkpoints/step-$(printf %08d "$stopped")
+echo "ok: Ctrl-C on mpirun_hostfile.sh -> exit 75 after step $stopped with a checkpoint that verifies"
 
 # start_single NAME: one process in the background (no mpirun), once it has logged 3 steps.
 start_single() {

@@ -4,7 +4,8 @@
 # of ssh. Checks that each rank ran on its own host (host name and address), that the ranks'
 # all-reduce agreed, that the traffic went over the hosts' own interfaces, and that the root
 # namespace never got an address of the test subnet. Deletes every namespace it made, even on
-# failure. Skips (77) without root or `ip netns`.
+# failure. Skips (77) without root or `ip netns`, after checking the rank count the script takes
+# from a hostfile (which needs neither).
 # Arguments: $1 trainer binary (unused), $2 source dir, $3 scratch dir.
 set -uo pipefail
 # shellcheck disable=SC2034  # the trainer is not needed here
@@ -12,9 +13,23 @@ trainer=$1 src=$2 scratch=$3
 # shellcheck source=tests/integration/slurm_lib.sh
 source "$src/tests/integration/slurm_lib.sh"
 
+fresh_scratch
+# First, without root: the rank count the script derives from a hostfile, read from the mpirun
+# command line it builds (MPIRUN prints its arguments). Slots are summed over every line, the last
+# one without a newline too; comments and blank lines count for nothing.
+printf '#!/bin/sh\necho "$@"\n' >print_args && chmod +x print_args
+rank_count() {
+  MPIRUN=$scratch/print_args bash "$src/slurm/mpirun_hostfile.sh" -H "$1" -- true |
+    sed -nE 's/.* -n ([0-9]+) .*/\1/p'
+}
+printf 'node1 slots=8\nnode2 slots=8' >no_newline
+printf '# two nodes\nnode1 slots=4\n\nnode2\n' >newline
+[[ $(rank_count no_newline) == 16 ]] || fail "hostfile without a last newline: -n $(rank_count no_newline), expected 16"
+[[ $(rank_count newline) == 5 ]] || fail "hostfile with a comment and a blank line: -n $(rank_count newline), expected 5"
+echo "ok: ranks from the hostfile's slots, the last line without a newline included"
+
 require_root
 require_tools mpicc
-fresh_scratch
 hello=$scratch/mpi_hello
 build_mpi_hello "$hello"
 

@@ -1,68 +1,24 @@
 #!/usr/bin/env bash
 # The TensorBoard event file holds what metrics.jsonl holds: read back by an independent decoder
-# (TFRecord framing with masked CRC-32C, the Event/Summary protobuf fields by hand, Python stdlib).
+# (tfevents.py: TFRecord framing with masked CRC-32C, the protobuf fields by hand, Python stdlib).
+# Then a run killed (SIGKILL) past its last checkpoint and resumed: metrics.jsonl holds each
+# step's loss once, and the event files, read with TensorBoard's purge rule (a SessionLog START at
+# step S drops the events before it of steps >= S), hold exactly what metrics.jsonl holds.
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 run_np 1 train -o Data.train_path=data.h5 -o Data.val_fraction=0.1 -o Global.device=cpu \
   -o Model.hidden_size=32 -o Model.num_layers=2 -o Model.max_seq_len=32 -o Engine.max_steps=6 \
   -o Engine.logging_freq=2 -o Engine.eval_freq=3 -o Engine.save_steps=0 -o Engine.output_dir=run \
   > run.log 2>&1 || { cat run.log; fail "training failed"; }
+export PYTHONPATH="$SRC/tests/integration"
 python3 - run/tensorboard run/metrics.jsonl <<'PY'
-import glob, json, math, struct, sys
+import json, math, sys
+from tfevents import events_of, files_of, scalars_of
 
-def crc32c(data):
-    crc = 0xffffffff
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82f63b78 if crc & 1 else crc >> 1
-    return crc ^ 0xffffffff
-
-def masked(data):
-    c = crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xa282ead8) & 0xffffffff
-
-def varint(buf, i):
-    shift = value = 0
-    while True:
-        b = buf[i]; i += 1
-        value |= (b & 0x7f) << shift; shift += 7
-        if b < 0x80: return value, i
-
-def fields(buf):
-    i = 0
-    while i < len(buf):
-        key, i = varint(buf, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0: value, i = varint(buf, i)
-        elif wire == 1: value = struct.unpack("<d", buf[i:i + 8])[0]; i += 8
-        elif wire == 5: value = struct.unpack("<f", buf[i:i + 4])[0]; i += 4
-        elif wire == 2:
-            n, i = varint(buf, i); value = buf[i:i + n]; i += n
-        else: raise SystemExit("unknown wire type %d" % wire)
-        yield field, value
-
-files = glob.glob(sys.argv[1] + "/events.out.tfevents.*")
+files = files_of(sys.argv[1])
 assert len(files) == 1, files
-data = open(files[0], "rb").read()
-events, i = [], 0
-while i < len(data):
-    length = struct.unpack("<Q", data[i:i + 8])[0]
-    assert struct.unpack("<I", data[i + 8:i + 12])[0] == masked(data[i:i + 8]), "length CRC"
-    body = data[i + 12:i + 12 + length]
-    assert struct.unpack("<I", data[i + 12 + length:i + 16 + length])[0] == masked(body), "data CRC"
-    events.append(dict(fields(body)))
-    i += 16 + length
-assert events[0][3] == b"brain.Event:2", events[0]
-scalars = []
-for e in events[1:]:
-    summary = e[5]
-    values = {}
-    for f, v in fields(summary):
-        assert f == 1
-        value = dict(fields(v))
-        values[value[1].decode()] = value[2]
-    scalars.append((e.get(2, 0), values))
+events = events_of(files[0])
+scalars = [(e.get(2, 0), scalars_of(e)) for e in events[1:]]
 records = [json.loads(l) for l in open(sys.argv[2])]
 assert len(records) == len(scalars), (len(records), len(scalars))
 checked = 0
@@ -75,3 +31,64 @@ for record, (step, values) in zip(records, scalars):
         checked += 1
 print("%d events, %d scalars equal to metrics.jsonl (loss, val_loss, lr, ...)" % (len(scalars), checked))
 PY
+
+source "$(dirname "$0")/checkpoint_lib.sh"
+KILLED=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
+        -o Model.hidden_size=32 -o Model.num_layers=2 -o Model.max_seq_len=32
+        -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Engine.save_steps=10
+        -o Engine.output_dir=killed)
+"$TRAINER" train "${KILLED[@]}" -o Engine.max_steps=100000 > killed.log 2>&1 &
+pid=$!
+deadline=$((SECONDS + 60))
+# Killed once a checkpoint is committed and 15 steps are logged.
+until [ -f killed/checkpoints/latest ] &&
+      [ "$(step_losses killed/metrics.jsonl 2> /dev/null | wc -l)" -ge 15 ]; do
+  kill -0 $pid 2> /dev/null || { cat killed.log; fail "the run ended before it was killed"; }
+  [ $SECONDS -lt $deadline ] || { kill -9 $pid; fail "no checkpoint and 15 steps within 60 s"; }
+  sleep 0.01
+done
+kill -9 $pid
+wait $pid || true
+saved=$(latest_step killed/checkpoints)
+logged=$(step_losses killed/metrics.jsonl | tail -n 1 | cut -d' ' -f1)
+[ "${saved:-0}" -ge 10 ] || fail "no checkpoint committed before the kill"
+[ "${logged:-0}" -gt "$saved" ] || fail "nothing logged past the checkpoint (step $saved)"
+run_np 1 train "${KILLED[@]}" -o Engine.max_steps=$((logged + 5)) --resume auto > resumed.log 2>&1 ||
+  { cat resumed.log; fail "the resumed run failed"; }
+python3 - killed/tensorboard killed/metrics.jsonl $((logged + 5)) <<'PY'
+import json, math, sys
+from tfevents import events_of, files_of, scalars_of, session_start
+
+records = [json.loads(l) for l in open(sys.argv[2])]
+loss_steps = [r["step"] for r in records if "loss" in r]
+assert loss_steps == list(range(1, int(sys.argv[3]) + 1)), loss_steps
+# TensorBoard's reading: events in file order; a START at step S drops the kept ones at >= S.
+kept, starts = [], 0
+for path in files_of(sys.argv[1]):
+    for e in events_of(path):
+        if 3 in e:  # file_version: a run's first event (two runs in one second share a file)
+            continue
+        if session_start(e):
+            starts += 1
+            kept = [k for k in kept if k[0] < e.get(2, 0)]
+        else:
+            kept.append((e.get(2, 0), scalars_of(e)))
+assert starts == 1, starts
+def merged(pairs):
+    out = {}
+    for step, values in pairs:
+        for key, value in values.items():
+            if not isinstance(value, (int, float)) or value != value: continue  # null, NaN
+            assert (step, key) not in out, ("twice", step, key)
+            out[(step, key)] = value
+    return out
+got = merged(kept)
+want = merged((r["step"], {k: v for k, v in r.items() if k != "step"}) for r in records)
+assert got.keys() == want.keys(), sorted(set(got) ^ set(want))
+for key, value in want.items():
+    assert math.isclose(got[key], value, rel_tol=1e-6, abs_tol=1e-30), (key, got[key], value)
+print("resumed: %d losses, each step once; %d scalars after TensorBoard's purge equal metrics.jsonl"
+      % (len(loss_steps), len(got)))
+PY
+grep -q "dropped .* record(s) after step $saved" resumed.log || { cat resumed.log; fail "no line about the dropped records"; }
+echo "ok: killed at step $logged, resumed from step $saved: no step logged twice"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A stuck collective becomes an error, not a hang: rank 1 is frozen (SIGSTOP) mid-training, rank 0
-# waits in an all-reduce, and its watchdog (Engine.watchdog_s=4) prints the phase and stops
-# every rank through MPI_Abort well before the test's time limit.
+# waits in an all-reduce, and its watchdog (Engine.watchdog_s=4) prints the phase and ends rank 0
+# with exit code 1 (no MPI call from the watchdog's thread); mpirun then ends every rank, the
+# frozen one too, well before the test's time limit.
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 set +e
@@ -30,10 +31,31 @@ set +e
 wait $launcher
 rc=$?
 set -e
+# Rank 1 must be gone (a zombie that nobody reaped yet is gone too) before it is continued.
+rank1_state=$(awk '/^State:/ {print $2}' /proc/$rank1/status 2> /dev/null || true)
 kill -CONT "$rank1" 2>/dev/null || true
+[ -z "$rank1_state" ] || [ "$rank1_state" = Z ] ||
+  { kill -9 "$rank1"; fail "rank 1 outlived mpirun (state $rank1_state)"; }
 elapsed=$(( $(date +%s) - start ))
-[ $rc -ne 0 ] || fail "mpirun exited 0 after a rank froze"
+[ $rc -eq 1 ] || { cat run.err; fail "mpirun exited $rc after a rank froze, expected 1"; }
 grep -q "no progress for .* in a training step (rank 0" run.err || { cat run.err; fail "no watchdog line"; }
 [ $elapsed -lt 60 ] || fail "the watchdog took ${elapsed}s"
 echo "rank 1 frozen: the watchdog stopped the job after ${elapsed}s with exit code $rc:"
 grep -m1 "no progress" run.err
+
+# A slow checkpoint is progress, not a stall: each tensor takes 60 ms to write, verify and read
+# (TRAINER_FAULT_CHECKPOINT_SLOW, _READ_SLOW; ~5 s for the 84 tensors, more than watchdog_s=2).
+# A synchronous save, then a resume (rank 0 verifies while rank 1 waits for it; both load) and a
+# background save that the end of training waits for: both runs finish, no watchdog line.
+SLOW=(-o Data.train_path=data.h5 -o Global.device=cpu -o Model.hidden_size=32
+      -o Model.num_layers=2 -o Model.max_seq_len=32 -o Engine.logging_freq=1 -o Engine.eval_freq=0
+      -o Engine.save_steps=4 -o Engine.output_dir=slow -o Engine.watchdog_s=2)
+TRAINER_FAULT_CHECKPOINT_SLOW=60 run_np 2 train "${SLOW[@]}" -o Engine.max_steps=4 \
+  -o Checkpoint.async_save=false > slow_save.log 2>&1 || { cat slow_save.log; fail "the slow synchronous save was stopped"; }
+grep -q "saved checkpoint slow/checkpoints/step-00000004" slow_save.log || { cat slow_save.log; fail "no checkpoint at step 4"; }
+TRAINER_FAULT_CHECKPOINT_SLOW=60 TRAINER_FAULT_CHECKPOINT_READ_SLOW=60 run_np 2 train "${SLOW[@]}" \
+  -o Engine.max_steps=8 --resume auto > slow_resume.log 2>&1 || { cat slow_resume.log; fail "the slow resume or background save was stopped"; }
+grep -q "resumed from slow/checkpoints/step-00000004 at step 4" slow_resume.log || { cat slow_resume.log; fail "did not resume from step 4"; }
+grep -q "saved checkpoint slow/checkpoints/step-00000008" slow_resume.log || { cat slow_resume.log; fail "no checkpoint at step 8"; }
+! grep -q "no progress" slow_save.log slow_resume.log || fail "a watchdog fired during a slow checkpoint"
+echo "ok: ~5 s checkpoint save, verification, load and background write under Engine.watchdog_s=2"
