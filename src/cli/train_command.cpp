@@ -98,6 +98,7 @@ int RunTrainCommand(const std::vector<std::string>& args) {
     watchdog.Beat("restoring the model's state");
     status = ctx.Agree(trainer.Restore());
   }
+  if (status.ok()) status = ctx.Agree(trainer.PrepareCheckpointSaves());
   if (status.ok()) status = trainer.Run();
   // An error on this rank stops every rank (ctx.Finish): rank 0 first commits a checkpoint that
   // its background writer has in flight.

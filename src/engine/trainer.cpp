@@ -96,12 +96,7 @@ Status Trainer::Setup() {
   TRAINER_RETURN_IF_ERROR(
       MetricsWriter::Open(config_.engine.output_dir, root, config_.engine.tensorboard, &metrics_));
   if (root) TRAINER_RETURN_IF_ERROR(RemoveIncompleteCheckpoints(config_.checkpoint_dir()));
-  // Periodic asynchronous saves: the host copy of the state (12 bytes per parameter this rank
-  // holds, page-locked on a GPU) is allocated now rather than at the first save, which would
-  // hold training up for seconds (a 1.3B model: 15.8 GB).
   CreateCheckpointSaver();
-  if (saver_ != nullptr && config_.engine.save_steps > 0)
-    TRAINER_RETURN_IF_ERROR(ReserveCheckpointCopy());
   return Status::Ok();
 }
 

@@ -48,6 +48,12 @@ class Trainer {
   Status Setup();
   // Initialise parameters, or resume when Checkpoint.resume is set. Collective over the world.
   Status Restore();
+  // After Restore, agreed: periodic asynchronous saves get their host copy of the state now
+  // rather than at the first save, which it would hold up for seconds (a 1.3B model's 15.8 GB,
+  // page-locked); where a host's ranks cannot hold it, saves are synchronous (one warning).
+  // Collective over the world (every rank must reach it: not inside Setup or Restore, which
+  // some ranks may leave early with an error).
+  Status PrepareCheckpointSaves();
   // Train to Engine.max_steps. Returns ExitCode::kPreempted after saving on a signal, and
   // ExitCode::kDiverged (every rank, nothing saved from that state) on a non-finite loss or
   // gradient norm; both carry no message (rank 0 has logged it). A divergence first finishes a
@@ -132,10 +138,6 @@ class Trainer {
   Status FinishCheckpoint();
   // Checkpoint.async_save: the saver, or (HDF5 not thread-safe) a warning and synchronous saves.
   void CreateCheckpointSaver();
-  // Periodic asynchronous saves: the host copy of the state, allocated at start (a 1.3B model's
-  // 15.8 GB, page-locked, would hold the first save up for seconds), or synchronous saves where
-  // the hosts cannot hold it (a warning).
-  Status ReserveCheckpointCopy();
   Status Resume();
   // Rank 0, after a resume: one warning listing the settings that differ from the saving run's
   // (ChangedSettings), which make the run depart from what an uninterrupted one computes.

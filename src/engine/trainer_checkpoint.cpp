@@ -13,7 +13,8 @@
 
 namespace trainer {
 
-Status Trainer::ReserveCheckpointCopy() {
+Status Trainer::PrepareCheckpointSaves() {
+  if (saver_ == nullptr || config_.engine.save_steps <= 0) return Status::Ok();
   // Where a host's ranks cannot hold the copy beside what they hold already (an offloaded
   // optimizer's state is as large), saves are synchronous: every rank agrees, a save being
   // collective. They then read an offloaded state where it lies, without a copy.
