@@ -202,6 +202,10 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary
 Status VerifyCheckpoint(const std::string& file, Progress* progress = nullptr);
 // The checkpoint file inside a step folder (or the path itself when it is a file).
 std::string CheckpointFile(const std::string& folder_or_file);
+// A trainer checkpoint's weights in one number: the CRC-32 over every /model tensor's name and
+// its stored CRC-32, in name order (attributes only: no tensor is read). Two files with the same
+// weights give the same value wherever they lie. Fails for format version 1 files (no CRCs).
+Status CheckpointWeightsChecksum(const std::string& file, uint32_t* crc);
 // The checkpoint file that `path` names: a step folder's, the file itself, or a checkpoint
 // directory's newest (NewestCheckpointFolder); "" when there is none.
 std::string FindCheckpointFile(const std::string& path);

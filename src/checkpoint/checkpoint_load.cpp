@@ -222,7 +222,8 @@ Status CheckWeightKind(hid_t file_id, const std::string& file,
   if (!has_adapters && wants_adapters)
     return CheckpointError(StrFormat(
         "%s holds a model's weights, not LoRA adapters, and the config trains adapters "
-        "(Model.lora_rank > 0). Resume it with Model.lora_rank=0, or start a LoRA run on it as "
+        "(Model.lora_rank > 0). Resume it with Model.lora_rank=0 (and the other Model.lora_* "
+        "keys at their defaults), or start a LoRA run on it as "
         "the base: Checkpoint.init_from=%s and a Checkpoint.dir of its own",
         file.c_str(), file.c_str()));
   return Status::Ok();
@@ -464,6 +465,15 @@ std::string ResolvedBase(const std::string& base) {
                                                                           : base;
 }
 
+// The fingerprint of a resolved base ("step 5, 123 bytes)" of "(/abs/file, step 5, 123 bytes)"),
+// "" where there is none.
+std::string BaseFingerprint(const std::string& resolved) {
+  const size_t comma = resolved.find(", ");
+  return resolved.size() > 2 && resolved[1] == '(' && comma != std::string::npos
+             ? resolved.substr(comma + 2)
+             : "";
+}
+
 }  // namespace
 
 Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& config) {
@@ -479,12 +489,47 @@ Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& confi
   if (ResolvedBase(recorded) == recorded && recorded.rfind("Checkpoint.", 0) == 0)
     configured = LoraBaseName(config);
   if (ResolvedBase(recorded) == ResolvedBase(configured)) return Status::Ok();
+  // The same step and weights (their CRC-32s) under another path: the base copied or moved
+  // (another cluster, a node-local copy), not another base. A size alone (a Hugging Face
+  // folder's) cannot tell two bases of one shape apart, so it never counts.
+  const std::string fingerprint = BaseFingerprint(ResolvedBase(recorded));
+  if (fingerprint.find("weights CRC-32") != std::string::npos &&
+      fingerprint == BaseFingerprint(ResolvedBase(configured))) {
+    LogInfo(StrFormat("the LoRA base %s holds the recorded one's weights (%s): taken as a copy",
+                      configured.c_str(), recorded.c_str()));
+    return Status::Ok();
+  }
   return CheckpointError(StrFormat(
       "LoRA base differs (%s): its adapters were trained on %s, this config's base is %s. Point "
       "Checkpoint.init_from at the base recorded (the file named first; -o "
       "Checkpoint.init_from=PATH), or set Global.seed as it was; for another base, start a new "
       "LoRA run in a Checkpoint.dir of its own",
       file.c_str(), recorded.c_str(), configured.c_str()));
+}
+
+Status CheckpointWeightsChecksum(const std::string& file, uint32_t* crc) {
+  Hdf5Handle f;
+  TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
+  DatasetList list;
+  if (H5Ovisit(f.get(), H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
+    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
+                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
+  std::sort(list.paths.begin(), list.paths.end());
+  uint32_t sum = 0;
+  for (const std::string& path : list.paths) {
+    if (path.rfind("model/", 0) != 0) continue;
+    Hdf5Handle dataset;
+    int64_t value = 0;
+    if (dataset.Reset(H5Dopen2(f.get(), path.c_str(), H5P_DEFAULT), H5Dclose) < 0 ||
+        H5Aexists(dataset.get(), kChecksumAttribute) <= 0)
+      return CheckpointError(StrFormat("%s: /%s has no %s attribute (a format version 1 file)",
+                                       file.c_str(), path.c_str(), kChecksumAttribute));
+    TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(dataset.get(), kChecksumAttribute, &value));
+    sum = Crc32(path.data(), path.size(), sum);
+    sum = Crc32(&value, sizeof(value), sum);
+  }
+  *crc = sum;
+  return Status::Ok();
 }
 
 std::string FindCheckpointFile(const std::string& path) {

@@ -72,7 +72,10 @@ Status MergedLoraWeights(const TrainConfig& config, const std::string& file,
 
 Status PeftAdapter(const TrainConfig& config, const std::string& file, std::string* config_json,
                    std::vector<SafetensorsTensor>* tensors) {
-  TRAINER_RETURN_IF_ERROR(CheckLoraBase(file, config));  // the adapter names its base
+  // The adapter names its base, whose weights it never reads: a base that is there must be the
+  // one the adapters were trained on, but one that is not (another machine) is no obstacle.
+  if (config.checkpoint.init_from.empty() || PathExists(config.checkpoint.init_from))
+    TRAINER_RETURN_IF_ERROR(CheckLoraBase(file, config));
   const ModelConfig& m = config.model;
   const std::vector<ParameterInfo> adapters = FullParameterList(m);
   std::vector<float> flat;

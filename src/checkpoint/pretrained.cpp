@@ -228,8 +228,14 @@ Status LoraBaseIdentity(const TrainConfig& config, std::string* identity) {
           "Checkpoint.init_from=%s names no weights (the LoRA base): give the trainer checkpoint "
           "or Hugging Face model the adapters apply to",
           path.c_str()));
-    fingerprint = StrFormat("step %lld, %lld bytes", static_cast<long long>(summary.step),
-                            static_cast<long long>(FileSize(file)));
+    // The weights' CRC-32 where the file has them (format 2): a copy of the same base matches
+    // wherever it lies, another base of the same shape does not.
+    uint32_t crc = 0;
+    fingerprint = CheckpointWeightsChecksum(file, &crc).ok()
+                      ? StrFormat("step %lld, weights CRC-32 %08x",
+                                  static_cast<long long>(summary.step), crc)
+                      : StrFormat("step %lld, %lld bytes", static_cast<long long>(summary.step),
+                                  static_cast<long long>(FileSize(file)));
   }
   char absolute[PATH_MAX];
   if (realpath(file.c_str(), absolute) != nullptr) file = absolute;

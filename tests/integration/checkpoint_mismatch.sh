@@ -6,12 +6,14 @@
 #   another Global.seed; the line names both bases, each resolved (absolute file, step, bytes);
 # - a relative init_from read from another folder (trainer eval), and a checkpoint folder as
 #   init_from whose newest step moved on after the LoRA run started (resume, export --lora
-#   merge): refused the same way; the same base by another path, or its step named, resumes;
+#   merge): refused the same way; the same base by another path, or its step named, resumes,
+#   and a copy of it in another folder (the same weights' CRC-32s) is taken for it;
 # - a LoRA checkpoint resumed with Model.lora_rank=0, or given as a full run's init_from: "holds
 #   LoRA adapters", pointing to `trainer export --lora merge`;
 # - a full checkpoint resumed with Model.lora_rank > 0: "holds a model's weights, not LoRA
 #   adapters".
-# And the accepted cases next to them: the same base resumes.
+# And the accepted cases next to them: the same base resumes; an adapter export with the base
+# gone is written (a merge is refused).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 make_small_dataset data.h5
@@ -43,7 +45,7 @@ run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engi
   > lora.log 2>&1 || { tail lora.log; fail "LoRA run"; }
 run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Engine.output_dir=seeded > seeded.log 2>&1 ||
   { tail seeded.log; fail "LoRA run on the seed's base"; }
-refused other_base "LoRA base differs (lora/checkpoints/step-00000002/checkpoint.h5): its adapters were trained on Checkpoint.init_from=$BASE ($PWD/$BASE/checkpoint.h5, step 2, [0-9]* bytes), this config's base is Checkpoint.init_from=$OTHER ($PWD/$OTHER/checkpoint.h5, step 2, [0-9]* bytes)" \
+refused other_base "LoRA base differs (lora/checkpoints/step-00000002/checkpoint.h5): its adapters were trained on Checkpoint.init_from=$BASE ($PWD/$BASE/checkpoint.h5, step 2, weights CRC-32 [0-9a-f]*), this config's base is Checkpoint.init_from=$OTHER ($PWD/$OTHER/checkpoint.h5, step 2, weights CRC-32 [0-9a-f]*)" \
   run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$OTHER -o Engine.output_dir=lora \
   -o Engine.max_steps=4 --resume auto
 refused other_seed "LoRA base differs (seeded/checkpoints/step-00000002/checkpoint.h5): its adapters were trained on Global.seed=1234, this config's base is Global.seed=7" \
@@ -53,6 +55,14 @@ run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$PWD/$BASE -o
   -o Engine.max_steps=4 --resume auto > same_base.log 2>&1 || { tail same_base.log; fail "same base"; }
 grep -q "resumed from lora/checkpoints/step-00000002" same_base.log || fail "the same base did not resume"
 echo "ok: the LoRA run resumes on its own base (named by its absolute path)"
+# A copy of the base elsewhere (another cluster, a node-local copy): the same weights, accepted.
+cp -r $BASE copied_base
+"$TRAINER" eval lora/checkpoints/step-00000002 --data data.h5 --batches 1 \
+  -o Checkpoint.init_from=$PWD/copied_base > copy.out 2> copy.err ||
+  { cat copy.err; fail "eval of the LoRA checkpoint on a copy of its base"; }
+grep -q "holds the recorded one's weights .*: taken as a copy" copy.out ||
+  { cat copy.out; fail "the copy of the base was not recognised as such"; }
+echo "ok: a copy of the base in another folder is taken for it (the weights' CRC-32s match)"
 
 # A relative init_from read from another folder, where the same relative path is another base.
 mkdir -p elsewhere/base/checkpoints && cp -r $OTHER elsewhere/base/checkpoints/
@@ -81,7 +91,7 @@ run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engi
 echo "ok: naming the recorded step as init_from resumes"
 
 # Adapters where weights are wanted, and weights where adapters are.
-refused lora_as_weights "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters (of Checkpoint.init_from=$PWD/$BASE ($PWD/$BASE/checkpoint.h5, step 2, [0-9]* bytes)), not a model's weights.*trainer export --lora merge" \
+refused lora_as_weights "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters (of Checkpoint.init_from=$PWD/$BASE ($PWD/$BASE/checkpoint.h5, step 2, weights CRC-32 [0-9a-f]*)), not a model's weights.*trainer export --lora merge" \
   run_np 2 train "${COMMON[@]}" -o Engine.output_dir=lora -o Engine.max_steps=6 --resume auto
 refused lora_as_init_from "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters.*trainer export --lora merge" \
   run_np 2 train "${COMMON[@]}" -o Checkpoint.init_from=lora/checkpoints/step-00000004 -o Engine.output_dir=from_lora
@@ -89,4 +99,12 @@ mkdir -p weights/checkpoints && cp -r $BASE weights/checkpoints/
 refused weights_as_lora "weights/checkpoints/step-00000002/checkpoint.h5 holds a model's weights, not LoRA adapters.*Model.lora_rank=0" \
   run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=weights \
   -o Engine.max_steps=4 --resume auto
+# An adapter export needs no base weights: with the base gone, it is written all the same; a
+# merge, which needs them, says the base is missing.
+mv base base.away
+"$TRAINER" export lora/checkpoints --lora adapter --output adapter_no_base > adapter.out 2> adapter.err ||
+  { cat adapter.err; fail "export --lora adapter without the base"; }
+[ -f adapter_no_base/adapter_config.json ] || fail "no adapter_config.json"
+refused merge_no_base "names no weights" "$TRAINER" export lora/checkpoints --lora merge --output merged2
+mv base.away base
 echo PASS
