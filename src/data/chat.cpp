@@ -62,6 +62,11 @@ Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer
   return Status::Ok();
 }
 
+std::string ChatTemplateFor(const std::string& requested, const Tokenizer& tokenizer) {
+  if (!requested.empty()) return requested;
+  return tokenizer.name() == "hf" ? "chatml" : "none";
+}
+
 Status CheckChatTemplate(const std::string& chat_template) {
   if (chat_template == "chatml" || chat_template == "llama3" || chat_template == "none")
     return Status::Ok();

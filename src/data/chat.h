@@ -25,6 +25,10 @@ Status JsonChatMessages(std::string_view line, std::vector<ChatMessage>* message
 
 // Usage error unless `chat_template` is chatml, llama3 or none.
 Status CheckChatTemplate(const std::string& chat_template);
+// The template a pack uses: `requested` (--chat-template), or where it is empty the default for
+// the tokenizer: chatml for a tokenizer.json (--tokenizer hf), none for the others, which have
+// no special tokens for a template's markers.
+std::string ChatTemplateFor(const std::string& requested, const Tokenizer& tokenizer);
 
 // Usage error unless `tokenizer` can render `chat_template`: every marker of chatml or llama3 is
 // one token of an hf tokenizer (bytes and gpt2 take none only; a marker split into ordinary

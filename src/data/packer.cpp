@@ -89,7 +89,7 @@ class InputReader {
       : tokenizer_(tokenizer),
         jsonl_(options.input_format == "jsonl" || options.input_format == "chat"),
         chat_(options.input_format == "chat"),
-        chat_template_(options.chat_template),
+        chat_template_(ChatTemplateFor(options.chat_template, *tokenizer)),
         max_length_(options.max_length),
         drop_overlong_(options.overlong == "drop"),
         jsonl_key_(options.jsonl_key),
@@ -394,8 +394,9 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
                       "line one conversation)");
   const bool chat = options.input_format == "chat";
   if (chat) {
-    TRAINER_RETURN_IF_ERROR(CheckChatTemplate(options.chat_template));
-    TRAINER_RETURN_IF_ERROR(CheckChatTokenizer(options.chat_template, tokenizer));
+    const std::string chat_template = ChatTemplateFor(options.chat_template, *tokenizer);
+    TRAINER_RETURN_IF_ERROR(CheckChatTemplate(chat_template));
+    TRAINER_RETURN_IF_ERROR(CheckChatTokenizer(chat_template, tokenizer));
     if (options.overlong != "truncate" && options.overlong != "drop")
       return UsageError("unknown --overlong (pack): '" + options.overlong +
                         "'. Use truncate or drop");

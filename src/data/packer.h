@@ -18,7 +18,8 @@ namespace trainer {
 struct PackOptions {
   std::vector<std::string> inputs;    // one document per file (text), or per line (jsonl), in order
   std::string input_format = "text";  // text | jsonl (JSON Lines: each line an object) | chat
-  std::string chat_template = "chatml";  // chat: chatml | llama3 | none (data/chat.h)
+  // chat: chatml | llama3 | none (data/chat.h); "": chatml with --tokenizer hf, else none
+  std::string chat_template;
   int64_t max_length = 0;                // chat: 0 = any; else tokens per conversation (with eod)
   std::string overlong = "truncate";     // chat: truncate | drop conversations over max_length
   std::string jsonl_key = "text";        // jsonl: the key whose string is the document

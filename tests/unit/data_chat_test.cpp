@@ -166,14 +166,16 @@ TEST_F(ChatPackTest, BadLinesAndOptionsAreNamed) {
   options.input_format = "chat";
   options.show_progress = false;
   PackSummary summary;
-  // The default template, chatml, writes markers that the byte tokenizer has no tokens for.
+  // chatml writes markers that the byte tokenizer has no tokens for.
+  options.chat_template = "chatml";
   Status status = PackDataset(options, &summary);
   EXPECT_EQ(status.code(), ExitCode::kUsage);
   EXPECT_NE(status.message().find("--chat-template chatml (pack) writes special tokens such as "
                                   "<|im_start|>, and --tokenizer bytes has none"),
             std::string::npos)
       << status.message();
-  options.chat_template = "none";
+  // Without --chat-template the byte tokenizer takes none: the packing goes on to the data.
+  options.chat_template = "";
   status = PackDataset(options, &summary);
   EXPECT_EQ(status.code(), ExitCode::kData);
   EXPECT_NE(status.message().find("chat.jsonl line 2"), std::string::npos) << status.message();
