@@ -171,6 +171,16 @@ int RunPlanCommand(const std::vector<std::string>& args) {
           "  stage %d: sharding_offload keeps %.2f GiB of optimizer state and its staging "
           "ring in host memory per rank (outside the arena; %zu bytes)\n",
           stage, GiB(m.offloaded), m.offloaded);
+    // Checkpoint.async_save: a copy of this rank's state in host memory (under sharding the
+    // pieces are gathered: the whole of this rank's parameters), reserved when training starts
+    // (Trainer::PrepareCheckpointSaves).
+    if (c.checkpoint.async_save && c.engine.save_steps > 0)
+      std::cout << StrFormat(
+          "  stage %d: asynchronous checkpoint saves keep ~%.2f GiB of host memory per rank "
+          "(a copy of the state, 12 bytes per parameter trained%s; without room: synchronous "
+          "saves)\n",
+          stage, GiB(12.0 * static_cast<double>(m.parameters)),
+          gpu ? ", page-locked" : "");
     if (device_gib <= 0) continue;
     RankMemoryAvailable memory;
     memory.where = gpu ? StrFormat("a GPU of %g GiB", device_gib)
