@@ -62,12 +62,14 @@ Status MetricsWriter::StartAt(int64_t step) {
   if (tensorboard_) TRAINER_RETURN_IF_ERROR(tensorboard_->WriteRestart(step + 1));
   if (file_ == nullptr) return Status::Ok();
   std::ifstream in(path_);
-  std::string line, kept;
+  std::string line, kept, superseded;
   size_t dropped = 0;
   while (std::getline(in, line)) {
     const int64_t record_step = RecordStep(line);
     if (record_step < 0 || record_step > step) {
       ++dropped;
+      superseded += line;
+      superseded += '\n';
       continue;
     }
     kept += line;
@@ -76,6 +78,17 @@ Status MetricsWriter::StartAt(int64_t step) {
   if (in.bad())
     return RuntimeError(StrFormat("cannot read %s: %s", path_.c_str(), std::strerror(errno)));
   if (dropped == 0) return Status::Ok();
+  // Kept aside, not lost: a run gone back to an earlier step may return to the line it left.
+  const std::string aside = path_ + ".superseded";
+  if (std::FILE* f = std::fopen(aside.c_str(), "a")) {
+    const bool ok = std::fwrite(superseded.data(), 1, superseded.size(), f) == superseded.size();
+    if (std::fclose(f) != 0 || !ok)
+      return RuntimeError(StrFormat("cannot write %s: %s (Engine.output_dir)", aside.c_str(),
+                                    std::strerror(errno)));
+  } else {
+    return RuntimeError(StrFormat("cannot write %s: %s (Engine.output_dir)", aside.c_str(),
+                                  std::strerror(errno)));
+  }
   std::fclose(file_);
   file_ = nullptr;
   TRAINER_RETURN_IF_ERROR(WriteFileAtomically(path_, kept));
@@ -83,9 +96,9 @@ Status MetricsWriter::StartAt(int64_t step) {
   if (file_ == nullptr)
     return RuntimeError(StrFormat("cannot open %s for appending: %s (Engine.output_dir)",
                                   path_.c_str(), std::strerror(errno)));
-  LogInfo(StrFormat("%s: dropped %zu record(s) after step %lld, logged by the run that stopped "
-                    "past its last checkpoint",
-                    path_.c_str(), dropped, static_cast<long long>(step)));
+  LogInfo(StrFormat("%s: %zu record(s) after step %lld, logged by the run that went past this "
+                    "checkpoint, moved to %s",
+                    path_.c_str(), dropped, static_cast<long long>(step), aside.c_str()));
   return Status::Ok();
 }
 

@@ -1,7 +1,7 @@
 // MetricsWriter: metrics.jsonl in Engine.output_dir (one JSON object per line, snake_case keys),
 // written by rank 0, and the same scalars for TensorBoard under <output_dir>/tensorboard
-// (Engine.tensorboard). Appends; a run that resumes at step S first drops what the interrupted
-// run logged after S (StartAt), so that no step appears twice.
+// (Engine.tensorboard). Appends; a run that resumes at step S first moves what the interrupted
+// run logged after S to metrics.jsonl.superseded (StartAt), so that no step appears twice.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,8 @@ class MetricsWriter {
   static Status Open(const std::string& output_dir, bool enabled, bool tensorboard,
                      std::unique_ptr<MetricsWriter>* out);
   ~MetricsWriter();
-  // A resumed run's start at `step` (its checkpoint's; 0 when --resume found none): drops the
-  // metrics.jsonl records of later steps (and a line torn by a crash), rewriting the file
+  // A resumed run's start at `step` (its checkpoint's, > 0): moves the metrics.jsonl records of
+  // later steps (and a line torn by a crash) to metrics.jsonl.superseded, rewriting the file
   // atomically, and marks TensorBoard's restart at step + 1 (TensorBoardWriter::WriteRestart).
   Status StartAt(int64_t step);
   // {"step": 3, "loss": 4.2, ...} in the given order; values printed with %.6g unless integral.

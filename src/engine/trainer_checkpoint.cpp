@@ -42,9 +42,9 @@ Status Trainer::Restore() {
   if (config_.model.lora()) TRAINER_RETURN_IF_ERROR(LoadLoraBase());
   if (!config_.checkpoint.resume.empty()) {
     TRAINER_RETURN_IF_ERROR(Resume());
-    // What the interrupted run logged past its checkpoint is logged again from here.
-    TRAINER_RETURN_IF_ERROR(metrics_->StartAt(state_.step));
-    if (state_.step > 0) return Status::Ok();
+    // What the interrupted run logged past its checkpoint is logged again from here. Nothing
+    // resumed (a fresh start under auto): the folder's metrics stay as they are.
+    if (state_.step > 0) return metrics_->StartAt(state_.step);
   }
   // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
   if (!config_.checkpoint.init_from.empty() && !config_.model.lora()) {
