@@ -29,12 +29,16 @@ void SnapshotBuffer::Reserve(Backend* backend, size_t elements, std::string* ref
   locked_ = nullptr;
   backend_ = backend;
   void* p = nullptr;
-  const Status s = backend->AllocateHost(elements * sizeof(float), &p);
+  // Only a GPU's copies gain from page-locked memory; a CPU backend's would count the copy in
+  // its allocator's high-water mark, which is held against trainer plan's arena.
+  const Status s = backend->device_memory()
+                       ? backend->AllocateHost(elements * sizeof(float), &p)
+                       : Status(ExitCode::kRuntime, "");
   if (s.ok()) {
     locked_ = static_cast<float*>(p);
     std::vector<float>().swap(ordinary_);
   } else {
-    *refusal = s.message();
+    if (!s.message().empty()) *refusal = s.message();
     ordinary_.resize(elements);
   }
   size_ = elements;
