@@ -69,7 +69,6 @@ grep -q "^checkpoint $CKPT/step-00000006/checkpoint.h5" inspect.out ||
 grep -q '"step": 6,' eval.out || { cat eval.out; fail "eval of the folder did not take latest (step 6)"; }
 echo "ok: inspect and eval of the folder take step 6 (latest), not the newer step 10"
 flip_tensor_byte $CKPT/step-00000006/checkpoint.h5 /model/transformer.wte.weight
-records=$(line_count run/metrics.jsonl)
 run_np 1 train "${COMMON[@]}" -o Engine.max_steps=6 -o Checkpoint.keep_last=2 --resume auto \
   > fallback.log 2>&1 || { tail fallback.log; fail "resume auto after damaging step 6"; }
 grep -q "resumed from $CKPT/step-00000004 at step 4" fallback.log ||
@@ -77,8 +76,8 @@ grep -q "resumed from $CKPT/step-00000004 at step 4" fallback.log ||
 [ -d $CKPT/step-00000006.damaged ] || fail "the damaged step 6 was not set aside"
 [ -d $CKPT/step-00000010.superseded ] || fail "step 10 was not set aside at the save of step 6"
 [ "$(steps $CKPT)" = "step-00000004 step-00000006" ] || fail "after the fallback: $(steps $CKPT)"
-tail -n +$((records + 1)) run/metrics.jsonl > redo.jsonl
-compare_step_losses redo.jsonl first.jsonl 0 5 || fail "steps 5-6 redone from step 4 differ"
+# The resumed run moved what was logged past step 4 aside: steps 5 and 6 are the redone ones.
+compare_step_losses run/metrics.jsonl first.jsonl 0 5 || fail "steps 5-6 redone from step 4 differ"
 echo "ok: a damaged step 6 falls back to step 4, not the newer step 10; steps 5-6 as the first run"
 
 # No `latest`: inspect takes the newest committed step.
