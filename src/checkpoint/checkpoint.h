@@ -185,10 +185,10 @@ Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfi
                              GptModel* model);
 // The slices that `part` holds of a checkpoint's weights into `flat`, in the buffer order of
 // `params` (this rank's list, or FullParameterList's for whole tensors), after checking the
-// file's model shape against `config`.
+// file's model shape against `config`. `progress` (optional) is told of each tensor read.
 Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
                              const std::vector<ParameterInfo>& params, const ModelPartition& part,
-                             std::vector<float>* flat);
+                             std::vector<float>* flat, Progress* progress = nullptr);
 // LoRA (`config` trains adapters): the base that the checkpoint's adapters were trained on (its
 // `lora_base`) is the one `config` names now (LoraBaseIdentity: the same resolved file, step and
 // size, or the same seed); else one error naming both. ok for a checkpoint without adapters.

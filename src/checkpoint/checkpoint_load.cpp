@@ -435,12 +435,12 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
 
 Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
                              const std::vector<ParameterInfo>& params, const ModelPartition& part,
-                             std::vector<float>* flat) {
+                             std::vector<float>* flat, Progress* progress) {
   const std::string file = CheckpointFile(folder_or_file);
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   TRAINER_RETURN_IF_ERROR(CheckWeightsFit(f.get(), file, config, params));
-  return ReadState(f.get(), file, params, part, 0, nullptr, flat);
+  return ReadState(f.get(), file, params, part, 0, progress, flat);
 }
 
 Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfig& config,

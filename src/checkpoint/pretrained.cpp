@@ -243,7 +243,8 @@ Status LoraBaseIdentity(const TrainConfig& config, std::string* identity) {
   return Status::Ok();
 }
 
-Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what) {
+Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what,
+                           Progress* progress) {
   std::vector<float> flat;
   *what = LoraBaseName(config);
   if (config.checkpoint.init_from.empty())
@@ -252,14 +253,16 @@ Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::stri
   else
     TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(config.checkpoint.init_from, config.model,
                                                       model->partition(),
-                                                      model->frozen_parameters(), &flat, what));
+                                                      model->frozen_parameters(), &flat, what,
+                                                      progress));
   return model->SetFrozenParameters(flat);
 }
 
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
                                  const ModelPartition& part,
                                  const std::vector<ParameterInfo>& params, std::vector<float>* flat,
-                                 std::string* what) {
+                                 std::string* what, Progress* progress) {
+  ReportProgress(progress, "loading pretrained weights");
   const std::string weights = HuggingFaceWeightsFile(path);
   if (!weights.empty()) {
     const std::string arch = HuggingFaceArchitecture(HuggingFaceFolder(weights));
@@ -281,13 +284,15 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
           llama ? "" : "-o Model.arch=gpt2 ", needs.c_str()));
     }
     *what = weights + (llama ? " (a Hugging Face " + arch + ")" : " (a Hugging Face GPT-2)");
-    if (llama) return LlamaParameterValues(weights, model, part, params, flat);
-    return FromSafetensors(weights, model, part, params, flat);
+    const Status read = llama ? LlamaParameterValues(weights, model, part, params, flat)
+                              : FromSafetensors(weights, model, part, params, flat);
+    ReportProgress(progress, "loading pretrained weights");
+    return read;
   }
   const std::string checkpoint = FindCheckpointFile(path);
   if (!checkpoint.empty()) {
     *what = checkpoint + " (a trainer checkpoint's weights)";
-    return ReadCheckpointWeights(checkpoint, model, params, part, flat);
+    return ReadCheckpointWeights(checkpoint, model, params, part, flat, progress);
   }
   return CheckpointError(StrFormat(
       "Checkpoint.init_from=%s names no weights: give a trainer checkpoint (a step folder, its "

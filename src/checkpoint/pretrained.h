@@ -16,6 +16,7 @@
 
 #include "checkpoint/hf_folder.h"
 #include "checkpoint/safetensors.h"
+#include "common/progress.h"
 #include "common/status.h"
 #include "config/train_config.h"
 #include "model/gpt.h"
@@ -57,12 +58,17 @@ std::string LoraBaseName(const TrainConfig& config);
 Status LoraBaseIdentity(const TrainConfig& config, std::string* identity);
 
 // LoRA: the frozen base weights of `model` (its frozen_parameters()) from Checkpoint.init_from,
-// or from Global.seed's initialisation without one; *what names the source.
-Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what);
+// or from Global.seed's initialisation without one; *what names the source. `progress`
+// (optional): as PretrainedParameterValues.
+Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what,
+                           Progress* progress = nullptr);
 
+// The weights that `path` (Checkpoint.init_from) holds for `params`: a Hugging Face folder or
+// file, or a trainer checkpoint; *what names the source. `progress` (optional) is told of each
+// tensor of a trainer checkpoint read, and before and after a Hugging Face file's.
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
                                  const ModelPartition& part,
                                  const std::vector<ParameterInfo>& params, std::vector<float>* flat,
-                                 std::string* what);
+                                 std::string* what, Progress* progress = nullptr);
 
 }  // namespace trainer

@@ -52,7 +52,7 @@ Status Trainer::Restore() {
     std::string what;
     TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(config_.checkpoint.init_from, config_.model,
                                                       model_->partition(), model_->parameters(),
-                                                      &flat, &what));
+                                                      &flat, &what, progress_));
     LogInfo("initial weights from " + what + "; step 0, fresh optimizer state");
     return optimizer_->SetMaster(flat);
   }
@@ -64,7 +64,7 @@ Status Trainer::LoadLoraBase() {
   std::string what;
   // Resolved once, as loaded: a checkpoint folder's newest step may move on during the run.
   TRAINER_RETURN_IF_ERROR(LoraBaseIdentity(config_, &lora_base_));
-  TRAINER_RETURN_IF_ERROR(LoadLoraBaseWeights(config_, model_.get(), &what));
+  TRAINER_RETURN_IF_ERROR(LoadLoraBaseWeights(config_, model_.get(), &what, progress_));
   LogInfo(
       StrFormat("LoRA rank %d, alpha %g on %s: %zu adapter tensors train; the base weights "
                 "are frozen, from %s",

@@ -59,3 +59,13 @@ grep -q "resumed from slow/checkpoints/step-00000004 at step 4" slow_resume.log 
 grep -q "saved checkpoint slow/checkpoints/step-00000008" slow_resume.log || { cat slow_resume.log; fail "no checkpoint at step 8"; }
 ! grep -q "no progress" slow_save.log slow_resume.log || fail "a watchdog fired during a slow checkpoint"
 echo "ok: ~5 s checkpoint save, verification, load and background write under Engine.watchdog_s=2"
+# Starting from a checkpoint's weights (Checkpoint.init_from) and from a LoRA base: ~3 s of
+# reads (the 28 weight tensors at 100 ms each) under watchdog_s=2, in a folder of its own.
+TRAINER_FAULT_CHECKPOINT_READ_SLOW=100 run_np 2 train "${SLOW[@]}" -o Engine.output_dir=slow_init \
+  -o Checkpoint.init_from=slow/checkpoints/step-00000008 -o Engine.max_steps=1 -o Engine.save_steps=0 \
+  > slow_init.log 2>&1 || { cat slow_init.log; fail "the slow init_from load was stopped"; }
+TRAINER_FAULT_CHECKPOINT_READ_SLOW=100 run_np 2 train "${SLOW[@]}" -o Engine.output_dir=slow_lora \
+  -o Checkpoint.init_from=slow/checkpoints/step-00000008 -o Engine.max_steps=1 -o Engine.save_steps=0 \
+  -o Model.lora_rank=2 > slow_lora.log 2>&1 || { cat slow_lora.log; fail "the slow LoRA base load was stopped"; }
+! grep -q "no progress" slow_init.log slow_lora.log || fail "a watchdog fired during a slow weights load"
+echo "ok: ~3 s loads of initial weights and of a LoRA base under Engine.watchdog_s=2"
