@@ -67,6 +67,16 @@ herr_t CollectDataset(hid_t, const char* name, const H5O_info_t* info, void* dat
   return 0;
 }
 
+// Every dataset's path in a checkpoint file ("model/<name>", "optim/exp_avg/<name>", ...).
+Status ListTensors(hid_t file_id, const std::string& file, std::vector<std::string>* paths) {
+  DatasetList list;
+  if (H5Ovisit(file_id, H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
+    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
+                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
+  *paths = std::move(list.paths);
+  return Status::Ok();
+}
+
 // "Model.hidden_size: checkpoint 128, config 256; ..." for every differing shape key.
 std::string ShapeDifferences(hid_t f, const ModelConfig& m) {
   const std::pair<const char*, int64_t> keys[] = {{"hidden_size", m.hidden_size},
@@ -235,12 +245,10 @@ Status CheckNoExtraTensors(hid_t file_id, const std::string& file, const ModelCo
   std::set<std::string> known;
   for (const ParameterInfo& p : FullParameterList(config)) known.insert(p.name);
   for (const ParameterInfo& p : FullBaseParameterList(config)) known.insert(p.name);
-  DatasetList list;
-  if (H5Ovisit(file_id, H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
-    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
-                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
+  std::vector<std::string> tensors;
+  TRAINER_RETURN_IF_ERROR(ListTensors(file_id, file, &tensors));
   std::vector<std::string> extra;
-  for (const std::string& path : list.paths)
+  for (const std::string& path : tensors)
     if (path.rfind("model/", 0) == 0 && known.count(path.substr(6)) == 0) extra.push_back(path);
   if (extra.empty()) return Status::Ok();
   std::vector<int64_t> shape;
@@ -353,22 +361,20 @@ Status VerifyCheckpoint(const std::string& file, Progress* progress) {
                   "newer format)",
                   file.c_str(), kCheckpointFormatVersion));
   const bool has_crc = version >= 2;
-  DatasetList list;
-  if (H5Ovisit(f.get(), H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
-    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
-                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
+  std::vector<std::string> tensors;
+  TRAINER_RETURN_IF_ERROR(ListTensors(f.get(), file, &tensors));
   int64_t expected_count = 0;
   if (has_crc && (!Hdf5ReadIntAttribute(f.get(), "tensor_count", &expected_count).ok() ||
-                  expected_count != static_cast<int64_t>(list.paths.size())))
+                  expected_count != static_cast<int64_t>(tensors.size())))
     return CheckpointError(StrFormat(
         "checkpoint tensors missing (%s): it holds %zu tensors, its manifest says "
         "%lld. %s",
-        file.c_str(), list.paths.size(), static_cast<long long>(expected_count), kDamagedAdvice));
-  if (list.paths.empty())
+        file.c_str(), tensors.size(), static_cast<long long>(expected_count), kDamagedAdvice));
+  if (tensors.empty())
     return CheckpointError(
         StrFormat("checkpoint holds no tensors (%s). %s", file.c_str(), kDamagedAdvice));
   std::vector<float> buffer;
-  for (const std::string& path : list.paths) {
+  for (const std::string& path : tensors) {
     ReportProgress(progress, "verifying a checkpoint");
     InjectedCheckpointDelay("TRAINER_FAULT_CHECKPOINT_READ_SLOW");
     std::vector<int64_t> shape;
@@ -419,11 +425,9 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
     TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "lora_base", &s->lora_base));
   s->format_version = static_cast<int>(version);
   s->seed = static_cast<uint64_t>(seed);
-  DatasetList list;
-  if (H5Ovisit(f.get(), H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
-    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
-                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
-  for (const std::string& path : list.paths) {
+  std::vector<std::string> tensors;
+  TRAINER_RETURN_IF_ERROR(ListTensors(f.get(), file, &tensors));
+  for (const std::string& path : tensors) {
     if (path.rfind("model/", 0) != 0) continue;
     CheckpointSummary::TensorInfo t;
     t.name = path.substr(6);
@@ -510,13 +514,11 @@ Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& confi
 Status CheckpointWeightsChecksum(const std::string& file, uint32_t* crc) {
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
-  DatasetList list;
-  if (H5Ovisit(f.get(), H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
-    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
-                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
-  std::sort(list.paths.begin(), list.paths.end());
+  std::vector<std::string> tensors;
+  TRAINER_RETURN_IF_ERROR(ListTensors(f.get(), file, &tensors));
+  std::sort(tensors.begin(), tensors.end());
   uint32_t sum = 0;
-  for (const std::string& path : list.paths) {
+  for (const std::string& path : tensors) {
     if (path.rfind("model/", 0) != 0) continue;
     Hdf5Handle dataset;
     int64_t value = 0;
