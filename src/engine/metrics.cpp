@@ -1,11 +1,11 @@
 // MetricsWriter (metrics.h).
 #include "engine/metrics.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 
 #include "common/filesystem.h"
@@ -61,34 +61,25 @@ int64_t RecordStep(const std::string& line) {
 Status MetricsWriter::StartAt(int64_t step) {
   if (tensorboard_) TRAINER_RETURN_IF_ERROR(tensorboard_->WriteRestart(step + 1));
   if (file_ == nullptr) return Status::Ok();
-  std::ifstream in(path_);
-  std::string line, kept, superseded;
+  TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(path_));
+  std::string kept, moved;
   size_t dropped = 0;
-  while (std::getline(in, line)) {
+  for (size_t at = 0, end; at < text.size(); at = end + 1) {
+    end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
     const int64_t record_step = RecordStep(line);
-    if (record_step < 0 || record_step > step) {
-      ++dropped;
-      superseded += line;
-      superseded += '\n';
-      continue;
-    }
-    kept += line;
-    kept += '\n';
+    const bool past = record_step < 0 || record_step > step;
+    dropped += past;
+    (past ? moved : kept) += line + '\n';
   }
-  if (in.bad())
-    return RuntimeError(StrFormat("cannot read %s: %s", path_.c_str(), std::strerror(errno)));
   if (dropped == 0) return Status::Ok();
   // Kept aside, not lost: a run gone back to an earlier step may return to the line it left.
   const std::string aside = path_ + ".superseded";
-  if (std::FILE* f = std::fopen(aside.c_str(), "a")) {
-    const bool ok = std::fwrite(superseded.data(), 1, superseded.size(), f) == superseded.size();
-    if (std::fclose(f) != 0 || !ok)
-      return RuntimeError(StrFormat("cannot write %s: %s (Engine.output_dir)", aside.c_str(),
-                                    std::strerror(errno)));
-  } else {
-    return RuntimeError(StrFormat("cannot write %s: %s (Engine.output_dir)", aside.c_str(),
-                                  std::strerror(errno)));
+  std::string earlier;
+  if (PathExists(aside)) {
+    TRAINER_ASSIGN_OR_RETURN(earlier, ReadSmallFile(aside));
   }
+  TRAINER_RETURN_IF_ERROR(WriteFileAtomically(aside, earlier + moved));
   std::fclose(file_);
   file_ = nullptr;
   TRAINER_RETURN_IF_ERROR(WriteFileAtomically(path_, kept));
