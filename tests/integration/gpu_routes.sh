@@ -133,10 +133,10 @@ PY
   train "$name" cuda -o Engine.gpu_routes="$name.json" || rc=$?
   [ "$rc" = 2 ] || { tail -5 "$name.log"; fail "$name: exit $rc, want 2"; }
   local lines
-  lines=$(grep -c 'error:' "$name.log")
+  lines=$(grep -c '^error:' "$name.log")
   [ "$lines" = 1 ] || { cat "$name.log"; fail "$name: $lines error lines, want 1"; }
   local line shape
-  line=$(grep 'error:' "$name.log")
+  line=$(grep '^error:' "$name.log")
   shape=$(cat "$name.json.shape")
   for want in "$name.json" "op $op" "shape $shape" "candidate $candidate" "$reason"; do
     [[ "$line" == *"$want"* ]] || fail "$name: the error does not say '$want': $line"
