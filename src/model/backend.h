@@ -373,8 +373,9 @@ class Backend {
   Status GroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
                               const std::vector<ExpertRun>& groups);
   // din[R] (M,C) = dout[R] (M,OC) @ W (overwritten; skipped when empty); dweights (E,OC,C) f32:
-  // dweights[g.expert] += (or =, by dweights_write, for the expert's first group; experts in no
-  // group untouched) dout[R]^T @ in[R] (skipped when empty). dout, in, din compute.
+  // dweights[g.expert] += dout[R]^T @ in[R] (skipped when empty), or with dweights_write
+  // kOverwrite dweights[e] = the sum over expert e's groups, zero for an expert in no group (with
+  // kAccumulate those stay untouched). dout, in, din compute.
   Status GroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in, Tensor weights,
                                const std::vector<ExpertRun>& groups,
                                GradientWrite dweights_write);

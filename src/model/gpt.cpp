@@ -59,7 +59,8 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
     m->layer_grads_.push_back(m->Weights(partition.first_layer + i, true));
   }
   // ZeroGradients zeroes everything but the gradients that Backward's GEMMs write first: the
-  // blocks' weight matrices, and wte where the LM head is (elsewhere EmbeddingBackward adds to it).
+  // blocks' weight matrices and expert stacks (GroupedMatmulBackward writes zeros for the experts
+  // without rows), and wte where the LM head is (elsewhere EmbeddingBackward adds to it).
   size_t zero_from = 0;
   for (const ParameterInfo& p : m->params_) {
     const bool lm_head =
@@ -67,7 +68,8 @@ Status GptModel::Create(const ModelConfig& config, const ModelPartition& partiti
                                          partition.last_stage() && m->spec_.tied_embeddings);
     // Adapters accumulate into their gradients (lora.cpp): zeroed like the biases.
     const bool adapter = p.role == ParamRole::kLoraA || p.role == ParamRole::kLoraB;
-    const bool block_matrix = p.local_shape.size() == 2 && p.layer >= 0 && !adapter;
+    const bool experts = p.role == ParamRole::kExpertGateUp || p.role == ParamRole::kExpertDown;
+    const bool block_matrix = (p.local_shape.size() == 2 || experts) && p.layer >= 0 && !adapter;
     if (p.offset >= static_cast<size_t>(m->grad_buffer_.numel())) break;  // stage 2: buckets
     if (!lm_head && !block_matrix) continue;
     if (p.offset > zero_from) m->zeroed_gradient_spans_.emplace_back(zero_from, p.offset);

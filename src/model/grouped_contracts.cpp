@@ -76,6 +76,21 @@ Status Backend::GroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, 
   c.Optional(din).Like("din", din, cd, "in", in);
   c.Optional(dweights).SameCount("dweights", dweights, DType::kF32, "weights", weights);
   TRAINER_RETURN_IF_ERROR(c.status());
+  if (!dweights.empty() && dweights_write == GradientWrite::kOverwrite) {
+    // Overwritten: the experts in no group get zeros, each run of such experts one Zero.
+    std::vector<bool> in_group(weights.dim(0), false);
+    for (const ExpertRun& g : groups) in_group[g.expert] = in_group[g.expert] || g.rows > 0;
+    for (int64_t e = 0; e < weights.dim(0);) {
+      int64_t end = e;
+      while (end < weights.dim(0) && !in_group[end]) ++end;
+      if (end > e) {
+        const Tensor first = Matrix(dweights, weights, e);
+        TRAINER_RETURN_IF_ERROR(
+            Zero(Tensor(first.data, DType::kF32, {(end - e) * weights.dim(1), weights.dim(2)})));
+      }
+      e = end + 1;
+    }
+  }
   return RunGroupedMatmulBackward(din, dweights, dout, in, weights, groups, dweights_write);
 }
 

@@ -188,14 +188,14 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, sc.dy, dye, true));
   // The experts' backward, as their forward: grouped GEMMs around one SwiGLU pass per span.
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulBackward(
-      sc.dact, g.experts_down, dye, a.act, w.experts_down, d->runs, GradientWrite::kAccumulate));
+      sc.dact, g.experts_down, dye, a.act, w.experts_down, d->runs, ctx.weight_gradients));
   int64_t rows = 0;
   TRAINER_RETURN_IF_ERROR(CoveredRows(d->runs, &rows));
   if (rows > 0)
     TRAINER_RETURN_IF_ERROR(be->SwiGluBackward(
         MatrixRows(sc.dh, 0, rows), MatrixRows(sc.dact, 0, rows), MatrixRows(a.h, 0, rows)));
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulBackward(dxe, g.experts_gu, sc.dh, xe, w.experts_gu,
-                                                    d->runs, GradientWrite::kAccumulate));
+                                                    d->runs, ctx.weight_gradients));
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, dxe, sc.dx_perm, false));
   if (s.shared_ffn > 0)
     TRAINER_RETURN_IF_ERROR(ExpertBackward(

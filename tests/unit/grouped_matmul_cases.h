@@ -103,11 +103,11 @@ inline void BackwardReference(const std::vector<float>& dout, const std::vector<
                               int64_t C, int64_t OC, bool accumulate, std::vector<double>* din,
                               std::vector<double>* dw) {
   din->assign(din0.begin(), din0.end());
-  dw->assign(dw0.begin(), dw0.end());
-  for (const ExpertRun& g : groups) {
-    if (!accumulate && g.rows > 0)
-      std::fill(dw->begin() + g.expert * OC * C, dw->begin() + (g.expert + 1) * OC * C, 0.0);
-  }
+  // Overwritten: every expert's matrix starts from zero, those in no group included.
+  if (accumulate)
+    dw->assign(dw0.begin(), dw0.end());
+  else
+    dw->assign(dw0.size(), 0.0);
   for (const ExpertRun& g : groups)
     for (int64_t r = g.offset; r < g.offset + g.rows; ++r) {
       for (int64_t c = 0; c < C; ++c) {

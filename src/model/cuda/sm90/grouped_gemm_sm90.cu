@@ -199,23 +199,35 @@ __device__ __forceinline__ void ZeroRowsFrom(const TileShared& s, int stage, int
 
 // This thread's accumulators (rows 16 warp + lane / 4 + 8 h of the half, columns 8 j + 2 (lane % 4)
 // + {0, 1}) into the half's 64 rows at `tile` (f32, row stride ld), added to what is there with
-// `accumulate`.
+// `accumulate`. The old values are read sixteen at a time before any of them is written: read one
+// by one, each load would wait for the store before it (the compiler cannot tell that rows ld
+// apart do not overlap), 64 memory latencies in a row per tile while the tensor cores idle.
 __device__ __forceinline__ void StoreAccumulators(const float* acc, float* tile, int64_t ld,
                                                   bool accumulate) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   float* base = tile + static_cast<int64_t>(warp * 16 + lane / 4) * ld + 2 * (lane % 4);
+  const auto at = [&](int j, int h) {
+    return reinterpret_cast<float2*>(base + 8 * h * ld + 8 * j);
+  };
+  constexpr int kBatch = 8;  // columns j per batch: 8 x 2 float2 loads in flight
 #pragma unroll
-  for (int j = 0; j < 32; ++j)
+  for (int j0 = 0; j0 < 32; j0 += kBatch) {
+    float2 old[kBatch][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float2* p = reinterpret_cast<float2*>(base + 8 * h * ld + 8 * j);
-      float2 v = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-      if (accumulate) {
-        const float2 old = *p;
-        v.x += old.x, v.y += old.y;
+    for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (accumulate) old[j][h] = *at(j0 + j, h);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = 4 * (j0 + j) + 2 * h;
+        float2 v = make_float2(acc[i], acc[i + 1]);
+        if (accumulate) v.x += old[j][h].x, v.y += old[j][h].y;
+        *at(j0 + j, h) = v;
       }
-      *p = v;
-    }
+  }
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
