@@ -20,6 +20,7 @@ MoeActivations GptModel::AllocateMoeActivations(const MoeActivations& shared) {
   m.weights = Alloc({N, K2}, DType::kF32);
   m.experts = Alloc({N, K}, DType::kI32);
   m.slots = Alloc({N, K2}, DType::kI32);
+  m.counts = Alloc({E}, DType::kI32);
   if (e.aux_loss_coeff > 0)
     m.aux_coef = Alloc({e.aux_loss == MoeAuxLoss::kSequence ? B_ : 1, E}, DType::kF32);
   m.losses = Alloc({2}, DType::kF64);

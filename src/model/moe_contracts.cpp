@@ -111,6 +111,26 @@ Status Backend::MoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor experts, 
   return RunMoeRouterLosses(aux_coef, losses, experts, probs, lse, k);
 }
 
+Status Backend::MoeDispatchSlots(Tensor slots, Tensor counts, Tensor experts, int64_t capacity) {
+  OpContract c(*this, "MoeDispatchSlots");
+  const int64_t N = Rows(experts), K = Cols(experts), E = counts.numel();
+  c.Has("experts", experts, DType::kI32, -1)
+      .Has("counts", counts, DType::kI32, -1)
+      .Has("slots", slots, DType::kI32, -1)
+      .Require(Rows(slots) == N && (Cols(slots) == K || Cols(slots) == K + 1),
+               StrFormat("slots %s must be (%lld, %lld or %lld) for experts %s",
+                         slots.shape_string().c_str(), static_cast<long long>(N),
+                         static_cast<long long>(K), static_cast<long long>(K + 1),
+                         experts.shape_string().c_str()))
+      .Require(K <= E && capacity >= 0 && N * (K + 1) < (int64_t{1} << 31),
+               StrFormat("%lld rows of %lld choices of %lld experts (capacity %lld): more "
+                         "choices than experts, or more rows than i32 slots hold",
+                         static_cast<long long>(N), static_cast<long long>(K),
+                         static_cast<long long>(E), static_cast<long long>(capacity)));
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunMoeDispatchSlots(slots, counts, experts, capacity);
+}
+
 Status Backend::MoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights) {
   OpContract c(*this, "MoeScatterRows");
   CheckSlots(c, compute_dtype(), "in", in, "out", out, slots, weights);
@@ -145,6 +165,9 @@ Status Backend::RunMoeRouterBackward(Tensor, Tensor, Tensor, Tensor, Tensor, Ten
 Status Backend::RunMoeRouterLosses(Tensor, Tensor, Tensor, Tensor, Tensor,
                                    const MoeLossCoefficients&) {
   return NoMoeKernels(*this, "MoeRouterLosses");
+}
+Status Backend::RunMoeDispatchSlots(Tensor, Tensor, Tensor, int64_t) {
+  return NoMoeKernels(*this, "MoeDispatchSlots");
 }
 Status Backend::RunMoeScatterRows(Tensor, Tensor, Tensor, Tensor) {
   return NoMoeKernels(*this, "MoeScatterRows");

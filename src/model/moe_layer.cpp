@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/log.h"
+#include "model/cpu/cpu_kernels.h"
 
 namespace trainer {
 
@@ -21,32 +22,27 @@ int64_t MoeCapacity(const MoeSpec& spec, int64_t tokens) {
                                         spec.top_k / spec.num_experts));
 }
 
+void PlanMoeGroups(const MoeSpec& spec, int64_t N, MoeDispatch* d) {
+  const int64_t capacity = MoeCapacity(spec, N);
+  const int E = spec.num_experts;
+  d->offsets.assign(E + 1, 0);
+  d->dropped = 0;
+  for (int e = 0; e < E; ++e) {
+    const int64_t kept = capacity > 0 ? std::min<int64_t>(d->counts[e], capacity) : d->counts[e];
+    d->dropped += d->counts[e] - kept;
+    d->offsets[e + 1] = d->offsets[e] + kept;
+  }
+  LocalExpertRuns(d->offsets, &d->runs);
+}
+
 void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N, MoeDispatch* out) {
   const int E = spec.num_experts, K = spec.top_k, K2 = K + (spec.shared_ffn > 0 ? 1 : 0);
-  const int64_t capacity = MoeCapacity(spec, N);
   if (experts != out->experts.data()) out->experts.assign(experts, experts + N * K);
   out->counts.assign(E, 0);
-  for (int64_t i = 0; i < N * K; ++i) ++out->counts[experts[i]];
-  // Kept rows per expert, then the group starts.
-  out->offsets.assign(E + 1, 0);
-  out->dropped = 0;
-  for (int e = 0; e < E; ++e) {
-    const int64_t kept = capacity > 0 ? std::min(out->counts[e], capacity) : out->counts[e];
-    out->dropped += out->counts[e] - kept;
-    out->offsets[e + 1] = out->offsets[e] + kept;
-  }
-  // Stable counting sort: tokens in order within each expert; past the capacity, dropped.
-  std::vector<int64_t>& next = out->next;
-  next.assign(out->offsets.begin(), out->offsets.end() - 1);
   out->slots.assign(N * K2, -1);
-  for (int64_t t = 0; t < N; ++t) {
-    for (int k = 0; k < K; ++k) {
-      const int e = experts[t * K + k];
-      if (next[e] < out->offsets[e + 1]) out->slots[t * K2 + k] = static_cast<int32_t>(next[e]++);
-    }
-    if (K2 > K) out->slots[t * K2 + K] = static_cast<int32_t>(N * K + t);
-  }
-  LocalExpertRuns(out->offsets, &out->runs);
+  cpu::moe_dispatch_slots(out->slots.data(), out->counts.data(), experts, N, K, K2, E,
+                          MoeCapacity(spec, N));
+  PlanMoeGroups(spec, N, out);
 }
 
 namespace {
@@ -127,22 +123,22 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
     TRAINER_RETURN_IF_ERROR(be->MoeRouterLosses(aux ? a.aux_coef : Tensor(), a.losses, a.experts,
                                                 a.probs, a.lse, coeffs));
   }
-  // The layer's one wait for the device: the plan needs the choices (CopyToHost is stream-ordered),
-  // copied into the dispatch's own buffer. The losses' two values, read next, find it idle.
-  d->experts.resize(N * K);
-  TRAINER_RETURN_IF_ERROR(
-      be->CopyToHost(d->experts.data(), a.experts.data, d->experts.size() * sizeof(int32_t)));
+  // The dispatch on the device, and the permutation queued before the layer's one wait for the
+  // device: the host learns the choices per expert (for the groups' launches) as the rows move.
+  TRAINER_RETURN_IF_ERROR(be->MoeDispatchSlots(a.slots, a.counts, a.experts, MoeCapacity(s, N)));
+  TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
+  d->counts.resize(E);
+  TRAINER_RETURN_IF_ERROR(be->CopyToHost(d->counts.data(), a.counts.data, E * sizeof(int32_t)));
   const bool record = ctx.record && !ctx.recompute;
   double losses[2] = {0, 0};  // {aux, z}
   if (record && (aux || zloss))
     TRAINER_RETURN_IF_ERROR(be->CopyToHost(losses, a.losses.data, sizeof(losses)));
-  PlanMoeDispatch(s, d->experts.data(), N, d);
+  PlanMoeGroups(s, N, d);
   const bool ep = ExpertParallel(ctx);
   if (ep)
     TRAINER_RETURN_IF_ERROR(PlanExpertExchange(ctx.ep, d->offsets, Rows(a.x_recv), Cols(a.x_recv),
                                                &d->exchange, &d->runs));
   d->loss_scale = loss_scale;
-  TRAINER_RETURN_IF_ERROR(be->CopyToDevice(a.slots.data, d->slots.data(), d->slots.size() * 4));
   d->z_scale = zloss ? static_cast<float>(loss_scale * s.z_loss_coeff / N) : 0.f;
   if (record) {
     MoeLayerStats* st = a.stats;
@@ -153,9 +149,8 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
     st->dropped += d->dropped;
     st->micro_batches += 1;
   }
-  // Permute, (EP: to the experts' ranks,) the experts over their groups, (EP: back,) the shared
-  // expert over every token, combine.
-  TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
+  // (EP: the permuted rows to the experts' ranks,) the experts over their groups, (EP: back,) the
+  // shared expert over every token, combine.
   const Tensor xe = ep ? a.x_recv : a.x_perm, ye = ep ? a.y_recv : a.y;
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, a.x_perm, xe, true));
   // The experts: one grouped GEMM for [gate|up], SwiGLU over all their rows, one for down.

@@ -30,11 +30,11 @@ namespace trainer {
 
 // The routing of one micro-batch on the host: which permuted row each (token, choice) went to.
 struct MoeDispatch {
-  std::vector<int32_t> experts;  // (N,K) the router's choices, ascending per token (the forward
-                                 // copies them here from the backend, reusing the buffer)
+  std::vector<int32_t> experts;  // (N,K) the router's choices, ascending per token, and
   std::vector<int32_t> slots;    // (N,K') permuted row of each choice, -1 if dropped; the
-                                 // shared expert's (k = K) is N*K + t
-  std::vector<int64_t> counts;   // (E) choices per expert before dropping
+                                 // shared expert's (k = K) is N*K + t: PlanMoeDispatch's only (the
+                                 // layer's forward makes them on the backend, MoeDispatchSlots)
+  std::vector<int32_t> counts;   // (E) choices per expert before dropping
   std::vector<int64_t> offsets;  // (E+1) start of each expert's group of kept rows
   std::vector<ExpertRun> runs;   // the experts' work: groups of x_perm, or (EP) of x_recv
   std::vector<int64_t> next;     // (E) the counting sort's next row per expert (scratch)
@@ -46,9 +46,12 @@ struct MoeDispatch {
 
 // Tokens per expert a micro-batch of `tokens` allows: ceil(cf * tokens * K / E); 0: dropless.
 int64_t MoeCapacity(const MoeSpec& spec, int64_t tokens);
-// The dispatch of N tokens from the router's experts (N,K) (ascending per token): the stable
-// counting sort by expert, then the capacity (earlier tokens first).
+// The dispatch of N tokens from the router's experts (N,K) (ascending per token) on the host: the
+// stable counting sort by expert, then the capacity (earlier tokens first); Backend's
+// MoeDispatchSlots makes the same slots and counts on the device.
 void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N, MoeDispatch* out);
+// The groups from d->counts: offsets, dropped and the runs (without EP) of N tokens' choices.
+void PlanMoeGroups(const MoeSpec& spec, int64_t N, MoeDispatch* d);
 
 // One MoE layer's figures, summed over a step's micro-batches on this rank.
 struct MoeLayerStats {
@@ -78,7 +81,8 @@ struct MoeActivations {
   Tensor lse;       // (N) f32
   Tensor weights;   // (N,K') f32
   Tensor experts;   // (N,K) i32
-  Tensor slots;     // (N,K') i32, MoeDispatch::slots on the backend
+  Tensor slots;     // (N,K') i32, the permuted row of each choice (Backend::MoeDispatchSlots)
+  Tensor counts;    // (E) i32 the choices per expert, copied to MoeDispatch::counts
   Tensor aux_coef;  // (G,E) f32 the load-balancing loss's gradient by score, empty without it
   Tensor losses;    // (2) f64 the micro-batch's aux and z losses (Backend::MoeRouterLosses)
   Tensor x_perm;    // (N*K', C) the tokens in expert order; the last N rows: the shared expert's

@@ -7,7 +7,8 @@
 // - the router backward (aux loss per micro-batch and per sequence, z-loss);
 // - scatter, gather (the weighted combine, and the permutation's backward accumulating), slot
 //   dots, over dispatch plans from the host planner (PlanMoeDispatch): random routing, empty
-//   experts, every token on expert 0, a shared expert, and slots dropped by a capacity.
+//   experts, every token on expert 0, a shared expert, and slots dropped by a capacity; the
+//   dispatch's slots and counts made on the device (MoeDispatchSlots) against that planner.
 // - the router GEMM's f32 logits on the bf16 backend, and the experts' GEMMs over ragged row
 //   groups (untimed cuBLASLt heuristic choice, no route recorded; a call at its size class's own
 //   sizes after a smaller call of the class runs at its own).
@@ -145,6 +146,47 @@ constexpr RowsCase kRowsCases[] = {
     {"all on expert 0", 37, 75, 5, 3, true, 0.0},  {"random", 45, 72, 5, 3, true, 0.5},
     {"all on expert 0", 33, 72, 5, 3, false, 0.7},
 };
+
+// The dispatch on the device against the host planner: slots and counts to the bit, over several
+// chunks of 256 tokens and a partial one, empty experts, every token on expert 0, a capacity that
+// drops, a shared expert, 160 experts (a wide bitmap), and 1600 (past the bitmap: the host path).
+struct DispatchCase {
+  const char* routing;
+  int64_t N;
+  int E, K;
+  bool shared;
+  double capacity_factor;
+};
+constexpr DispatchCase kDispatchCases[] = {
+    {"random", 37, 5, 3, false, 0.0},         {"random", 1000, 64, 8, false, 0.0},
+    {"empty experts", 777, 5, 2, true, 0.0},  {"all on expert 0", 600, 8, 2, false, 0.0},
+    {"random", 513, 64, 8, true, 0.6},        {"all on expert 0", 300, 5, 3, true, 0.7},
+    {"random", 2049, 160, 6, false, 0.0},     {"random", 301, 1600, 2, false, 1.0},
+};
+
+TEST_F(CudaMoeTest, DispatchSlotsMatchTheHostPlan) {
+  for (const DispatchCase& c : kDispatchCases) {
+    SCOPED_TRACE(StrFormat("%s N=%lld E=%d K=%d shared=%d capacity=%.1f", c.routing,
+                           (long long)c.N, c.E, c.K, c.shared, c.capacity_factor));
+    MoeSpec spec;
+    spec.num_experts = c.E;
+    spec.top_k = c.K;
+    spec.shared_ffn = c.shared ? 8 : 0;
+    spec.capacity_factor = c.capacity_factor;
+    const std::vector<int32_t> experts = Routed(c.routing, c.N, c.E, c.K, rng_);
+    MoeDispatch d;
+    PlanMoeDispatch(spec, experts.data(), c.N, &d);
+    if (c.capacity_factor > 0 && c.capacity_factor < 1) EXPECT_GT(d.dropped, 0);
+    const int K2 = c.K + (c.shared ? 1 : 0);
+    auto g_experts = Ints(experts, {c.N, c.K});
+    auto g_slots = Ints(std::vector<int32_t>(c.N * K2, -7), {c.N, K2});
+    auto g_counts = Ints(std::vector<int32_t>(c.E, -7), {c.E});
+    ASSERT_STATUS_OK(gpu_->MoeDispatchSlots(g_slots->tensor(), g_counts->tensor(),
+                                            g_experts->tensor(), MoeCapacity(spec, c.N)));
+    EXPECT_EQ(DownloadInts(*g_slots, c.N * K2), d.slots);
+    EXPECT_EQ(DownloadInts(*g_counts, c.E), d.counts);
+  }
+}
 
 TEST_F(CudaMoeTest, ScatterGatherAndSlotDotsMatchCpu) {
   for (const RowsCase& c : kRowsCases) {

@@ -165,6 +165,12 @@ struct MoeLossShape {
 void moe_router_losses(float* aux_coef, double* losses, const int32_t* experts, const float* probs,
                        const float* lse, const MoeLossShape& s, double aux, double z,
                        float loss_scale);
+// The dispatch (Backend::MoeDispatchSlots): counts (E) = the choices of each expert in experts
+// (N,K); slots (N,K2) = each choice's row after the stable counting sort by expert, an expert's
+// group holding its first `capacity` choices (0: all), -1 past it; k = K (K2 = K + 1) is the
+// shared expert's row N*K + t.
+void moe_dispatch_slots(int32_t* slots, int32_t* counts, const int32_t* experts, int64_t N, int K,
+                        int K2, int E, int64_t capacity);
 // out[slots[t][k]] = [w[t][k] *] in[t], C columns; w may be null.
 void moe_scatter_rows(float* out, const float* in, const int32_t* slots, const float* w,
                       int64_t N, int K2, int64_t C);

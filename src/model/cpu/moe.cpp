@@ -216,6 +216,27 @@ void moe_gather_rows(float* out, const float* in, const int32_t* slots, const fl
   }
 }
 
+void moe_dispatch_slots(int32_t* slots, int32_t* counts, const int32_t* experts, int64_t N, int K,
+                        int K2, int E, int64_t capacity) {
+  for (int e = 0; e < E; ++e) counts[e] = 0;
+  for (int64_t i = 0; i < N * K; ++i) ++counts[experts[i]];
+  // Each expert's group: its start (the kept rows of the experts before it) and end.
+  std::vector<int64_t> next(E), end(E);
+  int64_t start = 0;
+  for (int e = 0; e < E; ++e) {
+    next[e] = start;
+    start += capacity > 0 ? std::min<int64_t>(counts[e], capacity) : counts[e];
+    end[e] = start;
+  }
+  for (int64_t t = 0; t < N; ++t) {  // token order within each group; past its end, dropped
+    for (int k = 0; k < K; ++k) {
+      const int e = experts[t * K + k];
+      slots[t * K2 + k] = next[e] < end[e] ? static_cast<int32_t>(next[e]++) : -1;
+    }
+    if (K2 > K) slots[t * K2 + K] = static_cast<int32_t>(N * K + t);
+  }
+}
+
 void moe_slot_dots(float* dw, const float* dout, const float* in, const int32_t* slots, int64_t N,
                    int K2, int64_t C) {
 #pragma omp parallel for schedule(static)
@@ -268,6 +289,15 @@ Status CpuBackend::RunMoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor exp
   cpu::moe_router_losses(aux_coef.empty() ? nullptr : aux_coef.as<float>(), losses.as<double>(),
                          experts.as<int32_t>(), probs.as<float>(), lse.as<float>(), shape, c.aux,
                          c.z, c.loss_scale);
+  return Status::Ok();
+}
+
+Status CpuBackend::RunMoeDispatchSlots(Tensor slots, Tensor counts, Tensor experts,
+                                      int64_t capacity) {
+  cpu::moe_dispatch_slots(slots.as<int32_t>(), counts.as<int32_t>(), experts.as<int32_t>(),
+                          Rows(experts), static_cast<int>(Cols(experts)),
+                          static_cast<int>(Cols(slots)), static_cast<int>(counts.numel()),
+                          capacity);
   return Status::Ok();
 }
 

@@ -204,6 +204,8 @@ class CudaBackend final : public Backend {
                               const MoeRouting& r) override;
   Status RunMoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor experts, Tensor probs,
                             Tensor lse, const MoeLossCoefficients& c) override;
+  Status RunMoeDispatchSlots(Tensor slots, Tensor counts, Tensor experts,
+                             int64_t capacity) override;
   Status RunMoeScatterRows(Tensor out, Tensor in, Tensor slots, Tensor weights) override;
   Status RunMoeGatherRows(Tensor out, Tensor in, Tensor slots, Tensor weights,
                           bool accumulate) override;

@@ -1,7 +1,10 @@
-// CudaBackend's mixture-of-experts ops (router, its losses, row scatter and gather, slot dots):
-// the Run* hooks that Backend's public ops call after checking their contracts
-// (moe_contracts.cpp), then the launchers of moe.cu. The router's tensors are f32 on every
-// backend; the rows are compute.
+// CudaBackend's mixture-of-experts ops (router, its losses, the dispatch's slots, row scatter and
+// gather, slot dots): the Run* hooks that Backend's public ops call after checking their
+// contracts (moe_contracts.cpp), then the launchers of moe.cu and moe_dispatch.cu. The router's
+// tensors are f32 on every backend; the rows are compute.
+#include <vector>
+
+#include "model/cpu/cpu_kernels.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/kernels.h"
@@ -62,6 +65,27 @@ Status CudaBackend::RunMoeRouterLosses(Tensor aux_coef, Tensor losses, Tensor ex
   CUDA_CHECK(cuda::LaunchMoeRouterLosses(
       aux_coef.empty() ? nullptr : aux_coef.as<float>(), losses.as<double>(), experts.as<int32_t>(),
       probs.as<float>(), lse.as<float>(), d, c.aux, c.z, c.loss_scale, workspace, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::RunMoeDispatchSlots(Tensor slots, Tensor counts, Tensor experts,
+                                       int64_t capacity) {
+  const int64_t N = Rows(experts);
+  const int K = static_cast<int>(Cols(experts)), K2 = static_cast<int>(Cols(slots));
+  const int E = static_cast<int>(counts.numel());
+  if (!cuda::MoeDispatchSupported(E)) {  // more experts than the bitmap holds: on the host
+    std::vector<int32_t> host_experts(N * K), host_slots(N * K2), host_counts(E);
+    TRAINER_RETURN_IF_ERROR(CopyToHost(host_experts.data(), experts.data, N * K * 4));
+    cpu::moe_dispatch_slots(host_slots.data(), host_counts.data(), host_experts.data(), N, K, K2,
+                            E, capacity);
+    TRAINER_RETURN_IF_ERROR(CopyToDevice(slots.data, host_slots.data(), N * K2 * 4));
+    return CopyToDevice(counts.data, host_counts.data(), E * 4);
+  }
+  void* workspace = nullptr;
+  TRAINER_RETURN_IF_ERROR(Scratch(cuda::MoeDispatchWorkspace(N, E), &workspace));
+  CUDA_CHECK(cuda::LaunchMoeDispatchSlots(slots.as<int32_t>(), counts.as<int32_t>(),
+                                          experts.as<int32_t>(), N, K, K2, E, capacity, workspace,
+                                          stream_));
   return Status::Ok();
 }
 

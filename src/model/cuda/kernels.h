@@ -123,6 +123,14 @@ cudaError_t LaunchMoeRouterLosses(float* aux_coef, double* losses, const int32_t
                                   const float* probs, const float* lse, const MoeLossDims& d,
                                   double aux, double z, float loss_scale, void* workspace,
                                   cudaStream_t stream);
+// ---- moe_dispatch.cu: Backend::MoeDispatchSlots (experts (N,K) distinct per token -> slots
+// (N,K2), counts (E)); workspace: MoeDispatchWorkspace bytes of device memory. Up to 1536
+// experts (MoeDispatchSupported; cudaErrorNotSupported above).
+size_t MoeDispatchWorkspace(int64_t N, int E);
+bool MoeDispatchSupported(int E);
+cudaError_t LaunchMoeDispatchSlots(int32_t* slots, int32_t* counts, const int32_t* experts,
+                                   int64_t N, int K, int K2, int E, int64_t capacity,
+                                   void* workspace, cudaStream_t stream);
 // out[slots[t][k]] = [w[t][k] *] in[t] (C columns) for slots >= 0; w may be null.
 cudaError_t LaunchMoeScatterRows(DType dtype, void* out, const void* in, const int32_t* slots,
                                  const float* w, int64_t N, int K2, int64_t C, cudaStream_t stream);
