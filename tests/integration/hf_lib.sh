@@ -1,18 +1,24 @@
-# The round trip of the Hugging Face tests (hf_llama.sh, hf_moe.sh), sourced after lib.sh:
-#   hf_setup HELPER   $PY (TRAINER_HF_PYTHON, else hf_venv.sh's transformers 4.46.3; exit 77,
-#                     skipped, without one), text.txt packed as text.h5, T, COMMON (the run's
-#                     -o keys on configs/tiny-llama-cpu.yaml) and evaluate
+# The round trip of the Hugging Face tests (hf_llama.sh, hf_moe.sh; hf_training.sh takes
+# hf_python only), sourced after lib.sh:
+#   hf_python         $PY: TRAINER_HF_PYTHON, else hf_venv.sh's transformers 4.46.3 (exit 77,
+#                     skipped, without one), offline and quiet
+#   hf_setup HELPER   hf_python, text.txt packed as text.h5, T, COMMON (the run's -o keys on
+#                     configs/tiny-llama-cpu.yaml) and evaluate
 #   hf_round_trip CASE MIN TP [EXPORT_ARGS...] [-- CHECK_ARGS...]
 #     HELPER make CASE hf-CASE (a tiny random model), `trainer inspect` for its -o Model.* keys
 #     (at least MIN words: MODEL), a run from it at learning rate 0 whose `trainer eval` loss
 #     HELPER check compares with transformers' (1e-5 relative), 4 training steps on TP ranks of 2,
 #     `trainer export` (EXPORT_ARGS) and HELPER check of the export against trainer eval's loss of
 #     the trained checkpoint. CHECK_ARGS go to both checks (--reference-only).
-hf_setup() {
-  HELPER=$1
+hf_python() {
   if [ -n "${TRAINER_HF_PYTHON:-}" ]; then PY=$TRAINER_HF_PYTHON
   else PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?; fi
   export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
+}
+
+hf_setup() {
+  HELPER=$1
+  hf_python
   word_text text.txt
   T=32
   COMMON=(-c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=text.h5 -o Data.val_fraction=0
