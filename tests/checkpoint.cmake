@@ -29,6 +29,8 @@ trainer_script_test(init_from SCRIPT init_from.sh LABELS "e2e;mpi" TIMEOUT 240)
 trainer_script_test(hf_llama SCRIPT hf_llama.sh LABELS "e2e;mpi" TIMEOUT 600)
 # Qwen2-MoE, Mixtral (and Qwen3-MoE under transformers 5) in and out, the refusals (hf_moe).
 trainer_script_test(hf_moe SCRIPT hf_moe.sh LABELS "e2e;mpi" TIMEOUT 600)
+# Three training steps of each against torch's AdamW on transformers' models (hf_training).
+trainer_script_test(hf_training SCRIPT hf_training.sh LABELS "e2e;mpi" TIMEOUT 600)
 # LoRA on a Hugging Face llama: export merged (transformers) and as a PEFT adapter (PEFT).
 trainer_script_test(hf_lora SCRIPT hf_lora.sh LABELS "e2e;mpi" TIMEOUT 600)
 # docs/fine-tuning.md end to end on the CPU (import, chat pack, LoRA and full, eval, export).
