@@ -35,7 +35,8 @@ int RunPackCommand(const std::vector<std::string>& args) {
        "chat (JSON Lines of {\"messages\": [{\"role\", \"content\"}, ...]}: one conversation per "
        "line, with a /loss_mask that trains only the assistant's tokens)")
       ("chat-template", po::value<std::string>(&options.chat_template),
-       "chat: chatml (Qwen, SmolLM2), llama3 or none (each message's content and a newline); "
+       "chat: chatml (Qwen, SmolLM2), llama3 (contents trimmed, as Llama 3's template does) or "
+       "none (each message's content and a newline); "
        "default chatml with --tokenizer hf, none with the others (no special tokens)")
       ("max-length", po::value<int64_t>(&options.max_length)->default_value(options.max_length),
        "chat: most tokens per conversation, its end-of-document token included; 0 = no limit")

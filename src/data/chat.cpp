@@ -1,6 +1,10 @@
 // RenderChat and CheckChatTemplate (see chat.h); JsonChatMessages is in json_line.cpp.
 #include "data/chat.h"
 
+#include <utf8proc.h>
+
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace trainer {
@@ -16,6 +20,34 @@ Status Piece(Tokenizer* tokenizer, const std::string& source, const std::string&
   TRAINER_RETURN_IF_ERROR(tokenizer->EndDocument(tokens));
   mask->resize(tokens->size(), masked);
   return Status::Ok();
+}
+
+// Whether Python's str.isspace holds for `c`: category Zs, or bidirectional class WS, B or S.
+bool PythonSpace(utf8proc_int32_t c) {
+  const utf8proc_property_t* property = utf8proc_get_property(c);
+  return property->category == UTF8PROC_CATEGORY_ZS ||
+         property->bidi_class == UTF8PROC_BIDI_CLASS_WS ||
+         property->bidi_class == UTF8PROC_BIDI_CLASS_B ||
+         property->bidi_class == UTF8PROC_BIDI_CLASS_S;
+}
+
+// `text` without the whitespace at its ends, as Python's str.strip() (Jinja's trim) leaves it.
+// Bytes that are not UTF-8 count as text.
+std::string PythonStrip(const std::string& text) {
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  const auto size = static_cast<utf8proc_ssize_t>(text.size());
+  utf8proc_ssize_t begin = size, end = 0;
+  for (utf8proc_ssize_t at = 0; at < size;) {
+    utf8proc_int32_t c = -1;
+    const utf8proc_ssize_t n = utf8proc_iterate(bytes + at, size - at, &c);
+    const utf8proc_ssize_t next = at + (n > 0 ? n : 1);
+    if (n <= 0 || !PythonSpace(c)) {
+      begin = std::min(begin, at);
+      end = next;
+    }
+    at = next;
+  }
+  return begin < end ? text.substr(begin, end - begin) : std::string();
 }
 
 // The special tokens `chat_template` writes (none for "none").
@@ -99,7 +131,7 @@ Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& c
     } else if (chat_template == "llama3") {
       TRAINER_RETURN_IF_ERROR(
           piece("<|start_header_id|>" + message.role + "<|end_header_id|>\n\n", false));
-      TRAINER_RETURN_IF_ERROR(piece(message.content, trained));
+      TRAINER_RETURN_IF_ERROR(piece(PythonStrip(message.content), trained));
       TRAINER_RETURN_IF_ERROR(piece("<|eot_id|>", trained));
     } else {
       TRAINER_RETURN_IF_ERROR(piece(message.content, trained));

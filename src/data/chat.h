@@ -39,10 +39,12 @@ Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer
 // Appends the tokens of the rendered conversation to *tokens and one mask byte per token to *mask.
 // chatml: "<|im_start|>{role}\n" {content} "<|im_end|>" "\n" per message;
 // llama3: "<|begin_of_text|>", then "<|start_header_id|>{role}<|end_header_id|>\n\n" {content}
-// "<|eot_id|>" per message; none: {content} "\n" per message. Each piece is tokenized on its own
-// (a document for the tokenizer), so the masked spans have exact token boundaries; the content and
-// end marker (for none: the newline) of an "assistant" message get mask 1. The pieces get none of
-// the tokenizer's own document markers (set_document_markers(false) while rendering).
+// "<|eot_id|>" per message, the content trimmed as Llama 3's own template does (Jinja's trim:
+// Python's str.strip, Unicode whitespace as str.isspace has it); none: {content} "\n" per message.
+// Each piece is tokenized on its own (a document for the tokenizer), so the masked spans have exact
+// token boundaries; the content and end marker (for none: the newline) of an "assistant" message
+// get mask 1. The pieces get none of the tokenizer's own document markers
+// (set_document_markers(false) while rendering).
 Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& chat_template,
                   Tokenizer* tokenizer, const std::string& source, std::vector<uint32_t>* tokens,
                   std::vector<uint8_t>* mask);

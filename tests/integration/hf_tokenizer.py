@@ -5,6 +5,11 @@ tokenizers with Qwen2's and Llama-3's settings and encodes text with them.
   bench DIR FILE [IDS]                   tokens/s on one thread: one encode of the whole FILE, and
                                          encode_batch of its paragraphs; IDS (raw uint16 or
                                          uint32 by the vocabulary) must hold the whole file's ids
+  with_specials DIR OUT TOKEN...         OUT: DIR's tokenizer with TOKENs as more special tokens
+  chat DIR chatml|llama3 JSONL           the ids of each conversation of JSONL, one line each, as
+                                         the model's chat template renders it and tokenizers
+                                         encodes the whole text (llama3: Llama 3's template, which
+                                         trims each content: Jinja's trim is Python's str.strip)
   sp_train DIR VOCAB CORPUS...           DIR/tokenizer.model (the `sentencepiece` package)
   sp_encode DIR FILE...                  its ids of each file, with BOS, one line each
 """
@@ -67,6 +72,14 @@ def load(d):
     return Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
 
 
+def render_chat(kind, messages):
+    if kind == "chatml":  # Qwen2's template
+        return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return "<|begin_of_text|>" + "".join(  # Llama 3's: message['content'] | trim
+        f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content'].strip()}<|eot_id|>"
+        for m in messages)
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "train":
@@ -96,6 +109,17 @@ def main():
             packed = array.array(width, open(args[2], "rb").read()).tolist()
             assert packed[:-1] == ids, "the packed ids are not the reference's"
             print(f"the packed ids are tokenizers' ({len(ids)})")
+    elif cmd == "with_specials":
+        tok = load(args[0])
+        tok.add_special_tokens(args[2:])
+        os.makedirs(args[1], exist_ok=True)
+        tok.save(os.path.join(args[1], "tokenizer.json"))
+    elif cmd == "chat":
+        tok = load(args[0])
+        with open(args[2], encoding="utf-8") as f:
+            for line in f:
+                text = render_chat(args[1], json.loads(line)["messages"])
+                print(" ".join(map(str, tok.encode(text, add_special_tokens=False).ids)))
     elif cmd == "sp_train":
         import sentencepiece as spm
         spm.SentencePieceTrainer.train(input=",".join(args[2:]), model_prefix=f"{args[0]}/tokenizer",

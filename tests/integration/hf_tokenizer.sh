@@ -6,7 +6,9 @@
 # in and outside the BPE vocabulary and non-special added tokens, and saves their tokenizer.json.
 # The packed ids of a text of many scripts, emoji, whitespace runs, newlines, decomposed accents and
 # special tokens, and of English prose, must be the reference's ids, each document followed by the
-# end-of-document token. The same for a SentencePiece model (BPE with byte fallback, as Llama-2's)
+# end-of-document token. Chat data (--input-format chat) with spaces of many kinds at the ends of
+# its contents packs as the reference renders it: llama3 trims them as Llama 3's template does,
+# chatml keeps them. The same for a SentencePiece model (BPE with byte fallback, as Llama-2's)
 # that the `sentencepiece` package trains. Skipped (77) when the venv cannot be made.
 source "$(dirname "$0")/lib.sh"
 PY=$(bash "$SRC/tests/integration/hf_venv.sh") || exit $?
@@ -41,27 +43,35 @@ printf 'decomposed: cafe\xcc\x81 A\xcc\x8angstro\xcc\x88m\n' >> world.txt  # NFC
 cat "$SRC"/docs/*.md > corpus.txt
 cat world.txt >> corpus.txt
 
-for kind in qwen2 llama3; do
-  "$PY" "$REFERENCE" train "$kind" "$kind" 1500 corpus.txt || fail "training the $kind tokenizer failed"
-  "$TRAINER" pack --tokenizer hf --tokenizer-dir "$kind" --input english.txt world.txt \
-    --output "$kind.h5" --quiet || fail "trainer pack --tokenizer hf ($kind) failed"
-  h5dump -d /tokens -b LE -o "$kind.bin" "$kind.h5" > /dev/null
-  "$PY" "$REFERENCE" encode "$kind" english.txt world.txt > "$kind.expected"
-  "$PY" - "$kind" <<'PY' || fail "$kind: the packed ids are not the reference's"
-import array, json, sys
-kind = sys.argv[1]
-tok = json.load(open(f"{kind}/tokenizer.json"))
-ids = {t["content"]: t["id"] for t in tok["added_tokens"]}
-eod = ids["<|end_of_text|>" if kind == "llama3" else "<|endoftext|>"]
-got = array.array("H", open(f"{kind}.bin", "rb").read()).tolist()
+# same_ids PACK EXPECTED EOD NAME: PACK's /tokens are EXPECTED's ids (a line per document), each
+# line followed by EOD.
+same_ids() {
+  h5dump -d /tokens -b LE -o "$1.bin" "$1" > /dev/null
+  "$PY" - "$1.bin" "$2" "$3" "$4" <<'PY' || fail "$4: the packed ids are not the reference's"
+import array, sys
+packed, expected, eod, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+got = array.array("H", open(packed, "rb").read()).tolist()
 want = []
-for line in open(f"{kind}.expected").read().splitlines():
+for line in open(expected).read().splitlines():
     want += [int(t) for t in line.split()] + [eod]
 assert len(got) == len(want), f"{len(got)} tokens packed, the reference has {len(want)}"
 bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
 assert not bad, f"{len(bad)} tokens differ, the first at {bad[0]}: {got[bad[0]-3:bad[0]+4]} vs {want[bad[0]-3:bad[0]+4]}"
-print(f"{kind}: {len(got)} tokens as tokenizers encodes them")
+print(f"{name}: {len(got)} tokens as tokenizers encodes them")
 PY
+}
+token_id() {  # DIR TOKEN: the id of added token TOKEN in DIR/tokenizer.json
+  "$PY" -c "import json, sys; print({t['content']: t['id'] for t in json.load(open(sys.argv[1]))['added_tokens']}[sys.argv[2]])" \
+    "$1/tokenizer.json" "$2"
+}
+
+for kind in qwen2 llama3; do
+  "$PY" "$REFERENCE" train "$kind" "$kind" 1500 corpus.txt || fail "training the $kind tokenizer failed"
+  "$TRAINER" pack --tokenizer hf --tokenizer-dir "$kind" --input english.txt world.txt \
+    --output "$kind.h5" --quiet || fail "trainer pack --tokenizer hf ($kind) failed"
+  "$PY" "$REFERENCE" encode "$kind" english.txt world.txt > "$kind.expected"
+  [ "$kind" = llama3 ] && eod=$(token_id llama3 "<|end_of_text|>") || eod=$(token_id qwen2 "<|endoftext|>")
+  same_ids "$kind.h5" "$kind.expected" "$eod" "$kind"
 done
 h5dump -a tokenizer qwen2.h5 | grep -q '"hf"' || fail "the tokenizer attribute is not hf"
 # Chat data: chatml's markers are single tokens of the Qwen2-style tokenizer, so it packs; the
@@ -75,6 +85,34 @@ expect_error 2 "chat-template chatml (pack): the tokenizer has no token <|im_sta
 expect_error 2 "chat-template llama3 (pack): the tokenizer has no token <|start_header_id|>" \
   "$TRAINER" pack --input-format chat --chat-template llama3 --tokenizer hf --tokenizer-dir llama3 \
   --input chat.jsonl --output c.h5
+# llama3 trims each content as Llama 3's template does (Jinja's trim, Python's str.strip: ASCII and
+# Unicode whitespace at both ends, none inside, nor the zero-width characters that are not
+# whitespace); chatml (Qwen's template) keeps it as it is. The reference renders the whole
+# conversation in Python and encodes it with tokenizers.
+"$PY" "$REFERENCE" with_specials llama3 llama3-chat "<|start_header_id|>" "<|end_header_id|>" ||
+  fail "adding Llama 3's header tokens"
+"$PY" - <<'PY'
+import json
+# No newline leads a content: chatml's "{role}\n" before it would join it in the whole text.
+spaces = [" \t", "\u00a0\u3000", "\u2028\u2029\x85", "\x1c\x1d\x1e\x1f\x0b\x0c",
+          "\u1680\u2000\u200a\u202f\u205f"]
+contents = [s + "word " + s + "and more" + s[::-1] + "\r\n" for s in spaces]
+contents += ["\u200bzero width\ufeff", " \u3000", "", " x\n\n"]
+with open("trim.jsonl", "w") as f:
+    for i in range(0, len(contents), 2):
+        messages = [{"role": "user", "content": contents[i]}]
+        if i + 1 < len(contents):
+            messages.append({"role": "assistant", "content": contents[i + 1]})
+        f.write(json.dumps({"messages": messages}) + "\n")
+PY
+for template in llama3 chatml; do
+  [ "$template" = llama3 ] && dir=llama3-chat eod=$(token_id llama3 "<|end_of_text|>") ||
+    dir=qwen2 eod=$(token_id qwen2 "<|endoftext|>")
+  "$TRAINER" pack --input-format chat --chat-template $template --tokenizer hf --tokenizer-dir $dir \
+    --input trim.jsonl --output trim-$template.h5 --quiet || fail "chat pack with $template failed"
+  "$PY" "$REFERENCE" chat $dir $template trim.jsonl > trim-$template.expected
+  same_ids trim-$template.h5 trim-$template.expected "$eod" "chat contents under $template"
+done
 # A document longer than pack's 4 MiB reads: the streaming's hold-back across them.
 # Long runs of one class too (pieces of 100,000 spaces, letters, newlines).
 for i in $(seq 45); do cat english.txt world.txt; done > long.txt
