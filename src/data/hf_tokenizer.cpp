@@ -12,6 +12,7 @@
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "data/bpe_tokenizer.h"
+#include "data/hf_added_tokens.h"
 #include "data/sentencepiece_tokenizer.h"
 
 namespace trainer {
@@ -26,13 +27,9 @@ struct HfModel {
   bool nfc = false;
   pcre2_code* pattern = nullptr;  // null: each segment is one piece
   bool jit = false;               // pattern compiled by the JIT
-  struct AddedToken {
-    std::string content;
-    uint32_t id;
-  };
-  std::vector<AddedToken> added;                     // longest first
-  std::vector<std::vector<uint32_t>> added_by_byte;  // first byte -> indices into added
-  size_t longest_added = 0;
+  HfAddedSet raw_added;           // normalized false: matched in the raw text
+  HfAddedSet normalized_added;    // matched in the normalized text between those
+  std::unordered_map<uint32_t, std::string> added_content;  // id -> an added token's content
   std::vector<uint32_t> prefix, suffix;  // the post-processor's tokens around each document
   int64_t vocab_size = 0;
   std::unordered_map<std::string, int64_t> token_ids;  // every token string (added and model)
@@ -49,6 +46,24 @@ struct HfModel {
 namespace {
 
 using nlohmann::json;
+
+// Appends `text` in Unicode's NFC; bytes that are not UTF-8 as they are.
+void AppendNfc(const char* text, size_t size, std::string* out) {
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(text);
+  if (std::all_of(bytes, bytes + size, [](uint8_t b) { return b < 0x80; })) {
+    out->append(text, size);
+    return;
+  }
+  utf8proc_uint8_t* normalized = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(bytes, static_cast<utf8proc_ssize_t>(size), &normalized,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n >= 0)
+    out->append(reinterpret_cast<const char*>(normalized), static_cast<size_t>(n));
+  else
+    out->append(text, size);
+  std::free(normalized);
+}
 
 Status Unsupported(const std::string& source, const std::string& what) {
   return DataError(
@@ -180,44 +195,32 @@ Status ReadModel(const json& root, const std::string& source, HfModel* model) {
   return Status::Ok();
 }
 
+// After the normalizer: a normalized token is matched by its normalized content. Without the
+// flags (a hand-made file) a token is plain, and normalized unless special, as in tokenizers.
 Status ReadAddedTokens(const json& added, HfModel* model) {
   if (added.is_null()) return Status::Ok();
   for (const json& token : added) {
-    HfModel::AddedToken entry{token.at("content").get<std::string>(),
-                              token.at("id").get<uint32_t>()};
+    HfAddedToken entry{token.at("content").get<std::string>(), token.at("id").get<uint32_t>(),
+                       token.value("single_word", false), token.value("lstrip", false),
+                       token.value("rstrip", false)};
     if (entry.content.empty()) continue;
     model->token_ids[entry.content] = entry.id;
+    model->added_content[entry.id] = entry.content;
     model->vocab_size = std::max<int64_t>(model->vocab_size, int64_t{entry.id} + 1);
-    model->longest_added = std::max(model->longest_added, entry.content.size());
-    model->added.push_back(std::move(entry));
-  }
-  std::stable_sort(model->added.begin(), model->added.end(), [](const auto& a, const auto& b) {
-    return a.content.size() > b.content.size();
-  });
-  model->added_by_byte.assign(256, {});
-  for (size_t i = 0; i < model->added.size(); ++i)
-    model->added_by_byte[static_cast<uint8_t>(model->added[i].content[0])].push_back(
-        static_cast<uint32_t>(i));
-  return Status::Ok();
-}
-
-// The leftmost added token starting in text[from, limit), the longest there; false when none.
-bool FindAddedToken(const HfModel& model, const std::string& text, size_t from, size_t limit,
-                    size_t* at, const HfModel::AddedToken** found) {
-  if (model.added.empty()) return false;
-  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(text.data());
-  for (size_t i = from; i < limit; ++i) {
-    const std::vector<uint32_t>& candidates = model.added_by_byte[bytes[i]];
-    for (const uint32_t c : candidates) {
-      const std::string& content = model.added[c].content;
-      if (text.compare(i, content.size(), content) == 0) {
-        *at = i;
-        *found = &model.added[c];
-        return true;
-      }
+    if (!token.value("normalized", !token.value("special", false))) {
+      model->raw_added.Add(std::move(entry));
+      continue;
     }
+    if (model->nfc) {
+      std::string normalized;
+      AppendNfc(entry.content.data(), entry.content.size(), &normalized);
+      entry.content = std::move(normalized);
+    }
+    model->normalized_added.Add(std::move(entry));
   }
-  return false;
+  model->raw_added.Finish();
+  model->normalized_added.Finish();
+  return Status::Ok();
 }
 
 // Whether NFC leaves the text on either side of text[at] apart: the character there has combining
@@ -255,8 +258,8 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& 
   try {
     const json root = json::parse(text);
     TRAINER_RETURN_IF_ERROR(ReadModel(root, source, model.get()));
-    TRAINER_RETURN_IF_ERROR(ReadAddedTokens(root.value("added_tokens", json()), model.get()));
     TRAINER_RETURN_IF_ERROR(ReadNormalizer(root.value("normalizer", json()), source, model.get()));
+    TRAINER_RETURN_IF_ERROR(ReadAddedTokens(root.value("added_tokens", json()), model.get()));
     TRAINER_RETURN_IF_ERROR(
         ReadPreTokenizer(root.value("pre_tokenizer", json()), source, model.get()));
     TRAINER_RETURN_IF_ERROR(
@@ -315,8 +318,8 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& dir,
 }
 
 void HfTokenizer::BeginDocument(const std::string&) {
-  pending_.clear();
-  segment_.clear();
+  raw_.Reset();
+  normalized_.Reset();
   document_started_ = false;
 }
 
@@ -327,7 +330,7 @@ Status HfTokenizer::Encode(const uint8_t* bytes, size_t size, std::vector<uint32
     if (document_markers_)
       tokens->insert(tokens->end(), model_->prefix.begin(), model_->prefix.end());
   }
-  pending_.append(reinterpret_cast<const char*>(bytes), size);
+  raw_.text.append(reinterpret_cast<const char*>(bytes), size);
   Process(/*document_end=*/false, tokens);
   return Status::Ok();
 }
@@ -359,80 +362,77 @@ std::vector<uint32_t> HfTokenizer::EncodePrompt(const std::string& text) {
 }
 
 std::string HfTokenizer::Decode(uint32_t id) const {
-  for (const HfModel::AddedToken& a : model_->added)
-    if (a.id == id) return a.content;
+  const auto added = model_->added_content.find(id);
+  if (added != model_->added_content.end()) return added->second;
   return static_cast<int64_t>(id) < model_->bpe->size() ? model_->bpe->TokenBytes(id) : "";
 }
 
 void HfTokenizer::Process(bool document_end, std::vector<uint32_t>* tokens) {
-  // Added tokens may start anywhere up to `limit`: an added token cut by the end of pending_
-  // starts after it.
-  const size_t hold = document_end || model_->longest_added == 0 ? 0 : model_->longest_added - 1;
-  const size_t limit = pending_.size() > hold ? pending_.size() - hold : 0;
-  size_t pos = 0, at = 0;
-  const HfModel::AddedToken* found = nullptr;
-  while (FindAddedToken(*model_, pending_, pos, limit, &at, &found)) {
-    AppendNormalized(pending_.data() + pos, at - pos);
-    EncodeSegment(/*final=*/true, tokens);
-    tokens->push_back(found->id);
-    pos = at + found->content.size();
+  HfAddedSet::Match match{};
+  size_t safe = 0;
+  while (model_->raw_added.Next(&raw_, document_end, &match, &safe)) {
+    AppendNormalized(raw_.text.data() + match.text_begin, match.text_end - match.text_begin);
+    SplitNormalized(/*final=*/true, tokens);
+    tokens->push_back(match.id);
   }
+  const std::string& text = raw_.text;
   if (document_end) {
-    AppendNormalized(pending_.data() + pos, pending_.size() - pos);
-    EncodeSegment(/*final=*/true, tokens);
-    pending_.clear();
+    AppendNormalized(text.data() + raw_.offset, text.size() - raw_.offset);
+    SplitNormalized(/*final=*/true, tokens);
+    raw_.Reset();
     return;
   }
   // Normalize up to a character that starts afresh: under NFC one that nothing before it composes
   // with or reorders across (NfcStable), else any character's first byte.
-  size_t cut = std::max(pos, std::min(limit, pending_.size() - 1));
-  for (; cut > pos; --cut) {
-    if (model_->nfc ? NfcStable(pending_, cut)
-                    : (static_cast<uint8_t>(pending_[cut]) & 0xC0) != 0x80)
+  size_t cut = std::max(raw_.offset, std::min(safe, text.empty() ? 0 : text.size() - 1));
+  for (; cut > raw_.offset; --cut) {
+    if (model_->nfc ? NfcStable(text, cut) : (static_cast<uint8_t>(text[cut]) & 0xC0) != 0x80)
       break;
   }
-  if (cut > pos) {
-    AppendNormalized(pending_.data() + pos, cut - pos);
-    EncodeSegment(/*final=*/false, tokens);
-  } else {
-    cut = pos;
+  if (cut > raw_.offset) {
+    AppendNormalized(text.data() + raw_.offset, cut - raw_.offset);
+    SplitNormalized(/*final=*/false, tokens);
+    raw_.offset = cut;
   }
-  pending_.erase(0, cut);
+  raw_.Drop();
 }
 
 void HfTokenizer::AppendNormalized(const char* text, size_t size) {
-  if (!model_->nfc || size == 0) {
-    segment_.append(text, size);
-    return;
-  }
-  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(text);
-  if (std::all_of(bytes, bytes + size, [](uint8_t b) { return b < 0x80; })) {
-    segment_.append(text, size);
-    return;
-  }
-  utf8proc_uint8_t* normalized = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(bytes, static_cast<utf8proc_ssize_t>(size), &normalized,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n >= 0)
-    segment_.append(reinterpret_cast<const char*>(normalized), static_cast<size_t>(n));
+  if (model_->nfc)
+    AppendNfc(text, size, &normalized_.text);
   else
-    segment_.append(text, size);  // not UTF-8: left as it is
-  std::free(normalized);
+    normalized_.text.append(text, size);
 }
 
-void HfTokenizer::EncodeSegment(bool final, std::vector<uint32_t>* tokens) {
-  const size_t size = segment_.size();
-  if (size == 0) return;
-  if (!model_->pattern) {  // the whole segment is one piece
-    if (final) {
-      EncodePiece(segment_.data(), size, tokens);
-      segment_.clear();
-    }
+void HfTokenizer::SplitNormalized(bool final, std::vector<uint32_t>* tokens) {
+  HfAddedSet::Match match{};
+  size_t safe = 0;
+  while (model_->normalized_added.Next(&normalized_, final, &match, &safe)) {
+    PreTokenize(normalized_.text.data() + match.text_begin, match.text_end - match.text_begin,
+                /*final=*/true, tokens);
+    tokens->push_back(match.id);
+  }
+  const char* text = normalized_.text.data();
+  const size_t offset = normalized_.offset;
+  if (final) {
+    PreTokenize(text + offset, normalized_.text.size() - offset, /*final=*/true, tokens);
+    normalized_.Reset();
     return;
   }
+  normalized_.offset += PreTokenize(text + offset, safe - offset, /*final=*/false, tokens);
+  normalized_.Drop();
+}
+
+size_t HfTokenizer::PreTokenize(const char* text, size_t size, bool final,
+                                std::vector<uint32_t>* tokens) {
+  if (size == 0) return 0;
+  if (!model_->pattern) {  // the whole text is one piece
+    if (!final) return 0;
+    EncodePiece(text, size, tokens);
+    return size;
+  }
   auto* match_data = static_cast<pcre2_match_data*>(match_data_);
-  const PCRE2_SPTR subject = reinterpret_cast<PCRE2_SPTR>(segment_.data());
+  const PCRE2_SPTR subject = reinterpret_cast<PCRE2_SPTR>(text);
   // Isolated: every match is a piece, and so is the text between two matches. Partial matching
   // (not final) stops at the first match that more text could change.
   size_t done = 0, search = 0;
@@ -445,13 +445,13 @@ void HfTokenizer::EncodeSegment(bool final, std::vector<uint32_t>* tokens) {
       rc = pcre2_match(model_->pattern, subject, size, search, options, match_data, nullptr);
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data);
     if (rc == PCRE2_ERROR_PARTIAL) {
-      if (ovector[0] > done) EncodePiece(segment_.data() + done, ovector[0] - done, tokens);
+      if (ovector[0] > done) EncodePiece(text + done, ovector[0] - done, tokens);
       done = ovector[0];
       break;
     }
     if (rc < 0) {  // no match in the rest
       if (final) {
-        EncodePiece(segment_.data() + done, size - done, tokens);
+        EncodePiece(text + done, size - done, tokens);
         done = size;
       }
       break;
@@ -459,15 +459,15 @@ void HfTokenizer::EncodeSegment(bool final, std::vector<uint32_t>* tokens) {
     const size_t start = ovector[0], end = ovector[1];
     if (end == start) {  // an empty match: look again one character on
       search = start + 1;
-      while (search < size && (static_cast<uint8_t>(segment_[search]) & 0xC0) == 0x80) ++search;
+      while (search < size && (static_cast<uint8_t>(text[search]) & 0xC0) == 0x80) ++search;
       continue;
     }
-    if (start > done) EncodePiece(segment_.data() + done, start - done, tokens);
-    EncodePiece(segment_.data() + start, end - start, tokens);
+    if (start > done) EncodePiece(text + done, start - done, tokens);
+    EncodePiece(text + start, end - start, tokens);
     done = search = end;
   }
-  if (final && done < size) EncodePiece(segment_.data() + done, size - done, tokens);
-  segment_.erase(0, final ? size : done);
+  if (final && done < size) EncodePiece(text + done, size - done, tokens);
+  return final ? size : done;
 }
 
 void HfTokenizer::EncodePiece(const char* piece, size_t size, std::vector<uint32_t>* tokens) {

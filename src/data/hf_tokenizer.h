@@ -1,7 +1,8 @@
 // Hugging Face byte-level BPE from a tokenizer.json (`trainer pack --tokenizer hf`), as
 // Qwen2/2.5/3, Llama-3 and GPT-2 save it. The file is read with nlohmann-json; its parts, in the
 // order Hugging Face tokenizers applies them:
-//   added_tokens   special or not, matched in the raw text first (leftmost, longest first); the
+//   added_tokens   special or not, matched before the pre-tokenizer as tokenizers does, with
+//                  their flags normalized, single_word, lstrip and rstrip (hf_added_tokens.h); the
 //                  text between them is encoded apart
 //   normalizer     none, NFC (utf8proc) or a Sequence of those
 //   pre_tokenizer  ByteLevel with use_regex (GPT-2's pattern), or a Sequence of Split (a Regex or
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "data/hf_added_tokens.h"
 #include "data/tokenizer.h"
 
 namespace trainer {
@@ -60,21 +62,25 @@ class HfTokenizer final : public Tokenizer {
 
  private:
   HfTokenizer(std::shared_ptr<const HfModel> model, int64_t eod_id);
-  // Encodes the raw bytes pending_ up to where later bytes cannot change them (all at the end).
+  // Encodes the raw bytes of raw_ up to where later bytes cannot change them (all at the end):
+  // splits them at the added tokens matched in raw text, normalizing the text between into
+  // normalized_.
   void Process(bool document_end, std::vector<uint32_t>* tokens);
-  // Normalizes raw text into segment_ (the current text between added tokens).
   void AppendNormalized(const char* text, size_t size);
-  // Pre-tokenizes and encodes segment_; with final false only the pieces later text cannot
-  // change, keeping the rest.
-  void EncodeSegment(bool final, std::vector<uint32_t>* tokens);
+  // Splits normalized_ at the normalized added tokens and pre-tokenizes the text between; final:
+  // the text before a raw added token (or the document's end) is all there.
+  void SplitNormalized(bool final, std::vector<uint32_t>* tokens);
+  // Pre-tokenizes and encodes text; with final false only the pieces later text cannot change.
+  // Returns the bytes encoded.
+  size_t PreTokenize(const char* text, size_t size, bool final, std::vector<uint32_t>* tokens);
   void EncodePiece(const char* piece, size_t size, std::vector<uint32_t>* tokens);
 
   std::shared_ptr<const HfModel> model_;
   int64_t eod_id_;
   void* match_data_ = nullptr;  // pcre2_match_data_8
   bool document_started_ = false;
-  std::string pending_;  // raw bytes not yet normalized
-  std::string segment_;  // normalized text not yet pre-tokenized
+  HfAddedText raw_;         // raw bytes not yet normalized
+  HfAddedText normalized_;  // normalized text not yet pre-tokenized
   std::string scratch_;
   std::unordered_map<std::string, std::vector<uint32_t>> cache_;  // piece -> its tokens
 };

@@ -1,7 +1,12 @@
 """The reference for hf_tokenizer.sh: Hugging Face `tokenizers` (PyPI) trains small byte-level BPE
 tokenizers with Qwen2's and Llama-3's settings and encodes text with them.
+  flags_text FILE                        appends text where the added tokens' flags matter
+  mixed FILE N SEED                      N short documents (JSON Lines) of random runs of the
+                                         added tokens, spaces, letters, marks and digits: each
+                                         ends where the streaming holds text back
   train DIR qwen2|llama3 VOCAB CORPUS...  DIR/tokenizer.json (+ tokenizer_config.json)
   encode DIR FILE...                     the ids of each file, one line each
+  encode_jsonl DIR FILE                  the ids of each line's "text", one line each
   bench DIR FILE [IDS]                   tokens/s on one thread: one encode of the whole FILE, and
                                          encode_batch of its paragraphs; IDS (raw uint16 or
                                          uint32 by the vocabulary) must hold the whole file's ids
@@ -25,6 +30,38 @@ QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{
          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def flagged_tokens():
+    """Added tokens with each of tokenizers' flags, matched in the raw text (normalized False) or in
+    the normalized one; FLAGS_TEXT has them where the flags change the ids."""
+    from tokenizers import AddedToken
+    return [AddedToken("<mask>", lstrip=True, normalized=False, special=True),  # RoBERTa's
+            AddedToken("<sep>", rstrip=True, normalized=True),
+            AddedToken("<both>", lstrip=True, rstrip=True, normalized=True),
+            AddedToken("word", single_word=True, normalized=True),
+            AddedToken("Word", single_word=True, normalized=False),
+            AddedToken("QQ", normalized=False, special=True),
+            AddedToken("caf\u00e9", normalized=True),       # NFC: also cafe + U+0301
+            AddedToken("nai\u0308ve", normalized=False)]    # decomposed, matched so only
+
+
+FLAGS_TEXT = (
+    "flags: a <mask> b\t\u3000<mask>c x<mask>  <mask>\n"
+    "d<sep>  e <sep>\u2028\u00a0\n f<sep>g <both>  h\u3000<both>\u3000i\n"
+    "word words sword _word -word- word\u00e9 word\u0301 \u203fword 1word word1 (word) \u00e9word\n"
+    "Word Words xWord Word_ QQword QQWord xQQword <sep>word Word<mask>\n"
+    "caf\u00e9 cafe\u0301 na\u00efve nai\u0308ve\n"
+    "<sep>  <mask> <mask>   <sep>end\n"
+    "the end: word <both> \u3000")
+
+
+MIXED_PARTS = ["hello", " ", "  ", "\n", "\r\n", "\t", "\u3000", "\u00a0", "\u2028", "\u0085",
+               "\u1680", "\x1c", "\u200b", "\u00e9", "e\u0301", "\u0301", "_", "-", "\u203f",
+               "\u200d", "\u24b6", "\u216b", "12", "'s", "!!", "\u65e5\u672c", "\U0001F44B", "W",
+               "o", "cafe", "<mask>", "<sep>", "<both>", "word", "Word", "QQ", "caf\u00e9",
+               "na\u00efve", "nai\u0308ve", "<think>", "<|endoftext|>", "<|end_of_text|>",
+               "<|begin_of_text|>", "<|im"]
 
 
 def read(path):
@@ -51,6 +88,7 @@ def train(out, kind, vocab, corpus):
     # Added after training, as the released models have them: outside the BPE vocabulary.
     tok.add_special_tokens(["<|reserved_special_token_0|>"] if llama else ["<|fim_prefix|>"])
     tok.add_tokens(["<think>", "</think>"])  # not special (Qwen3's)
+    tok.add_tokens(flagged_tokens())
     if llama:
         bos = tok.token_to_id("<|begin_of_text|>")
         tok.post_processor = processors.Sequence([
@@ -82,12 +120,28 @@ def render_chat(kind, messages):
 
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
-    if cmd == "train":
+    if cmd == "flags_text":
+        with open(args[0], "a", encoding="utf-8", newline="") as f:
+            f.write(FLAGS_TEXT)
+    elif cmd == "mixed":
+        import random
+        rng = random.Random(int(args[2]))
+        with open(args[0], "w") as f:
+            for _ in range(int(args[1])):
+                text = "".join(rng.choice(MIXED_PARTS) for _ in range(rng.randint(1, 40)))
+                f.write(json.dumps({"text": text}) + "\n")
+    elif cmd == "train":
         train(args[0], args[1], int(args[2]), args[3:])
     elif cmd == "encode":
         tok = load(args[0])
         for path in args[1:]:
             print(" ".join(map(str, tok.encode(read(path)).ids)))
+    elif cmd == "encode_jsonl":
+        tok = load(args[0])
+        with open(args[1], encoding="utf-8") as f:
+            texts = [json.loads(line)["text"] for line in f]
+        for encoding in tok.encode_batch(texts):
+            print(" ".join(map(str, encoding.ids)))
     elif cmd == "bench":
         import array
         tok = load(args[0])

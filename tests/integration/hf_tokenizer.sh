@@ -3,9 +3,11 @@
 # the reference (hf_tokenizer.py) trains two small byte-level BPE tokenizers on the repository's
 # docs with Qwen2's settings (its Split pattern, NFC, merges with no ignore_merges) and Llama-3's
 # (its pattern, ignore_merges, <|begin_of_text|> from the post-processor), each with special tokens
-# in and outside the BPE vocabulary and non-special added tokens, and saves their tokenizer.json.
-# The packed ids of a text of many scripts, emoji, whitespace runs, newlines, decomposed accents and
-# special tokens, and of English prose, must be the reference's ids, each document followed by the
+# in and outside the BPE vocabulary, non-special added tokens, and added tokens with each of the
+# flags lstrip, rstrip, single_word and normalized (true and false), and saves their tokenizer.json.
+# The packed ids of a text of many scripts, emoji, whitespace runs, newlines, decomposed accents,
+# special tokens and flagged ones, of English prose, and of 5,000 short documents of added tokens
+# among spaces, letters and marks, must be the reference's ids, each document followed by the
 # end-of-document token. Chat data (--input-format chat) with spaces of many kinds at the ends of
 # its contents packs as the reference renders it: llama3 trims them as Llama 3's template does,
 # chatml keeps them. The same for a SentencePiece model (BPE with byte fallback, as Llama-2's)
@@ -40,6 +42,8 @@ end
 TEXT
 printf 'CRLF line\r\nanother\r\n\r\n  \r\n' >> world.txt
 printf 'decomposed: cafe\xcc\x81 A\xcc\x8angstro\xcc\x88m\n' >> world.txt  # NFC composes them
+"$PY" "$REFERENCE" flags_text world.txt  # where the added tokens' flags change the ids
+"$PY" "$REFERENCE" mixed mixed.jsonl 5000 7  # short documents of added tokens, spaces and marks
 cat "$SRC"/docs/*.md > corpus.txt
 cat world.txt >> corpus.txt
 
@@ -72,6 +76,10 @@ for kind in qwen2 llama3; do
   "$PY" "$REFERENCE" encode "$kind" english.txt world.txt > "$kind.expected"
   [ "$kind" = llama3 ] && eod=$(token_id llama3 "<|end_of_text|>") || eod=$(token_id qwen2 "<|endoftext|>")
   same_ids "$kind.h5" "$kind.expected" "$eod" "$kind"
+  "$TRAINER" pack --tokenizer hf --tokenizer-dir "$kind" --input-format jsonl --input mixed.jsonl \
+    --output "mixed-$kind.h5" --quiet || fail "trainer pack --tokenizer hf ($kind, mixed) failed"
+  "$PY" "$REFERENCE" encode_jsonl "$kind" mixed.jsonl > "mixed-$kind.expected"
+  same_ids "mixed-$kind.h5" "mixed-$kind.expected" "$eod" "$kind, mixed documents"
 done
 h5dump -a tokenizer qwen2.h5 | grep -q '"hf"' || fail "the tokenizer attribute is not hf"
 # Chat data: chatml's markers are single tokens of the Qwen2-style tokenizer, so it packs; the

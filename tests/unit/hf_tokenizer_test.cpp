@@ -1,8 +1,9 @@
 // Tests of `trainer pack --tokenizer hf` (src/data/hf_tokenizer.h) with a small hand-made
 // tokenizer.json in Qwen2's layout: merges as strings and as pairs, ignore_merges, NFC, added
-// tokens (longest first, special or not), the post-processor's BOS, the end-of-document choice,
-// any chunking against the whole text, and the errors. tests/integration/hf_tokenizer.sh checks
-// tokenizers trained by Hugging Face's library against its own encoder.
+// tokens (longest first, special or not, with tokenizers' flags), the post-processor's BOS, the
+// end-of-document choice, any chunking against the whole text, and the errors.
+// tests/integration/hf_tokenizer.sh checks tokenizers trained by Hugging Face's library against its
+// own encoder.
 #include "data/hf_tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -41,14 +42,19 @@ std::string Spelled(const std::string& bytes) {
 
 constexpr uint32_t kHe = 256, kLl = 257, kHell = 258, kHello = 259, kSpaceW = 260, kLo = 261,
                    kEndOfText = 262, kX = 263, kXy = 264, kBos = 265;
+// Options::flagged's tokens (with no Options::specials): <m> lstrip (special, matched in the raw
+// text), <r> rstrip and <b> both (normalized), "wo" and "Wo" single_word (normalized, raw), "café"
+// normalized.
+constexpr uint32_t kM = 266, kR = 267, kB = 268, kWo = 269, kWoRaw = 270, kCafe = 271;
 
 const char kQwen2Pattern[] =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+)";
 
 struct Options {
   bool pairs = false, ignore_merges = false, nfc = true, bos = true, eot = true;
-  std::string pre_tokenizer;  // empty: Qwen2's Sequence
+  std::string pre_tokenizer;          // empty: Qwen2's Sequence
   std::vector<std::string> specials;  // more special added tokens, ids from 266 on
+  bool flagged = false;               // the tokens with flags, ids from 266 on
 };
 
 std::string TokenizerJson(const Options& o) {
@@ -65,16 +71,31 @@ std::string TokenizerJson(const Options& o) {
     if (!merge_list.empty()) merge_list += ",";
     merge_list += o.pairs ? "[\"" + a + "\", \"" + b + "\"]" : "\"" + a + " " + b + "\"";
   }
-  const auto added = [](int id, const std::string& content, bool special) {
+  // An added token with its flags, as tokenizers saves it.
+  const auto token = [](int id, const std::string& content, bool single_word, bool lstrip,
+                        bool rstrip, bool normalized, bool special) {
+    const auto flag = [](bool on) { return on ? std::string("true") : std::string("false"); };
     return "{\"id\": " + std::to_string(id) + ", \"content\": \"" + content +
-           "\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": " +
-           (special ? "false" : "true") + ", \"special\": " + (special ? "true" : "false") + "}";
+           "\", \"single_word\": " + flag(single_word) + ", \"lstrip\": " + flag(lstrip) +
+           ", \"rstrip\": " + flag(rstrip) + ", \"normalized\": " + flag(normalized) +
+           ", \"special\": " + flag(special) + "}";
+  };
+  const auto added = [&](int id, const std::string& content, bool special) {
+    return token(id, content, false, false, false, !special, special);
   };
   std::string added_tokens =
       added(263, "<x>", false) + "," + added(264, "<x>y", false) + "," + added(265, "<s>", true);
   if (o.eot) added_tokens = added(262, "<|endoftext|>", true) + "," + added_tokens;
   for (size_t i = 0; i < o.specials.size(); ++i)
     added_tokens += "," + added(266 + static_cast<int>(i), o.specials[i], true);
+  if (o.flagged) {  // single_word, lstrip, rstrip, normalized, special
+    added_tokens += "," + token(kM, "<m>", false, true, false, false, true) + "," +
+                    token(kR, "<r>", false, false, true, true, false) + "," +
+                    token(kB, "<b>", false, true, true, true, false) + "," +
+                    token(kWo, "wo", true, false, false, true, false) + "," +
+                    token(kWoRaw, "Wo", true, false, false, false, false) + "," +
+                    token(kCafe, "caf\\u00e9", false, false, false, true, false);
+  }
   const std::string pre =
       !o.pre_tokenizer.empty()
           ? o.pre_tokenizer
@@ -137,6 +158,22 @@ TEST(HfTokenizerTest, AddedTokensBeforeTheSplitLongestFirst) {
             (Ids{kBos, '<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't', '|'}));
 }
 
+// As tokenizers' AddedVocabulary: the raw text's tokens first, then in each normalized part
+// between them the normalized tokens; lstrip and rstrip take the white space beside them, a
+// single_word token needs no word character beside it in its part.
+TEST(HfTokenizerTest, AddedTokenFlags) {
+  Options o;
+  o.bos = false;
+  o.flagged = true;
+  auto tokenizer = Make(o);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->EncodeText("a \xE3\x80\x80<m>b<r>  c"), (Ids{'a', kM, 'b', kR, 'c'}));
+  EXPECT_EQ(tokenizer->EncodeText("wo two"), (Ids{kWo, ' ', 't', 'w', 'o'}));
+  // "wo" after the raw token <m> starts its part; <r> (normalized) takes no space before it.
+  EXPECT_EQ(tokenizer->EncodeText("<m>wo <r>"), (Ids{kM, kWo, ' ', kR}));
+  EXPECT_EQ(tokenizer->EncodeText("cafe\xCC\x81"), (Ids{kCafe}));  // NFC first
+}
+
 TEST(HfTokenizerTest, NfcNormalizer) {
   Options o;
   EXPECT_EQ(Make(o)->EncodeText("e\xCC\x81"), (Ids{kBos, 0xC3, 0xA9}));  // e + U+0301 -> é
@@ -157,25 +194,29 @@ TEST(HfTokenizerTest, PatternPieces) {
 }
 
 TEST(HfTokenizerTest, AnyChunkingGivesTheWholeTextsTokens) {
-  const std::vector<std::string> parts = {"hello", " ", "  ", "\n", "\r\n", "\xC3\xA9", "e\xCC\x81",
-                                          "\xCC\x81", "<x>", "<x>y", "<", "<|endoftext|>", "<|end",
-                                          "\xE6\x97\xA5\xE6\x9C\xAC", "12", "'s", "'S", "!!",
-                                          " world", "\xF0\x9F\x91\x8B", "\t",
-                                          // Hangul jamo L, V, T, a syllable; ka, the voicing
-                                          // mark: NFC composes them
-                                          "\xE1\x84\x80", "\xE1\x85\xA1", "\xE1\x86\xA8",
-                                          "\xEA\xB0\x80", "\xE3\x81\x8B", "\xE3\x82\x99"};
+  const std::vector<std::string> parts = {
+      "hello", " ", "  ", "\n", "\r\n", "\xC3\xA9", "e\xCC\x81", "\xCC\x81", "<x>", "<x>y", "<",
+      "<|endoftext|>", "<|end", "\xE6\x97\xA5\xE6\x9C\xAC", "12", "'s", "'S", "!!", " world",
+      "\xF0\x9F\x91\x8B", "\t",
+      // Hangul jamo L, V, T, a syllable; ka, the voicing
+      // mark: NFC composes them
+      "\xE1\x84\x80", "\xE1\x85\xA1", "\xE1\x86\xA8", "\xEA\xB0\x80", "\xE3\x81\x8B",
+      "\xE3\x82\x99",
+      // the flagged tokens, U+3000, a word character
+      "<m>", "<r>", "<b>", "wo", "Wo", "caf\xC3\xA9", "cafe", "\xE3\x80\x80", "_"};
   std::mt19937 rng(7);
-  for (int round = 0; round < 30; ++round) {
+  for (int round = 0; round < 60; ++round) {
     std::string text;
     for (int i = 0; i < 200; ++i) text += parts[rng() % parts.size()];
-    auto whole = Make(Options{});
+    Options o;
+    o.flagged = round % 2 == 1;
+    auto whole = Make(o);
     const Ids want = whole->EncodeText(text);
-    auto chunked = Make(Options{});
+    auto chunked = Make(o);
     chunked->BeginDocument("doc");
     Ids got;
     for (size_t at = 0; at < text.size();) {
-      const size_t n = round == 0 ? 1 : 1 + rng() % 40;
+      const size_t n = round < 2 ? 1 : 1 + rng() % 40;
       const size_t take = std::min(n, text.size() - at);
       ASSERT_TRUE(
           chunked->Encode(reinterpret_cast<const uint8_t*>(text.data()) + at, take, &got).ok());
