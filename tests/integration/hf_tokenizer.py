@@ -5,6 +5,7 @@ tokenizers with Qwen2's and Llama-3's settings and encodes text with them.
                                          added tokens, spaces, letters, marks and digits: each
                                          ends where the streaming holds text back
   train DIR qwen2|llama3 VOCAB CORPUS...  DIR/tokenizer.json (+ tokenizer_config.json)
+  eod DIR                                the id of <|endoftext|> or <|end_of_text|>
   encode DIR FILE...                     the ids of each file, one line each
   encode_jsonl DIR FILE                  the ids of each line's "text", one line each
   bench DIR FILE [IDS]                   tokens/s on one thread: one encode of the whole FILE, and
@@ -132,6 +133,10 @@ def main():
                 f.write(json.dumps({"text": text}) + "\n")
     elif cmd == "train":
         train(args[0], args[1], int(args[2]), args[3:])
+    elif cmd == "eod":
+        tok = load(args[0])
+        print(next(i for i in map(tok.token_to_id, ["<|endoftext|>", "<|end_of_text|>"])
+                   if i is not None))
     elif cmd == "encode":
         tok = load(args[0])
         for path in args[1:]:

@@ -64,17 +64,13 @@ assert not bad, f"{len(bad)} tokens differ, the first at {bad[0]}: {got[bad[0]-3
 print(f"{name}: {len(got)} tokens as tokenizers encodes them")
 PY
 }
-token_id() {  # DIR TOKEN: the id of added token TOKEN in DIR/tokenizer.json
-  "$PY" -c "import json, sys; print({t['content']: t['id'] for t in json.load(open(sys.argv[1]))['added_tokens']}[sys.argv[2]])" \
-    "$1/tokenizer.json" "$2"
-}
 
 for kind in qwen2 llama3; do
   "$PY" "$REFERENCE" train "$kind" "$kind" 1500 corpus.txt || fail "training the $kind tokenizer failed"
   "$TRAINER" pack --tokenizer hf --tokenizer-dir "$kind" --input english.txt world.txt \
     --output "$kind.h5" --quiet || fail "trainer pack --tokenizer hf ($kind) failed"
   "$PY" "$REFERENCE" encode "$kind" english.txt world.txt > "$kind.expected"
-  [ "$kind" = llama3 ] && eod=$(token_id llama3 "<|end_of_text|>") || eod=$(token_id qwen2 "<|endoftext|>")
+  eod=$("$PY" "$REFERENCE" eod "$kind")
   same_ids "$kind.h5" "$kind.expected" "$eod" "$kind"
   "$TRAINER" pack --tokenizer hf --tokenizer-dir "$kind" --input-format jsonl --input mixed.jsonl \
     --output "mixed-$kind.h5" --quiet || fail "trainer pack --tokenizer hf ($kind, mixed) failed"
@@ -114,10 +110,11 @@ with open("trim.jsonl", "w") as f:
         f.write(json.dumps({"messages": messages}) + "\n")
 PY
 for template in llama3 chatml; do
-  [ "$template" = llama3 ] && dir=llama3-chat eod=$(token_id llama3 "<|end_of_text|>") ||
-    dir=qwen2 eod=$(token_id qwen2 "<|endoftext|>")
-  "$TRAINER" pack --input-format chat --chat-template $template --tokenizer hf --tokenizer-dir $dir \
-    --input trim.jsonl --output trim-$template.h5 --quiet || fail "chat pack with $template failed"
+  [ "$template" = llama3 ] && dir=llama3-chat || dir=qwen2
+  eod=$("$PY" "$REFERENCE" eod $dir)
+  "$TRAINER" pack --input-format chat --chat-template $template --tokenizer hf \
+    --tokenizer-dir $dir --input trim.jsonl --output trim-$template.h5 --quiet ||
+    fail "chat pack with $template failed"
   "$PY" "$REFERENCE" chat $dir $template trim.jsonl > trim-$template.expected
   same_ids trim-$template.h5 trim-$template.expected "$eod" "chat contents under $template"
 done
