@@ -50,18 +50,23 @@ WEIGHT_TOLERANCE = 1e-3
 
 def make(out):
     """The five models, saved by transformers as the trainer's Checkpoint.init_from reads them."""
-    import transformers as tf
     make_llama("llama", f"{out}/hf-llama")
     make_llama("qwen2", f"{out}/hf-qwen2")
     make_moe("qwen2_moe", f"{out}/hf-qwen2_moe")
     make_moe("olmoe", f"{out}/hf-olmoe")
+    make_gpt2(f"{out}/hf-gpt2")
+
+
+def make_gpt2(out):
+    """The gpt2 case (also hf_lora.py's), saved to OUT."""
+    import transformers as tf
     cfg = tf.GPT2Config(vocab_size=257, n_positions=32, n_embd=64, n_layer=2, n_head=4,
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=256,
                         eos_token_id=256)
     model = tf.GPT2LMHeadModel(cfg)
     # LayerNorm weights (ln_1, ln_2, ln_f) around 1, as randomize draws the "norm" ones.
     randomize(((n.replace("ln_", "norm_"), p) for n, p in model.named_parameters()), 4)
-    model.save_pretrained(f"{out}/hf-gpt2", safe_serialization=True)
+    model.save_pretrained(out, safe_serialization=True)
 
 
 def samples(text, T):
