@@ -1,5 +1,5 @@
 # The round trip of the Hugging Face tests (hf_llama.sh, hf_moe.sh; hf_training.sh takes
-# hf_python only), sourced after lib.sh:
+# hf_python only, hf_lora.sh hf_python and evaluate), sourced after lib.sh:
 #   hf_python         $PY: TRAINER_HF_PYTHON, else hf_venv.sh's transformers 4.46.3 (exit 77,
 #                     skipped, without one), offline and quiet
 #   hf_setup HELPER   hf_python, text.txt packed as text.h5, T, COMMON (the run's -o keys on
