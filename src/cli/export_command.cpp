@@ -86,11 +86,14 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
     return Status::Ok();
   };
   TRAINER_RETURN_IF_ERROR(refuse_existing(outputs));
+  if (!o.lora.empty() && o.lora != "merge" && o.lora != "adapter")
+    return UsageError(StrFormat("--lora %s (trainer export): use merge (full Hugging Face weights) "
+                                "or adapter (a PEFT adapter folder)",
+                                o.lora.c_str()));
   std::string file;
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", &file));
   TRAINER_ASSIGN_OR_RETURN(const TrainConfig tc, OneProcessConfig(file, o.overrides, 0));
-  if (tc.model.lora() != !o.lora.empty() ||
-      (o.lora != "" && o.lora != "merge" && o.lora != "adapter"))
+  if (tc.model.lora() != !o.lora.empty())
     return UsageError(
         tc.model.lora()
             ? StrFormat("%s holds LoRA adapters (of %s): give --lora merge (full Hugging Face "

@@ -63,6 +63,10 @@ PY
 "$TRAINER" export out/lora/checkpoints --output tuned-merged --lora merge > /dev/null || fail "merge"
 "$TRAINER" export out/lora/checkpoints --output tuned-adapter --lora adapter > /dev/null || fail "adapter"
 [ -f tuned-adapter/adapter_config.json ] && [ -f tuned-merged/config.json ] || fail "export files"
+expect_error 2 "lora bogus (trainer export): use merge" \
+  "$TRAINER" export out/lora/checkpoints --output x --lora bogus
+expect_error 2 "holds no LoRA adapters (Model.lora_rank=0); leave --lora out" \
+  "$TRAINER" export out/full/checkpoints --output x --lora merge
 # 6. Load in transformers and PEFT, where the venv exists.
 PY=$(bash "$SRC/tests/integration/hf_venv.sh" 2>/dev/null) ||
   { echo "skip: no transformers + PEFT venv, so loading the exports was not checked"; exit 77; }
@@ -71,6 +75,7 @@ export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=er
   fail "eval on text"
 "$PY" "$SRC/tests/integration/hf_llama.py" check tuned-merged text.txt 32 eval-text.json ||
   fail "transformers' loss of the merged model"
-"$PY" "$SRC/tests/integration/hf_lora.py" check base-model tuned-adapter text.txt 32 eval-text.json ||
+"$PY" "$SRC/tests/integration/hf_lora.py" check base-model tuned-adapter tuned-merged text.txt 32 \
+  eval-text.json ||
   fail "PEFT's loss of base + adapter"
 echo "fine-tuning path: import, chat pack, LoRA and full fine-tuning, eval, exports loaded"
