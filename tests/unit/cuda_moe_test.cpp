@@ -149,7 +149,8 @@ constexpr RowsCase kRowsCases[] = {
 
 // The dispatch on the device against the host planner: slots and counts to the bit, over several
 // chunks of 256 tokens and a partial one, empty experts, every token on expert 0, a capacity that
-// drops, a shared expert, 160 experts (a wide bitmap), and 1600 (past the bitmap: the host path).
+// drops, a shared expert, 160 and 1536 experts (the widest bitmap), 1600 (past it: the host path),
+// a whole number of chunks, and choices of no expert (-1: a router that met NaN scores; dropped, not counted).
 struct DispatchCase {
   const char* routing;
   int64_t N;
@@ -162,6 +163,8 @@ constexpr DispatchCase kDispatchCases[] = {
     {"empty experts", 777, 5, 2, true, 0.0},  {"all on expert 0", 600, 8, 2, false, 0.0},
     {"random", 513, 64, 8, true, 0.6},        {"all on expert 0", 300, 5, 3, true, 0.7},
     {"random", 2049, 160, 6, false, 0.0},     {"random", 301, 1600, 2, false, 1.0},
+    {"random", 512, 1536, 4, true, 0.0},      {"all on expert 0", 256, 8, 2, true, 0.0},
+    {"no expert", 700, 16, 4, false, 0.0},    {"no expert", 300, 16, 4, true, 0.5},
 };
 
 TEST_F(CudaMoeTest, DispatchSlotsMatchTheHostPlan) {
@@ -173,10 +176,16 @@ TEST_F(CudaMoeTest, DispatchSlotsMatchTheHostPlan) {
     spec.top_k = c.K;
     spec.shared_ffn = c.shared ? 8 : 0;
     spec.capacity_factor = c.capacity_factor;
-    const std::vector<int32_t> experts = Routed(c.routing, c.N, c.E, c.K, rng_);
+    const bool no_expert = std::string(c.routing) == "no expert";
+    std::vector<int32_t> experts = Routed(no_expert ? "random" : c.routing, c.N, c.E, c.K, rng_);
+    for (size_t i = 0; no_expert && i < experts.size(); i += 7) experts[i] = -1;
     MoeDispatch d;
     PlanMoeDispatch(spec, experts.data(), c.N, &d);
-    if (c.capacity_factor > 0 && c.capacity_factor < 1) EXPECT_GT(d.dropped, 0);
+    if (c.capacity_factor > 0 && c.capacity_factor < 1) {
+      EXPECT_GT(d.dropped, 0);
+    } else if (no_expert) {
+      EXPECT_EQ(d.offsets.back(), c.N * c.K - (c.N * c.K + 6) / 7) << "every 7th choice dropped";
+    }
     const int K2 = c.K + (c.shared ? 1 : 0);
     auto g_experts = Ints(experts, {c.N, c.K});
     auto g_slots = Ints(std::vector<int32_t>(c.N * K2, -7), {c.N, K2});

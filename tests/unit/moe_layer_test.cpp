@@ -386,6 +386,14 @@ TEST(MoeDispatchPlan, GroupsByExpertInTokenOrderAndDropsTheLaterTokens) {
                   .ok());
   EXPECT_EQ(slots, d.slots);
   EXPECT_EQ(counts, d.counts);
+  // A choice of no expert (-1: the GPU router's answer to NaN scores) is dropped, not counted.
+  in[3] = -1;
+  ASSERT_TRUE(be->MoeDispatchSlots(Tensor(slots.data(), DType::kI32, {4, 3}),
+                                   Tensor(counts.data(), DType::kI32, {3}),
+                                   Tensor(in.data(), DType::kI32, {4, 2}), 0)
+                  .ok());
+  EXPECT_EQ(counts, (std::vector<int32_t>{3, 1, 3}));
+  EXPECT_EQ(slots, (std::vector<int32_t>{0, 4, 8, 1, -1, 9, 2, 5, 10, 3, 6, 11}));
   EXPECT_FALSE(be->MoeDispatchSlots(Tensor(slots.data(), DType::kI32, {4, 3}),
                                     Tensor(counts.data(), DType::kI32, {1}),
                                     Tensor(in.data(), DType::kI32, {4, 2}), 0)

@@ -168,7 +168,7 @@ void moe_router_losses(float* aux_coef, double* losses, const int32_t* experts, 
 // The dispatch (Backend::MoeDispatchSlots): counts (E) = the choices of each expert in experts
 // (N,K); slots (N,K2) = each choice's row after the stable counting sort by expert, an expert's
 // group holding its first `capacity` choices (0: all), -1 past it; k = K (K2 = K + 1) is the
-// shared expert's row N*K + t.
+// shared expert's row N*K + t. A choice outside [0, E) (no expert) is dropped and not counted.
 void moe_dispatch_slots(int32_t* slots, int32_t* counts, const int32_t* experts, int64_t N, int K,
                         int K2, int E, int64_t capacity);
 // out[slots[t][k]] = [w[t][k] *] in[t], C columns; w may be null.

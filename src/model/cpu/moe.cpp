@@ -219,7 +219,9 @@ void moe_gather_rows(float* out, const float* in, const int32_t* slots, const fl
 void moe_dispatch_slots(int32_t* slots, int32_t* counts, const int32_t* experts, int64_t N, int K,
                         int K2, int E, int64_t capacity) {
   for (int e = 0; e < E; ++e) counts[e] = 0;
-  for (int64_t i = 0; i < N * K; ++i) ++counts[experts[i]];
+  const auto valid = [E](int e) { return e >= 0 && e < E; };  // else no expert: dropped
+  for (int64_t i = 0; i < N * K; ++i)
+    if (valid(experts[i])) ++counts[experts[i]];
   // Each expert's group: its start (the kept rows of the experts before it) and end.
   std::vector<int64_t> next(E), end(E);
   int64_t start = 0;
@@ -231,7 +233,7 @@ void moe_dispatch_slots(int32_t* slots, int32_t* counts, const int32_t* experts,
   for (int64_t t = 0; t < N; ++t) {  // token order within each group; past its end, dropped
     for (int k = 0; k < K; ++k) {
       const int e = experts[t * K + k];
-      slots[t * K2 + k] = next[e] < end[e] ? static_cast<int32_t>(next[e]++) : -1;
+      slots[t * K2 + k] = valid(e) && next[e] < end[e] ? static_cast<int32_t>(next[e]++) : -1;
     }
     if (K2 > K) slots[t * K2 + K] = static_cast<int32_t>(N * K + t);
   }

@@ -6,7 +6,8 @@
 //   expert's group, the totals (counts), and the groups' starts from the kept rows (capacity);
 // - slots: each choice's rank among its expert's choices in the chunk, in token order, from a
 //   bitmap (expert, token of the chunk) and population counts; past the capacity, -1.
-// Integer work only: the same slots as the CPU on every run.
+// Integer work only: the same slots as the CPU on every run. A choice of no expert (outside
+// [0, E): the router's answer to NaN scores) is dropped and counted nowhere, as on the CPU.
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -26,7 +27,10 @@ __global__ void __launch_bounds__(kChunk)
   __syncthreads();
   const int64_t t = blockIdx.x * static_cast<int64_t>(kChunk) + threadIdx.x;
   if (t < N)
-    for (int k = 0; k < K; ++k) atomicAdd(&histogram[experts[t * K + k]], 1);
+    for (int k = 0; k < K; ++k) {
+      const int e = experts[t * K + k];
+      if (e >= 0 && e < E) atomicAdd(&histogram[e], 1);
+    }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x)
     chunk_counts[blockIdx.x * static_cast<int64_t>(E) + e] = histogram[e];
@@ -70,11 +74,18 @@ __global__ void __launch_bounds__(kChunk)
   const int word = threadIdx.x / kWarpSize;
   const uint32_t bit = 1u << (threadIdx.x % kWarpSize);
   if (t < N)
-    for (int k = 0; k < K; ++k) atomicOr(&bits[experts[t * K + k] * kChunkWords + word], bit);
+    for (int k = 0; k < K; ++k) {
+      const int e = experts[t * K + k];
+      if (e >= 0 && e < E) atomicOr(&bits[e * kChunkWords + word], bit);
+    }
   __syncthreads();
   if (t >= N) return;
   for (int k = 0; k < K; ++k) {
     const int e = experts[t * K + k];
+    if (e < 0 || e >= E) {  // no expert (a router that met NaN scores): dropped, not a row
+      slots[t * K2 + k] = -1;
+      continue;
+    }
     const uint32_t* row = bits + e * kChunkWords;
     int rank = __popc(row[word] & (bit - 1));  // the chunk's earlier tokens with this expert
     for (int w = 0; w < word; ++w) rank += __popc(row[w]);
