@@ -37,7 +37,6 @@ struct MoeDispatch {
   std::vector<int32_t> counts;   // (E) choices per expert before dropping
   std::vector<int64_t> offsets;  // (E+1) start of each expert's group of kept rows
   std::vector<ExpertRun> runs;   // the experts' work: groups of x_perm, or (EP) of x_recv
-  std::vector<int64_t> next;     // (E) the counting sort's next row per expert (scratch)
   ExpertExchange exchange;       // EP: the rows moved to and from the experts' ranks
   int64_t dropped = 0;           // choices dropped by the capacity
   float z_scale = 0.f;           // d(objective)/d(sum of lse^2) of this micro-batch
