@@ -35,12 +35,12 @@ void PlanMoeGroups(const MoeSpec& spec, int64_t N, MoeDispatch* d) {
   LocalExpertRuns(d->offsets, &d->runs);
 }
 
-void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N, MoeDispatch* out) {
+void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N,
+                     std::vector<int32_t>* slots, MoeDispatch* out) {
   const int E = spec.num_experts, K = spec.top_k, K2 = K + (spec.shared_ffn > 0 ? 1 : 0);
-  if (experts != out->experts.data()) out->experts.assign(experts, experts + N * K);
   out->counts.assign(E, 0);
-  out->slots.assign(N * K2, -1);
-  cpu::moe_dispatch_slots(out->slots.data(), out->counts.data(), experts, N, K, K2, E,
+  slots->assign(N * K2, -1);
+  cpu::moe_dispatch_slots(slots->data(), out->counts.data(), experts, N, K, K2, E,
                           MoeCapacity(spec, N));
   PlanMoeGroups(spec, N, out);
 }

@@ -30,10 +30,6 @@ namespace trainer {
 
 // The routing of one micro-batch on the host: which permuted row each (token, choice) went to.
 struct MoeDispatch {
-  std::vector<int32_t> experts;  // (N,K) the router's choices, ascending per token, and
-  std::vector<int32_t> slots;    // (N,K') permuted row of each choice, -1 if dropped; the
-                                 // shared expert's (k = K) is N*K + t: PlanMoeDispatch's only (the
-                                 // layer's forward makes them on the backend, MoeDispatchSlots)
   std::vector<int32_t> counts;   // (E) choices per expert before dropping
   std::vector<int64_t> offsets;  // (E+1) start of each expert's group of kept rows
   std::vector<ExpertRun> runs;   // the experts' work: groups of x_perm, or (EP) of x_recv
@@ -46,9 +42,11 @@ struct MoeDispatch {
 // Tokens per expert a micro-batch of `tokens` allows: ceil(cf * tokens * K / E); 0: dropless.
 int64_t MoeCapacity(const MoeSpec& spec, int64_t tokens);
 // The dispatch of N tokens from the router's experts (N,K) (ascending per token) on the host: the
-// stable counting sort by expert, then the capacity (earlier tokens first); Backend's
-// MoeDispatchSlots makes the same slots and counts on the device.
-void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N, MoeDispatch* out);
+// stable counting sort by expert, then the capacity (earlier tokens first). *slots (N,K') gets
+// each choice's permuted row (-1 if dropped; the shared expert's, k = K, is N*K + t), `out` the
+// counts and groups. Backend's MoeDispatchSlots makes the same slots and counts on the device.
+void PlanMoeDispatch(const MoeSpec& spec, const int32_t* experts, int64_t N,
+                     std::vector<int32_t>* slots, MoeDispatch* out);
 // The groups from d->counts: offsets, dropped and the runs (without EP) of N tokens' choices.
 void PlanMoeGroups(const MoeSpec& spec, int64_t N, MoeDispatch* d);
 
