@@ -20,12 +20,6 @@ bool InRanges(const CodePointRange (&ranges)[N], uint32_t code_point) {
   return it != ranges && code_point <= (it - 1)->last;
 }
 
-bool IsWhiteSpace(uint32_t c) {  // Unicode's White_Space property
-  return (c >= 0x9 && c <= 0xD) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
-}
-
 // The number of bytes a UTF-8 lead byte announces, 0 for a byte that cannot start a character.
 int Utf8Length(uint8_t lead) {
   if (lead < 0x80) return 1;
@@ -94,6 +88,12 @@ size_t PieceEnd(const CharCursor& text, size_t at) {
 }
 
 }  // namespace
+
+bool IsWhiteSpace(uint32_t c) {
+  return (c >= 0x9 && c <= 0xD) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
 
 CharClass ClassOfCodePoint(uint32_t code_point) {
   if (code_point < 0x80) {  // ASCII without the tables

@@ -14,6 +14,8 @@ namespace trainer {
 
 enum class CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
 
+// Unicode's White_Space property (what \s matches in Unicode regexes).
+bool IsWhiteSpace(uint32_t code_point);
 // The class of a Unicode code point (the tables in unicode_class_ranges.inc).
 CharClass ClassOfCodePoint(uint32_t code_point);
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "data/gpt2_pieces.h"
+
 namespace trainer {
 namespace {
 
@@ -40,11 +42,9 @@ int32_t CodePointBefore(const std::string& text, size_t at, size_t* begin) {
   return kInvalid;
 }
 
-// Unicode's White_Space property (what \s matches in the regexes of tokenizers).
-bool IsWhiteSpace(int32_t c) {
-  return (c >= 0x9 && c <= 0xD) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
+// Unicode's White_Space (gpt2_pieces.h), false for the markers below 0 (no character).
+bool IsSpace(int32_t c) {
+  return c >= 0 && IsWhiteSpace(static_cast<uint32_t>(c));
 }
 
 // What \w matches in a Unicode regex: Alphabetic, marks, decimal digits, connector punctuation
@@ -80,7 +80,7 @@ bool IsWordCharacter(int32_t c) {
 size_t SpaceRunStart(const std::string& text, size_t at, size_t floor) {
   while (at > floor) {
     size_t begin = 0;
-    if (!IsWhiteSpace(CodePointBefore(text, at, &begin))) break;
+    if (!IsSpace(CodePointBefore(text, at, &begin))) break;
     at = begin;
   }
   return std::max(at, floor);
@@ -157,7 +157,7 @@ bool HfAddedSet::Next(HfAddedText* t, bool final, Match* match, size_t* safe) co
     const size_t begin = token->lstrip ? SpaceRunStart(text, at, t->offset) : at;
     size_t stop = end;
     int32_t c = after;
-    while (token->rstrip && length > 0 && IsWhiteSpace(c)) {
+    while (token->rstrip && length > 0 && IsSpace(c)) {
       stop += length;
       c = CodePointAt(text, stop, &length);
     }
