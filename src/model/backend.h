@@ -81,6 +81,19 @@ enum class SumOf { kValues, kSquares };
 // instead of a memset and a read of the old values).
 enum class GradientWrite { kAccumulate, kOverwrite };
 
+// Columns [first, first + cols) of the row-major matrix `whole` (rows, W): an operand of the
+// column-block matrix products (Backend::MatmulColumns), its rows W apart.
+struct ColumnBlock {
+  Tensor whole;
+  int64_t first = 0, cols = 0;
+  int64_t rows() const { return Rows(whole); }
+  int64_t ld() const { return Cols(whole); }
+};
+inline ColumnBlock Columns(Tensor whole, int64_t first, int64_t cols) {
+  return {whole, first, cols};
+}
+inline ColumnBlock Columns(Tensor whole) { return {whole, 0, whole.empty() ? 0 : Cols(whole)}; }
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -189,15 +202,18 @@ class Backend {
   // f32 += column sums of dout (skipped when empty). dout, in, weight, din compute.
   Status MatmulBackward(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                         Tensor weight, GradientWrite dweight_write);
-  // Matrix products on the block of columns [first_column, first_column + OC) of a wider (N,W)
-  // matrix, in place (LoRA's adapters on the fused q/k/v and gate/up outputs; lora.h). All
-  // compute but dweight (f32); first_column + OC <= W.
-  // out (N,W): the block += in (N,R) @ weight (OC,R)^T (one rounding on the GPU).
-  Status MatmulAddToColumns(Tensor out, int64_t first_column, Tensor in, Tensor weight);
-  // With dcols the block of dout (N,W): din (N,C) = (or +=, by din_write) dcols @ weight (OC,C);
-  // dweight (OC,C) += dcols^T @ in (skipped when empty).
-  Status MatmulBackwardFromColumns(Tensor din, GradientWrite din_write, Tensor dweight,
-                                   Tensor dout, int64_t first_column, Tensor in, Tensor weight);
+  // Matrix products on blocks of columns of wider row-major matrices, in place (LoRA's adapters:
+  // their block of a fused q/k/v or gate/up output and their block of the group's stacked x A^T,
+  // and the frozen base linear added onto what the adapters wrote; lora.h). All compute but
+  // dweight (f32).
+  // out block (N,OC) = (or +=, by out_write) in block (N,R) @ weight (OC,R)^T (+ bias (OC));
+  // rounded once on the GPU. out must not alias in.
+  Status MatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in, Tensor weight,
+                       Tensor bias);
+  // din block (N,C) = (or +=, by din_write) dout block (N,OC) @ weight (OC,C) (skipped when
+  // din.whole is empty); dweight (OC,C) += dout block^T @ in block (skipped when empty).
+  Status MatmulBackwardColumns(ColumnBlock din, GradientWrite din_write, Tensor dweight,
+                               ColumnBlock dout, ColumnBlock in, Tensor weight);
   // The matrix products from here until SetRaggedGroups(false) run over row groups whose sizes
   // change from step to step (the MoE experts' groups): a backend that times its algorithms per
   // shape (CUDA's cuBLASLt routes) takes its heuristic's first choice for them instead, untimed,
@@ -427,11 +443,11 @@ class Backend {
                                               Tensor in, Tensor weight, Tensor gelu_pre_act,
                                               Tensor din_sums, GradientWrite dweight_write);
   virtual Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) = 0;
-  virtual Status RunMatmulAddToColumns(Tensor out, int64_t first_column, Tensor in,
-                                      Tensor weight) = 0;
-  virtual Status RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_write, Tensor dweight,
-                                              Tensor dout, int64_t first_column, Tensor in,
-                                              Tensor weight) = 0;
+  virtual Status RunMatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in,
+                                  Tensor weight, Tensor bias) = 0;
+  virtual Status RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_write,
+                                          Tensor dweight, ColumnBlock dout, ColumnBlock in,
+                                          Tensor weight) = 0;
   virtual Status RunGeluForward(Tensor out, Tensor in) = 0;
   virtual Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
   // num_kv_heads is resolved here: NKV > 0 (num_heads where the caller passed 0).

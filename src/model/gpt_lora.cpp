@@ -44,8 +44,9 @@ void GptModel::SetLoraAdapters(int layer, bool gradients, BlockWeights* w) const
   const int64_t tp = partition_.tp_size;
   const int64_t Ql = spec_.qkv_width() / tp, Al = spec_.q_width() / tp, KVl = spec_.kv_width() / tp;
   const int64_t Fl = spec_.ffn / tp, C = spec_.hidden;
+  LoraAdapter slots[kLoraSlots];
   for (ParamRole base : spec_.lora_bases) {
-    LoraAdapter& adapter = w->lora[LoraSlotOf(base)];
+    LoraAdapter& adapter = slots[LoraSlotOf(base)];
     adapter.slot = LoraSlotOf(base);
     for (const ParameterInfo& p : params_) {
       if (p.layer != layer || p.lora_base != base) continue;
@@ -81,11 +82,16 @@ void GptModel::SetLoraAdapters(int layer, bool gradients, BlockWeights* w) const
         break;
     }
   }
+  for (int group = 0; group < kLoraGroups; ++group)
+    w->lora[group] = GroupLoraAdapters(slots, static_cast<LoraGroup>(group));
 }
 
 void GptModel::AllocateLoraActivations(BlockActivations* a) {
-  for (ParamRole base : spec_.lora_bases)
-    a->lora_u[LoraSlotOf(base)] = Alloc({B_, T_, spec_.lora_rank}, compute_);
+  int members[kLoraGroups] = {};
+  for (ParamRole base : spec_.lora_bases) ++members[LoraGroupOf(LoraSlotOf(base))];
+  for (int group = 0; group < kLoraGroups; ++group)
+    if (members[group] > 0)
+      a->lora_u[group] = Alloc({B_, T_, members[group] * spec_.lora_rank}, compute_);
 }
 
 void GptModel::AllocateLoraBuffers() {
@@ -98,7 +104,9 @@ void GptModel::AllocateLoraBuffers() {
       Alloc({2, std::max({spec_.hidden, spec_.head_dim, spec_.qk_norm_full ? spec_.q_width() : 0})},
             DType::kF32);
   sizing_kind_ = &ModelBufferBytes::scratch;
-  lora_scratch_.du = Alloc({N, r}, compute_);
+  int members[kLoraGroups] = {};  // the largest group's gradient of its x A^T
+  for (ParamRole base : spec_.lora_bases) ++members[LoraGroupOf(LoraSlotOf(base))];
+  lora_scratch_.du = Alloc({N, *std::max_element(members, members + kLoraGroups) * r}, compute_);
   if (config_.lora_dropout > 0) {  // the widest adapter input, dropped, and its gradient
     const int64_t in = std::max({spec_.hidden, spec_.q_width() / tp, spec_.ffn / tp});
     lora_scratch_.dropped = Alloc({N, in}, compute_);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/log.h"
 #include "config/lora_targets.h"
 
 namespace trainer {
@@ -56,56 +57,118 @@ std::string LoraParameterName(const ModelSpec& spec, ParamRole base, int layer, 
   return name + (b ? "lora_B.weight" : "lora_A.weight");
 }
 
+namespace {
+
+// The adapter parameter A (is_b false) or B of `base` in block l.
+ParameterSpec LoraParameter(const ModelSpec& spec, int tp_size, ParamRole base, int l, bool is_b) {
+  const int64_t C = spec.hidden, F = spec.ffn, r = spec.lora_rank;
+  int64_t in = C, out = F;
+  ShardKind base_shard = ShardKind::kSplitRows;
+  switch (base) {
+    case ParamRole::kQWeight:
+      out = spec.q_width();
+      break;
+    case ParamRole::kKWeight:
+    case ParamRole::kVWeight:
+      out = spec.kv_width();
+      break;
+    case ParamRole::kQkvWeight:
+      out = spec.qkv_width();
+      base_shard = ShardKind::kSplitQkvRows;
+      break;
+    case ParamRole::kAttnOutWeight:
+      in = spec.q_width();
+      out = C;
+      base_shard = ShardKind::kSplitCols;
+      break;
+    case ParamRole::kFcOutWeight:
+      in = F;
+      out = C;
+      base_shard = ShardKind::kSplitCols;
+      break;
+    default:  // gate, up, c_fc: (F, C)
+      break;
+  }
+  const bool row_parallel = base_shard == ShardKind::kSplitCols;
+  ParameterSpec p;
+  p.role = is_b ? ParamRole::kLoraB : ParamRole::kLoraA;
+  p.lora_base = base;
+  p.layer = l;
+  p.name = LoraParameterName(spec, base, l, is_b);
+  p.full_shape = is_b ? std::vector<int64_t>{out, r} : std::vector<int64_t>{r, in};
+  // Column-parallel base: A whole, B split like W. Row-parallel: A split like W, B whole.
+  const bool whole = is_b == row_parallel;
+  p.shard = whole ? ShardKind::kReplicated : (is_b ? base_shard : ShardKind::kSplitCols);
+  p.grad_sum_over_tp = whole && tp_size > 1;
+  return p;
+}
+
+}  // namespace
+
 std::vector<ParameterSpec> LoraSpecParameters(const ModelSpec& spec, int tp_size, int first_layer,
                                               int num_layers) {
-  const int64_t C = spec.hidden, F = spec.ffn, r = spec.lora_rank;
   std::vector<ParameterSpec> list;
   for (int l = first_layer; l < first_layer + num_layers; ++l) {
-    for (ParamRole base : spec.lora_bases) {
-      int64_t in = C, out = F;
-      ShardKind base_shard = ShardKind::kSplitRows;
-      switch (base) {
-        case ParamRole::kQWeight:
-          out = spec.q_width();
-          break;
-        case ParamRole::kKWeight:
-        case ParamRole::kVWeight:
-          out = spec.kv_width();
-          break;
-        case ParamRole::kQkvWeight:
-          out = spec.qkv_width();
-          base_shard = ShardKind::kSplitQkvRows;
-          break;
-        case ParamRole::kAttnOutWeight:
-          in = spec.q_width();
-          out = C;
-          base_shard = ShardKind::kSplitCols;
-          break;
-        case ParamRole::kFcOutWeight:
-          in = F;
-          out = C;
-          base_shard = ShardKind::kSplitCols;
-          break;
-        default:  // gate, up, c_fc: (F, C)
-          break;
-      }
-      const bool row_parallel = base_shard == ShardKind::kSplitCols;
+    for (int group = 0; group < kLoraGroups; ++group) {
+      std::vector<ParamRole> members;
+      for (ParamRole base : spec.lora_bases)
+        if (LoraGroupOf(LoraSlotOf(base)) == group) members.push_back(base);
       for (bool is_b : {false, true}) {
-        ParameterSpec p;
-        p.role = is_b ? ParamRole::kLoraB : ParamRole::kLoraA;
-        p.lora_base = base;
-        p.layer = l;
-        p.name = LoraParameterName(spec, base, l, is_b);
-        p.full_shape = is_b ? std::vector<int64_t>{out, r} : std::vector<int64_t>{r, in};
-        // Column-parallel base: A whole, B split like W. Row-parallel: A split like W, B whole.
-        const bool whole = is_b == row_parallel;
-        p.shard = whole ? ShardKind::kReplicated : (is_b ? base_shard : ShardKind::kSplitCols);
-        p.grad_sum_over_tp = whole && tp_size > 1;
-        list.push_back(std::move(p));
+        for (ParamRole base : members) {
+          list.push_back(LoraParameter(spec, tp_size, base, l, is_b));
+          // The group's A's form one matrix (LoraAdapters::a).
+          list.back().contiguous_with_next = !is_b && base != members.back();
+        }
       }
     }
   }
   return list;
+}
+
+LoraGroup LoraGroupOf(LoraSlot slot) {
+  switch (slot) {
+    case kLoraQ:
+    case kLoraK:
+    case kLoraV:
+      return kLoraQkv;
+    case kLoraO:
+      return kLoraAttnOut;
+    case kLoraGate:
+    case kLoraUp:
+      return kLoraMlpIn;
+    default:
+      return kLoraMlpOut;
+  }
+}
+
+bool LoraAdapters::covers_output() const {
+  int64_t next = 0;
+  for (int i = 0; i < size; ++i) {
+    if (member[i].first_column != next) return false;
+    next += Rows(member[i].b);
+  }
+  return size > 0 && next == member[0].base_width;
+}
+
+LoraAdapters GroupLoraAdapters(const LoraAdapter* slots, LoraGroup group) {
+  LoraAdapters out;
+  bool stacked = true;
+  for (int slot = 0; slot < kLoraSlots; ++slot) {
+    const LoraAdapter& w = slots[slot];
+    if (!w.present() || LoraGroupOf(w.slot) != group) continue;
+    if (out.size == 0) {
+      out.a = w.a;
+    } else {
+      const char* next = static_cast<const char*>(out.a.data) +
+                         out.a.numel() * static_cast<int64_t>(DTypeSize(out.a.dtype));
+      stacked = stacked && w.a.data == next && Cols(w.a) == Cols(out.a) &&
+                w.a.dtype == out.a.dtype;
+      out.a.shape[0] += Rows(w.a);
+    }
+    out.member[out.size++] = w;
+  }
+  if (!stacked) out.a = Tensor();
+  return out;
 }
 
 namespace {
@@ -124,6 +187,16 @@ Status AdapterInput(const LoraContext& ctx, const LoraAdapter& w, Tensor x, Tens
   return ctx.backend->Dropout(*out, Matrix(x, N, in), Tensor(), AdapterDropoutKey(ctx, w));
 }
 
+// The group's A's as one matrix (GroupLoraAdapters), or the bug that broke it named.
+Status CheckStacked(const LoraAdapters& w) {
+  if (w.a.empty())
+    return RuntimeError(StrFormat(
+        "LoRA: the A matrices of the adapters of slot %d and the ones after it do not lie back to "
+        "back in memory. This is a bug in LoraSpecParameters or the parameter layout.",
+        static_cast<int>(w.member[0].slot)));
+  return Status::Ok();
+}
+
 }  // namespace
 
 DropoutKey AdapterDropoutKey(const LoraContext& ctx, const LoraAdapter& w) {
@@ -133,40 +206,68 @@ DropoutKey AdapterDropoutKey(const LoraContext& ctx, const LoraAdapter& w) {
   return key;
 }
 
-Status LoraForward(const LoraContext& ctx, const LoraAdapter& w, Tensor x, Tensor u, Tensor y) {
+Status LoraForward(const LoraContext& ctx, const LoraAdapters& w, Tensor x, Tensor u, Tensor y,
+                   GradientWrite y_write) {
+  TRAINER_RETURN_IF_ERROR(CheckStacked(w));
   Backend* be = ctx.backend;
-  const int64_t N = Rows(x), r = w.a.dim(0);
-  const Tensor u2 = Matrix(u, N, r);
-  Tensor input;
-  TRAINER_RETURN_IF_ERROR(AdapterInput(ctx, w, x, &input));
-  // u = scale x' A^T (N,r); y[:, block] += u B^T.
-  TRAINER_RETURN_IF_ERROR(
-      be->MatmulForward(u2, Tensor(), input, w.a, Tensor(), Activation::kNone));
-  TRAINER_RETURN_IF_ERROR(be->Scale(u2, ctx.scale));
-  return be->MatmulAddToColumns(Matrix(y, N, w.base_width), w.first_column, u2, w.b);
+  const int64_t N = Rows(x), r = Rows(w.member[0].a);
+  const Tensor U = Matrix(u, N, w.size * r);
+  // U = scale x' a^T (N, G r), x' = x, or each member's dropout(x) (Model.lora_dropout).
+  if (!ctx.dropout.on()) {
+    TRAINER_RETURN_IF_ERROR(be->MatmulForward(U, Tensor(), Matrix(x, N, Cols(x)), w.a, Tensor(),
+                                              Activation::kNone));
+  } else {
+    for (int i = 0; i < w.size; ++i) {
+      Tensor input;
+      TRAINER_RETURN_IF_ERROR(AdapterInput(ctx, w.member[i], x, &input));
+      TRAINER_RETURN_IF_ERROR(be->MatmulColumns(Columns(U, i * r, r), GradientWrite::kOverwrite,
+                                                Columns(input), w.member[i].a, Tensor()));
+    }
+  }
+  TRAINER_RETURN_IF_ERROR(be->Scale(U, ctx.scale));
+  // y[:, block_i] (+)= U[:, i r : (i+1) r] B_i^T.
+  for (int i = 0; i < w.size; ++i) {
+    const LoraAdapter& m = w.member[i];
+    TRAINER_RETURN_IF_ERROR(be->MatmulColumns(Columns(Matrix(y, N, m.base_width), m.first_column,
+                                                      Rows(m.b)),
+                                              y_write, Columns(U, i * r, r), m.b, Tensor()));
+  }
+  return Status::Ok();
 }
 
-Status LoraBackward(const LoraContext& ctx, const LoraAdapter& w, const LoraAdapter& g, Tensor x,
-                    Tensor u, Tensor dy, Tensor dx) {
+Status LoraBackward(const LoraContext& ctx, const LoraAdapters& w, const LoraAdapters& g, Tensor x,
+                    Tensor u, Tensor dy, Tensor dx, GradientWrite dx_write) {
+  TRAINER_RETURN_IF_ERROR(CheckStacked(w));
+  TRAINER_RETURN_IF_ERROR(CheckStacked(g));
   Backend* be = ctx.backend;
-  const int64_t N = Rows(x), in = Cols(x), r = w.a.dim(0);
-  // du = dy[:, block] B; dB += dy[:, block]^T u.
-  const Tensor du = Matrix(ctx.scratch.du, N, r);
-  TRAINER_RETURN_IF_ERROR(be->MatmulBackwardFromColumns(du, GradientWrite::kOverwrite, g.b,
-                                                        Matrix(dy, N, w.base_width),
-                                                        w.first_column, Matrix(u, N, r), w.b));
-  // u = scale x' A^T, x' = dropout(x) or x: dA += scale du^T x', dx += dropout(scale du A) (the
-  // same mask, drawn again).
-  TRAINER_RETURN_IF_ERROR(be->Scale(du, ctx.scale));
-  Tensor input;
-  TRAINER_RETURN_IF_ERROR(AdapterInput(ctx, w, x, &input));
+  const int64_t N = Rows(x), in = Cols(x), r = Rows(w.member[0].a);
+  const Tensor U = Matrix(u, N, w.size * r), dU = Matrix(ctx.scratch.du, N, w.size * r);
+  // dU[:, i r : (i+1) r] = dy[:, block_i] B_i; dB_i += dy[:, block_i]^T U_i.
+  for (int i = 0; i < w.size; ++i) {
+    const LoraAdapter& m = w.member[i];
+    TRAINER_RETURN_IF_ERROR(be->MatmulBackwardColumns(
+        Columns(dU, i * r, r), GradientWrite::kOverwrite, g.member[i].b,
+        Columns(Matrix(dy, N, m.base_width), m.first_column, Rows(m.b)), Columns(U, i * r, r),
+        m.b));
+  }
+  // U = scale x' a^T: da += scale dU^T x', dx (+)= scale dU a (through each member's dropout).
+  TRAINER_RETURN_IF_ERROR(be->Scale(dU, ctx.scale));
   const Tensor dx2 = Matrix(dx, N, in);
   if (!ctx.dropout.on())
-    return be->MatmulBackwardFromColumns(dx2, GradientWrite::kAccumulate, g.a, du, 0, input, w.a);
+    return be->MatmulBackwardColumns(Columns(dx2), dx_write, g.a, Columns(dU),
+                                     Columns(Matrix(x, N, in)), w.a);
   const Tensor din = Matrix(ctx.scratch.din, N, in);
-  TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackwardFromColumns(din, GradientWrite::kOverwrite, g.a, du, 0, input, w.a));
-  return be->Dropout(dx2, din, dx2, AdapterDropoutKey(ctx, w));
+  for (int i = 0; i < w.size; ++i) {
+    Tensor input;
+    TRAINER_RETURN_IF_ERROR(AdapterInput(ctx, w.member[i], x, &input));
+    TRAINER_RETURN_IF_ERROR(be->MatmulBackwardColumns(Columns(din), GradientWrite::kOverwrite,
+                                                      g.member[i].a, Columns(dU, i * r, r),
+                                                      Columns(input), w.member[i].a));
+    const bool first_write = i == 0 && dx_write == GradientWrite::kOverwrite;
+    TRAINER_RETURN_IF_ERROR(
+        be->Dropout(dx2, din, first_write ? Tensor() : dx2, AdapterDropoutKey(ctx, w.member[i])));
+  }
+  return Status::Ok();
 }
 
 }  // namespace trainer

@@ -283,45 +283,53 @@ Status Backend::ColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor r
 }
 
 namespace {
-// A block of OC columns from first_column inside `wide` (N,W), OC = weight's rows, and the rows
-// of `wide` against in's.
-void CheckColumnBlock(OpContract& c, DType cd, const char* wide_name, const Tensor& wide,
-                      int64_t first_column, const Tensor& in, const Tensor& weight) {
-  c.Has(wide_name, wide, cd, -1)
-      .Has("in", in, cd, -1)
-      .Has("weight", weight, cd, -1)
-      .Dims("weight", weight, 2)
-      .Agree(wide_name, wide, "in", in, "N", Rows(wide), Rows(in));
-  if (!c.status().ok()) return;
-  const int64_t OC = weight.dim(0);
-  c.Require(first_column >= 0 && first_column + OC <= Cols(wide),
-            StrFormat("columns [%lld, %lld) (weight %s) outside %s %s", (long long)first_column,
-                      (long long)(first_column + OC), weight.shape_string().c_str(), wide_name,
-                      wide.shape_string().c_str()));
+// A block of `cols` columns of a compute-dtype matrix with `rows` rows: inside it.
+void CheckBlock(OpContract& c, DType cd, const char* name, const ColumnBlock& b, int64_t rows,
+                int64_t cols) {
+  c.Has(name, b.whole, cd, -1)
+      .Require(b.rows() == rows,
+               StrFormat("%s %s has %lld rows, expected %lld", name,
+                         b.whole.shape_string().c_str(), (long long)b.rows(), (long long)rows))
+      .Require(b.cols == cols && b.first >= 0 && b.first + b.cols <= b.ld(),
+               StrFormat("columns [%lld, %lld) of %s %s: expected a block of %lld inside it",
+                         (long long)b.first, (long long)(b.first + b.cols), name,
+                         b.whole.shape_string().c_str(), (long long)cols));
 }
 }  // namespace
 
-Status Backend::MatmulAddToColumns(Tensor out, int64_t first_column, Tensor in, Tensor weight) {
-  OpContract c(*this, "MatmulAddToColumns");
-  CheckColumnBlock(c, compute_dtype(), "out", out, first_column, in, weight);
-  if (c.status().ok()) c.Agree("in", in, "weight", weight, "R", Cols(in), weight.dim(1));
+Status Backend::MatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in,
+                              Tensor weight, Tensor bias) {
+  const DType cd = compute_dtype();
+  OpContract c(*this, "MatmulColumns");
+  c.Has("weight", weight, cd, -1).Dims("weight", weight, 2);
+  if (c.status().ok()) {
+    CheckBlock(c, cd, "in", in, in.rows(), weight.dim(1));
+    CheckBlock(c, cd, "out", out, in.rows(), weight.dim(0));
+  }
+  c.Optional(bias)
+      .PerRow("bias", bias, cd, 1, "weight", weight)
+      .Require(out.whole.data != in.whole.data, "out must not alias in");
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunMatmulAddToColumns(out, first_column, in, weight);
+  return RunMatmulColumns(out, out_write, in, weight, bias);
 }
 
-Status Backend::MatmulBackwardFromColumns(Tensor din, GradientWrite din_write, Tensor dweight,
-                                          Tensor dout, int64_t first_column, Tensor in,
-                                          Tensor weight) {
+Status Backend::MatmulBackwardColumns(ColumnBlock din, GradientWrite din_write, Tensor dweight,
+                                      ColumnBlock dout, ColumnBlock in, Tensor weight) {
   const DType cd = compute_dtype();
-  OpContract c(*this, "MatmulBackwardFromColumns");
-  CheckColumnBlock(c, cd, "dout", dout, first_column, in, weight);
-  if (c.status().ok()) c.Agree("in", in, "weight", weight, "C", Cols(in), weight.dim(1));
-  c.Optional(din)
-      .Like("din", din, cd, "in", in)
-      .Optional(dweight)
-      .Like("dweight", dweight, kF32, "weight", weight);
+  OpContract c(*this, "MatmulBackwardColumns");
+  c.Has("weight", weight, cd, -1).Dims("weight", weight, 2);
+  if (c.status().ok()) {
+    CheckBlock(c, cd, "dout", dout, dout.rows(), weight.dim(0));
+    CheckBlock(c, cd, "in", in, dout.rows(), weight.dim(1));
+    if (!din.whole.empty()) CheckBlock(c, cd, "din", din, dout.rows(), weight.dim(1));
+  }
+  c.Optional(dweight)
+      .Like("dweight", dweight, kF32, "weight", weight)
+      .Require(din.whole.empty() || (din.whole.data != dout.whole.data &&
+                                     din.whole.data != in.whole.data),
+               "din must not alias dout or in");
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunMatmulBackwardFromColumns(din, din_write, dweight, dout, first_column, in, weight);
+  return RunMatmulBackwardColumns(din, din_write, dweight, dout, in, weight);
 }
 
 // ---- GELU ----

@@ -55,18 +55,49 @@ LoraContext LoraOfLayer(const BlockContext& ctx) {
   return lora;
 }
 
-// y += the adapter of `slot` on x, where the block has one.
+// y (+)= the updates of `group`'s adapters on x, where the block has some.
 Status AdapterForward(const BlockContext& ctx, const BlockWeights& w, const BlockActivations& a,
-                      LoraSlot slot, Tensor x, Tensor y) {
-  if (!w.lora[slot].present()) return Status::Ok();
-  return LoraForward(LoraOfLayer(ctx), w.lora[slot], x, a.lora_u[slot], y);
+                      LoraGroup group, Tensor x, Tensor y,
+                      GradientWrite y_write = GradientWrite::kAccumulate) {
+  if (!w.lora[group].present()) return Status::Ok();
+  return LoraForward(LoraOfLayer(ctx), w.lora[group], x, a.lora_u[group], y, y_write);
 }
 
-// The adapter's gradients, and dx += its input gradient (dy: its base linear's output gradient).
-Status AdapterBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
-                       const BlockActivations& a, LoraSlot slot, Tensor x, Tensor dy, Tensor dx) {
-  if (!w.lora[slot].present()) return Status::Ok();
-  return LoraBackward(LoraOfLayer(ctx), w.lora[slot], g.lora[slot], x, a.lora_u[slot], dy, dx);
+// y = x weight^T (+ bias) of a linear whose output `group`'s adapters update: where they cover
+// all of y they write it first and the base GEMM adds onto them (y is then written once by a
+// skinny GEMM and read by the GEMM's epilogue, instead of read and written again after it).
+Status AdaptedLinearForward(const BlockContext& ctx, const BlockWeights& w,
+                            const BlockActivations& a, LoraGroup group, Tensor y, Tensor x,
+                            Tensor weight, Tensor bias) {
+  Backend* be = ctx.backend;
+  if (!w.lora[group].covers_output()) {
+    TRAINER_RETURN_IF_ERROR(be->MatmulForward(y, Tensor(), x, weight, bias, Activation::kNone));
+    return AdapterForward(ctx, w, a, group, x, y);
+  }
+  TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, a, group, x, y, GradientWrite::kOverwrite));
+  return be->MatmulColumns(Columns(y), GradientWrite::kAccumulate, Columns(x), weight, bias);
+}
+
+// din = dout @ weight for a linear with `group`'s adapters, and the gradients of those (dy: its
+// output's gradient); dweight, dbias as MatmulBackward. A frozen base (LoRA: dweight and dbias
+// empty) lets the adapters write din first and its GEMM add onto it.
+Status AdaptedLinearBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
+                             const BlockActivations& a, LoraGroup group, Tensor din,
+                             Tensor dweight, Tensor dbias, Tensor dout, Tensor x, Tensor weight) {
+  Backend* be = ctx.backend;
+  const bool adapted = w.lora[group].present();
+  const LoraContext lora = LoraOfLayer(ctx);
+  if (adapted && dweight.empty() && dbias.empty()) {
+    TRAINER_RETURN_IF_ERROR(LoraBackward(lora, w.lora[group], g.lora[group], x, a.lora_u[group],
+                                         dout, din, GradientWrite::kOverwrite));
+    return be->MatmulBackwardColumns(Columns(din), GradientWrite::kAccumulate, Tensor(),
+                                     Columns(dout), Columns(x), weight);
+  }
+  TRAINER_RETURN_IF_ERROR(
+      be->MatmulBackward(din, dweight, dbias, dout, x, weight, ctx.weight_gradients));
+  if (!adapted) return Status::Ok();
+  return LoraBackward(lora, w.lora[group], g.lora[group], x, a.lora_u[group], dout, din,
+                      GradientWrite::kAccumulate);
 }
 
 }  // namespace
@@ -143,9 +174,7 @@ Status QkvForward(const BlockContext& ctx, const BlockWeights& w, BlockActivatio
   const bool qk_norm = !w.q_norm.empty();
   const Tensor out = qk_norm ? a->qkv_pre : a->qkv;
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulForward(out, Tensor(), a->ln1_out, w.attn_w, w.attn_b, Activation::kNone));
-  for (LoraSlot slot : {kLoraQ, kLoraK, kLoraV})
-    TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, slot, a->ln1_out, out));
+      AdaptedLinearForward(ctx, w, *a, kLoraQkv, out, a->ln1_out, w.attn_w, w.attn_b));
   if (qk_norm)
     TRAINER_RETURN_IF_ERROR(be->QkNormForward(a->qkv, a->qkv_rstd, a->qkv_pre, w.q_norm, w.k_norm,
                                               QkNormHeads(ctx, false), QkNormHeads(ctx, true),
@@ -157,13 +186,10 @@ Status QkvForward(const BlockContext& ctx, const BlockWeights& w, BlockActivatio
 // The MLP's activation: GELU (fc_out, with fc_pre from the GEMM's epilogue) or SwiGLU.
 Status MlpInputForward(const BlockContext& ctx, const BlockWeights& w, BlockActivations* a) {
   Backend* be = ctx.backend;
-  const bool adapted = w.lora[kLoraGate].present() || w.lora[kLoraUp].present();
-  if (ctx.spec->mlp == MlpKind::kGelu && !adapted)
+  if (ctx.spec->mlp == MlpKind::kGelu && !w.lora[kLoraMlpIn].present())
     return be->MatmulForward(a->fc_out, a->fc_pre, a->ln2_out, w.fc_w, w.fc_b, Activation::kGelu);
   TRAINER_RETURN_IF_ERROR(
-      be->MatmulForward(a->fc_pre, Tensor(), a->ln2_out, w.fc_w, w.fc_b, Activation::kNone));
-  for (LoraSlot slot : {kLoraGate, kLoraUp})
-    TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, slot, a->ln2_out, a->fc_pre));
+      AdaptedLinearForward(ctx, w, *a, kLoraMlpIn, a->fc_pre, a->ln2_out, w.fc_w, w.fc_b));
   return MlpActivationForward(ctx, *a);
 }
 
@@ -195,7 +221,7 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   if (tp || drop) {
     TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->att_out, w.proj_w,
                                               RowParallelBias(ctx, w.proj_b), Activation::kNone));
-    TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, kLoraO, a->att_out, s.proj));
+    TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, kLoraAttnOut, a->att_out, s.proj));
     TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
     if (drop)
       TRAINER_RETURN_IF_ERROR(be->Dropout(
@@ -206,7 +232,7 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   } else {
     TRAINER_RETURN_IF_ERROR(
         be->MatmulForwardAddResidual(a->residual_mid, a->att_out, w.proj_w, w.proj_b, x));
-    TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, kLoraO, a->att_out, a->residual_mid));
+    TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, kLoraAttnOut, a->att_out, a->residual_mid));
     TRAINER_RETURN_IF_ERROR(
         NormForward(ctx, ln, a->ln2_mean, a->ln2_rstd, a->residual_mid, w.ln2_w, w.ln2_b));
   }
@@ -223,11 +249,11 @@ Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, Bl
   if (!tp && !drop) {
     TRAINER_RETURN_IF_ERROR(be->MatmulForwardAddResidual(a->residual_out, a->fc_out, w.fcproj_w,
                                                          w.fcproj_b, a->residual_mid));
-    return AdapterForward(ctx, w, *a, kLoraDown, a->fc_out, a->residual_out);
+    return AdapterForward(ctx, w, *a, kLoraMlpOut, a->fc_out, a->residual_out);
   }
   TRAINER_RETURN_IF_ERROR(be->MatmulForward(s.proj, Tensor(), a->fc_out, w.fcproj_w,
                                             RowParallelBias(ctx, w.fcproj_b), Activation::kNone));
-  TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, kLoraDown, a->fc_out, s.proj));
+  TRAINER_RETURN_IF_ERROR(AdapterForward(ctx, w, *a, kLoraMlpOut, a->fc_out, s.proj));
   TRAINER_RETURN_IF_ERROR(ReduceRows(ctx, s.proj, &summed));
   if (!drop) return be->Add(a->residual_out, a->residual_mid, summed);
   return be->Dropout(a->residual_out, summed, a->residual_mid,
@@ -265,26 +291,22 @@ Status MlpBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWe
   const BlockScratch& s = ctx.scratch;
   const GradientWrite dw = ctx.weight_gradients;
   const bool gelu = ctx.spec->mlp == MlpKind::kGelu;
-  if (gelu && !w.lora[kLoraDown].present()) {
+  if (gelu && !w.lora[kLoraMlpOut].present()) {
     // fc's bias gradient is the column sums of dfc, summed as dfc is made.
     TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(
         s.dfc, g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, a.fc_pre, g.fc_b, dw));
   } else {
     const Tensor dact = gelu ? s.dfc : s.dact;  // the gradient of the activation's output
-    TRAINER_RETURN_IF_ERROR(
-        be->MatmulBackward(dact, g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, dw));
-    TRAINER_RETURN_IF_ERROR(AdapterBackward(ctx, w, g, a, kLoraDown, a.fc_out, dres_all, dact));
+    TRAINER_RETURN_IF_ERROR(AdaptedLinearBackward(ctx, w, g, a, kLoraMlpOut, dact, g.fcproj_w,
+                                                  fcproj_db, dres_all, a.fc_out, w.fcproj_w));
     if (gelu)
       TRAINER_RETURN_IF_ERROR(be->GeluBackward(s.dfc, s.dfc, a.fc_pre));
     else
       TRAINER_RETURN_IF_ERROR(be->SwiGluBackward(s.dfc, s.dact, a.fc_pre));
     if (!g.fc_b.empty()) TRAINER_RETURN_IF_ERROR(be->ColumnSums(g.fc_b, s.dfc, 0, Tensor()));
   }
-  TRAINER_RETURN_IF_ERROR(
-      be->MatmulBackward(s.dln, g.fc_w, Tensor(), s.dfc, a.ln2_out, w.fc_w, dw));
-  for (LoraSlot slot : {kLoraGate, kLoraUp})
-    TRAINER_RETURN_IF_ERROR(AdapterBackward(ctx, w, g, a, slot, a.ln2_out, s.dfc, s.dln));
-  return Status::Ok();
+  return AdaptedLinearBackward(ctx, w, g, a, kLoraMlpIn, s.dln, g.fc_w, Tensor(), s.dfc, a.ln2_out,
+                               w.fc_w);
 }
 
 // A norm's output again, as BlockForward made it (the statistics are written again, the same).
@@ -311,10 +333,8 @@ Status AttentionInputBackward(const BlockContext& ctx, const BlockWeights& w, co
     TRAINER_RETURN_IF_ERROR(be->QkNormBackward(s.dqkv, g.q_norm, g.k_norm, s.dqkv, a.qkv_pre,
                                                w.q_norm, w.k_norm, a.qkv_rstd,
                                                QkNormHeads(ctx, false), QkNormHeads(ctx, true)));
-  TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.dln, g.attn_w, Tensor(), s.dqkv, a.ln1_out, w.attn_w,
-                                             ctx.weight_gradients));
-  for (LoraSlot slot : {kLoraQ, kLoraK, kLoraV})
-    TRAINER_RETURN_IF_ERROR(AdapterBackward(ctx, w, g, a, slot, a.ln1_out, s.dqkv, s.dln));
+  TRAINER_RETURN_IF_ERROR(AdaptedLinearBackward(ctx, w, g, a, kLoraQkv, s.dln, g.attn_w, Tensor(),
+                                                s.dqkv, a.ln1_out, w.attn_w));
   if (g.attn_b.empty()) return Status::Ok();
   if (!QkvBiasShortcut(ctx, w)) return be->ColumnSums(g.attn_b, s.dqkv, 0, Tensor());
   // The qkv bias gradient reads only the q third of dqkv (see AttentionBiasGradients).
@@ -363,9 +383,8 @@ Status BlockBackward(const BlockContext& ctx, const BlockWeights& w, const Block
   // Attention half: residual_mid = x + proj(attention(qkv(ln1(x)))).
   TRAINER_RETURN_IF_ERROR(GatherRows(ctx, dresidual, dres_all));
   TRAINER_RETURN_IF_ERROR(drop_gradient(kDropoutAttnOut));
-  TRAINER_RETURN_IF_ERROR(be->MatmulBackward(s.datt, g.proj_w, proj_db, dproj, a.att_out, w.proj_w,
-                                             ctx.weight_gradients));
-  TRAINER_RETURN_IF_ERROR(AdapterBackward(ctx, w, g, a, kLoraO, a.att_out, dproj, s.datt));
+  TRAINER_RETURN_IF_ERROR(AdaptedLinearBackward(ctx, w, g, a, kLoraAttnOut, s.datt, g.proj_w,
+                                                proj_db, dproj, a.att_out, w.proj_w));
   if (ctx.recompute_norms)
     TRAINER_RETURN_IF_ERROR(
         RecomputeNorm(ctx, a.ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b));

@@ -36,7 +36,7 @@ struct BlockWeights {
   Tensor fcproj_w, fcproj_b;  // (C, F/tp), (C)
   MoeWeights moe;             // a MoE layer's (then fc_w, fcproj_w are empty), else empty
 
-  LoraAdapter lora[kLoraSlots];  // Model.lora_*: the adapters of this block's linears
+  LoraAdapters lora[kLoraGroups];  // Model.lora_*: the adapters of this block's linears
 };
 
 // What the backward pass needs from the forward pass of one block and one micro-batch.
@@ -53,7 +53,7 @@ struct BlockActivations {
   Tensor residual_out;    // (R,C) residual_mid + MLP
   MoeActivations moe;     // a MoE layer's (then fc_pre, fc_out are empty)
 
-  Tensor lora_u[kLoraSlots];  // (B,T,r) each adapter's scale * x A^T (lora.h)
+  Tensor lora_u[kLoraGroups];  // (B,T,G r) each adapter group's scale * x A^T (lora.h)
 };
 
 struct BlockScratch {

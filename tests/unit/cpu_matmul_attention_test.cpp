@@ -150,51 +150,75 @@ TEST(CpuColumnSums, WindowAndRowWeightsMatchNaiveLoops) {
   EXPECT_FALSE(backend.ColumnSums(View(out, {W}), View(in, {N, C}), C - W + 1, Tensor()).ok());
 }
 
-// The column-block products (LoRA's adapters on a fused output): a block of a wider matrix added
-// to in place, and its gradient read in place, with din written or added to, against naive loops;
-// columns outside the block untouched, and a block past the edge refused.
+// The column-block products (LoRA's adapters on a fused output and on their group's stacked
+// x A^T): a block of a wider matrix written or added to in place from a block of another, with
+// and without a bias, and the gradients read from and written into blocks in place, din written
+// or added to, against naive loops; columns outside the blocks untouched, and a block past the
+// edge refused.
 TEST(CpuMatmulColumns, BlockProductsMatchNaiveLoops) {
   const int N = 37, R = 5, C = 9, W = 40, first = 13, OC = 11;
+  const int RW = 12, r0 = 4;  // in: columns [r0, r0 + R) of (N, RW)
+  const int CW = 20, c0 = 7;  // din and x: columns [c0, c0 + C) of (N, CW)
   CpuBackend backend;
-  const std::vector<float> out0 = RandomFloats(N * W, 71), din0 = RandomFloats(N * C, 77),
+  const std::vector<float> out0 = RandomFloats(N * W, 71), din0 = RandomFloats(N * CW, 77),
                            dw0 = RandomFloats(OC * C, 78);
-  std::vector<float> in = RandomFloats(N * R, 72),
-                     w = RandomFloats(OC * R, 73), dout = RandomFloats(N * W, 74),
-                     x = RandomFloats(N * C, 75), wx = RandomFloats(OC * C, 76);
-  std::vector<float> out = out0;
-  ASSERT_TRUE(
-      backend.MatmulAddToColumns(View(out, {N, W}), first, View(in, {N, R}), View(w, {OC, R}))
-          .ok());
-  DoubleVec want(out0.begin(), out0.end());
-  for (int n = 0; n < N; ++n)
-    for (int o = 0; o < OC; ++o)
-      for (int r = 0; r < R; ++r) want[n * W + first + o] += double(in[n * R + r]) * w[o * R + r];
-  EXPECT_TRUE(AllClose(out, want, 1e-5));
+  std::vector<float> in = RandomFloats(N * RW, 72), w = RandomFloats(OC * R, 73),
+                     bias = RandomFloats(OC, 79), dout = RandomFloats(N * W, 74),
+                     x = RandomFloats(N * CW, 75), wx = RandomFloats(OC * C, 76);
+  for (bool accumulate : {false, true})
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE(std::string(accumulate ? "out added to" : "out written") +
+                   (with_bias ? ", bias" : ""));
+      std::vector<float> out = out0;
+      ASSERT_TRUE(backend
+                      .MatmulColumns(
+                          Columns(View(out, {N, W}), first, OC),
+                          accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite,
+                          Columns(View(in, {N, RW}), r0, R), View(w, {OC, R}),
+                          with_bias ? View(bias, {OC}) : Tensor())
+                      .ok());
+      DoubleVec want(out0.begin(), out0.end());
+      for (int n = 0; n < N; ++n)
+        for (int o = 0; o < OC; ++o) {
+          double& v = want[n * W + first + o];
+          v = (accumulate ? v : 0.0) + (with_bias ? bias[o] : 0.0);
+          for (int r = 0; r < R; ++r) v += double(in[n * RW + r0 + r]) * w[o * R + r];
+        }
+      EXPECT_TRUE(AllClose(out, want, 1e-5));
+    }
   for (bool accumulate : {false, true}) {
     SCOPED_TRACE(accumulate ? "din added to" : "din written");
     std::vector<float> din = din0, dw = dw0;
     ASSERT_TRUE(backend
-                    .MatmulBackwardFromColumns(
-                        View(din, {N, C}),
+                    .MatmulBackwardColumns(
+                        Columns(View(din, {N, CW}), c0, C),
                         accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite,
-                        View(dw, {OC, C}), View(dout, {N, W}), first, View(x, {N, C}),
-                        View(wx, {OC, C}))
+                        View(dw, {OC, C}), Columns(View(dout, {N, W}), first, OC),
+                        Columns(View(x, {N, CW}), c0, C), View(wx, {OC, C}))
                     .ok());
-    DoubleVec want_din(N * C, 0.0), want_dw(dw0.begin(), dw0.end());
+    DoubleVec want_din(din0.begin(), din0.end()), want_dw(dw0.begin(), dw0.end());
     for (int n = 0; n < N; ++n)
       for (int c = 0; c < C; ++c) {
-        if (accumulate) want_din[n * C + c] = din0[n * C + c];
+        double& d = want_din[n * CW + c0 + c];
+        if (!accumulate) d = 0.0;
         for (int o = 0; o < OC; ++o) {
-          want_din[n * C + c] += double(dout[n * W + first + o]) * wx[o * C + c];
-          want_dw[o * C + c] += double(dout[n * W + first + o]) * x[n * C + c];
+          d += double(dout[n * W + first + o]) * wx[o * C + c];
+          want_dw[o * C + c] += double(dout[n * W + first + o]) * x[n * CW + c0 + c];
         }
       }
     EXPECT_TRUE(AllClose(din, want_din, 1e-5));
     EXPECT_TRUE(AllClose(dw, want_dw, 1e-5));
   }
+  std::vector<float> out = out0;
   EXPECT_FALSE(backend
-                   .MatmulAddToColumns(View(out, {N, W}), W - OC + 1, View(in, {N, R}),
-                                       View(w, {OC, R}))
+                   .MatmulColumns(Columns(View(out, {N, W}), W - OC + 1, OC),
+                                  GradientWrite::kAccumulate, Columns(View(in, {N, RW}), r0, R),
+                                  View(w, {OC, R}), Tensor())
+                   .ok());
+  EXPECT_FALSE(backend
+                   .MatmulColumns(Columns(View(out, {N, W}), first, OC),
+                                  GradientWrite::kAccumulate, Columns(View(in, {N, RW}), r0, R + 1),
+                                  View(w, {OC, R}), Tensor())
                    .ok());
 }
 

@@ -433,52 +433,76 @@ TEST_F(CudaLayersTest, ColumnSumsMatchCpu) {
   }
 }
 
-// The column-block products of LoRA's adapters (a block of a fused q/k/v or gate/up output, read
-// and written in place through the leading dimension) against the CPU twin: the block's sum, the
-// columns outside it untouched, din written and added to, dweight added to.
+// The column-block products of LoRA's adapters (a block of a fused q/k/v or gate/up output from
+// a block of the group's stacked x A^T, and the base linear onto a whole output, read and
+// written in place through the leading dimensions) against the CPU twin: the block written or
+// added to, with and without a bias, the columns outside it untouched; din written and added to
+// in a block, dweight added to.
 TEST_F(CudaLayersTest, ColumnBlockMatmulsMatchCpu) {
   struct Case {
-    int N, R, C, W, first, OC;
+    int N, R, RW, r0, C, CW, c0, W, first, OC;
   };
-  // k of a fused qkv (aligned), gate of gate/up, a full-width block, an odd offset and widths.
-  for (const Case c : {Case{512, 16, 128, 384, 256, 64}, Case{300, 16, 128, 1024, 0, 512},
-                       Case{256, 8, 64, 64, 0, 64}, Case{77, 5, 9, 45, 13, 11}}) {
-    SCOPED_TRACE(Trace() + StrFormat(", N=%d R=%d C=%d W=%d first=%d OC=%d", c.N, c.R, c.C, c.W,
-                                     c.first, c.OC));
-    const std::vector<float> out0 = Random(c.N * c.W), din0 = Random(c.N * c.C),
+  // k of a fused qkv from the second of three stacked x A^T, gate of gate/up, a whole-width block
+  // (the base GEMM onto the adapters' output), odd offsets and widths.
+  for (const Case c : {Case{512, 16, 48, 16, 128, 128, 0, 384, 256, 64},
+                       Case{300, 16, 32, 0, 128, 256, 128, 1024, 0, 512},
+                       Case{256, 64, 64, 0, 64, 64, 0, 64, 0, 64},
+                       Case{77, 5, 12, 4, 9, 20, 7, 45, 13, 11}}) {
+    SCOPED_TRACE(Trace() + StrFormat(", N=%d R=%d of %d C=%d of %d W=%d first=%d OC=%d", c.N, c.R,
+                                     c.RW, c.C, c.CW, c.W, c.first, c.OC));
+    const std::vector<float> out0 = Random(c.N * c.W), din0 = Random(c.N * c.CW),
                              dw0 = RandomFloats(c.OC * c.C, rng_);
-    std::vector<float> in = Random(c.N * c.R), w = Random(c.OC * c.R, -0.5f, 0.5f),
-                       dout = Random(c.N * c.W), x = Random(c.N * c.C),
+    std::vector<float> in = Random(c.N * c.RW), w = Random(c.OC * c.R, -0.5f, 0.5f),
+                       bias = Random(c.OC), dout = Random(c.N * c.W), x = Random(c.N * c.CW),
                        wx = Random(c.OC * c.C, -0.5f, 0.5f);
-    std::vector<float> out = out0;
-    ASSERT_STATUS_OK(cpu_->MatmulAddToColumns(HostView(out, {c.N, c.W}), c.first,
-                                              HostView(in, {c.N, c.R}), HostView(w, {c.OC, c.R})));
-    auto g_out = Compute(out0, {c.N, c.W}), g_in = Compute(in, {c.N, c.R});
-    auto g_w = Compute(w, {c.OC, c.R});
-    ASSERT_STATUS_OK(gpu_->MatmulAddToColumns(g_out->tensor(), c.first, g_in->tensor(),
-                                              g_w->tensor()));
-    const std::vector<float> got = g_out->Download();
-    EXPECT_RELATIVE_ERROR_BELOW(got, out, 1e-2);
-    for (int n = 0; n < c.N; ++n)
-      for (int j = 0; j < c.W; ++j)
-        if (j < c.first || j >= c.first + c.OC) {
-          ASSERT_EQ(got[n * c.W + j], out0[n * c.W + j]) << "row " << n << " column " << j;
-        }
+    auto g_in = Compute(in, {c.N, c.RW});
+    auto g_w = Compute(w, {c.OC, c.R}), g_bias = Compute(bias, {c.OC});
+    for (bool accumulate : {false, true})
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(std::string(accumulate ? "out added to" : "out written") +
+                     (with_bias ? ", bias" : ""));
+        const GradientWrite write =
+            accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite;
+        std::vector<float> out = out0;
+        ASSERT_STATUS_OK(cpu_->MatmulColumns(Columns(HostView(out, {c.N, c.W}), c.first, c.OC),
+                                             write, Columns(HostView(in, {c.N, c.RW}), c.r0, c.R),
+                                             HostView(w, {c.OC, c.R}),
+                                             with_bias ? HostView(bias, {c.OC}) : Tensor()));
+        auto g_out = Compute(out0, {c.N, c.W});
+        ASSERT_STATUS_OK(gpu_->MatmulColumns(Columns(g_out->tensor(), c.first, c.OC), write,
+                                             Columns(g_in->tensor(), c.r0, c.R), g_w->tensor(),
+                                             with_bias ? g_bias->tensor() : Tensor()));
+        const std::vector<float> got = g_out->Download();
+        EXPECT_RELATIVE_ERROR_BELOW(got, out, 1e-2);
+        for (int n = 0; n < c.N; ++n)
+          for (int j = 0; j < c.W; ++j)
+            if (j < c.first || j >= c.first + c.OC) {
+              ASSERT_EQ(got[n * c.W + j], out0[n * c.W + j]) << "row " << n << " column " << j;
+            }
+      }
     for (bool accumulate : {false, true}) {
       SCOPED_TRACE(accumulate ? "din added to" : "din written");
       const GradientWrite write = accumulate ? GradientWrite::kAccumulate
                                              : GradientWrite::kOverwrite;
       std::vector<float> din = din0, dw = dw0;
-      ASSERT_STATUS_OK(cpu_->MatmulBackwardFromColumns(
-          HostView(din, {c.N, c.C}), write, HostView(dw, {c.OC, c.C}), HostView(dout, {c.N, c.W}),
-          c.first, HostView(x, {c.N, c.C}), HostView(wx, {c.OC, c.C})));
-      auto g_din = Compute(din0, {c.N, c.C}), g_dw = F32(dw0, {c.OC, c.C});
-      auto g_dout = Compute(dout, {c.N, c.W}), g_x = Compute(x, {c.N, c.C});
+      ASSERT_STATUS_OK(cpu_->MatmulBackwardColumns(
+          Columns(HostView(din, {c.N, c.CW}), c.c0, c.C), write, HostView(dw, {c.OC, c.C}),
+          Columns(HostView(dout, {c.N, c.W}), c.first, c.OC),
+          Columns(HostView(x, {c.N, c.CW}), c.c0, c.C), HostView(wx, {c.OC, c.C})));
+      auto g_din = Compute(din0, {c.N, c.CW}), g_dw = F32(dw0, {c.OC, c.C});
+      auto g_dout = Compute(dout, {c.N, c.W}), g_x = Compute(x, {c.N, c.CW});
       auto g_wx = Compute(wx, {c.OC, c.C});
-      ASSERT_STATUS_OK(gpu_->MatmulBackwardFromColumns(g_din->tensor(), write, g_dw->tensor(),
-                                                       g_dout->tensor(), c.first, g_x->tensor(),
-                                                       g_wx->tensor()));
-      EXPECT_RELATIVE_ERROR_BELOW(g_din->Download(), din, 1e-2);
+      ASSERT_STATUS_OK(gpu_->MatmulBackwardColumns(
+          Columns(g_din->tensor(), c.c0, c.C), write, g_dw->tensor(),
+          Columns(g_dout->tensor(), c.first, c.OC), Columns(g_x->tensor(), c.c0, c.C),
+          g_wx->tensor()));
+      const std::vector<float> got = g_din->Download();
+      EXPECT_RELATIVE_ERROR_BELOW(got, din, 1e-2);
+      for (int n = 0; n < c.N; ++n)
+        for (int j = 0; j < c.CW; ++j)
+          if (j < c.c0 || j >= c.c0 + c.C) {
+            ASSERT_EQ(got[n * c.CW + j], din0[n * c.CW + j]) << "row " << n << " column " << j;
+          }
       EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dw->Download(), dw0), Minus(dw, dw0), 1e-3);
     }
   }

@@ -38,78 +38,149 @@ std::vector<float> Download(Backend* be, Tensor t) {
   return v;
 }
 
-// The adapter of a column block (k of a fused qkv: columns [first, first + w) of W) and of a
-// full-width linear, against y = y0 + s x A^T B^T and its gradients written out as loops.
-class LoraLinear : public ::testing::TestWithParam<int> {};
+// A group of adapters on one input (lora.h: q, k and v of a fused qkv; gate and up; or one
+// alone), their A's stacked in one buffer: y (+)= s x A_i^T B_i^T in each member's column block
+// and the gradients, against the closed form written out as loops, with y and dx written over
+// or added to.
+struct GroupCase {
+  const char* name;
+  int64_t W;                     // the base output's width
+  std::vector<int64_t> first;    // each member's first column
+  std::vector<int64_t> width;    // and its width
+};
 
-TEST_P(LoraLinear, MatchesTheClosedForm) {
-  const int64_t N = 5, in = 7, r = 3, w = 4;
-  const int64_t first = GetParam(), W = GetParam() == 0 ? w : 11;
+class LoraGroupTest : public ::testing::TestWithParam<std::tuple<GroupCase, bool>> {};
+
+TEST_P(LoraGroupTest, MatchesTheClosedForm) {
+  const GroupCase& gc = std::get<0>(GetParam());
+  const bool overwrite = std::get<1>(GetParam());
+  const GradientWrite write = overwrite ? GradientWrite::kOverwrite : GradientWrite::kAccumulate;
+  const int64_t N = 5, in = 7, r = 3, W = gc.W, G = static_cast<int64_t>(gc.first.size());
   const float s = 0.75f;
   std::unique_ptr<Backend> be = MakeCpuBackend();
   std::mt19937 rng(5);
-  std::vector<float> x = Random(N * in, &rng), a = Random(r * in, &rng), b = Random(w * r, &rng);
+  std::vector<float> x = Random(N * in, &rng), a = Random(G * r * in, &rng);
   std::vector<float> y = Random(N * W, &rng), dy = Random(N * W, &rng), dx = Random(N * in, &rng);
-  std::vector<float> ga(r * in, 0.5f), gb(w * r, -0.25f), u(N * r, 0.f);
-  std::vector<float> du(N * r);
+  std::vector<float> ga(G * r * in, 0.5f), u(N * G * r, 0.f), du(N * G * r);
+  std::vector<std::vector<float>> b(G), gb(G);
   LoraContext ctx;
   ctx.backend = be.get();
   ctx.scale = s;
-  ctx.scratch.du = Upload(be.get(), &du, {N, r});
-  LoraAdapter wt, gt;
-  wt.a = Upload(be.get(), &a, {r, in});
-  wt.b = Upload(be.get(), &b, {w, r});
-  gt.a = Upload(be.get(), &ga, {r, in});
-  gt.b = Upload(be.get(), &gb, {w, r});
-  wt.first_column = gt.first_column = first;
-  wt.base_width = gt.base_width = W;
+  ctx.scratch.du = Upload(be.get(), &du, {N, G * r});
+  LoraAdapter wt[kLoraSlots], gt[kLoraSlots];
+  const Tensor stacked_a = Upload(be.get(), &a, {G * r, in});
+  const Tensor stacked_ga = Upload(be.get(), &ga, {G * r, in});
+  for (int64_t i = 0; i < G; ++i) {
+    b[i] = Random(gc.width[i] * r, &rng);
+    gb[i].assign(gc.width[i] * r, -0.25f);
+    for (LoraAdapter* t : {&wt[i], &gt[i]}) {
+      t->slot = static_cast<LoraSlot>(kLoraQ + i);
+      t->first_column = gc.first[i];
+      t->base_width = W;
+    }
+    wt[i].a = stacked_a.rows(i * r, r);
+    gt[i].a = stacked_ga.rows(i * r, r);
+    wt[i].b = Upload(be.get(), &b[i], {gc.width[i], r});
+    gt[i].b = Upload(be.get(), &gb[i], {gc.width[i], r});
+  }
+  const LoraAdapters wg = GroupLoraAdapters(wt, kLoraQkv), gg = GroupLoraAdapters(gt, kLoraQkv);
+  ASSERT_EQ(wg.size, G);
+  ASSERT_EQ(wg.a.data, stacked_a.data);
+  ASSERT_EQ(Rows(wg.a), G * r);
   const Tensor tx = Upload(be.get(), &x, {N, in}), ty = Upload(be.get(), &y, {N, W});
-  const Tensor tu = Upload(be.get(), &u, {N, r}), tdy = Upload(be.get(), &dy, {N, W});
+  const Tensor tu = Upload(be.get(), &u, {N, G * r}), tdy = Upload(be.get(), &dy, {N, W});
   const Tensor tdx = Upload(be.get(), &dx, {N, in});
-  ASSERT_TRUE(LoraForward(ctx, wt, tx, tu, ty).ok());
-  ASSERT_TRUE(LoraBackward(ctx, wt, gt, tx, tu, tdy, tdx).ok());
+  ASSERT_TRUE(LoraForward(ctx, wg, tx, tu, ty, write).ok());
+  ASSERT_TRUE(LoraBackward(ctx, wg, gg, tx, tu, tdy, tdx, write).ok());
   const std::vector<float> y2 = Download(be.get(), ty), dx2 = Download(be.get(), tdx);
-  const std::vector<float> ga2 = Download(be.get(), gt.a), gb2 = Download(be.get(), gt.b);
-  // h = x A^T (N, r); y[:, first + j] += s sum_k h[n,k] B[j,k].
-  std::vector<double> h(N * r, 0.0), dh(N * r, 0.0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < r; ++k)
-      for (int64_t i = 0; i < in; ++i) h[n * r + k] += double(x[n * in + i]) * a[k * in + i];
+  const std::vector<float> ga2 = Download(be.get(), stacked_ga);
+  // h_i = x A_i^T (N, r); y[:, first_i + j] (+)= s sum_k h_i[n,k] B_i[j,k].
+  std::vector<double> h(G * N * r, 0.0), dh(G * N * r, 0.0);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < r; ++k)
+        for (int64_t i = 0; i < in; ++i)
+          h[(g * N + n) * r + k] += double(x[n * in + i]) * a[(g * r + k) * in + i];
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < W; ++c) {
       double want = y[n * W + c];
-      const int64_t j = c - first;
-      if (j >= 0 && j < w)
-        for (int64_t k = 0; k < r; ++k) want += s * h[n * r + k] * b[j * r + k];
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t j = c - gc.first[g];
+        if (j < 0 || j >= gc.width[g]) continue;
+        if (overwrite) want = 0.0;
+        for (int64_t k = 0; k < r; ++k) want += s * h[(g * N + n) * r + k] * b[g][j * r + k];
+      }
       EXPECT_NEAR(y2[n * W + c], want, 1e-4) << "y " << n << "," << c;
     }
-  // dB[j,k] = s sum_n dy[n, first+j] h[n,k]; dh[n,k] = s sum_j dy[n, first+j] B[j,k].
-  for (int64_t j = 0; j < w; ++j)
-    for (int64_t k = 0; k < r; ++k) {
-      double want = -0.25;
-      for (int64_t n = 0; n < N; ++n) want += s * double(dy[n * W + first + j]) * h[n * r + k];
-      EXPECT_NEAR(gb2[j * r + k], want, 1e-4) << "dB " << j << "," << k;
-    }
-  for (int64_t n = 0; n < N; ++n)
+  // dB_i[j,k] = s sum_n dy[n, first_i+j] h_i[n,k]; dh_i[n,k] = s sum_j dy[n, first_i+j] B_i[j,k].
+  for (int64_t g = 0; g < G; ++g) {
+    const std::vector<float> gb2 = Download(be.get(), gt[g].b);
+    for (int64_t j = 0; j < gc.width[g]; ++j)
+      for (int64_t k = 0; k < r; ++k) {
+        double want = -0.25;
+        for (int64_t n = 0; n < N; ++n)
+          want += s * double(dy[n * W + gc.first[g] + j]) * h[(g * N + n) * r + k];
+        EXPECT_NEAR(gb2[j * r + k], want, 1e-4) << "dB " << g << ": " << j << "," << k;
+      }
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < r; ++k)
+        for (int64_t j = 0; j < gc.width[g]; ++j)
+          dh[(g * N + n) * r + k] += s * double(dy[n * W + gc.first[g] + j]) * b[g][j * r + k];
+  }
+  // dA_i[k,i] = sum_n dh_i[n,k] x[n,i]; dx[n,i] (+)= sum_i,k dh_i[n,k] A_i[k,i].
+  for (int64_t g = 0; g < G; ++g)
     for (int64_t k = 0; k < r; ++k)
-      for (int64_t j = 0; j < w; ++j)
-        dh[n * r + k] += s * double(dy[n * W + first + j]) * b[j * r + k];
-  // dA[k,i] = sum_n dh[n,k] x[n,i]; dx[n,i] += sum_k dh[n,k] A[k,i].
-  for (int64_t k = 0; k < r; ++k)
-    for (int64_t i = 0; i < in; ++i) {
-      double want = 0.5;
-      for (int64_t n = 0; n < N; ++n) want += dh[n * r + k] * x[n * in + i];
-      EXPECT_NEAR(ga2[k * in + i], want, 1e-4) << "dA " << k << "," << i;
-    }
+      for (int64_t i = 0; i < in; ++i) {
+        double want = 0.5;
+        for (int64_t n = 0; n < N; ++n) want += dh[(g * N + n) * r + k] * x[n * in + i];
+        EXPECT_NEAR(ga2[(g * r + k) * in + i], want, 1e-4) << "dA " << g << ": " << k << "," << i;
+      }
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < in; ++i) {
-      double want = dx[n * in + i];
-      for (int64_t k = 0; k < r; ++k) want += dh[n * r + k] * a[k * in + i];
+      double want = overwrite ? 0.0 : dx[n * in + i];
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t k = 0; k < r; ++k) want += dh[(g * N + n) * r + k] * a[(g * r + k) * in + i];
       EXPECT_NEAR(dx2[n * in + i], want, 1e-4) << "dx " << n << "," << i;
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Columns, LoraLinear, ::testing::Values(0, 3));
+const GroupCase kGroupCases[] = {
+    {"whole", 4, {0}, {4}},                // a full-width linear (o, down, c_fc)
+    {"block", 11, {3}, {4}},               // k alone in a fused qkv
+    {"qkv", 8, {0, 4, 6}, {4, 2, 2}},      // q, k and v tiling their output
+    {"q_and_v", 8, {0, 6}, {4, 2}},        // two of three: k's columns left alone
+};
+
+INSTANTIATE_TEST_SUITE_P(Groups, LoraGroupTest,
+                         ::testing::Combine(::testing::ValuesIn(kGroupCases), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param).name) +
+                                  (std::get<1>(info.param) ? "_written" : "_added");
+                         });
+
+// A's that do not lie back to back are refused with a line naming the bug, not read past.
+TEST(LoraGroup, RefusesAsThatAreNotStacked) {
+  std::unique_ptr<Backend> be = MakeCpuBackend();
+  std::vector<float> a1(6, 0.f), a2(6, 0.f), b(4, 0.f), v(20, 0.f);
+  LoraAdapter wt[kLoraSlots];
+  for (int i = 0; i < 2; ++i) {
+    wt[i].slot = static_cast<LoraSlot>(kLoraQ + i);
+    wt[i].a = Tensor((i ? a2 : a1).data(), DType::kF32, {2, 3});
+    wt[i].b = Tensor(b.data(), DType::kF32, {2, 2});
+    wt[i].first_column = 2 * i;
+    wt[i].base_width = 4;
+  }
+  const LoraAdapters w = GroupLoraAdapters(wt, kLoraQkv);
+  EXPECT_TRUE(w.a.empty());
+  LoraContext ctx;
+  ctx.backend = be.get();
+  ctx.scale = 1.f;
+  const Status st = LoraForward(ctx, w, Tensor(v.data(), DType::kF32, {2, 3}),
+                                Tensor(v.data(), DType::kF32, {2, 4}),
+                                Tensor(v.data(), DType::kF32, {2, 4}), GradientWrite::kAccumulate);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("back to back"), std::string::npos) << st.message();
+}
 
 ModelConfig TinyGpt2() {
   return WithLora(TinyModel(), 3, 6, "all");
@@ -227,8 +298,10 @@ TEST_P(LoraModel, EqualsTheMergedModel) {
   const ModelSpec spec = MakeModelSpec(f.config);
   for (const ParameterInfo& p : f.model->parameters()) {
     if (p.role != ParamRole::kLoraA) continue;
-    const ParameterInfo* pb = &p + 1;  // B follows A
-    ASSERT_EQ(pb->role, ParamRole::kLoraB);
+    const ParameterInfo* pb = nullptr;  // the B of the same adapter
+    for (const ParameterInfo& q : f.model->parameters())
+      if (q.role == ParamRole::kLoraB && q.layer == p.layer && q.lora_base == p.lora_base) pb = &q;
+    ASSERT_NE(pb, nullptr) << p.name;
     const std::string name = ParameterName(spec, p.lora_base, p.layer);
     const ParameterInfo* w = nullptr;
     for (const ParameterInfo& q : base)

@@ -51,11 +51,10 @@ class CpuBackend : public Backend {
   Status RunGeluForward(Tensor out, Tensor in) override;
   Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
-  Status RunMatmulAddToColumns(Tensor out, int64_t first_column, Tensor in,
-                               Tensor weight) override;
-  Status RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_write, Tensor dweight,
-                                      Tensor dout, int64_t first_column, Tensor in,
-                                      Tensor weight) override;
+  Status RunMatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in, Tensor weight,
+                          Tensor bias) override;
+  Status RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_write, Tensor dweight,
+                                  ColumnBlock dout, ColumnBlock in, Tensor weight) override;
   Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
                              int num_kv_heads, const DropoutKey& dropout, Tensor doc_starts,
                              const DocumentShape& documents) override;

@@ -211,25 +211,35 @@ Status CpuBackend::RunMatmulBackward(Tensor din, Tensor dweight, Tensor dbias, T
   return Status::Ok();
 }
 
-Status CpuBackend::RunMatmulAddToColumns(Tensor out, int64_t first_column, Tensor in,
-                                         Tensor weight) {
-  const int64_t N = Rows(in), R = Cols(in), W = Cols(out), OC = weight.dim(0);
-  // The block (N,OC), row stride W, += A (N,R) @ B (R,OC) with B(r, o) = weight[o*R + r].
-  cpu::gemm(out.as<float>() + first_column, W, in.as<float>(), R, 1, weight.as<float>(), 1, R, N,
-            OC, R, /*accumulate=*/true);
+Status CpuBackend::RunMatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in,
+                                    Tensor weight, Tensor bias) {
+  const int64_t N = in.rows(), R = in.cols, OC = out.cols, ldo = out.ld();
+  float* o = out.whole.as<float>() + out.first;  // (N,OC), rows ldo apart
+  bool accumulate = out_write == GradientWrite::kAccumulate;
+  if (!bias.empty()) {  // the bias first, as matmul_forward starts from it
+    const float* b = bias.as<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < OC; ++j) o[n * ldo + j] = (accumulate ? o[n * ldo + j] : 0.f) + b[j];
+    accumulate = true;
+  }
+  // A = the in block (N,R), rows in.ld() apart; B(r, j) = weight[j*R + r].
+  cpu::gemm(o, ldo, in.whole.as<float>() + in.first, in.ld(), 1, weight.as<float>(), 1, R, N, OC,
+            R, accumulate);
   return Status::Ok();
 }
 
-Status CpuBackend::RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_write,
-                                                Tensor dweight, Tensor dout, int64_t first_column,
-                                                Tensor in, Tensor weight) {
-  const int64_t N = Rows(in), C = Cols(in), W = Cols(dout), OC = weight.dim(0);
-  const float* dcols = dout.as<float>() + first_column;  // (N,OC), row stride W
-  if (!din.empty())  // din (N,C) (+)= dcols @ weight (OC,C)
-    cpu::gemm(din.as<float>(), C, dcols, W, 1, weight.as<float>(), C, 1, N, C, OC,
-              din_write == GradientWrite::kAccumulate);
-  if (!dweight.empty())  // dweight (OC,C) += dcols^T @ in: A(o, n) = dcols[n*W + o]
-    cpu::gemm(dweight.as<float>(), C, dcols, 1, W, in.as<float>(), C, 1, OC, C, N, true);
+Status CpuBackend::RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_write,
+                                            Tensor dweight, ColumnBlock dout, ColumnBlock in,
+                                            Tensor weight) {
+  const int64_t N = dout.rows(), C = in.cols, OC = dout.cols;
+  const float* d = dout.whole.as<float>() + dout.first;  // (N,OC), rows dout.ld() apart
+  if (!din.whole.empty())  // din block (N,C) (+)= dout block @ weight (OC,C)
+    cpu::gemm(din.whole.as<float>() + din.first, din.ld(), d, dout.ld(), 1, weight.as<float>(), C,
+              1, N, C, OC, din_write == GradientWrite::kAccumulate);
+  if (!dweight.empty())  // dweight (OC,C) += dout block^T @ in block: A(o, n) = d[n*ld + o]
+    cpu::gemm(dweight.as<float>(), C, d, 1, dout.ld(), in.whole.as<float>() + in.first, in.ld(), 1,
+              OC, C, N, true);
   return Status::Ok();
 }
 

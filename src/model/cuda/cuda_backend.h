@@ -152,11 +152,10 @@ class CudaBackend final : public Backend {
   Status RunGeluForward(Tensor out, Tensor in) override;
   Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
-  Status RunMatmulAddToColumns(Tensor out, int64_t first_column, Tensor in,
-                               Tensor weight) override;
-  Status RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_write, Tensor dweight,
-                                      Tensor dout, int64_t first_column, Tensor in,
-                                      Tensor weight) override;
+  Status RunMatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in, Tensor weight,
+                          Tensor bias) override;
+  Status RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_write, Tensor dweight,
+                                  ColumnBlock dout, ColumnBlock in, Tensor weight) override;
   // Attention (cuda_backend_attention.cpp): cuDNN's fused SDPA, under Data.packing: documents
   // over the documents as a variable-length batch, or our kernels (gpu.md).
   Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,

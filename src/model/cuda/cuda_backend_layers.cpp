@@ -246,35 +246,50 @@ Status CudaBackend::MatmulBackwardImpl(Tensor din, Tensor dweight, Tensor dbias,
   return Status::Ok();
 }
 
-// The block's GEMMs read and write it in place: its first element and the wide matrix's row
-// stride as the leading dimension (column-major: the block is (OC, N) with ld W).
-Status CudaBackend::RunMatmulAddToColumns(Tensor out, int64_t first_column, Tensor in,
-                                          Tensor weight) {
-  cuda::Gemm g = LinearForwardGemm(compute_, in, weight, Tensor());
-  g.d = static_cast<char*>(out.data) + first_column * DTypeSize(compute_);
-  g.ldd = Cols(out);
-  g.beta = 1.f;  // D = block + W x, rounded once
+// The blocks' GEMMs read and write them in place: each block's first element and its matrix's
+// row stride as the leading dimension (column-major: a block is (cols, N) with ld its width).
+namespace {
+const void* BlockStart(const ColumnBlock& b, DType dtype) {
+  return static_cast<const char*>(b.whole.data) + b.first * DTypeSize(dtype);
+}
+void* BlockStart(ColumnBlock& b, DType dtype) {
+  return static_cast<char*>(b.whole.data) + b.first * DTypeSize(dtype);
+}
+}  // namespace
+
+Status CudaBackend::RunMatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in,
+                                     Tensor weight, Tensor bias) {
+  cuda::Gemm g = LinearForwardGemm(compute_, Tensor(nullptr, compute_, {in.rows(), in.cols}),
+                                   weight, bias);
+  g.b = {BlockStart(in, compute_), compute_, in.ld()};
+  g.d = BlockStart(out, compute_);
+  g.ldd = out.ld();
+  g.beta = out_write == GradientWrite::kAccumulate ? 1.f : 0.f;  // rounded once
   bool supported = false;
   TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
-  if (!supported) return OpError("MatmulAddToColumns", "cuBLASLt has no algorithm for the block");
+  if (!supported) return OpError("MatmulColumns", "cuBLASLt has no algorithm for the blocks");
   return Status::Ok();
 }
 
-Status CudaBackend::RunMatmulBackwardFromColumns(Tensor din, GradientWrite din_write,
-                                                 Tensor dweight, Tensor dout,
-                                                 int64_t first_column, Tensor in, Tensor weight) {
-  const char* op = "MatmulBackwardFromColumns";
-  const int64_t N = Rows(in), OC = Rows(weight), W = Cols(dout);
-  const void* dcols = static_cast<const char*>(dout.data) + first_column * DTypeSize(compute_);
+Status CudaBackend::RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_write,
+                                             Tensor dweight, ColumnBlock dout, ColumnBlock in,
+                                             Tensor weight) {
+  const char* op = "MatmulBackwardColumns";
+  const int64_t N = dout.rows(), OC = dout.cols;
+  const void* dcols = BlockStart(dout, compute_);
   bool supported = false;
-  if (!din.empty()) {  // (+)=
-    cuda::Gemm g = InputGradientGemm(compute_, weight, dcols, W, din.data, N);
+  if (!din.whole.empty()) {  // (+)=
+    cuda::Gemm g = InputGradientGemm(compute_, weight, dcols, dout.ld(), BlockStart(din, compute_),
+                                     N);
+    g.ldd = din.ld();
     g.beta = din_write == GradientWrite::kAccumulate ? 1.f : 0.f;
     TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
     if (!supported) return OpError(op, "cuBLASLt has no algorithm for din");
   }
   if (!dweight.empty()) {  // +=
-    cuda::Gemm g = WeightGradientGemm(compute_, in, dcols, W, OC, dweight.data);
+    cuda::Gemm g = WeightGradientGemm(compute_, Tensor(nullptr, compute_, {N, in.cols}), dcols,
+                                      dout.ld(), OC, dweight.data);
+    g.a = {BlockStart(in, compute_), compute_, in.ld()};
     g.beta = 1.f;
     TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
     if (!supported) return OpError(op, "cuBLASLt has no algorithm for dweight");
