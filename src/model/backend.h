@@ -206,14 +206,14 @@ class Backend {
   // their block of a fused q/k/v or gate/up output and their block of the group's stacked x A^T,
   // and the frozen base linear added onto what the adapters wrote; lora.h). All compute but
   // dweight (f32).
-  // out block (N,OC) = (or +=, by out_write) in block (N,R) @ weight (OC,R)^T (+ bias (OC));
-  // rounded once on the GPU. out must not alias in.
+  // out block (N,OC) = (or +=, by out_write) alpha in block (N,R) @ weight (OC,R)^T (+ bias
+  // (OC)); rounded once on the GPU. out must not alias in.
   Status MatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in, Tensor weight,
-                       Tensor bias);
-  // din block (N,C) = (or +=, by din_write) dout block (N,OC) @ weight (OC,C) (skipped when
-  // din.whole is empty); dweight (OC,C) += dout block^T @ in block (skipped when empty).
+                       Tensor bias, float alpha = 1.f);
+  // din block (N,C) = (or +=, by din_write) alpha dout block (N,OC) @ weight (OC,C) (skipped when
+  // din.whole is empty); dweight (OC,C) += alpha dout block^T @ in block (skipped when empty).
   Status MatmulBackwardColumns(ColumnBlock din, GradientWrite din_write, Tensor dweight,
-                               ColumnBlock dout, ColumnBlock in, Tensor weight);
+                               ColumnBlock dout, ColumnBlock in, Tensor weight, float alpha = 1.f);
   // The matrix products from here until SetRaggedGroups(false) run over row groups whose sizes
   // change from step to step (the MoE experts' groups): a backend that times its algorithms per
   // shape (CUDA's cuBLASLt routes) takes its heuristic's first choice for them instead, untimed,
@@ -444,10 +444,10 @@ class Backend {
                                               Tensor din_sums, GradientWrite dweight_write);
   virtual Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) = 0;
   virtual Status RunMatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in,
-                                  Tensor weight, Tensor bias) = 0;
+                                  Tensor weight, Tensor bias, float alpha) = 0;
   virtual Status RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_write,
                                           Tensor dweight, ColumnBlock dout, ColumnBlock in,
-                                          Tensor weight) = 0;
+                                          Tensor weight, float alpha) = 0;
   virtual Status RunGeluForward(Tensor out, Tensor in) = 0;
   virtual Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) = 0;
   // num_kv_heads is resolved here: NKV > 0 (num_heads where the caller passed 0).

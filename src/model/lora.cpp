@@ -214,17 +214,18 @@ Status LoraForward(const LoraContext& ctx, const LoraAdapters& w, Tensor x, Tens
   const Tensor U = Matrix(u, N, w.size * r);
   // U = scale x' a^T (N, G r), x' = x, or each member's dropout(x) (Model.lora_dropout).
   if (!ctx.dropout.on()) {
-    TRAINER_RETURN_IF_ERROR(be->MatmulForward(U, Tensor(), Matrix(x, N, Cols(x)), w.a, Tensor(),
-                                              Activation::kNone));
+    TRAINER_RETURN_IF_ERROR(be->MatmulColumns(Columns(U), GradientWrite::kOverwrite,
+                                              Columns(Matrix(x, N, Cols(x))), w.a, Tensor(),
+                                              ctx.scale));
   } else {
     for (int i = 0; i < w.size; ++i) {
       Tensor input;
       TRAINER_RETURN_IF_ERROR(AdapterInput(ctx, w.member[i], x, &input));
       TRAINER_RETURN_IF_ERROR(be->MatmulColumns(Columns(U, i * r, r), GradientWrite::kOverwrite,
-                                                Columns(input), w.member[i].a, Tensor()));
+                                                Columns(input), w.member[i].a, Tensor(),
+                                                ctx.scale));
     }
   }
-  TRAINER_RETURN_IF_ERROR(be->Scale(U, ctx.scale));
   // y[:, block_i] (+)= U[:, i r : (i+1) r] B_i^T.
   for (int i = 0; i < w.size; ++i) {
     const LoraAdapter& m = w.member[i];
@@ -251,18 +252,17 @@ Status LoraBackward(const LoraContext& ctx, const LoraAdapters& w, const LoraAda
         m.b));
   }
   // U = scale x' a^T: da += scale dU^T x', dx (+)= scale dU a (through each member's dropout).
-  TRAINER_RETURN_IF_ERROR(be->Scale(dU, ctx.scale));
   const Tensor dx2 = Matrix(dx, N, in);
   if (!ctx.dropout.on())
     return be->MatmulBackwardColumns(Columns(dx2), dx_write, g.a, Columns(dU),
-                                     Columns(Matrix(x, N, in)), w.a);
+                                     Columns(Matrix(x, N, in)), w.a, ctx.scale);
   const Tensor din = Matrix(ctx.scratch.din, N, in);
   for (int i = 0; i < w.size; ++i) {
     Tensor input;
     TRAINER_RETURN_IF_ERROR(AdapterInput(ctx, w.member[i], x, &input));
     TRAINER_RETURN_IF_ERROR(be->MatmulBackwardColumns(Columns(din), GradientWrite::kOverwrite,
                                                       g.member[i].a, Columns(dU, i * r, r),
-                                                      Columns(input), w.member[i].a));
+                                                      Columns(input), w.member[i].a, ctx.scale));
     const bool first_write = i == 0 && dx_write == GradientWrite::kOverwrite;
     TRAINER_RETURN_IF_ERROR(
         be->Dropout(dx2, din, first_write ? Tensor() : dx2, AdapterDropoutKey(ctx, w.member[i])));

@@ -298,7 +298,7 @@ void CheckBlock(OpContract& c, DType cd, const char* name, const ColumnBlock& b,
 }  // namespace
 
 Status Backend::MatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in,
-                              Tensor weight, Tensor bias) {
+                              Tensor weight, Tensor bias, float alpha) {
   const DType cd = compute_dtype();
   OpContract c(*this, "MatmulColumns");
   c.Has("weight", weight, cd, -1).Dims("weight", weight, 2);
@@ -310,11 +310,12 @@ Status Backend::MatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBl
       .PerRow("bias", bias, cd, 1, "weight", weight)
       .Require(out.whole.data != in.whole.data, "out must not alias in");
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunMatmulColumns(out, out_write, in, weight, bias);
+  return RunMatmulColumns(out, out_write, in, weight, bias, alpha);
 }
 
 Status Backend::MatmulBackwardColumns(ColumnBlock din, GradientWrite din_write, Tensor dweight,
-                                      ColumnBlock dout, ColumnBlock in, Tensor weight) {
+                                      ColumnBlock dout, ColumnBlock in, Tensor weight,
+                                      float alpha) {
   const DType cd = compute_dtype();
   OpContract c(*this, "MatmulBackwardColumns");
   c.Has("weight", weight, cd, -1).Dims("weight", weight, 2);
@@ -329,7 +330,7 @@ Status Backend::MatmulBackwardColumns(ColumnBlock din, GradientWrite din_write, 
                                      din.whole.data != in.whole.data),
                "din must not alias dout or in");
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunMatmulBackwardColumns(din, din_write, dweight, dout, in, weight);
+  return RunMatmulBackwardColumns(din, din_write, dweight, dout, in, weight, alpha);
 }
 
 // ---- GELU ----

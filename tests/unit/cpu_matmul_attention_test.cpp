@@ -7,6 +7,7 @@
 #include <ostream>
 #include <vector>
 
+#include "common/log.h"
 #include "cpu_test_util.h"
 #include "model/cpu/cpu_backend.h"
 
@@ -152,9 +153,9 @@ TEST(CpuColumnSums, WindowAndRowWeightsMatchNaiveLoops) {
 
 // The column-block products (LoRA's adapters on a fused output and on their group's stacked
 // x A^T): a block of a wider matrix written or added to in place from a block of another, with
-// and without a bias, and the gradients read from and written into blocks in place, din written
-// or added to, against naive loops; columns outside the blocks untouched, and a block past the
-// edge refused.
+// and without a bias, scaled or not, and the gradients read from and written into blocks in
+// place, din written or added to, against naive loops; columns outside the blocks untouched, and
+// a block past the edge refused.
 TEST(CpuMatmulColumns, BlockProductsMatchNaiveLoops) {
   const int N = 37, R = 5, C = 9, W = 40, first = 13, OC = 11;
   const int RW = 12, r0 = 4;  // in: columns [r0, r0 + R) of (N, RW)
@@ -165,50 +166,52 @@ TEST(CpuMatmulColumns, BlockProductsMatchNaiveLoops) {
   std::vector<float> in = RandomFloats(N * RW, 72), w = RandomFloats(OC * R, 73),
                      bias = RandomFloats(OC, 79), dout = RandomFloats(N * W, 74),
                      x = RandomFloats(N * CW, 75), wx = RandomFloats(OC * C, 76);
-  for (bool accumulate : {false, true})
-    for (bool with_bias : {false, true}) {
-      SCOPED_TRACE(std::string(accumulate ? "out added to" : "out written") +
-                   (with_bias ? ", bias" : ""));
-      std::vector<float> out = out0;
-      ASSERT_TRUE(backend
-                      .MatmulColumns(
-                          Columns(View(out, {N, W}), first, OC),
-                          accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite,
-                          Columns(View(in, {N, RW}), r0, R), View(w, {OC, R}),
-                          with_bias ? View(bias, {OC}) : Tensor())
-                      .ok());
-      DoubleVec want(out0.begin(), out0.end());
-      for (int n = 0; n < N; ++n)
-        for (int o = 0; o < OC; ++o) {
-          double& v = want[n * W + first + o];
-          v = (accumulate ? v : 0.0) + (with_bias ? bias[o] : 0.0);
-          for (int r = 0; r < R; ++r) v += double(in[n * RW + r0 + r]) * w[o * R + r];
-        }
-      EXPECT_TRUE(AllClose(out, want, 1e-5));
-    }
-  for (bool accumulate : {false, true}) {
-    SCOPED_TRACE(accumulate ? "din added to" : "din written");
-    std::vector<float> din = din0, dw = dw0;
-    ASSERT_TRUE(backend
-                    .MatmulBackwardColumns(
-                        Columns(View(din, {N, CW}), c0, C),
-                        accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite,
-                        View(dw, {OC, C}), Columns(View(dout, {N, W}), first, OC),
-                        Columns(View(x, {N, CW}), c0, C), View(wx, {OC, C}))
-                    .ok());
-    DoubleVec want_din(din0.begin(), din0.end()), want_dw(dw0.begin(), dw0.end());
-    for (int n = 0; n < N; ++n)
-      for (int c = 0; c < C; ++c) {
-        double& d = want_din[n * CW + c0 + c];
-        if (!accumulate) d = 0.0;
-        for (int o = 0; o < OC; ++o) {
-          d += double(dout[n * W + first + o]) * wx[o * C + c];
-          want_dw[o * C + c] += double(dout[n * W + first + o]) * x[n * CW + c0 + c];
-        }
+  for (float alpha : {1.f, 0.75f})
+    for (bool accumulate : {false, true})
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(StrFormat("alpha %g, ", alpha) +
+                     (accumulate ? "out added to" : "out written") + (with_bias ? ", bias" : ""));
+        std::vector<float> out = out0;
+        ASSERT_TRUE(backend
+                        .MatmulColumns(
+                            Columns(View(out, {N, W}), first, OC),
+                            accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite,
+                            Columns(View(in, {N, RW}), r0, R), View(w, {OC, R}),
+                            with_bias ? View(bias, {OC}) : Tensor(), alpha)
+                        .ok());
+        DoubleVec want(out0.begin(), out0.end());
+        for (int n = 0; n < N; ++n)
+          for (int o = 0; o < OC; ++o) {
+            double& v = want[n * W + first + o];
+            v = (accumulate ? v : 0.0) + (with_bias ? bias[o] : 0.0);
+            for (int r = 0; r < R; ++r) v += alpha * double(in[n * RW + r0 + r]) * w[o * R + r];
+          }
+        EXPECT_TRUE(AllClose(out, want, 1e-5));
       }
-    EXPECT_TRUE(AllClose(din, want_din, 1e-5));
-    EXPECT_TRUE(AllClose(dw, want_dw, 1e-5));
-  }
+  for (float alpha : {1.f, 0.75f})
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(StrFormat("alpha %g, ", alpha) + (accumulate ? "din added to" : "din written"));
+      std::vector<float> din = din0, dw = dw0;
+      ASSERT_TRUE(backend
+                      .MatmulBackwardColumns(
+                          Columns(View(din, {N, CW}), c0, C),
+                          accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite,
+                          View(dw, {OC, C}), Columns(View(dout, {N, W}), first, OC),
+                          Columns(View(x, {N, CW}), c0, C), View(wx, {OC, C}), alpha)
+                      .ok());
+      DoubleVec want_din(din0.begin(), din0.end()), want_dw(dw0.begin(), dw0.end());
+      for (int n = 0; n < N; ++n)
+        for (int c = 0; c < C; ++c) {
+          double& d = want_din[n * CW + c0 + c];
+          if (!accumulate) d = 0.0;
+          for (int o = 0; o < OC; ++o) {
+            d += alpha * double(dout[n * W + first + o]) * wx[o * C + c];
+            want_dw[o * C + c] += alpha * double(dout[n * W + first + o]) * x[n * CW + c0 + c];
+          }
+        }
+      EXPECT_TRUE(AllClose(din, want_din, 1e-5));
+      EXPECT_TRUE(AllClose(dw, want_dw, 1e-5));
+    }
   std::vector<float> out = out0;
   EXPECT_FALSE(backend
                    .MatmulColumns(Columns(View(out, {N, W}), W - OC + 1, OC),

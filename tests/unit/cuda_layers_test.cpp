@@ -436,8 +436,8 @@ TEST_F(CudaLayersTest, ColumnSumsMatchCpu) {
 // The column-block products of LoRA's adapters (a block of a fused q/k/v or gate/up output from
 // a block of the group's stacked x A^T, and the base linear onto a whole output, read and
 // written in place through the leading dimensions) against the CPU twin: the block written or
-// added to, with and without a bias, the columns outside it untouched; din written and added to
-// in a block, dweight added to.
+// added to, with and without a bias and a scale, the columns outside it untouched; din written
+// and added to in a block, dweight added to.
 TEST_F(CudaLayersTest, ColumnBlockMatmulsMatchCpu) {
   struct Case {
     int N, R, RW, r0, C, CW, c0, W, first, OC;
@@ -460,18 +460,19 @@ TEST_F(CudaLayersTest, ColumnBlockMatmulsMatchCpu) {
     for (bool accumulate : {false, true})
       for (bool with_bias : {false, true}) {
         SCOPED_TRACE(std::string(accumulate ? "out added to" : "out written") +
-                     (with_bias ? ", bias" : ""));
+                     (with_bias ? ", bias, alpha 0.75" : ""));
+        const float alpha = with_bias ? 0.75f : 1.f;
         const GradientWrite write =
             accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite;
         std::vector<float> out = out0;
         ASSERT_STATUS_OK(cpu_->MatmulColumns(Columns(HostView(out, {c.N, c.W}), c.first, c.OC),
                                              write, Columns(HostView(in, {c.N, c.RW}), c.r0, c.R),
                                              HostView(w, {c.OC, c.R}),
-                                             with_bias ? HostView(bias, {c.OC}) : Tensor()));
+                                             with_bias ? HostView(bias, {c.OC}) : Tensor(), alpha));
         auto g_out = Compute(out0, {c.N, c.W});
         ASSERT_STATUS_OK(gpu_->MatmulColumns(Columns(g_out->tensor(), c.first, c.OC), write,
                                              Columns(g_in->tensor(), c.r0, c.R), g_w->tensor(),
-                                             with_bias ? g_bias->tensor() : Tensor()));
+                                             with_bias ? g_bias->tensor() : Tensor(), alpha));
         const std::vector<float> got = g_out->Download();
         EXPECT_RELATIVE_ERROR_BELOW(got, out, 1e-2);
         for (int n = 0; n < c.N; ++n)
@@ -481,21 +482,22 @@ TEST_F(CudaLayersTest, ColumnBlockMatmulsMatchCpu) {
             }
       }
     for (bool accumulate : {false, true}) {
-      SCOPED_TRACE(accumulate ? "din added to" : "din written");
+      SCOPED_TRACE(accumulate ? "din added to, alpha 0.75" : "din written");
       const GradientWrite write = accumulate ? GradientWrite::kAccumulate
                                              : GradientWrite::kOverwrite;
+      const float alpha = accumulate ? 0.75f : 1.f;
       std::vector<float> din = din0, dw = dw0;
       ASSERT_STATUS_OK(cpu_->MatmulBackwardColumns(
           Columns(HostView(din, {c.N, c.CW}), c.c0, c.C), write, HostView(dw, {c.OC, c.C}),
           Columns(HostView(dout, {c.N, c.W}), c.first, c.OC),
-          Columns(HostView(x, {c.N, c.CW}), c.c0, c.C), HostView(wx, {c.OC, c.C})));
+          Columns(HostView(x, {c.N, c.CW}), c.c0, c.C), HostView(wx, {c.OC, c.C}), alpha));
       auto g_din = Compute(din0, {c.N, c.CW}), g_dw = F32(dw0, {c.OC, c.C});
       auto g_dout = Compute(dout, {c.N, c.W}), g_x = Compute(x, {c.N, c.CW});
       auto g_wx = Compute(wx, {c.OC, c.C});
       ASSERT_STATUS_OK(gpu_->MatmulBackwardColumns(
           Columns(g_din->tensor(), c.c0, c.C), write, g_dw->tensor(),
           Columns(g_dout->tensor(), c.first, c.OC), Columns(g_x->tensor(), c.c0, c.C),
-          g_wx->tensor()));
+          g_wx->tensor(), alpha));
       const std::vector<float> got = g_din->Download();
       EXPECT_RELATIVE_ERROR_BELOW(got, din, 1e-2);
       for (int n = 0; n < c.N; ++n)

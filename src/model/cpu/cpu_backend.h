@@ -52,9 +52,10 @@ class CpuBackend : public Backend {
   Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
   Status RunMatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in, Tensor weight,
-                          Tensor bias) override;
+                          Tensor bias, float alpha) override;
   Status RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_write, Tensor dweight,
-                                  ColumnBlock dout, ColumnBlock in, Tensor weight) override;
+                                  ColumnBlock dout, ColumnBlock in, Tensor weight,
+                                  float alpha) override;
   Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,
                              int num_kv_heads, const DropoutKey& dropout, Tensor doc_starts,
                              const DocumentShape& documents) override;

@@ -211,8 +211,23 @@ Status CpuBackend::RunMatmulBackward(Tensor din, Tensor dweight, Tensor dbias, T
   return Status::Ok();
 }
 
+namespace {
+
+// block (rows, cols), rows ld apart, = (accumulate ? block : 0) + alpha * product (rows, cols).
+void AddScaled(float* block, int64_t ld, const std::vector<float>& product, int64_t rows,
+               int64_t cols, float alpha, bool accumulate) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      block[i * ld + j] = (accumulate ? block[i * ld + j] : 0.f) + alpha * product[i * cols + j];
+}
+
+}  // namespace
+
+// With alpha != 1 each product is made whole first and then scaled, as a GEMM and a scaling
+// pass would.
 Status CpuBackend::RunMatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in,
-                                    Tensor weight, Tensor bias) {
+                                    Tensor weight, Tensor bias, float alpha) {
   const int64_t N = in.rows(), R = in.cols, OC = out.cols, ldo = out.ld();
   float* o = out.whole.as<float>() + out.first;  // (N,OC), rows ldo apart
   bool accumulate = out_write == GradientWrite::kAccumulate;
@@ -224,22 +239,38 @@ Status CpuBackend::RunMatmulColumns(ColumnBlock out, GradientWrite out_write, Co
     accumulate = true;
   }
   // A = the in block (N,R), rows in.ld() apart; B(r, j) = weight[j*R + r].
-  cpu::gemm(o, ldo, in.whole.as<float>() + in.first, in.ld(), 1, weight.as<float>(), 1, R, N, OC,
-            R, accumulate);
+  const float* a = in.whole.as<float>() + in.first;
+  if (alpha == 1.f) {
+    cpu::gemm(o, ldo, a, in.ld(), 1, weight.as<float>(), 1, R, N, OC, R, accumulate);
+    return Status::Ok();
+  }
+  std::vector<float> product(static_cast<size_t>(N * OC));
+  cpu::gemm(product.data(), OC, a, in.ld(), 1, weight.as<float>(), 1, R, N, OC, R, false);
+  AddScaled(o, ldo, product, N, OC, alpha, accumulate);
   return Status::Ok();
 }
 
 Status CpuBackend::RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_write,
                                             Tensor dweight, ColumnBlock dout, ColumnBlock in,
-                                            Tensor weight) {
+                                            Tensor weight, float alpha) {
   const int64_t N = dout.rows(), C = in.cols, OC = dout.cols;
   const float* d = dout.whole.as<float>() + dout.first;  // (N,OC), rows dout.ld() apart
-  if (!din.whole.empty())  // din block (N,C) (+)= dout block @ weight (OC,C)
-    cpu::gemm(din.whole.as<float>() + din.first, din.ld(), d, dout.ld(), 1, weight.as<float>(), C,
-              1, N, C, OC, din_write == GradientWrite::kAccumulate);
-  if (!dweight.empty())  // dweight (OC,C) += dout block^T @ in block: A(o, n) = d[n*ld + o]
-    cpu::gemm(dweight.as<float>(), C, d, 1, dout.ld(), in.whole.as<float>() + in.first, in.ld(), 1,
-              OC, C, N, true);
+  const bool scaled = alpha != 1.f;
+  std::vector<float> product;
+  if (!din.whole.empty()) {  // din block (N,C) (+)= alpha dout block @ weight (OC,C)
+    float* out = din.whole.as<float>() + din.first;
+    const bool accumulate = din_write == GradientWrite::kAccumulate;
+    if (scaled) product.resize(static_cast<size_t>(N * C));
+    cpu::gemm(scaled ? product.data() : out, scaled ? C : din.ld(), d, dout.ld(), 1,
+              weight.as<float>(), C, 1, N, C, OC, !scaled && accumulate);
+    if (scaled) AddScaled(out, din.ld(), product, N, C, alpha, accumulate);
+  }
+  if (!dweight.empty()) {  // dweight (OC,C) += alpha dout block^T @ in block: A(o, n) = d[n*ld + o]
+    if (scaled) product.resize(static_cast<size_t>(OC * C));
+    cpu::gemm(scaled ? product.data() : dweight.as<float>(), C, d, 1, dout.ld(),
+              in.whole.as<float>() + in.first, in.ld(), 1, OC, C, N, !scaled);
+    if (scaled) AddScaled(dweight.as<float>(), C, product, OC, C, alpha, true);
+  }
   return Status::Ok();
 }
 

@@ -153,9 +153,10 @@ class CudaBackend final : public Backend {
   Status RunGeluBackward(Tensor dx, Tensor dy, Tensor pre_act) override;
   Status RunColumnSums(Tensor out, Tensor in, int64_t first_column, Tensor row_weights) override;
   Status RunMatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in, Tensor weight,
-                          Tensor bias) override;
+                          Tensor bias, float alpha) override;
   Status RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_write, Tensor dweight,
-                                  ColumnBlock dout, ColumnBlock in, Tensor weight) override;
+                                  ColumnBlock dout, ColumnBlock in, Tensor weight,
+                                  float alpha) override;
   // Attention (cuda_backend_attention.cpp): cuDNN's fused SDPA, under Data.packing: documents
   // over the documents as a variable-length batch, or our kernels (gpu.md).
   Status RunAttentionForward(Tensor out, Tensor stats, Tensor qkv, int num_heads,

@@ -258,12 +258,13 @@ void* BlockStart(ColumnBlock& b, DType dtype) {
 }  // namespace
 
 Status CudaBackend::RunMatmulColumns(ColumnBlock out, GradientWrite out_write, ColumnBlock in,
-                                     Tensor weight, Tensor bias) {
+                                     Tensor weight, Tensor bias, float alpha) {
   cuda::Gemm g = LinearForwardGemm(compute_, Tensor(nullptr, compute_, {in.rows(), in.cols}),
                                    weight, bias);
   g.b = {BlockStart(in, compute_), compute_, in.ld()};
   g.d = BlockStart(out, compute_);
   g.ldd = out.ld();
+  g.alpha = alpha;
   g.beta = out_write == GradientWrite::kAccumulate ? 1.f : 0.f;  // rounded once
   bool supported = false;
   TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
@@ -273,7 +274,7 @@ Status CudaBackend::RunMatmulColumns(ColumnBlock out, GradientWrite out_write, C
 
 Status CudaBackend::RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_write,
                                              Tensor dweight, ColumnBlock dout, ColumnBlock in,
-                                             Tensor weight) {
+                                             Tensor weight, float alpha) {
   const char* op = "MatmulBackwardColumns";
   const int64_t N = dout.rows(), OC = dout.cols;
   const void* dcols = BlockStart(dout, compute_);
@@ -282,6 +283,7 @@ Status CudaBackend::RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_
     cuda::Gemm g = InputGradientGemm(compute_, weight, dcols, dout.ld(), BlockStart(din, compute_),
                                      N);
     g.ldd = din.ld();
+    g.alpha = alpha;
     g.beta = din_write == GradientWrite::kAccumulate ? 1.f : 0.f;
     TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
     if (!supported) return OpError(op, "cuBLASLt has no algorithm for din");
@@ -290,6 +292,7 @@ Status CudaBackend::RunMatmulBackwardColumns(ColumnBlock din, GradientWrite din_
     cuda::Gemm g = WeightGradientGemm(compute_, Tensor(nullptr, compute_, {N, in.cols}), dcols,
                                       dout.ld(), OC, dweight.data);
     g.a = {BlockStart(in, compute_), compute_, in.ld()};
+    g.alpha = alpha;
     g.beta = 1.f;
     TRAINER_RETURN_IF_ERROR(matmul_->Run(g, &supported));
     if (!supported) return OpError(op, "cuBLASLt has no algorithm for dweight");

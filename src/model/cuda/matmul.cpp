@@ -356,7 +356,7 @@ Status CublasLtMatmul::ChooseAlgo(const Gemm& g, Plan* plan,
       CUDA_CHECK(cudaMalloc(&saved, d_bytes));
       CUDA_CHECK(cudaMemcpyAsync(saved, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream_));
     }
-    const float alpha = 1.f, beta = g.beta;
+    const float alpha = g.alpha, beta = g.beta;
     auto launch = [&](int i) {
       return cublasLtMatmul(handle_, plan->desc, &alpha, g.a.data, plan->a, g.b.data, plan->b,
                             &beta, g.c ? g.c : g.d, plan->d, g.d, plan->d, &results[i].algo,
@@ -489,7 +489,7 @@ cublasStatus_t CublasLtMatmul::Launch(const Gemm& g, const Plan& plan) {
     s = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
                                        sizeof(g.aux));
   if (s != CUBLAS_STATUS_SUCCESS) return s;
-  const float alpha = 1.f, beta = g.beta;
+  const float alpha = g.alpha, beta = g.beta;
   const void* c = g.c ? g.c : g.d;
   return cublasLtMatmul(handle_, plan.desc, &alpha, g.a.data, plan.a, g.b.data, plan.b, &beta, c,
                         plan.d, g.d, plan.d, &plan.algo, workspace_, kWorkspaceBytes, stream_);

@@ -45,6 +45,7 @@ struct Gemm {
   void* d = nullptr;
   DType d_dtype = DType::kBF16;
   int64_t ldd = 0;
+  float alpha = 1.f;  // D = alpha op(A) op(B) + beta C (+ bias)
   float beta = 0.f;
   const void* c = nullptr;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
