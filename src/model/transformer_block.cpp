@@ -78,9 +78,9 @@ Status AdaptedLinearForward(const BlockContext& ctx, const BlockWeights& w,
   return be->MatmulColumns(Columns(y), GradientWrite::kAccumulate, Columns(x), weight, bias);
 }
 
-// din = dout @ weight for a linear with `group`'s adapters, and the gradients of those (dy: its
-// output's gradient); dweight, dbias as MatmulBackward. A frozen base (LoRA: dweight and dbias
-// empty) lets the adapters write din first and its GEMM add onto it.
+// din = dout @ weight for a linear with `group`'s adapters (dout: the gradient of its output),
+// and the adapters' gradients; dweight, dbias as MatmulBackward. A frozen base (LoRA: dweight and
+// dbias empty) lets the adapters write din first and its GEMM add onto it.
 Status AdaptedLinearBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWeights& g,
                              const BlockActivations& a, LoraGroup group, Tensor din,
                              Tensor dweight, Tensor dbias, Tensor dout, Tensor x, Tensor weight) {
