@@ -374,7 +374,7 @@ class Backend {
   // groups, on the device: counts (E) i32 = the choices of each expert; slots (N,K') i32 = the row
   // of x_perm of each choice: the stable counting sort by expert (a group's rows in token order,
   // the groups in expert order, each group its first `capacity` choices, 0: all), -1 for a choice
-  // past the capacity or of no expert (outside [0, E): a router that met NaN scores); K' = K + 1
+  // past the capacity or of no expert (outside [0, E)); K' = K + 1
   // adds the shared expert's rows, slots[t][K] = N*K + t. The same as PlanMoeDispatch
   // (moe_layer.h) on the host, which needs the choices copied back first.
   Status MoeDispatchSlots(Tensor slots, Tensor counts, Tensor experts, int64_t capacity);

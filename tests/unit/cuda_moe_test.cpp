@@ -150,7 +150,7 @@ constexpr RowsCase kRowsCases[] = {
 // The dispatch on the device against the host planner: slots and counts to the bit, over several
 // chunks of 256 tokens and a partial one, empty experts, every token on expert 0, a capacity that
 // drops, a shared expert, 160 and 1536 experts (the widest bitmap), 1600 (past it: the host path),
-// a whole number of chunks, and choices of no expert (-1: a router that met NaN scores; dropped, not counted).
+// a whole number of chunks, and choices of no expert (ids outside [0, E): dropped, not counted).
 struct DispatchCase {
   const char* routing;
   int64_t N;
@@ -271,6 +271,41 @@ TEST_F(CudaMoeTest, ScatterGatherAndSlotDotsMatchCpu) {
 
 // The router's f32 logits on a bf16 backend: MatmulForward into f32 and MatmulBackward from an
 // f32 dout, against the CPU on the same bf16-rounded x and W.
+// Scores of NaN (a diverged step): the GPU router chooses the CPU's K distinct experts (NaN
+// below every number, ties by the lower index), never one expert twice or none.
+TEST_F(CudaMoeTest, RouterChoicesOfNanScoresMatchCpu) {
+  SCOPED_TRACE(Trace());
+  const int64_t N = 40;
+  const int E = 8, K = 3;
+  std::vector<float> logits = RandomFloats(N * E, rng_, -3.f, 3.f);
+  for (int e = 0; e < E; ++e) logits[e] = std::nanf("");               // row 0 all NaN
+  for (int64_t t = 1; t < N; t += 3) logits[t * E + (t % E)] = std::nanf("");  // one NaN
+  for (bool pre_softmax : {true, false}) {
+    SCOPED_TRACE(pre_softmax ? "softmax, then top-k" : "top-k of the logits");
+    MoeRouting r;
+    r.top_k = K;
+    r.pre_softmax = pre_softmax;
+    std::vector<float> weights(N * K), probs(N * E), lse(N);
+    std::vector<int32_t> experts(N * K);
+    ASSERT_STATUS_OK(cpu_->MoeRouterForward(
+        HostView(weights, {N, K}), HostView(experts, {N, K}), HostView(probs, {N, E}),
+        HostView(lse, {N}), HostView(logits, {N, E}), Tensor(), r));
+    auto g_logits = F32(logits, {N, E}), g_weights = F32(std::vector<float>(N * K), {N, K}),
+         g_probs = F32(std::vector<float>(N * E), {N, E}), g_lse = F32(std::vector<float>(N), {N});
+    auto g_experts = Ints(std::vector<int32_t>(N * K), {N, K});
+    ASSERT_STATUS_OK(gpu_->MoeRouterForward(g_weights->tensor(), g_experts->tensor(),
+                                            g_probs->tensor(), g_lse->tensor(),
+                                            g_logits->tensor(), Tensor(), r));
+    const std::vector<int32_t> got = DownloadInts(*g_experts, N * K);
+    EXPECT_EQ(got, experts) << "the chosen experts";
+    for (int64_t t = 0; t < N; ++t)
+      for (int k = 0; k < K; ++k) {
+        ASSERT_GE(got[t * K + k], 0) << "row " << t;
+        if (k > 0) ASSERT_GT(got[t * K + k], got[t * K + k - 1]) << "row " << t;
+      }
+  }
+}
+
 TEST_F(CudaMoeTest, RouterMatmulWithF32LogitsMatchesCpu) {
   const int64_t N = 45, C = 72, E = 5;
   std::vector<float> x = Random(N * C), wr = Random(E * C), dz = RandomFloats(N * E, rng_);

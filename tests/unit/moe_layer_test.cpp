@@ -387,7 +387,7 @@ TEST(MoeDispatchPlan, GroupsByExpertInTokenOrderAndDropsTheLaterTokens) {
                   .ok());
   EXPECT_EQ(slots, planned);
   EXPECT_EQ(counts, d.counts);
-  // A choice of no expert (-1: the GPU router's answer to NaN scores) is dropped, not counted.
+  // A choice of no expert (an id outside [0, E), here -1) is dropped, not counted.
   in[3] = -1;
   ASSERT_TRUE(be->MoeDispatchSlots(Tensor(slots.data(), DType::kI32, {4, 3}),
                                    Tensor(counts.data(), DType::kI32, {3}),
@@ -400,6 +400,42 @@ TEST(MoeDispatchPlan, GroupsByExpertInTokenOrderAndDropsTheLaterTokens) {
                                     Tensor(in.data(), DType::kI32, {4, 2}), 0)
                    .ok())
       << "2 choices of 1 expert";
+}
+
+// Router scores of NaN (a diverged step) still choose K distinct experts: NaN ranks below every
+// number, ties by the lower index, as the GPU router does (cuda_moe_test), so the dispatch never
+// sees one expert twice for a token.
+TEST(MoeRouterChoice, NanScoresRankBelowEveryNumber) {
+  const float nan = std::nanf("");
+  const int64_t N = 3;
+  const int E = 6, K = 3;
+  // Row 0: all NaN; row 1: two NaN among numbers; row 2: numbers.
+  std::vector<float> logits = {nan, nan, nan, nan, nan, nan,   //
+                               nan, 1.f, 5.f, nan, 3.f, 2.f,   //
+                               0.5f, -1.f, 2.f, 0.f, 1.f, 3.f};
+  auto be = MakeCpuBackend();
+  for (bool pre_softmax : {true, false}) {
+    SCOPED_TRACE(pre_softmax ? "softmax, then top-k" : "top-k of the logits (Mixtral)");
+    std::vector<float> weights(N * K), probs(N * E), lse(N);
+    std::vector<int32_t> experts(N * K, -7);
+    MoeRouting r;
+    r.top_k = K;
+    r.pre_softmax = pre_softmax;
+    ASSERT_TRUE(be->MoeRouterForward(Tensor(weights.data(), DType::kF32, {N, K}),
+                                     Tensor(experts.data(), DType::kI32, {N, K}),
+                                     Tensor(probs.data(), DType::kF32, {N, E}),
+                                     Tensor(lse.data(), DType::kF32, {N}),
+                                     Tensor(logits.data(), DType::kF32, {N, E}), Tensor(), r)
+                    .ok());
+    // A NaN logit makes the whole softmax row NaN: then the lowest indices.
+    const std::vector<int32_t> row1 =
+        pre_softmax ? std::vector<int32_t>{0, 1, 2} : std::vector<int32_t>{2, 4, 5};
+    EXPECT_EQ(std::vector<int32_t>(experts.begin(), experts.begin() + 3),
+              (std::vector<int32_t>{0, 1, 2}));
+    EXPECT_EQ(std::vector<int32_t>(experts.begin() + 3, experts.begin() + 6), row1);
+    EXPECT_EQ(std::vector<int32_t>(experts.begin() + 6, experts.end()),
+              (std::vector<int32_t>{2, 4, 5}));
+  }
 }
 
 }  // namespace

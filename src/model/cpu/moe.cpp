@@ -31,14 +31,15 @@ float Softmax(float* probs, const float* z, int E) {
   return lse;
 }
 
-// The K largest of key (E) into chosen (K), ascending by index; equal keys: the lower index.
-// taken (E) is scratch.
+// The K largest of key (E) into chosen (K), ascending by index; equal keys: the lower index;
+// NaN as -infinity (a total order: K distinct experts whatever the scores). taken (E) is scratch.
 void TopK(int32_t* chosen, char* taken, const float* key, int E, int K) {
+  const auto at = [key](int e) { return std::isnan(key[e]) ? -INFINITY : key[e]; };
   for (int e = 0; e < E; ++e) taken[e] = 0;
   for (int k = 0; k < K; ++k) {
     int best = -1;
     for (int e = 0; e < E; ++e)
-      if (!taken[e] && (best < 0 || key[e] > key[best])) best = e;
+      if (!taken[e] && (best < 0 || at(e) > at(best))) best = e;
     taken[best] = 1;
     chosen[k] = best;
   }

@@ -40,9 +40,11 @@ __device__ float LogSumExp(const float* z, int E) {
   return max + static_cast<float>(log(sum));
 }
 
-// The key the choice compares for expert e.
+// The key the choice compares for expert e; NaN as -infinity, so that the order stays total (a
+// row of NaN scores still chooses K distinct experts, the lowest indices, as the CPU does).
 __device__ __forceinline__ float ChoiceKey(const float* by, const float* bias, int e) {
-  return bias != nullptr ? by[e] + bias[e] : by[e];
+  const float key = bias != nullptr ? by[e] + bias[e] : by[e];
+  return isnan(key) ? -INFINITY : key;
 }
 
 // a before b in the choice's order: the larger key, equal keys the lower index.

@@ -7,7 +7,7 @@
 // - slots: each choice's rank among its expert's choices in the chunk, in token order, from a
 //   bitmap (expert, token of the chunk) and population counts; past the capacity, -1.
 // Integer work only: the same slots as the CPU on every run. A choice of no expert (outside
-// [0, E): the router's answer to NaN scores) is dropped and counted nowhere, as on the CPU.
+// [0, E), which the routers never make) is dropped and counted nowhere, as on the CPU.
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/kernels.h"
 
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kChunk)
   if (t >= N) return;
   for (int k = 0; k < K; ++k) {
     const int e = experts[t * K + k];
-    if (e < 0 || e >= E) {  // no expert (a router that met NaN scores): dropped, not a row
+    if (e < 0 || e >= E) {  // no expert: dropped, not a row
       slots[t * K2 + k] = -1;
       continue;
     }
