@@ -9,7 +9,9 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 make_small_dataset data.h5
 KILLS=${TRAINER_TEST_KILLS:-20}
-MAX=30
+# Each kill lets a run make one or two steps (a save in progress, then up to 150 ms): 20 kills
+# need ~30 steps, and a run that reaches MAX ends before it can be killed. Room to spare.
+MAX=50
 # After rank 0 dies, mpirun SIGTERMs rank 1, which takes it as a preemption request and stays in
 # its collective; by default mpirun waits a second before SIGKILL. Do not wait.
 export OMPI_MCA_odls_base_sigkill_timeout=0
