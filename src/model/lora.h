@@ -91,7 +91,7 @@ LoraAdapters GroupLoraAdapters(const LoraAdapter* slots, LoraGroup group);
 // Buffers of one block's adapter passes, shared by every adapter, block and slot.
 // N = B*T rows; In = the widest input among the adapted linears.
 struct LoraScratch {
-  Tensor du;       // (N, 3r) compute: a group's gradient of its members' x A^T
+  Tensor du;       // (N, G r) compute, G the largest group: a group's gradient of its x A^T
   Tensor dropped;  // (N, In) compute: the input after Model.lora_dropout (empty without it)
   Tensor din;      // (N, In) compute: the input gradient before that dropout (empty without it)
 };

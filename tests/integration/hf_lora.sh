@@ -12,6 +12,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/hf_lib.sh"
 hf_python
+"$PY" -c 'import peft' 2> /dev/null || { echo "skip: no peft in $PY (hf_venv.sh installs it)"; exit 77; }
 word_text text.txt
 T=32
 

@@ -107,8 +107,10 @@ def train_torch(folder, inputs, targets, s):
 def weight_error(export, initial, trained):
     """The worst tensor of the export: (max |export - torch| / max |torch's change|, its name)."""
     got = load_weights(export)
-    missing = sorted(set(trained) - set(got) - {"lm_head.weight"})  # a tied head may be left out
-    extra = sorted(set(got) - set(trained) - {"lm_head.weight"})
+    with open(os.path.join(export, "config.json")) as f:  # a tied head may be left out
+        tied = {"lm_head.weight"} if json.load(f).get("tie_word_embeddings") else set()
+    missing = sorted(set(trained) - set(got) - tied)
+    extra = sorted(set(got) - set(trained) - tied)
     assert not missing and not extra, f"{export}: missing {missing[:4]}, extra {extra[:4]}"
     worst = (0.0, "")
     for name in set(trained) & set(got):

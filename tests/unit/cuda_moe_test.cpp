@@ -269,8 +269,6 @@ TEST_F(CudaMoeTest, ScatterGatherAndSlotDotsMatchCpu) {
   }
 }
 
-// The router's f32 logits on a bf16 backend: MatmulForward into f32 and MatmulBackward from an
-// f32 dout, against the CPU on the same bf16-rounded x and W.
 // Scores of NaN (a diverged step): the GPU router chooses the CPU's K distinct experts (NaN
 // below every number, ties by the lower index), never one expert twice or none.
 TEST_F(CudaMoeTest, RouterChoicesOfNanScoresMatchCpu) {
@@ -306,6 +304,8 @@ TEST_F(CudaMoeTest, RouterChoicesOfNanScoresMatchCpu) {
   }
 }
 
+// The router's f32 logits on a bf16 backend: MatmulForward into f32 and MatmulBackward from an
+// f32 dout, against the CPU on the same bf16-rounded x and W.
 TEST_F(CudaMoeTest, RouterMatmulWithF32LogitsMatchesCpu) {
   const int64_t N = 45, C = 72, E = 5;
   std::vector<float> x = Random(N * C), wr = Random(E * C), dz = RandomFloats(N * E, rng_);

@@ -378,15 +378,15 @@ TEST(MoeDispatchPlan, GroupsByExpertInTokenOrderAndDropsTheLaterTokens) {
   s.shared_ffn = 4;
   PlanMoeDispatch(s, experts.data(), 4, &planned, &d);
   EXPECT_EQ(planned, (std::vector<int32_t>{0, 5, 8, 1, 3, 9, 2, 6, 10, 4, 7, 11}));
-  // The backend's op (what the layer's forward runs) gives the plan's slots and counts.
+  // The backend's op (what the layer's forward runs) gives those slots and counts.
   auto be = MakeCpuBackend();
   std::vector<int32_t> in = experts, slots(12, -7), counts(3, -7);
   ASSERT_TRUE(be->MoeDispatchSlots(Tensor(slots.data(), DType::kI32, {4, 3}),
                                    Tensor(counts.data(), DType::kI32, {3}),
                                    Tensor(in.data(), DType::kI32, {4, 2}), 0)
                   .ok());
-  EXPECT_EQ(slots, planned);
-  EXPECT_EQ(counts, d.counts);
+  EXPECT_EQ(slots, (std::vector<int32_t>{0, 5, 8, 1, 3, 9, 2, 6, 10, 4, 7, 11}));
+  EXPECT_EQ(counts, (std::vector<int32_t>{3, 2, 3}));
   // A choice of no expert (an id outside [0, E), here -1) is dropped, not counted.
   in[3] = -1;
   ASSERT_TRUE(be->MoeDispatchSlots(Tensor(slots.data(), DType::kI32, {4, 3}),
