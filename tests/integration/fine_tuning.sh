@@ -73,8 +73,8 @@ PY=$(bash "$SRC/tests/integration/hf_venv.sh" 2>/dev/null) ||
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 "$TRAINER" eval out/lora/checkpoints --data text.h5 -b 1 --batches 2 -o Model.seq_len=32 > eval-text.json 2> /dev/null ||
   fail "eval on text"
-"$PY" "$SRC/tests/integration/hf_llama.py" check tuned-merged text.txt 32 eval-text.json ||
-  fail "transformers' loss of the merged model"
+"$PY" "$SRC/tests/integration/hf_llama.py" check tuned-merged text.txt 32 eval-text.json \
+  --reference-only || fail "the merged model's loss against the float64 reference"
 "$PY" "$SRC/tests/integration/hf_lora.py" check base-model tuned-adapter tuned-merged text.txt 32 \
   eval-text.json ||
   fail "PEFT's loss of base + adapter"
