@@ -23,6 +23,9 @@ trainer_script_test(gpu_training SCRIPT gpu_training.sh LABELS "gpu;e2e" TIMEOUT
 trainer_script_test(gpu_packing SCRIPT gpu_packing.sh LABELS "gpu;e2e" TIMEOUT 600)
 # Two ranks on one GPU: one line naming them, before NCCL's setup.
 trainer_script_test(gpu_shared_gpu SCRIPT gpu_shared_gpu.sh LABELS "gpu;e2e" TIMEOUT 300)
+# Distributed.gpu_collectives=mpi: layouts (dense, sharding, expert parallelism) with every rank
+# on one GPU against one GPU, and trainer check on a shared GPU.
+trainer_script_test(gpu_staged_layouts SCRIPT gpu_staged_layouts.sh LABELS "gpu;e2e;mpi" TIMEOUT 900)
 trainer_script_test(gpu_sharding SCRIPT gpu_sharding.sh LABELS "gpu;e2e" TIMEOUT 900)
 # Engine.gpu_routes: a run's routes file pins another run's kernels (bit for bit), refusals.
 trainer_script_test(gpu_routes SCRIPT gpu_routes.sh LABELS "gpu;e2e" TIMEOUT 600)

@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "data/data_sources.h"
+#include "mpi_bootstrap/host_staged_communicator.h"
 #include "mpi_bootstrap/nccl_bootstrap.h"
 
 namespace trainer {
@@ -177,7 +178,7 @@ class EnvironmentCheck {
     TRAINER_RETURN_IF_ERROR(AllGatherValues(world_, me, &facts_));
 
     // Every rank derives the same cross-rank failures; rank 0 alone reports them.
-    std::vector<CheckFailure> derived = CrossRankFailures(facts_, hosts_);
+    std::vector<CheckFailure> derived = CrossRankFailures(facts_, hosts_, config_.distributed.host_staged());
     bool all_on_gpu = true, any_gpu = false;
     for (const RankFacts& f : facts_) {
       all_on_gpu = all_on_gpu && f.device >= 0 && !f.device_failed;
@@ -231,7 +232,9 @@ class EnvironmentCheck {
     Status s = ctx_->BuildGroups(config_);
     if (s.ok() && ctx_->backend->device_memory() && world_->size() > 1) {
       // The world over NCCL too: the groups of the layout may not span every link between hosts.
-      s = MakeNcclCommunicator(world_, BackendStream(ctx_->backend.get()), &nccl_world_);
+      s = config_.distributed.host_staged()
+              ? MakeHostStagedCommunicator(world_, &nccl_world_)
+              : MakeNcclCommunicator(world_, BackendStream(ctx_->backend.get()), &nccl_world_);
     }
     if (!s.ok()) s = EnvironmentError(s.message());
     return ctx_->Agree(s);

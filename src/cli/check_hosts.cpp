@@ -10,7 +10,8 @@
 namespace trainer {
 
 std::vector<CheckFailure> CrossRankFailures(const std::vector<RankFacts>& facts,
-                                            const std::vector<std::string>& hosts) {
+                                            const std::vector<std::string>& hosts,
+                                            bool gpus_shared) {
   std::vector<CheckFailure> out;
   const int n = static_cast<int>(facts.size());
   int first_gpu_rank = -1;
@@ -30,7 +31,7 @@ std::vector<CheckFailure> CrossRankFailures(const std::vector<RankFacts>& facts,
                                "Global.device=cpu",
                                f.visible_gpus, f.cuda_visible_devices, first_gpu_rank,
                                hosts[first_gpu_rank].c_str(), facts[first_gpu_rank].device)});
-    if (f.device >= 0) {
+    if (f.device >= 0 && !gpus_shared) {
       auto [owner, fresh] = gpu_owner.emplace(f.gpu_uuid, r);
       if (!fresh)
         out.push_back({r, "GPU binding",

@@ -16,8 +16,11 @@ namespace trainer {
 constexpr double kMinShmBytesForNccl = 1024.0 * 1024 * 1024;
 
 // Every rank derives the same list from the same facts (rank r's at facts[r], on hosts[r]).
+// gpus_shared: host-staged collectives (Distributed.gpu_collectives=mpi), where ranks may share
+// a GPU.
 std::vector<CheckFailure> CrossRankFailures(const std::vector<RankFacts>& facts,
-                                            const std::vector<std::string>& hosts);
+                                            const std::vector<std::string>& hosts,
+                                            bool gpus_shared = false);
 
 // "N hosts:" then one line per host: its ranks, GPUs, /dev/shm and versions (its first rank's).
 std::string HostsText(const std::vector<RankFacts>& facts, const std::vector<std::string>& hosts);

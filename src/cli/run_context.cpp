@@ -8,6 +8,7 @@
 #include "common/host_memory.h"
 #include "common/log.h"
 #include "engine/memory_plan.h"
+#include "mpi_bootstrap/host_staged_communicator.h"
 #include "mpi_bootstrap/nccl_bootstrap.h"
 
 namespace trainer {
@@ -55,10 +56,15 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
         "Global.device=cuda but no GPU is visible (rank %d on %s, CUDA_VISIBLE_DEVICES=%s). Run "
         "on a GPU node (check the driver with nvidia-smi), or set Global.device=cpu or auto",
         runtime->rank(), runtime->host().c_str(), cvd ? cvd : "unset"));
+  // With host-staged collectives ranks may share a GPU: round robin over the visible ones.
+  const bool shared = config.distributed.host_staged();
+  ranks_per_gpu_ = 1;
   if (visible == 1) {
     device = 0;
-  } else if (runtime->gpu_peer_rank() < visible) {
-    device = runtime->gpu_peer_rank();
+    ranks_per_gpu_ = shared ? runtime->gpu_peers() : 1;
+  } else if (runtime->gpu_peer_rank() < visible || shared) {
+    device = runtime->gpu_peer_rank() % visible;
+    ranks_per_gpu_ = (runtime->gpu_peers() - device + visible - 1) / visible;
   } else {
     return EnvironmentError(StrFormat(
         "%d ranks on host %s see the same %d GPU(s) (CUDA_VISIBLE_DEVICES=%s), too few for rank "
@@ -103,7 +109,8 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   groups.expert_dp = mpi_groups.expert_dp.get();
   config_zero_stage_ = config.distributed.zero_stage();
   TRAINER_RETURN_IF_ERROR(AgreeOnDeviceKind());
-  if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(AgreeOnDistinctGpus());
+  if (backend->device_memory() && !config.distributed.host_staged())
+    TRAINER_RETURN_IF_ERROR(AgreeOnDistinctGpus());
   if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups(config));
   return Status::Ok();
 }
@@ -150,7 +157,8 @@ Status RunContext::AgreeOnDistinctGpus() {
           "ranks %zu and %zu on host %s were given the same GPU, and each rank needs one of its "
           "own (NCCL refuses two ranks on one GPU). Start at most one rank per GPU of each host "
           "(e.g. --ntasks-per-node=<GPUs per node>, or --gpus-per-task=1), or check "
-          "CUDA_VISIBLE_DEVICES",
+          "CUDA_VISIBLE_DEVICES (Distributed.gpu_collectives=mpi lets ranks share a GPU, "
+          "slowly)",
           a, b, runtime->hosts()[a].c_str()));
     }
   return Status::Ok();
@@ -182,6 +190,11 @@ Status RunContext::MemoryFits(const TrainConfig& config, std::string* summary) c
     available.source = "cudaMemGetInfo";
     if (!DeviceMemoryInfo(backend.get(), &available.free_now, &available.capacity))
       return Status::Ok();
+    if (ranks_per_gpu_ > 1) {  // host-staged collectives: the GPU's share of each of its ranks
+      available.where += StrFormat(" (a share for each of its %d ranks)", ranks_per_gpu_);
+      available.capacity /= ranks_per_gpu_;
+      available.free_now /= ranks_per_gpu_;
+    }
   } else {
     if (host_share.where.empty() && !read_host()) return Status::Ok();
     available = host_share;
@@ -241,17 +254,20 @@ int RunContext::Finish(const Status& status) {
 }
 
 Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
-  // One NCCL communicator per MPI group (the embedding group only where this rank belongs to it).
+  // One NCCL communicator per MPI group (the embedding group only where this rank belongs to it),
+  // or with Distributed.gpu_collectives=mpi one staged through host memory over the MPI group.
   void* stream = BackendStream(backend.get());
+  const bool staged = config.distributed.host_staged();
   auto make = [&](MpiCommunicator* mpi, Communicator** slot, bool own_stream = false) -> Status {
     if (mpi == nullptr) {
       *slot = nullptr;
       return Status::Ok();
     }
-    std::unique_ptr<Communicator> nccl;
-    TRAINER_RETURN_IF_ERROR(MakeNcclCommunicator(mpi, stream, &nccl, own_stream));
-    *slot = nccl.get();
-    device_groups.push_back(std::move(nccl));
+    std::unique_ptr<Communicator> comm;
+    TRAINER_RETURN_IF_ERROR(staged ? MakeHostStagedCommunicator(mpi, &comm)
+                                   : MakeNcclCommunicator(mpi, stream, &comm, own_stream));
+    *slot = comm.get();
+    device_groups.push_back(std::move(comm));
     return Status::Ok();
   };
   TRAINER_RETURN_IF_ERROR(make(mpi_groups.tp.get(), &groups.tp));

@@ -42,7 +42,8 @@ struct RunContext {
   int Finish(const Status& status);
 
  private:
-  // NCCL communicators from ids broadcast over the MPI groups.
+  // NCCL communicators from ids broadcast over the MPI groups (host-staged ones with
+  // Distributed.gpu_collectives=mpi).
   Status BuildDeviceGroups(const TrainConfig& config);
   // Every rank on a GPU, or every rank on the CPU: one line naming the CPU ranks otherwise.
   Status AgreeOnDeviceKind();
@@ -51,6 +52,7 @@ struct RunContext {
   Status AgreeOnDistinctGpus();
   bool reported_ = false;      // the status handed to Finish went through Agree
   int config_zero_stage_ = 0;  // Distributed.sharding's stage in effect, for the rank map
+  int ranks_per_gpu_ = 1;      // ranks of this host on this rank's GPU (host-staged collectives)
 };
 
 }  // namespace trainer

@@ -86,6 +86,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Distributed, distributed, pp_layers),
     CONFIG_KEY(Distributed, distributed, zero_stage1),
     CONFIG_KEY(Distributed, distributed, overlap_grad_reduce),
+    CONFIG_KEY(Distributed, distributed, gpu_collectives),
     CONFIG_SUBKEY(Distributed, distributed, sharding, sharding_degree),
     CONFIG_SUBKEY(Distributed, distributed, sharding, sharding_stage),
     CONFIG_SUBKEY(Distributed, distributed, sharding, sharding_offload),

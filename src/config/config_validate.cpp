@@ -106,6 +106,7 @@ const ChoiceRule kChoiceRules[] = {
     {"Model.moe_router_score_function", {"softmax", "sigmoid"}},
     {"Model.moe_router_load_balancing_type", {"aux_loss", "seq_aux_loss"}},
     {"Engine.mix_precision", {"bf16", "fp32"}},
+    {"Distributed.gpu_collectives", {"nccl", "mpi"}},
     {"Optimizer.decay_style", {"cosine", "linear", "constant"}},
 };
 
@@ -317,12 +318,13 @@ Status CheckExpertParallel(const TrainConfig& c, Checker& check) {
         {"Model.num_experts", "Distributed.ep_degree"},
         "Set Distributed.ep_degree to a divisor of " + std::to_string(m.num_experts) +
             " that divides dp_degree");
-  if (c.global.device == "cuda")
+  if (c.global.device == "cuda" && !d.host_staged())
     return check.Fail(check.Show("Distributed.ep_degree") +
-                          ": expert parallelism runs on CPU ranks in this version (the NCCL "
-                          "all-to-all is built but the GPU dispatch is not validated)",
+                          ": expert parallelism on GPUs runs over host-staged collectives in "
+                          "this version (NCCL's all-to-all is not validated on several GPUs yet)",
                       {"Distributed.ep_degree", "Global.device"},
-                      "Set Global.device=cpu, or ep_degree=1 with data parallelism on GPUs");
+                      "Set Distributed.gpu_collectives=mpi, Global.device=cpu, or ep_degree=1 "
+                      "with data parallelism on GPUs");
   return Status::Ok();
 }
 

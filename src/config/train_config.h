@@ -125,6 +125,10 @@ struct DistributedConfig {
   // GPU: all-reduce each block's gradients over DP during the backward pass, on a stream of its
   // own (off by default: on one NVLink node it costs as much as it hides; docs/performance.md).
   bool overlap_grad_reduce = false;
+  // GPU collectives: nccl, or mpi (staged through host memory over the MPI groups: slow, but
+  // ranks may share a GPU; for debugging and for trying a layout on fewer GPUs than ranks).
+  std::string gpu_collectives = "nccl";
+  bool host_staged() const { return gpu_collectives == "mpi"; }
 };
 
 struct EngineConfig {

@@ -231,10 +231,11 @@ Status Trainer::TakeBatch(int64_t consumed_samples) {
 
 Status Trainer::SetUpExpertParallel() {
   if (groups_.topology.ep <= 1) return Status::Ok();
-  if (backend_->device_memory())
+  if (backend_->device_memory() && !config_.distributed.host_staged())
     return UsageError(
-        "Distributed.ep_degree > 1 runs on CPU ranks in this version (the GPU dispatch is not "
-        "validated). Set Global.device=cpu, or Distributed.ep_degree=1 on GPUs");
+        "Distributed.ep_degree > 1 on GPUs runs over host-staged collectives in this version "
+        "(NCCL's all-to-all is not validated on several GPUs yet). Set "
+        "Distributed.gpu_collectives=mpi, Global.device=cpu, or Distributed.ep_degree=1 on GPUs");
   model_->set_expert_group(groups_.ep);
   // The flat buffer's runs of experts (neighbouring parameters of one kind; the padding between
   // them is zero).

@@ -83,6 +83,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Distributed.pp_layers",
                                              "Distributed.zero_stage1",
                                              "Distributed.overlap_grad_reduce",
+                                             "Distributed.gpu_collectives",
                                              "Distributed.sharding.sharding_degree",
                                              "Distributed.sharding.sharding_stage",
                                              "Distributed.sharding.sharding_offload",
@@ -373,6 +374,7 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   c.engine.peak_tflops = 1979.5;
   c.distributed.ep_degree = 2;
   c.distributed.overlap_grad_reduce = true;
+  c.distributed.gpu_collectives = "mpi";
   c.data.shift_windows = true;
   c.data.packing = "documents";
   ModelConfig& m = c.model;
