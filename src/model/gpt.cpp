@@ -348,7 +348,9 @@ Status UploadCompute(Backend* backend, Tensor dst, const float* host) {
   std::vector<uint16_t> converted(std::min(n, kBlock));
   for (size_t begin = 0; begin < n; begin += kBlock) {
     const size_t count = std::min(kBlock, n - begin);
-    for (size_t i = 0; i < count; ++i) converted[i] = FloatToBF16(host[begin + i]);
+    const float* from = host + begin;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; ++i) converted[i] = FloatToBF16(from[i]);
     TRAINER_RETURN_IF_ERROR(backend->CopyToDevice(static_cast<uint16_t*>(dst.data) + begin,
                                                   converted.data(), count * sizeof(uint16_t)));
   }

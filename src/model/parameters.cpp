@@ -209,8 +209,10 @@ void InsertShard(const ParameterInfo& p, int tp_rank, int tp_size, const float* 
 
 namespace {
 
+constexpr uint64_t kSplitMix64Step = 0x9e3779b97f4a7c15ull;  // the state's step per draw
+
 uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  uint64_t z = (*state += kSplitMix64Step);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -255,10 +257,14 @@ void InitFullTensor(const ModelConfig& model, uint64_t seed, const ParameterInfo
   float std_dev = 0.02f;
   if (IsResidualProjection(p.role))
     std_dev = 0.02f / std::sqrt(2.f * static_cast<float>(model.num_layers));
-  // Box-Muller over a splitmix64 stream seeded by (seed, name): the same on every platform.
-  uint64_t state = seed ^ HashName(p.name);
+  // Box-Muller over a splitmix64 stream seeded by (seed, name): the same on every platform and
+  // for any number of threads, since pair j starts from the stream's state after 2j draws (an
+  // 8B model's weights take minutes on one core).
+  const uint64_t start = seed ^ HashName(p.name);
   const double two_pi = 6.283185307179586476925286766559;
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i += 2) {
+    uint64_t state = start + static_cast<uint64_t>(i) * kSplitMix64Step;
     double u1 = (static_cast<double>(SplitMix64(&state) >> 11) + 1.0) * 0x1.0p-53;
     double u2 = static_cast<double>(SplitMix64(&state) >> 11) * 0x1.0p-53;
     double r = std::sqrt(-2.0 * std::log(u1));
