@@ -7,6 +7,7 @@ trainer_gtest(check_probes_test
               SOURCES unit/check_probes_test.cpp ${PROJECT_SOURCE_DIR}/src/cli/check_probes.cpp
                       ${PROJECT_SOURCE_DIR}/src/cli/check_report.cpp
                       ${PROJECT_SOURCE_DIR}/src/cli/check_gpu.cpp
+                      ${PROJECT_SOURCE_DIR}/src/cli/check_hosts.cpp
               LIBS trainer_mpi trainer_model TIMEOUT 60)
 trainer_script_test(check_local SCRIPT check_local.sh LABELS "e2e;mpi" TIMEOUT 120)
 # The same over NCCL on 2 (or 4) GPUs: the pipeline's send/recv, the all-to-all, a corrupted

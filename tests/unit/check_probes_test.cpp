@@ -4,7 +4,8 @@
 // that delivers nothing, probe files are
 // seen only with the right nonce, rank and host, the launcher's rank count comes from the right
 // variable, failures survive the gather, rank lists are compressed as documented, and the host
-// memory left is read from meminfo and cgroups (v2 and v1) as the kernel writes them.
+// memory left is read from meminfo and cgroups (v2 and v1) as the kernel writes them, and two
+// ranks on one GPU are reported unless the collectives are host-staged.
 #include "cli/check_probes.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cli/check_gpu.h"
+#include "cli/check_hosts.h"
 #include "cli/check_report.h"
 #include "common/host_memory.h"
 #include "common/filesystem.h"
@@ -313,6 +315,27 @@ TEST_F(HostMemoryTest, ACgroupV1MemoryLimitAndAnEmptyRoot) {
   Write("/sys/fs/cgroup/memory/docker/memory.usage_in_bytes", "1073741824\n");
   ExpectFacts(2, 1, "cgroup /docker: limit 2.0 GiB");
   EXPECT_LT(QueryHostMemory(root_ + "/nowhere").available_bytes, 0);
+}
+
+// CrossRankFailures (check_hosts.h): the second rank on a GPU fails the binding check, naming the
+// first; with host-staged collectives (Distributed.gpu_collectives=mpi) ranks may share it.
+TEST(CrossRankFailures, TwoRanksOnOneGpuUnlessCollectivesAreHostStaged) {
+  std::vector<RankFacts> facts(3);
+  for (size_t r = 0; r < facts.size(); ++r) {
+    facts[r].device = 0;
+    facts[r].visible_gpus = 1;
+    facts[r].shm_total = 64e9;
+    CopyText(facts[r].gpu_uuid, sizeof(facts[r].gpu_uuid), r < 2 ? "GPU-aaaa" : "GPU-bbbb");
+    CopyText(facts[r].versions, sizeof(facts[r].versions), "driver 580");
+  }
+  const std::vector<std::string> hosts = {"node1", "node1", "node2"};
+  const std::vector<CheckFailure> failures = CrossRankFailures(facts, hosts);
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0].rank, 1);
+  EXPECT_EQ(failures[0].check, "GPU binding");
+  EXPECT_NE(failures[0].message.find("the GPU that rank 0 on node1 uses too"), std::string::npos)
+      << failures[0].message;
+  EXPECT_TRUE(CrossRankFailures(facts, hosts, /*gpus_shared=*/true).empty());
 }
 
 }  // namespace

@@ -241,6 +241,16 @@ TEST(ConfigValidate, MixtureOfExperts) {
                                  "Distributed.tp_degree=2"},
                                 4),
                    {"Distributed.ep_degree=4 does not divide dp_degree=2"});
+  // On GPUs only over host-staged collectives (NCCL's all-to-all is not validated yet).
+  ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
+                                 "Global.device=cuda"},
+                                4),
+                   {"Distributed.ep_degree=2: expert parallelism on GPUs runs over host-staged",
+                    "Set Distributed.gpu_collectives=mpi"});
+  EXPECT_TRUE(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
+                            "Global.device=cuda", "Distributed.gpu_collectives=mpi"},
+                           4)
+                  .ok());
   // With sharding: EP splits the replicas (dp_degree), at every sharding stage.
   for (const char* stage : {"1", "2", "3"})
     EXPECT_TRUE(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
