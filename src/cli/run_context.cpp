@@ -64,7 +64,7 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
     ranks_per_gpu_ = shared ? runtime->gpu_peers() : 1;
   } else if (runtime->gpu_peer_rank() < visible || shared) {
     device = runtime->gpu_peer_rank() % visible;
-    ranks_per_gpu_ = (runtime->gpu_peers() - device + visible - 1) / visible;
+    if (shared) ranks_per_gpu_ = (runtime->gpu_peers() - device + visible - 1) / visible;
   } else {
     return EnvironmentError(StrFormat(
         "%d ranks on host %s see the same %d GPU(s) (CUDA_VISIBLE_DEVICES=%s), too few for rank "
