@@ -41,6 +41,35 @@ void scale(float* x, float s, size_t n) {
 // moments take no memory before the first step (while the initial weights are still held).
 constexpr size_t kMappedBytes = size_t{64} << 20;
 
+namespace {
+// memmove / memset, in 16 MiB pieces on every core from 64 MiB on (an 8B model's offloaded master
+// weights are 32 GB to clear and fill at setup; one core writes fresh pages at a few GB/s).
+constexpr size_t kParallelPiece = size_t{16} << 20;
+void Move(void* dst, const void* src, size_t bytes) {
+  const bool apart = static_cast<const char*>(src) + bytes <= static_cast<char*>(dst) ||
+                     static_cast<char*>(dst) + bytes <= static_cast<const char*>(src);
+  if (bytes < kMappedBytes || !apart) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  const size_t pieces = (bytes + kParallelPiece - 1) / kParallelPiece;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < pieces; ++i) {
+    const size_t at = i * kParallelPiece;
+    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
+                std::min(kParallelPiece, bytes - at));
+  }
+}
+void Clear(void* dst, size_t bytes) {
+  const size_t pieces = (bytes + kParallelPiece - 1) / kParallelPiece;
+#pragma omp parallel for schedule(static) if (bytes >= kMappedBytes)
+  for (size_t i = 0; i < pieces; ++i) {
+    const size_t at = i * kParallelPiece;
+    std::memset(static_cast<char*>(dst) + at, 0, std::min(kParallelPiece, bytes - at));
+  }
+}
+}  // namespace
+
 Status CpuBackend::Allocate(size_t bytes, void** out) {
   constexpr size_t kAlignment = 256;
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
@@ -91,7 +120,7 @@ size_t CpuBackend::PeakAllocatedBytes() const {
 }
 
 Status CpuBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {
-  if (bytes > 0 && dst != host_src) std::memmove(dst, host_src, bytes);
+  if (bytes > 0 && dst != host_src) Move(dst, host_src, bytes);
   return Status::Ok();
 }
 
@@ -104,7 +133,7 @@ Status CpuBackend::CopyDeviceToDevice(void* dst, const void* src, size_t bytes) 
 }
 
 Status CpuBackend::Zero(Tensor t) {
-  if (!t.empty()) std::memset(t.data, 0, t.bytes());
+  if (!t.empty()) Clear(t.data, t.bytes());
   return Status::Ok();
 }
 
