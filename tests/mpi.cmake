@@ -2,6 +2,11 @@
 # zero counts, the counts exchange), and the EP / expert-DP groups of the rank grid.
 trainer_mpi_gtest(mpi_alltoall_test NP 3 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/mpi_alltoall_test.cpp
                   LIBS trainer_mpi TIMEOUT 60)
+# StagedCommunicator (Distributed.gpu_collectives=mpi) with a host-memory staging: every
+# collective in pieces of a few bytes against closed forms.
+trainer_mpi_gtest(staged_communicator_test NP 3
+                  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/staged_communicator_test.cpp
+                  LIBS trainer_mpi TIMEOUT 60)
 # The same on NcclCommunicator (device memory; GPU label, skipped without a GPU): the first
 # min(2, GPUs) ranks take part.
 if(TRAINER_WITH_CUDA)

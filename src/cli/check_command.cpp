@@ -47,6 +47,7 @@ class EnvironmentCheck {
                    bool model_given)
       : ctx_(ctx),
         config_(config),
+        staged_(config.distributed.host_staged()),
         folder_given_(folder_given),
         data_given_(data_given),
         model_given_(model_given),
@@ -178,7 +179,7 @@ class EnvironmentCheck {
     TRAINER_RETURN_IF_ERROR(AllGatherValues(world_, me, &facts_));
 
     // Every rank derives the same cross-rank failures; rank 0 alone reports them.
-    std::vector<CheckFailure> derived = CrossRankFailures(facts_, hosts_, config_.distributed.host_staged());
+    std::vector<CheckFailure> derived = CrossRankFailures(facts_, hosts_, staged_);
     bool all_on_gpu = true, any_gpu = false;
     for (const RankFacts& f : facts_) {
       all_on_gpu = all_on_gpu && f.device >= 0 && !f.device_failed;
@@ -192,21 +193,28 @@ class EnvironmentCheck {
     }
     if (!all_on_gpu && any_gpu)
       LogInfo("the checks below run on the CPU path (MPI): not every rank has a GPU of its own");
-    gpus_used_ = all_on_gpu ? world_->size() : 0;
+    std::set<std::string> gpus;  // distinct GPUs (with host-staged collectives ranks share them)
+    for (const RankFacts& f : facts_) gpus.insert(f.gpu_uuid);
+    gpus_used_ = all_on_gpu ? static_cast<int>(gpus.size()) : 0;
 
     LogInfo(HostsText(facts_, hosts_));
     TRAINER_RETURN_IF_ERROR(Report(mine).status());
     if (FailuresOf("GPU binding") == 0)
-      LogInfo(gpus_used_ > 0 ? StrFormat("GPU binding: every rank on a GPU of its own (%s)",
-                                         Plural(gpus_used_, "GPU").c_str())
-                             : "GPU binding: no GPU used (CPU path)");
+      LogInfo(gpus_used_ == 0 ? std::string("GPU binding: no GPU used (CPU path)")
+              : gpus_used_ < world_->size()
+                  ? StrFormat("GPU binding: %s on %s (Distributed.gpu_collectives=mpi)",
+                              Plural(world_->size(), "rank").c_str(),
+                              Plural(gpus_used_, "GPU").c_str())
+                  : StrFormat("GPU binding: every rank on a GPU of its own (%s)",
+                              Plural(gpus_used_, "GPU").c_str()));
     if (FailuresOf("versions") == 0)
       LogInfo(StrFormat("versions: the same on every rank (%s)", facts_[0].versions));
     if (FailuresOf("/dev/shm") == 0)
-      LogInfo(gpus_used_ > 0 ? StrFormat("/dev/shm: at least %s on every host with several GPU "
-                                         "ranks",
-                                         FormatBytes(kMinShmBytesForNccl).c_str())
-                             : "/dev/shm: not needed by the CPU path (sizes above)");
+      LogInfo(gpus_used_ == 0 ? std::string("/dev/shm: not needed by the CPU path (sizes above)")
+              : staged_       ? std::string("/dev/shm: not needed without NCCL (sizes above)")
+                              : StrFormat("/dev/shm: at least %s on every host with several GPU "
+                                          "ranks",
+                                          FormatBytes(kMinShmBytesForNccl).c_str()));
     return Status::Ok();
   }
 
@@ -393,7 +401,7 @@ class EnvironmentCheck {
     for (const Kind& kind : kinds) {
       const int size = static_cast<int>(kind.members.size());
       const bool device = kind.comm != nullptr && kind.comm->device_memory();
-      const char* transport = Transport(device);
+      const char* transport = Transport(device, staged_);
       if (size == 1) {
         LogInfo(StrFormat("all-reduce on %s: groups of one rank, nothing to exchange", kind.name));
         continue;
@@ -410,7 +418,7 @@ class EnvironmentCheck {
                                                    &mismatch));
         if (!mismatch.empty())
           mine.push_back(
-              {rank_, "all-reduce", WrongResult(kind.name, kind.members, device, mismatch)});
+              {rank_, "all-reduce", WrongResult(kind.name, kind.members, device, mismatch, staged_)});
         // Bus bandwidth as NCCL's tests define it: 2 (n-1)/n * bytes / time.
         bus_gbps =
             seconds > 0 ? 2.0 * (size - 1) / size * count * sizeof(float) / seconds / 1e9 : 0;
@@ -440,7 +448,7 @@ class EnvironmentCheck {
     if (!mismatch.empty())
       mine.push_back({rank_, "all-to-all",
                       WrongResult("ep", t.Members(rank_, kDimEp), ctx_->groups.ep->device_memory(),
-                                  mismatch)});
+                                  mismatch, staged_)});
     TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
     if (failed == 0)
       LogInfo(StrFormat("all-to-all on ep: %s of %d ranks, uneven counts (zeros included): exact",
@@ -466,13 +474,13 @@ class EnvironmentCheck {
     TRAINER_RETURN_IF_ERROR(BandwidthRange(gbps, "link", &bandwidth));
     std::vector<CheckFailure> mine;
     if (!mismatch.empty())
-      mine.push_back({rank_, "point-to-point", WrongResult("pp", members, device, mismatch)});
+      mine.push_back({rank_, "point-to-point", WrongResult("pp", members, device, mismatch, staged_)});
     TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
     if (failed == 0)
       LogInfo(
           StrFormat("point-to-point on pp: %s of %d ranks (%s, %s per transfer): exact both "
                     "ways between neighbouring stages; bandwidth %s one way",
-                    Plural(t.tp * t.dp, "group").c_str(), t.pp, Transport(device),
+                    Plural(t.tp * t.dp, "group").c_str(), t.pp, Transport(device, staged_),
                     FormatBytes(count * sizeof(float)).c_str(), bandwidth.c_str()));
     return Status::Ok();
   }
@@ -490,6 +498,7 @@ class EnvironmentCheck {
 
   RunContext* ctx_;
   const TrainConfig& config_;
+  const bool staged_;  // Distributed.gpu_collectives=mpi: ranks may share a GPU, no NCCL
   const bool folder_given_, data_given_, model_given_;
   MpiCommunicator* world_;
   const int rank_;

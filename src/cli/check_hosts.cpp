@@ -11,7 +11,7 @@ namespace trainer {
 
 std::vector<CheckFailure> CrossRankFailures(const std::vector<RankFacts>& facts,
                                             const std::vector<std::string>& hosts,
-                                            bool gpus_shared) {
+                                            bool host_staged) {
   std::vector<CheckFailure> out;
   const int n = static_cast<int>(facts.size());
   int first_gpu_rank = -1;
@@ -31,7 +31,7 @@ std::vector<CheckFailure> CrossRankFailures(const std::vector<RankFacts>& facts,
                                "Global.device=cpu",
                                f.visible_gpus, f.cuda_visible_devices, first_gpu_rank,
                                hosts[first_gpu_rank].c_str(), facts[first_gpu_rank].device)});
-    if (f.device >= 0 && !gpus_shared) {
+    if (f.device >= 0 && !host_staged) {
       auto [owner, fresh] = gpu_owner.emplace(f.gpu_uuid, r);
       if (!fresh)
         out.push_back({r, "GPU binding",
@@ -48,7 +48,7 @@ std::vector<CheckFailure> CrossRankFailures(const std::vector<RankFacts>& facts,
                                "toolkit, NCCL and cuDNN on every host (or run one container "
                                "image everywhere)",
                                f.versions, hosts[0].c_str(), facts[0].versions)});
-    const bool nccl_in_host = f.device >= 0 && ranks_on_host[hosts[r]] > 1;
+    const bool nccl_in_host = f.device >= 0 && !host_staged && ranks_on_host[hosts[r]] > 1;
     if (nccl_in_host && f.shm_total < kMinShmBytesForNccl &&
         shm_reported.insert(hosts[r]).second)
       out.push_back(

@@ -16,11 +16,11 @@ namespace trainer {
 constexpr double kMinShmBytesForNccl = 1024.0 * 1024 * 1024;
 
 // Every rank derives the same list from the same facts (rank r's at facts[r], on hosts[r]).
-// gpus_shared: host-staged collectives (Distributed.gpu_collectives=mpi), where ranks may share
-// a GPU.
+// host_staged: host-staged collectives (Distributed.gpu_collectives=mpi), where ranks may share
+// a GPU and NCCL's /dev/shm is not needed.
 std::vector<CheckFailure> CrossRankFailures(const std::vector<RankFacts>& facts,
                                             const std::vector<std::string>& hosts,
-                                            bool gpus_shared = false);
+                                            bool host_staged = false);
 
 // "N hosts:" then one line per host: its ranks, GPUs, /dev/shm and versions (its first rank's).
 std::string HostsText(const std::vector<RankFacts>& facts, const std::vector<std::string>& hosts);

@@ -74,17 +74,18 @@ std::string FormatRanks(const std::vector<int>& ranks, size_t limit) {
   return text;
 }
 
-const char* Transport(bool device) {
-  return device ? "NCCL, device memory" : "MPI, host memory";
+const char* Transport(bool device, bool staged) {
+  if (!device) return "MPI, host memory";
+  return staged ? "MPI, device memory staged through the host" : "NCCL, device memory";
 }
 
 std::string WrongResult(const char* group, const std::vector<int>& members, bool device,
-                        const std::string& mismatch) {
+                        const std::string& mismatch, bool staged) {
   return StrFormat(
       "%s group of ranks %s (%s): %s. Rerun with %s and check the transport settings "
       "in docs/launching.md",
-      group, FormatRanks(members).c_str(), Transport(device), mismatch.c_str(),
-      device ? "NCCL_DEBUG=INFO" : "OMPI_MCA_btl=self,vader,tcp");
+      group, FormatRanks(members).c_str(), Transport(device, staged), mismatch.c_str(),
+      device && !staged ? "NCCL_DEBUG=INFO" : "OMPI_MCA_btl=self,vader,tcp");
 }
 
 std::string Plural(long long n, const char* word) {

@@ -41,13 +41,14 @@ Status GatherFailures(Communicator* world, const std::vector<CheckFailure>& mine
 // "0-3, 8, 10-11" for sorted ranks; after `limit` pieces, " and N more".
 std::string FormatRanks(const std::vector<int>& ranks, size_t limit = 8);
 
-// A collective's transport as the check lines name it: "NCCL, device memory" or "MPI, host memory".
-const char* Transport(bool device);
+// A collective's transport as the check lines name it: "NCCL, device memory", "MPI, host memory",
+// or with `staged` (Distributed.gpu_collectives=mpi) device memory staged through the host.
+const char* Transport(bool device, bool staged = false);
 
 // The failure message of a collective on `group` (world ranks `members`) whose result differs
 // from the exact one (`mismatch` says where), with the setting to rerun with.
 std::string WrongResult(const char* group, const std::vector<int>& members, bool device,
-                        const std::string& mismatch);
+                        const std::string& mismatch, bool staged = false);
 
 // "1 rank", "4 ranks".
 std::string Plural(long long n, const char* word);

@@ -1,6 +1,7 @@
 // RunContext (run_context.h).
 #include "cli/run_context.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -57,14 +58,10 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
         "on a GPU node (check the driver with nvidia-smi), or set Global.device=cpu or auto",
         runtime->rank(), runtime->host().c_str(), cvd ? cvd : "unset"));
   // With host-staged collectives ranks may share a GPU: round robin over the visible ones.
-  const bool shared = config.distributed.host_staged();
-  ranks_per_gpu_ = 1;
   if (visible == 1) {
     device = 0;
-    ranks_per_gpu_ = shared ? runtime->gpu_peers() : 1;
-  } else if (runtime->gpu_peer_rank() < visible || shared) {
+  } else if (runtime->gpu_peer_rank() < visible || config.distributed.host_staged()) {
     device = runtime->gpu_peer_rank() % visible;
-    if (shared) ranks_per_gpu_ = (runtime->gpu_peers() - device + visible - 1) / visible;
   } else {
     return EnvironmentError(StrFormat(
         "%d ranks on host %s see the same %d GPU(s) (CUDA_VISIBLE_DEVICES=%s), too few for rank "
@@ -109,8 +106,16 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   groups.expert_dp = mpi_groups.expert_dp.get();
   config_zero_stage_ = config.distributed.zero_stage();
   TRAINER_RETURN_IF_ERROR(AgreeOnDeviceKind());
-  if (backend->device_memory() && !config.distributed.host_staged())
-    TRAINER_RETURN_IF_ERROR(AgreeOnDistinctGpus());
+  if (backend->device_memory()) {
+    std::vector<double> gpus;
+    TRAINER_RETURN_IF_ERROR(GatherGpuIds(&gpus));
+    if (config.distributed.host_staged()) {  // the ranks on this rank's GPU share its memory
+      ranks_per_gpu_ = static_cast<int>(
+          std::count(gpus.begin(), gpus.end(), gpus[static_cast<size_t>(runtime->rank())]));
+    } else {
+      TRAINER_RETURN_IF_ERROR(AgreeOnDistinctGpus(gpus));
+    }
+  }
   if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups(config));
   return Status::Ok();
 }
@@ -140,16 +145,18 @@ Status RunContext::AgreeOnDeviceKind() {
       cpu_ranks.c_str()));
 }
 
-Status RunContext::AgreeOnDistinctGpus() {
+Status RunContext::GatherGpuIds(std::vector<double>* gpu) {
   // Each rank's GPU UUID (unique across machines: two containers of a host may see one GPU)
   // as a 52-bit hash, exact in a double, in its slot.
   TRAINER_ASSIGN_OR_RETURN(const GpuFacts mine, QueryGpu(device));
-  const size_t ranks = static_cast<size_t>(runtime->size());
-  std::vector<double> gpu(ranks, 0.0);
-  gpu[static_cast<size_t>(runtime->rank())] =
+  gpu->assign(static_cast<size_t>(runtime->size()), 0.0);
+  (*gpu)[static_cast<size_t>(runtime->rank())] =
       static_cast<double>(std::hash<std::string>{}(mine.uuid) & ((uint64_t{1} << 52) - 1));
-  TRAINER_RETURN_IF_ERROR(
-      runtime->world()->AllReduce(gpu.data(), gpu.size(), DType::kF64, ReduceOp::kSum));
+  return runtime->world()->AllReduce(gpu->data(), gpu->size(), DType::kF64, ReduceOp::kSum);
+}
+
+Status RunContext::AgreeOnDistinctGpus(const std::vector<double>& gpu) {
+  const size_t ranks = gpu.size();
   for (size_t a = 0; a < ranks; ++a)
     for (size_t b = a + 1; b < ranks; ++b) {
       if (gpu[a] != gpu[b]) continue;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "common/parallel_groups.h"
 #include "config/train_config.h"
@@ -47,12 +48,14 @@ struct RunContext {
   Status BuildDeviceGroups(const TrainConfig& config);
   // Every rank on a GPU, or every rank on the CPU: one line naming the CPU ranks otherwise.
   Status AgreeOnDeviceKind();
+  // Every rank's GPU UUID as a 52-bit hash, in rank order, on every rank.
+  Status GatherGpuIds(std::vector<double>* gpu);
   // GPU ranks: no two ranks of a host on one GPU (NCCL would refuse it in its setup with a
   // "duplicate GPU" error that names neither the ranks nor the fix).
-  Status AgreeOnDistinctGpus();
+  Status AgreeOnDistinctGpus(const std::vector<double>& gpu);
   bool reported_ = false;      // the status handed to Finish went through Agree
   int config_zero_stage_ = 0;  // Distributed.sharding's stage in effect, for the rank map
-  int ranks_per_gpu_ = 1;      // ranks of this host on this rank's GPU (host-staged collectives)
+  int ranks_per_gpu_ = 1;      // ranks on this rank's GPU (by UUID; host-staged collectives)
 };
 
 }  // namespace trainer

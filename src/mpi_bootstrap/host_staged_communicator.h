@@ -1,10 +1,9 @@
-// HostStagedCommunicator: the Communicator interface for device buffers over an MPI group
-// (Distributed.gpu_collectives=mpi). Each call waits for the device, copies its input to host
-// memory, runs the MPI collective there and copies the result back before it returns: two copies
-// and a device synchronisation per call, so it is slow, but it needs no NCCL and lets ranks
-// share a GPU (NCCL refuses two ranks on one device). bf16 reductions are summed in f32 and
-// rounded once (NCCL rounds after each addition: the same for two ranks, within bf16's rounding
-// for more). For debugging a layout, and for trying one on a machine with fewer GPUs than ranks.
+// The communicator of Distributed.gpu_collectives=mpi: a StagedCommunicator
+// (staged_communicator.h) whose staging copies between the rank's GPU and host memory, waiting
+// for the whole device before each call and after its copies back. Slow (a device
+// synchronisation and two copies per call), but it needs no NCCL and lets ranks share a GPU
+// (NCCL refuses two ranks on one device): for debugging a layout, and for trying one on a
+// machine with fewer GPUs than ranks.
 #pragma once
 
 #include <memory>
@@ -15,7 +14,7 @@
 namespace trainer {
 
 // Over a duplicate of `group`'s MPI communicator (collective over its members), on the CUDA
-// device current at this call.
+// device current at this call. In a build without CUDA, an error naming the key.
 Status MakeHostStagedCommunicator(MpiCommunicator* group, std::unique_ptr<Communicator>* out);
 
 }  // namespace trainer

@@ -318,7 +318,8 @@ TEST_F(HostMemoryTest, ACgroupV1MemoryLimitAndAnEmptyRoot) {
 }
 
 // CrossRankFailures (check_hosts.h): the second rank on a GPU fails the binding check, naming the
-// first; with host-staged collectives (Distributed.gpu_collectives=mpi) ranks may share it.
+// first, and a host of several GPU ranks needs NCCL's /dev/shm; with host-staged collectives
+// (Distributed.gpu_collectives=mpi) ranks may share a GPU and NCCL is not used.
 TEST(CrossRankFailures, TwoRanksOnOneGpuUnlessCollectivesAreHostStaged) {
   std::vector<RankFacts> facts(3);
   for (size_t r = 0; r < facts.size(); ++r) {
@@ -335,7 +336,12 @@ TEST(CrossRankFailures, TwoRanksOnOneGpuUnlessCollectivesAreHostStaged) {
   EXPECT_EQ(failures[0].check, "GPU binding");
   EXPECT_NE(failures[0].message.find("the GPU that rank 0 on node1 uses too"), std::string::npos)
       << failures[0].message;
-  EXPECT_TRUE(CrossRankFailures(facts, hosts, /*gpus_shared=*/true).empty());
+  EXPECT_TRUE(CrossRankFailures(facts, hosts, /*host_staged=*/true).empty());
+  for (RankFacts& f : facts) f.shm_total = 64e6;  // Docker's default
+  std::vector<std::string> checks;
+  for (const CheckFailure& f : CrossRankFailures(facts, hosts)) checks.push_back(f.check);
+  EXPECT_EQ(checks, (std::vector<std::string>{"/dev/shm", "GPU binding"}));
+  EXPECT_TRUE(CrossRankFailures(facts, hosts, /*host_staged=*/true).empty());
 }
 
 }  // namespace
