@@ -52,6 +52,18 @@ struct UnevenAllToAll {
   }
 };
 
+// The uneven case on a communicator of host buffers (MPI, or staged through a host-memory
+// staging): the counts exchange, the all-to-all, the check.
+inline void ExpectUnevenAllToAll(Communicator* comm) {
+  UnevenAllToAll c;
+  c.Prepare(comm);
+  ASSERT_TRUE(comm->AllToAllV(c.send.data(), c.send_counts.data(), c.send_displs.data(),
+                              c.recv.data(), c.recv_counts.data(), c.recv_displs.data(),
+                              DType::kF32)
+                  .ok());
+  c.Check(*comm);
+}
+
 // The counts exchange with several counts per peer (host memory on every communicator).
 inline void ExpectCountsExchangeOfSeveralPerPeer(Communicator* comm) {
   const int n = comm->size(), me = comm->rank(), per = 3;

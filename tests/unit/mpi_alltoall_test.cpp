@@ -10,6 +10,7 @@
 #include "alltoall_cases.h"
 #include "common/topology.h"
 #include "mpi_bootstrap/mpi_runtime.h"
+#include "mpi_test_main.h"
 
 namespace trainer {
 namespace {
@@ -17,15 +18,7 @@ namespace {
 MpiRuntime* g_runtime = nullptr;
 
 TEST(MpiAllToAll, UnevenCountsArriveInOrder) {
-  MpiCommunicator* world = g_runtime->world();
-  UnevenAllToAll c;
-  c.Prepare(world);
-  ASSERT_TRUE(world
-                  ->AllToAllV(c.send.data(), c.send_counts.data(), c.send_displs.data(),
-                              c.recv.data(), c.recv_counts.data(), c.recv_displs.data(),
-                              DType::kF32)
-                  .ok());
-  c.Check(*world);
+  ExpectUnevenAllToAll(g_runtime->world());
 }
 
 TEST(MpiAllToAll, CountsExchangeOfSeveralPerPeer) {
@@ -87,19 +80,9 @@ TEST(Topology, ExpertGroupsAreCarvedOutOfDataParallelRanks) {
 }  // namespace trainer
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
   std::unique_ptr<trainer::MpiRuntime> runtime;
-  if (!trainer::MpiRuntime::Init(&argc, &argv, &runtime).ok()) return 1;
+  if (!trainer::InitMpiTests(&argc, &argv, &runtime)) return 1;
   trainer::g_runtime = runtime.get();
-  // Only rank 0 prints results.
-  if (runtime->rank() != 0) {
-    ::testing::TestEventListeners& l = ::testing::UnitTest::GetInstance()->listeners();
-    delete l.Release(l.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS();
-  // Every rank's verdict counts.
-  if (!runtime->world()->AllReduce(&failed, 1, trainer::DType::kI32, trainer::ReduceOp::kMax).ok())
-    failed = 1;
-  runtime->Finalize();
-  return failed;
+  trainer::PrintResultsOnRankZeroOnly(runtime->rank());
+  return trainer::WorldVerdict(runtime.get(), RUN_ALL_TESTS());
 }

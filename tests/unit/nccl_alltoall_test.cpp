@@ -12,6 +12,7 @@
 
 #include "alltoall_cases.h"
 #include "mpi_bootstrap/mpi_runtime.h"
+#include "mpi_test_main.h"
 #include "mpi_bootstrap/nccl_bootstrap.h"
 
 namespace trainer {
@@ -47,9 +48,8 @@ TEST(NcclAllToAll, CountsExchangeOfSeveralPerPeer) {
 }  // namespace trainer
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
   std::unique_ptr<trainer::MpiRuntime> runtime;
-  if (!trainer::MpiRuntime::Init(&argc, &argv, &runtime).ok()) return 1;
+  if (!trainer::InitMpiTests(&argc, &argv, &runtime)) return 1;
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
   if (gpus == 0) {
@@ -72,15 +72,9 @@ int main(int argc, char** argv) {
       failed = 1;
     } else {
       trainer::g_nccl = nccl.get();
-      if (runtime->rank() != 0) {
-        ::testing::TestEventListeners& l = ::testing::UnitTest::GetInstance()->listeners();
-        delete l.Release(l.default_result_printer());
-      }
+      trainer::PrintResultsOnRankZeroOnly(runtime->rank());
       failed = RUN_ALL_TESTS();
     }
   }
-  if (!runtime->world()->AllReduce(&failed, 1, trainer::DType::kI32, trainer::ReduceOp::kMax).ok())
-    failed = 1;
-  runtime->Finalize();
-  return failed;
+  return trainer::WorldVerdict(runtime.get(), failed);
 }

@@ -16,11 +16,10 @@
 #include "alltoall_cases.h"
 #include "common/tensor.h"
 #include "mpi_bootstrap/mpi_runtime.h"
+#include "mpi_test_main.h"
 
 namespace trainer {
 namespace {
-
-MpiRuntime* g_runtime = nullptr;  // set by main
 
 // Host memory standing in for device memory; counts the waits.
 struct MemcpyStaging final : DeviceStaging {
@@ -97,7 +96,9 @@ TEST_F(StagedTest, Bf16AllReduceSumsInF32AndRoundsOnce) {
     for (int r = 0; r < n_; ++r) f32_sum += value(r, i);
     EXPECT_EQ(x[i], FloatToBF16(f32_sum)) << i;
   }
-  if (n_ == 3) EXPECT_EQ(BF16ToFloat(x[0]), 1.0078125f);
+  if (n_ == 3) {
+    EXPECT_EQ(BF16ToFloat(x[0]), 1.0078125f);
+  }
 }
 
 TEST_F(StagedTest, AllGatherInPiecesInPlaceAndNot) {
@@ -159,24 +160,16 @@ TEST_F(StagedTest, SendRecvAroundTheRingAndSkippedSides) {
   // Rank 0 only sends (its receive side skipped by a negative peer), rank 1 only receives (its
   // send side skipped by a zero count), the others do nothing.
   std::vector<float> got(count, -1.f);
-  if (me_ == 0)
-    ASSERT_TRUE(comm_->SendRecv(send.data(), count, 1, got.data(), count, -1, DType::kF32).ok());
-  if (me_ == 1)
-    ASSERT_TRUE(comm_->SendRecv(send.data(), 0, 2, got.data(), count, 0, DType::kF32).ok());
-  if (me_ > 1)
-    ASSERT_TRUE(comm_->SendRecv(send.data(), 0, -1, got.data(), 0, -1, DType::kF32).ok());
+  Status s;
+  if (me_ == 0) s = comm_->SendRecv(send.data(), count, 1, got.data(), count, -1, DType::kF32);
+  if (me_ == 1) s = comm_->SendRecv(send.data(), 0, 2, got.data(), count, 0, DType::kF32);
+  if (me_ > 1) s = comm_->SendRecv(send.data(), 0, -1, got.data(), 0, -1, DType::kF32);
+  ASSERT_TRUE(s.ok()) << s.message();
   for (size_t i = 0; i < count; ++i) EXPECT_EQ(got[i], me_ == 1 ? Value(0, i) : -1.f) << i;
 }
 
 TEST_F(StagedTest, AllToAllUnevenCountsLeaveTheGapsAlone) {
-  UnevenAllToAll c;
-  c.Prepare(comm_.get());
-  ASSERT_TRUE(comm_
-                  ->AllToAllV(c.send.data(), c.send_counts.data(), c.send_displs.data(),
-                              c.recv.data(), c.recv_counts.data(), c.recv_displs.data(),
-                              DType::kF32)
-                  .ok());
-  c.Check(*comm_);
+  ExpectUnevenAllToAll(comm_.get());
 }
 
 TEST_F(StagedTest, ZeroCountsDoNothing) {
@@ -191,19 +184,8 @@ TEST_F(StagedTest, ZeroCountsDoNothing) {
 }  // namespace trainer
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
   std::unique_ptr<trainer::MpiRuntime> runtime;
-  if (!trainer::MpiRuntime::Init(&argc, &argv, &runtime).ok()) return 1;
-  trainer::g_runtime = runtime.get();
-  // Only rank 0 prints results.
-  if (runtime->rank() != 0) {
-    ::testing::TestEventListeners& l = ::testing::UnitTest::GetInstance()->listeners();
-    delete l.Release(l.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS();
-  // Every rank's verdict counts.
-  if (!runtime->world()->AllReduce(&failed, 1, trainer::DType::kI32, trainer::ReduceOp::kMax).ok())
-    failed = 1;
-  runtime->Finalize();
-  return failed;
+  if (!trainer::InitMpiTests(&argc, &argv, &runtime)) return 1;
+  trainer::PrintResultsOnRankZeroOnly(runtime->rank());
+  return trainer::WorldVerdict(runtime.get(), RUN_ALL_TESTS());
 }
