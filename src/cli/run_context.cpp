@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "cli/check_gpu.h"
+#include "common/agree.h"
 #include "common/host_memory.h"
 #include "common/log.h"
 #include "engine/memory_plan.h"
@@ -148,10 +149,13 @@ Status RunContext::AgreeOnDeviceKind() {
 Status RunContext::GatherGpuIds(std::vector<double>* gpu) {
   // Each rank's GPU UUID (unique across machines: two containers of a host may see one GPU)
   // as a 52-bit hash, exact in a double, in its slot.
-  TRAINER_ASSIGN_OR_RETURN(const GpuFacts mine, QueryGpu(device));
+  // Every rank learns first whether each could read its GPU, so that none waits in the exchange
+  // for one that stopped.
+  const StatusOr<GpuFacts> mine = QueryGpu(device);
+  TRAINER_RETURN_IF_ERROR(AgreeOnStatus(runtime->world(), mine.status()));
   gpu->assign(static_cast<size_t>(runtime->size()), 0.0);
   (*gpu)[static_cast<size_t>(runtime->rank())] =
-      static_cast<double>(std::hash<std::string>{}(mine.uuid) & ((uint64_t{1} << 52) - 1));
+      static_cast<double>(std::hash<std::string>{}(mine.value().uuid) & ((uint64_t{1} << 52) - 1));
   return runtime->world()->AllReduce(gpu->data(), gpu->size(), DType::kF64, ReduceOp::kSum);
 }
 
