@@ -29,8 +29,6 @@
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "data/data_sources.h"
-#include "mpi_bootstrap/host_staged_communicator.h"
-#include "mpi_bootstrap/nccl_bootstrap.h"
 
 namespace trainer {
 namespace {
@@ -239,10 +237,9 @@ class EnvironmentCheck {
   Status BuildGroups() {
     Status s = ctx_->BuildGroups(config_);
     if (s.ok() && ctx_->backend->device_memory() && world_->size() > 1) {
-      // The world over NCCL too: the groups of the layout may not span every link between hosts.
-      s = config_.distributed.host_staged()
-              ? MakeHostStagedCommunicator(world_, &nccl_world_)
-              : MakeNcclCommunicator(world_, BackendStream(ctx_->backend.get()), &nccl_world_);
+      // The world on the device too: the groups of the layout may not span every link between
+      // hosts.
+      s = ctx_->MakeDeviceCommunicator(world_, config_, &device_world_);
     }
     if (!s.ok()) s = EnvironmentError(s.message());
     return ctx_->Agree(s);
@@ -382,7 +379,7 @@ class EnvironmentCheck {
       const std::vector<int>& members;
     };
     std::vector<Kind> kinds = {{"world", world_, 1, world_members}};
-    if (nccl_world_) kinds.push_back({"world", nccl_world_.get(), 1, world_members});
+    if (device_world_) kinds.push_back({"world", device_world_.get(), 1, world_members});
     kinds.push_back({"tp", ctx_->groups.tp, t.dp * t.pp, tp});
     kinds.push_back({"dp", ctx_->groups.dp, t.tp * t.pp, dp});
     kinds.push_back({"pp", ctx_->groups.pp, t.tp * t.dp, pp});
@@ -418,7 +415,8 @@ class EnvironmentCheck {
                                                    &mismatch));
         if (!mismatch.empty())
           mine.push_back(
-              {rank_, "all-reduce", WrongResult(kind.name, kind.members, device, mismatch, staged_)});
+              {rank_, "all-reduce",
+               WrongResult(kind.name, kind.members, device, mismatch, staged_)});
         // Bus bandwidth as NCCL's tests define it: 2 (n-1)/n * bytes / time.
         bus_gbps =
             seconds > 0 ? 2.0 * (size - 1) / size * count * sizeof(float) / seconds / 1e9 : 0;
@@ -474,7 +472,8 @@ class EnvironmentCheck {
     TRAINER_RETURN_IF_ERROR(BandwidthRange(gbps, "link", &bandwidth));
     std::vector<CheckFailure> mine;
     if (!mismatch.empty())
-      mine.push_back({rank_, "point-to-point", WrongResult("pp", members, device, mismatch, staged_)});
+      mine.push_back(
+          {rank_, "point-to-point", WrongResult("pp", members, device, mismatch, staged_)});
     TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
     if (failed == 0)
       LogInfo(
@@ -504,7 +503,7 @@ class EnvironmentCheck {
   const int rank_;
   const std::vector<std::string>& hosts_;
   std::vector<RankFacts> facts_;
-  std::unique_ptr<Communicator> nccl_world_;
+  std::unique_ptr<Communicator> device_world_;
   int gpus_used_ = 0;
   std::vector<CheckFailure> failures_;  // every rank's failures, the same on every rank
 };

@@ -107,18 +107,16 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   groups.expert_dp = mpi_groups.expert_dp.get();
   config_zero_stage_ = config.distributed.zero_stage();
   TRAINER_RETURN_IF_ERROR(AgreeOnDeviceKind());
-  if (backend->device_memory()) {
-    std::vector<double> gpus;
-    TRAINER_RETURN_IF_ERROR(GatherGpuIds(&gpus));
-    if (config.distributed.host_staged()) {  // the ranks on this rank's GPU share its memory
-      ranks_per_gpu_ = static_cast<int>(
-          std::count(gpus.begin(), gpus.end(), gpus[static_cast<size_t>(runtime->rank())]));
-    } else {
-      TRAINER_RETURN_IF_ERROR(AgreeOnDistinctGpus(gpus));
-    }
+  if (!backend->device_memory()) return Status::Ok();
+  std::vector<double> gpus;
+  TRAINER_RETURN_IF_ERROR(GatherGpuIds(&gpus));
+  if (config.distributed.host_staged()) {  // the ranks on this rank's GPU share its memory
+    ranks_per_gpu_ = static_cast<int>(
+        std::count(gpus.begin(), gpus.end(), gpus[static_cast<size_t>(runtime->rank())]));
+  } else {
+    TRAINER_RETURN_IF_ERROR(AgreeOnDistinctGpus(gpus));
   }
-  if (backend->device_memory()) TRAINER_RETURN_IF_ERROR(BuildDeviceGroups(config));
-  return Status::Ok();
+  return BuildDeviceGroups(config);
 }
 
 Status RunContext::AgreeOnDeviceKind() {
@@ -264,19 +262,22 @@ int RunContext::Finish(const Status& status) {
   return code;
 }
 
+Status RunContext::MakeDeviceCommunicator(MpiCommunicator* mpi, const TrainConfig& config,
+                                          std::unique_ptr<Communicator>* out, bool own_stream) {
+  if (config.distributed.host_staged()) return MakeHostStagedCommunicator(mpi, out);
+  return MakeNcclCommunicator(mpi, BackendStream(backend.get()), out, own_stream);
+}
+
 Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
-  // One NCCL communicator per MPI group (the embedding group only where this rank belongs to it),
-  // or with Distributed.gpu_collectives=mpi one staged through host memory over the MPI group.
-  void* stream = BackendStream(backend.get());
-  const bool staged = config.distributed.host_staged();
+  // One device communicator per MPI group (the embedding group only where this rank belongs to
+  // it).
   auto make = [&](MpiCommunicator* mpi, Communicator** slot, bool own_stream = false) -> Status {
     if (mpi == nullptr) {
       *slot = nullptr;
       return Status::Ok();
     }
     std::unique_ptr<Communicator> comm;
-    TRAINER_RETURN_IF_ERROR(staged ? MakeHostStagedCommunicator(mpi, &comm)
-                                   : MakeNcclCommunicator(mpi, stream, &comm, own_stream));
+    TRAINER_RETURN_IF_ERROR(MakeDeviceCommunicator(mpi, config, &comm, own_stream));
     *slot = comm.get();
     device_groups.push_back(std::move(comm));
     return Status::Ok();

@@ -42,9 +42,13 @@ struct RunContext {
   // here and stops every rank through MPI_Abort. Returns the exit code.
   int Finish(const Status& status);
 
+  // The device communicator over MPI group `mpi` that Distributed.gpu_collectives asks for:
+  // NCCL's (on the backend's stream, or with own_stream one of its own), or host-staged.
+  Status MakeDeviceCommunicator(MpiCommunicator* mpi, const TrainConfig& config,
+                                std::unique_ptr<Communicator>* out, bool own_stream = false);
+
  private:
-  // NCCL communicators from ids broadcast over the MPI groups (host-staged ones with
-  // Distributed.gpu_collectives=mpi).
+  // A device communicator (MakeDeviceCommunicator) for each MPI group.
   Status BuildDeviceGroups(const TrainConfig& config);
   // Every rank on a GPU, or every rank on the CPU: one line naming the CPU ranks otherwise.
   Status AgreeOnDeviceKind();

@@ -42,31 +42,28 @@ void scale(float* x, float s, size_t n) {
 constexpr size_t kMappedBytes = size_t{64} << 20;
 
 namespace {
-// memmove / memset, in 16 MiB pieces on every core from 64 MiB on (an 8B model's offloaded master
-// weights are 32 GB to clear and fill at setup; one core writes fresh pages at a few GB/s).
+// fn(offset, bytes) over [0, bytes) in 16 MiB pieces, on every core from 64 MiB on (an 8B model's
+// offloaded master weights are 32 GB to clear and fill at setup; one core writes fresh pages at
+// a few GB/s).
 constexpr size_t kParallelPiece = size_t{16} << 20;
+template <typename Fn>
+void InPieces(size_t bytes, Fn fn) {
+  const size_t pieces = (bytes + kParallelPiece - 1) / kParallelPiece;
+#pragma omp parallel for schedule(static) if (bytes >= kMappedBytes)
+  for (size_t i = 0; i < pieces; ++i)
+    fn(i * kParallelPiece, std::min(kParallelPiece, bytes - i * kParallelPiece));
+}
 void Move(void* dst, const void* src, size_t bytes) {
-  const bool apart = static_cast<const char*>(src) + bytes <= static_cast<char*>(dst) ||
-                     static_cast<char*>(dst) + bytes <= static_cast<const char*>(src);
-  if (bytes < kMappedBytes || !apart) {
+  char* to = static_cast<char*>(dst);
+  const char* from = static_cast<const char*>(src);
+  if (from + bytes > to && to + bytes > from) {  // overlapping: one memmove
     std::memmove(dst, src, bytes);
     return;
   }
-  const size_t pieces = (bytes + kParallelPiece - 1) / kParallelPiece;
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < pieces; ++i) {
-    const size_t at = i * kParallelPiece;
-    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
-                std::min(kParallelPiece, bytes - at));
-  }
+  InPieces(bytes, [&](size_t at, size_t n) { std::memcpy(to + at, from + at, n); });
 }
 void Clear(void* dst, size_t bytes) {
-  const size_t pieces = (bytes + kParallelPiece - 1) / kParallelPiece;
-#pragma omp parallel for schedule(static) if (bytes >= kMappedBytes)
-  for (size_t i = 0; i < pieces; ++i) {
-    const size_t at = i * kParallelPiece;
-    std::memset(static_cast<char*>(dst) + at, 0, std::min(kParallelPiece, bytes - at));
-  }
+  InPieces(bytes, [&](size_t at, size_t n) { std::memset(static_cast<char*>(dst) + at, 0, n); });
 }
 }  // namespace
 
