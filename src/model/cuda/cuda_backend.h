@@ -275,10 +275,8 @@ class CudaBackend final : public Backend {
                        const std::vector<cuda::GroupedGemmProblem>& problems, bool forced,
                        bool* done);
   // The route of a grouped GEMM (op grouped_gemm; shape from GroupedRouteShape): forced, pinned,
-  // or the rule: kSm90 where our kernel runs this call (sm90_runs) and its groups are small
-  // (small_groups), else kRule.
-  Status GroupedRoute(const std::string& shape, bool sm90_runs, bool small_groups,
-                      GroupedGemmRoute* route);
+  // or the rule: kSm90 where our kernel runs this call (sm90_runs), else kRule.
+  Status GroupedRoute(const std::string& shape, bool sm90_runs, GroupedGemmRoute* route);
   // Our sm90 kernels over the groups (p without its lists), and whether they run p.
   Status RunGroupedSm90(cuda::GroupedSm90Problem p, const std::vector<ExpertRun>& groups);
   Status RunGroupedSm90(cuda::GroupedSm90WeightGradient p, const std::vector<ExpertRun>& groups);

@@ -1,12 +1,10 @@
 // CudaBackend's grouped matrix products (backend.h: the MoE experts over their row groups): by
-// the rule, a GEMM kind whose groups are small runs on our sm90 kernels where they run the shape,
-// else as one cuBLAS grouped GEMM (grouped_gemm.h)
-// over the groups with rows, mapped onto column-major cuBLAS as MatmulForward and MatmulBackward
-// map one linear layer (cuda_backend_layers.cpp); large groups, the f32 weight gradients (cuBLAS
-// 13.0's grouped GEMM refuses bf16 inputs with an f32 output) and kinds cuBLAS refuses run the
-// per-group cuBLASLt loop (Backend's default hooks). Our sm90 kernels (sm90/grouped_gemm_sm90.h)
-// run the forward, the input gradient and the weight gradient of small groups by the rule where
-// they run the shape (SmallExpertGroups), and wherever the route says so: forced
+// the rule, every GEMM kind runs on our sm90 kernels (sm90/grouped_gemm_sm90.h) where they run the
+// shape, whatever the groups' sizes; elsewhere small groups run as one cuBLAS grouped GEMM
+// (grouped_gemm.h) over the groups with rows, mapped onto column-major cuBLAS as MatmulForward and
+// MatmulBackward map one linear layer (cuda_backend_layers.cpp), and large groups, the f32 weight
+// gradients (cuBLAS 13.0's grouped GEMM refuses bf16 inputs with an f32 output) and kinds cuBLAS
+// refuses run the per-group cuBLASLt loop (Backend's default hooks). A route may also be forced
 // (set_grouped_gemm_route, TRAINER_GROUPED_GEMM) or pinned by Engine.gpu_routes (op grouped_gemm).
 #include <algorithm>
 #include <cstdlib>
@@ -85,19 +83,6 @@ bool SmallGroups(const std::vector<cuda::GroupedGemmProblem>& problems) {
   return flops / static_cast<double>(problems.size()) <= kMaxMeanFlops;
 }
 
-// The same measure over the groups with rows of an (E, OC, C) call. Small groups take our sm90
-// kernels by the rule where they run the shape: on an H200 they ran 531-588 TFLOP/s forward and
-// input gradient and 305-325 weight gradient over 48 groups of ~341 rows of 2048 x 2048, against
-// cuBLAS grouped's 274-291 and 194-199 and per-group cuBLASLt's 188-197; the OLMoE-style bench
-// (64 experts, top-8) went from 86,008 to 92,090 tokens/s. Large groups stay per expert, where
-// cuBLASLt runs at dense speed (the Mixtral-style bench: 79,993 per expert, 77,946 on sm90).
-bool SmallExpertGroups(const std::vector<ExpertRun>& groups, Tensor weights) {
-  double flops = 0, count = 0;
-  for (const ExpertRun& g : groups)
-    if (g.rows > 0) flops += 2.0 * g.rows * weights.dim(1) * weights.dim(2), count += 1;
-  return count > 0 && flops / count <= kMaxMeanFlops;
-}
-
 }  // namespace
 
 const char* CudaBackend::kGroupedRouteOp = "grouped_gemm";
@@ -106,7 +91,7 @@ bool CudaBackend::GroupedRouteNamed(const std::string& name) {
   return std::find(GroupedNames().begin(), GroupedNames().end(), name) != GroupedNames().end();
 }
 
-Status CudaBackend::GroupedRoute(const std::string& shape, bool sm90_runs, bool small_groups,
+Status CudaBackend::GroupedRoute(const std::string& shape, bool sm90_runs,
                                  GroupedGemmRoute* route) {
   if (!grouped_env_read_) {
     TRAINER_RETURN_IF_ERROR(GroupedRouteFromEnv(&grouped_forced_));
@@ -133,8 +118,13 @@ Status CudaBackend::GroupedRoute(const std::string& shape, bool sm90_runs, bool 
     *route = it->second;
   }
   if (*route == GroupedGemmRoute::kSm90 && !sm90_runs) *route = GroupedGemmRoute::kRule;
-  if (*route == GroupedGemmRoute::kRule && sm90_runs && small_groups)
-    *route = GroupedGemmRoute::kSm90;  // the rule's choice for small groups (SmallExpertGroups)
+  // The rule: our kernels wherever they run the shape. With small groups (48 of ~341 rows of
+  // 2048 x 2048 on an H200) they ran 531-588 TFLOP/s forward and input gradient and 305-325
+  // weight gradient, against cuBLAS grouped's 274-291 and 194-199 and per-group cuBLASLt's
+  // 188-197; with large ones (the Mixtral-style bench's 8 experts of 2048 x 7168, ~2000 rows each)
+  // the step ran 66,284 tokens/s against 55,735 per expert on an H100 (the per-group loop's
+  // cuBLASLt host work left the GPU idle a fifth of the step).
+  if (*route == GroupedGemmRoute::kRule && sm90_runs) *route = GroupedGemmRoute::kSm90;
   return Status::Ok();
 }
 
@@ -223,8 +213,7 @@ Status CudaBackend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weight
                                       out.data, in.dim(0), E, OC, C};
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
-      GroupedRoute(GroupedShape("forward", weights), GroupedSm90Runs(sm90),
-                   SmallExpertGroups(groups, weights), &route));
+      GroupedRoute(GroupedShape("forward", weights), GroupedSm90Runs(sm90), &route));
   if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   if (route == GroupedGemmRoute::kPerExpert)
     return Backend::RunGroupedMatmulForward(out, in, weights, groups);
@@ -257,8 +246,7 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
   sm90.experts = E, sm90.oc = OC, sm90.c = C;
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
-      GroupedRoute(GroupedShape("weight_gradient", weights), GroupedSm90Runs(sm90),
-                   SmallExpertGroups(groups, weights), &route));
+      GroupedRoute(GroupedShape("weight_gradient", weights), GroupedSm90Runs(sm90), &route));
   if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   // dW_e^T (C,OC) (+)= in[R]^T (C,n) dout[R] (n,OC), in f32: the ragged dimension is k.
   // (bf16 inputs with an f32 output: cuBLAS 13.0's grouped GEMM refuses them, so the per-group
@@ -298,8 +286,7 @@ Status CudaBackend::GroupedInputGradient(Tensor din, Tensor dout, Tensor in, Ten
                                       weights.data, din.data, dout.dim(0), E, OC, C};
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
-      GroupedRoute(GroupedShape("input_gradient", weights), GroupedSm90Runs(sm90),
-                   SmallExpertGroups(groups, weights), &route));
+      GroupedRoute(GroupedShape("input_gradient", weights), GroupedSm90Runs(sm90), &route));
   if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
   bool done = false;
   if (route != GroupedGemmRoute::kPerExpert) {  // din[R]^T (C,n) = W_e (C,OC) dout[R]^T (OC,n)
