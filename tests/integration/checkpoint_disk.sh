@@ -7,7 +7,7 @@
 # the run before step 1 (exit 4, one line), the checkpoints untouched. Everything mounted here is
 # unmounted on exit.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/checkpoint_lib.sh"
+source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
 COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
         -o Model.hidden_size=64 -o Model.num_layers=2 -o Model.num_heads=4 -o Model.max_seq_len=32

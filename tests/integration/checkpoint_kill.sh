@@ -6,7 +6,7 @@
 # to an uninterrupted run's loss for that step. A final run finishes: its last checkpoint is
 # bit-identical to the uninterrupted run's.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/checkpoint_lib.sh"
+source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
 KILLS=${TRAINER_TEST_KILLS:-20}
 # Each kill lets a run make one or two steps (a save in progress, then up to 150 ms): 20 kills

@@ -7,7 +7,7 @@
 # unevenly over 2 stages, so the stage boundaries move too. `trainer eval` (one process) of the
 # saved checkpoint gives the single-rank run's step-5 loss.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/checkpoint_lib.sh"
+source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
 # LAYOUT_MODEL=llama: the same for a llama model (GQA on 2 kv heads, so tp2 instead of tp4).
 MODEL=("${TINY_LAYOUT_GPT[@]}") RESUMED_ON="tp4 dp4 pp2 single"

@@ -7,11 +7,11 @@
 # sharded at stage 1 as well) resumes on ep2 and on one rank. The experts are whole tensors in
 # the checkpoint: the save gathers them from the EP ranks, each resume reads its own slice.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/checkpoint_lib.sh"
-LAYOUT_MODEL=moe-ep bash "$(dirname "$0")/checkpoint_layouts.sh" "$TRAINER" "$SRC" "$SCRATCH/layouts"
+source "$TESTS_DIR/checkpoint_lib.sh"
+LAYOUT_MODEL=moe-ep bash "$TESTS_DIR/checkpoint_layouts.sh" "$TRAINER" "$SRC" "$SCRATCH/layouts"
 grep -q "mlp.experts.gate_up_proj \[4, 64, 64\]" "$SCRATCH/layouts/inspect.out" ||
   fail "the experts are not whole tensors in the checkpoint"
-LAYOUT_MODEL=moe-ep-sharded bash "$(dirname "$0")/checkpoint_layouts.sh" "$TRAINER" "$SRC" \
+LAYOUT_MODEL=moe-ep-sharded bash "$TESTS_DIR/checkpoint_layouts.sh" "$TRAINER" "$SRC" \
   "$SCRATCH/sharded"
 grep -q "mlp.experts.gate_up_proj \[4, 64, 64\]" "$SCRATCH/sharded/inspect.out" ||
   fail "the experts are not whole tensors in the sharded EP checkpoint"

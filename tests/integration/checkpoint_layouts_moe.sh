@@ -5,8 +5,8 @@
 # the MoE fields of the metrics, parameters and moments). The experts are whole tensors in the
 # checkpoint, so the layout they were saved from does not matter.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/checkpoint_lib.sh"
-LAYOUT_MODEL=moe bash "$(dirname "$0")/checkpoint_layouts.sh" "$TRAINER" "$SRC" "$SCRATCH/layouts"
+source "$TESTS_DIR/checkpoint_lib.sh"
+LAYOUT_MODEL=moe bash "$TESTS_DIR/checkpoint_layouts.sh" "$TRAINER" "$SRC" "$SCRATCH/layouts"
 make_small_dataset data.h5
 COMMON=("${TINY_LAYOUT_MOE[@]}" -o Engine.save_steps=5 -o Optimizer.decay_steps=8
         -o Distributed.tp_degree=2 -o Checkpoint.keep_last=0)

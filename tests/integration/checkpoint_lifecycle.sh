@@ -11,7 +11,7 @@
 # - without `latest`, `trainer inspect FOLDER` inspects the newest committed step; with `latest`
 #   on a folder that is gone, the newest step below it.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/checkpoint_lib.sh"
+source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
 COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
         -o Model.hidden_size=32 -o Model.num_layers=1 -o Model.num_heads=2 -o Model.max_seq_len=32

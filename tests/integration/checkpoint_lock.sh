@@ -10,7 +10,7 @@
 # The other holders are python3 processes taking the same lock with fcntl (lockf), as another
 # program on the machine would.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/checkpoint_lib.sh"
+source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
 MAX=300
 COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu

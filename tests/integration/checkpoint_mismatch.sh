@@ -15,7 +15,7 @@
 # And the accepted cases next to them: the same base resumes; an adapter export with the base
 # gone is written (a merge is refused).
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/checkpoint_lib.sh"
+source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
 COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
         -o Model.hidden_size=32 -o Model.num_layers=2 -o Model.num_heads=2 -o Model.max_seq_len=32

@@ -8,7 +8,7 @@
 # Ctrl-C on one process (no mpirun): the first SIGINT says so, saves and exits 75 as SIGTERM does;
 # a second one quits at once, without a checkpoint.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/checkpoint_lib.sh"
+source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
 MAX=200
 COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu

@@ -11,7 +11,7 @@
 # 20KB shards), and transformers' loss from the export must be trainer eval's of the trained
 # checkpoint. Bad input: one line, exit 4 (or 2 for a usage error).
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/hf_lib.sh"
+source "$TESTS_DIR/hf_lib.sh"
 hf_setup "$SRC/tests/integration/hf_llama.py"
 hf_round_trip llama 20 2 --max-shard-size 20KB
 hf_round_trip qwen2 20 2

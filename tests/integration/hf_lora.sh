@@ -10,7 +10,7 @@
 # also against the float64 reference (hf_llama.py check). A LoRA checkpoint exported without
 # --lora is refused in one line.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/hf_lib.sh"
+source "$TESTS_DIR/hf_lib.sh"
 hf_python
 "$PY" -c 'import peft' 2> /dev/null || { echo "skip: no peft in $PY (hf_venv.sh installs it)"; exit 77; }
 word_text text.txt

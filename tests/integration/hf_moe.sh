@@ -15,7 +15,7 @@
 # grouped-query attention or on tp2, router keys that differ from the pretrained model's, and the
 # export of a MoE model no class computes.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/hf_lib.sh"
+source "$TESTS_DIR/hf_lib.sh"
 hf_setup "$SRC/tests/integration/hf_moe.py"
 overrides() { sed -n 's/^  init_from needs  //p' "inspect-$1.txt"; }
 

@@ -21,7 +21,7 @@
 # agree on, while with 1e-4 they stay ~1e-5 of lr; and where eps is added, or a gradient scaled
 # by a constant (to which Adam is blind otherwise), then matters to the many elements near it.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/hf_lib.sh"
+source "$TESTS_DIR/hf_lib.sh"
 hf_python
 HELPER=$SRC/tests/integration/hf_training.py
 "$PY" "$HELPER" make . || fail "making the models"

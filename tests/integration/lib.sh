@@ -3,6 +3,11 @@ set -euo pipefail
 TRAINER=$1
 SRC=$2
 SCRATCH=$3
+# Absolute, so that relative arguments still name them after the cd into SCRATCH below; TESTS_DIR
+# is this folder (the scripts source their other helpers from it).
+[[ $TRAINER != */* ]] || TRAINER="$(cd "$(dirname "$TRAINER")" && pwd)/$(basename "$TRAINER")"
+SRC="$(cd "$SRC" && pwd)"
+TESTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MPIEXEC=${MPIEXEC:-mpiexec}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 export PMIX_MCA_pcompress_base_silence_warning=1 OMPI_MCA_btl_vader_single_copy_mechanism=none

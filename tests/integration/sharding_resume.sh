@@ -6,7 +6,7 @@
 # ranks -> one rank (stage 0); one rank -> stage 3 over 4 ranks; stage 2 over 2 ranks with tp2 ->
 # stage 3 hybrid (sharding 2 x 2 replicas); stage 1 over 2 ranks -> stage 2 over 4 ranks.
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/checkpoint_lib.sh"
+source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
 MODEL=("${TINY_LAYOUT_GPT[@]}")
 [ "${SHARDING_MODEL:-gpt2}" = llama ] && MODEL=("${TINY_LAYOUT_LLAMA[@]}")

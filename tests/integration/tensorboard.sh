@@ -32,7 +32,7 @@ for record, (step, values) in zip(records, scalars):
 print("%d events, %d scalars equal to metrics.jsonl (loss, val_loss, lr, ...)" % (len(scalars), checked))
 PY
 
-source "$(dirname "$0")/checkpoint_lib.sh"
+source "$TESTS_DIR/checkpoint_lib.sh"
 KILLED=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
         -o Model.hidden_size=32 -o Model.num_layers=2 -o Model.max_seq_len=32
         -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Engine.save_steps=10
