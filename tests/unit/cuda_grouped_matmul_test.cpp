@@ -4,9 +4,11 @@
 // expert, experts in two runs (the weight gradient in waves), the weight gradient accumulated and
 // overwritten, rows in no group left as they were, odd sizes, and an OLMoE-sized case (64
 // experts, C = R = 2048, ~16k rows in uneven groups) and a Mixtral-sized one (2 experts of ~8k
-// rows). Where the leading dimensions are multiples of 8 and the mean group is small (its GEMM
-// under 25 us at 700 TFLOP/s), the cuBLAS grouped path must have run the forward and the input
-// gradient in one launch each (path_counts(), no fallback), else the per-group loop; the bf16
+// rows). Where our sm90 kernels run the shape (an sm_90 GPU, both matrix sides multiples of 256)
+// they must have run the forward, the input gradient and the weight gradient in one launch each,
+// whatever the groups' sizes; elsewhere, where the leading dimensions are multiples of 8 and the
+// mean group is small (its GEMM under 25 us at 700 TFLOP/s), the cuBLAS grouped path the forward
+// and the input gradient (path_counts(), no fallback), else the per-group loop; there the bf16
 // weight gradients (f32 output) always take the loop. The OLMoE-sized case prints the grouped
 // GEMM's TFLOP/s against one dense cuBLASLt GEMM of the same total size.
 #include <iterator>
@@ -15,6 +17,7 @@
 
 #include "cuda_test_util.h"
 #include "grouped_matmul_cases.h"
+#include "grouped_sm90_runs.h"
 
 namespace trainer {
 namespace cuda_testing {
@@ -42,8 +45,8 @@ bool SmallGroups(const std::vector<ExpertRun>& groups, int64_t C, int64_t OC) {
 
 class CudaGroupedMatmulTest : public CudaVsCpuTest {
  protected:
-  // The path counters' sums, to see which path a call took: one grouped launch, cuBLAS's or (small
-  // groups where they run the shape, by the rule) our sm90 kernels'.
+  // The path counters' sums, to see which path a call took: one grouped launch, cuBLAS's or (where
+  // they run the shape, by the rule) our sm90 kernels'.
   int Grouped() const { return gpu_->path_counts().grouped_gemm + Sm90(); }
   int Sm90() const { return gpu_->path_counts().grouped_sm90; }
   int Fallbacks() const { return gpu_->path_counts().grouped_gemm_fallback; }
@@ -58,7 +61,10 @@ TEST_F(CudaGroupedMatmulTest, MatchesCpuTwinOnTheGroupedPath) {
     const int64_t M = c.rows, C = c.C, OC = c.OC, E = c.E;
     const bool aligned = C % 8 == 0 && OC % 8 == 0;
     const std::vector<ExpertRun> groups = grouped_testing::MakeGroups(c, rng_);
-    const bool grouped = aligned && SmallGroups(groups, C, OC);
+    // The rule's route: our kernels where they run the shape, else cuBLAS's grouped GEMM for
+    // small groups (forward and input gradient), else the per-group loop.
+    const bool sm90 = GroupedSm90KernelRuns(OC, C);
+    const bool grouped = aligned && (sm90 || SmallGroups(groups, C, OC));
     std::vector<float> in = Random(M * C), w = Random(E * OC * C), out0 = Random(M * OC),
                        dout = Random(M * OC), din0 = Random(M * C),
                        dw0 = RandomFloats(E * OC * C, rng_);
@@ -78,10 +84,9 @@ TEST_F(CudaGroupedMatmulTest, MatchesCpuTwinOnTheGroupedPath) {
       ASSERT_EQ(got[i], out0[i]) << "a row in no group changed, at " << i;
     if (aligned) {
       EXPECT_EQ(Grouped() - grouped0, grouped ? 1 : 0) << "the forward in one grouped launch";
+      EXPECT_EQ(Sm90() - sm90_0, sm90 ? 1 : 0) << "the forward on our sm90 kernels";
       EXPECT_EQ(Fallbacks(), fallbacks0) << "the forward fell back to the per-group loop";
     }
-    // Our sm90 kernels took the forward: they take the weight gradient too (cuBLAS refuses it).
-    const bool sm90 = Sm90() > sm90_0;
 
     // Backward, accumulating and overwriting the weight gradient.
     for (bool accumulate : {true, false}) {
@@ -102,8 +107,8 @@ TEST_F(CudaGroupedMatmulTest, MatchesCpuTwinOnTheGroupedPath) {
       EXPECT_RELATIVE_ERROR_BELOW(Minus(g_dw->Download(), dw0), Minus(dw, dw0), 1e-2);
       if (aligned) {
         EXPECT_EQ(Grouped() - grouped1, (grouped ? 1 : 0) + (sm90 ? 1 : 0))
-            << "din in one grouped launch (small groups), dweights by the per-group loop or, "
-               "on sm90, in one launch";
+            << "din in one grouped launch (sm90, or small groups), dweights by the per-group "
+               "loop or, on sm90, in one launch";
         EXPECT_EQ(Fallbacks(), fallbacks1) << "the backward fell back to the per-group loop";
       }
     }

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "cuda_test_util.h"
 #include "grouped_matmul_cases.h"
+#include "grouped_sm90_runs.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/sm90/grouped_gemm_sm90.h"
 
@@ -89,22 +90,8 @@ std::vector<bool> RowsInGroups(const std::vector<ExpertRun>& groups, int64_t row
 
 class CudaGroupedSm90Test : public CudaVsCpuTest {
  protected:
-  // Whether our kernel runs on this GPU and build (a small problem it takes).
-  static bool KernelRuns() {
-#if defined(TRAINER_WITH_SM90_KERNELS)
-    cuda::GroupedSm90Problem p;
-    p.m = 1, p.experts = 1, p.oc = 256, p.c = 256;
-    return cuda::GroupedSm90Supported(p);
-#else
-    return false;
-#endif
-  }
-  int Sm90() const {
-    return gpu_->path_counts().grouped_sm90;
-  }
-  int Cublas() const {
-    return gpu_->path_counts().grouped_gemm;
-  }
+  int Sm90() const { return gpu_->path_counts().grouped_sm90; }
+  int Cublas() const { return gpu_->path_counts().grouped_gemm; }
 
   // got against want (the CPU twin's), and rows in no group of got equal to `before`'s.
   void ExpectRows(const std::vector<float>& got, const std::vector<float>& want,
@@ -127,7 +114,8 @@ void PoisonRowsInNoGroup(const std::vector<bool>& in_group, int64_t cols, std::v
 }
 
 TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
-  if (!KernelRuns()) GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
+  if (!GroupedSm90KernelRuns())
+    GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
   gpu_->set_grouped_gemm_route(GroupedGemmRoute::kSm90);
   for (size_t i = 0; i < Cases().size(); ++i) {
     const Sm90Case& c = Cases()[i];
@@ -232,7 +220,8 @@ TEST_F(CudaGroupedSm90Test, PinsTakeTheRouteAndRefuseWhatDoesNotApply) {
     ExpectOneLineUsageError(s, {"TRAINER_GROUPED_GEMM=fastest", "sm90"});
   }
 
-  if (!KernelRuns()) GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
+  if (!GroupedSm90KernelRuns())
+    GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
   const std::string shape = "forward E=4 OC=256 C=256 bf16";
   std::unique_ptr<CudaBackend> gpu;
   ASSERT_STATUS_OK(CudaBackend::Create(0, DType::kBF16, &gpu));
@@ -256,7 +245,8 @@ TEST_F(CudaGroupedSm90Test, PinsTakeTheRouteAndRefuseWhatDoesNotApply) {
 // 2048) and on 48 groups of 341 rows: the forward, the input gradient and the weight gradient (for
 // which the cuBLAS route is the per-group loop in bf16). Printed, not asserted.
 TEST_F(CudaGroupedSm90Test, PrintsSpeedAgainstCublasAndDense) {
-  if (!KernelRuns()) GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
+  if (!GroupedSm90KernelRuns())
+    GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
   const grouped_testing::GroupedCase olmoe = {
       "olmoe-sized", 16384 + grouped_testing::kSpareRows, 2048, 2048, 64, "uneven"};
   std::vector<std::vector<ExpertRun>> splits = {grouped_testing::MakeGroups(olmoe, rng_), {}};
