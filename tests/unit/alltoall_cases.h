@@ -18,11 +18,14 @@ inline int64_t AllToAllCount(int s, int p) {
 
 struct UnevenAllToAll {
   std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
-  std::vector<float> send, recv;  // recv: one element past the received ones, to stay untouched
-  int64_t total = 0;
+  // recv: a gap of one element before each received block and one past the last, to stay
+  // untouched (-7)
+  std::vector<float> send, recv;
+  int64_t total = 0;  // recv's elements, gaps included
 
   // This member's send side (with a gap before each block: displacements are used), then the
-  // counts exchange, which must give each member what it will receive.
+  // counts exchange, which must give each member what it will receive, and the receive side, with
+  // a gap before each block too.
   void Prepare(Communicator* comm) {
     const int n = comm->size(), me = comm->rank();
     send_counts.assign(n, 0);
@@ -38,17 +41,21 @@ struct UnevenAllToAll {
     ASSERT_TRUE(comm->AllToAllCounts(send_counts.data(), recv_counts.data(), 1).ok());
     for (int s = 0; s < n; ++s) {
       EXPECT_EQ(recv_counts[s], AllToAllCount(s, me));
-      recv_displs[s] = total;
-      total += recv_counts[s];
+      recv_displs[s] = total + 1;
+      total += 1 + recv_counts[s];
     }
     recv.assign(total + 1, -7.f);
   }
 
   void Check(const Communicator& comm) const {
+    std::vector<bool> received(recv.size(), false);
     for (int s = 0; s < comm.size(); ++s)
-      for (int64_t i = 0; i < AllToAllCount(s, comm.rank()); ++i)
+      for (int64_t i = 0; i < AllToAllCount(s, comm.rank()); ++i) {
         EXPECT_EQ(recv[recv_displs[s] + i], s * 1000.f + comm.rank() * 100.f + i) << "from " << s;
-    EXPECT_EQ(recv[total], -7.f);  // nothing past the received elements
+        received[recv_displs[s] + i] = true;
+      }
+    for (size_t i = 0; i < recv.size(); ++i)  // the gaps and the element past the last block
+      if (!received[i]) EXPECT_EQ(recv[i], -7.f) << "at " << i;
   }
 };
 

@@ -47,15 +47,21 @@ struct MemcpyStaging final : DeviceStaging {
 class StagedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    MPI_Comm dup = MPI_COMM_NULL;
-    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &dup), MPI_SUCCESS);
     // 12 bytes a piece: 3 floats of an all-reduce, 1 per member of a gather among 3 ranks.
-    comm_ = MakeStagedCommunicator(std::make_unique<MpiCommunicator>(dup, "staged", true),
-                                   std::make_unique<MemcpyStaging>(&ready_, &done_), 12);
+    comm_ = Make(12);
+    // 48 bytes: 4 floats per member of a gather among 3 ranks, so that a piece holds several
+    // columns of each member's block and a block of 5 ends in a short piece.
+    wide_ = Make(48);
     n_ = comm_->size();
     me_ = comm_->rank();
   }
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Communicator> Make(size_t piece_bytes) {
+    MPI_Comm dup = MPI_COMM_NULL;
+    EXPECT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &dup), MPI_SUCCESS);
+    return MakeStagedCommunicator(std::make_unique<MpiCommunicator>(dup, "staged", true),
+                                  std::make_unique<MemcpyStaging>(&ready_, &done_), piece_bytes);
+  }
+  std::unique_ptr<Communicator> comm_, wide_;
   int ready_ = 0, done_ = 0, n_ = 0, me_ = 0;
 };
 
@@ -101,37 +107,38 @@ TEST_F(StagedTest, Bf16AllReduceSumsInF32AndRoundsOnce) {
   }
 }
 
-TEST_F(StagedTest, AllGatherInPiecesInPlaceAndNot) {
-  const size_t count = 4;  // pieces of 1 element per member among 3 ranks
-  std::vector<float> send(count), recv(count * n_, -1.f), in_place(count * n_, -1.f);
-  for (size_t i = 0; i < count; ++i) send[i] = in_place[me_ * count + i] = Value(me_, i);
-  ASSERT_TRUE(comm_->AllGather(send.data(), recv.data(), count, DType::kF32).ok());
+// The all-gather of `count` f32 elements of each member, in place and not.
+void ExpectAllGather(Communicator* comm, size_t count) {
+  const int n = comm->size(), me = comm->rank();
+  std::vector<float> send(count), recv(count * n, -1.f), in_place(count * n, -1.f);
+  for (size_t i = 0; i < count; ++i) send[i] = in_place[me * count + i] = Value(me, i);
+  ASSERT_TRUE(comm->AllGather(send.data(), recv.data(), count, DType::kF32).ok());
   ASSERT_TRUE(
-      comm_->AllGather(in_place.data() + me_ * count, in_place.data(), count, DType::kF32).ok());
-  for (int r = 0; r < n_; ++r)
+      comm->AllGather(in_place.data() + me * count, in_place.data(), count, DType::kF32).ok());
+  for (int r = 0; r < n; ++r)
     for (size_t i = 0; i < count; ++i) {
       EXPECT_EQ(recv[r * count + i], Value(r, i)) << r << " " << i;
       EXPECT_EQ(in_place[r * count + i], Value(r, i)) << r << " " << i;
     }
 }
 
-TEST_F(StagedTest, ReduceScatterInPiecesInPlaceAndNot) {
-  const size_t count = 5;
-  std::vector<float> send(count * n_), recv(count, -1.f), in_place(count * n_);
-  std::vector<uint16_t> half(count * n_), half_out(count);
-  for (size_t i = 0; i < count * n_; ++i) {
-    send[i] = in_place[i] = Value(me_, i);
-    half[i] = FloatToBF16(static_cast<float>(me_ + i));
+// The reduce-scatter of `count` elements to each member, f32 in place and not, and bf16.
+void ExpectReduceScatter(Communicator* comm, size_t count) {
+  const int n = comm->size(), me = comm->rank();
+  std::vector<float> send(count * n), recv(count, -1.f), in_place(count * n);
+  std::vector<uint16_t> half(count * n), half_out(count);
+  for (size_t i = 0; i < count * n; ++i) {
+    send[i] = in_place[i] = Value(me, i);
+    half[i] = FloatToBF16(static_cast<float>(me + i));
   }
-  ASSERT_TRUE(comm_->ReduceScatter(send.data(), recv.data(), count, DType::kF32).ok());
-  ASSERT_TRUE(comm_->ReduceScatter(in_place.data(), in_place.data() + me_ * count, count,
-                                   DType::kF32)
-                  .ok());
-  ASSERT_TRUE(comm_->ReduceScatter(half.data(), half_out.data(), count, DType::kBF16).ok());
+  ASSERT_TRUE(comm->ReduceScatter(send.data(), recv.data(), count, DType::kF32).ok());
+  ASSERT_TRUE(
+      comm->ReduceScatter(in_place.data(), in_place.data() + me * count, count, DType::kF32).ok());
+  ASSERT_TRUE(comm->ReduceScatter(half.data(), half_out.data(), count, DType::kBF16).ok());
   for (size_t i = 0; i < count; ++i) {
-    const size_t at = me_ * count + i;
+    const size_t at = me * count + i;
     float expected = 0, f32_sum = 0;
-    for (int r = 0; r < n_; ++r) {
+    for (int r = 0; r < n; ++r) {
       expected += Value(r, at);
       f32_sum += BF16ToFloat(FloatToBF16(static_cast<float>(r + at)));
     }
@@ -139,6 +146,16 @@ TEST_F(StagedTest, ReduceScatterInPiecesInPlaceAndNot) {
     EXPECT_EQ(in_place[at], expected) << i;
     EXPECT_EQ(half_out[i], FloatToBF16(f32_sum)) << i;
   }
+}
+
+TEST_F(StagedTest, AllGatherInPiecesInPlaceAndNot) {
+  ExpectAllGather(comm_.get(), 4);  // pieces of 1 element per member among 3 ranks
+  ExpectAllGather(wide_.get(), 5);  // pieces of 4 and 1
+}
+
+TEST_F(StagedTest, ReduceScatterInPiecesInPlaceAndNot) {
+  ExpectReduceScatter(comm_.get(), 5);
+  ExpectReduceScatter(wide_.get(), 5);
 }
 
 TEST_F(StagedTest, BroadcastInPiecesFromTheLastRank) {
