@@ -2,9 +2,10 @@
 // memory), over an MPI group: each call copies its input to host memory through a
 // `DeviceStaging`, runs the MPI collective there and copies the result back before it returns
 // (Distributed.gpu_collectives=mpi; host_staged_communicator.h makes the CUDA one). The
-// reductions, gathers and broadcasts go in pieces of at most `chunk_bytes` of host memory, so
-// their host buffers stay small and no MPI count exceeds INT_MAX; point-to-point transfers and
-// the all-to-all (activations, not parameters) go whole. bf16 reductions are summed in f32 and
+// reductions, gathers and broadcasts go in pieces whose host buffers are each at most
+// `chunk_bytes` (a bf16 reduction holds an f32 one and a bf16 one), so no MPI count exceeds
+// INT_MAX; point-to-point transfers and the all-to-all (activations, not parameters) go whole, and
+// the host buffers grow to the largest of them and are kept. bf16 reductions are summed in f32 and
 // rounded once (NCCL rounds after each addition: the same for two ranks, within bf16's rounding
 // for more).
 #pragma once
