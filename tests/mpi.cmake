@@ -2,6 +2,11 @@
 # zero counts, the counts exchange), and the EP / expert-DP groups of the rank grid.
 trainer_mpi_gtest(mpi_alltoall_test NP 3 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/mpi_alltoall_test.cpp
                   LIBS trainer_mpi TIMEOUT 60)
+# SelfCommunicator (a group of one member; the device groups of one rank): copies through its copy
+# function with the closed forms' pointers and sizes, skipped send/recv sides, refused peers.
+trainer_gtest(self_communicator_test
+              SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/self_communicator_test.cpp
+              LIBS trainer_common TIMEOUT 60)
 # StagedCommunicator (Distributed.gpu_collectives=mpi) with a host-memory staging: every
 # collective in pieces of a few bytes against closed forms.
 trainer_mpi_gtest(staged_communicator_test NP 3

@@ -143,7 +143,12 @@ int RunPlanCommand(const std::vector<std::string>& args) {
           " | on the GPU ~%.2f GiB in all (+%.2f GiB CUDA context and libraries, +%.2f GiB "
           "cuDNN attention workspace%s)",
           GiB(m.total()), GiB(m.device_base), GiB(m.attention_workspace),
-          world > 1 ? "; NCCL's buffers not counted" : "");
+          m.nccl_groups > 0
+              ? StrFormat(", +%.2f GiB for %d NCCL communicator%s, their peers' buffers not "
+                          "counted",
+                          GiB(m.nccl), m.nccl_groups, m.nccl_groups == 1 ? "" : "s")
+                    .c_str()
+              : "");
     // The last stage's LM head holds one chunk of the micro-batch's logits (gpt_head.cpp).
     std::string chunks;
     if (stage == d.pp_degree - 1) {
@@ -179,8 +184,7 @@ int RunPlanCommand(const std::vector<std::string>& args) {
           "  stage %d: asynchronous checkpoint saves keep ~%.2f GiB of host memory per rank "
           "(a copy of the state, 12 bytes per parameter trained%s; without room: synchronous "
           "saves)\n",
-          stage, GiB(12.0 * static_cast<double>(m.parameters)),
-          gpu ? ", page-locked" : "");
+          stage, GiB(12.0 * static_cast<double>(m.parameters)), gpu ? ", page-locked" : "");
     if (device_gib <= 0) continue;
     RankMemoryAvailable memory;
     memory.where = gpu ? StrFormat("a GPU of %g GiB", device_gib)

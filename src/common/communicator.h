@@ -1,13 +1,16 @@
 // Communicator: the collective interface that the data loader, model, optimizer and checkpoint
 // code use, so that none of them needs MPI or NCCL. Implementations: MpiCommunicator (host memory,
-// CPU path) and NcclCommunicator (device memory) in src/mpi_bootstrap/, and SelfCommunicator (one
-// member, no library) here for single-process tests.
+// CPU path), NcclCommunicator (device memory) and StagedCommunicator (device memory over MPI) in
+// src/mpi_bootstrap/, and SelfCommunicator (one member, no library) here: single-process tests,
+// and the device groups of one member (no NCCL communicator and its buffers for them).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -47,9 +50,9 @@ class Communicator {
   // send + send_displs[p] go to member p, recv_counts[p] elements from member p land at
   // recv + recv_displs[p] (counts and displacements in elements of `dtype`, size() of each, on
   // the host). Zero counts are allowed; send and recv must not overlap.
-  virtual Status AllToAllV(const void* send, const int64_t* send_counts,
-                           const int64_t* send_displs, void* recv, const int64_t* recv_counts,
-                           const int64_t* recv_displs, DType dtype) = 0;
+  virtual Status AllToAllV(const void* send, const int64_t* send_counts, const int64_t* send_displs,
+                           void* recv, const int64_t* recv_counts, const int64_t* recv_displs,
+                           DType dtype) = 0;
   // The counts exchange before an AllToAllV: send holds size() * per_peer int64 in host memory,
   // block p for member p; recv gets member p's block for this rank at block p.
   virtual Status AllToAllCounts(const int64_t* send, int64_t* recv, size_t per_peer) = 0;
@@ -68,52 +71,77 @@ class Communicator {
   virtual Status FinishBefore(void* stream) { return Status::Ok(); }
 };
 
-// A group of one: every collective is a copy or nothing. Send/Recv have no peer.
+// A group of one: every collective is a copy or nothing, with no library. Copies go through
+// `copy` where it is given (device memory: the CUDA build passes a copy on the backend's stream,
+// nccl_bootstrap.cpp), else memmove on the host; Barrier() runs `wait` where it is given (the
+// device's: waiting for that stream, as NCCL's barrier does). A send/recv side with a negative
+// peer or count 0 is skipped, as on the others; a send/recv to itself copies; any other peer does
+// not exist.
 class SelfCommunicator final : public Communicator {
  public:
-  explicit SelfCommunicator(std::string name = "self") : name_(std::move(name)) {}
+  using Copy = std::function<Status(void* to, const void* from, size_t bytes)>;
+  using Wait = std::function<Status()>;
+  explicit SelfCommunicator(std::string name = "self", Copy copy = nullptr, Wait wait = nullptr)
+      : name_(std::move(name)), copy_(std::move(copy)), wait_(std::move(wait)) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const std::string& name() const override { return name_; }
-  bool device_memory() const override { return false; }
+  bool device_memory() const override { return copy_ != nullptr; }
   Status AllReduce(void*, size_t, DType, ReduceOp) override { return Status::Ok(); }
   Status AllGather(const void* send, void* recv, size_t count, DType dtype) override {
-    if (send != recv) std::memmove(recv, send, count * DTypeSize(dtype));
-    return Status::Ok();
+    return Move(recv, send, count * DTypeSize(dtype));
   }
   Status ReduceScatter(const void* send, void* recv, size_t count, DType dtype) override {
-    return AllGather(send, recv, count, dtype);
+    return Move(recv, send, count * DTypeSize(dtype));
   }
   Status Broadcast(void*, size_t, DType, int) override { return Status::Ok(); }
-  Status Send(const void*, size_t, DType, int peer) override { return NoPeer(peer); }
-  Status Recv(void*, size_t, DType, int peer) override { return NoPeer(peer); }
-  Status SendRecv(const void*, size_t, int peer, void*, size_t, int, DType) override {
-    return NoPeer(peer);
+  Status Send(const void*, size_t count, DType, int peer) override {
+    return Skipped(count, peer) ? Status::Ok() : NoPeer(peer);
   }
-  Status Barrier() override { return Status::Ok(); }
+  Status Recv(void*, size_t count, DType, int peer) override {
+    return Skipped(count, peer) ? Status::Ok() : NoPeer(peer);
+  }
+  Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv, size_t recv_count,
+                  int recv_peer, DType dtype) override {
+    const bool sends = !Skipped(send_count, send_peer), receives = !Skipped(recv_count, recv_peer);
+    if (!sends && !receives) return Status::Ok();
+    if (sends && receives && send_peer == 0 && recv_peer == 0 && send_count == recv_count)
+      return Move(recv, send, send_count * DTypeSize(dtype));
+    return NoPeer(sends && send_peer != 0 ? send_peer : recv_peer);
+  }
+  Status Barrier() override { return wait_ ? wait_() : Status::Ok(); }
   Status AllToAllV(const void* send, const int64_t* send_counts, const int64_t* send_displs,
                    void* recv, const int64_t* recv_counts, const int64_t* recv_displs,
                    DType dtype) override {
     if (send_counts[0] != recv_counts[0])
-      return RuntimeError("all-to-all on a one-member group (" + name_ +
-                          "): sends " + std::to_string(send_counts[0]) + " but receives " +
+      return RuntimeError("all-to-all on a one-member group (" + name_ + "): sends " +
+                          std::to_string(send_counts[0]) + " but receives " +
                           std::to_string(recv_counts[0]));
     const size_t bytes = DTypeSize(dtype);
-    std::memmove(static_cast<char*>(recv) + recv_displs[0] * bytes,
-                 static_cast<const char*>(send) + send_displs[0] * bytes, send_counts[0] * bytes);
-    return Status::Ok();
+    return Move(static_cast<char*>(recv) + recv_displs[0] * bytes,
+                static_cast<const char*>(send) + send_displs[0] * bytes, send_counts[0] * bytes);
   }
   Status AllToAllCounts(const int64_t* send, int64_t* recv, size_t per_peer) override {
-    std::memmove(recv, send, per_peer * sizeof(int64_t));
+    std::memmove(recv, send, per_peer * sizeof(int64_t));  // counts are on the host
     return Status::Ok();
   }
 
  private:
+  static bool Skipped(size_t count, int peer) { return count == 0 || peer < 0; }
+  // recv's bytes from send's (nothing in place or for 0 bytes).
+  Status Move(void* to, const void* from, size_t bytes) {
+    if (to == from || bytes == 0) return Status::Ok();
+    if (copy_) return copy_(to, from, bytes);
+    std::memmove(to, from, bytes);
+    return Status::Ok();
+  }
   Status NoPeer(int peer) const {
     return RuntimeError("send/recv on a one-member group (" + name_ + "): peer " +
                         std::to_string(peer) + " does not exist");
   }
   std::string name_;
+  Copy copy_;
+  Wait wait_;
 };
 
 }  // namespace trainer

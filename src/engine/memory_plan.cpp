@@ -85,6 +85,15 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
   if (offload) m.offloaded = AdamW::OffloadedBytes(params, part.flat_shards, compute_dtype);
   if (device) {
     m.device_base = kGpuBaseBytes;
+    // The groups of more than one member that build an NCCL communicator (run_context.cpp's
+    // device groups; a group of one copies without NCCL): tp, dp, pp, sharding, replica, ep and
+    // expert-dp.
+    if (!d.host_staged())
+      for (int members :
+           {d.tp_degree, d.data_parallel_size(), d.pp_degree, d.sharding.sharding_degree,
+            d.dp_degree, d.ep_degree, d.dp_degree / std::max(1, d.ep_degree)})
+        m.nccl_groups += members > 1 ? 1 : 0;
+    m.nccl = m.nccl_groups * kNcclCommunicatorBytes;
     // cuDNN's attention backward: dQ's f32 accumulator, 4 bytes per query channel and token; with
     // grouped-query attention as much again (the keys' and values' gradients per query head
     // before their sums). Measured on an H200 (total minus free), this puts the plan within
@@ -124,7 +133,8 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
   // On a GPU, what is in use beyond this rank's own base (its context and libraries, which it
   // holds by now) belongs to other processes: another job, or the last run still exiting. When
   // the rank would fit without them, freeing the GPU is the first way out.
-  const double held_elsewhere = available.capacity - available.free_now - need.device_base;
+  const double held_elsewhere =
+      available.capacity - available.free_now - need.device_base - need.nccl;
   if (device && held_elsewhere > kHeldElsewhereBytes && need.total() <= available.capacity)
     fixes.push_back(StrFormat("free %s: other processes hold ~%s of it (nvidia-smi lists them)",
                               available.where.c_str(), FormatBytes(held_elsewhere).c_str()));

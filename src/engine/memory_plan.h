@@ -12,31 +12,38 @@
 
 namespace trainer {
 
-// Device memory outside the arena on an H200 (CUDA 13 driver, cuDNN 9.19), from `memory_gib`
+// Device memory outside the arena on an H200 (CUDA 13 driver, cuDNN 9.19) for the CUDA context,
+// cuBLASLt's and cuDNN's kernels and workspaces and the backend's scratch, beside cuDNN's attention
+// backward workspace (whose f32 dQ accumulator is (B*T, C/tp)). From `memory_gib`
 // (cudaMemGetInfo) against the arena of nine runs (1.3B at B=8-20, 350M at B=16, 96 and 128, 124M
-// at B=32 and 128): 1.93-1.95 GiB for the CUDA context, cuBLASLt's and cuDNN's kernels and
-// workspaces and the backend's scratch, plus cuDNN's attention backward workspace, whose f32 dQ
-// accumulator is (B*T, C/tp). Later runs, from a 2 GiB test model to 350M at 120 GiB, matched
-// within 0.05 GiB.
-// NCCL's buffers (layouts of more than one GPU) come on top.
-constexpr double kGpuBaseBytes = 1.94 * 1024 * 1024 * 1024;
+// at B=32 and 128): 1.93-1.95 GiB while every run also built three NCCL communicators of one GPU
+// (tp, dp, pp), which groups of one member no longer make (nccl_bootstrap.cpp): 1.94 less three
+// kNcclCommunicatorBytes.
+constexpr double kGpuBaseBytes = 0.76 * 1024 * 1024 * 1024;
+// One NCCL communicator's own device memory before any peer's buffers: when runs on one GPU
+// built four more of them (sharding, replica, ep, expert_dp), their memory rose by 1.55-1.59 GiB
+// on H100s and H200s for every model. Counted for each group of more than one member with
+// Distributed.gpu_collectives=nccl; the buffers NCCL adds for its peers come on top.
+constexpr double kNcclCommunicatorBytes = 0.39 * 1024 * 1024 * 1024;
 // GPU memory in use beyond a rank's base that its memory error puts down to other processes (well
 // above what NCCL's buffers take where communicators exist by the check).
 constexpr double kHeldElsewhereBytes = 4.0 * 1024 * 1024 * 1024;
 
 struct RankMemory {
   int layers = 0, slots = 0;
-  size_t parameters = 0;   // trained elements on this rank
+  size_t parameters = 0;  // trained elements on this rank
   size_t frozen = 0;  // LoRA: frozen base elements on this rank (weights only, in model.parameters)
   ModelBufferBytes model;  // the model's buffers, by kind
   size_t optimizer = 0;    // master weights, Adam moments (a shard), the norm
   size_t offloaded = 0;    // sharding_offload: host memory for the shard's state and its staging
   double device_base = 0;  // GPU: context, libraries, their workspaces
   double attention_workspace = 0;  // GPU: cuDNN's attention backward workspace
+  int nccl_groups = 0;             // GPU: the device groups with an NCCL communicator
+  double nccl = 0;                 // GPU: their communicators (kNcclCommunicatorBytes each)
   // Weights, gradients and the optimizer's state.
   size_t state() const { return model.parameters + model.gradients + optimizer; }
   size_t arena() const { return model.total() + optimizer; }
-  double total() const { return arena() + device_base + attention_workspace; }
+  double total() const { return arena() + device_base + nccl + attention_workspace; }
 };
 
 // A rank of pipeline stage `stage`, computing in `compute_dtype` on a GPU (`device`) or the CPU,

@@ -12,6 +12,7 @@ namespace trainer {
 
 // `stream`: the backend's CUDA stream (cudaStream_t), on which collectives are enqueued; with
 // own_stream the communicator runs on a new stream of its own instead (to overlap with compute).
+// A group of one member gets a SelfCommunicator copying on `stream` instead: no NCCL.
 Status MakeNcclCommunicator(MpiCommunicator* group, void* stream,
                             std::unique_ptr<Communicator>* out, bool own_stream = false);
 

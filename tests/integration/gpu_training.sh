@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training on GPUs against the references (skipped, exit 77, without a GPU):
 #  - 50 steps on one GPU (bf16) track the CPU fp32 loss curve within bf16 tolerance, after the
-#    run's memory check against its GPU, for GPT-2 and for a llama-family model;
+#    run's memory check against its GPU, for GPT-2 and for a llama-family model, and hold the
+#    GPU memory that trainer plan gives within 0.25 GiB;
 #  - a mixture-of-experts llama: 20 steps on one GPU against the CPU run;
 #  - dp2 (with and without the overlapped gradient reduction, and with ZeRO-1), tp2 and pp2 on two
 #    GPUs follow the one-GPU curve (when two GPUs are visible);
@@ -141,6 +142,16 @@ compare_curves adrop-resume/metrics.jsonl adrop-gpu1/metrics.jsonl 0.01 0.002 25
 echo "== the GPU run held its planned memory against its GPU's (cudaMemGetInfo) before allocating"
 grep "^memory: a rank of pipeline stage 0 needs ~[0-9.]* [KMG]iB at .* cuda:0 (.*) holds [0-9.]* GiB, [0-9.]* GiB free (cudaMemGetInfo)$" gpu1.log ||
   fail "gpu1: no memory line for its GPU"
+echo "== the GPU's memory in use (total minus free) within 0.25 GiB of the plan, GPT-2 and llama"
+for run in gpu1 llama-gpu1; do
+  python3 - "$run/metrics.jsonl" <<'PY' || fail "$run: memory in use is not what trainer plan gives"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"memory_planned_gib"' in l][-1]
+used, planned = r["memory_gib"], r["memory_planned_gib"]
+print(f"{sys.argv[1]}: {used:.2f} GiB in use, {planned:.2f} GiB planned")
+sys.exit(abs(used - planned) > 0.25)
+PY
+done
 echo "== the GPU run reports its GPU's clock and power (NVML); the CPU run reports none"
 gpu_report_check gpu1/metrics.jsonl cpu/metrics.jsonl gpu1.log || fail "GPU clock and power in metrics.jsonl"
 if [ "$GPUS" -ge 2 ]; then

@@ -79,6 +79,34 @@ TEST(MemoryPlan, TheModelsBuffersByKindInClosedForm) {
             2 * 4.0 * N * kH * 64 / 2);
 }
 
+// The device groups of more than one rank each hold an NCCL communicator (kNcclCommunicatorBytes)
+// in the GPU's total; groups of one rank, CPU ranks and host-staged collectives hold none.
+TEST(MemoryPlan, EachGroupOfMoreThanOneRankAddsItsNcclCommunicator) {
+  auto groups = [](int tp, int dp, int pp, int sharding, int ep, const char* collectives) {
+    TrainConfig c = TinyConfig(2, 2 * dp * sharding);
+    c.distributed.tp_degree = tp, c.distributed.dp_degree = dp, c.distributed.pp_degree = pp;
+    c.distributed.sharding.sharding_degree = sharding, c.distributed.ep_degree = ep;
+    c.distributed.gpu_collectives = collectives;
+    const RankMemory m = PlanRankMemory(c, 0, DType::kBF16, true);
+    EXPECT_EQ(m.nccl, m.nccl_groups * kNcclCommunicatorBytes);
+    EXPECT_EQ(m.total(), m.arena() + kGpuBaseBytes + m.attention_workspace + m.nccl);
+    return m.nccl_groups;
+  };
+  EXPECT_EQ(groups(1, 1, 1, 1, 1, "nccl"), 0);  // one GPU: every group has one rank
+  EXPECT_EQ(groups(2, 1, 1, 1, 1, "nccl"), 1);  // tp
+  EXPECT_EQ(groups(1, 1, 2, 1, 1, "nccl"), 1);  // pp
+  // dp 4: the data-parallel group, the replicas and the expert-dp group (the same four ranks).
+  EXPECT_EQ(groups(1, 4, 1, 1, 1, "nccl"), 3);
+  // dp 4 with ep 2: dp, replicas, ep 2 and expert-dp 2.
+  EXPECT_EQ(groups(1, 4, 1, 1, 2, "nccl"), 4);
+  // sharding 2 of one replica: dp (the sharding ranks) and sharding.
+  EXPECT_EQ(groups(1, 1, 1, 2, 1, "nccl"), 2);
+  EXPECT_EQ(groups(2, 4, 2, 1, 1, "mpi"), 0);  // host-staged: no NCCL
+  TrainConfig c = TinyConfig(2, 8);
+  c.distributed.dp_degree = 4;
+  EXPECT_EQ(PlanRankMemory(c, 0, DType::kF32, false).nccl, 0.0);  // CPU ranks
+}
+
 // sharding_offload on configs/llama-3.1-8b.yaml, the Llama-3.1-8B shape (8,030,261,248
 // parameters, Meta's count): the host keeps 12 bytes per parameter (master weights, two moments)
 // and a ring of two 32 Mi-element staging slots (gradients and weights in f32, weights in bf16:

@@ -1,7 +1,8 @@
-// NcclCommunicator's all-to-all (grouped ncclSend/ncclRecv with uneven and zero counts) and its
-// counts exchange, on device memory, against the closed form of alltoall_cases.h. Run under
-// mpiexec: the first min(ranks, GPUs) ranks take part, one GPU each (1 GPU: a group of one,
-// which still sends to itself); exits 77 (CTest's skip) without a GPU.
+// MakeNcclCommunicator's device communicator: its all-to-all (grouped ncclSend/ncclRecv with
+// uneven and zero counts) and its counts exchange, on device memory, against the closed form of
+// alltoall_cases.h. Run under mpiexec: the first min(ranks, GPUs) ranks take part, one GPU each.
+// With 1 GPU the group has one member and gets a SelfCommunicator copying on the device instead
+// of NCCL; its copies are checked on device memory too. Exits 77 (CTest's skip) without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -12,8 +13,8 @@
 
 #include "alltoall_cases.h"
 #include "mpi_bootstrap/mpi_runtime.h"
-#include "mpi_test_main.h"
 #include "mpi_bootstrap/nccl_bootstrap.h"
+#include "mpi_test_main.h"
 
 namespace trainer {
 namespace {
@@ -42,6 +43,32 @@ TEST(NcclAllToAll, UnevenCountsArriveInOrder) {
 
 TEST(NcclAllToAll, CountsExchangeOfSeveralPerPeer) {
   ExpectCountsExchangeOfSeveralPerPeer(g_nccl);
+}
+
+// A group of one: the gather, the scatter and a send/recv to itself copy device memory (the
+// values read back), the all-reduce leaves it as it is, and the barrier waits for the copies.
+TEST(NcclAllToAll, OneMemberGroupCopiesOnTheDevice) {
+  if (g_nccl->size() != 1) GTEST_SKIP() << "a group of " << g_nccl->size();
+  EXPECT_TRUE(g_nccl->device_memory());
+  const std::vector<float> host = {1, 2, 3, 4, 5, 6};
+  float *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&a), 6 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&b), 6 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(a, host.data(), 6 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(b, 0, 6 * sizeof(float)), cudaSuccess);
+  ASSERT_TRUE(g_nccl->AllReduce(a, 6, DType::kF32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(g_nccl->AllGather(a, b, 2, DType::kF32).ok());                  // b[0..2) = 1 2
+  ASSERT_TRUE(g_nccl->ReduceScatter(a + 2, b + 2, 2, DType::kF32).ok());      // b[2..4) = 3 4
+  ASSERT_TRUE(g_nccl->SendRecv(a + 4, 2, 0, b + 4, 2, 0, DType::kF32).ok());  // b[4..6) = 5 6
+  ASSERT_TRUE(g_nccl->Barrier().ok());
+  std::vector<float> got(6, -1.f), kept(6, -1.f);
+  ASSERT_EQ(cudaMemcpy(got.data(), b, 6 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(kept.data(), a, 6 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, host);
+  EXPECT_EQ(kept, host);
+  EXPECT_FALSE(g_nccl->SendRecv(a, 2, 1, b, 0, -1, DType::kF32).ok());  // no member 1
+  cudaFree(a);
+  cudaFree(b);
 }
 
 }  // namespace
