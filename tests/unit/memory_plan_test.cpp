@@ -80,7 +80,8 @@ TEST(MemoryPlan, TheModelsBuffersByKindInClosedForm) {
 }
 
 // The device groups of more than one rank each hold an NCCL communicator (kNcclCommunicatorBytes)
-// in the GPU's total; groups of one rank, CPU ranks and host-staged collectives hold none.
+// in the GPU's total (the embedding group on the first and last pipeline stages only); groups of
+// one rank, CPU ranks and host-staged collectives hold none.
 TEST(MemoryPlan, EachGroupOfMoreThanOneRankAddsItsNcclCommunicator) {
   auto groups = [](int tp, int dp, int pp, int sharding, int ep, const char* collectives) {
     TrainConfig c = TinyConfig(2, 2 * dp * sharding);
@@ -94,7 +95,7 @@ TEST(MemoryPlan, EachGroupOfMoreThanOneRankAddsItsNcclCommunicator) {
   };
   EXPECT_EQ(groups(1, 1, 1, 1, 1, "nccl"), 0);  // one GPU: every group has one rank
   EXPECT_EQ(groups(2, 1, 1, 1, 1, "nccl"), 1);  // tp
-  EXPECT_EQ(groups(1, 1, 2, 1, 1, "nccl"), 1);  // pp
+  EXPECT_EQ(groups(1, 1, 2, 1, 1, "nccl"), 2);  // pp, and stage 0's embedding group
   // dp 4: the data-parallel group, the replicas and the expert-dp group (the same four ranks).
   EXPECT_EQ(groups(1, 4, 1, 1, 1, "nccl"), 3);
   // dp 4 with ep 2: dp, replicas, ep 2 and expert-dp 2.
@@ -105,6 +106,12 @@ TEST(MemoryPlan, EachGroupOfMoreThanOneRankAddsItsNcclCommunicator) {
   TrainConfig c = TinyConfig(2, 8);
   c.distributed.dp_degree = 4;
   EXPECT_EQ(PlanRankMemory(c, 0, DType::kF32, false).nccl, 0.0);  // CPU ranks
+  // pp 4: the middle stages hold no embedding group.
+  c = TinyConfig(2, 8);
+  c.model.num_layers = 4;
+  c.distributed.pp_degree = 4;
+  EXPECT_EQ(PlanRankMemory(c, 1, DType::kBF16, true).nccl_groups, 1);
+  EXPECT_EQ(PlanRankMemory(c, 3, DType::kBF16, true).nccl_groups, 2);
 }
 
 // sharding_offload on configs/llama-3.1-8b.yaml, the Llama-3.1-8B shape (8,030,261,248
