@@ -84,13 +84,7 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
 }
 
 Status RunContext::BuildGroups(const TrainConfig& config) {
-  Topology topo;
-  topo.world_size = runtime->size();
-  topo.tp = config.distributed.tp_degree;
-  topo.pp = config.distributed.pp_degree;
-  topo.dp = config.distributed.data_parallel_size();
-  topo.sharding = config.distributed.sharding.sharding_degree;
-  topo.ep = config.distributed.ep_degree;
+  const Topology topo = config.distributed.topology(runtime->size());
   TRAINER_RETURN_IF_ERROR(runtime->MakeGroups(topo, &mpi_groups));
   groups.topology = topo;
   groups.coord = mpi_groups.coord;
@@ -231,8 +225,7 @@ void RunContext::PrintRankMap() {
   if (t.sharding > 1)
     map += StrFormat(" sharding stage %d over %d ranks x %d replicas;", config_zero_stage_,
                      t.sharding, t.replicas());
-  if (t.ep > 1)
-    map += StrFormat(" experts over ep %d x expert-dp %d;", t.ep, t.expert_dp());
+  if (t.ep > 1) map += StrFormat(" experts over ep %d x expert-dp %d;", t.ep, t.expert_dp());
   bool tp_spans_hosts = false;
   for (int r = 0; r < n; ++r) {
     const Topology::Coord c = t.CoordOf(r);

@@ -42,7 +42,8 @@ class Communicator {
   virtual Status Send(const void* data, size_t count, DType dtype, int peer) = 0;
   virtual Status Recv(void* data, size_t count, DType dtype, int peer) = 0;
   // Send to send_peer and receive from recv_peer at once (no deadlock between two stages that
-  // exchange in both directions, as the 1F1B pipeline schedule does).
+  // exchange in both directions, as the 1F1B pipeline schedule does). The device communicators
+  // skip a side that SendRecvSideSkipped names (below).
   virtual Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv,
                           size_t recv_count, int recv_peer, DType dtype) = 0;
   virtual Status Barrier() = 0;
@@ -71,6 +72,12 @@ class Communicator {
   virtual Status FinishBefore(void* stream) { return Status::Ok(); }
 };
 
+// A side of a SendRecv with no peer (negative) or nothing to move, which the device communicators
+// (NCCL's, the host-staged one, the one-member one) skip.
+inline bool SendRecvSideSkipped(size_t count, int peer) {
+  return count == 0 || peer < 0;
+}
+
 // A group of one: every collective is a copy or nothing, with no library. Copies go through
 // `copy` where it is given (device memory: the CUDA build passes a copy on the backend's stream,
 // nccl_bootstrap.cpp), else memmove on the host; Barrier() runs `wait` where it is given (the
@@ -96,14 +103,15 @@ class SelfCommunicator final : public Communicator {
   }
   Status Broadcast(void*, size_t, DType, int) override { return Status::Ok(); }
   Status Send(const void*, size_t count, DType, int peer) override {
-    return Skipped(count, peer) ? Status::Ok() : NoPeer(peer);
+    return SendRecvSideSkipped(count, peer) ? Status::Ok() : NoPeer(peer);
   }
   Status Recv(void*, size_t count, DType, int peer) override {
-    return Skipped(count, peer) ? Status::Ok() : NoPeer(peer);
+    return SendRecvSideSkipped(count, peer) ? Status::Ok() : NoPeer(peer);
   }
   Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv, size_t recv_count,
                   int recv_peer, DType dtype) override {
-    const bool sends = !Skipped(send_count, send_peer), receives = !Skipped(recv_count, recv_peer);
+    const bool sends = !SendRecvSideSkipped(send_count, send_peer);
+    const bool receives = !SendRecvSideSkipped(recv_count, recv_peer);
     if (!sends && !receives) return Status::Ok();
     if (sends && receives && send_peer == 0 && recv_peer == 0 && send_count == recv_count)
       return Move(recv, send, send_count * DTypeSize(dtype));
@@ -127,7 +135,6 @@ class SelfCommunicator final : public Communicator {
   }
 
  private:
-  static bool Skipped(size_t count, int peer) { return count == 0 || peer < 0; }
   // recv's bytes from send's (nothing in place or for 0 bytes).
   Status Move(void* to, const void* from, size_t bytes) {
     if (to == from || bytes == 0) return Status::Ok();

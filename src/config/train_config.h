@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/topology.h"
+
 namespace trainer {
 
 struct GlobalConfig {
@@ -43,8 +45,8 @@ struct ModelConfig {
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
   int rope_original_max_positions = 8192;
-  bool qkv_bias = false;       // biases on q, k and v (Qwen2)
-  bool qk_norm = false;        // RMSNorm of each q and k head before RoPE (Qwen3)
+  bool qkv_bias = false;  // biases on q, k and v (Qwen2)
+  bool qk_norm = false;   // RMSNorm of each q and k head before RoPE (Qwen3)
   // head: each head apart (Qwen3); full: all q heads as one vector, all k heads as another
   // (OLMoE's q_norm / k_norm of num_heads x head_dim)
   std::string qk_norm_type = "head";
@@ -129,6 +131,14 @@ struct DistributedConfig {
   // ranks may share a GPU; for debugging and for trying a layout on fewer GPUs than ranks).
   std::string gpu_collectives = "nccl";
   bool host_staged() const { return gpu_collectives == "mpi"; }
+  // The rank grid of `world_size` ranks that these degrees make (every group derives from it).
+  Topology topology(int world_size) const {
+    Topology t;
+    t.world_size = world_size;
+    t.tp = tp_degree, t.pp = pp_degree, t.dp = data_parallel_size();
+    t.sharding = sharding.sharding_degree, t.ep = ep_degree;
+    return t;
+  }
 };
 
 struct EngineConfig {

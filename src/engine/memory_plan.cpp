@@ -88,11 +88,11 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
     // The groups of more than one member that build an NCCL communicator (run_context.cpp's
     // device groups; a group of one copies without NCCL): tp, dp, pp, sharding, replica, ep,
     // expert-dp, and on the first and last pipeline stages the embedding group of the two.
-    const bool ends = d.pp_degree > 1 && (stage == 0 || stage == d.pp_degree - 1);
+    const Topology t = d.topology(d.tp_degree * d.data_parallel_size() * d.pp_degree);
+    const bool ends = t.pp > 1 && (stage == 0 || stage == t.pp - 1);
     if (!d.host_staged())
       for (int members :
-           {d.tp_degree, d.data_parallel_size(), d.pp_degree, d.sharding.sharding_degree,
-            d.dp_degree, d.ep_degree, d.dp_degree / std::max(1, d.ep_degree), ends ? 2 : 1})
+           {t.tp, t.dp, t.pp, t.sharding, t.replicas(), t.ep, t.expert_dp(), ends ? 2 : 1})
         m.nccl_groups += members > 1 ? 1 : 0;
     m.nccl = m.nccl_groups * kNcclCommunicatorBytes;
     // cuDNN's attention backward: dQ's f32 accumulator, 4 bytes per query channel and token; with

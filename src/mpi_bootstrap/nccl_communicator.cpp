@@ -146,9 +146,9 @@ Status NcclCommunicator::SendRecv(const void* send, size_t send_count, int send_
                                   size_t recv_count, int recv_peer, DType dtype) {
   TRAINER_RETURN_IF_ERROR(Check(ncclGroupStart(), "send-recv group start"));
   ncclResult_t send_result = ncclSuccess, recv_result = ncclSuccess;
-  if (send_peer >= 0 && send_count > 0)
+  if (!SendRecvSideSkipped(send_count, send_peer))
     send_result = ncclSend(send, send_count, NcclType(dtype), send_peer, comm_, stream_);
-  if (recv_peer >= 0 && recv_count > 0)
+  if (!SendRecvSideSkipped(recv_count, recv_peer))
     recv_result = ncclRecv(recv, recv_count, NcclType(dtype), recv_peer, comm_, stream_);
   const ncclResult_t end_result = ncclGroupEnd();
   TRAINER_RETURN_IF_ERROR(Check(send_result, "send (send-recv)"));

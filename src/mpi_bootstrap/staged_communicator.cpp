@@ -126,11 +126,11 @@ class StagedCommunicator final : public Communicator {
     return staging_->Done();
   }
 
-  // As NcclCommunicator's: a side whose peer is negative or count is 0 is skipped.
+  // As NcclCommunicator's: a side that SendRecvSideSkipped names is skipped.
   Status SendRecv(const void* send, size_t send_count, int send_peer, void* recv, size_t recv_count,
                   int recv_peer, DType dtype) override {
-    const bool sends = send_peer >= 0 && send_count > 0;
-    const bool receives = recv_peer >= 0 && recv_count > 0;
+    const bool sends = !SendRecvSideSkipped(send_count, send_peer);
+    const bool receives = !SendRecvSideSkipped(recv_count, recv_peer);
     if (sends && !receives) return Send(send, send_count, dtype, send_peer);
     if (receives && !sends) return Recv(recv, recv_count, dtype, recv_peer);
     if (!sends) return Status::Ok();

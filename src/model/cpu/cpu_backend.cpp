@@ -45,11 +45,11 @@ namespace {
 // fn(offset, bytes) over [0, bytes) in 16 MiB pieces, on every core from 64 MiB on (an 8B model's
 // offloaded master weights are 32 GB to clear and fill at setup; one core writes fresh pages at
 // a few GB/s).
-constexpr size_t kParallelPiece = size_t{16} << 20;
+constexpr size_t kParallelPiece = size_t{16} << 20, kParallelFrom = size_t{64} << 20;
 template <typename Fn>
 void InPieces(size_t bytes, Fn fn) {
   const size_t pieces = (bytes + kParallelPiece - 1) / kParallelPiece;
-#pragma omp parallel for schedule(static) if (bytes >= kMappedBytes)
+#pragma omp parallel for schedule(static) if (bytes >= kParallelFrom)
   for (size_t i = 0; i < pieces; ++i)
     fn(i * kParallelPiece, std::min(kParallelPiece, bytes - i * kParallelPiece));
 }
