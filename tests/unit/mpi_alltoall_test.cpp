@@ -25,16 +25,6 @@ TEST(MpiAllToAll, CountsExchangeOfSeveralPerPeer) {
   ExpectCountsExchangeOfSeveralPerPeer(g_runtime->world());
 }
 
-TEST(MpiAllToAll, SelfCommunicatorCopies) {
-  SelfCommunicator self;
-  const float send[4] = {9, 1, 2, 3};
-  float recv[3] = {0, 0, 0};
-  const int64_t sc = 3, sd = 1, rc = 3, rd = 0;
-  ASSERT_TRUE(self.AllToAllV(send, &sc, &sd, recv, &rc, &rd, DType::kF32).ok());
-  EXPECT_EQ(recv[0], 1.f);
-  EXPECT_EQ(recv[2], 3.f);
-}
-
 // tp 2 x dp 4 (ep 2 x edp 2) x pp 2: the EP group of a rank is the 2 consecutive DP ranks of its
 // (tp, pp) that share dp / 2; its expert-DP group the DP ranks with its dp % 2.
 TEST(Topology, ExpertGroupsAreCarvedOutOfDataParallelRanks) {

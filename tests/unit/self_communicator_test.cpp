@@ -47,6 +47,14 @@ TEST(SelfCommunicator, HostMemoryWithoutACopyFunction) {
   EXPECT_EQ(b[2], 3.f);
   ASSERT_TRUE(self.AllReduce(a, 3, DType::kF32, ReduceOp::kSum).ok());
   EXPECT_EQ(a[0], 1.f);  // its own sum
+  // The all-to-all's one block, from send_displs[0] to recv_displs[0].
+  const float send[4] = {9, 1, 2, 3};
+  float recv[4] = {0, 0, 0, 0};
+  const int64_t sc = 3, sd = 1, rc = 3, rd = 1;
+  ASSERT_TRUE(self.AllToAllV(send, &sc, &sd, recv, &rc, &rd, DType::kF32).ok());
+  EXPECT_EQ(recv[0], 0.f);
+  EXPECT_EQ(recv[1], 1.f);
+  EXPECT_EQ(recv[3], 3.f);
 }
 
 TEST(SelfCommunicator, CopiesGoThroughTheCopyFunction) {
