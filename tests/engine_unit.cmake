@@ -11,6 +11,9 @@ trainer_gtest(gpu_monitor_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_moni
 trainer_gtest(memory_plan_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/memory_plan_test.cpp
               LIBS trainer_engine TIMEOUT 60)
 target_compile_definitions(memory_plan_test PRIVATE TRAINER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+# Which device groups share a communicator, against the groups' member lists.
+trainer_gtest(device_groups_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/device_groups_test.cpp
+              LIBS trainer_common TIMEOUT 60)
 # The GPU route report (Engine.gpu_routes) from one rank's view of a fake world of three.
 trainer_gtest(gpu_routes_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_routes_test.cpp
               LIBS trainer_engine TIMEOUT 60)

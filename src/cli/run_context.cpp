@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 #include "cli/check_gpu.h"
 #include "common/agree.h"
+#include "common/device_groups.h"
 #include "common/host_memory.h"
 #include "common/log.h"
 #include "engine/memory_plan.h"
@@ -263,34 +265,42 @@ Status RunContext::MakeDeviceCommunicator(MpiCommunicator* mpi, const TrainConfi
 
 Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
   // One device communicator per MPI group (the embedding group only where this rank belongs to
-  // it).
-  auto make = [&](MpiCommunicator* mpi, Communicator** slot, bool own_stream = false) -> Status {
-    if (mpi == nullptr) {
-      *slot = nullptr;
-      return Status::Ok();
+  // it), shared by the groups that have the same ranks (device_groups.h). With
+  // Distributed.overlap_grad_reduce the DP group runs on a stream of its own (gradient buckets
+  // reduced during the backward pass), as the sharding group does when it reduce-scatters and
+  // gathers during the backward (and stage 3's forward) with Distributed.sharding.reduce_overlap.
+  const DistributedConfig& d = config.distributed;
+  const std::vector<DeviceGroupSpec> specs =
+      PlanDeviceGroups(groups.topology, groups.coord.pp, d.overlap_grad_reduce,
+                       d.zero_stage() >= 2 && d.sharding.reduce_overlap);
+  // The MPI group and the slot of each DeviceGroup, in the enum's order.
+  const std::pair<MpiCommunicator*, Communicator**> by_group[] = {
+      {mpi_groups.tp.get(), &groups.tp},
+      {mpi_groups.dp.get(), &groups.dp},
+      {mpi_groups.pp.get(), &groups.pp},
+      {mpi_groups.sharding.get(), &groups.sharding},
+      {mpi_groups.replica.get(), &groups.replica},
+      {mpi_groups.ep.get(), &groups.ep},
+      {mpi_groups.expert_dp.get(), &groups.expert_dp},
+      {mpi_groups.embedding.get(), &groups.embedding}};
+  std::vector<Communicator*> built(specs.size(), nullptr);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto [mpi, slot] = by_group[static_cast<int>(specs[i].group)];
+    if (mpi == nullptr) continue;
+    if (mpi->size() != specs[i].members)  // the plan and the MPI split disagree
+      return RuntimeError(StrFormat("device group %s has %d ranks, planned %d", mpi->name().c_str(),
+                                    mpi->size(), specs[i].members));
+    if (specs[i].shares >= 0) {
+      built[i] = built[specs[i].shares];
+    } else {
+      std::unique_ptr<Communicator> comm;
+      TRAINER_RETURN_IF_ERROR(MakeDeviceCommunicator(mpi, config, &comm, specs[i].own_stream));
+      built[i] = comm.get();
+      device_groups.push_back(std::move(comm));
     }
-    std::unique_ptr<Communicator> comm;
-    TRAINER_RETURN_IF_ERROR(MakeDeviceCommunicator(mpi, config, &comm, own_stream));
-    *slot = comm.get();
-    device_groups.push_back(std::move(comm));
-    return Status::Ok();
-  };
-  TRAINER_RETURN_IF_ERROR(make(mpi_groups.tp.get(), &groups.tp));
-  // With Distributed.overlap_grad_reduce the DP group runs on a stream of its own: gradient
-  // buckets are reduced during the backward pass.
-  TRAINER_RETURN_IF_ERROR(
-      make(mpi_groups.dp.get(), &groups.dp, config.distributed.overlap_grad_reduce));
-  TRAINER_RETURN_IF_ERROR(make(mpi_groups.pp.get(), &groups.pp));
-  // The sharding group reduce-scatters and gathers during the backward (and stage 3's forward)
-  // pass on a stream of its own when Distributed.sharding.reduce_overlap is on.
-  const ShardingConfig& sharding = config.distributed.sharding;
-  TRAINER_RETURN_IF_ERROR(make(mpi_groups.sharding.get(), &groups.sharding,
-                               config.distributed.zero_stage() >= 2 && sharding.reduce_overlap));
-  TRAINER_RETURN_IF_ERROR(make(mpi_groups.replica.get(), &groups.replica));
-  TRAINER_RETURN_IF_ERROR(make(mpi_groups.ep.get(), &groups.ep));
-  TRAINER_RETURN_IF_ERROR(make(mpi_groups.expert_dp.get(), &groups.expert_dp));
-  // Every rank takes part in the embedding group's split, but only its members build NCCL.
-  return make(mpi_groups.embedding.get(), &groups.embedding);
+    *slot = built[i];
+  }
+  return Status::Ok();
 }
 
 }  // namespace trainer

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <vector>
 
+#include "common/device_groups.h"
 #include "common/log.h"
 #include "engine/pipeline.h"
 #include "model/model_spec.h"
@@ -85,15 +86,13 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
   if (offload) m.offloaded = AdamW::OffloadedBytes(params, part.flat_shards, compute_dtype);
   if (device) {
     m.device_base = kGpuBaseBytes;
-    // The groups of more than one member that build an NCCL communicator (run_context.cpp's
-    // device groups; a group of one copies without NCCL): tp, dp, pp, sharding, replica, ep,
-    // expert-dp, and on the first and last pipeline stages the embedding group of the two.
+    // The communicators of more than one member that build NCCL (run_context.cpp's device
+    // groups, device_groups.h: a group of one copies without NCCL, groups of the same ranks share
+    // one).
     const Topology t = d.topology(d.tp_degree * d.data_parallel_size() * d.pp_degree);
-    const bool ends = t.pp > 1 && (stage == 0 || stage == t.pp - 1);
     if (!d.host_staged())
-      for (int members :
-           {t.tp, t.dp, t.pp, t.sharding, t.replicas(), t.ep, t.expert_dp(), ends ? 2 : 1})
-        m.nccl_groups += members > 1 ? 1 : 0;
+      m.nccl_groups = CountOwnCommunicators(PlanDeviceGroups(
+          t, stage, d.overlap_grad_reduce, d.zero_stage() >= 2 && d.sharding.reduce_overlap));
     m.nccl = m.nccl_groups * kNcclCommunicatorBytes;
     // cuDNN's attention backward: dQ's f32 accumulator, 4 bytes per query channel and token; with
     // grouped-query attention as much again (the keys' and values' gradients per query head

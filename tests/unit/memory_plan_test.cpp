@@ -79,15 +79,19 @@ TEST(MemoryPlan, TheModelsBuffersByKindInClosedForm) {
             2 * 4.0 * N * kH * 64 / 2);
 }
 
-// The device groups of more than one rank each hold an NCCL communicator (kNcclCommunicatorBytes)
-// in the GPU's total (the embedding group on the first and last pipeline stages only); groups of
-// one rank, CPU ranks and host-staged collectives hold none.
-TEST(MemoryPlan, EachGroupOfMoreThanOneRankAddsItsNcclCommunicator) {
-  auto groups = [](int tp, int dp, int pp, int sharding, int ep, const char* collectives) {
+// The device communicators of more than one rank each hold NCCL's buffers
+// (kNcclCommunicatorBytes) in the GPU's total: one per distinct set of ranks (groups with the same
+// ranks share one; the embedding group on the first and last pipeline stages only); groups of one
+// rank, CPU ranks and host-staged collectives hold none. Counted by hand from each layout's groups.
+TEST(MemoryPlan, EachCommunicatorOfMoreThanOneRankAddsNcclBuffers) {
+  auto groups = [](int tp, int dp, int pp, int sharding, int ep, const char* collectives,
+                   bool overlap_dp = false, int stage = 1) {
     TrainConfig c = TinyConfig(2, 2 * dp * sharding);
     c.distributed.tp_degree = tp, c.distributed.dp_degree = dp, c.distributed.pp_degree = pp;
     c.distributed.sharding.sharding_degree = sharding, c.distributed.ep_degree = ep;
+    c.distributed.sharding.sharding_stage = stage;
     c.distributed.gpu_collectives = collectives;
+    c.distributed.overlap_grad_reduce = overlap_dp;
     const RankMemory m = PlanRankMemory(c, 0, DType::kBF16, true);
     EXPECT_EQ(m.nccl, m.nccl_groups * kNcclCommunicatorBytes);
     EXPECT_EQ(m.total(), m.arena() + kGpuBaseBytes + m.attention_workspace + m.nccl);
@@ -95,18 +99,26 @@ TEST(MemoryPlan, EachGroupOfMoreThanOneRankAddsItsNcclCommunicator) {
   };
   EXPECT_EQ(groups(1, 1, 1, 1, 1, "nccl"), 0);  // one GPU: every group has one rank
   EXPECT_EQ(groups(2, 1, 1, 1, 1, "nccl"), 1);  // tp
-  EXPECT_EQ(groups(1, 1, 2, 1, 1, "nccl"), 2);  // pp, and stage 0's embedding group
-  // dp 4: the data-parallel group, the replicas and the expert-dp group (the same four ranks).
-  EXPECT_EQ(groups(1, 4, 1, 1, 1, "nccl"), 3);
-  // dp 4 with ep 2: dp, replicas, ep 2 and expert-dp 2.
-  EXPECT_EQ(groups(1, 4, 1, 1, 2, "nccl"), 4);
-  // sharding 2 of one replica: dp (the sharding ranks) and sharding.
-  EXPECT_EQ(groups(1, 1, 1, 2, 1, "nccl"), 2);
+  EXPECT_EQ(groups(1, 1, 2, 1, 1, "nccl"), 1);  // pp; stage 0's embedding group is the same two
+  // dp 4: the data-parallel group, the replicas and the expert-dp group are the same four ranks;
+  // with the dp group reducing on its own stream, it has its own.
+  EXPECT_EQ(groups(1, 4, 1, 1, 1, "nccl"), 1);
+  EXPECT_EQ(groups(1, 4, 1, 1, 1, "nccl", true), 2);
+  // dp 4 with ep 2: dp and the replicas (four ranks), ep 2, expert-dp 2.
+  EXPECT_EQ(groups(1, 4, 1, 1, 2, "nccl"), 3);
+  // tp 2 x dp 2 x ep 2: tp, dp (= replicas = ep).
+  EXPECT_EQ(groups(2, 2, 1, 1, 2, "nccl"), 2);
+  // sharding 2 of one replica: dp and sharding are the same two ranks; at stage 2 the sharding
+  // group reduces on its own stream and has its own.
+  EXPECT_EQ(groups(1, 1, 1, 2, 1, "nccl"), 1);
+  EXPECT_EQ(groups(1, 1, 1, 2, 1, "nccl", false, 2), 2);
+  // sharding 2 x 2 replicas: dp (4), sharding (2), replicas (2, = expert-dp).
+  EXPECT_EQ(groups(1, 2, 1, 2, 1, "nccl"), 3);
   EXPECT_EQ(groups(2, 4, 2, 1, 1, "mpi"), 0);  // host-staged: no NCCL
   TrainConfig c = TinyConfig(2, 8);
   c.distributed.dp_degree = 4;
   EXPECT_EQ(PlanRankMemory(c, 0, DType::kF32, false).nccl, 0.0);  // CPU ranks
-  // pp 4: the middle stages hold no embedding group.
+  // pp 4: the middle stages hold no embedding group; the last one does (its own two ranks).
   c = TinyConfig(2, 8);
   c.model.num_layers = 4;
   c.distributed.pp_degree = 4;
