@@ -3,6 +3,7 @@
 // Compute times kernels), and writes them as CSV at exit. Nothing in the program changes:
 //
 //   export CUDA_INJECTION64_PATH=build-gpu/tests/libkernel_timeline.so KERNEL_TIMELINE_OUT=t.csv
+//   (t-%p.csv: a file per process, named by its id: a bench script's trainer and peer runs)
 //   build-gpu/src/trainer train ...
 //   python3 bench/timeline_summary.py t.csv      # per step: busy time, gaps, kernels by time
 //
@@ -14,6 +15,8 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+
+#include <unistd.h>
 
 namespace {
 
@@ -69,8 +72,11 @@ void FlushAtExit() {
 
 // Called by the CUDA driver when CUDA_INJECTION64_PATH names this library.
 extern "C" int InitializeInjection(void) {
-  const char* path = std::getenv("KERNEL_TIMELINE_OUT");
-  g_out = std::fopen(path != nullptr ? path : "kernel_timeline.csv", "w");
+  const char* given = std::getenv("KERNEL_TIMELINE_OUT");
+  std::string path = given != nullptr ? given : "kernel_timeline.csv";
+  const size_t pid_at = path.find("%p");  // "%p": this process's id (one file per process)
+  if (pid_at != std::string::npos) path.replace(pid_at, 2, std::to_string(getpid()));
+  g_out = std::fopen(path.c_str(), "w");
   if (g_out == nullptr) return 0;
   std::fprintf(g_out, "kind,start_ns,end_ns,stream,name\n");
   if (cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted) != CUPTI_SUCCESS) return 0;
