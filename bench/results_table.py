@@ -4,7 +4,8 @@
   results_table.py [FILE...] [--all | --compact] [--update DOC | --check DOC]
 
 FILE: records, one JSON object a line, oldest first (default: bench/results/gpu.jsonl).
-Prints a markdown table with one row per model, hardware and layout: the latest record of each
+Prints a markdown table with one row per model, hardware and layout (and PyTorch script, where a
+path outside bench/ names it: "PyTorch (../shared/bench/torch_llama.py)"): the latest record of each
 (the last in the file), then, per row, the range of the ratio over every record of the same
 commit. --all prints every record instead, oldest first; --compact the latest with fewer columns
 (README.md's). --update DOC writes the table between the lines "<!-- results_table.py: begin -->"
@@ -39,8 +40,20 @@ def load(paths):
     return records
 
 
+def peer_script(peer):
+    """The PyTorch script of a peer named "PyTorch (DIR/SCRIPT)" by a path outside bench/ (such as
+    ../shared/bench/torch_llama.py); "" for bench/'s scripts and bare names."""
+    name = peer.get("name", "")
+    if name.startswith("PyTorch (") and name.endswith(")"):
+        script = name[len("PyTorch ("):-1]
+        if "/" in script and not script.startswith("bench/"):
+            return script
+    return ""
+
+
 def key(rec):
-    return rec["model"], rec["hardware"], rec["layout"]
+    """A row: model, GPUs and layout; against a PyTorch script from outside bench/, a row of its own."""
+    return rec["model"], rec["hardware"], rec["layout"], peer_script(rec["peer"])
 
 
 def number(x):
@@ -50,7 +63,8 @@ def number(x):
 def against(peer):
     name = peer.get("name", "")
     if name.startswith("PyTorch"):
-        return "PyTorch, B=%s" % peer["micro_batch"]
+        script = peer_script(peer)
+        return "PyTorch%s, B=%s" % (" (%s)" % script if script else "", peer["micro_batch"])
     return name.replace("the trainer on ", "")
 
 

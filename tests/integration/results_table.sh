@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/results_table.py on records whose table is known: the latest record per model, GPUs and
-# layout (the last in the file), memory from an earlier record of the same shape where the latest
+# layout (the last in the file; against a PyTorch script from outside bench/, a row of its own), memory from an earlier record of the same shape where the latest
 # has none, the ratio's range over the records of one commit, --all, and --update / --check on a
 # page with the table's markers (and README.md's compact table); then the repository's own records,
 # and that docs/performance.md and README.md show their tables.
@@ -19,6 +19,8 @@ rec() {  # rec DATE COMMIT HARDWARE MODEL LAYOUT B TOK MEMORY PEER_B PEER_TOK RA
   rec 2026-01-02 bbbbbbb "1x GPU" "GPT-2 124M" "1 GPU" 64 1100 - 64 1000 1.100
   rec 2026-01-03 bbbbbbb "1x GPU" "GPT-2 124M" "1 GPU" 64 1200 - 32 1000 1.200
   echo '{"date": "2026-01-03", "commit": "bbbbbbb", "hardware": "2x GPU", "model": "GPT-2 124M", "layout": "dp2 ZeRO-1", "micro_batch": 32, "tokens_per_s": 1900, "peer": {"name": "the trainer on 1 GPU", "micro_batch": 32, "tokens_per_s": 1000}, "ratio": 1.9}'
+  rec 2026-01-04 ccccccc "1x GPU" "GPT 1.3B" "1 GPU" 16 950 - 16 700 1.357 |
+    sed 's|bench/torch_gpt.py|../shared/torch_gpt.py|'
 } > "$DIR/r.jsonl"
 python3 "$SRC/bench/results_table.py" "$DIR/r.jsonl" > "$DIR/table.md"
 cat "$DIR/table.md"
@@ -27,6 +29,7 @@ cat > "$DIR/expected.md" <<'EOF'
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 | GPT-2 124M | 1x GPU | 1 GPU | 64 | 1,200 | 50.0% | 30.0 GiB* | PyTorch, B=32 | 1,000 | **1.200** | bbbbbbb | 2026-01-03 |
 | GPT 1.3B | 1x GPU | 1 GPU | 16 | 900 | 50.0% | 77.0 GiB | PyTorch, B=16 | 800 | **1.125** | aaaaaaa | 2026-01-01 |
+| GPT 1.3B | 1x GPU | 1 GPU | 16 | 950 | 50.0% | - | PyTorch (../shared/torch_gpt.py), B=16 | 700 | **1.357** | ccccccc | 2026-01-04 |
 | GPT-2 124M | 2x GPU | dp2 ZeRO-1 | 32 | 1,900 | - | - | 1 GPU | 1,000 | **1.900** | bbbbbbb | 2026-01-03 |
 
 \* memory from the latest earlier record of the same model, layout and micro-batch.
@@ -35,8 +38,8 @@ The ratio over every record of the same commit: GPT-2 124M, 1 GPU: 1.100-1.200 (
 EOF
 diff "$DIR/expected.md" "$DIR/table.md" || { echo "FAIL: the table differs from the expected one"; exit 1; }
 echo "ok: the latest record per row, memory from an earlier record, the ratio's range"
-[ "$(python3 "$SRC/bench/results_table.py" --all "$DIR/r.jsonl" | grep -c '^| GPT')" = 5 ] ||
-  { echo "FAIL: --all should print all 5 records"; exit 1; }
+[ "$(python3 "$SRC/bench/results_table.py" --all "$DIR/r.jsonl" | grep -c '^| GPT')" = 6 ] ||
+  { echo "FAIL: --all should print all 6 records"; exit 1; }
 printf 'Intro\n\n<!-- results_table.py: begin -->\nold table\n<!-- results_table.py: end -->\n\nMore\n' > "$DIR/page.md"
 if python3 "$SRC/bench/results_table.py" "$DIR/r.jsonl" --check "$DIR/page.md" 2> /dev/null; then
   echo "FAIL: --check passed a page with an old table"; exit 1
@@ -49,7 +52,7 @@ python3 "$SRC/bench/results_table.py" "$DIR/r.jsonl" --check "$DIR/page.md"
 printf '<!-- results_table.py --compact: begin -->\nold\n<!-- results_table.py: end -->\n' > "$DIR/readme.md"
 python3 "$SRC/bench/results_table.py" "$DIR/r.jsonl" --update "$DIR/readme.md"
 grep -qxF '| GPT-2 124M | 1x GPU | 1 GPU | 64 | 1,200 | 50.0% | **1.200**x PyTorch, B=32 |' "$DIR/readme.md" &&
-  [ "$(grep -c '^| ' "$DIR/readme.md")" = 5 ] ||
+  [ "$(grep -c '^| ' "$DIR/readme.md")" = 6 ] ||
   { echo "FAIL: the compact table:"; cat "$DIR/readme.md"; exit 1; }
 echo "ok: --all, --update and --check, the full and the compact table"
 echo '{"date": "2026-01-01", "model": "x"}' > "$DIR/bad.jsonl"
