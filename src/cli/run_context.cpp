@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 
 #include "cli/check_gpu.h"
@@ -283,6 +284,13 @@ Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
       {mpi_groups.ep.get(), &groups.ep},
       {mpi_groups.expert_dp.get(), &groups.expert_dp},
       {mpi_groups.embedding.get(), &groups.embedding}};
+  // A shared communicator is named by all its groups ("dp/replica/expert_dp"), for its errors.
+  std::vector<std::string> names(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    MpiCommunicator* mpi = by_group[static_cast<int>(specs[i].group)].first;
+    std::string& name = names[specs[i].shares >= 0 ? specs[i].shares : i];
+    if (mpi != nullptr) name += (name.empty() ? "" : "/") + mpi->name();
+  }
   std::vector<Communicator*> built(specs.size(), nullptr);
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto [mpi, slot] = by_group[static_cast<int>(specs[i].group)];
@@ -293,8 +301,9 @@ Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
     if (specs[i].shares >= 0) {
       built[i] = built[specs[i].shares];
     } else {
+      MpiCommunicator named(mpi->comm(), names[i], /*owns=*/false);
       std::unique_ptr<Communicator> comm;
-      TRAINER_RETURN_IF_ERROR(MakeDeviceCommunicator(mpi, config, &comm, specs[i].own_stream));
+      TRAINER_RETURN_IF_ERROR(MakeDeviceCommunicator(&named, config, &comm, specs[i].own_stream));
       built[i] = comm.get();
       device_groups.push_back(std::move(comm));
     }
