@@ -149,8 +149,10 @@ assert r["command"] == ("STEPS=30 NP=1 bench/gpu_vs_pytorch.sh %s/bin/trainer %s
                         "124m:8 124m:16:trainer" % (d, d)), r
 assert len(r["date"]) == 10 and r["memory_planned"] == "12.3 GiB", r
 PY
+# A peer script from outside bench/ is named in the table's "against" column.
+peer_dir=${DIR#"$(cd "$SRC" && pwd)/"}
 python3 "$SRC/bench/results_table.py" "$DIR/records.jsonl" |
-  grep -qF '| GPT-2 124M | 1x NVIDIA H200 SXM | 1 GPU | 8 | 1,100 | 50.0% | 1.5 GiB | PyTorch, B=8 | 1,000 | **1.100** | abc1234 |' ||
+  grep -qF "| GPT-2 124M | 1x NVIDIA H200 SXM | 1 GPU | 8 | 1,100 | 50.0% | 1.5 GiB | PyTorch ($peer_dir/peer.py), B=8 | 1,000 | **1.100** | abc1234 |" ||
   { echo "FAIL: results_table.py on the records:"; python3 "$SRC/bench/results_table.py" "$DIR/records.jsonl"; exit 1; }
 echo "ok: RECORD=1 appends one record per comparison, and results_table.py reads them"
 # NP=2: the trainer on two GPUs, then on one as its baseline; the ratio and its record (dp2 with
