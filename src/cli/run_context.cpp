@@ -268,12 +268,11 @@ Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
   // One device communicator per MPI group (the embedding group only where this rank belongs to
   // it), shared by the groups that have the same ranks (device_groups.h). With
   // Distributed.overlap_grad_reduce the DP group runs on a stream of its own (gradient buckets
-  // reduced during the backward pass), as the sharding group does when it reduce-scatters and
-  // gathers during the backward (and stage 3's forward) with Distributed.sharding.reduce_overlap.
+  // reduced during the backward pass), as the sharding group does with
+  // Distributed.sharding.reduce_overlap at stage 2-3.
   const DistributedConfig& d = config.distributed;
-  const std::vector<DeviceGroupSpec> specs =
-      PlanDeviceGroups(groups.topology, groups.coord.pp, d.overlap_grad_reduce,
-                       d.zero_stage() >= 2 && d.sharding.reduce_overlap);
+  const std::vector<DeviceGroupSpec> specs = PlanDeviceGroups(
+      groups.topology, groups.coord.pp, d.overlap_grad_reduce, d.sharding_on_own_stream());
   // The MPI group and the slot of each DeviceGroup, in the enum's order.
   const std::pair<MpiCommunicator*, Communicator**> by_group[] = {
       {mpi_groups.tp.get(), &groups.tp},

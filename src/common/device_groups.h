@@ -1,4 +1,4 @@
-// DeviceGroupPlan: the device communicators one rank builds (run_context.cpp) and that the memory
+// PlanDeviceGroups: the device communicators one rank builds (run_context.cpp) and that the memory
 // plan counts, in one place. Each process group spans some of the order string's dimensions
 // (topology.h); the dimensions of one member do not change who is in it, so two groups spanning
 // the same dimensions of more than one member have the same ranks in the same order, and one

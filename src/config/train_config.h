@@ -124,6 +124,9 @@ struct DistributedConfig {
   int data_parallel_size() const { return dp_degree * sharding.sharding_degree; }
   // The ZeRO stage in effect: 0 when nothing is sharded.
   int zero_stage() const { return sharding.sharding_degree > 1 ? sharding.sharding_stage : 0; }
+  // GPU: the sharding group reduce-scatters and gathers during the backward pass (and stage 3's
+  // forward) on a stream of its own.
+  bool sharding_on_own_stream() const { return zero_stage() >= 2 && sharding.reduce_overlap; }
   // GPU: all-reduce each block's gradients over DP during the backward pass, on a stream of its
   // own (off by default: on one NVLink node it costs as much as it hides; docs/performance.md).
   bool overlap_grad_reduce = false;

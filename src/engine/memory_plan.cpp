@@ -91,8 +91,8 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
     // one).
     const Topology t = d.topology(d.tp_degree * d.data_parallel_size() * d.pp_degree);
     if (!d.host_staged())
-      m.nccl_groups = CountOwnCommunicators(PlanDeviceGroups(
-          t, stage, d.overlap_grad_reduce, d.zero_stage() >= 2 && d.sharding.reduce_overlap));
+      m.nccl_groups = CountOwnCommunicators(
+          PlanDeviceGroups(t, stage, d.overlap_grad_reduce, d.sharding_on_own_stream()));
     m.nccl = m.nccl_groups * kNcclCommunicatorBytes;
     // cuDNN's attention backward: dQ's f32 accumulator, 4 bytes per query channel and token; with
     // grouped-query attention as much again (the keys' and values' gradients per query head
