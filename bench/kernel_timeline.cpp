@@ -10,13 +10,12 @@
 // CSV columns: kind (kernel|memset|memcpy), start_ns, end_ns, stream, name.
 #include <cupti.h>
 #include <cxxabi.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
-
-#include <unistd.h>
 
 namespace {
 
@@ -74,8 +73,10 @@ void FlushAtExit() {
 extern "C" int InitializeInjection(void) {
   const char* given = std::getenv("KERNEL_TIMELINE_OUT");
   std::string path = given != nullptr ? given : "kernel_timeline.csv";
-  const size_t pid_at = path.find("%p");  // "%p": this process's id (one file per process)
-  if (pid_at != std::string::npos) path.replace(pid_at, 2, std::to_string(getpid()));
+  // "%p": this process's id (one file per process), wherever it appears.
+  const std::string pid = std::to_string(getpid());
+  for (size_t at = path.find("%p"); at != std::string::npos; at = path.find("%p", at + pid.size()))
+    path.replace(at, 2, pid);
   g_out = std::fopen(path.c_str(), "w");
   if (g_out == nullptr) return 0;
   std::fprintf(g_out, "kind,start_ns,end_ns,stream,name\n");
