@@ -55,7 +55,9 @@ struct UnevenAllToAll {
         received[recv_displs[s] + i] = true;
       }
     for (size_t i = 0; i < recv.size(); ++i)  // the gaps and the element past the last block
-      if (!received[i]) EXPECT_EQ(recv[i], -7.f) << "at " << i;
+      if (!received[i]) {
+        EXPECT_EQ(recv[i], -7.f) << "at " << i;
+      }
   }
 };
 

@@ -299,7 +299,9 @@ TEST_F(CudaMoeTest, RouterChoicesOfNanScoresMatchCpu) {
     for (int64_t t = 0; t < N; ++t)
       for (int k = 0; k < K; ++k) {
         ASSERT_GE(got[t * K + k], 0) << "row " << t;
-        if (k > 0) ASSERT_GT(got[t * K + k], got[t * K + k - 1]) << "row " << t;
+        if (k > 0) {
+          ASSERT_GT(got[t * K + k], got[t * K + k - 1]) << "row " << t;
+        }
       }
   }
 }
