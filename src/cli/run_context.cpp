@@ -273,26 +273,16 @@ Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
   const DistributedConfig& d = config.distributed;
   const std::vector<DeviceGroupSpec> specs = PlanDeviceGroups(
       groups.topology, groups.coord.pp, d.overlap_grad_reduce, d.sharding_on_own_stream());
-  // The MPI group and the slot of each DeviceGroup, in the enum's order.
-  const std::pair<MpiCommunicator*, Communicator**> by_group[] = {
-      {mpi_groups.tp.get(), &groups.tp},
-      {mpi_groups.dp.get(), &groups.dp},
-      {mpi_groups.pp.get(), &groups.pp},
-      {mpi_groups.sharding.get(), &groups.sharding},
-      {mpi_groups.replica.get(), &groups.replica},
-      {mpi_groups.ep.get(), &groups.ep},
-      {mpi_groups.expert_dp.get(), &groups.expert_dp},
-      {mpi_groups.embedding.get(), &groups.embedding}};
   // A shared communicator is named by all its groups ("dp/replica/expert_dp"), for its errors.
   std::vector<std::string> names(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
-    MpiCommunicator* mpi = by_group[static_cast<int>(specs[i].group)].first;
+    MpiCommunicator* mpi = mpi_groups.Of(specs[i].group);
     std::string& name = names[specs[i].shares >= 0 ? specs[i].shares : i];
     if (mpi != nullptr) name += (name.empty() ? "" : "/") + mpi->name();
   }
   std::vector<Communicator*> built(specs.size(), nullptr);
   for (size_t i = 0; i < specs.size(); ++i) {
-    const auto [mpi, slot] = by_group[static_cast<int>(specs[i].group)];
+    MpiCommunicator* mpi = mpi_groups.Of(specs[i].group);
     if (mpi == nullptr) continue;
     if (mpi->size() != specs[i].members)  // the plan and the MPI split disagree
       return RuntimeError(StrFormat("device group %s has %d ranks, planned %d", mpi->name().c_str(),
@@ -306,7 +296,7 @@ Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
       built[i] = comm.get();
       device_groups.push_back(std::move(comm));
     }
-    *slot = built[i];
+    groups.Of(specs[i].group) = built[i];
   }
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "common/communicator.h"
+#include "common/device_groups.h"
 #include "common/topology.h"
 
 namespace trainer {
@@ -29,6 +30,28 @@ struct ParallelGroups {
   // gradients' sum). Groups of one without EP.
   Communicator* ep = nullptr;
   Communicator* expert_dp = nullptr;
+  // The slot of a device group.
+  Communicator*& Of(DeviceGroup g) {
+    switch (g) {
+      case DeviceGroup::kTp:
+        return tp;
+      case DeviceGroup::kDp:
+        return dp;
+      case DeviceGroup::kPp:
+        return pp;
+      case DeviceGroup::kSharding:
+        return sharding;
+      case DeviceGroup::kReplica:
+        return replica;
+      case DeviceGroup::kEp:
+        return ep;
+      case DeviceGroup::kExpertDp:
+        return expert_dp;
+      case DeviceGroup::kEmbedding:
+        break;
+    }
+    return embedding;
+  }
 };
 
 }  // namespace trainer

@@ -22,8 +22,9 @@ namespace trainer {
 constexpr double kGpuBaseBytes = 0.76 * 1024 * 1024 * 1024;
 // One NCCL communicator's own device memory before any peer's buffers: when runs on one GPU
 // built four more of them (sharding, replica, ep, expert_dp), their memory rose by 1.55-1.59 GiB
-// on H100s and H200s for every model. Counted for each group of more than one member with
-// Distributed.gpu_collectives=nccl; the buffers NCCL adds for its peers come on top.
+// on H100s and H200s for every model. Counted for each communicator of more than one member
+// with Distributed.gpu_collectives=nccl (groups of the same ranks share one, device_groups.h); the
+// buffers NCCL adds for its peers come on top.
 constexpr double kNcclCommunicatorBytes = 0.39 * 1024 * 1024 * 1024;
 // GPU memory in use beyond a rank's base that its memory error puts down to other processes (well
 // above what NCCL's buffers take where communicators exist by the check).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/communicator.h"
+#include "common/device_groups.h"
 #include "common/status.h"
 #include "common/topology.h"
 
@@ -62,6 +63,28 @@ struct ProcessGroups {
   // First and last pipeline stage of the same (tp, dp) coordinates: sums the tied embedding's
   // gradient. Null on middle stages and when pp == 1.
   std::unique_ptr<MpiCommunicator> embedding;
+  // The MPI group of a device group (null where this rank has none).
+  MpiCommunicator* Of(DeviceGroup g) const {
+    switch (g) {
+      case DeviceGroup::kTp:
+        return tp.get();
+      case DeviceGroup::kDp:
+        return dp.get();
+      case DeviceGroup::kPp:
+        return pp.get();
+      case DeviceGroup::kSharding:
+        return sharding.get();
+      case DeviceGroup::kReplica:
+        return replica.get();
+      case DeviceGroup::kEp:
+        return ep.get();
+      case DeviceGroup::kExpertDp:
+        return expert_dp.get();
+      case DeviceGroup::kEmbedding:
+        return embedding.get();
+    }
+    return nullptr;
+  }
 };
 
 class MpiRuntime {

@@ -70,9 +70,5 @@ TEST(Topology, ExpertGroupsAreCarvedOutOfDataParallelRanks) {
 }  // namespace trainer
 
 int main(int argc, char** argv) {
-  std::unique_ptr<trainer::MpiRuntime> runtime;
-  if (!trainer::InitMpiTests(&argc, &argv, &runtime)) return 1;
-  trainer::g_runtime = runtime.get();
-  trainer::PrintResultsOnRankZeroOnly(runtime->rank());
-  return trainer::WorldVerdict(runtime.get(), RUN_ALL_TESTS());
+  return trainer::RunMpiTests(argc, argv, &trainer::g_runtime);
 }

@@ -19,28 +19,6 @@ namespace {
 
 MpiRuntime* g_runtime = nullptr;
 
-MpiCommunicator* GroupOf(const ProcessGroups& g, DeviceGroup which) {
-  switch (which) {
-    case DeviceGroup::kTp:
-      return g.tp.get();
-    case DeviceGroup::kDp:
-      return g.dp.get();
-    case DeviceGroup::kPp:
-      return g.pp.get();
-    case DeviceGroup::kSharding:
-      return g.sharding.get();
-    case DeviceGroup::kReplica:
-      return g.replica.get();
-    case DeviceGroup::kEp:
-      return g.ep.get();
-    case DeviceGroup::kExpertDp:
-      return g.expert_dp.get();
-    case DeviceGroup::kEmbedding:
-      return g.embedding.get();
-  }
-  return nullptr;
-}
-
 bool Congruent(MpiCommunicator* a, MpiCommunicator* b) {
   int result = MPI_UNEQUAL;
   MPI_Comm_compare(a->comm(), b->comm(), &result);
@@ -69,13 +47,13 @@ TEST(MpiDeviceGroups, PlanSharesExactlyTheCongruentGroups) {
         SCOPED_TRACE(testing::Message()
                      << "tp " << f[0] << " sharding " << f[1] << " ep " << f[2] << " edp " << f[3]
                      << " pp " << f[4] << " overlap " << overlap << " group " << i);
-        MpiCommunicator* mine = GroupOf(groups, specs[i].group);
+        MpiCommunicator* mine = groups.Of(specs[i].group);
         EXPECT_EQ(mine == nullptr ? 0 : mine->size(), specs[i].members);
         int expected = -1;  // the first earlier own communicator with the same ranks
         for (size_t j = 0;
              j < i && expected < 0 && mine != nullptr && mine->size() > 1 && !specs[i].own_stream;
              ++j) {
-          MpiCommunicator* other = GroupOf(groups, specs[j].group);
+          MpiCommunicator* other = groups.Of(specs[j].group);
           if (specs[j].shares < 0 && !specs[j].own_stream && other != nullptr &&
               Congruent(mine, other))
             expected = static_cast<int>(j);
@@ -92,9 +70,5 @@ TEST(MpiDeviceGroups, PlanSharesExactlyTheCongruentGroups) {
 }  // namespace trainer
 
 int main(int argc, char** argv) {
-  std::unique_ptr<trainer::MpiRuntime> runtime;
-  if (!trainer::InitMpiTests(&argc, &argv, &runtime)) return 1;
-  trainer::g_runtime = runtime.get();
-  trainer::PrintResultsOnRankZeroOnly(runtime->rank());
-  return trainer::WorldVerdict(runtime.get(), RUN_ALL_TESTS());
+  return trainer::RunMpiTests(argc, argv, &trainer::g_runtime);
 }

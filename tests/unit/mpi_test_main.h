@@ -30,4 +30,14 @@ inline int WorldVerdict(MpiRuntime* runtime, int failed) {
   return failed;
 }
 
+// The whole main() of an MPI gtest: MPI and gtest set up, every test run (*runtime_out, where
+// given, is the runtime meanwhile), rank 0 printing, the world's verdict as the exit code.
+inline int RunMpiTests(int argc, char** argv, MpiRuntime** runtime_out = nullptr) {
+  std::unique_ptr<MpiRuntime> runtime;
+  if (!InitMpiTests(&argc, &argv, &runtime)) return 1;
+  if (runtime_out != nullptr) *runtime_out = runtime.get();
+  PrintResultsOnRankZeroOnly(runtime->rank());
+  return WorldVerdict(runtime.get(), RUN_ALL_TESTS());
+}
+
 }  // namespace trainer

@@ -201,8 +201,5 @@ TEST_F(StagedTest, ZeroCountsDoNothing) {
 }  // namespace trainer
 
 int main(int argc, char** argv) {
-  std::unique_ptr<trainer::MpiRuntime> runtime;
-  if (!trainer::InitMpiTests(&argc, &argv, &runtime)) return 1;
-  trainer::PrintResultsOnRankZeroOnly(runtime->rank());
-  return trainer::WorldVerdict(runtime.get(), RUN_ALL_TESTS());
+  return trainer::RunMpiTests(argc, argv);
 }
