@@ -396,6 +396,13 @@ class Backend {
   // (cuBLAS's grouped GEMM), the per-group loop on the CPU.
   Status GroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
                               const std::vector<ExpertRun>& groups);
+  // The experts' [gate | up] product and their SwiGLU in one op: h (M,2F) as GroupedMatmulForward's
+  // out (weights (E,2F,C): each expert's F gate rows, then its F up rows) and act[R] (M,F) =
+  // SwiGluForward of h[R]; rows in no group of either untouched. One launch on our sm90 kernels
+  // (the SwiGLU in the GEMM's epilogue); elsewhere the product, then SwiGLU over each run of
+  // abutting groups.
+  Status GroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
+                                    const std::vector<ExpertRun>& groups);
   // din[R] (M,C) = dout[R] (M,OC) @ W (overwritten; skipped when empty); dweights (E,OC,C) f32:
   // dweights[g.expert] += dout[R]^T @ in[R] (skipped when empty), or with dweights_write
   // kOverwrite dweights[e] = the sum over expert e's groups, zero for an expert in no group (with
@@ -517,6 +524,8 @@ class Backend {
   virtual Status RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
                                           Tensor weights, const std::vector<ExpertRun>& groups,
                                           GradientWrite dweights_write);
+  virtual Status RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
+                                               const std::vector<ExpertRun>& groups);
 };
 
 std::unique_ptr<Backend> MakeCpuBackend();

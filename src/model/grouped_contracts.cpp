@@ -1,8 +1,10 @@
 // The contracts of Backend's grouped matrix products (backend.h: the MoE experts over their row
 // groups), checked once for every backend (op_contract.h) before the backend's Run* hook, and the
-// hooks' default: one RunMatmulForward / RunMatmulBackward per group, the plain loop that is the
-// CPU's implementation (its twin for the GPU's grouped GEMMs) and the GPU's fallback.
+// hooks' default: one RunMatmulForward / RunMatmulBackward per group (then RunSwiGluForward per
+// span of groups), the plain loop that is the CPU's implementation (its twin for the GPU's grouped
+// GEMMs) and the GPU's fallback.
 #include <algorithm>
+#include <utility>
 
 #include "model/backend.h"
 #include "model/op_contract.h"
@@ -67,6 +69,20 @@ Status Backend::GroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
   return RunGroupedMatmulForward(out, in, weights, groups);
 }
 
+Status Backend::GroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
+                                           const std::vector<ExpertRun>& groups) {
+  const DType cd = compute_dtype();
+  OpContract c(*this, "GroupedMatmulSwiGluForward");
+  CheckGroups(c, cd, "in", in, "h", h, weights, groups);
+  TRAINER_RETURN_IF_ERROR(c.status());
+  c.Require(Cols(h) % 2 == 0, "h " + h.shape_string() + " has an odd width ([gate | up])")
+      .Has("act", act, cd, Rows(h) * (Cols(h) / 2))
+      .Require(Cols(act) == Cols(h) / 2,
+               "act " + act.shape_string() + " is not (M, F) for h " + h.shape_string());
+  TRAINER_RETURN_IF_ERROR(c.status());
+  return RunGroupedMatmulSwiGluForward(h, act, in, weights, groups);
+}
+
 Status Backend::GroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
                                       Tensor weights, const std::vector<ExpertRun>& groups,
                                       GradientWrite dweights_write) {
@@ -107,6 +123,24 @@ Status Backend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
   }
   SetRaggedGroups(false);
   return s;
+}
+
+Status Backend::RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
+                                              const std::vector<ExpertRun>& groups) {
+  TRAINER_RETURN_IF_ERROR(RunGroupedMatmulForward(h, in, weights, groups));
+  // SwiGLU over each span of abutting groups (the experts' runs tile their rows: one span).
+  std::vector<std::pair<int64_t, int64_t>> spans;  // (offset, end)
+  for (const ExpertRun& g : groups) {
+    if (g.rows == 0) continue;
+    if (!spans.empty() && spans.back().second == g.offset)
+      spans.back().second += g.rows;
+    else
+      spans.emplace_back(g.offset, g.offset + g.rows);
+  }
+  for (const auto& [offset, end] : spans)
+    TRAINER_RETURN_IF_ERROR(RunSwiGluForward(MatrixRows(act, offset, end - offset),
+                                             MatrixRows(h, offset, end - offset)));
+  return Status::Ok();
 }
 
 Status Backend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,

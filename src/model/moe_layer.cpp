@@ -153,9 +153,12 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
   // shared expert over every token, combine.
   const Tensor xe = ep ? a.x_recv : a.x_perm, ye = ep ? a.y_recv : a.y;
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, a.x_perm, xe, true));
-  // The experts: one grouped GEMM for [gate|up], SwiGLU over all their rows, one for down.
-  TRAINER_RETURN_IF_ERROR(be->GroupedMatmulForward(a.h, xe, w.experts_gu, d->runs));
-  TRAINER_RETURN_IF_ERROR(MoeActivationForward(be, a));
+  // The experts: one grouped GEMM for [gate|up] with SwiGLU over all their rows, one for down.
+  int64_t rows = 0;
+  TRAINER_RETURN_IF_ERROR(CoveredRows(d->runs, &rows));
+  if (rows > 0)
+    TRAINER_RETURN_IF_ERROR(be->GroupedMatmulSwiGluForward(
+        MatrixRows(a.h, 0, rows), MatrixRows(a.act, 0, rows), xe, w.experts_gu, d->runs));
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulForward(ye, a.act, w.experts_down, d->runs));
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, ye, a.y, false));
   if (s.shared_ffn > 0)

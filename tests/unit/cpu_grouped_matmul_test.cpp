@@ -1,10 +1,12 @@
 // CpuBackend tests, part 6: the grouped matrix products (the MoE experts over their row groups,
-// Backend::GroupedMatmulForward/Backward) against a naive double-precision loop, over odd sizes,
+// Backend::GroupedMatmulForward/Backward, GroupedMatmulSwiGluForward) against a naive
+// double-precision loop, over odd sizes,
 // uneven groups, empty experts, every row on one expert, experts in two runs (expert
 // parallelism's received rows), the weight gradient accumulated and overwritten, and rows in no
 // group left as they were; the contract refuses overlapping groups and unknown experts.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +41,28 @@ TEST_P(CpuGroupedMatmul, MatchesNaiveLoop) {
   EXPECT_TRUE(AllClose(out, grouped_testing::ForwardReference(in, w, out0, groups, C, OC), 1e-5));
   for (int64_t r = M - grouped_testing::kSpareRows; r < M; ++r)
     for (int64_t o = 0; o < OC; ++o) ASSERT_EQ(out[r * OC + o], out0[r * OC + o]) << "row " << r;
+  {  // The product with SwiGLU (OC = 2F, [gate | up]): h as the forward's, act = silu(gate) * up
+     // of it on the groups' rows, the other rows of both untouched; an odd OC is refused.
+    SCOPED_TRACE("forward + SwiGLU");
+    const int64_t F = OC / 2;
+    std::vector<float> h = out0, act0 = RandomFloats(M * F, 7), act = act0;
+    const Status s = be->GroupedMatmulSwiGluForward(View(h, {M, OC}), View(act, {M, F}),
+                                                    View(in, {M, C}), View(w, {E, OC, C}), groups);
+    if (OC % 2 != 0) {
+      EXPECT_NE(s.message().find("odd width"), std::string::npos) << s.message();
+    } else {
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_TRUE(testing::BitwiseEqual(h, out));
+      std::vector<double> want(act0.begin(), act0.end());
+      for (const ExpertRun& g : groups)
+        for (int64_t r = g.offset; r < g.offset + g.rows; ++r)
+          for (int64_t f = 0; f < F; ++f) {
+            const double x = h[r * OC + f], u = h[r * OC + F + f];
+            want[r * F + f] = x / (1 + std::exp(-x)) * u;
+          }
+      EXPECT_TRUE(AllClose(act, want, 1e-5));
+    }
+  }
   for (bool accumulate : {true, false}) {
     SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
     std::vector<float> din = din0, dw = dw0;

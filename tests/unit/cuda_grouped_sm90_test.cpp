@@ -1,17 +1,18 @@
 // GPU tests of our sm90 grouped GEMMs (src/model/cuda/sm90/grouped_gemm_sm90.cu) through the CUDA
 // backend's grouped_gemm route, forced (set_grouped_gemm_route) or pinned (Engine.gpu_routes),
 // against the CPU twin (the CPU backend's per-group loop) on the same bf16-rounded inputs: the
-// forward, the input gradient and the weight gradient (overwritten and accumulated; experts without
-// rows untouched to the bit) on groups of 1, 127, 128, 129 and 300 rows, with rows in no group
-// between the groups (NaN in the inputs, their outputs kept to the bit), empty experts, every row
-// on one expert, one group, an expert in two runs, 64 experts of random sizes, and OLMoE's and
-// Mixtral's expert shapes (C 2048; OC 1024, 2048, 7168, 14336; the down projection C 1024, OC
-// 2048; the weight gradient on those with up to 64M weights). Each call must have run our kernel
-// once (path_counts().grouped_sm90) and cuBLAS's grouped GEMM never. A pin runs our kernel and is
-// recorded; pins and a TRAINER_GROUPED_GEMM value that do not apply are refused in one line. A
-// benchmark prints the TFLOP/s of our kernel, cuBLAS's grouped GEMM, the per-group loop and one
-// dense cuBLASLt GEMM of the same rows (not asserted). The kernel's cases skip on GPUs other than
-// sm_90.
+// forward (alone, and with SwiGLU in its epilogue: its h equal to the forward's to the bit, its act
+// to SwiGluForward's), the input gradient and the weight gradient (overwritten and accumulated;
+// experts without rows untouched to the bit) on groups of 1, 127, 128, 129 and 300 rows, with rows
+// in no group between the groups (NaN in the inputs, their outputs kept to the bit), empty
+// experts, every row on one expert, one group, an expert in two runs, 64 experts of random sizes,
+// and OLMoE's and Mixtral's expert shapes (C 2048; OC 1024, 2048, 7168, 14336; the down projection
+// C 1024, OC 2048; the weight gradient on those with up to 64M weights). Each call must have run
+// our kernel once (path_counts().grouped_sm90) and cuBLAS's grouped GEMM never. A pin runs our
+// kernel and is recorded; pins and a TRAINER_GROUPED_GEMM value that do not apply are refused in
+// one line. A benchmark prints the TFLOP/s of our kernel, cuBLAS's grouped GEMM, the per-group
+// loop and one dense cuBLASLt GEMM of the same rows (not asserted). The kernel's cases skip on
+// GPUs other than sm_90.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -147,13 +148,40 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
     const int sm90 = Sm90(), cublas = Cublas();
     ASSERT_STATUS_OK(
         gpu_->GroupedMatmulForward(g_out->tensor(), g_in->tensor(), g_w->tensor(), groups));
-    ExpectRows(g_out->Download(), out, out0, in_group, OC);
+    const std::vector<float> h = g_out->Download();
+    ExpectRows(h, out, out0, in_group, OC);
     EXPECT_EQ(Sm90() - sm90, 1) << "the forward in one launch of our kernel";
+    {  // The forward with SwiGLU in its epilogue (OC = 2F): h equal to the forward's to the bit,
+       // act to SwiGluForward's of it, and both near the CPU twin's.
+      SCOPED_TRACE("forward + SwiGLU");
+      const int64_t F = OC / 2;
+      std::vector<float> act0 = Random(M * F), act = act0, h_cpu = out0;
+      ASSERT_STATUS_OK(cpu_->GroupedMatmulSwiGluForward(HostView(h_cpu, {M, OC}),
+                                                        HostView(act, {M, F}), HostView(in, {M, C}),
+                                                        HostView(w, {E, OC, C}), groups));
+      auto g_h = Compute(out0, {M, OC}), g_act = Compute(act0, {M, F});
+      auto g_act_plain = Compute(act0, {M, F});
+      const int before = Sm90();
+      ASSERT_STATUS_OK(gpu_->GroupedMatmulSwiGluForward(g_h->tensor(), g_act->tensor(),
+                                                        g_in->tensor(), g_w->tensor(), groups));
+      EXPECT_EQ(Sm90() - before, 1) << "the forward + SwiGLU in one launch of our kernel";
+      ASSERT_EQ(g_h->Download(), h) << "h differs from the forward's";
+      for (const ExpertRun& g : groups)
+        if (g.rows > 0)
+          ASSERT_STATUS_OK(gpu_->SwiGluForward(MatrixRows(g_act_plain->tensor(), g.offset, g.rows),
+                                               MatrixRows(g_out->tensor(), g.offset, g.rows)));
+      const std::vector<float> got_act = g_act->Download();
+      ASSERT_EQ(got_act, g_act_plain->Download()) << "act differs from SwiGluForward's";
+      ExpectRows(got_act, act, act0, in_group, F);
+      ExpectRows(g_h->Download(), h_cpu, out0, in_group, OC);
+    }
+    const int before_backward = Sm90();
     ASSERT_STATUS_OK(gpu_->GroupedMatmulBackward(
         g_din->tensor(), with_dw ? g_dw->tensor() : Tensor(), g_dout->tensor(), g_in->tensor(),
         g_w->tensor(), groups, write));
     ExpectRows(g_din->Download(), din, din0, in_group, C);
-    EXPECT_EQ(Sm90() - sm90, with_dw ? 3 : 2) << "each gradient in one launch of our kernels";
+    EXPECT_EQ(Sm90() - before_backward, with_dw ? 2 : 1)
+        << "each gradient in one launch of our kernels";
     EXPECT_EQ(Cublas(), cublas) << "cuBLAS's grouped GEMM ran on the sm90 route";
     if (!with_dw) continue;
     const std::vector<float> got = g_dw->Download();

@@ -216,6 +216,8 @@ class CudaBackend final : public Backend {
   Status RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
                                   Tensor weights, const std::vector<ExpertRun>& groups,
                                   GradientWrite dweights_write) override;
+  Status RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
+                                       const std::vector<ExpertRun>& groups) override;
 
  private:
   static constexpr size_t kInitialScratchBytes = 32u << 20;

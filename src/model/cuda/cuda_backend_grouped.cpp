@@ -231,6 +231,20 @@ Status CudaBackend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weight
   return Backend::RunGroupedMatmulForward(out, in, weights, groups);
 }
 
+Status CudaBackend::RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
+                                                  const std::vector<ExpertRun>& groups) {
+  const int64_t E = weights.dim(0), OC = weights.dim(1), C = weights.dim(2);
+  cuda::GroupedSm90Problem sm90{
+      cuda::GroupedSm90Op::kForwardSwiGlu, in.data, weights.data, h.data, in.dim(0), E, OC, C};
+  sm90.act = act.data;
+  // The forward's route (its pins apply): where it is ours, the SwiGLU runs in its epilogue.
+  GroupedGemmRoute route;
+  TRAINER_RETURN_IF_ERROR(
+      GroupedRoute(GroupedShape("forward", weights), GroupedSm90Runs(sm90), &route));
+  if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
+  return Backend::RunGroupedMatmulSwiGluForward(h, act, in, weights, groups);
+}
+
 Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
                                              Tensor weights, const std::vector<ExpertRun>& groups,
                                              GradientWrite dweights_write) {

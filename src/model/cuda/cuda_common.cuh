@@ -41,6 +41,15 @@ __device__ __forceinline__ bf16 FromFloat<bf16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+__device__ __forceinline__ float Sigmoid(float x) {
+  return 1.f / (1.f + expf(-x));
+}
+// SwiGLU's value silu(gate) * up, silu(x) = x sigmoid(x): one expression for every kernel that
+// computes it (swiglu.cu, the grouped GEMM's epilogue in sm90/), so that they round alike.
+__device__ __forceinline__ float SwiGluOf(float gate, float up) {
+  return gate * Sigmoid(gate) * up;
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     v += __shfl_xor_sync(0xffffffffu, v, offset);

@@ -27,10 +27,6 @@ constexpr int kDotWarps = 8;
 constexpr int kLossColumns = 32, kLossRows = 8;  // the aux loss's partial sums: experts x rows
 constexpr int kLossThreads = 256;                // its final block
 
-__device__ __forceinline__ float Sigmoid(float x) {
-  return 1.f / (1.f + expf(-x));
-}
-
 // The logsumexp of z (E), summed in f64 as cpu::Softmax does.
 __device__ float LogSumExp(const float* z, int E) {
   float max = z[0];

@@ -12,10 +12,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float Sigmoid(float x) {
-  return 1.f / (1.f + expf(-x));
-}
-
 // Blocks for N rows: a few waves, the row loop covers the rest.
 unsigned RowBlocks(int64_t N) {
   const int64_t max_blocks = 132 * 16;
@@ -35,8 +31,7 @@ __global__ void __launch_bounds__(kThreads)
       Vec16<T> y;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const float x = ToFloat(g.v[j]);
-        y.v[j] = FromFloat<T>(x * Sigmoid(x) * ToFloat(u.v[j]));
+        y.v[j] = FromFloat<T>(SwiGluOf(ToFloat(g.v[j]), ToFloat(u.v[j])));
       }
       StoreChunk<T, kVector>(o + c, y);
     }

@@ -107,12 +107,15 @@ constexpr int kNMajorBoxBytes = kBlockK * kBoxCols * 2;  // 8 KB
 // (K-major: rows; N-major: two of the four boxes) into both CTAs by multicast, so that each CTA
 // reads 32 KB per k-block from the L2 instead of 48; each stage's barrier counts all 48 KB.
 // N-major B's k-blocks start at its row b_k0 (a matrix of stacked ones: the grouped GEMMs').
+// K-major B with b_second_half >= 0 (one CTA, the map's boxes half a tile high): the tile's first
+// 128 rows of B from row n0, the other 128 from row b_second_half.
 template <BMajor kB = BMajor::kK, int kCluster = 1>
 __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap* a_map,
                                          const CUtensorMap* b_map, int m0, int n0, int k_blocks,
                                          RingPosition* ring, int rank = 0,
                                          const void* extra_src = nullptr, void* extra_dst = nullptr,
-                                         uint32_t extra_bytes = 0, int b_k0 = 0) {
+                                         uint32_t extra_bytes = 0, int b_k0 = 0,
+                                         int b_second_half = -1) {
   static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs");
   constexpr uint16_t kBothCtas = 0b11;
   for (int kb = 0; kb < k_blocks; ++kb) {
@@ -121,7 +124,10 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
     BarrierArriveExpectBytes(bar, kATileBytes + kBTileBytes + (kb == 0 ? extra_bytes : 0));
     TmaLoad2d(s.a_tiles + ring->stage * kATileBytes, a_map, bar, kb * kBlockK, m0);
     uint8_t* b_tile = s.b_tiles + ring->stage * kBTileBytes;
-    if (kB == BMajor::kK && kCluster == 1) {
+    if (kB == BMajor::kK && kCluster == 1 && b_second_half >= 0) {
+      TmaLoad2d(b_tile, b_map, bar, kb * kBlockK, n0);
+      TmaLoad2d(b_tile + kBTileBytes / 2, b_map, bar, kb * kBlockK, b_second_half);
+    } else if (kB == BMajor::kK && kCluster == 1) {
       TmaLoad2d(b_tile, b_map, bar, kb * kBlockK, n0);
     } else if (kB == BMajor::kK) {
       TmaLoad2dMulticast(b_tile + rank * (kBTileBytes / 2), b_map, bar, kb * kBlockK,

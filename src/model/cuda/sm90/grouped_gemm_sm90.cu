@@ -14,13 +14,15 @@
 // multiplying warpgroup), B = in (N-major: four such boxes). A tile (expert, 128 of OC, 256 of C)
 // walks the expert's runs (its groups) in 64-row k-blocks from each run's first row; where a
 // k-block reaches past its run, the multipliers zero those rows of the stage (A's and B's: the rows
-// past the run may be another group's or hold anything) before multiplying it. They then write
-// (or add) the f32 tile straight from their accumulators: each tile is one expert's own block of
-// dW, written by one CTA, in a fixed order of the rows.
+// past the run may be another group's or hold anything) before multiplying it. Each multiplying
+// warpgroup then hands its 64 rows of the f32 tile to the TMA through its half of the output tile
+// region, which stores them (or adds them to dW) while it goes on to the next tile: each tile is
+// one expert's own block of dW, written by one CTA, in a fixed order of the rows.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "model/cuda/cuda_common.cuh"
 #include "model/cuda/sm90/gemm_tiles.cuh"
 #include "model/cuda/sm90/grouped_gemm_sm90.h"
 
@@ -48,6 +50,33 @@ __device__ __forceinline__ void StoreTileRows(const uint8_t* out_tile, uint8_t* 
   }
 }
 
+// The forward + SwiGLU's tile: [gate | up], features f0 .. f0 + 127 of each (boxes 0-1 and 2-3);
+// its first `rows` rows to h's columns f0.. and F + f0.. (as StoreTileRows would store the two
+// halves) and silu(gate) * up to act's columns f0.. (h (rows, 2F), act (rows, F) row-major).
+__device__ __forceinline__ void StoreSwiGluTileRows(const uint8_t* out_tile, uint8_t* h,
+                                                    uint8_t* act, int64_t F, int64_t row0, int f0,
+                                                    int rows, int thread, int threads) {
+  constexpr int kHalfChunks = kBlockN / 2 / 8;  // 16-byte chunks of one half's row: 16
+  for (int c = thread; c < rows * kHalfChunks; c += threads) {
+    const int r = c / kHalfChunks, chunk = c % kHalfChunks;
+    const auto tile_chunk = [&](int k) {
+      return *reinterpret_cast<const uint4*>(out_tile + k / 8 * kBoxBytes + r * 128 +
+                                             ((k % 8) ^ (r % 8)) * 16);
+    };
+    const uint4 gate = tile_chunk(chunk), up = tile_chunk(chunk + kHalfChunks);
+    const int64_t row = row0 + r, col = f0 + chunk * 8;
+    *reinterpret_cast<uint4*>(h + (row * 2 * F + col) * 2) = gate;
+    *reinterpret_cast<uint4*>(h + (row * 2 * F + F + col) * 2) = up;
+    const bf16* g = reinterpret_cast<const bf16*>(&gate);
+    const bf16* u = reinterpret_cast<const bf16*>(&up);
+    uint4 out;
+    bf16* y = reinterpret_cast<bf16*>(&out);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) y[k] = FromFloat<bf16>(SwiGluOf(ToFloat(g[k]), ToFloat(u[k])));
+    *reinterpret_cast<uint4*>(act + (row * F + col) * 2) = out;
+  }
+}
+
 // The tile of `t` in the tile order: its block and first column.
 __device__ __forceinline__ GroupedBlock TileBlock(const TileOrder& order,
                                                   const GroupedBlock* blocks, int t, int* n0) {
@@ -60,13 +89,15 @@ __device__ __forceinline__ GroupedBlock TileBlock(const TileOrder& order,
 }
 
 // kB: the weights' layout as B (K-major for the forward, N-major for the input gradient);
-// expert_rows: OC, the rows of one expert's matrix; out_cols: N.
-template <BMajor kB>
+// expert_rows: OC, the rows of one expert's matrix; out_cols: N. kSwiGlu (K-major, the map's
+// boxes half a tile high): output tile n0's B rows are the expert's gate rows n0 / 2 .. + 127 and
+// up rows OC / 2 + n0 / 2 .. + 127, stored by StoreSwiGluTileRows with act.
+template <BMajor kB, bool kSwiGlu = false>
 __global__ void __launch_bounds__(kThreads, 1)
     GroupedGemmKernel(const __grid_constant__ CUtensorMap a_map,
                       const __grid_constant__ CUtensorMap b_map, const GroupedBlock* blocks,
                       uint8_t* out, TileOrder order, int k_blocks, int expert_rows,
-                      int64_t out_cols) {
+                      int64_t out_cols, uint8_t* act) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
@@ -92,8 +123,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int rows = min(kBlockM, block.end - block.row);
       BarrierWait(tile_written, phase);
       phase ^= 1;
-      StoreTileRows(s.out_tile, out, out_cols, block.row, n0, rows, threadIdx.x - 32,
-                    kSpareThreads);
+      if (kSwiGlu)
+        StoreSwiGluTileRows(s.out_tile, out, act, out_cols / 2, block.row, n0 / 2, rows,
+                            threadIdx.x - 32, kSpareThreads);
+      else
+        StoreTileRows(s.out_tile, out, out_cols, block.row, n0, rows, threadIdx.x - 32,
+                      kSpareThreads);
       NamedBarrierSync(2, kSpareThreads);  // every spare thread has read its part of the tile
       if (threadIdx.x == 32) BarrierArrive(tile_free);
     }
@@ -104,7 +139,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         int n0;
         const GroupedBlock block = TileBlock(order, blocks, t, &n0);
         const int expert_row = block.expert * expert_rows;
-        if (kB == BMajor::kK)  // B rows: the expert's output features n0 ..
+        if (kSwiGlu)  // B rows: the expert's gate and up features n0 / 2 ..
+          LoadTile<BMajor::kK>(s, &a_map, &b_map, block.row, expert_row + n0 / 2, k_blocks, &ring,
+                               0, nullptr, nullptr, 0, 0, expert_row + expert_rows / 2 + n0 / 2);
+        else if (kB == BMajor::kK)  // B rows: the expert's output features n0 ..
           LoadTile<BMajor::kK>(s, &a_map, &b_map, block.row, expert_row + n0, k_blocks, &ring);
         else  // B k-blocks: the expert's rows (its output features) from expert_row on
           LoadTile<BMajor::kN>(s, &a_map, &b_map, block.row, n0, k_blocks, &ring, 0, nullptr,
@@ -197,52 +235,78 @@ __device__ __forceinline__ void ZeroRowsFrom(const TileShared& s, int stage, int
   NamedBarrierSync(3, 256);
 }
 
-// This thread's accumulators (rows 16 warp + lane / 4 + 8 h of the half, columns 8 j + 2 (lane % 4)
-// + {0, 1}) into the half's 64 rows at `tile` (f32, row stride ld), added to what is there with
-// `accumulate`. The old values are read sixteen at a time before any of them is written: read one
-// by one, each load would wait for the store before it (the compiler cannot tell that rows ld
-// apart do not overlap), 64 memory latencies in a row per tile while the tensor cores idle.
-__device__ __forceinline__ void StoreAccumulators(const float* acc, float* tile, int64_t ld,
-                                                  bool accumulate) {
+// The weight gradient's f32 output through shared memory: each multiplying warpgroup's 64 rows
+// of the tile (256 columns) go out through its own half of the output tile region (32 KB: four
+// (64 rows, 32 columns) f32 boxes of 8 KB in the TMA's 128B swizzle), 128 columns at a time, which
+// its first thread stores by TMA (or, accumulating, adds: the TMA's reduction, one f32 add per
+// element, as the adds in place it replaces) while the warpgroup goes on. Stored from the
+// registers instead, the multipliers waited on each tile's 128 KB: on an H100 the weight gradient
+// of 48-64 groups (~16k rows, 2048 x 2048) ran 223-228 TFLOP/s that way, 251-258 this way.
+constexpr int kF32BoxCols = 32;                     // one 128-byte swizzle row
+constexpr int kF32BoxBytes = 64 * kF32BoxCols * 4;  // 8 KB
+constexpr int kF32RegionBytes = kOutTileBytes / 2;  // a warpgroup's: 4 boxes
+constexpr int kF32RoundCols = 4 * kF32BoxCols;      // 128 columns a round
+static_assert(kBlockN == 2 * kF32RoundCols, "a tile's half in two rounds");
+
+// This thread's accumulator pairs of columns [128 round, 128 round + 128) (pair 2j + h: row
+// 16 warp + lane / 4 + 8 h of the half, columns 8 j + 2 (lane % 4) + {0, 1}) into the region's
+// boxes. A box row is 128 bytes; its 16-byte chunk c sits at c ^ (row % 8), and row % 8 = lane / 4.
+__device__ __forceinline__ void AccumulatorsToRegion(const float* acc, uint8_t* region, int round) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-  float* base = tile + static_cast<int64_t>(warp * 16 + lane / 4) * ld + 2 * (lane % 4);
-  const auto at = [&](int j, int h) {
-    return reinterpret_cast<float2*>(base + 8 * h * ld + 8 * j);
-  };
-  constexpr int kBatch = 8;  // columns j per batch: 8 x 2 float2 loads in flight
 #pragma unroll
-  for (int j0 = 0; j0 < 32; j0 += kBatch) {
-    float2 old[kBatch][2];
+  for (int jj = 0; jj < kF32RoundCols / 8; ++jj) {
+    const int j = kF32RoundCols / 8 * round + jj;
+    const int chunk = 2 * (j % 4) + (lane % 4) / 2;
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j)
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp * 16 + lane / 4 + 8 * h;
+      uint8_t* p =
+          region + jj / 4 * kF32BoxBytes + row * 128 + ((chunk ^ (lane / 4)) * 16) + (lane % 2) * 8;
+      *reinterpret_cast<float2*>(p) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+  }
+}
+
+// The warpgroup's 64 rows of the tile to dW (x0: the tile's first column of C, y0: its half's
+// first row of E * OC) by TMA through `region`; `barrier`: the warpgroup's named barrier. The
+// region is free again once the TMA has read it: waited for before it is written next.
+__device__ __forceinline__ void StoreAccumulatorsByTma(const float* acc, uint8_t* region,
+                                                       const CUtensorMap* map, int x0, int y0,
+                                                       bool accumulate, int barrier) {
+  const bool leader = threadIdx.x % 128 == 0;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (accumulate) old[j][h] = *at(j0 + j, h);
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = 4 * (j0 + j) + 2 * h;
-        float2 v = make_float2(acc[i], acc[i + 1]);
-        if (accumulate) v.x += old[j][h].x, v.y += old[j][h].y;
-        *at(j0 + j, h) = v;
-      }
+  for (int round = 0; round < 2; ++round) {
+    if (leader) TmaStoreWaitRead();
+    NamedBarrierSync(barrier, 128);
+    AccumulatorsToRegion(acc, region, round);
+    FenceSharedForAsyncProxy();
+    NamedBarrierSync(barrier, 128);
+    if (!leader) continue;
+    const uint64_t evict_first = L2EvictFirstPolicy();
+    for (int box = 0; box < 4; ++box) {
+      const int x = x0 + kF32RoundCols * round + kF32BoxCols * box;
+      if (accumulate)
+        TmaReduceAdd2dHinted(map, region + box * kF32BoxBytes, x, y0, evict_first);
+      else
+        TmaStore2dHinted(map, region + box * kF32BoxBytes, x, y0, evict_first);
+    }
+    TmaStoreCommit();
   }
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
     GroupedWeightGradientKernel(const __grid_constant__ CUtensorMap dout_map,
                                 const __grid_constant__ CUtensorMap in_map,
+                                const __grid_constant__ CUtensorMap dw_map,
                                 const GroupedExpert* experts, const GroupedBlock* runs,
-                                float* dweights, TileOrder order, int expert_m_blocks, int64_t oc,
-                                int64_t c, bool accumulate) {
+                                TileOrder order, int expert_m_blocks, int oc, bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
   const int warpgroup = threadIdx.x / 128;
   const int tiles = order.groups();
   if (threadIdx.x == 0) {
-    InitRing(s, &dout_map, &in_map, nullptr, nullptr, 1);
+    InitRing(s, &dout_map, &in_map, nullptr, &dw_map, 1);
     BarrierInitFence();
   }
   __syncthreads();
@@ -283,10 +347,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       };
       MultiplyTile<BMajor::kN, 1, true>(acc, s, half, ExpertKBlocks(runs, e), &ring, zero_past_run);
-      StoreAccumulators(acc, dweights + (e.expert * oc + m0 + half * 64) * c + n0, c, accumulate);
+      StoreAccumulatorsByTma(acc, s.out_tile + half * kF32RegionBytes, &dw_map, n0,
+                             e.expert * oc + m0 + half * 64, accumulate, 4 + half);
     }
+    if (threadIdx.x % 128 == 0) TmaStoreWaitAll();  // this warpgroup's last stores are done
   }
 #endif
+}
+
+// A row-major f32 (rows, cols) matrix as the weight gradient's boxes: (64 rows, 32 columns), 128B
+// swizzle.
+bool MakeF32BoxMap(CUtensorMap* map, void* base, int64_t rows, int64_t cols) {
+  EncodeTiledFn encode = EncodeTiled();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 4};
+  const cuuint32_t box[2] = {kF32BoxCols, 64};
+  const cuuint32_t element_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // The problem's GEMM: A (m, k) the row-side input, B the weights, the output n columns wide.
@@ -295,7 +376,7 @@ struct GroupedShape {
   BMajor b_major;
 };
 GroupedShape ShapeOf(const GroupedSm90Problem& p) {
-  if (p.op == GroupedSm90Op::kForward) return {p.c, p.oc, BMajor::kK};
+  if (p.op != GroupedSm90Op::kInputGradient) return {p.c, p.oc, BMajor::kK};
   return {p.oc, p.c, BMajor::kN};
 }
 
@@ -308,26 +389,29 @@ bool GroupedSm90Supported(const GroupedSm90Problem& p) {
          p.experts * p.oc < kIntLimit && p.c < kIntLimit && p.block_count >= 0 &&
          p.block_count * kBlockM < kIntLimit && (p.block_count == 0 || p.blocks != nullptr) &&
          Aligned16(p.rows_in) && Aligned16(p.weights) && Aligned16(p.rows_out) &&
-         Aligned16(p.blocks);
+         Aligned16(p.blocks) &&
+         (p.op != GroupedSm90Op::kForwardSwiGlu || (p.act != nullptr && Aligned16(p.act)));
 }
 
 cudaError_t LaunchGroupedSm90(const GroupedSm90Problem& p, cudaStream_t stream) {
   if (!GroupedSm90Supported(p)) return cudaErrorNotSupported;
   if (p.block_count == 0) return cudaSuccess;
   const GroupedShape shape = ShapeOf(p);
+  const bool swiglu = p.op == GroupedSm90Op::kForwardSwiGlu;
   CUtensorMap a_map, b_map;
-  const bool b_made = shape.b_major == BMajor::kK
-                          ? MakeTileMap(&b_map, p.weights, p.experts * p.oc, p.c, kBlockN)
-                          : MakeTileMap(&b_map, p.weights, p.experts * p.oc, p.c, kBlockK);
-  if (!MakeTileMap(&a_map, p.rows_in, p.m, shape.k, kBlockM) || !b_made)
+  const uint32_t b_box_rows =
+      shape.b_major == BMajor::kN ? kBlockK : (swiglu ? kBlockN / 2 : kBlockN);
+  if (!MakeTileMap(&a_map, p.rows_in, p.m, shape.k, kBlockM) ||
+      !MakeTileMap(&b_map, p.weights, p.experts * p.oc, p.c, b_box_rows))
     return cudaErrorInvalidValue;
   const TileOrder order{static_cast<int>(p.block_count), static_cast<int>(shape.n / kBlockN), 1};
-  auto* kernel =
-      shape.b_major == BMajor::kK ? GroupedGemmKernel<BMajor::kK> : GroupedGemmKernel<BMajor::kN>;
-  const cudaError_t e =
-      LaunchTiled(kernel, kSharedBytes, p.block_count * kBlockM, shape.n, 1, stream, a_map, b_map,
-                  p.blocks, static_cast<uint8_t*>(p.rows_out), order,
-                  static_cast<int>(shape.k / kBlockK), static_cast<int>(p.oc), shape.n);
+  auto* kernel = swiglu ? GroupedGemmKernel<BMajor::kK, true>
+                        : (shape.b_major == BMajor::kK ? GroupedGemmKernel<BMajor::kK>
+                                                       : GroupedGemmKernel<BMajor::kN>);
+  const cudaError_t e = LaunchTiled(
+      kernel, kSharedBytes, p.block_count * kBlockM, shape.n, 1, stream, a_map, b_map, p.blocks,
+      static_cast<uint8_t*>(p.rows_out), order, static_cast<int>(shape.k / kBlockK),
+      static_cast<int>(p.oc), shape.n, static_cast<uint8_t*>(p.act));
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
@@ -335,7 +419,7 @@ bool GroupedSm90WeightGradientSupported(const GroupedSm90WeightGradient& p) {
   constexpr int64_t kIntLimit = int64_t{1} << 31;
   return CurrentDevice().sm90 && EncodeTiled() != nullptr && p.m > 0 && p.m < kIntLimit &&
          p.experts > 0 && p.oc > 0 && p.c > 0 && p.oc % kBlockN == 0 && p.c % kBlockN == 0 &&
-         p.oc < kIntLimit && p.c < kIntLimit && p.expert_count >= 0 &&
+         p.experts * p.oc < kIntLimit && p.c < kIntLimit && p.expert_count >= 0 &&
          p.expert_count <= p.experts && (p.expert_count == 0 || p.expert_list != nullptr) &&
          (p.expert_count == 0 || p.runs != nullptr) && Aligned16(p.dout) && Aligned16(p.in) &&
          Aligned16(p.dweights) && Aligned16(p.expert_list) && Aligned16(p.runs);
@@ -345,17 +429,17 @@ cudaError_t LaunchGroupedSm90WeightGradient(const GroupedSm90WeightGradient& p,
                                             cudaStream_t stream) {
   if (!GroupedSm90WeightGradientSupported(p)) return cudaErrorNotSupported;
   if (p.expert_count == 0) return cudaSuccess;
-  CUtensorMap dout_map, in_map;
+  CUtensorMap dout_map, in_map, dw_map;
   if (!MakeTileMap(&dout_map, p.dout, p.m, p.oc, kBlockK) ||
-      !MakeTileMap(&in_map, p.in, p.m, p.c, kBlockK))
+      !MakeTileMap(&in_map, p.in, p.m, p.c, kBlockK) ||
+      !MakeF32BoxMap(&dw_map, p.dweights, p.experts * p.oc, p.c))
     return cudaErrorInvalidValue;
   const int expert_m_blocks = static_cast<int>(p.oc / kBlockM);
   const int64_t m_blocks = p.expert_count * expert_m_blocks;
   const TileOrder order{static_cast<int>(m_blocks), static_cast<int>(p.c / kBlockN), 1};
-  const cudaError_t e =
-      LaunchTiled(GroupedWeightGradientKernel, kSharedBytes, m_blocks * kBlockM, p.c, 1, stream,
-                  dout_map, in_map, p.expert_list, p.runs, static_cast<float*>(p.dweights), order,
-                  expert_m_blocks, p.oc, p.c, p.accumulate);
+  const cudaError_t e = LaunchTiled(GroupedWeightGradientKernel, kSharedBytes, m_blocks * kBlockM,
+                                    p.c, 1, stream, dout_map, in_map, dw_map, p.expert_list, p.runs,
+                                    order, expert_m_blocks, static_cast<int>(p.oc), p.accumulate);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

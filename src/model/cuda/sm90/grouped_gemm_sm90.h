@@ -3,11 +3,12 @@
 //   forward:          out[R_g] (rows_g, OC) = in[R_g] (rows_g, C) @ W_e (OC, C)^T
 //   input gradient:   din[R_g] (rows_g, C) = dout[R_g] (rows_g, OC) @ W_e (OC, C)
 //   weight gradient:  dW_e (OC, C) f32 (+)= sum over e's groups g of dout[R_g]^T @ in[R_g]
+//   forward + SwiGLU: the forward, and act[R_g] (rows_g, OC / 2) = SwiGLU of its output
 // R_g = rows [offset_g, offset_g + rows_g) of the row-side tensors (packed by expert, any sizes),
 // W_e = expert e's matrix of the stacked weights (E, OC, C). bf16 operands and outputs, f32
 // accumulation. Rows in no group are left as they were. Its CPU twin is the CPU backend's
-// per-group loop (Backend::RunGroupedMatmulForward/Backward); the GPU backend takes it where the
-// route says so (cuda_backend_grouped.cpp).
+// per-group loop (Backend::RunGroupedMatmulForward/Backward, RunGroupedMatmulSwiGluForward); the
+// GPU backend takes it where the route says so (cuda_backend_grouped.cpp).
 //
 // The output is tiled in 128-row blocks of each group (GroupedBlock, built on the host from the
 // group sizes and copied to the device in the launch's stream) by 256 columns. A group's last
@@ -39,7 +40,10 @@ inline void AppendGroupedBlocks(int64_t expert, int64_t offset, int64_t rows,
                        static_cast<int32_t>(expert), 0});
 }
 
-enum class GroupedSm90Op { kForward, kInputGradient };
+// kForwardSwiGlu: the forward of a [gate | up] weight (OC = 2F: rows 0..F-1 of each expert's
+// matrix the gate's, F..2F-1 the up's) that also writes act[R_g] (rows_g, F) = silu(gate) * up
+// of the bf16 outputs, as SwiGluForward computes it from them.
+enum class GroupedSm90Op { kForward, kInputGradient, kForwardSwiGlu };
 
 struct GroupedSm90Problem {
   GroupedSm90Op op = GroupedSm90Op::kForward;
@@ -52,6 +56,7 @@ struct GroupedSm90Problem {
   // stream before it; block_count of them. Each block's rows lie in [0, m).
   const GroupedBlock* blocks = nullptr;
   int64_t block_count = 0;
+  void* act = nullptr;  // kForwardSwiGlu: (M, OC / 2)
 };
 
 // The weight gradient's problem. Its lists (MakeGroupedExperts) in device memory, written in the
@@ -91,7 +96,7 @@ inline void MakeGroupedExperts(const std::vector<Group>& groups, int64_t experts
 }
 
 // Whether the kernel runs this problem on the current device: an sm_90 GPU, C and OC multiples of
-// 256, m and E * OC below 2^31, 16-byte aligned pointers.
+// 256, m and E * OC below 2^31, 16-byte aligned pointers (act too, for kForwardSwiGlu).
 bool GroupedSm90Supported(const GroupedSm90Problem& problem);
 
 // Enqueues the kernel (one CTA per SM at most; nothing for block_count 0). Returns

@@ -128,6 +128,16 @@ __device__ __forceinline__ void TmaStore2dHinted(const CUtensorMap* map, const v
       "r"(SharedAddress(src)), "r"(x), "r"(y), "l"(policy)
       : "memory");
 }
+// The same box added to what is in global memory (the TMA's reduction: the L2 adds each element
+// once, in the map's type, as an atomic add of that type would).
+__device__ __forceinline__ void TmaReduceAdd2dHinted(const CUtensorMap* map, const void* src, int x,
+                                                     int y, uint64_t policy) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group.L2::cache_hint "
+      "[%0, {%2, %3}], [%1], %4;" ::"l"(reinterpret_cast<uint64_t>(map)),
+      "r"(SharedAddress(src)), "r"(x), "r"(y), "l"(policy)
+      : "memory");
+}
 __device__ __forceinline__ void TmaStoreCommit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
