@@ -12,8 +12,9 @@
 // - the router GEMM's f32 logits on the bf16 backend, and the experts' GEMMs over ragged row
 //   groups (untimed cuBLASLt heuristic choice, no route recorded; a call at its size class's own
 //   sizes after a smaller call of the class runs at its own).
-// Odd sizes: N not a multiple of 32, E = 5, K = 3, C = 72 and 75. The combine is deterministic:
-// two runs agree bit for bit.
+// Odd sizes: N not a multiple of 32, E = 5, K = 3, C = 72 and 75 (16-byte chunks and single
+// elements); E = 12, K = 9 at C = 2048 and 80. The combine is deterministic: two runs agree bit for
+// bit.
 #include <cmath>
 
 #include "cuda_test_util.h"
@@ -142,9 +143,13 @@ struct RowsCase {
   double capacity_factor;
 };
 constexpr RowsCase kRowsCases[] = {
-    {"random", 37, 72, 5, 3, false, 0.0},          {"empty experts", 37, 72, 5, 3, false, 0.0},
-    {"all on expert 0", 37, 75, 5, 3, true, 0.0},  {"random", 45, 72, 5, 3, true, 0.5},
+    {"random", 37, 72, 5, 3, false, 0.0},
+    {"empty experts", 37, 72, 5, 3, false, 0.0},
+    {"all on expert 0", 37, 75, 5, 3, true, 0.0},
+    {"random", 45, 72, 5, 3, true, 0.5},
     {"all on expert 0", 33, 72, 5, 3, false, 0.7},
+    {"random", 29, 2048, 12, 9, true, 0.0},  // OLMoE's width, K' = 10: three batches of loads
+    {"random", 31, 80, 12, 9, false, 0.8},   // a capacity dropping some of a token's 9
 };
 
 // The dispatch on the device against the host planner: slots and counts to the bit, over several

@@ -161,47 +161,80 @@ unsigned RowBlocks(int64_t N) {
   return static_cast<unsigned>(N < max_blocks ? N : max_blocks);
 }
 
-template <typename T>
+// The row kernels below take a token a block and 16 bytes a thread (kVector, where C and the
+// pointers allow; one element otherwise), with the same arithmetic per element either way.
+
+// out[slots[t][k]] = [w[t][k] *] in[t]: each chunk of in's row read once, written K' times.
+template <typename T, bool kVector>
 __global__ void __launch_bounds__(kRowThreads)
     MoeScatterRowsKernel(T* __restrict__ out, const T* __restrict__ in,
                          const int32_t* __restrict__ slots, const float* __restrict__ w, int64_t N,
                          int K2, int64_t C) {
-  for (int64_t t = blockIdx.x; t < N; t += gridDim.x)
-    for (int k = 0; k < K2; ++k) {
-      const int32_t slot = slots[t * K2 + k];
-      if (slot < 0) continue;
-      const float scale = w != nullptr ? w[t * K2 + k] : 1.f;
-      T* dst = out + slot * C;
-      const T* src = in + t * C;
-      for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
-        dst[c] = FromFloat<T>(scale * ToFloat(src[c]));
-    }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kRowThreads)
-    MoeGatherRowsKernel(T* __restrict__ out, const T* __restrict__ in,
-                        const int32_t* __restrict__ slots, const float* __restrict__ w, int64_t N,
-                        int K2, int64_t C, bool accumulate) {
+  constexpr int V = kVector ? Vec16<T>::kCount : 1;
   for (int64_t t = blockIdx.x; t < N; t += gridDim.x) {
-    T* dst = out + t * C;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      float acc = accumulate ? ToFloat(dst[c]) : 0.f;
+    const T* src = in + t * C;
+    for (int64_t c = threadIdx.x * V; c < C; c += blockDim.x * V) {
+      const Vec16<T> x = LoadChunk<T, kVector>(src + c);
       for (int k = 0; k < K2; ++k) {
         const int32_t slot = slots[t * K2 + k];
         if (slot < 0) continue;
         const float scale = w != nullptr ? w[t * K2 + k] : 1.f;
-        acc += scale * ToFloat(in[slot * C + c]);
+        Vec16<T> y;
+#pragma unroll
+        for (int j = 0; j < V; ++j) y.v[j] = FromFloat<T>(scale * ToFloat(x.v[j]));
+        StoreChunk<T, kVector>(out + slot * C + c, y);
       }
-      dst[c] = FromFloat<T>(acc);
     }
   }
 }
 
-template <typename T>
+// out[t] = [out[t] +] sum over k ascending of [w[t][k] *] in[slots[t][k]], in f32, rounded once.
+// The rows are loaded kGatherBatch at a time before any is added, so that their loads overlap.
+constexpr int kGatherBatch = 4;
+template <typename T, bool kVector>
+__global__ void __launch_bounds__(kRowThreads)
+    MoeGatherRowsKernel(T* __restrict__ out, const T* __restrict__ in,
+                        const int32_t* __restrict__ slots, const float* __restrict__ w, int64_t N,
+                        int K2, int64_t C, bool accumulate) {
+  constexpr int V = kVector ? Vec16<T>::kCount : 1;
+  for (int64_t t = blockIdx.x; t < N; t += gridDim.x) {
+    T* dst = out + t * C;
+    for (int64_t c = threadIdx.x * V; c < C; c += blockDim.x * V) {
+      float acc[V];
+      const Vec16<T> old = accumulate ? LoadChunk<T, kVector>(dst + c) : Vec16<T>{};
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] = accumulate ? ToFloat(old.v[j]) : 0.f;
+      for (int k0 = 0; k0 < K2; k0 += kGatherBatch) {
+        Vec16<T> x[kGatherBatch];
+        int32_t slot[kGatherBatch];
+#pragma unroll
+        for (int i = 0; i < kGatherBatch; ++i) {
+          slot[i] = k0 + i < K2 ? slots[t * K2 + k0 + i] : -1;
+          if (slot[i] >= 0) x[i] = LoadChunk<T, kVector>(in + slot[i] * C + c);
+        }
+#pragma unroll
+        for (int i = 0; i < kGatherBatch; ++i) {
+          if (slot[i] < 0) continue;
+          const float scale = w != nullptr ? w[t * K2 + k0 + i] : 1.f;
+#pragma unroll
+          for (int j = 0; j < V; ++j) acc[j] += scale * ToFloat(x[i].v[j]);
+        }
+      }
+      Vec16<T> y;
+#pragma unroll
+      for (int j = 0; j < V; ++j) y.v[j] = FromFloat<T>(acc[j]);
+      StoreChunk<T, kVector>(dst + c, y);
+    }
+  }
+}
+
+// dw[t][k] = dout[t] . in[slots[t][k]] (0 where the slot is < 0): a warp per (t, k), its lanes
+// over 16-byte chunks (kVector) or elements, then the warp's sum.
+template <typename T, bool kVector>
 __global__ void __launch_bounds__(kDotWarps* kWarpSize)
     MoeSlotDotsKernel(float* __restrict__ dw, const T* __restrict__ dout, const T* __restrict__ in,
                       const int32_t* __restrict__ slots, int64_t N, int K2, int64_t C) {
+  constexpr int V = kVector ? Vec16<T>::kCount : 1;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t pair = blockIdx.x * static_cast<int64_t>(kDotWarps) + threadIdx.x / kWarpSize;
   if (pair >= N * K2) return;
@@ -209,8 +242,12 @@ __global__ void __launch_bounds__(kDotWarps* kWarpSize)
   const int32_t slot = slots[pair];
   float sum = 0.f;
   if (slot >= 0)
-    for (int64_t c = lane; c < C; c += kWarpSize)
-      sum += ToFloat(dout[t * C + c]) * ToFloat(in[slot * C + c]);
+    for (int64_t c = lane * V; c < C; c += kWarpSize * V) {
+      const Vec16<T> a = LoadChunk<T, kVector>(dout + t * C + c),
+                     b = LoadChunk<T, kVector>(in + slot * C + c);
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum += ToFloat(a.v[j]) * ToFloat(b.v[j]);
+    }
   sum = WarpSum(sum);
   if (lane == 0) dw[pair] = sum;
 }
@@ -376,14 +413,43 @@ cudaError_t LaunchMoeRouterBackward(float* dlogits, const float* dweights, const
   return cudaGetLastError();
 }
 
+namespace {
+
+// The row kernels' launches: the vectorised kernel where C and the pointers allow.
+template <typename T>
+void ScatterRows(T* out, const T* in, const int32_t* slots, const float* w, int64_t N, int K2,
+                 int64_t C, cudaStream_t stream) {
+  auto kernel = Vectorisable<T>(C, {out, in}) ? MoeScatterRowsKernel<T, true>
+                                              : MoeScatterRowsKernel<T, false>;
+  kernel<<<RowBlocks(N), kRowThreads, 0, stream>>>(out, in, slots, w, N, K2, C);
+}
+
+template <typename T>
+void GatherRows(T* out, const T* in, const int32_t* slots, const float* w, int64_t N, int K2,
+                int64_t C, bool accumulate, cudaStream_t stream) {
+  auto kernel =
+      Vectorisable<T>(C, {out, in}) ? MoeGatherRowsKernel<T, true> : MoeGatherRowsKernel<T, false>;
+  kernel<<<RowBlocks(N), kRowThreads, 0, stream>>>(out, in, slots, w, N, K2, C, accumulate);
+}
+
+template <typename T>
+void SlotDots(float* dw, const T* dout, const T* in, const int32_t* slots, int64_t N, int K2,
+              int64_t C, cudaStream_t stream) {
+  auto kernel =
+      Vectorisable<T>(C, {dout, in}) ? MoeSlotDotsKernel<T, true> : MoeSlotDotsKernel<T, false>;
+  kernel<<<CeilDiv(N * K2, kDotWarps), kDotWarps * kWarpSize, 0, stream>>>(dw, dout, in, slots, N,
+                                                                           K2, C);
+}
+
+}  // namespace
+
 cudaError_t LaunchMoeScatterRows(DType dtype, void* out, const void* in, const int32_t* slots,
                                  const float* w, int64_t N, int K2, int64_t C,
                                  cudaStream_t stream) {
   if (N == 0 || C == 0) return cudaSuccess;
   TRAINER_DISPATCH_FLOAT_TYPE(
       dtype, T,
-      MoeScatterRowsKernel<T><<<RowBlocks(N), kRowThreads, 0, stream>>>(
-          static_cast<T*>(out), static_cast<const T*>(in), slots, w, N, K2, C));
+      ScatterRows(static_cast<T*>(out), static_cast<const T*>(in), slots, w, N, K2, C, stream));
   return cudaGetLastError();
 }
 
@@ -391,10 +457,9 @@ cudaError_t LaunchMoeGatherRows(DType dtype, void* out, const void* in, const in
                                 const float* w, int64_t N, int K2, int64_t C, bool accumulate,
                                 cudaStream_t stream) {
   if (N == 0 || C == 0) return cudaSuccess;
-  TRAINER_DISPATCH_FLOAT_TYPE(
-      dtype, T,
-      MoeGatherRowsKernel<T><<<RowBlocks(N), kRowThreads, 0, stream>>>(
-          static_cast<T*>(out), static_cast<const T*>(in), slots, w, N, K2, C, accumulate));
+  TRAINER_DISPATCH_FLOAT_TYPE(dtype, T,
+                              GatherRows(static_cast<T*>(out), static_cast<const T*>(in), slots, w,
+                                         N, K2, C, accumulate, stream));
   return cudaGetLastError();
 }
 
@@ -402,10 +467,9 @@ cudaError_t LaunchMoeSlotDots(DType dtype, float* dw, const void* dout, const vo
                               const int32_t* slots, int64_t N, int K2, int64_t C,
                               cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
-  TRAINER_DISPATCH_FLOAT_TYPE(
-      dtype, T,
-      MoeSlotDotsKernel<T><<<CeilDiv(N * K2, kDotWarps), kDotWarps * kWarpSize, 0, stream>>>(
-          dw, static_cast<const T*>(dout), static_cast<const T*>(in), slots, N, K2, C));
+  TRAINER_DISPATCH_FLOAT_TYPE(dtype, T,
+                              SlotDots(dw, static_cast<const T*>(dout), static_cast<const T*>(in),
+                                       slots, N, K2, C, stream));
   return cudaGetLastError();
 }
 
