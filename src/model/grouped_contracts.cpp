@@ -128,14 +128,19 @@ Status Backend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
 Status Backend::RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
                                               const std::vector<ExpertRun>& groups) {
   TRAINER_RETURN_IF_ERROR(RunGroupedMatmulForward(h, in, weights, groups));
-  // SwiGLU over each span of abutting groups (the experts' runs tile their rows: one span).
-  std::vector<std::pair<int64_t, int64_t>> spans;  // (offset, end)
-  for (const ExpertRun& g : groups) {
-    if (g.rows == 0) continue;
-    if (!spans.empty() && spans.back().second == g.offset)
-      spans.back().second += g.rows;
+  // SwiGLU over each span of abutting groups, in row order (the experts' runs tile their rows,
+  // listed expert by expert: with expert parallelism each expert's runs are one per source rank,
+  // the rows source by source): one span for the MoE layer.
+  std::vector<std::pair<int64_t, int64_t>> groups_rows;  // (offset, end), non-overlapping
+  for (const ExpertRun& g : groups)
+    if (g.rows > 0) groups_rows.emplace_back(g.offset, g.offset + g.rows);
+  std::sort(groups_rows.begin(), groups_rows.end());
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const auto& rows : groups_rows) {
+    if (!spans.empty() && spans.back().second == rows.first)
+      spans.back().second = rows.second;
     else
-      spans.emplace_back(g.offset, g.offset + g.rows);
+      spans.push_back(rows);
   }
   for (const auto& [offset, end] : spans)
     TRAINER_RETURN_IF_ERROR(RunSwiGluForward(MatrixRows(act, offset, end - offset),

@@ -5,7 +5,7 @@
 //   scores -> top-k -> weights (MoeRouting)           (N, K)   lower expert index wins ties
 //   permute: tokens grouped by expert, a stable counting sort (token order within an expert)
 //   each expert e: y = down_e(silu(gate_e x) * up_e x) over its group (Backend's grouped GEMMs:
-//   every expert's gate-up at once, one SwiGLU over all the rows, every expert's down at once)
+//   every expert's gate-up with its SwiGLU at once, every expert's down at once)
 //   out[t] = sum over t's K experts, ascending, of w * y  (+ sigmoid(x g^T) * shared expert(x))
 //
 // Dropless by default: every token reaches its K experts. With a capacity factor cf, each expert
@@ -117,8 +117,9 @@ struct MoeContext {
   GradientWrite weight_gradients = GradientWrite::kAccumulate;  // router and shared expert
 };
 
-// a.act = SwiGLU(a.h) over the experts' rows (the forward's, and again in backward where the
-// layers share act: Model.recompute gelu and selective).
+// a.act = SwiGLU(a.h) over the experts' rows, in backward where the layers share act
+// (Model.recompute gelu and selective; the forward makes act with the gate-up product,
+// Backend::GroupedMatmulSwiGluForward).
 Status MoeActivationForward(Backend* be, const MoeActivations& a);
 // x (B,T,C) -> a->out (B*T, C).
 Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const MoeActivations& a);

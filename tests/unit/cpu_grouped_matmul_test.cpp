@@ -1,9 +1,9 @@
 // CpuBackend tests, part 6: the grouped matrix products (the MoE experts over their row groups,
 // Backend::GroupedMatmulForward/Backward, GroupedMatmulSwiGluForward) against a naive
-// double-precision loop, over odd sizes,
-// uneven groups, empty experts, every row on one expert, experts in two runs (expert
-// parallelism's received rows), the weight gradient accumulated and overwritten, and rows in no
-// group left as they were; the contract refuses overlapping groups and unknown experts.
+// double-precision loop, over odd sizes, uneven groups, empty experts, every row on one expert,
+// experts in two runs (expert parallelism's received rows, listed expert by expert but laid out
+// source by source), the weight gradient accumulated and overwritten, and rows in no group left
+// as they were; the contract refuses overlapping groups, unknown experts and an odd [gate | up].
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,6 +61,9 @@ TEST_P(CpuGroupedMatmul, MatchesNaiveLoop) {
             want[r * F + f] = x / (1 + std::exp(-x)) * u;
           }
       EXPECT_TRUE(AllClose(act, want, 1e-5));
+      for (int64_t r = M - grouped_testing::kSpareRows; r < M; ++r)
+        for (int64_t f = 0; f < F; ++f)
+          ASSERT_EQ(act[r * F + f], act0[r * F + f]) << "act's row " << r << " is in no group";
     }
   }
   for (bool accumulate : {true, false}) {

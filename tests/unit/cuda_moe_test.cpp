@@ -13,8 +13,8 @@
 //   groups (untimed cuBLASLt heuristic choice, no route recorded; a call at its size class's own
 //   sizes after a smaller call of the class runs at its own).
 // Odd sizes: N not a multiple of 32, E = 5, K = 3, C = 72 and 75 (16-byte chunks and single
-// elements); E = 12, K = 9 at C = 2048 and 80. The combine is deterministic: two runs agree bit for
-// bit.
+// elements); E = 12, K = 9 at C = 2048, 80 and 75; the row kernels also on an f32 backend. The
+// combine is deterministic: two runs agree bit for bit.
 #include <cmath>
 
 #include "cuda_test_util.h"
@@ -150,6 +150,7 @@ constexpr RowsCase kRowsCases[] = {
     {"all on expert 0", 33, 72, 5, 3, false, 0.7},
     {"random", 29, 2048, 12, 9, true, 0.0},  // OLMoE's width, K' = 10: three batches of loads
     {"random", 31, 80, 12, 9, false, 0.8},   // a capacity dropping some of a token's 9
+    {"random", 23, 75, 12, 9, true, 0.0},    // single elements, K' = 10
 };
 
 // The dispatch on the device against the host planner: slots and counts to the bit, over several
@@ -204,71 +205,76 @@ TEST_F(CudaMoeTest, DispatchSlotsMatchTheHostPlan) {
 }
 
 TEST_F(CudaMoeTest, ScatterGatherAndSlotDotsMatchCpu) {
-  for (const RowsCase& c : kRowsCases) {
-    SCOPED_TRACE(StrFormat("%s N=%lld C=%lld shared=%d capacity=%.1f, ", c.routing, (long long)c.N,
-                           (long long)c.C, c.shared, c.capacity_factor) +
-                 Trace());
-    const int64_t N = c.N, C = c.C;
-    MoeSpec spec;
-    spec.num_experts = c.E;
-    spec.top_k = c.K;
-    spec.shared_ffn = c.shared ? 8 : 0;
-    spec.capacity_factor = c.capacity_factor;
-    MoeDispatch d;
-    const std::vector<int32_t> experts = Routed(c.routing, N, c.E, c.K, rng_);
-    std::vector<int32_t> slots;
-    PlanMoeDispatch(spec, experts.data(), N, &slots, &d);
-    if (c.capacity_factor > 0) {
-      EXPECT_GT(d.dropped, 0) << "the case must drop slots";
-    }
-    const int K2 = c.K + (c.shared ? 1 : 0);
-    const int64_t M = N * K2;
-    std::vector<float> tokens = Random(N * C), rows0 = Random(M * C), dout = Random(N * C);
-    std::vector<float> w = RandomFloats(N * K2, rng_, 0.f, 1.f);
-    auto g_slots = Ints(slots, {N, K2});
-    auto g_w = F32(w, {N, K2});
-    for (bool weighted : {false, true}) {
-      SCOPED_TRACE(weighted ? "weighted" : "unweighted");
-      const Tensor cw = weighted ? HostView(w, {N, K2}) : Tensor();
-      const Tensor gw = weighted ? g_w->tensor() : Tensor();
-      // Scatter: rows no slot names keep their values.
-      std::vector<float> rows = rows0;
-      ASSERT_STATUS_OK(cpu_->MoeScatterRows(HostView(rows, {M, C}), HostView(tokens, {N, C}),
-                                            HostView(slots, {N, K2}), cw));
-      auto g_rows = Compute(rows0, {M, C}), g_tokens = Compute(tokens, {N, C});
-      ASSERT_STATUS_OK(
-          gpu_->MoeScatterRows(g_rows->tensor(), g_tokens->tensor(), g_slots->tensor(), gw));
-      EXPECT_RELATIVE_ERROR_BELOW(g_rows->Download(), Rounded(rows, gpu_->compute_dtype()), 0.0);
-      // Gather (overwrite, then accumulate) from the rows both sides hold.
-      for (bool accumulate : {false, true}) {
-        SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
-        std::vector<float> out = dout;
-        ASSERT_STATUS_OK(cpu_->MoeGatherRows(HostView(out, {N, C}), HostView(rows0, {M, C}),
-                                             HostView(slots, {N, K2}), cw, accumulate));
-        auto g_in = Compute(rows0, {M, C}), g_out = Compute(dout, {N, C});
-        ASSERT_STATUS_OK(gpu_->MoeGatherRows(g_out->tensor(), g_in->tensor(), g_slots->tensor(), gw,
-                                             accumulate));
-        const std::vector<float> got = g_out->Download();
-        EXPECT_RELATIVE_ERROR_BELOW(got, out, 1e-2);
-        ASSERT_TRUE(g_out->Upload(dout).ok());
-        ASSERT_STATUS_OK(gpu_->MoeGatherRows(g_out->tensor(), g_in->tensor(), g_slots->tensor(), gw,
-                                             accumulate));
-        EXPECT_BITWISE_EQUAL(g_out->Download(), got) << "the combine, two identical runs";
+  // On the bf16 backend, then on an f32 one (4 values to a 16-byte chunk).
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) ASSERT_STATUS_OK(CudaBackend::Create(0, DType::kF32, &gpu_));
+    for (const RowsCase& c : kRowsCases) {
+      SCOPED_TRACE(StrFormat("%s N=%lld C=%lld shared=%d capacity=%.1f %s, ", c.routing,
+                             (long long)c.N, (long long)c.C, c.shared, c.capacity_factor,
+                             DTypeName(gpu_->compute_dtype())) +
+                   Trace());
+      const int64_t N = c.N, C = c.C;
+      MoeSpec spec;
+      spec.num_experts = c.E;
+      spec.top_k = c.K;
+      spec.shared_ffn = c.shared ? 8 : 0;
+      spec.capacity_factor = c.capacity_factor;
+      MoeDispatch d;
+      const std::vector<int32_t> experts = Routed(c.routing, N, c.E, c.K, rng_);
+      std::vector<int32_t> slots;
+      PlanMoeDispatch(spec, experts.data(), N, &slots, &d);
+      if (c.capacity_factor > 0) {
+        EXPECT_GT(d.dropped, 0) << "the case must drop slots";
       }
-    }
-    // Slot dots (0 where dropped).
-    std::vector<float> dw(N * K2, 5.f);
-    ASSERT_STATUS_OK(cpu_->MoeSlotDots(HostView(dw, {N, K2}), HostView(dout, {N, C}),
-                                       HostView(rows0, {M, C}), HostView(slots, {N, K2})));
-    auto g_dw = F32(std::vector<float>(N * K2, 5.f), {N, K2});
-    auto g_dout = Compute(dout, {N, C}), g_rows = Compute(rows0, {M, C});
-    ASSERT_STATUS_OK(
-        gpu_->MoeSlotDots(g_dw->tensor(), g_dout->tensor(), g_rows->tensor(), g_slots->tensor()));
-    const std::vector<float> got_dw = g_dw->Download();
-    EXPECT_RELATIVE_ERROR_BELOW(got_dw, dw, 1e-5);
-    for (int64_t i = 0; i < N * K2; ++i) {
-      if (slots[i] < 0) {
-        EXPECT_EQ(got_dw[i], 0.f) << "dropped slot " << i;
+      const int K2 = c.K + (c.shared ? 1 : 0);
+      const int64_t M = N * K2;
+      std::vector<float> tokens = Random(N * C), rows0 = Random(M * C), dout = Random(N * C);
+      std::vector<float> w = RandomFloats(N * K2, rng_, 0.f, 1.f);
+      auto g_slots = Ints(slots, {N, K2});
+      auto g_w = F32(w, {N, K2});
+      for (bool weighted : {false, true}) {
+        SCOPED_TRACE(weighted ? "weighted" : "unweighted");
+        const Tensor cw = weighted ? HostView(w, {N, K2}) : Tensor();
+        const Tensor gw = weighted ? g_w->tensor() : Tensor();
+        // Scatter: rows no slot names keep their values.
+        std::vector<float> rows = rows0;
+        ASSERT_STATUS_OK(cpu_->MoeScatterRows(HostView(rows, {M, C}), HostView(tokens, {N, C}),
+                                              HostView(slots, {N, K2}), cw));
+        auto g_rows = Compute(rows0, {M, C}), g_tokens = Compute(tokens, {N, C});
+        ASSERT_STATUS_OK(
+            gpu_->MoeScatterRows(g_rows->tensor(), g_tokens->tensor(), g_slots->tensor(), gw));
+        EXPECT_RELATIVE_ERROR_BELOW(g_rows->Download(), Rounded(rows, gpu_->compute_dtype()), 0.0);
+        // Gather (overwrite, then accumulate) from the rows both sides hold.
+        for (bool accumulate : {false, true}) {
+          SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+          std::vector<float> out = dout;
+          ASSERT_STATUS_OK(cpu_->MoeGatherRows(HostView(out, {N, C}), HostView(rows0, {M, C}),
+                                               HostView(slots, {N, K2}), cw, accumulate));
+          auto g_in = Compute(rows0, {M, C}), g_out = Compute(dout, {N, C});
+          ASSERT_STATUS_OK(gpu_->MoeGatherRows(g_out->tensor(), g_in->tensor(), g_slots->tensor(),
+                                               gw, accumulate));
+          const std::vector<float> got = g_out->Download();
+          EXPECT_RELATIVE_ERROR_BELOW(got, out, 1e-2);
+          ASSERT_TRUE(g_out->Upload(dout).ok());
+          ASSERT_STATUS_OK(gpu_->MoeGatherRows(g_out->tensor(), g_in->tensor(), g_slots->tensor(),
+                                               gw, accumulate));
+          EXPECT_BITWISE_EQUAL(g_out->Download(), got) << "the combine, two identical runs";
+        }
+      }
+      // Slot dots (0 where dropped).
+      std::vector<float> dw(N * K2, 5.f);
+      ASSERT_STATUS_OK(cpu_->MoeSlotDots(HostView(dw, {N, K2}), HostView(dout, {N, C}),
+                                         HostView(rows0, {M, C}), HostView(slots, {N, K2})));
+      auto g_dw = F32(std::vector<float>(N * K2, 5.f), {N, K2});
+      auto g_dout = Compute(dout, {N, C}), g_rows = Compute(rows0, {M, C});
+      ASSERT_STATUS_OK(
+          gpu_->MoeSlotDots(g_dw->tensor(), g_dout->tensor(), g_rows->tensor(), g_slots->tensor()));
+      const std::vector<float> got_dw = g_dw->Download();
+      EXPECT_RELATIVE_ERROR_BELOW(got_dw, dw, 1e-5);
+      for (int64_t i = 0; i < N * K2; ++i) {
+        if (slots[i] < 0) {
+          EXPECT_EQ(got_dw[i], 0.f) << "dropped slot " << i;
+        }
       }
     }
   }

@@ -10,6 +10,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cassert>
 #include <cstdint>
 #include <mutex>
 #include <utility>
@@ -117,6 +118,7 @@ __device__ __forceinline__ void LoadTile(const TileShared& s, const CUtensorMap*
                                          uint32_t extra_bytes = 0, int b_k0 = 0,
                                          int b_second_half = -1) {
   static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs");
+  assert(b_second_half < 0 || (kB == BMajor::kK && kCluster == 1));  // ignored elsewhere
   constexpr uint16_t kBothCtas = 0b11;
   for (int kb = 0; kb < k_blocks; ++kb) {
     uint64_t* bar = &s.full[ring->stage];

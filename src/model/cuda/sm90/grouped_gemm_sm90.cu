@@ -7,7 +7,10 @@
 // are multiplied like the others (the next group's rows, or the TMA's zeros past the tensor) and
 // never stored. The multipliers write the tile (bf16) into the output tile in shared memory and go
 // on to the next tile; the loading warpgroup's spare warps store the block's rows of it to global
-// memory, 16 bytes a thread and a row a warp at a time, and hand the buffer back.
+// memory, 16 bytes a thread and a row a warp at a time, and hand the buffer back. The forward of
+// a [gate | up] weight with SwiGLU (kForwardSwiGlu) multiplies, for output tile n0, the expert's
+// gate and up rows of the same 128 features, and its spare warps store both halves and SwiGLU of
+// them.
 //
 // The weight gradient is a kernel of its own on the same ring: A = dout^T (OC rows of the tile by
 // the k-block's 64 rows of dout, M-major: two (64 rows, 64 columns) boxes of dout, one per
@@ -34,19 +37,24 @@ using namespace sm90;
 
 constexpr int kSharedBytes = KernelSharedBytes(0);
 
-// The first `rows` rows of the output tile (bf16, four swizzled boxes of (128, 64)) to rows
-// row0 .. row0 + rows - 1, columns n0 .. n0 + 255 of `out` (row-major, `cols` columns), by
-// `threads` threads (thread: this one's index among them). Chunk c is row c / 32, 16-byte chunk
-// c % 32 of it: box c % 32 / 8, at (c % 8) ^ (row % 8) of the box row's 16-byte slots (the 128B
+// 16-byte chunk k (columns 8k .. 8k + 7) of row r of the output tile (bf16, four swizzled boxes
+// of (128, 64)): box k / 8, at (k % 8) ^ (r % 8) of the box row's 16-byte slots (the 128B
 // swizzle).
+__device__ __forceinline__ uint4 TileChunk(const uint8_t* out_tile, int r, int k) {
+  return *reinterpret_cast<const uint4*>(out_tile + k / 8 * kBoxBytes + r * 128 +
+                                         ((k % 8) ^ (r % 8)) * 16);
+}
+
+// The first `rows` rows of the output tile to rows row0 .. row0 + rows - 1, columns n0 .. n0 + 255
+// of `out` (row-major, `cols` columns), by `threads` threads (thread: this one's index among
+// them); chunk c is row c / 32, 16-byte chunk c % 32 of it.
 __device__ __forceinline__ void StoreTileRows(const uint8_t* out_tile, uint8_t* out, int64_t cols,
                                               int64_t row0, int n0, int rows, int thread,
                                               int threads) {
   for (int c = thread; c < rows * 32; c += threads) {
     const int r = c / 32, chunk = c % 32;
-    const uint4 v = *reinterpret_cast<const uint4*>(out_tile + chunk / 8 * kBoxBytes + r * 128 +
-                                                    ((chunk % 8) ^ (r % 8)) * 16);
-    *reinterpret_cast<uint4*>(out + ((row0 + r) * cols + n0 + chunk * 8) * 2) = v;
+    *reinterpret_cast<uint4*>(out + ((row0 + r) * cols + n0 + chunk * 8) * 2) =
+        TileChunk(out_tile, r, chunk);
   }
 }
 
@@ -59,11 +67,8 @@ __device__ __forceinline__ void StoreSwiGluTileRows(const uint8_t* out_tile, uin
   constexpr int kHalfChunks = kBlockN / 2 / 8;  // 16-byte chunks of one half's row: 16
   for (int c = thread; c < rows * kHalfChunks; c += threads) {
     const int r = c / kHalfChunks, chunk = c % kHalfChunks;
-    const auto tile_chunk = [&](int k) {
-      return *reinterpret_cast<const uint4*>(out_tile + k / 8 * kBoxBytes + r * 128 +
-                                             ((k % 8) ^ (r % 8)) * 16);
-    };
-    const uint4 gate = tile_chunk(chunk), up = tile_chunk(chunk + kHalfChunks);
+    const uint4 gate = TileChunk(out_tile, r, chunk),
+                up = TileChunk(out_tile, r, chunk + kHalfChunks);
     const int64_t row = row0 + r, col = f0 + chunk * 8;
     *reinterpret_cast<uint4*>(h + (row * 2 * F + col) * 2) = gate;
     *reinterpret_cast<uint4*>(h + (row * 2 * F + F + col) * 2) = up;
@@ -239,7 +244,8 @@ __device__ __forceinline__ void ZeroRowsFrom(const TileShared& s, int stage, int
 // of the tile (256 columns) go out through its own half of the output tile region (32 KB: four
 // (64 rows, 32 columns) f32 boxes of 8 KB in the TMA's 128B swizzle), 128 columns at a time, which
 // its first thread stores by TMA (or, accumulating, adds: the TMA's reduction, one f32 add per
-// element, as the adds in place it replaces) while the warpgroup goes on. Stored from the
+// element in the L2, as the adds in place it replaces did in registers, up to subnormals, which
+// the L2's f32 adds may flush to zero) while the warpgroup goes on. Stored from the
 // registers instead, the multipliers waited on each tile's 128 KB: on an H100 the weight gradient
 // of 48-64 groups (~16k rows, 2048 x 2048) ran 223-228 TFLOP/s that way, 251-258 this way.
 constexpr int kF32BoxCols = 32;                     // one 128-byte swizzle row
