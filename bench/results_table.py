@@ -5,8 +5,8 @@
 
 FILE: records, one JSON object a line, oldest first (default: bench/results/gpu.jsonl).
 Prints a markdown table with one row per model, hardware and layout (and PyTorch script, where a
-path outside bench/ names it: "PyTorch (../shared/bench/torch_llama.py)"): the latest record of each
-(the last in the file), then, per row, the range of the ratio over every record of the same
+path outside bench/ names it: "PyTorch (../shared/bench/torch_llama.py)"): the latest record of
+each (the last in the file), then, per row, the range of the ratio over every record of the same
 commit. --all prints every record instead, oldest first; --compact the latest with fewer columns
 (README.md's). --update DOC writes the table between the lines "<!-- results_table.py: begin -->"
 and "<!-- results_table.py: end -->" of DOC, the compact one after a begin line
@@ -52,7 +52,8 @@ def peer_script(peer):
 
 
 def key(rec):
-    """A row: model, GPUs and layout; against a PyTorch script from outside bench/, a row of its own."""
+    """A row: model, GPUs and layout; against a PyTorch script from outside bench/, a row of its
+    own."""
     return rec["model"], rec["hardware"], rec["layout"], peer_script(rec["peer"])
 
 

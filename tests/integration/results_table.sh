@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/results_table.py on records whose table is known: the latest record per model, GPUs and
-# layout (the last in the file; against a PyTorch script from outside bench/, a row of its own), memory from an earlier record of the same shape where the latest
-# has none, the ratio's range over the records of one commit, --all, and --update / --check on a
-# page with the table's markers (and README.md's compact table); then the repository's own records,
-# and that docs/performance.md and README.md show their tables.
+# layout (the last in the file; against a PyTorch script from outside bench/, a row of its own),
+# memory from an earlier record of the same shape where the latest has none, the ratio's range over
+# the records of one commit, --all, and --update / --check on a page with the table's markers (and
+# README.md's compact table); then the repository's own records, and that docs/performance.md and
+# README.md show their tables.
 #   results_table.sh TRAINER SOURCE_DIR SCRATCH   (the trainer is not used)
 set -euo pipefail
 SRC=$2 DIR=$3
