@@ -398,6 +398,12 @@ bool Trainer::NormOnDevice() const {
          groups_.topology.pp == 1 && groups_.topology.ep == 1;
 }
 
+bool Trainer::FoldsExpertNorm() const {
+  // Each expert stack's gradient written once (one micro-batch), and never summed over ranks.
+  return NormOnDevice() && config_.model.moe() && !config_.model.lora() &&
+         config_.gradient_accumulation_steps() == 1 && groups_.topology.dp == 1;
+}
+
 Status Trainer::TrainStep(double* lr) {
   const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
   const int GB = config_.global.global_batch_size;
@@ -428,6 +434,11 @@ Status Trainer::TrainStep(double* lr) {
     trained = std::max(trained, 1.0);
   }
   step_trained_ = trained;
+  // Where it can, the norm's sum takes the experts' squares as their gradients are written.
+  Tensor expert_squares;
+  const bool fold = FoldsExpertNorm();
+  if (fold) TRAINER_RETURN_IF_ERROR(optimizer_->StartGradNormSquared(&expert_squares));
+  model_->AddExpertGradSquaresTo(expert_squares);
   TRAINER_RETURN_IF_ERROR(
       pipeline_->TrainStep(mb, static_cast<float>(1.0 / trained), timer_.get()));
   TRAINER_RETURN_IF_ERROR(ReduceGradients());
@@ -436,7 +447,7 @@ Status Trainer::TrainStep(double* lr) {
   const int step = static_cast<int>(state_.step + 1);
   *lr = LearningRate(config_.optimizer, config_.engine.max_steps, step);
   if (NormOnDevice()) {  // the norm and the clipping scale stay on the GPU
-    TRAINER_RETURN_IF_ERROR(optimizer_->QueueLocalGradNormSquared());
+    TRAINER_RETURN_IF_ERROR(optimizer_->QueueLocalGradNormSquared(false, fold));
     TRAINER_RETURN_IF_ERROR(optimizer_->StepClippedOnDevice(step, *lr, clip));
   } else {  // the norm needs a sum over ranks: the host waits for it
     TRAINER_RETURN_IF_ERROR(GlobalGradNorm(&host_grad_norm_));

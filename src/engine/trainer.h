@@ -109,6 +109,9 @@ class Trainer {
   // it; stages 2-3: the tensors outside the blocks), then the all-reduce over the replicas.
   Status ReduceShardedGradients();
   Status GlobalGradNorm(double* norm);
+  // Whether the step's experts add their gradients' squares to the norm as they are written
+  // (GptModel::AddExpertGradSquaresTo): the norm on the device, one micro-batch, no DP, no LoRA.
+  bool FoldsExpertNorm() const;
   // A host batch: this rank's (GA*B, T) inputs and targets.
   struct HostBatch {
     std::vector<int32_t> inputs, targets;

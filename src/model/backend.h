@@ -406,10 +406,22 @@ class Backend {
   // din[R] (M,C) = dout[R] (M,OC) @ W (overwritten; skipped when empty); dweights (E,OC,C) f32:
   // dweights[g.expert] += dout[R]^T @ in[R] (skipped when empty), or with dweights_write
   // kOverwrite dweights[e] = the sum over expert e's groups, zero for an expert in no group (with
-  // kAccumulate those stay untouched). dout, in, din compute.
+  // kAccumulate those stay untouched). dout, in, din compute. dweights_squares (one f64, optional,
+  // with dweights): += the sum of the squares of all of dweights after the op (a gradient norm's
+  // share; our sm90 kernels sum them as they write an overwritten dweights, else a pass over it).
   Status GroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in, Tensor weights,
-                               const std::vector<ExpertRun>& groups,
-                               GradientWrite dweights_write);
+                               const std::vector<ExpertRun>& groups, GradientWrite dweights_write,
+                               Tensor dweights_squares = Tensor());
+  // The experts' down product's backward with their SwiGLU's (h (M,2F) [gate | up] and act (M,F)
+  // its SwiGLU, from GroupedMatmulSwiGluForward; weights (E,OC,F)): dact = GroupedMatmulBackward's
+  // din of dout, and dh[R] (M,2F) = SwiGluBackward of dact[R] over h[R] (rows in no group of dh
+  // untouched); dweights (and dweights_squares) as GroupedMatmulBackward's, of dout and act.
+  // dact (M,F) is scratch: a backend that forms dh in the product's epilogue need not write it.
+  Status GroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tensor dact, Tensor dout,
+                                     Tensor act, Tensor h, Tensor weights,
+                                     const std::vector<ExpertRun>& groups,
+                                     GradientWrite dweights_write,
+                                     Tensor dweights_squares = Tensor());
 
   // ---- optimizer ----
   // One AdamW step over contiguous f32 spans (master, grad, m, v: n > 0 elements); writes the
@@ -523,9 +535,14 @@ class Backend {
                                          const std::vector<ExpertRun>& groups);
   virtual Status RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
                                           Tensor weights, const std::vector<ExpertRun>& groups,
-                                          GradientWrite dweights_write);
+                                          GradientWrite dweights_write, Tensor dweights_squares);
   virtual Status RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
                                                const std::vector<ExpertRun>& groups);
+  virtual Status RunGroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tensor dact,
+                                                Tensor dout, Tensor act, Tensor h, Tensor weights,
+                                                const std::vector<ExpertRun>& groups,
+                                                GradientWrite dweights_write,
+                                                Tensor dweights_squares);
 };
 
 std::unique_ptr<Backend> MakeCpuBackend();

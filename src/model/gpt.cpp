@@ -419,6 +419,7 @@ BlockContext GptModel::Context() const {
   ctx.lora = LoraCtx();
   ctx.zero_bias = scratch_.zero_bias;
   ctx.dbias_sink = scratch_.dbias_sink;
+  ctx.expert_grad_squares = expert_grad_squares_;
   return ctx;
 }
 

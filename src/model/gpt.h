@@ -143,6 +143,11 @@ class GptModel {
   // The MoE layers' figures of the step so far on this rank, by local layer index (empty stats
   // for a dense layer); ZeroGradients starts them again.
   const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
+  // The MoE layers' expert weight gradients add the sums of their squares to `sum` (one f64) as
+  // they are written, from the next Backward on (empty: not). Only where each expert stack's
+  // gradient is written once a step and nothing changes it after: the step's gradient norm
+  // then needs no pass over them (Trainer::FoldsExpertNorm).
+  void AddExpertGradSquaresTo(Tensor sum) { expert_grad_squares_ = sum; }
   // Replace this rank's parameters from a host f32 flat array in buffer order.
   Status SetParameters(const std::vector<float>& flat);
 
@@ -281,6 +286,7 @@ class GptModel {
   // [begin, end) element ranges of the gradient buffer that ZeroGradients zeroes.
   std::vector<std::pair<size_t, size_t>> zeroed_gradient_spans_;
   bool overwrite_weight_gradients_ = false;  // set by ZeroGradients, cleared by Backward
+  Tensor expert_grad_squares_;               // AddExpertGradSquaresTo's sum
 };
 
 }  // namespace trainer

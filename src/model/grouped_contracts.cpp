@@ -1,8 +1,8 @@
 // The contracts of Backend's grouped matrix products (backend.h: the MoE experts over their row
 // groups), checked once for every backend (op_contract.h) before the backend's Run* hook, and the
-// hooks' default: one RunMatmulForward / RunMatmulBackward per group (then RunSwiGluForward per
-// span of groups), the plain loop that is the CPU's implementation (its twin for the GPU's grouped
-// GEMMs) and the GPU's fallback.
+// hooks' default: one RunMatmulForward / RunMatmulBackward per group (with SwiGLU: then
+// RunSwiGluForward / RunSwiGluBackward per span of groups), the plain loop that is the CPU's
+// implementation (its twin for the GPU's grouped GEMMs) and the GPU's fallback.
 #include <algorithm>
 #include <utility>
 
@@ -59,6 +59,53 @@ Tensor Matrix(Tensor t, Tensor weights, int64_t e) {
                 t.dtype, {R, C});
 }
 
+// dweights (optional) f32 with as many elements as weights; dweights_squares (optional, with
+// dweights) one f64.
+void CheckWeightGradient(OpContract& c, Tensor dweights, Tensor weights, Tensor dweights_squares) {
+  c.Optional(dweights).SameCount("dweights", dweights, DType::kF32, "weights", weights);
+  c.Optional(dweights_squares).Has("dweights_squares", dweights_squares, DType::kF64, 1);
+  c.Require(dweights_squares.empty() || !dweights.empty(),
+            "dweights_squares without dweights: nothing to sum");
+}
+
+// An overwritten weight gradient's experts in no group to zero (the kernels write only the
+// others'), each run of such experts one Zero.
+Status ZeroExpertsInNoGroup(Backend* be, Tensor dweights, Tensor weights,
+                            const std::vector<ExpertRun>& groups, GradientWrite dweights_write) {
+  if (dweights.empty() || dweights_write != GradientWrite::kOverwrite) return Status::Ok();
+  std::vector<bool> in_group(weights.dim(0), false);
+  for (const ExpertRun& g : groups) in_group[g.expert] = in_group[g.expert] || g.rows > 0;
+  for (int64_t e = 0; e < weights.dim(0);) {
+    int64_t end = e;
+    while (end < weights.dim(0) && !in_group[end]) ++end;
+    if (end > e) {
+      const Tensor first = Matrix(dweights, weights, e);
+      TRAINER_RETURN_IF_ERROR(
+          be->Zero(Tensor(first.data, DType::kF32, {(end - e) * weights.dim(1), weights.dim(2)})));
+    }
+    e = end + 1;
+  }
+  return Status::Ok();
+}
+
+// The row spans of the groups with rows, abutting groups joined, in row order (the experts' runs
+// tile their rows, listed expert by expert: with expert parallelism each expert's runs are one per
+// source rank, the rows source by source): one span for the MoE layer.
+std::vector<std::pair<int64_t, int64_t>> AbuttingSpans(const std::vector<ExpertRun>& groups) {
+  std::vector<std::pair<int64_t, int64_t>> groups_rows;  // (offset, end), non-overlapping
+  for (const ExpertRun& g : groups)
+    if (g.rows > 0) groups_rows.emplace_back(g.offset, g.offset + g.rows);
+  std::sort(groups_rows.begin(), groups_rows.end());
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const auto& rows : groups_rows) {
+    if (!spans.empty() && spans.back().second == rows.first)
+      spans.back().second = rows.second;
+    else
+      spans.push_back(rows);
+  }
+  return spans;
+}
+
 }  // namespace
 
 Status Backend::GroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
@@ -85,29 +132,35 @@ Status Backend::GroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tens
 
 Status Backend::GroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
                                       Tensor weights, const std::vector<ExpertRun>& groups,
-                                      GradientWrite dweights_write) {
+                                      GradientWrite dweights_write, Tensor dweights_squares) {
   const DType cd = compute_dtype();
   OpContract c(*this, "GroupedMatmulBackward");
   CheckGroups(c, cd, "in", in, "dout", dout, weights, groups);
   c.Optional(din).Like("din", din, cd, "in", in);
-  c.Optional(dweights).SameCount("dweights", dweights, DType::kF32, "weights", weights);
+  CheckWeightGradient(c, dweights, weights, dweights_squares);
   TRAINER_RETURN_IF_ERROR(c.status());
-  if (!dweights.empty() && dweights_write == GradientWrite::kOverwrite) {
-    // Overwritten: the experts in no group get zeros, each run of such experts one Zero.
-    std::vector<bool> in_group(weights.dim(0), false);
-    for (const ExpertRun& g : groups) in_group[g.expert] = in_group[g.expert] || g.rows > 0;
-    for (int64_t e = 0; e < weights.dim(0);) {
-      int64_t end = e;
-      while (end < weights.dim(0) && !in_group[end]) ++end;
-      if (end > e) {
-        const Tensor first = Matrix(dweights, weights, e);
-        TRAINER_RETURN_IF_ERROR(
-            Zero(Tensor(first.data, DType::kF32, {(end - e) * weights.dim(1), weights.dim(2)})));
-      }
-      e = end + 1;
-    }
-  }
-  return RunGroupedMatmulBackward(din, dweights, dout, in, weights, groups, dweights_write);
+  TRAINER_RETURN_IF_ERROR(ZeroExpertsInNoGroup(this, dweights, weights, groups, dweights_write));
+  return RunGroupedMatmulBackward(din, dweights, dout, in, weights, groups, dweights_write,
+                                  dweights_squares);
+}
+
+Status Backend::GroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tensor dact, Tensor dout,
+                                            Tensor act, Tensor h, Tensor weights,
+                                            const std::vector<ExpertRun>& groups,
+                                            GradientWrite dweights_write, Tensor dweights_squares) {
+  const DType cd = compute_dtype();
+  OpContract c(*this, "GroupedMatmulSwiGluBackward");
+  CheckGroups(c, cd, "act", act, "dout", dout, weights, groups);
+  c.Like("dact", dact, cd, "act", act);
+  CheckWeightGradient(c, dweights, weights, dweights_squares);
+  c.Has("h", h, cd, -1)
+      .Require(Rows(h) == Rows(act) && Cols(h) == 2 * Cols(act),
+               "h " + h.shape_string() + " is not (M, 2F) for act " + act.shape_string())
+      .Like("dh", dh, cd, "h", h);
+  TRAINER_RETURN_IF_ERROR(c.status());
+  TRAINER_RETURN_IF_ERROR(ZeroExpertsInNoGroup(this, dweights, weights, groups, dweights_write));
+  return RunGroupedMatmulSwiGluBackward(dh, dweights, dact, dout, act, h, weights, groups,
+                                        dweights_write, dweights_squares);
 }
 
 Status Backend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
@@ -128,21 +181,8 @@ Status Backend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
 Status Backend::RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
                                               const std::vector<ExpertRun>& groups) {
   TRAINER_RETURN_IF_ERROR(RunGroupedMatmulForward(h, in, weights, groups));
-  // SwiGLU over each span of abutting groups, in row order (the experts' runs tile their rows,
-  // listed expert by expert: with expert parallelism each expert's runs are one per source rank,
-  // the rows source by source): one span for the MoE layer.
-  std::vector<std::pair<int64_t, int64_t>> groups_rows;  // (offset, end), non-overlapping
-  for (const ExpertRun& g : groups)
-    if (g.rows > 0) groups_rows.emplace_back(g.offset, g.offset + g.rows);
-  std::sort(groups_rows.begin(), groups_rows.end());
-  std::vector<std::pair<int64_t, int64_t>> spans;
-  for (const auto& rows : groups_rows) {
-    if (!spans.empty() && spans.back().second == rows.first)
-      spans.back().second = rows.second;
-    else
-      spans.push_back(rows);
-  }
-  for (const auto& [offset, end] : spans)
+  // SwiGLU over each span of abutting groups (one for the MoE layer).
+  for (const auto& [offset, end] : AbuttingSpans(groups))
     TRAINER_RETURN_IF_ERROR(RunSwiGluForward(MatrixRows(act, offset, end - offset),
                                              MatrixRows(h, offset, end - offset)));
   return Status::Ok();
@@ -150,7 +190,7 @@ Status Backend::RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, T
 
 Status Backend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
                                          Tensor weights, const std::vector<ExpertRun>& groups,
-                                         GradientWrite dweights_write) {
+                                         GradientWrite dweights_write, Tensor dweights_squares) {
   SetRaggedGroups(true);
   std::vector<bool> written(weights.dim(0), false);  // the expert's first group (its write)
   Status s = Status::Ok();
@@ -166,7 +206,23 @@ Status Backend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dou
                           write);
   }
   SetRaggedGroups(false);
-  return s;
+  TRAINER_RETURN_IF_ERROR(s);
+  if (dweights_squares.empty()) return Status::Ok();
+  return RunSumInto(dweights_squares, dweights, SumOf::kSquares, true);
+}
+
+Status Backend::RunGroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tensor dact, Tensor dout,
+                                               Tensor act, Tensor h, Tensor weights,
+                                               const std::vector<ExpertRun>& groups,
+                                               GradientWrite dweights_write,
+                                               Tensor dweights_squares) {
+  TRAINER_RETURN_IF_ERROR(RunGroupedMatmulBackward(dact, dweights, dout, act, weights, groups,
+                                                   dweights_write, dweights_squares));
+  for (const auto& [offset, end] : AbuttingSpans(groups))
+    TRAINER_RETURN_IF_ERROR(RunSwiGluBackward(MatrixRows(dh, offset, end - offset),
+                                              MatrixRows(dact, offset, end - offset),
+                                              MatrixRows(h, offset, end - offset)));
+  return Status::Ok();
 }
 
 }  // namespace trainer

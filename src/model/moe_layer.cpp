@@ -184,16 +184,13 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
   const Tensor xe = ep ? a.x_recv : a.x_perm, dye = ep ? sc.dy_recv : sc.dy,
                dxe = ep ? sc.dx_recv : sc.dx_perm;
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, sc.dy, dye, true));
-  // The experts' backward, as their forward: grouped GEMMs around one SwiGLU pass per span.
+  // The experts' backward, as their forward: down's with SwiGLU's in one op, then [gate|up]'s.
+  TRAINER_RETURN_IF_ERROR(be->GroupedMatmulSwiGluBackward(
+      sc.dh, g.experts_down, sc.dact, dye, a.act, a.h, w.experts_down, d->runs,
+      ctx.weight_gradients, g.experts_down.empty() ? Tensor() : ctx.grad_squares));
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulBackward(
-      sc.dact, g.experts_down, dye, a.act, w.experts_down, d->runs, ctx.weight_gradients));
-  int64_t rows = 0;
-  TRAINER_RETURN_IF_ERROR(CoveredRows(d->runs, &rows));
-  if (rows > 0)
-    TRAINER_RETURN_IF_ERROR(be->SwiGluBackward(
-        MatrixRows(sc.dh, 0, rows), MatrixRows(sc.dact, 0, rows), MatrixRows(a.h, 0, rows)));
-  TRAINER_RETURN_IF_ERROR(be->GroupedMatmulBackward(dxe, g.experts_gu, sc.dh, xe, w.experts_gu,
-                                                    d->runs, ctx.weight_gradients));
+      dxe, g.experts_gu, sc.dh, xe, w.experts_gu, d->runs, ctx.weight_gradients,
+      g.experts_gu.empty() ? Tensor() : ctx.grad_squares));
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, dxe, sc.dx_perm, false));
   if (s.shared_ffn > 0)
     TRAINER_RETURN_IF_ERROR(ExpertBackward(

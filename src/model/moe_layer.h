@@ -115,6 +115,9 @@ struct MoeContext {
   // Backward: x_perm is shared with other layers (Model.recompute=selective): scatter x again.
   bool rebuild_x_perm = false;
   GradientWrite weight_gradients = GradientWrite::kAccumulate;  // router and shared expert
+  // Backward: where given, the experts' weight gradients add the sums of their squares to it
+  // (one f64).
+  Tensor grad_squares;
 };
 
 // a.act = SwiGLU(a.h) over the experts' rows, in backward where the layers share act

@@ -36,6 +36,7 @@ MoeContext MoeCtx(const BlockContext& ctx) {
   m.recompute = ctx.moe_recompute;
   m.rebuild_x_perm = ctx.recompute_norms;  // selective: the layers share x_perm
   m.weight_gradients = ctx.weight_gradients;
+  m.grad_squares = ctx.expert_grad_squares;
   return m;
 }
 

@@ -107,6 +107,9 @@ struct BlockContext {
   // gpt2 with Model.bias: false: LayerNorm's constant zero bias (C) and its gradient's sink (C).
   Tensor zero_bias, dbias_sink;
   LoraContext lora;  // Model.lora_*: scale and scratch of the adapters
+  // MoE layers' backward: where given, the experts' weight gradients add the sums of their
+  // squares to it (one f64; GptModel::AddExpertGradSquaresTo).
+  Tensor expert_grad_squares;
 };
 
 // The spec's norm (LayerNorm with mean, rstd, bias; or RMSNorm with rstd only), shared with the

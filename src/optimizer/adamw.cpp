@@ -67,8 +67,8 @@ Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicato
       decay.push_back({{begin, end}, params[i].weight_decay});
     if (!params[i].canonical) continue;
     const size_t canonical_end = i + 1 < params.size() ? end : o->total_;
-    for (auto* spans : {&o->canonical_spans_, &o->expert_spans_}) {
-      if (spans == &o->expert_spans_ && params[i].shard != ShardKind::kSplitExperts) continue;
+    const bool expert = params[i].shard == ShardKind::kSplitExperts;
+    for (auto* spans : {&o->canonical_spans_, expert ? &o->expert_spans_ : &o->dense_spans_}) {
       if (!spans->empty() && spans->back().second == begin)
         spans->back().second = canonical_end;
       else
@@ -181,12 +181,20 @@ Status AdamW::ReduceScatterGradients(int u, const Tensor& grads) {
                                      model_->shard_layout().piece(u), DType::kF32);
 }
 
-Status AdamW::QueueLocalGradNormSquared(bool experts_only) {
+Status AdamW::StartGradNormSquared(Tensor* sum) {
+  *sum = grad_norm_squared_;
+  return model_->backend()->Zero(grad_norm_squared_);
+}
+
+Status AdamW::QueueLocalGradNormSquared(bool experts_only, bool experts_added) {
+  TRAINER_ASSERT(!(experts_only && experts_added), "the experts alone, added already");
   Backend* be = model_->backend();
   const ShardLayout& layout = model_->shard_layout();
-  bool first = true;  // the first span sets the sum, the others add to it
+  bool first = !experts_added;  // the first span sets the sum, the others add to it
   Status status;
-  for (const auto& [lo, hi] : experts_only ? expert_spans_ : canonical_spans_) {
+  for (const auto& [lo, hi] : experts_only    ? expert_spans_
+                              : experts_added ? dense_spans_
+                                              : canonical_spans_) {
     layout.ForEachOwned(lo, hi, [&](int u, size_t at, size_t, size_t n) {
       if (!status.ok()) return;
       const Tensor piece = model_->GradPiece(u);

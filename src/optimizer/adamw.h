@@ -75,7 +75,12 @@ class AdamW {
   // StepClippedOnDevice clips by it without the host. experts_only: the canonical experts
   // (ShardKind::kSplitExperts) alone, for the ranks that count their experts but not the rest
   // (expert parallelism: the other EP ranks of DP rank 0's expert-DP index).
-  Status QueueLocalGradNormSquared(bool experts_only = false);
+  // experts_added: the experts' share is in the sum already (StartGradNormSquared): add the rest.
+  Status QueueLocalGradNormSquared(bool experts_only = false, bool experts_added = false);
+  // Zeroes the device sum that QueueLocalGradNormSquared leaves and returns it (one f64), for the
+  // experts' weight gradients to add their squares to as they are written
+  // (GptModel::AddExpertGradSquaresTo), before QueueLocalGradNormSquared(false, true).
+  Status StartGradNormSquared(Tensor* sum);
   // The sum that QueueLocalGradNormSquared left (waits for the GPU).
   Status QueuedGradNormSquared(double* out) const;
   // One step with learning rate lr; gradients are multiplied by grad_scale first (clipping).
@@ -130,6 +135,7 @@ class AdamW {
   // decayed and non-decayed parameters (the first of each pair: decayed), for the update.
   std::vector<std::pair<size_t, size_t>> canonical_spans_;
   std::vector<std::pair<size_t, size_t>> expert_spans_;  // the canonical experts among them
+  std::vector<std::pair<size_t, size_t>> dense_spans_;   // and the other canonical ones
   std::vector<std::pair<std::pair<size_t, size_t>, bool>> decay_spans_;
   std::vector<void*> allocations_;
 };

@@ -5,7 +5,10 @@
 # pinned to sm90 by an Engine.gpu_routes file; its loss curve must track the CPU fp32 run's (each
 # step within 10%, 3% on average: bf16 activations send a token whose scores nearly tie to another
 # expert now and then), and the run's routes file must list the six pins. A second GPU run with
-# TRAINER_GROUPED_GEMM=sm90 instead must do the same. Skipped (exit 77) without an sm_90 GPU.
+# TRAINER_GROUPED_GEMM=sm90 instead, in one micro-batch of 16 (so that the experts' weight
+# gradients sum their squares for the gradient norm as they are written), must do the same, and
+# both runs' first gradient norm must be within 2% of the CPU run's. Skipped (exit 77) without an
+# sm_90 GPU.
 source "$(dirname "$0")/lib.sh"
 require_gpus 1
 [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)" = "9.0" ] ||
@@ -35,11 +38,17 @@ json.dump({"format": "trainer-gpu-routes", "version": 1,
 PY
 train cpu cpu
 train pinned cuda -o Engine.gpu_routes=sm90-pins.json
-TRAINER_GROUPED_GEMM=sm90 train forced cuda
+TRAINER_GROUPED_GEMM=sm90 train forced cuda -o Global.micro_batch_size=16
 for run in pinned forced; do
   echo "== $run: the experts on our sm90 grouped GEMMs, one GPU (bf16) vs CPU (fp32)"
   compare_curves $run/metrics.jsonl cpu/metrics.jsonl 0.10 0.03 20 ||
     fail "$run leaves the CPU curve"
+  python3 - "$run/metrics.jsonl" cpu/metrics.jsonl <<'PY' || fail "$run's first gradient norm"
+import json, sys
+norms = [next(json.loads(l)["grad_norm"] for l in open(f) if '"step": 1,' in l) for f in sys.argv[1:]]
+print("step 1 gradient norm %.6g, CPU %.6g" % tuple(norms))
+assert abs(norms[0] - norms[1]) <= 0.02 * norms[1]
+PY
 done
 python3 - <<'PY' || fail "the sm90 grouped GEMM pins are not in the pinned run's routes"
 import json

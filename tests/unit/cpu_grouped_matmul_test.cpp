@@ -1,9 +1,10 @@
 // CpuBackend tests, part 6: the grouped matrix products (the MoE experts over their row groups,
-// Backend::GroupedMatmulForward/Backward, GroupedMatmulSwiGluForward) against a naive
+// Backend::GroupedMatmulForward/Backward, GroupedMatmulSwiGluForward/Backward) against a naive
 // double-precision loop, over odd sizes, uneven groups, empty experts, every row on one expert,
 // experts in two runs (expert parallelism's received rows, listed expert by expert but laid out
-// source by source), the weight gradient accumulated and overwritten, and rows in no group left
-// as they were; the contract refuses overlapping groups, unknown experts and an odd [gate | up].
+// source by source), the weight gradient accumulated and overwritten (and the sum of its squares),
+// and rows in no group left as they were; the contract refuses overlapping groups, unknown experts
+// and an odd [gate | up].
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,17 +70,21 @@ TEST_P(CpuGroupedMatmul, MatchesNaiveLoop) {
   for (bool accumulate : {true, false}) {
     SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
     std::vector<float> din = din0, dw = dw0;
-    ASSERT_TRUE(be->GroupedMatmulBackward(View(din, {M, C}), View(dw, {E, OC, C}),
-                                          View(dout, {M, OC}), View(in, {M, C}),
-                                          View(w, {E, OC, C}), groups,
-                                          accumulate ? GradientWrite::kAccumulate
-                                                     : GradientWrite::kOverwrite)
+    double squares = 0.25;  // += the squares of the dw it leaves
+    ASSERT_TRUE(be->GroupedMatmulBackward(
+                      View(din, {M, C}), View(dw, {E, OC, C}), View(dout, {M, OC}),
+                      View(in, {M, C}), View(w, {E, OC, C}), groups,
+                      accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite,
+                      Tensor(&squares, DType::kF64, {1}))
                     .ok());
     std::vector<double> want_din, want_dw;
     grouped_testing::BackwardReference(dout, in, w, din0, dw0, groups, C, OC, accumulate,
                                        &want_din, &want_dw);
     EXPECT_TRUE(AllClose(din, want_din, 1e-5));
     EXPECT_TRUE(AllClose(dw, want_dw, 1e-5));
+    double want_squares = 0;
+    for (float v : dw) want_squares += double(v) * v;
+    EXPECT_NEAR(squares - 0.25, want_squares, 1e-9 * want_squares);
     // Each output alone (the other one empty) gives the same.
     std::vector<float> din_only = din0, dw_only = dw0;
     ASSERT_TRUE(be->GroupedMatmulBackward(View(din_only, {M, C}), Tensor(), View(dout, {M, OC}),
@@ -93,6 +98,30 @@ TEST_P(CpuGroupedMatmul, MatchesNaiveLoop) {
                     .ok());
     EXPECT_TRUE(testing::BitwiseEqual(din_only, din));
     EXPECT_TRUE(testing::BitwiseEqual(dw_only, dw));
+    {  // The down product's backward with SwiGLU's (C = F; h (M, 2F)): dact as din, dh[R] =
+       // SwiGLU's backward of it over h[R] (other rows untouched), dweights as above.
+      SCOPED_TRACE("input gradient + SwiGLU backward");
+      std::vector<float> h = RandomFloats(M * 2 * C, 8);
+      const std::vector<float> dh0 = RandomFloats(M * 2 * C, 9);
+      std::vector<float> dh = dh0, dact = din0, dw_swiglu = dw0;
+      ASSERT_TRUE(be->GroupedMatmulSwiGluBackward(
+                        View(dh, {M, 2 * C}), View(dw_swiglu, {E, OC, C}), View(dact, {M, C}),
+                        View(dout, {M, OC}), View(in, {M, C}), View(h, {M, 2 * C}),
+                        View(w, {E, OC, C}), groups,
+                        accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite)
+                      .ok());
+      EXPECT_TRUE(AllClose(dw_swiglu, want_dw, 1e-5));
+      std::vector<double> want_dh(dh0.begin(), dh0.end());
+      for (const ExpertRun& g : groups)
+        for (int64_t r = g.offset; r < g.offset + g.rows; ++r)
+          for (int64_t f = 0; f < C; ++f) {
+            const double x = h[r * 2 * C + f], u = h[r * 2 * C + C + f], dy = want_din[r * C + f];
+            const double sig = 1 / (1 + std::exp(-x));
+            want_dh[r * 2 * C + f] = dy * u * sig * (1 + x * (1 - sig));
+            want_dh[r * 2 * C + C + f] = dy * x * sig;
+          }
+      EXPECT_TRUE(AllClose(dh, want_dh, 1e-5));
+    }
   }
 }
 

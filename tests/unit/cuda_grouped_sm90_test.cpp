@@ -2,17 +2,18 @@
 // backend's grouped_gemm route, forced (set_grouped_gemm_route) or pinned (Engine.gpu_routes),
 // against the CPU twin (the CPU backend's per-group loop) on the same bf16-rounded inputs: the
 // forward (alone, and with SwiGLU in its epilogue: its h equal to the forward's to the bit, its act
-// to SwiGluForward's), the input gradient and the weight gradient (overwritten and accumulated;
-// experts without rows untouched to the bit) on groups of 1, 127, 128, 129 and 300 rows, with rows
-// in no group between the groups (NaN in the inputs, their outputs kept to the bit), empty
-// experts, every row on one expert, one group, an expert in two runs, 64 experts of random sizes,
-// and OLMoE's and Mixtral's expert shapes (C 2048; OC 1024, 2048, 7168, 14336; the down projection
-// C 1024, OC 2048; the weight gradient on those with up to 64M weights). Each call must have run
-// our kernel once (path_counts().grouped_sm90) and cuBLAS's grouped GEMM never. A pin runs our
-// kernel and is recorded; pins and a TRAINER_GROUPED_GEMM value that do not apply are refused in
-// one line. A benchmark prints the TFLOP/s of our kernel, cuBLAS's grouped GEMM, the per-group
-// loop and one dense cuBLASLt GEMM of the same rows (not asserted). The kernel's cases skip on
-// GPUs other than sm_90.
+// to SwiGluForward's), the input gradient (alone, and with SwiGLU's backward: its dh equal to
+// SwiGluBackward's of the input gradient to the bit) and the weight gradient (overwritten and
+// accumulated, with the sum of its squares; experts without rows untouched to the bit) on groups of
+// 1, 127, 128, 129 and 300 rows, with rows in no group between the groups (NaN in the inputs, their
+// outputs kept to the bit), empty experts, every row on one expert, one group, an expert in two
+// runs, 64 experts of random sizes, and OLMoE's and Mixtral's expert shapes (C 2048; OC 1024, 2048,
+// 7168, 14336; the down projection C 1024, OC 2048; the weight gradient on those with up to 64M
+// weights). Each call must have run our kernel once (path_counts().grouped_sm90) and cuBLAS's
+// grouped GEMM never. A pin runs our kernel and is recorded; pins and a TRAINER_GROUPED_GEMM value
+// that do not apply are refused in one line. A benchmark prints the TFLOP/s of our kernel, cuBLAS's
+// grouped GEMM, the per-group loop and one dense cuBLASLt GEMM of the same rows (not asserted). The
+// kernel's cases skip on GPUs other than sm_90.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -134,17 +135,22 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
     PoisonRowsInNoGroup(in_group, C, &in);
     PoisonRowsInNoGroup(in_group, OC, &dout);
     std::vector<float> dw0 = RandomFloats(with_dw ? E * OC * C : 0, rng_);
-    // The CPU twin's results first.
+    // The CPU twin's results first; the squares of dW added to 0.5.
     std::vector<float> out = out0, din = din0, dw = dw0;
+    double squares = 0.5;
     ASSERT_STATUS_OK(cpu_->GroupedMatmulForward(HostView(out, {M, OC}), HostView(in, {M, C}),
                                                 HostView(w, {E, OC, C}), groups));
     ASSERT_STATUS_OK(cpu_->GroupedMatmulBackward(
         HostView(din, {M, C}), with_dw ? HostView(dw, {E, OC, C}) : Tensor(),
-        HostView(dout, {M, OC}), HostView(in, {M, C}), HostView(w, {E, OC, C}), groups, write));
+        HostView(dout, {M, OC}), HostView(in, {M, C}), HostView(w, {E, OC, C}), groups, write,
+        with_dw ? Tensor(&squares, DType::kF64, {1}) : Tensor()));
 
     auto g_in = Compute(in, {M, C}), g_w = Compute(w, {E, OC, C}), g_dout = Compute(dout, {M, OC});
     auto g_out = Compute(out0, {M, OC}), g_din = Compute(din0, {M, C});
     auto g_dw = with_dw ? F32(dw0, {E, OC, C}) : nullptr;
+    DeviceBuffer g_squares(gpu_.get(), DType::kF64, {1});
+    const double half = 0.5;
+    ASSERT_STATUS_OK(gpu_->CopyToDevice(g_squares.tensor().data, &half, sizeof(half)));
     const int sm90 = Sm90(), cublas = Cublas();
     ASSERT_STATUS_OK(
         gpu_->GroupedMatmulForward(g_out->tensor(), g_in->tensor(), g_w->tensor(), groups));
@@ -178,11 +184,42 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
     const int before_backward = Sm90();
     ASSERT_STATUS_OK(gpu_->GroupedMatmulBackward(
         g_din->tensor(), with_dw ? g_dw->tensor() : Tensor(), g_dout->tensor(), g_in->tensor(),
-        g_w->tensor(), groups, write));
+        g_w->tensor(), groups, write, with_dw ? g_squares.tensor() : Tensor()));
     ExpectRows(g_din->Download(), din, din0, in_group, C);
     EXPECT_EQ(Sm90() - before_backward, with_dw ? 2 : 1)
         << "each gradient in one launch of our kernels";
     EXPECT_EQ(Cublas(), cublas) << "cuBLAS's grouped GEMM ran on the sm90 route";
+    {  // The input gradient with SwiGLU's backward (C = F, h (M, 2C), act = in): dh equal to
+       // SwiGluBackward's of the plain input gradient to the bit, and near the CPU twin's; dW
+       // equal to the plain backward's to the bit.
+      SCOPED_TRACE("input gradient + SwiGLU backward");
+      std::vector<float> h = Random(M * 2 * C), dh0 = Random(M * 2 * C);
+      PoisonRowsInNoGroup(in_group, 2 * C, &h);
+      std::vector<float> dh = dh0, dact = din0, dw_cpu = dw0;
+      ASSERT_STATUS_OK(cpu_->GroupedMatmulSwiGluBackward(
+          HostView(dh, {M, 2 * C}), with_dw ? HostView(dw_cpu, {E, OC, C}) : Tensor(),
+          HostView(dact, {M, C}), HostView(dout, {M, OC}), HostView(in, {M, C}),
+          HostView(h, {M, 2 * C}), HostView(w, {E, OC, C}), groups, write));
+      auto g_h = Compute(h, {M, 2 * C}), g_dh = Compute(dh0, {M, 2 * C}),
+           g_dh_plain = Compute(dh0, {M, 2 * C}), g_dact = Compute(din0, {M, C});
+      auto g_dw_fused = with_dw ? F32(dw0, {E, OC, C}) : nullptr;
+      const int before = Sm90();
+      ASSERT_STATUS_OK(gpu_->GroupedMatmulSwiGluBackward(
+          g_dh->tensor(), with_dw ? g_dw_fused->tensor() : Tensor(), g_dact->tensor(),
+          g_dout->tensor(), g_in->tensor(), g_h->tensor(), g_w->tensor(), groups, write));
+      EXPECT_EQ(Sm90() - before, with_dw ? 2 : 1) << "each gradient in one launch of our kernels";
+      for (const ExpertRun& g : groups)
+        if (g.rows > 0)
+          ASSERT_STATUS_OK(gpu_->SwiGluBackward(MatrixRows(g_dh_plain->tensor(), g.offset, g.rows),
+                                                MatrixRows(g_din->tensor(), g.offset, g.rows),
+                                                MatrixRows(g_h->tensor(), g.offset, g.rows)));
+      const std::vector<float> got_dh = g_dh->Download();
+      ASSERT_EQ(got_dh, g_dh_plain->Download()) << "dh differs from SwiGluBackward's";
+      ExpectRows(got_dh, dh, dh0, in_group, 2 * C);
+      if (with_dw) {
+        ASSERT_EQ(g_dw_fused->Download(), g_dw->Download()) << "dW differs";
+      }
+    }
     if (!with_dw) continue;
     const std::vector<float> got = g_dw->Download();
     // What the op added (or wrote), so that dw0 does not hide its errors; experts in no group
@@ -194,6 +231,14 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
     for (int64_t e = 0; e < E; ++e)
       for (int64_t j = e * OC * C; j < (e + 1) * OC * C && !has_rows[e]; ++j)
         ASSERT_EQ(got[j], overwrite ? 0.f : dw0[j]) << "expert " << e << " has no rows";
+    // The squares of dW it added (overwritten: summed by the kernel as it stored dW): near the
+    // CPU twin's, and near a pass over the dW it wrote.
+    double got_squares = 0, pass = 0;
+    ASSERT_STATUS_OK(gpu_->CopyToHost(&got_squares, g_squares.tensor().data, sizeof(double)));
+    ASSERT_STATUS_OK(gpu_->SumInto(g_squares.tensor(), g_dw->tensor(), SumOf::kSquares, false));
+    ASSERT_STATUS_OK(gpu_->CopyToHost(&pass, g_squares.tensor().data, sizeof(double)));
+    EXPECT_NEAR(got_squares - 0.5, squares - 0.5, 1e-2 * (squares - 0.5)) << "dW's squares";
+    EXPECT_NEAR(got_squares - 0.5, pass, 1e-5 * pass) << "dW's squares against a pass over dW";
   }
 }
 
@@ -270,8 +315,9 @@ TEST_F(CudaGroupedSm90Test, PinsTakeTheRouteAndRefuseWhatDoesNotApply) {
 
 // Our kernels' speed against cuBLAS's grouped GEMM, the per-group loop and one dense cuBLASLt
 // GEMM of the same rows, on OLMoE-sized groups (64 experts, ~16k rows in uneven groups, C = OC =
-// 2048) and on 48 groups of 341 rows: the forward, the input gradient and the weight gradient (for
-// which the cuBLAS route is the per-group loop in bf16). Printed, not asserted.
+// 2048) and on 48 groups of 341 rows: the forward, the input gradient, the weight gradient (for
+// which the cuBLAS route is the per-group loop in bf16) and the input gradient with SwiGLU's
+// backward (a SwiGluBackward after it). Printed, not asserted.
 TEST_F(CudaGroupedSm90Test, PrintsSpeedAgainstCublasAndDense) {
   if (!GroupedSm90KernelRuns())
     GTEST_SKIP() << "not an sm_90 GPU (or a build without sm90 kernels)";
@@ -285,11 +331,14 @@ TEST_F(CudaGroupedSm90Test, PrintsSpeedAgainstCublasAndDense) {
   auto g_dout = Compute(Random(M * OC), {M, OC}),
        g_din = Compute(std::vector<float>(M * C), {M, C});
   auto g_dw = F32(std::vector<float>(E * OC * C), {E, OC, C});
+  auto g_h = Compute(Random(M * 2 * C), {M, 2 * C}),
+       g_dh = Compute(std::vector<float>(M * 2 * C), {M, 2 * C});
   const Tensor w0(g_w->tensor().data, gpu_->compute_dtype(), {OC, C});
   const Tensor dw0(g_dw->tensor().data, DType::kF32, {OC, C});
   const int repeats = 10;
   const char* names[] = {"sm90", "cuBLAS grouped", "per-group cuBLASLt", "dense cuBLASLt"};
-  const char* kinds[] = {"forward", "input gradient", "weight gradient"};
+  const char* kinds[] = {"forward", "input gradient", "weight gradient",
+                         "input gradient + SwiGLU backward"};
   const GroupedGemmRoute routes[] = {GroupedGemmRoute::kSm90, GroupedGemmRoute::kCublas,
                                      GroupedGemmRoute::kPerExpert};
   for (const std::vector<ExpertRun>& groups : splits) {
@@ -297,10 +346,22 @@ TEST_F(CudaGroupedSm90Test, PrintsSpeedAgainstCublasAndDense) {
     for (const ExpertRun& g : groups) rows += g.rows;
     const Tensor in = MatrixRows(g_in->tensor(), 0, rows),
                  dout = MatrixRows(g_dout->tensor(), 0, rows);
-    for (int kind = 0; kind < 3; ++kind) {
+    for (int kind = 0; kind < 4; ++kind) {
       // One call of the kind by route (3: one dense GEMM of the groups' rows with expert 0).
       auto call = [&](int route) -> Status {
         const bool dense = route == 3;
+        if (kind == 3 && dense) {  // the dense input gradient, then SwiGLU's backward
+          TRAINER_RETURN_IF_ERROR(gpu_->MatmulBackward(MatrixRows(g_din->tensor(), 0, rows),
+                                                       Tensor(), Tensor(), dout, in, w0,
+                                                       GradientWrite::kOverwrite));
+          return gpu_->SwiGluBackward(MatrixRows(g_dh->tensor(), 0, rows),
+                                      MatrixRows(g_din->tensor(), 0, rows),
+                                      MatrixRows(g_h->tensor(), 0, rows));
+        }
+        if (kind == 3)  // act = in (C = F)
+          return gpu_->GroupedMatmulSwiGluBackward(
+              g_dh->tensor(), Tensor(), g_din->tensor(), g_dout->tensor(), g_in->tensor(),
+              g_h->tensor(), g_w->tensor(), groups, GradientWrite::kOverwrite);
         if (kind == 0)
           return dense ? gpu_->MatmulForward(MatrixRows(g_out->tensor(), 0, rows), Tensor(), in, w0,
                                              Tensor(), Activation::kNone)

@@ -215,7 +215,7 @@ class CudaBackend final : public Backend {
                                  const std::vector<ExpertRun>& groups) override;
   Status RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
                                   Tensor weights, const std::vector<ExpertRun>& groups,
-                                  GradientWrite dweights_write) override;
+                                  GradientWrite dweights_write, Tensor dweights_squares) override;
   Status RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
                                        const std::vector<ExpertRun>& groups) override;
 
@@ -281,11 +281,18 @@ class CudaBackend final : public Backend {
   Status GroupedRoute(const std::string& shape, bool sm90_runs, GroupedGemmRoute* route);
   // Our sm90 kernels over the groups (p without its lists), and whether they run p.
   Status RunGroupedSm90(cuda::GroupedSm90Problem p, const std::vector<ExpertRun>& groups);
-  Status RunGroupedSm90(cuda::GroupedSm90WeightGradient p, const std::vector<ExpertRun>& groups);
+  // squares (one f64, optional, p not accumulating): += the sum of the squares of dW's tiles.
+  Status RunGroupedSm90(cuda::GroupedSm90WeightGradient p, const std::vector<ExpertRun>& groups,
+                        Tensor squares = Tensor());
   bool GroupedSm90Runs(const cuda::GroupedSm90Problem& p) const;
   bool GroupedSm90Runs(const cuda::GroupedSm90WeightGradient& p) const;
   // A copy of a call's lists on the device, in stream order (grouped_upload_).
   Status UploadGrouped(const void* data, size_t bytes, const void** device);
+  // GroupedMatmulBackward's dweights by the route of its shape; *summed: whether the route also
+  // added the squares to dweights_squares (our kernels do when overwriting).
+  Status GroupedWeightGradient(Tensor dweights, Tensor dout, Tensor in, Tensor weights,
+                               const std::vector<ExpertRun>& groups, GradientWrite dweights_write,
+                               Tensor dweights_squares, bool* summed);
   // GroupedMatmulBackward's din by the route of its shape.
   Status GroupedInputGradient(Tensor din, Tensor dout, Tensor in, Tensor weights,
                               const std::vector<ExpertRun>& groups);

@@ -14,6 +14,7 @@
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/grouped_gemm.h"
+#include "model/cuda/kernels.h"
 #include "model/cuda/upload_ring.h"
 
 namespace trainer {
@@ -149,6 +150,9 @@ cudaError_t LaunchGroupedSm90(const GroupedSm90Problem&, cudaStream_t) {
 cudaError_t LaunchGroupedSm90WeightGradient(const GroupedSm90WeightGradient&, cudaStream_t) {
   return cudaErrorNotSupported;
 }
+int64_t GroupedSm90WeightGradientSquares(const GroupedSm90WeightGradient&) {
+  return 0;
+}
 }  // namespace cuda
 #endif
 
@@ -178,9 +182,9 @@ Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90Problem p,
 }
 
 Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90WeightGradient p,
-                                   const std::vector<ExpertRun>& groups) {
+                                   const std::vector<ExpertRun>& groups, Tensor squares) {
   cuda::MakeGroupedExperts(groups, p.experts, &grouped_blocks_, &grouped_experts_);
-  if (grouped_experts_.empty()) return Status::Ok();
+  if (grouped_experts_.empty()) return Status::Ok();  // dW's experts were all zeroed: adds 0
   const void *experts = nullptr, *runs = nullptr;
   TRAINER_RETURN_IF_ERROR(UploadGrouped(
       grouped_experts_.data(), grouped_experts_.size() * sizeof(cuda::GroupedExpert), &experts));
@@ -189,8 +193,17 @@ Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90WeightGradient p,
   p.expert_list = static_cast<const cuda::GroupedExpert*>(experts);
   p.expert_count = static_cast<int64_t>(grouped_experts_.size());
   p.runs = static_cast<const cuda::GroupedBlock*>(runs);
+  const int64_t tile_squares = squares.empty() ? 0 : cuda::GroupedSm90WeightGradientSquares(p);
+  if (tile_squares > 0) {
+    void* scratch = nullptr;
+    TRAINER_RETURN_IF_ERROR(Scratch(static_cast<size_t>(tile_squares) * sizeof(double), &scratch));
+    p.tile_squares = static_cast<double*>(scratch);
+  }
   CUDA_CHECK(cuda::LaunchGroupedSm90WeightGradient(p, stream_));
   ++counts_.grouped_sm90;
+  if (tile_squares > 0)
+    CUDA_CHECK(
+        cuda::LaunchSumPartials(p.tile_squares, tile_squares, true, squares.as<double>(), stream_));
   return Status::Ok();
 }
 
@@ -247,10 +260,22 @@ Status CudaBackend::RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor i
 
 Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
                                              Tensor weights, const std::vector<ExpertRun>& groups,
-                                             GradientWrite dweights_write) {
-  const int64_t E = weights.dim(0), OC = weights.dim(1), C = weights.dim(2);
+                                             GradientWrite dweights_write,
+                                             Tensor dweights_squares) {
   if (!din.empty()) TRAINER_RETURN_IF_ERROR(GroupedInputGradient(din, dout, in, weights, groups));
   if (dweights.empty()) return Status::Ok();
+  bool summed = false;  // the squares summed as the kernel wrote dweights
+  TRAINER_RETURN_IF_ERROR(GroupedWeightGradient(dweights, dout, in, weights, groups, dweights_write,
+                                                dweights_squares, &summed));
+  if (dweights_squares.empty() || summed) return Status::Ok();
+  return RunSumInto(dweights_squares, dweights, SumOf::kSquares, true);
+}
+
+Status CudaBackend::GroupedWeightGradient(Tensor dweights, Tensor dout, Tensor in, Tensor weights,
+                                          const std::vector<ExpertRun>& groups,
+                                          GradientWrite dweights_write, Tensor dweights_squares,
+                                          bool* summed) {
+  const int64_t E = weights.dim(0), OC = weights.dim(1), C = weights.dim(2);
   cuda::GroupedSm90WeightGradient sm90;
   sm90.dout = dout.data, sm90.in = in.data, sm90.dweights = dweights.data;
   sm90.accumulate = dweights_write == GradientWrite::kAccumulate;
@@ -261,7 +286,11 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
       GroupedRoute(GroupedShape("weight_gradient", weights), GroupedSm90Runs(sm90), &route));
-  if (route == GroupedGemmRoute::kSm90) return RunGroupedSm90(sm90, groups);
+  if (route == GroupedGemmRoute::kSm90) {
+    // Overwritten, the kernel's tiles sum their squares as they store them.
+    *summed = !dweights_squares.empty() && !sm90.accumulate;
+    return RunGroupedSm90(sm90, groups, *summed ? dweights_squares : Tensor());
+  }
   // dW_e^T (C,OC) (+)= in[R]^T (C,n) dout[R] (n,OC), in f32: the ragged dimension is k.
   // (bf16 inputs with an f32 output: cuBLAS 13.0's grouped GEMM refuses them, so the per-group
   // loop runs them without asking.)
@@ -271,7 +300,7 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
           : std::vector<std::vector<ExpertRun>>{};
   if (waves.empty())
     return Backend::RunGroupedMatmulBackward(Tensor(), dweights, dout, in, weights, groups,
-                                             dweights_write);
+                                             dweights_write, Tensor());
   for (size_t w = 0; w < waves.size(); ++w) {
     const bool overwrite = w == 0 && dweights_write == GradientWrite::kOverwrite;
     std::vector<cuda::GroupedGemmProblem>& problems = grouped_problems_;
@@ -288,7 +317,8 @@ Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor
     for (size_t v = w; v < waves.size(); ++v)
       rest.insert(rest.end(), waves[v].begin(), waves[v].end());
     return Backend::RunGroupedMatmulBackward(Tensor(), dweights, dout, in, weights, rest,
-                                             w == 0 ? dweights_write : GradientWrite::kAccumulate);
+                                             w == 0 ? dweights_write : GradientWrite::kAccumulate,
+                                             Tensor());
   }
   return Status::Ok();
 }
@@ -315,7 +345,7 @@ Status CudaBackend::GroupedInputGradient(Tensor din, Tensor dout, Tensor in, Ten
   }
   if (!done)
     return Backend::RunGroupedMatmulBackward(din, Tensor(), dout, in, weights, groups,
-                                             GradientWrite::kAccumulate);
+                                             GradientWrite::kAccumulate, Tensor());
   return Status::Ok();
 }
 

@@ -184,6 +184,10 @@ constexpr int kSumSquaresPartials = 1024;
 // kSumSquaresPartials doubles.
 cudaError_t LaunchSum(const float* x, int64_t n, bool squares, bool accumulate, double* partials,
                       double* result, cudaStream_t stream);
+// *result (device double) = [*result +] the sum of the n doubles at `partials` (a kernel's partial
+// sums), in a fixed order.
+cudaError_t LaunchSumPartials(const double* partials, int64_t n, bool accumulate, double* result,
+                              cudaStream_t stream);
 
 // ---- attention_fallback.cu (our own causal attention, fp32 accumulation) ----
 // qkv (B,T,NH+2*NKV,HS) = [NH q heads | NKV k heads | NKV v heads]; q head h attends with kv head

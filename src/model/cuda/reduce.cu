@@ -140,6 +140,24 @@ __global__ void SumPartialsKernel(const double* partials, int count, double* res
   if (threadIdx.x == 0) *result = accumulate ? *result + total : total;
 }
 
+// LaunchSumPartials' kernel: one block of kSumThreads adds n doubles, thread-strided, then each
+// warp's by a fixed shuffle tree, then thread 0 the warps' in order.
+constexpr int kSumThreads = 1024;
+__global__ void __launch_bounds__(kSumThreads)
+    SumManyPartialsKernel(const double* partials, int64_t n, double* result, bool accumulate) {
+  __shared__ double warps[kSumThreads / kWarpSize];
+  double total = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kSumThreads) total += partials[i];
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    total += __shfl_xor_sync(0xffffffffu, total, offset);
+  if (threadIdx.x % kWarpSize == 0) warps[threadIdx.x / kWarpSize] = total;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  total = 0.0;
+  for (int w = 0; w < kSumThreads / kWarpSize; ++w) total += warps[w];
+  *result = accumulate ? *result + total : total;
+}
+
 // The kernel for the rows' alignment (16-byte loads where they allow) and weighting, one block
 // per (column tile, row chunk).
 template <typename T>
@@ -202,6 +220,12 @@ cudaError_t LaunchSum(const float* x, int64_t n, bool squares, bool accumulate, 
   partial<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, partials);
   SumPartialsKernel<<<1, kWarpSize, 0, stream>>>(partials, static_cast<int>(blocks), result,
                                                  accumulate);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSumPartials(const double* partials, int64_t n, bool accumulate, double* result,
+                              cudaStream_t stream) {
+  SumManyPartialsKernel<<<1, kSumThreads, 0, stream>>>(partials, n, result, accumulate);
   return cudaGetLastError();
 }
 

@@ -20,7 +20,9 @@
 // past the run may be another group's or hold anything) before multiplying it. Each multiplying
 // warpgroup then hands its 64 rows of the f32 tile to the TMA through its half of the output tile
 // region, which stores them (or adds them to dW) while it goes on to the next tile: each tile is
-// one expert's own block of dW, written by one CTA, in a fixed order of the rows.
+// one expert's own block of dW, written by one CTA, in a fixed order of the rows. Where asked (dW
+// overwritten), each multiplying warp also leaves the sum of the squares of its accumulators in
+// its slot of tile_squares, for the step's gradient norm (in a fixed order: no atomics).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -300,12 +302,26 @@ __device__ __forceinline__ void StoreAccumulatorsByTma(const float* acc, uint8_t
   }
 }
 
+// The sum of the squares of a warp's accumulators (each thread's 128 in order, then the warp's
+// 32 by a fixed butterfly) to its slot of the tile's: warp w of warpgroup `half` of the t-th tile
+// writes tile_squares[8 t + 4 half + w].
+__device__ __forceinline__ void StoreWarpSquares(const float* acc, double* tile_squares, int t,
+                                                 int half) {
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < 128; ++i) sum = fmaf(acc[i], acc[i], sum);
+  sum = WarpSum(sum);
+  if (threadIdx.x % 32 == 0)
+    tile_squares[kSquaresPerTile * t + 4 * half + (threadIdx.x % 128) / 32] = sum;
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     GroupedWeightGradientKernel(const __grid_constant__ CUtensorMap dout_map,
                                 const __grid_constant__ CUtensorMap in_map,
                                 const __grid_constant__ CUtensorMap dw_map,
                                 const GroupedExpert* experts, const GroupedBlock* runs,
-                                TileOrder order, int expert_m_blocks, int oc, bool accumulate) {
+                                TileOrder order, int expert_m_blocks, int oc, bool accumulate,
+                                double* tile_squares) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
@@ -353,6 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       };
       MultiplyTile<BMajor::kN, 1, true>(acc, s, half, ExpertKBlocks(runs, e), &ring, zero_past_run);
+      if (tile_squares != nullptr) StoreWarpSquares(acc, tile_squares, t, half);
       StoreAccumulatorsByTma(acc, s.out_tile + half * kF32RegionBytes, &dw_map, n0,
                              e.expert * oc + m0 + half * 64, accumulate, 4 + half);
     }
@@ -421,6 +438,10 @@ cudaError_t LaunchGroupedSm90(const GroupedSm90Problem& p, cudaStream_t stream) 
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
+int64_t GroupedSm90WeightGradientSquares(const GroupedSm90WeightGradient& p) {
+  return p.expert_count * (p.oc / kBlockM) * (p.c / kBlockN) * kSquaresPerTile;
+}
+
 bool GroupedSm90WeightGradientSupported(const GroupedSm90WeightGradient& p) {
   constexpr int64_t kIntLimit = int64_t{1} << 31;
   return CurrentDevice().sm90 && EncodeTiled() != nullptr && p.m > 0 && p.m < kIntLimit &&
@@ -443,9 +464,10 @@ cudaError_t LaunchGroupedSm90WeightGradient(const GroupedSm90WeightGradient& p,
   const int expert_m_blocks = static_cast<int>(p.oc / kBlockM);
   const int64_t m_blocks = p.expert_count * expert_m_blocks;
   const TileOrder order{static_cast<int>(m_blocks), static_cast<int>(p.c / kBlockN), 1};
-  const cudaError_t e = LaunchTiled(GroupedWeightGradientKernel, kSharedBytes, m_blocks * kBlockM,
-                                    p.c, 1, stream, dout_map, in_map, dw_map, p.expert_list, p.runs,
-                                    order, expert_m_blocks, static_cast<int>(p.oc), p.accumulate);
+  const cudaError_t e =
+      LaunchTiled(GroupedWeightGradientKernel, kSharedBytes, m_blocks * kBlockM, p.c, 1, stream,
+                  dout_map, in_map, dw_map, p.expert_list, p.runs, order, expert_m_blocks,
+                  static_cast<int>(p.oc), p.accumulate, p.tile_squares);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

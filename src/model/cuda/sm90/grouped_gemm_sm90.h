@@ -73,7 +73,12 @@ struct GroupedSm90WeightGradient {
   const GroupedExpert* expert_list = nullptr;  // the experts with rows
   int64_t expert_count = 0;
   const GroupedBlock* runs = nullptr;  // their groups (row, end, expert), expert by expert
+  // Where given (not accumulating): GroupedSm90WeightGradientSquares() doubles whose sum is the
+  // sum of the squares of the f32 dW the launch writes (each warp's share of a tile, as stored);
+  // the experts it does not write add nothing.
+  double* tile_squares = nullptr;
 };
+constexpr int kSquaresPerTile = 8;  // one per multiplying warp
 
 // The weight gradient's lists from the groups (each with expert, offset and rows; rows 0 skipped):
 // each expert's groups in their order as runs, expert by expert, and one entry per expert with
@@ -103,6 +108,8 @@ bool GroupedSm90Supported(const GroupedSm90Problem& problem);
 // cudaErrorNotSupported for a problem that GroupedSm90Supported refuses.
 cudaError_t LaunchGroupedSm90(const GroupedSm90Problem& problem, cudaStream_t stream);
 
+// The number of tile_squares a weight gradient's launch writes (its expert list set).
+int64_t GroupedSm90WeightGradientSquares(const GroupedSm90WeightGradient& problem);
 // The same for the weight gradient (nothing to launch for expert_count 0).
 bool GroupedSm90WeightGradientSupported(const GroupedSm90WeightGradient& problem);
 cudaError_t LaunchGroupedSm90WeightGradient(const GroupedSm90WeightGradient& problem,
