@@ -3,10 +3,10 @@
   metrics.py summary FILE [AFTER_STEP]
       {"tok_s", "mfu", "mem_gib", "loss"}: the medians of tokens/s and MFU over the records after
       AFTER_STEP (default 10: warm-up, graph builds, GEMM tuning), the largest memory, the last loss.
-  metrics.py compare RUN REF EACH MEAN STEPS
-      {"steps", "worst", "mean", "pass"}: RUN's loss at each of its steps against REF's at the same
-      step, as relative differences; passes when RUN logged STEPS steps that REF also logged, the
-      worst difference is at most EACH and their mean at most MEAN.
+  metrics.py compare RUN REF EACH MEAN STEPS [FIELD]
+      {"steps", "worst", "mean", "pass"}: RUN's loss (or FIELD, e.g. grad_norm) at each of its
+      steps against REF's at the same step, as relative differences; passes when RUN logged STEPS
+      steps that REF also logged, the worst difference is at most EACH and their mean at most MEAN.
 """
 import json
 import statistics
@@ -28,9 +28,9 @@ def summary(path, after_step=10):
             "loss": rows[-1]["loss"]}
 
 
-def compare(run_path, ref_path, each, mean, steps):
-    ref = {r["step"]: r["loss"] for r in records(ref_path)}
-    diffs = [abs(r["loss"] - ref[r["step"]]) / abs(ref[r["step"]])
+def compare(run_path, ref_path, each, mean, steps, field="loss"):
+    ref = {r["step"]: r[field] for r in records(ref_path)}
+    diffs = [abs(r[field] - ref[r["step"]]) / abs(ref[r["step"]])
              for r in records(run_path) if r["step"] in ref]
     if not diffs:
         return {"steps": 0, "worst": None, "mean": None, "pass": False}
@@ -42,9 +42,9 @@ def compare(run_path, ref_path, each, mean, steps):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "summary":
         result = summary(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 10)
-    elif len(sys.argv) == 7 and sys.argv[1] == "compare":
+    elif len(sys.argv) in (7, 8) and sys.argv[1] == "compare":
         result = compare(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]),
-                         int(sys.argv[6]))
+                         int(sys.argv[6]), *sys.argv[7:])
     else:
         sys.exit(__doc__)
     print(json.dumps(result))

@@ -441,6 +441,7 @@ Status Trainer::TrainStep(double* lr) {
   model_->AddExpertGradSquaresTo(expert_squares);
   TRAINER_RETURN_IF_ERROR(
       pipeline_->TrainStep(mb, static_cast<float>(1.0 / trained), timer_.get()));
+  model_->AddExpertGradSquaresTo(Tensor());  // this step's only
   TRAINER_RETURN_IF_ERROR(ReduceGradients());
   TRAINER_RETURN_IF_ERROR(timer_->Charge(Phase::kGradReduce));
   const double clip = config_.optimizer.grad_clip;

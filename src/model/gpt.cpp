@@ -469,6 +469,10 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
   ctx.moe_recompute = true;
   if (overwrite_weight_gradients_) ctx.weight_gradients = GradientWrite::kOverwrite;
   overwrite_weight_gradients_ = false;
+  if (!expert_grad_squares_.empty() && ctx.weight_gradients != GradientWrite::kOverwrite)
+    return RuntimeError(
+        "GptModel::Backward: the experts' gradient squares are added as their gradients are "
+        "written, once a step: a second backward in the step would count them again");
   Tensor dres = scratch_.dresidual;
   if (partition_.last_stage()) {
     if (last_forward_slot_ != slot)

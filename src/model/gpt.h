@@ -146,7 +146,8 @@ class GptModel {
   // The MoE layers' expert weight gradients add the sums of their squares to `sum` (one f64) as
   // they are written, from the next Backward on (empty: not). Only where each expert stack's
   // gradient is written once a step and nothing changes it after: the step's gradient norm
-  // then needs no pass over them (Trainer::FoldsExpertNorm).
+  // then needs no pass over them (Trainer::FoldsExpertNorm). A Backward after the step's first
+  // with a sum set fails.
   void AddExpertGradSquaresTo(Tensor sum) { expert_grad_squares_ = sum; }
   // Replace this rank's parameters from a host f32 flat array in buffer order.
   Status SetParameters(const std::vector<float>& flat);

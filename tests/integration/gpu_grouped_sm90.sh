@@ -45,7 +45,8 @@ for run in pinned forced; do
     fail "$run leaves the CPU curve"
   python3 - "$run/metrics.jsonl" cpu/metrics.jsonl <<'PY' || fail "$run's first gradient norm"
 import json, sys
-norms = [next(json.loads(l)["grad_norm"] for l in open(f) if '"step": 1,' in l) for f in sys.argv[1:]]
+norms = [next(json.loads(l)["grad_norm"] for l in open(f) if '"step": 1,' in l)
+         for f in sys.argv[1:]]
 print("step 1 gradient norm %.6g, CPU %.6g" % tuple(norms))
 assert abs(norms[0] - norms[1]) <= 0.02 * norms[1]
 PY

@@ -137,9 +137,10 @@ for line in sys.stdin:
     print("%.4g" % r["moe_aux_loss"], [v for k, v in sorted(r.items()) if k.startswith("moe_dropped")])'
 }
 
-# compare_curves RUN REF EACH MEAN COUNT: RUN's loss at each of its logged steps against REF's at
-# the same step (relative difference): COUNT steps, each within EACH, their mean within MEAN
-# (bench/metrics.py compare, as bench/scaling.sh checks layouts on GPUs). Prints the figures.
+# compare_curves RUN REF EACH MEAN COUNT [FIELD]: RUN's loss (or FIELD) at each of its logged
+# steps against REF's at the same step (relative difference): COUNT steps, each within EACH, their
+# mean within MEAN (bench/metrics.py compare, as bench/scaling.sh checks layouts on GPUs). Prints
+# the figures.
 compare_curves() {
   local result
   result=$(python3 "$SRC/bench/metrics.py" compare "$@") || return 1

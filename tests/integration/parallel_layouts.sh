@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Every parallel layout against the single-rank run on the same global batch: 10 steps of a tiny
-# GPT whose 5 layers do not divide evenly over 2 or 4 stages ("-sp": sequence parallelism, "-rc":
-# whole-block activation recomputation, "-rs": selective recomputation, "-z1": ZeRO-1, the optimizer state sharded over DP). Losses (metrics.jsonl) and the final
-# parameters and Adam moments (checkpoints, compared by an independent HDF5 reader) must agree to
-# a relative 1e-5 (fp32; only the reduction order differs), each tensor to 1e-3 (see
+# Every parallel layout against the single-rank run on the same global batch: 10 steps of a tiny GPT
+# whose 5 layers do not divide evenly over 2 or 4 stages ("-sp": sequence parallelism, "-rc":
+# whole-block activation recomputation, "-rs": selective recomputation, "-z1": ZeRO-1, the optimizer
+# state sharded over DP). Losses (metrics.jsonl) and the final parameters and Adam moments
+# (checkpoints, compared by an independent HDF5 reader) must agree to a relative 1e-5 (fp32; only
+# the reduction order differs; MoE models' gradient norms to 1e-4), each tensor to 1e-3 (see
 # tests/tools/compare_checkpoints.cpp for why single tensors need the looser bound).
 #
 # LAYOUT_MODEL picks the model: gpt2 (the default), llama (GQA, q/k norm, untied; the wrapper
@@ -12,7 +13,9 @@
 # capacity that drops tokens), llama-lora or gpt2-lora (LoRA adapters on every linear, the base
 # frozen; parallel_layouts_lora.sh). For MoE models the load-balancing loss must agree too.
 # LAYOUT_EXTRA adds overrides to every run (parallel_layouts_dropout.sh: dropout on); the layout
-# part "mb1" splits the batch into micro-batches of one sample (another gradient accumulation),
+# part "mb1" splits the batch into micro-batches of one sample (another gradient accumulation;
+# "mb8": one micro-batch of the whole batch, where a MoE model's experts add their gradients'
+# squares to the norm as they are written; the single-rank run accumulates four of two),
 # "lcN" runs the LM head and loss in chunks of N tokens (Model.loss_chunk_tokens);
 # "epN" multiplies the data-parallel ranks by N and splits the experts over groups of N of them
 # (expert parallelism; parallel_layouts_ep.sh).
@@ -66,6 +69,12 @@ for layout in $LAYOUTS; do
   if [[ ${LAYOUT_MODEL:-gpt2} == moe* ]]; then  # the same routing: the same aux loss and drops
     diff <(moe_fields "$layout/metrics.jsonl") <(moe_fields single/metrics.jsonl) ||
       fail "$layout: the MoE layers' aux loss or dropped tokens differ"
+    # The gradient norms (the experts' share is added as their gradients are written where each
+    # is written once a step) within ten times the losses' bounds: a norm that missed or doubled
+    # a part of the gradients would be off by far more.
+    compare_curves "$layout/metrics.jsonl" single/metrics.jsonl \
+      "$(python3 -c "print(10 * $B_EACH)")" "$(python3 -c "print(10 * $B_MEAN)")" 10 grad_norm ||
+      fail "$layout gradient norms differ"
   fi
   "$COMPARE_CHECKPOINTS" "$layout/checkpoints/step-00000010/checkpoint.h5" \
     single/checkpoints/step-00000010/checkpoint.h5 "$B_ALL" "$B_TENSOR" || fail "$layout parameters differ"

@@ -104,13 +104,16 @@ TEST_P(CpuGroupedMatmul, MatchesNaiveLoop) {
       std::vector<float> h = RandomFloats(M * 2 * C, 8);
       const std::vector<float> dh0 = RandomFloats(M * 2 * C, 9);
       std::vector<float> dh = dh0, dact = din0, dw_swiglu = dw0;
+      double swiglu_squares = 0.25;
       ASSERT_TRUE(be->GroupedMatmulSwiGluBackward(
                         View(dh, {M, 2 * C}), View(dw_swiglu, {E, OC, C}), View(dact, {M, C}),
                         View(dout, {M, OC}), View(in, {M, C}), View(h, {M, 2 * C}),
                         View(w, {E, OC, C}), groups,
-                        accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite)
+                        accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite,
+                        Tensor(&swiglu_squares, DType::kF64, {1}))
                       .ok());
       EXPECT_TRUE(AllClose(dw_swiglu, want_dw, 1e-5));
+      EXPECT_NEAR(swiglu_squares - 0.25, want_squares, 1e-9 * want_squares);
       std::vector<double> want_dh(dh0.begin(), dh0.end());
       for (const ExpertRun& g : groups)
         for (int64_t r = g.offset; r < g.offset + g.rows; ++r)

@@ -181,7 +181,7 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
       ExpectRows(got_act, act, act0, in_group, F);
       ExpectRows(g_h->Download(), h_cpu, out0, in_group, OC);
     }
-    const int before_backward = Sm90();
+    const int before_backward = Sm90(), squares_before = gpu_->path_counts().grouped_sm90_squares;
     ASSERT_STATUS_OK(gpu_->GroupedMatmulBackward(
         g_din->tensor(), with_dw ? g_dw->tensor() : Tensor(), g_dout->tensor(), g_in->tensor(),
         g_w->tensor(), groups, write, with_dw ? g_squares.tensor() : Tensor()));
@@ -189,6 +189,9 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
     EXPECT_EQ(Sm90() - before_backward, with_dw ? 2 : 1)
         << "each gradient in one launch of our kernels";
     EXPECT_EQ(Cublas(), cublas) << "cuBLAS's grouped GEMM ran on the sm90 route";
+    EXPECT_EQ(gpu_->path_counts().grouped_sm90_squares - squares_before,
+              with_dw && write == GradientWrite::kOverwrite ? 1 : 0)
+        << "an overwritten dW's squares summed by the kernel (else by a pass)";
     {  // The input gradient with SwiGLU's backward (C = F, h (M, 2C), act = in): dh equal to
        // SwiGluBackward's of the plain input gradient to the bit, and near the CPU twin's; dW
        // equal to the plain backward's to the bit.
@@ -203,10 +206,13 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
       auto g_h = Compute(h, {M, 2 * C}), g_dh = Compute(dh0, {M, 2 * C}),
            g_dh_plain = Compute(dh0, {M, 2 * C}), g_dact = Compute(din0, {M, C});
       auto g_dw_fused = with_dw ? F32(dw0, {E, OC, C}) : nullptr;
+      DeviceBuffer g_fused_squares(gpu_.get(), DType::kF64, {1});
+      ASSERT_STATUS_OK(gpu_->CopyToDevice(g_fused_squares.tensor().data, &half, sizeof(half)));
       const int before = Sm90();
       ASSERT_STATUS_OK(gpu_->GroupedMatmulSwiGluBackward(
           g_dh->tensor(), with_dw ? g_dw_fused->tensor() : Tensor(), g_dact->tensor(),
-          g_dout->tensor(), g_in->tensor(), g_h->tensor(), g_w->tensor(), groups, write));
+          g_dout->tensor(), g_in->tensor(), g_h->tensor(), g_w->tensor(), groups, write,
+          with_dw ? g_fused_squares.tensor() : Tensor()));
       EXPECT_EQ(Sm90() - before, with_dw ? 2 : 1) << "each gradient in one launch of our kernels";
       for (const ExpertRun& g : groups)
         if (g.rows > 0)
@@ -218,6 +224,10 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
       ExpectRows(got_dh, dh, dh0, in_group, 2 * C);
       if (with_dw) {
         ASSERT_EQ(g_dw_fused->Download(), g_dw->Download()) << "dW differs";
+        double plain = 0, fused = 0;
+        ASSERT_STATUS_OK(gpu_->CopyToHost(&plain, g_squares.tensor().data, sizeof(double)));
+        ASSERT_STATUS_OK(gpu_->CopyToHost(&fused, g_fused_squares.tensor().data, sizeof(double)));
+        ASSERT_EQ(fused, plain) << "dW's squares differ";
       }
     }
     if (!with_dw) continue;

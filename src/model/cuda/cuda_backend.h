@@ -67,6 +67,7 @@ struct CudaPathCounts {
   int grouped_gemm = 0;          // grouped GEMM launches (cuBLAS, one per GEMM kind of a call)
   int grouped_gemm_fallback = 0;  // GEMM kinds of grouped calls run one GEMM per group instead
   int grouped_sm90 = 0;           // grouped GEMM launches of our sm90 kernels
+  int grouped_sm90_squares = 0;   // of those, weight gradients that summed dW's squares
 };
 
 class CudaBackend final : public Backend {

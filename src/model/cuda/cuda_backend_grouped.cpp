@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/check.h"
 #include "common/log.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_check.h"
@@ -193,6 +194,7 @@ Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90WeightGradient p,
   p.expert_list = static_cast<const cuda::GroupedExpert*>(experts);
   p.expert_count = static_cast<int64_t>(grouped_experts_.size());
   p.runs = static_cast<const cuda::GroupedBlock*>(runs);
+  TRAINER_ASSERT(squares.empty() || !p.accumulate, "dW's squares of an accumulating launch");
   const int64_t tile_squares = squares.empty() ? 0 : cuda::GroupedSm90WeightGradientSquares(p);
   if (tile_squares > 0) {
     void* scratch = nullptr;
@@ -201,9 +203,11 @@ Status CudaBackend::RunGroupedSm90(cuda::GroupedSm90WeightGradient p,
   }
   CUDA_CHECK(cuda::LaunchGroupedSm90WeightGradient(p, stream_));
   ++counts_.grouped_sm90;
-  if (tile_squares > 0)
+  if (tile_squares > 0) {
     CUDA_CHECK(
         cuda::LaunchSumPartials(p.tile_squares, tile_squares, true, squares.as<double>(), stream_));
+    ++counts_.grouped_sm90_squares;
+  }
   return Status::Ok();
 }
 

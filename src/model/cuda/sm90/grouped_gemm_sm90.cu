@@ -302,15 +302,15 @@ __device__ __forceinline__ void StoreAccumulatorsByTma(const float* acc, uint8_t
   }
 }
 
-// The sum of the squares of a warp's accumulators (each thread's 128 in order, then the warp's
-// 32 by a fixed butterfly) to its slot of the tile's: warp w of warpgroup `half` of the t-th tile
-// writes tile_squares[8 t + 4 half + w].
+// The sum of the squares of a warp's accumulators in f64, as SumInto's pass sums them (each
+// thread's 128 in order, then the warp's 32 by a fixed butterfly) to its slot of the tile's: warp
+// w of warpgroup `half` of the t-th tile writes tile_squares[8 t + 4 half + w].
 __device__ __forceinline__ void StoreWarpSquares(const float* acc, double* tile_squares, int t,
                                                  int half) {
-  float sum = 0.f;
+  double sum = 0.0;
 #pragma unroll
-  for (int i = 0; i < 128; ++i) sum = fmaf(acc[i], acc[i], sum);
-  sum = WarpSum(sum);
+  for (int i = 0; i < 128; ++i) sum = fma(double(acc[i]), double(acc[i]), sum);
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (threadIdx.x % 32 == 0)
     tile_squares[kSquaresPerTile * t + 4 * half + (threadIdx.x % 128) / 32] = sum;
 }
