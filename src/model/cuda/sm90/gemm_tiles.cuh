@@ -277,19 +277,28 @@ inline EncodeTiledFn EncodeTiled() {
   return fn;
 }
 
-// A row-major bf16 (rows, cols) matrix as boxes of (box_rows, 64) with 128B swizzle.
-inline bool MakeTileMap(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
-                        uint32_t box_rows) {
+// A row-major (rows, cols) matrix of `type` (element_bytes each) as boxes of (box_rows,
+// box_cols) with 128B swizzle (box_cols * element_bytes = 128: one swizzle row).
+inline bool MakeSwizzledMap(CUtensorMap* map, CUtensorMapDataType type, int element_bytes,
+                            const void* base, int64_t rows, int64_t cols, uint32_t box_rows,
+                            uint32_t box_cols) {
   EncodeTiledFn encode = EncodeTiled();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
-  const cuuint32_t box[2] = {64, box_rows};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * element_bytes};
+  const cuuint32_t box[2] = {box_cols, box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
-                box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+  return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// A row-major bf16 (rows, cols) matrix as boxes of (box_rows, 64) with 128B swizzle.
+inline bool MakeTileMap(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
+                        uint32_t box_rows) {
+  return MakeSwizzledMap(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, rows, cols, box_rows,
+                         kBoxCols);
 }
 
 struct DeviceInfo {

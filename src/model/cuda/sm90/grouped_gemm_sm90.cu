@@ -381,16 +381,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // A row-major f32 (rows, cols) matrix as the weight gradient's boxes: (64 rows, 32 columns), 128B
 // swizzle.
 bool MakeF32BoxMap(CUtensorMap* map, void* base, int64_t rows, int64_t cols) {
-  EncodeTiledFn encode = EncodeTiled();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 4};
-  const cuuint32_t box[2] = {kF32BoxCols, 64};
-  const cuuint32_t element_strides[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return MakeSwizzledMap(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, base, rows, cols, 64,
+                         kF32BoxCols);
 }
 
 // The problem's GEMM: A (m, k) the row-side input, B the weights, the output n columns wide.
