@@ -11,7 +11,7 @@ trainer_gtest(cpu_backend_test
   SOURCES unit/cpu_backend_test.cpp unit/cpu_matmul_attention_test.cpp
           unit/cpu_loss_optimizer_test.cpp unit/cpu_llama_ops_test.cpp unit/cpu_dropout_test.cpp
           unit/cpu_grouped_matmul_test.cpp unit/cpu_moe_losses_test.cpp
-          unit/documents_test.cpp
+          unit/documents_test.cpp unit/cpu_master_halves_test.cpp
   LIBS trainer_model
   LABELS unit
   TIMEOUT 120)

@@ -11,7 +11,8 @@ if(TRAINER_WITH_CUDA)
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_lora_test.cpp
                 LIBS trainer_model LABELS gpu TIMEOUT 300)
   # The offloaded AdamW's staging ring on the GPU (pinned slots, asynchronous copies): chunked
-  # against one chunk bit for bit, and against the device AdamW.
+  # against one chunk bit for bit, and against the device AdamW; the device AdamW's master weights
+  # kept as halves against an f32 master copy bit for bit, and set again as a resume sets them.
   trainer_gtest(gpu_offload_test
                 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/cuda_test_main.cpp
                         ${CMAKE_CURRENT_SOURCE_DIR}/unit/gpu_offload_test.cpp

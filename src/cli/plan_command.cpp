@@ -13,6 +13,7 @@
 #include "engine/memory_plan.h"
 #include "model/gpt.h"
 #include "model/model_spec.h"
+#include "optimizer/adamw.h"
 
 namespace trainer {
 namespace {
@@ -24,12 +25,14 @@ double GiB(double bytes) {
 // Bytes per parameter of weights, gradients and optimizer state by ZeRO stage over N ranks: the
 // ZeRO paper's 2 + 2 + 12 with f32 gradients (4 bytes, not 2) and, on CPU ranks, f32 weights.
 // Under LoRA these are the adapters' bytes, and each frozen weight holds its compute copy alone.
-std::string StageFormula(int stage, bool bf16, bool lora) {
+// halves: unsharded (stage 0, or N = 1), the master weights are the bf16 weights and 2-byte
+// remainders (Optimizer.store_param_remainders).
+std::string StageFormula(int stage, bool bf16, bool lora, bool halves) {
   const int w = bf16 ? 2 : 4;  // the compute copy of the weights
   std::string trained;
-  switch (stage) {
+  switch (halves ? 0 : stage) {
     case 0:
-      trained = StrFormat("%d", w + 16);
+      trained = StrFormat("%d", w + (halves ? 14 : 16));
       break;
     case 1:
       trained = StrFormat("%d + 12/N", w + 4);
@@ -73,8 +76,12 @@ void PrintShardingStages(const TrainConfig& config, bool gpu) {
     const RankMemory m = PlanRankMemory(at, 0, dtype, gpu);
     std::cout << StrFormat(
         "    sharding stage %d: %s | weights+grads+optimizer %s | arena %s (%zu bytes)\n", stage,
-        StageFormula(stage, dtype == DType::kBF16, lora).c_str(), FormatBytes(m.state()).c_str(),
-        FormatBytes(m.arena()).c_str(), m.arena());
+        StageFormula(
+            stage, dtype == DType::kBF16, lora,
+            AdamW::KeepsMasterHalves(c.optimizer, dtype, stage == 0 ? 1 : s.sharding_degree,
+                                     s.sharding_offload))
+            .c_str(),
+        FormatBytes(m.state()).c_str(), FormatBytes(m.arena()).c_str(), m.arena());
   }
 }
 

@@ -11,10 +11,11 @@
 
 namespace trainer {
 
-enum class DType : uint8_t { kF32, kBF16, kI32, kF64 };
+// kU16: raw 16-bit words (the master weights' remainders, common/master_remainder.h).
+enum class DType : uint8_t { kF32, kBF16, kI32, kF64, kU16 };
 
 inline size_t DTypeSize(DType t) {
-  return t == DType::kBF16 ? 2 : t == DType::kF64 ? 8 : 4;
+  return t == DType::kBF16 || t == DType::kU16 ? 2 : t == DType::kF64 ? 8 : 4;
 }
 inline const char* DTypeName(DType t) {
   switch (t) {
@@ -26,6 +27,8 @@ inline const char* DTypeName(DType t) {
       return "i32";
     case DType::kF64:
       return "f64";
+    case DType::kU16:
+      return "u16";
   }
   return "?";
 }

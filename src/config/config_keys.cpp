@@ -117,6 +117,7 @@ const std::vector<ConfigKey> kKeys = {
     CONFIG_KEY(Optimizer, optimizer, beta2),
     CONFIG_KEY(Optimizer, optimizer, eps),
     CONFIG_KEY(Optimizer, optimizer, grad_clip),
+    CONFIG_KEY(Optimizer, optimizer, store_param_remainders),
 
     CONFIG_KEY(Data, data, train_path),
     CONFIG_KEY(Data, data, train_weights),

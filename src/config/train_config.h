@@ -176,6 +176,10 @@ struct OptimizerConfig {
   double grad_clip = 1.0;  // 0 disables clipping
   // After warmup: "cosine" or "linear" from lr to min_lr over the decay steps, or "constant" lr.
   std::string decay_style = "cosine";
+  // With bf16 weights and the optimizer state on the GPU, unsharded: each f32 master weight kept
+  // as the bf16 weight plus its low 16 bits (2 bytes a parameter less to hold and for each step
+  // to move; the bf16 weights then round ties away from zero). Exact: the same master weights.
+  bool store_param_remainders = true;
 };
 
 struct DataConfig {

@@ -82,7 +82,9 @@ RankMemory PlanRankMemory(const TrainConfig& config, int stage, DType compute_dt
   m.frozen = TotalLocalElements(BuildFrozenParameterList(model, part));
   m.model = GptModel::BufferBytes(model, part, compute_dtype, B, model.sequence_length(), m.slots);
   const bool offload = d.sharding.sharding_offload;
-  m.optimizer = AdamW::BufferBytes(params, part.flat_shards, offload);
+  m.optimizer = AdamW::BufferBytes(
+      params, part.flat_shards, offload,
+      AdamW::KeepsMasterHalves(config.optimizer, compute_dtype, part.flat_shards, offload));
   if (offload) m.offloaded = AdamW::OffloadedBytes(params, part.flat_shards, compute_dtype);
   if (device) {
     m.device_base = kGpuBaseBytes;

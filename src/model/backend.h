@@ -425,8 +425,14 @@ class Backend {
 
   // ---- optimizer ----
   // One AdamW step over contiguous f32 spans (master, grad, m, v: n > 0 elements); writes the
-  // copy `param` (n elements, f32 or compute) from the updated master. p.step >= 1.
+  // copy `param` (n elements, f32 or compute) from the updated master. p.step >= 1. With a u16
+  // `master` and bf16 `param`, the master weights are those two halves (master_remainder.h):
+  // read from both, and both written from the updated master.
   Status AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v, const AdamWParams& p);
+  // master (f32) = the weights that param (bf16) and remainder (u16) hold as two halves
+  // (JoinMaster), and the split back (MasterHigh, MasterRemainder); n elements each.
+  Status JoinMasterHalves(Tensor master, Tensor param, Tensor remainder);
+  Status SplitMasterHalves(Tensor param, Tensor remainder, Tensor master);
   // total (one f64 element, in backend memory) = [total +] sum of the f32 span x (of its squares),
   // without waiting for the device: the step's losses and gradient norm stay there. x may be
   // empty (adds 0).
@@ -494,6 +500,8 @@ class Backend {
                                       float dloss_scale);
   virtual Status RunAdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
                           const AdamWParams& p) = 0;
+  // join: master from param and remainder; else the reverse.
+  virtual Status RunMasterHalves(Tensor master, Tensor param, Tensor remainder, bool join) = 0;
   // x is empty, or a non-empty f32 span.
   virtual Status RunSumInto(Tensor total, Tensor x, SumOf what, bool accumulate) = 0;
   virtual Status RunScale(Tensor x, float s) = 0;

@@ -487,15 +487,41 @@ Status Backend::RunCrossEntropyFused(Tensor losses, Tensor dlogits, Tensor logit
 Status Backend::AdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
                       const AdamWParams& p) {
   OpContract c(*this, "AdamW");
-  c.Has("master", master, kF32, -1)
+  const bool halves = master.dtype == DType::kU16;
+  c.Has("master", master, halves ? DType::kU16 : kF32, -1)
       .SameCount("grad", grad, kF32, "master", master)
       .SameCount("m", m, kF32, "master", master)
       .SameCount("v", v, kF32, "master", master)
-      .Float("param", param)
-      .SameCount("param", param, param.dtype, "master", master)
       .Require(p.step >= 1, StrFormat("step %d is not 1-based", p.step));
+  if (halves)  // the remainders of bf16 parameters, on every backend
+    c.SameCount("param", param, DType::kBF16, "master", master);
+  else
+    c.Float("param", param).SameCount("param", param, param.dtype, "master", master);
   TRAINER_RETURN_IF_ERROR(c.status());
   return RunAdamW(param, master, grad, m, v, p);
+}
+
+namespace {
+
+Status CheckMasterHalves(Backend& be, const char* op, Tensor master, Tensor param,
+                         Tensor remainder) {
+  OpContract c(be, op);
+  c.Has("master", master, kF32, -1)
+      .SameCount("param", param, DType::kBF16, "master", master)
+      .SameCount("remainder", remainder, DType::kU16, "master", master);
+  return c.status();
+}
+
+}  // namespace
+
+Status Backend::JoinMasterHalves(Tensor master, Tensor param, Tensor remainder) {
+  TRAINER_RETURN_IF_ERROR(CheckMasterHalves(*this, "JoinMasterHalves", master, param, remainder));
+  return RunMasterHalves(master, param, remainder, true);
+}
+
+Status Backend::SplitMasterHalves(Tensor param, Tensor remainder, Tensor master) {
+  TRAINER_RETURN_IF_ERROR(CheckMasterHalves(*this, "SplitMasterHalves", master, param, remainder));
+  return RunMasterHalves(master, param, remainder, false);
 }
 
 Status Backend::SumInto(Tensor total, Tensor x, SumOf what, bool accumulate) {

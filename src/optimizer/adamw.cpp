@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "common/master_remainder.h"
 
 namespace trainer {
 namespace {
@@ -14,10 +15,18 @@ char* ElementAddress(const Tensor& t, size_t index) {
 
 }  // namespace
 
-size_t AdamW::BufferBytes(const std::vector<ParameterInfo>& params, int shards, bool offload) {
+size_t AdamW::BufferBytes(const std::vector<ParameterInfo>& params, int shards, bool offload,
+                          bool halves) {
   const size_t piece = FlatBufferElements(params, shards) / static_cast<size_t>(shards);
-  return (offload ? 0 : 3 * Backend::AllocationSize(piece * sizeof(float))) +
-         Backend::AllocationSize(sizeof(double));
+  const size_t state = offload ? 0
+                               : Backend::AllocationSize(piece * (halves ? 2 : 4)) +
+                                     2 * Backend::AllocationSize(piece * sizeof(float));
+  return state + Backend::AllocationSize(sizeof(double));
+}
+
+bool AdamW::KeepsMasterHalves(const OptimizerConfig& config, DType compute_dtype, int shards,
+                              bool offload) {
+  return config.store_param_remainders && compute_dtype == DType::kBF16 && shards == 1 && !offload;
 }
 
 AdamW::~AdamW() {
@@ -44,11 +53,13 @@ Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicato
   }
   Backend* be = model->backend();
   Backend* state = o->state_backend();
+  const bool halves = KeepsMasterHalves(config, model->parameter_buffer().dtype, shards, offload);
   for (Tensor* t : {&o->master_, &o->m_, &o->v_}) {
+    const DType dtype = halves && t == &o->master_ ? DType::kU16 : DType::kF32;
     void* p = nullptr;
-    TRAINER_RETURN_IF_ERROR(state->Allocate(o->shard_size_ * sizeof(float), &p));
+    TRAINER_RETURN_IF_ERROR(state->Allocate(o->shard_size_ * DTypeSize(dtype), &p));
     (o->host_ ? o->host_allocations_ : o->allocations_).push_back(p);
-    *t = Tensor(p, DType::kF32, {static_cast<int64_t>(o->shard_size_)});
+    *t = Tensor(p, dtype, {static_cast<int64_t>(o->shard_size_)});
   }
   void* norm = nullptr;
   TRAINER_RETURN_IF_ERROR(be->Allocate(sizeof(double), &norm));
@@ -83,7 +94,7 @@ Status AdamW::Create(GptModel* model, const OptimizerConfig& config, Communicato
 Status AdamW::SetMaster(const std::vector<float>& flat) {
   TRAINER_ASSERT(flat.size() == total_, "master size mismatch");
   TRAINER_RETURN_IF_ERROR(Upload(0, flat));
-  return model_->SetParameters(flat);
+  return master_halves() ? Status::Ok() : model_->SetParameters(flat);
 }
 
 Status AdamW::AddToParameters(size_t offset, const std::vector<float>& delta) {
@@ -101,6 +112,20 @@ Status AdamW::AddToParameters(size_t offset, const std::vector<float>& delta) {
     for (size_t i = 0; i < values.size(); ++i) rounded[i] = FloatToBF16(values[i]);
     return be->CopyToDevice(t.data, rounded.data(), rounded.size() * 2);
   };
+  // The master kept as halves: both halves read, added to and split again.
+  auto add_halves = [](Backend* be, Tensor param, Tensor remainder, const float* d) -> Status {
+    const size_t n = static_cast<size_t>(param.numel());
+    std::vector<uint16_t> high(n), low(n);
+    TRAINER_RETURN_IF_ERROR(be->CopyToHost(high.data(), param.data, n * 2));
+    TRAINER_RETURN_IF_ERROR(be->CopyToHost(low.data(), remainder.data, n * 2));
+    for (size_t i = 0; i < n; ++i) {
+      const float w = JoinMaster(high[i], low[i]) + d[i];
+      high[i] = MasterHigh(w);
+      low[i] = MasterRemainder(w);
+    }
+    TRAINER_RETURN_IF_ERROR(be->CopyToDevice(param.data, high.data(), n * 2));
+    return be->CopyToDevice(remainder.data, low.data(), n * 2);
+  };
   const DType pd = model_->parameter_buffer().dtype;
   TRAINER_ASSERT(pd == DType::kF32 || pd == DType::kBF16,
                  "AddToParameters needs f32 or bf16 compute parameters");
@@ -113,6 +138,11 @@ Status AdamW::AddToParameters(size_t offset, const std::vector<float>& delta) {
     const int64_t local = static_cast<int64_t>(at - layout.piece_begin(u)),
                   count = static_cast<int64_t>(n);
     const float* d = delta.data() + (at - offset);
+    if (master_halves()) {
+      status = add_halves(model_->backend(), model_->ParamPiece(u).rows(local, count),
+                          master_.rows(static_cast<int64_t>(to), count), d);
+      return;
+    }
     std::vector<float> values;
     status = add(state_backend(), master_.rows(static_cast<int64_t>(to), count), d, &values);
     if (status.ok()) status = set(model_->backend(), model_->ParamPiece(u).rows(local, count), values);
@@ -139,6 +169,11 @@ Status AdamW::DownloadTo(int which, float* host) const {
   const Tensor& t = which == 0 ? master_ : which == 1 ? m_ : v_;
   Backend* be = model_->backend();
   const ShardLayout& layout = model_->shard_layout();
+  auto join = [&](Tensor param, Tensor remainder, Tensor joined, size_t at) {
+    TRAINER_RETURN_IF_ERROR(be->JoinMasterHalves(joined, param, remainder));
+    return be->CopyToHost(host + at, joined.data, joined.bytes());
+  };
+  if (which == 0 && master_halves()) return ForEachMasterPiece(join);
   if (!sharded()) return state_backend()->CopyToHost(host, t.data, total_ * sizeof(float));
   // Unit by unit: every rank's piece into its place in a scratch buffer of the unit's size (free
   // between steps), gathered there (after the copy, on the group's stream where it has one),
@@ -167,10 +202,31 @@ Status AdamW::Upload(int which, const std::vector<float>& flat) {
   // This rank's pieces of `flat`; past the last parameter (padding) they are zero.
   Backend* be = state_backend();
   TRAINER_RETURN_IF_ERROR(be->Zero(t));
+  if (which == 0 && master_halves())
+    return ForEachMasterPiece([&](Tensor param, Tensor remainder, Tensor f32, size_t at) {
+      TRAINER_RETURN_IF_ERROR(be->CopyToDevice(f32.data, flat.data() + at, f32.bytes()));
+      return be->SplitMasterHalves(param, remainder, f32);
+    });
   Status status;
   model_->shard_layout().ForEachOwned(0, total_, [&](int, size_t at, size_t to, size_t n) {
     if (status.ok())
       status = be->CopyToDevice(ElementAddress(t, to), flat.data() + at, n * sizeof(float));
+  });
+  return status;
+}
+
+template <typename Fn>
+Status AdamW::ForEachMasterPiece(Fn fn) const {
+  TRAINER_ASSERT(master_halves() && !sharded(), "master halves are kept unsharded");
+  const ShardLayout& layout = model_->shard_layout();
+  Status status;
+  layout.ForEachOwned(0, total_, [&](int u, size_t at, size_t to, size_t n) {
+    if (!status.ok()) return;
+    const int64_t local = static_cast<int64_t>(at - layout.piece_begin(u)),
+                  count = static_cast<int64_t>(n);
+    status =
+        fn(model_->ParamPiece(u).rows(local, count), master_.rows(static_cast<int64_t>(to), count),
+           model_->GradPiece(u).rows(local, count), at);
   });
   return status;
 }

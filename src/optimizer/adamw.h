@@ -35,7 +35,13 @@ class AdamW {
   // (arena sizing); and the host bytes that offload allocates instead: the state (12 bytes per
   // element of the piece) and the staging ring.
   static size_t BufferBytes(const std::vector<ParameterInfo>& params, int shards,
-                            bool offload = false);
+                            bool offload = false, bool halves = false);
+  // Whether the master weights are kept as halves (Optimizer.store_param_remainders,
+  // common/master_remainder.h): the bf16 parameters are their high halves and master_ holds the
+  // low ones. Only where the state is on the model's backend and not sharded.
+  static bool KeepsMasterHalves(const OptimizerConfig& config, DType compute_dtype, int shards,
+                                bool offload);
+  bool master_halves() const { return master_.dtype == DType::kU16; }
   static size_t OffloadedBytes(const std::vector<ParameterInfo>& params, int shards,
                                DType compute_dtype, size_t offload_chunk = kOffloadChunkElements);
   // Offload: the high-water mark of the host memory the state and the ring took (0 where the
@@ -49,7 +55,8 @@ class AdamW {
   Status SetMaster(const std::vector<float>& flat);
   // Host copies of the whole state for checkpoints, in buffer order: which = 0 master, 1 first
   // moment, 2 second moment. When sharded, Download is collective over the DP group and uses the
-  // gradient buffer as scratch (call it between steps).
+  // gradient buffer as scratch (call it between steps); so does the master kept as halves (joined
+  // there), and Upload(0) of halves, which sets the compute parameters too.
   Status Download(int which, std::vector<float>* flat) const;
   // The same into `host`, DownloadElements() floats (the flat buffers with their padding; the
   // first local_elements() hold the state): page-locked memory takes a GPU's copy at full speed.
@@ -105,6 +112,10 @@ class AdamW {
   template <typename Fn>
   void ForEachPieceInChunk(size_t chunk, Fn fn) const;
   Status GatherWholeUnits();
+  // Master halves: fn(param, remainder, scratch, at) for each piece [at, at + n) of the flat
+  // buffers: its bf16 parameters, their remainders and n f32 of the gradient buffer as scratch.
+  template <typename Fn>
+  Status ForEachMasterPiece(Fn fn) const;
   // Where master_, m_ and v_ live: the host backend when offloaded, else the model's.
   Backend* state_backend() const { return host_ ? host_.get() : model_->backend(); }
   GptModel* model_ = nullptr;
@@ -128,7 +139,9 @@ class AdamW {
   std::vector<Segment> segments_;
   OptimizerConfig config_;
   Communicator* shard_group_ = nullptr;
-  Tensor master_, m_, v_;     // shard_size_ elements each: this rank's pieces, back to back
+  // shard_size_ elements each: this rank's pieces, back to back (master_: f32, or u16 when
+  // master_halves()).
+  Tensor master_, m_, v_;
   Tensor grad_norm_squared_;  // (1) f64, QueueLocalGradNormSquared's result
   size_t total_ = 0, shard_size_ = 0;
   // Contiguous [begin, end) element ranges of canonical parameters, for the norm, and of

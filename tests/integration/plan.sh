@@ -92,14 +92,15 @@ quick_refusal() {  # NAME PATTERN ARGS...: `trainer plan ARGS` exits 2 within a 
   echo "$name: exit 2 in $took ms: $(cut -c1-150 "$name.err")..."
 }
 # LoRA (Llama-3.2-1B, rank 16 on every linear, 4 ranks): only sharding stages 0 and 1, which LoRA
-# runs with, at 18 (stage 0) and 6 + 12/N (stage 1) bytes per adapter parameter plus 2 per frozen
-# weight: A = 16 layers x 16 x (in + out) of q, k, v, o, gate, up, down; F = the model's weights.
+# runs with, at 16 (stage 0: unsharded, the master weights kept as bf16 weights and 2-byte
+# remainders) and 6 + 12/N (stage 1) bytes per adapter parameter plus 2 per frozen weight:
+# A = 16 layers x 16 x (in + out) of q, k, v, o, gate, up, down; F = the model's weights.
 A=$(( 16 * 16 * (4096 + 2560 + 2560 + 4096 + 3 * 10240) ))
 F=$(( 128256 * 2048 + 16 * (2 * 2048 + 2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 8192) + 2048 ))
 "$TRAINER" plan -c "$SRC/configs/llama-3.2-1b.yaml" --world-size 4 -o Model.lora_rank=16 > lora.txt 2>&1 ||
   { cat lora.txt; fail "lora: trainer plan exited non-zero"; }
 grep -q "sharding stage [23]" lora.txt && { cat lora.txt; fail "lora: stages 2-3, which LoRA refuses, printed"; }
-grep -q "sharding stage 0: 18 B/adapter param + 2 B/frozen weight" lora.txt &&
+grep -q "sharding stage 0: 16 B/adapter param + 2 B/frozen weight" lora.txt &&
   grep -q "sharding stage 1: 6 + 12/N B/adapter param + 2 B/frozen weight" lora.txt ||
   { cat lora.txt; fail "lora: the stages' byte formulas are not LoRA's"; }
 want=$(awk -v a="$A" -v f="$F" 'BEGIN { printf "weights+grads+optimizer %.2f GiB", (9 * a + 2 * f) / 1073741824 }')

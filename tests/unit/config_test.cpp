@@ -112,6 +112,7 @@ TEST(ConfigKeys, ListsEveryFieldOnceInSectionOrder) {
                                              "Optimizer.beta2",
                                              "Optimizer.eps",
                                              "Optimizer.grad_clip",
+                                             "Optimizer.store_param_remainders",
                                              "Data.train_path",
                                              "Data.train_weights",
                                              "Data.val_path",
@@ -363,7 +364,8 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   c.model.sequence_parallel = true;
   c.distributed = {3, 2, 4, 1, {10, 12, 13, 13}, true, {4, 3, true, false, false}};
   c.engine = {12345, 7, 0, 9, 250, "out dir/with: colon # and hash", "fp32"};
-  c.optimizer = {6e-4, 1.0 / 3.0, 700, 18000, 0.0, 0.8999999999999999, 0.999, 1e-12, 0.0, "linear"};
+  c.optimizer = {6e-4,  1.0 / 3.0, 700, 18000,    0.0,  0.8999999999999999,
+                 0.999, 1e-12,     0.0, "linear", false};
   c.data = {"data/\"quoted\"\\back\tslash\n.h5", "0.5, 2", "val data/*.h5 # not a comment", 0.05};
   c.checkpoint = {"/abs/ckpt", 0, 1000, "auto", "hf/gpt2 \"pretrained\"", false};
   c.engine.exit_duration_min = 0.25;

@@ -2,7 +2,10 @@
 // target, a shard with no real columns, dlogits written over the logits), AdamW and the sum of
 // squares, against the CPU fp32 backend and a double-precision host loop.
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
+#include "common/master_remainder.h"
 #include "cuda_test_util.h"
 
 namespace trainer {
@@ -210,6 +213,87 @@ TEST_F(CudaVsCpuTest, AdamWTakesTheClipScaleFromTheDevice) {
                                  g_m->tensor(), g_v->tensor(), p));
     EXPECT_RELATIVE_ERROR_BELOW(Minus(g_master->Download(), master0), Minus(master, master0), 1e-4);
     EXPECT_RELATIVE_ERROR_BELOW(g_m->Download(), m, 1e-6);
+  }
+}
+
+// The master weights as two halves (Optimizer.store_param_remainders): the GPU's update against
+// the CPU's on halves (to float rounding, as AdamWMatchesCpu), the bf16 weights the updated
+// master's high halves to the bit, and both kernels (offset 1: the one-element kernel).
+TEST_F(CudaVsCpuTest, AdamWOnMasterHalvesMatchesCpu) {
+  SCOPED_TRACE(Trace());
+  const int n = 5003;
+  const std::vector<float> master0 = RandomFloats(n, rng_), grad = RandomFloats(n, rng_),
+                           m0 = RandomFloats(n, rng_, -0.01f, 0.01f),
+                           v0 = RandomFloats(n, rng_, 0.f, 1e-3f);
+  std::vector<uint16_t> high0(n), low0(n);
+  for (int i = 0; i < n; ++i)
+    high0[i] = MasterHigh(master0[i]), low0[i] = MasterRemainder(master0[i]);
+  AdamWParams p;
+  p.lr = 1e-3f;
+  p.weight_decay = 0.1f;
+  p.step = 3;
+  p.grad_scale = 0.5f;
+  for (int offset : {0, 1}) {
+    SCOPED_TRACE(StrFormat("span [%d, %d)", offset, n));
+    const int count = n - offset;
+    auto tail = [&](const auto& x) {
+      return std::vector<typename std::decay_t<decltype(x)>::value_type>(x.begin() + offset,
+                                                                         x.end());
+    };
+    std::vector<uint16_t> high = tail(high0), low = tail(low0);
+    std::vector<float> m = tail(m0), v = tail(v0), g = tail(grad);
+    ASSERT_STATUS_OK(cpu_->AdamW(Tensor(high.data(), DType::kBF16, {count}),
+                                 Tensor(low.data(), DType::kU16, {count}), HostView(g, {count}),
+                                 HostView(m, {count}), HostView(v, {count}), p));
+    DeviceBuffer g_high(gpu_.get(), DType::kBF16, {n}), g_low(gpu_.get(), DType::kU16, {n});
+    ASSERT_STATUS_OK(gpu_->CopyToDevice(g_high.tensor().data, high0.data(), n * 2));
+    ASSERT_STATUS_OK(gpu_->CopyToDevice(g_low.tensor().data, low0.data(), n * 2));
+    auto g_grad = F32(grad, {n}), g_m = F32(m0, {n}), g_v = F32(v0, {n});
+    ASSERT_STATUS_OK(
+        gpu_->AdamW(g_high.tensor().rows(offset, count), g_low.tensor().rows(offset, count),
+                    g_grad->tensor().rows(offset, count), g_m->tensor().rows(offset, count),
+                    g_v->tensor().rows(offset, count), p));
+    std::vector<uint16_t> got_high(n), got_low(n);
+    ASSERT_STATUS_OK(gpu_->CopyToHost(got_high.data(), g_high.tensor().data, n * 2));
+    ASSERT_STATUS_OK(gpu_->CopyToHost(got_low.data(), g_low.tensor().data, n * 2));
+    std::vector<float> got(count), want(count);
+    for (int i = 0; i < count; ++i) {
+      got[i] = JoinMaster(got_high[offset + i], got_low[offset + i]);
+      want[i] = JoinMaster(high[i], low[i]);
+      ASSERT_EQ(got_high[offset + i], MasterHigh(got[i])) << i;
+    }
+    EXPECT_RELATIVE_ERROR_BELOW(Minus(got, tail(master0)), Minus(want, tail(master0)), 1e-4);
+    EXPECT_RELATIVE_ERROR_BELOW(tail(g_m->Download()), m, 1e-6);
+    EXPECT_RELATIVE_ERROR_BELOW(tail(g_v->Download()), v, 1e-6);
+    if (offset > 0) {  // elements before the span stay as they were
+      EXPECT_EQ(got_high[0], high0[0]);
+      EXPECT_EQ(got_low[0], low0[0]);
+    }
+  }
+}
+
+TEST_F(CudaVsCpuTest, MasterHalvesSplitAndJoinAsTheCpu) {
+  SCOPED_TRACE(Trace());
+  const int n = 100003;
+  std::vector<float> master(n);
+  for (float& w : master) {  // finite bit patterns of every exponent, and ties
+    uint32_t u = static_cast<uint32_t>(rng_()) & 0xff7fffffu;
+    if (rng_() % 4 == 0) u = (u & 0xffff0000u) | 0x8000u;
+    std::memcpy(&w, &u, 4);
+  }
+  auto g_master = F32(master, {n});
+  DeviceBuffer g_high(gpu_.get(), DType::kBF16, {n}), g_low(gpu_.get(), DType::kU16, {n});
+  ASSERT_STATUS_OK(gpu_->SplitMasterHalves(g_high.tensor(), g_low.tensor(), g_master->tensor()));
+  auto g_joined = F32(std::vector<float>(n), {n});
+  ASSERT_STATUS_OK(gpu_->JoinMasterHalves(g_joined->tensor(), g_high.tensor(), g_low.tensor()));
+  std::vector<uint16_t> high(n), low(n);
+  ASSERT_STATUS_OK(gpu_->CopyToHost(high.data(), g_high.tensor().data, n * 2));
+  ASSERT_STATUS_OK(gpu_->CopyToHost(low.data(), g_low.tensor().data, n * 2));
+  const std::vector<float> joined = g_joined->Download();
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(high[i], MasterHigh(master[i])) << i;
+    ASSERT_EQ(low[i], MasterRemainder(master[i])) << i;
+    ASSERT_EQ(std::memcmp(&joined[i], &master[i], 4), 0) << i;
   }
 }
 

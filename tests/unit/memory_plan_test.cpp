@@ -58,11 +58,16 @@ TEST(MemoryPlan, TheModelsBuffersByKindInClosedForm) {
   EXPECT_EQ(m.device_base, 0.0);
   EXPECT_EQ(m.total(), static_cast<double>(m.arena()));
 
-  // bf16 halves the compute-dtype buffers only; the GPU adds its base and cuDNN's f32 dQ.
+  // bf16 halves the compute-dtype buffers; the master weights are then the bf16 weights and
+  // 2-byte remainders (Optimizer.store_param_remainders; f32 as on the CPU without it). The GPU
+  // adds its base and cuDNN's f32 dQ.
   const RankMemory g = PlanRankMemory(TinyConfig(B, 3), 0, DType::kBF16, true);
   EXPECT_EQ(g.model.parameters, static_cast<size_t>(2 * kParams));
   EXPECT_EQ(g.model.gradients, m.model.gradients);
-  EXPECT_EQ(g.optimizer, m.optimizer);
+  EXPECT_EQ(g.optimizer, static_cast<size_t>(10 * kParams + 256));
+  TrainConfig f32_master = TinyConfig(B, 3);
+  f32_master.optimizer.store_param_remainders = false;
+  EXPECT_EQ(PlanRankMemory(f32_master, 0, DType::kBF16, true).optimizer, m.optimizer);
   EXPECT_EQ(g.attention_workspace, 4.0 * N * kC);
   EXPECT_EQ(g.total(), g.arena() + kGpuBaseBytes + 4.0 * N * kC);
   // Grouped-query attention (2 kv heads of 4) with 64-wide heads (a query width of 256): dQ's f32

@@ -25,8 +25,11 @@ struct OffloadRun {
 // random tokens, or with given_gradients from random gradients written into the model's
 // gradient buffer (the same for every run: no kernel choice between runs can change them).
 // offload_chunk 0: no offload.
+// store_param_remainders: Optimizer.store_param_remainders (it applies unsharded, not offloaded,
+// with bf16 weights).
 inline OffloadRun TrainTiny(const ModelConfig& config, std::unique_ptr<Backend> backend,
-                            size_t offload_chunk, bool given_gradients = false, int steps = 3) {
+                            size_t offload_chunk, bool given_gradients = false, int steps = 3,
+                            bool store_param_remainders = true) {
   const int B = 2, T = 7;
   ModelPartition part;
   part.num_layers = config.num_layers;
@@ -38,6 +41,7 @@ inline OffloadRun TrainTiny(const ModelConfig& config, std::unique_ptr<Backend> 
   for (float& x : init) x = normal(rng);
   OptimizerConfig oc;
   oc.weight_decay = 0.1;
+  oc.store_param_remainders = store_param_remainders;
   std::unique_ptr<AdamW> opt;
   EXPECT_TRUE(AdamW::Create(model.get(), oc, nullptr, &opt, offload_chunk > 0,
                             offload_chunk > 0 ? offload_chunk : AdamW::kOffloadChunkElements)

@@ -197,11 +197,21 @@ void crossentropy_backward(float* losses, float* dlogits, const float* logits, c
                            int vocab_start, int vocab_size, float dloss_scale);
 
 // ---- adamw.cpp ----
+// One AdamW step's constants: the hyperparameters, the gradient's scale and the bias
+// corrections of step `step` (1-based).
+struct AdamWStepConstants {
+  AdamWStepConstants(float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                     float grad_scale);
+  float lr, beta1, beta2, eps, weight_decay, grad_scale, bias_correction1, bias_correction2;
+};
 // One AdamW step (decoupled weight decay, bias-corrected) over n elements; then param = master.
 // param may alias master.
 void adamw_update(float* param, float* master, const float* grad, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int step,
-                  float grad_scale);
+                  const AdamWStepConstants& s);
+// The same with the master weights as two halves (common/master_remainder.h): param (bf16 bits)
+// and remainder, both read and written.
+void adamw_update_halves(uint16_t* param, uint16_t* remainder, const float* grad, float* m,
+                         float* v, size_t n, const AdamWStepConstants& s);
 // Sum of squares accumulated in double, in a fixed order.
 double sum_squares(const float* x, size_t n);
 

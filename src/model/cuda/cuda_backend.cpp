@@ -302,8 +302,19 @@ Status CudaBackend::RunAdamW(Tensor param, Tensor master, Tensor grad, Tensor m,
                        static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), p.step)),
                        p.grad_sum_squares,
                        p.max_grad_norm};
-  CUDA_CHECK(cuda::LaunchAdamW(param.dtype, param.data, master.as<float>(), grad.as<float>(),
-                               m.as<float>(), v.as<float>(), n, step, stream_));
+  if (master.dtype == DType::kU16)
+    CUDA_CHECK(cuda::LaunchAdamWHalves(param.as<uint16_t>(), master.as<uint16_t>(),
+                                       grad.as<float>(), m.as<float>(), v.as<float>(), n, step,
+                                       stream_));
+  else
+    CUDA_CHECK(cuda::LaunchAdamW(param.dtype, param.data, master.as<float>(), grad.as<float>(),
+                                 m.as<float>(), v.as<float>(), n, step, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::RunMasterHalves(Tensor master, Tensor param, Tensor remainder, bool join) {
+  CUDA_CHECK(cuda::LaunchMasterHalves(master.as<float>(), param.as<uint16_t>(),
+                                      remainder.as<uint16_t>(), master.numel(), join, stream_));
   return Status::Ok();
 }
 

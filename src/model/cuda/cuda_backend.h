@@ -181,6 +181,7 @@ class CudaBackend final : public Backend {
                               float dloss_scale) override;
   Status RunAdamW(Tensor param, Tensor master, Tensor grad, Tensor m, Tensor v,
                   const AdamWParams& p) override;
+  Status RunMasterHalves(Tensor master, Tensor param, Tensor remainder, bool join) override;
   Status RunSumInto(Tensor total, Tensor x, SumOf what, bool accumulate) override;
   Status RunScale(Tensor x, float s) override;
   Status RunRmsNormForward(Tensor out, Tensor rstd, Tensor in, Tensor weight, float eps) override;

@@ -252,6 +252,13 @@ struct AdamWStep {
 // One launch over n elements: updates master, m, v and writes param (dtype) from the new master.
 cudaError_t LaunchAdamW(DType dtype, void* param, float* master, const float* grad, float* m,
                         float* v, int64_t n, const AdamWStep& step, cudaStream_t stream);
+// The same with the master weights as two halves (master_remainder.h): the bf16 parameters and
+// their remainders, both read and written.
+cudaError_t LaunchAdamWHalves(uint16_t* param, uint16_t* remainder, const float* grad, float* m,
+                              float* v, int64_t n, const AdamWStep& step, cudaStream_t stream);
+// join: master = JoinMaster(param, remainder); else param, remainder = the halves of master.
+cudaError_t LaunchMasterHalves(float* master, uint16_t* param, uint16_t* remainder, int64_t n,
+                               bool join, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace trainer
