@@ -123,16 +123,18 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
     TRAINER_RETURN_IF_ERROR(be->MoeRouterLosses(aux ? a.aux_coef : Tensor(), a.losses, a.experts,
                                                 a.probs, a.lse, coeffs));
   }
-  // The dispatch on the device, and the permutation queued before the layer's one wait for the
-  // device: the host learns the choices per expert (for the groups' launches) as the rows move.
+  // The dispatch on the device and the layer's one wait for it: the host learns the choices per
+  // expert (for the groups' launches), then queues the permutation, and plans and queues the
+  // experts' launches while the rows move (waiting after the permutation instead would leave the
+  // GPU idle for the planning and the launches).
   TRAINER_RETURN_IF_ERROR(be->MoeDispatchSlots(a.slots, a.counts, a.experts, MoeCapacity(s, N)));
-  TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
   d->counts.resize(E);
   TRAINER_RETURN_IF_ERROR(be->CopyToHost(d->counts.data(), a.counts.data, E * sizeof(int32_t)));
   const bool record = ctx.record && !ctx.recompute;
   double losses[2] = {0, 0};  // {aux, z}
   if (record && (aux || zloss))
     TRAINER_RETURN_IF_ERROR(be->CopyToHost(losses, a.losses.data, sizeof(losses)));
+  TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
   PlanMoeGroups(s, N, d);
   const bool ep = ExpertParallel(ctx);
   if (ep)
