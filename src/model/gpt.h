@@ -149,7 +149,10 @@ class GptModel {
   // then needs no pass over them (Trainer::FoldsExpertNorm). A Backward after the step's first
   // with a sum set fails.
   void AddExpertGradSquaresTo(Tensor sum) { expert_grad_squares_ = sum; }
-  // Replace this rank's parameters from a host f32 flat array in buffer order.
+  // Replace this rank's parameters from a host f32 flat array in buffer order (bf16: rounded to
+  // nearest even). Not for a model whose AdamW keeps the master weights as halves
+  // (AdamW::master_halves: the bf16 parameters are the masters' high halves): set those through
+  // AdamW::SetMaster, which keeps both halves of each master together.
   Status SetParameters(const std::vector<float>& flat);
 
   // ---- LoRA (Model.lora_rank > 0, gpt_lora.cpp) ----

@@ -25,15 +25,18 @@ MPI_Datatype ToMpi(DType t) {
     case DType::kF64:
       return MPI_DOUBLE;
     case DType::kBF16:
+    case DType::kU16:
       return MPI_UINT16_T;  // only moved, never reduced, on the host path
   }
   return MPI_BYTE;
 }
 
 Status CheckReducible(DType t, const std::string& group) {
-  if (t == DType::kBF16)
-    return RuntimeError("MPI reduction of bf16 on group " + group +
-                        " is not supported: the CPU path is fp32");
+  if (t == DType::kBF16 || t == DType::kU16)
+    return RuntimeError(
+        StrFormat("MPI reduction of %s on group %s is not supported: the CPU path "
+                  "is fp32",
+                  DTypeName(t), group.c_str()));
   return Status::Ok();
 }
 

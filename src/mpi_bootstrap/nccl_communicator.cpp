@@ -12,8 +12,13 @@ namespace trainer {
 
 namespace {
 
-ncclDataType_t NcclType(DType t) {
+// reduced: the type of a reduction. Raw 16-bit words (kU16, the master weights' remainders) move
+// as any 2-byte type; reducing them means nothing, and the invalid type makes NCCL refuse it
+// (ncclInvalidArgument, which Check reports).
+ncclDataType_t NcclType(DType t, bool reduced = false) {
   switch (t) {
+    case DType::kU16:
+      return reduced ? ncclNumTypes : ncclFloat16;
     case DType::kF32:
       return ncclFloat32;
     case DType::kBF16:
@@ -76,7 +81,7 @@ Status NcclCommunicator::AllReduceGroup(const std::vector<Tensor>& tensors, Redu
   ncclResult_t first_error = ncclSuccess;
   for (const Tensor& t : tensors) {
     const ncclResult_t r =
-        ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), NcclType(t.dtype),
+        ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), NcclType(t.dtype, true),
                       op == ReduceOp::kMax ? ncclMax : ncclSum, comm_, stream_);
     if (first_error == ncclSuccess) first_error = r;
   }
@@ -115,7 +120,7 @@ Status NcclCommunicator::Check(ncclResult_t result, const char* call) {
 }
 
 Status NcclCommunicator::AllReduce(void* data, size_t count, DType dtype, ReduceOp op) {
-  return Check(ncclAllReduce(data, data, count, NcclType(dtype),
+  return Check(ncclAllReduce(data, data, count, NcclType(dtype, true),
                              op == ReduceOp::kMax ? ncclMax : ncclSum, comm_, stream_),
                "all-reduce");
 }
@@ -125,7 +130,7 @@ Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count, D
 }
 
 Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t count, DType dtype) {
-  return Check(ncclReduceScatter(send, recv, count, NcclType(dtype), ncclSum, comm_, stream_),
+  return Check(ncclReduceScatter(send, recv, count, NcclType(dtype, true), ncclSum, comm_, stream_),
                "reduce-scatter");
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `trainer plan` against closed-form counts: GPT-2 124M's parameters per rank (vocabulary padded
 # to 50304) and the bytes of weights + gradients + optimizer state, which ZeRO-1 divides for the
-# master weights and moments only, for one rank, dp2 with and without ZeRO-1, and tp2; the
+# master weights and moments only, for one rank (the master weights kept as bf16 weights and
+# 2-byte remainders, and as a separate f32 copy), dp2 with and without ZeRO-1, and tp2; the
 # micro-batch that --device-memory names (at once, at any size); sizes that overflow and a world
 # of no ranks refused; then its arena against the peak RSS of real CPU runs.
 source "$(dirname "$0")/lib.sh"
@@ -23,11 +24,14 @@ expect_plan() {
   grep -q "$want_gib" "$name.txt" || { cat "$name.txt"; fail "$name: expected '$want_gib'"; }
   echo "$name: $want_params, $want_gib"
 }
-# bf16 weights (2) + f32 gradients (4) + f32 master and two moments (12, or 12/dp under ZeRO-1).
-expect_plan one 1 "$PARAMS" 18
+# bf16 weights (2) + f32 gradients (4) + two f32 moments (8) + the f32 master: unsharded, 2-byte
+# remainders beside the bf16 weights (Optimizer.store_param_remainders), else 4 (ZeRO-1: the
+# master and moments, 12/dp).
+expect_plan one 1 "$PARAMS" 16
+expect_plan one-f32-master 1 "$PARAMS" 18 -o Optimizer.store_param_remainders=false
 expect_plan dp2-zero1 2 "$PARAMS" 12 -o Distributed.zero_stage1=true
 grep -q "; sharding stage 1 over 2 ranks x 1 replicas" dp2-zero1.txt || fail "dp2-zero1: no sharding line"
-expect_plan dp2 2 "$PARAMS" 18 -o Distributed.zero_stage1=false
+expect_plan dp2 2 "$PARAMS" 16 -o Distributed.zero_stage1=false
 # Sharding stages 2-3 over N ranks (docs/config.md): whole bf16 weights (2), the whole f32
 # gradients of the tensors outside the blocks (TAIL), two f32 gradient buckets of a block, and
 # 16/N (the shards of the gradients, master weights and moments); stage 3 holds the blocks'
@@ -45,7 +49,7 @@ done
 # tp2: the linears' weights and the column-parallel biases split; LayerNorms, wpe, row-parallel
 # biases stay whole; wte is split by vocabulary rows.
 TP2=$(( V * C / 2 + T * C + L * (4 * C + (3 * C * C + 3 * C) / 2 + C * C / 2 + C + (4 * C * C + 4 * C) / 2 + 4 * C * C / 2 + C) + 2 * C ))
-expect_plan tp2 2 "$TP2" 18 -o Distributed.tp_degree=2
+expect_plan tp2 2 "$TP2" 16 -o Distributed.tp_degree=2
 # The LM head's chunk (gpt_head.cpp): 16 x 1024 tokens of 50304 bf16 logits are 1.5 GiB, over the
 # ~1 GiB a chunk may hold: two chunks of 8192 tokens; or the chunk Model.loss_chunk_tokens names.
 "$TRAINER" plan -c "$CFG" -o Global.micro_batch_size=16 > chunk.txt 2>&1 || { cat chunk.txt; fail "chunk: plan"; }

@@ -52,8 +52,8 @@ TEST(GpuAdamWOffload, ChunkedRingIsBitIdenticalToOneChunkAndNearTheDeviceAdamW) 
   ExpectNear(whole.master, device.master, 1e-5, 1e-5, "master weights against the device AdamW");
   ExpectNear(whole.m, device.m, 1e-7, 1e-5, "first moments against the device AdamW");
   ExpectNear(whole.v, device.v, 1e-9, 1e-5, "second moments against the device AdamW");
-  // bf16 weights: the same rounding of nearly the same master weights (one bf16 step apart at
-  // most).
+  // bf16 weights: nearly the same master weights rounded (to even offloaded, ties away from zero
+  // on the device, which keeps the masters as halves): one bf16 step apart at most.
   ExpectNear(whole.weights, device.weights, 1e-5, 1.0 / 128, "bf16 weights");
 }
 
