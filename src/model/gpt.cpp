@@ -13,6 +13,7 @@ GptModel::~GptModel() {
   for (Slot& s : slots_)
     for (BlockActivations* b : s.blocks) delete b;
   for (void* p : allocations_) backend_->Free(p);
+  if (moe_host_staging_ != nullptr) backend_->FreeHost(moe_host_staging_);
 }
 
 Status GptModel::Create(const ModelConfig& config, const ModelPartition& partition,
@@ -302,7 +303,14 @@ Status GptModel::AllocateBuffers() {
   scratch_.datt = Alloc({B, T, Al}, cd);
   scratch_.dfc = Alloc({B, T, swiglu ? 2 * Fl : Fl}, cd);
   if (swiglu) scratch_.dact = Alloc({B, T, Fl}, cd);
-  if (any_moe) scratch_.moe = AllocateMoeScratch();
+  if (any_moe) {
+    scratch_.moe = AllocateMoeScratch();
+    if (!sizing_only_) {  // the dispatch's copies' host memory (not the arena's)
+      TRAINER_RETURN_IF_ERROR(
+          backend_->AllocateHost(MoeHostStagingBytes(spec_.moe.num_experts), &moe_host_staging_));
+      scratch_.moe.host_staging = moe_host_staging_;
+    }
+  }
   if (config_.hidden_dropout > 0) scratch_.ddrop = Alloc({B, T, C}, cd);
   if (spec_.norm == NormKind::kLayerNorm && !spec_.layernorm_bias) {
     scratch_.zero_bias = Alloc({C}, cd);

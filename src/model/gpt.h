@@ -230,6 +230,7 @@ class GptModel {
   Tensor norm_sink_;                          // (2, max(C, HD)) f32: frozen norms' gradients
   LoraScratch lora_scratch_;
   std::vector<void*> allocations_;
+  void* moe_host_staging_ = nullptr;  // MoeScratch::host_staging (Backend::AllocateHost)
   // Sharded storage (stage >= 2): this rank's shard of the gradients (and, stage 3, of the
   // parameters), two gradient buckets and (stage 3) two gathered blocks, used alternately.
   ShardLayout layout_;

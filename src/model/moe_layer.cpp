@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/check.h"
 #include "common/log.h"
 #include "model/cpu/cpu_kernels.h"
 
@@ -123,18 +124,24 @@ Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const Mo
     TRAINER_RETURN_IF_ERROR(be->MoeRouterLosses(aux ? a.aux_coef : Tensor(), a.losses, a.experts,
                                                 a.probs, a.lse, coeffs));
   }
-  // The dispatch on the device and the layer's one wait for it: the host learns the choices per
-  // expert (for the groups' launches), then queues the permutation, and plans and queues the
-  // experts' launches while the rows move (waiting after the permutation instead would leave the
-  // GPU idle for the planning and the launches).
+  // The dispatch on the device, the copies of the choices per expert (for the groups' launches)
+  // and of the losses to the host, then the permutation, queued before the layer's one wait for
+  // the device, which waits for the copies only: the host plans and queues the experts' launches
+  // while the rows move, so the GPU does not wait on the planning.
   TRAINER_RETURN_IF_ERROR(be->MoeDispatchSlots(a.slots, a.counts, a.experts, MoeCapacity(s, N)));
-  d->counts.resize(E);
-  TRAINER_RETURN_IF_ERROR(be->CopyToHost(d->counts.data(), a.counts.data, E * sizeof(int32_t)));
-  const bool record = ctx.record && !ctx.recompute;
-  double losses[2] = {0, 0};  // {aux, z}
-  if (record && (aux || zloss))
-    TRAINER_RETURN_IF_ERROR(be->CopyToHost(losses, a.losses.data, sizeof(losses)));
+  TRAINER_ASSERT(ctx.scratch.host_staging != nullptr, "MoeForward: no host staging");
+  double* host_losses = static_cast<double*>(ctx.scratch.host_staging);  // {aux, z}
+  int32_t* host_counts = reinterpret_cast<int32_t*>(host_losses + 2);
+  const bool record = ctx.record && !ctx.recompute, copy_losses = record && (aux || zloss);
+  TRAINER_RETURN_IF_ERROR(be->CopyToHostAsync(host_counts, a.counts.data, E * sizeof(int32_t)));
+  if (copy_losses)
+    TRAINER_RETURN_IF_ERROR(be->CopyToHostAsync(host_losses, a.losses.data, 2 * sizeof(double)));
+  TRAINER_RETURN_IF_ERROR(be->RecordCopies(kMoeCopyMark));
   TRAINER_RETURN_IF_ERROR(be->MoeScatterRows(a.x_perm, x, a.slots, Tensor()));
+  TRAINER_RETURN_IF_ERROR(be->WaitForCopies(kMoeCopyMark));
+  d->counts.assign(host_counts, host_counts + E);
+  double losses[2] = {0, 0};
+  if (copy_losses) losses[0] = host_losses[0], losses[1] = host_losses[1];
   PlanMoeGroups(s, N, d);
   const bool ep = ExpertParallel(ctx);
   if (ep)

@@ -100,7 +100,16 @@ struct MoeScratch {
   Tensor dy_recv, dx_recv;   // EP: (R, C) the expert side's dy and dx, R = ep*N*K
   Tensor dh, dact;           // (R, 2F), (R, F)
   Tensor shared_dh, shared_dact;
+  // Host memory for the dispatch's copies (Backend::AllocateHost: page-locked on a GPU, so that
+  // they run ahead of the permutation queued behind them): (2) f64 losses, then (E) i32 counts.
+  void* host_staging = nullptr;
 };
+// The copy mark (Backend::RecordCopies) of the MoE dispatch's copies; the offloaded optimizer's
+// ring uses the first AdamW::kOffloadRingSlots, at another point of the step.
+constexpr int kMoeCopyMark = Backend::kMaxCopyMarks - 1;
+inline size_t MoeHostStagingBytes(int num_experts) {
+  return 2 * sizeof(double) + static_cast<size_t>(num_experts) * sizeof(int32_t);
+}
 
 struct MoeContext {
   Backend* backend;

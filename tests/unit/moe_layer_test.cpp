@@ -246,6 +246,8 @@ struct LayerRun {
     m.dact = f32({kN * K, F});
     m.shared_dh = f32({kN, 2 * Fs});
     m.shared_dact = f32({kN, Fs});
+    host_staging.resize(MoeHostStagingBytes(s.num_experts) / sizeof(double) + 1);
+    m.host_staging = host_staging.data();
     ctx.backend = backend.get();
     ctx.spec = &s;
     ctx.loss_scale = 1.f;  // the objective: sum(out * R) + aux + z
@@ -269,6 +271,7 @@ struct LayerRun {
   std::vector<std::vector<float>> store;
   std::vector<std::vector<int32_t>> ints;
   std::vector<double> losses = std::vector<double>(2);
+  std::vector<double> host_staging;  // MoeScratch::host_staging
   Tensor x, dx;
   MoeWeights weights, gradients;
   MoeActivations a;
