@@ -3,11 +3,7 @@
 // the CPU backend and the CUDA AdamW kernels, which take the norm from device memory.
 #pragma once
 
-#ifdef __CUDACC__
-#define TRAINER_HOST_DEVICE __host__ __device__
-#else
-#define TRAINER_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace trainer {
 

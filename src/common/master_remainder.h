@@ -9,11 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifdef __CUDACC__
-#define TRAINER_HOST_DEVICE __host__ __device__
-#else
-#define TRAINER_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace trainer {
 

@@ -3,7 +3,6 @@
 // squares, against the CPU fp32 backend and a double-precision host loop.
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 
 #include "common/master_remainder.h"
 #include "cuda_test_util.h"
@@ -141,25 +140,41 @@ INSTANTIATE_TEST_SUITE_P(Shards, CudaCrossEntropyTest,
                                            CrossEntropyCase{37, 384, 0, 300, 3},  // ignored targets
                                            CrossEntropyCase{29, 128, 128, 200, 2}));
 
+// One AdamW step's inputs over n elements, and a later step's parameters (weight decay, a clip
+// scale), for the GPU against the CPU.
+struct AdamWInputs {
+  AdamWInputs(int n, std::mt19937& rng)
+      : master0(RandomFloats(n, rng)),
+        grad(RandomFloats(n, rng)),
+        m0(RandomFloats(n, rng, -0.01f, 0.01f)),
+        v0(RandomFloats(n, rng, 0.f, 1e-3f)) {
+    p.lr = 1e-3f;
+    p.weight_decay = 0.1f;
+    p.step = 3;
+    p.grad_scale = 0.5f;
+  }
+  std::vector<float> master0, grad, m0, v0;
+  AdamWParams p;
+};
+
+// Elements offset.. of x.
+template <typename T>
+std::vector<T> Tail(const std::vector<T>& x, int offset) {
+  return std::vector<T>(x.begin() + offset, x.end());
+}
+
 TEST_F(CudaVsCpuTest, AdamWMatchesCpu) {
   SCOPED_TRACE(Trace());
   const int n = 5003;
-  const std::vector<float> master0 = RandomFloats(n, rng_), grad = RandomFloats(n, rng_),
-                           m0 = RandomFloats(n, rng_, -0.01f, 0.01f),
-                           v0 = RandomFloats(n, rng_, 0.f, 1e-3f);
-  AdamWParams p;
-  p.lr = 1e-3f;
-  p.weight_decay = 0.1f;
-  p.step = 3;
-  p.grad_scale = 0.5f;
+  const AdamWInputs in(n, rng_);
+  const std::vector<float>&master0 = in.master0, &grad = in.grad, &m0 = in.m0, &v0 = in.v0;
+  const AdamWParams& p = in.p;
   // Offset 0: four elements per thread where aligned, one for the last three; offset 1 (a span
   // that starts inside a 16-byte word): one element per thread throughout.
   for (int offset : {0, 1}) {
     SCOPED_TRACE(StrFormat("span [%d, %d)", offset, n));
     const int count = n - offset;
-    auto tail = [&](const std::vector<float>& x) {
-      return std::vector<float>(x.begin() + offset, x.end());
-    };
+    auto tail = [&](const std::vector<float>& x) { return Tail(x, offset); };
     std::vector<float> master = tail(master0), m = tail(m0), v = tail(v0), param(count),
                        g = tail(grad);
     ASSERT_STATUS_OK(cpu_->AdamW(HostView(param, {count}), HostView(master, {count}),
@@ -222,24 +237,16 @@ TEST_F(CudaVsCpuTest, AdamWTakesTheClipScaleFromTheDevice) {
 TEST_F(CudaVsCpuTest, AdamWOnMasterHalvesMatchesCpu) {
   SCOPED_TRACE(Trace());
   const int n = 5003;
-  const std::vector<float> master0 = RandomFloats(n, rng_), grad = RandomFloats(n, rng_),
-                           m0 = RandomFloats(n, rng_, -0.01f, 0.01f),
-                           v0 = RandomFloats(n, rng_, 0.f, 1e-3f);
+  const AdamWInputs in(n, rng_);
+  const std::vector<float>&master0 = in.master0, &grad = in.grad, &m0 = in.m0, &v0 = in.v0;
+  const AdamWParams& p = in.p;
   std::vector<uint16_t> high0(n), low0(n);
   for (int i = 0; i < n; ++i)
     high0[i] = MasterHigh(master0[i]), low0[i] = MasterRemainder(master0[i]);
-  AdamWParams p;
-  p.lr = 1e-3f;
-  p.weight_decay = 0.1f;
-  p.step = 3;
-  p.grad_scale = 0.5f;
   for (int offset : {0, 1}) {
     SCOPED_TRACE(StrFormat("span [%d, %d)", offset, n));
     const int count = n - offset;
-    auto tail = [&](const auto& x) {
-      return std::vector<typename std::decay_t<decltype(x)>::value_type>(x.begin() + offset,
-                                                                         x.end());
-    };
+    auto tail = [&](const auto& x) { return Tail(x, offset); };
     std::vector<uint16_t> high = tail(high0), low = tail(low0);
     std::vector<float> m = tail(m0), v = tail(v0), g = tail(grad);
     ASSERT_STATUS_OK(cpu_->AdamW(Tensor(high.data(), DType::kBF16, {count}),
