@@ -146,7 +146,7 @@ Status Backend::SwiGluForward(Tensor out, Tensor gate_up) {
   return RunSwiGluForward(out, gate_up);
 }
 
-Status Backend::SwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) {
+Status Backend::SwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) {
   const DType cd = compute_dtype();
   const int64_t N = Rows(gate_up), F = Cols(gate_up) / 2;
   OpContract c(*this, "SwiGluBackward");
@@ -156,8 +156,13 @@ Status Backend::SwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) {
       .Has("dgate_up", dgate_up, cd, N * 2 * F)
       .Require(dgate_up.data != dout.data && dgate_up.data != gate_up.data,
                "dgate_up must not alias dout or gate_up");
+  c.Optional(act)
+      .Like("act", act, cd, "dout", dout)
+      .Require(act.empty() ||
+                   (act.data != dout.data && act.data != gate_up.data && act.data != dgate_up.data),
+               "act must not alias dout, gate_up or dgate_up");
   TRAINER_RETURN_IF_ERROR(c.status());
-  return RunSwiGluBackward(dgate_up, dout, gate_up);
+  return RunSwiGluBackward(dgate_up, dout, gate_up, act);
 }
 
 }  // namespace trainer

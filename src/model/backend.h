@@ -81,6 +81,11 @@ enum class SumOf { kValues, kSquares };
 // instead of a memset and a read of the old values).
 enum class GradientWrite { kAccumulate, kOverwrite };
 
+// The experts' SwiGLU output in their backward (GroupedMatmulSwiGluBackward): the forward's,
+// read; or made again from h by the SwiGLU backward, before the weight gradient reads it (the
+// layers share one act buffer: Model.recompute gelu and selective).
+enum class SwiGluAct { kRead, kRemake };
+
 // Columns [first, first + cols) of the row-major matrix `whole` (rows, W): an operand of the
 // column-block matrix products (Backend::MatmulColumns), its rows W apart.
 struct ColumnBlock {
@@ -340,7 +345,9 @@ class Backend {
   // (the column-parallel gate and up projections of this rank, side by side).
   Status SwiGluForward(Tensor out, Tensor gate_up);
   // dgate_up (N,2F) overwritten = [dout * up * silu'(gate) | dout * silu(gate)]; may not alias.
-  Status SwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up);
+  // With act (N,F) given, also act = the forward's out, to the bit (for a caller that makes the
+  // forward's output again where it needs it, in the same pass over gate_up).
+  Status SwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act = Tensor());
 
   // ---- mixture of experts (moe_layer.h; contracts in moe_contracts.cpp) ----
   // E experts, K = r.top_k per token, K' = K (+1 with r.shared_gate), E' = E (+1 likewise).
@@ -417,11 +424,14 @@ class Backend {
   // din of dout, and dh[R] (M,2F) = SwiGluBackward of dact[R] over h[R] (rows in no group of dh
   // untouched); dweights (and dweights_squares) as GroupedMatmulBackward's, of dout and act.
   // dact (M,F) is scratch: a backend that forms dh in the product's epilogue need not write it.
+  // With SwiGluAct::kRemake act is an output: the op makes it from h (rows in groups) with dh,
+  // before the weight gradient reads it, as GroupedMatmulSwiGluForward made it.
   Status GroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tensor dact, Tensor dout,
                                      Tensor act, Tensor h, Tensor weights,
                                      const std::vector<ExpertRun>& groups,
                                      GradientWrite dweights_write,
-                                     Tensor dweights_squares = Tensor());
+                                     Tensor dweights_squares = Tensor(),
+                                     SwiGluAct act_source = SwiGluAct::kRead);
 
   // ---- optimizer ----
   // One AdamW step over contiguous f32 spans (master, grad, m, v: n > 0 elements); writes the
@@ -522,7 +532,8 @@ class Backend {
   virtual Status RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads,
                          bool inverse, Tensor doc_starts) = 0;
   virtual Status RunSwiGluForward(Tensor out, Tensor gate_up) = 0;
-  virtual Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) = 0;
+  // act: empty, or also the forward's output (SwiGluBackward).
+  virtual Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) = 0;
   // Mixture of experts. Default: an error ("this backend has no mixture-of-experts kernels").
   virtual Status RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
                                      Tensor logits, Tensor bias, const MoeRouting& r);
@@ -550,7 +561,7 @@ class Backend {
                                                 Tensor dout, Tensor act, Tensor h, Tensor weights,
                                                 const std::vector<ExpertRun>& groups,
                                                 GradientWrite dweights_write,
-                                                Tensor dweights_squares);
+                                                Tensor dweights_squares, SwiGluAct act_source);
 };
 
 std::unique_ptr<Backend> MakeCpuBackend();

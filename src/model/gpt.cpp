@@ -475,6 +475,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
   BlockContext ctx = Context(slot);
   ctx.recompute_norms = recompute_ == "selective";
   ctx.moe_recompute = true;
+  if (recompute_ == "gelu" || recompute_ == "selective") ctx.moe_act_source = SwiGluAct::kRemake;
   if (overwrite_weight_gradients_) ctx.weight_gradients = GradientWrite::kOverwrite;
   overwrite_weight_gradients_ = false;
   if (!expert_grad_squares_.empty() && ctx.weight_gradients != GradientWrite::kOverwrite)

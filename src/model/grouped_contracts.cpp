@@ -147,7 +147,8 @@ Status Backend::GroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, 
 Status Backend::GroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tensor dact, Tensor dout,
                                             Tensor act, Tensor h, Tensor weights,
                                             const std::vector<ExpertRun>& groups,
-                                            GradientWrite dweights_write, Tensor dweights_squares) {
+                                            GradientWrite dweights_write, Tensor dweights_squares,
+                                            SwiGluAct act_source) {
   const DType cd = compute_dtype();
   OpContract c(*this, "GroupedMatmulSwiGluBackward");
   CheckGroups(c, cd, "act", act, "dout", dout, weights, groups);
@@ -156,11 +157,14 @@ Status Backend::GroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tensor d
   c.Has("h", h, cd, -1)
       .Require(Rows(h) == Rows(act) && Cols(h) == 2 * Cols(act),
                "h " + h.shape_string() + " is not (M, 2F) for act " + act.shape_string())
-      .Like("dh", dh, cd, "h", h);
+      .Like("dh", dh, cd, "h", h)
+      .Require(act_source == SwiGluAct::kRead ||
+                   (act.data != h.data && act.data != dh.data && act.data != dact.data),
+               "act, made again here, must not alias h, dh or dact");
   TRAINER_RETURN_IF_ERROR(c.status());
   TRAINER_RETURN_IF_ERROR(ZeroExpertsInNoGroup(this, dweights, weights, groups, dweights_write));
   return RunGroupedMatmulSwiGluBackward(dh, dweights, dact, dout, act, h, weights, groups,
-                                        dweights_write, dweights_squares);
+                                        dweights_write, dweights_squares, act_source);
 }
 
 Status Backend::RunGroupedMatmulForward(Tensor out, Tensor in, Tensor weights,
@@ -215,14 +219,21 @@ Status Backend::RunGroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tenso
                                                Tensor act, Tensor h, Tensor weights,
                                                const std::vector<ExpertRun>& groups,
                                                GradientWrite dweights_write,
-                                               Tensor dweights_squares) {
-  TRAINER_RETURN_IF_ERROR(RunGroupedMatmulBackward(dact, dweights, dout, act, weights, groups,
-                                                   dweights_write, dweights_squares));
+                                               Tensor dweights_squares, SwiGluAct act_source) {
+  // Made again, act is written with dh (one pass over h) between the input gradient and the
+  // weight gradient that reads it; else the two products run as one op, then the SwiGLU's.
+  const bool remake = act_source == SwiGluAct::kRemake;
+  TRAINER_RETURN_IF_ERROR(RunGroupedMatmulBackward(dact, remake ? Tensor() : dweights, dout, act,
+                                                   weights, groups, dweights_write,
+                                                   remake ? Tensor() : dweights_squares));
   for (const auto& [offset, end] : AbuttingSpans(groups))
-    TRAINER_RETURN_IF_ERROR(RunSwiGluBackward(MatrixRows(dh, offset, end - offset),
-                                              MatrixRows(dact, offset, end - offset),
-                                              MatrixRows(h, offset, end - offset)));
-  return Status::Ok();
+    TRAINER_RETURN_IF_ERROR(RunSwiGluBackward(
+        MatrixRows(dh, offset, end - offset), MatrixRows(dact, offset, end - offset),
+        MatrixRows(h, offset, end - offset),
+        remake ? MatrixRows(act, offset, end - offset) : Tensor()));
+  if (!remake || dweights.empty()) return Status::Ok();
+  return RunGroupedMatmulBackward(Tensor(), dweights, dout, act, weights, groups, dweights_write,
+                                  dweights_squares);
 }
 
 }  // namespace trainer

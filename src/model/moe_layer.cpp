@@ -95,13 +95,6 @@ bool ExpertParallel(const MoeContext& ctx) {
 
 }  // namespace
 
-Status MoeActivationForward(Backend* be, const MoeActivations& a) {
-  int64_t rows = 0;
-  TRAINER_RETURN_IF_ERROR(CoveredRows(a.dispatch->runs, &rows));
-  if (rows == 0) return Status::Ok();
-  return be->SwiGluForward(MatrixRows(a.act, 0, rows), MatrixRows(a.h, 0, rows));
-}
-
 Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const MoeActivations& a) {
   Backend* be = ctx.backend;
   const MoeSpec& s = *ctx.spec;
@@ -193,10 +186,11 @@ Status MoeBackward(const MoeContext& ctx, const MoeWeights& w, const MoeWeights&
   const Tensor xe = ep ? a.x_recv : a.x_perm, dye = ep ? sc.dy_recv : sc.dy,
                dxe = ep ? sc.dx_recv : sc.dx_perm;
   if (ep) TRAINER_RETURN_IF_ERROR(ExchangeExpertRows(ctx.ep, d->exchange, sc.dy, dye, true));
-  // The experts' backward, as their forward: down's with SwiGLU's in one op, then [gate|up]'s.
+  // The experts' backward, as their forward: down's with SwiGLU's in one op (which makes act
+  // again where the layers share it), then [gate|up]'s.
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulSwiGluBackward(
       sc.dh, g.experts_down, sc.dact, dye, a.act, a.h, w.experts_down, d->runs,
-      ctx.weight_gradients, g.experts_down.empty() ? Tensor() : ctx.grad_squares));
+      ctx.weight_gradients, g.experts_down.empty() ? Tensor() : ctx.grad_squares, ctx.act_source));
   TRAINER_RETURN_IF_ERROR(be->GroupedMatmulBackward(
       dxe, g.experts_gu, sc.dh, xe, w.experts_gu, d->runs, ctx.weight_gradients,
       g.experts_gu.empty() ? Tensor() : ctx.grad_squares));

@@ -123,16 +123,15 @@ struct MoeContext {
   bool recompute = false;  // the forward again in backward: the first forward's loss_scale, no stats
   // Backward: x_perm is shared with other layers (Model.recompute=selective): scatter x again.
   bool rebuild_x_perm = false;
+  // Backward: act is shared with other layers (Model.recompute gelu and selective): the experts'
+  // backward makes it again from h (Backend::GroupedMatmulSwiGluBackward, kRemake).
+  SwiGluAct act_source = SwiGluAct::kRead;
   GradientWrite weight_gradients = GradientWrite::kAccumulate;  // router and shared expert
   // Backward: where given, the experts' weight gradients add the sums of their squares to it
   // (one f64).
   Tensor grad_squares;
 };
 
-// a.act = SwiGLU(a.h) over the experts' rows, in backward where the layers share act
-// (Model.recompute gelu and selective; the forward makes act with the gate-up product,
-// Backend::GroupedMatmulSwiGluForward).
-Status MoeActivationForward(Backend* be, const MoeActivations& a);
 // x (B,T,C) -> a->out (B*T, C).
 Status MoeForward(const MoeContext& ctx, const MoeWeights& w, Tensor x, const MoeActivations& a);
 // dout (N,C) -> dx (N,C) overwritten; weight gradients into g (the experts' accumulate).

@@ -35,6 +35,7 @@ MoeContext MoeCtx(const BlockContext& ctx) {
   m.record = ctx.moe_record;
   m.recompute = ctx.moe_recompute;
   m.rebuild_x_perm = ctx.recompute_norms;  // selective: the layers share x_perm
+  m.act_source = ctx.moe_act_source;
   m.weight_gradients = ctx.weight_gradients;
   m.grad_squares = ctx.expert_grad_squares;
   return m;
@@ -197,8 +198,7 @@ Status MlpInputForward(const BlockContext& ctx, const BlockWeights& w, BlockActi
 }  // namespace
 
 Status MlpActivationForward(const BlockContext& ctx, const BlockActivations& a) {
-  if (a.fc_pre.empty())  // a MoE layer
-    return a.moe.dispatch != nullptr ? MoeActivationForward(ctx.backend, a.moe) : Status::Ok();
+  if (a.fc_pre.empty()) return Status::Ok();  // a MoE layer
   if (ctx.spec->mlp == MlpKind::kGelu) return ctx.backend->GeluForward(a.fc_out, a.fc_pre);
   return ctx.backend->SwiGluForward(a.fc_out, a.fc_pre);
 }

@@ -99,6 +99,9 @@ struct BlockContext {
   float moe_loss_scale = 0.f;
   bool moe_record = false;
   bool moe_recompute = false;
+  // Backward: the MoE layers share one act (Model.recompute gelu and selective), which each
+  // layer's experts' backward makes again from h (MoeContext::act_source).
+  SwiGluAct moe_act_source = SwiGluAct::kRead;
   // The micro-batch's dropout (philox.h; off unless it trains with Model.*_dropout > 0): after
   // the output projections (kind and layer set per use) and on the attention probabilities.
   // Dropout draws the same mask again wherever it is needed (backward, recomputation).
@@ -137,6 +140,7 @@ DropoutKey HiddenDropoutKey(const BlockContext& ctx, uint32_t kind, int layer, b
                             Tensor rows);
 
 // a.fc_out from a.fc_pre again (GELU or SwiGLU): Model.recompute=gelu recomputes it in backward.
+// Nothing for a MoE layer: its experts' backward makes act (BlockContext::moe_act_source).
 Status MlpActivationForward(const BlockContext& ctx, const BlockActivations& a);
 // x (B,T,C) -> act.residual_out.
 Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x,

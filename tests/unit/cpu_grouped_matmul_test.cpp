@@ -124,6 +124,43 @@ TEST_P(CpuGroupedMatmul, MatchesNaiveLoop) {
             want_dh[r * 2 * C + C + f] = dy * x * sig;
           }
       EXPECT_TRUE(AllClose(dh, want_dh, 1e-5));
+      // act made again (SwiGluAct::kRemake): act[R] = SwiGLU(h[R]) as SwiGluForward writes it,
+      // other rows untouched; dh as above to the bit; dweights those of the product with that act.
+      std::vector<float> act_made = RandomFloats(M * C, 10), dh_made = dh0, dact_made = din0,
+                         dw_made = dw0, act_want = act_made;
+      const std::vector<float> act_poison = act_made;
+      double made_squares = 0.25;
+      for (const ExpertRun& g : groups)
+        if (g.rows > 0)
+          ASSERT_TRUE(be->SwiGluForward(MatrixRows(View(act_want, {M, C}), g.offset, g.rows),
+                                        MatrixRows(View(h, {M, 2 * C}), g.offset, g.rows))
+                          .ok());
+      const GradientWrite write =
+          accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite;
+      ASSERT_TRUE(be->GroupedMatmulSwiGluBackward(
+                        View(dh_made, {M, 2 * C}), View(dw_made, {E, OC, C}),
+                        View(dact_made, {M, C}), View(dout, {M, OC}), View(act_made, {M, C}),
+                        View(h, {M, 2 * C}), View(w, {E, OC, C}), groups, write,
+                        Tensor(&made_squares, DType::kF64, {1}), SwiGluAct::kRemake)
+                      .ok());
+      EXPECT_TRUE(testing::BitwiseEqual(act_made, act_want)) << "act differs from SwiGluForward's";
+      EXPECT_TRUE(testing::BitwiseEqual(dh_made, dh));
+      std::vector<float> dw_of_act = dw0;
+      double act_squares = 0.25;
+      ASSERT_TRUE(be->GroupedMatmulBackward(Tensor(), View(dw_of_act, {E, OC, C}),
+                                            View(dout, {M, OC}), View(act_want, {M, C}),
+                                            View(w, {E, OC, C}), groups, write,
+                                            Tensor(&act_squares, DType::kF64, {1}))
+                      .ok());
+      EXPECT_TRUE(testing::BitwiseEqual(dw_made, dw_of_act));
+      EXPECT_EQ(made_squares, act_squares);
+      bool any_row_outside = false;
+      for (int64_t r = M - grouped_testing::kSpareRows; r < M; ++r)
+        for (int64_t f = 0; f < C; ++f) {
+          any_row_outside = true;
+          ASSERT_EQ(act_made[r * C + f], act_poison[r * C + f]) << "act's row " << r;
+        }
+      EXPECT_TRUE(any_row_outside);
     }
   }
 }

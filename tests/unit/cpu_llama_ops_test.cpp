@@ -325,6 +325,14 @@ TEST_P(CpuSwiGlu, ForwardAndBackwardMatchFiniteDifferences) {
       want[n * 2 * F + F + f] = d * Silu(g);
     }
   EXPECT_TRUE(AllClose(dgu, want, 1e-6));
+  // With act: the same dgate_up, and act the forward's out, both to the bit.
+  std::vector<float> dgu_act(N * 2 * F, -1.f), act(N * F, 3.f);
+  ASSERT_TRUE(backend
+                  .SwiGluBackward(View(dgu_act, {N, 2 * F}), View(dout, {N, F}),
+                                  View(gu, {N, 2 * F}), View(act, {N, F}))
+                  .ok());
+  EXPECT_TRUE(BitwiseEqual(dgu_act, dgu));
+  EXPECT_TRUE(BitwiseEqual(act, out));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuSwiGlu,
@@ -591,6 +599,17 @@ TEST(CpuLlamaContracts, BadShapesAreRejected) {
   EXPECT_TRUE(
       rejects(backend.SwiGluBackward(View(gu8, {N, 8}), View(dact, {N, 4}), View(gu8, {N, 8})),
               "SwiGluBackward"));  // dgate_up aliases gate_up
+  std::vector<float> dgu8(N * 8), act4(N * 4), act3(N * 3);
+  EXPECT_TRUE(rejects(backend.SwiGluBackward(View(dgu8, {N, 8}), View(dact, {N, 4}),
+                                             View(gu8, {N, 8}), View(dact, {N, 4})),
+                      "SwiGluBackward"));  // act aliases dout
+  EXPECT_TRUE(rejects(backend.SwiGluBackward(View(dgu8, {N, 8}), View(dact, {N, 4}),
+                                             View(gu8, {N, 8}), View(act3, {N, 3})),
+                      "SwiGluBackward"));  // act is not (N, F)
+  EXPECT_TRUE(backend
+                  .SwiGluBackward(View(dgu8, {N, 8}), View(dact, {N, 4}), View(gu8, {N, 8}),
+                                  View(act4, {N, 4}))
+                  .ok());
 
   // Attention: 4 query heads do not group into 3 kv heads.
   std::vector<float> att(N * NH * HD), stats(NH * N);

@@ -229,6 +229,39 @@ TEST_F(CudaGroupedSm90Test, MatchesCpuTwin) {
         ASSERT_STATUS_OK(gpu_->CopyToHost(&fused, g_fused_squares.tensor().data, sizeof(double)));
         ASSERT_EQ(fused, plain) << "dW's squares differ";
       }
+      // act made again (SwiGluAct::kRemake): act[R] equal to SwiGluForward's of h[R] to the bit
+      // (other rows untouched), dh as above, dW (and its squares) those of the product with it.
+      const std::vector<float> act0 = Random(M * C);
+      auto g_act_made = Compute(act0, {M, C}), g_act_want = Compute(act0, {M, C});
+      auto g_dh_made = Compute(dh0, {M, 2 * C}), g_dact_made = Compute(din0, {M, C});
+      auto g_dw_made = with_dw ? F32(dw0, {E, OC, C}) : nullptr;
+      auto g_dw_of_act = with_dw ? F32(dw0, {E, OC, C}) : nullptr;
+      DeviceBuffer g_made_squares(gpu_.get(), DType::kF64, {1});
+      DeviceBuffer g_act_squares(gpu_.get(), DType::kF64, {1});
+      ASSERT_STATUS_OK(gpu_->CopyToDevice(g_made_squares.tensor().data, &half, sizeof(half)));
+      ASSERT_STATUS_OK(gpu_->CopyToDevice(g_act_squares.tensor().data, &half, sizeof(half)));
+      const int before_made = Sm90();
+      ASSERT_STATUS_OK(gpu_->GroupedMatmulSwiGluBackward(
+          g_dh_made->tensor(), with_dw ? g_dw_made->tensor() : Tensor(), g_dact_made->tensor(),
+          g_dout->tensor(), g_act_made->tensor(), g_h->tensor(), g_w->tensor(), groups, write,
+          with_dw ? g_made_squares.tensor() : Tensor(), SwiGluAct::kRemake));
+      EXPECT_EQ(Sm90() - before_made, with_dw ? 2 : 1) << "each gradient in one launch";
+      for (const ExpertRun& g : groups)
+        if (g.rows > 0)
+          ASSERT_STATUS_OK(gpu_->SwiGluForward(MatrixRows(g_act_want->tensor(), g.offset, g.rows),
+                                               MatrixRows(g_h->tensor(), g.offset, g.rows)));
+      ASSERT_EQ(g_act_made->Download(), g_act_want->Download()) << "act made again differs";
+      ASSERT_EQ(g_dh_made->Download(), got_dh) << "dh differs with act made again";
+      if (with_dw) {
+        ASSERT_STATUS_OK(gpu_->GroupedMatmulBackward(
+            Tensor(), g_dw_of_act->tensor(), g_dout->tensor(), g_act_want->tensor(), g_w->tensor(),
+            groups, write, g_act_squares.tensor()));
+        ASSERT_EQ(g_dw_made->Download(), g_dw_of_act->Download()) << "dW of the act made again";
+        double made = 0, of_act = 0;
+        ASSERT_STATUS_OK(gpu_->CopyToHost(&made, g_made_squares.tensor().data, sizeof(double)));
+        ASSERT_STATUS_OK(gpu_->CopyToHost(&of_act, g_act_squares.tensor().data, sizeof(double)));
+        ASSERT_EQ(made, of_act) << "dW's squares differ with act made again";
+      }
     }
     if (!with_dw) continue;
     const std::vector<float> got = g_dw->Download();

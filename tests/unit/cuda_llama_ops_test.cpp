@@ -333,6 +333,13 @@ TEST_F(CudaLlamaOpsTest, SwiGluForwardAndBackwardMatchCpu) {
                                   tol.out);
       EXPECT_RELATIVE_ERROR_BELOW(Columns(got, 2 * F, F, F), Columns(dgate_up, 2 * F, F, F),
                                   tol.out);
+      // With act: the same dgate_up and the forward's out, both to the bit.
+      auto g_act = On(gpu, dt, std::vector<float>(N * F, 3.f), {N, F});
+      auto g_dgate_up_act = On(gpu, dt, std::vector<float>(N * 2 * F, 7.f), {N, 2 * F});
+      ASSERT_STATUS_OK(gpu->SwiGluBackward(g_dgate_up_act->tensor(), g_dout->tensor(),
+                                           g_gate_up->tensor(), g_act->tensor()));
+      ASSERT_EQ(g_dgate_up_act->Download(), got);
+      ASSERT_EQ(g_act->Download(), g_out->Download());
     }
   });
 }

@@ -88,7 +88,7 @@ class CpuBackend : public Backend {
   Status RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads, bool inverse,
                  Tensor doc_starts) override;
   Status RunSwiGluForward(Tensor out, Tensor gate_up) override;
-  Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) override;
+  Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) override;
   Status RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
                              Tensor logits, Tensor bias, const MoeRouting& r) override;
   Status RunMoeRouterBackward(Tensor dlogits, Tensor dweights, Tensor logits, Tensor probs,

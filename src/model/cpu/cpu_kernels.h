@@ -134,7 +134,9 @@ void rope(float* qkv, const float* cos_sin, int B, int T, int NH, int NKV, int H
 // out (N,F) = silu(gate_up[:, :F]) * gate_up[:, F:]; gate_up (N,2F).
 void swiglu_forward(float* out, const float* gate_up, int64_t N, int F);
 // dgate_up (N,2F) = [dout * up * silu'(gate) | dout * silu(gate)].
-void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F);
+// out (N,F), where given: the forward's out as well (swiglu_forward's, to the bit).
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F,
+                     float* out = nullptr);
 
 // ---- moe.cpp (mixture of experts; E experts, K chosen per token, K2 = K (+1 with a shared
 // expert's gate), E2 = E (+1 likewise); see Backend's Moe* ops) ----

@@ -45,12 +45,14 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int F) {
   }
 }
 
-void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F) {
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int F,
+                     float* out) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* gu = gate_up + n * 2 * F;  // (2F)
     float* d = dgate_up + n * 2 * F;        // (2F)
     SwiGluBackwardRow(d, d + F, dout + n * F, gu, gu + F, F);
+    if (out != nullptr) SwiGluRow(out + n * F, gu, gu + F, F);  // the forward's row, as it ran
   }
 }
 
@@ -63,9 +65,10 @@ Status CpuBackend::RunSwiGluForward(Tensor out, Tensor gate_up) {
   return Status::Ok();
 }
 
-Status CpuBackend::RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) {
+Status CpuBackend::RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) {
   cpu::swiglu_backward(dgate_up.as<float>(), dout.as<float>(), gate_up.as<float>(), Rows(gate_up),
-                       static_cast<int>(Cols(gate_up) / 2));
+                       static_cast<int>(Cols(gate_up) / 2),
+                       act.empty() ? nullptr : act.as<float>());
   return Status::Ok();
 }
 

@@ -197,7 +197,7 @@ class CudaBackend final : public Backend {
   Status RunRope(Tensor qkv, Tensor cos_sin, int num_heads, int num_kv_heads, bool inverse,
                  Tensor doc_starts) override;
   Status RunSwiGluForward(Tensor out, Tensor gate_up) override;
-  Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) override;
+  Status RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) override;
   // Mixture of experts (cuda_backend_moe.cpp, moe.cu).
   Status RunMoeRouterForward(Tensor weights, Tensor experts, Tensor probs, Tensor lse,
                              Tensor logits, Tensor bias, const MoeRouting& r) override;

@@ -100,10 +100,10 @@ Status CudaBackend::RunSwiGluForward(Tensor out, Tensor gate_up) {
   return Status::Ok();
 }
 
-Status CudaBackend::RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up) {
+Status CudaBackend::RunSwiGluBackward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) {
   CUDA_CHECK(cuda::LaunchSwiGluBackward(compute_, dgate_up.data, dout.data, gate_up.data,
                                         Rows(gate_up), static_cast<int>(Cols(gate_up) / 2),
-                                        stream_));
+                                        act.data, stream_));
   return Status::Ok();
 }
 

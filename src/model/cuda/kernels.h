@@ -89,9 +89,10 @@ cudaError_t LaunchRope(DType dtype, void* qkv, const float* cos_sin, int64_t N, 
 // out (N,F) = silu(gate_up[:, :F]) * gate_up[:, F:]; gate_up (N,2F).
 cudaError_t LaunchSwiGluForward(DType dtype, void* out, const void* gate_up, int64_t N, int F,
                                 cudaStream_t stream);
-// dgate_up (N,2F) = [dout * up * silu'(gate) | dout * silu(gate)]; no aliasing.
+// dgate_up (N,2F) = [dout * up * silu'(gate) | dout * silu(gate)]; out (N,F), unless null,
+// also the forward's output (LaunchSwiGluForward's, to the bit); no aliasing.
 cudaError_t LaunchSwiGluBackward(DType dtype, void* dgate_up, const void* dout, const void* gate_up,
-                                 int64_t N, int F, cudaStream_t stream);
+                                 int64_t N, int F, void* out, cudaStream_t stream);
 
 // ---- moe.cu (mixture of experts; the twins of cpu/moe.cpp, shapes as Backend's Moe* ops) ----
 // E experts, K chosen per token; K2 = K (+1 with the shared expert's gate), E2 = E (+1 likewise).

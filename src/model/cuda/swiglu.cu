@@ -38,9 +38,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, bool kVector>
+// kAct: also out = the forward's output (SwiGluForwardKernel's, to the bit).
+template <typename T, bool kVector, bool kAct>
 __global__ void __launch_bounds__(kThreads)
-    SwiGluBackwardKernel(T* __restrict__ dgate_up, const T* __restrict__ dout,
+    SwiGluBackwardKernel(T* __restrict__ dgate_up, T* __restrict__ out, const T* __restrict__ dout,
                          const T* __restrict__ gate_up, int64_t N, int F) {
   constexpr int V = kVector ? Vec16<T>::kCount : 1;
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
@@ -52,15 +53,17 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = threadIdx.x * V; c < F; c += blockDim.x * V) {
       const Vec16<T> g = LoadChunk<T, kVector>(gate + c), u = LoadChunk<T, kVector>(up + c),
                      dy = LoadChunk<T, kVector>(d + c);
-      Vec16<T> dg, du;
+      Vec16<T> dg, du, y;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const float x = ToFloat(g.v[j]), sig = Sigmoid(x), dyj = ToFloat(dy.v[j]);
         dg.v[j] = FromFloat<T>(dyj * ToFloat(u.v[j]) * (sig * (1.f + x * (1.f - sig))));
         du.v[j] = FromFloat<T>(dyj * (x * sig));
+        if (kAct) y.v[j] = FromFloat<T>(SwiGluOf(x, ToFloat(u.v[j])));
       }
       StoreChunk<T, kVector>(dgate + c, dg);
       StoreChunk<T, kVector>(dup + c, du);
+      if (kAct) StoreChunk<T, kVector>(out + row * F + c, y);
     }
   }
 }
@@ -73,11 +76,15 @@ void ForwardImpl(T* out, const T* gate_up, int64_t N, int F, cudaStream_t stream
 }
 
 template <typename T>
-void BackwardImpl(T* dgate_up, const T* dout, const T* gate_up, int64_t N, int F,
+void BackwardImpl(T* dgate_up, T* out, const T* dout, const T* gate_up, int64_t N, int F,
                   cudaStream_t stream) {
-  auto kernel = Vectorisable<T>(F, {dgate_up, dout, gate_up}) ? SwiGluBackwardKernel<T, true>
-                                                              : SwiGluBackwardKernel<T, false>;
-  kernel<<<RowBlocks(N), kThreads, 0, stream>>>(dgate_up, dout, gate_up, N, F);
+  const bool vector = Vectorisable<T>(F, {dgate_up, dout, gate_up}) &&
+                      (out == nullptr || Vectorisable<T>(F, {out}));
+  auto kernel =
+      out != nullptr
+          ? (vector ? SwiGluBackwardKernel<T, true, true> : SwiGluBackwardKernel<T, false, true>)
+          : (vector ? SwiGluBackwardKernel<T, true, false> : SwiGluBackwardKernel<T, false, false>);
+  kernel<<<RowBlocks(N), kThreads, 0, stream>>>(dgate_up, out, dout, gate_up, N, F);
 }
 
 }  // namespace
@@ -91,11 +98,11 @@ cudaError_t LaunchSwiGluForward(DType dtype, void* out, const void* gate_up, int
 }
 
 cudaError_t LaunchSwiGluBackward(DType dtype, void* dgate_up, const void* dout, const void* gate_up,
-                                 int64_t N, int F, cudaStream_t stream) {
+                                 int64_t N, int F, void* out, cudaStream_t stream) {
   if (N == 0 || F == 0) return cudaSuccess;
   TRAINER_DISPATCH_FLOAT_TYPE(
       dtype, E,
-      BackwardImpl<E>(static_cast<E*>(dgate_up), static_cast<const E*>(dout),
+      BackwardImpl<E>(static_cast<E*>(dgate_up), static_cast<E*>(out), static_cast<const E*>(dout),
                       static_cast<const E*>(gate_up), N, F, stream));
   return cudaGetLastError();
 }
