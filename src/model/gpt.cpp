@@ -475,7 +475,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
   BlockContext ctx = Context(slot);
   ctx.recompute_norms = recompute_ == "selective";
   ctx.moe_recompute = true;
-  if (recompute_ == "gelu" || recompute_ == "selective") ctx.moe_act_source = SwiGluAct::kRemake;
+  if (recompute_ == "gelu" || recompute_ == "selective") ctx.mlp_act_source = SwiGluAct::kRemake;
   if (overwrite_weight_gradients_) ctx.weight_gradients = GradientWrite::kOverwrite;
   overwrite_weight_gradients_ = false;
   if (!expert_grad_squares_.empty() && ctx.weight_gradients != GradientWrite::kOverwrite)
@@ -504,9 +504,7 @@ Status GptModel::Backward(int slot, const std::function<Status(int)>& block_done
     if (recompute_ == "block") {  // the forward again, into the shared set
       a.residual_out = shared_.residual_out;
       TRAINER_RETURN_IF_ERROR(BlockForward(ctx, layer_weights_[i], x, &a));
-    } else if (recompute_ == "gelu" || recompute_ == "selective") {
-      TRAINER_RETURN_IF_ERROR(MlpActivationForward(ctx, a));
-    }
+    }  // (gelu, selective: BlockBackward makes the MLP's activation again, ctx.mlp_act_source)
     TRAINER_RETURN_IF_ERROR(BlockBackward(ctx, layer_weights_[i], layer_grads_[i], x, a, dres));
     TRAINER_RETURN_IF_ERROR(AfterBlockBackward(i));
     if (block_done) TRAINER_RETURN_IF_ERROR(block_done(i));

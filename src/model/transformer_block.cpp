@@ -35,7 +35,7 @@ MoeContext MoeCtx(const BlockContext& ctx) {
   m.record = ctx.moe_record;
   m.recompute = ctx.moe_recompute;
   m.rebuild_x_perm = ctx.recompute_norms;  // selective: the layers share x_perm
-  m.act_source = ctx.moe_act_source;
+  m.act_source = ctx.mlp_act_source;
   m.weight_gradients = ctx.weight_gradients;
   m.grad_squares = ctx.expert_grad_squares;
   return m;
@@ -292,7 +292,20 @@ Status MlpBackward(const BlockContext& ctx, const BlockWeights& w, const BlockWe
   const BlockScratch& s = ctx.scratch;
   const GradientWrite dw = ctx.weight_gradients;
   const bool gelu = ctx.spec->mlp == MlpKind::kGelu;
-  if (gelu && !w.lora[kLoraMlpOut].present()) {
+  // The activation's output made again (shared by the layers): by SwiGLU's gradient pass where
+  // the down projection's weight gradient can wait for it, else first.
+  const bool remake = ctx.mlp_act_source == SwiGluAct::kRemake;
+  const bool swiglu_remakes = remake && !gelu && !w.lora[kLoraMlpOut].present();
+  if (remake && !swiglu_remakes) TRAINER_RETURN_IF_ERROR(MlpActivationForward(ctx, a));
+  if (swiglu_remakes) {  // d(act), then dfc with act, then the down projection's dW from act
+    TRAINER_RETURN_IF_ERROR(
+        be->MatmulBackward(s.dact, Tensor(), Tensor(), dres_all, a.fc_out, w.fcproj_w, dw));
+    TRAINER_RETURN_IF_ERROR(be->SwiGluBackward(s.dfc, s.dact, a.fc_pre, a.fc_out));
+    if (!g.fcproj_w.empty() || !fcproj_db.empty())
+      TRAINER_RETURN_IF_ERROR(
+          be->MatmulBackward(Tensor(), g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, dw));
+    if (!g.fc_b.empty()) TRAINER_RETURN_IF_ERROR(be->ColumnSums(g.fc_b, s.dfc, 0, Tensor()));
+  } else if (gelu && !w.lora[kLoraMlpOut].present()) {
     // fc's bias gradient is the column sums of dfc, summed as dfc is made.
     TRAINER_RETURN_IF_ERROR(be->MatmulBackwardThroughGelu(
         s.dfc, g.fcproj_w, fcproj_db, dres_all, a.fc_out, w.fcproj_w, a.fc_pre, g.fc_b, dw));

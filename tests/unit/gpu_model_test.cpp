@@ -75,6 +75,31 @@ TEST_F(GpuModel, RecomputationMatchesKeepingActivations) {
   }
 }
 
+// The llama block's SwiGLU MLP under gelu and selective recomputation, where SwiGLU's gradient
+// pass makes the activation again for the down projection's weight gradient: the same loss and
+// gradients as keeping it, as above.
+TEST_F(GpuModel, LlamaRecomputationMatchesKeepingActivations) {
+  ModelConfig llama = config_;
+  llama.arch = "llama";
+  llama.num_kv_heads = 1;
+  llama.ffn_hidden_size = 352;
+  llama.tie_embeddings = false;
+  llama.norm_eps = 1e-6;
+  std::vector<float> params =
+      InitialParameterValues(llama, part_, BuildParameterList(llama, part_), 6);
+  for (float& p : params) p = BF16ToFloat(FloatToBF16(p));
+  const PassResult want = ForwardBackward(gpu_.get(), llama, params, tokens_, targets_, B, T);
+  for (const char* mode : {"gelu", "selective"}) {
+    SCOPED_TRACE(mode);
+    ModelConfig config = llama;
+    config.recompute = mode;
+    const PassResult got = ForwardBackward(gpu_.get(), config, params, tokens_, targets_, B, T);
+    EXPECT_NEAR(got.loss, want.loss, 1e-5 * want.loss);
+    ExpectParameterGradientsNear(BuildParameterList(llama, part_), got, want, 1e-2,
+                                 /*nonzero=*/true);
+  }
+}
+
 // The LM head and loss in chunks of 50 of the 154 rows (the last chunk shorter; gpt_head.cpp), on
 // the GPU against the CPU's one pass, and against the GPU's one pass: the chunks' losses are the
 // same rows' losses, and the tied embedding's gradient sums the chunks' products in f32.
