@@ -81,9 +81,10 @@ enum class SumOf { kValues, kSquares };
 // instead of a memset and a read of the old values).
 enum class GradientWrite { kAccumulate, kOverwrite };
 
-// The experts' SwiGLU output in their backward (GroupedMatmulSwiGluBackward): the forward's,
-// read; or made again from h by the SwiGLU backward, before the weight gradient reads it (the
-// layers share one act buffer: Model.recompute gelu and selective).
+// A SwiGLU output in the backward of the product that reads it (the MoE experts'
+// GroupedMatmulSwiGluBackward, a dense MLP's down projection): the forward's, read; or made
+// again from the product's input [gate | up] by the SwiGLU backward pass, before the weight
+// gradient reads it (the layers share one buffer: Model.recompute gelu and selective).
 enum class SwiGluAct { kRead, kRemake };
 
 // Columns [first, first + cols) of the row-major matrix `whole` (rows, W): an operand of the

@@ -159,8 +159,9 @@ Status Backend::GroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tensor d
                "h " + h.shape_string() + " is not (M, 2F) for act " + act.shape_string())
       .Like("dh", dh, cd, "h", h)
       .Require(act_source == SwiGluAct::kRead ||
-                   (act.data != h.data && act.data != dh.data && act.data != dact.data),
-               "act, made again here, must not alias h, dh or dact");
+                   (act.data != h.data && act.data != dh.data && act.data != dact.data &&
+                    act.data != dout.data && act.data != weights.data),
+               "act, made again here, must not alias h, dh, dact, dout or the weights");
   TRAINER_RETURN_IF_ERROR(c.status());
   TRAINER_RETURN_IF_ERROR(ZeroExpertsInNoGroup(this, dweights, weights, groups, dweights_write));
   return RunGroupedMatmulSwiGluBackward(dh, dweights, dact, dout, act, h, weights, groups,

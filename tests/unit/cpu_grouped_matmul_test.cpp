@@ -192,6 +192,23 @@ TEST(CpuGroupedMatmulContract, RefusesOverlapsAndUnknownExperts) {
                                         View(flat, {E * OC, C}), {{0, 0, 4}})
                    .ok())
       << "weights not (E, OC, C)";
+  // The SwiGLU backward with act made again (SwiGluAct::kRemake): act is written, so it may not
+  // alias an input; the same tensors with act read are fine.
+  const int64_t F = 2;  // down's weights (E, OC, F): dout (M, OC), act (M, F), h (M, 2F)
+  std::vector<float> dout(M * OC), act(M * F), h(M * 2 * F), dh(M * 2 * F), dact(M * F),
+      wd(E * OC * F);
+  auto swiglu = [&](Tensor act_tensor, SwiGluAct source) {
+    return be->GroupedMatmulSwiGluBackward(View(dh, {M, 2 * F}), Tensor(), View(dact, {M, F}),
+                                           View(dout, {M, OC}), act_tensor, View(h, {M, 2 * F}),
+                                           View(wd, {E, OC, F}), {{0, 0, 4}, {1, 4, 4}},
+                                           GradientWrite::kOverwrite, Tensor(), source);
+  };
+  EXPECT_TRUE(swiglu(View(act, {M, F}), SwiGluAct::kRemake).ok());
+  EXPECT_TRUE(swiglu(View(dout, {M, F}), SwiGluAct::kRead).ok());
+  const Status aliased = swiglu(View(dout, {M, F}), SwiGluAct::kRemake);
+  EXPECT_FALSE(aliased.ok());
+  EXPECT_NE(aliased.message().find("must not alias"), std::string::npos) << aliased.message();
+  EXPECT_FALSE(swiglu(View(dact, {M, F}), SwiGluAct::kRemake).ok()) << "act aliases dact";
 }
 
 }  // namespace
