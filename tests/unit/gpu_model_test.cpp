@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <random>
 
 #include "gpu_model_test_util.h"
@@ -43,6 +44,22 @@ class GpuModel : public ::testing::Test {
   void ExpectGradientsNear(const PassResult& got, const PassResult& want, double tolerance) {
     ExpectParameterGradientsNear(BuildParameterList(config_, part_), got, want, tolerance);
   }
+  // Model.recompute `modes` against `want`, the same model and weights keeping every activation:
+  // the loss to f32 rounding, each gradient well inside the CPU comparison's bf16 bound.
+  void ExpectRecomputationMatches(const ModelConfig& config, const std::vector<float>& params,
+                                  const PassResult& want,
+                                  std::initializer_list<const char*> modes) {
+    ModelPartition part;
+    part.num_layers = config.num_layers;
+    for (const char* mode : modes) {
+      SCOPED_TRACE(mode);
+      ModelConfig again = config;
+      again.recompute = mode;
+      const PassResult got = ForwardBackward(gpu_.get(), again, params, tokens_, targets_, B, T);
+      EXPECT_NEAR(got.loss, want.loss, 1e-5 * want.loss);
+      ExpectParameterGradientsNear(BuildParameterList(config, part), got, want, 1e-2);
+    }
+  }
   ModelConfig config_;
   ModelPartition part_;
   std::vector<float> params_;
@@ -64,15 +81,7 @@ TEST_F(GpuModel, LossAndEveryGradientMatchTheCpuPath) {
 // gradient that differs there is rounded to bf16 differently). A recomputation that got any
 // activation wrong is off by far more.
 TEST_F(GpuModel, RecomputationMatchesKeepingActivations) {
-  const PassResult want = Run(gpu_.get(), config_);
-  for (const char* mode : {"gelu", "block"}) {
-    SCOPED_TRACE(mode);
-    ModelConfig config = config_;
-    config.recompute = mode;
-    const PassResult got = Run(gpu_.get(), config);
-    EXPECT_NEAR(got.loss, want.loss, 1e-5 * want.loss);
-    ExpectGradientsNear(got, want, 1e-2);
-  }
+  ExpectRecomputationMatches(config_, params_, Run(gpu_.get(), config_), {"gelu", "block"});
 }
 
 // The llama block's SwiGLU MLP under gelu and selective recomputation, where SwiGLU's gradient
@@ -88,16 +97,9 @@ TEST_F(GpuModel, LlamaRecomputationMatchesKeepingActivations) {
   std::vector<float> params =
       InitialParameterValues(llama, part_, BuildParameterList(llama, part_), 6);
   for (float& p : params) p = BF16ToFloat(FloatToBF16(p));
-  const PassResult want = ForwardBackward(gpu_.get(), llama, params, tokens_, targets_, B, T);
-  for (const char* mode : {"gelu", "selective"}) {
-    SCOPED_TRACE(mode);
-    ModelConfig config = llama;
-    config.recompute = mode;
-    const PassResult got = ForwardBackward(gpu_.get(), config, params, tokens_, targets_, B, T);
-    EXPECT_NEAR(got.loss, want.loss, 1e-5 * want.loss);
-    ExpectParameterGradientsNear(BuildParameterList(llama, part_), got, want, 1e-2,
-                                 /*nonzero=*/true);
-  }
+  ExpectRecomputationMatches(llama, params,
+                             ForwardBackward(gpu_.get(), llama, params, tokens_, targets_, B, T),
+                             {"gelu", "selective"});
 }
 
 // The LM head and loss in chunks of 50 of the 154 rows (the last chunk shorter; gpt_head.cpp), on
@@ -175,16 +177,9 @@ TEST_F(GpuModel, MixtureOfExpertsLossAndEveryGradientMatchTheCpuPath) {
     ExpectParameterGradientsNear(router, got, want, 0.2, /*nonzero=*/true);
     // Whole-block recomputation reruns the router and the dispatch plan on the same inputs: the
     // same routing, so the same numbers up to the GPU's own reordering (as for the dense model).
-    // Selective recomputation makes the experts' SwiGLU output and permuted input again from what
-    // each layer keeps (the layers share those buffers).
-    for (const char* mode : {"block", "selective"}) {
-      SCOPED_TRACE(mode);
-      ModelConfig rc = config;
-      rc.recompute = mode;
-      const PassResult again = ForwardBackward(gpu_.get(), rc, params, tokens_, targets_, B, T);
-      EXPECT_NEAR(again.loss, got.loss, 1e-5 * got.loss);
-      ExpectParameterGradientsNear(list, again, got, 1e-2);
-    }
+    // gelu and selective make the experts' SwiGLU output again in their backward, selective the
+    // permuted input too, from what each layer keeps (the layers share those buffers).
+    ExpectRecomputationMatches(config, params, got, {"block", "selective", "gelu"});
   }
   // The experts' GEMMs ran as cuBLAS grouped GEMMs (their widths are multiples of 8), none per
   // expert.
