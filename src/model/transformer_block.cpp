@@ -185,6 +185,13 @@ Status QkvForward(const BlockContext& ctx, const BlockWeights& w, BlockActivatio
   return be->RopeForward(a->qkv, ctx.rope, ctx.local_heads, ctx.local_kv_heads, ctx.doc_starts);
 }
 
+// A dense MLP's a.fc_out from a.fc_pre (GELU or SwiGLU): in the forward, and again in backward
+// where the layers share fc_out and SwiGLU's gradient pass does not make it (MlpBackward).
+Status MlpActivationForward(const BlockContext& ctx, const BlockActivations& a) {
+  if (ctx.spec->mlp == MlpKind::kGelu) return ctx.backend->GeluForward(a.fc_out, a.fc_pre);
+  return ctx.backend->SwiGluForward(a.fc_out, a.fc_pre);
+}
+
 // The MLP's activation: GELU (fc_out, with fc_pre from the GEMM's epilogue) or SwiGLU.
 Status MlpInputForward(const BlockContext& ctx, const BlockWeights& w, BlockActivations* a) {
   Backend* be = ctx.backend;
@@ -196,12 +203,6 @@ Status MlpInputForward(const BlockContext& ctx, const BlockWeights& w, BlockActi
 }
 
 }  // namespace
-
-Status MlpActivationForward(const BlockContext& ctx, const BlockActivations& a) {
-  if (a.fc_pre.empty()) return Status::Ok();  // a MoE layer
-  if (ctx.spec->mlp == MlpKind::kGelu) return ctx.backend->GeluForward(a.fc_out, a.fc_pre);
-  return ctx.backend->SwiGluForward(a.fc_out, a.fc_pre);
-}
 
 Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x, BlockActivations* a) {
   Backend* be = ctx.backend;

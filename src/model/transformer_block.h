@@ -103,7 +103,7 @@ struct BlockContext {
   // and selective): BlockBackward makes it again. A MoE layer's experts and a SwiGLU MLP without
   // an adapter on its down projection write it in the pass that forms SwiGLU's gradient, before
   // the down projection's weight gradient reads it; GELU and an adapted down projection have it
-  // made by MlpActivationForward first.
+  // made by a pass of its own first (MlpBackward).
   SwiGluAct mlp_act_source = SwiGluAct::kRead;
   // The micro-batch's dropout (philox.h; off unless it trains with Model.*_dropout > 0): after
   // the output projections (kind and layer set per use) and on the attention probabilities.
@@ -142,9 +142,6 @@ Status ReduceRows(const BlockContext& ctx, Tensor partial, Tensor* out);
 DropoutKey HiddenDropoutKey(const BlockContext& ctx, uint32_t kind, int layer, bool row_block,
                             Tensor rows);
 
-// a.fc_out from a.fc_pre again (GELU or SwiGLU): the forward's activation. Nothing for a MoE
-// layer (its experts' backward makes act again: BlockContext::mlp_act_source).
-Status MlpActivationForward(const BlockContext& ctx, const BlockActivations& a);
 // x (B,T,C) -> act.residual_out.
 Status BlockForward(const BlockContext& ctx, const BlockWeights& w, Tensor x,
                     BlockActivations* act);
