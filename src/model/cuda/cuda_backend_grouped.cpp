@@ -276,12 +276,16 @@ Status CudaBackend::RunGroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, T
   sm90.m = dout.dim(0), sm90.experts = E, sm90.oc = OC, sm90.c = F;
   sm90.gate_up = h.data;
   if (remake) sm90.act = act.data;
-  // The input gradient's route (its pins apply): where it is ours, SwiGLU's backward (and act,
-  // made again) runs in its epilogue and dact is never written; then the weight gradient of act.
+  cuda::GroupedSm90Problem plain = sm90;  // the input gradient alone, as the route knows it
+  plain.op = cuda::GroupedSm90Op::kInputGradient, plain.rows_out = dact.data;
+  plain.gate_up = nullptr, plain.act = nullptr;
+  // The input gradient's route (its pins apply): where it is ours and runs this op, SwiGLU's
+  // backward (and act, made again) runs in its epilogue and dact is never written; then the
+  // weight gradient of act.
   GroupedGemmRoute route;
   TRAINER_RETURN_IF_ERROR(
-      GroupedRoute(GroupedShape("input_gradient", weights), GroupedSm90Runs(sm90), &route));
-  if (route != GroupedGemmRoute::kSm90)
+      GroupedRoute(GroupedShape("input_gradient", weights), GroupedSm90Runs(plain), &route));
+  if (route != GroupedGemmRoute::kSm90 || !GroupedSm90Runs(sm90))
     return Backend::RunGroupedMatmulSwiGluBackward(dh, dweights, dact, dout, act, h, weights,
                                                    groups, dweights_write, dweights_squares,
                                                    act_source);

@@ -103,7 +103,7 @@ __device__ __forceinline__ void StoreSwiGluGradientTileRows(const uint8_t* out_t
   const bf16* gate_at = reinterpret_cast<const bf16*>(h) + first;
   bf16* dgate_at = reinterpret_cast<bf16*>(dh) + first;
   bf16* act_at = act == nullptr ? nullptr : reinterpret_cast<bf16*>(act) + row0 * F + f0;
-  const int row_elements = static_cast<int>(2 * F);  // below 2^31 / 128: 32-bit offsets
+  const int row_elements = static_cast<int>(2 * F);  // 128 rows of it below 2^31 (Supported)
   for (int c0 = thread; c0 < total; c0 += kInFlight * threads) {
     uint4 gate[kInFlight], up[kInFlight];
 #pragma unroll
@@ -476,7 +476,8 @@ bool GroupedSm90Supported(const GroupedSm90Problem& p) {
          Aligned16(p.blocks) &&
          (p.op != GroupedSm90Op::kForwardSwiGlu || (p.act != nullptr && Aligned16(p.act))) &&
          (p.op != GroupedSm90Op::kInputGradientSwiGlu ||
-          (p.gate_up != nullptr && Aligned16(p.gate_up) && Aligned16(p.act)));
+          (p.gate_up != nullptr && Aligned16(p.gate_up) && Aligned16(p.act) &&
+           2 * p.c * kBlockM < kIntLimit));  // the epilogue's 32-bit offsets in a tile
 }
 
 cudaError_t LaunchGroupedSm90(const GroupedSm90Problem& p, cudaStream_t stream) {

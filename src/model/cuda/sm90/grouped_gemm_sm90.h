@@ -109,7 +109,7 @@ inline void MakeGroupedExperts(const std::vector<Group>& groups, int64_t experts
 
 // Whether the kernel runs this problem on the current device: an sm_90 GPU, C and OC multiples of
 // 256, m and E * OC below 2^31, 16-byte aligned pointers (act too, for kForwardSwiGlu; gate_up
-// and act where given, for kInputGradientSwiGlu).
+// and act where given, for kInputGradientSwiGlu, whose 128 x 2C must also stay below 2^31).
 bool GroupedSm90Supported(const GroupedSm90Problem& problem);
 
 // Enqueues the kernel (one CTA per SM at most; nothing for block_count 0). Returns
