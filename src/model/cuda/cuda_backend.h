@@ -220,11 +220,6 @@ class CudaBackend final : public Backend {
                                   GradientWrite dweights_write, Tensor dweights_squares) override;
   Status RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor in, Tensor weights,
                                        const std::vector<ExpertRun>& groups) override;
-  Status RunGroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tensor dact, Tensor dout,
-                                        Tensor act, Tensor h, Tensor weights,
-                                        const std::vector<ExpertRun>& groups,
-                                        GradientWrite dweights_write, Tensor dweights_squares,
-                                        SwiGluAct act_source) override;
 
  private:
   static constexpr size_t kInitialScratchBytes = 32u << 20;

@@ -262,39 +262,6 @@ Status CudaBackend::RunGroupedMatmulSwiGluForward(Tensor h, Tensor act, Tensor i
   return Backend::RunGroupedMatmulSwiGluForward(h, act, in, weights, groups);
 }
 
-Status CudaBackend::RunGroupedMatmulSwiGluBackward(Tensor dh, Tensor dweights, Tensor dact,
-                                                   Tensor dout, Tensor act, Tensor h,
-                                                   Tensor weights,
-                                                   const std::vector<ExpertRun>& groups,
-                                                   GradientWrite dweights_write,
-                                                   Tensor dweights_squares, SwiGluAct act_source) {
-  const int64_t E = weights.dim(0), OC = weights.dim(1), F = weights.dim(2);
-  const bool remake = act_source == SwiGluAct::kRemake;
-  cuda::GroupedSm90Problem sm90;
-  sm90.op = cuda::GroupedSm90Op::kInputGradientSwiGlu;
-  sm90.rows_in = dout.data, sm90.weights = weights.data, sm90.rows_out = dh.data;
-  sm90.m = dout.dim(0), sm90.experts = E, sm90.oc = OC, sm90.c = F;
-  sm90.gate_up = h.data;
-  if (remake) sm90.act = act.data;
-  cuda::GroupedSm90Problem plain = sm90;  // the input gradient alone, as the route knows it
-  plain.op = cuda::GroupedSm90Op::kInputGradient, plain.rows_out = dact.data;
-  plain.gate_up = nullptr, plain.act = nullptr;
-  // The input gradient's route (its pins apply): where it is ours and runs this op, SwiGLU's
-  // backward (and act, made again) runs in its epilogue and dact is never written; then the
-  // weight gradient of act.
-  GroupedGemmRoute route;
-  TRAINER_RETURN_IF_ERROR(
-      GroupedRoute(GroupedShape("input_gradient", weights), GroupedSm90Runs(plain), &route));
-  if (route != GroupedGemmRoute::kSm90 || !GroupedSm90Runs(sm90))
-    return Backend::RunGroupedMatmulSwiGluBackward(dh, dweights, dact, dout, act, h, weights,
-                                                   groups, dweights_write, dweights_squares,
-                                                   act_source);
-  TRAINER_RETURN_IF_ERROR(RunGroupedSm90(sm90, groups));
-  if (dweights.empty()) return Status::Ok();
-  return RunGroupedMatmulBackward(Tensor(), dweights, dout, act, weights, groups, dweights_write,
-                                  dweights_squares);
-}
-
 Status CudaBackend::RunGroupedMatmulBackward(Tensor din, Tensor dweights, Tensor dout, Tensor in,
                                              Tensor weights, const std::vector<ExpertRun>& groups,
                                              GradientWrite dweights_write,

@@ -49,12 +49,6 @@ __device__ __forceinline__ float Sigmoid(float x) {
 __device__ __forceinline__ float SwiGluOf(float gate, float up) {
   return gate * Sigmoid(gate) * up;
 }
-// SwiGLU's gradient of dy = dL/dact: (dgate, dup) = (dy up silu'(gate), dy silu(gate)), silu'(x) =
-// sigmoid(x) (1 + x (1 - sigmoid(x))); one expression for every kernel that computes it, as above.
-__device__ __forceinline__ float2 SwiGluGradOf(float gate, float up, float dy) {
-  const float sig = Sigmoid(gate);
-  return make_float2(dy * up * (sig * (1.f + gate * (1.f - sig))), dy * (gate * sig));
-}
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)

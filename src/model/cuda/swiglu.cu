@@ -56,11 +56,10 @@ __global__ void __launch_bounds__(kThreads)
       Vec16<T> dg, du, y;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const float x = ToFloat(g.v[j]), uj = ToFloat(u.v[j]);
-        const float2 d = SwiGluGradOf(x, uj, ToFloat(dy.v[j]));
-        dg.v[j] = FromFloat<T>(d.x);
-        du.v[j] = FromFloat<T>(d.y);
-        if (kAct) y.v[j] = FromFloat<T>(SwiGluOf(x, uj));
+        const float x = ToFloat(g.v[j]), sig = Sigmoid(x), dyj = ToFloat(dy.v[j]);
+        dg.v[j] = FromFloat<T>(dyj * ToFloat(u.v[j]) * (sig * (1.f + x * (1.f - sig))));
+        du.v[j] = FromFloat<T>(dyj * (x * sig));
+        if (kAct) y.v[j] = FromFloat<T>(SwiGluOf(x, ToFloat(u.v[j])));
       }
       StoreChunk<T, kVector>(dgate + c, dg);
       StoreChunk<T, kVector>(dup + c, du);

@@ -10,10 +10,7 @@
 // memory, 16 bytes a thread and a row a warp at a time, and hand the buffer back. The forward of
 // a [gate | up] weight with SwiGLU (kForwardSwiGlu) multiplies, for output tile n0, the expert's
 // gate and up rows of the same 128 features, and its spare warps store both halves and SwiGLU of
-// them. The input gradient with SwiGLU's backward (kInputGradientSwiGlu) stores no din: its spare
-// warps read the tile's features of h (gate and up) from global memory and store SwiGLU's
-// gradient of the tile to dh (and SwiGLU of h to act, where asked), a pass over h that the
-// multipliers' next tile hides.
+// them.
 //
 // The weight gradient is a kernel of its own on the same ring: A = dout^T (OC rows of the tile by
 // the k-block's 64 rows of dout, M-major: two (64 rows, 64 columns) boxes of dout, one per
@@ -87,62 +84,6 @@ __device__ __forceinline__ void StoreSwiGluTileRows(const uint8_t* out_tile, uin
   }
 }
 
-// The input gradient + SwiGLU's backward's tile: din (bf16, features f0 .. f0 + 255) in the
-// output tile; its first `rows` rows, with h's gate and up columns f0.. and F + f0.., to dh's
-// (dgate | dup) and, where act is given, silu(gate) * up to act's columns f0.. (h, dh (rows, 2F),
-// act (rows, F) row-major). Two chunks' loads of h in flight a thread: the spare warps' pass is
-// bound by their loads' latency.
-__device__ __forceinline__ void StoreSwiGluGradientTileRows(const uint8_t* out_tile, uint8_t* dh,
-                                                            uint8_t* act, const uint8_t* h,
-                                                            int64_t F, int64_t row0, int f0,
-                                                            int rows, int thread, int threads) {
-  constexpr int kChunks = kBlockN / 8;  // 16-byte chunks of a tile row: 32
-  constexpr int kInFlight = 2;
-  const int total = rows * kChunks;
-  const int64_t first = row0 * 2 * F + f0;  // the tile's first element in h and dh
-  const bf16* gate_at = reinterpret_cast<const bf16*>(h) + first;
-  bf16* dgate_at = reinterpret_cast<bf16*>(dh) + first;
-  bf16* act_at = act == nullptr ? nullptr : reinterpret_cast<bf16*>(act) + row0 * F + f0;
-  const int row_elements = static_cast<int>(2 * F);  // 128 rows of it below 2^31 (Supported)
-  for (int c0 = thread; c0 < total; c0 += kInFlight * threads) {
-    uint4 gate[kInFlight], up[kInFlight];
-#pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      const int c = c0 + i * threads;
-      if (c >= total) continue;
-      const int at = c / kChunks * row_elements + c % kChunks * 8;
-      gate[i] = __ldcs(reinterpret_cast<const uint4*>(gate_at + at));  // read once: evict first
-      up[i] = __ldcs(reinterpret_cast<const uint4*>(gate_at + at + F));
-    }
-#pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      const int c = c0 + i * threads;
-      if (c >= total) continue;
-      const int r = c / kChunks, chunk = c % kChunks, at = r * row_elements + chunk * 8;
-      const uint4 dy = TileChunk(out_tile, r, chunk);
-      const bf16* g = reinterpret_cast<const bf16*>(&gate[i]);
-      const bf16* u = reinterpret_cast<const bf16*>(&up[i]);
-      const bf16* d = reinterpret_cast<const bf16*>(&dy);
-      uint4 dgate, dup, y;
-      bf16* dg = reinterpret_cast<bf16*>(&dgate);
-      bf16* du = reinterpret_cast<bf16*>(&dup);
-      bf16* yk = reinterpret_cast<bf16*>(&y);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const float x = ToFloat(g[k]), uk = ToFloat(u[k]);
-        const float2 grad = SwiGluGradOf(x, uk, ToFloat(d[k]));
-        dg[k] = FromFloat<bf16>(grad.x);
-        du[k] = FromFloat<bf16>(grad.y);
-        if (act_at != nullptr) yk[k] = FromFloat<bf16>(SwiGluOf(x, uk));
-      }
-      *reinterpret_cast<uint4*>(dgate_at + at) = dgate;
-      *reinterpret_cast<uint4*>(dgate_at + at + F) = dup;
-      if (act_at != nullptr)
-        *reinterpret_cast<uint4*>(act_at + r * (row_elements / 2) + chunk * 8) = y;
-    }
-  }
-}
-
 // The tile of `t` in the tile order: its block and first column.
 __device__ __forceinline__ GroupedBlock TileBlock(const TileOrder& order,
                                                   const GroupedBlock* blocks, int t, int* n0) {
@@ -154,22 +95,16 @@ __device__ __forceinline__ GroupedBlock TileBlock(const TileOrder& order,
   return block;
 }
 
-// What the spare warps make of a tile: the tile itself; h and SwiGLU of it (StoreSwiGluTileRows);
-// SwiGLU's gradient of it (StoreSwiGluGradientTileRows).
-enum class Epilogue { kStore, kSwiGlu, kSwiGluGradient };
-
 // kB: the weights' layout as B (K-major for the forward, N-major for the input gradient);
 // expert_rows: OC, the rows of one expert's matrix; out_cols: N. kSwiGlu (K-major, the map's
 // boxes half a tile high): output tile n0's B rows are the expert's gate rows n0 / 2 .. + 127 and
-// up rows OC / 2 + n0 / 2 .. + 127, stored by StoreSwiGluTileRows with act. kSwiGluGradient
-// (N-major): out is dh (M, 2N), gate_up h (M, 2N), act (M, N) or none.
-template <BMajor kB, Epilogue kEpilogue = Epilogue::kStore>
+// up rows OC / 2 + n0 / 2 .. + 127, stored by StoreSwiGluTileRows with act.
+template <BMajor kB, bool kSwiGlu = false>
 __global__ void __launch_bounds__(kThreads, 1)
     GroupedGemmKernel(const __grid_constant__ CUtensorMap a_map,
                       const __grid_constant__ CUtensorMap b_map, const GroupedBlock* blocks,
                       uint8_t* out, TileOrder order, int k_blocks, int expert_rows,
-                      int64_t out_cols, uint8_t* act, const uint8_t* gate_up) {
-  constexpr bool kSwiGlu = kEpilogue == Epilogue::kSwiGlu;
+                      int64_t out_cols, uint8_t* act) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t shared_raw[];
   const TileShared s = CarveTileShared(shared_raw);
@@ -198,9 +133,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (kSwiGlu)
         StoreSwiGluTileRows(s.out_tile, out, act, out_cols / 2, block.row, n0 / 2, rows,
                             threadIdx.x - 32, kSpareThreads);
-      else if (kEpilogue == Epilogue::kSwiGluGradient)
-        StoreSwiGluGradientTileRows(s.out_tile, out, act, gate_up, out_cols, block.row, n0, rows,
-                                    threadIdx.x - 32, kSpareThreads);
       else
         StoreTileRows(s.out_tile, out, out_cols, block.row, n0, rows, threadIdx.x - 32,
                       kSpareThreads);
@@ -459,8 +391,7 @@ struct GroupedShape {
   BMajor b_major;
 };
 GroupedShape ShapeOf(const GroupedSm90Problem& p) {
-  if (p.op != GroupedSm90Op::kInputGradient && p.op != GroupedSm90Op::kInputGradientSwiGlu)
-    return {p.c, p.oc, BMajor::kK};
+  if (p.op != GroupedSm90Op::kInputGradient) return {p.c, p.oc, BMajor::kK};
   return {p.oc, p.c, BMajor::kN};
 }
 
@@ -474,10 +405,7 @@ bool GroupedSm90Supported(const GroupedSm90Problem& p) {
          p.block_count * kBlockM < kIntLimit && (p.block_count == 0 || p.blocks != nullptr) &&
          Aligned16(p.rows_in) && Aligned16(p.weights) && Aligned16(p.rows_out) &&
          Aligned16(p.blocks) &&
-         (p.op != GroupedSm90Op::kForwardSwiGlu || (p.act != nullptr && Aligned16(p.act))) &&
-         (p.op != GroupedSm90Op::kInputGradientSwiGlu ||
-          (p.gate_up != nullptr && Aligned16(p.gate_up) && Aligned16(p.act) &&
-           2 * p.c * kBlockM < kIntLimit));  // the epilogue's 32-bit offsets in a tile
+         (p.op != GroupedSm90Op::kForwardSwiGlu || (p.act != nullptr && Aligned16(p.act)));
 }
 
 cudaError_t LaunchGroupedSm90(const GroupedSm90Problem& p, cudaStream_t stream) {
@@ -492,16 +420,13 @@ cudaError_t LaunchGroupedSm90(const GroupedSm90Problem& p, cudaStream_t stream) 
       !MakeTileMap(&b_map, p.weights, p.experts * p.oc, p.c, b_box_rows))
     return cudaErrorInvalidValue;
   const TileOrder order{static_cast<int>(p.block_count), static_cast<int>(shape.n / kBlockN), 1};
-  auto* kernel = swiglu ? GroupedGemmKernel<BMajor::kK, Epilogue::kSwiGlu>
-                 : p.op == GroupedSm90Op::kInputGradientSwiGlu
-                     ? GroupedGemmKernel<BMajor::kN, Epilogue::kSwiGluGradient>
-                     : (shape.b_major == BMajor::kK ? GroupedGemmKernel<BMajor::kK>
-                                                    : GroupedGemmKernel<BMajor::kN>);
-  const cudaError_t e =
-      LaunchTiled(kernel, kSharedBytes, p.block_count * kBlockM, shape.n, 1, stream, a_map, b_map,
-                  p.blocks, static_cast<uint8_t*>(p.rows_out), order,
-                  static_cast<int>(shape.k / kBlockK), static_cast<int>(p.oc), shape.n,
-                  static_cast<uint8_t*>(p.act), static_cast<const uint8_t*>(p.gate_up));
+  auto* kernel = swiglu ? GroupedGemmKernel<BMajor::kK, true>
+                        : (shape.b_major == BMajor::kK ? GroupedGemmKernel<BMajor::kK>
+                                                       : GroupedGemmKernel<BMajor::kN>);
+  const cudaError_t e = LaunchTiled(
+      kernel, kSharedBytes, p.block_count * kBlockM, shape.n, 1, stream, a_map, b_map, p.blocks,
+      static_cast<uint8_t*>(p.rows_out), order, static_cast<int>(shape.k / kBlockK),
+      static_cast<int>(p.oc), shape.n, static_cast<uint8_t*>(p.act));
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

@@ -4,8 +4,6 @@
 //   input gradient:   din[R_g] (rows_g, C) = dout[R_g] (rows_g, OC) @ W_e (OC, C)
 //   weight gradient:  dW_e (OC, C) f32 (+)= sum over e's groups g of dout[R_g]^T @ in[R_g]
 //   forward + SwiGLU: the forward, and act[R_g] (rows_g, OC / 2) = SwiGLU of its output
-//   input gradient + SwiGLU's backward: dh[R_g] (rows_g, 2C) = SwiGLU's gradient over h[R_g] of
-//                     the input gradient (rounded to bf16), which is never stored
 // R_g = rows [offset_g, offset_g + rows_g) of the row-side tensors (packed by expert, any sizes),
 // W_e = expert e's matrix of the stacked weights (E, OC, C). bf16 operands and outputs, f32
 // accumulation. Rows in no group are left as they were. Its CPU twin is the CPU backend's
@@ -45,11 +43,7 @@ inline void AppendGroupedBlocks(int64_t expert, int64_t offset, int64_t rows,
 // kForwardSwiGlu: the forward of a [gate | up] weight (OC = 2F: rows 0..F-1 of each expert's
 // matrix the gate's, F..2F-1 the up's) that also writes act[R_g] (rows_g, F) = silu(gate) * up
 // of the bf16 outputs, as SwiGluForward computes it from them.
-// kInputGradientSwiGlu: the input gradient of a product whose input act (M, C) is SwiGLU of
-// h (M, 2C) [gate | up]: dh[R_g] = (dgate | dup) of the bf16 din[R_g] over h[R_g], as
-// SwiGluBackward computes it from them, written to rows_out (M, 2C) in place of din; where act is
-// given, also act[R_g] (M, C) = SwiGLU of h[R_g] as kForwardSwiGlu writes it.
-enum class GroupedSm90Op { kForward, kInputGradient, kForwardSwiGlu, kInputGradientSwiGlu };
+enum class GroupedSm90Op { kForward, kInputGradient, kForwardSwiGlu };
 
 struct GroupedSm90Problem {
   GroupedSm90Op op = GroupedSm90Op::kForward;
@@ -62,8 +56,7 @@ struct GroupedSm90Problem {
   // stream before it; block_count of them. Each block's rows lie in [0, m).
   const GroupedBlock* blocks = nullptr;
   int64_t block_count = 0;
-  void* act = nullptr;  // kForwardSwiGlu: (M, OC / 2); kInputGradientSwiGlu: (M, C) or none
-  const void* gate_up = nullptr;  // kInputGradientSwiGlu: h (M, 2C)
+  void* act = nullptr;  // kForwardSwiGlu: (M, OC / 2)
 };
 
 // The weight gradient's problem. Its lists (MakeGroupedExperts) in device memory, written in the
@@ -108,8 +101,7 @@ inline void MakeGroupedExperts(const std::vector<Group>& groups, int64_t experts
 }
 
 // Whether the kernel runs this problem on the current device: an sm_90 GPU, C and OC multiples of
-// 256, m and E * OC below 2^31, 16-byte aligned pointers (act too, for kForwardSwiGlu; gate_up
-// and act where given, for kInputGradientSwiGlu, whose 128 x 2C must also stay below 2^31).
+// 256, m and E * OC below 2^31, 16-byte aligned pointers (act too, for kForwardSwiGlu).
 bool GroupedSm90Supported(const GroupedSm90Problem& problem);
 
 // Enqueues the kernel (one CTA per SM at most; nothing for block_count 0). Returns
