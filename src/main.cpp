@@ -20,7 +20,7 @@ void PrintUsage(FILE* out) {
                "  plan     estimate memory per rank for a config and layout\n"
                "  sample   generate text (or token ids) from a checkpoint\n"
                "  eval     the loss of a checkpoint's model on a token file\n"
-               "  export   a checkpoint's model as Hugging Face GPT-2 (safetensors)\n\n"
+               "  export   a checkpoint's model (or LoRA adapters) as a Hugging Face folder\n\n"
                "'trainer <command> --help' lists the command's options with their defaults;\n"
                "'trainer --version' the version, commit, build and library versions.\n"
                "Exit codes: 0 done, 1 runtime, 2 usage/config, 3 data, 4 checkpoint,\n"
