@@ -19,8 +19,11 @@ void MoeLayerStats::Clear() {
 
 int64_t MoeCapacity(const MoeSpec& spec, int64_t tokens) {
   if (spec.capacity_factor <= 0) return 0;
-  return static_cast<int64_t>(std::ceil(spec.capacity_factor * static_cast<double>(tokens) *
-                                        spec.top_k / spec.num_experts));
+  // An expert gets at most one row a token, so a capacity of `tokens` drops nothing: the bound
+  // keeps a large factor's product in int64's range and changes no dispatch.
+  const double capacity =
+      std::ceil(spec.capacity_factor * static_cast<double>(tokens) * spec.top_k / spec.num_experts);
+  return capacity >= static_cast<double>(tokens) ? tokens : static_cast<int64_t>(capacity);
 }
 
 void PlanMoeGroups(const MoeSpec& spec, int64_t N, MoeDispatch* d) {

@@ -39,7 +39,8 @@ struct MoeDispatch {
   float loss_scale = 0.f;        // MoeContext::loss_scale of the forward that made it
 };
 
-// Tokens per expert a micro-batch of `tokens` allows: ceil(cf * tokens * K / E); 0: dropless.
+// Tokens per expert a micro-batch of `tokens` allows: ceil(cf * tokens * K / E), at most `tokens`
+// (the same rule: an expert gets at most a row a token); 0: dropless.
 int64_t MoeCapacity(const MoeSpec& spec, int64_t tokens);
 // The dispatch of N tokens from the router's experts (N,K) (ascending per token) on the host: the
 // stable counting sort by expert, then the capacity (earlier tokens first). *slots (N,K') gets

@@ -376,6 +376,15 @@ TEST(MoeDispatchPlan, GroupsByExpertInTokenOrderAndDropsTheLaterTokens) {
   EXPECT_EQ(d.offsets, (std::vector<int64_t>{0, 2, 4, 6}));
   EXPECT_EQ(planned, (std::vector<int32_t>{0, 4, 1, 2, -1, 5, 3, -1}));
   EXPECT_EQ(d.dropped, 2);
+  // A factor past E / K keeps every choice; one whose product overflows int64 too (the capacity
+  // stops at the tokens: an expert gets at most a row a token), as dropless does.
+  for (double factor : {1.5, 3e17, 1e300}) {
+    s.capacity_factor = factor;
+    EXPECT_EQ(MoeCapacity(s, 4), 4) << factor;
+    PlanMoeDispatch(s, experts.data(), 4, &planned, &d);
+    EXPECT_EQ(planned, (std::vector<int32_t>{0, 5, 1, 3, 2, 6, 4, 7})) << factor;
+    EXPECT_EQ(d.dropped, 0) << factor;
+  }
   // A shared expert: every token's third slot, after the routed rows.
   s.capacity_factor = 0;
   s.shared_ffn = 4;
