@@ -155,7 +155,8 @@ std::string Describe(const YAML::Node& value) {
 
 Status TypeError(const std::string& key, const char* wanted, const YAML::Node& value,
                  const std::string& where) {
-  return UsageError(key + " must be " + wanted + ", got " + Describe(value) + " (" + where + ")");
+  return UsageError(key + " must be " + wanted + ", got " + Describe(value) + " (" + where +
+                    "). docs/config.md gives each key's type and default");
 }
 
 // Whole-string conversions: no leading or trailing characters, no overflow.
@@ -300,7 +301,7 @@ Status ParseField(const FieldRef& field, const YAML::Node& value, const std::str
                         },
                         [&](double* out) {
                           if (!value.IsScalar() || !ToDouble(value.Scalar(), out))
-                            return TypeError(key, "a number", value, where);
+                            return TypeError(key, "a finite number", value, where);
                           return Status::Ok();
                         },
                         [&](bool* out) {

@@ -81,7 +81,40 @@ Status CheckFullQkNorm(const TrainConfig& c, Checker& check) {
 // The mixture-of-experts keys (Model.num_experts > 0) against each other and the family.
 Status CheckMoe(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
-  if (!m.moe()) return Status::Ok();
+  if (!m.moe()) {  // the experts' settings without experts: a MoE model was meant
+    const ModelConfig d;
+    const struct {
+      const char* key;
+      bool set;
+    } settings[] = {
+        {"Model.moe_router_topk", m.moe_router_topk != d.moe_router_topk},
+        {"Model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != d.moe_ffn_hidden_size},
+        {"Model.moe_shared_expert_intermediate_size",
+         m.moe_shared_expert_intermediate_size != d.moe_shared_expert_intermediate_size},
+        {"Model.moe_layer_freq", m.moe_layer_freq != d.moe_layer_freq},
+        {"Model.moe_first_k_dense", m.moe_first_k_dense != d.moe_first_k_dense},
+        {"Model.moe_router_score_function",
+         m.moe_router_score_function != d.moe_router_score_function},
+        {"Model.moe_router_pre_softmax", m.moe_router_pre_softmax != d.moe_router_pre_softmax},
+        {"Model.moe_norm_topk_prob", m.moe_norm_topk_prob != d.moe_norm_topk_prob},
+        {"Model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != d.moe_aux_loss_coeff},
+        {"Model.moe_router_load_balancing_type",
+         m.moe_router_load_balancing_type != d.moe_router_load_balancing_type},
+        {"Model.moe_z_loss_coeff", m.moe_z_loss_coeff != d.moe_z_loss_coeff},
+        {"Model.moe_expert_capacity_factor",
+         m.moe_expert_capacity_factor != d.moe_expert_capacity_factor},
+        {"Model.moe_router_bias_update_rate",
+         m.moe_router_bias_update_rate != d.moe_router_bias_update_rate}};
+    for (const auto& s : settings)
+      if (s.set)
+        return check.Fail(check.Show(s.key) + " is a mixture-of-experts setting, and " +
+                              check.Show("Model.num_experts") +
+                              " makes every MLP dense (it would be ignored)",
+                          {s.key, "Model.num_experts"},
+                          std::string("Set Model.num_experts (e.g. 8) for MoE layers, or leave ") +
+                              s.key + " at its default for a dense model");
+    return Status::Ok();
+  }
   if (m.arch != "llama")
     return check.Fail(check.Show("Model.num_experts") +
                           " asks for experts, which are SwiGLU MLPs of the llama family, and " +

@@ -232,6 +232,20 @@ TEST(ConfigValidate, MixtureOfExperts) {
                   .ok());
   ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Model.moe_aux_loss_coeff=-1"}, 1),
                    {"Model.moe_aux_loss_coeff=-1.0 must be >= 0"});
+  // The experts' settings on a dense model: refused, not silently ignored; each one on its own.
+  for (const char* setting :
+       {"Model.moe_router_topk=9", "Model.moe_ffn_hidden_size=64",
+        "Model.moe_shared_expert_intermediate_size=64", "Model.moe_layer_freq=2",
+        "Model.moe_first_k_dense=1", "Model.moe_router_score_function=sigmoid",
+        "Model.moe_router_pre_softmax=false", "Model.moe_norm_topk_prob=true",
+        "Model.moe_aux_loss_coeff=0.01", "Model.moe_router_load_balancing_type=seq_aux_loss",
+        "Model.moe_z_loss_coeff=0.001", "Model.moe_expert_capacity_factor=1.25",
+        "Model.moe_router_bias_update_rate=0.001"}) {
+    const std::string key(setting, std::string(setting).find('='));
+    ExpectUsageError(ValidateWith({llama, setting}, 1),
+                     {key + "=", " is a mixture-of-experts setting, and Model.num_experts=0",
+                      "Set Model.num_experts (e.g. 8)", "leave " + key + " at its default"});
+  }
   // Expert parallelism: experts split evenly over EP, EP carved out of the DP ranks.
   EXPECT_TRUE(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2"}, 4).ok());
   ExpectUsageError(ValidateWith({llama, "Model.num_experts=6", "Distributed.ep_degree=4"}, 4),
