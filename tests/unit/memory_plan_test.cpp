@@ -195,6 +195,17 @@ TEST(MemoryPlan, FitsOrNamesTheLargestMicroBatchThatKeepsTheGlobalBatch) {
   EXPECT_EQ(s.code(), ExitCode::kUsage);
   EXPECT_NE(s.message().find("Set Global.micro_batch_size=2 ("), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("spread the model over more ranks"), std::string::npos);
+  EXPECT_EQ(s.message().find("ep_degree"), std::string::npos) << s.message();  // no experts
+  // A MoE model: tensor parallelism leaves the experts whole, so the way out names EP too.
+  TrainConfig moe = c;
+  moe.model.arch = "llama";
+  moe.model.num_experts = 4;
+  const Status e = CheckRankMemoryFits(moe, 0, false, Room(1));
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("the model over more ranks (Distributed.tp_degree, "
+                             "pp_degree; the experts over Distributed.ep_degree)"),
+            std::string::npos)
+      << e.message();
   // Room for block recomputation at B=8 but not for gelu's.
   const double block = PlanRankMemory(c, 0, DType::kF32, false, 0, "block").arena();
   const Status r = CheckRankMemoryFits(c, 0, false, Room(block));
