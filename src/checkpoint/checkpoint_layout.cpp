@@ -178,4 +178,26 @@ Status ReadShard(hid_t file, const std::string& path, const ParameterInfo& p, in
   return Status::Ok();
 }
 
+namespace {
+
+struct DatasetList {
+  std::vector<std::string> paths;
+};
+
+herr_t CollectDataset(hid_t, const char* name, const H5O_info_t* info, void* data) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<DatasetList*>(data)->paths.push_back(name);
+  return 0;
+}
+
+}  // namespace
+
+Status ListTensors(hid_t file_id, const std::string& file, std::vector<std::string>* paths) {
+  DatasetList list;
+  if (H5Ovisit(file_id, H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
+    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
+                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
+  *paths = std::move(list.paths);
+  return Status::Ok();
+}
+
 }  // namespace trainer

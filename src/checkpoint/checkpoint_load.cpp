@@ -7,6 +7,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_fit.h"
 #include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/pretrained.h"
@@ -16,10 +17,6 @@
 
 namespace trainer {
 namespace {
-
-constexpr const char* kDamagedAdvice =
-    "The file is damaged: resume from another checkpoint (--resume auto falls back to the newest "
-    "one that verifies)";
 
 // The file a CHECKPOINT, --resume or Checkpoint.init_from names, opened for reading; a file that
 // is something else (not HDF5, or a packed-token dataset) is named as such. Readers never write:
@@ -56,45 +53,6 @@ Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
       StrFormat("not a checkpoint of this trainer (%s): an HDF5 file without the manifest's step "
                 "attribute. %s",
                 file.c_str(), kExpected));
-}
-
-struct DatasetList {
-  std::vector<std::string> paths;
-};
-
-herr_t CollectDataset(hid_t, const char* name, const H5O_info_t* info, void* data) {
-  if (info->type == H5O_TYPE_DATASET) static_cast<DatasetList*>(data)->paths.push_back(name);
-  return 0;
-}
-
-// Every dataset's path in a checkpoint file ("model/<name>", "optim/exp_avg/<name>", ...).
-Status ListTensors(hid_t file_id, const std::string& file, std::vector<std::string>* paths) {
-  DatasetList list;
-  if (H5Ovisit(file_id, H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
-    return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
-                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
-  *paths = std::move(list.paths);
-  return Status::Ok();
-}
-
-// "Model.hidden_size: checkpoint 128, config 256; ..." for every differing shape key.
-std::string ShapeDifferences(hid_t f, const ModelConfig& m) {
-  const std::pair<const char*, int64_t> keys[] = {{"hidden_size", m.hidden_size},
-                                                  {"num_layers", m.num_layers},
-                                                  {"num_heads", m.num_heads},
-                                                  {"vocab_size", m.vocab_size},
-                                                  {"padded_vocab_size", m.padded_vocab()},
-                                                  {"ffn_hidden_size", m.ffn_size()},
-                                                  {"max_seq_len", m.max_seq_len}};
-  std::string diff;
-  for (const auto& [key, expected] : keys) {
-    int64_t stored = 0;
-    if (!Hdf5ReadIntAttribute(f, key, &stored).ok()) continue;
-    if (stored != expected)
-      diff += StrFormat("%sModel.%s: checkpoint %lld, config %lld", diff.empty() ? "" : "; ", key,
-                        static_cast<long long>(stored), static_cast<long long>(expected));
-  }
-  return diff;
 }
 
 // Whether two paths name the same folder (both exist and resolve alike).
@@ -202,73 +160,6 @@ Status ResolveOnRoot(const std::string& directory, const std::string& resume, Pr
   return Status::Ok();
 }
 
-// The model shape of `file` against the config's, as one error naming both.
-Status CheckModelShape(hid_t file_id, const std::string& file, const ModelConfig& model) {
-  const std::string diff = ShapeDifferences(file_id, model);
-  if (diff.empty()) return Status::Ok();
-  return CheckpointError(
-      StrFormat("checkpoint does not match the model in the config (%s): %s. Set the config's "
-                "Model keys to the checkpoint's (h5dump -a /config %s shows its config)",
-                file.c_str(), diff.c_str(), file.c_str()));
-}
-
-// Whether `file` holds what `params` asks for: LoRA adapters (a `lora_base` attribute) where they
-// are adapters, a model's weights where they are weights; else one error saying which and what
-// to do instead.
-Status CheckWeightKind(hid_t file_id, const std::string& file,
-                       const std::vector<ParameterInfo>& params) {
-  const bool wants_adapters = std::any_of(params.begin(), params.end(), [](const ParameterInfo& p) {
-    return p.role == ParamRole::kLoraA || p.role == ParamRole::kLoraB;
-  });
-  std::string base;
-  const bool has_adapters = H5Aexists(file_id, "lora_base") > 0 &&
-                            Hdf5ReadStringAttribute(file_id, "lora_base", &base).ok();
-  if (has_adapters && !wants_adapters)
-    return CheckpointError(StrFormat(
-        "%s holds LoRA adapters (of %s), not a model's weights, and the config has no adapters "
-        "(Model.lora_rank=0). Merge them into their base with `trainer export --lora merge` and "
-        "start from that, or resume the LoRA run with its Model.lora_rank",
-        file.c_str(), base.c_str()));
-  if (!has_adapters && wants_adapters)
-    return CheckpointError(StrFormat(
-        "%s holds a model's weights, not LoRA adapters, and the config trains adapters "
-        "(Model.lora_rank > 0). Resume it with Model.lora_rank=0 (and the other Model.lora_* "
-        "keys at their defaults), or start a LoRA run on it as "
-        "the base: Checkpoint.init_from=%s and a Checkpoint.dir of its own",
-        file.c_str(), file.c_str()));
-  return Status::Ok();
-}
-
-// Every tensor under the file's /model has a place in `config`'s model (its trained parameters
-// or, with LoRA, its base weights); else one error naming the first that has none.
-Status CheckNoExtraTensors(hid_t file_id, const std::string& file, const ModelConfig& config) {
-  std::set<std::string> known;
-  for (const ParameterInfo& p : FullParameterList(config)) known.insert(p.name);
-  for (const ParameterInfo& p : FullBaseParameterList(config)) known.insert(p.name);
-  std::vector<std::string> tensors;
-  TRAINER_RETURN_IF_ERROR(ListTensors(file_id, file, &tensors));
-  std::vector<std::string> extra;
-  for (const std::string& path : tensors)
-    if (path.rfind("model/", 0) == 0 && known.count(path.substr(6)) == 0) extra.push_back(path);
-  if (extra.empty()) return Status::Ok();
-  std::vector<int64_t> shape;
-  (void)DatasetShape(file_id, extra.front(), &shape);
-  return CheckpointError(StrFormat(
-      "%s holds /%s %s%s, which the config's model has no place for. Set the config's Model "
-      "keys to the checkpoint's (h5dump -a /config %s shows its config)",
-      file.c_str(), extra.front().c_str(), ShapeText(shape).c_str(),
-      extra.size() > 1 ? StrFormat(" (and %zu more)", extra.size() - 1).c_str() : "",
-      file.c_str()));
-}
-
-// The checks of a checkpoint's weights against the config's model before they are read.
-Status CheckWeightsFit(hid_t file_id, const std::string& file, const ModelConfig& config,
-                       const std::vector<ParameterInfo>& params) {
-  TRAINER_RETURN_IF_ERROR(CheckWeightKind(file_id, file, params));
-  TRAINER_RETURN_IF_ERROR(CheckModelShape(file_id, file, config));
-  return CheckNoExtraTensors(file_id, file, config);
-}
-
 // The slices of one state (0: weights, then the moments) that `part` holds of `params` into
 // `flat`, in buffer order.
 Status ReadState(hid_t file_id, const std::string& file, const std::vector<ParameterInfo>& params,
@@ -284,9 +175,10 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
     if (!s.ok() || shape != p.full_shape)
       return CheckpointError(
           StrFormat("checkpoint does not match the model in the config (%s): %s: "
-                    "checkpoint %s, config %s. Resume with the checkpoint's model shape",
+                    "checkpoint %s, config %s. Set the config's Model keys to the checkpoint's "
+                    "(h5dump -a /config %s shows its config)",
                     file.c_str(), path.c_str(), s.ok() ? ShapeText(shape).c_str() : "missing",
-                    ShapeText(p.full_shape).c_str()));
+                    ShapeText(p.full_shape).c_str(), file.c_str()));
     const ShardSlot slot = ShardSlotOf(p, part);
     s = ReadShard(file_id, path, p, slot.rank, slot.size, flat->data() + p.offset);
     if (!s.ok())
@@ -367,9 +259,9 @@ Status VerifyCheckpoint(const std::string& file, Progress* progress) {
   if (has_crc && (!Hdf5ReadIntAttribute(f.get(), "tensor_count", &expected_count).ok() ||
                   expected_count != static_cast<int64_t>(tensors.size())))
     return CheckpointError(StrFormat(
-        "checkpoint tensors missing (%s): it holds %zu tensors, its manifest says "
-        "%lld. %s",
-        file.c_str(), tensors.size(), static_cast<long long>(expected_count), kDamagedAdvice));
+        "checkpoint tensors %s (%s): it holds %zu tensors, its manifest says %lld. %s",
+        static_cast<int64_t>(tensors.size()) > expected_count ? "added" : "missing", file.c_str(),
+        tensors.size(), static_cast<long long>(expected_count), kDamagedAdvice));
   if (tensors.empty())
     return CheckpointError(
         StrFormat("checkpoint holds no tensors (%s). %s", file.c_str(), kDamagedAdvice));

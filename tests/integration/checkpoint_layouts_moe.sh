@@ -11,6 +11,26 @@ make_small_dataset data.h5
 COMMON=("${TINY_LAYOUT_MOE[@]}" -o Engine.save_steps=5 -o Optimizer.decay_steps=8
         -o Distributed.tp_degree=2 -o Checkpoint.keep_last=0)
 resume_bit_exact dp2-tp2 4
+# A resume with other MoE keys than the checkpoint's: refused before a tensor is read, naming the
+# key that shapes the experts' tensors; the checkpoint left as it was.
+saved=part/checkpoints/step-00000010/checkpoint.h5
+sum=$(md5sum < "$saved")
+for change in "Model.num_experts=8|Model.num_experts: checkpoint 4, config 8" \
+    "Model.moe_ffn_hidden_size=48|Model.moe_ffn_hidden_size: checkpoint 32, config 48" \
+    "Model.moe_shared_expert_intermediate_size=0|Model.moe_shared_expert_intermediate_size: checkpoint 24, config 0" \
+    "Model.moe_layer_freq=1|Model.moe_layer_freq: checkpoint 2, config 1" \
+    "Model.moe_router_bias_update_rate=0|Model.moe_router_bias_update_rate: checkpoint 0.01, config 0"; do
+  expect_error 4 "${change#*|}" run_np 1 train "${COMMON[@]}" -o Distributed.tp_degree=1 \
+    -o "${change%%|*}" -o Engine.max_steps=12 -o Engine.output_dir=part --resume auto
+done
+[ "$(md5sum < "$saved")" = "$sum" ] || fail "a refused resume changed $saved"
+# A copy holding one tensor more than its manifest: named as added, not missing.
+mkdir -p extra/checkpoints && cp -r part/checkpoints/step-00000010 extra/checkpoints/
+copy=extra/checkpoints/step-00000010/checkpoint.h5
+tensor=$(h5ls -r "$copy" | awk '$2 == "Dataset" && $1 ~ /^\/model\// && !t { t = $1 } END { print t }')
+h5copy -i "$copy" -o "$copy" -s "$tensor" -d "${tensor}_copy"
+expect_error 4 "checkpoint tensors added" run_np 1 train "${COMMON[@]}" -o Distributed.tp_degree=1 \
+  -o Engine.max_steps=12 -o Engine.output_dir=extra --resume extra/checkpoints/step-00000010
 # It learns: the loss falls by more than 0.5 nats in 10 steps, and the MoE losses are logged.
 losses full/metrics.jsonl | awk 'NR == 1 { first = $1 } { last = $1 }
   END { if (!(NR == 10 && last < first - 0.5)) { print "losses " first " -> " last; exit 1 } }' ||
