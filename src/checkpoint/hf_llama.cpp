@@ -114,6 +114,25 @@ std::string HuggingFaceArchitecture(const std::string& folder) {
   return "(unreadable " + path + ")";
 }
 
+Status CheckConfigJsonNamesArchitecture(const std::string& folder) {
+  const std::string path = folder + "/config.json";
+  if (!PathExists(path)) return Status::Ok();
+  YAML::Node c;
+  try {
+    c = YAML::LoadFile(path);  // JSON is YAML
+  } catch (const YAML::Exception& e) {
+    return CheckpointError(
+        StrFormat("%s is not JSON: %s. Copy the model's config.json into the folder again",
+                  path.c_str(), e.what()));
+  }
+  if (!c.IsMap() || (!c["architectures"] && !c["model_type"]))
+    return CheckpointError(
+        StrFormat("%s names no architecture (neither architectures nor model_type): give the "
+                  "model's, e.g. \"architectures\": [\"LlamaForCausalLM\"]",
+                  path.c_str()));
+  return Status::Ok();
+}
+
 bool IsLlamaArchitecture(const std::string& a) {
   return a == "LlamaForCausalLM" || a == "Qwen2ForCausalLM" || a == "Qwen3ForCausalLM" ||
          IsMoeArchitecture(a);
@@ -327,9 +346,11 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
   }
   for (const ParameterInfo& p : all)
     if (!tensors.count(p.name))
-      return CheckpointError(StrFormat("%s (Checkpoint.init_from) lacks %s, which its %s has",
-                                       folder.c_str(), p.name.c_str(),
-                                       HuggingFaceArchitecture(folder).c_str()));
+      return CheckpointError(StrFormat(
+          "%s (Checkpoint.init_from) lacks %s, which its %s has: copy the whole model folder "
+          "(every safetensors file and its index)",
+          folder.c_str(), HuggingFaceName(HuggingFaceArchitecture(folder), p).c_str(),
+          HuggingFaceArchitecture(folder).c_str()));
   flat->assign(TotalLocalElements(params), 0.f);
   std::vector<float> full;
   for (const ParameterInfo& p : params) {

@@ -21,6 +21,9 @@ namespace trainer {
 // The architecture config.json in `folder` names ("architectures"[0], else its model_type's class),
 // "" when there is no config.json.
 std::string HuggingFaceArchitecture(const std::string& folder);
+// Ok where `folder` has no config.json or one that is JSON naming an architecture; else an error
+// naming the file and what is wrong with it.
+Status CheckConfigJsonNamesArchitecture(const std::string& folder);
 
 // Whether `architecture` is one of the llama family's (the MoE classes included).
 bool IsLlamaArchitecture(const std::string& architecture);

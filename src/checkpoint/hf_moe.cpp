@@ -96,9 +96,15 @@ Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, ModelConfig
         StrFormat("scoring_func %s is not supported: %s's router is a softmax over "
                   "the experts (Model.moe_router_score_function=softmax)",
                   scoring.c_str(), arch.c_str()));
-  if (experts <= 0 || topk <= 0 || topk > experts)
+  const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
+  if (experts <= 0)
+    return r.Refuse(StrFormat("%s %d is not positive: give the model's number of experts",
+                              experts_key, experts));
+  if (topk <= 0 || topk > experts)
     return r.Refuse(
-        StrFormat("num_experts_per_tok %d with %d experts: give 1 to num_experts", topk, experts));
+        StrFormat("num_experts_per_tok %d with %d experts (%s): give a number of "
+                  "experts per token from 1 to %d",
+                  topk, experts, experts_key, experts));
   if (ffn <= 0)
     return r.Refuse(StrFormat("the experts' intermediate size %d is not positive", ffn));
   if (qwen2 && shared <= 0)
@@ -349,6 +355,11 @@ Status StackHuggingFaceExperts(const std::string& weights, const ModelConfig& m,
       (*tensors)[bias] = SafetensorsTensor{bias, {E}, std::vector<float>(E, 0.f)};
   }
   return Status::Ok();
+}
+
+std::string HuggingFaceName(const std::string& architecture, const ParameterInfo& p) {
+  return architecture == kMixtral && p.role == ParamRole::kRouterWeight ? MixtralRouterName(p.layer)
+                                                                        : p.name;
 }
 
 bool AppendHuggingFaceMoeTensors(const ModelConfig& m, const ParameterInfo& p, const float* values,

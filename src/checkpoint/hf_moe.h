@@ -70,6 +70,10 @@ Status MoeExportClass(const ModelConfig& m, HfMoeClass* c);
 Status StackHuggingFaceExperts(const std::string& weights, const ModelConfig& m,
                                std::map<std::string, SafetensorsTensor>* tensors);
 
+// The name a folder of transformers' `architecture` gives parameter `p` where it differs from this
+// trainer's (Mixtral's router: block_sparse_moe.gate.weight), else p.name.
+std::string HuggingFaceName(const std::string& architecture, const ParameterInfo& p);
+
 // Export: `p` (whole, `values`) as the exported class stores it, appended to `out`: a stacked
 // expert tensor as E (or 2E) tensors, Mixtral's router under its name. False (nothing appended)
 // for a parameter stored as it is.

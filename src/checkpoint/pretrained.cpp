@@ -265,6 +265,7 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
   ReportProgress(progress, "loading pretrained weights");
   const std::string weights = HuggingFaceWeightsFile(path);
   if (!weights.empty()) {
+    TRAINER_RETURN_IF_ERROR(CheckConfigJsonNamesArchitecture(HuggingFaceFolder(weights)));
     const std::string arch = HuggingFaceArchitecture(HuggingFaceFolder(weights));
     const bool llama = IsLlamaArchitecture(arch);
     const bool gpt2 = arch.empty() || arch == "GPT2LMHeadModel" || arch == "gpt2";

@@ -163,6 +163,10 @@ def edit(folder, what):
         cfg["scoring_func"] = "sigmoid"
     elif what == "gqa":  # OLMoE with fewer key/value heads than heads
         cfg["num_key_value_heads"] = 2
+    elif what == "no_router":  # Mixtral without layer 1's router
+        del w["model.layers.1.block_sparse_moe.gate.weight"]
+    elif what == "topk_over":  # more experts per token than experts
+        cfg["num_experts_per_tok"] = cfg["num_local_experts"] + 1
     elif what == "sparse_step":  # layers 1 and 3 of 4: not the first k dense then every n-th
         cfg.update(num_hidden_layers=4, decoder_sparse_step=2, mlp_only_layers=[])
     save_file({k: v.contiguous() for k, v in w.items()}, f"{out}/model.safetensors",

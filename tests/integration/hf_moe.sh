@@ -77,6 +77,15 @@ bad "Model.moe_norm_topk_prob is true, the pretrained model's false" hf-qwen2_mo
   -o Model.moe_norm_topk_prob=true
 bad "Model.moe_first_k_dense=0 and Model.moe_layer_freq=1 make layers 0,1,2 MoE layers, the pretrained model has 1,2" \
   hf-qwen2_moe -o Model.moe_first_k_dense=0
+# Mixtral's own names and keys in its refusals.
+read -ra MODEL <<< "$(overrides mixtral)"
+for what in no_router topk_over; do
+  "$PY" "$HELPER" edit hf-mixtral "$what" || fail "editing $what"
+done
+bad "lacks model.layers.1.block_sparse_moe.gate.weight, which its MixtralForCausalLM has: copy the whole model folder" \
+  hf-mixtral-no_router
+bad "num_experts_per_tok 9 with 8 experts (num_local_experts): give a number of experts per token from 1 to 8" \
+  hf-mixtral-topk_over
 run_np 1 train "${COMMON[@]}" -o Model.num_experts=4 -o Model.moe_router_score_function=sigmoid \
   -o Engine.max_steps=1 -o Engine.save_steps=1 -o Engine.output_dir=sigmoid > sigmoid.log 2>&1 ||
   { tail -20 sigmoid.log; fail "training a sigmoid-routed model"; }
