@@ -12,6 +12,7 @@
 #include "checkpoint/hf_llama.h"
 #include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
+#include "cli/checkpoint_model.h"
 #include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "common/filesystem.h"
@@ -50,15 +51,24 @@ Status InspectCheckpoint(const std::string& path) {
     std::cout << "    " << t.name << " " << ShapeText(t.shape) << "\n";
   }
   std::cout << "  parameters       " << total << "\n";
-  auto config = LoadConfigText(s.config_text, file, {});
+  // The config it was saved with, checked as eval, sample and export check it (one process).
+  const StatusOr<TrainConfig> config = OneProcessConfig(file, {}, 0);
   if (config.ok() && config.value().model.moe())
     std::cout << "  experts          " << MoeShapeText(MakeModelSpec(config.value().model))
               << "\n";
+  std::cout << "  config           "
+            << (config.ok() ? "valid" : "NOT VALID: " + config.status().message()) << "\n";
   Status v = VerifyCheckpoint(file);
   std::cout << "  verifies         "
             << (v.ok() ? "yes (CRC-32 of every tensor, Fletcher32 of every chunk)" : "NO")
             << std::endl;
-  return v;
+  if (!v.ok() || config.ok()) return v;
+  std::string why = config.status().message();
+  if (!why.empty() && why.back() == '.') why.pop_back();
+  return CheckpointError(StrFormat(
+      "%s was saved with a config that does not validate: %s. eval, sample and export refuse it "
+      "as it is: give them -o Section.key=value overrides that mend it",
+      file.c_str(), why.c_str()));
 }
 
 // A checkpoint folder (Checkpoint.dir): what it holds, then the checkpoint `latest` names.

@@ -107,4 +107,20 @@ mv base base.away
 [ -f adapter_no_base/adapter_config.json ] || fail "no adapter_config.json"
 refused merge_no_base "names no weights" "$TRAINER" export lora/checkpoints --lora merge --output merged2
 mv base.away base
+# A checkpoint whose saved config no longer validates (3 heads of a 32-wide model, written into
+# its /config by the test tool): inspect says so and exits 4, as eval refuses it (a usage error:
+# -o overrides mend it); its tensors still verify.
+mkdir -p badconfig/checkpoints && cp -r $BASE badconfig/checkpoints/
+edited=badconfig/checkpoints/step-00000002/checkpoint.h5
+"$CHECKPOINT_CONFIG" "$edited" | sed 's/^  num_heads: 2$/  num_heads: 3/' > badconfig.yaml
+grep -q "^  num_heads: 3$" badconfig.yaml || fail "no num_heads line to edit in the saved config"
+"$CHECKPOINT_CONFIG" "$edited" --set < badconfig.yaml || fail "writing the edited config"
+refused inspect_bad_config "$edited was saved with a config that does not validate: .*Model.num_heads=3" \
+  "$TRAINER" inspect badconfig/checkpoints
+grep -q "^  config           NOT VALID: .*Model.num_heads=3" out.log &&
+  grep -q "^  verifies         yes" out.log || { cat out.log; fail "inspect of a config that does not validate"; }
+expect_error 2 "Model.num_heads=3 (badconfig/checkpoints/step-00000002/checkpoint.h5 (/config))" \
+  "$TRAINER" eval badconfig/checkpoints --data data.h5
+"$TRAINER" inspect $BASE > base.inspect 2>&1 && grep -q "^  config           valid$" base.inspect ||
+  { cat base.inspect; fail "inspect of a valid checkpoint"; }
 echo PASS

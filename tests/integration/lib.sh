@@ -12,6 +12,7 @@ MPIEXEC=${MPIEXEC:-mpiexec}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 export PMIX_MCA_pcompress_base_silence_warning=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 COMPARE_CHECKPOINTS=${COMPARE_CHECKPOINTS:-compare_checkpoints}
+CHECKPOINT_CONFIG=${CHECKPOINT_CONFIG:-checkpoint_config}
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
