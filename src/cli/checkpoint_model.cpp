@@ -4,6 +4,7 @@
 #include "checkpoint/checkpoint.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "config/config_diff.h"
 #include "config/config_loader.h"
 
 namespace trainer {
@@ -65,6 +66,17 @@ StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std:
     overrides.push_back(single);
   TRAINER_ASSIGN_OR_RETURN(TrainConfig config,
                            LoadConfigText(summary.config_text, file + " (/config)", overrides));
+  // A dense model saved with moe_* keys set (earlier trainers took them and ignored them): read
+  // them as their defaults, as the saving run did in effect; an override still comes last.
+  const std::vector<std::string> unused = config.model.moe()
+                                              ? std::vector<std::string>()
+                                              : DifferingKeys(config, TrainConfig(), "Model.moe_");
+  if (!unused.empty()) {
+    std::vector<std::string> defaults = DefaultOverrides(unused);
+    defaults.insert(defaults.end(), overrides.begin(), overrides.end());
+    TRAINER_ASSIGN_OR_RETURN(config,
+                             LoadConfigText(summary.config_text, file + " (/config)", defaults));
+  }
   if (batch > 0) config.global.micro_batch_size = batch;
   config.global.global_batch_size = config.global.micro_batch_size;
   TRAINER_RETURN_IF_ERROR(ValidateConfig(&config, 1));

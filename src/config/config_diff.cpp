@@ -51,6 +51,23 @@ int DecayInEffect(const TrainConfig& c) {
 
 }  // namespace
 
+std::vector<std::string> DifferingKeys(const TrainConfig& a, const TrainConfig& b,
+                                       const std::string& prefix) {
+  std::vector<std::string> keys;
+  const auto x = KeyValues(a), y = KeyValues(b);  // the same keys, in the same order
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].first.rfind(prefix, 0) == 0 && x[i].second != y[i].second) keys.push_back(x[i].first);
+  return keys;
+}
+
+std::vector<std::string> DefaultOverrides(const std::vector<std::string>& keys) {
+  std::vector<std::string> overrides;
+  for (const auto& [key, value] : KeyValues(TrainConfig()))
+    if (std::find(keys.begin(), keys.end(), key) != keys.end())
+      overrides.push_back(key + "=" + value);
+  return overrides;
+}
+
 std::vector<std::string> ChangedSettings(const TrainConfig& before, const TrainConfig& after) {
   std::vector<std::string> changes;
   const auto a = KeyValues(before), b = KeyValues(after);  // the same keys, in the same order

@@ -19,4 +19,11 @@ namespace trainer {
 // means Engine.max_steps - Optimizer.warmup_steps; none with Optimizer.decay_style constant).
 std::vector<std::string> ChangedSettings(const TrainConfig& before, const TrainConfig& after);
 
+// The keys named `prefix`... ("Model.moe_") whose values differ between `a` and `b`, as
+// "Section.key", in FormatConfig's order.
+std::vector<std::string> DifferingKeys(const TrainConfig& a, const TrainConfig& b,
+                                       const std::string& prefix);
+// "Section.key=value" overrides setting each of `keys` to its default.
+std::vector<std::string> DefaultOverrides(const std::vector<std::string>& keys);
+
 }  // namespace trainer

@@ -5,6 +5,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "config/config_checker.h"
+#include "config/config_diff.h"
 #include "config/lora_targets.h"
 
 namespace trainer {
@@ -78,49 +79,36 @@ Status CheckFullQkNorm(const TrainConfig& c, Checker& check) {
   return Status::Ok();
 }
 
+// A feature's settings (the keys named `prefix`...) away from their defaults while `off_key` turns
+// the feature off: the first one, refused in one line (`what` it is, what `off_key` does, the fix
+// `turn_on` or leaving it at its default `otherwise`); they would be ignored.
+Status RefuseSettingsWithoutFeature(const TrainConfig& c, Checker& check, const std::string& prefix,
+                                    const char* what, const char* off_key, const char* effect,
+                                    const char* turn_on, const char* otherwise) {
+  const std::vector<std::string> set = DifferingKeys(c, TrainConfig(), prefix);
+  if (set.empty()) return Status::Ok();
+  const std::string& key = set.front();
+  return check.Fail(check.Show(key) + " is " + what + ", and " + check.Show(off_key) + " " + effect,
+                    {key, off_key},
+                    std::string(turn_on) + ", or leave " + key + " at its default " + otherwise);
+}
+
 // The mixture-of-experts keys (Model.num_experts > 0) against each other and the family.
 Status CheckMoe(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
-  if (!m.moe()) {  // the experts' settings without experts: a MoE model was meant
-    const ModelConfig d;
-    const struct {
-      const char* key;
-      bool set;
-    } settings[] = {
-        {"Model.moe_router_topk", m.moe_router_topk != d.moe_router_topk},
-        {"Model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != d.moe_ffn_hidden_size},
-        {"Model.moe_shared_expert_intermediate_size",
-         m.moe_shared_expert_intermediate_size != d.moe_shared_expert_intermediate_size},
-        {"Model.moe_layer_freq", m.moe_layer_freq != d.moe_layer_freq},
-        {"Model.moe_first_k_dense", m.moe_first_k_dense != d.moe_first_k_dense},
-        {"Model.moe_router_score_function",
-         m.moe_router_score_function != d.moe_router_score_function},
-        {"Model.moe_router_pre_softmax", m.moe_router_pre_softmax != d.moe_router_pre_softmax},
-        {"Model.moe_norm_topk_prob", m.moe_norm_topk_prob != d.moe_norm_topk_prob},
-        {"Model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != d.moe_aux_loss_coeff},
-        {"Model.moe_router_load_balancing_type",
-         m.moe_router_load_balancing_type != d.moe_router_load_balancing_type},
-        {"Model.moe_z_loss_coeff", m.moe_z_loss_coeff != d.moe_z_loss_coeff},
-        {"Model.moe_expert_capacity_factor",
-         m.moe_expert_capacity_factor != d.moe_expert_capacity_factor},
-        {"Model.moe_router_bias_update_rate",
-         m.moe_router_bias_update_rate != d.moe_router_bias_update_rate}};
-    for (const auto& s : settings)
-      if (s.set)
-        return check.Fail(check.Show(s.key) + " is a mixture-of-experts setting, and " +
-                              check.Show("Model.num_experts") +
-                              " makes every MLP dense (it would be ignored)",
-                          {s.key, "Model.num_experts"},
-                          std::string("Set Model.num_experts (e.g. 8) for MoE layers, or leave ") +
-                              s.key + " at its default for a dense model");
-    return Status::Ok();
-  }
+  if (!m.moe())  // the experts' settings without experts: a MoE model was meant
+    return RefuseSettingsWithoutFeature(
+        c, check, "Model.moe_", "a mixture-of-experts setting", "Model.num_experts",
+        "makes every MLP dense (it would be ignored)",
+        "Set Model.num_experts (e.g. 8) for MoE layers", "for a dense model");
   if (m.arch != "llama")
-    return check.Fail(check.Show("Model.num_experts") +
-                          " asks for experts, which are SwiGLU MLPs of the llama family, and " +
-                          check.Show("Model.arch"),
-                      {"Model.num_experts", "Model.arch"},
-                      "Set Model.arch=llama, or Model.num_experts=0 for GPT-2");
+    return check.Fail(
+        check.Show("Model.num_experts") +
+            " asks for experts, which are SwiGLU MLPs of the llama family, and " +
+            check.Show("Model.arch"),
+        {"Model.num_experts", "Model.arch"},
+        "Set Model.arch=llama, or Model.num_experts=0 (the moe_* keys at their defaults) "
+        "for GPT-2");
   if (m.moe_router_topk > m.num_experts)
     return check.Fail(
         check.Show("Model.moe_router_topk") + " exceeds " + check.Show("Model.num_experts"),
@@ -132,15 +120,17 @@ Status CheckMoe(const TrainConfig& c, Checker& check) {
   if (!any_moe_layer) {
     int first = m.moe_first_k_dense;  // the first MoE layer these keys would give
     while (first % m.moe_layer_freq != 0) ++first;
-    return check.Fail(check.Show("Model.moe_first_k_dense") + " and " +
-                          check.Show("Model.moe_layer_freq") + " leave no MoE layer among " +
-                          check.Show("Model.num_layers") +
-                          StrFormat(" (the first would be layer %d)", first),
-                      {"Model.moe_first_k_dense", "Model.moe_layer_freq", "Model.num_layers"},
-                      StrFormat("Set Model.moe_first_k_dense and Model.moe_layer_freq so that a "
-                                "layer below %d is a MoE layer (e.g. moe_first_k_dense=0, "
-                                "moe_layer_freq=1), or Model.num_experts=0 for a dense model",
-                                m.num_layers));
+    return check.Fail(
+        check.Show("Model.moe_first_k_dense") + " and " + check.Show("Model.moe_layer_freq") +
+            " leave no MoE layer among " + check.Show("Model.num_layers") +
+            StrFormat(" (the first would be layer %d)", first),
+        {"Model.moe_first_k_dense", "Model.moe_layer_freq", "Model.num_layers"},
+        StrFormat(
+            "Set Model.moe_first_k_dense and Model.moe_layer_freq so that a "
+            "layer below %d is a MoE layer (e.g. moe_first_k_dense=0, "
+            "moe_layer_freq=1), or Model.num_experts=0 (the moe_* keys at their defaults) for a "
+            "dense model",
+            m.num_layers));
   }
   return Status::Ok();
 }
@@ -148,25 +138,11 @@ Status CheckMoe(const TrainConfig& c, Checker& check) {
 // Model.lora_*: the targets name linears of the family.
 Status CheckLora(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
-  if (!m.lora()) {  // the adapters' settings without adapters: LoRA was meant
-    const ModelConfig defaults;
-    const struct {
-      const char* key;
-      bool set;
-    } settings[] = {{"Model.lora_targets", m.lora_targets != defaults.lora_targets},
-                    {"Model.lora_alpha", m.lora_alpha != defaults.lora_alpha},
-                    {"Model.lora_dropout", m.lora_dropout != defaults.lora_dropout}};
-    for (const auto& s : settings)
-      if (s.set)
-        return check.Fail(check.Show(s.key) + " is a LoRA setting, and " +
-                              check.Show("Model.lora_rank") +
-                              " turns LoRA off (every weight would train)",
-                          {s.key, "Model.lora_rank"},
-                          std::string("Set Model.lora_rank (e.g. 16) to fine-tune with LoRA, or "
-                                      "leave ") +
-                              s.key + " at its default for full training");
-    return Status::Ok();
-  }
+  if (!m.lora())  // the adapters' settings without adapters: LoRA was meant
+    return RefuseSettingsWithoutFeature(
+        c, check, "Model.lora_", "a LoRA setting", "Model.lora_rank",
+        "turns LoRA off (every weight would train)",
+        "Set Model.lora_rank (e.g. 16) to fine-tune with LoRA", "for full training");
   std::vector<std::string> targets;
   std::string error;
   if (!ParseLoraTargets(m, &targets, &error))
