@@ -26,10 +26,17 @@ void AddMoeDifferences(hid_t f, const ModelConfig& m, std::string* diff) {
       *diff += StrFormat("%sModel.%s: checkpoint %s, config %s", diff->empty() ? "" : "; ", key,
                          saved.c_str(), wanted.c_str());
   };
-  const auto text_of = [](double v) { return StrFormat("%g", v); };
+  const auto text_of = [](int64_t v) { return std::to_string(v); };
   add("num_experts", text_of(s.num_experts), text_of(m.num_experts));
   if (!s.moe() || !m.moe()) return;
-  add("moe_ffn_hidden_size", text_of(s.moe_ffn_size()), text_of(m.moe_ffn_size()));
+  // 0 means ffn_hidden_size, whose own difference is named above where both leave it at 0.
+  const auto expert_ffn = [](const ModelConfig& c) {
+    return c.moe_ffn_hidden_size > 0 ? std::to_string(c.moe_ffn_hidden_size)
+                                     : StrFormat("0 (ffn_hidden_size %d)", c.moe_ffn_size());
+  };
+  if ((s.moe_ffn_hidden_size > 0 || m.moe_ffn_hidden_size > 0) &&
+      s.moe_ffn_size() != m.moe_ffn_size())
+    add("moe_ffn_hidden_size", expert_ffn(s), expert_ffn(m));
   add("moe_shared_expert_intermediate_size", text_of(s.moe_shared_expert_intermediate_size),
       text_of(m.moe_shared_expert_intermediate_size));
   bool same_layers = s.num_layers == m.num_layers;
@@ -40,8 +47,9 @@ void AddMoeDifferences(hid_t f, const ModelConfig& m, std::string* diff) {
     add("moe_layer_freq", text_of(s.moe_layer_freq), text_of(m.moe_layer_freq));
   }
   if ((s.moe_router_bias_update_rate > 0) != (m.moe_router_bias_update_rate > 0))  // the bias
-    add("moe_router_bias_update_rate", text_of(s.moe_router_bias_update_rate),
-        text_of(m.moe_router_bias_update_rate) + " (the expert bias is a tensor where it is > 0)");
+    add("moe_router_bias_update_rate", StrFormat("%g", s.moe_router_bias_update_rate),
+        StrFormat("%g (the expert bias is a tensor where it is > 0)",
+                  m.moe_router_bias_update_rate));
 }
 
 // "Model.hidden_size: checkpoint 128, config 256; ..." for every differing shape key (the MoE

@@ -256,8 +256,10 @@ Status VerifyCheckpoint(const std::string& file, Progress* progress) {
   std::vector<std::string> tensors;
   TRAINER_RETURN_IF_ERROR(ListTensors(f.get(), file, &tensors));
   int64_t expected_count = 0;
-  if (has_crc && (!Hdf5ReadIntAttribute(f.get(), "tensor_count", &expected_count).ok() ||
-                  expected_count != static_cast<int64_t>(tensors.size())))
+  if (has_crc && !Hdf5ReadIntAttribute(f.get(), "tensor_count", &expected_count).ok())
+    return CheckpointError(
+        StrFormat("checkpoint manifest lacks tensor_count (%s). %s", file.c_str(), kDamagedAdvice));
+  if (has_crc && expected_count != static_cast<int64_t>(tensors.size()))
     return CheckpointError(StrFormat(
         "checkpoint tensors %s (%s): it holds %zu tensors, its manifest says %lld. %s",
         static_cast<int64_t>(tensors.size()) > expected_count ? "added" : "missing", file.c_str(),

@@ -1,7 +1,8 @@
 // `trainer inspect PATH`: summarise a dataset (.h5 with /tokens; several, named as Data.train_path
 // names them, also as the set a run would train on) or a checkpoint (a step folder
 // or its checkpoint.h5): shapes, training state, the layout it was written from, and whether
-// every tensor passes its checksum. Exit 0 when it verifies, 3/4 when it does not. A checkpoint
+// every tensor passes its checksum and its saved config validates (as eval, sample and export
+// read it). Exit 0 when both hold, 3/4 when either does not. A checkpoint
 // folder (Checkpoint.dir) first lists its steps, `latest`, interrupted saves and whether a run
 // holds it, then inspects the step `latest` names. A Hugging Face model (GPT-2 or the llama
 // family: model.safetensors, model.safetensors.index.json, or their folder) lists its tensors and
@@ -51,24 +52,31 @@ Status InspectCheckpoint(const std::string& path) {
     std::cout << "    " << t.name << " " << ShapeText(t.shape) << "\n";
   }
   std::cout << "  parameters       " << total << "\n";
+  const StatusOr<TrainConfig> saved = LoadConfigText(s.config_text, file + " (/config)", {});
+  if (saved.ok() && saved.value().model.moe())
+    std::cout << "  experts          " << MoeShapeText(MakeModelSpec(saved.value().model)) << "\n";
   // The config it was saved with, checked as eval, sample and export check it (one process).
-  const StatusOr<TrainConfig> config = OneProcessConfig(file, {}, 0);
-  if (config.ok() && config.value().model.moe())
-    std::cout << "  experts          " << MoeShapeText(MakeModelSpec(config.value().model))
-              << "\n";
+  const Status config = saved.ok() ? OneProcessConfig(file, {}, 0).status() : saved.status();
   std::cout << "  config           "
-            << (config.ok() ? "valid" : "NOT VALID: " + config.status().message()) << "\n";
+            << (config.ok() ? "valid"
+                            : (saved.ok() ? "NOT VALID: " : "UNREADABLE: ") + config.message())
+            << "\n";
   Status v = VerifyCheckpoint(file);
   std::cout << "  verifies         "
             << (v.ok() ? "yes (CRC-32 of every tensor, Fletcher32 of every chunk)" : "NO")
             << std::endl;
   if (!v.ok() || config.ok()) return v;
-  std::string why = config.status().message();
+  std::string why = config.message();
   if (!why.empty() && why.back() == '.') why.pop_back();
-  return CheckpointError(StrFormat(
-      "%s was saved with a config that does not validate: %s. eval, sample and export refuse it "
-      "as it is: give them -o Section.key=value overrides that mend it",
-      file.c_str(), why.c_str()));
+  return CheckpointError(
+      saved.ok() ? StrFormat("%s was saved with a config that does not validate: %s. eval, sample "
+                             "and export refuse it as it is: give them -o Section.key=value "
+                             "overrides that mend it",
+                             file.c_str(), why.c_str())
+                 : StrFormat("%s holds a config this trainer cannot read: %s. %s", file.c_str(),
+                             why.c_str(),
+                             "It was written by another trainer, or damaged: read it with h5dump "
+                             "-a /config"));
 }
 
 // A checkpoint folder (Checkpoint.dir): what it holds, then the checkpoint `latest` names.

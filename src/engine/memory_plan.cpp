@@ -164,7 +164,10 @@ Status CheckRankMemoryFits(const TrainConfig& config, int stage, bool device,
   // Tensor parallelism leaves the experts whole on each rank (no expert TP): EP splits them.
   fixes.push_back(StrFormat("spread the model over more %s (Distributed.tp_degree, pp_degree%s)",
                             device ? "GPUs" : "ranks",
-                            config.model.moe() ? "; the experts over Distributed.ep_degree" : ""));
+                            !config.model.moe() ? ""
+                            : device            ? "; the experts over Distributed.ep_degree, with "
+                                                  "Distributed.gpu_collectives=mpi"
+                                                : "; the experts over Distributed.ep_degree"));
   std::string fix_text;  // never empty: the last way out always stands
   for (size_t i = 0; i < fixes.size(); ++i)
     fix_text += (i == 0 ? "" : (i + 1 == fixes.size() ? ", or " : ", ")) + fixes[i];

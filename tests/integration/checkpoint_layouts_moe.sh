@@ -19,6 +19,7 @@ for change in "Model.num_experts=8|Model.num_experts: checkpoint 4, config 8" \
     "Model.moe_ffn_hidden_size=48|Model.moe_ffn_hidden_size: checkpoint 32, config 48" \
     "Model.moe_shared_expert_intermediate_size=0|Model.moe_shared_expert_intermediate_size: checkpoint 24, config 0" \
     "Model.moe_layer_freq=1|Model.moe_layer_freq: checkpoint 2, config 1" \
+    "Model.moe_first_k_dense=3|Model.moe_first_k_dense: checkpoint 1, config 3" \
     "Model.moe_router_bias_update_rate=0|Model.moe_router_bias_update_rate: checkpoint 0.01, config 0"; do
   expect_error 4 "${change#*|}" run_np 1 train "${COMMON[@]}" -o Distributed.tp_degree=1 \
     -o "${change%%|*}" -o Engine.max_steps=12 -o Engine.output_dir=part --resume auto

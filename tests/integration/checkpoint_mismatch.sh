@@ -123,4 +123,16 @@ expect_error 2 "Model.num_heads=3 (badconfig/checkpoints/step-00000002/checkpoin
   "$TRAINER" eval badconfig/checkpoints --data data.h5
 "$TRAINER" inspect $BASE > base.inspect 2>&1 && grep -q "^  config           valid$" base.inspect ||
   { cat base.inspect; fail "inspect of a valid checkpoint"; }
+# A dense model saved with a moe_* key set (earlier trainers took and ignored it; training now
+# refuses it): eval and inspect read it as its default, as the saving run did in effect.
+mkdir -p densemoe/checkpoints && cp -r $BASE densemoe/checkpoints/
+edited=densemoe/checkpoints/step-00000002/checkpoint.h5
+"$CHECKPOINT_CONFIG" "$edited" | sed 's/^  moe_aux_loss_coeff: 0.0$/  moe_aux_loss_coeff: 0.01/' > densemoe.yaml
+grep -q "^  moe_aux_loss_coeff: 0.01$" densemoe.yaml || fail "no moe_aux_loss_coeff line to edit"
+"$CHECKPOINT_CONFIG" "$edited" --set < densemoe.yaml || fail "writing the edited config"
+"$TRAINER" inspect densemoe/checkpoints > densemoe.inspect 2>&1 &&
+  grep -q "^  config           valid$" densemoe.inspect ||
+  { cat densemoe.inspect; fail "inspect of a dense model saved with a moe_* key"; }
+"$TRAINER" eval densemoe/checkpoints --data data.h5 > densemoe.eval 2>&1 ||
+  { cat densemoe.eval; fail "eval of a dense model saved with a moe_* key"; }
 echo PASS
