@@ -15,6 +15,18 @@
 
 namespace trainer {
 
+// A JSON file (a config.json, an index) read as YAML, of which JSON is a subset; a file that is
+// not JSON is a checkpoint error naming it, where it fails, and `fix` (when not empty).
+inline Status LoadJsonFile(const std::string& path, YAML::Node* root, const std::string& fix = "") {
+  try {
+    *root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    return CheckpointError(StrFormat("%s is not JSON: %s%s", path.c_str(), e.what(),
+                                     fix.empty() ? "" : (". " + fix).c_str()));
+  }
+  return Status::Ok();
+}
+
 // The shortest decimal that reads back as `v`.
 inline std::string Decimal(double v) {
   if (v == std::floor(v) && std::fabs(v) < 1e15) return StrFormat("%.0f", v);

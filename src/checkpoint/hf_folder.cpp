@@ -7,6 +7,7 @@
 #include <cctype>
 #include <set>
 
+#include "checkpoint/hf_config.h"
 #include "common/filesystem.h"
 #include "common/log.h"
 
@@ -26,11 +27,7 @@ bool IsIndex(const std::string& weights) {
 // The index's weight_map: tensor name -> shard file (relative to the index's folder).
 Status ReadIndex(const std::string& index, std::map<std::string, std::string>* weight_map) {
   YAML::Node root;
-  try {
-    root = YAML::LoadFile(index);  // JSON is YAML
-  } catch (const YAML::Exception& e) {
-    return CheckpointError(StrFormat("%s is not JSON: %s", index.c_str(), e.what()));
-  }
+  TRAINER_RETURN_IF_ERROR(LoadJsonFile(index, &root));
   if (!root.IsMap() || !root["weight_map"] || !root["weight_map"].IsMap())
     return CheckpointError(
         StrFormat("%s has no weight_map (a sharded Hugging Face model's index maps each tensor to "

@@ -118,13 +118,8 @@ Status CheckConfigJsonNamesArchitecture(const std::string& folder) {
   const std::string path = folder + "/config.json";
   if (!PathExists(path)) return Status::Ok();
   YAML::Node c;
-  try {
-    c = YAML::LoadFile(path);  // JSON is YAML
-  } catch (const YAML::Exception& e) {
-    return CheckpointError(
-        StrFormat("%s is not JSON: %s. Copy the model's config.json into the folder again",
-                  path.c_str(), e.what()));
-  }
+  TRAINER_RETURN_IF_ERROR(
+      LoadJsonFile(path, &c, "Copy the model's config.json into the folder again"));
   if (!c.IsMap() || (!c["architectures"] && !c["model_type"]))
     return CheckpointError(
         StrFormat("%s names no architecture (neither architectures nor model_type): give the "
@@ -140,11 +135,7 @@ bool IsLlamaArchitecture(const std::string& a) {
 
 Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
   YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);  // JSON is YAML
-  } catch (const YAML::Exception& e) {
-    return CheckpointError(StrFormat("%s is not JSON: %s", path.c_str(), e.what()));
-  }
+  TRAINER_RETURN_IF_ERROR(LoadJsonFile(path, &root));
   const ConfigReader r(path, root);
   const std::string arch = HuggingFaceArchitecture(ParentDirectory(path));
   if (!IsLlamaArchitecture(arch))
@@ -324,6 +315,7 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
   std::map<std::string, SafetensorsTensor> tensors;
   TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(weights, &tensors));
   TRAINER_RETURN_IF_ERROR(StackHuggingFaceExperts(weights, model, &tensors));
+  const std::string architecture = HuggingFaceArchitecture(folder);
   std::set<std::string> known;
   const std::vector<ParameterInfo> all = FullBaseParameterList(model);
   for (const ParameterInfo& p : all) known.insert(p.name);
@@ -341,16 +333,14 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
     return CheckpointError(
         StrFormat("%s (Checkpoint.init_from) holds %s %s, which the %s of config.json has no "
                   "place for",
-                  folder.c_str(), name.c_str(), ShapeText(t.shape).c_str(),
-                  HuggingFaceArchitecture(folder).c_str()));
+                  folder.c_str(), name.c_str(), ShapeText(t.shape).c_str(), architecture.c_str()));
   }
   for (const ParameterInfo& p : all)
     if (!tensors.count(p.name))
       return CheckpointError(StrFormat(
           "%s (Checkpoint.init_from) lacks %s, which its %s has: copy the whole model folder "
           "(every safetensors file and its index)",
-          folder.c_str(), HuggingFaceName(HuggingFaceArchitecture(folder), p).c_str(),
-          HuggingFaceArchitecture(folder).c_str()));
+          folder.c_str(), HuggingFaceName(architecture, p).c_str(), architecture.c_str()));
   flat->assign(TotalLocalElements(params), 0.f);
   std::vector<float> full;
   for (const ParameterInfo& p : params) {

@@ -86,6 +86,17 @@ bad "lacks model.layers.1.block_sparse_moe.gate.weight, which its MixtralForCaus
   hf-mixtral-no_router
 bad "num_experts_per_tok 9 with 8 experts (num_local_experts): give a number of experts per token from 1 to 8" \
   hf-mixtral-topk_over
+# A config.json cut short, and one naming no architecture.
+mkdir -p cfg-cut cfg-noarch
+ln -sf "$PWD/hf-mixtral/model.safetensors" cfg-cut/ && ln -sf "$PWD/hf-mixtral/model.safetensors" cfg-noarch/
+head -c 40 hf-mixtral/config.json > cfg-cut/config.json
+python3 -c "
+import json
+c = json.load(open('hf-mixtral/config.json'))
+c.pop('architectures'); c.pop('model_type')
+json.dump(c, open('cfg-noarch/config.json', 'w'))"
+bad "cfg-cut/config.json is not JSON: .*Copy the model's config.json into the folder again" cfg-cut
+bad "cfg-noarch/config.json names no architecture (neither architectures nor model_type)" cfg-noarch
 run_np 1 train "${COMMON[@]}" -o Model.num_experts=4 -o Model.moe_router_score_function=sigmoid \
   -o Engine.max_steps=1 -o Engine.save_steps=1 -o Engine.output_dir=sigmoid > sigmoid.log 2>&1 ||
   { tail -20 sigmoid.log; fail "training a sigmoid-routed model"; }
