@@ -13,6 +13,7 @@ bool StartCheckpointCommand(const char* command, const char* synopsis,
                             const std::vector<std::string>& args, po::options_description* options,
                             std::string* checkpoint, std::vector<std::string>* overrides,
                             RunContext* ctx, int* exit_code) {
+  SendInfoToStderr();  // stdout holds the command's result
   options->add_options()("checkpoint", po::value(checkpoint)->default_value(""),
                          "step folder, checkpoint.h5, or checkpoint directory (its newest step)")(
       "override,o", po::value(overrides)->composing(),

@@ -6,6 +6,10 @@
 // 257), and with --tokenizer-dir (GPT-2's BPE files the data was packed with), the prompt and the
 // output are text; otherwise token ids (--prompt-ids in, ids out).
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -116,8 +120,13 @@ class TokenText {
 };
 
 Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
-  if (o.tokens < 1 || o.temperature < 0 || o.top_k < 0)
-    return UsageError("--tokens must be at least 1, --temperature and --top-k at least 0");
+  if (o.tokens < 1) return UsageError(StrFormat("--tokens %d: give at least 1", o.tokens));
+  if (!(o.temperature >= 0) || !std::isfinite(o.temperature))  // NaN fails every comparison
+    return UsageError(
+        StrFormat("--temperature %g: give a finite value of at least 0 (0 takes "
+                  "the likeliest token)",
+                  o.temperature));
+  if (o.top_k < 0) return UsageError(StrFormat("--top-k %d: give at least 0 (0: all)", o.top_k));
   std::string file;
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "sample", &file));
   // One sequence of max_seq_len tokens (Model.seq_len=0).
@@ -195,15 +204,26 @@ int RunSampleCommand(const std::vector<std::string>& args) {
                               "CHECKPOINT [--prompt TEXT] [-n TOKENS] [-t TEMPERATURE] [-k K]",
                               args, &options, &o.checkpoint, &o.overrides, &ctx, &exit_code))
     return exit_code;
+  // --output: the sample goes to OUTPUT.tmp, renamed over OUTPUT once whole, so that a failed
+  // run leaves an existing OUTPUT as it was.
   std::ofstream file;
+  const std::string partial = o.output + ".tmp";
   if (!o.output.empty()) {
-    file.open(o.output);
+    file.open(partial);
     if (!file)
       return ctx.Finish(ctx.Agree(EnvironmentError(
           StrFormat("cannot write %s (--output): check the folder exists and is writable",
-                    o.output.c_str()))));
+                    partial.c_str()))));
   }
-  return ctx.Finish(ctx.Agree(Sample(o, &ctx, o.output.empty() ? std::cout : file)));
+  Status sampled = Sample(o, &ctx, o.output.empty() ? std::cout : file);
+  if (!o.output.empty()) {
+    file.close();
+    if (sampled.ok() && std::rename(partial.c_str(), o.output.c_str()) != 0)
+      sampled = EnvironmentError(StrFormat("cannot rename %s to %s (--output): %s", partial.c_str(),
+                                           o.output.c_str(), std::strerror(errno)));
+    if (!sampled.ok()) std::remove(partial.c_str());
+  }
+  return ctx.Finish(ctx.Agree(sampled));
 }
 
 }  // namespace trainer

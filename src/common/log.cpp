@@ -22,10 +22,19 @@ std::string RankTag() {
   return "[rank " + std::to_string(g_identity.rank) + " " + g_identity.host + "] ";
 }
 
+namespace {
+FILE* g_info_stream = nullptr;  // nullptr: stdout
+}  // namespace
+
+void SendInfoToStderr() {
+  g_info_stream = stderr;
+}
+
 void LogInfo(const std::string& message) {
   if (g_identity.rank != 0) return;
-  std::fprintf(stdout, "%s\n", message.c_str());
-  std::fflush(stdout);
+  FILE* out = g_info_stream != nullptr ? g_info_stream : stdout;
+  std::fprintf(out, "%s\n", message.c_str());
+  std::fflush(out);
 }
 
 void LogWarning(const std::string& message) {

@@ -19,8 +19,11 @@ struct ProcessIdentity {
 void SetProcessIdentity(const ProcessIdentity& identity);
 const ProcessIdentity& GetProcessIdentity();
 
-// "<message>" on rank 0 only (stdout).
+// "<message>" on rank 0 only (stdout, or stderr after SendInfoToStderr).
 void LogInfo(const std::string& message);
+// LogInfo's lines to stderr from here on: for commands whose stdout is their result (a sample,
+// eval's JSON record), so that progress lines never mix into it.
+void SendInfoToStderr();
 // "warning: <message>" on any rank that calls it (stderr), prefixed "[rank R host]" off rank 0.
 void LogWarning(const std::string& message);
 // "error: <message>" on the calling rank (stderr), prefixed like warnings off rank 0.

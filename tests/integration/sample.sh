@@ -48,6 +48,17 @@ cmp -s draw1.txt draw2.txt || fail "two draws with --seed 7 differ"
 expect_error 4 "no checkpoint at nowhere" "$TRAINER" sample nowhere
 expect_error 2 "runs as one process" run_np 2 sample run/checkpoints
 expect_error 2 "not a token id" "$TRAINER" sample run/checkpoints --prompt-ids "1 999"
-expect_error 2 "tokens must be at least 1" "$TRAINER" sample run/checkpoints -n 0
+expect_error 2 "\-\-tokens 0: give at least 1" "$TRAINER" sample run/checkpoints -n 0
+expect_error 2 "\-\-temperature nan: give a finite value of at least 0" "$TRAINER" sample run/checkpoints -t nan
+expect_error 2 "\-\-top-k -3: give at least 0" "$TRAINER" sample run/checkpoints -k -3
 expect_error 2 "needs a checkpoint" "$TRAINER" sample
+# A failed sample leaves an existing --output as it was (the sample is written to OUTPUT.tmp and
+# renamed over it once whole), and stdout holds the sample alone (progress lines go to stderr).
+echo "notes kept" > kept.txt
+expect_error 2 "\-\-tokens 0" "$TRAINER" sample run/checkpoints -n 0 --output kept.txt
+expect_error 4 "no checkpoint at nowhere" "$TRAINER" sample nowhere --output kept.txt
+[ "$(cat kept.txt)" = "notes kept" ] && [ ! -e kept.txt.tmp ] || fail "a failed sample changed kept.txt"
+"$TRAINER" sample run/checkpoints -n 8 -t 0 -o Global.device="$DEVICE" > stdout.txt 2> /dev/null ||
+  fail "sample to stdout"
+if grep -q "^device: " stdout.txt; then cat stdout.txt; fail "a progress line in sample's stdout"; fi
 echo "sample: all checks passed"
