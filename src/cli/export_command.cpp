@@ -185,6 +185,14 @@ int RunExportCommand(const std::vector<std::string>& args) {
   Status status = Status::Ok();
   if (o.output.empty())
     status = UsageError("trainer export needs --output DIR (the folder for model.safetensors)");
+  // A file where the folder (or one above it) would be: name the flag, not the write that fails.
+  for (std::string path = o.output; status.ok() && !path.empty() && path != "/" && path != ".";
+       path = ParentDirectory(path))
+    if (PathExists(path) && !IsDirectory(path))
+      status =
+          UsageError(StrFormat("--output %s: %s is a file, not a folder (trainer export "
+                               "writes a Hugging Face folder). Give a folder's path",
+                               o.output.c_str(), path.c_str()));
   if (status.ok()) status = Export(o, &ctx);
   return ctx.Finish(ctx.Agree(status));
 }

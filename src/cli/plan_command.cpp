@@ -4,6 +4,7 @@
 // activations of the 1F1B slots, logits, backward scratch), as the model's own allocation code
 // counts it, and on GPUs what the device needs beside it.
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include "cli/cli_options.h"
@@ -115,6 +116,11 @@ int RunPlanCommand(const std::vector<std::string>& args) {
         "--world-size %d (trainer plan, command line): a layout has at least one rank. Give "
         "--world-size N, the number of ranks the job will start (N >= 1)",
         world));
+  if (s.ok() && !(device_gib >= 0 && std::isfinite(device_gib)))  // NaN fails every comparison
+    s =
+        UsageError(StrFormat("--device-memory %g (trainer plan, command line): give a GPU's (or "
+                             "a rank's host) memory in GiB, e.g. 80, or leave it out",
+                             device_gib));
   TrainConfig c;
   if (s.ok()) {
     auto loaded = LoadConfig(config_path, overrides);

@@ -422,6 +422,18 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   if (split && SamePath(val_path, options.output))
     return UsageError("--val-output " + val_path + " is the same file as --output " +
                       options.output + " (pack): pick another name for the validation file");
+  // An output that is one of the inputs would be replaced while (or before) it is read, --force
+  // or not.
+  for (const std::string& input : options.inputs) {
+    const char* flag = SamePath(input, options.output)      ? "--output"
+                       : split && SamePath(input, val_path) ? "--val-output"
+                                                            : nullptr;
+    if (flag != nullptr)
+      return UsageError(
+          StrFormat("%s %s is also an input (pack): it would be overwritten "
+                    "before it is read. Write to another file",
+                    flag, input.c_str()));
+  }
   std::vector<int64_t> sizes;
   TRAINER_RETURN_IF_ERROR(StatInputs(options.inputs, &sizes));
   std::string stale_val;

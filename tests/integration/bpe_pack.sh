@@ -105,6 +105,12 @@ cmp -s hf/vocab.json vocab/vocab.json && cmp -s hf/merges.txt vocab/merges.txt |
   fail "export did not copy the tokenizer files"
 
 expect_error 2 "missing --tokenizer-dir" "$TRAINER" pack --tokenizer gpt2 --input english.txt --output x.h5
+# An output that is also an input is refused even with --force, and the input is left whole.
+cp english.txt self.txt
+expect_error 2 "\-\-output self.txt is also an input" "$TRAINER" pack --input self.txt --output self.txt --force
+expect_error 2 "\-\-val-output self.txt is also an input" "$TRAINER" pack --input self.txt \
+  --output self.h5 --val-output self.txt --val-fraction 0.5 --force
+cmp -s english.txt self.txt || fail "a refused pack changed its input"
 expect_error 2 "no GPT-2 tokenizer files" "$TRAINER" pack --tokenizer gpt2 --tokenizer-dir run \
   --input english.txt --output x.h5
 mkdir broken && cp vocab/vocab.json broken/ && printf '#version: 0.2\nq z\n' > broken/merges.txt

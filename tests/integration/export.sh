@@ -165,6 +165,9 @@ echo "ok: eos_token_id is the data's end of document: 256 (bytes), 3 (--eod-id 3
 expect_error 2 "exists" "$TRAINER" export run/checkpoints --output hf-f32
 expect_error 2 "use f32 or bf16" "$TRAINER" export run/checkpoints --output other --dtype f16
 expect_error 2 "needs --output" "$TRAINER" export run/checkpoints
+echo "not a folder" > a-file
+expect_error 2 "\-\-output a-file/sub: a-file is a file, not a folder" \
+  "$TRAINER" export run/checkpoints --output a-file/sub
 expect_error 4 "no checkpoint at nowhere" "$TRAINER" export nowhere --output other
 for command in "export text.h5 --output other" "eval text.h5 --data text.h5" "sample text.h5 -n 4"; do
   # shellcheck disable=SC2086  # the words of each command

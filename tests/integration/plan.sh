@@ -78,6 +78,10 @@ grep -q "^error: a rank of pipeline stage 0 needs ~[0-9.]* GiB at Global.micro_b
 "$TRAINER" plan -c "$CFG" -o Global.micro_batch_size=32 --device-memory "$(awk -v b="$b32" 'BEGIN { print b + 0.1 }')" > fits.out ||
   { cat fits.out; fail "--device-memory above the B=32 total: not a fit"; }
 grep -q "^  stage 0 fits a GPU of" fits.out || { cat fits.out; fail "no 'fits' line"; }
+for bad in -1 nan; do
+  expect_error 2 "\-\-device-memory $bad (trainer plan, command line): give a GPU's" \
+    "$TRAINER" plan -c "$CFG" --device-memory "$bad"
+done
 echo "--device-memory: B=32 (~$b32 GiB) on a GPU of $between GiB names B=16 (~$b16 GiB)"
 
 # Any size answers at once, exit 2 with one line: a micro-batch of a million sequences names the
