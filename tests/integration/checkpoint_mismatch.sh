@@ -60,8 +60,8 @@ cp -r $BASE copied_base
 "$TRAINER" eval lora/checkpoints/step-00000002 --data data.h5 --batches 1 \
   -o Checkpoint.init_from=$PWD/copied_base > copy.out 2> copy.err ||
   { cat copy.err; fail "eval of the LoRA checkpoint on a copy of its base"; }
-grep -q "holds the recorded one's weights .*: taken as a copy" copy.out ||
-  { cat copy.out; fail "the copy of the base was not recognised as such"; }
+grep -q "holds the recorded one's weights .*: taken as a copy" copy.err ||
+  { cat copy.err; fail "the copy of the base was not recognised as such"; }
 echo "ok: a copy of the base in another folder is taken for it (the weights' CRC-32s match)"
 
 # A relative init_from read from another folder, where the same relative path is another base.
