@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include "cli/commands.h"
 #include "common/log.h"
@@ -77,6 +78,22 @@ int RunPackCommand(const std::vector<std::string>& args) {
     help << description;
     std::cout << help.str();
     return static_cast<int>(ExitCode::kOk);
+  }
+  // Options of one input format are refused with another, where they would do nothing.
+  const auto given = [&values](const char* flag) {
+    return values.count(flag) > 0 && !values[flag].defaulted();
+  };
+  for (const auto& [flag, format] : {std::pair{"chat-template", "chat"},
+                                     {"max-length", "chat"},
+                                     {"overlong", "chat"},
+                                     {"jsonl-key", "jsonl"}}) {
+    if (!given(flag) || options.input_format == format) continue;
+    Status usage = UsageError(StrFormat(
+        "--%s (pack) applies to --input-format %s, and this pack reads %s: it would do nothing. "
+        "Leave it out, or pass --input-format %s",
+        flag, format, options.input_format.c_str(), format));
+    LogError(usage.message());
+    return usage.exit_code();
   }
   options.show_progress = values.count("quiet") == 0;
   options.force = values.count("force") > 0;

@@ -50,6 +50,13 @@ std::string PythonStrip(const std::string& text) {
   return begin < end ? text.substr(begin, end - begin) : std::string();
 }
 
+// The roles of the chat templates' models: a role outside them is a mislabelled message (the
+// assistant's, which alone is trained, or another dataset format's).
+bool KnownRole(const std::string& role) {
+  return role == "system" || role == "user" || role == "assistant" || role == "tool" ||
+         role == "ipython";
+}
+
 // The special tokens `chat_template` writes (none for "none").
 std::vector<std::string> ChatMarkers(const std::string& chat_template) {
   if (chat_template == "chatml") return {"<|im_start|>", "<|im_end|>"};
@@ -120,6 +127,13 @@ Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& c
   const auto piece = [&](const std::string& text, bool masked) {
     return Piece(tokenizer, source, text, masked ? 1 : 0, tokens, mask);
   };
+  for (const ChatMessage& message : messages)
+    if (!KnownRole(message.role))
+      return DataError(StrFormat(
+          "unknown chat role (%s, --input-format chat): \"%s\". Use system, user, assistant, "
+          "tool or ipython (only the assistant's tokens are trained; ShareGPT's human and gpt "
+          "are user and assistant)",
+          source.c_str(), message.role.c_str()));
   if (chat_template == "llama3") TRAINER_RETURN_IF_ERROR(piece("<|begin_of_text|>", false));
   for (const ChatMessage& message : messages) {
     const bool trained = message.role == "assistant";

@@ -440,10 +440,8 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   TRAINER_RETURN_IF_ERROR(CheckExistingOutputs(options, split, val_path, &stale_val));
   TRAINER_RETURN_IF_ERROR(CheckOutputFolder(options.output, "--output"));
   if (split) TRAINER_RETURN_IF_ERROR(CheckOutputFolder(val_path, "--val-output"));
-  const Status empty_input = DataError(StrFormat(
-      "empty input (%s%s): all %zu input files are empty. Pass files that hold text or tokens",
-      options.inputs.front().c_str(), options.inputs.size() > 1 ? ", ..." : "",
-      options.inputs.size()));
+  const std::string inputs_named =
+      options.inputs.front() + (options.inputs.size() > 1 ? ", ..." : "");
 
   int64_t total_bytes = 0;
   bool must_count = false;  // a counting pass reads the inputs twice
@@ -453,6 +451,20 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
                  (split && (options.input_format != "text" || tokenizer->TokenCount(sizes[i]) < 0));
   }
   InputReader reader(options, tokenizer, must_count ? 2 * total_bytes : total_bytes);
+  // Nothing to write: empty inputs, or every conversation dropped for its length.
+  const auto nothing_packed = [&]() {
+    const int64_t dropped = reader.stats().dropped;
+    if (dropped > 0)
+      return DataError(StrFormat(
+          "nothing packed (%s): --overlong drop dropped %s longer than --max-length %lld, and "
+          "no other held text. Raise --max-length (the fine-tuning sequence length) or pass "
+          "--overlong truncate",
+          inputs_named.c_str(), Plural(dropped, "conversation").c_str(),
+          static_cast<long long>(options.max_length)));
+    return DataError(StrFormat(
+        "empty input (%s): all %zu input files are empty. Pass files that hold text or tokens",
+        inputs_named.c_str(), options.inputs.size()));
+  };
 
   // With a split, plan the stream first: document starts, the total and the cut.
   int64_t total = -1;  // unknown until written when there is no split
@@ -464,7 +476,7 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
     for (int64_t count : counts)
       if (count > 0) planned.push_back(planned.back() + static_cast<uint64_t>(count) + 1);
     total = static_cast<int64_t>(planned.back());
-    if (total == 0) return empty_input;
+    if (total == 0) return nothing_packed();
     TRAINER_ASSIGN_OR_RETURN(cut, ValidationCut(planned, options.val_fraction));
   }
 
@@ -509,7 +521,19 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
     TRAINER_RETURN_IF_ERROR(reader.Read(input, write, end_document));
   reader.Finish();
   doc_offsets.push_back(static_cast<uint64_t>(writer.position()));
-  if (writer.position() == 0) return empty_input;
+  if (writer.position() == 0) return nothing_packed();
+  if (chat && reader.stats().trained_tokens == 0) {
+    const std::string within =
+        options.max_length > 0
+            ? StrFormat(" within --max-length %lld", static_cast<long long>(options.max_length))
+            : "";
+    return DataError(StrFormat(
+        "no trained tokens (%s, --input-format chat): none of the %s has an assistant message "
+        "with content%s, and the loss mask trains only the assistant's tokens. Give the "
+        "conversations their assistant replies (role \"assistant\")",
+        inputs_named.c_str(), Plural(reader.stats().conversations, "conversation").c_str(),
+        within.c_str()));
+  }
   TRAINER_ASSERT(!split || writer.position() == total,
                  "the tokenizer gave other token counts than planned");
   summary->tokenizer = tokenizer->name();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/filesystem.h"
 #include "data/chat.h"
 #include "data/packer.h"
 #include "data/token_file_writer.h"
@@ -189,6 +190,67 @@ TEST_F(ChatPackTest, BadLinesAndOptionsAreNamed) {
   options.chat_template = "none";
   options.max_length = 1;
   EXPECT_EQ(PackDataset(options, &summary).code(), ExitCode::kUsage);
+}
+
+// Packs that would train nothing, or that mislabel a message, stop with one line and write no file.
+TEST_F(ChatPackTest, UntrainableAndMislabelledConversationsAreRefused) {
+  const std::string user = R"({"role": "user", "content": "question"})";
+  const std::string reply = R"({"role": "assistant", "content": "an answer"})";
+  PackOptions options;
+  options.inputs = {Path("chat.jsonl")};
+  options.output = Path("d.h5");
+  options.input_format = "chat";
+  options.chat_template = "none";
+  options.show_progress = false;
+  PackSummary summary;
+  const auto pack_error = [&](const std::string& lines, double val_fraction) {
+    WriteBytes(Path("chat.jsonl"), lines);
+    options.val_fraction = val_fraction;
+    const Status status = PackDataset(options, &summary);
+    EXPECT_EQ(status.code(), ExitCode::kData) << status.message();
+    EXPECT_FALSE(PathExists(Path("d.h5")));
+    EXPECT_FALSE(PathExists(Path("d.val.h5")));
+    return status.message();
+  };
+  // ShareGPT's roles: the reply would be context, never trained.
+  std::string message = pack_error(
+      "{\"messages\": [" + user + ", " + reply + "]}\n" +
+          R"({"messages": [{"role": "human", "content": "q"}, {"role": "gpt", "content": "a"}]})",
+      0.0);
+  EXPECT_NE(message.find("unknown chat role (" + Path("chat.jsonl") +
+                         " line 2, --input-format "
+                         "chat): \"human\""),
+            std::string::npos)
+      << message;
+  // No assistant message anywhere (also with a split: the counting pass), and replies that lie
+  // beyond --max-length.
+  for (const double val_fraction : {0.0, 0.2}) {
+    message = pack_error("{\"messages\": [" + user + "]}\n{\"messages\": [" + user + "]}\n",
+                         val_fraction);
+    EXPECT_NE(message.find("no trained tokens (" + Path("chat.jsonl") +
+                           ", --input-format chat): none of the 2 conversations has an "
+                           "assistant message with content, and"),
+              std::string::npos)
+        << message;
+  }
+  options.max_length = 8;
+  message = pack_error("{\"messages\": [" + user + ", " + reply + "]}\n", 0.0);
+  EXPECT_NE(message.find("none of the 1 conversation has an assistant message with content "
+                         "within --max-length 8"),
+            std::string::npos)
+      << message;
+  // Every conversation dropped for its length.
+  options.overlong = "drop";
+  for (const double val_fraction : {0.0, 0.2}) {
+    message = pack_error(
+        "{\"messages\": [" + user + ", " + reply + "]}\n\n{\"messages\": [" + reply + "]}\n",
+        val_fraction);
+    EXPECT_NE(message.find("nothing packed (" + Path("chat.jsonl") +
+                           "): --overlong drop dropped 2 conversations longer than --max-length "
+                           "8, and no other held text"),
+              std::string::npos)
+        << message;
+  }
 }
 
 TEST_F(ChatPackTest, ValidationSplitKeepsTheMaskAligned) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "common/filesystem.h"
 #include "data/dataset.h"
 #include "data/packer.h"
 #include "data/progress.h"
@@ -445,6 +446,23 @@ TEST_F(PackTest, CommandLineRunsAndReportsErrors) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(RunPackCommand({"--output", Path("x.h5")}), 2);  // no --input
   ::testing::internal::GetCapturedStderr();
+
+  // An option of another input format would do nothing: refused, naming it.
+  for (const std::vector<std::string>& extra :
+       std::vector<std::vector<std::string>>{{"--max-length", "-1"},
+                                             {"--overlong", "drop"},
+                                             {"--chat-template", "chatml"},
+                                             {"--input-format", "chat", "--jsonl-key", "body"}}) {
+    std::vector<std::string> args = {"--input", Path("a.txt"), "--output", Path("y.h5")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(RunPackCommand(args), 2) << extra[0];
+    err = ::testing::internal::GetCapturedStderr();
+    const std::string flag = extra.size() == 2 ? extra[0] : extra[2];
+    EXPECT_NE(err.find("error: " + flag + " (pack) applies to --input-format "), std::string::npos)
+        << err;
+    EXPECT_FALSE(PathExists(Path("y.h5")));
+  }
 }
 
 TEST(ProgressTest, QuietFirstThenAtMostOncePerInterval) {
