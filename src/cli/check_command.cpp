@@ -1,9 +1,12 @@
-// `trainer check [--config FILE] [-o ...]`: run under the same launcher as training, it checks and
-// reports per host: the MPI world (against the ranks the launcher started) and the rank map; the
-// GPUs each rank sees and its binding (two ranks on one GPU is an error); CUDA driver/runtime, NCCL
-// and cuDNN versions equal on all ranks; /dev/shm; that each rank's memory (trainer plan's need
-// for its stage) fits its GPU or its share of its host; that the checkpoint folder is shared (probe
-// files); that the data files open on every rank; then an all-reduce on every group of the
+// `trainer check [--config FILE] [-o ...] [--resume auto|PATH]`: run under the same launcher as
+// training, it checks and reports per host: the MPI world (against the ranks the launcher started)
+// and the rank map; the GPUs each rank sees and its binding (two ranks on one GPU is an error);
+// CUDA driver/runtime, NCCL and cuDNN versions equal on all ranks; /dev/shm; that each rank's
+// memory (trainer plan's need for its stage) fits its GPU or its share of its host; that the
+// checkpoint folder is shared (probe files, and the folders they needed removed again) and holds no
+// other run's checkpoints unless
+// --resume; that the data files open on every rank, hold one global batch, and validation data
+// where Engine.eval_freq asks for it; then an all-reduce on every group of the
 // configured layout (and send/recv between neighbouring pipeline stages, an all-to-all on the EP
 // group), checked for the exact result, with its bandwidth. It ends with "works well on
 // N ranks (H hosts, G GPUs)", or names each failing rank, host and check with the fix and exits 5.
@@ -19,6 +22,7 @@
 #include <random>
 #include <set>
 
+#include "checkpoint/checkpoint.h"
 #include "cli/check_gpu.h"
 #include "cli/check_hosts.h"
 #include "cli/check_probes.h"
@@ -26,9 +30,11 @@
 #include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "cli/run_context.h"
+#include "common/filesystem.h"
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "data/data_sources.h"
+#include "data/sampler.h"
 
 namespace trainer {
 namespace {
@@ -253,6 +259,10 @@ class EnvironmentCheck {
       return Status::Ok();
     }
     const std::string folder = config_.checkpoint_dir();
+    // The folders that the probes create (deepest first): removed again at the end, so that a
+    // check leaves no trace.
+    const std::vector<std::string> created =
+        rank_ == 0 ? MissingFolders(folder) : std::vector<std::string>();
     int32_t nonce_words[2] = {0, 0};
     if (rank_ == 0) {
       std::random_device entropy;
@@ -297,7 +307,16 @@ class EnvironmentCheck {
                                 "host mounts at the same path (NFS, Lustre, ...)",
                                 folder.c_str(), hosts_[0].c_str(), why)});
     }
+    // A run without Checkpoint.resume would refuse a folder of another run's checkpoints.
+    if (rank_ == 0 && config_.checkpoint.resume.empty()) {
+      const Status earlier = CheckNoEarlierCheckpoints(folder);
+      if (!earlier.ok())
+        mine.push_back({0, "checkpoint folder",
+                        earlier.message() + " (trainer check takes --resume as train does)"});
+    }
     TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
+    // Every probe is removed (the gather above orders them first).
+    for (const std::string& path : created) rmdir(path.c_str());
     if (failed == 0)
       LogInfo(
           StrFormat("checkpoint folder %s: shared by every rank (rank 0 sees the probe file "
@@ -338,6 +357,17 @@ class EnvironmentCheck {
                                 "differ. Give every host the same file (a shared file system, or "
                                 "one copy made from the same source)",
                                 path.c_str(), tokens, all_tokens[0], hosts_[0].c_str())});
+    }
+    // What `trainer train` refuses in the data that opened (the same on every rank: rank 0's).
+    if (rank_ == 0 && sources.ok() && mine.empty()) {
+      const int64_t per_epoch =
+          GlobalSampler(sources->train.num_samples(), config_.global.seed, sources->train_plan)
+              .num_samples();
+      Status refused = CheckOneGlobalBatch(config_.data, per_epoch, config_.model.sequence_length(),
+                                           config_.global.global_batch_size);
+      if (refused.ok() && config_.engine.eval_freq > 0 && sources->val.num_samples() <= 0)
+        refused = NoValidationDataError(config_.data, config_.engine.eval_freq);
+      if (!refused.ok()) mine.push_back({rank_, "data file", refused.message()});
     }
     TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
     if (failed == 0) {
@@ -522,9 +552,12 @@ int RunCheckCommand(const std::vector<std::string>& args) {
   po::options_description options("trainer check options");
   std::string config_path;
   std::vector<std::string> overrides;
+  std::string resume;
   options.add_options()("config,c", po::value(&config_path)->default_value(""),
                         "YAML config whose layout, data and checkpoint folder are checked")(
-      "override,o", po::value(&overrides)->composing(), "Section.key=value, repeatable");
+      "override,o", po::value(&overrides)->composing(), "Section.key=value, repeatable")(
+      "resume", po::value(&resume)->default_value(""),
+      "auto|PATH: the run resumes (as train --resume): checkpoints in the folder are expected");
   RunContext ctx;
   Status status = ctx.Init();
   if (!status.ok()) return ctx.Finish(status);
@@ -533,7 +566,8 @@ int RunCheckCommand(const std::vector<std::string>& args) {
   status = ParseCommandLine("check", args, options, &vm, &help);
   if (status.ok() && help) {
     if (ctx.runtime->rank() == 0)
-      PrintCommandHelp("check", "[--config FILE] [-o Section.key=value ...]", options);
+      PrintCommandHelp("check", "[--config FILE] [-o Section.key=value ...] [--resume auto|PATH]",
+                       options);
     return ctx.Finish(Status::Ok());
   }
   // Without a config, only what was named with -o is checked besides the world and the devices.
@@ -548,6 +582,7 @@ int RunCheckCommand(const std::vector<std::string>& args) {
     auto loaded = LoadConfig(config_path, overrides);
     status = loaded.ok() ? ValidateConfig(&loaded.value(), ctx.runtime->size()) : loaded.status();
     if (status.ok()) config = loaded.value();
+    if (!resume.empty()) config.checkpoint.resume = resume;
   }
   // A config that does not fit the world is a usage error (exit 2), as in `trainer train`.
   status = ctx.Agree(status);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/filesystem.h"
@@ -53,6 +54,17 @@ std::string ProbeContents(uint64_t nonce, int rank, const std::string& host) {
 Status WriteProbe(const std::string& folder, uint64_t nonce, int rank, const std::string& host) {
   TRAINER_RETURN_IF_ERROR(MakeDirectories(folder));
   return WriteFileAtomically(ProbePath(folder, nonce, rank), ProbeContents(nonce, rank, host));
+}
+
+std::vector<std::string> MissingFolders(const std::string& path) {
+  std::vector<std::string> missing;
+  for (std::string at = path; !PathExists(at);) {
+    missing.push_back(at);
+    std::string up = ParentDirectory(at);
+    if (up == at) break;  // "." or "/" gone
+    at = std::move(up);
+  }
+  return missing;
 }
 
 double SteadySeconds() {

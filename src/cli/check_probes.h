@@ -37,6 +37,9 @@ Status WriteProbe(const std::string& folder, uint64_t nonce, int rank, const std
 bool SeesProbe(const std::string& folder, uint64_t nonce, int rank, const std::string& host,
                double deadline_seconds);
 double SteadySeconds();
+// The folders of `path` that do not exist, deepest first ("a/b/c" with only "a" there: "a/b/c",
+// "a/b"): what WriteProbe would create, for removing them afterwards.
+std::vector<std::string> MissingFolders(const std::string& path);
 
 // All-reduces of `count` floats on `group`: one warm-up, then `iterations` timed calls, each
 // result compared with the exact sum. Element i is contribution * (i % 5 + 1) on this member, so

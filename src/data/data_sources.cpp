@@ -11,6 +11,7 @@
 #include <sstream>
 #include <utility>
 
+#include "common/filesystem.h"
 #include "common/log.h"
 
 namespace trainer {
@@ -232,6 +233,35 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
     entry_samples[entry_of_file[i]] += parts[i].split.num_samples;
   sources.train_plan = EpochPlan(entry_samples, weights);
   return sources;
+}
+
+Status CheckOneGlobalBatch(const DataConfig& data, int64_t per_epoch, int seq_len,
+                           int global_batch_size) {
+  if (per_epoch >= global_batch_size) return Status::Ok();
+  return DataError(StrFormat(
+      "dataset too small (%s, Data.train_path): %lld training samples of %d tokens, fewer than "
+      "one global batch of %d. Use more data, or a smaller Global.global_batch_size or "
+      "Model.seq_len",
+      data.train_path.c_str(), static_cast<long long>(per_epoch), seq_len, global_batch_size));
+}
+
+Status NoValidationDataError(const DataConfig& data, int eval_freq) {
+  std::string fix = "Set Data.val_path to a validation file";
+  // trainer pack --val-fraction writes the held-out tokens beside the training file.
+  const std::string suffix = ".h5";
+  const std::string& train = data.train_path;
+  if (train.find_first_of(",*?[") == std::string::npos && train.size() > suffix.size() &&
+      train.compare(train.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const std::string val = train.substr(0, train.size() - suffix.size()) + ".val.h5";
+    if (PathExists(val))
+      fix = "Set Data.val_path=" + val + " (trainer pack wrote it beside the training file)";
+  }
+  return DataError(StrFormat(
+      "no validation data (Data.val_path, Data.val_fraction, Engine.eval_freq): "
+      "Engine.eval_freq=%d evaluates every %d steps, but Data.val_path is empty and "
+      "Data.val_fraction=0 holds out none of %s. %s, Data.val_fraction above 0 (e.g. 0.05), or "
+      "Engine.eval_freq=0 to train without evaluation",
+      eval_freq, eval_freq, train.c_str(), fix.c_str()));
 }
 
 }  // namespace trainer

@@ -80,9 +80,6 @@ class Trainer {
   // LoRA: the frozen base weights from Checkpoint.init_from (else from Global.seed).
   Status LoadLoraBase();
   Status OpenData();
-  // Engine.eval_freq > 0 with no validation samples, found at start rather than at the first
-  // evaluation: the data error naming the keys (and the .val.h5 that trainer pack wrote, if any).
-  Status NoValidationDataError() const;
   // Queues one step. Where the gradient norm needs no communication (see NormOnDevice), nothing
   // in it waits for the GPU; StepResults reads the step's loss and norm later (collective).
   Status TrainStep(double* lr);

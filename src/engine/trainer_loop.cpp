@@ -32,33 +32,14 @@ std::string Eta(int steps_left, double seconds_per_step) {
 }
 }  // namespace
 
-Status Trainer::NoValidationDataError() const {
-  const DataConfig& d = config_.data;
-  std::string fix = "Set Data.val_path to a validation file";
-  // trainer pack --val-fraction writes the held-out tokens beside the training file.
-  const std::string suffix = ".h5";
-  const std::string& train = d.train_path;
-  if (train.find_first_of(",*?[") == std::string::npos && train.size() > suffix.size() &&
-      train.compare(train.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    const std::string val = train.substr(0, train.size() - suffix.size()) + ".val.h5";
-    if (PathExists(val))
-      fix = "Set Data.val_path=" + val + " (trainer pack wrote it beside the training file)";
-  }
-  return DataError(StrFormat(
-      "no validation data (Data.val_path, Data.val_fraction, Engine.eval_freq): "
-      "Engine.eval_freq=%d evaluates every %d steps, but Data.val_path is empty and "
-      "Data.val_fraction=0 holds out none of %s. %s, Data.val_fraction above 0 (e.g. 0.05), or "
-      "Engine.eval_freq=0 to train without evaluation",
-      config_.engine.eval_freq, config_.engine.eval_freq, train.c_str(), fix.c_str()));
-}
-
 Status Trainer::Evaluate(double* val_loss) {
   // Engine.eval_iters validation batches of Global.global_batch_size sequences, each split over
   // the DP ranks as a training batch is: the same samples, and so the same val_loss, on every
   // layout.
   const int B = config_.global.micro_batch_size, T = config_.model.sequence_length();
   const int GB = config_.global.global_batch_size;
-  if (data_.val.num_samples() <= 0) return NoValidationDataError();
+  if (data_.val.num_samples() <= 0)
+    return NoValidationDataError(config_.data, config_.engine.eval_freq);
   JoinPrefetch();                          // HDF5 serves one thread at a time
   HostBatch* batch = &batches_[current_];  // the finished step's batch; the prefetched one stays
   double total = 0.0, trained = 0.0;

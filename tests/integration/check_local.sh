@@ -3,15 +3,17 @@
 #   - 2 ranks (dp 2) and 4 ranks (tp 2 x pp 2, so that the embedding group exists too) pass, with
 #     an exact all-reduce on every group of the layout, exact send/recv both ways between
 #     neighbouring pipeline stages (also with pp 4), the checkpoint folder and the data file seen
-#     by every rank, the probe files removed, and the verdict line; 4 ranks in EP groups of 2
-#     (Distributed.ep_degree) add the ep and expert_dp groups and an exact all-to-all on ep (some
-#     counts zero);
+#     by every rank, the probe files (and the folders made for them) removed, and the verdict
+#     line; 4 ranks in EP groups of 2 (Distributed.ep_degree) add the ep and expert_dp groups and
+#     an exact all-to-all on ep (some counts zero);
 #   - one element of a pipeline transfer corrupted (TRAINER_FAULT_CHECK_P2P) exits 5 with the
 #     receiving rank's line naming the sending stage;
 #   - a layout that does not fit the world size exits 2 with the config's line;
 #   - a checkpoint folder that cannot be created and a missing data file exit 5, naming each rank,
 #     its host and the check;
 #   - a model that does not fit the host's memory exits 5 with each rank's memory line;
+#   - what train would refuse exits 5: data without one global batch, Engine.eval_freq without
+#     validation data, a folder of another run's checkpoints without --resume;
 #   - a process that its launcher meant to be one of 2 ranks but that sits alone in its MPI world
 #     (what srun without a working PMI gives) exits 5 with the MPI world check's line.
 # shellcheck source=tests/integration/lib.sh
@@ -70,9 +72,9 @@ expect_line ep4 "^all-reduce on ep: 2 groups of 2 ranks .*: exact;"
 expect_line ep4 "^all-reduce on expert_dp: 2 groups of 2 ranks .*: exact;"
 expect_line ep4 "^all-to-all on ep: 2 groups of 2 ranks, uneven counts \(zeros included\): exact$"
 echo "ok: 4 ranks (dp 4, ep 2): $(grep '^all-to-all' ep4.out)"
-leftovers=$(find out/checkpoints -name '.trainer-check-*' | wc -l)
-[[ $leftovers -eq 0 ]] || fail "$leftovers probe files left in out/checkpoints"
-echo "ok: probe files removed"
+# The probes' folders (out/checkpoints) did not exist before: removed with the probes.
+[[ ! -e out ]] || { find out; fail "the check left its probe folder out/checkpoints behind"; }
+echo "ok: probe files and the folders made for them removed"
 
 # 2. A layout that does not fit the world: the config's usage error, exit 2.
 run_check bad_layout 2 2 "${CONFIG[@]}" -o Distributed.tp_degree=3
@@ -90,6 +92,22 @@ expect_line broken "^error: trainer check \(2 ranks, 1 host\): 4 failures \(chec
 expect_line broken "^all-reduce on world: .*exact" # the remaining checks still ran
 grep -q "^works well" broken.out && fail "broken: a verdict of success"
 echo "ok: unwritable folder and missing data -> exit 5, each rank named"
+
+# What `trainer train` would refuse: too few samples for one global batch; Engine.eval_freq
+# without validation data; a folder of another run's checkpoints without --resume (a committed
+# checkpoint of a one-step run), which --resume auto accepts.
+run_check small 5 2 "${CONFIG[@]}" -o Global.global_batch_size=800000
+expect_line small "^error: data file \(rank 0 on $host\): dataset too small \(data.h5, Data.train_path\): [0-9]+ training samples of 128 tokens, fewer than one global batch of 800000"
+run_check noval 5 2 "${CONFIG[@]}" -o Data.val_fraction=0
+expect_line noval "^error: data file \(rank 0 on $host\): no validation data \(Data.val_path, Data.val_fraction, Engine.eval_freq\)"
+run_check noval_off 0 2 "${CONFIG[@]}" -o Data.val_fraction=0 -o Engine.eval_freq=0
+run_np 1 train "${CONFIG[@]}" -o Engine.output_dir=earlier -o Engine.max_steps=1 -o Engine.save_steps=1 \
+  -o Engine.eval_freq=0 >earlier.out 2>&1 || { cat earlier.out; fail "the one-step run failed"; }
+run_check earlier 5 2 "${CONFIG[@]}" -o Engine.output_dir=earlier
+expect_line earlier "^error: checkpoint folder \(rank 0 on $host\): checkpoint folder already holds checkpoints \(earlier/checkpoints, Checkpoint.dir; newest step-0*1\).*\(trainer check takes --resume as train does\)$"
+run_check earlier_resume 0 2 "${CONFIG[@]}" -o Engine.output_dir=earlier --resume auto
+[[ ! -e out ]] || fail "a check left its probe folder out/checkpoints behind"
+echo "ok: what train refuses (one global batch, validation data, another run's checkpoints) -> exit 5"
 
 # 4. A model beyond the host's memory: every rank's line (its share of the host), exit 5.
 run_check too_big 5 2 "${CONFIG[@]}" -o Model.hidden_size=8192 -o Model.num_layers=64 -o Model.num_heads=64

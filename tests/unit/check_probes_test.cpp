@@ -181,6 +181,17 @@ TEST_F(ProbeTest, SeenOnlyWithTheRightNonceRankAndHost) {
   EXPECT_FALSE(SeesProbe(folder_, 0x1234, 3, "node7", now));
 }
 
+TEST_F(ProbeTest, MissingFoldersAreWhatTheProbeCreates) {
+  const std::string top = ParentDirectory(ParentDirectory(folder_));  // ..._<pid>, not there yet
+  EXPECT_EQ(MissingFolders(folder_),
+            (std::vector<std::string>{folder_, ParentDirectory(folder_), top}));
+  ASSERT_TRUE(WriteProbe(folder_, 1, 0, "h").ok());
+  EXPECT_TRUE(MissingFolders(folder_).empty());
+  EXPECT_EQ(MissingFolders(folder_ + "/c"), std::vector<std::string>{folder_ + "/c"});
+  EXPECT_EQ(MissingFolders("relative_" + std::to_string(getpid())),
+            std::vector<std::string>{"relative_" + std::to_string(getpid())});
+}
+
 TEST_F(ProbeTest, WaitsUntilTheDeadline) {
   const double start = SteadySeconds();
   EXPECT_FALSE(SeesProbe(folder_, 1, 0, "h", start + 0.3));
