@@ -12,6 +12,8 @@
 // merges.txt, so that transformers' tokenizer loads from the same folder. A LoRA checkpoint
 // (adapters only) needs --lora: merge (its adapters merged into the base it names: full weights
 // as above) or adapter (a PEFT adapter folder, lora_export.h).
+#include <algorithm>
+#include <filesystem>
 #include <iostream>
 
 #include "checkpoint/checkpoint.h"
@@ -34,16 +36,39 @@ struct ExportOptions {
   std::vector<std::string> overrides;
 };
 
+// A usage error naming the first of `paths` that exists: export replaces no file.
+Status RefuseExisting(const std::vector<std::string>& paths, const std::string& output) {
+  for (const std::string& path : paths)
+    if (PathExists(path))
+      return UsageError(
+          StrFormat("%s exists (trainer export --output %s): remove it or choose another --output",
+                    path.c_str(), output.c_str()));
+  return Status::Ok();
+}
+
+// The weight shards (model-0000K-of-0000N.safetensors) already in `folder`: an earlier export's,
+// which would lie beside this one's unlike any file its index names.
+std::vector<std::string> ShardsIn(const std::string& folder) {
+  std::vector<std::string> shards;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+    const std::string name = entry.path().filename().string();
+    const std::string prefix = "model-", suffix = ".safetensors";
+    if (name.size() > prefix.size() + suffix.size() && name.rfind(prefix, 0) == 0 &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+        name.find("-of-") != std::string::npos)
+      shards.push_back(folder + "/" + name);
+  }
+  std::sort(shards.begin(), shards.end());
+  return shards;
+}
+
 // --lora adapter: adapter_config.json and adapter_model.safetensors for PEFT.
 Status ExportAdapter(const ExportOptions& o, const TrainConfig& tc, const std::string& file,
                      SafetensorsDType dtype) {
   const std::string config = o.output + "/adapter_config.json";
   const std::string weights = o.output + "/adapter_model.safetensors";
-  for (const std::string& path : {config, weights})
-    if (PathExists(path))
-      return UsageError(
-          StrFormat("%s exists (trainer export --output %s): remove it or choose another --output",
-                    path.c_str(), o.output.c_str()));
+  TRAINER_RETURN_IF_ERROR(RefuseExisting({config, weights}, o.output));
   std::string json;
   std::vector<SafetensorsTensor> tensors;
   TRAINER_RETURN_IF_ERROR(PeftAdapter(tc, file, &json, &tensors));
@@ -77,15 +102,8 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
     outputs.push_back(o.output + "/vocab.json");
     outputs.push_back(o.output + "/merges.txt");
   }
-  auto refuse_existing = [&](const std::vector<std::string>& paths) {
-    for (const std::string& path : paths)
-      if (PathExists(path))
-        return UsageError(StrFormat(
-            "%s exists (trainer export --output %s): remove it or choose another --output",
-            path.c_str(), o.output.c_str()));
-    return Status::Ok();
-  };
-  TRAINER_RETURN_IF_ERROR(refuse_existing(outputs));
+  TRAINER_RETURN_IF_ERROR(RefuseExisting(outputs, o.output));
+  TRAINER_RETURN_IF_ERROR(RefuseExisting(ShardsIn(o.output), o.output));  // an earlier export's
   if (!o.lora.empty() && o.lora != "merge" && o.lora != "adapter")
     return UsageError(StrFormat("--lora %s (trainer export): use merge (full Hugging Face weights) "
                                 "or adapter (a PEFT adapter folder)",
@@ -129,7 +147,6 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   flat.shrink_to_fit();
   std::vector<std::string> files = HuggingFaceWeightFiles(tensors, dtype, max_shard_bytes);
   for (std::string& f : files) f = o.output + "/" + f;
-  TRAINER_RETURN_IF_ERROR(refuse_existing(files));  // earlier shards
   TRAINER_RETURN_IF_ERROR(MakeDirectories(o.output));
   TRAINER_RETURN_IF_ERROR(WriteHuggingFaceWeights(
       o.output, tensors, dtype, {{"format", "pt"}, {"source", file}}, max_shard_bytes, &files));

@@ -6,8 +6,8 @@
 # gives on the same two samples of the packed text (tokens known from the text itself). The file
 # follows the safetensors layout (header length, JSON header padded to 8 bytes, contiguous
 # offsets), and the bf16 export holds the f32 export's values rounded to nearest even. Bad input:
-# one error line each and the exit code (an existing export, a bad --dtype, no --output, more than
-# one process 2; no checkpoint, or a dataset where the checkpoint belongs, 4).
+# one error line each and the exit code (an existing export or a stale shard of one, a bad
+# --dtype, no --output, more than one process 2; no checkpoint, or a dataset where the checkpoint belongs, 4).
 source "$(dirname "$0")/lib.sh"
 python3 -c "
 import random
@@ -163,6 +163,11 @@ PY
 echo "ok: eos_token_id is the data's end of document: 256 (bytes), 3 (--eod-id 3)"
 
 expect_error 2 "exists" "$TRAINER" export run/checkpoints --output hf-f32
+# A shard of an earlier, sharded export: it would lie beside this one's files, named by no index.
+mkdir stale && cp hf-f32/model.safetensors stale/model-00003-of-00004.safetensors
+expect_error 2 "stale/model-00003-of-00004.safetensors exists (trainer export --output stale)" \
+  "$TRAINER" export run/checkpoints --output stale
+[[ $(ls stale) == model-00003-of-00004.safetensors ]] || fail "a refused export wrote into stale"
 expect_error 2 "use f32 or bf16" "$TRAINER" export run/checkpoints --output other --dtype f16
 expect_error 2 "needs --output" "$TRAINER" export run/checkpoints
 echo "not a folder" > a-file
