@@ -3,13 +3,13 @@
 // and the rank map; the GPUs each rank sees and its binding (two ranks on one GPU is an error);
 // CUDA driver/runtime, NCCL and cuDNN versions equal on all ranks; /dev/shm; that each rank's
 // memory (trainer plan's need for its stage) fits its GPU or its share of its host; that the
-// checkpoint folder is shared (probe files, and the folders they needed removed again) and holds no
-// other run's checkpoints unless
-// --resume; that the data files open on every rank, hold one global batch, and validation data
-// where Engine.eval_freq asks for it; then an all-reduce on every group of the
-// configured layout (and send/recv between neighbouring pipeline stages, an all-to-all on the EP
-// group), checked for the exact result, with its bandwidth. It ends with "works well on
-// N ranks (H hosts, G GPUs)", or names each failing rank, host and check with the fix and exits 5.
+// checkpoint folder is shared (probe files, and the folders they needed removed again) and holds
+// no other run's checkpoints unless --resume; that the data files open on every rank, hold one
+// global batch, and validation data where Engine.eval_freq asks for it; then an all-reduce on
+// every group of the configured layout (and send/recv between neighbouring pipeline stages, an
+// all-to-all on the EP group), checked for the exact result, with its bandwidth. It ends with
+// "works well on N ranks (H hosts, G GPUs)", or names each failing rank, host and check with the
+// fix and exits 5.
 //
 // Every rank runs each check on itself; the failures of a check are gathered to every rank (so
 // that all agree on the exit code) and rank 0 prints them, one line each.
