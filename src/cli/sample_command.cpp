@@ -3,8 +3,11 @@
 // (Global.device). The prompt fills the context; each new token is drawn from the last position's
 // logits (softmax at --temperature over the --top-k likeliest; temperature 0 takes the likeliest),
 // the window sliding once the context holds max_seq_len tokens. For the bytes tokenizer (vocab
-// 257), and with --tokenizer-dir (GPT-2's BPE files the data was packed with), the prompt and the
-// output are text; otherwise token ids (--prompt-ids in, ids out).
+// 257), and with --tokenizer-dir (GPT-2's BPE files the data was packed with, or the model's
+// tokenizer.json), the prompt and the output are text; otherwise token ids (--prompt-ids in, ids
+// out). With --chat the prompt is a user's message (after --system's), rendered with the chat
+// template that trainer pack --input-format chat uses and the assistant's header; the reply is
+// printed without the prompt and ends at the template's end marker (chat.h).
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -12,8 +15,10 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "checkpoint/checkpoint.h"
 #include "cli/checkpoint_model.h"
@@ -25,6 +30,7 @@
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "data/bpe_tokenizer.h"
+#include "data/chat.h"
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
@@ -34,7 +40,8 @@ namespace trainer {
 namespace {
 
 struct SampleOptions {
-  std::string checkpoint, prompt, prompt_ids, output, tokenizer_dir;
+  std::string checkpoint, prompt, prompt_ids, output, tokenizer_dir, system, chat_template;
+  bool chat = false;
   int tokens = 256, top_k = 0;
   double temperature = 1.0;
   uint64_t seed = 1337;
@@ -61,6 +68,37 @@ class TokenText {
     return Status::Ok();
   }
   bool is_text() const { return bytes_ || bpe_ != nullptr || hf_ != nullptr; }
+  int32_t eod() const { return eod_; }
+
+  // --chat: the messages rendered with the template, then the assistant's header; *reply_end gets
+  // the text that ends the reply.
+  Status ChatPrompt(const SampleOptions& o, std::vector<int32_t>* tokens, std::string* reply_end) {
+    if (!is_text() || o.prompt.empty() || !o.prompt_ids.empty())
+      return UsageError(
+          is_text() ? std::string("--chat (sample) takes the user's message as --prompt TEXT, not "
+                                  "--prompt-ids")
+                    : StrFormat("--chat (sample) needs text: this model's vocabulary is %d, so "
+                                "give its tokenizer's folder with --tokenizer-dir",
+                                vocab_size_));
+    Tokenizer* tokenizer = hf_.get();
+    if (tokenizer == nullptr) {
+      own_tokenizer_ = bytes_ && bpe_ == nullptr
+                           ? std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>())
+                           : std::make_unique<BpeTokenizer>(bpe_, eod_);
+      tokenizer = own_tokenizer_.get();
+    }
+    const std::string chat_template = ChatTemplateFor(o.chat_template, *tokenizer);
+    TRAINER_RETURN_IF_ERROR(CheckChatTemplate(chat_template, "sample"));
+    TRAINER_RETURN_IF_ERROR(CheckChatTokenizer(chat_template, tokenizer, "sample"));
+    std::vector<ChatMessage> messages;
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    messages.push_back({"user", o.prompt});
+    std::vector<uint32_t> ids;
+    TRAINER_RETURN_IF_ERROR(RenderChatPrompt(messages, chat_template, tokenizer, &ids));
+    tokens->assign(ids.begin(), ids.end());
+    *reply_end = ChatReplyEnd(chat_template);
+    return CheckIds(*tokens);
+  }
 
   // The prompt as tokens: --prompt's text, or --prompt-ids; empty: one end-of-document token
   // (the start of a document).
@@ -92,7 +130,7 @@ class TokenText {
       tokens->push_back(static_cast<int32_t>(value));
     }
     if (tokens->empty()) tokens->push_back(eod_);
-    return Status::Ok();
+    return CheckIds(*tokens);
   }
 
   // A token as printed: its text (an end of document as a blank line), or its id.
@@ -101,22 +139,36 @@ class TokenText {
       out << token << ' ';
     else if (token == eod_)
       out << "\n\n";
-    else if (hf_ != nullptr)
-      out << hf_->Decode(static_cast<uint32_t>(token));
-    else if (bpe_ == nullptr)
-      out << static_cast<char>(token);
-    else if (token < bpe_->size())
-      out << bpe_->TokenBytes(static_cast<uint32_t>(token));
     else
-      out << '[' << token << ']';  // an id past the tokenizer's (the model's padding)
+      out << Text(token);
+  }
+
+  // The text of a token other than the end of document.
+  std::string Text(int32_t token) const {
+    if (hf_ != nullptr) return hf_->Decode(static_cast<uint32_t>(token));
+    if (bpe_ == nullptr) return std::string(1, static_cast<char>(token));
+    if (token < bpe_->size()) return bpe_->TokenBytes(static_cast<uint32_t>(token));
+    return StrFormat("[%d]", token);  // an id past the tokenizer's (the model's padding)
   }
 
  private:
   int vocab_size_ = 0;
   int32_t eod_ = 0;
   bool bytes_ = false;
+  // A tokenizer's ids past the model's vocabulary: the tokenizer is another model's.
+  Status CheckIds(const std::vector<int32_t>& tokens) const {
+    for (int32_t t : tokens)
+      if (t >= vocab_size_)
+        return UsageError(StrFormat(
+            "--tokenizer-dir: the prompt's token %d is past this model's vocabulary of %d: the "
+            "folder holds another model's tokenizer. Give the one the data was packed with",
+            t, vocab_size_));
+    return Status::Ok();
+  }
+
   std::shared_ptr<const BpeVocabulary> bpe_;
   std::unique_ptr<HfTokenizer> hf_;  // mutable state: encoding caches
+  std::unique_ptr<Tokenizer> own_tokenizer_;  // --chat with bytes or GPT-2's BPE
 };
 
 Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
@@ -127,6 +179,9 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
                   "the likeliest token)",
                   o.temperature));
   if (o.top_k < 0) return UsageError(StrFormat("--top-k %d: give at least 0 (0: all)", o.top_k));
+  if (!o.chat && (!o.system.empty() || !o.chat_template.empty()))
+    return UsageError(StrFormat("%s (sample) applies to --chat: add --chat, or leave it out",
+                                o.system.empty() ? "--chat-template" : "--system"));
   std::string file;
   TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "sample", &file));
   // One sequence of max_seq_len tokens (Model.seq_len=0).
@@ -137,7 +192,11 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
   TokenText token_text;
   TRAINER_RETURN_IF_ERROR(token_text.Setup(o, mc));
   std::vector<int32_t> context;
-  TRAINER_RETURN_IF_ERROR(token_text.Prompt(o, &context));
+  std::string reply_end;
+  if (o.chat)
+    TRAINER_RETURN_IF_ERROR(token_text.ChatPrompt(o, &context, &reply_end));
+  else
+    TRAINER_RETURN_IF_ERROR(token_text.Prompt(o, &context));
   TRAINER_RETURN_IF_ERROR(ctx->SetupDevice(config));
   TRAINER_RETURN_IF_ERROR(ctx->BuildGroups(config));
 
@@ -154,7 +213,8 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
                          backend->name().c_str());
 
   const auto emit = [&](int32_t token) { token_text.Print(token, out); };
-  const bool echo_prompt = !o.prompt.empty() || !o.prompt_ids.empty();
+  const bool echo_prompt = !o.chat && (!o.prompt.empty() || !o.prompt_ids.empty());
+  ReplyStream reply(reply_end, &out);
   std::mt19937_64 rng(o.seed);
   std::vector<int32_t> window(T);
   std::vector<float> logits;
@@ -170,9 +230,14 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
     if (i == 0 && echo_prompt)
       for (int32_t t : context) emit(t);
     context.push_back(next);
+    if (o.chat) {
+      if (next == token_text.eod() || !reply.Add(token_text.Text(next))) break;
+      continue;
+    }
     emit(next);
     out.flush();
   }
+  reply.Finish();
   out << std::endl;
   return out ? Status::Ok()
              : EnvironmentError(StrFormat("cannot write the sample (%s)",
@@ -188,7 +253,15 @@ int RunSampleCommand(const std::vector<std::string>& args) {
                         "text to continue (bytes tokenizer or --tokenizer-dir); empty: start a "
                         "new document")(
       "tokenizer-dir", po::value(&o.tokenizer_dir)->default_value(""),
-      "the folder of the GPT-2 BPE files the data was packed with: text in and out")(
+      "the folder of the tokenizer the data was packed with (the model's tokenizer.json, or "
+      "GPT-2's BPE files): text in and out")(
+      "chat", po::bool_switch(&o.chat),
+      "--prompt is a user's message: rendered with the chat template, the assistant's reply "
+      "printed up to its end marker")("system", po::value(&o.system)->default_value(""),
+                                      "--chat: a system message before the user's")(
+      "chat-template", po::value(&o.chat_template)->default_value(""),
+      "--chat: chatml, llama3 or none, as trainer pack --input-format chat packed the data "
+      "(default chatml with a tokenizer.json, none with the others)")(
       "prompt-ids", po::value(&o.prompt_ids)->default_value(""),
       "token ids to continue, space-separated (any tokenizer)")(
       "tokens,n", po::value(&o.tokens)->default_value(256), "tokens to generate")(
@@ -201,7 +274,8 @@ int RunSampleCommand(const std::vector<std::string>& args) {
   RunContext ctx;
   int exit_code = 0;
   if (!StartCheckpointCommand("sample",
-                              "CHECKPOINT [--prompt TEXT] [-n TOKENS] [-t TEMPERATURE] [-k K]",
+                              "CHECKPOINT [--prompt TEXT [--chat [--system TEXT]]] [-n TOKENS] "
+                              "[-t TEMPERATURE] [-k K]",
                               args, &options, &o.checkpoint, &o.overrides, &ctx, &exit_code))
     return exit_code;
   // --output: the sample goes to OUTPUT.tmp, renamed over OUTPUT once whole, so that a failed

@@ -1,4 +1,4 @@
-// DrawToken (token_draw.h).
+// DrawToken and ReplyStream (token_draw.h).
 #include "cli/token_draw.h"
 
 #include <algorithm>
@@ -22,6 +22,32 @@ int32_t DrawToken(const std::vector<float>& logits, double temperature, int top_
     weights[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
   std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
   return order[pick(*rng)];
+}
+
+bool ReplyStream::Add(const std::string& text) {
+  reply_ += text;
+  const size_t end = reply_.find(end_);
+  ended_ = end != std::string::npos;
+  if (ended_) {
+    Print(end);
+    return false;
+  }
+  // Held back: the longest tail that begins the end marker.
+  size_t held = std::min(reply_.size(), end_.size() - 1);
+  while (held > 0 && reply_.compare(reply_.size() - held, held, end_, 0, held) != 0) --held;
+  Print(reply_.size() - held);
+  return true;
+}
+
+void ReplyStream::Finish() {
+  if (!ended_) Print(reply_.size());
+}
+
+void ReplyStream::Print(size_t upto) {
+  if (upto <= printed_) return;
+  *out_ << reply_.substr(printed_, upto - printed_);
+  out_->flush();
+  printed_ = upto;
 }
 
 }  // namespace trainer

@@ -67,7 +67,8 @@ std::vector<std::string> ChatMarkers(const std::string& chat_template) {
 
 }  // namespace
 
-Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer) {
+Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer,
+                          const std::string& command) {
   if (tokenizer->name() == "sentencepiece")
     return UsageError(
         "--input-format chat with a SentencePiece tokenizer (pack, --tokenizer): it encodes each "
@@ -77,11 +78,12 @@ Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer
   const std::vector<std::string> markers = ChatMarkers(chat_template);
   if (markers.empty()) return Status::Ok();
   if (tokenizer->name() != "hf")
-    return UsageError("--chat-template " + chat_template +
-                      " (pack) writes special tokens such as " + markers.front() +
-                      ", and --tokenizer " + tokenizer->name() +
-                      " has none: they would be trained as ordinary text. Use --chat-template "
-                      "none, or --tokenizer hf with a tokenizer.json of that chat format");
+    return UsageError(StrFormat(
+        "--chat-template %s (%s) writes special tokens such as %s, and the %s tokenizer has "
+        "none: they would be ordinary text. Use --chat-template none, or %s with a "
+        "tokenizer.json of that chat format",
+        chat_template.c_str(), command.c_str(), markers.front().c_str(), tokenizer->name().c_str(),
+        command == "pack" ? "--tokenizer hf" : "--tokenizer-dir"));
   struct Markers {  // a marker alone, without the tokenizer's own document markers
     Tokenizer* tokenizer;
     ~Markers() { tokenizer->set_document_markers(true); }
@@ -93,10 +95,10 @@ Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer
     TRAINER_RETURN_IF_ERROR(Piece(tokenizer, "--chat-template", marker, 0, &tokens, &mask));
     if (tokens.size() == 1) continue;
     return UsageError(StrFormat(
-        "--chat-template %s (pack): the tokenizer has no token %s (it splits into %zu tokens), "
-        "so the template's markers would be trained as ordinary text. Pass the --chat-template "
-        "of the tokenizer's model (chatml: Qwen, SmolLM2; llama3: Llama 3), or none",
-        chat_template.c_str(), marker.c_str(), tokens.size()));
+        "--chat-template %s (%s): the tokenizer has no token %s (it splits into %zu tokens), "
+        "so the template's markers would be ordinary text. Pass the --chat-template of the "
+        "tokenizer's model (chatml: Qwen, SmolLM2; llama3: Llama 3), or none",
+        chat_template.c_str(), command.c_str(), marker.c_str(), tokens.size()));
   }
   return Status::Ok();
 }
@@ -106,10 +108,10 @@ std::string ChatTemplateFor(const std::string& requested, const Tokenizer& token
   return tokenizer.name() == "hf" ? "chatml" : "none";
 }
 
-Status CheckChatTemplate(const std::string& chat_template) {
+Status CheckChatTemplate(const std::string& chat_template, const std::string& command) {
   if (chat_template == "chatml" || chat_template == "llama3" || chat_template == "none")
     return Status::Ok();
-  return UsageError("unknown --chat-template (pack): '" + chat_template +
+  return UsageError("unknown --chat-template (" + command + "): '" + chat_template +
                     "'. Use chatml (Qwen, SmolLM2), llama3 or none");
 }
 
@@ -153,6 +155,29 @@ Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& c
     }
   }
   return Status::Ok();
+}
+
+Status RenderChatPrompt(const std::vector<ChatMessage>& messages, const std::string& chat_template,
+                        Tokenizer* tokenizer, std::vector<uint32_t>* tokens) {
+  std::vector<uint8_t> mask;
+  TRAINER_RETURN_IF_ERROR(
+      RenderChat(messages, chat_template, tokenizer, "--prompt", tokens, &mask));
+  const std::string header = chat_template == "chatml"   ? "<|im_start|>assistant\n"
+                             : chat_template == "llama3" ? "<|start_header_id|>assistant"
+                                                           "<|end_header_id|>\n\n"
+                                                         : "";
+  struct Markers {
+    Tokenizer* tokenizer;
+    ~Markers() { tokenizer->set_document_markers(true); }
+  } restore{tokenizer};
+  tokenizer->set_document_markers(false);
+  return Piece(tokenizer, "--prompt", header, 0, tokens, &mask);
+}
+
+std::string ChatReplyEnd(const std::string& chat_template) {
+  if (chat_template == "chatml") return "<|im_end|>";
+  if (chat_template == "llama3") return "<|eot_id|>";
+  return "\n";
 }
 
 }  // namespace trainer

@@ -23,8 +23,9 @@ struct ChatMessage {
 // "role" and "content" (other keys skipped). A data error says what is wrong.
 Status JsonChatMessages(std::string_view line, std::vector<ChatMessage>* messages);
 
-// Usage error unless `chat_template` is chatml, llama3 or none.
-Status CheckChatTemplate(const std::string& chat_template);
+// Usage error unless `chat_template` is chatml, llama3 or none. `command`: the subcommand whose
+// --chat-template it is (pack, sample), for the messages.
+Status CheckChatTemplate(const std::string& chat_template, const std::string& command = "pack");
 // The template a pack uses: `requested` (--chat-template), or where it is empty the default for
 // the tokenizer: chatml for a tokenizer.json (--tokenizer hf), none for the others, which have
 // no special tokens for a template's markers.
@@ -34,7 +35,8 @@ std::string ChatTemplateFor(const std::string& requested, const Tokenizer& token
 // one token of an hf tokenizer (bytes and gpt2 take none only; a marker split into ordinary
 // tokens would be trained as text), and no SentencePiece tokenizer (its dummy prefix and
 // normalization apply to each template piece apart).
-Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer);
+Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer,
+                          const std::string& command = "pack");
 
 // Appends the tokens of the rendered conversation to *tokens and one mask byte per token to *mask.
 // chatml: "<|im_start|>{role}\n" {content} "<|im_end|>" "\n" per message;
@@ -48,5 +50,15 @@ Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer
 Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& chat_template,
                   Tokenizer* tokenizer, const std::string& source, std::vector<uint32_t>* tokens,
                   std::vector<uint8_t>* mask);
+
+// The tokens a model continues to answer `messages` (`trainer sample --chat`): RenderChat's, then
+// the assistant's header as transformers' apply_chat_template(add_generation_prompt=True) writes
+// it: chatml "<|im_start|>assistant\n", llama3 "<|start_header_id|>assistant<|end_header_id|>\n\n",
+// none nothing.
+Status RenderChatPrompt(const std::vector<ChatMessage>& messages, const std::string& chat_template,
+                        Tokenizer* tokenizer, std::vector<uint32_t>* tokens);
+// The text that ends an assistant's reply, the last that its loss mask trains: "<|im_end|>",
+// "<|eot_id|>", or for none the newline.
+std::string ChatReplyEnd(const std::string& chat_template);
 
 }  // namespace trainer

@@ -2,7 +2,8 @@
 # docs/fine-tuning.md's path on the CPU, with its commands: a "released" model (a tiny llama
 # trained briefly and exported as a Hugging Face folder), imported (trainer inspect's overrides,
 # Checkpoint.init_from); a chat corpus packed with loss masks; LoRA on one rank and every weight
-# on two (dp2, ZeRO-1), each lowering the held-out loss below the base's (trainer eval); exports
+# on two (dp2, ZeRO-1), each lowering the held-out loss below the base's (trainer eval); replies
+# from both (trainer sample --chat) as the chat data was rendered; exports
 # (full, --lora merge, --lora adapter); and, where the transformers + PEFT venv exists
 # (hf_venv.sh), transformers' loss of the merged model and PEFT's of base + adapter equal
 # trainer eval's (1e-5 relative).
@@ -58,6 +59,29 @@ loss = {r: json.loads(open(f"eval-{r}.json").read().splitlines()[-1])["loss"] fo
 print("held-out loss: base %.4f, LoRA %.4f, full %.4f" % (loss["base"], loss["lora"], loss["full"]))
 assert loss["lora"] < loss["base"] - 0.1 and loss["full"] < loss["base"] - 0.1, loss
 PY
+# 4b. sample --chat renders the prompt as pack rendered the chat data (none: each message's
+# content and a newline; --system's message first) and prints the reply up to the newline that
+# ends it: the greedy continuation of the same text given as a plain --prompt, cut there.
+for run in full lora; do
+  "$TRAINER" sample out/$run/checkpoints --chat --system "Add." --prompt "3 plus 4?" -t 0 -n 40 \
+    > chat-$run.txt 2> chat-$run.err || { cat chat-$run.err; fail "sample --chat ($run)"; }
+  "$TRAINER" sample out/$run/checkpoints --prompt $'Add.\n3 plus 4?\n' -t 0 -n 40 > raw-$run.txt \
+    2> /dev/null || fail "sample ($run)"
+  python3 - chat-$run.txt raw-$run.txt <<'PY' || fail "sample --chat ($run): not the cut continuation"
+import sys
+chat, raw = (open(path).read() for path in sys.argv[1:])
+prompt = "Add.\n3 plus 4?\n"
+assert raw.startswith(prompt), repr(raw)
+reply = raw[len(prompt):].split("\n")[0]
+assert chat == reply + "\n" and reply, (chat, raw)
+print(f"sample --chat: {reply!r}")
+PY
+done
+expect_error 2 "system (sample) applies to --chat" "$TRAINER" sample out/full/checkpoints --system x
+expect_error 2 "chat (sample) takes the user's message as --prompt TEXT" \
+  "$TRAINER" sample out/full/checkpoints --chat --prompt-ids "1 2"
+expect_error 2 "chat-template chatml (sample) writes special tokens such as <|im_start|>, and the bytes tokenizer has none" \
+  "$TRAINER" sample out/full/checkpoints --chat --prompt x --chat-template chatml
 # 5. Export.
 "$TRAINER" export out/full/checkpoints --output tuned-full > /dev/null || fail "export full"
 "$TRAINER" export out/lora/checkpoints --output tuned-merged --lora merge > /dev/null || fail "merge"

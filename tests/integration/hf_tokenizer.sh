@@ -182,6 +182,29 @@ want = (sentence * 20)
 assert got.startswith(prompt) and want.startswith(got) and len(got) > len(prompt) + 20, repr(got)
 print(f"sample through tokenizer.json: {got!r}")
 PY
+# trainer sample --chat: a tiny llama trained on one chatml conversation, repeated, answers its
+# question with the reply it learned, printed without the template's markers: the prompt rendered
+# as pack renders the data, then "<|im_start|>assistant\n", and the reply cut at <|im_end|> (a
+# wrong header or a missed end marker would print the template's text).
+REPLY="the cat sat on the mat."
+python3 - "$REPLY" <<'PY'
+import json, sys
+line = json.dumps({"messages": [{"role": "user", "content": "where is the cat?"},
+                                {"role": "assistant", "content": sys.argv[1]}]})
+open("cat-chat.jsonl", "w").write((line + "\n") * 400)
+PY
+"$TRAINER" pack --input-format chat --tokenizer hf --tokenizer-dir qwen2 --input cat-chat.jsonl \
+  --output cat-chat.h5 --quiet || fail "packing the conversation"
+"$TRAINER" train -c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=cat-chat.h5 \
+  -o Data.val_fraction=0 -o Model.vocab_size="$VOCAB" -o Model.num_layers=2 -o Model.max_seq_len=32 \
+  -o Engine.max_steps=120 -o Engine.save_steps=120 -o Engine.eval_freq=0 -o Engine.logging_freq=40 \
+  -o Engine.output_dir=cat-chat-run > cat-chat-train.log 2>&1 ||
+  { tail -20 cat-chat-train.log; fail "training on the conversation"; }
+"$TRAINER" sample cat-chat-run/checkpoints --tokenizer-dir qwen2 --chat --prompt "where is the cat?" \
+  -n 24 -t 0 > cat-chat.txt 2> cat-chat.err || { cat cat-chat.err; fail "trainer sample --chat"; }
+[[ "$(cat cat-chat.txt)" == "$REPLY" ]] ||
+  fail "sample --chat answered $(od -c cat-chat.txt | head -5), not '$REPLY'"
+echo "sample --chat through tokenizer.json (chatml): '$(cat cat-chat.txt)'"
 if [ -n "${SENTENCEPIECE_MISSING:-}" ]; then
   echo "skip: no sentencepiece package in the venv, so --tokenizer sentencepiece was not checked"
   exit 77

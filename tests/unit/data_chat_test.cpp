@@ -173,7 +173,7 @@ TEST_F(ChatPackTest, BadLinesAndOptionsAreNamed) {
   Status status = PackDataset(options, &summary);
   EXPECT_EQ(status.code(), ExitCode::kUsage);
   EXPECT_NE(status.message().find("--chat-template chatml (pack) writes special tokens such as "
-                                  "<|im_start|>, and --tokenizer bytes has none"),
+                                  "<|im_start|>, and the bytes tokenizer has none"),
             std::string::npos)
       << status.message();
   // Without --chat-template the byte tokenizer takes none: the packing goes on to the data.

@@ -338,7 +338,7 @@ TEST(HfTokenizerTest, ChatTemplateNeedsItsMarkersAsTokens) {
   for (const char* name : {"chatml", "llama3"}) {
     Status refused = CheckChatTokenizer(name, &bytes);
     EXPECT_EQ(refused.code(), ExitCode::kUsage);
-    EXPECT_NE(refused.message().find("--tokenizer bytes has none"), std::string::npos)
+    EXPECT_NE(refused.message().find("and the bytes tokenizer has none"), std::string::npos)
         << refused.message();
   }
   EXPECT_TRUE(CheckChatTokenizer("none", &bytes).ok());

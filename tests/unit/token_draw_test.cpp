@@ -1,6 +1,7 @@
 // DrawToken against closed-form answers: the likeliest token at temperature 0 and with top-k 1,
 // and the frequencies of 40000 draws against the softmax of logits / temperature over the top k
-// (computed here, independently), within 4 standard deviations of a binomial count.
+// (computed here, independently), within 4 standard deviations of a binomial count. ReplyStream
+// against replies whose end marker comes whole, split over tokens, inside a token, or never.
 #include "cli/token_draw.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <sstream>
+#include <string>
 #include <vector>
 
 namespace trainer {
@@ -54,6 +57,48 @@ TEST(TokenDraw, FrequenciesFollowTheSoftmaxOverTheTopK) {
           << count[t] << " draws, expected " << draws * p[t];
     }
   }
+}
+
+// Feeds `pieces` (a token's text each) until the reply ends; returns what was printed after each.
+std::vector<std::string> Stream(const std::string& end, const std::vector<std::string>& pieces,
+                                size_t* taken) {
+  std::ostringstream out;
+  ReplyStream reply(end, &out);
+  std::vector<std::string> printed;
+  *taken = 0;
+  bool more = true;
+  for (const std::string& piece : pieces) {
+    if (!more) break;
+    more = reply.Add(piece);
+    ++*taken;
+    printed.push_back(out.str());
+  }
+  reply.Finish();
+  printed.push_back(out.str());
+  return printed;
+}
+
+TEST(ReplyStream, PrintsUpToTheEndMarkerHoldingBackWhatMayStartIt) {
+  size_t taken = 0;
+  // The marker split over three tokens: "<|im" is held back until "_end|>" completes it.
+  EXPECT_EQ(
+      Stream("<|im_end|>", {"3 is", " 7.", "<|im", "_en", "d|>", "more"}, &taken),
+      (std::vector<std::string>{"3 is", "3 is 7.", "3 is 7.", "3 is 7.", "3 is 7.", "3 is 7."}));
+  EXPECT_EQ(taken, 5u);
+  // A marker inside a token's text, and text after it in the same token.
+  EXPECT_EQ(Stream("\n", {"ab", "c\nd", "e"}, &taken),
+            (std::vector<std::string>{"ab", "abc", "abc"}));
+  EXPECT_EQ(taken, 2u);
+  // A "<|" that turns out not to start the marker is printed once the next token shows it.
+  EXPECT_EQ(Stream("<|eot_id|>", {"a <|", "b"}, &taken),
+            (std::vector<std::string>{"a ", "a <|b", "a <|b"}));
+  // No marker: Finish prints the held-back tail.
+  const std::vector<std::string> cut = Stream("<|im_end|>", {"no end", "<|im"}, &taken);
+  EXPECT_EQ(cut[1], "no end");
+  EXPECT_EQ(cut.back(), "no end<|im");
+  EXPECT_EQ(taken, 2u);
+  // The marker first: an empty reply.
+  EXPECT_EQ(Stream("<|im_end|>", {"<|im_end|>", "x"}, &taken).back(), "");
 }
 
 }  // namespace
