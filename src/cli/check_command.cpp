@@ -587,6 +587,8 @@ int RunCheckCommand(const std::vector<std::string>& args) {
   // A config that does not fit the world is a usage error (exit 2), as in `trainer train`.
   status = ctx.Agree(status);
   if (!status.ok()) return ctx.Finish(status);
+  status = ctx.AgreeOnConfig(config);
+  if (!status.ok()) return ctx.Finish(status);
 
   for (const std::string& notice : config.notices) LogInfo(notice);
   EnvironmentCheck check(&ctx, config, folder_given, data_given, model_given);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "common/device_groups.h"
 #include "common/host_memory.h"
 #include "common/log.h"
+#include "config/config_diff.h"
 #include "engine/memory_plan.h"
 #include "mpi_bootstrap/host_staged_communicator.h"
 #include "mpi_bootstrap/nccl_bootstrap.h"
@@ -33,6 +35,31 @@ Status RunContext::Agree(const Status& local) {
   if (!s.ok() && should_print && !s.message().empty()) LogError(s.message());
   reported_ = !s.ok();
   return s;
+}
+
+Status RunContext::AgreeOnConfig(const TrainConfig& config) {
+  const std::string mine = ConfigKeyLines(config);
+  // Rank 0's text, broadcast as its length and then 32-bit words.
+  int32_t length = static_cast<int32_t>(mine.size());
+  Communicator* world = runtime->world();
+  TRAINER_RETURN_IF_ERROR(world->Broadcast(&length, 1, DType::kI32, 0));
+  std::vector<int32_t> words((static_cast<size_t>(length) + 3) / 4, 0);
+  if (runtime->rank() == 0) std::memcpy(words.data(), mine.data(), mine.size());
+  TRAINER_RETURN_IF_ERROR(world->Broadcast(words.data(), words.size(), DType::kI32, 0));
+  const std::string root(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(length));
+  Status local;
+  if (root != mine) {
+    const std::vector<std::string> differ = DifferingKeyLines(mine, root, "rank 0");
+    const std::string more =
+        differ.size() > 1 ? StrFormat(" (and %zu more keys)", differ.size() - 1) : "";
+    local = UsageError(StrFormat(
+        "rank %d loaded another config than rank 0 (%s): %s%s. Every rank of a run needs the "
+        "same config file, -o overrides and --resume: start them with one command line (a copy "
+        "of the file on each host must be the same)",
+        runtime->rank(), runtime->host().c_str(), differ.empty() ? "" : differ.front().c_str(),
+        more.c_str()));
+  }
+  return Agree(local);
 }
 
 Status RunContext::SetupDevice(const TrainConfig& config) {

@@ -24,6 +24,11 @@ struct RunContext {
   Status Init();
   // All ranks agree on `local`; the lowest failing rank prints its line once.
   Status Agree(const Status& local);
+  // Every rank loaded the same config (keys and values, overrides and --resume included): a rank
+  // started with other arguments (an MPMD launch, a host's own copy of the file) would train
+  // another model, desynchronise the collectives or crash. One line naming the first key that
+  // differs and the rank; exit 2.
+  Status AgreeOnConfig(const TrainConfig& config);
   // Global.device: auto | cpu | cuda; binds the rank's GPU by local rank.
   Status SetupDevice(const TrainConfig& config);
   // MPI groups of the layout; NCCL communicators on the GPU path.

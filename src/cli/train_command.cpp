@@ -70,6 +70,8 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   // Every rank parsed the same files: the verdict is the same, rank 0 prints it.
   status = ctx.Agree(status);
   if (!status.ok()) return ctx.Finish(status);
+  status = ctx.AgreeOnConfig(config);
+  if (!status.ok()) return ctx.Finish(status);
   if (vm.count("print-config")) {  // the YAML alone, as `-c` reads it back
     LogInfo(FormatConfig(config));
     return ctx.Finish(Status::Ok());

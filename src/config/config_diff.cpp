@@ -87,4 +87,38 @@ std::vector<std::string> ChangedSettings(const TrainConfig& before, const TrainC
   return changes;
 }
 
+std::string ConfigKeyLines(const TrainConfig& config) {
+  std::string text;
+  for (const auto& [key, value] : KeyValues(config)) text += key + ": " + value + "\n";
+  return text;
+}
+
+std::vector<std::string> DifferingKeyLines(const std::string& mine, const std::string& theirs,
+                                           const std::string& where) {
+  const auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    for (size_t at = 0; at < text.size();) {
+      const size_t end = std::min(text.find('\n', at), text.size());
+      out.push_back(text.substr(at, end - at));
+      at = end + 1;
+    }
+    return out;
+  };
+  const std::vector<std::string> a = lines(mine), b = lines(theirs);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const std::string here = i < a.size() ? a[i] : "", there = i < b.size() ? b[i] : "";
+    if (here == there) continue;
+    const size_t colon = here.find(": ");
+    if (colon == std::string::npos || there.compare(0, colon + 2, here, 0, colon + 2) != 0) {
+      out.push_back("'" + here + "' here, '" + there + "' on " + where);  // another key table
+      continue;
+    }
+    out.push_back(StrFormat("%s: %s here, %s on %s", here.substr(0, colon).c_str(),
+                            here.substr(colon + 2).c_str(), there.substr(colon + 2).c_str(),
+                            where.c_str()));
+  }
+  return out;
+}
+
 }  // namespace trainer

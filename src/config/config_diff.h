@@ -26,4 +26,12 @@ std::vector<std::string> DifferingKeys(const TrainConfig& a, const TrainConfig& 
 // "Section.key=value" overrides setting each of `keys` to its default.
 std::vector<std::string> DefaultOverrides(const std::vector<std::string>& keys);
 
+// Every key of `config` as "Section.key: value", a line each in FormatConfig's order: the text
+// the ranks of a run compare (RunContext::AgreeOnConfig).
+std::string ConfigKeyLines(const TrainConfig& config);
+// "Section.key: <mine> here, <theirs> on <where>" for each line that differs between two
+// ConfigKeyLines texts (of the same key table), in their order.
+std::vector<std::string> DifferingKeyLines(const std::string& mine, const std::string& theirs,
+                                           const std::string& where);
+
 }  // namespace trainer

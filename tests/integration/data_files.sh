@@ -6,7 +6,8 @@
 # nB*T - 1; then C's samples are A's followed by B's, token for token. Checked: one rank on A,B
 # gives C's losses and validation losses exactly (the held-out samples are B's last ones); DP=2 on
 # the glob gives them within reduction-order rounding; files packed with another tokenizer, or a
-# pattern that matches nothing, stop the run with one line (exit 3).
+# pattern that matches nothing, stop the run with one line (exit 3); so do ranks whose one config
+# finds different files, and ranks started with different configs (exit 2, the rank and the key).
 source "$(dirname "$0")/lib.sh"
 T=64
 python3 - "$T" <<'PY'
@@ -78,11 +79,23 @@ grep -q "^data set (2 files" inspect.txt && grep -q "^  tokens         2562$" in
   grep -q "^  samples        T=128: 19, T=1024: 2 (none across files)$" inspect.txt ||
   { cat inspect.txt; fail "trainer inspect 'shards/*.h5' does not sum the shards"; }
 
-# Ranks that see different files (here: two app contexts of one mpirun) stop with one line.
+# Ranks whose one config finds different files (two app contexts of one mpirun in folders that
+# stand for two hosts: the glob matches one shard on the first, two on the second) stop with one
+# line.
+mkdir -p hostA/shards hostB/shards && cp shards/a.h5 hostA/shards/ && cp shards/*.h5 hostB/shards/
 expect_error 3 "ranks see different training data" timeout --kill-after=5 120 "$MPIEXEC" \
-  --oversubscribe --bind-to none -n 1 "$TRAINER" train "${COMMON[@]}" -o Data.train_path=shards/a.h5 \
-  -o Engine.output_dir=unlike : -n 1 "$TRAINER" train "${COMMON[@]}" \
-  -o Data.train_path=shards/a.h5,shards/b.h5 -o Engine.output_dir=unlike
+  --oversubscribe --bind-to none -n 1 -wdir hostA "$TRAINER" train "${COMMON[@]}" \
+  -o 'Data.train_path=shards/*.h5' -o Engine.output_dir=unlike : -n 1 -wdir hostB "$TRAINER" train \
+  "${COMMON[@]}" -o 'Data.train_path=shards/*.h5' -o Engine.output_dir=unlike
+# Ranks started with different configs stop before anything else, with the rank and the key.
+rc=0
+timeout --kill-after=5 120 "$MPIEXEC" --oversubscribe --bind-to none -n 1 "$TRAINER" train \
+  "${COMMON[@]}" -o Data.train_path=shards/a.h5 -o Engine.output_dir=unlike : -n 1 "$TRAINER" train \
+  "${COMMON[@]}" -o Data.train_path=shards/a.h5,shards/b.h5 -o Model.num_layers=1 \
+  -o Engine.output_dir=unlike > unlike.log 2>&1 || rc=$?
+[[ $rc -eq 2 && $(grep -c 'error: ' unlike.log) -eq 1 ]] && grep -q "^\[rank 1 [^]]*\] error: rank 1 loaded another config than rank 0 ([^)]*): Model.num_layers: 1 here, 2 on rank 0 (and 1 more keys)" unlike.log ||
+  { cat unlike.log; fail "ranks with different configs: exit $rc"; }
+[[ ! -e unlike ]] || fail "ranks with different configs made their output folder"
 
 "$TRAINER" pack --input "$SRC/README.md" --output shards/text.h5 --quiet  # bytes, not u16
 expect_error 3 "files packed differently" "$TRAINER" inspect 'shards/*.h5' 

@@ -445,6 +445,24 @@ TEST_F(ConfigTest, FormatConfigRoundTrips) {
   ExpectSameConfig(defaults.value(), TrainConfig());
 }
 
+// ---------------------------------------------------------------- ConfigKeyLines
+
+TEST(ConfigKeyLines, NameEachDifferingKeyWithBothValues) {
+  TrainConfig a;
+  EXPECT_TRUE(DifferingKeyLines(ConfigKeyLines(a), ConfigKeyLines(a), "rank 0").empty());
+  TrainConfig b = a;
+  b.model.hidden_size = a.model.hidden_size + 32;
+  b.checkpoint.resume = "auto";   // --resume on one rank only
+  b.data.train_path = "x: y.h5";  // a value holding ": "
+  const std::vector<std::string> differ =
+      DifferingKeyLines(ConfigKeyLines(b), ConfigKeyLines(a), "rank 0");
+  ASSERT_EQ(differ.size(), 3u);
+  EXPECT_EQ(differ[0], "Model.hidden_size: " + std::to_string(b.model.hidden_size) + " here, " +
+                           std::to_string(a.model.hidden_size) + " on rank 0");
+  EXPECT_NE(differ[1].find("Data.train_path: \"x: y.h5\" here, "), std::string::npos) << differ[1];
+  EXPECT_EQ(differ[2].rfind("Checkpoint.resume: \"auto\" here, ", 0), 0u) << differ[2];
+}
+
 // ---------------------------------------------------------------- ChangedSettings
 
 TEST(ChangedSettings, ListsWhatChangesTheNumbersAndNothingElse) {
