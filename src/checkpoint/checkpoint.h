@@ -147,6 +147,11 @@ Status RemoveIncompleteCheckpoints(const std::string& directory);
 // newest checkpoint and the fix when it already holds committed checkpoints (the run would
 // start over at step 0, move `latest` and, through retention, remove the older run's steps).
 Status CheckNoEarlierCheckpoints(const std::string& directory);
+// Rank 0 at the start of a run with --resume PATH: a checkpoint error when PATH lies outside
+// `directory` (a step of another run's folder) while `directory` holds committed checkpoints:
+// the run would write its steps among another line of training's. Resuming another folder's
+// step into an empty `directory` (a branch of that run) is fine; "auto" always is.
+Status CheckResumeFolder(const std::string& resume, const std::string& directory);
 
 // Rank 0 at start, before anything else touches the folder: creates `directory` and takes its
 // lock (<directory>/.lock) for the whole run, so that two runs never write one checkpoint folder

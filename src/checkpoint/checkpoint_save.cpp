@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 
 #include "checkpoint/checkpoint.h"
@@ -507,6 +508,29 @@ Status CheckNoEarlierCheckpoints(const std::string& directory) {
       "--resume auto, or give this one its own Checkpoint.dir (or Engine.output_dir), or remove "
       "the step folders",
       directory.c_str(), newest.substr(newest.rfind('/') + 1).c_str()));
+}
+
+Status CheckResumeFolder(const std::string& resume, const std::string& directory) {
+  // A missing PATH: the resume names it, with the folders that exist.
+  if (resume.empty() || resume == "auto" || !PathExists(resume)) return Status::Ok();
+  std::error_code error;
+  const std::filesystem::path folder =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(directory), error);
+  const std::filesystem::path path =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(resume), error);
+  if (error) return Status::Ok();
+  const auto [inside, _] = std::mismatch(folder.begin(), folder.end(), path.begin(), path.end());
+  if (inside == folder.end()) return Status::Ok();  // PATH is `directory` or below it
+  const std::vector<std::string> committed = CommittedCheckpoints(directory);
+  if (committed.empty()) return Status::Ok();
+  const std::string newest = committed.front();
+  return CheckpointError(StrFormat(
+      "--resume %s is a checkpoint of another folder, and Checkpoint.dir (%s) holds checkpoints "
+      "of its own (newest %s): this run would write its steps among them. Give it a "
+      "Checkpoint.dir (or Engine.output_dir) of its own to branch from %s, or resume that "
+      "folder's run with --resume auto",
+      resume.c_str(), directory.c_str(), newest.substr(newest.rfind('/') + 1).c_str(),
+      resume.c_str()));
 }
 
 }  // namespace trainer

@@ -89,9 +89,11 @@ Status Trainer::Setup() {
     TRAINER_RETURN_IF_ERROR(CheckOutputFolder(config_.engine.output_dir));
     TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(
         config_.checkpoint_dir(), kCheckpointLockWaitSeconds, &checkpoint_lock_, progress_));
-    // A run without --resume in a folder of another run's checkpoints would replace them.
+    // A run without --resume (or resuming another folder's step) in a folder of another run's
+    // checkpoints would replace them.
     if (config_.checkpoint.resume.empty())
       TRAINER_RETURN_IF_ERROR(CheckNoEarlierCheckpoints(config_.checkpoint_dir()));
+    TRAINER_RETURN_IF_ERROR(CheckResumeFolder(config_.checkpoint.resume, config_.checkpoint_dir()));
   }
   TRAINER_RETURN_IF_ERROR(
       MetricsWriter::Open(config_.engine.output_dir, root, config_.engine.tensorboard, &metrics_));

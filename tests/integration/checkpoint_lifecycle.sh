@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A checkpoint folder over more than one run (docs/checkpoint-format.md, "Going back"):
 # - a run without --resume in a folder that holds checkpoints: exit 4 on both ranks, one line
-#   naming the folder, its newest step and --resume auto; nothing in the folder changes;
+#   naming the folder, its newest step and --resume auto; nothing in the folder changes; nor with
+#   --resume of another folder's step (which branches into an empty folder);
 # - at start only step-<digits>.tmp and latest.tmp are removed, other *.tmp entries stay;
 # - rewinding (--resume step-4 of a run that reached step 10, keep_last=2) to step 6: steps 8
 #   and 10 are set aside as .superseded, retention keeps 4 and 6 (not the abandoned 8 and 10);
@@ -37,6 +38,23 @@ one_error_line fresh.log "already holds checkpoints ($CKPT, Checkpoint.dir; newe
 [ "$before" = "$(steps $CKPT; cat $CKPT/latest; line_count run/metrics.jsonl)" ] ||
   fail "the refused run changed the folder or the metrics"
 echo "ok: a run without --resume in a used Checkpoint.dir stops with exit 4 and one line"
+# Resuming another folder's step into this used one would mix two lines of training: refused the
+# same way. Into an empty folder it branches (steps 6 and 8 from that run's step 4).
+cp -r run other && rm -r other/checkpoints/step-0000000[68]* other/checkpoints/step-00000010
+set +e
+run_np 2 train "${COMMON[@]}" -o Engine.max_steps=8 --resume other/checkpoints/step-00000004 \
+  > foreign.log 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 4 ] || { cat foreign.log; fail "resuming another folder's step exited $rc, expected 4"; }
+one_error_line foreign.log "resume other/checkpoints/step-00000004 is a checkpoint of another folder, and Checkpoint.dir ($CKPT) holds checkpoints of its own (newest step-00000010)"
+[ "$before" = "$(steps $CKPT; cat $CKPT/latest; line_count run/metrics.jsonl)" ] ||
+  fail "the refused resume changed the folder or the metrics"
+run_np 1 train "${COMMON[@]}" -o Engine.max_steps=8 -o Engine.output_dir=branch \
+  --resume other/checkpoints/step-00000004 > branch.log 2>&1 || { tail branch.log; fail "branch"; }
+[ "$(steps branch/checkpoints)" = "step-00000006 step-00000008" ] || fail "branch: $(steps branch/checkpoints)"
+rm -r other branch
+echo "ok: --resume of another folder's step: refused into a used folder, a branch into an empty one"
 
 # Rewind to step 4 with keep_last=2; stray *.tmp entries of the user's stay.
 mkdir -p $CKPT/step-00000012.tmp $CKPT/notes.tmp
