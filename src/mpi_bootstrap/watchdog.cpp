@@ -50,9 +50,11 @@ void Watchdog::Run() {
     if (idle < timeout_) continue;
     const ProcessIdentity& id = GetProcessIdentity();
     LogError(StrFormat(
-        "no progress for %.0f s in %s (rank %d on %s, Engine.watchdog_s=%.0f): a collective is "
+        "no progress for %.3g s in %s (rank %d on %s, Engine.watchdog_s=%g): a collective is "
         "stuck, most likely because another rank died or the network hangs. Read the other "
-        "ranks' errors above; NCCL_DEBUG=WARN or OMPI_MCA_btl_base_verbose=100 say more",
+        "ranks' errors above; NCCL_DEBUG=WARN or OMPI_MCA_btl_base_verbose=100 say more. If "
+        "this phase is just slow (a step, an evaluation or a checkpoint taking longer than "
+        "that), raise Engine.watchdog_s",
         idle, phase_.load(), id.rank, id.host.c_str(), timeout_));
     // Not MPI_Abort: MPI runs MPI_THREAD_FUNNELED, so this thread may not call it. The launcher
     // ends the other ranks when one exits non-zero (mpirun does; srun with --kill-on-bad-exit).
