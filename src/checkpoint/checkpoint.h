@@ -226,7 +226,8 @@ Status RenameStepFolderAside(const std::string& folder, const std::string& suffi
                              std::string* aside);
 // "step-00000100": the folder name of a step's checkpoint (zero-padded, so names sort by step).
 std::string CheckpointFolderName(int64_t step);
-// The step folder name `latest` holds in `directory` ("step-00000300"), "" when there is none.
+// The step folder name `latest` holds in `directory` ("step-00000300"; a hand-written "step-300"
+// as that), "" when there is none or it names no step folder (with a warning).
 std::string LatestCheckpointName(const std::string& directory);
 // Committed step folders in `directory`, newest first.
 std::vector<std::string> CommittedCheckpoints(const std::string& directory);

@@ -225,7 +225,18 @@ std::string LatestCheckpointName(const std::string& directory) {
   auto latest = ReadSmallFile(directory + "/latest");
   std::string name = latest.ok() ? latest.value() : "";
   while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
-  return name;
+  if (name.empty()) return name;
+  // A hand-edited `latest`: "step-6" is step-00000006; a name that is no step is not followed
+  // (it would fail verification as if every checkpoint were damaged).
+  const bool step = name.size() > 5 && name.rfind("step-", 0) == 0 &&
+                    name.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (step) return CheckpointFolderName(CheckpointFolderStep(name));
+  LogWarning(
+      StrFormat("%s/latest names '%s', which is no step folder (step-N): ignored, so the "
+                "newest step folder is taken. Write the step folder's name into it, or "
+                "remove it",
+                directory.c_str(), name.c_str()));
+  return "";
 }
 
 std::vector<std::string> CommittedCheckpoints(const std::string& directory) {

@@ -10,7 +10,8 @@
 #   falls back to step 4 (older), never to step 10, and redoes steps 5-6 with the first run's
 #   losses; `trainer inspect` and `trainer eval` of the folder take the step `latest` names;
 # - without `latest`, `trainer inspect FOLDER` inspects the newest committed step; with `latest`
-#   on a folder that is gone, the newest step below it.
+#   on a folder that is gone, the newest step below it; a hand-written "step-6" is step 6, and
+#   text that names no step is ignored with a warning (inspect and --resume auto).
 source "$(dirname "$0")/lib.sh"
 source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
@@ -111,4 +112,19 @@ echo step-00000005 > $CKPT/latest
 grep -q "^checkpoint $CKPT/step-00000004/checkpoint.h5" inspect.out ||
   { cat inspect.out; fail "inspect with latest on a missing step 5 did not take step 4"; }
 echo "ok: with latest on a missing step 5, inspect takes step 4, not step 10"
+# A hand-edited `latest`: "step-6" is step 6; text that names no step is ignored with a warning
+# (the newest step), not taken for a damaged checkpoint; --resume auto resumes the same way.
+echo step-6 > $CKPT/latest
+"$TRAINER" inspect $CKPT > inspect.out 2>&1 || { cat inspect.out; fail "inspect with latest step-6"; }
+grep -q "^checkpoint $CKPT/step-00000006/checkpoint.h5" inspect.out ||
+  { cat inspect.out; fail "inspect with latest 'step-6' did not take step 6"; }
+echo "garbage text" > $CKPT/latest
+"$TRAINER" inspect $CKPT > inspect.out 2>&1 || { cat inspect.out; fail "inspect with garbage latest"; }
+grep -q "^checkpoint $CKPT/step-00000010/checkpoint.h5" inspect.out &&
+  grep -q "^warning: $CKPT/latest names 'garbage text', which is no step folder" inspect.out ||
+  { cat inspect.out; fail "inspect with a garbage latest"; }
+run_np 1 train "${COMMON[@]}" -o Engine.max_steps=11 --resume auto > garbage.log 2>&1 ||
+  { tail garbage.log; fail "resume auto with a garbage latest"; }
+grep -q "resumed from $CKPT/step-00000010 at step 10" garbage.log || { cat garbage.log; fail "garbage latest"; }
+echo "ok: latest 'step-6' is step 6; a latest that names no step is ignored with a warning"
 echo PASS
