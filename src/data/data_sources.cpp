@@ -231,6 +231,28 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
   const auto& parts = sources.train.parts();
   for (size_t i = 0; i < parts.size(); ++i)
     entry_samples[entry_of_file[i]] += parts[i].split.num_samples;
+  // An epoch's places are materialised (the sampler's order: 8 bytes each on every rank).
+  constexpr double kMostPlaces = 2147483648.0;  // 16 GiB of order
+  double places = 0;
+  std::vector<std::string> entry_names;  // as written in Data.train_path
+  std::stringstream items(data.train_path);
+  for (std::string item; std::getline(items, item, ',');) entry_names.push_back(item);
+  for (size_t e = 0; e < entries; ++e) {
+    places += weights[e] * static_cast<double>(entry_samples[e]);
+    if (entry_samples[e] == 0 && weights[e] != 1.0)
+      sources.warnings.push_back(StrFormat(
+          "Data.train_weights: entry %zu of Data.train_path (%s) has no training samples: "
+          "Data.val_fraction holds out the last samples of the whole set, here all of it, so its "
+          "weight %g does nothing. Give a validation file (Data.val_path), or list that entry "
+          "before the others",
+          e + 1, e < entry_names.size() ? entry_names[e].c_str() : "?", weights[e]));
+  }
+  if (places > kMostPlaces)
+    return UsageError(StrFormat(
+        "Data.train_weights (%s) make an epoch of %.3g samples, beyond the %.0f the sampler "
+        "orders (its order takes 8 bytes a sample on every rank): the weights are how often each "
+        "entry's samples are visited an epoch. Give smaller ones (e.g. 1,3)",
+        data.train_weights.c_str(), places, kMostPlaces));
   sources.train_plan = EpochPlan(entry_samples, weights);
   return sources;
 }

@@ -47,6 +47,7 @@ struct DataSources {
   SampleSet train;
   SampleSet val;         // no samples: no validation data
   EpochPlan train_plan;  // Data.train_weights over the entries of Data.train_path; empty: none
+  std::vector<std::string> warnings;  // settings that do nothing here (one rank prints them)
 };
 
 // Opens the files of Data.train_path (and Data.val_path when set), checks each holds a sample of

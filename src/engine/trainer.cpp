@@ -122,6 +122,8 @@ Status Trainer::OpenData() {
   TRAINER_RETURN_IF_ERROR(AgreeOnTrainingSet(opened.ok() ? &opened.value() : nullptr));
   if (!opened.ok()) return opened.status();
   data_ = std::move(opened.value());
+  if (groups_.world_rank == 0)
+    for (const std::string& warning : data_.warnings) LogWarning(warning);
   sampler_ = std::make_unique<GlobalSampler>(data_.train.num_samples(), config_.global.seed,
                                              data_.train_plan);
   const int64_t per_epoch = sampler_->num_samples();  // with Data.train_weights, its places

@@ -72,7 +72,16 @@ run_np 1 train "${COMMON[@]}" "${NOVAL[@]}" -o Data.train_path=shards/a.h5,shard
   fail "weights 1,1 change the run"
 expect_error 2 "Data.train_weights has 1 weights for the 2 entries" run_np 2 train "${COMMON[@]}" \
   -o Data.train_path=shards/a.h5,shards/b.h5 -o Data.train_weights=3 -o Engine.output_dir=bad_weights
-echo "weights: 2 on A equals A listed twice, 1,1 equals none"
+expect_error 2 "Data.train_weights (1,1e12) make an epoch of .* samples, beyond the" run_np 2 train \
+  "${COMMON[@]}" -o Data.train_path=shards/a.h5,shards/b.h5 -o Data.train_weights=1,1e12 \
+  -o Engine.output_dir=huge_weights
+# A weight on an entry that the held-out tail takes whole does nothing: one warning (rank 0).
+run_np 2 train "${COMMON[@]}" -o Data.train_path=shards/a.h5,shards/b.h5 -o Data.train_weights=1,2 \
+  -o Data.val_fraction=0.6 -o Engine.max_steps=1 -o Engine.output_dir=held_weights > held.log 2>&1 ||
+  { cat held.log; fail "weights with B held out"; }
+[[ $(grep -c "warning: Data.train_weights: entry 2 of Data.train_path (shards/b.h5) has no training samples" held.log) -eq 1 ]] ||
+  { cat held.log; fail "no single warning for the weight of a held-out entry"; }
+echo "weights: 2 on A equals A listed twice, 1,1 equals none; too large refused; held out warned"
 
 "$TRAINER" inspect 'shards/*.h5' > inspect.txt || fail "trainer inspect of the shards failed"
 grep -q "^data set (2 files" inspect.txt && grep -q "^  tokens         2562$" inspect.txt &&
