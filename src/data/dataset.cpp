@@ -167,7 +167,22 @@ Status TokenDataset::ValidateTokens(const DatasetOpenOptions& options) {
     int64_t last = std::max<int64_t>(0, num_tokens_ - chunk);
     TRAINER_RETURN_IF_ERROR(ReadTokens(last, num_tokens_ - last, &buffer));
   }
-  return Status::Ok();
+  if (!has_loss_mask_ || !fully_scanned_) return Status::Ok();
+  // A mask of zeros only: every target ignored, a loss of 0/0 that trains and measures nothing.
+  std::vector<uint8_t> mask;
+  for (int64_t start = 0; start < num_tokens_; start += chunk) {
+    const int64_t count = std::min(chunk, num_tokens_ - start);
+    mask.resize(static_cast<size_t>(count));
+    TRAINER_RETURN_IF_ERROR(
+        Hdf5ReadRange1D(loss_mask_.get(), start, count, H5T_NATIVE_UINT8, mask.data()));
+    if (std::any_of(mask.begin(), mask.end(), [](uint8_t m) { return m != 0; }))
+      return Status::Ok();
+  }
+  return DataError(StrFormat(
+      "no trained tokens (%s, /loss_mask): its mask is 0 at every token, so no target counts and "
+      "the file trains (or measures) nothing. Re-pack it with assistant replies (trainer pack "
+      "--input-format chat refuses such data), or leave it out",
+      path_.c_str()));
 }
 
 Status TokenDataset::ValidateDocOffsets() {

@@ -9,6 +9,7 @@
 
 #include "common/filesystem.h"
 #include "data/chat.h"
+#include "data/dataset.h"
 #include "data/packer.h"
 #include "data/token_file_writer.h"
 #include "data/tokenizer.h"
@@ -250,6 +251,36 @@ TEST_F(ChatPackTest, UntrainableAndMislabelledConversationsAreRefused) {
                            "8, and no other held text"),
               std::string::npos)
         << message;
+  }
+}
+
+// A file whose /loss_mask is all 0 (written here directly, as pack refuses to) is refused on
+// open where its tokens are scanned; one trained token anywhere lets it open.
+TEST_F(ChatPackTest, AFileWithoutATrainedTokenIsRefusedOnOpen) {
+  for (const size_t trained_at : {size_t{0}, size_t{37}}) {
+    const std::string path = Path("mask" + std::to_string(trained_at) + ".h5");
+    auto writer = TokenFileWriter::Create(path, TokenFileInfo{257, 256, "bytes", true}, 16);
+    ASSERT_TRUE(writer.ok()) << writer.status().message();
+    std::vector<uint32_t> tokens(40, 65);
+    std::vector<uint8_t> mask(tokens.size(), 0);
+    if (trained_at > 0) mask[trained_at] = 1;
+    ASSERT_TRUE((*writer)->Append(tokens.data(), tokens.size(), mask.data()).ok());
+    ASSERT_TRUE((*writer)->Finish({0, tokens.size()}).ok());
+    DatasetOpenOptions options;
+    options.scan_chunk_tokens = 16;  // the mask read in pieces
+    auto opened = TokenDataset::Open(path, 257, options);
+    if (trained_at > 0) {
+      EXPECT_TRUE(opened.ok()) << opened.status().message();
+      continue;
+    }
+    ASSERT_FALSE(opened.ok());
+    EXPECT_EQ(opened.status().code(), ExitCode::kData);
+    EXPECT_NE(opened.status().message().find("no trained tokens (" + path +
+                                             ", /loss_mask): its mask is 0 at every token"),
+              std::string::npos)
+        << opened.status().message();
+    options.scan_tokens = false;  // ranks that do not scan rely on the one that does
+    EXPECT_TRUE(TokenDataset::Open(path, 257, options).ok());
   }
 }
 
