@@ -14,8 +14,9 @@
 namespace trainer {
 namespace {
 
-// The keys that shape a MoE model's tensors, saved (the file's /config) against the config's.
-void AddMoeDifferences(hid_t f, const ModelConfig& m, std::string* diff) {
+// The keys beyond the sizes that shape a model's tensors (its family, biases, heads, norms,
+// tied head, experts), saved (the file's /config) against the config's.
+void AddStructureDifferences(hid_t f, const ModelConfig& m, std::string* diff) {
   std::string text;
   if (H5Aexists(f, "config") <= 0 || !Hdf5ReadStringAttribute(f, "config", &text).ok()) return;
   StatusOr<TrainConfig> saved_config = LoadConfigText(text, "the checkpoint's /config", {});
@@ -27,6 +28,18 @@ void AddMoeDifferences(hid_t f, const ModelConfig& m, std::string* diff) {
                          saved.c_str(), wanted.c_str());
   };
   const auto text_of = [](int64_t v) { return std::to_string(v); };
+  const auto flag = [](bool v) { return std::string(v ? "true" : "false"); };
+  add("arch", s.arch, m.arch);
+  add("bias", flag(s.bias), flag(m.bias));
+  // Where either sets them (else they follow num_heads and hidden_size, named above).
+  if (s.num_kv_heads > 0 || m.num_kv_heads > 0)
+    add("num_kv_heads", text_of(s.kv_heads()), text_of(m.kv_heads()));
+  if (s.head_dim > 0 || m.head_dim > 0)
+    add("head_dim", text_of(s.head_size()), text_of(m.head_size()));
+  add("qkv_bias", flag(s.qkv_bias), flag(m.qkv_bias));
+  add("qk_norm", flag(s.qk_norm), flag(m.qk_norm));
+  if (s.qk_norm && m.qk_norm) add("qk_norm_type", s.qk_norm_type, m.qk_norm_type);
+  add("tie_embeddings", flag(s.tie_embeddings), flag(m.tie_embeddings));
   add("num_experts", text_of(s.num_experts), text_of(m.num_experts));
   if (!s.moe() || !m.moe()) return;
   // 0 means ffn_hidden_size, whose own difference is named above where both leave it at 0.
@@ -52,8 +65,8 @@ void AddMoeDifferences(hid_t f, const ModelConfig& m, std::string* diff) {
                   m.moe_router_bias_update_rate));
 }
 
-// "Model.hidden_size: checkpoint 128, config 256; ..." for every differing shape key (the MoE
-// keys too).
+// "Model.hidden_size: checkpoint 128, config 256; ..." for every differing shape key (the family's
+// and the MoE keys too).
 std::string ShapeDifferences(hid_t f, const ModelConfig& m) {
   const std::pair<const char*, int64_t> keys[] = {{"hidden_size", m.hidden_size},
                                                   {"num_layers", m.num_layers},
@@ -70,7 +83,7 @@ std::string ShapeDifferences(hid_t f, const ModelConfig& m) {
       diff += StrFormat("%sModel.%s: checkpoint %lld, config %lld", diff.empty() ? "" : "; ", key,
                         static_cast<long long>(stored), static_cast<long long>(expected));
   }
-  AddMoeDifferences(f, m, &diff);
+  AddStructureDifferences(f, m, &diff);
   return diff;
 }
 
@@ -87,7 +100,7 @@ Status CheckModelShape(hid_t file_id, const std::string& file, const ModelConfig
 // Whether `file` holds what `params` asks for: LoRA adapters (a `lora_base` attribute) where they
 // are adapters, a model's weights where they are weights; else one error saying which and what
 // to do instead.
-Status CheckWeightKind(hid_t file_id, const std::string& file,
+Status CheckWeightKind(hid_t file_id, const std::string& file, const ModelConfig& config,
                        const std::vector<ParameterInfo>& params) {
   const bool wants_adapters = std::any_of(params.begin(), params.end(), [](const ParameterInfo& p) {
     return p.role == ParamRole::kLoraA || p.role == ParamRole::kLoraB;
@@ -95,6 +108,12 @@ Status CheckWeightKind(hid_t file_id, const std::string& file,
   std::string base;
   const bool has_adapters = H5Aexists(file_id, "lora_base") > 0 &&
                             Hdf5ReadStringAttribute(file_id, "lora_base", &base).ok();
+  if (has_adapters && !wants_adapters && config.lora())  // read as a LoRA run's base
+    return CheckpointError(StrFormat(
+        "%s holds LoRA adapters (of %s), not a model's weights, and a LoRA run's base "
+        "(Checkpoint.init_from) must be weights. Merge them into their base with `trainer export "
+        "--lora merge` and give that folder as Checkpoint.init_from, or start from their own base",
+        file.c_str(), base.c_str()));
   if (has_adapters && !wants_adapters)
     return CheckpointError(StrFormat(
         "%s holds LoRA adapters (of %s), not a model's weights, and the config has no adapters "
@@ -138,7 +157,7 @@ Status CheckNoExtraTensors(hid_t file_id, const std::string& file, const ModelCo
 // The checks of a checkpoint's weights against the config's model before they are read.
 Status CheckWeightsFit(hid_t file_id, const std::string& file, const ModelConfig& config,
                        const std::vector<ParameterInfo>& params) {
-  TRAINER_RETURN_IF_ERROR(CheckWeightKind(file_id, file, params));
+  TRAINER_RETURN_IF_ERROR(CheckWeightKind(file_id, file, config, params));
   TRAINER_RETURN_IF_ERROR(CheckModelShape(file_id, file, config));
   return CheckNoExtraTensors(file_id, file, config);
 }

@@ -55,13 +55,6 @@ Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
                 file.c_str(), kExpected));
 }
 
-// Whether two paths name the same folder (both exist and resolve alike).
-bool SameFolder(const std::string& a, const std::string& b) {
-  char ra[PATH_MAX], rb[PATH_MAX];
-  return realpath(a.c_str(), ra) != nullptr && realpath(b.c_str(), rb) != nullptr &&
-         std::string(ra) == rb;
-}
-
 // Renames a step folder that failed verification to <folder>.damaged (or .damaged-2, ...), so
 // that neither retention nor a later resume counts it as a checkpoint; warns either way.
 void SetAside(const std::string& folder, const std::string& keep_last_note) {
@@ -252,6 +245,42 @@ std::vector<std::string> CommittedCheckpoints(const std::string& directory) {
   return out;
 }
 
+namespace {
+
+// The run's progress as a save writes it (not under the tensors' checksums): a step of at least
+// 0, the one its step folder names; at least one sample a step and at most the largest global
+// batch (int32); at least one token a sample.
+Status CheckProgressAttributes(hid_t f, const std::string& file) {
+  int64_t step = 0, samples = 0, tokens = 0;
+  if (!Hdf5ReadIntAttribute(f, "step", &step).ok() ||
+      !Hdf5ReadIntAttribute(f, "consumed_samples", &samples).ok() ||
+      !Hdf5ReadIntAttribute(f, "tokens_seen", &tokens).ok())
+    return CheckpointError(
+        StrFormat("checkpoint lacks its progress (%s: step, consumed_samples or tokens_seen). %s",
+                  file.c_str(), kDamagedAdvice));
+  const size_t slash = file.rfind('/');
+  const std::string folder = slash == std::string::npos ? "" : file.substr(0, slash);
+  const std::string name = folder.substr(folder.rfind('/') + 1);  // npos + 1: all of it
+  const bool step_folder = name.size() > 5 && name.rfind("step-", 0) == 0 &&
+                           name.find_first_not_of("0123456789", 5) == std::string::npos;
+  const char* wrong =
+      step < 0                                                    ? "a negative step"
+      : step_folder && CheckpointFolderStep(name) != step         ? "another step than its folder"
+      : samples < step                                            ? "fewer samples than steps"
+      : samples / std::max<int64_t>(1, step) > int64_t{INT32_MAX} ? "more samples a step than a "
+                                                                    "global batch holds"
+      : tokens < samples                                          ? "fewer tokens than samples"
+                                                                  : nullptr;
+  if (wrong == nullptr) return Status::Ok();
+  return CheckpointError(StrFormat(
+      "checkpoint progress is impossible (%s: step %lld, consumed_samples %lld, tokens_seen "
+      "%lld: %s). %s",
+      file.c_str(), static_cast<long long>(step), static_cast<long long>(samples),
+      static_cast<long long>(tokens), wrong, kDamagedAdvice));
+}
+
+}  // namespace
+
 Status VerifyCheckpoint(const std::string& file, Progress* progress) {
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
@@ -278,6 +307,7 @@ Status VerifyCheckpoint(const std::string& file, Progress* progress) {
   if (tensors.empty())
     return CheckpointError(
         StrFormat("checkpoint holds no tensors (%s). %s", file.c_str(), kDamagedAdvice));
+  TRAINER_RETURN_IF_ERROR(CheckProgressAttributes(f.get(), file));
   std::vector<float> buffer;
   for (const std::string& path : tensors) {
     ReportProgress(progress, "verifying a checkpoint");

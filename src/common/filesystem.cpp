@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -85,6 +86,12 @@ std::string ParentDirectory(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
+}
+
+bool SameFolder(const std::string& a, const std::string& b) {
+  char ra[PATH_MAX], rb[PATH_MAX];
+  return realpath(a.c_str(), ra) != nullptr && realpath(b.c_str(), rb) != nullptr &&
+         std::string(ra) == rb;
 }
 
 Status RenameDurably(const std::string& from, const std::string& to) {

@@ -29,6 +29,8 @@ StatusOr<std::vector<std::string>> ListDirectory(const std::string& path);
 // rm -r.
 Status RemoveTree(const std::string& path);
 std::string ParentDirectory(const std::string& path);
+// Whether two paths name the same folder (both exist and resolve alike through realpath).
+bool SameFolder(const std::string& a, const std::string& b);
 // Bytes of a regular file (0 when missing).
 long long FileSize(const std::string& path);
 

@@ -11,7 +11,9 @@
 # - a flipped byte in a copy without HDF5's Fletcher32 filter: caught by the CRC-32 alone;
 # - a folder whose only checkpoint is damaged: exit 4, "no checkpoint ... verifies";
 # - a leftover step-*.tmp is reported and removed at start;
-# - a config of another model shape: exit 4 naming each differing key.
+# - a config of another model shape: exit 4 naming each differing key;
+# - impossible progress attributes (negative step, samples beyond any global batch, a folder
+#   copied under another step's name): inspect and --resume exit 4 naming them.
 source "$(dirname "$0")/lib.sh"
 source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
@@ -160,3 +162,46 @@ set -e
 [ $rc -eq 4 ] || { cat shape.err; fail "shape mismatch: exit $rc"; }
 one_error_line shape.err "Model.hidden_size: checkpoint 64, config 128; Model.num_layers: checkpoint 2, config 3"
 echo "ok: $(grep 'error: ' shape.err)"
+# Another family or biases: the key named, not the tensors it leaves without a place.
+for change in "Model.bias=false:Model.bias: checkpoint true, config false" \
+              "Model.arch=llama:Model.arch: checkpoint gpt2, config llama"; do
+  set +e
+  run_np 2 train "${COMMON[@]}" -o Engine.output_dir=run -o "${change%%:*}" --resume auto \
+    > family.out 2> family.err
+  rc=$?
+  set -e
+  [ $rc -eq 4 ] || { cat family.err; fail "${change%%:*}: exit $rc"; }
+  one_error_line family.err "checkpoint does not match the model in the config .*${change#*:}"
+done
+echo "ok: another family or biases name their keys"
+
+# Impossible progress (attributes outside the tensors' checksums): a negative step, more samples
+# a step than a global batch holds, a step folder copied under another step's name. inspect says
+# NO (exit 4) naming it, and --resume of it stops with exit 4 instead of an internal error.
+mkdir progress
+for case in step:-5 consumed_samples:1000000000000000 copy; do
+  name=${case%%:*}
+  rm -rf progress/* && cp -r $CKPT/step-00000009 progress/step-00000009
+  folder=progress/step-00000009
+  if [[ $name == copy ]]; then
+    mv $folder progress/step-00000007 && folder=progress/step-00000007
+    why="another step than its folder"
+  else
+    "$CHECKPOINT_CONFIG" $folder/checkpoint.h5 --set-int "$name" "${case#*:}" ||
+      fail "setting $name"
+    why=$([[ $name == step ]] && echo "a negative step" || echo "more samples a step than")
+  fi
+  set +e
+  "$TRAINER" inspect $folder > progress.out 2> progress.err
+  rc=$?
+  run_np 2 train "${COMMON[@]}" -o Engine.output_dir=progress_run --resume $folder \
+    > progress_resume.out 2> progress_resume.err
+  rc_resume=$?
+  set -e
+  [[ $rc -eq 4 ]] && grep -q "checkpoint progress is impossible .*$why" progress.out progress.err ||
+    { cat progress.out progress.err; fail "inspect of $case: exit $rc"; }
+  [[ $rc_resume -eq 4 ]] || { cat progress_resume.err; fail "--resume of $case: exit $rc_resume"; }
+  one_error_line progress_resume.err "checkpoint progress is impossible .*$why"
+done
+echo "ok: impossible progress attributes are damage: inspect and --resume exit 4"
+

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints that do not fit the run, each refused on both ranks with exit 4 and one line:
-# - Checkpoint.init_from of a GPT checkpoint with biases into a Model.bias=false config: the
-#   tensors the model has no place for are named (not dropped);
+# - Checkpoint.init_from of a GPT checkpoint with biases into a Model.bias=false config: the key
+#   named (Model.bias), and where the saved config hides it, the tensors the model has no place
+#   for (not dropped);
 # - a LoRA resume whose config names another base: another Checkpoint.init_from, or without one
 #   another Global.seed; the line names both bases, each resolved (absolute file, step, bytes);
 # - a relative init_from read from another folder (trainer eval), and a checkpoint folder as
@@ -37,8 +38,15 @@ run_np 2 train "${COMMON[@]}" -o Engine.output_dir=other -o Global.seed=7 > othe
 BASE=base/checkpoints/step-00000002
 OTHER=other/checkpoints/step-00000002
 
-refused extra_tensors "$BASE/checkpoint.h5 holds /model/transformer.h.0.attn.c_attn.bias \[96\] (and [0-9]* more), which the config's model has no place for" \
+refused bias_key "$BASE/checkpoint.h5): Model.bias: checkpoint true, config false" \
   run_np 2 train "${COMMON[@]}" -o Model.bias=false -o Checkpoint.init_from=$BASE -o Engine.output_dir=nobias
+# The same tensors in a copy whose saved config says bias: false (no key differs): each tensor
+# without a place is still named, not dropped.
+mkdir -p said_nobias && cp $BASE/checkpoint.h5 said_nobias/
+"$CHECKPOINT_CONFIG" said_nobias/checkpoint.h5 | sed 's/^  bias: true$/  bias: false/' > nobias.yaml
+"$CHECKPOINT_CONFIG" said_nobias/checkpoint.h5 --set < nobias.yaml || fail "editing the config"
+refused extra_tensors "said_nobias/checkpoint.h5 holds /model/transformer.h.0.attn.c_attn.bias \[96\] (and [0-9]* more), which the config's model has no place for" \
+  run_np 2 train "${COMMON[@]}" -o Model.bias=false -o Checkpoint.init_from=said_nobias/checkpoint.h5 -o Engine.output_dir=nobias
 
 # LoRA on the checkpoint base, and on the seed's initialisation.
 run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=lora \
@@ -95,6 +103,10 @@ refused lora_as_weights "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA
   run_np 2 train "${COMMON[@]}" -o Engine.output_dir=lora -o Engine.max_steps=6 --resume auto
 refused lora_as_init_from "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters.*trainer export --lora merge" \
   run_np 2 train "${COMMON[@]}" -o Checkpoint.init_from=lora/checkpoints/step-00000004 -o Engine.output_dir=from_lora
+# A LoRA checkpoint as a LoRA run's base: it must be weights (not "the config has no adapters").
+refused lora_as_base "lora/checkpoints/step-00000004/checkpoint.h5 holds LoRA adapters .*, and a LoRA run's base (Checkpoint.init_from) must be weights.*trainer export --lora merge" \
+  run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=lora/checkpoints/step-00000004 \
+  -o Engine.output_dir=lora_on_lora
 mkdir -p weights/checkpoints && cp -r $BASE weights/checkpoints/
 refused weights_as_lora "weights/checkpoints/step-00000002/checkpoint.h5 holds a model's weights, not LoRA adapters.*Model.lora_rank=0" \
   run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=weights \

@@ -2,18 +2,36 @@
 // YAML config it was saved with), or with --set replaces it with the text read from stdin, as a
 // UTF-8 variable-length string as the trainer writes it (HDF5 C API, independent of the
 // trainer's own code). Tests use it to make checkpoints saved with a config that no longer
-// validates. Exit 0 on success, 1 otherwise.
+// validates. checkpoint_config FILE --set-int NAME VALUE writes an int64 attribute of the root
+// (step, consumed_samples, ...): damaged progress. Exit 0 on success, 1 otherwise.
 #include <hdf5.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <iterator>
 #include <string>
 
+// Replaces the root's int64 attribute `name` with `value`.
+int SetInt(const char* path, const char* name, long long value) {
+  const hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  if (file < 0) return 1;
+  if (H5Aexists(file, name) > 0) H5Adelete(file, name);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attribute = H5Acreate2(file, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+  const bool ok = attribute >= 0 && H5Awrite(attribute, H5T_NATIVE_LLONG, &value) >= 0;
+  if (attribute >= 0) H5Aclose(attribute);
+  H5Sclose(space);
+  return H5Fclose(file) >= 0 && ok ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[2]) == "--set-int")
+    return SetInt(argv[1], argv[3], std::strtoll(argv[4], nullptr, 10));
   const bool set = argc == 3 && std::string(argv[2]) == "--set";
   if (argc != 2 && !set) {
-    std::fprintf(stderr, "usage: checkpoint_config FILE [--set < config.yaml]\n");
+    std::fprintf(stderr,
+                 "usage: checkpoint_config FILE [--set < config.yaml | --set-int NAME VALUE]\n");
     return 1;
   }
   const hid_t file = H5Fopen(argv[1], set ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
