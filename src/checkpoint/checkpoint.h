@@ -163,6 +163,10 @@ Status CheckResumeFolder(const std::string& resume, const std::string& directory
 // warning, *lock stays empty, and the run goes on. `progress` (optional) hears of each retry.
 Status LockCheckpointDirectory(const std::string& directory, double wait_s,
                                std::unique_ptr<FileLock>* lock, Progress* progress = nullptr);
+// The same lock on Engine.output_dir (where it is not Checkpoint.dir): two runs there would
+// interleave their metrics.jsonl and TensorBoard events.
+Status LockOutputDirectory(const std::string& directory, double wait_s,
+                           std::unique_ptr<FileLock>* lock, Progress* progress = nullptr);
 // Who holds `directory`'s lock ("host node1, pid 1234, Slurm job 77, since ..."), "" when no run
 // does; asked without taking it (`trainer inspect`).
 std::string CheckpointDirectoryHolder(const std::string& directory);

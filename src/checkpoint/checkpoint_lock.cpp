@@ -1,5 +1,6 @@
-// The checkpoint folder's lock (checkpoint.h: LockCheckpointDirectory): <Checkpoint.dir>/.lock,
-// held by world rank 0 for the whole run, its text naming the holder for whoever finds it busy.
+// The run folders' locks (checkpoint.h: LockCheckpointDirectory, LockOutputDirectory):
+// <folder>/.lock, held by world rank 0 for the whole run, its text naming the holder for whoever
+// finds it busy.
 #include <unistd.h>
 
 #include <chrono>
@@ -53,26 +54,33 @@ std::string DescribeHolder(const std::string& text) {
   return out;
 }
 
-}  // namespace
+// A run's folder to lock: the checkpoint folder, or the output folder (metrics, TensorBoard).
+struct LockedFolder {
+  const char* what;   // "checkpoint folder"
+  const char* key;    // "Checkpoint.dir"
+  const char* harm;   // what two runs in it would do to each other
+  const char* other;  // the keys that give a run a folder of its own
+};
 
-Status LockCheckpointDirectory(const std::string& directory, double wait_s,
-                               std::unique_ptr<FileLock>* lock, Progress* progress) {
+Status LockFolder(const std::string& directory, const LockedFolder& folder, double wait_s,
+                  std::unique_ptr<FileLock>* lock, Progress* progress) {
   lock->reset();
   const std::string path = directory + "/.lock";
   auto unguarded = [&](const std::string& why) {
     LogWarning(
         StrFormat("cannot lock %s (%s): nothing stops a second run from writing to "
-                  "Checkpoint.dir at the same time; make sure only one run uses it",
-                  path.c_str(), why.c_str()));
+                  "%s at the same time; make sure only one run uses it",
+                  path.c_str(), why.c_str(), folder.key));
     return Status::Ok();
   };
   std::string why;
   if (!FolderWritable(directory, &why)) {
     const ProcessIdentity& id = GetProcessIdentity();
     return CheckpointError(
-        StrFormat("checkpoint folder not writable (%s, Checkpoint.dir, rank %d on %s): %s. Make it "
-                  "writable or set Checkpoint.dir to a writable folder; nothing was trained",
-                  directory.c_str(), id.rank, id.host.c_str(), why.c_str()));
+        StrFormat("%s not writable (%s, %s, rank %d on %s): %s. Make it writable or set %s to a "
+                  "writable folder; nothing was trained",
+                  folder.what, directory.c_str(), folder.key, id.rank, id.host.c_str(), why.c_str(),
+                  folder.key));
   }
   const auto start = std::chrono::steady_clock::now();
   bool announced = false;
@@ -106,11 +114,29 @@ Status LockCheckpointDirectory(const std::string& directory, double wait_s,
       continue;
     }
     return CheckpointError(StrFormat(
-        "checkpoint folder in use (%s, Checkpoint.dir): another run holds its lock (%s), and two "
-        "runs writing one folder would remove each other's checkpoints. Wait for that run to "
-        "end, or give this one its own Checkpoint.dir or Engine.output_dir",
-        path.c_str(), DescribeHolder(text).c_str()));
+        "%s in use (%s, %s): another run holds its lock (%s), and two runs writing one folder "
+        "would %s. Wait for that run to end, or give this one its own %s",
+        folder.what, path.c_str(), folder.key, DescribeHolder(text).c_str(), folder.harm,
+        folder.other));
   }
+}
+
+}  // namespace
+
+Status LockCheckpointDirectory(const std::string& directory, double wait_s,
+                               std::unique_ptr<FileLock>* lock, Progress* progress) {
+  return LockFolder(directory,
+                    {"checkpoint folder", "Checkpoint.dir", "remove each other's checkpoints",
+                     "Checkpoint.dir or Engine.output_dir"},
+                    wait_s, lock, progress);
+}
+
+Status LockOutputDirectory(const std::string& directory, double wait_s,
+                           std::unique_ptr<FileLock>* lock, Progress* progress) {
+  return LockFolder(directory,
+                    {"output folder", "Engine.output_dir",
+                     "interleave their metrics.jsonl and TensorBoard events", "Engine.output_dir"},
+                    wait_s, lock, progress);
 }
 
 std::string CheckpointDirectoryHolder(const std::string& directory) {

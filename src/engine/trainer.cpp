@@ -89,6 +89,9 @@ Status Trainer::Setup() {
     TRAINER_RETURN_IF_ERROR(CheckOutputFolder(config_.engine.output_dir));
     TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(
         config_.checkpoint_dir(), kCheckpointLockWaitSeconds, &checkpoint_lock_, progress_));
+    if (!SameFolder(config_.engine.output_dir, config_.checkpoint_dir()))  // one lock per folder
+      TRAINER_RETURN_IF_ERROR(LockOutputDirectory(
+          config_.engine.output_dir, kCheckpointLockWaitSeconds, &output_lock_, progress_));
     // A run without --resume (or resuming another folder's step) in a folder of another run's
     // checkpoints would replace them.
     if (config_.checkpoint.resume.empty())

@@ -182,6 +182,7 @@ class Trainer {
   std::string lora_base_;  // LoRA: the base as checkpoints record it (LoraBaseIdentity)
   std::string last_checkpoint_;                // saved or resumed from in this run; empty if none
   std::unique_ptr<FileLock> checkpoint_lock_;  // rank 0: Checkpoint.dir's, for the whole run
+  std::unique_ptr<FileLock> output_lock_;      // rank 0: Engine.output_dir's (metrics)
   Progress* progress_ = nullptr;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   // Last: destroyed first, so that rank 0's background write ends while the rest still exists.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One run writes a checkpoint folder at a time (<Checkpoint.dir>/.lock, held by rank 0):
 #  - a second run on the folder of a running one stops at once with exit 4 and one error line
-#    naming the lock and its holder, touching nothing; the first run finishes as if alone;
+#    naming the lock and its holder, touching nothing; so does one on its Engine.output_dir with
+#    a Checkpoint.dir of its own (<output_dir>/.lock); the first run finishes as if alone;
 #  - a lock held by another Slurm job stops the run the same way; one held by an earlier run of
 #    the same Slurm job (a requeue after a node failure) is waited for, and the run goes on once it
 #    is released, and the wait counts as progress for the watchdog;
@@ -37,6 +38,19 @@ set -e
 kill -0 $mpirun_pid 2> /dev/null || fail "the first run ended before the second was refused; raise MAX"
 one_error_line second.err "checkpoint folder in use (first/checkpoints/.lock, Checkpoint.dir): another run holds its lock (host [^,]*, pid [0-9]*, since "
 [ ! -e second/metrics.jsonl ] || fail "the refused run wrote metrics"
+# The running one's Engine.output_dir with a Checkpoint.dir of its own: its metrics.jsonl and
+# TensorBoard events would interleave with the first run's; refused the same way.
+lines=$(line_count first/metrics.jsonl)
+set +e
+run_np 2 train "${COMMON[@]}" -o Engine.max_steps=$MAX -o Engine.output_dir=first \
+  -o Checkpoint.dir=third/checkpoints > third.out 2> third.err
+rc=$?
+set -e
+[ $rc -eq 4 ] || { cat third.out third.err; fail "third run: exit $rc, expected 4"; }
+kill -0 $mpirun_pid 2> /dev/null || fail "the first run ended before the third was refused; raise MAX"
+one_error_line third.err "output folder in use (first/.lock, Engine.output_dir): another run holds its lock (host [^,]*, pid [0-9]*, since .*interleave their metrics.jsonl"
+[ "$(line_count first/metrics.jsonl)" -ge "$lines" ] && ! grep -q '"step": 1,' <(tail -n +$((lines + 1)) first/metrics.jsonl) ||
+  fail "the refused run wrote into first/metrics.jsonl"
 wait $mpirun_pid || { cat first.log; fail "the first run failed beside the refused one"; }
 [ "$(latest_step first/checkpoints)" = $MAX ] || fail "the first run's latest is not step $MAX"
 [ "$(line_count first/metrics.jsonl)" -ge $MAX ] || fail "the first run's metrics are incomplete"
