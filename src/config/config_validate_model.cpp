@@ -14,6 +14,16 @@ namespace {
 // The keys of one family that the other does not have, and the llama family's attention shape.
 Status CheckModelFamily(const TrainConfig& c, Checker& check) {
   const ModelConfig& m = c.model;
+  if (m.rope_scaling == "none") {  // Llama 3's frequency scaling off: its settings do nothing
+    for (const std::string& key : DifferingKeys(c, TrainConfig(), "Model.rope_")) {
+      if (key == "Model.rope_theta" || key == "Model.rope_scaling") continue;
+      return check.Fail(check.Show(key) + " is a setting of Model.rope_scaling=llama3, and " +
+                            check.Show("Model.rope_scaling") + " (it would be ignored)",
+                        {key, "Model.rope_scaling"},
+                        "Set Model.rope_scaling=llama3 (Llama 3.1's long-context RoPE), or leave " +
+                            key + " at its default");
+    }
+  }
   if (m.arch == "gpt2") {
     struct LlamaOnly {
       const char* key;
@@ -27,6 +37,7 @@ Status CheckModelFamily(const TrainConfig& c, Checker& check) {
         {"Model.qk_norm_type", m.qk_norm_type != "head"},
         {"Model.tie_embeddings", !m.tie_embeddings},
         {"Model.rope_scaling", m.rope_scaling != "none"},
+        {"Model.rope_theta", m.rope_theta != TrainConfig().model.rope_theta},
         {"Model.norm_eps", m.norm_eps != 1e-5},
     };
     for (const LlamaOnly& k : keys)

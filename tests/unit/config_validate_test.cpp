@@ -391,6 +391,18 @@ TEST(ConfigValidate, LlamaFamilyShapes) {
                     "Set Model.arch=llama"});
   ExpectUsageError(ValidateWith({"Model.num_kv_heads=2"}, 1),
                    {"Model.num_kv_heads=2 is a key of the llama family"});
+  ExpectUsageError(ValidateWith({"Model.rope_theta=500000"}, 1),
+                   {"Model.rope_theta=5.0e+05 is a key of the llama family"});
+  // Llama 3's RoPE scaling settings without it would be ignored, in either family.
+  for (const std::string arch : {"Model.arch=gpt2", "Model.arch=llama"})
+    ExpectUsageError(ValidateWith({arch, "Model.rope_factor=4"}, 1),
+                     {"Model.rope_factor=4.0 is a setting of Model.rope_scaling=llama3, and "
+                      "Model.rope_scaling=\"none\" (it would be ignored)",
+                      "Set Model.rope_scaling=llama3"});
+  EXPECT_TRUE(ValidateWith({llama, "Model.rope_scaling=llama3", "Model.rope_factor=4",
+                            "Model.rope_original_max_positions=4096"},
+                           1)
+                  .ok());
   ExpectUsageError(ValidateWith({"Model.arch=mistral"}, 1),
                    {"Model.arch=\"mistral\" must be one of gpt2, llama"});
   // OLMoE's q/k norm over all heads: with q/k norms, as many key/value heads as heads, no TP.
