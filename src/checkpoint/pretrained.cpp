@@ -225,9 +225,9 @@ Status LoraBaseIdentity(const TrainConfig& config, std::string* identity) {
     CheckpointSummary summary;
     if (file.empty() || !ReadCheckpointSummary(file, &summary).ok())
       return CheckpointError(StrFormat(
-          "Checkpoint.init_from=%s names no weights (the LoRA base): give the trainer checkpoint "
-          "or Hugging Face model the adapters apply to",
-          path.c_str()));
+          "Checkpoint.init_from=%s names no weights (the LoRA base; %s): give the trainer "
+          "checkpoint or Hugging Face model the adapters apply to",
+          path.c_str(), PathExists(path) ? "no checkpoint or model there" : "it does not exist"));
     // The weights' CRC-32 where the file has them (format 2): a copy of the same base matches
     // wherever it lies, another base of the same shape does not.
     uint32_t crc = 0;
@@ -296,10 +296,13 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
     return ReadCheckpointWeights(checkpoint, model, params, part, flat, progress);
   }
   return CheckpointError(StrFormat(
-      "Checkpoint.init_from=%s names no weights: give a trainer checkpoint (a step folder, its "
-      "checkpoint.h5, or a checkpoint directory) or a Hugging Face model (a folder with "
+      "Checkpoint.init_from=%s names no weights (%s): give a trainer checkpoint (a step folder, "
+      "its checkpoint.h5, or a checkpoint directory) or a Hugging Face model (a folder with "
       "config.json and model.safetensors or model.safetensors.index.json, or the file)",
-      path.c_str()));
+      path.c_str(),
+      !PathExists(path)   ? "it does not exist"
+      : IsDirectory(path) ? "the folder holds neither a checkpoint nor model.safetensors"
+                          : "the file is neither a checkpoint.h5 nor a .safetensors"));
 }
 
 Status ImpliedModelOverrides(const std::string& file, std::string* overrides, std::string* note) {

@@ -252,6 +252,14 @@ StatusOr<TrainConfig> LoadConfigText(const std::string& text, const std::string&
   config.config_path = source;
   config.config_overrides = overrides;
   if (!source.empty()) {
+    // An HDF5 file (a packed dataset or a checkpoint) given as the config: named as such.
+    static const std::string kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
+    if (text.compare(0, kHdf5Signature.size(), kHdf5Signature) == 0)
+      return UsageError(StrFormat(
+          "config file is an HDF5 file (%s): a packed dataset or a checkpoint, not a YAML config. "
+          "Pass a config with -c (configs/*.yaml) and the data as -o Data.train_path=%s, or a "
+          "checkpoint with --resume",
+          source.c_str(), source.c_str()));
     std::vector<YAML::Node> documents;
     try {
       documents = YAML::LoadAll(text);

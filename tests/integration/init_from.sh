@@ -103,7 +103,7 @@ run_np 2 train "${COMMON[@]}" -o Optimizer.lr=0 -o Optimizer.min_lr=0 -o Engine.
 grep -q "resumed from" resumed.log || fail "the run did not resume"
 ! grep -q "initial weights from" resumed.log || fail "a resume took init_from's weights"
 
-expect_error 4 "names no weights" run_np 2 train "${COMMON[@]}" -o Engine.output_dir=bad1 \
+expect_error 4 "init_from=nowhere names no weights (it does not exist)" run_np 2 train "${COMMON[@]}" -o Engine.output_dir=bad1 \
   -o Checkpoint.init_from=nowhere
 expect_error 4 "Model.hidden_size" run_np 2 train "${COMMON[@]}" -o Engine.output_dir=bad2 \
   -o Model.hidden_size=64 -o Checkpoint.init_from=hf

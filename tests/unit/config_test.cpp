@@ -317,6 +317,11 @@ TEST_F(ConfigTest, MalformedOverridesFilesAndYaml) {
   std::string broken = WriteFile("broken.yaml", "Model:\n  hidden_size: 3\n  pp: [1, 2\n");
   ExpectUsageError(LoadConfig(broken, {}).status(),
                    {"invalid YAML in config file (" + broken + " line "});
+  // A dataset or checkpoint as the config (HDF5's signature, then binary): named as such.
+  std::string h5 = WriteFile("data.h5", std::string("\x89HDF\r\n\x1a\n\0\0\x0b\\.", 13));
+  ExpectUsageError(LoadConfig(h5, {}).status(),
+                   {"config file is an HDF5 file (" + h5 + "): a packed dataset or a checkpoint",
+                    "-o Data.train_path=" + h5});
   std::string list = WriteFile("list.yaml", "- a\n- b\n");
   ExpectUsageError(LoadConfig(list, {}).status(), {"not a map of sections"});
   std::string flat = WriteFile("flat.yaml", "Model: 3\n");
