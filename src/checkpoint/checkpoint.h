@@ -230,9 +230,14 @@ Status RenameStepFolderAside(const std::string& folder, const std::string& suffi
                              std::string* aside);
 // "step-00000100": the folder name of a step's checkpoint (zero-padded, so names sort by step).
 std::string CheckpointFolderName(int64_t step);
+// Whether `name` is a committed step folder's ("step-" and digits only).
+bool IsStepFolderName(const std::string& name);
 // The step folder name `latest` holds in `directory` ("step-00000300"; a hand-written "step-300"
-// as that), "" when there is none or it names no step folder (with a warning).
-std::string LatestCheckpointName(const std::string& directory);
+// as that), "" when there is none or it names no step folder (its text in *names_no_step, for
+// WarnLatestNamesNoStep where one process speaks for the run).
+std::string LatestCheckpointName(const std::string& directory,
+                                 std::string* names_no_step = nullptr);
+void WarnLatestNamesNoStep(const std::string& directory, const std::string& text);
 // Committed step folders in `directory`, newest first.
 std::vector<std::string> CommittedCheckpoints(const std::string& directory);
 

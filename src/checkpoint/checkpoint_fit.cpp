@@ -30,7 +30,7 @@ void AddStructureDifferences(hid_t f, const ModelConfig& m, std::string* diff) {
   const auto text_of = [](int64_t v) { return std::to_string(v); };
   const auto flag = [](bool v) { return std::string(v ? "true" : "false"); };
   add("arch", s.arch, m.arch);
-  add("bias", flag(s.bias), flag(m.bias));
+  if (s.arch == "gpt2" && m.arch == "gpt2") add("bias", flag(s.bias), flag(m.bias));  // GPT-2's
   // Where either sets them (else they follow num_heads and hidden_size, named above).
   if (s.num_kv_heads > 0 || m.num_kv_heads > 0)
     add("num_kv_heads", text_of(s.kv_heads()), text_of(m.kv_heads()));

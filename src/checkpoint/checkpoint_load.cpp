@@ -81,7 +81,9 @@ void SetAside(const std::string& folder, const std::string& keep_last_note) {
 Status ResolveNewest(const std::string& directory, const std::string& key, bool own,
                      Progress* progress, std::string* chosen) {
   std::vector<std::string> candidates, failed;
-  const std::string latest = LatestCheckpointName(directory);
+  std::string names_no_step;
+  const std::string latest = LatestCheckpointName(directory, &names_no_step);
+  if (!names_no_step.empty()) WarnLatestNamesNoStep(directory, names_no_step);
   const int64_t latest_step = latest.empty() ? INT64_MAX : CheckpointFolderStep(latest);
   if (!latest.empty()) candidates.push_back(directory + "/" + latest);
   for (const std::string& c : CommittedCheckpoints(directory))
@@ -214,22 +216,29 @@ std::string CheckpointFile(const std::string& folder_or_file) {
   return IsDirectory(folder_or_file) ? folder_or_file + "/checkpoint.h5" : folder_or_file;
 }
 
-std::string LatestCheckpointName(const std::string& directory) {
+bool IsStepFolderName(const std::string& name) {
+  return name.size() > 5 && name.rfind("step-", 0) == 0 &&
+         name.find_first_not_of("0123456789", 5) == std::string::npos;
+}
+
+std::string LatestCheckpointName(const std::string& directory, std::string* names_no_step) {
   auto latest = ReadSmallFile(directory + "/latest");
   std::string name = latest.ok() ? latest.value() : "";
   while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
   if (name.empty()) return name;
   // A hand-edited `latest`: "step-6" is step-00000006; a name that is no step is not followed
   // (it would fail verification as if every checkpoint were damaged).
-  const bool step = name.size() > 5 && name.rfind("step-", 0) == 0 &&
-                    name.find_first_not_of("0123456789", 5) == std::string::npos;
-  if (step) return CheckpointFolderName(CheckpointFolderStep(name));
+  if (IsStepFolderName(name)) return CheckpointFolderName(CheckpointFolderStep(name));
+  if (names_no_step != nullptr) *names_no_step = name;
+  return "";
+}
+
+void WarnLatestNamesNoStep(const std::string& directory, const std::string& text) {
   LogWarning(
       StrFormat("%s/latest names '%s', which is no step folder (step-N): ignored, so the "
                 "newest step folder is taken. Write the step folder's name into it, or "
                 "remove it",
-                directory.c_str(), name.c_str()));
-  return "";
+                directory.c_str(), text.c_str()));
 }
 
 std::vector<std::string> CommittedCheckpoints(const std::string& directory) {
@@ -237,10 +246,7 @@ std::vector<std::string> CommittedCheckpoints(const std::string& directory) {
   auto names = ListDirectory(directory);
   if (!names.ok()) return out;
   for (const std::string& n : names.value())  // step-<digits> only: not .tmp, not .damaged
-    if (n.size() > 5 && n.rfind("step-", 0) == 0 &&
-        n.find_first_not_of("0123456789", 5) == std::string::npos &&
-        IsDirectory(directory + "/" + n))
-      out.push_back(directory + "/" + n);
+    if (IsStepFolderName(n) && IsDirectory(directory + "/" + n)) out.push_back(directory + "/" + n);
   std::sort(out.rbegin(), out.rend());  // zero-padded step numbers: newest first
   return out;
 }
@@ -261,8 +267,7 @@ Status CheckProgressAttributes(hid_t f, const std::string& file) {
   const size_t slash = file.rfind('/');
   const std::string folder = slash == std::string::npos ? "" : file.substr(0, slash);
   const std::string name = folder.substr(folder.rfind('/') + 1);  // npos + 1: all of it
-  const bool step_folder = name.size() > 5 && name.rfind("step-", 0) == 0 &&
-                           name.find_first_not_of("0123456789", 5) == std::string::npos;
+  const bool step_folder = IsStepFolderName(name);
   const char* wrong =
       step < 0                                                    ? "a negative step"
       : step_folder && CheckpointFolderStep(name) != step         ? "another step than its folder"

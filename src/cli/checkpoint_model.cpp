@@ -67,11 +67,15 @@ StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std:
     overrides.push_back(single);
   TRAINER_ASSIGN_OR_RETURN(TrainConfig config,
                            LoadConfigText(summary.config_text, file + " (/config)", overrides));
-  // A dense model saved with moe_* keys set (earlier trainers took them and ignored them): read
-  // them as their defaults, as the saving run did in effect; an override still comes last.
-  const std::vector<std::string> unused = config.model.moe()
-                                              ? std::vector<std::string>()
-                                              : DifferingKeys(config, TrainConfig(), "Model.moe_");
+  // Keys that earlier trainers took and ignored, now refused: a dense model's moe_* keys, RoPE
+  // scaling settings without rope_scaling=llama3, rope_theta on a GPT-2. Read as their defaults,
+  // as the saving run had them in effect; an override still comes last.
+  std::vector<std::string> unused;
+  if (!config.model.moe()) unused = DifferingKeys(config, TrainConfig(), "Model.moe_");
+  if (config.model.rope_scaling == "none")
+    for (const std::string& key : DifferingKeys(config, TrainConfig(), "Model.rope_"))
+      if (key != "Model.rope_scaling" && (key != "Model.rope_theta" || config.model.arch == "gpt2"))
+        unused.push_back(key);
   if (!unused.empty()) {
     std::vector<std::string> defaults = DefaultOverrides(unused);
     defaults.insert(defaults.end(), overrides.begin(), overrides.end());

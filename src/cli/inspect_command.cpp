@@ -90,7 +90,9 @@ Status InspectCheckpointFolder(const std::string& dir) {
   const std::vector<std::string> steps = CommittedCheckpoints(dir);  // newest first
   for (auto it = steps.rbegin(); it != steps.rend(); ++it)
     committed += (committed.empty() ? "" : ", ") + it->substr(it->rfind('/') + 1);
-  const std::string step = LatestCheckpointName(dir);
+  std::string names_no_step;
+  const std::string step = LatestCheckpointName(dir, &names_no_step);
+  if (!names_no_step.empty()) WarnLatestNamesNoStep(dir, names_no_step);
   const std::string holder = CheckpointDirectoryHolder(dir);
   std::cout << "checkpoint folder " << dir << "\n"
             << "  latest           " << (step.empty() ? "(none)" : step) << "\n"

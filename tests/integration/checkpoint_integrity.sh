@@ -174,6 +174,14 @@ for change in "Model.bias=false:Model.bias: checkpoint true, config false" \
   one_error_line family.err "checkpoint does not match the model in the config .*${change#*:}"
 done
 echo "ok: another family or biases name their keys"
+# Model.bias shapes GPT-2's tensors only: a llama saved with bias=false resumes with the default.
+LLAMA=(-c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=data.h5 -o Data.val_fraction=0
+       -o Model.num_layers=1 -o Model.max_seq_len=32 -o Engine.eval_freq=0 -o Engine.save_steps=1
+       -o Engine.output_dir=llama_bias)
+run_np 1 train "${LLAMA[@]}" -o Model.bias=false -o Engine.max_steps=1 > llama1.log 2>&1 ||
+  { tail llama1.log; fail "llama with bias=false"; }
+run_np 1 train "${LLAMA[@]}" -o Engine.max_steps=2 --resume auto > llama2.log 2>&1 ||
+  { tail llama2.log; fail "a llama saved with bias=false did not resume with the default"; }
 
 # Impossible progress (attributes outside the tensors' checksums): a negative step, more samples
 # a step than a global batch holds, a step folder copied under another step's name. inspect says

@@ -135,16 +135,21 @@ expect_error 2 "Model.num_heads=3 (badconfig/checkpoints/step-00000002/checkpoin
   "$TRAINER" eval badconfig/checkpoints --data data.h5
 "$TRAINER" inspect $BASE > base.inspect 2>&1 && grep -q "^  config           valid$" base.inspect ||
   { cat base.inspect; fail "inspect of a valid checkpoint"; }
-# A dense model saved with a moe_* key set (earlier trainers took and ignored it; training now
-# refuses it): eval and inspect read it as its default, as the saving run did in effect.
+# A dense GPT-2 saved with a moe_* key, rope_theta and a RoPE scaling setting (earlier trainers
+# took and ignored them; training now refuses them): eval and inspect read them as their
+# defaults, as the saving run did in effect.
 mkdir -p densemoe/checkpoints && cp -r $BASE densemoe/checkpoints/
 edited=densemoe/checkpoints/step-00000002/checkpoint.h5
-"$CHECKPOINT_CONFIG" "$edited" | sed 's/^  moe_aux_loss_coeff: 0.0$/  moe_aux_loss_coeff: 0.01/' > densemoe.yaml
-grep -q "^  moe_aux_loss_coeff: 0.01$" densemoe.yaml || fail "no moe_aux_loss_coeff line to edit"
+"$CHECKPOINT_CONFIG" "$edited" | sed -e 's/^  moe_aux_loss_coeff: 0.0$/  moe_aux_loss_coeff: 0.01/' \
+  -e 's/^  rope_theta: 1.0e+04$/  rope_theta: 5.0e+05/' -e 's/^  rope_factor: 8.0$/  rope_factor: 16.0/' \
+  > densemoe.yaml
+for line in "moe_aux_loss_coeff: 0.01" "rope_theta: 5.0e+05" "rope_factor: 16.0"; do
+  grep -q "^  $line$" densemoe.yaml || fail "no line to edit into '$line'"
+done
 "$CHECKPOINT_CONFIG" "$edited" --set < densemoe.yaml || fail "writing the edited config"
 "$TRAINER" inspect densemoe/checkpoints > densemoe.inspect 2>&1 &&
   grep -q "^  config           valid$" densemoe.inspect ||
-  { cat densemoe.inspect; fail "inspect of a dense model saved with a moe_* key"; }
+  { cat densemoe.inspect; fail "inspect of a dense model saved with ignored keys"; }
 "$TRAINER" eval densemoe/checkpoints --data data.h5 > densemoe.eval 2>&1 ||
-  { cat densemoe.eval; fail "eval of a dense model saved with a moe_* key"; }
+  { cat densemoe.eval; fail "eval of a dense model saved with ignored keys"; }
 echo PASS
