@@ -34,7 +34,6 @@
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "data/data_sources.h"
-#include "data/sampler.h"
 
 namespace trainer {
 namespace {
@@ -307,13 +306,15 @@ class EnvironmentCheck {
                                 "host mounts at the same path (NFS, Lustre, ...)",
                                 folder.c_str(), hosts_[0].c_str(), why)});
     }
-    // A run without Checkpoint.resume would refuse a folder of another run's checkpoints.
-    if (rank_ == 0 && config_.checkpoint.resume.empty()) {
-      const Status earlier = CheckNoEarlierCheckpoints(folder);
-      if (!earlier.ok())
-        mine.push_back({0, "checkpoint folder",
-                        earlier.message() + " (trainer check takes --resume as train does)"});
-    }
+    // What train refuses in the folder: another run's checkpoints (without --resume, or with a
+    // step of another folder).
+    const std::string& resume = config_.checkpoint.resume;
+    const Status used = rank_ != 0       ? Status::Ok()
+                        : resume.empty() ? CheckNoEarlierCheckpoints(folder)
+                                         : CheckResumeFolder(resume, folder);
+    if (!used.ok())
+      mine.push_back({0, "checkpoint folder",
+                      used.message() + " (trainer check takes --resume as train does)"});
     TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
     // Every probe is removed (the gather above orders them first).
     for (const std::string& path : created) rmdir(path.c_str());
@@ -359,16 +360,10 @@ class EnvironmentCheck {
                                 path.c_str(), tokens, all_tokens[0], hosts_[0].c_str())});
     }
     // What `trainer train` refuses in the data that opened (the same on every rank: rank 0's).
-    if (rank_ == 0 && sources.ok() && mine.empty()) {
-      const int64_t per_epoch =
-          GlobalSampler(sources->train.num_samples(), config_.global.seed, sources->train_plan)
-              .num_samples();
-      Status refused = CheckOneGlobalBatch(config_.data, per_epoch, config_.model.sequence_length(),
-                                           config_.global.global_batch_size);
-      if (refused.ok() && config_.engine.eval_freq > 0 && sources->val.num_samples() <= 0)
-        refused = NoValidationDataError(config_.data, config_.engine.eval_freq);
-      if (!refused.ok()) mine.push_back({rank_, "data file", refused.message()});
-    }
+    const Status refused = rank_ == 0 && sources.ok() && mine.empty()
+                               ? CheckTrainableData(sources.value(), config_)
+                               : Status::Ok();
+    if (!refused.ok()) mine.push_back({rank_, "data file", refused.message()});
     TRAINER_ASSIGN_OR_RETURN(size_t failed, Report(mine));
     if (failed == 0) {
       const int seq_len = config_.model.sequence_length();

@@ -50,8 +50,10 @@ Status RunContext::AgreeOnConfig(const TrainConfig& config) {
   Status local;
   if (root != mine) {
     const std::vector<std::string> differ = DifferingKeyLines(mine, root, "rank 0");
-    const std::string more =
-        differ.size() > 1 ? StrFormat(" (and %zu more keys)", differ.size() - 1) : "";
+    const std::string more = differ.size() > 2
+                                 ? StrFormat(" (and %zu more keys)", differ.size() - 1)
+                             : differ.size() > 1 ? std::string(" (and 1 more key)")
+                                                 : std::string();
     local = UsageError(StrFormat(
         "rank %d loaded another config than rank 0 (%s): %s%s. Every rank of a run needs the "
         "same config file, -o overrides and --resume: start them with one command line (a copy "

@@ -257,14 +257,20 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
   return sources;
 }
 
-Status CheckOneGlobalBatch(const DataConfig& data, int64_t per_epoch, int seq_len,
-                           int global_batch_size) {
-  if (per_epoch >= global_batch_size) return Status::Ok();
-  return DataError(StrFormat(
-      "dataset too small (%s, Data.train_path): %lld training samples of %d tokens, fewer than "
-      "one global batch of %d. Use more data, or a smaller Global.global_batch_size or "
-      "Model.seq_len",
-      data.train_path.c_str(), static_cast<long long>(per_epoch), seq_len, global_batch_size));
+Status CheckTrainableData(const DataSources& sources, const TrainConfig& config) {
+  const int64_t per_epoch =
+      sources.train_plan.empty() ? sources.train.num_samples() : sources.train_plan.places();
+  const int global_batch_size = config.global.global_batch_size;
+  if (per_epoch < global_batch_size)
+    return DataError(StrFormat(
+        "dataset too small (%s, Data.train_path): %lld training samples of %d tokens, fewer "
+        "than one global batch of %d. Use more data, or a smaller Global.global_batch_size or "
+        "Model.seq_len",
+        config.data.train_path.c_str(), static_cast<long long>(per_epoch),
+        config.model.sequence_length(), global_batch_size));
+  if (config.engine.eval_freq > 0 && sources.val.num_samples() <= 0)
+    return NoValidationDataError(config.data, config.engine.eval_freq);
+  return Status::Ok();
 }
 
 Status NoValidationDataError(const DataConfig& data, int eval_freq) {

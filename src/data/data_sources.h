@@ -56,10 +56,10 @@ struct DataSources {
 StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_vocab_size, int seq_len,
                                       const DatasetOpenOptions& options = {});
 
-// A data error unless an epoch holds one global batch: `per_epoch` samples of `seq_len` tokens
-// (GlobalSampler::num_samples, Data.train_weights' places included).
-Status CheckOneGlobalBatch(const DataConfig& data, int64_t per_epoch, int seq_len,
-                           int global_batch_size);
+// What a run refuses in data that opened (train at start, `trainer check` ahead of it): an epoch
+// (the training samples, or Data.train_weights' places) shorter than one global batch, and
+// Engine.eval_freq > 0 with no validation samples.
+Status CheckTrainableData(const DataSources& sources, const TrainConfig& config);
 
 // Engine.eval_freq > 0 with no validation samples: the data error naming the keys, and the
 // .val.h5 that trainer pack wrote beside the training file, if there is one.

@@ -130,16 +130,13 @@ Status Trainer::OpenData() {
   sampler_ = std::make_unique<GlobalSampler>(data_.train.num_samples(), config_.global.seed,
                                              data_.train_plan);
   const int64_t per_epoch = sampler_->num_samples();  // with Data.train_weights, its places
-  TRAINER_RETURN_IF_ERROR(
-      CheckOneGlobalBatch(config_.data, per_epoch, T, config_.global.global_batch_size));
+  TRAINER_RETURN_IF_ERROR(CheckTrainableData(data_, config_));
   std::string line = StrFormat("data: %lld training samples of %d tokens from %s",
                                static_cast<long long>(data_.train.num_samples()), T,
                                data_.train.Describe().c_str());
   if (!data_.train_plan.empty())
     line += StrFormat(", %lld an epoch by Data.train_weights %s", static_cast<long long>(per_epoch),
                       config_.data.train_weights.c_str());
-  if (config_.engine.eval_freq > 0 && data_.val.num_samples() <= 0)
-    return NoValidationDataError(config_.data, config_.engine.eval_freq);
   if (data_.val.num_samples() > 0)
     line +=
         StrFormat("; %lld validation samples from %s",

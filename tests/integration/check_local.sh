@@ -106,6 +106,10 @@ run_np 1 train "${CONFIG[@]}" -o Engine.output_dir=earlier -o Engine.max_steps=1
 run_check earlier 5 2 "${CONFIG[@]}" -o Engine.output_dir=earlier
 expect_line earlier "^error: checkpoint folder \(rank 0 on $host\): checkpoint folder already holds checkpoints \(earlier/checkpoints, Checkpoint.dir; newest step-0*1\).*\(trainer check takes --resume as train does\)$"
 run_check earlier_resume 0 2 "${CONFIG[@]}" -o Engine.output_dir=earlier --resume auto
+# A step of another folder resumed into this used one: refused as train refuses it.
+cp -r earlier other
+run_check foreign 5 2 "${CONFIG[@]}" -o Engine.output_dir=earlier --resume other/checkpoints/step-00000001
+expect_line foreign "^error: checkpoint folder \(rank 0 on $host\): --resume other/checkpoints/step-00000001 is a checkpoint of another folder"
 [[ ! -e out ]] || fail "a check left its probe folder out/checkpoints behind"
 echo "ok: what train refuses (one global batch, validation data, another run's checkpoints) -> exit 5"
 

@@ -102,7 +102,7 @@ timeout --kill-after=5 120 "$MPIEXEC" --oversubscribe --bind-to none -n 1 "$TRAI
   "${COMMON[@]}" -o Data.train_path=shards/a.h5 -o Engine.output_dir=unlike : -n 1 "$TRAINER" train \
   "${COMMON[@]}" -o Data.train_path=shards/a.h5,shards/b.h5 -o Model.num_layers=1 \
   -o Engine.output_dir=unlike > unlike.log 2>&1 || rc=$?
-[[ $rc -eq 2 && $(grep -c 'error: ' unlike.log) -eq 1 ]] && grep -q "^\[rank 1 [^]]*\] error: rank 1 loaded another config than rank 0 ([^)]*): Model.num_layers: 1 here, 2 on rank 0 (and 1 more keys)" unlike.log ||
+[[ $rc -eq 2 && $(grep -c 'error: ' unlike.log) -eq 1 ]] && grep -q "^\[rank 1 [^]]*\] error: rank 1 loaded another config than rank 0 ([^)]*): Model.num_layers: 1 here, 2 on rank 0 (and 1 more key)" unlike.log ||
   { cat unlike.log; fail "ranks with different configs: exit $rc"; }
 [[ ! -e unlike ]] || fail "ranks with different configs made their output folder"
 
