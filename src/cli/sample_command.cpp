@@ -75,8 +75,11 @@ class TokenText {
   Status ChatPrompt(const SampleOptions& o, std::vector<int32_t>* tokens, std::string* reply_end) {
     if (!is_text() || o.prompt.empty() || !o.prompt_ids.empty())
       return UsageError(
-          is_text() ? std::string("--chat (sample) takes the user's message as --prompt TEXT, not "
-                                  "--prompt-ids")
+          is_text() ? std::string(o.prompt_ids.empty()
+                                      ? "--chat (sample) needs the user's message: give --prompt "
+                                        "TEXT"
+                                      : "--chat (sample) takes the user's message as --prompt "
+                                        "TEXT, not --prompt-ids")
                     : StrFormat("--chat (sample) needs text: this model's vocabulary is %d, so "
                                 "give its tokenizer's folder with --tokenizer-dir",
                                 vocab_size_));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +103,25 @@ StatusOr<std::string> ReadConfigFile(const std::string& path) {
                       ". Check the path; the shipped configs are in configs/, e.g. "
                       "configs/tiny-cpu.yaml.");
   }
+  // A packed dataset or a checkpoint given as the config: named as such, before it is read whole.
+  static const std::string kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
+  std::string head(kHdf5Signature.size(), '\0');
+  file.read(head.data(), static_cast<std::streamsize>(head.size()));
+  if (file.gcount() == static_cast<std::streamsize>(head.size()) && head == kHdf5Signature)
+    return UsageError(StrFormat(
+        "config file is an HDF5 file (%s): a packed dataset or a checkpoint, not a YAML config. "
+        "Pass a config with -c (configs/*.yaml) and the data as -o Data.train_path=%s, or a "
+        "checkpoint with --resume",
+        path.c_str(), path.c_str()));
+  constexpr std::uintmax_t kMostBytes = 1 << 20;  // configs are a few KiB
+  const std::uintmax_t size = std::filesystem::file_size(path, error);
+  if (!error && size > kMostBytes)
+    return UsageError(
+        StrFormat("config file is %.1f MiB (%s): not a YAML config (those are a few "
+                  "KiB). Pass a config with -c, e.g. configs/tiny-cpu.yaml",
+                  size / 1048576.0, path.c_str()));
+  file.clear();
+  file.seekg(0);
   std::ostringstream text;
   text << file.rdbuf();
   return text.str();
@@ -252,14 +272,6 @@ StatusOr<TrainConfig> LoadConfigText(const std::string& text, const std::string&
   config.config_path = source;
   config.config_overrides = overrides;
   if (!source.empty()) {
-    // An HDF5 file (a packed dataset or a checkpoint) given as the config: named as such.
-    static const std::string kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
-    if (text.compare(0, kHdf5Signature.size(), kHdf5Signature) == 0)
-      return UsageError(StrFormat(
-          "config file is an HDF5 file (%s): a packed dataset or a checkpoint, not a YAML config. "
-          "Pass a config with -c (configs/*.yaml) and the data as -o Data.train_path=%s, or a "
-          "checkpoint with --resume",
-          source.c_str(), source.c_str()));
     std::vector<YAML::Node> documents;
     try {
       documents = YAML::LoadAll(text);

@@ -53,8 +53,8 @@ std::string PythonStrip(const std::string& text) {
 // The roles of the chat templates' models: a role outside them is a mislabelled message (the
 // assistant's, which alone is trained, or another dataset format's).
 bool KnownRole(const std::string& role) {
-  return role == "system" || role == "user" || role == "assistant" || role == "tool" ||
-         role == "ipython";
+  return role == "system" || role == "developer" || role == "user" || role == "assistant" ||
+         role == "tool" || role == "function" || role == "ipython";
 }
 
 // The special tokens `chat_template` writes (none for "none").
@@ -132,9 +132,9 @@ Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& c
   for (const ChatMessage& message : messages)
     if (!KnownRole(message.role))
       return DataError(StrFormat(
-          "unknown chat role (%s, --input-format chat): \"%s\". Use system, user, assistant, "
-          "tool or ipython (only the assistant's tokens are trained; ShareGPT's human and gpt "
-          "are user and assistant)",
+          "unknown chat role (%s, --input-format chat): \"%s\". Use system, developer, user, "
+          "assistant, tool, function or ipython (only the assistant's tokens are trained; "
+          "ShareGPT's human and gpt are user and assistant)",
           source.c_str(), message.role.c_str()));
   if (chat_template == "llama3") TRAINER_RETURN_IF_ERROR(piece("<|begin_of_text|>", false));
   for (const ChatMessage& message : messages) {

@@ -180,8 +180,7 @@ Status TokenDataset::ValidateTokens(const DatasetOpenOptions& options) {
   }
   return DataError(StrFormat(
       "no trained tokens (%s, /loss_mask): its mask is 0 at every token, so no target counts and "
-      "the file trains (or measures) nothing. Re-pack it with assistant replies (trainer pack "
-      "--input-format chat refuses such data), or leave it out",
+      "the file trains (or measures) nothing. Re-pack it with assistant replies, or leave it out",
       path_.c_str()));
 }
 

@@ -237,6 +237,7 @@ class SplitWriter {
         target = train_;
       }
       TRAINER_RETURN_IF_ERROR(target->Append(tokens, n, mask));
+      if (mask) trained_[target == train_ ? 0 : 1] += std::count(mask, mask + n, uint8_t{1});
       tokens += n;
       if (mask) mask += n;
       count -= n;
@@ -245,12 +246,15 @@ class SplitWriter {
     return Status::Ok();
   }
   int64_t position() const { return position_; }
+  // Tokens of mask 1 written to the training (0) or the validation (1) file.
+  int64_t trained(int side) const { return trained_[side]; }
 
  private:
   TokenFileWriter* train_;
   TokenFileWriter* val_;
   int64_t cut_;
   int64_t position_ = 0;
+  int64_t trained_[2] = {0, 0};
 };
 
 // Token count (without eod) of every document, from the input's size when the tokenizer can tell,
@@ -530,12 +534,23 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
     return DataError(StrFormat(
         "no trained tokens (%s, --input-format chat): none of the %s has an assistant message "
         "with content%s, and the loss mask trains only the assistant's tokens. Give the "
-        "conversations their assistant replies (role \"assistant\")",
+        "conversations their assistant replies (role \"assistant\")%s",
         inputs_named.c_str(), Plural(reader.stats().conversations, "conversation").c_str(),
-        within.c_str()));
+        within.c_str(),
+        reader.stats().truncated + reader.stats().dropped > 0 ? ", or raise --max-length" : ""));
   }
   TRAINER_ASSERT(!split || writer.position() == total,
                  "the tokenizer gave other token counts than planned");
+  // With a split, each file must train (or measure) something on its own.
+  for (int side = 0; split && chat && side < 2; ++side)
+    if (writer.trained(side) == 0)
+      return DataError(StrFormat(
+          "no trained tokens in the %s file (%s, --val-fraction %g): the conversations that fall "
+          "there have no assistant reply, and its loss mask would count nothing. Pick another "
+          "--val-fraction, or order the input so that conversations with replies reach both "
+          "parts",
+          side == 0 ? "training" : "validation",
+          side == 0 ? options.output.c_str() : val_path.c_str(), options.val_fraction));
   summary->tokenizer = tokenizer->name();
   summary->vocab_size = tokenizer->vocab_size();
   summary->documents = static_cast<int64_t>(doc_offsets.size()) - 1;

@@ -50,7 +50,7 @@ void Watchdog::Run() {
     if (idle < timeout_) continue;
     const ProcessIdentity& id = GetProcessIdentity();
     LogError(StrFormat(
-        "no progress for %.3g s in %s (rank %d on %s, Engine.watchdog_s=%g): a collective is "
+        "no progress for %.1f s in %s (rank %d on %s, Engine.watchdog_s=%g): a collective is "
         "stuck, most likely because another rank died or the network hangs. Read the other "
         "ranks' errors above; NCCL_DEBUG=WARN or OMPI_MCA_btl_base_verbose=100 say more. If "
         "this phase is just slow (a step, an evaluation or a checkpoint taking longer than "

@@ -322,6 +322,9 @@ TEST_F(ConfigTest, MalformedOverridesFilesAndYaml) {
   ExpectUsageError(LoadConfig(h5, {}).status(),
                    {"config file is an HDF5 file (" + h5 + "): a packed dataset or a checkpoint",
                     "-o Data.train_path=" + h5});
+  std::string big = WriteFile("big.yaml", std::string(2 << 20, '#'));  // not a config
+  ExpectUsageError(LoadConfig(big, {}).status(),
+                   {"config file is 2.0 MiB (" + big + "): not a YAML config"});
   std::string list = WriteFile("list.yaml", "- a\n- b\n");
   ExpectUsageError(LoadConfig(list, {}).status(), {"not a map of sections"});
   std::string flat = WriteFile("flat.yaml", "Model: 3\n");

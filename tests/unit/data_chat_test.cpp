@@ -254,6 +254,35 @@ TEST_F(ChatPackTest, UntrainableAndMislabelledConversationsAreRefused) {
   }
 }
 
+// A split whose validation part gets only conversations without replies: refused, naming it (a
+// file that train would then refuse on open).
+TEST_F(ChatPackTest, ASplitLeavesTrainedTokensOnBothSides) {
+  std::string lines;
+  const std::string question = R"({"role": "user", "content": "q"})";
+  for (int i = 0; i < 20; ++i)
+    lines += "{\"messages\": [" + question + R"(, {"role": "assistant", "content": "aa"}]})" + "\n";
+  for (int i = 0; i < 3; ++i) lines += "{\"messages\": [" + question + "]}\n";
+  WriteBytes(Path("chat.jsonl"), lines);
+  PackOptions options;
+  options.inputs = {Path("chat.jsonl")};
+  options.output = Path("d.h5");
+  options.input_format = "chat";
+  options.chat_template = "none";
+  options.val_fraction = 0.05;
+  options.show_progress = false;
+  PackSummary summary;
+  const Status status = PackDataset(options, &summary);
+  EXPECT_EQ(status.code(), ExitCode::kData) << status.message();
+  EXPECT_NE(status.message().find("no trained tokens in the validation file (" + Path("d.val.h5") +
+                                  ", --val-fraction 0.05)"),
+            std::string::npos)
+      << status.message();
+  EXPECT_FALSE(PathExists(Path("d.h5")));
+  EXPECT_FALSE(PathExists(Path("d.val.h5")));
+  options.val_fraction = 0.5;  // the cut among the replies: both sides train
+  EXPECT_TRUE(PackDataset(options, &summary).ok());
+}
+
 // A file whose /loss_mask is all 0 (written here directly, as pack refuses to) is refused on
 // open where its tokens are scanned; one trained token anywhere lets it open.
 TEST_F(ChatPackTest, AFileWithoutATrainedTokenIsRefusedOnOpen) {
