@@ -250,9 +250,9 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
   if (places > kMostPlaces)
     return UsageError(StrFormat(
         "Data.train_weights (%s) make an epoch of %.3g samples, beyond the %.0f the sampler "
-        "orders (its order takes 8 bytes a sample on every rank): the weights are how often each "
+        "orders (its order would take %.0f GiB on every rank): the weights are how often each "
         "entry's samples are visited an epoch. Give smaller ones (e.g. 1,3)",
-        data.train_weights.c_str(), places, kMostPlaces));
+        data.train_weights.c_str(), places, kMostPlaces, places * 8 / 1073741824.0));
   sources.train_plan = EpochPlan(entry_samples, weights);
   return sources;
 }
