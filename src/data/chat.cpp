@@ -10,6 +10,21 @@
 namespace trainer {
 namespace {
 
+// The tokenizer without its own document markers (BOS, post-processor tokens) while in scope:
+// the template writes its own markers around each piece.
+class WithoutDocumentMarkers {
+ public:
+  explicit WithoutDocumentMarkers(Tokenizer* tokenizer) : tokenizer_(tokenizer) {
+    tokenizer_->set_document_markers(false);
+  }
+  ~WithoutDocumentMarkers() { tokenizer_->set_document_markers(true); }
+  WithoutDocumentMarkers(const WithoutDocumentMarkers&) = delete;
+  WithoutDocumentMarkers& operator=(const WithoutDocumentMarkers&) = delete;
+
+ private:
+  Tokenizer* tokenizer_;
+};
+
 // Appends the tokens of `text` (one tokenizer document) with mask `masked`.
 Status Piece(Tokenizer* tokenizer, const std::string& source, const std::string& text,
              uint8_t masked, std::vector<uint32_t>* tokens, std::vector<uint8_t>* mask) {
@@ -84,11 +99,7 @@ Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer
         "tokenizer.json of that chat format",
         chat_template.c_str(), command.c_str(), markers.front().c_str(), tokenizer->name().c_str(),
         command == "pack" ? "--tokenizer hf" : "--tokenizer-dir"));
-  struct Markers {  // a marker alone, without the tokenizer's own document markers
-    Tokenizer* tokenizer;
-    ~Markers() { tokenizer->set_document_markers(true); }
-  } restore{tokenizer};
-  tokenizer->set_document_markers(false);
+  const WithoutDocumentMarkers pieces_alone(tokenizer);
   for (const std::string& marker : markers) {
     std::vector<uint32_t> tokens;
     std::vector<uint8_t> mask;
@@ -121,11 +132,7 @@ Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& c
   TRAINER_RETURN_IF_ERROR(CheckChatTemplate(chat_template));
   mask->resize(tokens->size(), 0);
   // The template writes the markers: no BOS (or post-processor tokens) around each piece.
-  struct Markers {
-    Tokenizer* tokenizer;
-    ~Markers() { tokenizer->set_document_markers(true); }
-  } restore{tokenizer};
-  tokenizer->set_document_markers(false);
+  const WithoutDocumentMarkers pieces_alone(tokenizer);
   const auto piece = [&](const std::string& text, bool masked) {
     return Piece(tokenizer, source, text, masked ? 1 : 0, tokens, mask);
   };
@@ -166,11 +173,7 @@ Status RenderChatPrompt(const std::vector<ChatMessage>& messages, const std::str
                              : chat_template == "llama3" ? "<|start_header_id|>assistant"
                                                            "<|end_header_id|>\n\n"
                                                          : "";
-  struct Markers {
-    Tokenizer* tokenizer;
-    ~Markers() { tokenizer->set_document_markers(true); }
-  } restore{tokenizer};
-  tokenizer->set_document_markers(false);
+  const WithoutDocumentMarkers pieces_alone(tokenizer);
   return Piece(tokenizer, "--prompt", header, 0, tokens, &mask);
 }
 
