@@ -27,6 +27,10 @@ struct HfModel {
   bool nfc = false;
   pcre2_code* pattern = nullptr;  // null: each segment is one piece
   bool jit = false;               // pattern compiled by the JIT
+  // A Digits pre-tokenizer ahead of the pattern (StarCoder, SmolLM2): each digit, or each run of
+  // them, is a piece of its own before the pattern splits the text.
+  enum class Digits { kNone, kEach, kRuns } digits = Digits::kNone;
+  bool byte_level = false;  // a ByteLevel pre-tokenizer: the text is byte-mapped, as the vocab
   HfAddedSet raw_added;           // normalized false: matched in the raw text
   HfAddedSet normalized_added;    // matched in the normalized text between those
   std::unordered_map<uint32_t, std::string> added_content;  // id -> an added token's content
@@ -93,8 +97,9 @@ Status CompilePattern(const std::string& pattern, bool literal, const std::strin
     return Unsupported(source, "more than one splitting pre-tokenizer (Split or ByteLevel regex)");
   int error = 0;
   PCRE2_SIZE error_offset = 0;
+  // PCRE2_LITERAL takes no UCP (nothing in a literal needs Unicode properties).
   const uint32_t options =
-      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
+      PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   model->pattern = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                                  options, &error, &error_offset, nullptr);
   if (!model->pattern) {
@@ -117,7 +122,15 @@ Status ReadPreTokenizer(const json& pre, const std::string& source, HfModel* mod
       TRAINER_RETURN_IF_ERROR(ReadPreTokenizer(part, source, model));
     return Status::Ok();
   }
+  if (type == "Digits") {
+    if (model->pattern || model->digits != HfModel::Digits::kNone)
+      return Unsupported(source, "Digits after a splitting pre-tokenizer or another Digits");
+    model->digits =
+        pre.value("individual_digits", false) ? HfModel::Digits::kEach : HfModel::Digits::kRuns;
+    return Status::Ok();
+  }
   if (type == "ByteLevel") {
+    model->byte_level = true;
     if (pre.value("add_prefix_space", false))
       return Unsupported(source, "ByteLevel with add_prefix_space true");
     if (pre.value("use_regex", true)) return CompilePattern(kGpt2Pattern, false, source, model);
@@ -167,6 +180,15 @@ Status ReadModel(const json& root, const std::string& source, HfModel* model) {
     return Unsupported(source,
                        "BPE with byte_fallback (SentencePiece style: use --tokenizer "
                        "sentencepiece with its tokenizer.model)");
+  // Options that change the pieces' tokens (an empty string or null is none).
+  for (const char* option : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (bpe.contains(option) && bpe.at(option).is_string() &&
+        !bpe.at(option).get<std::string>().empty())
+      return Unsupported(source, std::string("BPE with ") + option + " '" +
+                                     bpe.at(option).get<std::string>() + "'");
+  if (bpe.contains("dropout") && bpe.at("dropout").is_number() &&
+      bpe.at("dropout").get<double>() > 0)
+    return Unsupported(source, "BPE with dropout (its encoding is random)");
   model->ignore_merges = bpe.value("ignore_merges", false);
   std::vector<std::pair<std::string, int64_t>> vocabulary;
   vocabulary.reserve(bpe.at("vocab").size());
@@ -262,6 +284,10 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::string& 
     TRAINER_RETURN_IF_ERROR(ReadAddedTokens(root.value("added_tokens", json()), model.get()));
     TRAINER_RETURN_IF_ERROR(
         ReadPreTokenizer(root.value("pre_tokenizer", json()), source, model.get()));
+    if (!model->byte_level)
+      return Unsupported(source,
+                         "no ByteLevel pre-tokenizer, so its vocabulary is not of byte-mapped "
+                         "text as this reader encodes it");
     TRAINER_RETURN_IF_ERROR(
         ReadPostProcessor(root.value("post_processor", json()), source, model.get()));
   } catch (const json::exception& e) {
@@ -423,8 +449,46 @@ void HfTokenizer::SplitNormalized(bool final, std::vector<uint32_t>* tokens) {
   normalized_.Drop();
 }
 
+namespace {
+// Whether `c` is a number as Digits takes it (Rust's char::is_numeric: categories Nd, Nl, No).
+bool IsNumeric(utf8proc_int32_t c) {
+  const utf8proc_category_t category = utf8proc_category(c);
+  return category == UTF8PROC_CATEGORY_ND || category == UTF8PROC_CATEGORY_NL ||
+         category == UTF8PROC_CATEGORY_NO;
+}
+}  // namespace
+
 size_t HfTokenizer::PreTokenize(const char* text, size_t size, bool final,
                                 std::vector<uint32_t>* tokens) {
+  if (model_->digits == HfModel::Digits::kNone) return SplitPattern(text, size, final, tokens);
+  // Digits first: the text before a digit is complete; each digit (or run) is split on its own.
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text);
+  const auto digit_at = [&](size_t at, size_t* length) {
+    utf8proc_int32_t c = -1;
+    const utf8proc_ssize_t n =
+        utf8proc_iterate(bytes + at, static_cast<utf8proc_ssize_t>(size - at), &c);
+    *length = n > 0 ? static_cast<size_t>(n) : 1;
+    return n > 0 && IsNumeric(c);
+  };
+  size_t start = 0, at = 0, length = 0;
+  while (at < size) {
+    if (!digit_at(at, &length)) {
+      at += length;
+      continue;
+    }
+    if (at > start) SplitPattern(text + start, at - start, /*final=*/true, tokens);
+    size_t end = at + length;
+    while (model_->digits == HfModel::Digits::kRuns && end < size && digit_at(end, &length))
+      end += length;
+    if (end == size && !final && model_->digits == HfModel::Digits::kRuns) return at;
+    SplitPattern(text + at, end - at, /*final=*/true, tokens);
+    start = at = end;
+  }
+  return start + SplitPattern(text + start, size - start, final, tokens);
+}
+
+size_t HfTokenizer::SplitPattern(const char* text, size_t size, bool final,
+                                 std::vector<uint32_t>* tokens) {
   if (size == 0) return 0;
   if (!model_->pattern) {  // the whole text is one piece
     if (!final) return 0;

@@ -7,9 +7,12 @@
 //   normalizer     none, NFC (utf8proc) or a Sequence of those
 //   pre_tokenizer  ByteLevel with use_regex (GPT-2's pattern), or a Sequence of Split (a Regex or
 //                  String pattern, behavior Isolated, invert false) and ByteLevel without
-//                  use_regex; the pattern is compiled by PCRE2 with JIT, UTF and UCP
+//                  use_regex; the pattern is compiled by PCRE2 with JIT, UTF and UCP. A Digits
+//                  (individual or runs) may come first (StarCoder, SmolLM2). A ByteLevel step is
+//                  required: the vocabulary is of byte-mapped text
 //   model          BPE with vocab, merges ("a b" strings or ["a", "b"] pairs), ignore_merges; no
-//                  byte_fallback (that is SentencePiece's style: --tokenizer sentencepiece)
+//                  byte_fallback (that is SentencePiece's style: --tokenizer sentencepiece), no
+//                  continuing_subword_prefix, end_of_word_suffix or dropout
 //   post_processor TemplateProcessing (alone or in a Sequence with ByteLevel): its special tokens
 //                  before and after $A start and end each document (Llama-3's <|begin_of_text|>)
 // The end-of-document id is the first of <|endoftext|>, <|end_of_text|>, tokenizer_config.json's
@@ -73,6 +76,8 @@ class HfTokenizer final : public Tokenizer {
   // Pre-tokenizes and encodes text; with final false only the pieces later text cannot change.
   // Returns the bytes encoded.
   size_t PreTokenize(const char* text, size_t size, bool final, std::vector<uint32_t>* tokens);
+  // PreTokenize's pattern alone (after Digits, where there is one).
+  size_t SplitPattern(const char* text, size_t size, bool final, std::vector<uint32_t>* tokens);
   void EncodePiece(const char* piece, size_t size, std::vector<uint32_t>* tokens);
 
   std::shared_ptr<const HfModel> model_;

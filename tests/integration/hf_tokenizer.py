@@ -73,13 +73,19 @@ def read(path):
 def train(out, kind, vocab, corpus):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from tokenizers import processors, trainers
-    llama = kind == "llama3"
+    llama, smollm = kind == "llama3", kind == "smollm2"
     tok = Tokenizer(models.BPE(ignore_merges=llama))
-    if not llama:
+    if not llama and not smollm:
         tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3 if llama else QWEN2), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if smollm:  # StarCoder's and SmolLM2's: each digit apart, then GPT-2's pattern
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3 if llama else QWEN2), behavior="isolated",
+                                 invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     specials = (["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"] if llama else
                 ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # trainer pack --tokenizer hf against Hugging Face `tokenizers` (PyPI, in the venv of hf_venv.sh):
-# the reference (hf_tokenizer.py) trains two small byte-level BPE tokenizers on the repository's
-# docs with Qwen2's settings (its Split pattern, NFC, merges with no ignore_merges) and Llama-3's
-# (its pattern, ignore_merges, <|begin_of_text|> from the post-processor), each with special tokens
+# the reference (hf_tokenizer.py) trains three small byte-level BPE tokenizers on the repository's
+# docs with Qwen2's settings (its Split pattern, NFC, merges with no ignore_merges), Llama-3's
+# (its pattern, ignore_merges, <|begin_of_text|> from the post-processor) and SmolLM2's (Digits
+# one by one, then GPT-2's pattern), each with special tokens
 # in and outside the BPE vocabulary, non-special added tokens, and added tokens with each of the
 # flags lstrip, rstrip, single_word and normalized (true and false), and saves their tokenizer.json.
 # The packed ids of a text of many scripts, emoji, whitespace runs, newlines, decomposed accents,
@@ -65,7 +66,7 @@ print(f"{name}: {len(got)} tokens as tokenizers encodes them")
 PY
 }
 
-for kind in qwen2 llama3; do
+for kind in qwen2 llama3 smollm2; do
   "$PY" "$REFERENCE" train "$kind" "$kind" 1500 corpus.txt || fail "training the $kind tokenizer failed"
   "$TRAINER" pack --tokenizer hf --tokenizer-dir "$kind" --input english.txt world.txt \
     --output "$kind.h5" --quiet || fail "trainer pack --tokenizer hf ($kind) failed"

@@ -191,6 +191,17 @@ TEST(HfTokenizerTest, PatternPieces) {
   // GPT-2's pattern from ByteLevel with use_regex: the space goes with the digits.
   o.pre_tokenizer = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
   EXPECT_EQ(Make(o)->EncodeText("12 he"), (Ids{'1', '2', ' ', kHe}));
+  // A Split with a String pattern (PCRE2_LITERAL): the string is a piece of its own.
+  o.pre_tokenizer = R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern":
+      {"String": "l"}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel",
+      "add_prefix_space": false, "use_regex": false}]})";
+  EXPECT_EQ(Make(o)->EncodeText("hello"), (Ids{kHe, 'l', 'l', 'o'}));
+  // Without a ByteLevel step the vocabulary is not of byte-mapped text: refused.
+  o.pre_tokenizer = R"({"type": "Split", "pattern": {"String": "l"}, "behavior": "Isolated"})";
+  auto refused = HfTokenizer::FromJson(TokenizerJson(o), "tokenizer.json", -1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("no ByteLevel pre-tokenizer"), std::string::npos)
+      << refused.status().message();
 }
 
 TEST(HfTokenizerTest, AnyChunkingGivesTheWholeTextsTokens) {
@@ -203,13 +214,22 @@ TEST(HfTokenizerTest, AnyChunkingGivesTheWholeTextsTokens) {
       "\xE1\x84\x80", "\xE1\x85\xA1", "\xE1\x86\xA8", "\xEA\xB0\x80", "\xE3\x81\x8B",
       "\xE3\x82\x99",
       // the flagged tokens, U+3000, a word character
-      "<m>", "<r>", "<b>", "wo", "Wo", "caf\xC3\xA9", "cafe", "\xE3\x80\x80", "_"};
+      "<m>", "<r>", "<b>", "wo", "Wo", "caf\xC3\xA9", "cafe", "\xE3\x80\x80", "_",
+      // digits: Arabic-Indic, a Roman numeral (Nl), a superscript (No), runs
+      "7", "0123", "\xD9\xA3", "\xE2\x85\xAB", "\xC2\xB2"};
+  // Digits ahead of GPT-2's pattern (StarCoder, SmolLM2): each digit, or each run, then the rest.
+  const auto digits = [](bool each) {
+    return std::string(R"({"type": "Sequence", "pretokenizers": [{"type": "Digits", )") +
+           "\"individual_digits\": " + (each ? "true" : "false") +
+           R"(}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]})";
+  };
   std::mt19937 rng(7);
-  for (int round = 0; round < 60; ++round) {
+  for (int round = 0; round < 90; ++round) {
     std::string text;
     for (int i = 0; i < 200; ++i) text += parts[rng() % parts.size()];
     Options o;
     o.flagged = round % 2 == 1;
+    if (round >= 60) o.pre_tokenizer = digits(round % 3 != 0);
     auto whole = Make(o);
     const Ids want = whole->EncodeText(text);
     auto chunked = Make(o);
