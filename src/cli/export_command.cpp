@@ -8,13 +8,15 @@
 // Above --max-shard-size (5GB) the weights go into model-0000K-of-0000N.safetensors shards with
 // model.safetensors.index.json, as save_pretrained writes them. The tensors are read from the
 // checkpoint file and written out; no model is built. With
-// --tokenizer-dir, the GPT-2 BPE files the data was packed with go beside them as vocab.json and
-// merges.txt, so that transformers' tokenizer loads from the same folder. A LoRA checkpoint
+// --tokenizer-dir, the tokenizer the data was packed with goes beside them (a tokenizer.json with
+// its folder's tokenizer_config.json, or GPT-2's BPE files as vocab.json and merges.txt), so that
+// transformers' tokenizer loads from the same folder. A LoRA checkpoint
 // (adapters only) needs --lora: merge (its adapters merged into the base it names: full weights
 // as above) or adapter (a PEFT adapter folder, lora_export.h).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <utility>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_folder.h"
@@ -26,6 +28,7 @@
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "data/bpe_tokenizer.h"
+#include "data/hf_tokenizer.h"
 #include "model/parameters.h"
 
 namespace trainer {
@@ -63,6 +66,31 @@ std::vector<std::string> ShardsIn(const std::string& folder) {
   return shards;
 }
 
+// The tokenizer files --tokenizer-dir gives the export: a Hugging Face tokenizer.json (Qwen,
+// Llama-3, SmolLM2: with its added and special tokens) and the files of its folder that
+// transformers reads beside it; else GPT-2's vocab.json and merges.txt (or encoder.json and
+// vocab.bpe). Refused where the tokenizer has more ids than the model's vocabulary.
+Status TokenizerFiles(const std::string& dir, const ModelConfig& model,
+                      std::vector<std::pair<std::string, std::string>>* files) {
+  if (!PathExists(dir + "/tokenizer.json")) {
+    TRAINER_ASSIGN_OR_RETURN(const std::shared_ptr<const BpeVocabulary> bpe,
+                             LoadModelTokenizer(dir, model));
+    *files = {{bpe->vocabulary_path(), "vocab.json"}, {bpe->merges_path(), "merges.txt"}};
+    return Status::Ok();
+  }
+  TRAINER_ASSIGN_OR_RETURN(const std::unique_ptr<HfTokenizer> tokenizer,
+                           HfTokenizer::Load(dir, "--tokenizer-dir", -1));
+  if (tokenizer->vocab_size() > model.vocab_size)
+    return UsageError(StrFormat(
+        "--tokenizer-dir %s: its tokenizer.json has %lld ids, more than the model's vocabulary "
+        "of %d: it is another model's tokenizer. Give the one the data was packed with",
+        dir.c_str(), static_cast<long long>(tokenizer->vocab_size()), model.vocab_size));
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "vocab.json", "merges.txt"})
+    if (PathExists(dir + "/" + name)) files->emplace_back(dir + "/" + name, name);
+  return Status::Ok();
+}
+
 // --lora adapter: adapter_config.json and adapter_model.safetensors for PEFT.
 Status ExportAdapter(const ExportOptions& o, const TrainConfig& tc, const std::string& file,
                      SafetensorsDType dtype) {
@@ -98,10 +126,6 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   const std::string config = o.output + "/config.json";
   std::vector<std::string> outputs = {o.output + "/model.safetensors",
                                       o.output + "/model.safetensors.index.json", config};
-  if (!o.tokenizer_dir.empty()) {
-    outputs.push_back(o.output + "/vocab.json");
-    outputs.push_back(o.output + "/merges.txt");
-  }
   TRAINER_RETURN_IF_ERROR(RefuseExisting(outputs, o.output));
   TRAINER_RETURN_IF_ERROR(RefuseExisting(ShardsIn(o.output), o.output));  // an earlier export's
   if (!o.lora.empty() && o.lora != "merge" && o.lora != "adapter")
@@ -130,9 +154,12 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   std::string config_json;
   TRAINER_RETURN_IF_ERROR(
       HuggingFaceConfigJson(model, o.dtype == "bf16", summary.eod_id, &config_json));
-  std::shared_ptr<const BpeVocabulary> tokenizer;
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;  // (from, name in --output)
   if (!o.tokenizer_dir.empty()) {
-    TRAINER_ASSIGN_OR_RETURN(tokenizer, LoadModelTokenizer(o.tokenizer_dir, model));
+    TRAINER_RETURN_IF_ERROR(TokenizerFiles(o.tokenizer_dir, model, &tokenizer_files));
+    std::vector<std::string> targets;
+    for (const auto& [from, name] : tokenizer_files) targets.push_back(o.output + "/" + name);
+    TRAINER_RETURN_IF_ERROR(RefuseExisting(targets, o.output));
   }
   const std::vector<ParameterInfo> params = FullParameterList(model);
   ModelPartition whole;
@@ -151,12 +178,11 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   TRAINER_RETURN_IF_ERROR(WriteHuggingFaceWeights(
       o.output, tensors, dtype, {{"format", "pt"}, {"source", file}}, max_shard_bytes, &files));
   TRAINER_RETURN_IF_ERROR(WriteFileAtomically(config, config_json));
-  if (tokenizer != nullptr) {  // the files as they are, under Hugging Face's names
-    TRAINER_ASSIGN_OR_RETURN(const std::string vocabulary,
-                             ReadSmallFile(tokenizer->vocabulary_path()));
-    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(outputs[3], vocabulary));
-    TRAINER_ASSIGN_OR_RETURN(const std::string merges, ReadSmallFile(tokenizer->merges_path()));
-    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(outputs[4], merges));
+  std::string tokenizer_names;
+  for (const auto& [from, name] : tokenizer_files) {  // as they are, under Hugging Face's names
+    TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(from));
+    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(o.output + "/" + name, text));
+    tokenizer_names += (tokenizer_names.empty() ? "" : ", ") + name;
   }
   int64_t count = 0;
   for (const SafetensorsTensor& t : tensors) count += static_cast<int64_t>(t.values.size());
@@ -170,7 +196,8 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
              "config.json%s; load with transformers.AutoModelForCausalLM.from_pretrained(\"%s\")",
              file.c_str(), tensors.size(), static_cast<long long>(count), o.dtype.c_str(),
              o.output.c_str(), written.c_str(),
-             tokenizer != nullptr ? " (and the tokenizer's vocab.json and merges.txt)" : "",
+             tokenizer_names.empty() ? ""
+                                     : (" (and the tokenizer's " + tokenizer_names + ")").c_str(),
              o.output.c_str())
       << std::endl;
   return Status::Ok();

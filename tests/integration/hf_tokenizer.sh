@@ -206,6 +206,20 @@ PY
 [[ "$(cat cat-chat.txt)" == "$REPLY" ]] ||
   fail "sample --chat answered $(od -c cat-chat.txt | head -5), not '$REPLY'"
 echo "sample --chat through tokenizer.json (chatml): '$(cat cat-chat.txt)'"
+# export --tokenizer-dir with a tokenizer.json: transformers' tokenizer of the export gives
+# the ids of tokenizers' own (added and special tokens included), not a tokenizer rebuilt from
+# vocab.json and merges.txt alone.
+"$TRAINER" export cat-chat-run/checkpoints --output cat-export --tokenizer-dir qwen2 > export.log 2>&1 ||
+  { cat export.log; fail "export --tokenizer-dir qwen2"; }
+"$PY" - <<'PY' || fail "the exported tokenizer does not encode as tokenizers does"
+import transformers, tokenizers
+text = "<|im_start|>user\nwhere is the cat?<|im_end|>\n<think> 12,345 caf\u00e9"
+want = tokenizers.Tokenizer.from_file("qwen2/tokenizer.json").encode(text).ids
+# PreTrainedTokenizerFast: the exported config is a Qwen3, which transformers 4.46 does not know
+got = transformers.PreTrainedTokenizerFast.from_pretrained("cat-export")(text)["input_ids"]
+assert got == want, (got, want)
+print(f"export's tokenizer: {len(got)} ids as tokenizers gives them")
+PY
 if [ -n "${SENTENCEPIECE_MISSING:-}" ]; then
   echo "skip: no sentencepiece package in the venv, so --tokenizer sentencepiece was not checked"
   exit 77
