@@ -4,10 +4,11 @@
 // logits (softmax at --temperature over the --top-k likeliest; temperature 0 takes the likeliest),
 // the window sliding once the context holds max_seq_len tokens. For the bytes tokenizer (vocab
 // 257), and with --tokenizer-dir (GPT-2's BPE files the data was packed with, or the model's
-// tokenizer.json), the prompt and the output are text; otherwise token ids (--prompt-ids in, ids
-// out). With --chat the prompt is a user's message (after --system's), rendered with the chat
-// template that trainer pack --input-format chat uses and the assistant's header; the reply is
-// printed without the prompt and ends at the template's end marker (chat.h).
+// tokenizer.json or SentencePiece tokenizer.model), the prompt and the output are text; otherwise
+// token ids (--prompt-ids in, ids out). With --chat the prompt is a user's message (after
+// --system's), rendered with the chat template that trainer pack --input-format chat uses and the
+// assistant's header; the reply is printed without the prompt and ends at the template's end marker
+// (chat.h).
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -32,6 +33,7 @@
 #include "data/bpe_tokenizer.h"
 #include "data/chat.h"
 #include "data/hf_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "model/parameters.h"
@@ -48,8 +50,8 @@ struct SampleOptions {
   std::vector<std::string> overrides;
 };
 
-// How tokens read and print: bytes (vocab 257), GPT-2's BPE or a Hugging Face tokenizer.json
-// (--tokenizer-dir), or ids.
+// How tokens read and print: bytes (vocab 257), GPT-2's BPE, a Hugging Face tokenizer.json or a
+// SentencePiece tokenizer.model (--tokenizer-dir), or ids.
 class TokenText {
  public:
   Status Setup(const SampleOptions& o, const ModelConfig& model) {
@@ -57,9 +59,21 @@ class TokenText {
     eod_ = model.vocab_size - 1;  // pack's last id, for bytes and ids
     bytes_ = model.vocab_size == ByteTokenizer::kVocabSize;
     if (o.tokenizer_dir.empty()) return Status::Ok();
-    if (PathExists(o.tokenizer_dir + "/tokenizer.json")) {  // Llama-3, Qwen: the model's own
-      TRAINER_ASSIGN_OR_RETURN(hf_, HfTokenizer::Load(o.tokenizer_dir, "--tokenizer-dir", -1));
-      eod_ = static_cast<int32_t>(hf_->eod_id());
+    const std::string& dir = o.tokenizer_dir;
+    const bool sentencepiece = PathExists(dir + "/tokenizer.model");
+    if (PathExists(dir + "/tokenizer.json")) {  // Llama-3, Qwen: the model's own
+      StatusOr<std::unique_ptr<HfTokenizer>> loaded = HfTokenizer::Load(dir, "--tokenizer-dir", -1);
+      if (!loaded.ok() && !sentencepiece) return loaded.status();
+      if (loaded.ok()) {
+        hf_ = std::move(loaded.value());
+        eod_ = static_cast<int32_t>(hf_->eod_id());
+        return Status::Ok();
+      }
+    }
+    if (sentencepiece) {  // Llama-2, Mistral: its tokenizer.json is not byte-level BPE
+      TRAINER_ASSIGN_OR_RETURN(
+          sp_, SentencePieceTokenizer::Load(dir + "/tokenizer.model", "--tokenizer-dir", -1));
+      eod_ = static_cast<int32_t>(sp_->eod_id());
       return Status::Ok();
     }
     TRAINER_ASSIGN_OR_RETURN(bpe_, LoadModelTokenizer(o.tokenizer_dir, model));
@@ -67,7 +81,7 @@ class TokenText {
     if (eod >= 0) eod_ = static_cast<int32_t>(eod);
     return Status::Ok();
   }
-  bool is_text() const { return bytes_ || bpe_ != nullptr || hf_ != nullptr; }
+  bool is_text() const { return bytes_ || bpe_ != nullptr || hf_ != nullptr || sp_ != nullptr; }
   int32_t eod() const { return eod_; }
 
   // --chat: the messages rendered with the template, then the assistant's header; *reply_end gets
@@ -83,7 +97,7 @@ class TokenText {
                     : StrFormat("--chat (sample) needs text: this model's vocabulary is %d, so "
                                 "give its tokenizer's folder with --tokenizer-dir",
                                 vocab_size_));
-    Tokenizer* tokenizer = hf_.get();
+    Tokenizer* tokenizer = hf_ != nullptr ? static_cast<Tokenizer*>(hf_.get()) : sp_.get();
     if (tokenizer == nullptr) {
       own_tokenizer_ = bytes_ && bpe_ == nullptr
                            ? std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>())
@@ -115,6 +129,13 @@ class TokenText {
           vocab_size_));
     if (hf_ != nullptr) {
       for (uint32_t t : hf_->EncodePrompt(o.prompt)) tokens->push_back(static_cast<int32_t>(t));
+    } else if (sp_ != nullptr && !o.prompt.empty()) {  // BOS and the text, as the data has it
+      std::vector<uint32_t> ids;
+      sp_->BeginDocument("--prompt");
+      TRAINER_RETURN_IF_ERROR(
+          sp_->Encode(reinterpret_cast<const uint8_t*>(o.prompt.data()), o.prompt.size(), &ids));
+      TRAINER_RETURN_IF_ERROR(sp_->EndDocument(&ids));
+      tokens->assign(ids.begin(), ids.end());
     } else if (bpe_ != nullptr) {
       BpeTokenizer tokenizer(bpe_, eod_);
       for (uint32_t t : tokenizer.EncodeText(o.prompt)) tokens->push_back(static_cast<int32_t>(t));
@@ -149,6 +170,7 @@ class TokenText {
   // The text of a token other than the end of document.
   std::string Text(int32_t token) const {
     if (hf_ != nullptr) return hf_->Decode(static_cast<uint32_t>(token));
+    if (sp_ != nullptr) return sp_->Decode(static_cast<uint32_t>(token));
     if (bpe_ == nullptr) return std::string(1, static_cast<char>(token));
     if (token < bpe_->size()) return bpe_->TokenBytes(static_cast<uint32_t>(token));
     return StrFormat("[%d]", token);  // an id past the tokenizer's (the model's padding)
@@ -171,6 +193,7 @@ class TokenText {
 
   std::shared_ptr<const BpeVocabulary> bpe_;
   std::unique_ptr<HfTokenizer> hf_;  // mutable state: encoding caches
+  std::unique_ptr<SentencePieceTokenizer> sp_;
   std::unique_ptr<Tokenizer> own_tokenizer_;  // --chat with bytes or GPT-2's BPE
 };
 

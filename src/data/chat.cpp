@@ -85,11 +85,14 @@ std::vector<std::string> ChatMarkers(const std::string& chat_template) {
 Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer,
                           const std::string& command) {
   if (tokenizer->name() == "sentencepiece")
-    return UsageError(
-        "--input-format chat with a SentencePiece tokenizer (pack, --tokenizer): it encodes each "
-        "piece of the template apart, giving every reply a spurious leading U+2581 (its word "
-        "marker) and losing its newlines. Use --tokenizer hf with the model's tokenizer.json "
-        "(byte-level BPE), or pack the rendered text with --input-format jsonl (no loss mask)");
+    return UsageError(StrFormat(
+        "a chat template with a SentencePiece tokenizer (%s): it encodes each piece of the "
+        "template apart, giving every reply a spurious leading U+2581 (its word marker) and "
+        "losing its newlines. %s",
+        command.c_str(),
+        command == "pack" ? "Use --tokenizer hf with the model's tokenizer.json (byte-level BPE), "
+                            "or pack the rendered text with --input-format jsonl (no loss mask)"
+                          : "Give the rendered conversation as a plain --prompt"));
   const std::vector<std::string> markers = ChatMarkers(chat_template);
   if (markers.empty()) return Status::Ok();
   if (tokenizer->name() != "hf")

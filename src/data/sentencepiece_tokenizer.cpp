@@ -3,6 +3,8 @@
 
 #include <sentencepiece_processor.h>
 
+#include <cstdlib>
+
 #include "common/filesystem.h"
 #include "common/log.h"
 
@@ -65,6 +67,18 @@ Status SentencePieceTokenizer::EndDocument(std::vector<uint32_t>* tokens) {
   text_.clear();
   text_.shrink_to_fit();
   return Status::Ok();
+}
+
+std::string SentencePieceTokenizer::Decode(uint32_t id) const {
+  const int piece_id = static_cast<int>(id);
+  if (id >= static_cast<uint64_t>(vocab_size_) || processor_->IsControl(piece_id)) return "";
+  std::string piece = processor_->IdToPiece(piece_id);
+  if (processor_->IsByte(piece_id))  // byte fallback: "<0x0A>"
+    return std::string(1, static_cast<char>(std::strtol(piece.c_str() + 3, nullptr, 16)));
+  static const std::string kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's word marker
+  for (size_t at = piece.find(kSpace); at != std::string::npos; at = piece.find(kSpace, at + 1))
+    piece.replace(at, kSpace.size(), " ");
+  return piece;
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> MakeSentencePieceTokenizer(const std::string& dir,

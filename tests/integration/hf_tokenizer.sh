@@ -153,7 +153,7 @@ PY
   h5dump -a tokenizer sp.h5 | grep -q '"sentencepiece"' || fail "the tokenizer attribute is not sentencepiece"
   # Chat data through SentencePiece would give each template piece its own dummy prefix: refused.
   for tokenizer in sentencepiece hf; do
-    expect_error 2 "input-format chat with a SentencePiece tokenizer" "$TRAINER" pack \
+    expect_error 2 "a chat template with a SentencePiece tokenizer (pack)" "$TRAINER" pack \
       --input-format chat --chat-template none --tokenizer $tokenizer --tokenizer-dir sp \
       --input chat.jsonl --output c.h5
   done
@@ -220,6 +220,28 @@ got = transformers.PreTrainedTokenizerFast.from_pretrained("cat-export")(text)["
 assert got == want, (got, want)
 print(f"export's tokenizer: {len(got)} ids as tokenizers gives them")
 PY
+# trainer sample through a SentencePiece tokenizer.model (Llama-2's layout): a tiny llama trained
+# on the sentence packed with it continues the prompt with the sentence, as text.
+if [ -z "${SENTENCEPIECE_MISSING:-}" ]; then
+  "$TRAINER" pack --tokenizer sentencepiece --tokenizer-dir sp --input cat.txt --output cat-sp.h5 \
+    --quiet || fail "packing the sentence with SentencePiece"
+  "$TRAINER" train -c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=cat-sp.h5 \
+    -o Data.val_fraction=0 -o Model.vocab_size=1000 -o Model.num_layers=2 -o Model.max_seq_len=32 \
+    -o Engine.max_steps=120 -o Engine.save_steps=120 -o Engine.eval_freq=0 -o Engine.logging_freq=40 \
+    -o Engine.output_dir=cat-sp-run > cat-sp-train.log 2>&1 ||
+    { tail -20 cat-sp-train.log; fail "training on the SentencePiece sentence"; }
+  "$TRAINER" sample cat-sp-run/checkpoints --tokenizer-dir sp --prompt "$PROMPT" -n 12 -t 0 \
+    --output cat-sp-sample.txt > /dev/null 2> cat-sp-sample.err ||
+    { cat cat-sp-sample.err; fail "trainer sample through tokenizer.model"; }
+  python3 - "$SENTENCE" "$PROMPT" <<'PY' || fail "the sample through tokenizer.model is not the sentence"
+import sys
+sentence, prompt = sys.argv[1], sys.argv[2]
+got = open("cat-sp-sample.txt").read().rstrip("\n")
+want = " " + sentence * 20  # the word marker of the first piece prints as a space
+assert got.startswith(" " + prompt) and want.startswith(got) and len(got) > len(prompt) + 20, repr(got)
+print(f"sample through tokenizer.model: {got!r}")
+PY
+fi
 if [ -n "${SENTENCEPIECE_MISSING:-}" ]; then
   echo "skip: no sentencepiece package in the venv, so --tokenizer sentencepiece was not checked"
   exit 77
