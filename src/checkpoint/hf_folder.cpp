@@ -111,6 +111,25 @@ std::string HuggingFaceWeightsFile(const std::string& path) {
   return named && PathExists(path) ? path : "";
 }
 
+std::string HuggingFaceFolderHint(const std::string& path) {
+  if (!IsDirectory(path) || !PathExists(path + "/config.json")) return "";
+  if (!HuggingFaceWeightsFile(path).empty())
+    return StrFormat(
+        " %s is a Hugging Face model folder: start a run from it with "
+        "-o Checkpoint.init_from=%s (trainer inspect %s prints the Model keys it needs), then use "
+        "that run's checkpoints",
+        path.c_str(), path.c_str(), path.c_str());
+  if (PathExists(path + "/pytorch_model.bin") || PathExists(path + "/pytorch_model.bin.index.json"))
+    return StrFormat(
+        " %s holds pytorch_model.bin, which the trainer does not read: save the model as "
+        "safetensors (transformers: model.save_pretrained(DIR, safe_serialization=True))",
+        path.c_str());
+  return StrFormat(
+      " %s has a config.json but no model.safetensors (or index): copy the whole "
+      "model folder",
+      path.c_str());
+}
+
 std::string HuggingFaceFolder(const std::string& weights) {
   return ParentDirectory(weights);
 }

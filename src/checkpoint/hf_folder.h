@@ -18,6 +18,11 @@ namespace trainer {
 // folder; "" when it names none.
 std::string HuggingFaceWeightsFile(const std::string& path);
 
+// What a path that holds no trainer checkpoint is, where it is a Hugging Face model folder: a
+// sentence for an error's end (import it with Checkpoint.init_from; or convert its
+// pytorch_model.bin to safetensors); "" otherwise.
+std::string HuggingFaceFolderHint(const std::string& path);
+
 // The folder of `weights` (where config.json lies).
 std::string HuggingFaceFolder(const std::string& weights);
 

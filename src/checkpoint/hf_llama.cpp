@@ -109,6 +109,7 @@ std::string HuggingFaceArchitecture(const std::string& folder) {
           {"olmoe", "OlmoeForCausalLM"},     {"gpt2", "GPT2LMHeadModel"}};
       return classes.count(type) ? classes.at(type) : type;
     }
+    return "(none: " + path + " has neither architectures nor model_type)";
   } catch (const YAML::Exception&) {
   }
   return "(unreadable " + path + ")";

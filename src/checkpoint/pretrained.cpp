@@ -295,14 +295,16 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
     *what = checkpoint + " (a trainer checkpoint's weights)";
     return ReadCheckpointWeights(checkpoint, model, params, part, flat, progress);
   }
+  const std::string hint = HuggingFaceFolderHint(path);  // pytorch_model.bin, no weights
   return CheckpointError(StrFormat(
       "Checkpoint.init_from=%s names no weights (%s): give a trainer checkpoint (a step folder, "
       "its checkpoint.h5, or a checkpoint directory) or a Hugging Face model (a folder with "
-      "config.json and model.safetensors or model.safetensors.index.json, or the file)",
+      "config.json and model.safetensors or model.safetensors.index.json, or the file).%s",
       path.c_str(),
       !PathExists(path)   ? "it does not exist"
       : IsDirectory(path) ? "the folder holds neither a checkpoint nor model.safetensors"
-                          : "the file is neither a checkpoint.h5 nor a .safetensors"));
+                          : "the file is neither a checkpoint.h5 nor a .safetensors",
+      hint.c_str()));
 }
 
 Status ImpliedModelOverrides(const std::string& file, std::string* overrides, std::string* note) {

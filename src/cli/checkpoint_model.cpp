@@ -2,6 +2,7 @@
 #include "cli/checkpoint_model.h"
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_folder.h"
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "config/config_diff.h"
@@ -52,8 +53,8 @@ Status ResolveCheckpoint(const std::string& path, const char* command, std::stri
   if (!file->empty()) return Status::Ok();
   return CheckpointError(StrFormat(
       "no checkpoint at %s (trainer %s CHECKPOINT): pass a step folder, its checkpoint.h5, or "
-      "a checkpoint directory (Checkpoint.dir, e.g. out/tiny-cpu/checkpoints)",
-      path.c_str(), command));
+      "a checkpoint directory (Checkpoint.dir, e.g. out/tiny-cpu/checkpoints).%s",
+      path.c_str(), command, HuggingFaceFolderHint(path).c_str()));
 }
 
 StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std::string> overrides,

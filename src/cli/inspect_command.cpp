@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_folder.h"
 #include "checkpoint/hf_llama.h"
 #include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
@@ -104,10 +105,10 @@ Status InspectCheckpointFolder(const std::string& dir) {
   // Without `latest` (or where it names no checkpoint): the newest committed step, as resume.
   const std::string newest = NewestCheckpointFolder(dir);
   if (newest.empty())
-    return CheckpointError(
-        StrFormat("no committed checkpoint in %s (no `latest`, no step folder). Train with "
-                  "Engine.save_steps > 0 to write one",
-                  dir.c_str()));
+    return CheckpointError(StrFormat(
+        "no committed checkpoint in %s (no `latest`, no step folder).%s", dir.c_str(),
+        HuggingFaceFolderHint(dir).empty() ? " Train with Engine.save_steps > 0 to write one"
+                                           : HuggingFaceFolderHint(dir).c_str()));
   return InspectCheckpoint(newest);
 }
 

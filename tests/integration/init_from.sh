@@ -103,6 +103,13 @@ run_np 2 train "${COMMON[@]}" -o Optimizer.lr=0 -o Optimizer.min_lr=0 -o Engine.
 grep -q "resumed from" resumed.log || fail "the run did not resume"
 ! grep -q "initial weights from" resumed.log || fail "a resume took init_from's weights"
 
+# A Hugging Face folder where a trainer checkpoint belongs, and one of pytorch_model.bin alone:
+# the fix named (import it with init_from; save it as safetensors).
+expect_error 4 "hf is a Hugging Face model folder: start a run from it with -o Checkpoint.init_from=hf" \
+  "$TRAINER" eval hf --data data.h5
+mkdir -p binonly && cp hf/config.json binonly/ && touch binonly/pytorch_model.bin
+expect_error 4 "binonly holds pytorch_model.bin, which the trainer does not read: save the model as safetensors" \
+  run_np 1 train "${COMMON[@]}" -o Engine.output_dir=bad0 -o Checkpoint.init_from=binonly
 expect_error 4 "init_from=nowhere names no weights (it does not exist)" run_np 2 train "${COMMON[@]}" -o Engine.output_dir=bad1 \
   -o Checkpoint.init_from=nowhere
 expect_error 4 "Model.hidden_size" run_np 2 train "${COMMON[@]}" -o Engine.output_dir=bad2 \
