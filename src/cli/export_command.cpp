@@ -28,6 +28,7 @@
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "data/bpe_tokenizer.h"
+#include "data/chat.h"
 #include "data/hf_tokenizer.h"
 #include "model/parameters.h"
 
@@ -69,9 +70,11 @@ std::vector<std::string> ShardsIn(const std::string& folder) {
 // The tokenizer files --tokenizer-dir gives the export: a Hugging Face tokenizer.json (Qwen,
 // Llama-3, SmolLM2: with its added and special tokens) and the files of its folder that
 // transformers reads beside it; else GPT-2's vocab.json and merges.txt (or encoder.json and
-// vocab.bpe). Refused where the tokenizer has more ids than the model's vocabulary.
+// vocab.bpe). Refused where the tokenizer has more ids than the model's vocabulary. *reply_ends:
+// the ids of the chat templates' end markers the tokenizer has (<|im_end|>, <|eot_id|>).
 Status TokenizerFiles(const std::string& dir, const ModelConfig& model,
-                      std::vector<std::pair<std::string, std::string>>* files) {
+                      std::vector<std::pair<std::string, std::string>>* files,
+                      std::vector<int64_t>* reply_ends) {
   if (!PathExists(dir + "/tokenizer.json")) {
     TRAINER_ASSIGN_OR_RETURN(const std::shared_ptr<const BpeVocabulary> bpe,
                              LoadModelTokenizer(dir, model));
@@ -88,6 +91,8 @@ Status TokenizerFiles(const std::string& dir, const ModelConfig& model,
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                            "vocab.json", "merges.txt"})
     if (PathExists(dir + "/" + name)) files->emplace_back(dir + "/" + name, name);
+  for (const std::string& marker : {ChatReplyEnd("chatml"), ChatReplyEnd("llama3")})
+    if (const int64_t id = tokenizer->TokenId(marker); id >= 0) reply_ends->push_back(id);
   return Status::Ok();
 }
 
@@ -155,10 +160,12 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   TRAINER_RETURN_IF_ERROR(
       HuggingFaceConfigJson(model, o.dtype == "bf16", summary.eod_id, &config_json));
   std::vector<std::pair<std::string, std::string>> tokenizer_files;  // (from, name in --output)
+  std::vector<int64_t> reply_ends;
   if (!o.tokenizer_dir.empty()) {
-    TRAINER_RETURN_IF_ERROR(TokenizerFiles(o.tokenizer_dir, model, &tokenizer_files));
+    TRAINER_RETURN_IF_ERROR(TokenizerFiles(o.tokenizer_dir, model, &tokenizer_files, &reply_ends));
     std::vector<std::string> targets;
     for (const auto& [from, name] : tokenizer_files) targets.push_back(o.output + "/" + name);
+    if (!reply_ends.empty()) targets.push_back(o.output + "/generation_config.json");
     TRAINER_RETURN_IF_ERROR(RefuseExisting(targets, o.output));
   }
   const std::vector<ParameterInfo> params = FullParameterList(model);
@@ -183,6 +190,16 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
     TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(from));
     TRAINER_RETURN_IF_ERROR(WriteFileAtomically(o.output + "/" + name, text));
     tokenizer_names += (tokenizer_names.empty() ? "" : ", ") + name;
+  }
+  // A tokenizer with a chat template's end marker: generate() stops at the end of a reply too,
+  // as the released instruct models' generation_config.json has it.
+  if (!reply_ends.empty()) {
+    std::string ids;
+    for (const int64_t id : reply_ends) ids += std::to_string(id) + ", ";
+    ids += std::to_string(summary.eod_id >= 0 ? summary.eod_id : model.vocab_size - 1);
+    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(o.output + "/generation_config.json",
+                                                "{\n  \"eos_token_id\": [" + ids + "]\n}\n"));
+    tokenizer_names += ", generation_config.json";
   }
   int64_t count = 0;
   for (const SafetensorsTensor& t : tensors) count += static_cast<int64_t>(t.values.size());

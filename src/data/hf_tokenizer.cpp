@@ -387,6 +387,10 @@ std::vector<uint32_t> HfTokenizer::EncodePrompt(const std::string& text) {
   return tokens;
 }
 
+int64_t HfTokenizer::TokenId(const std::string& token) const {
+  return model_->Id(token);
+}
+
 std::string HfTokenizer::Decode(uint32_t id) const {
   const auto added = model_->added_content.find(id);
   if (added != model_->added_content.end()) return added->second;

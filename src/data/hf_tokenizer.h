@@ -62,6 +62,8 @@ class HfTokenizer final : public Tokenizer {
   // The text token `id` stands for: an added token's content, or the bytes of a model token; ""
   // past the tokenizer's vocabulary (a model's padding rows).
   std::string Decode(uint32_t id) const;
+  // The id of a token (added or of the vocabulary) by its text; -1 where it has none.
+  int64_t TokenId(const std::string& token) const;
 
  private:
   HfTokenizer(std::shared_ptr<const HfModel> model, int64_t eod_id);

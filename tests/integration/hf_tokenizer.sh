@@ -219,6 +219,11 @@ want = tokenizers.Tokenizer.from_file("qwen2/tokenizer.json").encode(text).ids
 got = transformers.PreTrainedTokenizerFast.from_pretrained("cat-export")(text)["input_ids"]
 assert got == want, (got, want)
 print(f"export's tokenizer: {len(got)} ids as tokenizers gives them")
+# generate() stops at the end of a reply as well as of a document.
+tok = tokenizers.Tokenizer.from_file("qwen2/tokenizer.json")
+eos = transformers.GenerationConfig.from_pretrained("cat-export").eos_token_id
+assert eos == [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")], eos
+print(f"export's generation_config.json: eos_token_id {eos}")
 PY
 # trainer sample through a SentencePiece tokenizer.model (Llama-2's layout): a tiny llama trained
 # on the sentence packed with it continues the prompt with the sentence, as text.
