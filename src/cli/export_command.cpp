@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "checkpoint/checkpoint.h"
@@ -67,32 +68,64 @@ std::vector<std::string> ShardsIn(const std::string& folder) {
   return shards;
 }
 
-// The tokenizer files --tokenizer-dir gives the export: a Hugging Face tokenizer.json (Qwen,
-// Llama-3, SmolLM2: with its added and special tokens) and the files of its folder that
-// transformers reads beside it; else GPT-2's vocab.json and merges.txt (or encoder.json and
-// vocab.bpe). Refused where the tokenizer has more ids than the model's vocabulary. *reply_ends:
-// the ids of the chat templates' end markers the tokenizer has (<|im_end|>, <|eot_id|>).
-Status TokenizerFiles(const std::string& dir, const ModelConfig& model,
-                      std::vector<std::pair<std::string, std::string>>* files,
-                      std::vector<int64_t>* reply_ends) {
-  if (!PathExists(dir + "/tokenizer.json")) {
+// What --tokenizer-dir gives the export: a Hugging Face tokenizer.json (Qwen, Llama-3, SmolLM2:
+// with its added and special tokens) and the files transformers reads beside it, its
+// tokenizer_config.json naming PreTrainedTokenizerFast and the eos token where it names none
+// (else AutoTokenizer takes the class of config.json's model type, such as LlamaTokenizerFast,
+// which adds a BOS of its own); else GPT-2's vocab.json and merges.txt (or encoder.json and
+// vocab.bpe). Refused where the tokenizer has more ids than the model's vocabulary.
+struct ExportedTokenizer {
+  std::vector<std::pair<std::string, std::string>> copies;  // (from, name in --output)
+  std::string tokenizer_config;     // tokenizer_config.json's text; "" for GPT-2's files
+  std::vector<int64_t> reply_ends;  // the chat templates' end markers it has (<|im_end|>, ...)
+  int64_t eod = -1;                 // its end of document
+};
+
+Status ExportTokenizer(const std::string& dir, const ModelConfig& model, int64_t data_eod,
+                       ExportedTokenizer* out) {
+  const auto gpt2 = [&]() -> Status {
     TRAINER_ASSIGN_OR_RETURN(const std::shared_ptr<const BpeVocabulary> bpe,
                              LoadModelTokenizer(dir, model));
-    *files = {{bpe->vocabulary_path(), "vocab.json"}, {bpe->merges_path(), "merges.txt"}};
+    out->copies = {{bpe->vocabulary_path(), "vocab.json"}, {bpe->merges_path(), "merges.txt"}};
     return Status::Ok();
-  }
-  TRAINER_ASSIGN_OR_RETURN(const std::unique_ptr<HfTokenizer> tokenizer,
-                           HfTokenizer::Load(dir, "--tokenizer-dir", -1));
-  if (tokenizer->vocab_size() > model.vocab_size)
+  };
+  if (!PathExists(dir + "/tokenizer.json")) return gpt2();
+  StatusOr<std::unique_ptr<HfTokenizer>> loaded =
+      HfTokenizer::Load(dir, "--tokenizer-dir", data_eod);
+  if (!loaded.ok() && PathExists(dir + "/vocab.json") && PathExists(dir + "/merges.txt"))
+    return gpt2();  // a tokenizer.json this reader does not take, beside GPT-2's files
+  if (!loaded.ok() && PathExists(dir + "/tokenizer.model"))
+    return UsageError(StrFormat(
+        "--tokenizer-dir %s holds a SentencePiece tokenizer (tokenizer.model; its tokenizer.json "
+        "is not byte-level BPE), which export does not copy: copy the folder's tokenizer files "
+        "beside the export by hand",
+        dir.c_str()));
+  if (!loaded.ok()) return loaded.status();
+  const HfTokenizer& tokenizer = *loaded.value();
+  if (tokenizer.vocab_size() > model.vocab_size)
     return UsageError(StrFormat(
         "--tokenizer-dir %s: its tokenizer.json has %lld ids, more than the model's vocabulary "
         "of %d: it is another model's tokenizer. Give the one the data was packed with",
-        dir.c_str(), static_cast<long long>(tokenizer->vocab_size()), model.vocab_size));
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "vocab.json", "merges.txt"})
-    if (PathExists(dir + "/" + name)) files->emplace_back(dir + "/" + name, name);
+        dir.c_str(), static_cast<long long>(tokenizer.vocab_size()), model.vocab_size));
+  for (const char* name : {"tokenizer.json", "special_tokens_map.json", "vocab.json", "merges.txt"})
+    if (PathExists(dir + "/" + name)) out->copies.emplace_back(dir + "/" + name, name);
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  if (PathExists(dir + "/tokenizer_config.json")) {
+    TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(dir + "/tokenizer_config.json"));
+    config = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object())
+      return DataError(
+          StrFormat("unreadable %s/tokenizer_config.json (--tokenizer-dir): not a "
+                    "JSON object. Fix or remove it",
+                    dir.c_str()));
+  }
+  if (!config.contains("tokenizer_class")) config["tokenizer_class"] = "PreTrainedTokenizerFast";
+  if (!config.contains("eos_token"))
+    config["eos_token"] = tokenizer.Decode(static_cast<uint32_t>(tokenizer.eod_id()));
+  out->tokenizer_config = config.dump(2) + "\n";
   for (const std::string& marker : {ChatReplyEnd("chatml"), ChatReplyEnd("llama3")})
-    if (const int64_t id = tokenizer->TokenId(marker); id >= 0) reply_ends->push_back(id);
+    if (const int64_t id = tokenizer.TokenId(marker); id >= 0) out->reply_ends.push_back(id);
+  out->eod = tokenizer.eod_id();
   return Status::Ok();
 }
 
@@ -159,13 +192,13 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   std::string config_json;
   TRAINER_RETURN_IF_ERROR(
       HuggingFaceConfigJson(model, o.dtype == "bf16", summary.eod_id, &config_json));
-  std::vector<std::pair<std::string, std::string>> tokenizer_files;  // (from, name in --output)
-  std::vector<int64_t> reply_ends;
+  ExportedTokenizer tokenizer;
   if (!o.tokenizer_dir.empty()) {
-    TRAINER_RETURN_IF_ERROR(TokenizerFiles(o.tokenizer_dir, model, &tokenizer_files, &reply_ends));
+    TRAINER_RETURN_IF_ERROR(ExportTokenizer(o.tokenizer_dir, model, summary.eod_id, &tokenizer));
     std::vector<std::string> targets;
-    for (const auto& [from, name] : tokenizer_files) targets.push_back(o.output + "/" + name);
-    if (!reply_ends.empty()) targets.push_back(o.output + "/generation_config.json");
+    for (const auto& [from, name] : tokenizer.copies) targets.push_back(o.output + "/" + name);
+    if (!tokenizer.tokenizer_config.empty()) targets.push_back(o.output + "/tokenizer_config.json");
+    if (!tokenizer.reply_ends.empty()) targets.push_back(o.output + "/generation_config.json");
     TRAINER_RETURN_IF_ERROR(RefuseExisting(targets, o.output));
   }
   const std::vector<ParameterInfo> params = FullParameterList(model);
@@ -186,20 +219,24 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
       o.output, tensors, dtype, {{"format", "pt"}, {"source", file}}, max_shard_bytes, &files));
   TRAINER_RETURN_IF_ERROR(WriteFileAtomically(config, config_json));
   std::string tokenizer_names;
-  for (const auto& [from, name] : tokenizer_files) {  // as they are, under Hugging Face's names
-    TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(from));
-    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(o.output + "/" + name, text));
+  const auto write = [&](const std::string& name, const std::string& text) {
     tokenizer_names += (tokenizer_names.empty() ? "" : ", ") + name;
+    return WriteFileAtomically(o.output + "/" + name, text);
+  };
+  for (const auto& [from, name] : tokenizer.copies) {  // as they are, under Hugging Face's names
+    TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(from));
+    TRAINER_RETURN_IF_ERROR(write(name, text));
   }
+  if (!tokenizer.tokenizer_config.empty())
+    TRAINER_RETURN_IF_ERROR(write("tokenizer_config.json", tokenizer.tokenizer_config));
   // A tokenizer with a chat template's end marker: generate() stops at the end of a reply too,
   // as the released instruct models' generation_config.json has it.
-  if (!reply_ends.empty()) {
+  if (!tokenizer.reply_ends.empty()) {
     std::string ids;
-    for (const int64_t id : reply_ends) ids += std::to_string(id) + ", ";
-    ids += std::to_string(summary.eod_id >= 0 ? summary.eod_id : model.vocab_size - 1);
-    TRAINER_RETURN_IF_ERROR(WriteFileAtomically(o.output + "/generation_config.json",
-                                                "{\n  \"eos_token_id\": [" + ids + "]\n}\n"));
-    tokenizer_names += ", generation_config.json";
+    for (const int64_t id : tokenizer.reply_ends) ids += std::to_string(id) + ", ";
+    ids += std::to_string(tokenizer.eod);
+    TRAINER_RETURN_IF_ERROR(
+        write("generation_config.json", "{\n  \"eos_token_id\": [" + ids + "]\n}\n"));
   }
   int64_t count = 0;
   for (const SafetensorsTensor& t : tensors) count += static_cast<int64_t>(t.values.size());
@@ -229,7 +266,8 @@ int RunExportCommand(const std::vector<std::string>& args) {
                         "folder for model.safetensors and config.json (made if missing)")(
       "dtype", po::value(&o.dtype)->default_value("f32"), "f32 or bf16 (rounded to nearest)")(
       "tokenizer-dir", po::value(&o.tokenizer_dir)->default_value(""),
-      "also copy the GPT-2 BPE files the data was packed with (vocab.json, merges.txt)")(
+      "also copy the tokenizer the data was packed with (a tokenizer.json and the files beside "
+      "it, or GPT-2's vocab.json and merges.txt)")(
       "lora", po::value(&o.lora)->default_value(""),
       "a LoRA checkpoint: merge (adapters merged into the base: full weights) or adapter (a "
       "PEFT adapter folder: adapter_config.json, adapter_model.safetensors)")(

@@ -279,8 +279,8 @@ int RunSampleCommand(const std::vector<std::string>& args) {
                         "text to continue (bytes tokenizer or --tokenizer-dir); empty: start a "
                         "new document")(
       "tokenizer-dir", po::value(&o.tokenizer_dir)->default_value(""),
-      "the folder of the tokenizer the data was packed with (the model's tokenizer.json, or "
-      "GPT-2's BPE files): text in and out")(
+      "the folder of the tokenizer the data was packed with (the model's tokenizer.json or "
+      "SentencePiece tokenizer.model, or GPT-2's BPE files): text in and out")(
       "chat", po::bool_switch(&o.chat),
       "--prompt is a user's message: rendered with the chat template, the assistant's reply "
       "printed up to its end marker")("system", po::value(&o.system)->default_value(""),

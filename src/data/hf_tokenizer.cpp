@@ -123,8 +123,10 @@ Status ReadPreTokenizer(const json& pre, const std::string& source, HfModel* mod
     return Status::Ok();
   }
   if (type == "Digits") {
-    if (model->pattern || model->digits != HfModel::Digits::kNone)
-      return Unsupported(source, "Digits after a splitting pre-tokenizer or another Digits");
+    if (model->pattern || model->byte_level || model->digits != HfModel::Digits::kNone)
+      return Unsupported(source,
+                         "Digits after a splitting pre-tokenizer, ByteLevel or another "
+                         "Digits (only first)");
     model->digits =
         pre.value("individual_digits", false) ? HfModel::Digits::kEach : HfModel::Digits::kRuns;
     return Status::Ok();

@@ -1,6 +1,6 @@
 // Hugging Face byte-level BPE from a tokenizer.json (`trainer pack --tokenizer hf`), as
-// Qwen2/2.5/3, Llama-3 and GPT-2 save it. The file is read with nlohmann-json; its parts, in the
-// order Hugging Face tokenizers applies them:
+// Qwen2/2.5/3, Llama-3, SmolLM2 and GPT-2 save it. The file is read with nlohmann-json; its
+// parts, in the order Hugging Face tokenizers applies them:
 //   added_tokens   special or not, matched before the pre-tokenizer as tokenizers does, with
 //                  their flags normalized, single_word, lstrip and rstrip (hf_added_tokens.h); the
 //                  text between them is encoded apart

@@ -71,7 +71,8 @@ Status SentencePieceTokenizer::EndDocument(std::vector<uint32_t>* tokens) {
 
 std::string SentencePieceTokenizer::Decode(uint32_t id) const {
   const int piece_id = static_cast<int>(id);
-  if (id >= static_cast<uint64_t>(vocab_size_) || processor_->IsControl(piece_id)) return "";
+  if (id >= static_cast<uint64_t>(vocab_size_)) return StrFormat("[%u]", id);  // padding rows
+  if (piece_id == bos_id_ || piece_id == processor_->eos_id()) return "";
   std::string piece = processor_->IdToPiece(piece_id);
   if (processor_->IsByte(piece_id))  // byte fallback: "<0x0A>"
     return std::string(1, static_cast<char>(std::strtol(piece.c_str() + 3, nullptr, 16)));

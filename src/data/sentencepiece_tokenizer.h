@@ -35,7 +35,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   Status Encode(const uint8_t* bytes, size_t size, std::vector<uint32_t>* tokens) override;
   Status EndDocument(std::vector<uint32_t>* tokens) override;
   // The text of one id (`trainer sample`): its piece with the word marker U+2581 as a space, a
-  // byte-fallback piece as its byte; "" for control ids (BOS, EOS) and ids past the model's.
+  // byte-fallback piece as its byte; "" for BOS and EOS, "[id]" past the model's ids.
   std::string Decode(uint32_t id) const;
 
  private:

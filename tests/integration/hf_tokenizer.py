@@ -73,13 +73,13 @@ def read(path):
 def train(out, kind, vocab, corpus):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from tokenizers import processors, trainers
-    llama, smollm = kind == "llama3", kind == "smollm2"
+    llama, smollm, runs = kind == "llama3", kind == "smollm2", kind == "digitruns"
     tok = Tokenizer(models.BPE(ignore_merges=llama))
-    if not llama and not smollm:
+    if not llama and not smollm and not runs:
         tok.normalizer = normalizers.NFC()
-    if smollm:  # StarCoder's and SmolLM2's: each digit apart, then GPT-2's pattern
+    if smollm or runs:  # StarCoder's and SmolLM2's: each digit apart, then GPT-2's pattern
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.Digits(individual_digits=smollm),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
     else:
         tok.pre_tokenizer = pre_tokenizers.Sequence([

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # trainer pack --tokenizer hf against Hugging Face `tokenizers` (PyPI, in the venv of hf_venv.sh):
-# the reference (hf_tokenizer.py) trains three small byte-level BPE tokenizers on the repository's
+# the reference (hf_tokenizer.py) trains four small byte-level BPE tokenizers on the repository's
 # docs with Qwen2's settings (its Split pattern, NFC, merges with no ignore_merges), Llama-3's
-# (its pattern, ignore_merges, <|begin_of_text|> from the post-processor) and SmolLM2's (Digits
-# one by one, then GPT-2's pattern), each with special tokens
+# (its pattern, ignore_merges, <|begin_of_text|> from the post-processor), SmolLM2's (Digits
+# one by one, then GPT-2's pattern) and one with runs of digits, each with special tokens
 # in and outside the BPE vocabulary, non-special added tokens, and added tokens with each of the
 # flags lstrip, rstrip, single_word and normalized (true and false), and saves their tokenizer.json.
 # The packed ids of a text of many scripts, emoji, whitespace runs, newlines, decomposed accents,
@@ -66,7 +66,7 @@ print(f"{name}: {len(got)} tokens as tokenizers encodes them")
 PY
 }
 
-for kind in qwen2 llama3 smollm2; do
+for kind in qwen2 llama3 smollm2 digitruns; do
   "$PY" "$REFERENCE" train "$kind" "$kind" 1500 corpus.txt || fail "training the $kind tokenizer failed"
   "$TRAINER" pack --tokenizer hf --tokenizer-dir "$kind" --input english.txt world.txt \
     --output "$kind.h5" --quiet || fail "trainer pack --tokenizer hf ($kind) failed"
@@ -215,8 +215,9 @@ echo "sample --chat through tokenizer.json (chatml): '$(cat cat-chat.txt)'"
 import transformers, tokenizers
 text = "<|im_start|>user\nwhere is the cat?<|im_end|>\n<think> 12,345 caf\u00e9"
 want = tokenizers.Tokenizer.from_file("qwen2/tokenizer.json").encode(text).ids
-# PreTrainedTokenizerFast: the exported config is a Qwen3, which transformers 4.46 does not know
-got = transformers.PreTrainedTokenizerFast.from_pretrained("cat-export")(text)["input_ids"]
+# AutoTokenizer takes the class the exported tokenizer_config.json names (PreTrainedTokenizerFast,
+# added where the source named none), not the model type's (Qwen3, unknown to transformers 4.46).
+got = transformers.AutoTokenizer.from_pretrained("cat-export")(text)["input_ids"]
 assert got == want, (got, want)
 print(f"export's tokenizer: {len(got)} ids as tokenizers gives them")
 # generate() stops at the end of a reply as well as of a document.

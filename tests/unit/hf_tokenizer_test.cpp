@@ -55,6 +55,7 @@ struct Options {
   std::string pre_tokenizer;          // empty: Qwen2's Sequence
   std::vector<std::string> specials;  // more special added tokens, ids from 266 on
   bool flagged = false;               // the tokens with flags, ids from 266 on
+  bool digit_merges = false;          // "Ġ1" (291) and "12" (290), merged in that order
 };
 
 std::string TokenizerJson(const Options& o) {
@@ -64,8 +65,13 @@ std::string TokenizerJson(const Options& o) {
         "\"" + Spelled(std::string(1, static_cast<char>(b))) + "\": " + std::to_string(b) + ",";
   vocab += R"("he": 256, "ll": 257, "hell": 258, "hello": 259, ")" + Spelled(" ") +
            R"(w": 260, "lo": 261)";
-  const std::vector<std::pair<std::string, std::string>> merges = {
+  std::vector<std::pair<std::string, std::string>> merges = {
       {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {Spelled(" "), "w"}};
+  if (o.digit_merges) {
+    vocab += R"(, "12": 290, ")" + Spelled(" ") + R"(1": 291)";
+    merges.push_back({Spelled(" "), "1"});
+    merges.push_back({"1", "2"});
+  }
   std::string merge_list;
   for (const auto& [a, b] : merges) {
     if (!merge_list.empty()) merge_list += ",";
@@ -191,6 +197,17 @@ TEST(HfTokenizerTest, PatternPieces) {
   // GPT-2's pattern from ByteLevel with use_regex: the space goes with the digits.
   o.pre_tokenizer = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
   EXPECT_EQ(Make(o)->EncodeText("12 he"), (Ids{'1', '2', ' ', kHe}));
+  // Digits ahead of GPT-2's pattern, each digit or runs, against the pattern alone: the pieces
+  // differ, and so do the merges they allow ("Ġ1" before "12").
+  o.digit_merges = true;
+  EXPECT_EQ(Make(o)->EncodeText("a 12"), (Ids{'a', 291, '2'}));
+  for (const bool each : {true, false}) {
+    o.pre_tokenizer = std::string(R"({"type": "Sequence", "pretokenizers": [{"type": "Digits", )") +
+                      "\"individual_digits\": " + (each ? "true" : "false") +
+                      R"(}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]})";
+    EXPECT_EQ(Make(o)->EncodeText("a 12"), each ? (Ids{'a', ' ', '1', '2'}) : (Ids{'a', ' ', 290}));
+  }
+  o.digit_merges = false;
   // A Split with a String pattern (PCRE2_LITERAL): the string is a piece of its own.
   o.pre_tokenizer = R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern":
       {"String": "l"}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel",
@@ -230,6 +247,7 @@ TEST(HfTokenizerTest, AnyChunkingGivesTheWholeTextsTokens) {
     Options o;
     o.flagged = round % 2 == 1;
     if (round >= 60) o.pre_tokenizer = digits(round % 3 != 0);
+    o.digit_merges = round >= 60;  // a run cut at a chunk's end would lose its "12"
     auto whole = Make(o);
     const Ids want = whole->EncodeText(text);
     auto chunked = Make(o);
