@@ -264,8 +264,7 @@ Status CheckProgressAttributes(hid_t f, const std::string& file) {
     return CheckpointError(
         StrFormat("checkpoint lacks its progress (%s: step, consumed_samples or tokens_seen). %s",
                   file.c_str(), kDamagedAdvice));
-  const size_t slash = file.rfind('/');
-  const std::string folder = slash == std::string::npos ? "" : file.substr(0, slash);
+  const std::string folder = ParentDirectory(file);
   const std::string name = folder.substr(folder.rfind('/') + 1);  // npos + 1: all of it
   const bool step_folder = IsStepFolderName(name);
   const char* wrong =

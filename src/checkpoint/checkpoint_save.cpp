@@ -498,16 +498,23 @@ Status RemoveIncompleteCheckpoints(const std::string& directory) {
   return Status::Ok();
 }
 
-Status CheckNoEarlierCheckpoints(const std::string& directory) {
+namespace {
+// The newest committed step folder's name in `directory` ("step-00000010"), "" when none.
+std::string NewestStepName(const std::string& directory) {
   const std::vector<std::string> committed = CommittedCheckpoints(directory);
-  if (committed.empty()) return Status::Ok();
-  const std::string newest = committed.front();
+  return committed.empty() ? "" : committed.front().substr(committed.front().rfind('/') + 1);
+}
+}  // namespace
+
+Status CheckNoEarlierCheckpoints(const std::string& directory) {
+  const std::string newest = NewestStepName(directory);
+  if (newest.empty()) return Status::Ok();
   return CheckpointError(StrFormat(
       "checkpoint folder already holds checkpoints (%s, Checkpoint.dir; newest %s), and this run "
       "has no --resume: it would start over at step 0 and replace them. Continue that run with "
       "--resume auto, or give this one its own Checkpoint.dir (or Engine.output_dir), or remove "
       "the step folders",
-      directory.c_str(), newest.substr(newest.rfind('/') + 1).c_str()));
+      directory.c_str(), newest.c_str()));
 }
 
 Status CheckResumeFolder(const std::string& resume, const std::string& directory) {
@@ -521,16 +528,14 @@ Status CheckResumeFolder(const std::string& resume, const std::string& directory
   if (error) return Status::Ok();
   const auto [inside, _] = std::mismatch(folder.begin(), folder.end(), path.begin(), path.end());
   if (inside == folder.end()) return Status::Ok();  // PATH is `directory` or below it
-  const std::vector<std::string> committed = CommittedCheckpoints(directory);
-  if (committed.empty()) return Status::Ok();
-  const std::string newest = committed.front();
+  const std::string newest = NewestStepName(directory);
+  if (newest.empty()) return Status::Ok();
   return CheckpointError(StrFormat(
       "--resume %s is a checkpoint of another folder, and Checkpoint.dir (%s) holds checkpoints "
       "of its own (newest %s): this run would write its steps among them. Give it a "
       "Checkpoint.dir (or Engine.output_dir) of its own to branch from %s, or resume that "
       "folder's run with --resume auto",
-      resume.c_str(), directory.c_str(), newest.substr(newest.rfind('/') + 1).c_str(),
-      resume.c_str()));
+      resume.c_str(), directory.c_str(), newest.c_str(), resume.c_str()));
 }
 
 }  // namespace trainer

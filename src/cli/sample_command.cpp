@@ -60,20 +60,13 @@ class TokenText {
     bytes_ = model.vocab_size == ByteTokenizer::kVocabSize;
     if (o.tokenizer_dir.empty()) return Status::Ok();
     const std::string& dir = o.tokenizer_dir;
-    const bool sentencepiece = PathExists(dir + "/tokenizer.model");
-    if (PathExists(dir + "/tokenizer.json")) {  // Llama-3, Qwen: the model's own
-      StatusOr<std::unique_ptr<HfTokenizer>> loaded = HfTokenizer::Load(dir, "--tokenizer-dir", -1);
-      if (!loaded.ok() && !sentencepiece) return loaded.status();
-      if (loaded.ok()) {
-        hf_ = std::move(loaded.value());
-        eod_ = static_cast<int32_t>(hf_->eod_id());
-        return Status::Ok();
-      }
-    }
-    if (sentencepiece) {  // Llama-2, Mistral: its tokenizer.json is not byte-level BPE
-      TRAINER_ASSIGN_OR_RETURN(
-          sp_, SentencePieceTokenizer::Load(dir + "/tokenizer.model", "--tokenizer-dir", -1));
-      eod_ = static_cast<int32_t>(sp_->eod_id());
+    // The model's own, as pack --tokenizer hf reads it: a byte-level tokenizer.json (Llama-3,
+    // Qwen), else a SentencePiece tokenizer.model (Llama-2, Mistral).
+    if (PathExists(dir + "/tokenizer.json") || PathExists(dir + "/tokenizer.model")) {
+      TRAINER_ASSIGN_OR_RETURN(model_tokenizer_, MakeHfTokenizer(dir, "--tokenizer-dir", 0, -1));
+      hf_ = dynamic_cast<HfTokenizer*>(model_tokenizer_.get());
+      sp_ = dynamic_cast<SentencePieceTokenizer*>(model_tokenizer_.get());
+      eod_ = static_cast<int32_t>(model_tokenizer_->eod_id());
       return Status::Ok();
     }
     TRAINER_ASSIGN_OR_RETURN(bpe_, LoadModelTokenizer(o.tokenizer_dir, model));
@@ -97,7 +90,7 @@ class TokenText {
                     : StrFormat("--chat (sample) needs text: this model's vocabulary is %d, so "
                                 "give its tokenizer's folder with --tokenizer-dir",
                                 vocab_size_));
-    Tokenizer* tokenizer = hf_ != nullptr ? static_cast<Tokenizer*>(hf_.get()) : sp_.get();
+    Tokenizer* tokenizer = model_tokenizer_.get();
     if (tokenizer == nullptr) {
       own_tokenizer_ = bytes_ && bpe_ == nullptr
                            ? std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>())
@@ -192,8 +185,9 @@ class TokenText {
   }
 
   std::shared_ptr<const BpeVocabulary> bpe_;
-  std::unique_ptr<HfTokenizer> hf_;  // mutable state: encoding caches
-  std::unique_ptr<SentencePieceTokenizer> sp_;
+  std::unique_ptr<Tokenizer> model_tokenizer_;  // --tokenizer-dir's tokenizer.json or .model
+  HfTokenizer* hf_ = nullptr;                   // it, where a tokenizer.json (encoding caches)
+  SentencePieceTokenizer* sp_ = nullptr;        // it, where a tokenizer.model
   std::unique_ptr<Tokenizer> own_tokenizer_;  // --chat with bytes or GPT-2's BPE
 };
 

@@ -234,9 +234,9 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
   // An epoch's places are materialised (the sampler's order: 8 bytes each on every rank).
   constexpr double kMostPlaces = 2147483648.0;  // 16 GiB of order
   double places = 0;
-  std::vector<std::string> entry_names;  // as written in Data.train_path
-  std::stringstream items(data.train_path);
-  for (std::string item; std::getline(items, item, ',');) entry_names.push_back(item);
+  std::vector<std::string> entry_names(entries);  // each entry's first file
+  for (size_t i = sources.train_files.size(); i-- > 0;)
+    entry_names[entry_of_file[i]] = sources.train_files[i]->path();
   for (size_t e = 0; e < entries; ++e) {
     places += weights[e] * static_cast<double>(entry_samples[e]);
     if (entry_samples[e] == 0 && weights[e] != 1.0)
@@ -245,7 +245,7 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
           "Data.val_fraction holds out the last samples of the whole set, here all of it, so its "
           "weight %g does nothing. Give a validation file (Data.val_path), or list that entry "
           "before the others",
-          e + 1, e < entry_names.size() ? entry_names[e].c_str() : "?", weights[e]));
+          e + 1, entry_names[e].c_str(), weights[e]));
   }
   if (places > kMostPlaces)
     return UsageError(StrFormat(
