@@ -515,12 +515,7 @@ Status LoadCheckpointCollective(const std::string& directory, const std::string&
   AwaitRoot(progress, groups.world_rank, "rank 0's choice and verification of the checkpoint");
   TRAINER_RETURN_IF_ERROR(AgreeOnStatus(groups.world_host, resolved));
   ReportProgress(progress, "loading a checkpoint");
-  int length = static_cast<int>(chosen.size());
-  TRAINER_RETURN_IF_ERROR(groups.world_host->Broadcast(&length, 1, DType::kI32, 0));
-  chosen.resize(static_cast<size_t>(length));
-  std::vector<int> chars(chosen.begin(), chosen.end());
-  TRAINER_RETURN_IF_ERROR(groups.world_host->Broadcast(chars.data(), chars.size(), DType::kI32, 0));
-  chosen.assign(chars.begin(), chars.end());
+  TRAINER_RETURN_IF_ERROR(BroadcastText(groups.world_host, &chosen));
   *result = CheckpointLoadResult();
   if (chosen.empty()) return Status::Ok();  // nothing to resume: the caller initialises
   if (!PathExists(chosen))  // rank 0 sees it, this rank does not

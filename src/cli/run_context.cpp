@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <utility>
@@ -39,14 +38,8 @@ Status RunContext::Agree(const Status& local) {
 
 Status RunContext::AgreeOnConfig(const TrainConfig& config) {
   const std::string mine = ConfigKeyLines(config);
-  // Rank 0's text, broadcast as its length and then 32-bit words.
-  int32_t length = static_cast<int32_t>(mine.size());
-  Communicator* world = runtime->world();
-  TRAINER_RETURN_IF_ERROR(world->Broadcast(&length, 1, DType::kI32, 0));
-  std::vector<int32_t> words((static_cast<size_t>(length) + 3) / 4, 0);
-  if (runtime->rank() == 0) std::memcpy(words.data(), mine.data(), mine.size());
-  TRAINER_RETURN_IF_ERROR(world->Broadcast(words.data(), words.size(), DType::kI32, 0));
-  const std::string root(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(length));
+  std::string root = mine;  // rank 0's, after the broadcast
+  TRAINER_RETURN_IF_ERROR(BroadcastText(runtime->world(), &root));
   Status local;
   if (root != mine) {
     const std::vector<std::string> differ = DifferingKeyLines(mine, root, "rank 0");

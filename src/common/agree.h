@@ -1,6 +1,11 @@
 // Agreement on errors: every rank of a group passes its own Status; all return non-ok when any
-// rank failed, so that no rank walks into a collective that the failed rank will never join.
+// rank failed, so that no rank walks into a collective that the failed rank will never join; and
+// rank 0's text (a choice, a config) made every rank's.
 #pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "common/communicator.h"
 
@@ -26,6 +31,19 @@ inline Status AgreeOnStatus(Communicator* group, const Status& local,
   if (lowest_failing == size) return Status::Ok();
   if (!local.ok()) return local;
   return Status(static_cast<ExitCode>(values[2]), "");
+}
+
+// Rank `root`'s *text on every member of `group` (its length, then its bytes).
+inline Status BroadcastText(Communicator* group, std::string* text, int root = 0) {
+  int32_t length = static_cast<int32_t>(text->size());
+  Status sent = group->Broadcast(&length, 1, DType::kI32, root);
+  if (!sent.ok()) return sent;
+  std::vector<int32_t> chars(text->begin(), text->end());
+  chars.resize(static_cast<size_t>(length));
+  sent = group->Broadcast(chars.data(), chars.size(), DType::kI32, root);
+  if (!sent.ok()) return sent;
+  text->assign(chars.begin(), chars.end());
+  return Status::Ok();
 }
 
 }  // namespace trainer
