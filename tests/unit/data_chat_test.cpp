@@ -84,7 +84,19 @@ TEST(ChatTest, BadRecordsAndTemplatesAreErrors) {
   EXPECT_FALSE(CheckChatTemplate("vicuna").ok());
 }
 
-class ChatPackTest : public DataTest {};
+class ChatPackTest : public DataTest {
+ protected:
+  // Pack chat.jsonl into d.h5 with `chat_template`, quietly.
+  PackOptions ChatOptions(const std::string& chat_template = "none") {
+    PackOptions options;
+    options.inputs = {Path("chat.jsonl")};
+    options.output = Path("d.h5");
+    options.input_format = "chat";
+    options.chat_template = chat_template;
+    options.show_progress = false;
+    return options;
+  }
+};
 
 std::vector<uint8_t> ReadMask(const std::string& path, std::string* format) {
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -163,11 +175,7 @@ TEST_F(ChatPackTest, BadLinesAndOptionsAreNamed) {
                                  "\n"
                                  R"({"messages": [{"role": "user"}]})"
                                  "\n");
-  PackOptions options;
-  options.inputs = {Path("chat.jsonl")};
-  options.output = Path("d.h5");
-  options.input_format = "chat";
-  options.show_progress = false;
+  PackOptions options = ChatOptions("");
   PackSummary summary;
   // chatml writes markers that the byte tokenizer has no tokens for.
   options.chat_template = "chatml";
@@ -197,12 +205,7 @@ TEST_F(ChatPackTest, BadLinesAndOptionsAreNamed) {
 TEST_F(ChatPackTest, UntrainableAndMislabelledConversationsAreRefused) {
   const std::string user = R"({"role": "user", "content": "question"})";
   const std::string reply = R"({"role": "assistant", "content": "an answer"})";
-  PackOptions options;
-  options.inputs = {Path("chat.jsonl")};
-  options.output = Path("d.h5");
-  options.input_format = "chat";
-  options.chat_template = "none";
-  options.show_progress = false;
+  PackOptions options = ChatOptions();
   PackSummary summary;
   const auto pack_error = [&](const std::string& lines, double val_fraction) {
     WriteBytes(Path("chat.jsonl"), lines);
@@ -263,13 +266,8 @@ TEST_F(ChatPackTest, ASplitLeavesTrainedTokensOnBothSides) {
     lines += "{\"messages\": [" + question + R"(, {"role": "assistant", "content": "aa"}]})" + "\n";
   for (int i = 0; i < 3; ++i) lines += "{\"messages\": [" + question + "]}\n";
   WriteBytes(Path("chat.jsonl"), lines);
-  PackOptions options;
-  options.inputs = {Path("chat.jsonl")};
-  options.output = Path("d.h5");
-  options.input_format = "chat";
-  options.chat_template = "none";
+  PackOptions options = ChatOptions();
   options.val_fraction = 0.05;
-  options.show_progress = false;
   PackSummary summary;
   const Status status = PackDataset(options, &summary);
   EXPECT_EQ(status.code(), ExitCode::kData) << status.message();
@@ -320,13 +318,8 @@ TEST_F(ChatPackTest, ValidationSplitKeepsTheMaskAligned) {
         R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "aa"}]})"
         "\n";
   WriteBytes(Path("chat.jsonl"), lines);
-  PackOptions options;
-  options.inputs = {Path("chat.jsonl")};
-  options.output = Path("d.h5");
-  options.input_format = "chat";
-  options.chat_template = "none";
+  PackOptions options = ChatOptions();
   options.val_fraction = 0.2;
-  options.show_progress = false;
   PackSummary summary;
   Status status = PackDataset(options, &summary);
   ASSERT_TRUE(status.ok()) << status.message();
