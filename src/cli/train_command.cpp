@@ -18,7 +18,8 @@ namespace trainer {
 namespace {
 
 // TRAINER_WAIT_FOR_DEBUGGER=<rank>: that rank prints its PID and host and waits until a debugger
-// sets `debugger_attached` (gdb -p PID, then: set var debugger_attached=1, continue).
+// sets `debugger_attached` (gdb -p PID, then: set var debugger_attached=1, continue), or until a
+// preemption signal (scancel) ends the wait: the run then stops as at any step boundary.
 volatile int debugger_attached = 0;
 void MaybeWaitForDebugger(int rank, const std::string& host) {
   const char* wanted = std::getenv("TRAINER_WAIT_FOR_DEBUGGER");
@@ -27,7 +28,7 @@ void MaybeWaitForDebugger(int rank, const std::string& host) {
                "[rank %d %s] waiting for a debugger: gdb -p %d, then 'set var "
                "debugger_attached=1' and 'continue'\n",
                rank, host.c_str(), static_cast<int>(getpid()));
-  while (!debugger_attached) sleep(1);
+  while (!debugger_attached && !PreemptionRequested()) sleep(1);
 }
 
 }  // namespace
@@ -48,6 +49,10 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   RunContext ctx;
   Status status = ctx.Init();
   if (!status.ok()) return ctx.Finish(status);
+  // From here on a preemption signal (scancel's SIGTERM, Slurm's USR1, Ctrl-C) only sets a flag:
+  // one during set-up stops the run at the first step boundary with a checkpoint (exit 75), as
+  // one during training does.
+  InstallPreemptionHandlers(ctx.runtime->rank() == 0);
   MaybeWaitForDebugger(ctx.runtime->rank(), ctx.runtime->host());
 
   po::variables_map vm;
@@ -88,7 +93,6 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (!status.ok()) return ctx.Finish(status);
   if (!memory.empty()) LogInfo("memory: " + memory);
 
-  InstallPreemptionHandlers(ctx.runtime->rank() == 0);
   Trainer trainer(config, ctx.groups, ctx.backend.get());
   Watchdog watchdog(config.engine.watchdog_s);
   trainer.set_progress(&watchdog);

@@ -118,3 +118,25 @@ wait $single_pid || rc=$?
 [ $rc -eq 130 ] || { tail -20 ctrl_c_twice.log; fail "two SIGINTs: exit $rc, expected 130 (killed by SIGINT)"; }
 [ -z "$(newest_step ctrl_c_twice/checkpoints)" ] || fail "two SIGINTs: a checkpoint was saved"
 echo "ok: a second Ctrl-C quits at once (exit 130), nothing saved"
+
+# A signal during set-up (here while rank 0 waits for a debugger, TRAINER_WAIT_FOR_DEBUGGER=0)
+# stops the run at the first step boundary as one during training does: the wait ends, one step
+# trains, a checkpoint is saved and the exit code is 75 (not 143, killed by SIGTERM).
+TRAINER_WAIT_FOR_DEBUGGER=0 "$TRAINER" train "${COMMON[@]}" -o Engine.output_dir=setup \
+  > setup.log 2>&1 &
+single_pid=$!
+deadline=$((SECONDS + 60))
+until grep -q "waiting for a debugger" setup.log; do
+  kill -0 $single_pid 2> /dev/null || { cat setup.log; fail "ended before waiting for a debugger"; }
+  [ $SECONDS -lt $deadline ] || { kill -9 $single_pid; fail "no debugger wait within 60 s"; }
+  sleep 0.01
+done
+kill -TERM $single_pid
+rc=0
+timeout 120 tail --pid=$single_pid -f /dev/null
+wait $single_pid || rc=$?
+[ $rc -eq 75 ] || { tail -20 setup.log; fail "SIGTERM during set-up: exit $rc, expected 75"; }
+grep -q "stopped by SIGTERM after step 1; checkpoint saved" setup.log ||
+  { cat setup.log; fail "SIGTERM during set-up: no stop after the first step"; }
+expect_verified setup/checkpoints/step-00000001
+echo "ok: SIGTERM during set-up -> exit 75 after step 1 with a checkpoint that verifies"
