@@ -128,7 +128,8 @@ Status NoCheckpointToResume(const std::string& directory, const std::string& res
                           "--resume %s (its newest that verifies), or --resume auto",
                           steps.front().c_str(), directory.c_str());
   return CheckpointError(StrFormat(
-      "no checkpoint at %s (--resume): %s. Pass a step folder, its checkpoint.h5 or a checkpoint "
+      "no checkpoint at %s (--resume or Checkpoint.resume): %s. Pass a step folder, its "
+      "checkpoint.h5 or a checkpoint "
       "folder: %s",
       resume.c_str(),
       PathExists(resume) ? "it holds neither checkpoint.h5 nor step folders" : "it does not exist",

@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_layout.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "common/strings.h"
 
 namespace trainer {
 namespace {
@@ -482,7 +483,7 @@ Status RemoveIncompleteCheckpoints(const std::string& directory) {
   for (const std::string& name : names.value()) {
     // Only what a save leaves: step-<digits>.tmp and latest.tmp (other files are the user's).
     const bool step_tmp = name.size() > 9 && name.rfind("step-", 0) == 0 &&
-                          name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+                          EndsWith(name, ".tmp") &&
                           name.find_first_not_of("0123456789", 5) == name.size() - 4;
     if (!step_tmp && name != "latest.tmp") continue;
     if (step_tmp)

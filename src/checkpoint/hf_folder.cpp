@@ -10,15 +10,12 @@
 #include "checkpoint/hf_config.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "common/strings.h"
 
 namespace trainer {
 namespace {
 
 const char kIndex[] = "model.safetensors.index.json";
-
-bool EndsWith(const std::string& text, const std::string& end) {
-  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
-}
 
 bool IsIndex(const std::string& weights) {
   return EndsWith(weights, ".index.json");
@@ -39,10 +36,25 @@ Status ReadIndex(const std::string& index, std::map<std::string, std::string>* w
   return Status::Ok();
 }
 
+// A file that the index beside it names as one shard of several: the model is the folder.
+Status RefuseOneShard(const std::string& file) {
+  const std::string dir = ParentDirectory(file), index = dir + "/" + kIndex;
+  std::map<std::string, std::string> weight_map;
+  if (!PathExists(index) || !ReadIndex(index, &weight_map).ok()) return Status::Ok();
+  std::set<std::string> files;
+  for (const auto& item : weight_map) files.insert(item.second);
+  if (files.size() < 2 || !files.count(file.substr(file.rfind('/') + 1))) return Status::Ok();
+  return CheckpointError(
+      StrFormat("%s is one shard of a sharded model (%s maps its tensors to %zu files): give the "
+                "model's folder (%s) or its index",
+                file.c_str(), index.c_str(), files.size(), dir.c_str()));
+}
+
 // Shard files of the index `weights` (or the one file), each with the tensors the index gives it.
 Status Shards(const std::string& weights, std::map<std::string, std::set<std::string>>* shards) {
   shards->clear();
   if (!IsIndex(weights)) {
+    TRAINER_RETURN_IF_ERROR(RefuseOneShard(weights));
     (*shards)[weights];
     return Status::Ok();
   }
@@ -55,6 +67,12 @@ Status Shards(const std::string& weights, std::map<std::string, std::set<std::st
                                        weights.c_str(), name.c_str(), file.c_str()));
     (*shards)[dir + "/" + file].insert(name);
   }
+  for (const auto& [file, listed] : *shards)
+    if (!PathExists(file))
+      return CheckpointError(StrFormat(
+          "%s maps %s (and %zu more tensors) to %s, which is missing: copy the whole model "
+          "folder (every file the index names)",
+          weights.c_str(), listed.begin()->c_str(), listed.size() - 1, file.c_str()));
   return Status::Ok();
 }
 

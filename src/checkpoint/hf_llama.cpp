@@ -14,6 +14,7 @@
 #include "checkpoint/safetensors.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "common/strings.h"
 
 namespace trainer {
 namespace {
@@ -154,6 +155,7 @@ Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
   TRAINER_RETURN_IF_ERROR(r.Get("use_sliding_window", &sliding));
   TRAINER_RETURN_IF_ERROR(r.Get("torch_dtype", &dtype));
   TRAINER_RETURN_IF_ERROR(r.Get("dtype", &dtype));
+  if (act == "swish") act = "silu";  // transformers' name for the same function
   if (act != "silu") return r.Refuse("hidden_act " + act + " is not supported (silu is)");
   if (mlp_bias) return r.Refuse("mlp_bias true is not supported (the MLP has no biases here)");
   if (attention_bias && !qwen2)
@@ -325,12 +327,16 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
     if (known.count(name)) continue;
     // Older transformers saved RoPE's inv_freq; a tied model may still carry its lm_head.
     const std::string buffer = ".rotary_emb.inv_freq";
-    if (name.size() > buffer.size() &&
-        name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0)
-      continue;
-    if (name == "lm_head.weight" && model.tie_embeddings && tensors.count(embed) &&
-        tensors.at(embed).values == t.values)
-      continue;
+    if (name.size() > buffer.size() && EndsWith(name, buffer)) continue;
+    if (name == "lm_head.weight" && model.tie_embeddings && tensors.count(embed)) {
+      if (tensors.at(embed).values == t.values) continue;
+      return CheckpointError(StrFormat(
+          "%s (Checkpoint.init_from) holds an lm_head.weight unlike its %s, and its config.json "
+          "ties the two (tie_word_embeddings true), so which one the model uses is not defined. "
+          "Set tie_word_embeddings to false in config.json to keep the separate head (then "
+          "-o Model.tie_embeddings=false), or remove lm_head.weight to use the embedding for both",
+          folder.c_str(), embed.c_str()));
+    }
     return CheckpointError(
         StrFormat("%s (Checkpoint.init_from) holds %s %s, which the %s of config.json has no "
                   "place for",

@@ -9,12 +9,14 @@
 #include <set>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/hf_folder.h"
 #include "checkpoint/hf_llama.h"
 #include "checkpoint/hf_moe.h"
 #include "checkpoint/safetensors.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "model/cpu/cpu_kernels.h"
 
 namespace trainer {
@@ -30,11 +32,8 @@ bool StoredTransposed(const ParameterInfo& p) {
 // Tensors of a GPT-2 file that the model does not take: the attention's causal-mask buffers
 // (older transformers) and lm_head, which is tied to wte.
 bool Skipped(const std::string& name) {
-  auto ends_with = [&](const std::string& end) {
-    return name.size() >= end.size() &&
-           name.compare(name.size() - end.size(), end.size(), end) == 0;
-  };
-  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || name == "lm_head.weight";
+  return EndsWith(name, ".attn.bias") || EndsWith(name, ".attn.masked_bias") ||
+         name == "lm_head.weight";
 }
 
 // `p`'s whole tensor in this trainer's layout from the file's tensor `t` (Hugging Face's layout).
@@ -124,6 +123,22 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
     const ShardSlot slot = ShardSlotOf(p, part);
     ExtractShard(p, slot.rank, slot.size, full.data(), flat->data() + p.offset);
   }
+  return Status::Ok();
+}
+
+// Weights without a config.json are read as a GPT-2 (transformers' GPT-2 defaults); a
+// llama-family file's names say it needs its config.json instead.
+Status RefuseLlamaWithoutConfig(const std::string& weights) {
+  std::vector<SafetensorsEntry> entries;
+  TRAINER_RETURN_IF_ERROR(ReadHuggingFaceEntries(weights, &entries));
+  const std::string embed = "model.embed_tokens.weight";
+  for (const SafetensorsEntry& e : entries)
+    if (e.name == embed)
+      return CheckpointError(StrFormat(
+          "%s (Checkpoint.init_from) holds a llama-family model (%s) with no config.json beside "
+          "it: copy the model's config.json into %s (its architecture, RoPE and norm settings are "
+          "read from it)",
+          weights.c_str(), embed.c_str(), HuggingFaceFolder(weights).c_str()));
   return Status::Ok();
 }
 
@@ -269,6 +284,7 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
     const std::string arch = HuggingFaceArchitecture(HuggingFaceFolder(weights));
     const bool llama = IsLlamaArchitecture(arch);
     const bool gpt2 = arch.empty() || arch == "GPT2LMHeadModel" || arch == "gpt2";
+    if (arch.empty()) TRAINER_RETURN_IF_ERROR(RefuseLlamaWithoutConfig(weights));
     if (!llama && !gpt2)
       return CheckpointError(StrFormat(
           "%s (Checkpoint.init_from): architecture %s is not supported (LlamaForCausalLM, "
@@ -293,7 +309,15 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
   const std::string checkpoint = FindCheckpointFile(path);
   if (!checkpoint.empty()) {
     *what = checkpoint + " (a trainer checkpoint's weights)";
-    return ReadCheckpointWeights(checkpoint, model, params, part, flat, progress);
+    Status read = ReadCheckpointWeights(checkpoint, model, params, part, flat, progress);
+    // A damaged file's advice is about resuming; here the fix is another init_from.
+    const std::string message = read.message(), resume_advice = kDamagedAdvice;
+    if (EndsWith(message, resume_advice))
+      return Status(read.code(),
+                    message.substr(0, message.size() - resume_advice.size()) +
+                        "The file is damaged: give Checkpoint.init_from another checkpoint (an "
+                        "older step folder, which trainer inspect lists)");
+    return read;
   }
   const std::string hint = HuggingFaceFolderHint(path);  // pytorch_model.bin, no weights
   return CheckpointError(StrFormat(

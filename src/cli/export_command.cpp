@@ -28,6 +28,7 @@
 #include "cli/commands.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "data/bpe_tokenizer.h"
 #include "data/chat.h"
 #include "data/hf_tokenizer.h"
@@ -60,8 +61,7 @@ std::vector<std::string> ShardsIn(const std::string& folder) {
     const std::string name = entry.path().filename().string();
     const std::string prefix = "model-", suffix = ".safetensors";
     if (name.size() > prefix.size() + suffix.size() && name.rfind(prefix, 0) == 0 &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-        name.find("-of-") != std::string::npos)
+        EndsWith(name, suffix) && name.find("-of-") != std::string::npos)
       shards.push_back(folder + "/" + name);
   }
   std::sort(shards.begin(), shards.end());

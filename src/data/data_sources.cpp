@@ -13,6 +13,7 @@
 
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "common/strings.h"
 
 namespace trainer {
 
@@ -279,7 +280,7 @@ Status NoValidationDataError(const DataConfig& data, int eval_freq) {
   const std::string suffix = ".h5";
   const std::string& train = data.train_path;
   if (train.find_first_of(",*?[") == std::string::npos && train.size() > suffix.size() &&
-      train.compare(train.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      EndsWith(train, suffix)) {
     const std::string val = train.substr(0, train.size() - suffix.size()) + ".val.h5";
     if (PathExists(val))
       fix = "Set Data.val_path=" + val + " (trainer pack wrote it beside the training file)";

@@ -16,6 +16,7 @@
 
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "data/chat.h"
 #include "data/json_line.h"
 #include "data/progress.h"
@@ -351,8 +352,7 @@ std::string PackSummary::OneLine() const {
 
 std::string DefaultValidationPath(const std::string& output) {
   const std::string ext = ".h5";
-  if (output.size() > ext.size() &&
-      output.compare(output.size() - ext.size(), ext.size(), ext) == 0)
+  if (output.size() > ext.size() && EndsWith(output, ext))
     return output.substr(0, output.size() - ext.size()) + ".val.h5";
   return output + ".val.h5";
 }

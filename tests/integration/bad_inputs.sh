@@ -74,10 +74,13 @@ if ! nvidia-smi -L > /dev/null 2>&1; then  # a GPU asked for where there is none
 fi
 expect resume_missing 4 "does not exist" 2 train "${SMALL[@]}" --resume nowhere/step-00000001
 # --resume's path is taken as given, not as YAML: " #" is not a comment, "~" and "null" not null.
-expect resume_hash 4 "no checkpoint at nowhere #old (--resume): it does not exist" \
+expect resume_hash 4 "no checkpoint at nowhere #old (--resume or Checkpoint.resume): it does not exist" \
   2 train "${SMALL[@]}" --resume "nowhere #old"
-expect resume_tilde 4 "no checkpoint at ~ (--resume): it does not exist" 2 train "${SMALL[@]}" --resume "~"
-expect resume_null 4 "no checkpoint at null (--resume): it does not exist" 2 train "${SMALL[@]}" --resume null
+expect resume_tilde 4 "no checkpoint at ~ (--resume or Checkpoint.resume): it does not exist" 2 train "${SMALL[@]}" --resume "~"
+expect resume_null 4 "no checkpoint at null (--resume or Checkpoint.resume): it does not exist" 2 train "${SMALL[@]}" --resume null
+# The same key set in the config: its line names both ways of setting it.
+expect resume_config 4 "no checkpoint at yes (--resume or Checkpoint.resume): it does not exist" \
+  2 train "${SMALL[@]}" -o Checkpoint.resume=yes
 # A config file of two YAML documents: refused, naming the second's line.
 printf 'Data:\n  train_path: data.h5\n---\nEngine:\n  max_steps: 1\n' > two_documents.yaml
 expect two_documents 2 "more than one YAML document (two_documents.yaml line 4" 2 train -c two_documents.yaml

@@ -3,9 +3,9 @@
 # - retention: save every step for 10 steps with keep_last=2, keep_every=4 -> steps 4, 8, 9, 10;
 # - `trainer inspect` prints step, layout, every shape (the same as `h5ls -r`) and "verifies yes";
 #   each tensor's crc32 attribute equals Python's zlib.crc32 of its bytes (independent CRC);
-# - one flipped byte in a tensor: inspect says NO and exits 4; `--resume auto` warns, falls back
-#   to step 9, sets the damaged folder aside, and redoes step 10 with the same loss and
-#   bit-identical parameters as before;
+# - one flipped byte in a tensor: inspect says NO and exits 4 (init_from too, naming another
+#   init_from as the fix); `--resume auto` warns, falls back to step 9, sets the damaged folder
+#   aside, and redoes step 10 with the same loss and bit-identical parameters as before;
 # - after such a fallback, retention counts the set-aside folder as none of the kept ones;
 # - --resume of a checkpoint folder takes its newest step; a wrong path's hint names real ones;
 # - a flipped byte in a copy without HDF5's Fletcher32 filter: caught by the CRC-32 alone;
@@ -73,6 +73,16 @@ set -e
 grep -q "^  verifies         NO" bad_inspect.out || fail "inspect does not say NO"
 one_error_line bad_inspect.err "Fletcher32 chunk checksum.*transformer.h.1.mlp.c_fc.weight"
 echo "ok: inspect refuses the damaged file: $(cat bad_inspect.err)"
+# The same file as Checkpoint.init_from: the fix named is another init_from, not a resume.
+set +e
+"$TRAINER" train "${COMMON[@]}" -o Engine.output_dir=init_damaged -o Engine.save_steps=0 \
+  -o Checkpoint.init_from=$CKPT/step-00000010 > init_damaged.out 2> init_damaged.err
+rc=$?
+set -e
+[ $rc -eq 4 ] || { cat init_damaged.err; fail "init_from a damaged file: exit $rc"; }
+one_error_line init_damaged.err "transformer.h.1.mlp.c_fc.weight.*The file is damaged: give Checkpoint.init_from another checkpoint"
+! grep -q -- "--resume" init_damaged.err || fail "init_from a damaged file: the advice names --resume"
+echo "ok: init_from a damaged file: $(cat init_damaged.err)"
 mkdir $CKPT/step-00000011.tmp && echo partial > $CKPT/step-00000011.tmp/checkpoint.h5
 first10=$(step_losses run/metrics.jsonl | grep '^10 ')
 run_np 2 train "${COMMON[@]}" -o Engine.output_dir=run --resume auto > fallback.log 2>&1 ||
@@ -120,7 +130,7 @@ run_np 2 train "${COMMON[@]}" "${ASIDE[@]}" --resume aside/checkpoint > typo.out
 rc=$?
 set -e
 [ $rc -eq 4 ] || { cat typo.err; fail "--resume of a missing path: exit $rc"; }
-one_error_line typo.err "no checkpoint at aside/checkpoint (--resume): it does not exist. .*e.g. --resume aside/checkpoints/step-00000006 .*--resume aside/checkpoints (its newest that verifies)"
+one_error_line typo.err "no checkpoint at aside/checkpoint (--resume or Checkpoint.resume): it does not exist. .*e.g. --resume aside/checkpoints/step-00000006 .*--resume aside/checkpoints (its newest that verifies)"
 echo "ok: --resume of a checkpoint folder takes its newest step; $(grep 'error: ' typo.err)"
 
 # The CRC-32 alone: a copy without the Fletcher32 filter, contiguous, then one flipped byte.

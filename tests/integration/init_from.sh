@@ -9,7 +9,9 @@
 # init_from, and `trainer inspect` of a Hugging Face folder or file names the Model keys to set.
 # Model.bias=false exports zero biases and takes them back.
 # Bad input stops every rank with one line and exit code 4: no weights at the path, a
-# hidden size (of a Hugging Face file or of a trainer checkpoint), a layer count that does not fit.
+# hidden size (of a Hugging Face file or of a trainer checkpoint), a layer count that does not fit;
+# for a llama-family folder, one shard named, a shard missing, no config.json, a tied config.json
+# beside a separate lm_head (and hidden_act swish is SiLU).
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 COMMON=(-c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=data.h5 -o Data.val_fraction=0
@@ -138,4 +140,50 @@ print(f"no biases: {len(want)} tensors exported, {len(biases)} of them zero bias
 PY
 expect_error 4 "non-zero values" run_np 1 train "${COMMON[@]}" -o Engine.output_dir=bad6 \
   -o Model.bias=false -o Checkpoint.init_from=hf
+
+# A llama-family model (exported in shards) and what can be wrong around one, each refused in one
+# line (exit 4): one shard named as the model, a shard missing from the folder, the weights
+# without their config.json, a config.json that ties the embeddings beside a separate lm_head.
+# hidden_act "swish" (transformers' name for SiLU) is read as silu: the same weights come in.
+LLAMA=(-c "$SRC/configs/tiny-llama-cpu.yaml" -o Data.train_path=data.h5 -o Data.val_fraction=0
+       -o Model.num_layers=1 -o Model.hidden_size=32 -o Model.num_heads=2 -o Model.num_kv_heads=1
+       -o Model.head_dim=16 -o Model.ffn_hidden_size=64 -o Model.max_seq_len=16
+       -o Global.micro_batch_size=2 -o Global.global_batch_size=4 -o Engine.eval_freq=0)
+run_np 1 train "${LLAMA[@]}" -o Engine.max_steps=2 -o Engine.save_steps=2 \
+  -o Engine.output_dir=llama > llama.log 2>&1 || { tail -20 llama.log; fail "the llama run"; }
+export_to llama/checkpoints --output hf-llama --max-shard-size 10KB
+export_to llama/checkpoints --output hf-llama-whole
+shards=(hf-llama/model-0*.safetensors)
+[ ${#shards[@]} -ge 2 ] || fail "the llama export is not sharded: ${shards[*]}"
+expect_error 4 "${shards[0]} is one shard of a sharded model (hf-llama/model.safetensors.index.json maps its tensors to ${#shards[@]} files): give the model's folder (hf-llama)" \
+  run_np 1 train "${LLAMA[@]}" -o Engine.output_dir=bad7 -o Checkpoint.init_from="${shards[0]}"
+cp -r hf-llama hf-gap && rm "hf-gap/${shards[1]#hf-llama/}"
+expect_error 4 "hf-gap/model.safetensors.index.json maps .* to hf-gap/${shards[1]#hf-llama/}, which is missing: copy the whole model folder" \
+  run_np 1 train "${LLAMA[@]}" -o Engine.output_dir=bad8 -o Checkpoint.init_from=hf-gap
+mkdir -p noconfig && cp hf-llama-whole/model.safetensors noconfig/
+expect_error 4 "holds a llama-family model (model.embed_tokens.weight) with no config.json beside it: copy the model's config.json into noconfig" \
+  run_np 1 train "${LLAMA[@]}" -o Engine.output_dir=bad9 -o Checkpoint.init_from=noconfig
+edited_config() {  # folder key json-value: a copy of hf-llama-whole with config.json's key changed
+  cp -r hf-llama-whole "$1"
+  python3 -c 'import json, sys
+path = sys.argv[1] + "/config.json"
+c = json.load(open(path))
+c[sys.argv[2]] = json.loads(sys.argv[3])
+json.dump(c, open(path, "w"), indent=2)' "$@"
+}
+edited_config hf-tied tie_word_embeddings true
+expect_error 4 "holds an lm_head.weight unlike its model.embed_tokens.weight, and its config.json ties the two" \
+  run_np 1 train "${LLAMA[@]}" -o Engine.output_dir=bad10 -o Model.tie_embeddings=true \
+  -o Checkpoint.init_from=hf-tied
+edited_config hf-swish hidden_act '"swish"'
+run_np 1 train "${LLAMA[@]}" -o Optimizer.lr=0 -o Optimizer.min_lr=0 -o Engine.max_steps=1 \
+  -o Engine.save_steps=1 -o Engine.output_dir=from-swish -o Checkpoint.init_from=hf-swish \
+  > from-swish.log 2>&1 || { tail -20 from-swish.log; fail "init_from a config.json with swish"; }
+export_to from-swish/checkpoints --output hf-from-swish
+python3 - <<'PY'
+from safetensors_tensors import tensors
+want, got = tensors("hf-llama-whole/model.safetensors"), tensors("hf-from-swish/model.safetensors")
+assert got.keys() == want.keys() and all(got[k] == want[k] for k in want), "from-swish"
+print(f"hidden_act swish: the {len(want)} llama tensors came in as they were exported")
+PY
 echo "PASS: Checkpoint.init_from"
