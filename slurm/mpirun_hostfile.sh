@@ -4,7 +4,7 @@
 # the environment variables that matter (NCCL_*, TRAINER_*, CUDA_*, UCX_*, OMP_*, PATH,
 # LD_LIBRARY_PATH; OMPI_MCA_* travel by themselves), pins Open MPI's control and TCP traffic to
 # one network when asked, and returns the command's exit code (75: preempted, resume later).
-# Ctrl-C (SIGINT), SIGTERM or SIGUSR1 make the ranks save a checkpoint and exit 75; a second
+# Ctrl-C (SIGINT), SIGTERM, SIGUSR1 or SIGHUP make the ranks save a checkpoint and exit 75; a second
 # Ctrl-C ends them at once (see Signals below).
 #
 #   slurm/mpirun_hostfile.sh -H hosts.txt -N 8 -- trainer train --config configs/gpt2-124m.yaml
@@ -82,7 +82,8 @@ if [[ -n ${TRAINER_MPIRUN_ARGS:-} ]]; then args+=($TRAINER_MPIRUN_ARGS); fi
 # group of its own (set -m), out of reach of the terminal's Ctrl-C, and this script passes the
 # first SIGINT, SIGTERM or SIGUSR1 it gets on as SIGUSR1: the ranks stop after their step with a
 # checkpoint, and this script exits 75. A second SIGINT or SIGTERM passes SIGTERM to mpirun,
-# which ends the ranks at once, without a checkpoint.
+# which ends the ranks at once, without a checkpoint. A hangup (SIGHUP) is taken as SIGTERM is.
+# SIGKILL cannot be passed on: mpirun and the ranks would go on without this script.
 set -m
 "${MPIRUN:-mpirun}" "${args[@]}" "$@" </dev/null &
 launcher_pid=$!
@@ -102,6 +103,7 @@ forward_signal() {
 trap 'forward_signal INT' INT
 trap 'forward_signal TERM' TERM
 trap 'forward_signal USR1' USR1
+trap 'forward_signal HUP' HUP  # the terminal or ssh session closed
 # `wait` returns early (status > 128) when a trap runs: wait again until mpirun is gone, then
 # once more for its exit code (bash keeps the status of a child it has reaped).
 while kill -0 "$launcher_pid" 2>/dev/null; do

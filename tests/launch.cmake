@@ -10,6 +10,8 @@ trainer_gtest(check_probes_test
                       ${PROJECT_SOURCE_DIR}/src/cli/check_hosts.cpp
               LIBS trainer_mpi trainer_model TIMEOUT 60)
 trainer_script_test(check_local SCRIPT check_local.sh LABELS "e2e;mpi" TIMEOUT 120)
+# slurm/*.sbatch and slurm/mpirun_hostfile.sh outside Slurm, with a job's environment set by hand.
+trainer_script_test(batch_scripts SCRIPT batch_scripts.sh LABELS "e2e;mpi" TIMEOUT 300)
 # The same over NCCL on 2 (or 4) GPUs: the pipeline's send/recv, the all-to-all, a corrupted
 # transfer; skips (77) with fewer than 2 GPUs.
 trainer_script_test(gpu_check SCRIPT gpu_check.sh LABELS "gpu;e2e;mpi" TIMEOUT 300)

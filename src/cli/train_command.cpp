@@ -1,6 +1,7 @@
 // `trainer train`: parse options and config, validate against the world size on every rank,
 // choose the device, build the process groups, then set up and run the Trainer. Every failure
 // ends all ranks with one line and a non-zero exit code (docs/cli.md).
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -24,6 +25,9 @@ volatile int debugger_attached = 0;
 void MaybeWaitForDebugger(int rank, const std::string& host) {
   const char* wanted = std::getenv("TRAINER_WAIT_FOR_DEBUGGER");
   if (wanted == nullptr || std::atoi(wanted) != rank) return;
+  // Yama's ptrace_scope=1 (Ubuntu's default) lets only an ancestor attach: allow any process of
+  // this user, such as a gdb started from another shell or srun step.
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   std::fprintf(stderr,
                "[rank %d %s] waiting for a debugger: gdb -p %d, then 'set var "
                "debugger_attached=1' and 'continue'\n",
