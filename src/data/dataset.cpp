@@ -5,12 +5,16 @@
 
 #include <algorithm>
 
+#include "common/filesystem.h"
 #include "common/log.h"
 
 namespace trainer {
 namespace {
 
 const char* kRepack = "Re-create it with `trainer pack`";
+const char* kMaskFix =
+    "Write it as 1 per trained token and 0 elsewhere, as long as /tokens (h5py: "
+    "data=mask.astype('uint8'))";
 
 std::string DescribeType(hid_t type) {
   H5T_class_t type_class = H5Tget_class(type);
@@ -22,6 +26,8 @@ std::string DescribeType(hid_t type) {
       return StrFormat("float%zu", bits);
     case H5T_STRING:
       return "string";
+    case H5T_ENUM:
+      return "an enum (h5py's bool)";
     default:
       return StrFormat("a non-numeric type (class %d)", static_cast<int>(type_class));
   }
@@ -67,13 +73,16 @@ Status TokenDataset::Validate(int64_t model_vocab_size, const DatasetOpenOptions
   if (tokens_.Reset(H5Dopen2(file_.get(), "tokens", access_props.get()), H5Dclose) < 0)
     return DataError(
         StrFormat("cannot open /tokens (%s): %s. %s", path, Hdf5ErrorText().c_str(), kRepack));
+  TRAINER_RETURN_IF_ERROR(CheckVirtualSources(tokens_.get(), "tokens"));
   Hdf5Handle type;
   HDF5_CHECK(type.Reset(H5Dget_type(tokens_.get()), H5Tclose));
   size_t type_size = H5Tget_size(type.get());
   if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_sign(type.get()) != H5T_SGN_NONE ||
       (type_size != 2 && type_size != 4))
-    return DataError(StrFormat("wrong token type (%s, /tokens): %s, expected uint16 or uint32. %s",
-                               path, DescribeType(type.get()).c_str(), kRepack));
+    return DataError(
+        StrFormat("wrong token type (%s, /tokens): %s, expected uint16 or uint32. %s (h5py: "
+                  "data=tokens.astype('uint32'))",
+                  path, DescribeType(type.get()).c_str(), kRepack));
   token_bytes_ = static_cast<int>(type_size);
   num_tokens_ = Hdf5Length1D(tokens_.get());
   if (num_tokens_ < 0)
@@ -97,6 +106,12 @@ Status TokenDataset::Validate(int64_t model_vocab_size, const DatasetOpenOptions
       return DataError(StrFormat("wrong type of attribute '%s' (%s): %s, expected %s. %s", name,
                                  path, DescribeType(attribute_type.get()).c_str(),
                                  want == H5T_STRING ? "a string" : "an integer", kRepack));
+    const int64_t values = Hdf5AttributeValueCount(attribute.get());
+    if (values != 1)
+      return DataError(StrFormat(
+          "wrong shape of attribute '%s' (%s): %lld values, expected one. Write it as a single "
+          "value (h5py: f.attrs['%s'] = %s)",
+          name, path, static_cast<long long>(values), name, want == H5T_STRING ? "'bytes'" : "1"));
   }
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(file_.get(), "format_version", &format_version_));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(file_.get(), "vocab_size", &vocab_size_));
@@ -133,18 +148,47 @@ Status TokenDataset::OpenUnsignedDataset(const char* name, size_t bytes, hid_t a
   if (out->Reset(H5Dopen2(file_.get(), name, access_props), H5Dclose) < 0)
     return DataError(StrFormat("cannot open /%s (%s): %s. %s", name, path,
                                Hdf5ErrorText().c_str(), kRepack));
+  TRAINER_RETURN_IF_ERROR(CheckVirtualSources(out->get(), name));
   Hdf5Handle type;
   HDF5_CHECK(type.Reset(H5Dget_type(out->get()), H5Tclose));
   if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != bytes)
     return DataError(StrFormat("wrong /%s type (%s): %s, expected uint%zu. %s", name, path,
-                               DescribeType(type.get()).c_str(), 8 * bytes, kRepack));
+                               DescribeType(type.get()).c_str(), 8 * bytes,
+                               std::string(name) == "loss_mask" ? kMaskFix : kRepack));
   return Status::Ok();
+}
+
+Status TokenDataset::CheckVirtualSources(hid_t dataset, const char* name) {
+  const std::string missing = Hdf5MissingVirtualSource(dataset, ParentDirectory(path_));
+  if (missing.empty()) return Status::Ok();
+  return DataError(StrFormat("cannot read /%s (%s): %s", name, path_.c_str(), missing.c_str()));
+}
+
+Status TokenDataset::ReadRange(hid_t dataset, const char* name, int64_t start, int64_t count,
+                               hid_t mem_type, void* buffer) const {
+  Status read = Hdf5ReadRange1D(dataset, start, count, mem_type, buffer);
+  if (read.ok()) return read;
+  const std::string filter = Hdf5MissingFilter(dataset);
+  const std::string where =
+      StrFormat("%s, /%s[%lld:%lld]", path_.c_str(), name, static_cast<long long>(start),
+                static_cast<long long>(start + count));
+  if (!filter.empty())
+    return DataError(StrFormat("cannot read /%s (%s): %s", name, where.c_str(), filter.c_str()));
+  return Status(read.code(),
+                StrFormat("cannot read /%s (%s): %s", name, where.c_str(), read.message().c_str()));
 }
 
 Status TokenDataset::ValidateLossMask(hid_t access_props) {
   if (H5Lexists(file_.get(), "loss_mask", H5P_DEFAULT) <= 0) return Status::Ok();
   const char* path = path_.c_str();
   TRAINER_RETURN_IF_ERROR(OpenUnsignedDataset("loss_mask", 1, access_props, &loss_mask_));
+  Hdf5Handle type;
+  HDF5_CHECK(type.Reset(H5Dget_type(loss_mask_.get()), H5Tclose));
+  if (H5Tget_sign(type.get()) != H5T_SGN_NONE)  // HDF5 would read -1 as 0
+    return DataError(
+        StrFormat("wrong /loss_mask type (%s): int8, expected uint8 (0 or 1). %s", path, kMaskFix));
+  if (Hdf5Length1D(loss_mask_.get()) < 0)
+    return DataError(StrFormat("wrong /loss_mask shape (%s): not 1-D. %s", path, kMaskFix));
   if (Hdf5Length1D(loss_mask_.get()) != num_tokens_)
     return DataError(StrFormat("wrong /loss_mask length (%s): %lld, /tokens has %lld. %s", path,
                                static_cast<long long>(Hdf5Length1D(loss_mask_.get())),
@@ -168,20 +212,33 @@ Status TokenDataset::ValidateTokens(const DatasetOpenOptions& options) {
     TRAINER_RETURN_IF_ERROR(ReadTokens(last, num_tokens_ - last, &buffer));
   }
   if (!has_loss_mask_ || !fully_scanned_) return Status::Ok();
-  // A mask of zeros only: every target ignored, a loss of 0/0 that trains and measures nothing.
+  // Values other than 0 and 1, and a mask of zeros only: every target ignored, a loss of 0/0
+  // that trains and measures nothing.
   std::vector<uint8_t> mask;
+  bool trained = false;
   for (int64_t start = 0; start < num_tokens_; start += chunk) {
     const int64_t count = std::min(chunk, num_tokens_ - start);
     mask.resize(static_cast<size_t>(count));
     TRAINER_RETURN_IF_ERROR(
-        Hdf5ReadRange1D(loss_mask_.get(), start, count, H5T_NATIVE_UINT8, mask.data()));
-    if (std::any_of(mask.begin(), mask.end(), [](uint8_t m) { return m != 0; }))
-      return Status::Ok();
+        ReadRange(loss_mask_.get(), "loss_mask", start, count, H5T_NATIVE_UINT8, mask.data()));
+    TRAINER_RETURN_IF_ERROR(CheckMaskValues(mask.data(), start, count));
+    trained = trained || std::any_of(mask.begin(), mask.end(), [](uint8_t m) { return m != 0; });
   }
+  if (trained) return Status::Ok();
   return DataError(StrFormat(
       "no trained tokens (%s, /loss_mask): its mask is 0 at every token, so no target counts and "
       "the file trains (or measures) nothing. Re-pack it with assistant replies, or leave it out",
       path_.c_str()));
+}
+
+Status TokenDataset::CheckMaskValues(const uint8_t* mask, int64_t start, int64_t count) const {
+  for (int64_t i = 0; i < count; ++i)
+    if (mask[i] > 1)
+      return DataError(
+          StrFormat("loss mask value out of range (%s, /loss_mask[%lld]): %u, "
+                    "expected 0 or 1. %s",
+                    path_.c_str(), static_cast<long long>(start + i), mask[i], kMaskFix));
+  return Status::Ok();
 }
 
 Status TokenDataset::ValidateDocOffsets() {
@@ -201,10 +258,10 @@ Status TokenDataset::ValidateDocOffsets() {
   std::vector<uint64_t> offsets(fully_scanned_ ? length : 1);
   uint64_t last = 0;
   TRAINER_RETURN_IF_ERROR(
-      Hdf5ReadRange1D(doc_offsets_.get(), length - 1, 1, H5T_NATIVE_UINT64, &last));
-  TRAINER_RETURN_IF_ERROR(Hdf5ReadRange1D(doc_offsets_.get(), 0,
-                                          static_cast<int64_t>(offsets.size()), H5T_NATIVE_UINT64,
-                                          offsets.data()));
+      ReadRange(doc_offsets_.get(), "doc_offsets", length - 1, 1, H5T_NATIVE_UINT64, &last));
+  TRAINER_RETURN_IF_ERROR(ReadRange(doc_offsets_.get(), "doc_offsets", 0,
+                                    static_cast<int64_t>(offsets.size()), H5T_NATIVE_UINT64,
+                                    offsets.data()));
   bool sorted = std::is_sorted(offsets.begin(), offsets.end());
   if (offsets.front() != 0 || last != static_cast<uint64_t>(num_tokens_) || !sorted)
     return DataError(StrFormat(
@@ -217,12 +274,8 @@ Status TokenDataset::ValidateDocOffsets() {
 
 Status TokenDataset::ReadTokens(int64_t start, int64_t count, std::vector<uint32_t>* buffer) {
   if (buffer->size() < static_cast<size_t>(count)) buffer->resize(static_cast<size_t>(count));
-  Status read = Hdf5ReadRange1D(tokens_.get(), start, count, H5T_NATIVE_UINT32, buffer->data());
-  if (!read.ok())
-    return Status(read.code(),
-                  StrFormat("cannot read tokens (%s, /tokens[%lld:%lld]): %s", path_.c_str(),
-                            static_cast<long long>(start), static_cast<long long>(start + count),
-                            read.message().c_str()));
+  TRAINER_RETURN_IF_ERROR(
+      ReadRange(tokens_.get(), "tokens", start, count, H5T_NATIVE_UINT32, buffer->data()));
   const uint32_t* tokens = buffer->data();
   for (int64_t i = 0; i < count; ++i) {
     if (tokens[i] >= static_cast<uint64_t>(vocab_size_))
@@ -268,11 +321,9 @@ Status TokenDataset::LoadDocOffsets() {
   const int64_t length = num_documents_ + 1;
   if (static_cast<int64_t>(doc_offsets_all_.size()) == length) return Status::Ok();
   doc_offsets_all_.resize(static_cast<size_t>(length));
-  Status read = Hdf5ReadRange1D(doc_offsets_.get(), 0, length, H5T_NATIVE_UINT64,
-                                doc_offsets_all_.data());
-  if (!read.ok())
-    return DataError(StrFormat("cannot read /doc_offsets (%s): %s. %s", path_.c_str(),
-                               read.message().c_str(), kRepack));
+  Status read = ReadRange(doc_offsets_.get(), "doc_offsets", 0, length, H5T_NATIVE_UINT64,
+                          doc_offsets_all_.data());
+  if (!read.ok()) return DataError(read.message() + ". " + kRepack);
   if (!std::is_sorted(doc_offsets_all_.begin(), doc_offsets_all_.end()))
     return DataError(StrFormat("inconsistent /doc_offsets (%s): they do not rise. %s",
                                path_.c_str(), kRepack));
@@ -331,8 +382,9 @@ Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<i
     if (inputs != nullptr) TRAINER_RETURN_IF_ERROR(ReadTokens(first, k * T + 1, &staging_));
     if (has_loss_mask_ && inputs != nullptr) {
       mask_staging_.resize(static_cast<size_t>(k * T + 1));
-      TRAINER_RETURN_IF_ERROR(Hdf5ReadRange1D(loss_mask_.get(), first, k * T + 1, H5T_NATIVE_UINT8,
-                                              mask_staging_.data()));
+      TRAINER_RETURN_IF_ERROR(ReadRange(loss_mask_.get(), "loss_mask", first, k * T + 1,
+                                        H5T_NATIVE_UINT8, mask_staging_.data()));
+      TRAINER_RETURN_IF_ERROR(CheckMaskValues(mask_staging_.data(), first, k * T + 1));
     }
     for (int64_t r = 0; r < k; ++r) {
       const int64_t row = (static_cast<int64_t>(i) + r) * T;

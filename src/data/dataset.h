@@ -86,6 +86,14 @@ class TokenDataset {
   Status ValidateLossMask(hid_t access_props);
   // Opens /name into *out; a data error naming it unless it holds unsigned integers of `bytes`.
   Status OpenUnsignedDataset(const char* name, size_t bytes, hid_t access_props, Hdf5Handle* out);
+  // A data error naming /name where it is a virtual dataset with a source missing.
+  Status CheckVirtualSources(hid_t dataset, const char* name);
+  // Elements [start, start + count) of /name; a failed read names the file, the range and, where
+  // one explains it, the filter this HDF5 lacks (a data error then).
+  Status ReadRange(hid_t dataset, const char* name, int64_t start, int64_t count, hid_t mem_type,
+                   void* buffer) const;
+  // A data error unless mask[0, count), /loss_mask from `start`, holds 0s and 1s only.
+  Status CheckMaskValues(const uint8_t* mask, int64_t start, int64_t count) const;
   // Reads tokens [start, start + count) into `buffer` (grown as needed) and checks each id.
   Status ReadTokens(int64_t start, int64_t count, std::vector<uint32_t>* buffer);
   Status ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids, int seq_len,

@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "common/log.h"
+
 namespace trainer {
 namespace {
 
@@ -34,6 +36,71 @@ std::string Hdf5ErrorText() {
   if (walk.api.empty() && walk.innermost.empty()) return "unknown HDF5 error";
   if (walk.api.empty()) return walk.innermost;
   return walk.api + ": " + walk.innermost;
+}
+
+int64_t Hdf5AttributeValueCount(hid_t attribute) {
+  Hdf5Handle space(H5Aget_space(attribute), H5Sclose);
+  if (!space.valid()) return -1;
+  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
+  return points < 0 ? -1 : static_cast<int64_t>(points);
+}
+
+namespace {
+// A virtual dataset's mapping `i`: "" when its source is there, else what is missing.
+std::string MissingVirtualSource(hid_t create_props, size_t i, const std::string& folder) {
+  auto text = [&](ssize_t (*get)(hid_t, size_t, char*, size_t)) {
+    const ssize_t length = get(create_props, i, nullptr, 0);
+    if (length < 0) return std::string();
+    std::vector<char> buffer(static_cast<size_t>(length) + 1, '\0');
+    get(create_props, i, buffer.data(), buffer.size());
+    return std::string(buffer.data());
+  };
+  const std::string file = text(H5Pget_virtual_filename), name = text(H5Pget_virtual_dsetname);
+  if (file == ".") return "";  // the dataset's own file (checked as it is opened)
+  std::string path = file;
+  if (!file.empty() && file[0] != '/' && H5Fis_hdf5(file.c_str()) <= 0) path = folder + "/" + file;
+  if (H5Fis_hdf5(path.c_str()) <= 0) return "its source file " + file + " is missing";
+  Hdf5Handle source(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!source.valid()) return "its source file " + path + " cannot be opened";
+  if (H5Lexists(source.get(), name.c_str(), H5P_DEFAULT) <= 0)
+    return "its source " + path + " has no dataset " + name;
+  return "";
+}
+}  // namespace
+
+std::string Hdf5MissingFilter(hid_t dataset) {
+  Hdf5Handle create_props(H5Dget_create_plist(dataset), H5Pclose);
+  if (!create_props.valid()) return "";
+  const int filters = H5Pget_nfilters(create_props.get());
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t values = 0;
+    char name[128] = {0};
+    const H5Z_filter_t id = H5Pget_filter2(create_props.get(), static_cast<unsigned>(i), &flags,
+                                           &values, nullptr, sizeof(name), name, &config);
+    if (id >= 0 && H5Zfilter_avail(id) <= 0)
+      return StrFormat(
+          "it is compressed with filter %d (%s), which this trainer's HDF5 cannot "
+          "decode. Write it uncompressed or with gzip (h5repack -f NONE IN OUT where "
+          "that filter is installed; h5py: compression='gzip')",
+          static_cast<int>(id), name[0] != '\0' ? name : "unnamed");
+  }
+  return "";
+}
+
+std::string Hdf5MissingVirtualSource(hid_t dataset, const std::string& folder) {
+  Hdf5Handle create_props(H5Dget_create_plist(dataset), H5Pclose);
+  if (!create_props.valid() || H5Pget_layout(create_props.get()) != H5D_VIRTUAL) return "";
+  size_t mappings = 0;
+  if (H5Pget_virtual_count(create_props.get(), &mappings) < 0) return "";
+  for (size_t i = 0; i < mappings; ++i) {
+    const std::string missing = MissingVirtualSource(create_props.get(), i, folder);
+    if (!missing.empty())
+      return "it is a virtual dataset and " + missing +
+             ", whose part HDF5 would read as zeros. Put the source back, or write the data into "
+             "the file itself";
+  }
+  return "";
 }
 
 int64_t Hdf5Length1D(hid_t dataset) {
@@ -98,9 +165,20 @@ Status Hdf5WriteStringAttribute(hid_t object, const char* name, const std::strin
   return Status::Ok();
 }
 
+namespace {
+// An attribute read into one value must hold one: HDF5 writes every value it holds.
+Status CheckOneValue(hid_t attribute, const char* name) {
+  const int64_t count = Hdf5AttributeValueCount(attribute);
+  if (count == 1) return Status::Ok();
+  return RuntimeError(StrFormat("HDF5 attribute '%s' holds %lld values where one was expected",
+                                name, static_cast<long long>(count)));
+}
+}  // namespace
+
 Status Hdf5ReadIntAttribute(hid_t object, const char* name, int64_t* value) {
   Hdf5Handle attribute;
   HDF5_CHECK(attribute.Reset(H5Aopen(object, name, H5P_DEFAULT), H5Aclose));
+  TRAINER_RETURN_IF_ERROR(CheckOneValue(attribute.get(), name));
   HDF5_CHECK(H5Aread(attribute.get(), H5T_NATIVE_INT64, value));
   return Status::Ok();
 }
@@ -108,6 +186,7 @@ Status Hdf5ReadIntAttribute(hid_t object, const char* name, int64_t* value) {
 Status Hdf5ReadStringAttribute(hid_t object, const char* name, std::string* value) {
   Hdf5Handle attribute, file_type, mem_type;
   HDF5_CHECK(attribute.Reset(H5Aopen(object, name, H5P_DEFAULT), H5Aclose));
+  TRAINER_RETURN_IF_ERROR(CheckOneValue(attribute.get(), name));
   HDF5_CHECK(file_type.Reset(H5Aget_type(attribute.get()), H5Tclose));
   HDF5_CHECK(mem_type.Reset(H5Tcopy(H5T_C_S1), H5Tclose));
   // HDF5 does not convert between ASCII and UTF-8: read in the file's character set.

@@ -20,6 +20,17 @@ void SilenceHdf5Errors();
 // One line from HDF5's current error stack: "<API call>: <innermost reason>".
 std::string Hdf5ErrorText();
 
+// The number of values an attribute holds (1 for a scalar), or -1 when HDF5 cannot say.
+int64_t Hdf5AttributeValueCount(hid_t attribute);
+
+// A filter (compression) in `dataset`'s pipeline that this HDF5 cannot apply, with the fix, or
+// "": what explains a read that failed.
+std::string Hdf5MissingFilter(hid_t dataset);
+// For a virtual dataset, a source file or dataset that is missing, with the fix, or "": HDF5
+// reads that part as the fill value, without an error. `folder` is the folder of the dataset's
+// file, where HDF5 also looks for relative source files.
+std::string Hdf5MissingVirtualSource(hid_t dataset, const std::string& folder);
+
 inline bool Hdf5Succeeded(int64_t result) {
   return result >= 0;
 }
