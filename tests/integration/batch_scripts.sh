@@ -79,12 +79,7 @@ echo "localhost slots=1" > hosts
 MPIRUN="$MPIEXEC" bash "$SRC/slurm/mpirun_hostfile.sh" -H hosts -- "$TRAINER" train "${TINY[@]}" \
   -o Engine.max_steps=100000 -o Engine.save_steps=100000 -o Engine.output_dir=hangup > hangup.log 2>&1 &
 wrapper=$!
-deadline=$((SECONDS + 120))
-until [ "$(line_count hangup/metrics.jsonl)" -ge 3 ]; do
-  kill -0 $wrapper 2> /dev/null || { cat hangup.log; fail "mpirun_hostfile.sh ended before SIGHUP"; }
-  [ $SECONDS -lt $deadline ] || fail "no step within 120 s"
-  sleep 0.05
-done
+await $wrapper hangup.log '[ "$(line_count hangup/metrics.jsonl)" -ge 3 ]'
 kill -HUP $wrapper
 rc=0
 timeout 120 tail --pid=$wrapper -f /dev/null

@@ -42,15 +42,8 @@ start_slow() {
     "$@" > "$name.log" 2>&1 &
   slow_pid=$!
 }
-# wait_for NAME CONDITION: polls CONDITION (a command) for up to 60 s while the run lives.
-wait_for() {
-  local deadline=$((SECONDS + 60))
-  until eval "$2"; do
-    kill -0 $slow_pid 2> /dev/null || { cat "$1.log"; fail "$1: ended early"; }
-    [ $SECONDS -lt $deadline ] || { kill -9 $slow_pid; fail "$1: timed out waiting for: $2"; }
-    sleep 0.01
-  done
-}
+# wait_for NAME CONDITION: polls CONDITION (shell code) while the run lives.
+wait_for() { await $slow_pid "$1.log" "$2"; }
 last_logged() { grep -o '"step": [0-9]*, "loss"' "$1/metrics.jsonl" 2> /dev/null | tail -n 1 | tr -dc 0-9; }
 
 # 2. SIGKILL during a background write: the write of step 10 is in flight while steps go on.

@@ -91,6 +91,21 @@ line_count() {
   if [ -f "$1" ]; then wc -l < "$1"; else echo 0; fi
 }
 
+# await PID LOG CONDITION: polls CONDITION (shell code) until it holds, for up to 120 s while the
+# process PID runs; otherwise shows LOG and fails the test naming CONDITION (a process that timed
+# out is killed first, with its process group where it leads one).
+await() {
+  local pid=$1 log=$2 condition=$3 deadline=$((SECONDS + 120))
+  until eval "$condition"; do
+    kill -0 "$pid" 2> /dev/null || { cat "$log"; fail "ended before: $condition"; }
+    if [ $SECONDS -ge $deadline ]; then
+      kill -9 -- "-$pid" 2> /dev/null || kill -9 "$pid"
+      fail "timed out waiting for: $condition"
+    fi
+    sleep 0.01
+  done
+}
+
 # newest_step DIR: the highest step with a committed step folder (empty when there is none).
 newest_step() {
   local folders=("$1"/step-????????)

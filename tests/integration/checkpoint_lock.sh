@@ -23,12 +23,7 @@ COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
 "$MPIEXEC" --oversubscribe --bind-to none -n 2 "$TRAINER" train "${COMMON[@]}" \
   -o Engine.max_steps=$MAX -o Engine.output_dir=first > first.log 2>&1 &
 mpirun_pid=$!
-deadline=$((SECONDS + 120))
-until [ "$(line_count first/metrics.jsonl)" -ge 3 ]; do
-  kill -0 $mpirun_pid 2> /dev/null || { cat first.log; fail "the first run ended early"; }
-  [ $SECONDS -lt $deadline ] || { kill -9 $mpirun_pid; fail "no step within 120 s"; }
-  sleep 0.01
-done
+await $mpirun_pid first.log '[ "$(line_count first/metrics.jsonl)" -ge 3 ]'
 set +e
 run_np 2 train "${COMMON[@]}" -o Engine.max_steps=$MAX -o Engine.output_dir=second \
   -o Checkpoint.dir=first/checkpoints > second.out 2> second.err

@@ -21,12 +21,7 @@ COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
   -o Engine.output_dir=run > first.log 2>&1 &
 mpirun_pid=$!
 # After a few steps (the handlers are installed before the first one), signal rank 1.
-deadline=$((SECONDS + 120))
-until [ "$(line_count run/metrics.jsonl)" -ge 3 ]; do
-  kill -0 $mpirun_pid 2> /dev/null || fail "the run ended before it could be signalled"
-  [ $SECONDS -lt $deadline ] || { kill -9 $mpirun_pid; fail "no step within 120 s"; }
-  sleep 0.01
-done
+await $mpirun_pid first.log '[ "$(line_count run/metrics.jsonl)" -ge 3 ]'
 pid1=$(rank_pid $mpirun_pid 1)
 [ -n "$pid1" ] || fail "rank 1's process not found"
 kill -USR1 "$pid1"
@@ -65,12 +60,7 @@ os.setsid()
 os.execvp(sys.argv[1], sys.argv[1:])' bash "$SRC/slurm/mpirun_hostfile.sh" -H hosts -- \
   "$TRAINER" train "${COMMON[@]}" -o Engine.output_dir=wrapped > wrapped.log 2>&1 &
 wrapper_pid=$!
-deadline=$((SECONDS + 120))
-until [ "$(line_count wrapped/metrics.jsonl)" -ge 3 ]; do
-  kill -0 $wrapper_pid 2> /dev/null || { cat wrapped.log; fail "mpirun_hostfile.sh ended before Ctrl-C"; }
-  [ $SECONDS -lt $deadline ] || { kill -9 -- -$wrapper_pid; fail "no step within 120 s"; }
-  sleep 0.01
-done
+await $wrapper_pid wrapped.log '[ "$(line_count wrapped/metrics.jsonl)" -ge 3 ]'
 kill -INT -- -$wrapper_pid
 rc=0
 timeout 120 tail --pid=$wrapper_pid -f /dev/null
@@ -86,12 +76,7 @@ echo "ok: Ctrl-C on mpirun_hostfile.sh -> exit 75 after step $stopped with a che
 start_single() {
   "$TRAINER" train "${COMMON[@]}" -o Engine.output_dir="$1" > "$1.log" 2>&1 &
   single_pid=$!
-  local deadline=$((SECONDS + 120))
-  until [ "$(line_count "$1/metrics.jsonl")" -ge 3 ]; do
-    kill -0 $single_pid 2> /dev/null || { cat "$1.log"; fail "$1: ended before it could be signalled"; }
-    [ $SECONDS -lt $deadline ] || { kill -9 $single_pid; fail "$1: no step within 120 s"; }
-    sleep 0.01
-  done
+  await $single_pid "$1.log" "[ \"\$(line_count $1/metrics.jsonl)\" -ge 3 ]"
 }
 # Steps of ~0.5 s (tiny-cpu's model, 16 micro-batches), so that two signals land inside one.
 COMMON+=(-c "$SRC/configs/tiny-cpu.yaml" -o Model.hidden_size=128 -o Model.num_layers=4
@@ -125,12 +110,7 @@ echo "ok: a second Ctrl-C quits at once (exit 130), nothing saved"
 TRAINER_WAIT_FOR_DEBUGGER=0 "$TRAINER" train "${COMMON[@]}" -o Engine.output_dir=setup \
   > setup.log 2>&1 &
 single_pid=$!
-deadline=$((SECONDS + 60))
-until grep -q "waiting for a debugger" setup.log; do
-  kill -0 $single_pid 2> /dev/null || { cat setup.log; fail "ended before waiting for a debugger"; }
-  [ $SECONDS -lt $deadline ] || { kill -9 $single_pid; fail "no debugger wait within 60 s"; }
-  sleep 0.01
-done
+await $single_pid setup.log 'grep -q "waiting for a debugger" setup.log'
 kill -TERM $single_pid
 rc=0
 timeout 120 tail --pid=$single_pid -f /dev/null

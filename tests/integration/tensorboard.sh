@@ -39,14 +39,9 @@ KILLED=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
         -o Engine.output_dir=killed)
 "$TRAINER" train "${KILLED[@]}" -o Engine.max_steps=100000 > killed.log 2>&1 &
 pid=$!
-deadline=$((SECONDS + 60))
 # Killed once a checkpoint is committed and 15 steps are logged.
-until [ -f killed/checkpoints/latest ] &&
-      [ "$(step_losses killed/metrics.jsonl 2> /dev/null | wc -l)" -ge 15 ]; do
-  kill -0 $pid 2> /dev/null || { cat killed.log; fail "the run ended before it was killed"; }
-  [ $SECONDS -lt $deadline ] || { kill -9 $pid; fail "no checkpoint and 15 steps within 60 s"; }
-  sleep 0.01
-done
+await $pid killed.log \
+  '[ -f killed/checkpoints/latest ] && [ "$(step_losses killed/metrics.jsonl 2> /dev/null | wc -l)" -ge 15 ]'
 kill -9 $pid
 wait $pid || true
 saved=$(latest_step killed/checkpoints)
