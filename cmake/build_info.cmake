@@ -7,7 +7,7 @@ execute_process(COMMAND git -C "${SRC}" rev-parse --short=12 HEAD
 if(failed OR commit STREQUAL "")
   set(commit "unknown (not built from a git checkout)")
 else()
-  execute_process(COMMAND git -C "${SRC}" status --porcelain --untracked-files=no
+  execute_process(COMMAND git --no-optional-locks -C "${SRC}" status --porcelain --untracked-files=no
                   OUTPUT_VARIABLE changes OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   if(NOT changes STREQUAL "")
     string(APPEND commit " with uncommitted changes")
