@@ -58,8 +58,12 @@ int64_t RecordStep(const std::string& line) {
 
 }  // namespace
 
+Status MetricsWriter::StartFresh() {
+  return tensorboard_ ? tensorboard_->WriteSessionStart(1) : Status::Ok();
+}
+
 Status MetricsWriter::StartAt(int64_t step) {
-  if (tensorboard_) TRAINER_RETURN_IF_ERROR(tensorboard_->WriteRestart(step + 1));
+  if (tensorboard_) TRAINER_RETURN_IF_ERROR(tensorboard_->WriteSessionStart(step + 1));
   if (file_ == nullptr) return Status::Ok();
   TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(path_));
   std::string kept, moved;

@@ -26,8 +26,10 @@ class MetricsWriter {
   ~MetricsWriter();
   // A resumed run's start at `step` (its checkpoint's, > 0): moves the metrics.jsonl records of
   // later steps (and a line torn by a crash) to metrics.jsonl.superseded, rewriting the file
-  // atomically, and marks TensorBoard's restart at step + 1 (TensorBoardWriter::WriteRestart).
+  // atomically, and marks TensorBoard's restart at step + 1 (TensorBoardWriter::WriteSessionStart).
   Status StartAt(int64_t step);
+  // A fresh run's start: TensorBoard's session start at step 1 (metrics.jsonl is left as it is).
+  Status StartFresh();
   // {"step": 3, "loss": 4.2, ...} in the given order; values printed with %.6g unless integral.
   Status Write(const std::vector<std::pair<std::string, double>>& record);
   // A JSON value (an object, e.g. the GPU routes) added as `key` to the next record written to

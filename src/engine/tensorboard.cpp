@@ -108,12 +108,12 @@ Status TensorBoardWriter::WriteScalars(int64_t step,
   return WriteRecord(event);
 }
 
-Status TensorBoardWriter::WriteRestart(int64_t step) {
+Status TensorBoardWriter::WriteSessionStart(int64_t step) {
   std::string session_log;
   PutVarint(&session_log, 1 << 3 | 0);  // status
   PutVarint(&session_log, 1);           // SessionLog.START
   std::string event = EventHeader(step);
-  PutBytesField(&event, 6, session_log);  // session_log
+  PutBytesField(&event, 7, session_log);  // Event.session_log (6 is the deprecated log_message)
   return WriteRecord(event);
 }
 

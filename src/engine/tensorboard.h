@@ -27,9 +27,10 @@ class TensorBoardWriter {
   ~TensorBoardWriter();
   // One event at `step` with a scalar per (tag, value).
   Status WriteScalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
-  // A SessionLog START event at `step`: TensorBoard then drops what earlier event files hold
-  // for steps >= `step` (its purge of orphaned data), the steps a resumed run logs again.
-  Status WriteRestart(int64_t step);
+  // A SessionLog START event at `step`, which every run writes first: from the second one of a
+  // log folder on, TensorBoard drops what earlier events hold for steps >= `step` (its purge of
+  // orphaned data), the steps a resumed run logs again; it takes the first as a session's start.
+  Status WriteSessionStart(int64_t step);
   const std::string& path() const { return path_; }
 
  private:

@@ -46,6 +46,7 @@ Status Trainer::Restore() {
     // resumed (a fresh start under auto): the folder's metrics stay as they are.
     if (state_.step > 0) return metrics_->StartAt(state_.step);
   }
+  TRAINER_RETURN_IF_ERROR(metrics_->StartFresh());
   // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
   if (!config_.checkpoint.init_from.empty() && !config_.model.lora()) {
     std::vector<float> flat;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The TensorBoard event file holds what metrics.jsonl holds: read back by an independent decoder
 # (tfevents.py: TFRecord framing with masked CRC-32C, the protobuf fields by hand, Python stdlib).
-# Then a run killed (SIGKILL) past its last checkpoint and resumed: metrics.jsonl holds each
-# step's loss once, and the event files, read with TensorBoard's purge rule (a SessionLog START at
-# step S drops the events before it of steps >= S), hold exactly what metrics.jsonl holds.
+# Every run's file starts with a SessionLog START (Event field 7, tensorflow's event.proto) at
+# its first step. Then a run killed (SIGKILL) past its last checkpoint and resumed: metrics.jsonl
+# holds each step's loss once, and the event files, read with TensorBoard's purge rule (the first
+# START of a folder starts the session; each later START at step S drops the events before it of
+# steps >= S), hold exactly what metrics.jsonl holds.
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 run_np 1 train -o Data.train_path=data.h5 -o Data.val_fraction=0.1 -o Global.device=cpu \
@@ -13,12 +15,13 @@ run_np 1 train -o Data.train_path=data.h5 -o Data.val_fraction=0.1 -o Global.dev
 export PYTHONPATH="$SRC/tests/integration"
 python3 - run/tensorboard run/metrics.jsonl <<'PY'
 import json, math, sys
-from tfevents import events_of, files_of, scalars_of
+from tfevents import events_of, files_of, scalars_of, session_start
 
 files = files_of(sys.argv[1])
 assert len(files) == 1, files
 events = events_of(files[0])
-scalars = [(e.get(2, 0), scalars_of(e)) for e in events[1:]]
+assert 3 in events[0] and session_start(events[1]) and events[1].get(2) == 1, events[:2]
+scalars = [(e.get(2, 0), scalars_of(e)) for e in events[2:]]
 records = [json.loads(l) for l in open(sys.argv[2])]
 assert len(records) == len(scalars), (len(records), len(scalars))
 checked = 0
@@ -57,7 +60,8 @@ from tfevents import events_of, files_of, scalars_of, session_start
 records = [json.loads(l) for l in open(sys.argv[2])]
 loss_steps = [r["step"] for r in records if "loss" in r]
 assert loss_steps == list(range(1, int(sys.argv[3]) + 1)), loss_steps
-# TensorBoard's reading: events in file order; a START at step S drops the kept ones at >= S.
+# TensorBoard's reading: events in file order; the first START begins the session, each later
+# START at step S drops the kept ones at >= S.
 kept, starts = [], 0
 for path in files_of(sys.argv[1]):
     for e in events_of(path):
@@ -65,10 +69,11 @@ for path in files_of(sys.argv[1]):
             continue
         if session_start(e):
             starts += 1
-            kept = [k for k in kept if k[0] < e.get(2, 0)]
+            if starts > 1:
+                kept = [k for k in kept if k[0] < e.get(2, 0)]
         else:
             kept.append((e.get(2, 0), scalars_of(e)))
-assert starts == 1, starts
+assert starts == 2, starts  # the killed run's and the resumed run's
 def merged(pairs):
     out = {}
     for step, values in pairs:

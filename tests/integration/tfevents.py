@@ -54,7 +54,7 @@ def fields(buf):
 
 def events_of(path):
     """The events of one file, each a dict of Event fields (2 step, 3 file_version, 5 summary,
-    6 session_log), with CRCs checked."""
+    7 session_log), with CRCs checked."""
     data = open(path, "rb").read()
     events, i = [], 0
     while i < len(data):
@@ -83,4 +83,4 @@ def scalars_of(event):
 
 def session_start(event):
     """Whether the event is a SessionLog with status START (1)."""
-    return 6 in event and dict(fields(event[6])).get(1) == 1
+    return 7 in event and dict(fields(event[7])).get(1) == 1
