@@ -14,6 +14,7 @@
 #include "data/bpe_tokenizer.h"
 #include "data/hf_added_tokens.h"
 #include "data/sentencepiece_tokenizer.h"
+#include "data/unicode_text.h"
 
 namespace trainer {
 
@@ -51,24 +52,6 @@ namespace {
 
 using nlohmann::json;
 
-// Appends `text` in Unicode's NFC; bytes that are not UTF-8 as they are.
-void AppendNfc(const char* text, size_t size, std::string* out) {
-  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(text);
-  if (std::all_of(bytes, bytes + size, [](uint8_t b) { return b < 0x80; })) {
-    out->append(text, size);
-    return;
-  }
-  utf8proc_uint8_t* normalized = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(bytes, static_cast<utf8proc_ssize_t>(size), &normalized,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n >= 0)
-    out->append(reinterpret_cast<const char*>(normalized), static_cast<size_t>(n));
-  else
-    out->append(text, size);
-  std::free(normalized);
-}
-
 Status Unsupported(const std::string& source, const std::string& what) {
   return DataError(
       StrFormat("unsupported tokenizer.json (%s): %s. --tokenizer hf reads byte-level "
@@ -100,14 +83,15 @@ Status CompilePattern(const std::string& pattern, bool literal, const std::strin
   // PCRE2_LITERAL takes no UCP (nothing in a literal needs Unicode properties).
   const uint32_t options =
       PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-  model->pattern = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+  const std::string compiled = literal ? pattern : WithUnicodeWhiteSpace(pattern);
+  model->pattern = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
                                  options, &error, &error_offset, nullptr);
   if (!model->pattern) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
     return DataError(StrFormat("bad pre-tokenizer pattern in %s at offset %zu: %s (pattern %s)",
                                source.c_str(), static_cast<size_t>(error_offset),
-                               reinterpret_cast<const char*>(message), pattern.c_str()));
+                               reinterpret_cast<const char*>(message), compiled.c_str()));
   }
   // Without JIT (not built for this CPU) pcre2_match gives the same results, slower.
   model->jit = pcre2_jit_compile(model->pattern, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD) == 0;

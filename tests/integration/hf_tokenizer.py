@@ -62,7 +62,8 @@ MIXED_PARTS = ["hello", " ", "  ", "\n", "\r\n", "\t", "\u3000", "\u00a0", "\u20
                "\u200d", "\u24b6", "\u216b", "12", "'s", "!!", "\u65e5\u672c", "\U0001F44B", "W",
                "o", "cafe", "<mask>", "<sep>", "<both>", "word", "Word", "QQ", "caf\u00e9",
                "na\u00efve", "nai\u0308ve", "<think>", "<|endoftext|>", "<|end_of_text|>",
-               "<|begin_of_text|>", "<|im"]
+               "<|begin_of_text|>", "<|im",
+               "\u180e", "\uac00\u11a7"]  # not White_Space; NFC keeps U+11A7 after an LV
 
 
 def read(path):
