@@ -49,6 +49,7 @@ class ConfigReader {
   ConfigReader(const std::string& path, const YAML::Node& root) : path_(path), root_(root) {}
 
   bool Has(const char* key) const { return root_[key] && !root_[key].IsNull(); }
+  const std::string& path() const { return path_; }
   const YAML::Node& root() const { return root_; }
 
   template <typename T>

@@ -319,6 +319,18 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
   TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(weights, &tensors));
   TRAINER_RETURN_IF_ERROR(StackHuggingFaceExperts(weights, model, &tensors));
   const std::string architecture = HuggingFaceArchitecture(folder);
+  if (architecture == "MixtralForCausalLM") {  // its window checked against the length used here
+    YAML::Node root;
+    TRAINER_RETURN_IF_ERROR(LoadJsonFile(config, &root));
+    int window = 0;
+    TRAINER_RETURN_IF_ERROR(ConfigReader(config, root).Get("sliding_window", &window));
+    if (window > 0 && window < model.max_seq_len)
+      return CheckpointError(StrFormat(
+          "%s (Checkpoint.init_from): its sliding_window %d is shorter than Model.max_seq_len "
+          "%d: transformers attends to the last %d tokens only, this trainer to all of them. "
+          "Set Model.max_seq_len to at most %d",
+          config.c_str(), window, model.max_seq_len, window, window));
+  }
   std::set<std::string> known;
   const std::vector<ParameterInfo> all = FullBaseParameterList(model);
   for (const ParameterInfo& p : all) known.insert(p.name);

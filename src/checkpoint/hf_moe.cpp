@@ -122,6 +122,12 @@ Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, ModelConfig
                     "or at least max_position_embeddings %d)",
                     window, m->max_seq_len));
   }
+  if (mixtral && m->rope_scaling != "none")
+    LogWarning(StrFormat(
+        "%s: a MixtralForCausalLM with rope_scaling %s. This trainer scales RoPE as transformers "
+        "4.48 and later do; transformers before 4.48 ignores rope_scaling for Mixtral, so the "
+        "model it computes differs",
+        r.path().c_str(), m->rope_scaling.c_str()));
   if (jitter > 0)
     LogWarning(
         StrFormat("%s has router_jitter_noise %g, transformers' training-only noise on the "
@@ -136,8 +142,11 @@ Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, ModelConfig
   if (sparse.empty())
     return r.Refuse(
         StrFormat("decoder_sparse_step %d and mlp_only_layers leave no MoE layer of "
-                  "%d: this is a dense model, which this trainer imports as one",
-                  step, m->num_layers));
+                  "%d: a dense model. Import it as the dense class of its family (in "
+                  "config.json, architectures [\"%s\"] and model_type %s: the same attention "
+                  "and MLP weights)",
+                  step, m->num_layers, qwen2 ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM",
+                  qwen2 ? "qwen2" : "qwen3"));
   m->num_experts = experts;
   m->moe_router_topk = topk;
   m->moe_ffn_hidden_size = ffn;

@@ -126,6 +126,38 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
   return Status::Ok();
 }
 
+// The GPT-2 this trainer computes is transformers' with its defaults for these keys: a
+// config.json that sets another value would give another model from the same weights.
+Status CheckGpt2ConfigJson(const std::string& folder) {
+  const std::string path = folder + "/config.json";
+  if (!PathExists(path)) return Status::Ok();
+  YAML::Node root;
+  TRAINER_RETURN_IF_ERROR(LoadJsonFile(path, &root));
+  const ConfigReader r(path, root);
+  bool tied = true, scale = true, by_layer = false;
+  std::string activation = "gelu_new";
+  double eps = 1e-5;
+  TRAINER_RETURN_IF_ERROR(r.Get("tie_word_embeddings", &tied));
+  TRAINER_RETURN_IF_ERROR(r.Get("scale_attn_weights", &scale));
+  TRAINER_RETURN_IF_ERROR(r.Get("scale_attn_by_inverse_layer_idx", &by_layer));
+  TRAINER_RETURN_IF_ERROR(r.Get("activation_function", &activation));
+  TRAINER_RETURN_IF_ERROR(r.Get("layer_norm_epsilon", &eps));
+  const char* why = !tied
+                        ? "tie_word_embeddings false (a head of its own; GPT-2 here ties it to wte)"
+                    : !scale   ? "scale_attn_weights false (attention scores here are scaled)"
+                    : by_layer ? "scale_attn_by_inverse_layer_idx true"
+                    : activation != "gelu_new" && activation != "gelu_pytorch_tanh"
+                        ? "an activation_function other than gelu_new (GELU's tanh form)"
+                    : eps != 1e-5 ? "a layer_norm_epsilon other than 1e-5"
+                                  : nullptr;
+  if (why == nullptr) return Status::Ok();
+  return r.Refuse(
+      StrFormat("%s is not supported: this trainer's GPT-2 would compute another "
+                "model from these weights (GPT2LMHeadModel with transformers' "
+                "defaults is)",
+                why));
+}
+
 // Weights without a config.json are read as a GPT-2 (transformers' GPT-2 defaults); a
 // llama-family file's names say it needs its config.json instead.
 Status RefuseLlamaWithoutConfig(const std::string& weights) {
@@ -300,6 +332,7 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
           weights.c_str(), llama ? arch.c_str() : "GPT-2", model.arch.c_str(),
           llama ? "" : "-o Model.arch=gpt2 ", needs.c_str()));
     }
+    if (!llama) TRAINER_RETURN_IF_ERROR(CheckGpt2ConfigJson(HuggingFaceFolder(weights)));
     *what = weights + (llama ? " (a Hugging Face " + arch + ")" : " (a Hugging Face GPT-2)");
     const Status read = llama ? LlamaParameterValues(weights, model, part, params, flat)
                               : FromSafetensors(weights, model, part, params, flat);
@@ -340,6 +373,7 @@ Status ImpliedModelOverrides(const std::string& file, std::string* overrides, st
     *overrides = LlamaModelOverrides(model);
     return Status::Ok();
   }
+  TRAINER_RETURN_IF_ERROR(CheckGpt2ConfigJson(HuggingFaceFolder(file)));
   std::vector<SafetensorsEntry> entries;
   TRAINER_RETURN_IF_ERROR(ReadHuggingFaceEntries(file, &entries));
   std::map<std::string, std::vector<int64_t>> shapes;  // without the "transformer." prefix

@@ -121,4 +121,32 @@ json.dump(c, open('mixtral-defaults/config.json', 'w'))"
 "$TRAINER" inspect mixtral-defaults > mixtral-defaults.txt 2>&1 || true
 grep -q "Model.norm_eps=1e-05 .*Model.rope_theta=1000000" mixtral-defaults.txt ||
   { cat mixtral-defaults.txt; fail "Mixtral's default rms_norm_eps and rope_theta"; }
+# A Mixtral whose sliding_window covers max_position_embeddings but not the Model.max_seq_len
+# trained here (a RoPE model's max_seq_len is not compared): refused naming both. With llama3
+# rope_scaling a warning says which transformers computes that model. A Qwen2-MoE whose sparse
+# step leaves no MoE layer names the dense class to import it as.
+mkdir -p mixtral-window mixtral-scaled qwen2_moe-dense
+for d in mixtral-window mixtral-scaled; do ln -sf "$PWD/hf-mixtral/model.safetensors" $d/; done
+for f in hf-qwen2_moe/*.safetensors*; do ln -sf "$PWD/$f" qwen2_moe-dense/; done  # sharded
+window=$(python3 -c "
+import json
+c = json.load(open('hf-mixtral/config.json'))
+c['sliding_window'] = c['max_position_embeddings']
+json.dump(c, open('mixtral-window/config.json', 'w'))
+c['sliding_window'] = None
+c['rope_scaling'] = {'rope_type': 'llama3', 'factor': 8.0, 'low_freq_factor': 1.0,
+                     'high_freq_factor': 4.0, 'original_max_position_embeddings': 16}
+json.dump(c, open('mixtral-scaled/config.json', 'w'))
+q = json.load(open('hf-qwen2_moe/config.json'))
+q['decoder_sparse_step'] = q['num_hidden_layers'] + 1
+q['mlp_only_layers'] = []
+json.dump(q, open('qwen2_moe-dense/config.json', 'w'))
+print(c['max_position_embeddings'])")
+bad "its sliding_window $window is shorter than Model.max_seq_len $((2 * window)): transformers attends to the last $window tokens only" \
+  mixtral-window -o Model.max_seq_len=$((2 * window))
+"$TRAINER" inspect mixtral-scaled > mixtral-scaled.txt 2>&1 || true
+grep -q "warning: .*a MixtralForCausalLM with rope_scaling llama3.* transformers before 4.48 ignores rope_scaling" \
+  mixtral-scaled.txt || { cat mixtral-scaled.txt; fail "no warning on Mixtral's rope_scaling"; }
+expect_error 4 "leave no MoE layer of .*: a dense model. Import it as the dense class of its family (in config.json, architectures \[\"Qwen2ForCausalLM\"\]" \
+  "$TRAINER" inspect qwen2_moe-dense
 echo "PASS: Hugging Face MoE import and export"

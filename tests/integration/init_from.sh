@@ -140,6 +140,22 @@ print(f"no biases: {len(want)} tensors exported, {len(biases)} of them zero bias
 PY
 expect_error 4 "non-zero values" run_np 1 train "${COMMON[@]}" -o Engine.output_dir=bad6 \
   -o Model.bias=false -o Checkpoint.init_from=hf
+# A GPT-2 config.json with a setting this trainer's GPT-2 does not compute: refused, naming it
+# (import and inspect alike), not imported as another model.
+for setting in tie_word_embeddings=false scale_attn_weights=false \
+               scale_attn_by_inverse_layer_idx=true 'activation_function="relu"' \
+               layer_norm_epsilon=0.01; do
+  key=${setting%%=*}
+  rm -rf "gpt2-$key" && cp -r hf "gpt2-$key"
+  python3 -c 'import json, sys
+path = sys.argv[1] + "/config.json"
+c = json.load(open(path))
+c[sys.argv[2]] = json.loads(sys.argv[3])
+json.dump(c, open(path, "w"))' "gpt2-$key" "$key" "${setting#*=}"
+  expect_error 4 "gpt2-$key/config.json: .*${key}.* is not supported: this trainer's GPT-2 would compute another model" \
+    run_np 1 train "${COMMON[@]}" -o Engine.output_dir="bad-$key" -o Checkpoint.init_from="gpt2-$key"
+  expect_error 4 "gpt2-$key/config.json: .*is not supported" "$TRAINER" inspect "gpt2-$key"
+done
 
 # A llama-family model (exported in shards) and what can be wrong around one, each refused in one
 # line (exit 4): one shard named as the model, a shard missing from the folder, the weights
