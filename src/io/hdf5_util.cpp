@@ -60,7 +60,11 @@ std::string MissingVirtualSource(hid_t create_props, size_t i, const std::string
   std::string path = file;
   if (!file.empty() && file[0] != '/' && H5Fis_hdf5(file.c_str()) <= 0) path = folder + "/" + file;
   if (H5Fis_hdf5(path.c_str()) <= 0) return "its source file " + file + " is missing";
-  Hdf5Handle source(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  Hdf5Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);  // read only: no file locks
+#if H5_VERSION_GE(1, 10, 7)
+  if (access.valid()) H5Pset_file_locking(access.get(), false, true);
+#endif
+  Hdf5Handle source(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose);
   if (!source.valid()) return "its source file " + path + " cannot be opened";
   if (H5Lexists(source.get(), name.c_str(), H5P_DEFAULT) <= 0)
     return "its source " + path + " has no dataset " + name;

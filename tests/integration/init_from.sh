@@ -142,16 +142,19 @@ expect_error 4 "non-zero values" run_np 1 train "${COMMON[@]}" -o Engine.output_
   -o Model.bias=false -o Checkpoint.init_from=hf
 # A GPT-2 config.json with a setting this trainer's GPT-2 does not compute: refused, naming it
 # (import and inspect alike), not imported as another model.
-for setting in tie_word_embeddings=false scale_attn_weights=false \
-               scale_attn_by_inverse_layer_idx=true 'activation_function="relu"' \
-               layer_norm_epsilon=0.01; do
-  key=${setting%%=*}
-  rm -rf "gpt2-$key" && cp -r hf "gpt2-$key"
+edited_config() {  # source copy key json-value: a copy of a model folder, config.json's key changed
+  rm -rf "$2" && cp -r "$1" "$2"
   python3 -c 'import json, sys
 path = sys.argv[1] + "/config.json"
 c = json.load(open(path))
 c[sys.argv[2]] = json.loads(sys.argv[3])
-json.dump(c, open(path, "w"))' "gpt2-$key" "$key" "${setting#*=}"
+json.dump(c, open(path, "w"), indent=2)' "${@:2}"
+}
+for setting in tie_word_embeddings=false scale_attn_weights=false \
+               scale_attn_by_inverse_layer_idx=true 'activation_function="relu"' \
+               layer_norm_epsilon=0.01; do
+  key=${setting%%=*}
+  edited_config hf "gpt2-$key" "$key" "${setting#*=}"
   expect_error 4 "gpt2-$key/config.json: .*${key}.* is not supported: this trainer's GPT-2 would compute another model" \
     run_np 1 train "${COMMON[@]}" -o Engine.output_dir="bad-$key" -o Checkpoint.init_from="gpt2-$key"
   expect_error 4 "gpt2-$key/config.json: .*is not supported" "$TRAINER" inspect "gpt2-$key"
@@ -179,19 +182,11 @@ expect_error 4 "hf-gap/model.safetensors.index.json maps .* to hf-gap/${shards[1
 mkdir -p noconfig && cp hf-llama-whole/model.safetensors noconfig/
 expect_error 4 "holds a llama-family model (model.embed_tokens.weight) with no config.json beside it: copy the model's config.json into noconfig" \
   run_np 1 train "${LLAMA[@]}" -o Engine.output_dir=bad9 -o Checkpoint.init_from=noconfig
-edited_config() {  # folder key json-value: a copy of hf-llama-whole with config.json's key changed
-  cp -r hf-llama-whole "$1"
-  python3 -c 'import json, sys
-path = sys.argv[1] + "/config.json"
-c = json.load(open(path))
-c[sys.argv[2]] = json.loads(sys.argv[3])
-json.dump(c, open(path, "w"), indent=2)' "$@"
-}
-edited_config hf-tied tie_word_embeddings true
+edited_config hf-llama-whole hf-tied tie_word_embeddings true
 expect_error 4 "holds an lm_head.weight unlike its model.embed_tokens.weight, and its config.json ties the two" \
   run_np 1 train "${LLAMA[@]}" -o Engine.output_dir=bad10 -o Model.tie_embeddings=true \
   -o Checkpoint.init_from=hf-tied
-edited_config hf-swish hidden_act '"swish"'
+edited_config hf-llama-whole hf-swish hidden_act '"swish"'
 run_np 1 train "${LLAMA[@]}" -o Optimizer.lr=0 -o Optimizer.min_lr=0 -o Engine.max_steps=1 \
   -o Engine.save_steps=1 -o Engine.output_dir=from-swish -o Checkpoint.init_from=hf-swish \
   > from-swish.log 2>&1 || { tail -20 from-swish.log; fail "init_from a config.json with swish"; }
