@@ -57,8 +57,8 @@ Status ListTensors(hid_t file_id, const std::string& file, std::vector<std::stri
 
 // The fix of every error that finds a checkpoint file damaged.
 constexpr const char* kDamagedAdvice =
-    "The file is damaged: resume from another checkpoint (--resume auto falls back to the newest "
-    "one that verifies; eval, sample and export take an older step folder, which trainer "
-    "inspect lists)";
+    "The file is damaged: use another checkpoint (--resume auto falls back to the newest one "
+    "that verifies; Checkpoint.init_from, eval, sample and export take an older step folder, "
+    "which trainer inspect lists)";
 
 }  // namespace trainer

@@ -129,8 +129,7 @@ Status NoCheckpointToResume(const std::string& directory, const std::string& res
                           steps.front().c_str(), directory.c_str());
   return CheckpointError(StrFormat(
       "no checkpoint at %s (--resume or Checkpoint.resume): %s. Pass a step folder, its "
-      "checkpoint.h5 or a checkpoint "
-      "folder: %s",
+      "checkpoint.h5 or a checkpoint folder: %s",
       resume.c_str(),
       PathExists(resume) ? "it holds neither checkpoint.h5 nor step folders" : "it does not exist",
       example.c_str()));

@@ -135,7 +135,7 @@ bool IsLlamaArchitecture(const std::string& a) {
          IsMoeArchitecture(a);
 }
 
-Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
+Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m, int trained_length) {
   YAML::Node root;
   TRAINER_RETURN_IF_ERROR(LoadJsonFile(path, &root));
   const ConfigReader r(path, root);
@@ -192,7 +192,7 @@ Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m) {
   TRAINER_RETURN_IF_ERROR(r.Get("max_position_embeddings", &c.max_seq_len));
   TRAINER_RETURN_IF_ERROR(r.Get("tie_word_embeddings", &c.tie_embeddings));
   TRAINER_RETURN_IF_ERROR(ReadRope(r, root, arch, &c));
-  if (IsMoeArchitecture(arch)) TRAINER_RETURN_IF_ERROR(ReadMoeConfig(r, arch, &c));
+  if (IsMoeArchitecture(arch)) TRAINER_RETURN_IF_ERROR(ReadMoeConfig(r, arch, trained_length, &c));
   if (c.num_heads % c.num_kv_heads != 0)
     return r.Refuse(StrFormat("num_attention_heads %d is not a multiple of num_key_value_heads %d",
                               c.num_heads, c.num_kv_heads));
@@ -309,7 +309,7 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
                   "architecture, RoPE and norm settings are read from it",
                   weights.c_str()));
   ModelConfig pretrained;
-  TRAINER_RETURN_IF_ERROR(ReadLlamaConfigJson(config, &pretrained));
+  TRAINER_RETURN_IF_ERROR(ReadLlamaConfigJson(config, &pretrained, model.max_seq_len));
   const std::string needs = LlamaModelOverrides(pretrained);
   const std::string difference = Difference(model, pretrained);
   if (!difference.empty())
@@ -319,18 +319,6 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
   TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(weights, &tensors));
   TRAINER_RETURN_IF_ERROR(StackHuggingFaceExperts(weights, model, &tensors));
   const std::string architecture = HuggingFaceArchitecture(folder);
-  if (architecture == "MixtralForCausalLM") {  // its window checked against the length used here
-    YAML::Node root;
-    TRAINER_RETURN_IF_ERROR(LoadJsonFile(config, &root));
-    int window = 0;
-    TRAINER_RETURN_IF_ERROR(ConfigReader(config, root).Get("sliding_window", &window));
-    if (window > 0 && window < model.max_seq_len)
-      return CheckpointError(StrFormat(
-          "%s (Checkpoint.init_from): its sliding_window %d is shorter than Model.max_seq_len "
-          "%d: transformers attends to the last %d tokens only, this trainer to all of them. "
-          "Set Model.max_seq_len to at most %d",
-          config.c_str(), window, model.max_seq_len, window, window));
-  }
   std::set<std::string> known;
   const std::vector<ParameterInfo> all = FullBaseParameterList(model);
   for (const ParameterInfo& p : all) known.insert(p.name);

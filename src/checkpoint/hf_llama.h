@@ -31,8 +31,11 @@ bool IsLlamaArchitecture(const std::string& architecture);
 // The Model keys of the llama-family model whose config.json is `config_path`. Anything this
 // trainer cannot compute as transformers does (another architecture or rope type, mlp_bias, an
 // o_proj bias, sliding-window attention, heads not a multiple of the key/value heads, another
-// dtype or activation) is a checkpoint error naming the key.
-Status ReadLlamaConfigJson(const std::string& config_path, ModelConfig* model);
+// dtype or activation) is a checkpoint error naming the key. `trained_length`: the
+// Model.max_seq_len the weights will run at (0 when none is known), checked against a sliding
+// window.
+Status ReadLlamaConfigJson(const std::string& config_path, ModelConfig* model,
+                           int trained_length = 0);
 
 // `model`'s llama keys as "-o Model.arch=llama -o Model.vocab_size=... ...".
 std::string LlamaModelOverrides(const ModelConfig& model);

@@ -57,7 +57,8 @@ bool IsMoeArchitecture(const std::string& a) {
   return a == kQwen2Moe || a == kMixtral || a == kQwen3Moe || a == kOlmoe;
 }
 
-Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, ModelConfig* m) {
+Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, int trained_length,
+                     ModelConfig* m) {
   const bool mixtral = arch == kMixtral, qwen2 = arch == kQwen2Moe, olmoe = arch == kOlmoe;
   // OLMoE's q/k norm over all heads (Model.qk_norm_type=full) is one head's as wide: it needs as
   // many key/value heads as heads.
@@ -121,6 +122,11 @@ Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, ModelConfig
           StrFormat("sliding_window %d is not supported (full attention only; null, "
                     "or at least max_position_embeddings %d)",
                     window, m->max_seq_len));
+    if (window < trained_length)
+      return r.Refuse(StrFormat(
+          "sliding_window %d is shorter than Model.max_seq_len %d: transformers attends to the "
+          "last %d tokens only, this trainer to all of them. Set Model.max_seq_len to at most %d",
+          window, trained_length, window, window));
   }
   if (mixtral && m->rope_scaling != "none")
     LogWarning(StrFormat(

@@ -40,8 +40,10 @@ bool IsMoeArchitecture(const std::string& architecture);
 
 // The MoE keys of the config.json `r` reads (its class `architecture`) into `m`, whose dense
 // llama keys are already read. What this trainer cannot compute as transformers does is a
-// checkpoint error naming the key.
-Status ReadMoeConfig(const ConfigReader& r, const std::string& architecture, ModelConfig* m);
+// checkpoint error naming the key; `trained_length` (0: none) is the Model.max_seq_len the
+// weights will run at, which Mixtral's sliding window must cover.
+Status ReadMoeConfig(const ConfigReader& r, const std::string& architecture, int trained_length,
+                     ModelConfig* m);
 
 // `m`'s MoE keys as " -o Model.num_experts=... ..." ("" for a dense model).
 std::string MoeModelOverrides(const ModelConfig& m);

@@ -9,7 +9,6 @@
 #include <set>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/hf_folder.h"
 #include "checkpoint/hf_llama.h"
 #include "checkpoint/hf_moe.h"
@@ -342,15 +341,7 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
   const std::string checkpoint = FindCheckpointFile(path);
   if (!checkpoint.empty()) {
     *what = checkpoint + " (a trainer checkpoint's weights)";
-    Status read = ReadCheckpointWeights(checkpoint, model, params, part, flat, progress);
-    // A damaged file's advice is about resuming; here the fix is another init_from.
-    const std::string message = read.message(), resume_advice = kDamagedAdvice;
-    if (EndsWith(message, resume_advice))
-      return Status(read.code(),
-                    message.substr(0, message.size() - resume_advice.size()) +
-                        "The file is damaged: give Checkpoint.init_from another checkpoint (an "
-                        "older step folder, which trainer inspect lists)");
-    return read;
+    return ReadCheckpointWeights(checkpoint, model, params, part, flat, progress);
   }
   const std::string hint = HuggingFaceFolderHint(path);  // pytorch_model.bin, no weights
   return CheckpointError(StrFormat(

@@ -142,7 +142,7 @@ q['decoder_sparse_step'] = q['num_hidden_layers'] + 1
 q['mlp_only_layers'] = []
 json.dump(q, open('qwen2_moe-dense/config.json', 'w'))
 print(c['max_position_embeddings'])")
-bad "its sliding_window $window is shorter than Model.max_seq_len $((2 * window)): transformers attends to the last $window tokens only" \
+bad "mixtral-window/config.json: sliding_window $window is shorter than Model.max_seq_len $((2 * window)): transformers attends to the last $window tokens only" \
   mixtral-window -o Model.max_seq_len=$((2 * window))
 "$TRAINER" inspect mixtral-scaled > mixtral-scaled.txt 2>&1 || true
 grep -q "warning: .*a MixtralForCausalLM with rope_scaling llama3.* transformers before 4.48 ignores rope_scaling" \
