@@ -81,9 +81,7 @@ MPIRUN="$MPIEXEC" bash "$SRC/slurm/mpirun_hostfile.sh" -H hosts -- "$TRAINER" tr
 wrapper=$!
 await $wrapper hangup.log '[ "$(line_count hangup/metrics.jsonl)" -ge 3 ]'
 kill -HUP $wrapper
-rc=0
-timeout 120 tail --pid=$wrapper -f /dev/null
-wait $wrapper || rc=$?
+wait_exit $wrapper
 [ $rc -eq 75 ] && grep -q "stopped by SIGUSR1 after step" hangup.log ||
   { tail -20 hangup.log; fail "SIGHUP to mpirun_hostfile.sh: exit $rc, expected 75 with a checkpoint"; }
 echo "ok: SIGHUP to mpirun_hostfile.sh -> the ranks saved, exit 75"

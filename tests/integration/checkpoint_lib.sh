@@ -91,6 +91,13 @@ line_count() {
   if [ -f "$1" ]; then wc -l < "$1"; else echo 0; fi
 }
 
+# wait_exit PID: waits (up to 120 s) for the background process PID to end; its exit code in $rc.
+wait_exit() {
+  rc=0
+  timeout 120 tail --pid="$1" -f /dev/null
+  wait "$1" || rc=$?
+}
+
 # await PID LOG CONDITION: polls CONDITION (shell code) until it holds, for up to 120 s while the
 # process PID runs; otherwise shows LOG and fails the test naming CONDITION (a process that timed
 # out is killed first, with its process group where it leads one).

@@ -25,11 +25,7 @@ await $mpirun_pid first.log '[ "$(line_count run/metrics.jsonl)" -ge 3 ]'
 pid1=$(rank_pid $mpirun_pid 1)
 [ -n "$pid1" ] || fail "rank 1's process not found"
 kill -USR1 "$pid1"
-set +e
-timeout 120 tail --pid=$mpirun_pid -f /dev/null
-wait $mpirun_pid
-rc=$?
-set -e
+wait_exit $mpirun_pid
 [ $rc -eq 75 ] || { tail -20 first.log; fail "mpirun exited $rc after SIGUSR1 to rank 1, expected 75"; }
 stopped=$(sed -nE 's/.*stopped by a preemption signal after step ([0-9]+);.*/\1/p' first.log)
 [ -n "$stopped" ] && [ "$stopped" -lt $MAX ] || { cat first.log; fail "no preemption message"; }
@@ -62,9 +58,7 @@ os.execvp(sys.argv[1], sys.argv[1:])' bash "$SRC/slurm/mpirun_hostfile.sh" -H ho
 wrapper_pid=$!
 await $wrapper_pid wrapped.log '[ "$(line_count wrapped/metrics.jsonl)" -ge 3 ]'
 kill -INT -- -$wrapper_pid
-rc=0
-timeout 120 tail --pid=$wrapper_pid -f /dev/null
-wait $wrapper_pid || rc=$?
+wait_exit $wrapper_pid
 [ $rc -eq 75 ] || { tail -20 wrapped.log; fail "mpirun_hostfile.sh exited $rc after Ctrl-C, expected 75"; }
 stopped=$(sed -nE 's/.*stopped by SIGUSR1 after step ([0-9]+);.*/\1/p' wrapped.log)
 [ -n "$stopped" ] || { cat wrapped.log; fail "no stop message after Ctrl-C on mpirun_hostfile.sh"; }
@@ -112,9 +106,7 @@ TRAINER_WAIT_FOR_DEBUGGER=0 "$TRAINER" train "${COMMON[@]}" -o Engine.output_dir
 single_pid=$!
 await $single_pid setup.log 'grep -q "waiting for a debugger" setup.log'
 kill -TERM $single_pid
-rc=0
-timeout 120 tail --pid=$single_pid -f /dev/null
-wait $single_pid || rc=$?
+wait_exit $single_pid
 [ $rc -eq 75 ] || { tail -20 setup.log; fail "SIGTERM during set-up: exit $rc, expected 75"; }
 grep -q "stopped by SIGTERM after step 1; checkpoint saved" setup.log ||
   { cat setup.log; fail "SIGTERM during set-up: no stop after the first step"; }
