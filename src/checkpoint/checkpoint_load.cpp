@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <set>
+#include <type_traits>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_fit.h"
@@ -42,7 +43,11 @@ Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
   if (handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose) < 0)
     return CheckpointError(StrFormat("cannot open checkpoint (%s): %s. %s", file.c_str(),
                                      Hdf5ErrorText().c_str(), kDamagedAdvice));
-  if (H5Aexists(handle->get(), "step") > 0) return Status::Ok();
+  const htri_t has_step = H5Aexists(handle->get(), "step");
+  if (has_step > 0) return Status::Ok();
+  if (has_step < 0)  // the root's object header fails HDF5's checksum (format 1.8 files)
+    return CheckpointError(StrFormat("checkpoint manifest cannot be read (%s): %s. %s",
+                                     file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
   if (H5Lexists(handle->get(), "tokens", H5P_DEFAULT) > 0)
     return CheckpointError(StrFormat(
         "not a checkpoint (%s): it is a packed-token dataset (trainer pack's /tokens), where a "
@@ -155,10 +160,34 @@ Status ResolveOnRoot(const std::string& directory, const std::string& resume, Pr
   return Status::Ok();
 }
 
+// The tensor `path` of `file`, read whole into `values`, against its stored CRC-32; a tensor
+// without one (format version 1) passes where `required` is false.
+Status CheckTensorChecksum(hid_t file_id, const std::string& file, const std::string& path,
+                           const float* values, size_t count, bool required) {
+  const std::string shown = path.front() == '/' ? path : "/" + path;
+  Hdf5Handle d;
+  int64_t stored = -1;
+  const bool has = d.Reset(H5Dopen2(file_id, path.c_str(), H5P_DEFAULT), H5Dclose) >= 0 &&
+                   H5Aexists(d.get(), kChecksumAttribute) > 0;
+  if (!has && !required) return Status::Ok();
+  if (!has || !Hdf5ReadIntAttribute(d.get(), kChecksumAttribute, &stored).ok())
+    return CheckpointError(StrFormat("checkpoint tensor has no %s attribute (%s, %s). %s",
+                                     kChecksumAttribute, file.c_str(), shown.c_str(),
+                                     kDamagedAdvice));
+  const uint32_t computed = TensorChecksum(values, count);
+  if (stored == static_cast<int64_t>(computed)) return Status::Ok();
+  return CheckpointError(
+      StrFormat("checkpoint tensor fails its CRC-32 checksum (%s, %s): stored %08llx, "
+                "computed %08x. %s",
+                file.c_str(), shown.c_str(), static_cast<unsigned long long>(stored), computed,
+                kDamagedAdvice));
+}
+
 // The slices of one state (0: weights, then the moments) that `part` holds of `params` into
-// `flat`, in buffer order.
+// `flat`, in buffer order. With `checksums`, a tensor read whole is checked against its CRC-32
+// (a resume has had the whole file verified by rank 0 instead).
 Status ReadState(hid_t file_id, const std::string& file, const std::vector<ParameterInfo>& params,
-                 const ModelPartition& part, int state, Progress* progress,
+                 const ModelPartition& part, int state, bool checksums, Progress* progress,
                  std::vector<float>* flat) {
   flat->assign(TotalLocalElements(params), 0.f);
   for (const ParameterInfo& p : params) {
@@ -180,6 +209,9 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
       return CheckpointError(StrFormat(
           "reading a checkpoint tensor failed (%s, %s, rank %d): %s. %s", file.c_str(),
           path.c_str(), GetProcessIdentity().rank, Hdf5ErrorText().c_str(), kDamagedAdvice));
+    if (checksums && slot.size == 1)
+      TRAINER_RETURN_IF_ERROR(CheckTensorChecksum(file_id, file, path, flat->data() + p.offset,
+                                                  static_cast<size_t>(p.full_numel()), false));
   }
   return Status::Ok();
 }
@@ -200,7 +232,7 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
   for (int w = 0; w < kStateCount; ++w) {
     std::vector<float> flat;
     TRAINER_RETURN_IF_ERROR(
-        ReadState(f.get(), file, model->parameters(), model->partition(), w, progress, &flat));
+        ReadState(f.get(), file, model->parameters(), model->partition(), w, false, progress, &flat));
     if (w == 0)
       TRAINER_RETURN_IF_ERROR(optimizer->SetMaster(flat));
     else
@@ -312,6 +344,8 @@ Status VerifyCheckpoint(const std::string& file, Progress* progress) {
     return CheckpointError(
         StrFormat("checkpoint holds no tensors (%s). %s", file.c_str(), kDamagedAdvice));
   TRAINER_RETURN_IF_ERROR(CheckProgressAttributes(f.get(), file));
+  CheckpointSummary summary;  // every attribute that loading reads
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
   std::vector<float> buffer;
   for (const std::string& path : tensors) {
     ReportProgress(progress, "verifying a checkpoint");
@@ -328,19 +362,9 @@ Status VerifyCheckpoint(const std::string& file, Progress* progress) {
           StrFormat("checkpoint tensor fails its Fletcher32 chunk checksum or cannot be read "
                     "(%s, /%s): %s. %s",
                     file.c_str(), path.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
-    if (!has_crc) continue;
-    int64_t stored = -1;
-    if (!Hdf5ReadIntAttribute(d.get(), kChecksumAttribute, &stored).ok())
-      return CheckpointError(StrFormat("checkpoint tensor has no %s attribute (%s, /%s). %s",
-                                       kChecksumAttribute, file.c_str(), path.c_str(),
-                                       kDamagedAdvice));
-    const uint32_t computed = TensorChecksum(buffer.data(), buffer.size());
-    if (stored != static_cast<int64_t>(computed))
-      return CheckpointError(
-          StrFormat("checkpoint tensor fails its CRC-32 checksum (%s, /%s): stored %08llx, "
-                    "computed %08x. %s",
-                    file.c_str(), path.c_str(), static_cast<unsigned long long>(stored), computed,
-                    kDamagedAdvice));
+    if (has_crc)
+      TRAINER_RETURN_IF_ERROR(
+          CheckTensorChecksum(f.get(), file, path, buffer.data(), buffer.size(), true));
   }
   return Status::Ok();
 }
@@ -349,19 +373,30 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   int64_t version = 0, seed = 0;
-  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "format_version", &version));
-  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "step", &s->step));
-  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "consumed_samples", &s->consumed_samples));
-  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "tokens_seen", &s->tokens_seen));
-  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "seed", &seed));
-  TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "layout", &s->layout));
-  TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "config", &s->config_text));
+  // A manifest attribute that is missing or fails HDF5's metadata checksum: damage, named.
+  auto read = [&](const char* name, auto* value) {
+    Status got;
+    if constexpr (std::is_same_v<decltype(*value), std::string&>)
+      got = Hdf5ReadStringAttribute(f.get(), name, value);
+    else
+      got = Hdf5ReadIntAttribute(f.get(), name, value);
+    if (got.ok()) return got;
+    return CheckpointError(StrFormat("checkpoint manifest attribute %s %s (%s). %s", name,
+                                     H5Aexists(f.get(), name) > 0 ? "cannot be read" : "is missing",
+                                     file.c_str(), kDamagedAdvice));
+  };
+  TRAINER_RETURN_IF_ERROR(read("format_version", &version));
+  TRAINER_RETURN_IF_ERROR(read("step", &s->step));
+  TRAINER_RETURN_IF_ERROR(read("consumed_samples", &s->consumed_samples));
+  TRAINER_RETURN_IF_ERROR(read("tokens_seen", &s->tokens_seen));
+  TRAINER_RETURN_IF_ERROR(read("seed", &seed));
+  TRAINER_RETURN_IF_ERROR(read("layout", &s->layout));
+  TRAINER_RETURN_IF_ERROR(read("config", &s->config_text));
   if (H5Aexists(f.get(), "eod_id") > 0 && H5Aexists(f.get(), "tokenizer") > 0) {
-    TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "eod_id", &s->eod_id));
-    TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "tokenizer", &s->tokenizer));
+    TRAINER_RETURN_IF_ERROR(read("eod_id", &s->eod_id));
+    TRAINER_RETURN_IF_ERROR(read("tokenizer", &s->tokenizer));
   }
-  if (H5Aexists(f.get(), "lora_base") > 0)
-    TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "lora_base", &s->lora_base));
+  if (H5Aexists(f.get(), "lora_base") > 0) TRAINER_RETURN_IF_ERROR(read("lora_base", &s->lora_base));
   s->format_version = static_cast<int>(version);
   s->seed = static_cast<uint64_t>(seed);
   std::vector<std::string> tensors;
@@ -383,7 +418,7 @@ Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfi
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   TRAINER_RETURN_IF_ERROR(CheckWeightsFit(f.get(), file, config, params));
-  return ReadState(f.get(), file, params, part, 0, progress, flat);
+  return ReadState(f.get(), file, params, part, 0, true, progress, flat);
 }
 
 Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfig& config,

@@ -186,7 +186,13 @@ class SaveOnRoot {
 
   void CreateFile(const ModelConfig& model, int tensor_count) {
     SilenceHdf5Errors();
-    if (file_.Reset(H5Fcreate(file_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+    // The 1.8 file format: HDF5 checksums its metadata (the superblock, the object headers that
+    // hold the manifest's attributes), so a damaged attribute fails to read instead of loading
+    // as another value. HDF5 1.8 and later (h5py) read it.
+    Hdf5Handle access;
+    if (access.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose) < 0 ||
+        H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V18) < 0 ||
+        file_.Reset(H5Fcreate(file_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()),
                     H5Fclose) < 0) {
       FailHdf5(file_path(), Hdf5ErrorText());
       return;

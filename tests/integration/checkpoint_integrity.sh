@@ -8,7 +8,10 @@
 #   aside, and redoes step 10 with the same loss and bit-identical parameters as before;
 # - after such a fallback, retention counts the set-aside folder as none of the kept ones;
 # - --resume of a checkpoint folder takes its newest step; a wrong path's hint names real ones;
-# - a flipped byte in a copy without HDF5's Fletcher32 filter: caught by the CRC-32 alone;
+# - a flipped byte in a copy without HDF5's Fletcher32 filter: caught by the CRC-32 alone, by
+#   inspect, --resume, and the weights' readers (export, eval);
+# - a flipped bit in a manifest attribute (HDF5's metadata checksum) or a deleted one: inspect and
+#   --resume exit 4 naming it, --resume auto falls back;
 # - a folder whose only checkpoint is damaged: exit 4, "no checkpoint ... verifies";
 # - a leftover step-*.tmp is reported and removed at start;
 # - a config of another model shape: exit 4 naming each differing key;
@@ -150,6 +153,56 @@ rc=$?
 set -e
 [ $rc -eq 4 ] || { cat crc_run.err; fail "--resume of a damaged checkpoint: exit $rc"; }
 one_error_line crc_run.err "CRC-32"
+
+# Readers that take the weights alone check each tensor's CRC-32 too: export and eval of a copy
+# without Fletcher32 with one flipped weight byte stop with exit 4 (they wrote out the damage).
+mkdir -p crcw/step-00000009
+h5repack -f NONE -l CONTI $CKPT/step-00000009/checkpoint.h5 crcw/step-00000009/checkpoint.h5
+flip_tensor_byte crcw/step-00000009/checkpoint.h5 /model/transformer.h.0.mlp.c_fc.weight
+for reader in "export crcw/step-00000009 --output crcw_export" \
+              "eval crcw/step-00000009 --data data.h5 --batches 1"; do
+  set +e
+  "$TRAINER" $reader > reader.out 2> reader.err
+  rc=$?
+  set -e
+  [ $rc -eq 4 ] || { cat reader.out reader.err; fail "${reader%% *} of a damaged weight: exit $rc"; }
+  one_error_line reader.err "fails its CRC-32 checksum (crcw/step-00000009/checkpoint.h5, /model/transformer.h.0.mlp.c_fc.weight)"
+done
+[ ! -e crcw_export/model.safetensors ] || fail "export wrote the damaged weights out"
+echo "ok: export and eval check the weights' CRC-32: $(cat reader.err)"
+
+# The manifest: one flipped bit in consumed_samples' value (HDF5's metadata checksum; before, it
+# loaded as another data position and silently skipped samples), a deleted config attribute.
+# inspect and --resume exit 4 naming the damage; --resume auto falls back past it.
+for damage in flip deleted; do
+  rm -rf manifest && mkdir -p manifest/checkpoints
+  cp -r $CKPT/step-00000008 $CKPT/step-00000009 manifest/checkpoints/
+  echo step-00000009 > manifest/checkpoints/latest
+  if [[ $damage == flip ]]; then
+    flip_attribute_byte manifest/checkpoints/step-00000009/checkpoint.h5 consumed_samples 72
+    why="checkpoint manifest cannot be read .*incorrect metadata checksum"
+  else
+    "$CHECKPOINT_CONFIG" manifest/checkpoints/step-00000009/checkpoint.h5 --delete config ||
+      fail "deleting the config attribute"
+    why="checkpoint manifest attribute config is missing (manifest/checkpoints/step-00000009/checkpoint.h5)"
+  fi
+  set +e
+  "$TRAINER" inspect manifest/checkpoints/step-00000009 > manifest.out 2> manifest.err
+  rc=$?
+  run_np 2 train "${COMMON[@]}" -o Engine.output_dir=manifest_run \
+    --resume manifest/checkpoints/step-00000009 > manifest_resume.out 2> manifest_resume.err
+  rc_resume=$?
+  set -e
+  [[ $rc -eq 4 ]] && grep -q "$why" manifest.out manifest.err ||
+    { cat manifest.out manifest.err; fail "inspect of a $damage manifest: exit $rc"; }
+  [[ $rc_resume -eq 4 ]] || { cat manifest_resume.err; fail "--resume of a $damage manifest: exit $rc_resume"; }
+  one_error_line manifest_resume.err "$why"
+  run_np 2 train "${COMMON[@]}" -o Engine.output_dir=manifest_run -o Checkpoint.dir=manifest/checkpoints \
+    --resume auto > manifest_auto.log 2>&1 || { cat manifest_auto.log; fail "--resume auto past a $damage manifest"; }
+  grep -q "resumed from manifest/checkpoints/step-00000008 at step 8 " manifest_auto.log ||
+    { cat manifest_auto.log; fail "--resume auto did not fall back past a $damage manifest"; }
+done
+echo "ok: a damaged or incomplete manifest: inspect and --resume exit 4, --resume auto falls back"
 
 # The only checkpoint is damaged: nothing to fall back to.
 mkdir -p lonely && cp -r crc/step-00000009 lonely/ && echo step-00000009 > lonely/latest

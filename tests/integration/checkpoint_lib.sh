@@ -66,6 +66,22 @@ PY
   echo "flipped byte $at of $file (inside $dataset): $old -> $((old ^ 0xff))"
 }
 
+# flip_attribute_byte FILE NAME VALUE: inverts one bit of the int64 root attribute NAME's stored
+# VALUE (found after the attribute's name in the root's object header), in place.
+flip_attribute_byte() {
+  python3 - "$@" <<'PY' || fail "flipping attribute $2 of $1"
+import struct, sys
+path, name, value = sys.argv[1], b"\0" + sys.argv[2].encode() + b"\0", int(sys.argv[3])
+data = bytearray(open(path, "rb").read())
+at = data.find(name)
+assert at >= 0 and data.find(name, at + 1) < 0, "attribute name not found once"
+where = data.find(struct.pack("<q", value), at, at + 96)
+assert where >= 0, "attribute value not found"
+data[where] ^= 0x02
+open(path, "wb").write(data)
+PY
+}
+
 # expect_verified FOLDER: `trainer inspect` exits 0 and says the checkpoint verifies.
 expect_verified() {
   "$TRAINER" inspect "$1" > inspect.out 2>&1 || { cat inspect.out; fail "inspect $1 exited non-zero"; }

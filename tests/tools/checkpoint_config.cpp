@@ -3,7 +3,8 @@
 // UTF-8 variable-length string as the trainer writes it (HDF5 C API, independent of the
 // trainer's own code). Tests use it to make checkpoints saved with a config that no longer
 // validates. checkpoint_config FILE --set-int NAME VALUE writes an int64 attribute of the root
-// (step, consumed_samples, ...): damaged progress. Exit 0 on success, 1 otherwise.
+// (step, consumed_samples, ...): damaged progress; checkpoint_config FILE --delete NAME removes
+// a root attribute: an incomplete manifest. Exit 0 on success, 1 otherwise.
 #include <hdf5.h>
 
 #include <cstdio>
@@ -25,13 +26,23 @@ int SetInt(const char* path, const char* name, long long value) {
   return H5Fclose(file) >= 0 && ok ? 0 : 1;
 }
 
+// Removes the root's attribute `name`.
+int Delete(const char* path, const char* name) {
+  const hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  if (file < 0) return 1;
+  const bool ok = H5Adelete(file, name) >= 0;
+  return H5Fclose(file) >= 0 && ok ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[2]) == "--set-int")
     return SetInt(argv[1], argv[3], std::strtoll(argv[4], nullptr, 10));
+  if (argc == 4 && std::string(argv[2]) == "--delete") return Delete(argv[1], argv[3]);
   const bool set = argc == 3 && std::string(argv[2]) == "--set";
   if (argc != 2 && !set) {
     std::fprintf(stderr,
-                 "usage: checkpoint_config FILE [--set < config.yaml | --set-int NAME VALUE]\n");
+                 "usage: checkpoint_config FILE [--set < config.yaml | --set-int NAME VALUE | "
+                 "--delete NAME]\n");
     return 1;
   }
   const hid_t file = H5Fopen(argv[1], set ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
