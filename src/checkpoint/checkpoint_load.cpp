@@ -231,8 +231,8 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
   TRAINER_RETURN_IF_ERROR(Hdf5ReadStringAttribute(f.get(), "config", &result->config_text));
   for (int w = 0; w < kStateCount; ++w) {
     std::vector<float> flat;
-    TRAINER_RETURN_IF_ERROR(
-        ReadState(f.get(), file, model->parameters(), model->partition(), w, false, progress, &flat));
+    TRAINER_RETURN_IF_ERROR(ReadState(f.get(), file, model->parameters(), model->partition(), w,
+                                      false, progress, &flat));
     if (w == 0)
       TRAINER_RETURN_IF_ERROR(optimizer->SetMaster(flat));
     else
@@ -396,7 +396,8 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
     TRAINER_RETURN_IF_ERROR(read("eod_id", &s->eod_id));
     TRAINER_RETURN_IF_ERROR(read("tokenizer", &s->tokenizer));
   }
-  if (H5Aexists(f.get(), "lora_base") > 0) TRAINER_RETURN_IF_ERROR(read("lora_base", &s->lora_base));
+  if (H5Aexists(f.get(), "lora_base") > 0)
+    TRAINER_RETURN_IF_ERROR(read("lora_base", &s->lora_base));
   s->format_version = static_cast<int>(version);
   s->seed = static_cast<uint64_t>(seed);
   std::vector<std::string> tensors;

@@ -55,8 +55,8 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr)
-    return EnvironmentError(StrFormat("cannot write %s: %s. Check the folder is writable",
-                                      tmp.c_str(), std::strerror(errno)));
+    return RuntimeError(StrFormat("cannot write %s: %s. Check the folder is writable", tmp.c_str(),
+                                  std::strerror(errno)));
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
   bool ok = std::fwrite(length, 1, 8, f) == 8 &&
@@ -77,7 +77,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
   ok = std::fclose(f) == 0 && ok;
   if (!ok) {
     std::remove(tmp.c_str());
-    return EnvironmentError(
+    return RuntimeError(
         StrFormat("writing %s failed: %s (disk full?)", tmp.c_str(), std::strerror(write_errno)));
   }
   return RenameDurably(tmp, path);
