@@ -211,6 +211,10 @@ Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* summary
 Status VerifyCheckpoint(const std::string& file, Progress* progress = nullptr);
 // The checkpoint file inside a step folder (or the path itself when it is a file).
 std::string CheckpointFile(const std::string& folder_or_file);
+// What an HDF5 file holds by its content: a checkpoint (the manifest's step attribute), a
+// packed-token dataset (/tokens), or neither (not HDF5, unreadable, or something else).
+enum class Hdf5FileKind { kCheckpoint, kDataset, kNeither };
+Hdf5FileKind KindOfHdf5File(const std::string& file);
 // A trainer checkpoint's weights in one number: the CRC-32 over every /model tensor's name and
 // its stored CRC-32, in name order (attributes only: no tensor is read). Two files with the same
 // weights give the same value wherever they lie. Fails for format version 1 files (no CRCs).

@@ -19,6 +19,18 @@
 namespace trainer {
 namespace {
 
+// Opens `file` read-only without HDF5's file lock; false when HDF5 cannot (its error stack says
+// why).
+bool OpenWithoutLocking(const std::string& file, Hdf5Handle* handle) {
+  SilenceHdf5Errors();
+  Hdf5Handle access;
+  if (access.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose) < 0) return false;
+#if H5_VERSION_GE(1, 10, 7)
+  if (H5Pset_file_locking(access.get(), false, true) < 0) return false;
+#endif
+  return handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose) >= 0;
+}
+
 // The file a CHECKPOINT, --resume or Checkpoint.init_from names, opened for reading; a file that
 // is something else (not HDF5, or a packed-token dataset) is named as such. Readers never write:
 // no file lock, as the dataset reader opens files (HDF5 refuses a second open of one file with
@@ -35,12 +47,7 @@ Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
     return CheckpointError(
         StrFormat("not a checkpoint (%s): not an HDF5 file, where a checkpoint.h5 was expected. %s",
                   file.c_str(), kExpected));
-  Hdf5Handle access;
-  HDF5_CHECK(access.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose));
-#if H5_VERSION_GE(1, 10, 7)
-  HDF5_CHECK(H5Pset_file_locking(access.get(), false, true));
-#endif
-  if (handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose) < 0)
+  if (!OpenWithoutLocking(file, handle))
     return CheckpointError(StrFormat("cannot open checkpoint (%s): %s. %s", file.c_str(),
                                      Hdf5ErrorText().c_str(), kDamagedAdvice));
   const htri_t has_step = H5Aexists(handle->get(), "step");
@@ -246,6 +253,16 @@ Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel*
 
 std::string CheckpointFile(const std::string& folder_or_file) {
   return IsDirectory(folder_or_file) ? folder_or_file + "/checkpoint.h5" : folder_or_file;
+}
+
+Hdf5FileKind KindOfHdf5File(const std::string& file) {
+  Hdf5Handle f;
+  if (!PathExists(file) || IsDirectory(file) || H5Fis_hdf5(file.c_str()) <= 0 ||
+      !OpenWithoutLocking(file, &f))
+    return Hdf5FileKind::kNeither;
+  if (H5Aexists(f.get(), "step") > 0) return Hdf5FileKind::kCheckpoint;
+  if (H5Lexists(f.get(), "tokens", H5P_DEFAULT) > 0) return Hdf5FileKind::kDataset;
+  return Hdf5FileKind::kNeither;
 }
 
 bool IsStepFolderName(const std::string& name) {

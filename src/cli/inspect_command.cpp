@@ -228,7 +228,11 @@ int RunInspectCommand(const std::vector<std::string>& args) {
     s = InspectHuggingFace(weights);
   } else if (s.ok()) {
     const bool folder = IsDirectory(path) && !PathExists(path + "/checkpoint.h5");
-    const bool checkpoint = IsDirectory(path) || path.find("checkpoint") != std::string::npos;
+    // By content; a file that shows neither (damaged, or not HDF5) by its name.
+    const Hdf5FileKind kind = KindOfHdf5File(path);
+    const bool checkpoint =
+        IsDirectory(path) || kind == Hdf5FileKind::kCheckpoint ||
+        (kind == Hdf5FileKind::kNeither && path.find("checkpoint") != std::string::npos);
     s = folder       ? InspectCheckpointFolder(path)
         : checkpoint ? InspectCheckpoint(path)
                      : InspectDataset(path);

@@ -2,6 +2,8 @@
 # What a checkpoint folder holds and how damage is caught, on 2 ranks:
 # - retention: save every step for 10 steps with keep_last=2, keep_every=4 -> steps 4, 8, 9, 10;
 # - `trainer inspect` prints step, layout, every shape (the same as `h5ls -r`) and "verifies yes";
+#   it takes a checkpoint or a dataset by content (a checkpoint named run10.h5, a dataset in a
+#   folder named mycheckpoints);
 #   each tensor's crc32 attribute equals Python's zlib.crc32 of its bytes (independent CRC);
 # - one flipped byte in a tensor: inspect says NO and exits 4 (init_from too, naming another
 #   init_from as the fix); `--resume auto` warns, falls back to step 9, sets the damaged folder
@@ -64,6 +66,14 @@ if command -v python3 > /dev/null; then
   done
   echo "ok: $checked crc32 attributes equal Python's zlib.crc32 of the tensor bytes"
 fi
+
+# inspect tells a checkpoint from a dataset by content, not by the path's text.
+cp "$FILE" run10.h5 && mkdir -p mycheckpoints && cp data.h5 mycheckpoints/train.h5
+"$TRAINER" inspect run10.h5 > renamed.out 2>&1 || { cat renamed.out; fail "inspect run10.h5"; }
+grep -q "^checkpoint run10.h5" renamed.out || { cat renamed.out; fail "run10.h5 not shown as a checkpoint"; }
+"$TRAINER" inspect mycheckpoints/train.h5 > renamed.out 2>&1 || { cat renamed.out; fail "inspect mycheckpoints/train.h5"; }
+grep -q "^dataset mycheckpoints/train.h5" renamed.out || { cat renamed.out; fail "train.h5 not shown as a dataset"; }
+echo "ok: inspect takes a checkpoint and a dataset for what they hold, whatever their names"
 
 # One flipped byte in step 10: refused; --resume auto falls back to step 9 and redoes step 10.
 cp "$FILE" good10.h5
