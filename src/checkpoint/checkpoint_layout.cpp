@@ -193,7 +193,7 @@ herr_t CollectDataset(hid_t, const char* name, const H5O_info_t* info, void* dat
 
 Status ListTensors(hid_t file_id, const std::string& file, std::vector<std::string>* paths) {
   DatasetList list;
-  if (H5Ovisit(file_id, H5_INDEX_NAME, H5_ITER_NATIVE, CollectDataset, &list) < 0)
+  if (H5Ovisit(file_id, H5_INDEX_NAME, H5_ITER_INC, CollectDataset, &list) < 0)
     return CheckpointError(StrFormat("cannot list the tensors of a checkpoint (%s): %s. %s",
                                      file.c_str(), Hdf5ErrorText().c_str(), kDamagedAdvice));
   *paths = std::move(list.paths);

@@ -52,7 +52,8 @@ Status ReadShard(hid_t file, const std::string& path, const ParameterInfo& p, in
                  int tp_size, float* local);
 // Shape of a dataset.
 Status DatasetShape(hid_t file, const std::string& path, std::vector<int64_t>* shape);
-// Every dataset's path in a checkpoint file ("model/<name>", "optim/exp_avg/<name>", ...).
+// Every dataset's path in a checkpoint file ("model/<name>", "optim/exp_avg/<name>", ...), in
+// name order (whatever the file format's own link order).
 Status ListTensors(hid_t file_id, const std::string& file, std::vector<std::string>* paths);
 
 // The fix of every error that finds a checkpoint file damaged.
