@@ -485,6 +485,11 @@ Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& confi
   if (ResolvedBase(recorded) == recorded && recorded.rfind("Checkpoint.", 0) == 0)
     configured = LoraBaseName(config);
   if (ResolvedBase(recorded) == ResolvedBase(configured)) return Status::Ok();
+  // A checkpoint of an earlier trainer recorded a sharded base by its index's size alone.
+  const size_t shards = configured.rfind(", shards ");
+  if (shards != std::string::npos && recorded.find(", shards ") == std::string::npos &&
+      ResolvedBase(recorded) == ResolvedBase(configured.substr(0, shards) + ")"))
+    return Status::Ok();
   // The same step and weights (their CRC-32s) under another path: the base copied or moved
   // (another cluster, a node-local copy), not another base. A size alone (a Hugging Face
   // folder's) cannot tell two bases of one shape apart, so it never counts.

@@ -129,6 +129,18 @@ std::string HuggingFaceWeightsFile(const std::string& path) {
   return named && PathExists(path) ? path : "";
 }
 
+long long HuggingFaceWeightsBytes(const std::string& weights) {
+  std::map<std::string, std::set<std::string>> shards;
+  if (!Shards(weights, &shards).ok()) return -1;
+  long long bytes = 0;
+  for (const auto& item : shards) {
+    const long long size = FileSize(item.first);
+    if (size < 0) return -1;
+    bytes += size;
+  }
+  return bytes;
+}
+
 std::string HuggingFaceFolderHint(const std::string& path) {
   if (!IsDirectory(path) || !PathExists(path + "/config.json")) return "";
   if (!HuggingFaceWeightsFile(path).empty())

@@ -18,6 +18,10 @@ namespace trainer {
 // folder; "" when it names none.
 std::string HuggingFaceWeightsFile(const std::string& path);
 
+// The bytes of the weights' files: `weights` itself, or every shard an index names (not the
+// index); -1 when one cannot be read.
+long long HuggingFaceWeightsBytes(const std::string& weights);
+
 // What a path that holds no trainer checkpoint is, where it is a Hugging Face model folder: a
 // sentence for an error's end (import it with Checkpoint.init_from; or convert its
 // pytorch_model.bin to safetensors); "" otherwise.

@@ -266,6 +266,9 @@ Status LoraBaseIdentity(const TrainConfig& config, std::string* identity) {
   std::string file = HuggingFaceWeightsFile(path), fingerprint;
   if (!file.empty()) {
     fingerprint = StrFormat("%lld bytes", FileSize(file));
+    // A sharded model: its shards' bytes too (the index's alone stay the same when they change).
+    if (EndsWith(file, ".index.json"))
+      fingerprint += StrFormat(", shards %lld bytes", HuggingFaceWeightsBytes(file));
   } else {
     file = FindCheckpointFile(path);
     CheckpointSummary summary;

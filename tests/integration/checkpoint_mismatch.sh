@@ -8,7 +8,8 @@
 # - a relative init_from read from another folder (trainer eval), and a checkpoint folder as
 #   init_from whose newest step moved on after the LoRA run started (resume, export --lora
 #   merge): refused the same way; the same base by another path, or its step named, resumes,
-#   and a copy of it in another folder (the same weights' CRC-32s) is taken for it;
+#   and a copy of it in another folder (the same weights' CRC-32s) is taken for it; a sharded
+#   Hugging Face base with one shard rewritten (its size changed) is refused;
 # - a LoRA checkpoint resumed with Model.lora_rank=0, or given as a full run's init_from: "holds
 #   LoRA adapters", pointing to `trainer export --lora merge`;
 # - a full checkpoint resumed with Model.lora_rank > 0: "holds a model's weights, not LoRA
@@ -71,6 +72,26 @@ cp -r $BASE copied_base
 grep -q "holds the recorded one's weights .*: taken as a copy" copy.err ||
   { cat copy.err; fail "the copy of the base was not recognised as such"; }
 echo "ok: a copy of the base in another folder is taken for it (the weights' CRC-32s match)"
+# A sharded Hugging Face base: its shards' sizes are recorded, not the index's alone (which stays
+# the same when a shard is rewritten).
+"$TRAINER" export $BASE --output hf_sharded --max-shard-size 20KB > hf_sharded.log 2>&1 ||
+  { cat hf_sharded.log; fail "export of the base in shards"; }
+[ -e hf_sharded/model.safetensors.index.json ] || fail "the export is not sharded"
+run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=hf_sharded -o Engine.output_dir=lora_hf \
+  > lora_hf.log 2>&1 || { tail lora_hf.log; fail "LoRA run on a sharded Hugging Face base"; }
+"$TRAINER" eval lora_hf/checkpoints --data data.h5 --batches 1 > /dev/null 2> lora_hf_eval.err ||
+  { cat lora_hf_eval.err; fail "eval of the LoRA run on its sharded base"; }
+# As an earlier trainer recorded it (the index's size alone): still accepted.
+cp -r lora_hf lora_hf_earlier
+earlier=lora_hf_earlier/checkpoints/step-00000002/checkpoint.h5
+"$CHECKPOINT_CONFIG" $earlier --get lora_base | sed -E 's/, shards [0-9]+ bytes\)$/)/' > earlier.txt
+grep -q "index.json, [0-9]* bytes)$" earlier.txt || { cat earlier.txt; fail "rewriting lora_base"; }
+"$CHECKPOINT_CONFIG" $earlier --set-string lora_base < earlier.txt || fail "setting lora_base"
+"$TRAINER" eval lora_hf_earlier/checkpoints --data data.h5 --batches 1 > /dev/null 2> earlier.err ||
+  { cat earlier.err; fail "a sharded base recorded as an earlier trainer did"; }
+printf '\0\0\0\0\0\0\0\0' >> hf_sharded/model-00001-of-0000*.safetensors
+refused sharded_base "LoRA base differs.*trained on Checkpoint.init_from=hf_sharded ($PWD/hf_sharded/model.safetensors.index.json, [0-9]* bytes, shards [0-9]* bytes)" \
+  "$TRAINER" eval lora_hf/checkpoints --data data.h5 --batches 1
 
 # A relative init_from read from another folder, where the same relative path is another base.
 mkdir -p elsewhere/base/checkpoints && cp -r $OTHER elsewhere/base/checkpoints/

@@ -4,7 +4,8 @@
 // trainer's own code). Tests use it to make checkpoints saved with a config that no longer
 // validates. checkpoint_config FILE --set-int NAME VALUE writes an int64 attribute of the root
 // (step, consumed_samples, ...): damaged progress; checkpoint_config FILE --delete NAME removes
-// a root attribute: an incomplete manifest. Exit 0 on success, 1 otherwise.
+// a root attribute: an incomplete manifest; --get NAME and --set-string NAME (stdin) print and
+// replace another string attribute (lora_base). Exit 0 on success, 1 otherwise.
 #include <hdf5.h>
 
 #include <cstdio>
@@ -38,11 +39,15 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[2]) == "--set-int")
     return SetInt(argv[1], argv[3], std::strtoll(argv[4], nullptr, 10));
   if (argc == 4 && std::string(argv[2]) == "--delete") return Delete(argv[1], argv[3]);
-  const bool set = argc == 3 && std::string(argv[2]) == "--set";
-  if (argc != 2 && !set) {
+  // FILE [--set], or FILE --get NAME / --set-string NAME: another string attribute than config.
+  const std::string mode = argc >= 3 ? argv[2] : "";
+  const bool named = argc == 4 && (mode == "--get" || mode == "--set-string");
+  const bool set = (argc == 3 && mode == "--set") || (named && mode == "--set-string");
+  const char* name = named ? argv[3] : "config";
+  if (argc != 2 && !(argc == 3 && set) && !named) {
     std::fprintf(stderr,
                  "usage: checkpoint_config FILE [--set < config.yaml | --set-int NAME VALUE | "
-                 "--delete NAME]\n");
+                 "--delete NAME | --get NAME | --set-string NAME < text]\n");
     return 1;
   }
   const hid_t file = H5Fopen(argv[1], set ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -56,13 +61,13 @@ int main(int argc, char** argv) {
                            std::istreambuf_iterator<char>());
     const char* data = text.c_str();
     const hid_t space = H5Screate(H5S_SCALAR);
-    if (H5Aexists(file, "config") > 0) H5Adelete(file, "config");
-    const hid_t attribute = H5Acreate2(file, "config", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    if (H5Aexists(file, name) > 0) H5Adelete(file, name);
+    const hid_t attribute = H5Acreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
     ok = attribute >= 0 && H5Awrite(attribute, type, &data) >= 0;
     if (attribute >= 0) H5Aclose(attribute);
     H5Sclose(space);
   } else {
-    const hid_t attribute = H5Aopen(file, "config", H5P_DEFAULT);
+    const hid_t attribute = H5Aopen(file, name, H5P_DEFAULT);
     char* text = nullptr;
     ok = attribute >= 0 && H5Aread(attribute, type, &text) >= 0;
     if (ok) std::fputs(text, stdout);
