@@ -90,15 +90,19 @@ StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std:
   return config;
 }
 
+Status CheckTokenizerFitsModel(const std::string& dir, int64_t tokens, const ModelConfig& model) {
+  if (tokens <= model.vocab_size) return Status::Ok();
+  return UsageError(StrFormat(
+      "the tokenizer in %s (--tokenizer-dir) has %lld tokens, more than the model's vocabulary "
+      "of %d: it is another model's tokenizer. Give the one the training data was packed with",
+      dir.c_str(), static_cast<long long>(tokens), model.vocab_size));
+}
+
 StatusOr<std::shared_ptr<const BpeVocabulary>> LoadModelTokenizer(const std::string& dir,
                                                                   const ModelConfig& model) {
   TRAINER_ASSIGN_OR_RETURN(std::shared_ptr<const BpeVocabulary> tokenizer,
                            BpeVocabulary::Load(dir, "--tokenizer-dir"));
-  if (tokenizer->size() > model.vocab_size)
-    return UsageError(StrFormat(
-        "the tokenizer in %s (--tokenizer-dir) has %lld tokens, more than the model's vocabulary "
-        "of %d: give the tokenizer the training data was packed with",
-        dir.c_str(), static_cast<long long>(tokenizer->size()), model.vocab_size));
+  TRAINER_RETURN_IF_ERROR(CheckTokenizerFitsModel(dir, tokenizer->size(), model));
   return tokenizer;
 }
 

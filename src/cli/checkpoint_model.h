@@ -36,6 +36,10 @@ Status ResolveCheckpoint(const std::string& path, const char* command, std::stri
 StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std::string> overrides,
                                        int batch, int64_t* step = nullptr);
 
+// A usage error when the tokenizer in `dir` (--tokenizer-dir), of `tokens` ids, has more than the
+// model's vocabulary: another model's tokenizer, not the one its data was packed with.
+Status CheckTokenizerFitsModel(const std::string& dir, int64_t tokens, const ModelConfig& model);
+
 // The GPT-2 BPE files in `dir` (--tokenizer-dir) for a checkpoint's model: a usage error when
 // they hold more tokens than the model's vocabulary (not the tokenizer its data was packed with).
 StatusOr<std::shared_ptr<const BpeVocabulary>> LoadModelTokenizer(const std::string& dir,

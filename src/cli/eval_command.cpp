@@ -31,8 +31,9 @@ struct EvalOptions {
 
 struct EvalResult {
   int64_t step = 0, batches = 0, samples_left = 0;
+  int64_t targets = 0;  // the targets that count (all of them unless the data has a /loss_mask)
   int batch = 0, seq_len = 0;
-  double loss = 0;  // mean over batches * batch * seq_len tokens
+  double loss = 0;  // mean over the targets
 };
 
 Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalResult* r) {
@@ -67,13 +68,20 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
   std::cerr << StrFormat("evaluating %s on %s: %lld micro-batches of %d x %d tokens on %s\n",
                          file->c_str(), data.Describe().c_str(), static_cast<long long>(r->batches),
                          B, T, backend->name().c_str());
+  if (mc.moe() && mc.moe_expert_capacity_factor > 0)
+    std::cerr << StrFormat(
+        "note: Model.moe_expert_capacity_factor=%g drops tokens within each micro-batch, so the "
+        "loss depends on -b (%d here; training evaluates Global.micro_batch_size at a time). "
+        "-o Model.moe_expert_capacity_factor=0 evaluates dropless, as Hugging Face models run\n",
+        mc.moe_expert_capacity_factor, B);
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
   // Data.packing: documents (the checkpoint's, or -o): as training evaluates, inside documents.
   const bool documents = config.data.packed_documents();
   std::vector<int32_t> starts(documents ? inputs.size() : 0);
   if (documents) TRAINER_RETURN_IF_ERROR(data.LoadDocOffsets());
   std::vector<int64_t> ids(static_cast<size_t>(B));
-  int64_t counted = 0;  // targets not ignored (all of them unless the data has a /loss_mask)
+  int64_t& counted = r->targets;
+  counted = 0;
   for (int64_t b = 0; b < r->batches; ++b) {
     for (int j = 0; j < B; ++j) ids[static_cast<size_t>(j)] = b * B + j;
     TRAINER_RETURN_IF_ERROR(data.ReadSamples(ids, T, inputs.data(), targets.data(), {},
@@ -83,9 +91,15 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
     TRAINER_RETURN_IF_ERROR(model->Forward(0, inputs.data(), targets.data(), true, 0.f));
     TRAINER_RETURN_IF_ERROR(model->AccumulateLoss(b == 0));
   }
+  if (counted == 0)  // a mean over nothing: no loss to report
+    return DataError(StrFormat(
+        "no target counts in the samples evaluated (%s, --data): its /loss_mask is 0 on every "
+        "target of the %lld micro-batches read (prompts only?). Evaluate more of it (--batches "
+        "0: every micro-batch), or data whose loss_mask keeps targets",
+        data.Describe().c_str(), static_cast<long long>(r->batches)));
   double sum = 0;
   TRAINER_RETURN_IF_ERROR(model->LossSum(&sum));
-  r->loss = sum / static_cast<double>(std::max<int64_t>(counted, 1));
+  r->loss = sum / static_cast<double>(counted);
   return Status::Ok();
 }
 
@@ -116,18 +130,21 @@ int RunEvalCommand(const std::vector<std::string>& args) {
   if (status.ok()) status = Evaluate(o, &ctx, &file, &r);
   if (status.ok()) {
     const int64_t tokens = r.batches * r.batch * r.seq_len;
+    const std::string masked = r.targets == tokens ? ""
+                                                   : StrFormat(" of which %lld count (loss_mask)",
+                                                               static_cast<long long>(r.targets));
     std::cerr << StrFormat(
-        "eval: loss %.4f, perplexity %.2f over %lld tokens (%lld samples of "
+        "eval: loss %.4f, perplexity %.2f over %lld tokens%s (%lld samples of "
         "%d; %lld left over, fewer than a micro-batch or past --batches)\n",
-        r.loss, std::exp(r.loss), static_cast<long long>(tokens),
+        r.loss, std::exp(r.loss), static_cast<long long>(tokens), masked.c_str(),
         static_cast<long long>(r.batches * r.batch), r.seq_len,
         static_cast<long long>(r.samples_left));
     std::cout << StrFormat(
                      "{\"checkpoint\": %s, \"step\": %lld, \"data\": %s, \"tokens\": "
-                     "%lld, \"loss\": %.6f, \"perplexity\": %.4f}",
+                     "%lld, \"targets\": %lld, \"loss\": %.6f, \"perplexity\": %.4f}",
                      JsonQuoted(file).c_str(), static_cast<long long>(r.step),
-                     JsonQuoted(o.data).c_str(), static_cast<long long>(tokens), r.loss,
-                     std::exp(r.loss))
+                     JsonQuoted(o.data).c_str(), static_cast<long long>(tokens),
+                     static_cast<long long>(r.targets), r.loss, std::exp(r.loss))
               << std::endl;
   }
   return ctx.Finish(ctx.Agree(status));

@@ -102,11 +102,7 @@ Status ExportTokenizer(const std::string& dir, const ModelConfig& model, int64_t
         dir.c_str()));
   if (!loaded.ok()) return loaded.status();
   const HfTokenizer& tokenizer = *loaded.value();
-  if (tokenizer.vocab_size() > model.vocab_size)
-    return UsageError(StrFormat(
-        "--tokenizer-dir %s: its tokenizer.json has %lld ids, more than the model's vocabulary "
-        "of %d: it is another model's tokenizer. Give the one the data was packed with",
-        dir.c_str(), static_cast<long long>(tokenizer.vocab_size()), model.vocab_size));
+  TRAINER_RETURN_IF_ERROR(CheckTokenizerFitsModel(dir, tokenizer.vocab_size(), model));
   for (const char* name : {"tokenizer.json", "special_tokens_map.json", "vocab.json", "merges.txt"})
     if (PathExists(dir + "/" + name)) out->copies.emplace_back(dir + "/" + name, name);
   nlohmann::ordered_json config = nlohmann::ordered_json::object();

@@ -64,6 +64,7 @@ class TokenText {
     // Qwen), else a SentencePiece tokenizer.model (Llama-2, Mistral).
     if (PathExists(dir + "/tokenizer.json") || PathExists(dir + "/tokenizer.model")) {
       TRAINER_ASSIGN_OR_RETURN(model_tokenizer_, MakeHfTokenizer(dir, "--tokenizer-dir", 0, -1));
+      TRAINER_RETURN_IF_ERROR(CheckTokenizerFitsModel(dir, model_tokenizer_->vocab_size(), model));
       hf_ = dynamic_cast<HfTokenizer*>(model_tokenizer_.get());
       sp_ = dynamic_cast<SentencePieceTokenizer*>(model_tokenizer_.get());
       eod_ = static_cast<int32_t>(model_tokenizer_->eod_id());
@@ -114,6 +115,9 @@ class TokenText {
   // (the start of a document).
   Status Prompt(const SampleOptions& o, std::vector<int32_t>* tokens) const {
     tokens->clear();
+    if (!o.prompt.empty() && !o.prompt_ids.empty())
+      return UsageError(
+          "--prompt and --prompt-ids are alternatives: give the prompt as text or as token ids");
     if (!o.prompt.empty() && !is_text())
       return UsageError(StrFormat(
           "--prompt is text for the bytes tokenizer (vocab 257) or with --tokenizer-dir; this "

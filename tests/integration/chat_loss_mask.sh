@@ -78,4 +78,23 @@ masked=$(losses single/metrics.jsonl | tail -1) plain=$(losses plain/metrics.jso
 echo "last loss: masked $masked, unmasked $plain"
 python3 -c "import sys; m, p = map(float, sys.argv[1:]); sys.exit(abs(m - p) <= 1e-2 * p)" \
   "$masked" "$plain" || fail "the masked loss equals the unmasked one: the mask is not used"
+# trainer eval: the mean over the targets the mask keeps, their count as "targets" (the mask of
+# tokens 1..T of each sample evaluated, read with h5dump); where none counts, exit 3 (it reported
+# loss 0, perplexity 1).
+h5dump -d /loss_mask -y -w 0 chat.val.h5 > mask.txt || fail "h5dump of the loss mask"
+"$TRAINER" eval single/checkpoints --data chat.val.h5 -b 2 --batches 3 > eval.json 2> eval.err ||
+  { cat eval.err; fail "eval of the chat data"; }
+python3 <<'PY' || fail "eval's targets are not the mask's"
+import json, re
+text = open("mask.txt").read()
+mask = [int(v) for v in re.findall(r"\d+", text[text.index("DATA {") + 6:text.index("}", text.index("DATA {"))])]
+want = sum(mask[i * 32 + 1:i * 32 + 33].count(1) for i in range(6))
+r = json.loads(open("eval.json").read().splitlines()[-1])
+assert r["tokens"] == 6 * 32 and r["targets"] == want, (r, want)
+assert mask[1:33].count(1) == 0, "the first sample has targets that count: the case below needs none"
+print(f"eval: {r['targets']} targets of {r['tokens']} tokens count, loss {r['loss']}")
+PY
+grep -q "over 192 tokens of which [0-9]* count (loss_mask)" eval.err || { cat eval.err; fail "eval's line"; }
+expect_error 3 "no target counts in the samples evaluated (chat.val.h5, --data)" \
+  "$TRAINER" eval single/checkpoints --data chat.val.h5 -b 1 --batches 1
 echo "chat loss mask: every layout matches the single-rank run"

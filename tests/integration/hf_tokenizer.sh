@@ -183,6 +183,15 @@ want = (sentence * 20)
 assert got.startswith(prompt) and want.startswith(got) and len(got) > len(prompt) + 20, repr(got)
 print(f"sample through tokenizer.json: {got!r}")
 PY
+# Another model's tokenizer.json (more ids than the model's vocabulary, 257 bytes here) is
+# refused, not used to print ids as the wrong text.
+"$TRAINER" pack --input cat.txt --output cat-bytes.h5 --quiet || fail "packing bytes"
+"$TRAINER" train -c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=cat-bytes.h5 -o Data.val_fraction=0 \
+  -o Model.num_layers=1 -o Model.max_seq_len=32 -o Engine.max_steps=1 -o Engine.save_steps=1 \
+  -o Engine.eval_freq=0 -o Engine.output_dir=bytes-run > bytes-train.log 2>&1 ||
+  { tail bytes-train.log; fail "training on bytes"; }
+expect_error 2 "the tokenizer in qwen2 (--tokenizer-dir) has [0-9]* tokens, more than the model's vocabulary of 257" \
+  "$TRAINER" sample bytes-run/checkpoints --tokenizer-dir qwen2 --prompt "the cat" -n 2
 # trainer sample --chat: a tiny llama trained on one chatml conversation, repeated, answers its
 # question with the reply it learned, printed without the template's markers: the prompt rendered
 # as pack renders the data, then "<|im_start|>assistant\n", and the reply cut at <|im_end|> (a

@@ -48,6 +48,8 @@ cmp -s draw1.txt draw2.txt || fail "two draws with --seed 7 differ"
 expect_error 4 "no checkpoint at nowhere" "$TRAINER" sample nowhere
 expect_error 2 "runs as one process" run_np 2 sample run/checkpoints
 expect_error 2 "not a token id" "$TRAINER" sample run/checkpoints --prompt-ids "1 999"
+expect_error 2 "\-\-prompt and \-\-prompt-ids are alternatives" "$TRAINER" sample run/checkpoints \
+  --prompt hi --prompt-ids 1
 expect_error 2 "\-\-tokens 0: give at least 1" "$TRAINER" sample run/checkpoints -n 0
 expect_error 2 "\-\-temperature nan: give a finite value of at least 0" "$TRAINER" sample run/checkpoints -t nan
 expect_error 2 "\-\-top-k -3: give at least 0" "$TRAINER" sample run/checkpoints -k -3
