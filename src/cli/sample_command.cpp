@@ -236,6 +236,16 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
                          o.tokens, file.c_str(), mc.num_layers, mc.hidden_size, T,
                          backend->name().c_str());
 
+  // Data.packing: documents: attention and positions stay inside each document, which starts
+  // after an end of document; the model never learned a document's first token.
+  const bool documents = config.data.packed_documents();
+  if (documents && context.size() == 1 && context[0] == token_text.eod() && o.prompt.empty() &&
+      o.prompt_ids.empty())
+    return UsageError(
+        "an empty prompt starts a new document, and with Data.packing=documents the model never "
+        "learned a document's first token (that target is ignored): give --prompt or "
+        "--prompt-ids");
+  std::vector<int32_t> starts(documents ? T : 0);
   const auto emit = [&](int32_t token) { token_text.Print(token, out); };
   const bool echo_prompt = !o.chat && (!o.prompt.empty() || !o.prompt_ids.empty());
   ReplyStream reply(reply_end, &out);
@@ -247,6 +257,11 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
     // logits read (causal attention), so they keep whatever they hold.
     const size_t n = std::min<size_t>(context.size(), T);
     std::copy(context.end() - n, context.end(), window.begin());
+    for (size_t t = 0, start = 0; t < starts.size(); ++t) {  // documents: where each one starts
+      starts[t] = static_cast<int32_t>(start);
+      if (t < n && window[t] == token_text.eod()) start = t + 1;
+    }
+    TRAINER_RETURN_IF_ERROR(model->SetDocumentStarts(0, documents ? starts.data() : nullptr));
     TRAINER_RETURN_IF_ERROR(model->Forward(0, window.data(), nullptr, false, 0.f));
     TRAINER_RETURN_IF_ERROR(model->LogitsRow(static_cast<int64_t>(n) - 1, &logits));
     const int32_t next = DrawToken(logits, o.temperature, o.top_k, &rng);

@@ -63,4 +63,22 @@ expect_error 4 "no checkpoint at nowhere" "$TRAINER" sample nowhere --output kep
 "$TRAINER" sample run/checkpoints -n 8 -t 0 -o Global.device="$DEVICE" > stdout.txt 2> /dev/null ||
   fail "sample to stdout"
 if grep -q "^device: " stdout.txt; then cat stdout.txt; fail "a progress line in sample's stdout"; fi
+# Data.packing: documents: a document starts after each end of document (id 256), and attention
+# stays inside it, so what comes before one cannot change the continuation. A model barely
+# trained (one step: its greedy choices follow any change in the logits) continues "the cat"
+# alike alone and after another document; an empty prompt (a document's first token, which
+# such a model never learned) is refused.
+"$TRAINER" train -c "$SRC/configs/tiny-llama-cpu.yaml" -o Global.device="$DEVICE" \
+  -o Data.train_path=cat.h5 -o Data.val_fraction=0 -o Data.packing=documents \
+  -o Model.num_layers=1 -o Model.max_seq_len=32 -o Engine.max_steps=1 -o Engine.save_steps=1 \
+  -o Engine.eval_freq=0 -o Engine.output_dir=docs > docs.log 2>&1 || { tail docs.log; fail "documents run"; }
+ids() { python3 -c 'import sys; print(" ".join(str(b) for b in sys.argv[1].encode()))' "$1"; }
+for prompt in "$(ids "the cat")" "$(ids "xq7#zz!!kp") 256 $(ids "the cat")"; do
+  "$TRAINER" sample docs/checkpoints --prompt-ids "$prompt" -n 20 -t 0 -o Global.device="$DEVICE" \
+    2> /dev/null | tail -c 21 > "docs-$(wc -w <<< "$prompt").txt" || fail "sample of the documents run"
+done
+cmp -s docs-7.txt docs-18.txt ||
+  { cat docs-7.txt docs-18.txt; fail "the document before the prompt changed the continuation"; }
+expect_error 2 "with Data.packing=documents the model never learned a document's first token" \
+  "$TRAINER" sample docs/checkpoints -n 4
 echo "sample: all checks passed"
