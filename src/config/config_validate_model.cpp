@@ -184,8 +184,8 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
   if (m.seq_len > m.max_seq_len) {
     return check.Fail(check.Show("Model.seq_len") + " exceeds " + check.Show("Model.max_seq_len"),
                       {"Model.seq_len", "Model.max_seq_len"},
-                      StrFormat("Set Model.seq_len to at most %d (0 means max_seq_len), or raise "
-                                "Model.max_seq_len",
+                      StrFormat("Set Model.seq_len to at most %d (0 means max_seq_len), or, for "
+                                "a new model (not a checkpoint's), raise Model.max_seq_len",
                                 m.max_seq_len));
   }
   // Before the family checks, which read the head size hidden_size / num_heads.

@@ -128,8 +128,8 @@ Status TokenDataset::Validate(int64_t model_vocab_size, const DatasetOpenOptions
   if (model_vocab_size > 0 && vocab_size_ > model_vocab_size)
     return DataError(StrFormat(
         "dataset vocabulary larger than the model's (%s, Model.vocab_size): vocab_size %lld > "
-        "Model.vocab_size %lld. Set Model.vocab_size to at least %lld or use data packed with the "
-        "model's tokenizer",
+        "Model.vocab_size %lld. Use data packed with the model's tokenizer, or, for a new model "
+        "(not a checkpoint's), set Model.vocab_size to at least %lld",
         path, static_cast<long long>(vocab_size_), static_cast<long long>(model_vocab_size),
         static_cast<long long>(vocab_size_)));
   if (eod_id_ < 0 || eod_id_ >= vocab_size_)
