@@ -27,23 +27,29 @@ double GiB(double bytes) {
 // ZeRO paper's 2 + 2 + 12 with f32 gradients (4 bytes, not 2) and, on CPU ranks, f32 weights.
 // Under LoRA these are the adapters' bytes, and each frozen weight holds its compute copy alone.
 // halves: unsharded (stage 0, or N = 1), the master weights are the bf16 weights and 2-byte
-// remainders (Optimizer.store_param_remainders).
-std::string StageFormula(int stage, bool bf16, bool lora, bool halves) {
+// remainders (Optimizer.store_param_remainders). offload: the 12 bytes of master weights and
+// moments live in host memory (sharding_offload), outside the arena.
+std::string StageFormula(int stage, bool bf16, bool lora, bool halves, bool offload) {
   const int w = bf16 ? 2 : 4;  // the compute copy of the weights
   std::string trained;
-  switch (halves ? 0 : stage) {
-    case 0:
-      trained = StrFormat("%d", w + (halves ? 14 : 16));
-      break;
-    case 1:
-      trained = StrFormat("%d + 12/N", w + 4);
-      break;
-    case 2:
-      trained = StrFormat("%d + 16/N", w);
-      break;
-    default:
-      trained = StrFormat("%d/N", w + 16);
-  }
+  if (offload)
+    trained = stage <= 1   ? StrFormat("%d", w + 4)
+              : stage == 2 ? StrFormat("%d + 4/N", w)
+                           : StrFormat("%d/N", w + 4);
+  else
+    switch (halves ? 0 : stage) {
+      case 0:
+        trained = StrFormat("%d", w + (halves ? 14 : 16));
+        break;
+      case 1:
+        trained = StrFormat("%d + 12/N", w + 4);
+        break;
+      case 2:
+        trained = StrFormat("%d + 16/N", w);
+        break;
+      default:
+        trained = StrFormat("%d/N", w + 16);
+    }
   if (!lora) return trained + " B/param";
   return StrFormat("%s B/adapter param + %d B/frozen weight", trained.c_str(), w);
 }
@@ -73,14 +79,18 @@ void PrintShardingStages(const TrainConfig& config, bool gpu) {
   for (int stage = 0; stage <= (lora ? 1 : 3); ++stage) {
     TrainConfig at = c;
     at.distributed.sharding.sharding_stage = std::max(stage, 1);
-    if (stage == 0) at.distributed.sharding.sharding_degree = 1;
+    if (stage == 0) {  // every data rank a replica: the shard ranks back among the DP ranks
+      at.distributed.dp_degree *= at.distributed.sharding.sharding_degree;
+      at.distributed.sharding.sharding_degree = 1;
+    }
     const RankMemory m = PlanRankMemory(at, 0, dtype, gpu);
     std::cout << StrFormat(
         "    sharding stage %d: %s | weights+grads+optimizer %s | arena %s (%zu bytes)\n", stage,
         StageFormula(
             stage, dtype == DType::kBF16, lora,
             AdamW::KeepsMasterHalves(c.optimizer, dtype, stage == 0 ? 1 : s.sharding_degree,
-                                     s.sharding_offload))
+                                     s.sharding_offload),
+            s.sharding_offload)
             .c_str(),
         FormatBytes(m.state()).c_str(), FormatBytes(m.arena()).c_str(), m.arena());
   }
@@ -204,7 +214,9 @@ int RunPlanCommand(const std::vector<std::string>& args) {
                        : StrFormat("%g GiB of host memory per rank", device_gib);
     memory.capacity = memory.free_now = device_gib * 1024 * 1024 * 1024;
     memory.source = "--device-memory";
-    const Status fits = CheckRankMemoryFits(c, stage, gpu, memory);
+    // On CPU ranks --device-memory is host memory, which an offloaded optimizer shares too.
+    Status fits = gpu ? Status::Ok() : CheckOffloadFitsHost(c, stage, false, memory);
+    if (fits.ok()) fits = CheckRankMemoryFits(c, stage, gpu, memory);
     if (fits.ok()) {
       std::cout << StrFormat("  stage %d fits %s\n", stage, memory.where.c_str());
     } else {

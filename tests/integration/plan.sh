@@ -116,6 +116,22 @@ grep -q "^  stage 0: .* $want" lora.txt || { cat lora.txt; fail "lora: expected 
 echo "lora: stages 0-1 only, $want"
 
 TINY=(-c "$SRC/configs/tiny-cpu.yaml")
+# sharding_offload: the 12 bytes of master weights and moments leave the arena, so each stage's
+# formula drops them (config.md: 6 B/param at stages 0-1, 2 + 4/N, 6/N; on CPU ranks 8, 4 + 4/N,
+# 8/N); and on CPU ranks --device-memory (host memory) must hold the offloaded state beside the
+# arena: an arena of ~27 MiB with ~16 MiB offloaded does not fit 0.035 GiB.
+OFFLOAD=(-o Distributed.sharding.sharding_offload=true)
+"$TRAINER" plan -c "$CFG" --world-size 4 -o Distributed.zero_stage1=false "${OFFLOAD[@]}" > offload.txt ||
+  { cat offload.txt; fail "offload: trainer plan"; }
+"$TRAINER" plan "${TINY[@]}" "${OFFLOAD[@]}" > offload_cpu.txt || { cat offload_cpu.txt; fail "offload on CPU"; }
+for want in "offload.txt:0: 6 B/param" "offload.txt:1: 6 B/param" "offload.txt:2: 2 + 4/N B/param" \
+            "offload.txt:3: 6/N B/param" "offload_cpu.txt:0: 8 B/param" "offload_cpu.txt:2: 4 + 4/N B/param" \
+            "offload_cpu.txt:3: 8/N B/param"; do
+  grep -q "^    sharding stage ${want#*:} |" "${want%%:*}" || { cat "${want%%:*}"; fail "offload: no 'sharding stage ${want#*:}'"; }
+done
+expect_error 2 "sharding_offload keeps ~[0-9.]* [MG]iB of optimizer state and staging in host memory per rank beside the ~[0-9.]* MiB arena (trainer plan), but 0.035 GiB of host memory per rank has" \
+  "$TRAINER" plan "${TINY[@]}" "${OFFLOAD[@]}" --device-memory 0.035
+echo "offload: the stages' formulas without the offloaded 12 bytes; on CPU the host must hold it beside the arena"
 quick_refusal vocab_overflow "padded vocabulary 2147483648 .* is more than 2147483647" "${TINY[@]}" \
   -o Model.vocab_size=2147483647
 quick_refusal million "Set Global.micro_batch_size=4000 (" "${TINY[@]}" --device-memory 20 \

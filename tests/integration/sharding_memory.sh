@@ -51,4 +51,16 @@ for np in 1 2; do
   echo "$name: measured $measured bytes of offloaded host memory, trainer plan $planned bytes"
   within_5_percent "$name" "$measured" "$planned"
 done
+# Pipeline stages with data parallelism (pp2 x dp2, micro-batch 4 of a global 8: one micro-batch a
+# data rank, so one 1F1B slot): the stage-0 row counts one data rank's micro-batches (it counted
+# the global batch's, one slot of activations too many).
+pp=(-o Distributed.pp_degree=2 -o Global.micro_batch_size=4)
+"$TRAINER" plan "${COMMON[@]}" "${pp[@]}" --world-size 4 > plan-pp2.txt || fail "trainer plan pp2 dp2"
+run_np 4 train "${COMMON[@]}" "${pp[@]}" -o Engine.output_dir=pp2dp2 > pp2dp2.log 2>&1 ||
+  { tail -20 pp2dp2.log; fail "pp2 dp2 exited non-zero"; }
+measured=$(sed -n 's/.*allocator high-water mark \([0-9]*\) bytes per rank.*/\1/p' pp2dp2.log)
+planned=$(sed -n "s/^    sharding stage 0: .*(\([0-9]*\) bytes)\$/\1/p" plan-pp2.txt)
+[ -n "$measured" ] && [ -n "$planned" ] || fail "pp2 dp2: no measured ($measured) or planned ($planned) figure"
+echo "pp2 dp2 (pipeline stage 0): measured $measured bytes, trainer plan's stage-0 row $planned bytes"
+within_5_percent "pp2 dp2" "$measured" "$planned"
 echo "every stage's memory matches trainer plan"
