@@ -99,12 +99,15 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
   const std::string name = CudaDeviceName(device);
   LogInfo(StrFormat("device: cuda (%s compute, fp32 master weights), %d GPU(s) per host, %s",
                     bf16 ? "bf16" : "fp32", visible, name.c_str()));
-  if (runtime->rank() == 0 && !PeakFitsDevice(name, config.engine.peak_tflops))
+  if (runtime->rank() == 0 && !PeakFitsDevice(name, config.engine.peak_tflops)) {
+    const double known = DenseBf16PeakTflops(name);
     LogWarning(StrFormat(
         "MFU is counted against Engine.peak_tflops=%g TFLOP/s, the dense bf16 peak of an "
         "H100/H200 SXM, but this GPU is an %s: set Engine.peak_tflops to its dense bf16 peak "
-        "(312 for an A100) for a true MFU",
-        config.engine.peak_tflops, name.c_str()));
+        "(%s) for a true MFU",
+        config.engine.peak_tflops, name.c_str(),
+        known > 0 ? StrFormat("-o Engine.peak_tflops=%g", known).c_str() : "312 for an A100"));
+  }
   return MakeCudaBackend(device, &backend, bf16 ? DType::kBF16 : DType::kF32);
 }
 

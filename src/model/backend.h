@@ -584,9 +584,13 @@ std::string BackendPciBusId(Backend* backend);
 int VisibleCudaDevices();
 // The name of visible CUDA device `device` ("NVIDIA H200"), "" where there is none.
 std::string CudaDeviceName(int device);
+// The dense bf16 peak (TFLOP/s, NVIDIA's datasheets without sparsity) of the GPU named
+// `device_name` (cudaDeviceProp::name): Hopper SXM 989, PCIe 756, NVL 835, A100/A800 312; 0
+// where unknown.
+double DenseBf16PeakTflops(const std::string& device_name);
 // Whether `peak_tflops` (Engine.peak_tflops, the MFU denominator) can be the dense bf16 peak of
 // the GPU named `device_name`: false only for the default 989 (H100, H200 and H800 SXM) on a GPU
-// that is none of those, whose MFU would then be off.
+// that is none of those (PCIe and NVL cards included), whose MFU would then be off.
 bool PeakFitsDevice(const std::string& device_name, double peak_tflops);
 
 }  // namespace trainer

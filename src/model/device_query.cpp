@@ -31,11 +31,20 @@ std::string CudaDeviceName(int device) {
   return "";
 }
 
+double DenseBf16PeakTflops(const std::string& device_name) {
+  const auto has = [&](const char* part) { return device_name.find(part) != std::string::npos; };
+  if (has("H100") || has("H200") || has("H800")) {  // GH200 too
+    if (has("PCIe")) return 756;                    // H100 PCIe, H800 PCIe
+    if (has("NVL")) return 835;                     // H100 NVL, H200 NVL
+    return 989;                                     // SXM
+  }
+  if (has("A100") || has("A800")) return 312;
+  return 0;
+}
+
 bool PeakFitsDevice(const std::string& device_name, double peak_tflops) {
   if (peak_tflops != 989.0) return true;  // set for this GPU by the user
-  for (const char* hopper : {"H100", "H200", "H800"})
-    if (device_name.find(hopper) != std::string::npos) return true;
-  return false;
+  return DenseBf16PeakTflops(device_name) == 989.0;
 }
 
 void* BackendStream(Backend* backend) {

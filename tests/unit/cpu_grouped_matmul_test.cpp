@@ -130,11 +130,12 @@ TEST_P(CpuGroupedMatmul, MatchesNaiveLoop) {
                          dw_made = dw0, act_want = act_made;
       const std::vector<float> act_poison = act_made;
       double made_squares = 0.25;
-      for (const ExpertRun& g : groups)
-        if (g.rows > 0)
-          ASSERT_TRUE(be->SwiGluForward(MatrixRows(View(act_want, {M, C}), g.offset, g.rows),
-                                        MatrixRows(View(h, {M, 2 * C}), g.offset, g.rows))
-                          .ok());
+      for (const ExpertRun& g : groups) {
+        if (g.rows == 0) continue;
+        ASSERT_TRUE(be->SwiGluForward(MatrixRows(View(act_want, {M, C}), g.offset, g.rows),
+                                      MatrixRows(View(h, {M, 2 * C}), g.offset, g.rows))
+                        .ok());
+      }
       const GradientWrite write =
           accumulate ? GradientWrite::kAccumulate : GradientWrite::kOverwrite;
       ASSERT_TRUE(be->GroupedMatmulSwiGluBackward(

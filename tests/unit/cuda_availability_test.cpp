@@ -48,9 +48,16 @@ TEST(PeakFitsDevice, TheDefaultPeakIsHoppersOnly) {
   for (const char* hopper :
        {"NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H800", "NVIDIA GH200 480GB"})
     EXPECT_TRUE(PeakFitsDevice(hopper, 989.0)) << hopper;
-  for (const char* other : {"NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "NVIDIA H20", ""})
+  // PCIe and NVL Hoppers have lower peaks (datasheets: 1513 and 1671 TFLOP/s with sparsity).
+  for (const char* other :
+       {"NVIDIA A100-SXM4-80GB", "NVIDIA L40S", "NVIDIA H20", "", "NVIDIA H100 PCIe",
+        "NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA H800 PCIe"})
     EXPECT_FALSE(PeakFitsDevice(other, 989.0)) << other;
   EXPECT_TRUE(PeakFitsDevice("NVIDIA A100-SXM4-80GB", 312.0));  // set by the user: trusted
+  EXPECT_EQ(DenseBf16PeakTflops("NVIDIA H100 PCIe"), 756);
+  EXPECT_EQ(DenseBf16PeakTflops("NVIDIA H200 NVL"), 835);
+  EXPECT_EQ(DenseBf16PeakTflops("NVIDIA A100-SXM4-80GB"), 312);
+  EXPECT_EQ(DenseBf16PeakTflops("NVIDIA L40S"), 0);
 }
 
 }  // namespace
