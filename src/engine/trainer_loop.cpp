@@ -130,8 +130,11 @@ Status Trainer::Run() {
           "%.1f ms/step | %s%.2f GiB%s | elapsed %.1fs%s",
           step, e.max_steps, loss, lr, norm, tokens_per_s, 1e3 * window / window_steps,
           mfu_text.c_str(), memory_gib, gpu.Text(groups_.topology.world_size).c_str(), elapsed,
-          // Step 1's window holds the start-up (GEMM tuning, warm-up): no ETA from it.
-          step == 1 ? "" : Eta(e.max_steps - step, window / window_steps).c_str()));
+          // The run's first window (from step 1 or a resumed step) holds the start-up (GEMM
+          // tuning, warm-up): no ETA from it.
+          step - window_steps == first_step
+              ? ""
+              : Eta(e.max_steps - step, window / window_steps).c_str()));
       std::vector<std::pair<std::string, double>> record = {
           {"step", step},
           {"loss", loss},

@@ -108,6 +108,10 @@ grep -q "resumed from $CKPT/step-00000009 at step 9 " fallback.log || fail "did 
 grep -q "warning: set aside $CKPT/step-00000010 as $CKPT/step-00000010.damaged: it does not verify" \
   fallback.log || { cat fallback.log; fail "the damaged step 10 was not set aside"; }
 grep -qE "^step +10/" fallback.log || fail "step 10 was not redone"
+# ETA from the second logged window of a run on: the first (here the resumed run's step 10) holds
+# the start-up.
+grep -E "^step +2/" run.log | grep -q "| ETA " || fail "no ETA on step 2 of the first run"
+grep -E "^step +10/" fallback.log | grep -q "ETA" && fail "an ETA on the resumed run's first line"
 # The first run's record of step 10 gave way to the redone step's: metrics.jsonl holds it once.
 [ "$(step_losses run/metrics.jsonl | grep -c '^10 ')" -eq 1 ] || fail "step 10 is not logged exactly once"
 [ "$(step_losses run/metrics.jsonl | grep '^10 ')" = "$first10" ] ||
