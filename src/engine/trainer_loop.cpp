@@ -183,8 +183,11 @@ Status Trainer::Run() {
     if (flags[2] > 0) TRAINER_RETURN_IF_ERROR(FinishCheckpoint());  // log it, report a failure
     // The time training waits for a save or an evaluation is left out of the logging window, so
     // that tokens/s, ms/step and MFU measure training steps (saves report checkpoint_save_s).
-    const auto pause_start = std::chrono::steady_clock::now();
+    // The steps' GPU work still queued belongs to the window: waited for before the pause.
     const bool eval_due = e.eval_freq > 0 && (step % e.eval_freq == 0 || step == e.max_steps);
+    if ((save_due || stop || eval_due) && !log_due)
+      TRAINER_RETURN_IF_ERROR(backend_->Synchronize());
+    const auto pause_start = std::chrono::steady_clock::now();
     if (save_due || stop) {
       // Nothing non-finite is saved: a step that was not logged is checked first.
       if (!log_due) {
