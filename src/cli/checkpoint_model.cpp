@@ -90,6 +90,14 @@ StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std:
   return config;
 }
 
+std::string CapacityNote(const ModelConfig& model, const std::string& what) {
+  if (!model.moe() || model.moe_expert_capacity_factor <= 0) return "";
+  return StrFormat(
+      "note: Model.moe_expert_capacity_factor=%g drops tokens within each micro-batch, so %s. "
+      "-o Model.moe_expert_capacity_factor=0 runs dropless, as Hugging Face models run\n",
+      model.moe_expert_capacity_factor, what.c_str());
+}
+
 Status CheckTokenizerFitsModel(const std::string& dir, int64_t tokens, const ModelConfig& model) {
   if (tokens <= model.vocab_size) return Status::Ok();
   return UsageError(StrFormat(

@@ -36,6 +36,11 @@ Status ResolveCheckpoint(const std::string& path, const char* command, std::stri
 StatusOr<TrainConfig> OneProcessConfig(const std::string& file, std::vector<std::string> overrides,
                                        int batch, int64_t* step = nullptr);
 
+// A mixture of experts with a capacity factor drops tokens within each micro-batch: a note for
+// eval and sample that the result depends on the batch (`what`) and how to run dropless; "" for
+// a dropless or dense model.
+std::string CapacityNote(const ModelConfig& model, const std::string& what);
+
 // A usage error when the tokenizer in `dir` (--tokenizer-dir), of `tokens` ids, has more than the
 // model's vocabulary: another model's tokenizer, not the one its data was packed with.
 Status CheckTokenizerFitsModel(const std::string& dir, int64_t tokens, const ModelConfig& model);

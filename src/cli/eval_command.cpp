@@ -68,12 +68,9 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
   std::cerr << StrFormat("evaluating %s on %s: %lld micro-batches of %d x %d tokens on %s\n",
                          file->c_str(), data.Describe().c_str(), static_cast<long long>(r->batches),
                          B, T, backend->name().c_str());
-  if (mc.moe() && mc.moe_expert_capacity_factor > 0)
-    std::cerr << StrFormat(
-        "note: Model.moe_expert_capacity_factor=%g drops tokens within each micro-batch, so the "
-        "loss depends on -b (%d here; training evaluates Global.micro_batch_size at a time). "
-        "-o Model.moe_expert_capacity_factor=0 evaluates dropless, as Hugging Face models run\n",
-        mc.moe_expert_capacity_factor, B);
+  std::cerr << CapacityNote(mc, StrFormat("the loss depends on -b (%d here; training evaluates "
+                                          "Global.micro_batch_size at a time)",
+                                          B));
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
   // Data.packing: documents (the checkpoint's, or -o): as training evaluates, inside documents.
   const bool documents = config.data.packed_documents();

@@ -234,7 +234,8 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
   TRAINER_RETURN_IF_ERROR(LoadCheckpointWeights(file, config, model.get()));
   std::cerr << StrFormat("sampling %d tokens from %s (%d layers, hidden %d, context %d) on %s\n",
                          o.tokens, file.c_str(), mc.num_layers, mc.hidden_size, T,
-                         backend->name().c_str());
+                         backend->name().c_str())
+            << CapacityNote(mc, "each token depends on the window it is drawn in");
 
   // Data.packing: documents: attention and positions stay inside each document, which starts
   // after an end of document; the model never learned a document's first token.

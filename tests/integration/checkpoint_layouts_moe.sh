@@ -41,3 +41,22 @@ expect_verified part/checkpoints/step-00000005
 grep -q "^  experts          4 experts, top-2" inspect.out || { cat inspect.out; fail "inspect shows no experts"; }
 grep -q "mlp.experts.gate_up_proj \[4, 64, 64\]" inspect.out || fail "no stacked expert tensor"
 echo "MoE checkpoints resume on other layouts, and bit for bit on their own"
+# eval of the experts dropless and with a capacity (-o Model.moe_expert_capacity_factor, which
+# shapes no tensor): dropless, 4 sequences at a time or one by one give one loss; with tokens
+# dropped within each micro-batch they differ, and eval and sample print a note saying so.
+eval_loss() {  # CAPACITY B BATCHES
+  "$TRAINER" eval part/checkpoints/step-00000010 --data data.h5 -b "$2" --batches "$3" \
+    -o Model.moe_expert_capacity_factor="$1" 2> "eval-$1-$2.err" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])["loss"])'
+}
+dropless=($(eval_loss 0 4 1) $(eval_loss 0 1 4)) dropping=($(eval_loss 0.5 4 1) $(eval_loss 0.5 1 4))
+python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * abs(a))' "${dropless[@]}" ||
+  fail "dropless eval depends on -b: ${dropless[*]}"
+[ "${dropping[0]}" != "${dropping[1]}" ] || fail "eval with capacity 0.5 does not depend on -b: ${dropping[*]}"
+grep -q "^note: Model.moe_expert_capacity_factor=0.5 drops tokens within each micro-batch, so the loss depends on -b (4 here" eval-0.5-4.err ||
+  { cat eval-0.5-4.err; fail "no capacity note from eval"; }
+grep -q "^note:" eval-0-4.err && fail "a capacity note from a dropless eval"
+"$TRAINER" sample part/checkpoints/step-00000010 --prompt-ids "1 2 3" -n 2 \
+  -o Model.moe_expert_capacity_factor=0.5 > /dev/null 2> sample-note.err || { cat sample-note.err; fail "sample"; }
+grep -q "^note: Model.moe_expert_capacity_factor=0.5 drops tokens" sample-note.err ||
+  { cat sample-note.err; fail "no capacity note from sample"; }
+echo "eval dropless: ${dropless[*]} (any -b); with capacity 0.5: ${dropping[*]} (depends on -b, noted)"
