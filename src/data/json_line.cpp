@@ -27,6 +27,12 @@ class JsonScanner {
     SkipSpace();
     return at_ < text_.size() ? text_[at_] : '\0';
   }
+  // After the line's object: nothing but white space (json.loads refuses "Extra data").
+  Status End() {
+    SkipSpace();
+    if (at_ == text_.size()) return Status::Ok();
+    return DataError("more after the object's closing '}' (JSON Lines: one object on each line)");
+  }
 
   // A string at the cursor (after its opening quote was taken), decoded into *out (or skipped when
   // out is null).
@@ -184,34 +190,23 @@ Status JsonChatMessages(std::string_view line, std::vector<ChatMessage>* message
     }
   }));
   if (!found) return DataError("no \"messages\" in the object");
-  return Status::Ok();
+  return json.End();
 }
 
 Status JsonStringField(std::string_view line, const std::string& key, std::string* text) {
   JsonScanner json(line);
   if (!json.Take('{')) return DataError("not a JSON object");
-  std::string name, value;
+  std::string value;
   bool found = false;  // a repeated key takes its last value, as Python's json does
-  if (!json.Take('}')) {
-    for (;;) {
-      name.clear();
-      if (!json.Take('"')) return DataError("a key that is not a string");
-      TRAINER_RETURN_IF_ERROR(json.String(&name));
-      if (!json.Take(':')) return DataError(StrFormat("no ':' after \"%s\"", name.c_str()));
-      if (name == key) {
-        if (!json.Take('"')) return DataError(StrFormat("\"%s\" is not a string", key.c_str()));
-        value.clear();
-        TRAINER_RETURN_IF_ERROR(json.String(&value));
-        found = true;
-      } else {
-        TRAINER_RETURN_IF_ERROR(json.SkipValue());
-      }
-      if (json.Take(',')) continue;
-      if (json.Take('}')) break;
-      return DataError("a missing ',' or '}'");
-    }
-  }
+  TRAINER_RETURN_IF_ERROR(json.Members([&](const std::string& name) -> Status {
+    if (name != key) return json.SkipValue();
+    if (!json.Take('"')) return DataError(StrFormat("\"%s\" is not a string", key.c_str()));
+    value.clear();
+    found = true;
+    return json.String(&value);
+  }));
   if (!found) return DataError(StrFormat("no \"%s\" in the object", key.c_str()));
+  TRAINER_RETURN_IF_ERROR(json.End());
   text->append(value);
   return Status::Ok();
 }

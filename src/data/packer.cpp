@@ -421,6 +421,10 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
                   "0.01 to hold out 1%% of the tokens",
                   options.val_fraction));
   const bool split = options.val_fraction > 0.0;
+  if (!split && !options.val_output.empty())
+    return UsageError("--val-output " + options.val_output +
+                      " names the validation file of a split (pack): add --val-fraction F to hold "
+                      "out a fraction F of the tokens there, or leave --val-output out");
   const std::string val_path =
       options.val_output.empty() ? DefaultValidationPath(options.output) : options.val_output;
   if (split && SamePath(val_path, options.output))

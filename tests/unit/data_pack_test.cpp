@@ -399,6 +399,27 @@ TEST_F(PackTest, ValidationOutputMustBeAnotherFile) {
   EXPECT_TRUE(FileExists(Path("sub/d.h5")));
 }
 
+// --val-output without a split names no file this pack writes: refused, whatever --force says
+// (it took the named file for a stale validation file and removed it: an input, or the output
+// just written).
+TEST_F(PackTest, ValidationOutputNeedsASplit) {
+  WriteBytes(Path("a.txt"), "hello world");
+  for (const char* named : {"a.txt", "d.h5", "other.h5"}) {
+    WriteBytes(Path("d.h5"), "an earlier output");
+    PackOptions options = Options({"a.txt"}, "d.h5");
+    options.force = true;
+    options.val_output = Path(named);
+    Status status = Pack(options);
+    EXPECT_EQ(status.code(), ExitCode::kUsage) << named;
+    EXPECT_NE(status.message().find("names the validation file of a split (pack): add "
+                                    "--val-fraction F"),
+              std::string::npos)
+        << status.message();
+    EXPECT_TRUE(FileExists(Path("a.txt")));
+    EXPECT_TRUE(FileExists(Path("d.h5")));
+  }
+}
+
 TEST_F(PackTest, DefaultValidationPath) {
   EXPECT_EQ(DefaultValidationPath("data.h5"), "data.val.h5");
   EXPECT_EQ(DefaultValidationPath("/x/y.h5/data"), "/x/y.h5/data.val.h5");

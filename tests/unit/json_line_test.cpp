@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "data/chat.h"
 #include "data/packer.h"
 #include "data_test_util.h"
 
@@ -56,6 +57,17 @@ TEST(JsonLineTest, Errors) {
   EXPECT_EQ(Field(R"({"a": [1, {"b": "]"}, "text: x")"), "ERROR: an unterminated object or array");
   EXPECT_EQ(Field(R"({"a": [1, {"b": 2]}, "text": "x"})"), "ERROR: a stray ']'");
   EXPECT_EQ(Field(R"({"a": {"b": 1, "text": "x"})"), "ERROR: a missing ',' or '}'");
+  // One object a line: what follows it is refused, as json.loads refuses "Extra data" (it was
+  // dropped: a second object on the line lost its document).
+  const std::string extra =
+      "ERROR: more after the object's closing '}' (JSON Lines: one object on each line)";
+  EXPECT_EQ(Field(R"({"text": "first"}{"text": "second"})"), extra);
+  EXPECT_EQ(Field(R"({"text": "third"} junk)"), extra);
+  EXPECT_EQ(Field("{\"text\": \"ok\"} \t\r"), "ok");
+  std::vector<ChatMessage> messages;
+  const Status chat = JsonChatMessages(
+      R"({"messages": [{"role": "user", "content": "q"}]}{"messages": []})", &messages);
+  EXPECT_EQ(chat.message(), extra.substr(7));
 }
 
 class JsonLinesPackTest : public DataTest {};
