@@ -168,6 +168,23 @@ set -e
 [ $rc -eq 4 ] || { cat crc_run.err; fail "--resume of a damaged checkpoint: exit $rc"; }
 one_error_line crc_run.err "CRC-32"
 
+# refused_as_damage FOLDER PATTERN WHAT: inspect says so and --resume FOLDER stops, both with exit
+# 4 and an error matching PATTERN.
+refused_as_damage() {
+  local folder=$1 pattern=$2 what=$3 rc rc_resume
+  set +e
+  "$TRAINER" inspect "$folder" > damage.out 2> damage.err
+  rc=$?
+  run_np 2 train "${COMMON[@]}" -o Engine.output_dir=damage_run --resume "$folder" \
+    > damage_resume.out 2> damage_resume.err
+  rc_resume=$?
+  set -e
+  [[ $rc -eq 4 ]] && grep -q "$pattern" damage.out damage.err ||
+    { cat damage.out damage.err; fail "inspect of $what: exit $rc"; }
+  [[ $rc_resume -eq 4 ]] || { cat damage_resume.err; fail "--resume of $what: exit $rc_resume"; }
+  one_error_line damage_resume.err "$pattern"
+}
+
 # Readers that take the weights alone check each tensor's CRC-32 too: export and eval of a copy
 # without Fletcher32 with one flipped weight byte stop with exit 4 (they wrote out the damage).
 mkdir -p crcw/step-00000009
@@ -200,17 +217,7 @@ for damage in flip deleted; do
       fail "deleting the config attribute"
     why="checkpoint manifest attribute config is missing (manifest/checkpoints/step-00000009/checkpoint.h5)"
   fi
-  set +e
-  "$TRAINER" inspect manifest/checkpoints/step-00000009 > manifest.out 2> manifest.err
-  rc=$?
-  run_np 2 train "${COMMON[@]}" -o Engine.output_dir=manifest_run \
-    --resume manifest/checkpoints/step-00000009 > manifest_resume.out 2> manifest_resume.err
-  rc_resume=$?
-  set -e
-  [[ $rc -eq 4 ]] && grep -q "$why" manifest.out manifest.err ||
-    { cat manifest.out manifest.err; fail "inspect of a $damage manifest: exit $rc"; }
-  [[ $rc_resume -eq 4 ]] || { cat manifest_resume.err; fail "--resume of a $damage manifest: exit $rc_resume"; }
-  one_error_line manifest_resume.err "$why"
+  refused_as_damage manifest/checkpoints/step-00000009 "$why" "a $damage manifest"
   run_np 2 train "${COMMON[@]}" -o Engine.output_dir=manifest_run -o Checkpoint.dir=manifest/checkpoints \
     --resume auto > manifest_auto.log 2>&1 || { cat manifest_auto.log; fail "--resume auto past a $damage manifest"; }
   grep -q "resumed from manifest/checkpoints/step-00000008 at step 8 " manifest_auto.log ||
@@ -275,17 +282,7 @@ for case in step:-5 consumed_samples:1000000000000000 copy; do
       fail "setting $name"
     why=$([[ $name == step ]] && echo "a negative step" || echo "more samples a step than")
   fi
-  set +e
-  "$TRAINER" inspect $folder > progress.out 2> progress.err
-  rc=$?
-  run_np 2 train "${COMMON[@]}" -o Engine.output_dir=progress_run --resume $folder \
-    > progress_resume.out 2> progress_resume.err
-  rc_resume=$?
-  set -e
-  [[ $rc -eq 4 ]] && grep -q "checkpoint progress is impossible .*$why" progress.out progress.err ||
-    { cat progress.out progress.err; fail "inspect of $case: exit $rc"; }
-  [[ $rc_resume -eq 4 ]] || { cat progress_resume.err; fail "--resume of $case: exit $rc_resume"; }
-  one_error_line progress_resume.err "checkpoint progress is impossible .*$why"
+  refused_as_damage $folder "checkpoint progress is impossible .*$why" "$case"
 done
 echo "ok: impossible progress attributes are damage: inspect and --resume exit 4"
 
