@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include "common/log.h"
 #include "config/config_keys.h"
@@ -103,28 +102,28 @@ StatusOr<std::string> ReadConfigFile(const std::string& path) {
                       ". Check the path; the shipped configs are in configs/, e.g. "
                       "configs/tiny-cpu.yaml.");
   }
-  // A packed dataset or a checkpoint given as the config: named as such, before it is read whole.
+  // Read as a stream (a pipe, <(...) or /dev/stdin cannot seek back), at most one byte past the
+  // largest config.
+  constexpr size_t kMostBytes = 1 << 20;  // configs are a few KiB
+  std::string text(kMostBytes + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(file.gcount()));
+  // A packed dataset or a checkpoint given as the config: named as such.
   static const std::string kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
-  std::string head(kHdf5Signature.size(), '\0');
-  file.read(head.data(), static_cast<std::streamsize>(head.size()));
-  if (file.gcount() == static_cast<std::streamsize>(head.size()) && head == kHdf5Signature)
+  if (text.compare(0, kHdf5Signature.size(), kHdf5Signature) == 0)
     return UsageError(StrFormat(
         "config file is an HDF5 file (%s): a packed dataset or a checkpoint, not a YAML config. "
         "Pass a config with -c (configs/*.yaml) and the data as -o Data.train_path=%s, or a "
         "checkpoint with --resume",
         path.c_str(), path.c_str()));
-  constexpr std::uintmax_t kMostBytes = 1 << 20;  // configs are a few KiB
-  const std::uintmax_t size = std::filesystem::file_size(path, error);
-  if (!error && size > kMostBytes)
-    return UsageError(
-        StrFormat("config file is %.1f MiB (%s): not a YAML config (those are a few "
-                  "KiB). Pass a config with -c, e.g. configs/tiny-cpu.yaml",
-                  size / 1048576.0, path.c_str()));
-  file.clear();
-  file.seekg(0);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
+  if (text.size() > kMostBytes) {
+    const std::uintmax_t size = std::filesystem::file_size(path, error);
+    return UsageError(StrFormat(
+        "config file is %s (%s): not a YAML config (those are a few KiB). Pass a config with "
+        "-c, e.g. configs/tiny-cpu.yaml",
+        error ? "over 1 MiB" : StrFormat("%.1f MiB", size / 1048576.0).c_str(), path.c_str()));
+  }
+  return text;
 }
 
 // The `key: value` entries of a section, a nested map (Distributed.sharding) flattened into

@@ -2,6 +2,7 @@
 // against the parallel degrees and the world size, then the batch. Each violation is one
 // UsageError line: `<key>=<value> <problem> (<where it was set>). <fix>`.
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
@@ -214,8 +215,23 @@ Status ResolveZeroStage1Alias(TrainConfig* c, Checker& check) {
 // dp_degree (derived when 0) * sharding_degree * tp_degree * pp_degree must be the world size.
 Status CheckWorld(TrainConfig* c, Checker& check) {
   DistributedConfig& d = c->distributed;
-  const long long model_ranks =
-      static_cast<long long>(d.tp_degree) * d.pp_degree * d.sharding.sharding_degree;
+  // Each degree divides the ranks: one above the world size can never fit (and four such could
+  // overflow their product).
+  for (const auto& [key, degree] :
+       {std::pair<const char*, int>{"Distributed.dp_degree", d.dp_degree},
+        {"Distributed.tp_degree", d.tp_degree},
+        {"Distributed.pp_degree", d.pp_degree},
+        {"Distributed.sharding.sharding_degree", d.sharding.sharding_degree}})
+    if (degree > c->world_size)
+      return check.Fail(
+          StrFormat("%s exceeds the world size %d", check.Show(key).c_str(), c->world_size), {key},
+          StrFormat("Launch at least %d ranks, or set %s to at most %d", degree, key,
+                    c->world_size));
+  const auto times = [](long long a, long long b) {  // saturating: a product above any world
+    long long product = 0;
+    return __builtin_mul_overflow(a, b, &product) ? LLONG_MAX : product;
+  };
+  const long long model_ranks = times(times(d.tp_degree, d.pp_degree), d.sharding.sharding_degree);
   const std::initializer_list<std::string> keys = {"Distributed.dp_degree", "Distributed.tp_degree",
                                                    "Distributed.pp_degree",
                                                    "Distributed.sharding.sharding_degree"};
@@ -240,7 +256,7 @@ Status CheckWorld(TrainConfig* c, Checker& check) {
     d.dp_degree = static_cast<int>(c->world_size / model_ranks);
     return ResolveZeroStage1Alias(c, check);
   }
-  const long long product = model_ranks * d.dp_degree;
+  const long long product = times(model_ranks, d.dp_degree);
   if (product == c->world_size) return ResolveZeroStage1Alias(c, check);
   std::string what = StrFormat(
       "Distributed.dp_degree%s*tp_degree*pp_degree=%d%s*%d*%d=%lld does not match the world "

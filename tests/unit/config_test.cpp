@@ -222,6 +222,21 @@ TEST_F(ConfigTest, OverridesChangeValuesInOrderAfterTheFile) {
   EXPECT_EQ(config->distributed.tp_degree, 2);
 }
 
+// A config read from a pipe (-c <(...), -c /dev/stdin), which cannot seek back: every byte
+// (the HDF5 signature check took the first 8 from it).
+TEST_F(ConfigTest, ReadsAConfigFromAPipe) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string text = "Model:\n  hidden_size: 96\nData:\n  train_path: d.h5\n";
+  ASSERT_EQ(write(fds[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fds[1]);
+  StatusOr<TrainConfig> config = LoadConfig("/dev/fd/" + std::to_string(fds[0]), {});
+  close(fds[0]);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->model.hidden_size, 96);
+  EXPECT_EQ(config->data.train_path, "d.h5");
+}
+
 TEST_F(ConfigTest, MpDegreeIsAnAliasOfTpDegree) {
   std::string path = WriteFile("mp.yaml", "Distributed:\n  mp_degree: 4\n");
   StatusOr<TrainConfig> config = LoadConfig(path, {});

@@ -137,6 +137,18 @@ TEST(ConfigValidate, WorldSizeMustMatchTheDegrees) {
                     "(from -o Distributed.tp_degree=4)", "Launch a multiple of 4 ranks"});
   ExpectUsageError(ValidateWith({"Distributed.ep_degree=3", "Global.global_batch_size=24"}, 4),
                    {"Distributed.ep_degree=3 does not divide dp_degree=4", "divisor of 4"});
+  // A degree above the world size is named at once (their product overflowed 64 bits and the
+  // check divided by zero: SIGFPE; or wrapped to 0 and advised launching 0 ranks).
+  ExpectUsageError(ValidateWith({"Distributed.tp_degree=4194304", "Distributed.pp_degree=2097152",
+                                 "Distributed.sharding.sharding_degree=2097152"},
+                                1),
+                   {"Distributed.tp_degree=4194304 exceeds the world size 1",
+                    "Launch at least 4194304 ranks, or set Distributed.tp_degree to at most 1"});
+  ExpectUsageError(
+      ValidateWith({"Distributed.tp_degree=65536", "Distributed.pp_degree=65536",
+                    "Distributed.sharding.sharding_degree=65536", "Distributed.dp_degree=65536"},
+                   65536),
+      {"=65536*65536*65536*65536=9223372036854775807 does not match the world size 65536"});
 }
 
 TEST_F(ConfigTest, BatchMustSplitOverMicroBatchesAndRanks) {
