@@ -178,15 +178,30 @@ Status CheckStrings(Checker& check) {
 
 // Distributed.zero_stage1 is the old spelling of sharding over every data rank at stage 1:
 // rewritten into the sharding keys once the data ranks are known (the resolved config shows them).
-Status ResolveZeroStage1Alias(TrainConfig* c, Checker& check) {
+// dp_given: the config set dp_degree (not derived), so a suggested sharding degree names the
+// dp_degree that goes with it.
+Status ResolveZeroStage1Alias(TrainConfig* c, Checker& check, bool dp_given) {
   DistributedConfig& d = c->distributed;
   if (!d.zero_stage1) return Status::Ok();
+  // The keys that shard over `degree` ranks, keeping `replicas` (a given dp_degree follows).
+  const auto sharding_keys = [&](int degree, int replicas) {
+    return StrFormat("Distributed.zero_stage1=false and Distributed.sharding.sharding_degree=%d%s",
+                     degree,
+                     dp_given ? StrFormat(" with Distributed.dp_degree=%d", replicas).c_str() : "");
+  };
   if (d.sharding.sharding_degree > 1)
     return check.Fail("Distributed.zero_stage1=true and " +
                           check.Show("Distributed.sharding.sharding_degree") +
                           " both shard the optimizer state",
                       {"Distributed.zero_stage1", "Distributed.sharding.sharding_degree"},
                       "Keep the sharding keys and set Distributed.zero_stage1=false");
+  if (d.sharding.sharding_stage != 1)  // the alias is stage 1: another one asked for is refused
+    return check.Fail(
+        "Distributed.zero_stage1=true shards at stage 1, and " +
+            check.Show("Distributed.sharding.sharding_stage") + " asks for another",
+        {"Distributed.zero_stage1", "Distributed.sharding.sharding_stage"},
+        StrFormat("Set %s to shard over every data rank at stage %d, or drop sharding_stage",
+                  sharding_keys(d.dp_degree, 1).c_str(), d.sharding.sharding_stage));
   if (d.ep_degree > 1) {  // EP splits the experts over replicas, and the alias leaves one
     const bool even = d.dp_degree % d.ep_degree == 0;
     return check.Fail(
@@ -194,10 +209,8 @@ Status ResolveZeroStage1Alias(TrainConfig* c, Checker& check) {
                   "one replica, and Distributed.ep_degree=%d splits the experts over replicas",
                   d.dp_degree, d.ep_degree),
         {"Distributed.zero_stage1", "Distributed.ep_degree"},
-        even ? StrFormat("Set Distributed.zero_stage1=false and "
-                         "Distributed.sharding.sharding_degree=%d (%d replicas for the experts), "
-                         "or Distributed.ep_degree=1",
-                         d.dp_degree / d.ep_degree, d.ep_degree)
+        even ? StrFormat("Set %s (%d replicas for the experts), or Distributed.ep_degree=1",
+                         sharding_keys(d.dp_degree / d.ep_degree, d.ep_degree).c_str(), d.ep_degree)
              : std::string("Set Distributed.zero_stage1=false and shard with "
                            "Distributed.sharding.sharding_degree, or Distributed.ep_degree=1"));
   }
@@ -254,10 +267,10 @@ Status CheckWorld(TrainConfig* c, Checker& check) {
                     c->world_size));
     }
     d.dp_degree = static_cast<int>(c->world_size / model_ranks);
-    return ResolveZeroStage1Alias(c, check);
+    return ResolveZeroStage1Alias(c, check, false);
   }
   const long long product = times(model_ranks, d.dp_degree);
-  if (product == c->world_size) return ResolveZeroStage1Alias(c, check);
+  if (product == c->world_size) return ResolveZeroStage1Alias(c, check, true);
   std::string what = StrFormat(
       "Distributed.dp_degree%s*tp_degree*pp_degree=%d%s*%d*%d=%lld does not match the world "
       "size %d",

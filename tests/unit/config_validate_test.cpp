@@ -296,6 +296,35 @@ TEST(ConfigValidate, MixtureOfExperts) {
                                 4),
                    {"Distributed.zero_stage1=true", "Distributed.ep_degree=2",
                     "Distributed.sharding.sharding_degree=2 (2 replicas for the experts)"});
+  // With dp_degree given the suggestion names the dp_degree that goes with it, and works.
+  const std::vector<std::string> moe = {llama, "Model.num_experts=4", "Distributed.ep_degree=2",
+                                        "Global.global_batch_size=8"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), moe.begin(), moe.end());
+    return ValidateWith(more, 4);
+  };
+  ExpectUsageError(with({"Distributed.zero_stage1=true", "Distributed.dp_degree=4"}),
+                   {"Set Distributed.zero_stage1=false and Distributed.sharding.sharding_degree=2 "
+                    "with Distributed.dp_degree=2 (2 replicas for the experts)"});
+  EXPECT_TRUE(with({"Distributed.sharding.sharding_degree=2", "Distributed.dp_degree=2"}).ok());
+}
+
+// zero_stage1 is stage 1: another sharding_stage beside it is refused (it was silently stage 1,
+// as the shipped GPU configs set zero_stage1), and the keys suggested give that stage.
+TEST(ConfigValidate, ZeroStage1WithAnotherStage) {
+  ExpectUsageError(
+      ValidateWith({"Distributed.zero_stage1=true", "Distributed.sharding.sharding_stage=3"}, 2),
+      {"Distributed.zero_stage1=true shards at stage 1, and "
+       "Distributed.sharding.sharding_stage=3 asks for another",
+       "Set Distributed.zero_stage1=false and Distributed.sharding.sharding_degree=2 to shard "
+       "over every data rank at stage 3"});
+  StatusOr<TrainConfig> followed = Validated(
+      {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3"}, 2);
+  ASSERT_TRUE(followed.ok()) << followed.status().message();
+  EXPECT_EQ(followed->distributed.zero_stage(), 3);
+  EXPECT_TRUE(
+      ValidateWith({"Distributed.zero_stage1=true", "Distributed.sharding.sharding_stage=1"}, 2)
+          .ok());
 }
 
 TEST(ConfigValidate, PipelineStages) {
