@@ -183,6 +183,16 @@ Status ApplyDocument(const std::string& path, const YAML::Node& root, TrainConfi
                         "): it must hold indented `key: value` lines. Indent its keys under `" +
                         section + ":`.");
     }
+    std::map<std::string, int> map_lines;  // a nested map (sharding:) given twice: refused
+    for (const auto& entry : body) {
+      if (!entry.first.IsScalar() || !entry.second.IsMap()) continue;
+      auto [first_map, new_map] = map_lines.emplace(entry.first.Scalar(), LineOf(entry.first));
+      if (!new_map)
+        return UsageError(
+            StrFormat("duplicate key %s.%s (%s line %d; first at line %d). Merge the two into one.",
+                      section.c_str(), entry.first.Scalar().c_str(), path.c_str(),
+                      LineOf(entry.first), first_map->second));
+    }
     for (const auto& [name, key_node, value] : FlattenSection(section, body)) {
       const ConfigKey* key = FindConfigKey(section, name);
       if (key == nullptr) return UnknownKey(section, name, AtLine(path, key_node));

@@ -487,18 +487,27 @@ Status CheckSizes(const TrainConfig& c, Checker& check) {
                   "multiple of it times the DP size)",
                   static_cast<long long>(kMaxRows / T)));
   constexpr long double kMaxElements = 1ull << 50;  // 4 PiB of fp32: beyond any machine
-  const long double widest = tokens * std::max({3 * C, F, V});
-  const long double parameters = (V + m.max_seq_len) * C + L * (4 * C * C + 2 * C * F + 9 * C + F);
+  // Bounds (every layer counted with experts where there are any): the attention's heads of
+  // head_dim, each expert's and the shared expert's SwiGLU, the chosen experts' activations.
+  const long double Q = static_cast<long double>(m.num_heads) * m.head_size(), E = m.num_experts,
+                    Fe = m.moe() ? m.moe_ffn_size() : 0, S = m.moe_shared_expert_intermediate_size;
+  const long double widest =
+      tokens * std::max({3 * std::max(C, Q), F, V, m.moe_router_topk * 2 * Fe});
+  const long double parameters =
+      (V + m.max_seq_len) * C +
+      L * (4 * C * std::max(C, Q) + 3 * C * F + 9 * C + F + E * (3 * C * Fe + C) + 3 * C * S);
   if (widest > kMaxElements || parameters > kMaxElements)
     return check.Fail(
-        StrFormat("the model's sizes overflow: %.3Lg parameters and %.3Lg elements in its largest "
-                  "activation, more than 2^50 (4 PiB in fp32) by Model.hidden_size=%d, "
-                  "num_layers=%d, ffn size %d, padded vocabulary %d and %.0Lf tokens per "
-                  "micro-batch",
-                  parameters, widest, m.hidden_size, m.num_layers, m.ffn_size(), m.padded_vocab(),
-                  tokens),
+        StrFormat(
+            "the model's sizes overflow: %.3Lg parameters and %.3Lg elements in its largest "
+            "activation, more than 2^50 (4 PiB in fp32) by Model.hidden_size=%d, "
+            "num_layers=%d, ffn size %d, padded vocabulary %d%s and %.0Lf tokens per "
+            "micro-batch",
+            parameters, widest, m.hidden_size, m.num_layers, m.ffn_size(), m.padded_vocab(),
+            m.moe() ? StrFormat(", %d experts of %d", m.num_experts, m.moe_ffn_size()).c_str() : "",
+            tokens),
         {"Model.hidden_size", "Model.num_layers", "Model.ffn_hidden_size", "Model.vocab_size",
-         "Global.micro_batch_size"},
+         "Model.num_experts", "Global.micro_batch_size"},
         "Set the Model keys and Global.micro_batch_size to a model that a machine can hold");
   return Status::Ok();
 }

@@ -347,6 +347,13 @@ TEST_F(ConfigTest, MalformedOverridesFilesAndYaml) {
   std::string dup = WriteFile("dup.yaml", "Model:\n  hidden_size: 3\n  hidden_size: 4\n");
   ExpectUsageError(LoadConfig(dup, {}).status(),
                    {"duplicate key Model.hidden_size (" + dup + " line 3; first at line 2)"});
+  // A nested map given twice (YAML 1.2: a duplicate key) is refused, not merged.
+  std::string dup_map = WriteFile("dupmap.yaml",
+                                  "Distributed:\n  sharding:\n    sharding_degree: 2\n"
+                                  "  tp_degree: 1\n  sharding:\n    sharding_stage: 3\n");
+  ExpectUsageError(LoadConfig(dup_map, {}).status(),
+                   {"duplicate key Distributed.sharding (" + dup_map +
+                    " line 5; first at line 2). Merge the two into one."});
   std::string dup_section = WriteFile("dups.yaml", "Model:\n  hidden_size: 3\nModel:\n");
   ExpectUsageError(LoadConfig(dup_section, {}).status(), {"duplicate section Model"});
   // A second YAML document is refused, not dropped with its keys (the typo in it included).

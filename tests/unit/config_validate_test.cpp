@@ -309,6 +309,23 @@ TEST(ConfigValidate, MixtureOfExperts) {
   EXPECT_TRUE(with({"Distributed.sharding.sharding_degree=2", "Distributed.dp_degree=2"}).ok());
 }
 
+// Sizes past 2^50 elements are refused before any count can overflow: the dense weights, and
+// the experts' (which the bound left out: 2^20 experts wrapped the plan's 64-bit count).
+TEST(ConfigValidate, SizesBeyondAnyMachine) {
+  const std::vector<std::string> big = {"Model.arch=llama", "Model.hidden_size=4096",
+                                        "Model.num_heads=32", "Model.ffn_hidden_size=14336",
+                                        "Model.num_layers=32"};
+  auto with = [&](const std::string& more) {
+    std::vector<std::string> all = big;
+    all.push_back(more);
+    return ValidateWith(all, 1);
+  };
+  EXPECT_TRUE(with("Model.num_experts=8").ok());
+  ExpectUsageError(with("Model.num_experts=1048576"),
+                   {"the model's sizes overflow: ", "more than 2^50", "1048576 experts of 14336"});
+  ExpectUsageError(with("Model.num_layers=10000000"), {"the model's sizes overflow: "});
+}
+
 // zero_stage1 is stage 1: another sharding_stage beside it is refused (it was silently stage 1,
 // as the shipped GPU configs set zero_stage1), and the keys suggested give that stage.
 TEST(ConfigValidate, ZeroStage1WithAnotherStage) {
