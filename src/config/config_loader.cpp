@@ -53,6 +53,10 @@ std::string SuggestKey(const std::string& section, const std::string& name) {
   if (IsSection(section)) {
     std::string match = ClosestMatch(name, ConfigKeyNames(section));
     if (!match.empty()) return section + "." + match;
+    // A nested key one level too high ("Distributed.sharding_stage"): its map's key.
+    for (const std::string& key : ConfigKeyNames(section))
+      if (key.find('.') != std::string::npos && key.substr(key.rfind('.') + 1) == name)
+        return section + "." + key;
   } else {
     std::string match = ClosestMatch(section + "." + name, ConfigKeyNames(""));
     if (!match.empty()) return match;

@@ -190,15 +190,24 @@ Status CheckModel(const TrainConfig& c, Checker& check) {
   }
   // Before the family checks, which read the head size hidden_size / num_heads.
   if (m.head_dim == 0 && m.hidden_size % m.num_heads != 0) {
-    const int example = m.hidden_size / m.num_heads * m.num_heads;
-    int heads = m.num_heads;  // the nearest head count below that divides hidden_size
-    while (m.hidden_size % heads != 0) --heads;
+    // Suggestions that the next checks accept: RoPE (llama) rotates pairs, so there the head
+    // size is even; the query heads stay a multiple of Model.num_kv_heads.
+    const int pair = m.arch == "llama" ? 2 : 1, step = pair * m.num_heads;
+    const int example = m.hidden_size / step * step;
+    const int kv = m.num_kv_heads > 0 ? m.num_kv_heads : 1;
+    int heads = m.num_heads;  // the nearest such head count below
+    while (heads > 0 &&
+           (m.hidden_size % heads != 0 || (m.hidden_size / heads) % pair != 0 || heads % kv != 0))
+      --heads;
     return check.Fail(
         check.Show("Model.hidden_size") + " is not divisible by " + check.Show("Model.num_heads"),
         {"Model.hidden_size", "Model.num_heads"},
-        StrFormat("Set Model.hidden_size to a multiple of %d, e.g. %d, or Model.num_heads to a "
-                  "divisor of %d, e.g. %d",
-                  m.num_heads, example > 0 ? example : m.num_heads, m.hidden_size, heads));
+        StrFormat("Set Model.hidden_size to a multiple of %d, e.g. %d%s", step,
+                  example > 0 ? example : step,
+                  heads > 0 ? StrFormat(", or Model.num_heads to a divisor of %d, e.g. %d",
+                                        m.hidden_size, heads)
+                                  .c_str()
+                            : ""));
   }
   TRAINER_RETURN_IF_ERROR(CheckModelFamily(c, check));
   TRAINER_RETURN_IF_ERROR(CheckFullQkNorm(c, check));

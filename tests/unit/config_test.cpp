@@ -302,6 +302,10 @@ TEST_F(ConfigTest, UnknownKeysSuggestTheClosest) {
   ExpectUsageError(LoadConfig(section, {}).status(),
                    {"unknown key Modle.hidden_size (" + section + " line 2)",
                     "Did you mean Model.hidden_size?"});
+  // A nested key one level too high: its map's key.
+  ExpectUsageError(LoadConfig("", {"Distributed.sharding_stage=2"}).status(),
+                   {"unknown key Distributed.sharding_stage",
+                    "Did you mean Distributed.sharding.sharding_stage?"});
   std::string empty_section = WriteFile("empty.yaml", "Optimiser:\n");
   ExpectUsageError(LoadConfig(empty_section, {}).status(),
                    {"unknown section Optimiser", "Did you mean Optimizer?"});

@@ -187,6 +187,24 @@ TEST(ConfigValidate, ModelShapes) {
                    {"Model.hidden_size=66 is not divisible by Model.num_heads=4",
                     "Set Model.hidden_size to a multiple of 4, e.g. 64, or Model.num_heads to a "
                     "divisor of 66, e.g. 3"});
+  // llama: the suggestions keep the head size even (RoPE) and the heads a multiple of the kv
+  // heads (it suggested 2 heads of 65, which the next check refused), and are accepted.
+  const std::vector<std::string> llama = {"Model.arch=llama", "Model.num_kv_heads=2"};
+  auto with = [&](const std::string& more) {
+    std::vector<std::string> all = llama;
+    all.push_back(more);
+    return ValidateWith(all, 1);
+  };
+  ExpectUsageError(with("Model.hidden_size=130"),
+                   {"Set Model.hidden_size to a multiple of 8, e.g. 128."});
+  EXPECT_TRUE(with("Model.hidden_size=128").ok());
+  std::vector<std::string> six_heads = llama;
+  six_heads.insert(six_heads.end(), {"Model.hidden_size=136", "Model.num_heads=6"});
+  ExpectUsageError(ValidateWith(six_heads, 1),
+                   {"Set Model.hidden_size to a multiple of 12, e.g. 132, or Model.num_heads to "
+                    "a divisor of 136, e.g. 4"});
+  six_heads.back() = "Model.num_heads=4";
+  EXPECT_TRUE(ValidateWith(six_heads, 1).ok());
 }
 
 TEST(ConfigValidate, TensorParallelSplits) {
