@@ -145,9 +145,13 @@ int RunPlanCommand(const std::vector<std::string>& args) {
   const DistributedConfig& d = c.distributed;
   const int micro = c.gradient_accumulation_steps(), B = c.global.micro_batch_size;
   std::cout << StrFormat(
-      "plan: %d ranks = dp %d x tp %d x pp %d; %d micro-batches of %d x %d "
+      "plan: %d ranks = dp %d x %stp %d x pp %d; %d micro-batches of %d x %d "
       "tokens per rank per step; %s%s\n",
-      world, d.dp_degree, d.tp_degree, d.pp_degree, micro, B, c.model.sequence_length(),
+      world, d.dp_degree,
+      d.sharding.sharding_degree > 1
+          ? StrFormat("sharding %d x ", d.sharding.sharding_degree).c_str()
+          : "",
+      d.tp_degree, d.pp_degree, micro, B, c.model.sequence_length(),
       !gpu                                          ? "fp32 (CPU)"
       : PlannedComputeDtype(c, gpu) == DType::kBF16 ? "bf16 compute, fp32 master/moments/grads"
                                                     : "fp32 compute (GPU)",

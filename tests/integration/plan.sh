@@ -132,6 +132,9 @@ done
 expect_error 2 "sharding_offload keeps ~[0-9.]* [MG]iB of optimizer state and staging in host memory per rank beside the ~[0-9.]* MiB arena (trainer plan), but 0.035 GiB of host memory per rank has" \
   "$TRAINER" plan "${TINY[@]}" "${OFFLOAD[@]}" --device-memory 0.035
 echo "offload: the stages' formulas without the offloaded 12 bytes; on CPU the host must hold it beside the arena"
+# The first line names the sharding ranks among the degrees (zero_stage1 over 4 ranks: 1 x 4).
+"$TRAINER" plan -c "$CFG" --world-size 4 | head -1 | grep -q "^plan: 4 ranks = dp 1 x sharding 4 x tp 1 x pp 1;" ||
+  fail "the first line does not name the sharding degree"
 quick_refusal vocab_overflow "padded vocabulary 2147483648 .* is more than 2147483647" "${TINY[@]}" \
   -o Model.vocab_size=2147483647
 quick_refusal million "Set Global.micro_batch_size=4000 (" "${TINY[@]}" --device-memory 20 \
