@@ -159,27 +159,38 @@ Status TypeError(const std::string& key, const char* wanted, const YAML::Node& v
                     "). docs/config.md gives each key's type and default");
 }
 
-// Whole-string conversions: no leading or trailing characters, no overflow.
+// Whole-string conversions: no leading or trailing characters, no overflow. Integers as YAML
+// 1.2's core schema writes them: decimal (a leading 0 too), 0x hexadecimal, 0o octal.
+int IntegerBase(const std::string& s, size_t* digits) {
+  const bool prefixed = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'o');
+  *digits = prefixed ? 2 : 0;
+  return !prefixed ? 10 : s[1] == 'x' ? 16 : 8;
+}
 bool ToLongLong(const std::string& s, long long* out) {
   if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  size_t at = 0;
+  const int base = IntegerBase(s, &at);
+  if (base != 10 && !std::isxdigit(static_cast<unsigned char>(s[at]))) return false;
   char* end = nullptr;
   errno = 0;
-  *out = std::strtoll(s.c_str(), &end, 10);
+  *out = std::strtoll(s.c_str() + at, &end, base);
   return errno == 0 && *end == '\0';
 }
 bool ToUint64(const std::string& s, uint64_t* out) {
   if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  size_t at = 0;
+  const int base = IntegerBase(s, &at);
+  if (base != 10 && !std::isxdigit(static_cast<unsigned char>(s[at]))) return false;
   char* end = nullptr;
   errno = 0;
-  *out = std::strtoull(s.c_str(), &end, 10);
+  *out = std::strtoull(s.c_str() + at, &end, base);
   return errno == 0 && *end == '\0';
 }
 bool ToDouble(const std::string& s, double* out) {
   if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
   char* end = nullptr;
-  errno = 0;
-  *out = std::strtod(s.c_str(), &end);
-  return errno != ERANGE && *end == '\0' && std::isfinite(*out);
+  *out = std::strtod(s.c_str(), &end);  // an underflow (1e-310) is the nearest double, finite
+  return *end == '\0' && std::isfinite(*out);
 }
 bool ToBool(const std::string& s, bool* out) {
   static const char* const kTrue[] = {"true", "True", "TRUE", "yes", "Yes",

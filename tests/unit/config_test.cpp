@@ -237,6 +237,21 @@ TEST_F(ConfigTest, ReadsAConfigFromAPipe) {
   EXPECT_EQ(config->data.train_path, "d.h5");
 }
 
+// Numbers as YAML 1.2's core schema reads them: 0x hexadecimal, 0o octal, a leading 0 decimal;
+// a float that underflows is its nearest double, finite (it was refused as not finite).
+TEST_F(ConfigTest, YamlCoreSchemaNumbers) {
+  StatusOr<TrainConfig> config = LoadConfig("", {"Model.hidden_size=0x40", "Global.seed=0o17",
+                                                 "Model.num_layers=010", "Optimizer.eps=1e-310"});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->model.hidden_size, 64);
+  EXPECT_EQ(config->global.seed, 15u);
+  EXPECT_EQ(config->model.num_layers, 10);
+  EXPECT_EQ(config->optimizer.eps, 1e-310);
+  for (const char* bad :
+       {"Model.hidden_size=0x", "Model.hidden_size=0o9", "Model.hidden_size=0x-5"})
+    ExpectUsageError(LoadConfig("", {bad}).status(), {"must be an integer"});
+}
+
 TEST_F(ConfigTest, MpDegreeIsAnAliasOfTpDegree) {
   std::string path = WriteFile("mp.yaml", "Distributed:\n  mp_degree: 4\n");
   StatusOr<TrainConfig> config = LoadConfig(path, {});
