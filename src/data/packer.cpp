@@ -421,25 +421,24 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
                   "0.01 to hold out 1%% of the tokens",
                   options.val_fraction));
   const bool split = options.val_fraction > 0.0;
-  if (!split && !options.val_output.empty())
-    return UsageError("--val-output " + options.val_output +
-                      " names the validation file of a split (pack): add --val-fraction F to hold "
-                      "out a fraction F of the tokens there, or leave --val-output out");
   const std::string val_path =
       options.val_output.empty() ? DefaultValidationPath(options.output) : options.val_output;
-  if (split && SamePath(val_path, options.output))
+  // Checked with or without a split: without one, --force removes an existing validation file
+  // as stale, which must never be the output or an input.
+  if (SamePath(val_path, options.output))
     return UsageError("--val-output " + val_path + " is the same file as --output " +
                       options.output + " (pack): pick another name for the validation file");
   // An output that is one of the inputs would be replaced while (or before) it is read, --force
   // or not.
   for (const std::string& input : options.inputs) {
-    const char* flag = SamePath(input, options.output)      ? "--output"
-                       : split && SamePath(input, val_path) ? "--val-output"
-                                                            : nullptr;
+    const char* flag = SamePath(input, options.output) ? "--output"
+                       : SamePath(input, val_path)     ? "--val-output"
+                                                       : nullptr;
     if (flag != nullptr)
       return UsageError(
-          StrFormat("%s %s is also an input (pack): it would be overwritten "
-                    "before it is read. Write to another file",
+          StrFormat("%s %s is also an input (pack): it would be overwritten (or, without "
+                    "a split, removed as a stale validation file) before it is read. Write to "
+                    "another file",
                     flag, input.c_str()));
   }
   std::vector<int64_t> sizes;

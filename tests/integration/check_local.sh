@@ -78,7 +78,7 @@ echo "ok: probe files and the folders made for them removed"
 
 # 2. A layout that does not fit the world: the config's usage error, exit 2.
 run_check bad_layout 2 2 "${CONFIG[@]}" -o Distributed.tp_degree=3
-expect_line bad_layout "^error: world size 2 is not divisible by Distributed.tp_degree"
+expect_line bad_layout "^error: Distributed.tp_degree=3 exceeds the world size 2 .*Launch at least 3 ranks"
 echo "ok: tp 3 on 2 ranks -> exit 2: $(grep -m1 '^error' bad_layout.out | cut -c1-100)..."
 
 # 3. Failing checks on every rank: one line per rank and check, the summary, exit 5.

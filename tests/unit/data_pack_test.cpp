@@ -399,25 +399,32 @@ TEST_F(PackTest, ValidationOutputMustBeAnotherFile) {
   EXPECT_TRUE(FileExists(Path("sub/d.h5")));
 }
 
-// --val-output without a split names no file this pack writes: refused, whatever --force says
-// (it took the named file for a stale validation file and removed it: an input, or the output
-// just written).
-TEST_F(PackTest, ValidationOutputNeedsASplit) {
+// Without a split, --force removes an existing --val-output file as stale (a validation file
+// of an earlier split that would pair with the new output), but never an input or the output
+// itself: those are refused first (they were removed, exit 0).
+TEST_F(PackTest, StaleValidationFileIsNeverAnInputOrTheOutput) {
   WriteBytes(Path("a.txt"), "hello world");
-  for (const char* named : {"a.txt", "d.h5", "other.h5"}) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"a.txt", "--val-output " + Path("a.txt") + " is also an input"},
+      {"d.h5", "--val-output " + Path("d.h5") + " is the same file as --output"}};
+  for (const auto& [named, refusal] : cases) {
     WriteBytes(Path("d.h5"), "an earlier output");
     PackOptions options = Options({"a.txt"}, "d.h5");
     options.force = true;
     options.val_output = Path(named);
     Status status = Pack(options);
     EXPECT_EQ(status.code(), ExitCode::kUsage) << named;
-    EXPECT_NE(status.message().find("names the validation file of a split (pack): add "
-                                    "--val-fraction F"),
-              std::string::npos)
-        << status.message();
+    EXPECT_NE(status.message().find(refusal), std::string::npos) << status.message();
     EXPECT_TRUE(FileExists(Path("a.txt")));
     EXPECT_TRUE(FileExists(Path("d.h5")));
   }
+  WriteBytes(Path("old.val.h5"), "a stale validation file");
+  PackOptions options = Options({"a.txt"}, "d.h5");
+  options.force = true;
+  options.val_output = Path("old.val.h5");
+  ASSERT_TRUE(Pack(options).ok());
+  EXPECT_FALSE(FileExists(Path("old.val.h5")));
+  EXPECT_TRUE(FileExists(Path("a.txt")));
 }
 
 TEST_F(PackTest, DefaultValidationPath) {
