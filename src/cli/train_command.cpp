@@ -88,6 +88,9 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   for (const std::string& notice : config.notices) LogInfo(notice);
   LogInfo("resolved config:\n" + FormatConfig(config));
 
+  // Watched from here on: the device, the communicators (NCCL's set-up), the memory check.
+  Watchdog watchdog(config.engine.watchdog_s);
+  watchdog.Beat("setting up the device and the communicators");
   status = ctx.Agree(ctx.SetupDevice(config));
   if (status.ok()) status = ctx.Agree(ctx.BuildGroups(config));
   if (!status.ok()) return ctx.Finish(status);
@@ -98,7 +101,7 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (!memory.empty()) LogInfo("memory: " + memory);
 
   Trainer trainer(config, ctx.groups, ctx.backend.get());
-  Watchdog watchdog(config.engine.watchdog_s);
+  watchdog.Beat("the trainer's set-up");
   trainer.set_progress(&watchdog);
   status = trainer.Setup();
   // Rank 0 may still wait for the checkpoint folder's lock, which it reports itself.

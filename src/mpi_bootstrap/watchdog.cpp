@@ -36,6 +36,7 @@ void Watchdog::Beat(const char* phase) {
 
 void Watchdog::AwaitRoot(const char* phase) {
   phase_ = phase;
+  last_beat_ = Now();
   awaiting_root_ = true;
 }
 
@@ -45,10 +46,20 @@ void Watchdog::Run() {
   while (!stopping_) {
     stop_signal_.wait_for(lock, period);
     if (stopping_) return;
-    if (awaiting_root_) continue;
     const double idle = Now() - last_beat_;
-    if (idle < timeout_) continue;
     const ProcessIdentity& id = GetProcessIdentity();
+    if (awaiting_root_) {  // rank 0 works meanwhile, timed by its own watchdog
+      if (idle < kRootWaitFactor * timeout_) continue;
+      LogError(StrFormat(
+          "no word from rank 0 for %.1f s in %s (rank %d on %s; a wait for rank 0 is given %g x "
+          "Engine.watchdog_s=%g): rank 0's own watchdog did not end it, so its process is "
+          "stopped or its host cut off. Look at rank 0's host (its process state, the network); "
+          "if rank 0's part is just slow (a large checkpoint's verification or write), raise "
+          "Engine.watchdog_s",
+          idle, phase_.load(), id.rank, id.host.c_str(), kRootWaitFactor, timeout_));
+      std::_Exit(static_cast<int>(ExitCode::kRuntime));
+    }
+    if (idle < timeout_) continue;
     LogError(StrFormat(
         "no progress for %.1f s in %s (rank %d on %s, Engine.watchdog_s=%g): a collective is "
         "stuck, most likely because another rank died or the network hangs. Read the other "

@@ -2,7 +2,8 @@
 # A stuck collective becomes an error, not a hang: rank 1 is frozen (SIGSTOP) mid-training, rank 0
 # waits in an all-reduce, and its watchdog (Engine.watchdog_s=4) prints the phase and ends rank 0
 # with exit code 1 (no MPI call from the watchdog's thread); mpirun then ends every rank, the
-# frozen one too, well before the test's time limit.
+# frozen one too, well before the test's time limit. Rank 0 frozen while rank 1 waits for its
+# part of a save: rank 1 ends after 10 x watchdog_s.
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 set +e
@@ -43,6 +44,39 @@ grep -q "no progress for .* in a training step (rank 0 .*Engine.watchdog_s=[0-9.
 [ $elapsed -lt 60 ] || fail "the watchdog took ${elapsed}s"
 echo "rank 1 frozen: the watchdog stopped the job after ${elapsed}s with exit code $rc:"
 grep -m1 "no progress" run.err
+
+# Rank 0 frozen while rank 1 waits for its part (a synchronous save, 200 ms a tensor): rank 0's
+# own watchdog cannot end a stopped process, so rank 1 gives the wait 10 x Engine.watchdog_s=1
+# and ends with a line naming rank 0 (it waited forever, silently).
+TRAINER_FAULT_CHECKPOINT_SLOW=200 run_np 2 train -o Data.train_path=data.h5 -o Global.device=cpu \
+  -o Model.hidden_size=32 -o Model.num_layers=2 -o Model.max_seq_len=32 -o Engine.max_steps=6 \
+  -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Engine.save_steps=3 -o Checkpoint.async_save=false \
+  -o Engine.output_dir=root -o Engine.watchdog_s=1 > root.out 2> root.err &
+launcher=$!
+for _ in $(seq 150); do  # wait until the save of step 3 is under way
+  [ -d root/checkpoints/step-00000003.tmp ] && break
+  sleep 0.1
+done
+[ -d root/checkpoints/step-00000003.tmp ] || { kill $launcher; cat root.err; fail "the save did not start"; }
+rank0=""
+for pid in $(pgrep -f "$TRAINER train"); do
+  [ "$(readlink /proc/$pid/cwd 2>/dev/null)" = "$(pwd -P)" ] || continue
+  if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0"; then rank0=$pid; fi
+done
+[ -n "$rank0" ] || { kill $launcher; fail "rank 0's process not found"; }
+kill -STOP "$rank0"
+start=$(date +%s)
+set +e
+wait $launcher
+rc=$?
+set -e
+kill -CONT "$rank0" 2>/dev/null || true
+elapsed=$(( $(date +%s) - start ))
+[ $rc -ne 0 ] || { cat root.err; fail "mpirun exited 0 with rank 0 frozen"; }
+grep -q "no word from rank 0 for .* in rank 0's checkpoint write (rank 1 .* 10 x Engine.watchdog_s=1)" root.err ||
+  { cat root.err; fail "no line from rank 1 about rank 0"; }
+[ $elapsed -lt 60 ] || fail "the wait for rank 0 took ${elapsed}s"
+echo "rank 0 frozen mid-save: rank 1 stopped the job after ${elapsed}s: $(grep -m1 'no word' root.err | cut -c1-150)..."
 
 # A slow checkpoint is progress, not a stall: each tensor takes 60 ms to write, verify and read
 # (TRAINER_FAULT_CHECKPOINT_SLOW, _READ_SLOW; ~5 s for the 84 tensors, more than watchdog_s=2).
