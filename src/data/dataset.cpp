@@ -48,6 +48,9 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& pa
                      "): no HDF5 signature found. Pass a file written by `trainer pack`");
   std::unique_ptr<TokenDataset> dataset(new TokenDataset());
   dataset->path_ = path;
+  dataset->opened_device_ = info.st_dev;
+  dataset->opened_inode_ = info.st_ino;
+  dataset->opened_bytes_ = info.st_size;
   // Readers never write: skip file locks, which some parallel file systems do not support.
   Hdf5Handle access_props;
   HDF5_CHECK(access_props.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose));
@@ -348,9 +351,22 @@ void TokenDataset::WindowDocStarts(int64_t first, int seq_len, int32_t* starts,
   if (start_of(first + seq_len) == seq_len) targets[seq_len - 1] = -1;
 }
 
+Status TokenDataset::CheckNotTruncated() const {
+  struct stat now;
+  if (stat(path_.c_str(), &now) != 0 || now.st_dev != opened_device_ ||
+      now.st_ino != opened_inode_ || now.st_size >= opened_bytes_)
+    return Status::Ok();  // removed or replaced: the open file reads on as it was
+  return DataError(StrFormat(
+      "dataset file truncated during the run (%s: %lld bytes when opened, %lld now): the samples "
+      "past its new end would read as zeros. Restore the file (trainer pack writes a new one and "
+      "renames it over the old), then resume with --resume auto",
+      path_.c_str(), static_cast<long long>(opened_bytes_), static_cast<long long>(now.st_size)));
+}
+
 Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids,
                                      int seq_len, int32_t* inputs, int32_t* targets,
                                      const int64_t* shifts, int32_t* doc_starts) {
+  TRAINER_RETURN_IF_ERROR(CheckNotTruncated());
   const int64_t T = seq_len;
   if (doc_starts != nullptr && doc_offsets_all_.empty())
     return RuntimeError(StrFormat("document starts asked of %s before LoadDocOffsets (a bug)",

@@ -3,6 +3,8 @@
 // Sample i of length T is tokens[i*T : i*T+T+1]: inputs are its first T tokens, targets the last T.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -99,10 +101,16 @@ class TokenDataset {
   Status ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids, int seq_len,
                          int32_t* inputs, int32_t* targets, const int64_t* shifts,
                          int32_t* doc_starts);
+  // A data error when the file was truncated since it was opened (the same file, fewer bytes):
+  // HDF5 reads zeros past its end. A file replaced by another (a new inode) reads on as opened.
+  Status CheckNotTruncated() const;
   // The document starts (T) of the window whose first token is `first`; targets (T) or null.
   void WindowDocStarts(int64_t first, int seq_len, int32_t* starts, int32_t* targets) const;
 
   std::string path_;
+  dev_t opened_device_ = 0;  // the file as opened: CheckNotTruncated
+  ino_t opened_inode_ = 0;
+  off_t opened_bytes_ = 0;
   Hdf5Handle file_;
   Hdf5Handle tokens_;
   Hdf5Handle doc_offsets_;

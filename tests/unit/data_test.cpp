@@ -2,7 +2,9 @@
 // equal the file's slices (checked against files written here with the HDF5 C API), every bad
 // file is a kData error naming the file, and the train/validation splits.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <random>
 
 #include "data/data_sources.h"
@@ -187,6 +189,31 @@ TEST_F(DatasetTest, OutOfRangeSampleIdIsAnError) {
   EXPECT_TRUE((*opened)->ReadSamples({4}, 8, in.data(), out.data()).ok());
   EXPECT_FALSE((*opened)->ReadSamples({-1}, 8, in.data(), out.data()).ok());
   EXPECT_FALSE((*opened)->ReadSamples(DataSplit{2, 2}, {2}, 8, in.data(), out.data()).ok());
+}
+
+// A file truncated in place during a run: the next read is a data error naming it (HDF5 read
+// zeros past the new end, and training went on them); a file replaced by another one (pack's
+// rename) reads on as opened.
+TEST_F(DatasetTest, TruncatedWhileOpenIsAnError) {
+  const int T = 16;
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(4000 * T + 1, 1000, 5);
+  WriteSyntheticFile(Path("d.h5"), spec);
+  WriteSyntheticFile(Path("other.h5"), spec);
+  auto opened = TokenDataset::Open(Path("d.h5"), 1024);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  ExpectSamplesMatch(**opened, spec.tokens, {3999}, T);
+  ASSERT_EQ(rename(Path("other.h5").c_str(), Path("d.h5").c_str()), 0);  // replaced: reads on
+  ExpectSamplesMatch(**opened, spec.tokens, {3999}, T);
+  auto reopened = TokenDataset::Open(Path("d.h5"), 1024);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().message();
+  ASSERT_EQ(truncate(Path("d.h5").c_str(), 20000), 0);
+  std::vector<int32_t> in(T), out(T);
+  const Status status = (*reopened)->ReadSamples({3999}, T, in.data(), out.data());
+  EXPECT_EQ(status.code(), ExitCode::kData) << status.message();
+  EXPECT_NE(status.message().find("dataset file truncated during the run (" + Path("d.h5") + ": "),
+            std::string::npos)
+      << status.message();
 }
 
 TEST_F(DatasetTest, MissingFile) {
