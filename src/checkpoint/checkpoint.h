@@ -53,6 +53,10 @@ struct CheckpointWriteRequest {
   // LoRA: the base model the adapters apply to (Checkpoint.init_from, or the seed's
   // initialisation); the file holds the adapters only. Empty without LoRA.
   std::string lora_base;
+  // Rank 0: the run's lock on `directory` (null where the file system keeps none). A save fails
+  // where it is no longer in place: the folder was removed or replaced, and another run may hold
+  // it.
+  const FileLock* lock = nullptr;
 };
 
 struct CheckpointSaveReport {

@@ -93,6 +93,19 @@ class SaveOnRoot {
 
   void Begin(const ModelConfig& model, int tensor_count) {
     errno = 0;
+    // The folder removed or replaced since the run locked it: not made again (another run may
+    // have taken it meanwhile, and this one's checkpoints are gone from it).
+    if (r_.lock != nullptr && !r_.lock->StillInPlace()) {
+      const ProcessIdentity& id = GetProcessIdentity();
+      status_ = CheckpointError(StrFormat(
+          "saving checkpoint step %lld failed (%s/.lock, Checkpoint.dir, rank %d on %s): the "
+          "run's lock file is gone or replaced, so the folder was removed or replaced during the "
+          "run (with the checkpoints it held), and another run may hold it now. This run stops "
+          "rather than make it again: restore the folder, or give the run a Checkpoint.dir of "
+          "its own, and resume",
+          static_cast<long long>(r_.step), r_.directory.c_str(), id.rank, id.host.c_str()));
+      return;
+    }
     if (Try(MakeDirectories(r_.directory), r_.directory) &&
         (!PathExists(tmp_dir_) || Try(RemoveTree(tmp_dir_), tmp_dir_)) &&
         Try(MakeDirectories(tmp_dir_), tmp_dir_))

@@ -195,6 +195,12 @@ bool FileLock::IsHeld(const std::string& path) {
   return rc == 0 && whole.l_type != F_UNLCK;
 }
 
+bool FileLock::StillInPlace() const {
+  struct stat held, at_path;
+  return fstat(fd_, &held) == 0 && stat(path_.c_str(), &at_path) == 0 &&
+         held.st_dev == at_path.st_dev && held.st_ino == at_path.st_ino;
+}
+
 FileLock::~FileLock() {
   close(fd_);
 }

@@ -57,6 +57,9 @@ class FileLock {
   // Whether another open file holds the lock on `path`, asked without taking it (fcntl
   // F_OFD_GETLK); false when the file does not exist or the file system keeps no locks.
   static bool IsHeld(const std::string& path);
+  // Whether the locked file still lies at its path (not removed, nor replaced by another file,
+  // with or without its folder): where it does not, another run may hold a new lock there.
+  bool StillInPlace() const;
 
  private:
   FileLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

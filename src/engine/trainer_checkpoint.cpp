@@ -93,6 +93,7 @@ Status Trainer::SaveCheckpoint(bool wait) {
   }
   request.gpu_routes = routes_->json();  // rank 0's, once reported; empty before (and on CPUs)
   request.lora_base = lora_base_;
+  request.lock = checkpoint_lock_.get();
   request.stage_layers = StageLayerCounts(config_.model.num_layers, config_.distributed.pp_degree,
                                           config_.distributed.pp_layers);
   CreateCheckpointSaver();

@@ -4,7 +4,8 @@
 # run at the save with exit 4 and one error line naming the folder, the reason and the fix; the
 # previous checkpoint stays `latest`, verifies, and a resume from it continues with the losses of
 # an uninterrupted run. A read-only folder (the tmpfs remounted read-only) and a vanished one stop
-# the run before step 1 (exit 4, one line), the checkpoints untouched. Everything mounted here is
+# the run before step 1 (exit 4, one line), the checkpoints untouched; one removed during the run
+# stops it at the next save. Everything mounted here is
 # unmounted on exit.
 source "$(dirname "$0")/lib.sh"
 source "$TESTS_DIR/checkpoint_lib.sh"
@@ -64,6 +65,26 @@ set -e
 one_error_line vanished.err "checkpoint folder not writable (vanish_link, Checkpoint.dir, rank 0 on .*): cannot create a file in vanish_link: No such file or directory"
 ! grep -q "^step " vanished.out || fail "vanished: trained before refusing"
 echo "ok: vanished -> exit 4 before step 1: $(grep 'error: ' vanished.err)"
+
+# A folder removed during the run: the next save stops the run (exit 4, one line) instead of
+# making the folder again without the run's lock (a second run could then take the folder and
+# set this one's checkpoints aside).
+set +e
+run_np 2 train "${COMMON[@]}" -o Model.hidden_size=32 -o Model.num_layers=1 -o Engine.output_dir=removed \
+  -o Checkpoint.dir=$PWD/removed_ckpt -o Engine.max_steps=100000 -o Engine.save_steps=1000 \
+  -o Engine.logging_freq=1000 -o Optimizer.decay_steps=100000 > removed.out 2> removed.err &
+launcher=$!
+set -e
+await $launcher removed.err "test -f removed_ckpt/latest"
+rm -rf removed_ckpt
+set +e
+wait $launcher
+rc=$?
+set -e
+[ $rc -eq 4 ] || { cat removed.err; fail "removed folder: exit $rc, expected 4"; }
+one_error_line removed.err "saving checkpoint step 2000 failed ($PWD/removed_ckpt/.lock, Checkpoint.dir, rank 0 on .*): the run's lock file is gone or replaced, so the folder was removed or replaced during the run"
+[ ! -e removed_ckpt ] || fail "the removed folder was made again"
+echo "ok: removed during the run -> exit 4 at the next save: $(grep 'error: ' removed.err | cut -c1-160)..."
 
 MNT=$SCRATCH/mnt
 mkdir -p "$MNT"
