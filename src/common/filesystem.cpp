@@ -154,6 +154,27 @@ long long FileSize(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : 0;
 }
 
+bool AppendWholeRecord(std::FILE* file, const std::string& bytes) {
+  // Past stdio's buffer (every record goes this way, so it stays empty): a failed write leaves
+  // nothing behind to be flushed later.
+  const int fd = fileno(file);
+  const off_t start = lseek(fd, 0, SEEK_END);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int saved = n < 0 ? errno : ENOSPC;
+      if (start >= 0 && ftruncate(fd, start) != 0) {
+      }  // best effort: the write's reason is the one to report
+      errno = saved;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 Status FileLock::TryAcquire(const std::string& path, Outcome* outcome,
                             std::unique_ptr<FileLock>* lock) {
   lock->reset();

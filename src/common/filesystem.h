@@ -2,6 +2,7 @@
 // and of its folder), atomic replacement by rename, listing, removal, and an exclusive file lock.
 #pragma once
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,10 @@ std::string ParentDirectory(const std::string& path);
 bool SameFolder(const std::string& a, const std::string& b);
 // Bytes of a regular file (0 when missing).
 long long FileSize(const std::string& path);
+// Appends `bytes` to the open `file` whole (with write(2), past stdio's buffer: every record of
+// the file goes this way); where that fails (a full disk), the file is cut back to where the
+// record began, so that no torn record is left, and errno holds the write's reason. False then.
+bool AppendWholeRecord(std::FILE* file, const std::string& bytes);
 
 // An exclusive advisory lock on a whole file: an open-file-description lock (fcntl
 // F_OFD_SETLK; Linux's F_SETLK where that is missing), so a second open of the file conflicts

@@ -128,8 +128,7 @@ Status MetricsWriter::Write(const std::vector<std::pair<std::string, double>>& r
   }
   line += pending_ + "}\n";
   pending_.clear();
-  if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0)
-    return RuntimeError(StrFormat("cannot write %s: %s", path_.c_str(), std::strerror(errno)));
+  if (!AppendWholeRecord(file_, line)) return OutputWriteError(path_, errno);
   return Status::Ok();
 }
 

@@ -66,6 +66,15 @@ uint32_t Crc32c(const void* data, size_t bytes) {
   return crc ^ 0xffffffffu;
 }
 
+Status OutputWriteError(const std::string& path, int error_number) {
+  const ProcessIdentity& id = GetProcessIdentity();
+  return RuntimeError(StrFormat(
+      "cannot write %s (Engine.output_dir, rank %d on %s): %s. Free space there or set "
+      "Engine.output_dir to another folder, then resume with --resume auto (the record that "
+      "failed was cut off, the file stays whole)",
+      path.c_str(), id.rank, id.host.c_str(), std::strerror(error_number)));
+}
+
 Status TensorBoardWriter::Open(const std::string& folder, std::unique_ptr<TensorBoardWriter>* out) {
   TRAINER_RETURN_IF_ERROR(MakeDirectories(folder));
   std::unique_ptr<TensorBoardWriter> w(new TensorBoardWriter());
@@ -120,12 +129,11 @@ Status TensorBoardWriter::WriteSessionStart(int64_t step) {
 Status TensorBoardWriter::WriteRecord(const std::string& event) {
   const uint64_t length = event.size();
   const uint32_t length_crc = MaskedCrc(&length, 8), data_crc = MaskedCrc(event.data(), length);
-  const bool ok = std::fwrite(&length, 8, 1, file_) == 1 &&
-                  std::fwrite(&length_crc, 4, 1, file_) == 1 &&
-                  std::fwrite(event.data(), 1, length, file_) == length &&
-                  std::fwrite(&data_crc, 4, 1, file_) == 1 && std::fflush(file_) == 0;
-  if (!ok)
-    return RuntimeError(StrFormat("cannot write %s: %s", path_.c_str(), std::strerror(errno)));
+  std::string record(reinterpret_cast<const char*>(&length), 8);
+  record.append(reinterpret_cast<const char*>(&length_crc), 4);
+  record.append(event);
+  record.append(reinterpret_cast<const char*>(&data_crc), 4);
+  if (!AppendWholeRecord(file_, record)) return OutputWriteError(path_, errno);
   return Status::Ok();
 }
 

@@ -17,6 +17,10 @@
 
 namespace trainer {
 
+// The error of a failed write under Engine.output_dir (metrics.jsonl, the event file): the file,
+// the key, the reason and what to do.
+Status OutputWriteError(const std::string& path, int error_number);
+
 // CRC-32C (Castagnoli), as TFRecord framing uses it.
 uint32_t Crc32c(const void* data, size_t bytes);
 

@@ -119,4 +119,35 @@ one_error_line readonly.err "checkpoint folder not writable ($CK, Checkpoint.dir
 [ "$(latest_step "$CK")" = 8 ] || fail "readonly: latest moved to '$(latest_step "$CK")'"
 expect_verified "$CK/step-00000008"
 echo "ok: readonly -> exit 4 before step 1: $(grep 'error: ' readonly.err)"
+# A full Engine.output_dir mid-run (metrics.jsonl and the TensorBoard file; checkpoints
+# elsewhere): exit 1, one line naming the file, Engine.output_dir and the fix, and no torn record
+# left behind (a record was cut mid-write: '{"step": 246, "l').
+mkdir -p "$MNT/out"
+set +e
+run_np 2 train "${COMMON[@]}" -o Model.hidden_size=32 -o Model.num_layers=1 -o Engine.save_steps=0 \
+  -o Engine.output_dir="$MNT/out" -o Engine.max_steps=1000000 -o Optimizer.decay_steps=6 \
+  > output_full.out 2> output_full.err &
+launcher=$!
+set -e
+await $launcher output_full.err "[ \$(wc -l < $MNT/out/metrics.jsonl 2> /dev/null || echo 0) -ge 20 ]"
+dd if=/dev/zero of="$MNT/fill" bs=64k 2> /dev/null || true  # until the file system is full
+set +e
+wait $launcher
+rc=$?
+set -e
+rm -f "$MNT/fill"
+[ $rc -eq 1 ] || { cat output_full.err; fail "a full output folder: exit $rc, expected 1"; }
+one_error_line output_full.err "cannot write $MNT/out/.* (Engine.output_dir, rank 0 on .*): No space left on device. Free space there or set Engine.output_dir"
+python3 - "$MNT/out" <<'PY' || fail "a torn record was left in the output folder"
+import json, sys
+text = open(sys.argv[1] + "/metrics.jsonl").read()
+assert text.endswith("\n"), repr(text[-80:])
+records = [json.loads(line) for line in text.splitlines()]
+print(f"metrics.jsonl whole: {len(records)} records, the last at step {records[-1].get('step')}")
+PY
+python3 -c "import sys; sys.path.insert(0, sys.argv[2]); from tfevents import events_of, files_of
+events = [e for f in files_of(sys.argv[1] + '/tensorboard') for e in events_of(f)]
+print(f'TensorBoard file whole: {len(events)} events')" "$MNT/out" "$TESTS_DIR" ||
+  fail "a torn TensorBoard record"
+echo "ok: a full output folder -> exit 1: $(grep 'error: ' output_full.err | cut -c1-160)..."
 echo "full disk, read-only, vanished folder, injected fault: exit 4, one line, previous checkpoint intact"
