@@ -5,6 +5,24 @@
 # frozen one too, well before the test's time limit. Rank 0 frozen while rank 1 waits for its
 # part of a save: rank 1 ends after 10 x watchdog_s.
 source "$(dirname "$0")/lib.sh"
+# freeze_rank RANK: SIGSTOPs rank RANK of the run $launcher started, waits for mpirun to end;
+# sets frozen (the pid), start (when it froze) and rc (mpirun's exit code). The rank of this run
+# only: other tests may be training at the same time (ctest -j), so the process must also run in
+# this test's folder.
+freeze_rank() {
+  frozen=""
+  for pid in $(pgrep -f "$TRAINER train"); do
+    [ "$(readlink /proc/$pid/cwd 2>/dev/null)" = "$(pwd -P)" ] || continue
+    if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then frozen=$pid; fi
+  done
+  [ -n "$frozen" ] || { kill $launcher; fail "rank $1's process not found"; }
+  kill -STOP "$frozen"
+  start=$(date +%s)
+  set +e
+  wait $launcher
+  rc=$?
+  set -e
+}
 make_small_dataset data.h5
 set +e
 run_np 2 train -o Data.train_path=data.h5 -o Global.device=cpu -o Model.hidden_size=32 \
@@ -18,20 +36,8 @@ for _ in $(seq 100); do  # wait until training runs
   sleep 0.2
 done
 [ -s run/metrics.jsonl ] || { kill $launcher; cat run.err; fail "training did not start"; }
-# Rank 1 of this run only: other tests may be training at the same time (ctest -j), so the
-# process must also run in this test's folder.
-rank1=""
-for pid in $(pgrep -f "$TRAINER train"); do
-  [ "$(readlink /proc/$pid/cwd 2>/dev/null)" = "$(pwd -P)" ] || continue
-  if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then rank1=$pid; fi
-done
-[ -n "$rank1" ] || { kill $launcher; fail "rank 1's process not found"; }
-kill -STOP "$rank1"
-start=$(date +%s)
-set +e
-wait $launcher
-rc=$?
-set -e
+freeze_rank 1
+rank1=$frozen
 # Rank 1 must be gone (a zombie that nobody reaped yet is gone too) before it is continued.
 rank1_state=$(awk '/^State:/ {print $2}' /proc/$rank1/status 2> /dev/null || true)
 kill -CONT "$rank1" 2>/dev/null || true
@@ -58,19 +64,8 @@ for _ in $(seq 150); do  # wait until the save of step 3 is under way
   sleep 0.1
 done
 [ -d root/checkpoints/step-00000003.tmp ] || { kill $launcher; cat root.err; fail "the save did not start"; }
-rank0=""
-for pid in $(pgrep -f "$TRAINER train"); do
-  [ "$(readlink /proc/$pid/cwd 2>/dev/null)" = "$(pwd -P)" ] || continue
-  if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0"; then rank0=$pid; fi
-done
-[ -n "$rank0" ] || { kill $launcher; fail "rank 0's process not found"; }
-kill -STOP "$rank0"
-start=$(date +%s)
-set +e
-wait $launcher
-rc=$?
-set -e
-kill -CONT "$rank0" 2>/dev/null || true
+freeze_rank 0
+kill -CONT "$frozen" 2>/dev/null || true
 elapsed=$(( $(date +%s) - start ))
 [ $rc -ne 0 ] || { cat root.err; fail "mpirun exited 0 with rank 0 frozen"; }
 grep -q "no word from rank 0 for .* in rank 0's checkpoint write (rank 1 .* 10 x Engine.watchdog_s=1)" root.err ||
