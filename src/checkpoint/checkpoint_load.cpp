@@ -19,18 +19,6 @@
 namespace trainer {
 namespace {
 
-// Opens `file` read-only without HDF5's file lock; false when HDF5 cannot (its error stack says
-// why).
-bool OpenWithoutLocking(const std::string& file, Hdf5Handle* handle) {
-  SilenceHdf5Errors();
-  Hdf5Handle access;
-  if (access.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose) < 0) return false;
-#if H5_VERSION_GE(1, 10, 7)
-  if (H5Pset_file_locking(access.get(), false, true) < 0) return false;
-#endif
-  return handle->Reset(H5Fopen(file.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose) >= 0;
-}
-
 // The file a CHECKPOINT, --resume or Checkpoint.init_from names, opened for reading; a file that
 // is something else (not HDF5, or a packed-token dataset) is named as such. Readers never write:
 // no file lock, as the dataset reader opens files (HDF5 refuses a second open of one file with
@@ -47,7 +35,7 @@ Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
     return CheckpointError(
         StrFormat("not a checkpoint (%s): not an HDF5 file, where a checkpoint.h5 was expected. %s",
                   file.c_str(), kExpected));
-  if (!OpenWithoutLocking(file, handle))
+  if (!Hdf5OpenReadOnly(file, handle))
     return CheckpointError(StrFormat("cannot open checkpoint (%s): %s. %s", file.c_str(),
                                      Hdf5ErrorText().c_str(), kDamagedAdvice));
   const htri_t has_step = H5Aexists(handle->get(), "step");
@@ -258,7 +246,7 @@ std::string CheckpointFile(const std::string& folder_or_file) {
 Hdf5FileKind KindOfHdf5File(const std::string& file) {
   Hdf5Handle f;
   if (!PathExists(file) || IsDirectory(file) || H5Fis_hdf5(file.c_str()) <= 0 ||
-      !OpenWithoutLocking(file, &f))
+      !Hdf5OpenReadOnly(file, &f))
     return Hdf5FileKind::kNeither;
   if (H5Aexists(f.get(), "step") > 0) return Hdf5FileKind::kCheckpoint;
   if (H5Lexists(f.get(), "tokens", H5P_DEFAULT) > 0) return Hdf5FileKind::kDataset;
@@ -332,6 +320,38 @@ Status CheckProgressAttributes(hid_t f, const std::string& file) {
       static_cast<long long>(tokens), wrong, kDamagedAdvice));
 }
 
+// The manifest's attributes of the open checkpoint `f` into `s` (not its tensors). One that is
+// missing or fails HDF5's metadata checksum is damage, named.
+Status ReadManifest(hid_t f, const std::string& file, CheckpointSummary* s) {
+  int64_t version = 0, seed = 0;
+  auto read = [&](const char* name, auto* value) {
+    Status got;
+    if constexpr (std::is_same_v<decltype(*value), std::string&>)
+      got = Hdf5ReadStringAttribute(f, name, value);
+    else
+      got = Hdf5ReadIntAttribute(f, name, value);
+    if (got.ok()) return got;
+    return CheckpointError(StrFormat("checkpoint manifest attribute %s %s (%s). %s", name,
+                                     H5Aexists(f, name) > 0 ? "cannot be read" : "is missing",
+                                     file.c_str(), kDamagedAdvice));
+  };
+  TRAINER_RETURN_IF_ERROR(read("format_version", &version));
+  TRAINER_RETURN_IF_ERROR(read("step", &s->step));
+  TRAINER_RETURN_IF_ERROR(read("consumed_samples", &s->consumed_samples));
+  TRAINER_RETURN_IF_ERROR(read("tokens_seen", &s->tokens_seen));
+  TRAINER_RETURN_IF_ERROR(read("seed", &seed));
+  TRAINER_RETURN_IF_ERROR(read("layout", &s->layout));
+  TRAINER_RETURN_IF_ERROR(read("config", &s->config_text));
+  if (H5Aexists(f, "eod_id") > 0 && H5Aexists(f, "tokenizer") > 0) {
+    TRAINER_RETURN_IF_ERROR(read("eod_id", &s->eod_id));
+    TRAINER_RETURN_IF_ERROR(read("tokenizer", &s->tokenizer));
+  }
+  if (H5Aexists(f, "lora_base") > 0) TRAINER_RETURN_IF_ERROR(read("lora_base", &s->lora_base));
+  s->format_version = static_cast<int>(version);
+  s->seed = static_cast<uint64_t>(seed);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status VerifyCheckpoint(const std::string& file, Progress* progress) {
@@ -361,8 +381,8 @@ Status VerifyCheckpoint(const std::string& file, Progress* progress) {
     return CheckpointError(
         StrFormat("checkpoint holds no tensors (%s). %s", file.c_str(), kDamagedAdvice));
   TRAINER_RETURN_IF_ERROR(CheckProgressAttributes(f.get(), file));
-  CheckpointSummary summary;  // every attribute that loading reads
-  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
+  CheckpointSummary manifest;  // every attribute that loading reads
+  TRAINER_RETURN_IF_ERROR(ReadManifest(f.get(), file, &manifest));
   std::vector<float> buffer;
   for (const std::string& path : tensors) {
     ReportProgress(progress, "verifying a checkpoint");
@@ -389,34 +409,7 @@ Status VerifyCheckpoint(const std::string& file, Progress* progress) {
 Status ReadCheckpointSummary(const std::string& file, CheckpointSummary* s) {
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
-  int64_t version = 0, seed = 0;
-  // A manifest attribute that is missing or fails HDF5's metadata checksum: damage, named.
-  auto read = [&](const char* name, auto* value) {
-    Status got;
-    if constexpr (std::is_same_v<decltype(*value), std::string&>)
-      got = Hdf5ReadStringAttribute(f.get(), name, value);
-    else
-      got = Hdf5ReadIntAttribute(f.get(), name, value);
-    if (got.ok()) return got;
-    return CheckpointError(StrFormat("checkpoint manifest attribute %s %s (%s). %s", name,
-                                     H5Aexists(f.get(), name) > 0 ? "cannot be read" : "is missing",
-                                     file.c_str(), kDamagedAdvice));
-  };
-  TRAINER_RETURN_IF_ERROR(read("format_version", &version));
-  TRAINER_RETURN_IF_ERROR(read("step", &s->step));
-  TRAINER_RETURN_IF_ERROR(read("consumed_samples", &s->consumed_samples));
-  TRAINER_RETURN_IF_ERROR(read("tokens_seen", &s->tokens_seen));
-  TRAINER_RETURN_IF_ERROR(read("seed", &seed));
-  TRAINER_RETURN_IF_ERROR(read("layout", &s->layout));
-  TRAINER_RETURN_IF_ERROR(read("config", &s->config_text));
-  if (H5Aexists(f.get(), "eod_id") > 0 && H5Aexists(f.get(), "tokenizer") > 0) {
-    TRAINER_RETURN_IF_ERROR(read("eod_id", &s->eod_id));
-    TRAINER_RETURN_IF_ERROR(read("tokenizer", &s->tokenizer));
-  }
-  if (H5Aexists(f.get(), "lora_base") > 0)
-    TRAINER_RETURN_IF_ERROR(read("lora_base", &s->lora_base));
-  s->format_version = static_cast<int>(version);
-  s->seed = static_cast<uint64_t>(seed);
+  TRAINER_RETURN_IF_ERROR(ReadManifest(f.get(), file, s));
   std::vector<std::string> tensors;
   TRAINER_RETURN_IF_ERROR(ListTensors(f.get(), file, &tensors));
   for (const std::string& path : tensors) {

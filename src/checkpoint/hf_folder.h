@@ -19,7 +19,7 @@ namespace trainer {
 std::string HuggingFaceWeightsFile(const std::string& path);
 
 // The bytes of the weights' files: `weights` itself, or every shard an index names (not the
-// index); -1 when one cannot be read.
+// index); -1 when the index cannot be read or names a missing shard.
 long long HuggingFaceWeightsBytes(const std::string& weights);
 
 // What a path that holds no trainer checkpoint is, where it is a Hugging Face model folder: a

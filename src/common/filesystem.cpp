@@ -165,8 +165,9 @@ bool AppendWholeRecord(std::FILE* file, const std::string& bytes) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int saved = n < 0 ? errno : ENOSPC;
-      if (start >= 0 && ftruncate(fd, start) != 0) {
-      }  // best effort: the write's reason is the one to report
+      // Best effort: the write's reason is the one to report.
+      const bool cut = start >= 0 && ftruncate(fd, start) == 0;
+      (void)cut;
       errno = saved;
       return false;
     }

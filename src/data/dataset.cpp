@@ -48,18 +48,17 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& pa
                      "): no HDF5 signature found. Pass a file written by `trainer pack`");
   std::unique_ptr<TokenDataset> dataset(new TokenDataset());
   dataset->path_ = path;
-  dataset->opened_device_ = info.st_dev;
-  dataset->opened_inode_ = info.st_ino;
   dataset->opened_bytes_ = info.st_size;
-  // Readers never write: skip file locks, which some parallel file systems do not support.
-  Hdf5Handle access_props;
-  HDF5_CHECK(access_props.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose));
-#if H5_VERSION_GE(1, 10, 7)
-  HDF5_CHECK(H5Pset_file_locking(access_props.get(), false, true));
-#endif
-  if (dataset->file_.Reset(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access_props.get()), H5Fclose) < 0)
+  if (!Hdf5OpenReadOnly(path, &dataset->file_))
     return DataError("cannot open dataset (" + path + "): " + Hdf5ErrorText() +
                      ". Check the file's permissions and that it is complete");
+  // The descriptor HDF5 reads through (its default sec2 driver), for CheckNotTruncated.
+  Hdf5Handle access;
+  void* handle = nullptr;
+  if (access.Reset(H5Fget_access_plist(dataset->file_.get()), H5Pclose) >= 0 &&
+      H5Pget_driver(access.get()) == H5FD_SEC2 &&
+      H5Fget_vfd_handle(dataset->file_.get(), access.get(), &handle) >= 0 && handle != nullptr)
+    dataset->descriptor_ = *static_cast<int*>(handle);
   TRAINER_RETURN_IF_ERROR(dataset->Validate(model_vocab_size, options));
   return dataset;
 }
@@ -353,9 +352,8 @@ void TokenDataset::WindowDocStarts(int64_t first, int seq_len, int32_t* starts,
 
 Status TokenDataset::CheckNotTruncated() const {
   struct stat now;
-  if (stat(path_.c_str(), &now) != 0 || now.st_dev != opened_device_ ||
-      now.st_ino != opened_inode_ || now.st_size >= opened_bytes_)
-    return Status::Ok();  // removed or replaced: the open file reads on as it was
+  if (descriptor_ < 0 || fstat(descriptor_, &now) != 0 || now.st_size >= opened_bytes_)
+    return Status::Ok();
   return DataError(StrFormat(
       "dataset file truncated during the run (%s: %lld bytes when opened, %lld now): the samples "
       "past its new end would read as zeros. Restore the file (trainer pack writes a new one and "

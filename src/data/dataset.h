@@ -101,15 +101,14 @@ class TokenDataset {
   Status ReadSampleRange(const DataSplit& split, const std::vector<int64_t>& ids, int seq_len,
                          int32_t* inputs, int32_t* targets, const int64_t* shifts,
                          int32_t* doc_starts);
-  // A data error when the file was truncated since it was opened (the same file, fewer bytes):
-  // HDF5 reads zeros past its end. A file replaced by another (a new inode) reads on as opened.
+  // A data error when the file opened was truncated since (fewer bytes than then): HDF5 reads
+  // zeros past its end. A file replaced by another at its path (pack's rename) is not this one.
   Status CheckNotTruncated() const;
   // The document starts (T) of the window whose first token is `first`; targets (T) or null.
   void WindowDocStarts(int64_t first, int seq_len, int32_t* starts, int32_t* targets) const;
 
   std::string path_;
-  dev_t opened_device_ = 0;  // the file as opened: CheckNotTruncated
-  ino_t opened_inode_ = 0;
+  int descriptor_ = -1;  // HDF5's descriptor of the file (-1: another driver; not checked)
   off_t opened_bytes_ = 0;
   Hdf5Handle file_;
   Hdf5Handle tokens_;

@@ -60,12 +60,8 @@ std::string MissingVirtualSource(hid_t create_props, size_t i, const std::string
   std::string path = file;
   if (!file.empty() && file[0] != '/' && H5Fis_hdf5(file.c_str()) <= 0) path = folder + "/" + file;
   if (H5Fis_hdf5(path.c_str()) <= 0) return "its source file " + file + " is missing";
-  Hdf5Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);  // read only: no file locks
-#if H5_VERSION_GE(1, 10, 7)
-  if (access.valid()) H5Pset_file_locking(access.get(), false, true);
-#endif
-  Hdf5Handle source(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose);
-  if (!source.valid()) return "its source file " + path + " cannot be opened";
+  Hdf5Handle source;
+  if (!Hdf5OpenReadOnly(path, &source)) return "its source file " + path + " cannot be opened";
   if (H5Lexists(source.get(), name.c_str(), H5P_DEFAULT) <= 0)
     return "its source " + path + " has no dataset " + name;
   return "";
@@ -105,6 +101,15 @@ std::string Hdf5MissingVirtualSource(hid_t dataset, const std::string& folder) {
              "the file itself";
   }
   return "";
+}
+
+bool Hdf5OpenReadOnly(const std::string& path, Hdf5Handle* file) {
+  Hdf5Handle access;
+  if (access.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose) < 0) return false;
+#if H5_VERSION_GE(1, 10, 7)
+  if (H5Pset_file_locking(access.get(), false, true) < 0) return false;
+#endif
+  return file->Reset(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose) >= 0;
 }
 
 int64_t Hdf5Length1D(hid_t dataset) {

@@ -93,6 +93,11 @@ class Hdf5Handle {
 };
 
 // Number of elements of a 1-D dataset; -1 with HDF5's error stack set when it is not 1-D.
+// Opens `path` read-only, without HDF5's file lock (readers never write; some parallel file
+// systems keep no locks, and HDF5 refuses a second open of one file with other locking flags).
+// False when HDF5 cannot open it: Hdf5ErrorText() says why.
+bool Hdf5OpenReadOnly(const std::string& path, Hdf5Handle* file);
+
 int64_t Hdf5Length1D(hid_t dataset);
 
 // Elements [start, start + count) of a 1-D dataset to/from `buffer` (as `mem_type`) by hyperslab.

@@ -47,9 +47,11 @@ void Watchdog::Run() {
     stop_signal_.wait_for(lock, period);
     if (stopping_) return;
     const double idle = Now() - last_beat_;
+    // Waiting for rank 0, which works meanwhile under its own watchdog: a longer bound.
+    const bool root = awaiting_root_;
+    if (idle < (root ? kRootWaitFactor : 1) * timeout_) continue;
     const ProcessIdentity& id = GetProcessIdentity();
-    if (awaiting_root_) {  // rank 0 works meanwhile, timed by its own watchdog
-      if (idle < kRootWaitFactor * timeout_) continue;
+    if (root)
       LogError(StrFormat(
           "no word from rank 0 for %.1f s in %s (rank %d on %s; a wait for rank 0 is given %g x "
           "Engine.watchdog_s=%g): rank 0's own watchdog did not end it, so its process is "
@@ -57,16 +59,14 @@ void Watchdog::Run() {
           "if rank 0's part is just slow (a large checkpoint's verification or write), raise "
           "Engine.watchdog_s",
           idle, phase_.load(), id.rank, id.host.c_str(), kRootWaitFactor, timeout_));
-      std::_Exit(static_cast<int>(ExitCode::kRuntime));
-    }
-    if (idle < timeout_) continue;
-    LogError(StrFormat(
-        "no progress for %.1f s in %s (rank %d on %s, Engine.watchdog_s=%g): a collective is "
-        "stuck, most likely because another rank died or the network hangs. Read the other "
-        "ranks' errors above; NCCL_DEBUG=WARN or OMPI_MCA_btl_base_verbose=100 say more. If "
-        "this phase is just slow (a step, an evaluation or a checkpoint taking longer than "
-        "that), raise Engine.watchdog_s",
-        idle, phase_.load(), id.rank, id.host.c_str(), timeout_));
+    else
+      LogError(StrFormat(
+          "no progress for %.1f s in %s (rank %d on %s, Engine.watchdog_s=%g): a collective is "
+          "stuck, most likely because another rank died or the network hangs. Read the other "
+          "ranks' errors above; NCCL_DEBUG=WARN or OMPI_MCA_btl_base_verbose=100 say more. If "
+          "this phase is just slow (a step, an evaluation or a checkpoint taking longer than "
+          "that), raise Engine.watchdog_s",
+          idle, phase_.load(), id.rank, id.host.c_str(), timeout_));
     // Not MPI_Abort: MPI runs MPI_THREAD_FUNNELED, so this thread may not call it. The launcher
     // ends the other ranks when one exits non-zero (mpirun does; srun with --kill-on-bad-exit).
     std::_Exit(static_cast<int>(ExitCode::kRuntime));

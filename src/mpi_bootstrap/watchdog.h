@@ -1,13 +1,12 @@
 // Watchdog: turns a stuck collective into an error instead of a silent hang. The training loop,
 // and the checkpoint's lock wait, verification, load and save tensor by tensor, report progress
 // (Beat, naming what goes on); a thread checks that the last beat is younger than the timeout
-// (while the rank waits for rank 0's work, AwaitRoot, kRootWaitFactor times the timeout: rank
-// 0's own watchdog times its work, and this bound stands where rank 0's process cannot end
-// itself: stopped, or its host cut off), and otherwise prints one line naming the phase, rank
-// and host and ends this process at once
-// with exit code 1 (std::_Exit: no MPI call from this thread, which MPI_THREAD_FUNNELED
-// forbids). The launcher then ends every other rank: mpirun does when a rank exits non-zero,
-// srun with --kill-on-bad-exit (slurm/train.sbatch passes it).
+// (kRootWaitFactor times it while the rank waits for rank 0's work, AwaitRoot: rank 0's own
+// watchdog times that work, and the longer bound stands where rank 0's process cannot end
+// itself: stopped, or its host cut off). Otherwise it prints one line naming the phase, rank
+// and host and ends this process at once with exit code 1 (std::_Exit: no MPI call from this
+// thread, which MPI_THREAD_FUNNELED forbids). The launcher then ends every other rank: mpirun
+// does when a rank exits non-zero, srun with --kill-on-bad-exit (slurm/train.sbatch passes it).
 #pragma once
 
 #include <atomic>
