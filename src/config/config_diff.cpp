@@ -49,6 +49,17 @@ int DecayInEffect(const TrainConfig& c) {
   return std::max(0, c.engine.max_steps - c.optimizer.warmup_steps);
 }
 
+// What a MoE layer counts over each micro-batch's tokens: which tokens a capacity drops, and the
+// aux_loss kind of load-balancing loss ("" where neither applies).
+std::string PerMicroBatchMoe(const ModelConfig& m) {
+  if (!m.moe()) return "";
+  std::string what;
+  if (m.moe_expert_capacity_factor > 0) what = "Model.moe_expert_capacity_factor's drops";
+  if (m.moe_aux_loss_coeff > 0 && m.moe_router_load_balancing_type == "aux_loss")
+    what += std::string(what.empty() ? "" : " and ") + "the aux_loss load-balancing loss";
+  return what;
+}
+
 }  // namespace
 
 std::vector<std::string> DifferingKeys(const TrainConfig& a, const TrainConfig& b,
@@ -79,6 +90,12 @@ std::vector<std::string> ChangedSettings(const TrainConfig& before, const TrainC
         "the training files' share held out for validation (Data.val_fraction, 0 when "
         "Data.val_path is set) %g -> %g: the training samples and their order change",
         HeldOut(before), HeldOut(after)));
+  const std::string per_micro_batch = PerMicroBatchMoe(after.model);
+  if (before.global.micro_batch_size != after.global.micro_batch_size && !per_micro_batch.empty())
+    changes.push_back(StrFormat("Global.micro_batch_size %d -> %d (%s count over each "
+                                "micro-batch's tokens)",
+                                before.global.micro_batch_size, after.global.micro_batch_size,
+                                per_micro_batch.c_str()));
   if (DecayInEffect(before) != DecayInEffect(after))
     changes.push_back(
         StrFormat("the decay length (Optimizer.decay_steps, or when 0 Engine.max_steps - "

@@ -574,5 +574,38 @@ TEST(ChangedSettings, TheDecayLengthInEffect) {
   EXPECT_TRUE(ChangedSettings(constant, constant_longer).empty());
 }
 
+// A MoE layer's capacity and its aux_loss count over each micro-batch's tokens: a changed
+// micro-batch changes the numbers there (and only there).
+TEST(ChangedSettings, TheMicroBatchWhereMoeCountsOverIt) {
+  TrainConfig dense;
+  TrainConfig dense_smaller = dense;
+  dense_smaller.global.micro_batch_size = 1;
+  EXPECT_TRUE(ChangedSettings(dense, dense_smaller).empty());
+  TrainConfig moe = dense;
+  moe.model.num_experts = 4;
+  moe.model.moe_router_topk = 2;
+  TrainConfig moe_smaller = moe;  // dropless, no aux loss: the micro-batch does not count
+  moe_smaller.global.micro_batch_size = 1;
+  EXPECT_TRUE(ChangedSettings(moe, moe_smaller).empty());
+  for (const char* kind : {"capacity", "aux_loss", "seq_aux_loss"}) {
+    TrainConfig before = moe;
+    if (std::string(kind) == "capacity") {
+      before.model.moe_expert_capacity_factor = 1.0;
+    } else {
+      before.model.moe_aux_loss_coeff = 0.01;
+      before.model.moe_router_load_balancing_type = kind;
+    }
+    TrainConfig after = before;
+    after.global.micro_batch_size = 1;
+    const std::vector<std::string> changes = ChangedSettings(before, after);
+    if (std::string(kind) == "seq_aux_loss") {  // over each sequence: any micro-batch
+      EXPECT_TRUE(changes.empty()) << changes[0];
+      continue;
+    }
+    ASSERT_EQ(changes.size(), 1u) << kind;
+    EXPECT_EQ(changes[0].rfind("Global.micro_batch_size 2 -> 1 (", 0), 0u) << changes[0];
+  }
+}
+
 }  // namespace
 }  // namespace trainer
