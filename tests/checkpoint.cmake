@@ -19,6 +19,7 @@ trainer_script_test(checkpoint_integrity SCRIPT checkpoint_integrity.sh LABELS "
 trainer_script_test(checkpoint_preempt SCRIPT checkpoint_preempt.sh LABELS "e2e;mpi" TIMEOUT 240)
 # Rewinding, a fresh run in a used folder, the fallback's direction, stray *.tmp entries.
 trainer_script_test(checkpoint_lifecycle SCRIPT checkpoint_lifecycle.sh LABELS "e2e;mpi" TIMEOUT 240)
+trainer_script_test(metrics_resume SCRIPT metrics_resume.sh LABELS "e2e;mpi" TIMEOUT 240)
 # Checkpoints that do not fit the run: extra tensors, another LoRA base, adapters vs weights.
 trainer_script_test(checkpoint_mismatch SCRIPT checkpoint_mismatch.sh LABELS "e2e;mpi" TIMEOUT 240)
 # A load failure on one rank only (it cannot see rank 0's checkpoint): one line, from that rank.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "common/filesystem.h"
@@ -56,27 +57,40 @@ int64_t RecordStep(const std::string& line) {
   return end != line.c_str() + key.size() && (*end == ',' || *end == '}') ? step : -1;
 }
 
-}  // namespace
-
-Status MetricsWriter::StartFresh() {
-  return tensorboard_ ? tensorboard_->WriteSessionStart(1) : Status::Ok();
+// metrics.jsonl.branch: "<byte offset> <step>" while a run gone back to <step> has committed
+// nothing; its own records begin at the offset.
+std::string BranchPath(const std::string& path) {
+  return path + ".branch";
 }
 
-Status MetricsWriter::StartAt(int64_t step) {
-  if (tensorboard_) TRAINER_RETURN_IF_ERROR(tensorboard_->WriteSessionStart(step + 1));
-  if (file_ == nullptr) return Status::Ok();
+// The offset in metrics.jsonl where a run that went back began appending (npos: none, or a
+// record that does not fit the file as it is).
+size_t BranchStart(const std::string& path) {
+  auto text = ReadSmallFile(BranchPath(path));
+  long long offset = -1, step = -1;
+  if (!text.ok() || std::sscanf(text.value().c_str(), "%lld %lld", &offset, &step) != 2 ||
+      offset < 0 || offset > FileSize(path))
+    return std::string::npos;
+  return static_cast<size_t>(offset);
+}
+
+}  // namespace
+
+Status MetricsWriter::MoveRecords(int64_t step, size_t boundary, bool move_from_boundary,
+                                  const std::string& which) {
+  std::fflush(file_);
   TRAINER_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(path_));
   std::string kept, moved;
-  size_t dropped = 0;
+  size_t count = 0;
   for (size_t at = 0, end; at < text.size(); at = end + 1) {
     end = std::min(text.find('\n', at), text.size());
     const std::string line = text.substr(at, end - at);
     const int64_t record_step = RecordStep(line);
-    const bool past = record_step < 0 || record_step > step;
-    dropped += past;
+    const bool past = at >= boundary ? move_from_boundary : record_step < 0 || record_step > step;
+    count += past;
     (past ? moved : kept) += line + '\n';
   }
-  if (dropped == 0) return Status::Ok();
+  if (count == 0) return Status::Ok();
   // Kept aside, not lost: a run gone back to an earlier step may return to the line it left.
   const std::string aside = path_ + ".superseded";
   std::string earlier;
@@ -91,10 +105,45 @@ Status MetricsWriter::StartAt(int64_t step) {
   if (file_ == nullptr)
     return RuntimeError(StrFormat("cannot open %s for appending: %s (Engine.output_dir)",
                                   path_.c_str(), std::strerror(errno)));
-  LogInfo(StrFormat("%s: %zu record(s) after step %lld, logged by the run that went past this "
-                    "checkpoint, moved to %s",
-                    path_.c_str(), dropped, static_cast<long long>(step), aside.c_str()));
+  LogInfo(StrFormat("%s: %zu record(s) %s moved to %s", path_.c_str(), count, which.c_str(),
+                    aside.c_str()));
   return Status::Ok();
+}
+
+Status MetricsWriter::StartAt(int64_t step) {
+  if (tensorboard_) TRAINER_RETURN_IF_ERROR(tensorboard_->WriteSessionStart(step + 1));
+  if (file_ == nullptr) return Status::Ok();
+  const std::string which =
+      step == 0 ? "of an earlier run that committed no checkpoint here,"
+                : StrFormat(
+                      "after step %lld (logged past this checkpoint) or of a run that went "
+                      "back and committed no checkpoint,",
+                      static_cast<long long>(step));
+  TRAINER_RETURN_IF_ERROR(MoveRecords(step, BranchStart(path_), true, which));
+  return RemoveTree(BranchPath(path_));
+}
+
+Status MetricsWriter::StartBranch(int64_t step) {
+  if (tensorboard_) TRAINER_RETURN_IF_ERROR(tensorboard_->WriteSessionStart(step + 1));
+  if (file_ == nullptr) return Status::Ok();
+  const size_t abandoned = BranchStart(path_);
+  if (abandoned != std::string::npos)
+    TRAINER_RETURN_IF_ERROR(MoveRecords(std::numeric_limits<int64_t>::max(), abandoned, true,
+                                        "of a run that went back and committed no checkpoint,"));
+  branch_step_ = step;
+  return WriteFileAtomically(
+      BranchPath(path_), StrFormat("%lld %lld\n", FileSize(path_), static_cast<long long>(step)));
+}
+
+Status MetricsWriter::SettleBranch() {
+  if (branch_step_ < 0 || file_ == nullptr) return Status::Ok();
+  const int64_t step = branch_step_;
+  branch_step_ = -1;
+  TRAINER_RETURN_IF_ERROR(
+      MoveRecords(step, BranchStart(path_), false,
+                  StrFormat("after step %lld, of the line of training this run went back from,",
+                            static_cast<long long>(step))));
+  return RemoveTree(BranchPath(path_));
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -136,6 +136,8 @@ class Trainer {
   Status SaveCheckpoint(bool wait);
   // Waits for the background save in flight (collective), then logs and records it.
   Status FinishCheckpoint();
+  // The metrics' start for the step Restore reached (MetricsWriter::StartAt or StartBranch).
+  Status StartMetrics();
   // Checkpoint.async_save: the saver, or (HDF5 not thread-safe) a warning and synchronous saves.
   void CreateCheckpointSaver();
   Status Resume();

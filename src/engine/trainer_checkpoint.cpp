@@ -42,11 +42,9 @@ Status Trainer::Restore() {
   if (config_.model.lora()) TRAINER_RETURN_IF_ERROR(LoadLoraBase());
   if (!config_.checkpoint.resume.empty()) {
     TRAINER_RETURN_IF_ERROR(Resume());
-    // What the interrupted run logged past its checkpoint is logged again from here. Nothing
-    // resumed (a fresh start under auto): the folder's metrics stay as they are.
-    if (state_.step > 0) return metrics_->StartAt(state_.step);
+    if (state_.step > 0) return StartMetrics();
   }
-  TRAINER_RETURN_IF_ERROR(metrics_->StartFresh());
+  TRAINER_RETURN_IF_ERROR(StartMetrics());
   // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
   if (!config_.checkpoint.init_from.empty() && !config_.model.lora()) {
     std::vector<float> flat;
@@ -59,6 +57,20 @@ Status Trainer::Restore() {
   }
   return optimizer_->SetMaster(InitialParameterValues(config_.model, model_->partition(),
                                                       model_->parameters(), config_.global.seed));
+}
+
+// What the interrupted run logged past the checkpoint resumed (or, for a fresh start, what an
+// earlier run that saved nothing logged) is logged again from here. Gone back below the folder's
+// newest checkpoint, the records of the line left stay until this run commits one. A run with
+// nothing to train changes nothing.
+Status Trainer::StartMetrics() {
+  if (state_.step >= config_.engine.max_steps && state_.step > 0) return Status::Ok();
+  const std::vector<std::string> committed = groups_.world_rank == 0 && state_.step > 0
+                                                 ? CommittedCheckpoints(config_.checkpoint_dir())
+                                                 : std::vector<std::string>{};
+  const bool gone_back =
+      !committed.empty() && CheckpointFolderStep(committed.front()) > state_.step;
+  return gone_back ? metrics_->StartBranch(state_.step) : metrics_->StartAt(state_.step);
 }
 
 Status Trainer::LoadLoraBase() {
@@ -111,6 +123,7 @@ Status Trainer::SaveCheckpoint(bool wait) {
   last_checkpoint_ = report.path;
   LogInfo(StrFormat("saved checkpoint %s (%.1f MB in %.2fs)", report.path.c_str(),
                     report.bytes / 1e6, report.seconds));
+  TRAINER_RETURN_IF_ERROR(metrics_->SettleBranch());
   return metrics_->Write({{"step", static_cast<double>(state_.step)},
                           {"checkpoint_bytes", static_cast<double>(report.bytes)},
                           {"checkpoint_save_s", report.seconds}});
@@ -138,6 +151,7 @@ Status Trainer::FinishCheckpoint() {
   LogInfo(StrFormat(
       "saved checkpoint %s (%.1f MB; training waited %.2fs, written in the background in %.2fs)",
       report.path.c_str(), report.bytes / 1e6, save_blocking_s_, report.seconds));
+  TRAINER_RETURN_IF_ERROR(metrics_->SettleBranch());
   return metrics_->Write({{"step", static_cast<double>(saving_step_)},
                           {"checkpoint_bytes", static_cast<double>(report.bytes)},
                           {"checkpoint_save_s", save_blocking_s_},

@@ -198,6 +198,16 @@ Status Trainer::Run() {
       // A stop, and the end of training, wait for the write: the process ends after it.
       TRAINER_RETURN_IF_ERROR(SaveCheckpoint(stop || step == e.max_steps));
     }
+    // After the save: an evaluation that fails never costs the checkpoint that was due.
+    if (eval_due) {
+      double val = 0;
+      ReportProgress(progress_, "an evaluation");
+      TRAINER_RETURN_IF_ERROR(Evaluate(&val));
+      LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, val));
+      last_val = val;
+      TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step}, {"val_loss", val}}));
+    }
+    // A stop runs the evaluation due at its step first: the resumed run starts after it.
     if (stop && step < e.max_steps) {
       const std::string by = PreemptionSignalName();
       const std::string why =
@@ -209,18 +219,10 @@ Status Trainer::Run() {
                     why.c_str(), step));
       return Status(ExitCode::kPreempted, "");
     }
-    // After the save: an evaluation that fails never costs the checkpoint that was due.
-    if (eval_due) {
-      double val = 0;
-      ReportProgress(progress_, "an evaluation");
-      TRAINER_RETURN_IF_ERROR(Evaluate(&val));
-      LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, val));
-      last_val = val;
-      TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step}, {"val_loss", val}}));
-    }
     if (save_due || eval_due) window_start += std::chrono::steady_clock::now() - pause_start;
   }
-  TRAINER_RETURN_IF_ERROR(FinishCheckpoint());  // the end of training waits for the writer
+  TRAINER_RETURN_IF_ERROR(FinishCheckpoint());        // the end of training waits for the writer
+  TRAINER_RETURN_IF_ERROR(metrics_->SettleBranch());  // a run gone back that saved nothing
   LogInfo(Summary(state_.step - first_step, Seconds(start), last_loss, last_val));
   if (backend_->PeakAllocatedBytes() > 0)  // the host allocator's count (CPU ranks)
     LogInfo(
