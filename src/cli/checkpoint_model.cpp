@@ -108,6 +108,14 @@ Status CheckTokenizerFitsModel(const std::string& dir, int64_t tokens, const Mod
 
 StatusOr<std::shared_ptr<const BpeVocabulary>> LoadModelTokenizer(const std::string& dir,
                                                                   const ModelConfig& model) {
+  const auto has = [&](const char* name) { return PathExists(dir + "/" + name); };
+  if (!has("tokenizer.json") && !has("tokenizer.model") &&
+      !(has("vocab.json") && has("merges.txt")) && !(has("encoder.json") && has("vocab.bpe")))
+    return UsageError(StrFormat(
+        "no tokenizer in %s (--tokenizer-dir): expected a Hugging Face tokenizer.json (or a "
+        "SentencePiece tokenizer.model), or GPT-2's vocab.json and merges.txt. Give the folder of "
+        "the tokenizer the training data was packed with (trainer pack's --tokenizer-dir)",
+        dir.c_str()));
   TRAINER_ASSIGN_OR_RETURN(std::shared_ptr<const BpeVocabulary> tokenizer,
                            BpeVocabulary::Load(dir, "--tokenizer-dir"));
   TRAINER_RETURN_IF_ERROR(CheckTokenizerFitsModel(dir, tokenizer->size(), model));

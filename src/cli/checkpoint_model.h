@@ -46,7 +46,8 @@ std::string CapacityNote(const ModelConfig& model, const std::string& what);
 Status CheckTokenizerFitsModel(const std::string& dir, int64_t tokens, const ModelConfig& model);
 
 // The GPT-2 BPE files in `dir` (--tokenizer-dir) for a checkpoint's model: a usage error when
-// they hold more tokens than the model's vocabulary (not the tokenizer its data was packed with).
+// they hold more tokens than the model's vocabulary (not the tokenizer its data was packed with),
+// or naming every kind of tokenizer file export and sample take where `dir` holds none.
 StatusOr<std::shared_ptr<const BpeVocabulary>> LoadModelTokenizer(const std::string& dir,
                                                                   const ModelConfig& model);
 

@@ -169,6 +169,9 @@ expect_error 2 "stale/model-00003-of-00004.safetensors exists (trainer export --
   "$TRAINER" export run/checkpoints --output stale
 [[ $(ls stale) == model-00003-of-00004.safetensors ]] || fail "a refused export wrote into stale"
 expect_error 2 "use f32 or bf16" "$TRAINER" export run/checkpoints --output other --dtype f16
+mkdir -p no-tokenizer
+expect_error 2 "no tokenizer in no-tokenizer (\-\-tokenizer-dir): expected a Hugging Face tokenizer.json" \
+  "$TRAINER" export run/checkpoints --output other --tokenizer-dir no-tokenizer
 expect_error 2 "needs --output" "$TRAINER" export run/checkpoints
 echo "not a folder" > a-file
 expect_error 2 "\-\-output a-file/sub: a-file is a file, not a folder" \

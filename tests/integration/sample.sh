@@ -54,6 +54,9 @@ expect_error 2 "\-\-tokens 0: give at least 1" "$TRAINER" sample run/checkpoints
 expect_error 2 "\-\-temperature nan: give a finite value of at least 0" "$TRAINER" sample run/checkpoints -t nan
 expect_error 2 "\-\-top-k -3: give at least 0" "$TRAINER" sample run/checkpoints -k -3
 expect_error 2 "needs a checkpoint" "$TRAINER" sample
+mkdir -p no-tokenizer
+expect_error 2 "no tokenizer in no-tokenizer (\-\-tokenizer-dir): expected a Hugging Face tokenizer.json" \
+  "$TRAINER" sample run/checkpoints --tokenizer-dir no-tokenizer
 # A failed sample leaves an existing --output as it was (the sample is written to OUTPUT.tmp and
 # renamed over it once whole), and stdout holds the sample alone (progress lines go to stderr).
 echo "notes kept" > kept.txt
