@@ -38,7 +38,12 @@ int RunPackCommand(const std::vector<std::string>& args) {
       ("chat-template", po::value<std::string>(&options.chat_template),
        "chat: chatml (Qwen, SmolLM2), llama3 (contents trimmed, as Llama 3's template does) or "
        "none (each message's content and a newline); "
-       "default chatml with --tokenizer hf, none with the others (no special tokens)")
+       "default with --tokenizer hf llama3 where the tokenizer has <|start_header_id|> and not "
+       "<|im_start|>, else chatml; none with the others (no special tokens)")
+      ("system", po::value<std::string>(&options.system),
+       "chat: a system message put first in each conversation that has none (ms-swift's "
+       "--system; Qwen2.5-Instruct's template adds \"You are Qwen, created by Alibaba Cloud. You "
+       "are a helpful assistant.\")")
       ("max-length", po::value<int64_t>(&options.max_length)->default_value(options.max_length),
        "chat: most tokens per conversation, its end-of-document token included; 0 = no limit")
       ("overlong", po::value<std::string>(&options.overlong)->default_value(options.overlong),
@@ -84,6 +89,7 @@ int RunPackCommand(const std::vector<std::string>& args) {
     return values.count(flag) > 0 && !values[flag].defaulted();
   };
   for (const auto& [flag, format] : {std::pair{"chat-template", "chat"},
+                                     {"system", "chat"},
                                      {"max-length", "chat"},
                                      {"overlong", "chat"},
                                      {"jsonl-key", "jsonl"}}) {

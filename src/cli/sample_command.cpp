@@ -98,7 +98,7 @@ class TokenText {
                            : std::make_unique<BpeTokenizer>(bpe_, eod_);
       tokenizer = own_tokenizer_.get();
     }
-    const std::string chat_template = ChatTemplateFor(o.chat_template, *tokenizer);
+    const std::string chat_template = ChatTemplateFor(o.chat_template, tokenizer);
     TRAINER_RETURN_IF_ERROR(CheckChatTemplate(chat_template, "sample"));
     TRAINER_RETURN_IF_ERROR(CheckChatTokenizer(chat_template, tokenizer, "sample"));
     std::vector<ChatMessage> messages;
@@ -301,9 +301,9 @@ int RunSampleCommand(const std::vector<std::string>& args) {
                                       "--chat: a system message before the user's")(
       "chat-template", po::value(&o.chat_template)->default_value(""),
       "--chat: chatml, llama3 or none, as trainer pack --input-format chat packed the data "
-      "(default chatml with a tokenizer.json, none with the others)")(
-      "prompt-ids", po::value(&o.prompt_ids)->default_value(""),
-      "token ids to continue, space-separated (any tokenizer)")(
+      "(default as pack's: with a tokenizer.json llama3 for a Llama 3 one, else chatml; none "
+      "with the others)")("prompt-ids", po::value(&o.prompt_ids)->default_value(""),
+                          "token ids to continue, space-separated (any tokenizer)")(
       "tokens,n", po::value(&o.tokens)->default_value(256), "tokens to generate")(
       "temperature,t", po::value(&o.temperature)->default_value(1.0),
       "softmax temperature; 0 takes the likeliest token every time")(

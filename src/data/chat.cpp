@@ -117,9 +117,17 @@ Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer
   return Status::Ok();
 }
 
-std::string ChatTemplateFor(const std::string& requested, const Tokenizer& tokenizer) {
+std::string ChatTemplateFor(const std::string& requested, Tokenizer* tokenizer) {
   if (!requested.empty()) return requested;
-  return tokenizer.name() == "hf" ? "chatml" : "none";
+  if (tokenizer->name() != "hf") return "none";
+  const WithoutDocumentMarkers pieces_alone(tokenizer);
+  const auto one_token = [&](const std::string& marker) {
+    std::vector<uint32_t> tokens;
+    std::vector<uint8_t> mask;
+    return Piece(tokenizer, "--chat-template", marker, 0, &tokens, &mask).ok() &&
+           tokens.size() == 1;
+  };
+  return !one_token("<|im_start|>") && one_token("<|start_header_id|>") ? "llama3" : "chatml";
 }
 
 Status CheckChatTemplate(const std::string& chat_template, const std::string& command) {
@@ -139,26 +147,46 @@ Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& c
   const auto piece = [&](const std::string& text, bool masked) {
     return Piece(tokenizer, source, text, masked ? 1 : 0, tokens, mask);
   };
-  for (const ChatMessage& message : messages)
+  for (const ChatMessage& message : messages) {
     if (!KnownRole(message.role))
       return DataError(StrFormat(
           "unknown chat role (%s, --input-format chat): \"%s\". Use system, developer, user, "
           "assistant, tool, function or ipython (only the assistant's tokens are trained; "
           "ShareGPT's human and gpt are user and assistant)",
           source.c_str(), message.role.c_str()));
+    if (message.train == 1 && message.role != "assistant")
+      return DataError(
+          StrFormat("a %s message marked for training (%s, --input-format chat: \"weight\": 1 or "
+                    "\"loss\": true): only the assistant's messages are trained. Remove the mark",
+                    message.role.c_str(), source.c_str()));
+  }
   if (chat_template == "llama3") TRAINER_RETURN_IF_ERROR(piece("<|begin_of_text|>", false));
   for (const ChatMessage& message : messages) {
-    const bool trained = message.role == "assistant";
+    const bool trained = message.trained();
+    // A trained reply is tokenized apart from its header, as the model generates it after the
+    // header; any other message as one piece with its header and end marker, as the tokenizer
+    // reads the whole rendered text (apply_chat_template): the special tokens bound the pieces,
+    // and the header's newline may join a leading space or newline of the content.
     if (chat_template == "chatml") {
-      TRAINER_RETURN_IF_ERROR(piece("<|im_start|>" + message.role + "\n", false));
-      TRAINER_RETURN_IF_ERROR(piece(message.content, trained));
-      TRAINER_RETURN_IF_ERROR(piece("<|im_end|>", trained));
+      const std::string header = "<|im_start|>" + message.role + "\n";
+      if (!trained) {
+        TRAINER_RETURN_IF_ERROR(piece(header + message.content + "<|im_end|>", false));
+      } else {
+        TRAINER_RETURN_IF_ERROR(piece(header, false));
+        TRAINER_RETURN_IF_ERROR(piece(message.content, true));
+        TRAINER_RETURN_IF_ERROR(piece("<|im_end|>", true));
+      }
       TRAINER_RETURN_IF_ERROR(piece("\n", false));
     } else if (chat_template == "llama3") {
-      TRAINER_RETURN_IF_ERROR(
-          piece("<|start_header_id|>" + message.role + "<|end_header_id|>\n\n", false));
-      TRAINER_RETURN_IF_ERROR(piece(PythonStrip(message.content), trained));
-      TRAINER_RETURN_IF_ERROR(piece("<|eot_id|>", trained));
+      const std::string header = "<|start_header_id|>" + message.role + "<|end_header_id|>\n\n";
+      const std::string content = PythonStrip(message.content);
+      if (!trained) {
+        TRAINER_RETURN_IF_ERROR(piece(header + content + "<|eot_id|>", false));
+      } else {
+        TRAINER_RETURN_IF_ERROR(piece(header, false));
+        TRAINER_RETURN_IF_ERROR(piece(content, true));
+        TRAINER_RETURN_IF_ERROR(piece("<|eot_id|>", true));
+      }
     } else {
       TRAINER_RETURN_IF_ERROR(piece(message.content, trained));
       TRAINER_RETURN_IF_ERROR(piece("\n", trained));

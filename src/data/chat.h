@@ -17,19 +17,24 @@ namespace trainer {
 struct ChatMessage {
   std::string role;
   std::string content;
+  int train = -1;  // "weight" 0/1 or "loss" false/true; -1: unset (the assistant's are trained)
+  bool trained() const { return role == "assistant" && train != 0; }
 };
 
 // The messages of one JSON Lines record: the array at "messages", each an object with string
-// "role" and "content" (other keys skipped). A data error says what is wrong.
+// "role" and "content", and optionally OpenAI's "weight" (0 or 1) or ms-swift's "loss" (true,
+// false, null); other keys skipped, but a non-empty "tool_calls" (which no built-in template
+// renders) refused. A data error says what is wrong.
 Status JsonChatMessages(std::string_view line, std::vector<ChatMessage>* messages);
 
 // Usage error unless `chat_template` is chatml, llama3 or none. `command`: the subcommand whose
 // --chat-template it is (pack, sample), for the messages.
 Status CheckChatTemplate(const std::string& chat_template, const std::string& command = "pack");
-// The template a pack uses: `requested` (--chat-template), or where it is empty the default for
-// the tokenizer: chatml for a tokenizer.json (--tokenizer hf), none for the others, which have
-// no special tokens for a template's markers.
-std::string ChatTemplateFor(const std::string& requested, const Tokenizer& tokenizer);
+// The template a pack (or sample --chat) uses: `requested` (--chat-template), or where it is
+// empty the default for the tokenizer: for a tokenizer.json (--tokenizer hf) llama3 where
+// Llama 3's <|start_header_id|> is one of its tokens and chatml's <|im_start|> is not, else
+// chatml; none for the others, which have no special tokens for a template's markers.
+std::string ChatTemplateFor(const std::string& requested, Tokenizer* tokenizer);
 
 // Usage error unless `tokenizer` can render `chat_template`: every marker of chatml or llama3 is
 // one token of an hf tokenizer (bytes and gpt2 take none only; a marker split into ordinary
@@ -43,10 +48,13 @@ Status CheckChatTokenizer(const std::string& chat_template, Tokenizer* tokenizer
 // llama3: "<|begin_of_text|>", then "<|start_header_id|>{role}<|end_header_id|>\n\n" {content}
 // "<|eot_id|>" per message, the content trimmed as Llama 3's own template does (Jinja's trim:
 // Python's str.strip, Unicode whitespace as str.isspace has it); none: {content} "\n" per message.
-// Each piece is tokenized on its own (a document for the tokenizer), so the masked spans have exact
-// token boundaries; the content and end marker (for none: the newline) of an "assistant" message
-// get mask 1. The pieces get none of the tokenizer's own document markers
-// (set_document_markers(false) while rendering).
+// The content and end marker (for none: the newline) of a trained message (an "assistant" one
+// without "weight": 0 or "loss": false) get mask 1, tokenized apart from its header, as the model
+// generates a reply after the header: the masked spans have exact token boundaries. Every other
+// message is one piece with its header and end marker, tokenized as transformers'
+// apply_chat_template tokenizes the whole text (the special tokens bound the pieces alike). The
+// pieces get none of the tokenizer's own document markers (set_document_markers(false) while
+// rendering). A data error for a message marked for training that is not the assistant's.
 Status RenderChat(const std::vector<ChatMessage>& messages, const std::string& chat_template,
                   Tokenizer* tokenizer, const std::string& source, std::vector<uint32_t>* tokens,
                   std::vector<uint8_t>* mask);

@@ -94,10 +94,17 @@ class JsonScanner {
       }
       return DataError("an unterminated object or array");
     }
-    const size_t start = at_;  // a number, true, false or null
+    return Literal(nullptr);
+  }
+
+  // A number, true, false or null at the cursor: its text into *out (when given).
+  Status Literal(std::string* out) {
+    SkipSpace();
+    const size_t start = at_;
     while (at_ < text_.size() && text_[at_] != ',' && text_[at_] != '}' && text_[at_] != ']' &&
            text_[at_] != ' ' && text_[at_] != '\t' && text_[at_] != '\r')
       ++at_;
+    if (out) out->assign(text_.substr(start, at_ - start));
     return at_ > start ? Status::Ok() : DataError("a missing value");
   }
 
@@ -155,6 +162,23 @@ class JsonScanner {
   }
 };
 
+// A message's "weight" (OpenAI's fine-tuning files: 0 or 1) or "loss" (ms-swift's: true, false
+// or null) into message->train.
+Status TrainFlag(JsonScanner* json, const std::string& field, ChatMessage* message) {
+  std::string value;
+  TRAINER_RETURN_IF_ERROR(json->Literal(&value));
+  if (field == "weight" && (value == "0" || value == "1")) {
+    message->train = value == "1";
+  } else if (field == "loss" && (value == "true" || value == "false")) {
+    message->train = value == "true";
+  } else if (field != "loss" || value != "null") {
+    return DataError(StrFormat("a message's \"%s\" is %s: use %s", field.c_str(), value.c_str(),
+                               field == "weight" ? "0 (not trained) or 1 (OpenAI's weight)"
+                                                 : "true, false or null (ms-swift's loss)"));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status JsonChatMessages(std::string_view line, std::vector<ChatMessage>* messages) {
@@ -172,6 +196,15 @@ Status JsonChatMessages(std::string_view line, std::vector<ChatMessage>* message
       ChatMessage message;
       bool role = false, content = false;
       TRAINER_RETURN_IF_ERROR(json.Members([&](const std::string& field) -> Status {
+        if (field == "weight" || field == "loss") return TrainFlag(&json, field, &message);
+        if (field == "tool_calls") {  // null or [] says there are none
+          if (!json.Take('[')) return json.SkipValue();
+          if (json.Take(']')) return Status::Ok();
+          return DataError(
+              "a message with \"tool_calls\", which the built-in chat templates do not render "
+              "(they would be dropped): write the calls into its \"content\" as the model's own "
+              "template does (Qwen2.5: <tool_call>{...}</tool_call>)");
+        }
         if (field != "role" && field != "content") return json.SkipValue();
         std::string* out = field == "role" ? &message.role : &message.content;
         (field == "role" ? role : content) = true;

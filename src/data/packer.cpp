@@ -90,7 +90,8 @@ class InputReader {
       : tokenizer_(tokenizer),
         jsonl_(options.input_format == "jsonl" || options.input_format == "chat"),
         chat_(options.input_format == "chat"),
-        chat_template_(ChatTemplateFor(options.chat_template, *tokenizer)),
+        chat_template_(ChatTemplateFor(options.chat_template, tokenizer)),
+        system_(options.system),
         max_length_(options.max_length),
         drop_overlong_(options.overlong == "drop"),
         jsonl_key_(options.jsonl_key),
@@ -130,6 +131,8 @@ class InputReader {
               StrFormat("bad chat line (%s, --input-format chat): %s. Each line must be an object "
                         "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]}",
                         source.c_str(), parsed.message().c_str()));
+        if (!system_.empty() && (messages_.empty() || messages_.front().role != "system"))
+          messages_.insert(messages_.begin(), ChatMessage{"system", system_});
         TRAINER_RETURN_IF_ERROR(
             RenderChat(messages_, chat_template_, tokenizer_, source, &tokens_, &mask_));
         ++stats_.conversations;
@@ -210,6 +213,7 @@ class InputReader {
   bool jsonl_;
   bool chat_;
   std::string chat_template_;
+  std::string system_;  // PackOptions::system
   int64_t max_length_;
   bool drop_overlong_;
   ChatStats stats_;
@@ -398,7 +402,7 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
                       "line one conversation)");
   const bool chat = options.input_format == "chat";
   if (chat) {
-    const std::string chat_template = ChatTemplateFor(options.chat_template, *tokenizer);
+    const std::string chat_template = ChatTemplateFor(options.chat_template, tokenizer);
     TRAINER_RETURN_IF_ERROR(CheckChatTemplate(chat_template));
     TRAINER_RETURN_IF_ERROR(CheckChatTokenizer(chat_template, tokenizer));
     if (options.overlong != "truncate" && options.overlong != "drop")

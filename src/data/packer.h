@@ -20,6 +20,9 @@ struct PackOptions {
   std::string input_format = "text";  // text | jsonl (JSON Lines: each line an object) | chat
   // chat: chatml | llama3 | none (data/chat.h); "": chatml with --tokenizer hf, else none
   std::string chat_template;
+  // chat: a system message put first in each conversation that starts with none ("": none), as
+  // Qwen2.5's template and ms-swift's --system add one
+  std::string system;
   int64_t max_length = 0;                // chat: 0 = any; else tokens per conversation (with eod)
   std::string overlong = "truncate";     // chat: truncate | drop conversations over max_length
   std::string jsonl_key = "text";        // jsonl: the key whose string is the document

@@ -12,10 +12,14 @@ tokenizers with Qwen2's and Llama-3's settings and encodes text with them.
                                          encode_batch of its paragraphs; IDS (raw uint16 or
                                          uint32 by the vocabulary) must hold the whole file's ids
   with_specials DIR OUT TOKEN...         OUT: DIR's tokenizer with TOKENs as more special tokens
-  chat DIR chatml|llama3 JSONL           the ids of each conversation of JSONL, one line each, as
-                                         the model's chat template renders it and tokenizers
-                                         encodes the whole text (llama3: Llama 3's template, which
-                                         trims each content: Jinja's trim is Python's str.strip)
+  chat DIR chatml|llama3 JSONL [SYSTEM]  the ids of each conversation of JSONL, one line each, as
+                                         the model's chat template renders it (llama3: Llama 3's,
+                                         which trims each content: Jinja's trim is Python's
+                                         str.strip), SYSTEM first where it starts with no system
+                                         message; tokenizers encodes the text up to each trained
+                                         reply whole (the prompt, as apply_chat_template with
+                                         add_generation_prompt), and each reply apart, as the
+                                         model generates it after the prompt
   sp_train DIR VOCAB CORPUS...           DIR/tokenizer.model (the `sentencepiece` package)
   sp_encode DIR FILE...                  its ids of each file, with BOS, one line each
 """
@@ -92,7 +96,8 @@ def train(out, kind, vocab, corpus):
                 ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train(corpus, trainer)
+    # Whole files, not lines (Tokenizer.train's): merges across newlines, as released models have.
+    tok.train_from_iterator((read(path) for path in corpus), trainer)
     # Added after training, as the released models have them: outside the BPE vocabulary.
     tok.add_special_tokens(["<|reserved_special_token_0|>"] if llama else ["<|fim_prefix|>"])
     tok.add_tokens(["<think>", "</think>"])  # not special (Qwen3's)
@@ -118,12 +123,22 @@ def load(d):
     return Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
 
 
-def render_chat(kind, messages):
-    if kind == "chatml":  # Qwen2's template
-        return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-    return "<|begin_of_text|>" + "".join(  # Llama 3's: message['content'] | trim
-        f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content'].strip()}<|eot_id|>"
-        for m in messages)
+def chat_ids(tok, kind, messages):
+    """Prompt and reply segments: a trained reply is an assistant message without OpenAI's
+    "weight": 0 or ms-swift's "loss": false."""
+    ids, prompt = [], "" if kind == "chatml" else "<|begin_of_text|>"
+    encode = lambda text: tok.encode(text, add_special_tokens=False).ids
+    for m in messages:
+        content = m["content"] if kind == "chatml" else m["content"].strip()  # Llama 3's trim
+        header = (f"<|im_start|>{m['role']}\n" if kind == "chatml"
+                  else f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n")
+        end = "<|im_end|>\n" if kind == "chatml" else "<|eot_id|>"
+        if m["role"] == "assistant" and m.get("weight", 1) != 0 and m.get("loss") is not False:
+            ids += encode(prompt + header) + encode(content)
+            prompt = end
+        else:
+            prompt += header + content + end
+    return ids + encode(prompt)
 
 
 def main():
@@ -184,8 +199,10 @@ def main():
         tok = load(args[0])
         with open(args[2], encoding="utf-8") as f:
             for line in f:
-                text = render_chat(args[1], json.loads(line)["messages"])
-                print(" ".join(map(str, tok.encode(text, add_special_tokens=False).ids)))
+                messages = json.loads(line)["messages"]
+                if len(args) > 3 and (not messages or messages[0]["role"] != "system"):
+                    messages = [{"role": "system", "content": args[3]}] + messages
+                print(" ".join(map(str, chat_ids(tok, args[1], messages))))
     elif cmd == "sp_train":
         import sentencepiece as spm
         spm.SentencePieceTrainer.train(input=",".join(args[2:]), model_prefix=f"{args[0]}/tokenizer",

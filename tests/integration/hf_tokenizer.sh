@@ -47,6 +47,9 @@ printf 'decomposed: cafe\xcc\x81 A\xcc\x8angstro\xcc\x88m\n' >> world.txt  # NFC
 "$PY" "$REFERENCE" mixed mixed.jsonl 5000 7  # short documents of added tokens, spaces and marks
 cat "$SRC"/docs/*.md > corpus.txt
 cat world.txt >> corpus.txt
+# Paragraphs: the merge of two newlines (Qwen's "ĊĊ"), which joins a chat header's newline and
+# a content's leading one in the whole text.
+for i in $(seq 1 400); do printf 'word\n\nline\n\n\n'; done >> corpus.txt
 
 # same_ids PACK EXPECTED EOD NAME: PACK's /tokens are EXPECTED's ids (a line per document), each
 # line followed by EOD.
@@ -98,7 +101,6 @@ expect_error 2 "chat-template llama3 (pack): the tokenizer has no token <|start_
   fail "adding Llama 3's header tokens"
 "$PY" - <<'PY'
 import json
-# No newline leads a content: chatml's "{role}\n" before it would join it in the whole text.
 spaces = [" \t", "\u00a0\u3000", "\u2028\u2029\x85", "\x1c\x1d\x1e\x1f\x0b\x0c",
           "\u1680\u2000\u200a\u202f\u205f"]
 contents = [s + "word " + s + "and more" + s[::-1] + "\r\n" for s in spaces]
@@ -109,6 +111,20 @@ with open("trim.jsonl", "w") as f:
         if i + 1 < len(contents):
             messages.append({"role": "assistant", "content": contents[i + 1]})
         f.write(json.dumps({"messages": messages}) + "\n")
+# Contents led by newlines and indents: in a prompt the header's newline joins them, as in the
+# whole text; a trained reply is encoded apart from its header. OpenAI's weight 0 and ms-swift's
+# loss false make a reply part of the prompt; --system adds a system message where none leads.
+lead = [[{"role": "user", "content": "\nleading newline"},
+         {"role": "assistant", "content": "\n    return x + 1\n"}],
+        [{"role": "system", "content": "\n\n  be brief"},
+         {"role": "user", "content": "  \n\n indented"},
+         {"role": "assistant", "content": "\n\nnot trained", "weight": 0},
+         {"role": "user", "content": "\n again"},
+         {"role": "assistant", "content": "\n\n    no loss", "loss": False},
+         {"role": "assistant", "content": "  trained\n"}]]
+with open("trim.jsonl", "a") as f:
+    for messages in lead:
+        f.write(json.dumps({"messages": messages}) + "\n")
 PY
 for template in llama3 chatml; do
   [ "$template" = llama3 ] && dir=llama3-chat || dir=qwen2
@@ -118,7 +134,17 @@ for template in llama3 chatml; do
     fail "chat pack with $template failed"
   "$PY" "$REFERENCE" chat $dir $template trim.jsonl > trim-$template.expected
   same_ids trim-$template.h5 trim-$template.expected "$eod" "chat contents under $template"
+  "$TRAINER" pack --input-format chat --chat-template $template --tokenizer hf --tokenizer-dir $dir \
+    --system $'You are Qwen.\n' --input trim.jsonl --output system-$template.h5 --quiet ||
+    fail "chat pack with --system failed"
+  "$PY" "$REFERENCE" chat $dir $template trim.jsonl $'You are Qwen.\n' > system-$template.expected
+  same_ids system-$template.h5 system-$template.expected "$eod" "--system under $template"
 done
+# Without --chat-template, a tokenizer with Llama 3's header markers and not chatml's: llama3.
+"$TRAINER" pack --input-format chat --tokenizer hf --tokenizer-dir llama3-chat --input trim.jsonl \
+  --output trim-default.h5 --quiet || fail "chat pack with the default template failed"
+same_ids trim-default.h5 trim-llama3.expected "$("$PY" "$REFERENCE" eod llama3-chat)" \
+  "the default template of a Llama 3 tokenizer"
 # A document longer than pack's 4 MiB reads: the streaming's hold-back across them.
 # Long runs of one class too (pieces of 100,000 spaces, letters, newlines).
 for i in $(seq 45); do cat english.txt world.txt; done > long.txt

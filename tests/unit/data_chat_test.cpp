@@ -76,6 +76,61 @@ TEST(ChatTest, NoneTemplateIsTheContentsAndNewlines) {
   EXPECT_EQ(mask, "0001111");
 }
 
+// OpenAI's "weight": 0 and ms-swift's "loss": false leave an assistant message untrained (mask 0
+// over it); 1, true and null train it as without the key.
+TEST(ChatTest, WeightAndLossMarkTheAssistantMessagesTrained) {
+  std::vector<ChatMessage> messages;
+  Status parsed = JsonChatMessages(
+      R"({"messages": [{"role": "user", "content": "q"}, )"
+      R"({"role": "assistant", "content": "no", "weight": 0}, )"
+      R"({"role": "assistant", "content": "ok", "weight": 1}, )"
+      R"({"role": "assistant", "content": "NO", "loss": false}, )"
+      R"({"role": "assistant", "content": "OK", "loss": true}, )"
+      R"({"role": "assistant", "content": "ya", "loss": null, "tool_calls": []}]})",
+      &messages);
+  ASSERT_TRUE(parsed.ok()) << parsed.message();
+  ByteTokenizer bytes;
+  std::vector<uint32_t> tokens;
+  std::vector<uint8_t> bits;
+  Status status = RenderChat(messages, "none", &bytes, "test", &tokens, &bits);
+  ASSERT_TRUE(status.ok()) << status.message();
+  std::string mask;
+  for (uint8_t bit : bits) mask.push_back(bit ? '1' : '0');
+  EXPECT_EQ(mask,
+            "00"
+            "000"
+            "111"
+            "000"
+            "111"
+            "111");
+  for (const char* bad : {R"("weight": 2)", R"("weight": "0")", R"("loss": 0)"}) {
+    const std::string line =
+        std::string(R"({"messages": [{"role": "assistant", "content": "x", )") + bad + "}]}";
+    parsed = JsonChatMessages(line, &messages);
+    EXPECT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.message().find(bad[1] == 'w' ? "use 0 (not trained) or 1" : "use true, false"),
+              std::string::npos)
+        << parsed.message();
+  }
+  // Only the assistant's messages train: a user message marked for training is refused.
+  ASSERT_TRUE(JsonChatMessages(R"({"messages": [{"role": "user", "content": "q", "weight": 1}]})",
+                               &messages)
+                  .ok());
+  status = RenderChat(messages, "none", &bytes, "test", &tokens, &bits);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("a user message marked for training"), std::string::npos)
+      << status.message();
+  // Tool calls no template renders would be dropped: refused.
+  parsed = JsonChatMessages(R"({"messages": [{"role": "assistant", "content": "", )"
+                            R"("tool_calls": [{"type": "function"}]}]})",
+                            &messages);
+  EXPECT_FALSE(parsed.ok());
+  EXPECT_NE(
+      parsed.message().find("\"tool_calls\", which the built-in chat templates do not render"),
+      std::string::npos)
+      << parsed.message();
+}
+
 TEST(ChatTest, BadRecordsAndTemplatesAreErrors) {
   std::vector<ChatMessage> messages;
   EXPECT_FALSE(JsonChatMessages(R"({"text": "x"})", &messages).ok());
