@@ -299,9 +299,7 @@ Status LlamaConfigJson(const ModelConfig& m, bool bf16, int64_t eod_id, std::str
   return Status::Ok();
 }
 
-Status LlamaParameterValues(const std::string& weights, const ModelConfig& model,
-                            const ModelPartition& part, const std::vector<ParameterInfo>& params,
-                            std::vector<float>* flat) {
+Status CheckLlamaConfigJsonFits(const std::string& weights, const ModelConfig& model) {
   const std::string folder = HuggingFaceFolder(weights), config = folder + "/config.json";
   if (!PathExists(config))
     return CheckpointError(
@@ -315,6 +313,14 @@ Status LlamaParameterValues(const std::string& weights, const ModelConfig& model
   if (!difference.empty())
     return CheckpointError(StrFormat("%s (Checkpoint.init_from): %s. The pretrained model needs %s",
                                      folder.c_str(), difference.c_str(), needs.c_str()));
+  return Status::Ok();
+}
+
+Status LlamaParameterValues(const std::string& weights, const ModelConfig& model,
+                            const ModelPartition& part, const std::vector<ParameterInfo>& params,
+                            std::vector<float>* flat) {
+  TRAINER_RETURN_IF_ERROR(CheckLlamaConfigJsonFits(weights, model));
+  const std::string folder = HuggingFaceFolder(weights);
   std::map<std::string, SafetensorsTensor> tensors;
   TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(weights, &tensors));
   TRAINER_RETURN_IF_ERROR(StackHuggingFaceExperts(weights, model, &tensors));

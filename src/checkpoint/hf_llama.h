@@ -45,6 +45,10 @@ std::string LlamaModelOverrides(const ModelConfig& model);
 // for both at once (no transformers class has q/k/v biases and q/k norms without an o_proj bias).
 Status LlamaConfigJson(const ModelConfig& model, bool bf16, int64_t eod_id, std::string* json);
 
+// The config.json beside the llama-family weights `weights` describes `model`: else a checkpoint
+// error that names the key and gives every override the folder needs.
+Status CheckLlamaConfigJsonFits(const std::string& weights, const ModelConfig& model);
+
 // This rank's slices of the llama-family weights `weights` (HuggingFaceWeightsFile's) with the
 // config.json beside them: the config's model must be the folder's (else a checkpoint error that
 // names the key and gives every override the folder needs), every tensor present with its shape.

@@ -307,6 +307,33 @@ Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::stri
   return model->SetFrozenParameters(flat);
 }
 
+Status CheckPretrainedModelFits(const std::string& path, const ModelConfig& model) {
+  const std::string weights = HuggingFaceWeightsFile(path);
+  if (weights.empty()) return Status::Ok();
+  TRAINER_RETURN_IF_ERROR(CheckConfigJsonNamesArchitecture(HuggingFaceFolder(weights)));
+  const std::string arch = HuggingFaceArchitecture(HuggingFaceFolder(weights));
+  const bool llama = IsLlamaArchitecture(arch);
+  const bool gpt2 = arch.empty() || arch == "GPT2LMHeadModel" || arch == "gpt2";
+  if (arch.empty()) TRAINER_RETURN_IF_ERROR(RefuseLlamaWithoutConfig(weights));
+  if (!llama && !gpt2)
+    return CheckpointError(
+        StrFormat("%s (Checkpoint.init_from): architecture %s is not supported (LlamaForCausalLM, "
+                  "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM, MixtralForCausalLM, "
+                  "OlmoeForCausalLM, Qwen3MoeForCausalLM, GPT2LMHeadModel are)",
+                  weights.c_str(), arch.c_str()));
+  if (llama != (model.arch == "llama")) {
+    std::string needs, note;
+    TRAINER_RETURN_IF_ERROR(ImpliedModelOverrides(weights, &needs, &note));
+    return CheckpointError(StrFormat(
+        "%s (Checkpoint.init_from) is a %s, the config's Model.arch is %s. The pretrained "
+        "model needs %s%s",
+        weights.c_str(), llama ? arch.c_str() : "GPT-2", model.arch.c_str(),
+        llama ? "" : "-o Model.arch=gpt2 ", needs.c_str()));
+  }
+  return llama ? CheckLlamaConfigJsonFits(weights, model)
+               : CheckGpt2ConfigJson(HuggingFaceFolder(weights));
+}
+
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,
                                  const ModelPartition& part,
                                  const std::vector<ParameterInfo>& params, std::vector<float>* flat,
@@ -314,27 +341,9 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
   ReportProgress(progress, "loading pretrained weights");
   const std::string weights = HuggingFaceWeightsFile(path);
   if (!weights.empty()) {
-    TRAINER_RETURN_IF_ERROR(CheckConfigJsonNamesArchitecture(HuggingFaceFolder(weights)));
+    TRAINER_RETURN_IF_ERROR(CheckPretrainedModelFits(path, model));
     const std::string arch = HuggingFaceArchitecture(HuggingFaceFolder(weights));
     const bool llama = IsLlamaArchitecture(arch);
-    const bool gpt2 = arch.empty() || arch == "GPT2LMHeadModel" || arch == "gpt2";
-    if (arch.empty()) TRAINER_RETURN_IF_ERROR(RefuseLlamaWithoutConfig(weights));
-    if (!llama && !gpt2)
-      return CheckpointError(StrFormat(
-          "%s (Checkpoint.init_from): architecture %s is not supported (LlamaForCausalLM, "
-          "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM, MixtralForCausalLM, "
-          "OlmoeForCausalLM, Qwen3MoeForCausalLM, GPT2LMHeadModel are)",
-          weights.c_str(), arch.c_str()));
-    if (llama != (model.arch == "llama")) {
-      std::string needs, note;
-      TRAINER_RETURN_IF_ERROR(ImpliedModelOverrides(weights, &needs, &note));
-      return CheckpointError(StrFormat(
-          "%s (Checkpoint.init_from) is a %s, the config's Model.arch is %s. The pretrained "
-          "model needs %s%s",
-          weights.c_str(), llama ? arch.c_str() : "GPT-2", model.arch.c_str(),
-          llama ? "" : "-o Model.arch=gpt2 ", needs.c_str()));
-    }
-    if (!llama) TRAINER_RETURN_IF_ERROR(CheckGpt2ConfigJson(HuggingFaceFolder(weights)));
     *what = weights + (llama ? " (a Hugging Face " + arch + ")" : " (a Hugging Face GPT-2)");
     const Status read = llama ? LlamaParameterValues(weights, model, part, params, flat)
                               : FromSafetensors(weights, model, part, params, flat);

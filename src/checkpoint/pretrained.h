@@ -63,6 +63,12 @@ Status LoraBaseIdentity(const TrainConfig& config, std::string* identity);
 Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what,
                            Progress* progress = nullptr);
 
+// Where `path` (Checkpoint.init_from) is a Hugging Face model, that the config's model is its
+// (architecture, and for the llama family every key of its config.json): the error names the
+// keys and gives every override it needs. From the config files alone: a run checks it before
+// its data. Anything else (a trainer checkpoint, nothing) passes here.
+Status CheckPretrainedModelFits(const std::string& path, const ModelConfig& model);
+
 // The weights that `path` (Checkpoint.init_from) holds for `params`: a Hugging Face folder or
 // file, or a trainer checkpoint; *what names the source. `progress` (optional) is told of each
 // tensor of a trainer checkpoint read, and before and after a Hugging Face file's.

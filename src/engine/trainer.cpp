@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/pretrained.h"
 #include "common/gradient_clip.h"
 #include "common/log.h"
 #include "data/dataset.h"
@@ -35,7 +36,10 @@ Status Trainer::Setup() {
       MakePartition(config_.model, config_.distributed, c.tp, c.pp, c.ep, groups_.topology.ep);
   if (part.flat_shards > 1) part.shard_rank = groups_.sharding->rank();
   const int micro = config_.gradient_accumulation_steps();
-  TRAINER_RETURN_IF_ERROR(OpenData());  // cheap checks first
+  // Cheap checks first: a pretrained model's config files, then the data.
+  if (!config_.checkpoint.init_from.empty())
+    TRAINER_RETURN_IF_ERROR(CheckPretrainedModelFits(config_.checkpoint.init_from, config_.model));
+  TRAINER_RETURN_IF_ERROR(OpenData());
   // One arena for the model's buffers and the optimizer's state (what `trainer plan` prints).
   // Under ZeRO-1 (part.flat_shards > 1) the optimizer holds one piece of the flat buffers.
   const RankMemory memory =

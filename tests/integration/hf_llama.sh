@@ -55,6 +55,10 @@ expect_error 4 "hf-qwen2/model.safetensors (Checkpoint.init_from) is a Qwen2ForC
   run_np 1 train -c "$SRC/configs/tiny-cpu.yaml" -o Data.train_path=text.h5 \
   -o Checkpoint.init_from=hf-qwen2 -o Engine.output_dir=bad-gpt2
 bad 4 "Model.num_kv_heads is 4, the pretrained model's 2" hf-qwen2 -o Model.num_kv_heads=4
+# Checked before the data: a vocabulary below the data's names the pretrained model's overrides,
+# not only the data's vocabulary.
+bad 4 "Model.vocab_size is 100, the pretrained model's 257.* The pretrained model needs -o Model.arch=llama" \
+  hf-qwen2 -o Model.vocab_size=100
 edit heads 'c["num_key_value_heads"] = 3'
 bad 4 "num_attention_heads 4 is not a multiple of num_key_value_heads 3" heads
 edit arch 'c["architectures"] = ["MistralForCausalLM"]'
