@@ -64,8 +64,9 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   status = ParseCommandLine("train", args, options, &vm, &help);
   if (status.ok() && help) {
     if (ctx.runtime->rank() == 0)
-      PrintCommandHelp("train", "--config FILE [-o Section.key=value ...] [--resume auto|PATH]",
-                       options);
+      PrintCommandHelp(
+          "train", "--config FILE [-o Section.key=value ...] [--resume auto|PATH] [--print-config]",
+          options);
     return ctx.Finish(Status::Ok());
   }
   TrainConfig config;

@@ -64,9 +64,9 @@ Status Trainer::Evaluate(double* val_loss) {
     *val_loss = total / (static_cast<double>(iters) * GB * T);
     return Status::Ok();
   }
-  // With a /loss_mask: averaged over the targets of mask 1 (at least 1).
+  // With a /loss_mask: averaged over the targets of mask 1; none counted: no loss (NaN).
   TRAINER_RETURN_IF_ERROR(ShareLastStageValue(&trained));
-  *val_loss = total / std::max(trained, 1.0);
+  *val_loss = trained > 0 ? total / trained : std::nan("");
   return Status::Ok();
 }
 
@@ -203,7 +203,15 @@ Status Trainer::Run() {
       double val = 0;
       ReportProgress(progress_, "an evaluation");
       TRAINER_RETURN_IF_ERROR(Evaluate(&val));
-      LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, val));
+      if (std::isnan(val))  // metrics.jsonl: null
+        LogWarning(StrFormat(
+            "step %6d/%d | no val loss: the %lld validation samples evaluated have no target of "
+            "loss mask 1 (/loss_mask). Raise Engine.eval_iters, or validate on conversations "
+            "with assistant replies",
+            step, e.max_steps,
+            static_cast<long long>(e.eval_iters) * config_.global.global_batch_size));
+      else
+        LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, val));
       last_val = val;
       TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step}, {"val_loss", val}}));
     }

@@ -97,4 +97,11 @@ PY
 grep -q "over 192 tokens of which [0-9]* count (loss_mask)" eval.err || { cat eval.err; fail "eval's line"; }
 expect_error 3 "no target counts in the samples evaluated (chat.val.h5, --data)" \
   "$TRAINER" eval single/checkpoints --data chat.val.h5 -b 1 --batches 1
+# Training's evaluation of the same sample: no val_loss (null, and a warning; it logged 0).
+run none-counts 1 chat 1 -o Global.global_batch_size=1 -o Engine.eval_iters=1 -o Engine.max_steps=3 \
+  -o Engine.save_steps=0
+grep -q "^warning: step      3/3 | no val loss: the 1 validation samples evaluated have no target of loss mask 1" \
+  none-counts.log || { cat none-counts.log; fail "no warning for a validation without targets"; }
+grep -q '^{"step": 3, "val_loss": null}$' none-counts/metrics.jsonl ||
+  { cat none-counts/metrics.jsonl; fail "val_loss is not null where no target counts"; }
 echo "chat loss mask: every layout matches the single-rank run"
