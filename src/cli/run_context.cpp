@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -132,6 +133,7 @@ Status RunContext::BuildGroups(const TrainConfig& config) {
   if (!backend->device_memory()) return Status::Ok();
   std::vector<double> gpus;
   TRAINER_RETURN_IF_ERROR(GatherGpuIds(&gpus));
+  groups.gpus = static_cast<int>(std::set<double>(gpus.begin(), gpus.end()).size());
   if (config.distributed.host_staged()) {  // the ranks on this rank's GPU share its memory
     ranks_per_gpu_ = static_cast<int>(
         std::count(gpus.begin(), gpus.end(), gpus[static_cast<size_t>(runtime->rank())]));

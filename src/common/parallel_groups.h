@@ -16,6 +16,7 @@ struct ParallelGroups {
   Topology::Coord coord;
   int world_rank = 0;
   int ranks_on_host = 1;  // the world's ranks on this rank's host (their share of its memory)
+  int gpus = 0;  // the distinct GPUs of the job (fewer than its ranks where they share); 0: CPU
   Communicator* world_host = nullptr;
   Communicator* tp = nullptr;
   Communicator* dp = nullptr;

@@ -81,11 +81,12 @@ Status Trainer::Run() {
   const double bubble = static_cast<double>(P - 1) / (M + P - 1);
   // Model FLOPs utilisation as PaLM counts it: 6 N + 12 L NH HD T per token (model_spec.h:
   // TrainingFlopsPerToken), against the dense bf16 peak of every GPU in the job
-  // (Engine.peak_tflops each).
+  // (Engine.peak_tflops each; ranks that share a GPU share its peak).
   const double flops_per_token =
       TrainingFlopsPerToken(model_->spec(), config_.model.sequence_length());
   const bool on_gpu = backend_->device_memory();
-  const double peak = config_.engine.peak_tflops * 1e12 * groups_.topology.world_size;
+  const int gpus = groups_.gpus > 0 ? groups_.gpus : groups_.topology.world_size;
+  const double peak = config_.engine.peak_tflops * 1e12 * gpus;
   const int64_t first_step = state_.step;
   if (first_step >= e.max_steps) {
     LogInfo(

@@ -21,6 +21,16 @@ LAYOUT_MODEL=moe TRAINER_TEST_LAYOUTS=${STAGED_EP_LAYOUTS:-"ep2 dp2-ep2 tp2-ep2 
   bash "$here/parallel_layouts.sh" "$TRAINER" "$SRC" "$SCRATCH/ep" || fail "expert-parallel layouts"
 LAYOUT_MODEL=moe-capacity TRAINER_TEST_LAYOUTS=${STAGED_CAPACITY_LAYOUTS:-"ep2 dp2-ep2"} \
   bash "$here/parallel_layouts.sh" "$TRAINER" "$SRC" "$SCRATCH/capacity" || fail "capacity layouts"
+# MFU counts the job's GPUs, not its ranks: with every rank on the one GPU, MFU per token/s
+# (the model's FLOPs per token over one GPU's peak) is the single-rank run's.
+python3 - "$SCRATCH"/dense/single/metrics.jsonl "$SCRATCH"/dense/dp2/metrics.jsonl <<'PY' ||
+import json, sys
+ratio = lambda path: [r["mfu"] / r["tokens_per_s"] for r in map(json.loads, open(path)) if "mfu" in r]
+single, shared = ratio(sys.argv[1]), ratio(sys.argv[2])
+assert single and shared and all(abs(x / single[0] - 1) < 1e-5 for x in single + shared), (single, shared)
+print("MFU per token/s on two ranks sharing the GPU: the single rank's", single[0])
+PY
+  fail "MFU of two ranks on one GPU is not counted against that one GPU"
 cd "$SCRATCH"
 run_check check 0 2 -o Global.device=cuda -o Distributed.gpu_collectives=mpi
 grep -q "two ranks on one GPU" check.out && { cat check.out; fail "check refused the shared GPU"; }
