@@ -202,6 +202,9 @@ Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfi
 Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfig& config,
                              const std::vector<ParameterInfo>& params, const ModelPartition& part,
                              std::vector<float>* flat, Progress* progress = nullptr);
+// The checks ReadCheckpointWeights makes before reading, for the whole model (`trainer inspect`):
+// the file's weights fit `config`'s model, tensor by tensor.
+Status CheckCheckpointWeightsFit(const std::string& folder_or_file, const ModelConfig& config);
 // LoRA (`config` trains adapters): the base that the checkpoint's adapters were trained on (its
 // `lora_base`) is the one `config` names now (LoraBaseIdentity: the same resolved file, step and
 // size, or the same seed); else one error naming both. ok for a checkpoint without adapters.

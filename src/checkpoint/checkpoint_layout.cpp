@@ -126,6 +126,18 @@ Status DatasetShape(hid_t file, const std::string& path, std::vector<int64_t>* s
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   HDF5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
   shape->assign(dims.begin(), dims.end());
+  // The bytes stored hold the declared shape (no compression; Fletcher32 adds to them): a shape
+  // grown by damage is refused before a reader sizes a buffer by it.
+  Hdf5Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  uint64_t bytes = type.valid() ? H5Tget_size(type.get()) : 0;
+  bool wraps = bytes == 0;
+  for (hsize_t d : dims) wraps = wraps || __builtin_mul_overflow(bytes, d, &bytes);
+  const uint64_t stored = H5Dget_storage_size(dataset.get());
+  if (wraps || stored < bytes)
+    return CheckpointError(StrFormat(
+        "checkpoint tensor /%s has shape %s and holds %llu bytes, fewer than that shape takes: "
+        "the file is damaged",
+        path.c_str(), ShapeText(*shape).c_str(), static_cast<unsigned long long>(stored)));
   return Status::Ok();
 }
 

@@ -31,7 +31,7 @@ Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
   if (!PathExists(file))
     return CheckpointError(
         StrFormat("checkpoint file does not exist (%s). %s", file.c_str(), kExpected));
-  if (H5Fis_hdf5(file.c_str()) <= 0)
+  if (!IsRegularFile(file) || H5Fis_hdf5(file.c_str()) <= 0)
     return CheckpointError(
         StrFormat("not a checkpoint (%s): not an HDF5 file, where a checkpoint.h5 was expected. %s",
                   file.c_str(), kExpected));
@@ -185,6 +185,10 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
                  const ModelPartition& part, int state, bool checksums, Progress* progress,
                  std::vector<float>* flat) {
   flat->assign(TotalLocalElements(params), 0.f);
+  // Format 2 on gives every tensor its CRC-32: one without is damaged, not an older file.
+  int64_t version = 0;
+  const bool crc_required =
+      Hdf5ReadIntAttribute(file_id, "format_version", &version).ok() && version >= 2;
   for (const ParameterInfo& p : params) {
     ReportProgress(progress, "loading a checkpoint");
     InjectedCheckpointDelay("TRAINER_FAULT_CHECKPOINT_READ_SLOW");
@@ -206,7 +210,8 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
           path.c_str(), GetProcessIdentity().rank, Hdf5ErrorText().c_str(), kDamagedAdvice));
     if (checksums && slot.size == 1)
       TRAINER_RETURN_IF_ERROR(CheckTensorChecksum(file_id, file, path, flat->data() + p.offset,
-                                                  static_cast<size_t>(p.full_numel()), false));
+                                                  static_cast<size_t>(p.full_numel()),
+                                                  crc_required));
   }
   return Status::Ok();
 }
@@ -245,8 +250,7 @@ std::string CheckpointFile(const std::string& folder_or_file) {
 
 Hdf5FileKind KindOfHdf5File(const std::string& file) {
   Hdf5Handle f;
-  if (!PathExists(file) || IsDirectory(file) || H5Fis_hdf5(file.c_str()) <= 0 ||
-      !Hdf5OpenReadOnly(file, &f))
+  if (!IsRegularFile(file) || H5Fis_hdf5(file.c_str()) <= 0 || !Hdf5OpenReadOnly(file, &f))
     return Hdf5FileKind::kNeither;
   if (H5Aexists(f.get(), "step") > 0) return Hdf5FileKind::kCheckpoint;
   if (H5Lexists(f.get(), "tokens", H5P_DEFAULT) > 0) return Hdf5FileKind::kDataset;
@@ -430,6 +434,13 @@ Status ReadCheckpointWeights(const std::string& folder_or_file, const ModelConfi
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
   TRAINER_RETURN_IF_ERROR(CheckWeightsFit(f.get(), file, config, params));
   return ReadState(f.get(), file, params, part, 0, true, progress, flat);
+}
+
+Status CheckCheckpointWeightsFit(const std::string& folder_or_file, const ModelConfig& config) {
+  const std::string file = CheckpointFile(folder_or_file);
+  Hdf5Handle f;
+  TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
+  return CheckWeightsFit(f.get(), file, config, FullParameterList(config));
 }
 
 Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfig& config,

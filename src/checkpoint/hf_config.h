@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/filesystem.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -18,9 +19,12 @@ namespace trainer {
 // A JSON file (a config.json, an index) read as YAML, of which JSON is a subset; a file that is
 // not JSON is a checkpoint error naming it, where it fails, and `fix` (when not empty).
 inline Status LoadJsonFile(const std::string& path, YAML::Node* root, const std::string& fix = "") {
+  if (!IsRegularFile(path))
+    return CheckpointError(StrFormat("%s is not a file (a folder, FIFO or device)%s", path.c_str(),
+                                     fix.empty() ? "" : (". " + fix).c_str()));
   try {
     *root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
+  } catch (const std::exception& e) {  // YAML's, or the stream's (an unreadable file)
     return CheckpointError(StrFormat("%s is not JSON: %s%s", path.c_str(), e.what(),
                                      fix.empty() ? "" : (". " + fix).c_str()));
   }

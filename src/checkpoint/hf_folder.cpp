@@ -31,8 +31,14 @@ Status ReadIndex(const std::string& index, std::map<std::string, std::string>* w
                   "its file)",
                   index.c_str()));
   weight_map->clear();
-  for (const auto& item : root["weight_map"])
+  for (const auto& item : root["weight_map"]) {
+    if (!item.first.IsScalar() || !item.second.IsScalar())
+      return CheckpointError(StrFormat(
+          "%s: a weight_map entry is not \"tensor name\": \"file name\" (a sharded Hugging Face "
+          "model's index maps each tensor to its file)",
+          index.c_str()));
     (*weight_map)[item.first.as<std::string>()] = item.second.as<std::string>();
+  }
   return Status::Ok();
 }
 

@@ -98,6 +98,7 @@ std::string HuggingFaceArchitecture(const std::string& folder) {
   const std::string path = folder + "/config.json";
   if (!PathExists(path)) return "";
   try {
+    if (!IsRegularFile(path)) return "(unreadable " + path + ": not a file)";
     const YAML::Node c = YAML::LoadFile(path);
     if (c["architectures"] && c["architectures"].IsSequence() && c["architectures"].size() > 0)
       return c["architectures"][0].as<std::string>();
@@ -111,7 +112,7 @@ std::string HuggingFaceArchitecture(const std::string& folder) {
       return classes.count(type) ? classes.at(type) : type;
     }
     return "(none: " + path + " has neither architectures nor model_type)";
-  } catch (const YAML::Exception&) {
+  } catch (const std::exception&) {  // YAML's, or the stream's
   }
   return "(unreadable " + path + ")";
 }
@@ -179,6 +180,8 @@ Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m, int trained_
   TRAINER_RETURN_IF_ERROR(r.Get("vocab_size", &c.vocab_size));
   TRAINER_RETURN_IF_ERROR(r.Get("hidden_size", &c.hidden_size));
   TRAINER_RETURN_IF_ERROR(r.Get("num_hidden_layers", &c.num_layers));
+  if (c.num_layers < 1 || c.num_layers > kMaxLayers)
+    return r.Refuse(StrFormat("num_hidden_layers %d is not in [1, %d]", c.num_layers, kMaxLayers));
   TRAINER_RETURN_IF_ERROR(r.Get("num_attention_heads", &c.num_heads));
   c.num_kv_heads = c.num_heads;
   TRAINER_RETURN_IF_ERROR(r.Get("num_key_value_heads", &c.num_kv_heads));

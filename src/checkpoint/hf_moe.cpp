@@ -161,12 +161,18 @@ Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, int trained
   m->moe_router_pre_softmax = !mixtral;
   m->moe_norm_topk_prob = !mixtral && norm_topk;
   m->moe_aux_loss_coeff = router_logits ? coef : 0.0;
-  for (int freq = 1; freq <= m->num_layers; ++freq)
-    for (int k = 0; k < m->num_layers; ++k) {
-      m->moe_layer_freq = freq;
-      m->moe_first_k_dense = k;
-      if (MoeLayers(*m) == sparse) return Status::Ok();
-    }
+  // The smallest (layer_freq, first_k_dense) giving `sparse`, the multiples of the frequency from
+  // layer k on: the gap between the first two, or for one layer the smallest frequency with no
+  // second multiple below num_layers; k just past the multiple before the first.
+  const int first = sparse.front(), L = m->num_layers;
+  int freq = sparse.size() > 1 ? sparse[1] - first : first == 0 ? L : 0;
+  for (int f = 1; f <= first && freq == 0; ++f)
+    if (first % f == 0 && first + f >= L) freq = f;
+  if (freq > 0) {
+    m->moe_layer_freq = freq;
+    m->moe_first_k_dense = std::max(0, first - freq + 1);
+    if (MoeLayers(*m) == sparse) return Status::Ok();
+  }
   return r.Refuse(StrFormat(
       "the MoE layers %s (decoder_sparse_step %d, mlp_only_layers) are not the first dense "
       "layers then every n-th (Model.moe_first_k_dense, Model.moe_layer_freq), which is what "

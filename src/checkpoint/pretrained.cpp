@@ -402,12 +402,12 @@ Status ImpliedModelOverrides(const std::string& file, std::string* overrides, st
       static_cast<long long>(wpe[0]), static_cast<long long>(fc[1] == 4 * C ? 0 : fc[1]));
   const std::string config = ParentDirectory(file) + "/config.json";
   try {
-    const YAML::Node c = YAML::LoadFile(config);  // JSON is YAML
+    const YAML::Node c = IsRegularFile(config) ? YAML::LoadFile(config) : YAML::Node();
     if (c["n_head"]) {
       *overrides += " -o Model.num_heads=" + c["n_head"].as<std::string>();
       return Status::Ok();
     }
-  } catch (const YAML::Exception&) {
+  } catch (const std::exception&) {  // YAML's, or the stream's
   }
   *note = "no n_head in " + config + ": set Model.num_heads to the pretrained model's";
   return Status::Ok();

@@ -119,6 +119,8 @@ Status BadSafetensors(const std::string& path, const std::string& why) {
 
 Status ReadSafetensorsIndex(const std::string& path, std::vector<SafetensorsEntry>* entries,
                             uint64_t* data_start) {
+  if (PathExists(path) && !IsRegularFile(path))  // a FIFO would block the reader
+    return BadSafetensors(path, "it is not a file (a folder, FIFO or device)");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return CheckpointError(StrFormat("cannot open %s: %s", path.c_str(), std::strerror(errno)));
@@ -156,6 +158,15 @@ Status ReadSafetensorsIndex(const std::string& path, std::vector<SafetensorsEntr
       e.end = item.second["data_offsets"][1].as<uint64_t>();
       if (e.begin > e.end || e.end > data_bytes)
         return BadSafetensors(path, e.name + "'s data_offsets lie outside the file");
+      // The shape's bytes, without wrapping past 2^64, are its data_offsets' span.
+      const uint64_t element = e.dtype == "F32" ? 4 : e.dtype == "BF16" || e.dtype == "F16" ? 2 : 0;
+      uint64_t bytes = element;
+      for (int64_t d : e.shape)
+        if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+          return BadSafetensors(path, e.name + "'s shape " + ShapeText(e.shape) +
+                                          " is negative or too large for any file");
+      if (element != 0 && bytes != e.end - e.begin)
+        return BadSafetensors(path, e.name + "'s data_offsets do not fit its shape");
       entries->push_back(std::move(e));
     }
   } catch (const YAML::Exception& e) {

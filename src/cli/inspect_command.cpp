@@ -56,17 +56,23 @@ Status InspectCheckpoint(const std::string& path) {
   const StatusOr<TrainConfig> saved = LoadConfigText(s.config_text, file + " (/config)", {});
   if (saved.ok() && saved.value().model.moe())
     std::cout << "  experts          " << MoeShapeText(MakeModelSpec(saved.value().model)) << "\n";
-  // The config it was saved with, checked as eval, sample and export check it (one process).
-  const Status config = saved.ok() ? OneProcessConfig(file, {}, 0).status() : saved.status();
+  // The config it was saved with, checked as eval, sample and export check it (one process), and
+  // the tensors against its model, as they check them before reading.
+  const StatusOr<TrainConfig> one = saved.ok() ? OneProcessConfig(file, {}, 0) : saved.status();
+  const Status config = one.status();
   std::cout << "  config           "
             << (config.ok() ? "valid"
                             : (saved.ok() ? "NOT VALID: " : "UNREADABLE: ") + config.message())
             << "\n";
+  const Status fits = one.ok() ? CheckCheckpointWeightsFit(file, one.value().model) : Status::Ok();
+  if (!fits.ok()) std::cout << "  tensors fit      NO: " << fits.message() << "\n";
   Status v = VerifyCheckpoint(file);
   std::cout << "  verifies         "
             << (v.ok() ? "yes (CRC-32 of every tensor, Fletcher32 of every chunk)" : "NO")
             << std::endl;
-  if (!v.ok() || config.ok()) return v;
+  if (!v.ok()) return v;
+  if (!fits.ok()) return fits;
+  if (config.ok()) return Status::Ok();
   std::string why = config.message();
   if (!why.empty() && why.back() == '.') why.pop_back();
   return CheckpointError(

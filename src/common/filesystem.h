@@ -18,6 +18,9 @@ bool PathExists(const std::string& path);
 // False with the system's reason in *why ("Not a directory", "Read-only file system") when not.
 bool FolderWritable(const std::string& path, std::string* why);
 bool IsDirectory(const std::string& path);
+// A regular file (after symbolic links): not a folder, FIFO or device, which a reader would
+// fail on or wait at.
+bool IsRegularFile(const std::string& path);
 // fsync a file or a folder by path.
 Status SyncPath(const std::string& path);
 // Write `contents` to `path` atomically: path.tmp, fsync, rename, fsync the folder.

@@ -35,7 +35,7 @@ const RangeRule kRangeRules[] = {
     {"Model.vocab_size", 1, false, kNoBound},
     {"Model.vocab_pad_multiple", 1, false, kNoBound},
     {"Model.hidden_size", 1, false, kNoBound},
-    {"Model.num_layers", 1, false, kNoBound},
+    {"Model.num_layers", 1, false, kMaxLayers + 1},
     {"Model.num_heads", 1, false, kNoBound},
     {"Model.ffn_hidden_size", 0, false, kNoBound},
     {"Model.max_seq_len", 1, false, kNoBound},
@@ -138,7 +138,9 @@ Status CheckRanges(Checker& check) {
     bool ok = (rule.above_min ? value > rule.min : value >= rule.min) && value < rule.below;
     if (ok) continue;
     const std::string key = rule.key;
-    if (rule.below != kNoBound) {
+    // Past the upper bound, or a fraction's [0, 1): the range; below the minimum: the minimum.
+    const bool above_range = value >= rule.below && value >= rule.min;
+    if (rule.below != kNoBound && (above_range || rule.below <= 1)) {
       std::string range = StrFormat("[%g, %g)", rule.min, rule.below);
       return check.Fail(check.Show(key) + " must be in " + range, {key},
                         "Set " + key + " to a value in " + range);

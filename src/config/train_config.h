@@ -18,6 +18,10 @@ struct GlobalConfig {
   std::string device = "auto";  // auto | cpu | cuda
 };
 
+// The most layers a model may have (Model.num_layers, a config.json's num_hidden_layers): the
+// deepest released models have a few hundred; far more would only exhaust memory at setup.
+constexpr int kMaxLayers = 10000;
+
 struct ModelConfig {
   // gpt2 (learned positions, LayerNorm, GELU, biases) or llama (the Llama-3 / Qwen2 / Qwen3 /
   // SmolLM2 family: RMSNorm, RoPE, grouped-query attention, SwiGLU); model/model_spec.h.

@@ -54,7 +54,7 @@ std::string EntryBytes(const std::string& entry) {
 }
 
 bool FileExists(const std::string& path) {
-  return PathExists(path) && !IsDirectory(path);
+  return IsRegularFile(path);
 }
 
 }  // namespace
@@ -98,7 +98,8 @@ Status BpeVocabulary::ReadVocabulary(const std::string& path) {
     const int64_t id = value.is_number_integer() ? value.get<int64_t>() : -1;
     if (id < 0)
       return DataError(StrFormat("bad token id in %s: \"%s\" has id '%s'; ids are integers from 0",
-                                 path.c_str(), token.c_str(), value.dump().c_str()));
+                                 path.c_str(), token.c_str(),
+                                 value.is_structured() ? value.type_name() : value.dump().c_str()));
     entries.emplace_back(token, id);
   }
   return AddTokens(entries, path, /*allow_repeated_bytes=*/false);
@@ -106,11 +107,14 @@ Status BpeVocabulary::ReadVocabulary(const std::string& path) {
 
 Status BpeVocabulary::AddTokens(const std::vector<std::pair<std::string, int64_t>>& entries,
                                 const std::string& path, bool allow_repeated_bytes) {
-  constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
+  // Ids run from 0 through about the entry count: at most 2^20 past it (a table is sized by them).
+  const int64_t max_id = static_cast<int64_t>(entries.size()) + (int64_t{1} << 20);
   for (const auto& [token, id] : entries) {
-    if (id < 0 || id >= kMaxId)
-      return DataError(StrFormat("bad token id in %s: \"%s\" has id %lld; ids are integers from 0",
-                                 path.c_str(), token.c_str(), static_cast<long long>(id)));
+    if (id < 0 || id >= max_id)
+      return DataError(
+          StrFormat("bad token id in %s: \"%s\" has id %lld; ids are integers from 0 "
+                    "to a little past the %zu entries",
+                    path.c_str(), token.c_str(), static_cast<long long>(id), entries.size()));
     if (static_cast<size_t>(id) >= token_bytes_.size()) token_bytes_.resize(id + 1);
     std::string bytes = EntryBytes(token);
     const bool new_bytes = ids_.emplace(bytes, static_cast<uint32_t>(id)).second;

@@ -43,6 +43,9 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& pa
   if (stat(path.c_str(), &info) != 0)
     return DataError("dataset file not found (" + path +
                      "): no such file. Check the path or create it with `trainer pack`");
+  if (!S_ISREG(info.st_mode))  // a FIFO would block the reader
+    return DataError("dataset is not a file (" + path +
+                     "): a folder, FIFO or device. Pass a file written by `trainer pack`");
   if (H5Fis_hdf5(path.c_str()) <= 0)
     return DataError("not an HDF5 file (" + path +
                      "): no HDF5 signature found. Pass a file written by `trainer pack`");
@@ -75,7 +78,7 @@ Status TokenDataset::Validate(int64_t model_vocab_size, const DatasetOpenOptions
   if (tokens_.Reset(H5Dopen2(file_.get(), "tokens", access_props.get()), H5Dclose) < 0)
     return DataError(
         StrFormat("cannot open /tokens (%s): %s. %s", path, Hdf5ErrorText().c_str(), kRepack));
-  TRAINER_RETURN_IF_ERROR(CheckVirtualSources(tokens_.get(), "tokens"));
+  TRAINER_RETURN_IF_ERROR(CheckStoredWhole(tokens_.get(), "tokens"));
   Hdf5Handle type;
   HDF5_CHECK(type.Reset(H5Dget_type(tokens_.get()), H5Tclose));
   size_t type_size = H5Tget_size(type.get());
@@ -150,7 +153,7 @@ Status TokenDataset::OpenUnsignedDataset(const char* name, size_t bytes, hid_t a
   if (out->Reset(H5Dopen2(file_.get(), name, access_props), H5Dclose) < 0)
     return DataError(StrFormat("cannot open /%s (%s): %s. %s", name, path,
                                Hdf5ErrorText().c_str(), kRepack));
-  TRAINER_RETURN_IF_ERROR(CheckVirtualSources(out->get(), name));
+  TRAINER_RETURN_IF_ERROR(CheckStoredWhole(out->get(), name));
   Hdf5Handle type;
   HDF5_CHECK(type.Reset(H5Dget_type(out->get()), H5Tclose));
   if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != bytes)
@@ -160,10 +163,31 @@ Status TokenDataset::OpenUnsignedDataset(const char* name, size_t bytes, hid_t a
   return Status::Ok();
 }
 
-Status TokenDataset::CheckVirtualSources(hid_t dataset, const char* name) {
+Status TokenDataset::CheckStoredWhole(hid_t dataset, const char* name) {
   const std::string missing = Hdf5MissingVirtualSource(dataset, ParentDirectory(path_));
-  if (missing.empty()) return Status::Ok();
-  return DataError(StrFormat("cannot read /%s (%s): %s", name, path_.c_str(), missing.c_str()));
+  if (!missing.empty())
+    return DataError(StrFormat("cannot read /%s (%s): %s", name, path_.c_str(), missing.c_str()));
+  // Chunks never written read as the fill value (zeros): a file whose writer stopped early.
+  Hdf5Handle create_props(H5Dget_create_plist(dataset), H5Pclose);
+  Hdf5Handle space(H5Dget_space(dataset), H5Sclose);
+  hsize_t extent = 0, chunk = 0, chunks = 0;
+  if (!create_props.valid() || !space.valid() || H5Sget_simple_extent_ndims(space.get()) != 1 ||
+      H5Sget_simple_extent_dims(space.get(), &extent, nullptr) < 0 || extent == 0)
+    return Status::Ok();  // the shape checks name these
+  const H5D_layout_t layout = H5Pget_layout(create_props.get());
+  bool whole = true;
+  if (layout == H5D_CHUNKED && H5Pget_chunk(create_props.get(), 1, &chunk) == 1 && chunk > 0 &&
+      H5Dget_num_chunks(dataset, space.get(), &chunks) >= 0)
+    whole = chunks >= (extent + chunk - 1) / chunk;
+  else if (layout == H5D_CONTIGUOUS)
+    whole = H5Dget_storage_size(dataset) > 0;
+  if (whole) return Status::Ok();
+  const hsize_t needed = layout == H5D_CHUNKED ? (extent + chunk - 1) / chunk : 1;
+  return DataError(StrFormat(
+      "/%s of %s was not written whole (%llu of its %llu chunks stored): the rest would read as "
+      "zeros. Its writer stopped early: pack the file again",
+      name, path_.c_str(), static_cast<unsigned long long>(layout == H5D_CHUNKED ? chunks : 0),
+      static_cast<unsigned long long>(needed)));
 }
 
 Status TokenDataset::ReadRange(hid_t dataset, const char* name, int64_t start, int64_t count,
@@ -256,6 +280,12 @@ Status TokenDataset::ValidateDocOffsets() {
                   "entries (document starts and the total). %s",
                   path, kRepack));
   num_documents_ = length - 1;
+  if (num_documents_ > std::max<int64_t>(num_tokens_, 1))  // before any buffer of that length
+    return DataError(StrFormat(
+        "wrong /doc_offsets length (%s): %lld documents for %lld tokens, where each document "
+        "holds at least one (its end of document). %s",
+        path, static_cast<long long>(num_documents_), static_cast<long long>(num_tokens_),
+        kRepack));
   // The ends always; every entry (non-decreasing) when the tokens were fully scanned too.
   std::vector<uint64_t> offsets(fully_scanned_ ? length : 1);
   uint64_t last = 0;

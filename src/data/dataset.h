@@ -88,8 +88,9 @@ class TokenDataset {
   Status ValidateLossMask(hid_t access_props);
   // Opens /name into *out; a data error naming it unless it holds unsigned integers of `bytes`.
   Status OpenUnsignedDataset(const char* name, size_t bytes, hid_t access_props, Hdf5Handle* out);
-  // A data error naming /name where it is a virtual dataset with a source missing.
-  Status CheckVirtualSources(hid_t dataset, const char* name);
+  // A data error naming /name where it is a virtual dataset with a source missing, or a stored
+  // one not written whole (chunks that would read as the fill value).
+  Status CheckStoredWhole(hid_t dataset, const char* name);
   // Elements [start, start + count) of /name; a failed read names the file, the range and, where
   // one explains it, the filter this HDF5 lacks (a data error then).
   Status ReadRange(hid_t dataset, const char* name, int64_t start, int64_t count, hid_t mem_type,

@@ -133,6 +133,20 @@ Status ReadPreTokenizer(const json& pre, const std::string& source, HfModel* mod
   return Unsupported(source, "pre_tokenizer " + type);
 }
 
+// A special or added token's id from tokenizer.json: an integer from 0, at most 2^20 past the
+// BPE vocabulary (a larger one would wrap to another token's id, or size a table by it).
+StatusOr<uint32_t> ExtraTokenId(const json& id, const std::string& what, const HfModel& model) {
+  const int64_t limit =
+      model.bpe ? static_cast<int64_t>(model.bpe->size()) + (int64_t{1} << 20) : int64_t{1} << 20;
+  if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= limit)
+    return DataError(
+        StrFormat("bad token id in tokenizer.json: %s has id %s; ids are integers "
+                  "from 0 to a little past the vocabulary (%lld)",
+                  what.c_str(), id.is_structured() ? id.type_name() : id.dump().c_str(),
+                  static_cast<long long>(limit)));
+  return static_cast<uint32_t>(id.get<int64_t>());
+}
+
 // The TemplateProcessing's special tokens around $A, anywhere in a Sequence.
 Status ReadPostProcessor(const json& post, const std::string& source, HfModel* model) {
   if (post.is_null()) return Status::Ok();
@@ -152,8 +166,11 @@ Status ReadPostProcessor(const json& post, const std::string& source, HfModel* m
     }
     const std::string name = item.at("SpecialToken").at("id").get<std::string>();
     const json& special = post.at("special_tokens").at(name);
-    for (const json& id : special.at("ids"))
-      (after ? model->suffix : model->prefix).push_back(id.get<uint32_t>());
+    for (const json& id : special.at("ids")) {
+      TRAINER_ASSIGN_OR_RETURN(const uint32_t checked,
+                               ExtraTokenId(id, "the post_processor's " + name, *model));
+      (after ? model->suffix : model->prefix).push_back(checked);
+    }
   }
   return Status::Ok();
 }
@@ -208,8 +225,10 @@ Status ReadModel(const json& root, const std::string& source, HfModel* model) {
 Status ReadAddedTokens(const json& added, HfModel* model) {
   if (added.is_null()) return Status::Ok();
   for (const json& token : added) {
-    HfAddedToken entry{token.at("content").get<std::string>(), token.at("id").get<uint32_t>(),
-                       token.value("single_word", false), token.value("lstrip", false),
+    const std::string content = token.at("content").get<std::string>();
+    TRAINER_ASSIGN_OR_RETURN(
+        const uint32_t id, ExtraTokenId(token.at("id"), "added token \"" + content + "\"", *model));
+    HfAddedToken entry{content, id, token.value("single_word", false), token.value("lstrip", false),
                        token.value("rstrip", false)};
     if (entry.content.empty()) continue;
     model->token_ids[entry.content] = entry.id;

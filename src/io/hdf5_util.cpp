@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "common/filesystem.h"
 #include "common/log.h"
 
 namespace trainer {
@@ -104,6 +105,7 @@ std::string Hdf5MissingVirtualSource(hid_t dataset, const std::string& folder) {
 }
 
 bool Hdf5OpenReadOnly(const std::string& path, Hdf5Handle* file) {
+  if (!IsRegularFile(path)) return false;  // a FIFO would block the reader
   Hdf5Handle access;
   if (access.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose) < 0) return false;
 #if H5_VERSION_GE(1, 10, 7)

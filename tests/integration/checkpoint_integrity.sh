@@ -201,6 +201,22 @@ for reader in "export crcw/step-00000009 --output crcw_export" \
 done
 [ ! -e crcw_export/model.safetensors ] || fail "export wrote the damaged weights out"
 echo "ok: export and eval check the weights' CRC-32: $(cat reader.err)"
+# A tensor of a format-2 checkpoint without its crc32 attribute is damaged, not an older file:
+# export and eval stop too (they took it unchecked).
+mkdir -p crcm/step-00000009
+cp $CKPT/step-00000009/checkpoint.h5 crcm/step-00000009/
+"$CHECKPOINT_CONFIG" crcm/step-00000009/checkpoint.h5 \
+  --delete /model/transformer.h.0.mlp.c_fc.weight@crc32 || fail "deleting a crc32 attribute"
+for reader in "export crcm/step-00000009 --output crcm_export" \
+              "eval crcm/step-00000009 --data data.h5 --batches 1"; do
+  set +e
+  "$TRAINER" $reader > reader.out 2> reader.err
+  rc=$?
+  set -e
+  [ $rc -eq 4 ] || { cat reader.out reader.err; fail "${reader%% *} without a crc32: exit $rc"; }
+  one_error_line reader.err "has no crc32 attribute (crcm/step-00000009/checkpoint.h5, /model/transformer.h.0.mlp.c_fc.weight)"
+done
+echo "ok: export and eval refuse a format-2 tensor without its crc32 attribute"
 
 # The manifest: one flipped bit in consumed_samples' value (HDF5's metadata checksum; before, it
 # loaded as another data position and silently skipped samples), a deleted config attribute.

@@ -48,6 +48,10 @@ mkdir -p said_nobias && cp $BASE/checkpoint.h5 said_nobias/
 "$CHECKPOINT_CONFIG" said_nobias/checkpoint.h5 --set < nobias.yaml || fail "editing the config"
 refused extra_tensors "said_nobias/checkpoint.h5 holds /model/transformer.h.0.attn.c_attn.bias \[96\] (and [0-9]* more), which the config's model has no place for" \
   run_np 2 train "${COMMON[@]}" -o Model.bias=false -o Checkpoint.init_from=said_nobias/checkpoint.h5 -o Engine.output_dir=nobias
+# inspect checks the tensors against the saved config as the readers do (it said "verifies yes").
+refused inspect_extra "said_nobias/checkpoint.h5 holds /model/transformer.h.0.attn.c_attn.bias \[96\]" \
+  "$TRAINER" inspect said_nobias/checkpoint.h5
+grep -q "^  tensors fit      NO: " out.log || { cat out.log; fail "inspect printed no 'tensors fit NO'"; }
 
 # LoRA on the checkpoint base, and on the seed's initialisation.
 run_np 2 train "${COMMON[@]}" "${LORA[@]}" -o Checkpoint.init_from=$BASE -o Engine.output_dir=lora \

@@ -169,6 +169,17 @@ expect_error 2 "stale/model-00003-of-00004.safetensors exists (trainer export --
   "$TRAINER" export run/checkpoints --output stale
 [[ $(ls stale) == model-00003-of-00004.safetensors ]] || fail "a refused export wrote into stale"
 expect_error 2 "use f32 or bf16" "$TRAINER" export run/checkpoints --output other --dtype f16
+# Broken folders give one line, not an abort: an index whose weight_map maps a tensor to an
+# object (beside the weights, the weights are read; alone, it is named), a config.json folder.
+mkdir -p bad-index && printf '{"weight_map": {"lm_head.weight": {"file": "x"}}}' \
+  > bad-index/model.safetensors.index.json
+expect_error 4 "bad-index/model.safetensors.index.json: a weight_map entry is not" \
+  "$TRAINER" inspect bad-index
+cp hf-f32/model.safetensors bad-index/
+"$TRAINER" inspect bad-index > /dev/null 2>&1 || fail "inspect beside a broken index: exit $?"
+cp -r hf-f32 config-folder && rm config-folder/config.json && mkdir config-folder/config.json
+expect_error 4 "config-folder/config.json is not a file (a folder, FIFO or device)" \
+  "$TRAINER" inspect config-folder
 mkdir -p no-tokenizer
 expect_error 2 "no tokenizer in no-tokenizer (\-\-tokenizer-dir): expected a Hugging Face tokenizer.json" \
   "$TRAINER" export run/checkpoints --output other --tokenizer-dir no-tokenizer

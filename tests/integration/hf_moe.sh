@@ -149,4 +149,19 @@ grep -q "warning: .*a MixtralForCausalLM with rope_scaling llama3.* transformers
   mixtral-scaled.txt || { cat mixtral-scaled.txt; fail "no warning on Mixtral's rope_scaling"; }
 expect_error 4 "leave no MoE layer of .*: a dense model. Import it as the dense class of its family (in config.json, architectures \[\"Qwen2ForCausalLM\"\]" \
   "$TRAINER" inspect qwen2_moe-dense
+# A config.json of 5000 layers, the first ones dense: inspect finds the MoE keys at once (its
+# search over every (layer_freq, first_k_dense) pair took minutes); a billion is refused.
+mkdir -p qwen2_moe-deep qwen2_moe-huge
+python3 -c "
+import json
+q = json.load(open('hf-qwen2_moe/config.json'))
+q['num_hidden_layers'], q['mlp_only_layers'], q['decoder_sparse_step'] = 5000, [0, 1, 2], 1
+json.dump(q, open('qwen2_moe-deep/config.json', 'w'))
+q['num_hidden_layers'] = 10 ** 9
+json.dump(q, open('qwen2_moe-huge/config.json', 'w'))"
+for f in hf-qwen2_moe/*.safetensors*; do ln -sf "$PWD/$f" qwen2_moe-deep/; ln -sf "$PWD/$f" qwen2_moe-huge/; done
+timeout 20 "$TRAINER" inspect qwen2_moe-deep > deep.txt 2>&1 || true
+grep -q "Model.num_layers=5000 .*-o Model.moe_layer_freq=1 -o Model.moe_first_k_dense=3 " deep.txt ||
+  { tail -5 deep.txt; fail "inspect of 5000 layers"; }
+expect_error 4 "num_hidden_layers 1000000000 is not in \[1, 10000\]" "$TRAINER" inspect qwen2_moe-huge
 echo "PASS: Hugging Face MoE import and export"

@@ -27,11 +27,14 @@ int SetInt(const char* path, const char* name, long long value) {
   return H5Fclose(file) >= 0 && ok ? 0 : 1;
 }
 
-// Removes the root's attribute `name`.
-int Delete(const char* path, const char* name) {
+// Removes the root's attribute `name`, or with "OBJECT@ATTRIBUTE" that object's (a tensor's crc32).
+int Delete(const char* path, const std::string& name) {
   const hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
   if (file < 0) return 1;
-  const bool ok = H5Adelete(file, name) >= 0;
+  const size_t at = name.find('@');
+  const std::string object = at == std::string::npos ? "/" : name.substr(0, at);
+  const std::string attribute = at == std::string::npos ? name : name.substr(at + 1);
+  const bool ok = H5Adelete_by_name(file, object.c_str(), attribute.c_str(), H5P_DEFAULT) >= 0;
   return H5Fclose(file) >= 0 && ok ? 0 : 1;
 }
 
@@ -47,7 +50,7 @@ int main(int argc, char** argv) {
   if (argc != 2 && !(argc == 3 && set) && !named) {
     std::fprintf(stderr,
                  "usage: checkpoint_config FILE [--set < config.yaml | --set-int NAME VALUE | "
-                 "--delete NAME | --get NAME | --set-string NAME < text]\n");
+                 "--delete NAME|OBJECT@NAME | --get NAME | --set-string NAME < text]\n");
     return 1;
   }
   const hid_t file = H5Fopen(argv[1], set ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);

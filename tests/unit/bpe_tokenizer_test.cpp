@@ -298,6 +298,13 @@ TEST_F(BpeTest, Errors) {
   expect_data_error("not an object");
   WriteBytes(Path("vocab.json"), "{\"a\": \"x\"}");
   EXPECT_NE(expect_data_error("id").find("bad token id"), std::string::npos);
+  // An id far past the entries (a table would be sized by it), and a value nested deeper than a
+  // printer's stack: refused by kind, not printed.
+  WriteBytes(Path("vocab.json"), "{\"a\": 2147483000}");
+  EXPECT_NE(expect_data_error("huge id").find("a little past the 1 entries"), std::string::npos);
+  WriteBytes(Path("vocab.json"),
+             "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  EXPECT_NE(expect_data_error("nested").find("has id 'array'"), std::string::npos);
 }
 
 }  // namespace

@@ -65,5 +65,38 @@ TEST(CheckpointChunks, AThreeDimensionalTensorWrittenInThemReadsBack) {
   std::filesystem::remove(path);
 }
 
+// A tensor whose declared shape its stored bytes cannot hold (damage grew it to 2^40 rows): its
+// shape is refused, so that no reader sizes a buffer by it; the written tensor's is taken.
+TEST(CheckpointChunks, AShapeLargerThanTheBytesStoredIsRefused) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("checkpoint_shape_test_" + std::to_string(getpid()) + ".h5"))
+                               .string();
+  hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const std::vector<float> data(64 * 8, 1.f);
+  ASSERT_TRUE(WriteTensor(file, "written", {8, 64}, data.data()).ok());
+  hsize_t dims[2] = {hsize_t{1} << 40, 64}, chunk[2] = {8, 64};
+  hid_t space = H5Screate_simple(2, dims, nullptr);
+  hid_t props = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(props, 2, chunk);
+  hid_t grown = H5Dcreate2(file, "grown", H5T_IEEE_F32LE, space, H5P_DEFAULT, props, H5P_DEFAULT);
+  ASSERT_GE(grown, 0);
+  H5Dclose(grown);
+  H5Pclose(props);
+  H5Sclose(space);
+  std::vector<int64_t> shape;
+  EXPECT_TRUE(DatasetShape(file, "written", &shape).ok());
+  EXPECT_EQ(shape, (std::vector<int64_t>{8, 64}));
+  const Status refused = DatasetShape(file, "grown", &shape);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(refused.code(), ExitCode::kCheckpoint);
+  EXPECT_NE(refused.message().find("checkpoint tensor /grown has shape [1099511627776, 64] and "
+                                   "holds 0 bytes"),
+            std::string::npos)
+      << refused.message();
+  H5Fclose(file);
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace trainer

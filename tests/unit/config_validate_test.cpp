@@ -341,7 +341,11 @@ TEST(ConfigValidate, SizesBeyondAnyMachine) {
   EXPECT_TRUE(with("Model.num_experts=8").ok());
   ExpectUsageError(with("Model.num_experts=1048576"),
                    {"the model's sizes overflow: ", "more than 2^50", "1048576 experts of 14336"});
-  ExpectUsageError(with("Model.num_layers=10000000"), {"the model's sizes overflow: "});
+  // Layers are bounded first: far more than any model has would exhaust memory at setup (a
+  // parameter list per layer) before a size check ran.
+  ExpectUsageError(with("Model.num_layers=10000000"),
+                   {"Model.num_layers", "must be in [1, 10001)"});
+  ExpectUsageError(with("Model.hidden_size=16777216"), {"the model's sizes overflow: "});
 }
 
 // zero_stage1 is stage 1: another sharding_stage beside it is refused (it was silently stage 1,

@@ -4,7 +4,9 @@
 // - an attribute holding several values (h5py: f.attrs['vocab_size'] = np.array([...]));
 // - a virtual /tokens whose source file is missing (read as zeros), and a complete one;
 // - a /tokens compressed with a filter this HDF5 lacks (h5py's lzf);
-// - /loss_mask values other than 0 and 1, a signed or 2-D /loss_mask.
+// - /loss_mask values other than 0 and 1, a signed or 2-D /loss_mask;
+// - a chunked /tokens whose writer stopped after its first chunk (the rest read as zeros);
+// - a /doc_offsets declaring 2^40 entries (read into memory whole, it was a bad_alloc).
 #include <gtest/gtest.h>
 
 #include "data/dataset.h"
@@ -55,6 +57,71 @@ void WriteUint16(hid_t file, const char* name, const std::vector<uint32_t>& valu
   ASSERT_GE(H5Dwrite(d, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
   H5Dclose(d);
   H5Sclose(space);
+}
+
+// A chunked /tokens of 1000 elements (chunks of 100) with the first chunk written only: what a
+// writer killed part-way leaves; HDF5 reads the rest as zeros. Refused; written whole, it opens.
+TEST_F(ForeignFileTest, TokensNotWrittenWholeAreRefused) {
+  for (const bool whole : {false, true}) {
+    const std::string path = Path(whole ? "whole.h5" : "part.h5");
+    hid_t file = CreateWithoutTokens(path, 1000);
+    ASSERT_GE(file, 0);
+    hsize_t n[1] = {1000}, chunk[1] = {100}, first[1] = {0};
+    hid_t space = H5Screate_simple(1, n, nullptr);
+    hid_t props = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(props, 1, chunk);
+    hid_t d = H5Dcreate2(file, "tokens", H5T_STD_U16LE, space, H5P_DEFAULT, props, H5P_DEFAULT);
+    ASSERT_GE(d, 0);
+    const std::vector<uint32_t> tokens = Counting(1000);
+    hid_t part = H5Screate_simple(1, whole ? n : chunk, nullptr);
+    hid_t selection = H5Scopy(space);
+    H5Sselect_hyperslab(selection, H5S_SELECT_SET, first, nullptr, whole ? n : chunk, nullptr);
+    ASSERT_GE(H5Dwrite(d, H5T_NATIVE_UINT32, part, selection, H5P_DEFAULT, tokens.data()), 0);
+    for (hid_t id : {selection, part, space}) H5Sclose(id);
+    H5Pclose(props);
+    H5Dclose(d);
+    H5Fclose(file);
+    if (!whole) {
+      ExpectOpenFails(path, "/tokens of " + path + " was not written whole (1 of its 10 chunks");
+      continue;
+    }
+    auto opened = TokenDataset::Open(path, 1000, {});
+    EXPECT_TRUE(opened.ok()) << opened.status().message();
+  }
+}
+
+// More documents than tokens (each holds at least its end of document): refused before a buffer
+// of that length; one declaring 2^40 entries and holding none is refused as not written whole.
+TEST_F(ForeignFileTest, DocOffsetsLongerThanTheTokensAreRefused) {
+  for (const bool huge : {false, true}) {
+    const std::string path = Path(huge ? "huge_offsets.h5" : "long_offsets.h5");
+    SyntheticFile spec;
+    spec.tokens = Counting(300);
+    if (!huge) {  // 0, 0, 1, 1, ..., 299, 299, 300, 300: 401 entries, sorted, from 0 to 300
+      for (uint64_t i = 0; i <= 300; ++i) spec.doc_offsets.insert(spec.doc_offsets.end(), {i, i});
+      spec.doc_offsets.pop_back();
+    }
+    spec.write_doc_offsets = !huge;
+    WriteSyntheticFile(path, spec);
+    if (!huge) {
+      ExpectOpenFails(path, "wrong /doc_offsets length (" + path + "): 600 documents for 300");
+      continue;
+    }
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    hsize_t n[1] = {hsize_t{1} << 40}, chunk[1] = {1024};
+    hid_t space = H5Screate_simple(1, n, nullptr);
+    hid_t props = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(props, 1, chunk);
+    hid_t d =
+        H5Dcreate2(file, "doc_offsets", H5T_STD_U64LE, space, H5P_DEFAULT, props, H5P_DEFAULT);
+    ASSERT_GE(d, 0);
+    H5Dclose(d);
+    H5Pclose(props);
+    H5Sclose(space);
+    H5Fclose(file);
+    ExpectOpenFails(path, "/doc_offsets of " + path + " was not written whole");
+  }
 }
 
 TEST_F(ForeignFileTest, AttributesHoldingSeveralValuesAreRefused) {

@@ -304,6 +304,14 @@ TEST_F(HfTokenizerFilesTest, EndOfDocumentAndErrors) {
   EXPECT_NE(data_error(TokenizerJson(o)).find("Whitespace"), std::string::npos);
   o.pre_tokenizer = R"({"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated"})";
   EXPECT_NE(data_error(TokenizerJson(o)).find("pattern"), std::string::npos);
+  // Added-token ids that would wrap to another token's (2^32 + 5 is 5) or size a table by them.
+  for (const char* id : {"4294967301", "-1", "2147483000", "\"7\""}) {
+    json = TokenizerJson(Options{});
+    json.replace(json.find("\"id\": 265"), 9, std::string("\"id\": ") + id);
+    EXPECT_NE(data_error(json).find("bad token id in tokenizer.json: added token \"<s>\""),
+              std::string::npos)
+        << id;
+  }
 }
 
 TEST_F(HfTokenizerFilesTest, SentencePieceErrors) {

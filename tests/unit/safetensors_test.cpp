@@ -103,9 +103,24 @@ TEST(Safetensors, FilesThatBreakTheFormatAreErrorsNamingTheFile) {
                 std::string(8, '\0')),
        "I64"},
       {"offsets", WriteRaw("offsets", tensor, std::string(4, '\0')), "data_offsets"},
+      // (2^58 + 1) x 64 x 4 bytes wraps past 2^64 to 256, the span given: refused by its shape.
+      {"wrapping shape",
+       WriteRaw("wrap",
+                R"({"a":{"dtype":"F32","shape":[288230376151711745,64],"data_offsets":[0,256]}})",
+                std::string(256, '\0')),
+       "too large"},
+      {"negative shape",
+       WriteRaw("negative", R"({"a":{"dtype":"F32","shape":[-2,-1],"data_offsets":[0,8]}})",
+                std::string(8, '\0')),
+       "negative"},
   };
   for (const auto& c : cases) {
     std::map<std::string, SafetensorsTensor> t;
+    std::vector<SafetensorsEntry> entries;  // the header alone (inspect's) refuses them too
+    uint64_t data_start = 0;
+    if (std::string(c.name) != "dtype" && std::string(c.name) != "truncated" &&
+        std::string(c.name) != "not json")
+      EXPECT_FALSE(ReadSafetensorsIndex(c.path, &entries, &data_start).ok()) << c.name;
     const Status s = ReadSafetensors(c.path, &t);
     EXPECT_FALSE(s.ok()) << c.name;
     EXPECT_NE(s.message().find(c.path), std::string::npos) << c.name << ": " << s.message();
