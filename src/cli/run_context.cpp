@@ -60,13 +60,17 @@ Status RunContext::AgreeOnConfig(const TrainConfig& config) {
 
 Status RunContext::SetupDevice(const TrainConfig& config) {
   const std::string& wanted = config.global.device;
-  const int visible = VisibleCudaDevices();
+  std::string cuda_says;  // why the CUDA runtime found none: no driver, or one too old for it
+  const int visible = VisibleCudaDevices(&cuda_says);
   const bool use_cuda = wanted == "cuda" || (wanted == "auto" && visible > 0);
   if (!use_cuda) {
     backend = MakeCpuBackend();
     if (wanted == "auto")
-      LogInfo(CudaBackendCompiled() ? "device: cpu (no GPU visible; fp32 CPU path)"
-                                    : "device: cpu (built without CUDA; fp32 CPU path)");
+      LogInfo(CudaBackendCompiled()
+                  ? "device: cpu (no GPU visible" +
+                        (cuda_says.empty() ? std::string() : " to CUDA, " + cuda_says) +
+                        "; fp32 CPU path)"
+                  : std::string("device: cpu (built without CUDA; fp32 CPU path)"));
     else
       LogInfo("device: cpu (fp32 CPU path)");
     return Status::Ok();
@@ -81,9 +85,11 @@ Status RunContext::SetupDevice(const TrainConfig& config) {
   const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
   if (visible == 0)
     return EnvironmentError(StrFormat(
-        "Global.device=cuda but no GPU is visible (rank %d on %s, CUDA_VISIBLE_DEVICES=%s). Run "
-        "on a GPU node (check the driver with nvidia-smi), or set Global.device=cpu or auto",
-        runtime->rank(), runtime->host().c_str(), cvd ? cvd : "unset"));
+        "Global.device=cuda but no GPU is visible (rank %d on %s, CUDA_VISIBLE_DEVICES=%s%s). Run "
+        "on a GPU node (check the driver with nvidia-smi: a driver older than this build's CUDA "
+        "runtime shows its GPUs there but not here), or set Global.device=cpu or auto",
+        runtime->rank(), runtime->host().c_str(), cvd ? cvd : "unset",
+        cuda_says.empty() ? "" : ("; CUDA says " + cuda_says).c_str()));
   // With host-staged collectives ranks may share a GPU: round robin over the visible ones.
   if (visible == 1) {
     device = 0;
@@ -307,23 +313,27 @@ Status RunContext::BuildDeviceGroups(const TrainConfig& config) {
     std::string& name = names[specs[i].shares >= 0 ? specs[i].shares : i];
     if (mpi != nullptr) name += (name.empty() ? "" : "/") + mpi->name();
   }
+  // Every rank plans the same number of groups; after each, the world agrees on the outcome, so
+  // that a group that failed on some hosts stops every rank there (with its message), not only
+  // its members while the others wait for them in the next group's set-up.
   std::vector<Communicator*> built(specs.size(), nullptr);
   for (size_t i = 0; i < specs.size(); ++i) {
     MpiCommunicator* mpi = mpi_groups.Of(specs[i].group);
-    if (mpi == nullptr) continue;
-    if (mpi->size() != specs[i].members)  // the plan and the MPI split disagree
-      return RuntimeError(StrFormat("device group %s has %d ranks, planned %d", mpi->name().c_str(),
+    Status made = Status::Ok();
+    if (mpi != nullptr && mpi->size() != specs[i].members) {  // the plan and the split disagree
+      made = RuntimeError(StrFormat("device group %s has %d ranks, planned %d", mpi->name().c_str(),
                                     mpi->size(), specs[i].members));
-    if (specs[i].shares >= 0) {
+    } else if (mpi != nullptr && specs[i].shares >= 0) {
       built[i] = built[specs[i].shares];
-    } else {
+    } else if (mpi != nullptr) {
       MpiCommunicator named(mpi->comm(), names[i], /*owns=*/false);
       std::unique_ptr<Communicator> comm;
-      TRAINER_RETURN_IF_ERROR(MakeDeviceCommunicator(&named, config, &comm, specs[i].own_stream));
+      made = MakeDeviceCommunicator(&named, config, &comm, specs[i].own_stream);
       built[i] = comm.get();
-      device_groups.push_back(std::move(comm));
+      if (made.ok()) device_groups.push_back(std::move(comm));
     }
-    groups.Of(specs[i].group) = built[i];
+    TRAINER_RETURN_IF_ERROR(AgreeOnStatus(runtime->world(), made));
+    if (mpi != nullptr) groups.Of(specs[i].group) = built[i];
   }
   return Status::Ok();
 }

@@ -580,8 +580,9 @@ double DeviceMemoryUsed(Backend* backend);
 bool DeviceMemoryInfo(Backend* backend, double* free_bytes, double* total_bytes);
 // The PCI bus id ("0000:19:00.0") of the GPU a CUDA backend runs on; "" for any other backend.
 std::string BackendPciBusId(Backend* backend);
-// CUDA devices this process can see (0 without CUDA, a driver or a GPU).
-int VisibleCudaDevices();
+// CUDA devices this process can see (0 without CUDA, a driver or a GPU); where the CUDA runtime
+// fails to count them, *why (when given) says how ("cudaErrorInsufficientDriver: ...").
+int VisibleCudaDevices(std::string* why = nullptr);
 // The name of visible CUDA device `device` ("NVIDIA H200"), "" where there is none.
 std::string CudaDeviceName(int device);
 // The dense bf16 peak (TFLOP/s, NVIDIA's datasheets without sparsity) of the GPU named

@@ -2,6 +2,7 @@
 // BackendStream answer in CPU-only builds too.
 #include <sys/resource.h>
 
+#include "common/log.h"
 #include "model/backend.h"
 
 #if TRAINER_WITH_CUDA
@@ -12,12 +13,15 @@
 
 namespace trainer {
 
-int VisibleCudaDevices() {
+int VisibleCudaDevices(std::string* why) {
 #if TRAINER_WITH_CUDA
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
-  return count;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaSuccess) return count;
+  if (why != nullptr) *why = StrFormat("%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+  return 0;
 #else
+  (void)why;
   return 0;
 #endif
 }

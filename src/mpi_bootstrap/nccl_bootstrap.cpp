@@ -50,8 +50,13 @@ Status MakeNcclCommunicator(MpiCommunicator* group, void* stream,
   if (group->rank() == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess)
-      status = RuntimeError(std::string("ncclGetUniqueId failed on group ") + group->name() +
-                            ": " + ncclGetErrorString(r));
+      status = EnvironmentError(StrFormat(
+          "ncclGetUniqueId failed on group %s (its first rank, world rank %d on %s): %s. Most "
+          "often "
+          "NCCL finds no network interface to bootstrap from: set NCCL_SOCKET_IFNAME to the one "
+          "the hosts reach each other by (ip addr), and NCCL_DEBUG=INFO for NCCL's reasons",
+          group->name().c_str(), GetProcessIdentity().rank, GetProcessIdentity().host.c_str(),
+          ncclGetErrorString(r)));
   }
   TRAINER_RETURN_IF_ERROR(AgreeOnStatus(group, status));
   MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group->comm()));
