@@ -31,7 +31,8 @@ struct RouteEntry {
   std::string op, shape;
   std::vector<RouteCandidate> candidates;
   int chosen = -1;  // index into candidates; -1: none runs the shape (the op's plain route)
-  std::string how;  // "timed", "pinned" or "only" (one candidate runs the shape)
+  std::string how;  // "timed", "pinned", "only" (one candidate runs the shape) or "untimed"
+                    // (no memory for the trial: the library's first pick)
   const std::string& chosen_name() const;
 };
 

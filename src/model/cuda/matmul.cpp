@@ -341,6 +341,7 @@ Status CublasLtMatmul::ChooseAlgo(const Gemm& g, Plan* plan,
   }
   RouteTrial trial(count);
   int pinned = -1;
+  bool untimed = false;  // no memory for the copy of D the trial needs: the heuristic's first
   if (pins_ != nullptr)
     TRAINER_RETURN_IF_ERROR(
         pins_->PinnedChoice(kRouteOp, shape, names, std::vector<bool>(count, true), &pinned));
@@ -349,31 +350,39 @@ Status CublasLtMatmul::ChooseAlgo(const Gemm& g, Plan* plan,
   } else if (count > 1) {
     // D is read when beta != 0: keep a copy so that the trial runs leave it as they found it.
     // Its extent ends with its last column's m elements (D may be a block of a wider matrix).
+    // The copy is made outside the planned memory, once per shape and freed at once; where it
+    // does not fit, the GEMM runs untimed rather than the step failing.
     const size_t d_bytes =
         ((size_t)g.ldd * (g.n - 1) + g.m) * (g.d_dtype == DType::kBF16 ? 2 : 4);
     void* saved = nullptr;
     if (g.beta != 0.f && (g.c == nullptr || g.c == g.d)) {
-      CUDA_CHECK(cudaMalloc(&saved, d_bytes));
-      CUDA_CHECK(cudaMemcpyAsync(saved, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream_));
+      if (cudaMalloc(&saved, d_bytes) != cudaSuccess) {
+        (void)cudaGetLastError();  // a failed allocation is not sticky: clear it
+        saved = nullptr;
+        untimed = true;
+      } else {
+        CUDA_CHECK(cudaMemcpyAsync(saved, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream_));
+      }
     }
+    const std::unique_ptr<void, cudaError_t (*)(void*)> copy(saved, cudaFree);
     const float alpha = g.alpha, beta = g.beta;
     auto launch = [&](int i) {
       return cublasLtMatmul(handle_, plan->desc, &alpha, g.a.data, plan->a, g.b.data, plan->b,
                             &beta, g.c ? g.c : g.d, plan->d, g.d, plan->d, &results[i].algo,
                             workspace_, kWorkspaceBytes, stream_) == CUBLAS_STATUS_SUCCESS;
     };
-    TRAINER_RETURN_IF_ERROR(trial.RunToEnd(stream_, launch));
+    if (!untimed) TRAINER_RETURN_IF_ERROR(trial.RunToEnd(stream_, launch));
     if (saved) {
       CUDA_CHECK(cudaMemcpyAsync(g.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream_));
       CUDA_CHECK(cudaStreamSynchronize(stream_));
-      CUDA_CHECK(cudaFree(saved));
     }
   }
-  const int choice = count == 1 ? 0 : std::max(trial.choice(), 0);
+  const int choice = count == 1 || untimed ? 0 : std::max(trial.choice(), 0);
   plan->algo = results[choice].algo;
   if (routes_ != nullptr) {
     RouteEntry entry = trial.Entry(kRouteOp, shape, names);
     if (count == 1 && pinned < 0) entry.chosen = 0, entry.how = "only";
+    if (untimed) entry.chosen = 0, entry.how = "untimed";
     routes_->Record(std::move(entry));
   }
   return Status::Ok();
