@@ -454,7 +454,7 @@ Status CheckBatchAndSchedule(const TrainConfig& c, Checker& check) {
         {"Global.global_batch_size", "Global.micro_batch_size", "Distributed.dp_degree"},
         StrFormat("Set global_batch_size to a multiple of %lld", per_step));
   }
-  if (c.optimizer.min_lr > c.optimizer.lr) {
+  if (c.optimizer.min_lr > c.optimizer.lr && c.optimizer.decay_style != "constant") {
     return check.Fail(check.Show("Optimizer.min_lr") + " exceeds " + check.Show("Optimizer.lr"),
                       {"Optimizer.min_lr", "Optimizer.lr"},
                       "Set Optimizer.min_lr to at most " + check.Value("Optimizer.lr"));

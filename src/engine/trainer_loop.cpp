@@ -95,6 +95,12 @@ Status Trainer::Run() {
                   static_cast<long long>(first_step), e.max_steps, last_checkpoint_.c_str()));
     return Status::Ok();
   }
+  const OptimizerConfig& o = config_.optimizer;
+  if (groups_.world_rank == 0 && o.warmup_steps > e.max_steps)
+    LogWarning(StrFormat(
+        "Engine.max_steps=%d ends within Optimizer.warmup_steps=%d: the learning rate stops at "
+        "%.3g, never reaching Optimizer.lr=%g. Lower warmup_steps, or train longer",
+        e.max_steps, o.warmup_steps, o.lr * e.max_steps / o.warmup_steps, o.lr));
   double last_loss = std::nan(""), last_val = std::nan("");  // for the closing summary
   GpuMonitor gpu_monitor(backend_);
   while (state_.step < e.max_steps) {

@@ -435,6 +435,11 @@ TEST(ConfigValidate, ValueRanges) {
   ExpectUsageError(ValidateWith({"Optimizer.lr=1e-4", "Optimizer.min_lr=1e-3"}, 1),
                    {"Optimizer.min_lr=0.001 exceeds Optimizer.lr=0.0001",
                     "Set Optimizer.min_lr to at most 0.0001"});
+  // A constant rate never takes min_lr (a fine-tuning lr below a config's min_lr was refused).
+  EXPECT_TRUE(ValidateWith({"Optimizer.lr=1e-5", "Optimizer.min_lr=1e-3",
+                            "Optimizer.decay_style=constant"},
+                           1)
+                  .ok());
 }
 
 TEST(ConfigValidate, ChoicesAndRequiredStrings) {
