@@ -126,28 +126,15 @@ Status DatasetShape(hid_t file, const std::string& path, std::vector<int64_t>* s
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   HDF5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
   shape->assign(dims.begin(), dims.end());
-  // The bytes stored hold the declared shape (as written: Fletcher32 only adds to them; a copy
-  // compressed with h5repack may hold fewer, and is not checked): a shape grown by damage is
-  // refused before a reader sizes a buffer by it.
-  Hdf5Handle type(H5Dget_type(dataset.get()), H5Tclose);
-  uint64_t bytes = type.valid() ? H5Tget_size(type.get()) : 0;
-  bool wraps = bytes == 0;
-  for (hsize_t d : dims) wraps = wraps || __builtin_mul_overflow(bytes, d, &bytes);
-  bool compressed = false;
-  Hdf5Handle create_props(H5Dget_create_plist(dataset.get()), H5Pclose);
-  for (int i = 0; create_props.valid() && i < H5Pget_nfilters(create_props.get()); ++i) {
-    unsigned flags = 0, config = 0;
-    size_t values = 0;
-    compressed =
-        compressed || H5Pget_filter2(create_props.get(), static_cast<unsigned>(i), &flags, &values,
-                                     nullptr, 0, nullptr, &config) != H5Z_FILTER_FLETCHER32;
-  }
-  const uint64_t stored = H5Dget_storage_size(dataset.get());
-  if (wraps || (!compressed && stored < bytes))
+  // The storage covers the declared shape (every chunk, compressed or not): a shape grown by
+  // damage is refused before a reader sizes a buffer by it.
+  uint64_t stored = 0, needed = 0;
+  if (!Hdf5StoredWhole(dataset.get(), &stored, &needed))
     return CheckpointError(StrFormat(
-        "checkpoint tensor /%s has shape %s and holds %llu bytes, fewer than that shape takes: "
-        "the file is damaged",
-        path.c_str(), ShapeText(*shape).c_str(), static_cast<unsigned long long>(stored)));
+        "checkpoint tensor /%s has shape %s and stores %llu of the %llu chunks (or bytes) that "
+        "shape takes: the file is damaged",
+        path.c_str(), ShapeText(*shape).c_str(), static_cast<unsigned long long>(stored),
+        static_cast<unsigned long long>(needed)));
   return Status::Ok();
 }
 

@@ -110,6 +110,11 @@ float HalfToFloat(uint16_t h) {
   return f;
 }
 
+// Bytes per element of the float dtypes this reader takes (F32, BF16, F16); 0 for another.
+size_t FloatBytes(const std::string& dtype) {
+  return dtype == "F32" ? 4 : dtype == "BF16" || dtype == "F16" ? 2 : 0;
+}
+
 Status BadSafetensors(const std::string& path, const std::string& why) {
   return CheckpointError(
       StrFormat("%s is not a safetensors file this trainer reads: %s", path.c_str(), why.c_str()));
@@ -159,7 +164,7 @@ Status ReadSafetensorsIndex(const std::string& path, std::vector<SafetensorsEntr
       if (e.begin > e.end || e.end > data_bytes)
         return BadSafetensors(path, e.name + "'s data_offsets lie outside the file");
       // The shape's bytes, without wrapping past 2^64, are its data_offsets' span.
-      const uint64_t element = e.dtype == "F32" ? 4 : e.dtype == "BF16" || e.dtype == "F16" ? 2 : 0;
+      const uint64_t element = FloatBytes(e.dtype);
       uint64_t bytes = element;
       for (int64_t d : e.shape)
         if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
@@ -182,7 +187,7 @@ Status ReadSafetensors(const std::string& path, std::map<std::string, Safetensor
   std::ifstream in(path, std::ios::binary);
   out->clear();
   for (const SafetensorsEntry& e : entries) {
-    const size_t element = e.dtype == "F32" ? 4 : (e.dtype == "BF16" || e.dtype == "F16") ? 2 : 0;
+    const size_t element = FloatBytes(e.dtype);
     if (element == 0)
       return BadSafetensors(path, e.name + " has dtype " + e.dtype + " (F32, BF16 or F16 only)");
     uint64_t count = 1;

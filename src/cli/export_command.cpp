@@ -89,17 +89,21 @@ Status ExportTokenizer(const std::string& dir, const ModelConfig& model, int64_t
     out->copies = {{bpe->vocabulary_path(), "vocab.json"}, {bpe->merges_path(), "merges.txt"}};
     return Status::Ok();
   };
-  if (!PathExists(dir + "/tokenizer.json")) return gpt2();
+  const bool gpt2_files = PathExists(dir + "/vocab.json") && PathExists(dir + "/merges.txt");
+  const auto sentencepiece = [&](const char* which) {
+    return UsageError(StrFormat(
+        "--tokenizer-dir %s holds a SentencePiece tokenizer (tokenizer.model%s), which export "
+        "does not copy: copy the folder's tokenizer files beside the export by hand",
+        dir.c_str(), which));
+  };
+  if (!PathExists(dir + "/tokenizer.json"))
+    return PathExists(dir + "/tokenizer.model") && !gpt2_files ? sentencepiece("") : gpt2();
   StatusOr<std::unique_ptr<HfTokenizer>> loaded =
       HfTokenizer::Load(dir, "--tokenizer-dir", data_eod);
-  if (!loaded.ok() && PathExists(dir + "/vocab.json") && PathExists(dir + "/merges.txt"))
+  if (!loaded.ok() && gpt2_files)
     return gpt2();  // a tokenizer.json this reader does not take, beside GPT-2's files
   if (!loaded.ok() && PathExists(dir + "/tokenizer.model"))
-    return UsageError(StrFormat(
-        "--tokenizer-dir %s holds a SentencePiece tokenizer (tokenizer.model; its tokenizer.json "
-        "is not byte-level BPE), which export does not copy: copy the folder's tokenizer files "
-        "beside the export by hand",
-        dir.c_str()));
+    return sentencepiece("; its tokenizer.json is not byte-level BPE");
   if (!loaded.ok()) return loaded.status();
   const HfTokenizer& tokenizer = *loaded.value();
   TRAINER_RETURN_IF_ERROR(CheckTokenizerFitsModel(dir, tokenizer.vocab_size(), model));

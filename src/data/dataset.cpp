@@ -168,25 +168,12 @@ Status TokenDataset::CheckStoredWhole(hid_t dataset, const char* name) {
   if (!missing.empty())
     return DataError(StrFormat("cannot read /%s (%s): %s", name, path_.c_str(), missing.c_str()));
   // Chunks never written read as the fill value (zeros): a file whose writer stopped early.
-  Hdf5Handle create_props(H5Dget_create_plist(dataset), H5Pclose);
-  Hdf5Handle space(H5Dget_space(dataset), H5Sclose);
-  hsize_t extent = 0, chunk = 0, chunks = 0;
-  if (!create_props.valid() || !space.valid() || H5Sget_simple_extent_ndims(space.get()) != 1 ||
-      H5Sget_simple_extent_dims(space.get(), &extent, nullptr) < 0 || extent == 0)
-    return Status::Ok();  // the shape checks name these
-  const H5D_layout_t layout = H5Pget_layout(create_props.get());
-  bool whole = true;
-  if (layout == H5D_CHUNKED && H5Pget_chunk(create_props.get(), 1, &chunk) == 1 && chunk > 0 &&
-      H5Dget_num_chunks(dataset, space.get(), &chunks) >= 0)
-    whole = chunks >= (extent + chunk - 1) / chunk;
-  else if (layout == H5D_CONTIGUOUS)
-    whole = H5Dget_storage_size(dataset) > 0;
-  if (whole) return Status::Ok();
-  const hsize_t needed = layout == H5D_CHUNKED ? (extent + chunk - 1) / chunk : 1;
+  uint64_t stored = 0, needed = 0;
+  if (Hdf5StoredWhole(dataset, &stored, &needed)) return Status::Ok();
   return DataError(StrFormat(
-      "/%s of %s was not written whole (%llu of its %llu chunks stored): the rest would read as "
-      "zeros. Its writer stopped early: pack the file again",
-      name, path_.c_str(), static_cast<unsigned long long>(layout == H5D_CHUNKED ? chunks : 0),
+      "/%s of %s was not written whole (%llu of the %llu chunks or bytes its shape takes are "
+      "stored): the rest would read as zeros. Its writer stopped early: pack the file again",
+      name, path_.c_str(), static_cast<unsigned long long>(stored),
       static_cast<unsigned long long>(needed)));
 }
 

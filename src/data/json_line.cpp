@@ -2,6 +2,8 @@
 // strings and skips every other value.
 #include "data/json_line.h"
 
+#include <cstdlib>
+
 #include "common/log.h"
 #include "data/chat.h"
 
@@ -167,8 +169,11 @@ class JsonScanner {
 Status TrainFlag(JsonScanner* json, const std::string& field, ChatMessage* message) {
   std::string value;
   TRAINER_RETURN_IF_ERROR(json->Literal(&value));
-  if (field == "weight" && (value == "0" || value == "1")) {
-    message->train = value == "1";
+  char* end = nullptr;
+  const double number = field == "weight" ? std::strtod(value.c_str(), &end) : -1;
+  const bool numeric = end != nullptr && end != value.c_str() && *end == '\0';
+  if (field == "weight" && numeric && (number == 0 || number == 1)) {  // 0, 1, 0.0, 1e0
+    message->train = number == 1;
   } else if (field == "loss" && (value == "true" || value == "false")) {
     message->train = value == "true";
   } else if (field != "loss" || value != "null") {

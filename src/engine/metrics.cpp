@@ -1,6 +1,8 @@
 // MetricsWriter (metrics.h).
 #include "engine/metrics.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -64,14 +66,23 @@ std::string BranchPath(const std::string& path) {
 }
 
 // The offset in metrics.jsonl where a run that went back began appending (npos: none, or a
-// record that does not fit the file as it is).
-size_t BranchStart(const std::string& path) {
+// record that does not fit the file as it is), and the step it went back to.
+size_t BranchStart(const std::string& path, int64_t* branch_step = nullptr) {
   auto text = ReadSmallFile(BranchPath(path));
   long long offset = -1, step = -1;
   if (!text.ok() || std::sscanf(text.value().c_str(), "%lld %lld", &offset, &step) != 2 ||
       offset < 0 || offset > FileSize(path))
     return std::string::npos;
+  if (branch_step != nullptr) *branch_step = step;
   return static_cast<size_t>(offset);
+}
+
+// Whether file `a` was last written after file `b` (both exist).
+bool WrittenAfter(const std::string& a, const std::string& b) {
+  struct stat x, y;
+  if (stat(a.c_str(), &x) != 0 || stat(b.c_str(), &y) != 0) return false;
+  return x.st_mtim.tv_sec != y.st_mtim.tv_sec ? x.st_mtim.tv_sec > y.st_mtim.tv_sec
+                                              : x.st_mtim.tv_nsec > y.st_mtim.tv_nsec;
 }
 
 }  // namespace
@@ -110,9 +121,18 @@ Status MetricsWriter::MoveRecords(int64_t step, size_t boundary, bool move_from_
   return Status::Ok();
 }
 
-Status MetricsWriter::StartAt(int64_t step) {
+Status MetricsWriter::StartAt(int64_t step, const std::string& resumed_file) {
   if (tensorboard_) TRAINER_RETURN_IF_ERROR(tensorboard_->WriteSessionStart(step + 1));
   if (file_ == nullptr) return Status::Ok();
+  // A checkpoint written after a run went back is that run's: it committed and stopped before
+  // settling (a kill in the step after an asynchronous save). Settle now, then resume on it.
+  int64_t branch_step = -1;
+  const size_t branch = BranchStart(path_, &branch_step);
+  if (branch != std::string::npos && !resumed_file.empty() &&
+      WrittenAfter(resumed_file, BranchPath(path_))) {
+    branch_step_ = branch_step;
+    TRAINER_RETURN_IF_ERROR(SettleBranch());
+  }
   const std::string which =
       step == 0 ? "of an earlier run that committed no checkpoint here,"
                 : StrFormat(
@@ -126,10 +146,10 @@ Status MetricsWriter::StartAt(int64_t step) {
 Status MetricsWriter::StartBranch(int64_t step) {
   if (tensorboard_) TRAINER_RETURN_IF_ERROR(tensorboard_->WriteSessionStart(step + 1));
   if (file_ == nullptr) return Status::Ok();
-  const size_t abandoned = BranchStart(path_);
-  if (abandoned != std::string::npos)
-    TRAINER_RETURN_IF_ERROR(MoveRecords(std::numeric_limits<int64_t>::max(), abandoned, true,
-                                        "of a run that went back and committed no checkpoint,"));
+  // A torn last line, and what an earlier run gone back that committed nothing logged.
+  TRAINER_RETURN_IF_ERROR(MoveRecords(std::numeric_limits<int64_t>::max(), BranchStart(path_), true,
+                                      "torn by a crash, or of a run that went back and committed "
+                                      "no checkpoint,"));
   branch_step_ = step;
   return WriteFileAtomically(
       BranchPath(path_), StrFormat("%lld %lld\n", FileSize(path_), static_cast<long long>(step)));

@@ -31,13 +31,15 @@ class MetricsWriter {
   // and what a run that went back committed nothing of (StartBranch) logged, to
   // metrics.jsonl.superseded, rewriting the file atomically; marks TensorBoard's restart at
   // step + 1 (TensorBoardWriter::WriteSessionStart).
-  Status StartAt(int64_t step);
+  // `resumed_file` (the checkpoint.h5 resumed, "" for a fresh start): written after a run went
+  // back (metrics.jsonl.branch), it is that run's, which stopped before settling: settled first.
+  Status StartAt(int64_t step, const std::string& resumed_file = "");
   // A run gone back to `step` below the folder's newest checkpoint: the records after `step`
-  // belong to the line it leaves, but stay until it commits a checkpoint or ends (SettleBranch);
-  // killed before, its own records are the ones the next start moves (metrics.jsonl.branch
+  // belong to the line it leaves, but stay until it commits a checkpoint (SettleBranch); ended
+  // or killed before, its own records are the ones the next start moves (metrics.jsonl.branch
   // holds where they begin).
   Status StartBranch(int64_t step);
-  // After this run's first committed checkpoint, or at its end: StartBranch's move, once.
+  // After this run's first committed checkpoint: StartBranch's move, once.
   Status SettleBranch();
   // {"step": 3, "loss": 4.2, ...} in the given order; values printed with %.6g unless integral.
   Status Write(const std::vector<std::pair<std::string, double>>& record);

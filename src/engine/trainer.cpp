@@ -36,8 +36,10 @@ Status Trainer::Setup() {
       MakePartition(config_.model, config_.distributed, c.tp, c.pp, c.ep, groups_.topology.ep);
   if (part.flat_shards > 1) part.shard_rank = groups_.sharding->rank();
   const int micro = config_.gradient_accumulation_steps();
-  // Cheap checks first: a pretrained model's config files, then the data.
-  if (!config_.checkpoint.init_from.empty())
+  // Cheap checks first: a pretrained model's config files (where they are read: a run without
+  // --resume, or LoRA's frozen base; a resume takes its checkpoint's weights), then the data.
+  if (!config_.checkpoint.init_from.empty() &&
+      (config_.checkpoint.resume.empty() || config_.model.lora()))
     TRAINER_RETURN_IF_ERROR(CheckPretrainedModelFits(config_.checkpoint.init_from, config_.model));
   TRAINER_RETURN_IF_ERROR(OpenData());
   // One arena for the model's buffers and the optimizer's state (what `trainer plan` prints).

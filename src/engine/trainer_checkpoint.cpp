@@ -60,9 +60,9 @@ Status Trainer::Restore() {
 }
 
 // What the interrupted run logged past the checkpoint resumed (or, for a fresh start, what an
-// earlier run that saved nothing logged) is logged again from here. Gone back below the folder's
-// newest checkpoint, the records of the line left stay until this run commits one. A run with
-// nothing to train changes nothing.
+// earlier run that committed nothing logged) is logged again from here. Gone back below the
+// folder's newest checkpoint, the records of the line left stay until this run commits one (and
+// where it never does, they stay). A run with nothing to train changes nothing.
 Status Trainer::StartMetrics() {
   if (state_.step >= config_.engine.max_steps && state_.step > 0) return Status::Ok();
   const std::vector<std::string> committed = groups_.world_rank == 0 && state_.step > 0
@@ -70,7 +70,9 @@ Status Trainer::StartMetrics() {
                                                  : std::vector<std::string>{};
   const bool gone_back =
       !committed.empty() && CheckpointFolderStep(committed.front()) > state_.step;
-  return gone_back ? metrics_->StartBranch(state_.step) : metrics_->StartAt(state_.step);
+  if (gone_back) return metrics_->StartBranch(state_.step);
+  return metrics_->StartAt(state_.step,
+                           state_.step > 0 ? CheckpointFile(last_checkpoint_) : std::string());
 }
 
 Status Trainer::LoadLoraBase() {

@@ -236,8 +236,7 @@ Status Trainer::Run() {
     }
     if (save_due || eval_due) window_start += std::chrono::steady_clock::now() - pause_start;
   }
-  TRAINER_RETURN_IF_ERROR(FinishCheckpoint());        // the end of training waits for the writer
-  TRAINER_RETURN_IF_ERROR(metrics_->SettleBranch());  // a run gone back that saved nothing
+  TRAINER_RETURN_IF_ERROR(FinishCheckpoint());  // the end of training waits for the writer
   LogInfo(Summary(state_.step - first_step, Seconds(start), last_loss, last_val));
   if (backend_->PeakAllocatedBytes() > 0)  // the host allocator's count (CPU ranks)
     LogInfo(

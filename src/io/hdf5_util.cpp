@@ -114,6 +114,43 @@ bool Hdf5OpenReadOnly(const std::string& path, Hdf5Handle* file) {
   return file->Reset(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose) >= 0;
 }
 
+bool Hdf5StoredWhole(hid_t dataset, uint64_t* stored, uint64_t* needed) {
+  uint64_t found = 0, taken = 0;
+  bool whole = true;
+  Hdf5Handle create_props(H5Dget_create_plist(dataset), H5Pclose);
+  Hdf5Handle space(H5Dget_space(dataset), H5Sclose);
+  Hdf5Handle type(H5Dget_type(dataset), H5Tclose);
+  const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  if (create_props.valid() && type.valid() && rank >= 0) {
+    std::vector<hsize_t> dims(static_cast<size_t>(rank)), chunk(static_cast<size_t>(rank));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    const H5D_layout_t layout = H5Pget_layout(create_props.get());
+    H5D_fill_value_t fill = H5D_FILL_VALUE_DEFAULT;
+    H5Pfill_value_defined(create_props.get(), &fill);
+    if (layout == H5D_CHUNKED && fill != H5D_FILL_VALUE_USER_DEFINED &&
+        H5Pget_chunk(create_props.get(), rank, chunk.data()) == rank) {
+      taken = 1;
+      for (int i = 0; i < rank; ++i) {
+        const hsize_t per = chunk[i] > 0 ? (dims[i] + chunk[i] - 1) / chunk[i] : 0;
+        if (dims[i] == 0) taken = 0;
+        if (__builtin_mul_overflow(taken, per, &taken)) taken = 0, whole = false;
+      }
+      hsize_t chunks = 0;
+      if (H5Dget_num_chunks(dataset, space.get(), &chunks) >= 0) found = chunks;
+      whole = whole && found >= taken;
+    } else if (layout == H5D_CONTIGUOUS) {
+      taken = H5Tget_size(type.get());
+      for (hsize_t d : dims)
+        if (__builtin_mul_overflow(taken, d, &taken)) taken = 0, whole = false;
+      found = H5Dget_storage_size(dataset);
+      whole = whole && found >= taken;
+    }
+  }
+  if (stored != nullptr) *stored = found;
+  if (needed != nullptr) *needed = taken;
+  return whole;
+}
+
 int64_t Hdf5Length1D(hid_t dataset) {
   Hdf5Handle space(H5Dget_space(dataset), H5Sclose);
   if (!space.valid()) return -1;

@@ -97,6 +97,12 @@ class Hdf5Handle {
 // systems keep no locks, and HDF5 refuses a second open of one file with other locking flags).
 // False when HDF5 cannot open it: Hdf5ErrorText() says why.
 bool Hdf5OpenReadOnly(const std::string& path, Hdf5Handle* file);
+// Whether `dataset`'s storage covers its whole extent, so that no element reads as the fill
+// value by default: a chunked one stores every chunk its shape takes (compressed or not; where
+// its writer set a fill value, chunks left out on purpose read as that, and pass), a contiguous
+// one the bytes of its shape. *stored and *needed (when given): the chunks, or bytes, found and
+// taken (needed 0: a shape too large to count).
+bool Hdf5StoredWhole(hid_t dataset, uint64_t* stored = nullptr, uint64_t* needed = nullptr);
 
 int64_t Hdf5Length1D(hid_t dataset);
 

@@ -118,4 +118,48 @@ diff <(head -n 6 back.values) <(head -n 6 ref.values) || fail "steps 1-4 changed
 [ "$(values back/metrics.jsonl.superseded | awk '$2 == "loss"' | cut -d' ' -f1 | xargs)" = "$(seq -s ' ' 5 12)" ] ||
   fail "set aside: $(values back/metrics.jsonl.superseded | cut -d' ' -f1 | xargs)"
 echo "ok: gone back to step 4 and saved step 6: steps 5-6 of the new line, 5-12 of the old aside"
+
+# The same run stopped between its commit of step 6 and moving the old line's records (a kill in
+# the step after an asynchronous save): rebuilt from the settled folder, the old line's records,
+# then the new run's after the marker. --resume auto resumes at its step 6 and settles first:
+# then on to step 8, as the settled folder does.
+cp -r back settled
+python3 - ref/metrics.jsonl back/metrics.jsonl <<'PY'
+import json, sys
+old = open(sys.argv[1]).read()
+new = open(sys.argv[2]).read().splitlines(True)
+kept = sum(1 for line in old.splitlines() if json.loads(line)["step"] <= 4)
+open(sys.argv[2], "w").write(old + "".join(new[kept:]))
+open(sys.argv[2] + ".branch", "w").write("%d 4\n" % len(old.encode()))
+PY
+rm back/metrics.jsonl.superseded
+touch -d '1 hour ago' back/metrics.jsonl.branch
+for run in back settled; do
+  run_np 1 train "${COMMON[@]}" -o Engine.max_steps=8 -o Engine.save_steps=2 -o Optimizer.lr=5e-4 \
+    -o Engine.output_dir=$run --resume auto > $run-on.log 2>&1 || { tail $run-on.log; fail "$run on"; }
+done
+grep -q "resumed from back/checkpoints/step-00000006 at step 6" back-on.log || fail "not at step 6"
+diff <(values settled/metrics.jsonl) <(values back/metrics.jsonl) ||
+  fail "stopped before settling, then resumed: not the settled run's records (left)"
+echo "ok: stopped between the commit and the move, then --resume auto: as the settled run"
+
+# A torn last line before a run goes back (a crash mid-write) is moved aside, not joined to the
+# next record; and a run gone back that saves nothing leaves the old line in place for the next
+# --resume auto (its step folders stay, and it returns to them).
+rm -r back && cp -r ref back
+printf '{"step": 13, "loss": 5.1' >> back/metrics.jsonl
+run_np 1 train "${COMMON[@]}" -o Engine.max_steps=6 -o Engine.save_steps=0 -o Optimizer.lr=5e-4 \
+  -o Engine.output_dir=back --resume back/checkpoints/step-00000004 > unsaved.log 2>&1 ||
+  { tail unsaved.log; fail "the rewound run that saves nothing"; }
+python3 -c "import json, sys; [json.loads(l) for l in open(sys.argv[1])]" back/metrics.jsonl ||
+  fail "a torn line is left in metrics.jsonl"
+run_np 1 train "${COMMON[@]}" -o Engine.max_steps=14 -o Engine.save_steps=2 \
+  -o Engine.output_dir=back --resume auto > unsaved-on.log 2>&1 || { tail unsaved-on.log; fail "on"; }
+grep -q "resumed from back/checkpoints/step-00000012 at step 12" unsaved-on.log || fail "not at 12"
+values back/metrics.jsonl > back.values
+head -n "$(wc -l < ref.values)" back.values | diff ref.values - ||
+  fail "after a rewound run that saved nothing: not the old line's records (left)"
+[ "$(awk '$2 == "loss" {print $1}' back.values | xargs)" = "$(seq -s ' ' 1 14)" ] ||
+  fail "steps: $(awk '$2 == "loss" {print $1}' back.values | xargs)"
+echo "ok: a torn line moved aside; a rewound run that saved nothing leaves the old line's records"
 echo PASS

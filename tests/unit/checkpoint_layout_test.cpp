@@ -91,7 +91,7 @@ TEST(CheckpointChunks, AShapeLargerThanTheBytesStoredIsRefused) {
   EXPECT_FALSE(refused.ok());
   EXPECT_EQ(refused.code(), ExitCode::kCheckpoint);
   EXPECT_NE(refused.message().find("checkpoint tensor /grown has shape [1099511627776, 64] and "
-                                   "holds 0 bytes"),
+                                   "stores 0 of the 137438953472 chunks"),
             std::string::npos)
       << refused.message();
   H5Fclose(file);

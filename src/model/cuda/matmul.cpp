@@ -356,11 +356,13 @@ Status CublasLtMatmul::ChooseAlgo(const Gemm& g, Plan* plan,
         ((size_t)g.ldd * (g.n - 1) + g.m) * (g.d_dtype == DType::kBF16 ? 2 : 4);
     void* saved = nullptr;
     if (g.beta != 0.f && (g.c == nullptr || g.c == g.d)) {
-      if (cudaMalloc(&saved, d_bytes) != cudaSuccess) {
+      const cudaError_t allocated = cudaMalloc(&saved, d_bytes);
+      if (allocated == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();  // a failed allocation is not sticky: clear it
         saved = nullptr;
         untimed = true;
       } else {
+        CUDA_CHECK(allocated);
         CUDA_CHECK(cudaMemcpyAsync(saved, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream_));
       }
     }
