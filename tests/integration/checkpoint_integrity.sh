@@ -185,20 +185,26 @@ refused_as_damage() {
   one_error_line damage_resume.err "$pattern"
 }
 
+# readers_refuse DIR PATTERN: export and eval of the checkpoint in DIR/step-00000009 stop with
+# exit 4 and one error line matching PATTERN.
+readers_refuse() {
+  local dir=$1 pattern=$2 reader rc
+  for reader in "export $dir/step-00000009 --output ${dir}_export" \
+                "eval $dir/step-00000009 --data data.h5 --batches 1"; do
+    set +e
+    "$TRAINER" $reader > reader.out 2> reader.err
+    rc=$?
+    set -e
+    [ $rc -eq 4 ] || { cat reader.out reader.err; fail "${reader%% *} of $dir: exit $rc"; }
+    one_error_line reader.err "$pattern"
+  done
+}
 # Readers that take the weights alone check each tensor's CRC-32 too: export and eval of a copy
 # without Fletcher32 with one flipped weight byte stop with exit 4 (they wrote out the damage).
 mkdir -p crcw/step-00000009
 h5repack -f NONE -l CONTI $CKPT/step-00000009/checkpoint.h5 crcw/step-00000009/checkpoint.h5
 flip_tensor_byte crcw/step-00000009/checkpoint.h5 /model/transformer.h.0.mlp.c_fc.weight
-for reader in "export crcw/step-00000009 --output crcw_export" \
-              "eval crcw/step-00000009 --data data.h5 --batches 1"; do
-  set +e
-  "$TRAINER" $reader > reader.out 2> reader.err
-  rc=$?
-  set -e
-  [ $rc -eq 4 ] || { cat reader.out reader.err; fail "${reader%% *} of a damaged weight: exit $rc"; }
-  one_error_line reader.err "fails its CRC-32 checksum (crcw/step-00000009/checkpoint.h5, /model/transformer.h.0.mlp.c_fc.weight)"
-done
+readers_refuse crcw "fails its CRC-32 checksum (crcw/step-00000009/checkpoint.h5, /model/transformer.h.0.mlp.c_fc.weight)"
 [ ! -e crcw_export/model.safetensors ] || fail "export wrote the damaged weights out"
 echo "ok: export and eval check the weights' CRC-32: $(cat reader.err)"
 # A copy compressed with h5repack (fewer bytes stored than its shapes take) verifies and loads.
@@ -213,15 +219,7 @@ mkdir -p crcm/step-00000009
 cp $CKPT/step-00000009/checkpoint.h5 crcm/step-00000009/
 "$CHECKPOINT_CONFIG" crcm/step-00000009/checkpoint.h5 \
   --delete /model/transformer.h.0.mlp.c_fc.weight@crc32 || fail "deleting a crc32 attribute"
-for reader in "export crcm/step-00000009 --output crcm_export" \
-              "eval crcm/step-00000009 --data data.h5 --batches 1"; do
-  set +e
-  "$TRAINER" $reader > reader.out 2> reader.err
-  rc=$?
-  set -e
-  [ $rc -eq 4 ] || { cat reader.out reader.err; fail "${reader%% *} without a crc32: exit $rc"; }
-  one_error_line reader.err "has no crc32 attribute (crcm/step-00000009/checkpoint.h5, /model/transformer.h.0.mlp.c_fc.weight)"
-done
+readers_refuse crcm "has no crc32 attribute (crcm/step-00000009/checkpoint.h5, /model/transformer.h.0.mlp.c_fc.weight)"
 echo "ok: export and eval refuse a format-2 tensor without its crc32 attribute"
 
 # The manifest: one flipped bit in consumed_samples' value (HDF5's metadata checksum; before, it

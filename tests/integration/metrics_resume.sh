@@ -28,6 +28,14 @@ for line in open(sys.argv[1]):
     for key in ("loss", "val_loss"):
         if key in r: print(r["step"], key, r[key])' "$1"
 }
+# old_line_to_14 WHEN: back/metrics.jsonl holds the reference's records, then steps 13-14 once.
+old_line_to_14() {
+  values back/metrics.jsonl > back.values
+  head -n "$(wc -l < ref.values)" back.values | diff ref.values - ||
+    fail "$1: not the old line's records (left: reference)"
+  [ "$(awk '$2 == "loss" {print $1}' back.values | xargs)" = "$(seq -s ' ' 1 14)" ] ||
+    fail "$1: steps logged $(awk '$2 == "loss" {print $1}' back.values | xargs)"
+}
 run_np 1 train "${COMMON[@]}" -o Engine.max_steps=12 -o Engine.save_steps=2 \
   -o Engine.output_dir=ref > ref.log 2>&1 || { tail ref.log; fail "the reference run"; }
 values ref/metrics.jsonl > ref.values
@@ -93,11 +101,7 @@ grep -q "resumed from back/checkpoints/step-00000012 at step 12" returned.log ||
   { cat returned.log; fail "not back on the old line"; }
 grep -q "record(s) after step 12 (logged past this checkpoint) or of a run that went back and committed no checkpoint, moved to" \
   returned.log || { cat returned.log; fail "no line about the abandoned run's records"; }
-values back/metrics.jsonl > back.values
-head -n "$(wc -l < ref.values)" back.values | diff ref.values - ||
-  fail "the old line's records after an abandoned rewind (left: reference)"
-[ "$(awk '$2 == "loss" {print $1}' back.values | xargs)" = "$(seq -s ' ' 1 14)" ] ||
-  fail "steps logged after returning: $(awk '$2 == "loss" {print $1}' back.values | xargs)"
+old_line_to_14 "after an abandoned rewind"
 echo "ok: gone back and killed before saving, then --resume auto: the old line's records, once"
 
 # Going back to step 4 and saving step 6: the new line's steps 5-6, the old line's aside.
@@ -156,10 +160,6 @@ python3 -c "import json, sys; [json.loads(l) for l in open(sys.argv[1])]" back/m
 run_np 1 train "${COMMON[@]}" -o Engine.max_steps=14 -o Engine.save_steps=2 \
   -o Engine.output_dir=back --resume auto > unsaved-on.log 2>&1 || { tail unsaved-on.log; fail "on"; }
 grep -q "resumed from back/checkpoints/step-00000012 at step 12" unsaved-on.log || fail "not at 12"
-values back/metrics.jsonl > back.values
-head -n "$(wc -l < ref.values)" back.values | diff ref.values - ||
-  fail "after a rewound run that saved nothing: not the old line's records (left)"
-[ "$(awk '$2 == "loss" {print $1}' back.values | xargs)" = "$(seq -s ' ' 1 14)" ] ||
-  fail "steps: $(awk '$2 == "loss" {print $1}' back.values | xargs)"
+old_line_to_14 "after a rewound run that saved nothing"
 echo "ok: a torn line moved aside; a rewound run that saved nothing leaves the old line's records"
 echo PASS
