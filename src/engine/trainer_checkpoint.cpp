@@ -40,11 +40,9 @@ Status Trainer::PrepareCheckpointSaves() {
 
 Status Trainer::Restore() {
   if (config_.model.lora()) TRAINER_RETURN_IF_ERROR(LoadLoraBase());
-  if (!config_.checkpoint.resume.empty()) {
-    TRAINER_RETURN_IF_ERROR(Resume());
-    if (state_.step > 0) return StartMetrics();
-  }
+  if (!config_.checkpoint.resume.empty()) TRAINER_RETURN_IF_ERROR(Resume());
   TRAINER_RETURN_IF_ERROR(StartMetrics());
+  if (state_.step > 0) return Status::Ok();  // resumed: the checkpoint's weights
   // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
   if (!config_.checkpoint.init_from.empty() && !config_.model.lora()) {
     std::vector<float> flat;
