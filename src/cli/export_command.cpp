@@ -189,6 +189,12 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
   model.lora_rank = 0;
   CheckpointSummary summary;  // the training data's end-of-document id, where recorded
   TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
+  if (summary.eod_id >= model.vocab_size)  // the data's id is checked when training reads it
+    return CheckpointError(
+        StrFormat("%s: its eod_id attribute %lld is outside the model's vocabulary (vocab_size "
+                  "%d), so config.json's eos_token_id would name no token: the file was edited "
+                  "or damaged; export an earlier checkpoint",
+                  file.c_str(), static_cast<long long>(summary.eod_id), model.vocab_size));
   std::string config_json;
   TRAINER_RETURN_IF_ERROR(
       HuggingFaceConfigJson(model, o.dtype == "bf16", summary.eod_id, &config_json));

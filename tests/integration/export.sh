@@ -161,6 +161,13 @@ c = json.load(open("hf-ids/config.json"))
 assert (c["bos_token_id"], c["eos_token_id"]) == (3, 3), c
 PY
 echo "ok: eos_token_id is the data's end of document: 256 (bytes), 3 (--eod-id 3)"
+# An eod_id attribute outside the vocabulary (an edited file) would name no token in config.json.
+mkdir -p edited && cp -r ids_run/checkpoints/step-00000002 edited/
+"$CHECKPOINT_CONFIG" edited/step-00000002/checkpoint.h5 --set-int eod_id 300 ||
+  fail "setting eod_id"
+expect_error 4 "eod_id attribute 300 is outside the model's vocabulary (vocab_size 257)" \
+  "$TRAINER" export edited/step-00000002 --output hf-edited
+[[ ! -e hf-edited ]] || fail "a refused export wrote hf-edited"
 
 expect_error 2 "exists" "$TRAINER" export run/checkpoints --output hf-f32
 # A shard of an earlier, sharded export: it would lie beside this one's files, named by no index.
