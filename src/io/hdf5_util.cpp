@@ -161,6 +161,15 @@ int64_t Hdf5Length1D(hid_t dataset) {
 }
 
 namespace {
+// HDF5 converts a stored value outside the memory type's range (a negative int64 read as
+// uint64) to the nearest one it holds, silently; this callback makes that read fail instead.
+H5T_conv_ret_t RefuseOutOfRange(H5T_conv_except_t what, hid_t, hid_t, void*, void*, void* hit) {
+  if (what != H5T_CONV_EXCEPT_RANGE_HI && what != H5T_CONV_EXCEPT_RANGE_LOW)
+    return H5T_CONV_UNHANDLED;
+  *static_cast<bool*>(hit) = true;
+  return H5T_CONV_ABORT;
+}
+
 // Reads or writes elements [start, start + count) of a 1-D dataset by hyperslab.
 Status TransferRange1D(hid_t dataset, int64_t start, int64_t count, hid_t mem_type, void* buffer,
                        bool write) {
@@ -173,10 +182,21 @@ Status TransferRange1D(hid_t dataset, int64_t start, int64_t count, hid_t mem_ty
       H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, offset, nullptr, extent, nullptr));
   Hdf5Handle mem_space;
   HDF5_CHECK(mem_space.Reset(H5Screate_simple(1, extent, nullptr), H5Sclose));
-  if (write)
+  if (write) {
     HDF5_CHECK(H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer));
-  else
-    HDF5_CHECK(H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, buffer));
+    return Status::Ok();
+  }
+  Hdf5Handle transfer;
+  HDF5_CHECK(transfer.Reset(H5Pcreate(H5P_DATASET_XFER), H5Pclose));
+  bool out_of_range = false;
+  HDF5_CHECK(H5Pset_type_conv_cb(transfer.get(), RefuseOutOfRange, &out_of_range));
+  const herr_t read =
+      H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), transfer.get(), buffer);
+  if (out_of_range)
+    return DataError(
+        "it holds a value its reader's type cannot (a negative number where counts and ids are "
+        "unsigned, or one too large)");
+  HDF5_CHECK(read);
   return Status::Ok();
 }
 }  // namespace

@@ -6,7 +6,8 @@
 // - a /tokens compressed with a filter this HDF5 lacks (h5py's lzf);
 // - /loss_mask values other than 0 and 1, a signed or 2-D /loss_mask;
 // - a chunked /tokens whose writer stopped after its first chunk (the rest read as zeros);
-// - a /doc_offsets declaring 2^40 entries (read into memory whole, it was a bad_alloc).
+// - a /doc_offsets declaring 2^40 entries (read into memory whole, it was a bad_alloc);
+// - a signed /doc_offsets (numpy's int64) with a negative entry, which HDF5 read as 0.
 #include <gtest/gtest.h>
 
 #include "data/dataset.h"
@@ -125,6 +126,28 @@ TEST_F(ForeignFileTest, DocOffsetsLongerThanTheTokensAreRefused) {
     H5Sclose(space);
     H5Fclose(file);
     ExpectOpenFails(path, "/doc_offsets of " + path + " was not written whole");
+  }
+}
+
+// h5py writes numpy's int64 as it is: such offsets open and read as written; a negative entry,
+// which HDF5 converts to uint64's nearest value (0: an empty document) unasked, is refused.
+TEST_F(ForeignFileTest, SignedDocOffsetsOpenUnlessNegative) {
+  for (const bool negative : {false, true}) {
+    const std::string path = Path(negative ? "negative_offsets.h5" : "int64_offsets.h5");
+    SyntheticFile spec;
+    spec.tokens = Counting(300);
+    spec.doc_offsets = {0, negative ? static_cast<uint64_t>(-7) : 100, 300};
+    spec.doc_offsets_type = H5T_STD_I64LE;
+    WriteSyntheticFile(path, spec);
+    if (negative) {
+      ExpectOpenFails(path, "cannot read /doc_offsets (" + path +
+                                ", /doc_offsets[0:3]): it holds "
+                                "a value its reader's type cannot (a negative number");
+      continue;
+    }
+    auto opened = TokenDataset::Open(path, 1000, {});
+    ASSERT_TRUE(opened.ok()) << opened.status().message();
+    EXPECT_EQ(opened.value()->num_documents(), 2);
   }
 }
 

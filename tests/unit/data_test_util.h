@@ -136,6 +136,7 @@ struct SyntheticFile {
   std::vector<uint32_t> tokens;
   hid_t token_type = H5T_STD_U16LE;   // stored type of /tokens
   std::vector<uint64_t> doc_offsets;  // empty: {0, tokens.size()}
+  hid_t doc_offsets_type = H5T_STD_U64LE;  // signed: the entries' bits written as int64
   bool write_tokens = true;
   bool write_doc_offsets = true;
   int64_t format_version = 1;
@@ -170,9 +171,12 @@ inline void WriteSyntheticFile(const std::string& path, const SyntheticFile& spe
     if (offsets.empty()) offsets = {0, spec.tokens.size()};
     hsize_t n[1] = {offsets.size()};
     hid_t space = H5Screate_simple(1, n, nullptr);
-    hid_t d = H5Dcreate2(file, "doc_offsets", H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT,
-                         H5P_DEFAULT);
-    ASSERT_GE(H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offsets.data()), 0);
+    hid_t d = H5Dcreate2(file, "doc_offsets", spec.doc_offsets_type, space, H5P_DEFAULT,
+                         H5P_DEFAULT, H5P_DEFAULT);
+    const bool is_signed = H5Tget_sign(spec.doc_offsets_type) == H5T_SGN_2;
+    ASSERT_GE(H5Dwrite(d, is_signed ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL,
+                       H5P_DEFAULT, offsets.data()),
+              0);
     H5Dclose(d);
     H5Sclose(space);
   }
