@@ -34,6 +34,7 @@
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "data/data_sources.h"
+#include "mpi_bootstrap/watchdog.h"
 
 namespace trainer {
 namespace {
@@ -60,17 +61,26 @@ class EnvironmentCheck {
 
   // Runs every check. Non-ok only when a step could not run at all (a broken collective); failed
   // checks are counted, reported, and turned into exit code 5 by Verdict().
+  // A collective that never returns (a peer gone, a network that hangs) ends the check after
+  // Engine.watchdog_s with a line naming the check, as it ends training.
   Status Run() {
-    TRAINER_RETURN_IF_ERROR(CheckWorld());
-    TRAINER_RETURN_IF_ERROR(CheckDevices());
-    TRAINER_RETURN_IF_ERROR(BuildGroups());
-    ctx_->PrintRankMap();
-    TRAINER_RETURN_IF_ERROR(CheckMemory());
-    TRAINER_RETURN_IF_ERROR(CheckFolder());
-    TRAINER_RETURN_IF_ERROR(CheckData());
-    TRAINER_RETURN_IF_ERROR(CheckAllReduces());
-    TRAINER_RETURN_IF_ERROR(CheckPointToPoint());
-    return CheckAllToAll();
+    Watchdog watchdog(config_.engine.watchdog_s);
+    using Check = Status (EnvironmentCheck::*)();
+    const std::pair<const char*, Check> checks[] = {
+        {"trainer check's MPI world check", &EnvironmentCheck::CheckWorld},
+        {"trainer check's device check", &EnvironmentCheck::CheckDevices},
+        {"trainer check's communicator set-up", &EnvironmentCheck::BuildGroups},
+        {"trainer check's memory check", &EnvironmentCheck::CheckMemory},
+        {"trainer check's checkpoint folder check", &EnvironmentCheck::CheckFolder},
+        {"trainer check's data check", &EnvironmentCheck::CheckData},
+        {"trainer check's all-reduces", &EnvironmentCheck::CheckAllReduces},
+        {"trainer check's point-to-point transfers", &EnvironmentCheck::CheckPointToPoint},
+        {"trainer check's all-to-alls", &EnvironmentCheck::CheckAllToAll}};
+    for (const auto& [phase, check] : checks) {
+      watchdog.Beat(phase);
+      TRAINER_RETURN_IF_ERROR((this->*check)());
+    }
+    return Status::Ok();
   }
 
   Status Verdict() const {
@@ -247,7 +257,9 @@ class EnvironmentCheck {
       s = ctx_->MakeDeviceCommunicator(world_, config_, &device_world_);
     }
     if (!s.ok()) s = EnvironmentError(s.message());
-    return ctx_->Agree(s);
+    TRAINER_RETURN_IF_ERROR(ctx_->Agree(s));
+    ctx_->PrintRankMap();
+    return Status::Ok();
   }
 
   // Every rank writes a probe file into the checkpoint folder; rank 0 must see every probe and
@@ -387,6 +399,7 @@ class EnvironmentCheck {
   // the exact sum of the members' contributions, with the bus bandwidth of the slowest and the
   // fastest group of each kind.
   Status CheckAllReduces() {
+    InjectedStall(rank_);
     const Topology& t = ctx_->groups.topology;
     const Topology::Coord c = ctx_->groups.coord;
     std::vector<int> world_members(world_->size()), embedding;

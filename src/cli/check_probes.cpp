@@ -197,9 +197,20 @@ float SendRecvValue(int sender, int direction, size_t i) {
 
 }  // namespace
 
-bool InjectedSendRecvFault(int rank) {
-  const char* v = std::getenv("TRAINER_FAULT_CHECK_P2P");
+namespace {
+bool InjectedFor(const char* variable, int rank) {
+  const char* v = std::getenv(variable);
   return v != nullptr && *v != '\0' && std::atoi(v) == rank;
+}
+}  // namespace
+
+bool InjectedSendRecvFault(int rank) {
+  return InjectedFor("TRAINER_FAULT_CHECK_P2P", rank);
+}
+
+void InjectedStall(int rank) {
+  if (!InjectedFor("TRAINER_FAULT_CHECK_STALL", rank)) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 Status TimeExactSendRecv(Communicator* group, Backend* backend, size_t count, int iterations,

@@ -75,4 +75,8 @@ Status TimeExactSendRecv(Communicator* group, Backend* backend, size_t count, in
 // TimeExactSendRecv.
 bool InjectedSendRecvFault(int rank);
 
+// Test hook: TRAINER_FAULT_CHECK_STALL=<rank> makes that world rank stop, sleeping until it is
+// ended, where it calls this (before the all-reduces): a host whose network hangs.
+void InjectedStall(int rank);
+
 }  // namespace trainer

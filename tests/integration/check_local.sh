@@ -8,6 +8,8 @@
 #     an exact all-to-all on ep (some counts zero);
 #   - one element of a pipeline transfer corrupted (TRAINER_FAULT_CHECK_P2P) exits 5 with the
 #     receiving rank's line naming the sending stage;
+#   - a rank that stops answering before the all-reduces (TRAINER_FAULT_CHECK_STALL) ends the
+#     check after Engine.watchdog_s with a line naming the check (exit 1), not a hang;
 #   - a layout that does not fit the world size exits 2 with the config's line;
 #   - a checkpoint folder that cannot be created and a missing data file exit 5, naming each rank,
 #     its host and the check;
@@ -63,6 +65,13 @@ expect_line p2p_fault "^error: trainer check \(4 ranks, 1 host\): 1 failure \(po
 [[ $(grep -c '^error: point-to-point' p2p_fault.out) -eq 1 ]] || { cat p2p_fault.out; fail "p2p_fault: not exactly one point-to-point line"; }
 grep -q "^works well" p2p_fault.out && fail "p2p_fault: a verdict of success"
 echo "ok: a corrupted pipeline transfer -> exit 5: $(grep -m1 '^error: point' p2p_fault.out | cut -c1-110)..."
+# Rank 1 stops answering before the all-reduces (a host whose network hangs): the watchdog
+# (Engine.watchdog_s=3) ends the check with the check's name instead of a hang.
+start=$SECONDS
+TRAINER_FAULT_CHECK_STALL=1 run_check stall 1 2 "${CONFIG[@]}" -o Engine.watchdog_s=3
+expect_line stall "^error: no progress for [0-9.]+ s in trainer check's all-reduces \(rank [01] on $host, Engine.watchdog_s=3\)"
+(( SECONDS - start < 60 )) || fail "stall: the watchdog took $((SECONDS - start)) s"
+echo "ok: a rank stalled in the all-reduces -> exit 1 in $((SECONDS - start)) s: $(grep -m1 '^error: no progress' stall.out | cut -c1-90)..."
 # Expert parallelism: 4 data-parallel ranks in EP groups of 2; the rank map shows each rank's EP
 # and expert-DP index, and the EP group gets an all-to-all as well as an all-reduce.
 run_check ep4 0 4 "${CONFIG[@]}" -o Model.arch=llama -o Model.num_experts=4 -o Distributed.ep_degree=2
