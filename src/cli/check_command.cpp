@@ -84,31 +84,14 @@ class EnvironmentCheck {
   }
 
   Status Verdict() const {
-    std::set<std::string> distinct_hosts(hosts_.begin(), hosts_.end());
-    const int n = world_->size();
     if (failures_.empty()) {
-      LogInfo(StrFormat("works well on %s (%s, %s)", Plural(n, "rank").c_str(),
+      const std::set<std::string> distinct_hosts(hosts_.begin(), hosts_.end());
+      LogInfo(StrFormat("works well on %s (%s, %s)", Plural(world_->size(), "rank").c_str(),
                         Plural(distinct_hosts.size(), "host").c_str(),
                         Plural(gpus_used_, "GPU").c_str()));
       return Status::Ok();
     }
-    std::set<int> ranks;
-    std::set<std::string> hosts, checks;
-    for (const CheckFailure& f : failures_) {
-      ranks.insert(f.rank);
-      hosts.insert(hosts_[f.rank]);
-      checks.insert(f.check);
-    }
-    std::string check_list, host_list;
-    for (const std::string& c : checks) check_list += (check_list.empty() ? "" : ", ") + c;
-    for (const std::string& h : hosts) host_list += (host_list.empty() ? "" : ", ") + h;
-    if (rank_ == 0)
-      LogError(
-          StrFormat("trainer check (%s, %s): %s (%s) on %zu of %d ranks (%s; %s). Fix the "
-                    "lines above and run trainer check again",
-                    Plural(n, "rank").c_str(), Plural(distinct_hosts.size(), "host").c_str(),
-                    Plural(failures_.size(), "failure").c_str(), check_list.c_str(), ranks.size(),
-                    n, FormatRanks({ranks.begin(), ranks.end()}).c_str(), host_list.c_str()));
+    if (rank_ == 0) LogError(FailureSummary(failures_, hosts_));
     // Every rank holds the same failures: all return 5, none needs to print.
     return Status(ExitCode::kEnvironment, "");
   }

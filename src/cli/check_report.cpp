@@ -2,6 +2,7 @@
 #include "cli/check_report.h"
 
 #include <cstdlib>
+#include <set>
 
 #include "common/log.h"
 
@@ -86,6 +87,28 @@ std::string WrongResult(const char* group, const std::vector<int>& members, bool
       "in docs/launching.md",
       group, FormatRanks(members).c_str(), Transport(device, staged), mismatch.c_str(),
       device && !staged ? "NCCL_DEBUG=INFO" : "OMPI_MCA_btl=self,vader,tcp");
+}
+
+std::string FailureSummary(const std::vector<CheckFailure>& failures,
+                           const std::vector<std::string>& hosts) {
+  const std::set<std::string> distinct_hosts(hosts.begin(), hosts.end());
+  std::set<int> ranks;
+  std::set<std::string> failed_hosts, checks;
+  for (const CheckFailure& f : failures) {
+    ranks.insert(f.rank);
+    failed_hosts.insert(hosts[f.rank]);
+    checks.insert(f.check);
+  }
+  std::string check_list, host_list;
+  for (const std::string& c : checks) check_list += (check_list.empty() ? "" : ", ") + c;
+  for (const std::string& h : failed_hosts) host_list += (host_list.empty() ? "" : ", ") + h;
+  const int n = static_cast<int>(hosts.size());
+  return StrFormat(
+      "trainer check (%s, %s): %s (%s) on %zu of %d ranks (%s; %s). Fix the lines above and run "
+      "trainer check again",
+      Plural(n, "rank").c_str(), Plural(distinct_hosts.size(), "host").c_str(),
+      Plural(failures.size(), "failure").c_str(), check_list.c_str(), ranks.size(), n,
+      FormatRanks({ranks.begin(), ranks.end()}).c_str(), host_list.c_str());
 }
 
 std::string Plural(long long n, const char* word) {

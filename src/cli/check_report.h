@@ -38,6 +38,12 @@ Status AllGatherValues(Communicator* world, const T& mine, std::vector<T>* all) 
 Status GatherFailures(Communicator* world, const std::vector<CheckFailure>& mine,
                       std::vector<CheckFailure>* all);
 
+// The line that ends a failed check, after the failures' own: "trainer check (2 ranks, 2 hosts):
+// 1 failure (checkpoint folder) on 1 of 2 ranks (1; node2). Fix the lines above ...". `hosts`:
+// each world rank's host.
+std::string FailureSummary(const std::vector<CheckFailure>& failures,
+                           const std::vector<std::string>& hosts);
+
 // "0-3, 8, 10-11" for sorted ranks; after `limit` pieces, " and N more".
 std::string FormatRanks(const std::vector<int>& ranks, size_t limit = 8);
 
