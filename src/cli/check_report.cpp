@@ -111,8 +111,4 @@ std::string FailureSummary(const std::vector<CheckFailure>& failures,
       FormatRanks({ranks.begin(), ranks.end()}).c_str(), host_list.c_str());
 }
 
-std::string Plural(long long n, const char* word) {
-  return StrFormat("%lld %s%s", n, word, n == 1 ? "" : "s");
-}
-
 }  // namespace trainer

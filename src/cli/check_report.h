@@ -9,6 +9,7 @@
 
 #include "common/communicator.h"
 #include "common/status.h"
+#include "common/strings.h"
 
 namespace trainer {
 
@@ -55,8 +56,5 @@ const char* Transport(bool device, bool staged = false);
 // from the exact one (`mismatch` says where), with the setting to rerun with.
 std::string WrongResult(const char* group, const std::vector<int>& members, bool device,
                         const std::string& mismatch, bool staged = false);
-
-// "1 rank", "4 ranks".
-std::string Plural(long long n, const char* word);
 
 }  // namespace trainer

@@ -40,14 +40,8 @@ class TemporaryFiles {
   std::vector<std::string> paths_;
 };
 
-std::string ParentFolder(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 Status CheckOutputFolder(const std::string& path, const char* flag) {
-  std::string folder = ParentFolder(path);
+  std::string folder = ParentDirectory(path);
   struct stat info;
   if (stat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
     return DataError(
@@ -328,10 +322,6 @@ bool SamePath(const std::string& a, const std::string& b) {
       std::filesystem::weakly_canonical(std::filesystem::absolute(b), error_b);
   if (error_a || error_b) return a == b;
   return canonical_a == canonical_b;
-}
-
-std::string Plural(int64_t n, const char* word) {
-  return StrFormat("%lld %s%s", static_cast<long long>(n), word, n == 1 ? "" : "s");
 }
 
 }  // namespace
