@@ -7,6 +7,10 @@ trainer_mpi_gtest(mpi_alltoall_test NP 3 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/uni
 trainer_mpi_gtest(mpi_device_groups_test NP 4
                   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/mpi_device_groups_test.cpp
                   LIBS trainer_mpi TIMEOUT 60)
+# The watchdog's asynchronous error sources (NCCL's communicators in training) with a fake one:
+# an error ends the rank at once with its line; a source is asked only while registered.
+trainer_gtest(watchdog_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/watchdog_test.cpp
+              LIBS trainer_mpi TIMEOUT 60)
 # SelfCommunicator (a group of one member; the device groups of one rank): copies through its copy
 # function with the closed forms' pointers and sizes, skipped send/recv sides, refused peers.
 trainer_gtest(self_communicator_test

@@ -63,11 +63,13 @@ Status NcclCommunicator::Create(const ncclUniqueId& id, int rank, int size, std:
   if (e != cudaSuccess)
     return RuntimeError(StrFormat("NCCL barrier buffer (%s): cudaMalloc returned %s",
                                   Where(c->name_, rank).c_str(), cudaGetErrorString(e)));
+  RegisterAsyncErrorSource(c.get());
   *out = std::move(c);
   return Status::Ok();
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  UnregisterAsyncErrorSource(this);
   if (owns_stream_) cudaStreamSynchronize(stream_);
   if (comm_) ncclCommDestroy(comm_);
   if (barrier_value_) cudaFree(barrier_value_);
@@ -234,6 +236,12 @@ Status NcclCommunicator::CheckAsyncError() {
   ncclResult_t async_error = ncclSuccess;
   TRAINER_RETURN_IF_ERROR(Check(ncclCommGetAsyncError(comm_, &async_error), "error query"));
   return Check(async_error, "asynchronous operation");
+}
+
+std::string NcclCommunicator::AsyncError() {
+  if (comm_ == nullptr) return "";
+  const Status status = CheckAsyncError();
+  return status.ok() ? "" : status.message();
 }
 
 void NcclCommunicator::Abort() {

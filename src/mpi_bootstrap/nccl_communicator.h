@@ -13,10 +13,13 @@
 #include <string>
 
 #include "common/communicator.h"
+#include "mpi_bootstrap/watchdog.h"
 
 namespace trainer {
 
-class NcclCommunicator final : public Communicator {
+// Registered with the watchdogs (AsyncErrorSource) while it lives: a peer that died or a broken
+// link ends the rank with NCCL's reason within a watchdog period, not after Engine.watchdog_s.
+class NcclCommunicator final : public Communicator, public AsyncErrorSource {
  public:
   // ncclCommInitRank on the current CUDA device (bind the device first). Collectives go on
   // `stream`; nullptr means the legacy default stream; own_stream: a new stream of its own
@@ -63,6 +66,8 @@ class NcclCommunicator final : public Communicator {
 
   // An error that NCCL found asynchronously (a peer died, a network failure), as a Status.
   Status CheckAsyncError();
+  // AsyncErrorSource: CheckAsyncError's message, or "".
+  std::string AsyncError() override;
   // Aborts outstanding operations (for a watchdog that found a stuck collective); the
   // communicator is unusable afterwards.
   void Abort();

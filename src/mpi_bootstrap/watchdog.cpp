@@ -1,8 +1,10 @@
 // Watchdog (watchdog.h).
 #include "mpi_bootstrap/watchdog.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <vector>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -12,7 +14,34 @@ namespace {
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+std::mutex sources_mutex;
+std::vector<AsyncErrorSource*>& Sources() {
+  static std::vector<AsyncErrorSource*> sources;
+  return sources;
+}
+
+// The first registered source's error, or "".
+std::string FirstAsyncError() {
+  std::lock_guard<std::mutex> lock(sources_mutex);
+  for (AsyncErrorSource* source : Sources()) {
+    std::string error = source->AsyncError();
+    if (!error.empty()) return error;
+  }
+  return "";
+}
 }  // namespace
+
+void RegisterAsyncErrorSource(AsyncErrorSource* source) {
+  std::lock_guard<std::mutex> lock(sources_mutex);
+  Sources().push_back(source);
+}
+
+void UnregisterAsyncErrorSource(AsyncErrorSource* source) {
+  std::lock_guard<std::mutex> lock(sources_mutex);
+  std::vector<AsyncErrorSource*>& sources = Sources();
+  sources.erase(std::remove(sources.begin(), sources.end(), source), sources.end());
+}
 
 Watchdog::Watchdog(double timeout_seconds) : timeout_(timeout_seconds) {
   last_beat_ = Now();
@@ -46,6 +75,11 @@ void Watchdog::Run() {
   while (!stopping_) {
     stop_signal_.wait_for(lock, period);
     if (stopping_) return;
+    const std::string async_error = FirstAsyncError();
+    if (!async_error.empty()) {
+      LogError(StrFormat("%s (found during %s)", async_error.c_str(), phase_.load()));
+      std::_Exit(static_cast<int>(ExitCode::kRuntime));
+    }
     const double idle = Now() - last_beat_;
     // Waiting for rank 0, which works meanwhile under its own watchdog: a longer bound.
     const bool root = awaiting_root_;

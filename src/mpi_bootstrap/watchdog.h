@@ -7,6 +7,10 @@
 // and host and ends this process at once with exit code 1 (std::_Exit: no MPI call from this
 // thread, which MPI_THREAD_FUNNELED forbids). The launcher then ends every other rank: mpirun
 // does when a rank exits non-zero, srun with --kill-on-bad-exit (slurm/train.sbatch passes it).
+// Each period the thread also asks the registered asynchronous error sources (NCCL's
+// communicators, which learn of a dead peer or a broken link while a kernel waits on it): a
+// reported error ends the process the same way at once, with the source's line, instead of
+// after the timeout with no reason.
 #pragma once
 
 #include <atomic>
@@ -18,6 +22,20 @@
 #include "common/progress.h"
 
 namespace trainer {
+
+// Something that learns of failures on its own, between calls.
+class AsyncErrorSource {
+ public:
+  virtual ~AsyncErrorSource() = default;
+  // "" while healthy; otherwise one line naming the source, the error and what to do. Called
+  // from the watchdog's thread.
+  virtual std::string AsyncError() = 0;
+};
+
+// Every live watchdog asks `source` from now until it is unregistered (before it is destroyed;
+// unregistering waits for a question under way).
+void RegisterAsyncErrorSource(AsyncErrorSource* source);
+void UnregisterAsyncErrorSource(AsyncErrorSource* source);
 
 class Watchdog : public Progress {
  public:
