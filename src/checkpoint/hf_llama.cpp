@@ -28,16 +28,42 @@ Status ReadRope(const ConfigReader& r, const YAML::Node& root, const std::string
   // transformers 5: rope_parameters {rope_type, rope_theta, ...}; 4: rope_theta beside
   // rope_scaling {rope_type or type, ...} (null for the default).
   const YAML::Node v5 = root["rope_parameters"];
-  const YAML::Node rope = v5 && !v5.IsNull() ? v5 : root["rope_scaling"];
+  const bool is_v5 = v5 && !v5.IsNull();
+  const YAML::Node rope = is_v5 ? v5 : root["rope_scaling"];
   m->rope_theta = arch == "MixtralForCausalLM" ? 1e6 : 10000.0;  // transformers' defaults
   TRAINER_RETURN_IF_ERROR(r.Get("rope_theta", &m->rope_theta));
-  std::string type = "default";
+  // RoPE over a part of each head (transformers 4 reads the key beside, 5 inside the object).
+  double partial = 1;
+  TRAINER_RETURN_IF_ERROR(r.Get("partial_rotary_factor", &partial));
+  if (rope && rope.IsMap()) TRAINER_RETURN_IF_ERROR(r.Get("partial_rotary_factor", &partial, rope));
+  if (partial != 1)
+    return r.Refuse(StrFormat(
+        "partial_rotary_factor %g is not supported (RoPE rotates every dimension of a head here)",
+        partial));
   m->rope_scaling = "none";
   if (!rope || rope.IsNull()) return Status::Ok();
   if (!rope.IsMap()) return r.Refuse("rope_scaling / rope_parameters is not an object");
-  TRAINER_RETURN_IF_ERROR(r.Get("rope_theta", &m->rope_theta, rope));
-  TRAINER_RETURN_IF_ERROR(r.Get("type", &type, rope));
-  TRAINER_RETURN_IF_ERROR(r.Get("rope_type", &type, rope));
+  // transformers 4 takes rope_theta from beside rope_scaling only; 5 from inside rope_parameters.
+  double theta = m->rope_theta;
+  TRAINER_RETURN_IF_ERROR(r.Get("rope_theta", &theta, rope));
+  if (is_v5) m->rope_theta = theta;
+  if (!is_v5 && theta != m->rope_theta)
+    return r.Refuse(StrFormat(
+        "rope_scaling holds rope_theta %s and the top level %s: transformers 4 takes the top "
+        "level's, 5 the object's. Make them agree",
+        Decimal(theta).c_str(), Decimal(m->rope_theta).c_str()));
+  // transformers 4 takes "type" over "rope_type", 5 "rope_type": where both differ, refused.
+  std::string legacy_type, rope_type;
+  TRAINER_RETURN_IF_ERROR(r.Get("type", &legacy_type, rope));
+  TRAINER_RETURN_IF_ERROR(r.Get("rope_type", &rope_type, rope));
+  if (!legacy_type.empty() && !rope_type.empty() && legacy_type != rope_type)
+    return r.Refuse(
+        StrFormat("rope_scaling's type %s and rope_type %s differ (transformers 4 takes type, 5 "
+                  "rope_type): make them agree",
+                  legacy_type.c_str(), rope_type.c_str()));
+  const std::string type = !rope_type.empty()     ? rope_type
+                           : !legacy_type.empty() ? legacy_type
+                                                  : "default";
   if (type == "default") return Status::Ok();
   if (type != "llama3")
     return r.Refuse(StrFormat("%s's rope type %s is not supported (default and llama3 are)",
@@ -92,6 +118,31 @@ std::string Difference(const ModelConfig& a, const ModelConfig& b) {
   return MoeDifference(a, b);
 }
 
+// The causal-LM class of a supported model_type, or the type itself.
+std::string ModelTypeClass(const std::string& type) {
+  const std::map<std::string, std::string> classes = {
+      {"llama", "LlamaForCausalLM"},     {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"},     {"qwen2_moe", "Qwen2MoeForCausalLM"},
+      {"mixtral", "MixtralForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
+      {"olmoe", "OlmoeForCausalLM"},     {"gpt2", "GPT2LMHeadModel"}};
+  return classes.count(type) ? classes.at(type) : type;
+}
+
+// The model_type of a supported class, or "".
+std::string ArchitectureModelType(const std::string& arch) {
+  for (const char* type :
+       {"llama", "qwen2", "qwen3", "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "gpt2"})
+    if (ModelTypeClass(type) == arch) return type;
+  return "";
+}
+
+std::string FirstArchitecture(const YAML::Node& c) {
+  const YAML::Node list = c["architectures"];
+  if (list && list.IsSequence() && list.size() > 0 && list[0].IsScalar())
+    return list[0].as<std::string>();
+  return "";
+}
+
 }  // namespace
 
 std::string HuggingFaceArchitecture(const std::string& folder) {
@@ -100,17 +151,9 @@ std::string HuggingFaceArchitecture(const std::string& folder) {
   try {
     if (!IsRegularFile(path)) return "(unreadable " + path + ": not a file)";
     const YAML::Node c = YAML::LoadFile(path);
-    if (c["architectures"] && c["architectures"].IsSequence() && c["architectures"].size() > 0)
-      return c["architectures"][0].as<std::string>();
-    if (c["model_type"]) {  // no architectures: the class of the model type
-      const std::string type = c["model_type"].as<std::string>();
-      const std::map<std::string, std::string> classes = {
-          {"llama", "LlamaForCausalLM"},     {"qwen2", "Qwen2ForCausalLM"},
-          {"qwen3", "Qwen3ForCausalLM"},     {"qwen2_moe", "Qwen2MoeForCausalLM"},
-          {"mixtral", "MixtralForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
-          {"olmoe", "OlmoeForCausalLM"},     {"gpt2", "GPT2LMHeadModel"}};
-      return classes.count(type) ? classes.at(type) : type;
-    }
+    if (!FirstArchitecture(c).empty()) return FirstArchitecture(c);
+    // no architectures: the class of the model type
+    if (c["model_type"]) return ModelTypeClass(c["model_type"].as<std::string>());
     return "(none: " + path + " has neither architectures nor model_type)";
   } catch (const std::exception&) {  // YAML's, or the stream's
   }
@@ -128,7 +171,21 @@ Status CheckConfigJsonNamesArchitecture(const std::string& folder) {
         StrFormat("%s names no architecture (neither architectures nor model_type): give the "
                   "model's, e.g. \"architectures\": [\"LlamaForCausalLM\"]",
                   path.c_str()));
-  return Status::Ok();
+  // This trainer reads the model from architectures, transformers' AutoModelForCausalLM from
+  // model_type: where they disagree, the two would compute different models.
+  const std::string arch = FirstArchitecture(c);
+  if (arch.empty() || !c["model_type"] || !c["model_type"].IsScalar()) return Status::Ok();
+  const std::string type = c["model_type"].as<std::string>();
+  // An unsupported class is refused as such, later.
+  if (ModelTypeClass(type) == arch || ArchitectureModelType(arch).empty()) return Status::Ok();
+  const std::string built =
+      ModelTypeClass(type) == type ? "a " + type + " model" : ModelTypeClass(type);
+  return CheckpointError(StrFormat(
+      "%s: architectures [\"%s\"] and model_type %s name different models (this trainer reads "
+      "architectures; transformers' AutoModelForCausalLM builds %s from model_type): make them "
+      "agree (model_type %s for %s)",
+      path.c_str(), arch.c_str(), type.c_str(), built.c_str(), ArchitectureModelType(arch).c_str(),
+      arch.c_str()));
 }
 
 bool IsLlamaArchitecture(const std::string& a) {
@@ -140,6 +197,7 @@ Status ReadLlamaConfigJson(const std::string& path, ModelConfig* m, int trained_
   YAML::Node root;
   TRAINER_RETURN_IF_ERROR(LoadJsonFile(path, &root));
   const ConfigReader r(path, root);
+  TRAINER_RETURN_IF_ERROR(CheckConfigJsonNamesArchitecture(ParentDirectory(path)));
   const std::string arch = HuggingFaceArchitecture(ParentDirectory(path));
   if (!IsLlamaArchitecture(arch))
     return r.Refuse(

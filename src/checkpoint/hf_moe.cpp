@@ -129,13 +129,21 @@ Status ReadMoeConfig(const ConfigReader& r, const std::string& arch, int trained
           window, trained_length, window, window));
   }
   if (mixtral && m->rope_scaling != "none")
-    LogWarning(StrFormat(
+    LogSharedWarningOnce(StrFormat(
         "%s: a MixtralForCausalLM with rope_scaling %s. This trainer scales RoPE as transformers "
         "4.48 and later do; transformers before 4.48 ignores rope_scaling for Mixtral, so the "
         "model it computes differs",
         r.path().c_str(), m->rope_scaling.c_str()));
+  if (router_logits && coef > 0)
+    LogSharedWarningOnce(StrFormat(
+        "%s: output_router_logits true with router_aux_loss_coef %g, taken as "
+        "Model.moe_aux_loss_coeff: this trainer's load-balancing loss is Megatron's, one term "
+        "per MoE layer summed over the layers; transformers pools every layer's router logits "
+        "into one term, about top-k times a layer's, so the same coefficient weighs the balance "
+        "differently (docs/moe.md)",
+        r.path().c_str(), coef));
   if (jitter > 0)
-    LogWarning(
+    LogSharedWarningOnce(
         StrFormat("%s has router_jitter_noise %g, transformers' training-only noise on the "
                   "router's input: this trainer does not apply it (training goes on "
                   "without it; inference is the same)",

@@ -127,12 +127,19 @@ Status FromSafetensors(const std::string& file, const ModelConfig& model,
 
 // The GPT-2 this trainer computes is transformers' with its defaults for these keys: a
 // config.json that sets another value would give another model from the same weights.
-Status CheckGpt2ConfigJson(const std::string& folder) {
+Status CheckGpt2ConfigJson(const std::string& folder, const ModelConfig* model = nullptr) {
   const std::string path = folder + "/config.json";
   if (!PathExists(path)) return Status::Ok();
   YAML::Node root;
   TRAINER_RETURN_IF_ERROR(LoadJsonFile(path, &root));
   const ConfigReader r(path, root);
+  int heads = 12;  // GPT2Config's default; the weights' shapes do not show it
+  TRAINER_RETURN_IF_ERROR(r.Get("n_head", &heads));
+  if (model != nullptr && heads != model->num_heads)
+    return r.Refuse(StrFormat(
+        "n_head %d, the config's Model.num_heads %d: the same weights split into other heads "
+        "compute another model. Set -o Model.num_heads=%d",
+        heads, model->num_heads, heads));
   bool tied = true, scale = true, by_layer = false;
   std::string activation = "gelu_new";
   double eps = 1e-5;
@@ -155,6 +162,32 @@ Status CheckGpt2ConfigJson(const std::string& folder) {
                 "model from these weights (GPT2LMHeadModel with transformers' "
                 "defaults is)",
                 why));
+}
+
+// A pretrained model's dropout where it differs from the run's: transformers would train the
+// model with config.json's (attention_dropout; GPT-2's attn_pdrop, resid_pdrop, embd_pdrop,
+// 0.1 each by default), this run with the Model keys. Said, not refused: many fine-tune without.
+Status WarnOfOtherDropout(const std::string& folder, bool llama, const ModelConfig& model) {
+  const std::string path = folder + "/config.json";
+  if (!PathExists(path)) return Status::Ok();
+  YAML::Node root;
+  TRAINER_RETURN_IF_ERROR(LoadJsonFile(path, &root));
+  const ConfigReader r(path, root);
+  double attention = llama ? 0 : 0.1, residual = llama ? 0 : 0.1, embedding = residual;
+  TRAINER_RETURN_IF_ERROR(r.Get(llama ? "attention_dropout" : "attn_pdrop", &attention));
+  if (!llama) TRAINER_RETURN_IF_ERROR(r.Get("resid_pdrop", &residual));
+  if (!llama) TRAINER_RETURN_IF_ERROR(r.Get("embd_pdrop", &embedding));
+  if (attention == model.attention_dropout && residual == model.hidden_dropout &&
+      embedding == model.hidden_dropout)
+    return Status::Ok();
+  const std::string theirs = llama ? StrFormat("attention_dropout %g", attention)
+                                   : StrFormat("attn_pdrop %g, resid_pdrop %g, embd_pdrop %g",
+                                               attention, residual, embedding);
+  LogSharedWarningOnce(StrFormat(
+      "%s has %s, with which transformers would train it; this run trains with "
+      "Model.attention_dropout %g and Model.hidden_dropout %g. Set those to match if you meant to",
+      path.c_str(), theirs.c_str(), model.attention_dropout, model.hidden_dropout));
+  return Status::Ok();
 }
 
 // Weights without a config.json are read as a GPT-2 (transformers' GPT-2 defaults); a
@@ -330,8 +363,9 @@ Status CheckPretrainedModelFits(const std::string& path, const ModelConfig& mode
         weights.c_str(), llama ? arch.c_str() : "GPT-2", model.arch.c_str(),
         llama ? "" : "-o Model.arch=gpt2 ", needs.c_str()));
   }
-  return llama ? CheckLlamaConfigJsonFits(weights, model)
-               : CheckGpt2ConfigJson(HuggingFaceFolder(weights));
+  TRAINER_RETURN_IF_ERROR(llama ? CheckLlamaConfigJsonFits(weights, model)
+                                : CheckGpt2ConfigJson(HuggingFaceFolder(weights), &model));
+  return WarnOfOtherDropout(HuggingFaceFolder(weights), llama, model);
 }
 
 Status PretrainedParameterValues(const std::string& path, const ModelConfig& model,

@@ -3,6 +3,8 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <mutex>
+#include <set>
 #include <vector>
 
 namespace trainer {
@@ -41,6 +43,17 @@ void LogWarning(const std::string& message) {
   std::string tag = g_identity.rank == 0 ? "" : RankTag();
   std::fprintf(stderr, "%swarning: %s\n", tag.c_str(), message.c_str());
   std::fflush(stderr);
+}
+
+void LogSharedWarningOnce(const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::string> given;
+  if (g_identity.rank != 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!given.insert(message).second) return;
+  }
+  LogWarning(message);
 }
 
 void LogError(const std::string& message) {

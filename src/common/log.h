@@ -26,6 +26,9 @@ void LogInfo(const std::string& message);
 void SendInfoToStderr();
 // "warning: <message>" on any rank that calls it (stderr), prefixed "[rank R host]" off rank 0.
 void LogWarning(const std::string& message);
+// A warning that every rank would give alike (about a file they all read, which the code may
+// read several times): "warning: <message>" on rank 0, the first time this process gives it.
+void LogSharedWarningOnce(const std::string& message);
 // "error: <message>" on the calling rank (stderr), prefixed like warnings off rank 0.
 void LogError(const std::string& message);
 // "[rank R host] " (empty string on single-process runs), for messages that name their origin.

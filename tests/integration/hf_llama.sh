@@ -65,6 +65,22 @@ edit arch 'c["architectures"] = ["MistralForCausalLM"]'
 bad 4 "architecture MistralForCausalLM is not supported (LlamaForCausalLM, Qwen2ForCausalLM" arch
 edit rope 'c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}'
 bad 4 "rope type yarn is not supported (default and llama3 are)" rope
+# Keys that transformers 4 and 5 (or this trainer and transformers) read differently: refused
+# where they would compute another model.
+edit mtype 'c["model_type"] = "mistral"'
+bad 4 'architectures \["Qwen2ForCausalLM"\] and model_type mistral name different models' mtype
+edit rtype 'c["rope_scaling"] = {"type": "linear", "rope_type": "default", "factor": 4.0}'
+bad 4 "rope_scaling's type linear and rope_type default differ" rtype
+edit rtheta 'c["rope_scaling"] = {"rope_type": "default", "rope_theta": 12345.0}'
+bad 4 "rope_scaling holds rope_theta 12345 and the top level" rtheta
+edit partial 'c["partial_rotary_factor"] = 0.5'
+bad 4 "partial_rotary_factor 0.5 is not supported" partial
+# Dropout that transformers would train with: said, the run goes on.
+edit drop 'c["attention_dropout"] = 0.5'
+run_np 1 train "${COMMON[@]}" "${MODEL_QWEN2[@]}" -o Checkpoint.init_from=drop -o Engine.max_steps=1 \
+  -o Engine.output_dir=drop-run > drop.log 2>&1 || { tail drop.log; fail "init_from drop"; }
+[[ $(grep -c "warning: drop/config.json has attention_dropout 0.5, with which transformers would train it" drop.log) -eq 1 ]] ||
+  { cat drop.log; fail "not one warning about attention_dropout"; }
 edit mlp 'c["mlp_bias"] = True'
 bad 4 "mlp_bias true is not supported" mlp
 edit dtype 'c["torch_dtype"] = "float8_e4m3fn"'

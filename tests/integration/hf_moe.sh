@@ -31,8 +31,9 @@ else
 fi
 grep -q "^  experts          8 experts, top-2, expert FFN 32, shared expert FFN 48, dropless; MoE layers 1,2 of 3" \
   inspect-qwen2_moe.txt || { cat inspect-qwen2_moe.txt; fail "inspect: no MoE shape"; }
-grep -q "warning: MixtralForCausalLM has router_jitter_noise 0.01" init-mixtral.log ||
-  fail "mixtral: no warning about router_jitter_noise"
+# Said once (rank 0), though both ranks read the folder's config.json more than once.
+[[ $(grep -c "warning: MixtralForCausalLM has router_jitter_noise 0.01" init-mixtral.log) -eq 1 ]] ||
+  fail "mixtral: not one warning about router_jitter_noise"
 python3 - <<'PY'
 import json, os
 for case, arch in (("qwen2_moe", "Qwen2MoeForCausalLM"), ("mixtral", "MixtralForCausalLM"),
@@ -47,6 +48,15 @@ assert "model.layers.2.mlp.experts.7.down_proj.weight" in index, sorted(index)[:
 assert not any("gate_up_proj" in k for k in index)
 print(f"exports: config.json of each class; Qwen2-MoE in {len(set(index.values()))} shards")
 PY
+
+# A router aux loss that transformers would train with: taken as Model.moe_aux_loss_coeff, with a
+# warning that the two losses weigh the balance differently.
+rm -rf aux && cp -r hf-qwen2_moe aux
+python3 -c 'import json; c = json.load(open("aux/config.json")); c.update(output_router_logits=True, router_aux_loss_coef=0.1); json.dump(c, open("aux/config.json", "w"))'
+"$TRAINER" inspect aux > inspect-aux.txt 2> inspect-aux.err || { cat inspect-aux.*; fail "inspect aux"; }
+grep -q -- "-o Model.moe_aux_loss_coeff=0.1" inspect-aux.txt || { cat inspect-aux.txt; fail "aux: no coefficient"; }
+grep -q "warning: aux/config.json: output_router_logits true with router_aux_loss_coef 0.1, taken as Model.moe_aux_loss_coeff: this trainer's load-balancing loss is Megatron's" \
+  inspect-aux.err || { cat inspect-aux.err; fail "aux: no warning about the two losses"; }
 
 # Bad input: one line each, naming what is wrong.
 read -ra MODEL <<< "$(overrides qwen2_moe)"

@@ -74,6 +74,8 @@ frozen from-hf 2 -o Checkpoint.init_from=hf
 frozen from-checkpoint 2 -o Distributed.pp_degree=2 -o Checkpoint.init_from=trained/checkpoints
 frozen from-hub 1 -o Checkpoint.init_from=hub/model.safetensors
 frozen from-bf16 1 -o Checkpoint.init_from=hf-bf16
+# The export's config.json holds the run's dropout (0): nothing is said about it.
+! grep -q "with which transformers would train it" from-hf.log || fail "from-hf: a dropout warning"
 # A safetensors file's tensors by name (raw bytes), for the comparisons below.
 cat > safetensors_tensors.py <<'PY'
 import json, struct
@@ -150,6 +152,18 @@ c = json.load(open(path))
 c[sys.argv[2]] = json.loads(sys.argv[3])
 json.dump(c, open(path, "w"), indent=2)' "${@:2}"
 }
+# n_head, which the weights' shapes do not show: the same weights in 4 heads are another model.
+edited_config hf gpt2-heads n_head 4
+expect_error 4 "gpt2-heads/config.json: n_head 4, the config's Model.num_heads 2: .*Set -o Model.num_heads=4" \
+  run_np 1 train "${COMMON[@]}" -o Engine.output_dir=bad-heads -o Checkpoint.init_from=gpt2-heads
+# A dropout that transformers would train with (GPT2Config's 0.1 where a key is absent): said,
+# and the run goes on with the Model keys'.
+edited_config hf gpt2-drop attn_pdrop 0.1
+python3 -c 'import json; c = json.load(open("gpt2-drop/config.json")); del c["embd_pdrop"]; json.dump(c, open("gpt2-drop/config.json", "w"))'
+run_np 1 train "${COMMON[@]}" -o Engine.output_dir=drop -o Checkpoint.init_from=gpt2-drop \
+  -o Engine.max_steps=1 > drop.log 2>&1 || { tail drop.log; fail "init_from gpt2-drop"; }
+grep -q "warning: gpt2-drop/config.json has attn_pdrop 0.1, resid_pdrop 0, embd_pdrop 0.1, with which transformers would train it; this run trains with Model.attention_dropout 0 and Model.hidden_dropout 0" drop.log ||
+  { cat drop.log; fail "no warning about the folder's dropout"; }
 for setting in tie_word_embeddings=false scale_attn_weights=false \
                scale_attn_by_inverse_layer_idx=true 'activation_function="relu"' \
                layer_norm_epsilon=0.01; do
