@@ -31,6 +31,7 @@
 #include "cli/commands.h"
 #include "cli/run_context.h"
 #include "common/filesystem.h"
+#include "common/launcher.h"
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "data/data_sources.h"
@@ -554,8 +555,9 @@ int RunCheckCommand(const std::vector<std::string>& args) {
   if (!status.ok()) return ctx.Finish(status);
   po::variables_map vm;
   bool help = false;
-  status = ParseCommandLine("check", args, options, &vm, &help);
-  if (status.ok() && help) {
+  status = ctx.ParseAgreedCommandLine("check", args, options, &vm, &help);
+  if (!status.ok()) return ctx.Finish(status);
+  if (help) {
     if (ctx.runtime->rank() == 0)
       PrintCommandHelp("check", "[--config FILE] [-o Section.key=value ...] [--resume auto|PATH]",
                        options);

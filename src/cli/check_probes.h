@@ -15,11 +15,6 @@
 
 namespace trainer {
 
-// Ranks the launcher started, from its environment: OMPI_COMM_WORLD_SIZE (mpirun), PMI_SIZE
-// (MPICH/Intel MPI), or SLURM_STEP_NUM_TASKS when srun started this process directly. 0 when none
-// is set; *variable gets "NAME=value".
-int LauncherWorldSize(std::string* variable);
-
 // Size and free room of a tmpfs such as /dev/shm, in bytes; -1 when the path is missing.
 struct ShmFacts {
   double total_bytes = -1;

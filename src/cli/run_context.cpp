@@ -29,6 +29,23 @@ Status RunContext::Init() {
   return Status::Ok();
 }
 
+Status RunContext::ParseAgreedCommandLine(const char* command, const std::vector<std::string>& args,
+                                          po::options_description& options, po::variables_map* vm,
+                                          bool* help) {
+  TRAINER_RETURN_IF_ERROR(Agree(ParseCommandLine(command, args, options, vm, help)));
+  const std::string mine = std::string("trainer ") + command + (*help ? " --help" : "") +
+                           (vm->count("print-config") ? " --print-config" : "");
+  std::string root = mine;  // rank 0's, after the broadcast
+  TRAINER_RETURN_IF_ERROR(BroadcastText(runtime->world(), &root));
+  Status local;
+  if (root != mine)
+    local = UsageError(StrFormat(
+        "rank %d (%s) runs `%s`, rank 0 `%s`: every rank of a run needs the same command line. "
+        "Start them with one command (an MPMD launch or a wrapper script gave them others)",
+        runtime->rank(), runtime->host().c_str(), mine.c_str(), root.c_str()));
+  return Agree(local);
+}
+
 Status RunContext::Agree(const Status& local) {
   bool should_print = false;
   Status s = runtime->Agree(local, &should_print);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "cli/cli_options.h"
 #include "common/parallel_groups.h"
 #include "config/train_config.h"
 #include "model/backend.h"
@@ -22,6 +23,13 @@ struct RunContext {
   ParallelGroups groups;
 
   Status Init();
+  // ParseCommandLine on every rank, agreed: a usage error on any rank stops every rank (exit 2),
+  // and every rank must run the same subcommand with the same --help / --print-config (an MPMD
+  // launch or a wrapper script may give ranks others, which would leave some waiting for ever in
+  // the run's first collective): one line naming the first rank that differs, exit 2.
+  Status ParseAgreedCommandLine(const char* command, const std::vector<std::string>& args,
+                                po::options_description& options, po::variables_map* vm,
+                                bool* help);
   // All ranks agree on `local`; the lowest failing rank prints its line once.
   Status Agree(const Status& local);
   // Every rank loaded the same config (keys and values, overrides and --resume included): a rank

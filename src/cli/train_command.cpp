@@ -61,8 +61,9 @@ int RunTrainCommand(const std::vector<std::string>& args) {
 
   po::variables_map vm;
   bool help = false;
-  status = ParseCommandLine("train", args, options, &vm, &help);
-  if (status.ok() && help) {
+  status = ctx.ParseAgreedCommandLine("train", args, options, &vm, &help);
+  if (!status.ok()) return ctx.Finish(status);
+  if (help) {
     if (ctx.runtime->rank() == 0)
       PrintCommandHelp(
           "train", "--config FILE [-o Section.key=value ...] [--resume auto|PATH] [--print-config]",

@@ -24,3 +24,34 @@ timeout --kill-after=5 120 "$MPIEXEC" --oversubscribe --bind-to none \
 grep -qE '^\[rank 1 [^]]*\] error: rank 0 resumes from out/checkpoints/step-0+4(/checkpoint.h5)?, which rank 1 cannot see' resume.err ||
   { cat resume.err; fail "the error line is not rank 1's, naming the checkpoint"; }
 echo "ok: a load failure on rank 1 only -> exit 4 and rank 1's line: $(grep 'error: ' resume.err)"
+
+# Ranks started with other command lines (MPMD, a wrapper script): one line naming the first rank
+# that differs, exit 2, no hang (--help or --print-config on one rank left the others waiting in
+# their first collective; train beside check was a raw MPI_ERR_TRUNCATE).
+mpmd() {  # name code "args of rank 0" "args of rank 1"
+  local name=$1 code=$2 rc=0
+  read -ra zero <<< "$3"
+  read -ra one <<< "$4"
+  timeout --kill-after=5 120 "$MPIEXEC" --oversubscribe --bind-to none \
+    -n 1 --wdir "$SCRATCH/a" "$TRAINER" "${zero[@]}" : -n 1 --wdir "$SCRATCH/a" "$TRAINER" "${one[@]}" \
+    > "$name.out" 2> "$name.err" || rc=$?
+  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$name: hung (killed by the time limit)"
+  [ $rc -eq "$code" ] || { cat "$name.err"; fail "$name: exit code $rc, expected $code"; }
+  [ "$(grep -c 'error: ' "$name.err")" = 1 ] || { cat "$name.err"; fail "$name: expected one error line"; }
+}
+TRAIN="train ${COMMON[*]}"
+mpmd help 2 "$TRAIN" "$TRAIN --help"
+grep -qE "^\[rank 1 [^]]*\] error: rank 1 \([^)]*\) runs \`trainer train --help\`, rank 0 \`trainer train\`: every rank of a run needs the same command line" help.err ||
+  { cat help.err; fail "help: not rank 1's line naming both command lines"; }
+mpmd print 2 "$TRAIN --print-config" "$TRAIN"
+grep -q "runs \`trainer train\`, rank 0 \`trainer train --print-config\`" print.err ||
+  { cat print.err; fail "print: not the line naming both command lines"; }
+mpmd commands 2 "$TRAIN" "check ${COMMON[*]}"
+grep -q "runs \`trainer check\`, rank 0 \`trainer train\`" commands.err ||
+  { cat commands.err; fail "commands: not the line naming both commands"; }
+echo "ok: --help, --print-config or another command on one rank -> exit 2: $(grep 'error: ' commands.err)"
+# trainer pack is one process: started as two, each would write the same file.
+expect_error 2 "trainer pack runs as one process (the launcher started 2: OMPI_COMM_WORLD_SIZE=2)" \
+  run_np 2 pack --input "$SRC/README.md" --output packed.h5
+[[ ! -e packed.h5 ]] || fail "a refused pack wrote packed.h5"
+echo "ok: trainer pack under mpirun -n 2 -> exit 2, nothing written"

@@ -19,8 +19,9 @@
 #include "cli/check_gpu.h"
 #include "cli/check_hosts.h"
 #include "cli/check_report.h"
-#include "common/host_memory.h"
 #include "common/filesystem.h"
+#include "common/host_memory.h"
+#include "common/launcher.h"
 #include "common/log.h"
 #include "test_communicator.h"
 
