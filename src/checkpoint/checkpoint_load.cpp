@@ -217,6 +217,37 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
 }
 
 // Every rank: read this rank's slices of master weights and moments.
+// What tells a checkpoint apart from others of its shape, from its attributes alone: its
+// progress, and every tensor's CRC-32 (format 2; a format 1 file's size instead).
+Status CheckpointIdentity(const std::string& file, std::string* text) {
+  Hdf5Handle f;
+  TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
+  int64_t step = 0, consumed = 0, tokens = 0;
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "step", &step));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "consumed_samples", &consumed));
+  TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "tokens_seen", &tokens));
+  std::vector<std::string> tensors;
+  TRAINER_RETURN_IF_ERROR(ListTensors(f.get(), file, &tensors));
+  std::sort(tensors.begin(), tensors.end());
+  uint32_t crc = 0;
+  bool every_crc = true;
+  for (const std::string& path : tensors) {
+    Hdf5Handle dataset;
+    int64_t value = 0;
+    every_crc = every_crc &&
+                dataset.Reset(H5Dopen2(f.get(), path.c_str(), H5P_DEFAULT), H5Dclose) >= 0 &&
+                H5Aexists(dataset.get(), kChecksumAttribute) > 0 &&
+                Hdf5ReadIntAttribute(dataset.get(), kChecksumAttribute, &value).ok();
+    crc = Crc32(path.data(), path.size(), crc);
+    crc = Crc32(&value, sizeof(value), crc);
+  }
+  *text = StrFormat("step %lld, %lld samples, %lld tokens, ", static_cast<long long>(step),
+                    static_cast<long long>(consumed), static_cast<long long>(tokens)) +
+          (every_crc ? StrFormat("tensors CRC-32 %08x", crc)
+                     : StrFormat("%lld bytes", static_cast<long long>(FileSize(file))));
+  return Status::Ok();
+}
+
 Status LoadLocal(const std::string& folder, const TrainConfig& config, GptModel* model,
                  AdamW* optimizer, Progress* progress, CheckpointLoadResult* result) {
   const std::string file = CheckpointFile(folder);
@@ -455,63 +486,6 @@ Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfi
   return LoadLoraBaseWeights(config, model, &what);
 }
 
-namespace {
-
-// The resolved part of a recorded LoRA base ("(/abs/file, step 5, 123 bytes)"), or the whole
-// text where there is none (a seed, or a checkpoint of an earlier trainer).
-std::string ResolvedBase(const std::string& base) {
-  const size_t open = base.rfind(" (");
-  return !base.empty() && base.back() == ')' && open != std::string::npos ? base.substr(open)
-                                                                          : base;
-}
-
-// The fingerprint of a resolved base ("step 5, 123 bytes)" of "(/abs/file, step 5, 123 bytes)"),
-// "" where there is none.
-std::string BaseFingerprint(const std::string& resolved) {
-  const size_t comma = resolved.find(", ");
-  return resolved.size() > 2 && resolved[1] == '(' && comma != std::string::npos
-             ? resolved.substr(comma + 2)
-             : "";
-}
-
-}  // namespace
-
-Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& config) {
-  if (!config.model.lora()) return Status::Ok();
-  const std::string file = CheckpointFile(folder_or_file);
-  CheckpointSummary summary;
-  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
-  const std::string& recorded = summary.lora_base;
-  if (recorded.empty()) return Status::Ok();  // not adapters: CheckWeightKind's to say
-  std::string configured;
-  TRAINER_RETURN_IF_ERROR(LoraBaseIdentity(config, &configured));
-  // A checkpoint of an earlier trainer recorded the setting's text alone.
-  if (ResolvedBase(recorded) == recorded && recorded.rfind("Checkpoint.", 0) == 0)
-    configured = LoraBaseName(config);
-  if (ResolvedBase(recorded) == ResolvedBase(configured)) return Status::Ok();
-  // A checkpoint of an earlier trainer recorded a sharded base by its index's size alone.
-  const size_t shards = configured.rfind(", shards ");
-  if (shards != std::string::npos && recorded.find(", shards ") == std::string::npos &&
-      ResolvedBase(recorded) == ResolvedBase(configured.substr(0, shards) + ")"))
-    return Status::Ok();
-  // The same step and weights (their CRC-32s) under another path: the base copied or moved
-  // (another cluster, a node-local copy), not another base. A size alone (a Hugging Face
-  // folder's) cannot tell two bases of one shape apart, so it never counts.
-  const std::string fingerprint = BaseFingerprint(ResolvedBase(recorded));
-  if (fingerprint.find("weights CRC-32") != std::string::npos &&
-      fingerprint == BaseFingerprint(ResolvedBase(configured))) {
-    LogInfo(StrFormat("the LoRA base %s holds the recorded one's weights (%s): taken as a copy",
-                      configured.c_str(), recorded.c_str()));
-    return Status::Ok();
-  }
-  return CheckpointError(StrFormat(
-      "LoRA base differs (%s): its adapters were trained on %s, this config's base is %s. Point "
-      "Checkpoint.init_from at the base recorded (the file named first; -o "
-      "Checkpoint.init_from=PATH), or set Global.seed as it was; for another base, start a new "
-      "LoRA run in a Checkpoint.dir of its own",
-      file.c_str(), recorded.c_str(), configured.c_str()));
-}
-
 Status CheckpointWeightsChecksum(const std::string& file, uint32_t* crc) {
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
@@ -580,13 +554,28 @@ Status LoadCheckpointCollective(const std::string& directory, const std::string&
   TRAINER_RETURN_IF_ERROR(BroadcastText(groups.world_host, &chosen));
   *result = CheckpointLoadResult();
   if (chosen.empty()) return Status::Ok();  // nothing to resume: the caller initialises
-  if (!PathExists(chosen))  // rank 0 sees it, this rank does not
-    return AgreeOnStatus(
-        groups.world_host,
-        CheckpointError(StrFormat(
-            "rank 0 resumes from %s, which rank %d cannot see. Put Checkpoint.dir (or the "
-            "--resume path) on a file system that every node mounts at the same path",
-            chosen.c_str(), groups.world_rank)));
+  // Every rank's copy must be rank 0's (verified): a node-local copy of another run's step, or of
+  // an earlier step under this name, would resume the replicas apart or desynchronise them.
+  std::string mine;
+  const Status here =
+      PathExists(chosen)
+          ? CheckpointIdentity(CheckpointFile(chosen), &mine)
+          : CheckpointError(StrFormat(
+                "rank 0 resumes from %s, which rank %d cannot see. Put Checkpoint.dir (or the "
+                "--resume path) on a file system that every node mounts at the same path",
+                chosen.c_str(), groups.world_rank));
+  TRAINER_RETURN_IF_ERROR(AgreeOnStatus(groups.world_host, here));
+  std::string root = mine;
+  TRAINER_RETURN_IF_ERROR(BroadcastText(groups.world_host, &root));
+  const Status same =
+      root == mine
+          ? Status::Ok()
+          : CheckpointError(StrFormat(
+                "rank %d's %s is not rank 0's (%s here, %s on rank 0): every rank must resume "
+                "from the same checkpoint. Put Checkpoint.dir on a file system that every node "
+                "mounts at the same path, or make each node's copy the same",
+                groups.world_rank, chosen.c_str(), mine.c_str(), root.c_str()));
+  TRAINER_RETURN_IF_ERROR(AgreeOnStatus(groups.world_host, same));
   return AgreeOnStatus(groups.world_host,
                        LoadLocal(chosen, config, model, optimizer, progress, result));
 }

@@ -5,8 +5,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <set>
 
+#include "checkpoint/checksum.h"
 #include "checkpoint/hf_config.h"
 #include "common/filesystem.h"
 #include "common/log.h"
@@ -141,6 +145,33 @@ long long HuggingFaceWeightsBytes(const std::string& weights) {
   long long bytes = 0;
   for (const auto& item : shards) bytes += FileSize(item.first);  // each exists (Shards)
   return bytes;
+}
+
+Status HuggingFaceWeightsFingerprint(const std::string& weights, std::string* text) {
+  std::map<std::string, std::set<std::string>> shards;
+  TRAINER_RETURN_IF_ERROR(Shards(weights, &shards));
+  constexpr long long kSample = 1 << 20;
+  long long bytes = 0;
+  uint32_t crc = 0;
+  std::vector<char> buffer;
+  for (const auto& item : shards) {
+    const long long size = FileSize(item.first);
+    std::ifstream in(item.first, std::ios::binary);
+    if (size < 0 || !in)
+      return CheckpointError(
+          StrFormat("cannot read %s: %s", item.first.c_str(), std::strerror(errno)));
+    for (const long long start : {0LL, std::max(0LL, size - kSample)}) {
+      buffer.resize(static_cast<size_t>(std::min(kSample, size)));
+      in.seekg(start);
+      if (!in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())))
+        return CheckpointError(StrFormat("cannot read %s (%lld bytes)", item.first.c_str(), size));
+      crc = Crc32(buffer.data(), buffer.size(), crc);
+    }
+    crc = Crc32(&size, sizeof(size), crc);
+    bytes += size;
+  }
+  *text = StrFormat("%lld bytes, head/tail CRC-32 %08x", bytes, crc);
+  return Status::Ok();
 }
 
 std::string HuggingFaceFolderHint(const std::string& path) {

@@ -22,6 +22,11 @@ std::string HuggingFaceWeightsFile(const std::string& path);
 // index); -1 when the index cannot be read or names a missing shard.
 long long HuggingFaceWeightsBytes(const std::string& weights);
 
+// A cheap fingerprint of the weights' files (`weights` itself, or every shard an index names):
+// "<bytes> bytes, head/tail CRC-32 <hex>" over each file's size and its first and last MiB, which
+// tells apart two models of one shape (another fine-tune) without reading them whole.
+Status HuggingFaceWeightsFingerprint(const std::string& weights, std::string* text);
+
 // What a path that holds no trainer checkpoint is, where it is a Hugging Face model folder: a
 // sentence for an error's end (import it with Checkpoint.init_from; or convert its
 // pytorch_model.bin to safetensors); "" otherwise.

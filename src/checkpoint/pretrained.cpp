@@ -292,37 +292,106 @@ std::string LoraBaseName(const TrainConfig& config) {
   return StrFormat("Global.seed=%llu", static_cast<unsigned long long>(config.global.seed));
 }
 
+std::string ResolvePretrained(const std::string& path) {
+  const std::string weights = HuggingFaceWeightsFile(path);
+  return weights.empty() ? FindCheckpointFile(path) : weights;
+}
+
+Status PretrainedFingerprint(const std::string& file, std::string* text) {
+  if (KindOfHdf5File(file) != Hdf5FileKind::kCheckpoint)
+    return HuggingFaceWeightsFingerprint(file, text);
+  CheckpointSummary summary;
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
+  // The weights' CRC-32 where the file has them (format 2): a copy of the same weights matches
+  // wherever it lies, other weights of the same shape do not.
+  uint32_t crc = 0;
+  *text =
+      CheckpointWeightsChecksum(file, &crc).ok()
+          ? StrFormat("step %lld, weights CRC-32 %08x", static_cast<long long>(summary.step), crc)
+          : StrFormat("step %lld, %lld bytes", static_cast<long long>(summary.step),
+                      static_cast<long long>(FileSize(file)));
+  return Status::Ok();
+}
+
 Status LoraBaseIdentity(const TrainConfig& config, std::string* identity) {
   *identity = LoraBaseName(config);
   if (config.checkpoint.init_from.empty()) return Status::Ok();
   const std::string& path = config.checkpoint.init_from;
   std::string file = HuggingFaceWeightsFile(path), fingerprint;
-  if (!file.empty()) {
+  if (!file.empty()) {  // recorded by size: the form checkpoints of earlier trainers hold
     fingerprint = StrFormat("%lld bytes", FileSize(file));
     // A sharded model: its shards' bytes too (the index's alone stay the same when they change).
     if (EndsWith(file, ".index.json"))
       fingerprint += StrFormat(", shards %lld bytes", HuggingFaceWeightsBytes(file));
   } else {
     file = FindCheckpointFile(path);
-    CheckpointSummary summary;
-    if (file.empty() || !ReadCheckpointSummary(file, &summary).ok())
+    if (file.empty() || !PretrainedFingerprint(file, &fingerprint).ok())
       return CheckpointError(StrFormat(
           "Checkpoint.init_from=%s names no weights (the LoRA base; %s): give the trainer "
           "checkpoint or Hugging Face model the adapters apply to",
           path.c_str(), PathExists(path) ? "no checkpoint or model there" : "it does not exist"));
-    // The weights' CRC-32 where the file has them (format 2): a copy of the same base matches
-    // wherever it lies, another base of the same shape does not.
-    uint32_t crc = 0;
-    fingerprint = CheckpointWeightsChecksum(file, &crc).ok()
-                      ? StrFormat("step %lld, weights CRC-32 %08x",
-                                  static_cast<long long>(summary.step), crc)
-                      : StrFormat("step %lld, %lld bytes", static_cast<long long>(summary.step),
-                                  static_cast<long long>(FileSize(file)));
   }
   char absolute[PATH_MAX];
   if (realpath(file.c_str(), absolute) != nullptr) file = absolute;
   *identity += StrFormat(" (%s, %s)", file.c_str(), fingerprint.c_str());
   return Status::Ok();
+}
+
+namespace {
+
+// The resolved part of a recorded LoRA base ("(/abs/file, step 5, 123 bytes)"), or the whole
+// text where there is none (a seed, or a checkpoint of an earlier trainer).
+std::string ResolvedBase(const std::string& base) {
+  const size_t open = base.rfind(" (");
+  return !base.empty() && base.back() == ')' && open != std::string::npos ? base.substr(open)
+                                                                          : base;
+}
+
+// The fingerprint of a resolved base ("step 5, 123 bytes)" of "(/abs/file, step 5, 123 bytes)"),
+// "" where there is none.
+std::string BaseFingerprint(const std::string& resolved) {
+  const size_t comma = resolved.find(", ");
+  return resolved.size() > 2 && resolved[1] == '(' && comma != std::string::npos
+             ? resolved.substr(comma + 2)
+             : "";
+}
+
+}  // namespace
+
+Status CheckLoraBase(const std::string& folder_or_file, const TrainConfig& config) {
+  if (!config.model.lora()) return Status::Ok();
+  const std::string file = CheckpointFile(folder_or_file);
+  CheckpointSummary summary;
+  TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &summary));
+  const std::string& recorded = summary.lora_base;
+  if (recorded.empty()) return Status::Ok();  // not adapters: CheckWeightKind's to say
+  std::string configured;
+  TRAINER_RETURN_IF_ERROR(LoraBaseIdentity(config, &configured));
+  // A checkpoint of an earlier trainer recorded the setting's text alone.
+  if (ResolvedBase(recorded) == recorded && recorded.rfind("Checkpoint.", 0) == 0)
+    configured = LoraBaseName(config);
+  if (ResolvedBase(recorded) == ResolvedBase(configured)) return Status::Ok();
+  // A checkpoint of an earlier trainer recorded a sharded base by its index's size alone.
+  const size_t shards = configured.rfind(", shards ");
+  if (shards != std::string::npos && recorded.find(", shards ") == std::string::npos &&
+      ResolvedBase(recorded) == ResolvedBase(configured.substr(0, shards) + ")"))
+    return Status::Ok();
+  // The same step and weights (their CRC-32s) under another path: the base copied or moved
+  // (another cluster, a node-local copy), not another base. A size alone (a Hugging Face
+  // folder's) cannot tell two bases of one shape apart, so it never counts.
+  const std::string fingerprint = BaseFingerprint(ResolvedBase(recorded));
+  if (fingerprint.find("weights CRC-32") != std::string::npos &&
+      fingerprint == BaseFingerprint(ResolvedBase(configured))) {
+    LogInfo(StrFormat("the LoRA base %s holds the recorded one's weights (%s): taken as a copy",
+                      configured.c_str(), recorded.c_str()));
+    return Status::Ok();
+  }
+  return CheckpointError(StrFormat(
+      "LoRA base differs (%s): its adapters were trained on %s, this config's base is %s. Point "
+      "Checkpoint.init_from at the base recorded (the file named first; -o "
+      "Checkpoint.init_from=PATH), or set Global.seed as it was; for another base, start a new "
+      "LoRA run in a Checkpoint.dir of its own",
+      file.c_str(), recorded.c_str(), configured.c_str()));
 }
 
 Status LoadLoraBaseWeights(const TrainConfig& config, GptModel* model, std::string* what,

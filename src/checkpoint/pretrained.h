@@ -57,6 +57,15 @@ std::string LoraBaseName(const TrainConfig& config);
 // directory to its newest step.
 Status LoraBaseIdentity(const TrainConfig& config, std::string* identity);
 
+// The file that Checkpoint.init_from `path` names now: a Hugging Face weights file
+// (HuggingFaceWeightsFile), or a trainer checkpoint's file (a checkpoint directory's newest
+// step's); "" when it names none.
+std::string ResolvePretrained(const std::string& path);
+// What tells `file` (ResolvePretrained's) apart from other weights of its shape: a trainer
+// checkpoint's step and weights CRC-32 (its size where it has no CRCs), a Hugging Face model's
+// HuggingFaceWeightsFingerprint.
+Status PretrainedFingerprint(const std::string& file, std::string* text);
+
 // LoRA: the frozen base weights of `model` (its frozen_parameters()) from Checkpoint.init_from,
 // or from Global.seed's initialisation without one; *what names the source. `progress`
 // (optional): as PretrainedParameterValues.

@@ -77,8 +77,12 @@ class Trainer {
   Status Evaluate(double* val_loss);
 
  private:
-  // LoRA: the frozen base weights from Checkpoint.init_from (else from Global.seed).
-  Status LoadLoraBase();
+  // LoRA: the frozen base weights from `pretrained` (AgreeOnPretrained's file), or from
+  // Global.seed where Checkpoint.init_from is empty.
+  Status LoadLoraBase(const std::string& pretrained);
+  // The file that Checkpoint.init_from names, as rank 0 resolves it, into *file; every rank's copy
+  // agreed with rank 0's (PretrainedFingerprint). One line and exit 4 otherwise.
+  Status AgreeOnPretrained(std::string* file);
   Status OpenData();
   // Queues one step. Where the gradient norm needs no communication (see NormOnDevice), nothing
   // in it waits for the GPU; StepResults reads the step's loss and norm later (collective).

@@ -5,6 +5,8 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/pretrained.h"
+#include "common/agree.h"
+#include "common/filesystem.h"
 #include "common/host_memory.h"
 #include "common/log.h"
 #include "config/config_diff.h"
@@ -39,15 +41,20 @@ Status Trainer::PrepareCheckpointSaves() {
 }
 
 Status Trainer::Restore() {
-  if (config_.model.lora()) TRAINER_RETURN_IF_ERROR(LoadLoraBase());
+  std::string pretrained;  // Checkpoint.init_from as every rank reads it
+  if (config_.model.lora()) {
+    TRAINER_RETURN_IF_ERROR(AgreeOnPretrained(&pretrained));
+    TRAINER_RETURN_IF_ERROR(LoadLoraBase(pretrained));
+  }
   if (!config_.checkpoint.resume.empty()) TRAINER_RETURN_IF_ERROR(Resume());
   TRAINER_RETURN_IF_ERROR(StartMetrics());
   if (state_.step > 0) return Status::Ok();  // resumed: the checkpoint's weights
   // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
   if (!config_.checkpoint.init_from.empty() && !config_.model.lora()) {
+    TRAINER_RETURN_IF_ERROR(AgreeOnPretrained(&pretrained));
     std::vector<float> flat;
     std::string what;
-    TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(config_.checkpoint.init_from, config_.model,
+    TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(pretrained, config_.model,
                                                       model_->partition(), model_->parameters(),
                                                       &flat, &what, progress_));
     LogInfo("initial weights from " + what + "; step 0, fresh optimizer state");
@@ -55,6 +62,37 @@ Status Trainer::Restore() {
   }
   return optimizer_->SetMaster(InitialParameterValues(config_.model, model_->partition(),
                                                       model_->parameters(), config_.global.seed));
+}
+
+// Rank 0 resolves Checkpoint.init_from (a checkpoint directory's newest step may move on while
+// the ranks start) and every rank reads that file, whose copy must be rank 0's: a node-local copy
+// of other weights, or of another step, would start the replicas apart without a word.
+Status Trainer::AgreeOnPretrained(std::string* file) {
+  const std::string& path = config_.checkpoint.init_from;
+  std::string chosen = groups_.world_rank == 0 ? ResolvePretrained(path) : std::string();
+  TRAINER_RETURN_IF_ERROR(BroadcastText(groups_.world_host, &chosen));
+  *file = chosen.empty() ? path : chosen;  // names no weights: the load says so
+  if (chosen.empty()) return Status::Ok();
+  std::string mine;
+  const Status here =
+      PathExists(chosen)
+          ? PretrainedFingerprint(chosen, &mine)
+          : CheckpointError(StrFormat(
+                "rank 0 starts from %s (Checkpoint.init_from=%s), which rank %d cannot see. Put "
+                "it on a file system that every node mounts at the same path",
+                chosen.c_str(), path.c_str(), groups_.world_rank));
+  TRAINER_RETURN_IF_ERROR(AgreeOnStatus(groups_.world_host, here));
+  std::string root = mine;
+  TRAINER_RETURN_IF_ERROR(BroadcastText(groups_.world_host, &root));
+  const Status same =
+      root == mine ? Status::Ok()
+                   : CheckpointError(StrFormat(
+                         "rank %d's %s (Checkpoint.init_from) is not rank 0's (%s here, %s on "
+                         "rank 0): every rank must start from the same weights. Put them on a "
+                         "file system that every node mounts at the same path, or make each "
+                         "node's copy the same",
+                         groups_.world_rank, chosen.c_str(), mine.c_str(), root.c_str()));
+  return AgreeOnStatus(groups_.world_host, same);
 }
 
 // What the interrupted run logged past the checkpoint resumed (or, for a fresh start, what an
@@ -73,11 +111,13 @@ Status Trainer::StartMetrics() {
                            state_.step > 0 ? CheckpointFile(last_checkpoint_) : std::string());
 }
 
-Status Trainer::LoadLoraBase() {
+Status Trainer::LoadLoraBase(const std::string& pretrained) {
   std::string what;
   // Resolved once, as loaded: a checkpoint folder's newest step may move on during the run.
   TRAINER_RETURN_IF_ERROR(LoraBaseIdentity(config_, &lora_base_));
-  TRAINER_RETURN_IF_ERROR(LoadLoraBaseWeights(config_, model_.get(), &what, progress_));
+  TrainConfig resolved = config_;  // the file every rank reads (AgreeOnPretrained)
+  if (!config_.checkpoint.init_from.empty()) resolved.checkpoint.init_from = pretrained;
+  TRAINER_RETURN_IF_ERROR(LoadLoraBaseWeights(resolved, model_.get(), &what, progress_));
   LogInfo(
       StrFormat("LoRA rank %d, alpha %g on %s: %zu adapter tensors train; the base weights "
                 "are frozen, from %s",

@@ -55,3 +55,47 @@ expect_error 2 "trainer pack runs as one process (the launcher started 2: OMPI_C
   run_np 2 pack --input "$SRC/README.md" --output packed.h5
 [[ ! -e packed.h5 ]] || fail "a refused pack wrote packed.h5"
 echo "ok: trainer pack under mpirun -n 2 -> exit 2, nothing written"
+
+# Node-local copies that are not rank 0's (another run's step under the same name, an earlier
+# step's file, other weights to start from): exit 4 and one line naming the rank and both
+# fingerprints, where they resumed (or started) the replicas apart, or hung. The same copy on
+# each node passes.
+(cd b && "$TRAINER" train "${COMMON[@]}" -o Global.seed=5 > ../other.log 2>&1) ||
+  { cat other.log; fail "the other run"; }
+two_folders() {  # name code args...: rank 0 in a, rank 1 in b
+  local name=$1 code=$2 rc=0
+  shift 2
+  timeout --kill-after=5 120 "$MPIEXEC" --oversubscribe --bind-to none \
+    -n 1 --wdir "$SCRATCH/a" "$TRAINER" "$@" : -n 1 --wdir "$SCRATCH/b" "$TRAINER" "$@" \
+    > "$name.out" 2> "$name.err" || rc=$?
+  [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$name: hung (killed by the time limit)"
+  [ $rc -eq "$code" ] || { cat "$name.err"; fail "$name: exit code $rc, expected $code"; }
+  [[ $code -eq 0 ]] || [ "$(grep -c 'error: ' "$name.err")" = 1 ] ||
+    { cat "$name.err"; fail "$name: expected one error line"; }
+}
+MORE=(-o Engine.max_steps=6)
+two_folders other_run 4 train "${COMMON[@]}" "${MORE[@]}" --resume auto
+grep -qE "^\[rank 1 [^]]*\] error: rank 1's out/checkpoints/step-00000004 is not rank 0's \(step 4, 64 samples, [0-9]+ tokens, tensors CRC-32 [0-9a-f]{8} here, step 4, 64 samples, [0-9]+ tokens, tensors CRC-32 [0-9a-f]{8} on rank 0\): every rank must resume from the same checkpoint" other_run.err ||
+  { cat other_run.err; fail "other_run: not rank 1's line with both fingerprints"; }
+# An earlier step's file under step 4's name.
+rm -rf b/out && cp -r a/out b/out && cp b/out/checkpoints/step-00000002/checkpoint.h5 b/out/checkpoints/step-00000004/
+two_folders stale_step 4 train "${COMMON[@]}" "${MORE[@]}" --resume auto
+grep -q "rank 1's out/checkpoints/step-00000004 is not rank 0's (step 2, " stale_step.err ||
+  { cat stale_step.err; fail "stale_step: not the line naming step 2"; }
+echo "ok: another copy of the resumed step on rank 1 -> exit 4: $(grep -o "error: .*: every" stale_step.err)"
+# Checkpoint.init_from: another run's weights on rank 1; then the same copy on both.
+cp -r a/out/checkpoints a/init && rm -rf b/init && (cd b && "$TRAINER" train "${COMMON[@]}" \
+  -o Global.seed=5 -o Engine.output_dir=other > ../other2.log 2>&1) && cp -r b/other/checkpoints b/init
+INIT=(-o Checkpoint.init_from=init -o Engine.output_dir=fresh -o Engine.max_steps=1)
+two_folders init_other 4 train "${COMMON[@]}" "${INIT[@]}"
+grep -q "rank 1's init/step-00000004/checkpoint.h5 (Checkpoint.init_from) is not rank 0's (step 4, weights CRC-32 " init_other.err ||
+  { cat init_other.err; fail "init_other: not rank 1's line"; }
+"$TRAINER" export a/init --output a/hf > /dev/null && "$TRAINER" export b/init --output b/hf > /dev/null ||
+  fail "exports"
+two_folders hf_other 4 train "${COMMON[@]}" "${INIT[@]}" -o Checkpoint.init_from=hf
+grep -q "rank 1's hf/model.safetensors (Checkpoint.init_from) is not rank 0's ([0-9]* bytes, head/tail CRC-32 " hf_other.err ||
+  { cat hf_other.err; fail "hf_other: not rank 1's line"; }
+rm -rf b/init b/hf b/fresh && cp -r a/init a/hf b/
+two_folders init_same 0 train "${COMMON[@]}" "${INIT[@]}"
+two_folders hf_same 0 train "${COMMON[@]}" "${INIT[@]}" -o Checkpoint.init_from=hf -o Engine.output_dir=fresh_hf
+echo "ok: other Checkpoint.init_from weights on rank 1 -> exit 4 (a checkpoint, a Hugging Face folder); the same copies train"
