@@ -7,7 +7,7 @@
 #include <future>
 #include <thread>
 
-#include "checkpoint/checksum.h"
+#include "io/checksum.h"
 
 namespace trainer {
 

@@ -10,11 +10,11 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_fit.h"
 #include "checkpoint/checkpoint_layout.h"
-#include "checkpoint/checksum.h"
 #include "checkpoint/pretrained.h"
 #include "common/agree.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "io/checksum.h"
 
 namespace trainer {
 namespace {

@@ -10,11 +10,11 @@
 #include <fstream>
 #include <set>
 
-#include "checkpoint/checksum.h"
 #include "checkpoint/hf_config.h"
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "io/checksum.h"
 
 namespace trainer {
 namespace {

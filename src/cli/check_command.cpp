@@ -30,6 +30,7 @@
 #include "cli/cli_options.h"
 #include "cli/commands.h"
 #include "cli/run_context.h"
+#include "common/agree.h"
 #include "common/filesystem.h"
 #include "common/launcher.h"
 #include "common/log.h"
@@ -322,7 +323,7 @@ class EnvironmentCheck {
     return Status::Ok();
   }
 
-  // The data files open on every rank, and every rank's copy holds as many tokens as rank 0's.
+  // The data files open on every rank, and every rank's copy is rank 0's (tokens, fingerprint).
   Status CheckData() {
     if (!data_given_) {
       LogInfo("data file: not checked (pass --config, or -o Data.train_path=...)");
@@ -338,7 +339,12 @@ class EnvironmentCheck {
         tokens += static_cast<double>(file->num_tokens());
     std::vector<double> all_tokens;
     TRAINER_RETURN_IF_ERROR(AllGatherValues(world_, tokens, &all_tokens));
+    std::string fingerprint, root;  // the copies' contents, as training compares them
+    const Status printed = sources.ok() ? DataFingerprint(*sources, &fingerprint) : Status::Ok();
+    root = fingerprint;
+    TRAINER_RETURN_IF_ERROR(BroadcastText(world_, &root));
     std::vector<CheckFailure> mine;
+    if (!printed.ok()) mine.push_back({rank_, "data file", printed.message()});
     const std::string& path = config_.data.train_path;
     if (!sources.ok()) {
       std::string message = sources.status().message();
@@ -354,6 +360,12 @@ class EnvironmentCheck {
                                 "differ. Give every host the same file (a shared file system, or "
                                 "one copy made from the same source)",
                                 path.c_str(), tokens, all_tokens[0], hosts_[0].c_str())});
+    } else if (!fingerprint.empty() && !root.empty() && fingerprint != root) {
+      mine.push_back(
+          {rank_, "data file",
+           StrFormat("%s differs from rank 0's copy on %s (%s here, %s there). Give "
+                     "every host the same files",
+                     path.c_str(), hosts_[0].c_str(), fingerprint.c_str(), root.c_str())});
     }
     // What `trainer train` refuses in the data that opened (the same on every rank: rank 0's).
     const Status refused = rank_ == 0 && sources.ok() && mine.empty()
@@ -529,14 +541,6 @@ class EnvironmentCheck {
   int gpus_used_ = 0;
   std::vector<CheckFailure> failures_;  // every rank's failures, the same on every rank
 };
-
-// Whether -o sets `key`, or any key of a section given as "Section.".
-bool OverridesKey(const std::vector<std::string>& overrides, const std::string& key) {
-  const std::string prefix = key.back() == '.' ? key : key + "=";
-  for (const std::string& o : overrides)
-    if (o.compare(0, prefix.size(), prefix) == 0) return true;
-  return false;
-}
 
 }  // namespace
 

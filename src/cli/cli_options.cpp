@@ -49,4 +49,11 @@ void PrintCommandHelp(const std::string& command, const std::string& synopsis,
   std::cout << "usage: trainer " << command << " " << synopsis << "\n\n" << options << std::endl;
 }
 
+bool OverridesKey(const std::vector<std::string>& overrides, const std::string& key) {
+  const std::string prefix = key.back() == '.' ? key : key + "=";
+  for (const std::string& o : overrides)
+    if (o.compare(0, prefix.size(), prefix) == 0) return true;
+  return false;
+}
+
 }  // namespace trainer

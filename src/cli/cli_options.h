@@ -16,6 +16,8 @@ namespace po = boost::program_options;
 Status ParseCommandLine(const std::string& command, const std::vector<std::string>& args,
                         po::options_description& options, po::variables_map* vm, bool* help,
                         const po::positional_options_description* positional = nullptr);
+// Whether the -o overrides set `key`, or any key of a section given as "Section.".
+bool OverridesKey(const std::vector<std::string>& overrides, const std::string& key);
 void PrintCommandHelp(const std::string& command, const std::string& synopsis,
                       const po::options_description& options);
 

@@ -14,6 +14,7 @@
 #include "common/filesystem.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "io/checksum.h"
 
 namespace trainer {
 
@@ -291,6 +292,25 @@ Status NoValidationDataError(const DataConfig& data, int eval_freq) {
       "Data.val_fraction=0 holds out none of %s. %s, Data.val_fraction above 0 (e.g. 0.05), or "
       "Engine.eval_freq=0 to train without evaluation",
       eval_freq, eval_freq, train.c_str(), fix.c_str()));
+}
+
+Status DataFingerprint(const DataSources& sources, std::string* text) {
+  text->clear();
+  const auto describe = [text](const char* what, const SampleSet& set,
+                               const std::vector<std::shared_ptr<TokenDataset>>& files) {
+    uint32_t crc = 0;
+    for (const auto& file : files) {
+      uint32_t one = 0;
+      TRAINER_RETURN_IF_ERROR(file->Fingerprint(&one));
+      crc = Crc32(&one, sizeof(one), crc);
+    }
+    *text += StrFormat("%s%s %lld samples in %zu files (CRC-32 %08x)", text->empty() ? "" : "; ",
+                       what, static_cast<long long>(set.num_samples()), files.size(), crc);
+    return Status::Ok();
+  };
+  TRAINER_RETURN_IF_ERROR(describe("training", sources.train, sources.train_files));
+  if (sources.val.num_samples() == 0) return Status::Ok();
+  return describe("validation", sources.val, sources.val_files);
 }
 
 }  // namespace trainer

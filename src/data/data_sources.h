@@ -56,6 +56,11 @@ struct DataSources {
 StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_vocab_size, int seq_len,
                                       const DatasetOpenOptions& options = {});
 
+// What tells the opened data apart from other data of its size, for ranks to compare their
+// copies: "training N samples in F files (CRC-32 X)[; validation ...]", the CRC over each file's
+// TokenDataset::Fingerprint.
+Status DataFingerprint(const DataSources& sources, std::string* text);
+
 // What a run refuses in data that opened (train at start, `trainer check` ahead of it): an epoch
 // (the training samples, or Data.train_weights' places) shorter than one global batch, and
 // Engine.eval_freq > 0 with no validation samples.

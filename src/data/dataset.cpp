@@ -7,6 +7,7 @@
 
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "io/checksum.h"
 
 namespace trainer {
 namespace {
@@ -288,6 +289,21 @@ Status TokenDataset::ValidateDocOffsets() {
         "token count %lld (first %llu, last %llu). %s",
         path, static_cast<long long>(num_tokens_), static_cast<unsigned long long>(offsets.front()),
         static_cast<unsigned long long>(last), kRepack));
+  return Status::Ok();
+}
+
+Status TokenDataset::Fingerprint(uint32_t* crc) {
+  const int64_t facts[] = {num_tokens_, num_documents_, vocab_size_, eod_id_, format_version_};
+  uint32_t sum = Crc32(facts, sizeof(facts));
+  sum = Crc32(tokenizer_.data(), tokenizer_.size(), sum);
+  const int64_t n = std::min<int64_t>(1024, num_tokens_);
+  std::vector<uint32_t> tokens(static_cast<size_t>(n));
+  for (const int64_t start : {int64_t{0}, num_tokens_ - n}) {
+    TRAINER_RETURN_IF_ERROR(
+        ReadRange(tokens_.get(), "tokens", start, n, H5T_NATIVE_UINT32, tokens.data()));
+    sum = Crc32(tokens.data(), tokens.size() * sizeof(uint32_t), sum);
+  }
+  *crc = sum;
   return Status::Ok();
 }
 

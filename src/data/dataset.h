@@ -60,6 +60,11 @@ class TokenDataset {
   // has mask 0 to -1 (ignored by the loss).
   bool has_loss_mask() const { return has_loss_mask_; }
 
+  // What tells this file apart from another of its kind, read cheaply (two small reads): the
+  // CRC-32 of its attributes, its token and document counts, and its first and last 1024 tokens.
+  // Ranks compare it to find node-local copies that differ.
+  Status Fingerprint(uint32_t* crc);
+
   // Data.packing: documents. Reads all of /doc_offsets into memory (8 bytes a document), once,
   // at setup; ReadSamples can then give each window's document starts.
   Status LoadDocOffsets();

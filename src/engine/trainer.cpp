@@ -7,8 +7,10 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/pretrained.h"
+#include "common/agree.h"
 #include "common/gradient_clip.h"
 #include "common/log.h"
+#include "data/data_sources.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "engine/gpu_monitor.h"
@@ -162,20 +164,23 @@ Status Trainer::OpenData() {
 }
 
 Status Trainer::AgreeOnTrainingSet(const DataSources* sources) {
-  // Each rank expands Data.train_path itself: a shard still being written, or a node whose view
-  // of the file system lags, would give it another set and silently other samples. Every rank
-  // joins (a rank that failed to open its data reports that through the caller's agreement).
-  constexpr double kNone = -1e300;
-  const double samples = sources ? static_cast<double>(sources->train.num_samples()) : kNone;
-  const double files = sources ? static_cast<double>(sources->train_files.size()) : kNone;
-  double v[4] = {samples, files, sources ? -samples : kNone, sources ? -files : kNone};
-  TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(v, 4, DType::kF64, ReduceOp::kMax));
-  if (sources == nullptr || (v[0] == -v[2] && v[1] == -v[3])) return Status::Ok();
-  return DataError(StrFormat(
-      "ranks see different training data (%s, Data.train_path): from %.0f to %.0f training "
-      "samples in %.0f to %.0f files. Every rank must see the same files: put them on a file "
-      "system that every node mounts alike, and finish writing shards before a run starts",
-      config_.data.train_path.c_str(), -v[2], v[0], -v[3], v[1]));
+  // Each rank expands Data.train_path and Data.val_path itself and opens the files: a shard still
+  // being written, a node whose view of the file system lags, or a node-local copy of other data
+  // would give it other samples, silently. Every rank joins (a rank that failed to open its data
+  // reports that through the caller's agreement, and compares nothing here).
+  std::string mine;
+  Status local = sources != nullptr ? DataFingerprint(*sources, &mine) : Status::Ok();
+  std::string root = mine;
+  TRAINER_RETURN_IF_ERROR(BroadcastText(groups_.world_host, &root));
+  if (local.ok() && !mine.empty() && !root.empty() && root != mine)
+    local = DataError(StrFormat(
+        "rank %d sees other data than rank 0 (Data.train_path %s%s): %s here, %s on rank 0. "
+        "Every rank must see the same files: put them on a file system that every node mounts "
+        "alike, and finish writing shards before a run starts",
+        groups_.world_rank, config_.data.train_path.c_str(),
+        config_.data.val_path.empty() ? "" : (", Data.val_path " + config_.data.val_path).c_str(),
+        mine.c_str(), root.c_str()));
+  return AgreeOnStatus(groups_.world_host, local);
 }
 
 Status Trainer::ReadBatch(const std::vector<int64_t>& global_ids, int64_t first_position,

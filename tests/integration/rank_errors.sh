@@ -70,7 +70,7 @@ two_folders() {  # name code args...: rank 0 in a, rank 1 in b
     > "$name.out" 2> "$name.err" || rc=$?
   [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$name: hung (killed by the time limit)"
   [ $rc -eq "$code" ] || { cat "$name.err"; fail "$name: exit code $rc, expected $code"; }
-  [[ $code -eq 0 ]] || [ "$(grep -c 'error: ' "$name.err")" = 1 ] ||
+  [[ $code -eq 0 || $1 == check ]] || [ "$(grep -c 'error: ' "$name.err")" = 1 ] ||
     { cat "$name.err"; fail "$name: expected one error line"; }
 }
 MORE=(-o Engine.max_steps=6)
@@ -99,3 +99,28 @@ rm -rf b/init b/hf b/fresh && cp -r a/init a/hf b/
 two_folders init_same 0 train "${COMMON[@]}" "${INIT[@]}"
 two_folders hf_same 0 train "${COMMON[@]}" "${INIT[@]}" -o Checkpoint.init_from=hf -o Engine.output_dir=fresh_hf
 echo "ok: other Checkpoint.init_from weights on rank 1 -> exit 4 (a checkpoint, a Hugging Face folder); the same copies train"
+
+# Node-local data files of one size but other contents (training, then validation): counts alone
+# agreed, so each rank trained (or evaluated) other samples with exit 0. Now exit 3 and rank 1's
+# line; trainer check says the same (exit 5). The same copies train.
+pack_in() {  # folder seed output: 40000 random characters of 9 (one size for every seed), packed
+  python3 -c "import random; random.seed('$2'); open('$1/x.txt', 'w').write(''.join(random.choice('abcdefgh \n') for _ in range(40000)))"
+  (cd "$1" && "$TRAINER" pack --input x.txt --output "$3" --force --quiet) || fail "pack in $1"
+}
+pack_in a one t.h5 && pack_in b two t.h5
+DATA=(-o Data.train_path=t.h5 -o Engine.output_dir=data_run -o Engine.max_steps=1)
+two_folders data_other 3 train "${COMMON[@]}" "${DATA[@]}"
+grep -qE "^\[rank 1 [^]]*\] error: rank 1 sees other data than rank 0 \(Data.train_path t.h5\): training [0-9]+ samples in 1 files \(CRC-32 [0-9a-f]{8}\) here, training [0-9]+ samples in 1 files \(CRC-32 [0-9a-f]{8}\) on rank 0" data_other.err ||
+  { cat data_other.err; fail "data_other: not rank 1's line"; }
+cp a/t.h5 b/t.h5 && pack_in a three v.h5 && pack_in b four v.h5
+VAL=(-o Data.val_path=v.h5 -o Engine.eval_freq=1)
+two_folders val_other 3 train "${COMMON[@]}" "${DATA[@]}" "${VAL[@]}"
+grep -q "rank 1 sees other data than rank 0 (Data.train_path t.h5, Data.val_path v.h5): training [^;]*; validation [^;]* here" val_other.err ||
+  { cat val_other.err; fail "val_other: not rank 1's line naming the validation set"; }
+cp a/v.h5 b/v.h5
+two_folders data_same 0 train "${COMMON[@]}" "${DATA[@]}" "${VAL[@]}" -o Engine.output_dir=same_run
+pack_in b two t.h5
+two_folders check_other 5 check "${COMMON[@]}" "${DATA[@]}"
+grep -q "error: data file (rank 1 on .*): t.h5 differs from rank 0's copy on .* (training .* here, training .* there)" check_other.err ||
+  { cat check_other.out check_other.err; fail "check_other: not the data file line"; }
+echo "ok: data of one size but other contents on rank 1 -> train exit 3 (training, validation), check exit 5"

@@ -2,7 +2,7 @@
 // CRC-32 written here from the polynomial, and against a checkpoint written by the trainer before
 // the CRC-32 came from zlib (tests/fixtures/README.md): it still verifies, and one changed stored
 // CRC makes it fail.
-#include "checkpoint/checksum.h"
+#include "io/checksum.h"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>

@@ -1,5 +1,5 @@
 // CRC-32 (checksum.h) by zlib's crc32_z(), the function behind Python's zlib.crc32.
-#include "checkpoint/checksum.h"
+#include "io/checksum.h"
 
 #include <zlib.h>
 
