@@ -148,8 +148,9 @@ Status ReadBlock(hid_t dataset, const std::vector<hsize_t>& start,
                                  count.data(), nullptr));
   HDF5_CHECK(mem_space.Reset(
       H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose));
-  HDF5_CHECK(
-      H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT, out));
+  // HDF5's reason now: the handles' clean-up calls clear its error stack.
+  if (H5Dread(dataset, H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT, out) < 0)
+    return CheckpointError(Hdf5ErrorText());
   return Status::Ok();
 }
 }  // namespace

@@ -35,9 +35,10 @@ Status OpenReadOnly(const std::string& file, Hdf5Handle* handle) {
     return CheckpointError(
         StrFormat("not a checkpoint (%s): not an HDF5 file, where a checkpoint.h5 was expected. %s",
                   file.c_str(), kExpected));
-  if (!Hdf5OpenReadOnly(file, handle))
+  std::string why;
+  if (!Hdf5OpenReadOnly(file, handle, &why))
     return CheckpointError(StrFormat("cannot open checkpoint (%s): %s. %s", file.c_str(),
-                                     Hdf5ErrorText().c_str(), kDamagedAdvice));
+                                     why.c_str(), kDamagedAdvice));
   const htri_t has_step = H5Aexists(handle->get(), "step");
   if (has_step > 0) return Status::Ok();
   if (has_step < 0)  // the root's object header fails HDF5's checksum (format 1.8 files)
@@ -205,9 +206,9 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
     const ShardSlot slot = ShardSlotOf(p, part);
     s = ReadShard(file_id, path, p, slot.rank, slot.size, flat->data() + p.offset);
     if (!s.ok())
-      return CheckpointError(StrFormat(
-          "reading a checkpoint tensor failed (%s, %s, rank %d): %s. %s", file.c_str(),
-          path.c_str(), GetProcessIdentity().rank, Hdf5ErrorText().c_str(), kDamagedAdvice));
+      return CheckpointError(
+          StrFormat("reading a checkpoint tensor failed (%s, %s, rank %d): %s. %s", file.c_str(),
+                    path.c_str(), GetProcessIdentity().rank, s.message().c_str(), kDamagedAdvice));
     if (checksums && slot.size == 1)
       TRAINER_RETURN_IF_ERROR(CheckTensorChecksum(file_id, file, path, flat->data() + p.offset,
                                                   static_cast<size_t>(p.full_numel()),

@@ -21,11 +21,13 @@ inline Status LibraryFailure(const char* library, const char* expression, const 
 }  // namespace trainer
 
 // `is_ok(result)` decides success; `describe(result)` gives the library's own error text.
-#define TRAINER_LIBRARY_CHECK(library, expr, is_ok, describe)                                   \
-  do {                                                                                          \
-    auto _result_ = (expr);                                                                     \
-    if (!(is_ok(_result_)))                                                                     \
-      return ::trainer::LibraryFailure(library, #expr, describe(_result_), __FILE__, __LINE__); \
+// `text` is the call as written (#expr in the family's own macro: stringized there, before the
+// arguments' macros expand, so that MPI_IN_PLACE reads as such and not as ((void *) 1)).
+#define TRAINER_LIBRARY_CHECK(library, expr, text, is_ok, describe)                            \
+  do {                                                                                         \
+    auto _result_ = (expr);                                                                    \
+    if (!(is_ok(_result_)))                                                                    \
+      return ::trainer::LibraryFailure(library, text, describe(_result_), __FILE__, __LINE__); \
   } while (0)
 
 // Internal invariant (a bug, not a user error): report like a library failure.

@@ -310,6 +310,11 @@ Status DataFingerprint(const DataSources& sources, std::string* text) {
   };
   TRAINER_RETURN_IF_ERROR(describe("training", sources.train, sources.train_files));
   if (sources.val.num_samples() == 0) return Status::Ok();
+  if (sources.val_files.empty()) {  // the training files' last samples (Data.val_fraction)
+    *text += StrFormat("; validation %lld samples held out",
+                       static_cast<long long>(sources.val.num_samples()));
+    return Status::Ok();
+  }
   return describe("validation", sources.val, sources.val_files);
 }
 

@@ -57,7 +57,8 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
                                       const DatasetOpenOptions& options = {});
 
 // What tells the opened data apart from other data of its size, for ranks to compare their
-// copies: "training N samples in F files (CRC-32 X)[; validation ...]", the CRC over each file's
+// copies: "training N samples in F files (CRC-32 X)", then "; validation M samples in G files
+// (CRC-32 Y)" or "; validation M samples held out", the CRCs over each file's
 // TokenDataset::Fingerprint.
 Status DataFingerprint(const DataSources& sources, std::string* text);
 

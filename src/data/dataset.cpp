@@ -53,8 +53,9 @@ StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& pa
   std::unique_ptr<TokenDataset> dataset(new TokenDataset());
   dataset->path_ = path;
   dataset->opened_bytes_ = info.st_size;
-  if (!Hdf5OpenReadOnly(path, &dataset->file_))
-    return DataError("cannot open dataset (" + path + "): " + Hdf5ErrorText() +
+  std::string why;
+  if (!Hdf5OpenReadOnly(path, &dataset->file_, &why))
+    return DataError("cannot open dataset (" + path + "): " + why +
                      ". Check the file's permissions and that it is complete");
   // The descriptor HDF5 reads through (its default sec2 driver), for CheckNotTruncated.
   Hdf5Handle access;

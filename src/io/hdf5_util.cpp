@@ -104,14 +104,18 @@ std::string Hdf5MissingVirtualSource(hid_t dataset, const std::string& folder) {
   return "";
 }
 
-bool Hdf5OpenReadOnly(const std::string& path, Hdf5Handle* file) {
+bool Hdf5OpenReadOnly(const std::string& path, Hdf5Handle* file, std::string* why) {
+  if (why != nullptr) *why = "not a regular file";
   if (!IsRegularFile(path)) return false;  // a FIFO would block the reader
   Hdf5Handle access;
-  if (access.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose) < 0) return false;
+  bool opened = access.Reset(H5Pcreate(H5P_FILE_ACCESS), H5Pclose) >= 0;
 #if H5_VERSION_GE(1, 10, 7)
-  if (H5Pset_file_locking(access.get(), false, true) < 0) return false;
+  opened = opened && H5Pset_file_locking(access.get(), false, true) >= 0;
 #endif
-  return file->Reset(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose) >= 0;
+  opened =
+      opened && file->Reset(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose) >= 0;
+  if (why != nullptr) *why = opened ? "" : Hdf5ErrorText();
+  return opened;
 }
 
 bool Hdf5StoredWhole(hid_t dataset, uint64_t* stored, uint64_t* needed) {

@@ -41,8 +41,9 @@ inline std::string DescribeHdf5Result(int64_t result) {
 }  // namespace trainer
 
 // HDF5_CHECK(expr): herr_t or hid_t < 0 is failure; returns a kRuntime Status upward.
-#define HDF5_CHECK(expr) \
-  TRAINER_LIBRARY_CHECK("HDF5", expr, ::trainer::Hdf5Succeeded, ::trainer::DescribeHdf5Result)
+#define HDF5_CHECK(expr)                                               \
+  TRAINER_LIBRARY_CHECK("HDF5", expr, #expr, ::trainer::Hdf5Succeeded, \
+                        ::trainer::DescribeHdf5Result)
 
 namespace trainer {
 
@@ -95,8 +96,9 @@ class Hdf5Handle {
 // Number of elements of a 1-D dataset; -1 with HDF5's error stack set when it is not 1-D.
 // Opens `path` read-only, without HDF5's file lock (readers never write; some parallel file
 // systems keep no locks, and HDF5 refuses a second open of one file with other locking flags).
-// False when HDF5 cannot open it: Hdf5ErrorText() says why.
-bool Hdf5OpenReadOnly(const std::string& path, Hdf5Handle* file);
+// False when HDF5 cannot open it; *why (optional) then holds HDF5's reason (taken before the
+// clean-up calls, which clear HDF5's error stack).
+bool Hdf5OpenReadOnly(const std::string& path, Hdf5Handle* file, std::string* why = nullptr);
 // Whether `dataset`'s storage covers its whole extent, so that no element reads as the fill
 // value by default: a chunked one stores every chunk its shape takes (compressed or not; where
 // its writer set a fill value, chunks left out on purpose read as that, and pass), a contiguous

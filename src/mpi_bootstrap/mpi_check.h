@@ -20,4 +20,4 @@ inline std::string MpiErrorText(int code) {
 }  // namespace trainer
 
 #define MPI_CHECK(expr) \
-  TRAINER_LIBRARY_CHECK("MPI", expr, ::trainer::MpiOk, ::trainer::MpiErrorText)
+  TRAINER_LIBRARY_CHECK("MPI", expr, #expr, ::trainer::MpiOk, ::trainer::MpiErrorText)

@@ -93,7 +93,8 @@ set +e
 rc=$?
 set -e
 [ $rc -eq 4 ] || { cat init_damaged.err; fail "init_from a damaged file: exit $rc"; }
-one_error_line init_damaged.err "transformer.h.1.mlp.c_fc.weight.*The file is damaged: use another checkpoint .*Checkpoint.init_from, eval, sample and export take an older step folder"
+# HDF5's reason, not "unknown HDF5 error" (the read's clean-up had cleared HDF5's error stack).
+one_error_line init_damaged.err "transformer.h.1.mlp.c_fc.weight, rank 0): H5Dread: data error detected by Fletcher32 checksum.*The file is damaged: use another checkpoint .*Checkpoint.init_from, eval, sample and export take an older step folder"
 echo "ok: init_from a damaged file: $(cat init_damaged.err)"
 mkdir $CKPT/step-00000011.tmp && echo partial > $CKPT/step-00000011.tmp/checkpoint.h5
 first10=$(step_losses run/metrics.jsonl | grep '^10 ')

@@ -216,6 +216,16 @@ TEST_F(DatasetTest, TruncatedWhileOpenIsAnError) {
       << status.message();
 }
 
+// A file cut short before the run (a copy that stopped): HDF5's own reason, not "unknown HDF5
+// error" (the clean-up after the failed open cleared HDF5's error stack).
+TEST_F(DatasetTest, TruncatedFileSaysSo) {
+  SyntheticFile spec;
+  spec.tokens = RandomTokens(4000, 1000, 6);
+  WriteSyntheticFile(Path("cut.h5"), spec);
+  ASSERT_EQ(truncate(Path("cut.h5").c_str(), 3000), 0);
+  ExpectOpenFails(Path("cut.h5"), "truncated");
+}
+
 TEST_F(DatasetTest, MissingFile) {
   ExpectOpenFails(Path("nope.h5"), "not found");
 }

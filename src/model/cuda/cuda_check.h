@@ -76,12 +76,13 @@ inline std::string CudnnErrorText(cudnnStatus_t s) {
 }  // namespace trainer
 
 #define CUDA_CHECK(expr) \
-  TRAINER_LIBRARY_CHECK("CUDA", expr, ::trainer::CudaSucceeded, ::trainer::CudaErrorText)
-#define CUBLAS_CHECK(expr) \
-  TRAINER_LIBRARY_CHECK("cuBLASLt", expr, ::trainer::CublasSucceeded, ::trainer::CublasErrorText)
+  TRAINER_LIBRARY_CHECK("CUDA", expr, #expr, ::trainer::CudaSucceeded, ::trainer::CudaErrorText)
+#define CUBLAS_CHECK(expr)                                                   \
+  TRAINER_LIBRARY_CHECK("cuBLASLt", expr, #expr, ::trainer::CublasSucceeded, \
+                        ::trainer::CublasErrorText)
 #define NCCL_CHECK(expr) \
-  TRAINER_LIBRARY_CHECK("NCCL", expr, ::trainer::NcclSucceeded, ::trainer::NcclErrorText)
+  TRAINER_LIBRARY_CHECK("NCCL", expr, #expr, ::trainer::NcclSucceeded, ::trainer::NcclErrorText)
 #if TRAINER_WITH_CUDNN
 #define CUDNN_CHECK(expr) \
-  TRAINER_LIBRARY_CHECK("cuDNN", expr, ::trainer::CudnnSucceeded, ::trainer::CudnnErrorText)
+  TRAINER_LIBRARY_CHECK("cuDNN", expr, #expr, ::trainer::CudnnSucceeded, ::trainer::CudnnErrorText)
 #endif
