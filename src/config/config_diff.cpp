@@ -135,6 +135,11 @@ std::vector<std::string> DifferingKeyLines(const std::string& mine, const std::s
                             here.substr(colon + 2).c_str(), there.substr(colon + 2).c_str(),
                             where.c_str()));
   }
+  // Distributed.dp_degree follows from the world and the other degrees unless set: where a rank
+  // was given another tp_degree or pp_degree, that key is the one to name first.
+  std::stable_partition(out.begin(), out.end(), [](const std::string& line) {
+    return line.rfind("Distributed.dp_degree: ", 0) != 0;
+  });
   return out;
 }
 

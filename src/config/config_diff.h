@@ -30,7 +30,8 @@ std::vector<std::string> DefaultOverrides(const std::vector<std::string>& keys);
 // the ranks of a run compare (RunContext::AgreeOnConfig).
 std::string ConfigKeyLines(const TrainConfig& config);
 // "Section.key: <mine> here, <theirs> on <where>" for each line that differs between two
-// ConfigKeyLines texts (of the same key table), in their order.
+// ConfigKeyLines texts (of the same key table), in their order (Distributed.dp_degree, which
+// follows from the others unless set, last).
 std::vector<std::string> DifferingKeyLines(const std::string& mine, const std::string& theirs,
                                            const std::string& where);
 

@@ -510,6 +510,16 @@ TEST(ConfigKeyLines, NameEachDifferingKeyWithBothValues) {
                            std::to_string(a.model.hidden_size) + " on rank 0");
   EXPECT_NE(differ[1].find("Data.train_path: \"x: y.h5\" here, "), std::string::npos) << differ[1];
   EXPECT_EQ(differ[2].rfind("Checkpoint.resume: \"auto\" here, ", 0), 0u) << differ[2];
+  // Another tp_degree on one rank changes the derived dp_degree too: the key given comes first.
+  TrainConfig c = a, d = a;
+  c.distributed.dp_degree = 2;
+  d.distributed.tp_degree = 2;
+  d.distributed.dp_degree = 1;  // as validation derives them on 2 ranks
+  const std::vector<std::string> layout =
+      DifferingKeyLines(ConfigKeyLines(d), ConfigKeyLines(c), "rank 0");
+  ASSERT_EQ(layout.size(), 2u);
+  EXPECT_EQ(layout[0], "Distributed.tp_degree: 2 here, 1 on rank 0");
+  EXPECT_EQ(layout[1], "Distributed.dp_degree: 1 here, 2 on rank 0");
 }
 
 // ---------------------------------------------------------------- ChangedSettings
