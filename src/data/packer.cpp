@@ -277,8 +277,7 @@ Status CountTokens(const PackOptions& options, const std::vector<int64_t>& sizes
 
 Status RenameInto(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0)
-    return DataError("cannot rename output (" + from + " -> " + to +
-                     "): rename failed. Check the folder's permissions");
+    return DataError("cannot rename output (" + from + " -> " + to + "): " + std::strerror(errno));
   return Status::Ok();
 }
 
@@ -487,8 +486,11 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
       total >= 0 ? total : total_bytes + static_cast<int64_t>(options.inputs.size());
   const TokenFileInfo info{tokenizer->vocab_size(), tokenizer->eod_id(), tokenizer->name(), chat};
   TemporaryFiles temporaries;
-  const std::string train_tmp = options.output + ".tmp";
-  const std::string val_tmp = val_path + ".tmp";
+  // This process's own names: a second pack of the same --output (two jobs, a requeue) writes
+  // its own file, and the last rename wins; neither removes the other's.
+  const std::string own = StrFormat(".%ld.tmp", static_cast<long>(getpid()));
+  const std::string train_tmp = options.output + own;
+  const std::string val_tmp = val_path + own;
   temporaries.Add(train_tmp);
   TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<TokenFileWriter> train,
                            TokenFileWriter::Create(train_tmp, info,

@@ -91,6 +91,20 @@ TEST_F(PackTest, BytesKnownContents) {
   ExpectNoTemporaries();
 }
 
+// Two packs of one --output at once (two jobs, a requeue): each writes a temporary file of its own,
+// so this one neither truncates nor renames nor removes the other's (a fixed name did all three).
+TEST_F(PackTest, AnotherPacksTemporaryFileIsLeftAlone) {
+  WriteBytes(Path("a.txt"), "hello");
+  for (const char* other : {"data.h5.tmp", "data.h5.1.tmp"}) WriteBytes(Path(other), "theirs");
+  Status status = Pack(Options({"a.txt"}, "data.h5"));
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(ReadPackedFile(Path("data.h5")).tokens.size(), 6u);
+  for (const char* other : {"data.h5.tmp", "data.h5.1.tmp"}) {
+    std::ifstream in(Path(other), std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "theirs") << other;
+  }
+}
+
 TEST_F(PackTest, TinyReadAndChunkSizesGiveTheSameFile) {
   const std::vector<std::string> docs = {Repeat('x', 37) + "yz", "0123456789abcdef", "q"};
   for (size_t i = 0; i < docs.size(); ++i) WriteBytes(Path("d" + std::to_string(i)), docs[i]);
