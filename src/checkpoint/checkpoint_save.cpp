@@ -295,7 +295,11 @@ class SaveOnRoot {
       const bool recent = r_.keep_last <= 0 || static_cast<int>(i) < r_.keep_last;
       const bool milestone = r_.keep_every > 0 && step % r_.keep_every == 0;
       if (recent || milestone || committed[i] == final_dir_) continue;
-      Status s = RemoveTree(committed[i]);
+      // Renamed first, so that a half-removed step never looks committed to a reader (eval,
+      // inspect, another run's init_from) resolving the folder's newest meanwhile.
+      const std::string removing = committed[i] + ".removing";
+      Status s = RenameDurably(committed[i], removing);
+      if (s.ok()) s = RemoveTree(removing);
       if (!s.ok())
         LogWarning(
             StrFormat("cannot remove old checkpoint %s (Checkpoint.keep_last=%d): %s. It "
@@ -500,11 +504,15 @@ Status RemoveIncompleteCheckpoints(const std::string& directory) {
   if (!names.ok())
     return CheckpointError(names.status().message() + " (Checkpoint.dir). Check its permissions");
   for (const std::string& name : names.value()) {
-    // Only what a save leaves: step-<digits>.tmp and latest.tmp (other files are the user's).
-    const bool step_tmp = name.size() > 9 && name.rfind("step-", 0) == 0 &&
-                          EndsWith(name, ".tmp") &&
-                          name.find_first_not_of("0123456789", 5) == name.size() - 4;
-    if (!step_tmp && name != "latest.tmp") continue;
+    // Only what a save leaves: step-<digits>.tmp, latest.tmp, and a step-<digits>.removing whose
+    // removal was cut short (other files are the user's).
+    const auto step_with = [&name](const std::string& suffix) {
+      return name.size() > 5 + suffix.size() && name.rfind("step-", 0) == 0 &&
+             EndsWith(name, suffix) &&
+             name.find_first_not_of("0123456789", 5) == name.size() - suffix.size();
+    };
+    const bool step_tmp = step_with(".tmp");
+    if (!step_tmp && !step_with(".removing") && name != "latest.tmp") continue;
     if (step_tmp)
       LogWarning(StrFormat("removing incomplete checkpoint %s/%s left by an interrupted save",
                            directory.c_str(), name.c_str()));

@@ -5,6 +5,7 @@
 #include "checkpoint/hf_folder.h"
 #include "common/filesystem.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "config/config_diff.h"
 #include "config/config_loader.h"
 
@@ -48,8 +49,20 @@ bool StartCheckpointCommand(const char* command, const char* synopsis,
   return false;
 }
 
+namespace {
+struct Resolved {
+  std::string directory, file;  // a checkpoint directory given, and the step file taken from it
+};
+Resolved& LastResolved() {
+  static Resolved resolved;
+  return resolved;
+}
+}  // namespace
+
 Status ResolveCheckpoint(const std::string& path, const char* command, std::string* file) {
   *file = FindCheckpointFile(path);
+  const bool from_directory = !file->empty() && *file != CheckpointFile(path);
+  LastResolved() = from_directory ? Resolved{path, *file} : Resolved{};
   if (!file->empty()) return Status::Ok();
   return CheckpointError(StrFormat(
       "no checkpoint at %s (trainer %s CHECKPOINT): pass a step folder, its checkpoint.h5, or "
@@ -120,6 +133,22 @@ StatusOr<std::shared_ptr<const BpeVocabulary>> LoadModelTokenizer(const std::str
                            BpeVocabulary::Load(dir, "--tokenizer-dir"));
   TRAINER_RETURN_IF_ERROR(CheckTokenizerFitsModel(dir, tokenizer->size(), model));
   return tokenizer;
+}
+
+Status RemovedWhileRead(const std::string& file, const std::string& directory,
+                        const char* command) {
+  return CheckpointError(StrFormat(
+      "%s was removed while trainer %s read it: the run writing %s keeps only its newest steps "
+      "(Checkpoint.keep_last). Run trainer %s again (it takes the newest step then), or name a "
+      "step that the run keeps (Checkpoint.keep_every)",
+      (EndsWith(file, "/checkpoint.h5") ? ParentDirectory(file) : file).c_str(), command,
+      directory.c_str(), command));
+}
+
+Status ExplainRemovedCheckpoint(const Status& failed, const char* command) {
+  const Resolved& r = LastResolved();
+  if (failed.ok() || r.file.empty() || PathExists(r.file)) return failed;
+  return RemovedWhileRead(r.file, r.directory, command);
 }
 
 }  // namespace trainer

@@ -29,6 +29,13 @@ bool StartCheckpointCommand(const char* command, const char* synopsis,
 // committed step); `command` ("sample") names the subcommand in the error.
 Status ResolveCheckpoint(const std::string& path, const char* command, std::string* file);
 
+// A command's failure where the step that ResolveCheckpoint took from a checkpoint directory is
+// gone since: the run writing there pruned it (Checkpoint.keep_last) while this command read it.
+// Then that line (exit 4) instead of the reader's own ("does not exist", "does not verify").
+Status ExplainRemovedCheckpoint(const Status& failed, const char* command);
+// That line for `file`, a step of checkpoint directory `directory`.
+Status RemovedWhileRead(const std::string& file, const std::string& directory, const char* command);
+
 // The config the checkpoint `file` carries, then `overrides`, then one process (no TP, PP or DP,
 // no sequence parallelism) whose global batch is one micro-batch of `batch` sequences (> 0) or of
 // the config's Global.micro_batch_size (0); validated for one rank. *step (when given): the step

@@ -298,7 +298,7 @@ int RunExportCommand(const std::vector<std::string>& args) {
           UsageError(StrFormat("--output %s: %s is a file, not a folder (trainer export "
                                "writes a Hugging Face folder). Give a folder's path",
                                o.output.c_str(), path.c_str()));
-  if (status.ok()) status = Export(o, &ctx);
+  if (status.ok()) status = ExplainRemovedCheckpoint(Export(o, &ctx), "export");
   return ctx.Finish(ctx.Agree(status));
 }
 

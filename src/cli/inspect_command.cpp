@@ -27,7 +27,8 @@
 namespace trainer {
 namespace {
 
-Status InspectCheckpoint(const std::string& path) {
+// `directory`: the checkpoint directory `path` was taken from as its newest step, or "".
+Status InspectCheckpoint(const std::string& path, const std::string& directory = "") {
   const std::string file = CheckpointFile(path);
   CheckpointSummary s;
   TRAINER_RETURN_IF_ERROR(ReadCheckpointSummary(file, &s));
@@ -60,13 +61,16 @@ Status InspectCheckpoint(const std::string& path) {
   // the tensors against its model, as they check them before reading.
   const StatusOr<TrainConfig> one = saved.ok() ? OneProcessConfig(file, {}, 0) : saved.status();
   const Status config = one.status();
+  const Status fits = one.ok() ? CheckCheckpointWeightsFit(file, one.value().model) : Status::Ok();
+  Status v = VerifyCheckpoint(file);
+  // Pruned by the run writing the directory meanwhile: not a damaged checkpoint.
+  if (!directory.empty() && (!config.ok() || !fits.ok() || !v.ok()) && !PathExists(file))
+    return RemovedWhileRead(file, directory, "inspect");
   std::cout << "  config           "
             << (config.ok() ? "valid"
                             : (saved.ok() ? "NOT VALID: " : "UNREADABLE: ") + config.message())
             << "\n";
-  const Status fits = one.ok() ? CheckCheckpointWeightsFit(file, one.value().model) : Status::Ok();
   if (!fits.ok()) std::cout << "  tensors fit      NO: " << fits.message() << "\n";
-  Status v = VerifyCheckpoint(file);
   std::cout << "  verifies         "
             << (v.ok() ? "yes (CRC-32 of every tensor, Fletcher32 of every chunk)" : "NO")
             << std::endl;
@@ -115,7 +119,10 @@ Status InspectCheckpointFolder(const std::string& dir) {
         "no committed checkpoint in %s (no `latest`, no step folder).%s", dir.c_str(),
         HuggingFaceFolderHint(dir).empty() ? " Train with Engine.save_steps > 0 to write one"
                                            : HuggingFaceFolderHint(dir).c_str()));
-  return InspectCheckpoint(newest);
+  const Status inspected = InspectCheckpoint(newest, dir);
+  if (!inspected.ok() && !PathExists(CheckpointFile(newest)))
+    return RemovedWhileRead(CheckpointFile(newest), dir, "inspect");
+  return inspected;
 }
 
 // A Hugging Face model (trainer export's, or transformers'; GPT-2 or the llama family, whole or

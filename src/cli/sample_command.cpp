@@ -337,7 +337,7 @@ int RunSampleCommand(const std::vector<std::string>& args) {
                                            o.output.c_str(), std::strerror(errno)));
     if (!sampled.ok()) std::remove(partial.c_str());
   }
-  return ctx.Finish(ctx.Agree(sampled));
+  return ctx.Finish(ctx.Agree(ExplainRemovedCheckpoint(sampled, "sample")));
 }
 
 }  // namespace trainer

@@ -83,6 +83,10 @@ class Trainer {
   // The file that Checkpoint.init_from names, as rank 0 resolves it, into *file; every rank's copy
   // agreed with rank 0's (PretrainedFingerprint). One line and exit 4 otherwise.
   Status AgreeOnPretrained(std::string* file);
+  // `load` (every rank) of AgreeOnPretrained's file, agreed. Where that file was a checkpoint
+  // directory's step and is gone since (the run writing there pruned it: its keep_last), the
+  // directory's newest step is taken again, up to three times.
+  Status WithPretrained(const std::function<Status(const std::string&)>& load);
   Status OpenData();
   // Queues one step. Where the gradient norm needs no communication (see NormOnDevice), nothing
   // in it waits for the GPU; StepResults reads the step's loss and norm later (collective).

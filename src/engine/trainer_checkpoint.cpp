@@ -41,27 +41,47 @@ Status Trainer::PrepareCheckpointSaves() {
 }
 
 Status Trainer::Restore() {
-  std::string pretrained;  // Checkpoint.init_from as every rank reads it
-  if (config_.model.lora()) {
-    TRAINER_RETURN_IF_ERROR(AgreeOnPretrained(&pretrained));
-    TRAINER_RETURN_IF_ERROR(LoadLoraBase(pretrained));
-  }
+  if (config_.model.lora())
+    TRAINER_RETURN_IF_ERROR(
+        WithPretrained([this](const std::string& file) { return LoadLoraBase(file); }));
   if (!config_.checkpoint.resume.empty()) TRAINER_RETURN_IF_ERROR(Resume());
   TRAINER_RETURN_IF_ERROR(StartMetrics());
   if (state_.step > 0) return Status::Ok();  // resumed: the checkpoint's weights
   // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
   if (!config_.checkpoint.init_from.empty() && !config_.model.lora()) {
-    TRAINER_RETURN_IF_ERROR(AgreeOnPretrained(&pretrained));
     std::vector<float> flat;
     std::string what;
-    TRAINER_RETURN_IF_ERROR(PretrainedParameterValues(pretrained, config_.model,
-                                                      model_->partition(), model_->parameters(),
-                                                      &flat, &what, progress_));
+    TRAINER_RETURN_IF_ERROR(WithPretrained([&](const std::string& file) {
+      return PretrainedParameterValues(file, config_.model, model_->partition(),
+                                       model_->parameters(), &flat, &what, progress_);
+    }));
     LogInfo("initial weights from " + what + "; step 0, fresh optimizer state");
     return optimizer_->SetMaster(flat);
   }
   return optimizer_->SetMaster(InitialParameterValues(config_.model, model_->partition(),
                                                       model_->parameters(), config_.global.seed));
+}
+
+Status Trainer::WithPretrained(const std::function<Status(const std::string&)>& load) {
+  for (int attempt = 1;; ++attempt) {
+    std::string file;
+    TRAINER_RETURN_IF_ERROR(AgreeOnPretrained(&file));
+    const Status loaded = load(file);
+    // Chosen from a checkpoint directory, and gone since: the run writing there pruned it.
+    double gone =
+        !loaded.ok() && CheckpointFile(config_.checkpoint.init_from) != file && !PathExists(file);
+    TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&gone, 1, DType::kF64, ReduceOp::kMax));
+    if (gone > 0 && attempt < 3) {
+      if (groups_.world_rank == 0)
+        LogWarning(
+            StrFormat("%s (Checkpoint.init_from) was removed while this run read it (the "
+                      "run writing there keeps only its newest steps): taking its newest "
+                      "step again",
+                      file.c_str()));
+      continue;
+    }
+    return AgreeOnStatus(groups_.world_host, loaded);
+  }
 }
 
 // Rank 0 resolves Checkpoint.init_from (a checkpoint directory's newest step may move on while

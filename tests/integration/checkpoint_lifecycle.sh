@@ -58,13 +58,15 @@ rm -r other branch
 echo "ok: --resume of another folder's step: refused into a used folder, a branch into an empty one"
 
 # Rewind to step 4 with keep_last=2; stray *.tmp entries of the user's stay.
-mkdir -p $CKPT/step-00000012.tmp $CKPT/notes.tmp
-echo mine > $CKPT/plan.tmp
+mkdir -p $CKPT/step-00000012.tmp $CKPT/notes.tmp $CKPT/step-00000001.removing
+echo mine > $CKPT/plan.tmp  # a step-N.removing is a retention's removal cut short: removed too
 run_np 1 train "${COMMON[@]}" -o Engine.max_steps=6 -o Checkpoint.keep_last=2 \
   --resume $CKPT/step-00000004 > rewind.log 2>&1 || { tail rewind.log; fail "rewound run"; }
 grep -q "removing incomplete checkpoint $CKPT/step-00000012.tmp" rewind.log ||
   fail "no warning for step-00000012.tmp"
 [ ! -e $CKPT/step-00000012.tmp ] || fail "step-00000012.tmp was not removed"
+[ ! -e $CKPT/step-00000001.removing ] || fail "step-00000001.removing was not removed"
+! grep -q "removing" <(ls $CKPT) || fail "retention left a step-N.removing: $(ls $CKPT)"
 [ -d $CKPT/notes.tmp ] && [ "$(cat $CKPT/plan.tmp)" = mine ] ||
   fail "a *.tmp entry that no save writes was removed"
 ! grep -q "notes.tmp\|plan.tmp" rewind.log || fail "the log names the user's *.tmp entries"
