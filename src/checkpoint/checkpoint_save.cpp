@@ -298,7 +298,8 @@ class SaveOnRoot {
       // Renamed first, so that a half-removed step never looks committed to a reader (eval,
       // inspect, another run's init_from) resolving the folder's newest meanwhile.
       const std::string removing = committed[i] + ".removing";
-      Status s = RenameDurably(committed[i], removing);
+      Status s = PathExists(removing) ? RemoveTree(removing) : Status::Ok();  // an earlier one's
+      if (s.ok()) s = RenameDurably(committed[i], removing);
       if (s.ok()) s = RemoveTree(removing);
       if (!s.ok())
         LogWarning(

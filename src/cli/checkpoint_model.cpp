@@ -147,7 +147,9 @@ Status RemovedWhileRead(const std::string& file, const std::string& directory,
 
 Status ExplainRemovedCheckpoint(const Status& failed, const char* command) {
   const Resolved& r = LastResolved();
-  if (failed.ok() || r.file.empty() || PathExists(r.file)) return failed;
+  // A failure to read the checkpoint only (another one, such as eval's data, stands).
+  if (failed.ok() || failed.code() != ExitCode::kCheckpoint || r.file.empty() || PathExists(r.file))
+    return failed;
   return RemovedWhileRead(r.file, r.directory, command);
 }
 

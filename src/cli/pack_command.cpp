@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "cli/commands.h"
-#include "common/launcher.h"
 #include "common/log.h"
 #include "data/packer.h"
 
@@ -100,17 +99,6 @@ int RunPackCommand(const std::vector<std::string>& args) {
         "Leave it out, or pass --input-format %s",
         flag, format, options.input_format.c_str(), format));
     LogError(usage.message());
-    return usage.exit_code();
-  }
-  // Started as several processes (mpirun -n 2, srun -n 2), each would write the same file.
-  std::string launcher;
-  if (const int processes = LauncherWorldSize(&launcher); processes > 1) {
-    Status usage = UsageError(StrFormat(
-        "trainer pack runs as one process (the launcher started %d: %s): start it without "
-        "mpirun/srun -n; pack each part of a large corpus as its own process instead, then list "
-        "the files in Data.train_path",
-        processes, launcher.c_str()));
-    if (LauncherRank() == 0) LogError(usage.message());  // the others stop without a line
     return usage.exit_code();
   }
   options.show_progress = values.count("quiet") == 0;

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -237,6 +238,33 @@ Status FileLock::SetText(const std::string& text) {
       pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
     return IoError("write", path_);
   return Status::Ok();
+}
+
+namespace {
+std::string HostName() {
+  char host[256] = {0};
+  return gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string("localhost");
+}
+}  // namespace
+
+std::string ProcessTemporaryPath(const std::string& path) {
+  return path + "." + HostName() + "-" + std::to_string(getpid()) + ".tmp";
+}
+
+void RemoveDeadProcessTemporaries(const std::string& path) {
+  const std::string folder = ParentDirectory(path);
+  const std::string prefix = path.substr(path.find_last_of('/') + 1) + "." + HostName() + "-";
+  auto names = ListDirectory(folder);
+  if (!names.ok()) return;
+  for (const std::string& name : names.value()) {
+    if (name.rfind(prefix, 0) != 0 || name.size() <= prefix.size() + 4 ||
+        name.compare(name.size() - 4, 4, ".tmp") != 0)
+      continue;
+    const std::string pid = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (kill(static_cast<pid_t>(std::stoll(pid)), 0) != 0 && errno == ESRCH)
+      std::remove((folder + "/" + name).c_str());
+  }
 }
 
 }  // namespace trainer

@@ -37,6 +37,12 @@ std::string ParentDirectory(const std::string& path);
 bool SameFolder(const std::string& a, const std::string& b);
 // Bytes of a regular file (0 when missing).
 long long FileSize(const std::string& path);
+// A temporary file of this process beside `path`: "<path>.<host>-<pid>.tmp". Two processes
+// writing one output each write their own, and neither removes the other's.
+std::string ProcessTemporaryPath(const std::string& path);
+// Removes the ProcessTemporaryPath files beside `path` that processes of this host left and that
+// are gone (killed mid-write); other hosts' are left alone.
+void RemoveDeadProcessTemporaries(const std::string& path);
 // Appends `bytes` to the open `file` whole (with write(2), past stdio's buffer: every record of
 // the file goes this way); where that fails (a full disk), the file is cut back to where the
 // record began, so that no torn record is left, and errno holds the write's reason. False then.

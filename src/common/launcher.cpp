@@ -20,12 +20,4 @@ int LauncherWorldSize(std::string* variable) {
   return 0;
 }
 
-int LauncherRank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    const char* value = std::getenv(name);
-    if (value != nullptr && *value != '\0') return std::atoi(value);
-  }
-  return 0;
-}
-
 }  // namespace trainer

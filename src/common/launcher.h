@@ -1,5 +1,5 @@
 // What the launcher (mpirun, srun, mpiexec) says about the job from the environment it gives
-// each process, read without MPI: by the MPI world check and by the one-process commands.
+// each process, read without MPI (trainer check's MPI world check).
 #pragma once
 
 #include <string>
@@ -10,9 +10,5 @@ namespace trainer {
 // (MPICH/Intel MPI), or SLURM_STEP_NUM_TASKS when srun started this process directly. 0 when none
 // is set; *variable gets "NAME=value".
 int LauncherWorldSize(std::string* variable);
-
-// This process's rank among them (OMPI_COMM_WORLD_RANK, PMI_RANK, or SLURM_PROCID alike); 0
-// when none is set.
-int LauncherRank();
 
 }  // namespace trainer

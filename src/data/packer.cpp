@@ -487,10 +487,10 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   const TokenFileInfo info{tokenizer->vocab_size(), tokenizer->eod_id(), tokenizer->name(), chat};
   TemporaryFiles temporaries;
   // This process's own names: a second pack of the same --output (two jobs, a requeue) writes
-  // its own file, and the last rename wins; neither removes the other's.
-  const std::string own = StrFormat(".%ld.tmp", static_cast<long>(getpid()));
-  const std::string train_tmp = options.output + own;
-  const std::string val_tmp = val_path + own;
+  // its own file, and the last rename wins; a killed pack's file is removed by the next.
+  for (const std::string& path : {options.output, val_path}) RemoveDeadProcessTemporaries(path);
+  const std::string train_tmp = ProcessTemporaryPath(options.output);
+  const std::string val_tmp = ProcessTemporaryPath(val_path);
   temporaries.Add(train_tmp);
   TRAINER_ASSIGN_OR_RETURN(std::unique_ptr<TokenFileWriter> train,
                            TokenFileWriter::Create(train_tmp, info,

@@ -2,8 +2,8 @@
 // one per line of JSON Lines)
 // through a Tokenizer into a packed-token HDF5 file, optionally sending the end of the token
 // stream to a validation file (the cut is planned from token counts first, so each token is
-// written once, to its file). Writes `<output>.tmp` and renames it, so a crash never leaves a
-// half-written file under the real name.
+// written once, to its file). Writes `<output>.<host>-<pid>.tmp` (ProcessTemporaryPath) and
+// renames it, so a crash never leaves a half-written file under the real name.
 #pragma once
 
 #include <cstdint>

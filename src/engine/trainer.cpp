@@ -42,7 +42,8 @@ Status Trainer::Setup() {
   // --resume, or LoRA's frozen base; a resume takes its checkpoint's weights), then the data.
   if (!config_.checkpoint.init_from.empty() &&
       (config_.checkpoint.resume.empty() || config_.model.lora()))
-    TRAINER_RETURN_IF_ERROR(CheckPretrainedModelFits(config_.checkpoint.init_from, config_.model));
+    TRAINER_RETURN_IF_ERROR(AgreeOnStatus(
+        groups_.world_host, CheckPretrainedModelFits(config_.checkpoint.init_from, config_.model)));
   TRAINER_RETURN_IF_ERROR(OpenData());
   // One arena for the model's buffers and the optimizer's state (what `trainer plan` prints).
   // Under ZeRO-1 (part.flat_shards > 1) the optimizer holds one piece of the flat buffers.

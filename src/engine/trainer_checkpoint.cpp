@@ -45,7 +45,8 @@ Status Trainer::Restore() {
     TRAINER_RETURN_IF_ERROR(
         WithPretrained([this](const std::string& file) { return LoadLoraBase(file); }));
   if (!config_.checkpoint.resume.empty()) TRAINER_RETURN_IF_ERROR(Resume());
-  TRAINER_RETURN_IF_ERROR(StartMetrics());
+  // Rank 0's work alone (its metrics writer), agreed before the collectives below.
+  TRAINER_RETURN_IF_ERROR(AgreeOnStatus(groups_.world_host, StartMetrics()));
   if (state_.step > 0) return Status::Ok();  // resumed: the checkpoint's weights
   // A fresh run from pretrained weights (with LoRA they are the frozen base, loaded above).
   if (!config_.checkpoint.init_from.empty() && !config_.model.lora()) {
@@ -65,11 +66,11 @@ Status Trainer::Restore() {
 Status Trainer::WithPretrained(const std::function<Status(const std::string&)>& load) {
   for (int attempt = 1;; ++attempt) {
     std::string file;
-    TRAINER_RETURN_IF_ERROR(AgreeOnPretrained(&file));
-    const Status loaded = load(file);
+    Status loaded = AgreeOnPretrained(&file);  // agreed: every rank loads, or none
+    if (loaded.ok()) loaded = load(file);
     // Chosen from a checkpoint directory, and gone since: the run writing there pruned it.
-    double gone =
-        !loaded.ok() && CheckpointFile(config_.checkpoint.init_from) != file && !PathExists(file);
+    double gone = !loaded.ok() && !file.empty() &&
+                  CheckpointFile(config_.checkpoint.init_from) != file && !PathExists(file);
     TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&gone, 1, DType::kF64, ReduceOp::kMax));
     if (gone > 0 && attempt < 3) {
       if (groups_.world_rank == 0)
@@ -133,10 +134,12 @@ Status Trainer::StartMetrics() {
 
 Status Trainer::LoadLoraBase(const std::string& pretrained) {
   std::string what;
-  // Resolved once, as loaded: a checkpoint folder's newest step may move on during the run.
-  TRAINER_RETURN_IF_ERROR(LoraBaseIdentity(config_, &lora_base_));
   TrainConfig resolved = config_;  // the file every rank reads (AgreeOnPretrained)
   if (!config_.checkpoint.init_from.empty()) resolved.checkpoint.init_from = pretrained;
+  // Recorded as the setting names it, with the file loaded (a checkpoint folder's newest step
+  // may move on during the run) and its fingerprint.
+  TRAINER_RETURN_IF_ERROR(LoraBaseIdentity(resolved, &lora_base_));
+  lora_base_ = LoraBaseName(config_) + lora_base_.substr(LoraBaseName(resolved).size());
   TRAINER_RETURN_IF_ERROR(LoadLoraBaseWeights(resolved, model_.get(), &what, progress_));
   LogInfo(
       StrFormat("LoRA rank %d, alpha %g on %s: %zu adapter tensors train; the base weights "

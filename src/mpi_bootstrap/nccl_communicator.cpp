@@ -245,6 +245,7 @@ std::string NcclCommunicator::AsyncError() {
 }
 
 void NcclCommunicator::Abort() {
+  UnregisterAsyncErrorSource(this);  // before comm_ goes: the watchdog's thread may ask it
   if (comm_) ncclCommAbort(comm_);
   comm_ = nullptr;
 }

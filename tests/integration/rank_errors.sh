@@ -50,11 +50,14 @@ mpmd commands 2 "$TRAIN" "check ${COMMON[*]}"
 grep -q "runs \`trainer check\`, rank 0 \`trainer train\`" commands.err ||
   { cat commands.err; fail "commands: not the line naming both commands"; }
 echo "ok: --help, --print-config or another command on one rank -> exit 2: $(grep 'error: ' commands.err)"
-# trainer pack is one process: started as two, each would write the same file.
-expect_error 2 "trainer pack runs as one process (the launcher started 2: OMPI_COMM_WORLD_SIZE=2)" \
-  run_np 2 pack --input "$SRC/README.md" --output packed.h5
-[[ ! -e packed.h5 ]] || fail "a refused pack wrote packed.h5"
-echo "ok: trainer pack under mpirun -n 2 -> exit 2, nothing written"
+# trainer pack started as two processes of one output (mpirun -n 2): each writes a temporary file
+# of its own and the last rename wins (one .tmp name made the second fail on the first's lock,
+# remove it, and the first fail to rename: no output at all).
+run_np 2 pack --input "$SRC/README.md" --output packed.h5 --force > pack2.log 2>&1 ||
+  { cat pack2.log; fail "two packs of one output"; }
+"$TRAINER" inspect packed.h5 > /dev/null || fail "packed.h5 of two packs does not open"
+! ls packed.h5.*tmp 2> /dev/null || fail "a temporary file of the two packs was left"
+echo "ok: trainer pack under mpirun -n 2 -> exit 0, one whole packed.h5"
 
 # Node-local copies that are not rank 0's (another run's step under the same name, an earlier
 # step's file, other weights to start from): exit 4 and one line naming the rank and both
@@ -95,6 +98,12 @@ grep -q "rank 1's init/step-00000004/checkpoint.h5 (Checkpoint.init_from) is not
 two_folders hf_other 4 train "${COMMON[@]}" "${INIT[@]}" -o Checkpoint.init_from=hf
 grep -q "rank 1's hf/model.safetensors (Checkpoint.init_from) is not rank 0's ([0-9]* bytes, head/tail CRC-32 " hf_other.err ||
   { cat hf_other.err; fail "hf_other: not rank 1's line"; }
+# A node-local config.json that only rank 1's check refuses (n_head): every rank stops at once
+# (rank 1 returned alone before the data's agreement, the others waited for the watchdog).
+rm -rf b/hf && cp -r a/hf b/ && python3 -c 'import json; c = json.load(open("b/hf/config.json")); c["n_head"] = 2; json.dump(c, open("b/hf/config.json", "w"))'
+two_folders hf_config 4 train "${COMMON[@]}" "${INIT[@]}" -o Checkpoint.init_from=hf -o Engine.watchdog_s=60
+grep -q "^\[rank 1 [^]]*\] error: hf/config.json: n_head 2, the config's Model.num_heads 4" hf_config.err ||
+  { cat hf_config.err; fail "hf_config: not rank 1's line"; }
 rm -rf b/init b/hf b/fresh && cp -r a/init a/hf b/
 two_folders init_same 0 train "${COMMON[@]}" "${INIT[@]}"
 two_folders hf_same 0 train "${COMMON[@]}" "${INIT[@]}" -o Checkpoint.init_from=hf -o Engine.output_dir=fresh_hf

@@ -1,6 +1,7 @@
 // Tests of `trainer pack` (src/data/packer.h, tokenizer.h, progress.h, src/cli/pack_command.cpp):
 // the files written are read back with the HDF5 C API and compared with the bytes the test wrote.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -92,17 +93,25 @@ TEST_F(PackTest, BytesKnownContents) {
 }
 
 // Two packs of one --output at once (two jobs, a requeue): each writes a temporary file of its own,
-// so this one neither truncates nor renames nor removes the other's (a fixed name did all three).
+// so this one neither truncates nor renames nor removes the other's (a fixed name did all three);
+// one that a killed pack of this host left (its pid gone) is removed.
 TEST_F(PackTest, AnotherPacksTemporaryFileIsLeftAlone) {
+  char host[256] = {0};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  const std::string live = std::string("data.h5.") + host + "-1.tmp";  // pid 1 lives
+  const std::string dead = std::string("data.h5.") + host + "-999999999.tmp";
+  const std::vector<std::string> others = {"data.h5.tmp", "data.h5.otherhost-5.tmp", live};
   WriteBytes(Path("a.txt"), "hello");
-  for (const char* other : {"data.h5.tmp", "data.h5.1.tmp"}) WriteBytes(Path(other), "theirs");
+  for (const std::string& other : others) WriteBytes(Path(other), "theirs");
+  WriteBytes(Path(dead), "killed");
   Status status = Pack(Options({"a.txt"}, "data.h5"));
   ASSERT_TRUE(status.ok()) << status.message();
   EXPECT_EQ(ReadPackedFile(Path("data.h5")).tokens.size(), 6u);
-  for (const char* other : {"data.h5.tmp", "data.h5.1.tmp"}) {
+  for (const std::string& other : others) {
     std::ifstream in(Path(other), std::ios::binary);
     EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "theirs") << other;
   }
+  EXPECT_FALSE(FileExists(Path(dead)));
 }
 
 TEST_F(PackTest, TinyReadAndChunkSizesGiveTheSameFile) {
