@@ -1,6 +1,8 @@
 // Trainer (trainer.h): setup and the step loop (its checkpoints: trainer_checkpoint.cpp).
 #include "engine/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -95,17 +97,25 @@ Status Trainer::Setup() {
   }
   const bool root = groups_.world_rank == 0;
   if (root) {  // first: a folder that another run writes to is left alone, metrics included
-    TRAINER_RETURN_IF_ERROR(CheckOutputFolder(config_.engine.output_dir));
-    TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(
-        config_.checkpoint_dir(), kCheckpointLockWaitSeconds, &checkpoint_lock_, progress_));
-    if (!SameFolder(config_.engine.output_dir, config_.checkpoint_dir()))  // one lock per folder
-      TRAINER_RETURN_IF_ERROR(LockOutputDirectory(
-          config_.engine.output_dir, kCheckpointLockWaitSeconds, &output_lock_, progress_));
-    // A run without --resume (or resuming another folder's step) in a folder of another run's
-    // checkpoints would replace them.
-    if (config_.checkpoint.resume.empty())
-      TRAINER_RETURN_IF_ERROR(CheckNoEarlierCheckpoints(config_.checkpoint_dir()));
-    TRAINER_RETURN_IF_ERROR(CheckResumeFolder(config_.checkpoint.resume, config_.checkpoint_dir()));
+    const std::string& output = config_.engine.output_dir;
+    const bool output_existed = PathExists(output);
+    const auto claim = [&]() -> Status {
+      TRAINER_RETURN_IF_ERROR(CheckOutputFolder(output));
+      TRAINER_RETURN_IF_ERROR(LockCheckpointDirectory(
+          config_.checkpoint_dir(), kCheckpointLockWaitSeconds, &checkpoint_lock_, progress_));
+      if (!SameFolder(output, config_.checkpoint_dir()))  // one lock per folder
+        TRAINER_RETURN_IF_ERROR(
+            LockOutputDirectory(output, kCheckpointLockWaitSeconds, &output_lock_, progress_));
+      // A run without --resume (or resuming another folder's step) in a folder of another run's
+      // checkpoints would replace them.
+      if (config_.checkpoint.resume.empty())
+        TRAINER_RETURN_IF_ERROR(CheckNoEarlierCheckpoints(config_.checkpoint_dir()));
+      return CheckResumeFolder(config_.checkpoint.resume, config_.checkpoint_dir());
+    };
+    const Status claimed = claim();
+    // Refused: the output folder this run made goes again (rmdir: only while it is empty).
+    if (!claimed.ok() && !output_existed) rmdir(output.c_str());
+    TRAINER_RETURN_IF_ERROR(claimed);
   }
   TRAINER_RETURN_IF_ERROR(
       MetricsWriter::Open(config_.engine.output_dir, root, config_.engine.tensorboard, &metrics_));

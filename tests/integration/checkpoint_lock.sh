@@ -13,7 +13,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$TESTS_DIR/checkpoint_lib.sh"
 make_small_dataset data.h5
-MAX=300
+MAX=900  # about 15 s: the refused runs start (2 ranks each) while it trains; 3 digits (step-00000$MAX)
 COMMON=(-o Data.train_path=data.h5 -o Data.val_fraction=0 -o Global.device=cpu
         -o Model.hidden_size=128 -o Model.num_layers=2 -o Model.num_heads=4 -o Model.max_seq_len=64
         -o Global.global_batch_size=8 -o Global.micro_batch_size=2 -o Engine.logging_freq=1
@@ -33,6 +33,7 @@ set -e
 kill -0 $mpirun_pid 2> /dev/null || fail "the first run ended before the second was refused; raise MAX"
 one_error_line second.err "checkpoint folder in use (first/checkpoints/.lock, Checkpoint.dir): another run holds its lock (host [^,]*, pid [0-9]*, since "
 [ ! -e second/metrics.jsonl ] || fail "the refused run wrote metrics"
+[ ! -e second ] || fail "the refused run left its Engine.output_dir behind: $(ls -a second)"
 # The running one's Engine.output_dir with a Checkpoint.dir of its own: its metrics.jsonl and
 # TensorBoard events would interleave with the first run's; refused the same way.
 lines=$(line_count first/metrics.jsonl)
