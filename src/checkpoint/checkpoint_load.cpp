@@ -218,6 +218,29 @@ Status ReadState(hid_t file_id, const std::string& file, const std::vector<Param
 }
 
 // Every rank: read this rank's slices of master weights and moments.
+// The stored CRC-32 of every tensor whose path starts with `prefix`, folded with its name into
+// one value in name order (attributes only: no tensor is read). *every: whether each had one
+// (format 1 files have none).
+Status FoldedTensorChecksums(hid_t f, const std::string& file, const std::string& prefix,
+                             uint32_t* crc, bool* every) {
+  std::vector<std::string> tensors;
+  TRAINER_RETURN_IF_ERROR(ListTensors(f, file, &tensors));
+  std::sort(tensors.begin(), tensors.end());
+  *crc = 0;
+  *every = true;
+  for (const std::string& path : tensors) {
+    if (path.rfind(prefix, 0) != 0) continue;
+    Hdf5Handle dataset;
+    int64_t value = 0;
+    *every = *every && dataset.Reset(H5Dopen2(f, path.c_str(), H5P_DEFAULT), H5Dclose) >= 0 &&
+             H5Aexists(dataset.get(), kChecksumAttribute) > 0 &&
+             Hdf5ReadIntAttribute(dataset.get(), kChecksumAttribute, &value).ok();
+    *crc = Crc32(path.data(), path.size(), *crc);
+    *crc = Crc32(&value, sizeof(value), *crc);
+  }
+  return Status::Ok();
+}
+
 // What tells a checkpoint apart from others of its shape, from its attributes alone: its
 // progress, and every tensor's CRC-32 (format 2; a format 1 file's size instead).
 Status CheckpointIdentity(const std::string& file, std::string* text) {
@@ -227,21 +250,9 @@ Status CheckpointIdentity(const std::string& file, std::string* text) {
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "step", &step));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "consumed_samples", &consumed));
   TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(f.get(), "tokens_seen", &tokens));
-  std::vector<std::string> tensors;
-  TRAINER_RETURN_IF_ERROR(ListTensors(f.get(), file, &tensors));
-  std::sort(tensors.begin(), tensors.end());
   uint32_t crc = 0;
-  bool every_crc = true;
-  for (const std::string& path : tensors) {
-    Hdf5Handle dataset;
-    int64_t value = 0;
-    every_crc = every_crc &&
-                dataset.Reset(H5Dopen2(f.get(), path.c_str(), H5P_DEFAULT), H5Dclose) >= 0 &&
-                H5Aexists(dataset.get(), kChecksumAttribute) > 0 &&
-                Hdf5ReadIntAttribute(dataset.get(), kChecksumAttribute, &value).ok();
-    crc = Crc32(path.data(), path.size(), crc);
-    crc = Crc32(&value, sizeof(value), crc);
-  }
+  bool every_crc = false;
+  TRAINER_RETURN_IF_ERROR(FoldedTensorChecksums(f.get(), file, "", &crc, &every_crc));
   *text = StrFormat("step %lld, %lld samples, %lld tokens, ", static_cast<long long>(step),
                     static_cast<long long>(consumed), static_cast<long long>(tokens)) +
           (every_crc ? StrFormat("tensors CRC-32 %08x", crc)
@@ -490,23 +501,13 @@ Status LoadCheckpointWeights(const std::string& folder_or_file, const TrainConfi
 Status CheckpointWeightsChecksum(const std::string& file, uint32_t* crc) {
   Hdf5Handle f;
   TRAINER_RETURN_IF_ERROR(OpenReadOnly(file, &f));
-  std::vector<std::string> tensors;
-  TRAINER_RETURN_IF_ERROR(ListTensors(f.get(), file, &tensors));
-  std::sort(tensors.begin(), tensors.end());
-  uint32_t sum = 0;
-  for (const std::string& path : tensors) {
-    if (path.rfind("model/", 0) != 0) continue;
-    Hdf5Handle dataset;
-    int64_t value = 0;
-    if (dataset.Reset(H5Dopen2(f.get(), path.c_str(), H5P_DEFAULT), H5Dclose) < 0 ||
-        H5Aexists(dataset.get(), kChecksumAttribute) <= 0)
-      return CheckpointError(StrFormat("%s: /%s has no %s attribute (a format version 1 file)",
-                                       file.c_str(), path.c_str(), kChecksumAttribute));
-    TRAINER_RETURN_IF_ERROR(Hdf5ReadIntAttribute(dataset.get(), kChecksumAttribute, &value));
-    sum = Crc32(path.data(), path.size(), sum);
-    sum = Crc32(&value, sizeof(value), sum);
-  }
-  *crc = sum;
+  bool every = false;
+  TRAINER_RETURN_IF_ERROR(FoldedTensorChecksums(f.get(), file, "model/", crc, &every));
+  if (!every)
+    return CheckpointError(
+        StrFormat("%s: a /model tensor has no %s attribute (a format version "
+                  "1 file)",
+                  file.c_str(), kChecksumAttribute));
   return Status::Ok();
 }
 
