@@ -118,21 +118,24 @@ std::string Difference(const ModelConfig& a, const ModelConfig& b) {
   return MoeDifference(a, b);
 }
 
+// Each supported model_type and its causal-LM class.
+constexpr std::pair<const char*, const char*> kModelTypes[] = {
+    {"llama", "LlamaForCausalLM"},     {"qwen2", "Qwen2ForCausalLM"},
+    {"qwen3", "Qwen3ForCausalLM"},     {"qwen2_moe", "Qwen2MoeForCausalLM"},
+    {"mixtral", "MixtralForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
+    {"olmoe", "OlmoeForCausalLM"},     {"gpt2", "GPT2LMHeadModel"}};
+
 // The causal-LM class of a supported model_type, or the type itself.
 std::string ModelTypeClass(const std::string& type) {
-  const std::map<std::string, std::string> classes = {
-      {"llama", "LlamaForCausalLM"},     {"qwen2", "Qwen2ForCausalLM"},
-      {"qwen3", "Qwen3ForCausalLM"},     {"qwen2_moe", "Qwen2MoeForCausalLM"},
-      {"mixtral", "MixtralForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
-      {"olmoe", "OlmoeForCausalLM"},     {"gpt2", "GPT2LMHeadModel"}};
-  return classes.count(type) ? classes.at(type) : type;
+  for (const auto& [name, cls] : kModelTypes)
+    if (type == name) return cls;
+  return type;
 }
 
 // The model_type of a supported class, or "".
 std::string ArchitectureModelType(const std::string& arch) {
-  for (const char* type :
-       {"llama", "qwen2", "qwen3", "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "gpt2"})
-    if (ModelTypeClass(type) == arch) return type;
+  for (const auto& [name, cls] : kModelTypes)
+    if (arch == cls) return name;
   return "";
 }
 
