@@ -49,20 +49,8 @@ bool StartCheckpointCommand(const char* command, const char* synopsis,
   return false;
 }
 
-namespace {
-struct Resolved {
-  std::string directory, file;  // a checkpoint directory given, and the step file taken from it
-};
-Resolved& LastResolved() {
-  static Resolved resolved;
-  return resolved;
-}
-}  // namespace
-
 Status ResolveCheckpoint(const std::string& path, const char* command, std::string* file) {
   *file = FindCheckpointFile(path);
-  const bool from_directory = !file->empty() && *file != CheckpointFile(path);
-  LastResolved() = from_directory ? Resolved{path, *file} : Resolved{};
   if (!file->empty()) return Status::Ok();
   return CheckpointError(StrFormat(
       "no checkpoint at %s (trainer %s CHECKPOINT): pass a step folder, its checkpoint.h5, or "
@@ -145,12 +133,14 @@ Status RemovedWhileRead(const std::string& file, const std::string& directory,
       directory.c_str(), command));
 }
 
-Status ExplainRemovedCheckpoint(const Status& failed, const char* command) {
-  const Resolved& r = LastResolved();
-  // A failure to read the checkpoint only (another one, such as eval's data, stands).
-  if (failed.ok() || failed.code() != ExitCode::kCheckpoint || r.file.empty() || PathExists(r.file))
+Status ExplainRemovedCheckpoint(const Status& failed, const std::string& given,
+                                const std::string& file, const char* command) {
+  // A failure to read the checkpoint only (another one, such as eval's data, stands), of a step
+  // taken from a directory (not named), gone since.
+  if (failed.ok() || failed.code() != ExitCode::kCheckpoint || file.empty() ||
+      file == CheckpointFile(given) || PathExists(file))
     return failed;
-  return RemovedWhileRead(r.file, r.directory, command);
+  return RemovedWhileRead(file, given, command);
 }
 
 }  // namespace trainer

@@ -32,7 +32,9 @@ Status ResolveCheckpoint(const std::string& path, const char* command, std::stri
 // A command's failure where the step that ResolveCheckpoint took from a checkpoint directory is
 // gone since: the run writing there pruned it (Checkpoint.keep_last) while this command read it.
 // Then that line (exit 4) instead of the reader's own ("does not exist", "does not verify").
-Status ExplainRemovedCheckpoint(const Status& failed, const char* command);
+// `given`: the CHECKPOINT argument; `file`: what ResolveCheckpoint made of it ("" if nothing).
+Status ExplainRemovedCheckpoint(const Status& failed, const std::string& given,
+                                const std::string& file, const char* command);
 // That line for `file`, a step of checkpoint directory `directory`.
 Status RemovedWhileRead(const std::string& file, const std::string& directory, const char* command);
 

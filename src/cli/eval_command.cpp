@@ -144,7 +144,7 @@ int RunEvalCommand(const std::vector<std::string>& args) {
                      static_cast<long long>(r.targets), r.loss, std::exp(r.loss))
               << std::endl;
   }
-  return ctx.Finish(ctx.Agree(ExplainRemovedCheckpoint(status, "eval")));
+  return ctx.Finish(ctx.Agree(ExplainRemovedCheckpoint(status, o.checkpoint, file, "eval")));
 }
 
 }  // namespace trainer

@@ -152,7 +152,8 @@ Status ExportAdapter(const ExportOptions& o, const TrainConfig& tc, const std::s
   return Status::Ok();
 }
 
-Status Export(const ExportOptions& o, RunContext* ctx) {
+// *checkpoint: the checkpoint file it read (ResolveCheckpoint's).
+Status Export(const ExportOptions& o, RunContext* ctx, std::string* checkpoint) {
   if (o.dtype != "f32" && o.dtype != "bf16")
     return UsageError(StrFormat("--dtype %s: use f32 or bf16", o.dtype.c_str()));
   const uint64_t max_shard_bytes = ParseShardSize(o.max_shard_size);
@@ -170,8 +171,8 @@ Status Export(const ExportOptions& o, RunContext* ctx) {
     return UsageError(StrFormat("--lora %s (trainer export): use merge (full Hugging Face weights) "
                                 "or adapter (a PEFT adapter folder)",
                                 o.lora.c_str()));
-  std::string file;
-  TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", &file));
+  TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "export", checkpoint));
+  const std::string& file = *checkpoint;
   TRAINER_ASSIGN_OR_RETURN(const TrainConfig tc, OneProcessConfig(file, o.overrides, 0));
   if (tc.model.lora() != !o.lora.empty())
     return UsageError(
@@ -298,7 +299,10 @@ int RunExportCommand(const std::vector<std::string>& args) {
           UsageError(StrFormat("--output %s: %s is a file, not a folder (trainer export "
                                "writes a Hugging Face folder). Give a folder's path",
                                o.output.c_str(), path.c_str()));
-  if (status.ok()) status = ExplainRemovedCheckpoint(Export(o, &ctx), "export");
+  std::string checkpoint;  // the file read
+  if (status.ok())
+    status =
+        ExplainRemovedCheckpoint(Export(o, &ctx, &checkpoint), o.checkpoint, checkpoint, "export");
   return ctx.Finish(ctx.Agree(status));
 }
 

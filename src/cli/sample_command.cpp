@@ -195,7 +195,8 @@ class TokenText {
   std::unique_ptr<Tokenizer> own_tokenizer_;  // --chat with bytes or GPT-2's BPE
 };
 
-Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
+// The sample onto `out`; *checkpoint: the checkpoint file it read (ResolveCheckpoint's).
+Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out, std::string* checkpoint) {
   if (o.tokens < 1) return UsageError(StrFormat("--tokens %d: give at least 1", o.tokens));
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature))  // NaN fails every comparison
     return UsageError(
@@ -206,8 +207,8 @@ Status Sample(const SampleOptions& o, RunContext* ctx, std::ostream& out) {
   if (!o.chat && (!o.system.empty() || !o.chat_template.empty()))
     return UsageError(StrFormat("%s (sample) applies to --chat: add --chat, or leave it out",
                                 o.system.empty() ? "--chat-template" : "--system"));
-  std::string file;
-  TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "sample", &file));
+  TRAINER_RETURN_IF_ERROR(ResolveCheckpoint(o.checkpoint, "sample", checkpoint));
+  const std::string& file = *checkpoint;
   // One sequence of max_seq_len tokens (Model.seq_len=0).
   std::vector<std::string> overrides = o.overrides;
   overrides.push_back("Model.seq_len=0");
@@ -329,7 +330,8 @@ int RunSampleCommand(const std::vector<std::string>& args) {
           StrFormat("cannot write %s (--output): check the folder exists and is writable",
                     partial.c_str()))));
   }
-  Status sampled = Sample(o, &ctx, o.output.empty() ? std::cout : file);
+  std::string checkpoint;  // the file read
+  Status sampled = Sample(o, &ctx, o.output.empty() ? std::cout : file, &checkpoint);
   if (!o.output.empty()) {
     file.close();
     if (sampled.ok() && std::rename(partial.c_str(), o.output.c_str()) != 0)
@@ -337,7 +339,8 @@ int RunSampleCommand(const std::vector<std::string>& args) {
                                            o.output.c_str(), std::strerror(errno)));
     if (!sampled.ok()) std::remove(partial.c_str());
   }
-  return ctx.Finish(ctx.Agree(ExplainRemovedCheckpoint(sampled, "sample")));
+  return ctx.Finish(
+      ctx.Agree(ExplainRemovedCheckpoint(sampled, o.checkpoint, checkpoint, "sample")));
 }
 
 }  // namespace trainer
