@@ -37,7 +37,7 @@ V=50304 T=2048
 # recomputation (the records' setting, not the base config's; TRAINER_ARGS may set another).
 BLOCK=(-o Model.recompute=none -o Model.vocab_size=$V -o Model.vocab_pad_multiple=128 -o Model.num_layers=8
        -o Model.hidden_size=2048 -o Model.num_heads=16 -o Model.num_kv_heads=16 -o Model.head_dim=128
-       -o Model.max_seq_len=$T -o Model.rope_scaling=none -o Model.rope_theta=1000000
+       -o Model.max_seq_len=$T -o Model.rope_scaling=none -o Model.rope_factor=8 -o Model.rope_theta=1000000
        -o Model.tie_embeddings=false -o Model.moe_aux_loss_coeff=0.01)
 for spec in "$@"; do
   IFS=: read -r model B <<< "$spec"
