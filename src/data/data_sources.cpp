@@ -233,8 +233,8 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
   const auto& parts = sources.train.parts();
   for (size_t i = 0; i < parts.size(); ++i)
     entry_samples[entry_of_file[i]] += parts[i].split.num_samples;
-  // An epoch's places are materialised (the sampler's order: 8 bytes each on every rank).
-  constexpr double kMostPlaces = 2147483648.0;  // 16 GiB of order
+  // An epoch's places are counted in int64 and in double (exact up to 2^53).
+  constexpr double kMostPlaces = 9007199254740992.0;  // 2^53
   double places = 0;
   std::vector<std::string> entry_names(entries);  // each entry's first file
   for (size_t i = sources.train_files.size(); i-- > 0;)
@@ -251,10 +251,10 @@ StatusOr<DataSources> OpenDataSources(const DataConfig& data, int64_t model_voca
   }
   if (places > kMostPlaces)
     return UsageError(StrFormat(
-        "Data.train_weights (%s) make an epoch of %.3g samples, beyond the %.0f the sampler "
-        "orders (its order would take %.0f GiB on every rank): the weights are how often each "
-        "entry's samples are visited an epoch. Give smaller ones (e.g. 1,3)",
-        data.train_weights.c_str(), places, kMostPlaces, places * 8 / 1073741824.0));
+        "Data.train_weights (%s) make an epoch of %.3g samples, beyond the 2^53 the sampler "
+        "orders: the weights are how often each entry's samples are visited an epoch. Give "
+        "smaller ones (e.g. 1,3)",
+        data.train_weights.c_str(), places));
   sources.train_plan = EpochPlan(entry_samples, weights);
   return sources;
 }

@@ -47,10 +47,37 @@ int64_t EpochPlan::SampleAt(int64_t epoch, int64_t place) const {
   return first_[s] + static_cast<int64_t>((window + (place - starts_[s])) % n);
 }
 
-GlobalSampler::GlobalSampler(int64_t num_samples, uint64_t seed, EpochPlan plan)
+FeistelPermutation::FeistelPermutation(int64_t n, SplitMix64* keys) : n_(n), half_bits_(1) {
+  while (half_bits_ < 31 && (uint64_t{1} << (2 * half_bits_)) < static_cast<uint64_t>(n))
+    ++half_bits_;
+  half_mask_ = (uint64_t{1} << half_bits_) - 1;
+  for (uint64_t& key : keys_) key = keys->Next();
+}
+
+uint64_t FeistelPermutation::Encrypt(uint64_t x) const {
+  uint64_t left = x >> half_bits_, right = x & half_mask_;
+  for (uint64_t key : keys_) {
+    SplitMix64 round(key ^ right);  // its first output: splitmix64's mixer of key ^ right
+    const uint64_t mixed = left ^ (round.Next() & half_mask_);
+    left = right;
+    right = mixed;
+  }
+  return (left << half_bits_) | right;
+}
+
+int64_t FeistelPermutation::operator()(int64_t index) const {
+  uint64_t x = static_cast<uint64_t>(index);
+  do x = Encrypt(x);
+  while (x >= static_cast<uint64_t>(n_));
+  return static_cast<int64_t>(x);
+}
+
+GlobalSampler::GlobalSampler(int64_t num_samples, uint64_t seed, EpochPlan plan,
+                             int64_t most_tabled)
     : num_samples_(plan.empty() ? (num_samples < 0 ? 0 : num_samples) : plan.places()),
       seed_(seed),
-      plan_(std::move(plan)) {}
+      plan_(std::move(plan)),
+      most_tabled_(most_tabled) {}
 
 int64_t GlobalSampler::EpochOf(int64_t consumed_samples) const {
   return num_samples_ > 0 ? consumed_samples / num_samples_ : 0;
@@ -64,21 +91,26 @@ int64_t GlobalSampler::WindowShift(int64_t position, int seq_len) const {
   return static_cast<int64_t>(rng.Below(static_cast<uint64_t>(seq_len)));
 }
 
-const std::vector<int64_t>& GlobalSampler::EpochOrder(int64_t epoch) {
-  if (epoch == cached_epoch_) return order_;
-  // Seed and epoch pass through the mixer separately so that nearby seeds and epochs give
-  // unrelated streams.
-  SplitMix64 seed_mixer(seed_);
-  SplitMix64 epoch_mixer(static_cast<uint64_t>(epoch) ^ 0x5851f42d4c957f2dULL);
-  SplitMix64 rng(seed_mixer.Next() ^ epoch_mixer.Next());
-  order_.resize(static_cast<size_t>(num_samples_));
-  for (int64_t i = 0; i < num_samples_; ++i) order_[i] = i;
-  for (int64_t i = num_samples_ - 1; i > 0; --i) {
-    int64_t j = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(i) + 1));
-    std::swap(order_[i], order_[j]);
+int64_t GlobalSampler::OrderAt(int64_t epoch, int64_t index) {
+  if (epoch != cached_epoch_) {
+    // Seed and epoch pass through the mixer separately so that nearby seeds and epochs give
+    // unrelated streams.
+    SplitMix64 seed_mixer(seed_);
+    SplitMix64 epoch_mixer(static_cast<uint64_t>(epoch) ^ 0x5851f42d4c957f2dULL);
+    SplitMix64 rng(seed_mixer.Next() ^ epoch_mixer.Next());
+    if (num_samples_ > most_tabled_) {
+      permutation_ = std::make_unique<FeistelPermutation>(num_samples_, &rng);
+    } else {
+      order_.resize(static_cast<size_t>(num_samples_));
+      for (int64_t i = 0; i < num_samples_; ++i) order_[i] = i;
+      for (int64_t i = num_samples_ - 1; i > 0; --i) {
+        int64_t j = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(i) + 1));
+        std::swap(order_[i], order_[j]);
+      }
+    }
+    cached_epoch_ = epoch;
   }
-  cached_epoch_ = epoch;
-  return order_;
+  return permutation_ ? (*permutation_)(index) : order_[static_cast<size_t>(index)];
 }
 
 std::vector<int64_t> GlobalSampler::GlobalBatch(int64_t consumed_samples, int global_batch_size) {
@@ -87,9 +119,8 @@ std::vector<int64_t> GlobalSampler::GlobalBatch(int64_t consumed_samples, int gl
   batch.reserve(static_cast<size_t>(global_batch_size));
   int64_t position = consumed_samples;
   while (static_cast<int>(batch.size()) < global_batch_size) {
-    const std::vector<int64_t>& order = EpochOrder(EpochOf(position));
-    int64_t index = position % num_samples_;
-    batch.push_back(plan_.SampleAt(EpochOf(position), order[static_cast<size_t>(index)]));
+    const int64_t epoch = EpochOf(position);
+    batch.push_back(plan_.SampleAt(epoch, OrderAt(epoch, position % num_samples_)));
     ++position;
   }
   return batch;

@@ -1,11 +1,14 @@
 // The global sample order: GlobalSampler turns "samples consumed so far" into the sample ids of
 // the next global batch (a seeded permutation per epoch, identical for every DP size and every
-// standard library), DpSlice cuts a rank's contiguous block out of it, and ValidationBatch walks
-// the validation samples in order. The only state to checkpoint is consumed_samples.
+// standard library: a table for sets of up to 2^24 samples, a Feistel network evaluated one
+// position at a time above), DpSlice cuts a rank's contiguous block out of it, and
+// ValidationBatch walks the validation samples in order. The only state to checkpoint is
+// consumed_samples.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace trainer {
@@ -43,12 +46,37 @@ class EpochPlan {
   std::vector<int64_t> sizes_;   // n_s
 };
 
+// A keyed permutation of [0, n) computed one index at a time, without a table: a balanced
+// Feistel network of six rounds (splitmix64's mixer keyed per round) over the h-bit halves of
+// [0, 4^h), the smallest such range holding n, whose outputs at or past n are fed through it
+// again until one falls below n (cycle walking: a bijection of [0, n), on average fewer than four
+// passes).
+class FeistelPermutation {
+ public:
+  static constexpr int kRounds = 6;
+  FeistelPermutation(int64_t n, SplitMix64* keys);
+  int64_t operator()(int64_t index) const;
+
+ private:
+  uint64_t Encrypt(uint64_t x) const;
+  int64_t n_;
+  int half_bits_;
+  uint64_t half_mask_;
+  uint64_t keys_[kRounds];
+};
+
 class GlobalSampler {
  public:
-  // Orders the ids [0, num_samples) of a training split; epoch e's order is a Fisher-Yates
-  // permutation driven by SplitMix64(mix(seed, e)). With a plan, the permutation orders the
+  // Sets of at most this many samples (or places) are ordered by a table (8 bytes a sample on
+  // every rank, made at each epoch's start); larger ones by a FeistelPermutation.
+  static constexpr int64_t kMostTabledSamples = int64_t{1} << 24;
+
+  // Orders the ids [0, num_samples) of a training split; epoch e's order is driven by
+  // SplitMix64(mix(seed, e)): a Fisher-Yates permutation up to `most_tabled` samples, a
+  // FeistelPermutation keyed by its first outputs above. With a plan, the permutation orders the
   // plan's places, and each place gives its sample (num_samples is then plan.places()).
-  GlobalSampler(int64_t num_samples, uint64_t seed, EpochPlan plan = {});
+  GlobalSampler(int64_t num_samples, uint64_t seed, EpochPlan plan = {},
+                int64_t most_tabled = kMostTabledSamples);
 
   int64_t num_samples() const { return num_samples_; }
   // The epoch a position falls in: consumed_samples / num_samples.
@@ -56,8 +84,9 @@ class GlobalSampler {
   // Data.shift_windows: how far the windows of the epoch of `position` (a consumed-samples
   // index) start past their fixed places, in [0, seq_len); the same for every sample of an epoch.
   int64_t WindowShift(int64_t position, int seq_len) const;
-  // The order of `epoch` (a permutation of [0, num_samples)); computed once per epoch and cached.
-  const std::vector<int64_t>& EpochOrder(int64_t epoch);
+  // Place `index` of epoch `epoch`'s order (a permutation of [0, num_samples)); the epoch's
+  // table or keys are made once and kept until another epoch is asked for.
+  int64_t OrderAt(int64_t epoch, int64_t index);
 
   // Split-relative ids of the `global_batch_size` samples after the first `consumed_samples`;
   // a batch that crosses the end of an epoch continues into the next epoch's order.
@@ -72,8 +101,10 @@ class GlobalSampler {
   int64_t num_samples_;
   uint64_t seed_;
   EpochPlan plan_;
+  int64_t most_tabled_;
   int64_t cached_epoch_ = -1;
-  std::vector<int64_t> order_;  // (num_samples) the cached epoch's order
+  std::vector<int64_t> order_;  // (num_samples) the cached epoch's table, for tabled sets
+  std::unique_ptr<FeistelPermutation> permutation_;  // the cached epoch's, for larger sets
 };
 
 // Batch `index` of the deterministic validation sequence: ids (index*batch_size + j) mod

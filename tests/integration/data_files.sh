@@ -72,8 +72,8 @@ run_np 1 train "${COMMON[@]}" "${NOVAL[@]}" -o Data.train_path=shards/a.h5,shard
   fail "weights 1,1 change the run"
 expect_error 2 "Data.train_weights has 1 weights for the 2 entries" run_np 2 train "${COMMON[@]}" \
   -o Data.train_path=shards/a.h5,shards/b.h5 -o Data.train_weights=3 -o Engine.output_dir=bad_weights
-expect_error 2 "Data.train_weights (1,1e12) make an epoch of .* samples, beyond the" run_np 2 train \
-  "${COMMON[@]}" -o Data.train_path=shards/a.h5,shards/b.h5 -o Data.train_weights=1,1e12 \
+expect_error 2 "Data.train_weights (1,1e18) make an epoch of .* samples, beyond the" run_np 2 train \
+  "${COMMON[@]}" -o Data.train_path=shards/a.h5,shards/b.h5 -o Data.train_weights=1,1e18 \
   -o Engine.output_dir=huge_weights
 # A weight on an entry that the held-out tail takes whole does nothing: one warning (rank 0).
 run_np 2 train "${COMMON[@]}" -o Data.train_path=shards/a.h5,shards/b.h5 -o Data.train_weights=1,2 \

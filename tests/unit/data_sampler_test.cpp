@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <set>
 
@@ -48,6 +49,73 @@ TEST(SamplerTest, EveryEpochIsAPermutation) {
   }
 }
 
+// Sets past GlobalSampler::kMostTabledSamples are ordered by a FeistelPermutation; here forced
+// on small sets (most_tabled 0) so that every order can be checked whole.
+TEST(SamplerTest, FeistelOrdersArePermutationsOfAnySize) {
+  for (int64_t n : {1, 2, 3, 4, 5, 17, 1000, 4096, 4097, 65537}) {
+    GlobalSampler sampler(n, 11, {}, 0);
+    std::vector<int64_t> previous;
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+      const std::vector<int64_t> order = sampler.GlobalBatch(epoch * n, static_cast<int>(n));
+      std::vector<int64_t> sorted = order;
+      std::sort(sorted.begin(), sorted.end());
+      ASSERT_EQ(sorted, Iota(n)) << "n " << n << " epoch " << epoch;
+      if (n >= 5) {
+        EXPECT_NE(order, Iota(n)) << "n " << n;
+        EXPECT_NE(order, previous) << "n " << n;
+      }
+      previous = order;
+    }
+  }
+  // The same seed gives the same order, another seed another; the tabled order is not reused.
+  EXPECT_EQ(GlobalSampler(1000, 3, {}, 0).GlobalBatch(0, 1000),
+            GlobalSampler(1000, 3, {}, 0).GlobalBatch(0, 1000));
+  EXPECT_NE(GlobalSampler(1000, 3, {}, 0).GlobalBatch(0, 1000),
+            GlobalSampler(1000, 4, {}, 0).GlobalBatch(0, 1000));
+  EXPECT_NE(GlobalSampler(1000, 3, {}, 0).GlobalBatch(0, 1000),
+            GlobalSampler(1000, 3).GlobalBatch(0, 1000));
+}
+
+// A shuffle, not a fixed pattern: over many epochs every sample is as likely at the first place
+// as any other (a chi-square test, n = 10 places, 20000 epochs), two samples' relative order is
+// a coin flip, and the orders of neighbouring places do not follow each other.
+TEST(SamplerTest, FeistelOrdersAreUniform) {
+  const int64_t n = 10, epochs = 20000;
+  GlobalSampler sampler(n, 5, {}, 0);
+  std::vector<double> first(n, 0);
+  int before = 0, ascending = 0;
+  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+    const std::vector<int64_t> order = sampler.GlobalBatch(epoch * n, static_cast<int>(n));
+    ++first[order[0]];
+    const auto place = [&](int64_t sample) {
+      return std::find(order.begin(), order.end(), sample);
+    };
+    before += place(0) < place(1);
+    ascending += order[1] == order[0] + 1;
+  }
+  double chi2 = 0;
+  for (double c : first) chi2 += (c - epochs / n) * (c - epochs / n) / (epochs / n);
+  EXPECT_LT(chi2, 27.9);  // 9 degrees of freedom: p = 0.001
+  EXPECT_NEAR(before, epochs / 2, 4 * std::sqrt(epochs / 4.0));
+  // order[1] == order[0] + 1 has probability 9/90 = 0.1 under a uniform shuffle.
+  EXPECT_NEAR(ascending, epochs / 10, 4 * std::sqrt(epochs * 0.1 * 0.9));
+}
+
+// Past the table's limit each position costs a few Feistel passes: no order of the whole set is
+// made, so a set of 2^40 samples starts at once and in little memory.
+TEST(SamplerTest, HugeSetsAreOrderedWithoutATable) {
+  const int64_t n = int64_t{1} << 40;
+  GlobalSampler sampler(n, 9);
+  const std::vector<int64_t> batch = sampler.GlobalBatch(n - 2, 4);  // crosses into epoch 1
+  ASSERT_EQ(batch.size(), 4u);
+  for (int64_t id : batch) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, n);
+  }
+  EXPECT_EQ(batch, GlobalSampler(n, 9).GlobalBatch(n - 2, 4));
+  EXPECT_EQ(std::set<int64_t>(batch.begin(), batch.begin() + 2).size(), 2u);
+}
+
 TEST(SamplerTest, SameSeedSameOrderDifferentSeedDifferentOrder) {
   GlobalSampler a(500, 1234), b(500, 1234), c(500, 1235);
   EXPECT_EQ(a.GlobalBatch(0, 500), b.GlobalBatch(0, 500));
@@ -58,8 +126,8 @@ TEST(SamplerTest, SameSeedSameOrderDifferentSeedDifferentOrder) {
 TEST(SamplerTest, BatchesWalkTheEpochOrdersAndCrossEpochs) {
   const int64_t n = 10;
   GlobalSampler sampler(n, 99);
-  std::vector<int64_t> epoch0 = sampler.EpochOrder(0);
-  std::vector<int64_t> epoch1 = sampler.EpochOrder(1);
+  const std::vector<int64_t> epoch0 = GlobalSampler(n, 99).GlobalBatch(0, n);
+  const std::vector<int64_t> epoch1 = GlobalSampler(n, 99).GlobalBatch(n, n);
   std::vector<int64_t> both = epoch0;
   both.insert(both.end(), epoch1.begin(), epoch1.end());
   // Batches of 4 from position 0: the concatenated orders, crossing into epoch 1 at 8..11.
