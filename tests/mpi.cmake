@@ -2,6 +2,11 @@
 # zero counts, the counts exchange), and the EP / expert-DP groups of the rank grid.
 trainer_mpi_gtest(mpi_alltoall_test NP 3 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/mpi_alltoall_test.cpp
                   LIBS trainer_mpi TIMEOUT 60)
+# MpiCommunicator's messages past its most elements per message (MPI's int counts), set small:
+# every collective and send/recv in pieces against closed forms.
+trainer_mpi_gtest(mpi_large_messages_test NP 3
+                  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/mpi_large_messages_test.cpp
+                  LIBS trainer_mpi TIMEOUT 60)
 # The device groups' communicator sharing (device_groups.h) against the MPI splits of every layout
 # of 4 ranks: shared exactly when the groups are congruent.
 trainer_mpi_gtest(mpi_device_groups_test NP 4

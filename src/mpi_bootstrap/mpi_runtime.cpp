@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -40,7 +41,21 @@ Status CheckReducible(DType t, const std::string& group) {
   return Status::Ok();
 }
 
-// MPI counts are int: refuse what does not fit instead of truncating.
+// The pieces [at, at + n) of a message of `count` elements, n at most `most`: one call of
+// `piece` for each (one, empty, for count 0).
+template <typename Piece>
+Status InPieces(size_t count, size_t most, Piece&& piece) {
+  size_t at = 0;
+  do {
+    const size_t n = std::min(most, count - at);
+    TRAINER_RETURN_IF_ERROR(piece(at, n));
+    at += n;
+  } while (at < count);
+  return Status::Ok();
+}
+
+// MPI counts are int: refuse what does not fit instead of truncating (the all-to-alls, whose
+// per-peer counts no training message comes near).
 Status CheckCount(size_t count, const std::string& group) {
   if (count > static_cast<size_t>(INT_MAX))
     return RuntimeError(
@@ -64,67 +79,134 @@ MpiCommunicator::~MpiCommunicator() {
 
 Status MpiCommunicator::AllReduce(void* data, size_t count, DType dtype, ReduceOp op) {
   TRAINER_RETURN_IF_ERROR(CheckReducible(dtype, name_));
-  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), ToMpi(dtype),
-                          op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_));
-  return Status::Ok();
+  char* bytes = static_cast<char*>(data);
+  return InPieces(count, most_per_message_, [&](size_t at, size_t n) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + at * DTypeSize(dtype), static_cast<int>(n),
+                            ToMpi(dtype), op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_));
+    return Status::Ok();
+  });
+}
+
+size_t MpiCommunicator::BlockPiece(DType dtype) const {
+  constexpr size_t kPieceBytes = size_t{256} << 20;  // of all members' parts together
+  return std::min(
+      most_per_message_,
+      std::max<size_t>(1, kPieceBytes / (DTypeSize(dtype) * static_cast<size_t>(size_))));
 }
 
 Status MpiCommunicator::AllGather(const void* send, void* recv, size_t count, DType dtype) {
-  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
-  const int n = static_cast<int>(count);
-  if (send == static_cast<const char*>(recv) + count * DTypeSize(dtype) * rank_) {
-    MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, ToMpi(dtype), comm_));
-  } else {
-    MPI_CHECK(MPI_Allgather(send, n, ToMpi(dtype), recv, n, ToMpi(dtype), comm_));
+  const size_t elem = DTypeSize(dtype);
+  if (count <= most_per_message_) {
+    const int whole = static_cast<int>(count);
+    if (send == static_cast<const char*>(recv) + count * elem * rank_) {
+      MPI_CHECK(
+          MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, whole, ToMpi(dtype), comm_));
+    } else {
+      MPI_CHECK(MPI_Allgather(send, whole, ToMpi(dtype), recv, whole, ToMpi(dtype), comm_));
+    }
+    return Status::Ok();
   }
-  return Status::Ok();
+  // Columns [at, at + n) of every member's block at a time, through pieces_ (this rank's part in
+  // its slot, the in-place gather filling the others). In place, the part written back for this
+  // rank is the part just read.
+  return InPieces(count, BlockPiece(dtype), [&](size_t at, size_t n) {
+    const size_t part = n * elem;
+    pieces_.resize(std::max(pieces_.size(), part * static_cast<size_t>(size_)));
+    std::memcpy(pieces_.data() + part * rank_, static_cast<const char*>(send) + at * elem, part);
+    MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, pieces_.data(), static_cast<int>(n),
+                            ToMpi(dtype), comm_));
+    for (int r = 0; r < size_; ++r)
+      std::memcpy(static_cast<char*>(recv) + (static_cast<size_t>(r) * count + at) * elem,
+                  pieces_.data() + part * r, part);
+    return Status::Ok();
+  });
 }
 
 Status MpiCommunicator::ReduceScatter(const void* send, void* recv, size_t count, DType dtype) {
   TRAINER_RETURN_IF_ERROR(CheckReducible(dtype, name_));
-  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
-  const size_t block = count * DTypeSize(dtype);
+  const size_t elem = DTypeSize(dtype), block = count * elem;
   char* base = static_cast<char*>(recv) - block * static_cast<size_t>(rank_);
-  if (send != base) {
-    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), ToMpi(dtype), MPI_SUM,
-                                       comm_));
+  if (count <= most_per_message_) {
+    if (send != base) {
+      MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), ToMpi(dtype), MPI_SUM,
+                                         comm_));
+      return Status::Ok();
+    }
+    // In place (NCCL's convention: recv is this rank's block of send). MPI's in-place form leaves
+    // the result at the start of the buffer instead: move it to this rank's block.
+    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, static_cast<int>(count), ToMpi(dtype),
+                                       MPI_SUM, comm_));
+    if (rank_ != 0) std::memmove(recv, base, block);
     return Status::Ok();
   }
-  // In place (NCCL's convention: recv is this rank's block of send). MPI's in-place form leaves
-  // the result at the start of the buffer instead: move it to this rank's block.
-  MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, static_cast<int>(count), ToMpi(dtype),
-                                     MPI_SUM, comm_));
-  if (rank_ != 0) std::memmove(recv, base, block);
-  return Status::Ok();
+  // Columns [at, at + n) of every member's block at a time, gathered into pieces_ in member
+  // order. In place, the part written is one already read, and no later piece reads it.
+  return InPieces(count, BlockPiece(dtype), [&](size_t at, size_t n) {
+    const size_t part = n * elem;
+    pieces_.resize(std::max(pieces_.size(), part * static_cast<size_t>(size_)));
+    for (int r = 0; r < size_; ++r)
+      std::memcpy(pieces_.data() + part * r,
+                  static_cast<const char*>(send) + (static_cast<size_t>(r) * count + at) * elem,
+                  part);
+    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, pieces_.data(), static_cast<int>(n),
+                                       ToMpi(dtype), MPI_SUM, comm_));
+    std::memcpy(static_cast<char*>(recv) + at * elem, pieces_.data(), part);
+    return Status::Ok();
+  });
 }
 
 Status MpiCommunicator::Broadcast(void* data, size_t count, DType dtype, int root) {
-  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
-  MPI_CHECK(MPI_Bcast(data, static_cast<int>(count), ToMpi(dtype), root, comm_));
-  return Status::Ok();
+  char* bytes = static_cast<char*>(data);
+  return InPieces(count, most_per_message_, [&](size_t at, size_t n) {
+    MPI_CHECK(
+        MPI_Bcast(bytes + at * DTypeSize(dtype), static_cast<int>(n), ToMpi(dtype), root, comm_));
+    return Status::Ok();
+  });
 }
 
 Status MpiCommunicator::Send(const void* data, size_t count, DType dtype, int peer) {
-  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
-  MPI_CHECK(MPI_Send(data, static_cast<int>(count), ToMpi(dtype), peer, 0, comm_));
-  return Status::Ok();
+  const char* bytes = static_cast<const char*>(data);
+  return InPieces(count, most_per_message_, [&](size_t at, size_t n) {
+    MPI_CHECK(
+        MPI_Send(bytes + at * DTypeSize(dtype), static_cast<int>(n), ToMpi(dtype), peer, 0, comm_));
+    return Status::Ok();
+  });
 }
 
 Status MpiCommunicator::Recv(void* data, size_t count, DType dtype, int peer) {
-  TRAINER_RETURN_IF_ERROR(CheckCount(count, name_));
-  MPI_CHECK(
-      MPI_Recv(data, static_cast<int>(count), ToMpi(dtype), peer, 0, comm_, MPI_STATUS_IGNORE));
-  return Status::Ok();
+  char* bytes = static_cast<char*>(data);
+  return InPieces(count, most_per_message_, [&](size_t at, size_t n) {
+    MPI_CHECK(MPI_Recv(bytes + at * DTypeSize(dtype), static_cast<int>(n), ToMpi(dtype), peer, 0,
+                       comm_, MPI_STATUS_IGNORE));
+    return Status::Ok();
+  });
 }
 
 Status MpiCommunicator::SendRecv(const void* send, size_t send_count, int send_peer, void* recv,
                                  size_t recv_count, int recv_peer, DType dtype) {
-  TRAINER_RETURN_IF_ERROR(CheckCount(send_count, name_));
-  TRAINER_RETURN_IF_ERROR(CheckCount(recv_count, name_));
-  MPI_CHECK(MPI_Sendrecv(send, static_cast<int>(send_count), ToMpi(dtype), send_peer, 0, recv,
-                         static_cast<int>(recv_count), ToMpi(dtype), recv_peer, 0, comm_,
-                         MPI_STATUS_IGNORE));
+  if (send_count <= most_per_message_ && recv_count <= most_per_message_) {
+    MPI_CHECK(MPI_Sendrecv(send, static_cast<int>(send_count), ToMpi(dtype), send_peer, 0, recv,
+                           static_cast<int>(recv_count), ToMpi(dtype), recv_peer, 0, comm_,
+                           MPI_STATUS_IGNORE));
+    return Status::Ok();
+  }
+  // Every piece of both sides posted at once, then waited for: the peers' pieces match these in
+  // order whether they send and receive here in one call, in pieces, or by Send and Recv.
+  const size_t elem = DTypeSize(dtype);
+  std::vector<MPI_Request> requests;
+  TRAINER_RETURN_IF_ERROR(InPieces(recv_count, most_per_message_, [&](size_t at, size_t n) {
+    requests.emplace_back();
+    MPI_CHECK(MPI_Irecv(static_cast<char*>(recv) + at * elem, static_cast<int>(n), ToMpi(dtype),
+                        recv_peer, 0, comm_, &requests.back()));
+    return Status::Ok();
+  }));
+  TRAINER_RETURN_IF_ERROR(InPieces(send_count, most_per_message_, [&](size_t at, size_t n) {
+    requests.emplace_back();
+    MPI_CHECK(MPI_Isend(static_cast<const char*>(send) + at * elem, static_cast<int>(n),
+                        ToMpi(dtype), send_peer, 0, comm_, &requests.back()));
+    return Status::Ok();
+  }));
+  MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
   return Status::Ok();
 }
 

@@ -28,6 +28,15 @@ class MpiCommunicator final : public Communicator {
   bool device_memory() const override { return false; }
   MPI_Comm comm() const { return comm_; }
 
+  // MPI's counts are int: a message of more elements than this (every rank of the group with the
+  // same value) goes in pieces of at most this many, by one call per piece (the gathers and
+  // reductions of several blocks through a host buffer of one piece a member). Tests set a small
+  // one; 0 restores kMostElementsPerMessage.
+  static constexpr size_t kMostElementsPerMessage = size_t{1} << 30;
+  void SetMostElementsPerMessage(size_t most) {
+    most_per_message_ = most == 0 ? kMostElementsPerMessage : most;
+  }
+
   Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op) override;
   Status AllGather(const void* send, void* recv, size_t count, DType dtype) override;
   Status ReduceScatter(const void* send, void* recv, size_t count, DType dtype) override;
@@ -47,6 +56,11 @@ class MpiCommunicator final : public Communicator {
   std::string name_;
   bool owns_;
   int rank_ = 0, size_ = 1;
+  // AllGather's and ReduceScatter's piece: at most 256 MiB of all members' parts together.
+  size_t BlockPiece(DType dtype) const;
+
+  size_t most_per_message_ = kMostElementsPerMessage;
+  std::vector<char> pieces_;  // AllGather's and ReduceScatter's piece of every member
 };
 
 // The groups a rank belongs to, for a given Topology.
