@@ -75,7 +75,7 @@ Status Evaluate(const EvalOptions& o, RunContext* ctx, std::string* file, EvalRe
   // Data.packing: documents (the checkpoint's, or -o): as training evaluates, inside documents.
   const bool documents = config.data.packed_documents();
   std::vector<int32_t> starts(documents ? inputs.size() : 0);
-  if (documents) TRAINER_RETURN_IF_ERROR(data.LoadDocOffsets());
+  if (documents) data.EnableDocumentStarts();
   std::vector<int64_t> ids(static_cast<size_t>(B));
   int64_t& counted = r->targets;
   counted = 0;

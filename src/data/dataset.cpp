@@ -353,22 +353,62 @@ Status TokenDataset::ReadSamples(const DataSplit& split, const std::vector<int64
   return ReadSampleRange(split, split_ids, seq_len, inputs, targets, shifts, doc_starts);
 }
 
-Status TokenDataset::LoadDocOffsets() {
-  const int64_t length = num_documents_ + 1;
-  if (static_cast<int64_t>(doc_offsets_all_.size()) == length) return Status::Ok();
-  doc_offsets_all_.resize(static_cast<size_t>(length));
-  Status read = ReadRange(doc_offsets_.get(), "doc_offsets", 0, length, H5T_NATIVE_UINT64,
-                          doc_offsets_all_.data());
-  if (!read.ok()) return DataError(read.message() + ". " + kRepack);
-  if (!std::is_sorted(doc_offsets_all_.begin(), doc_offsets_all_.end()))
-    return DataError(StrFormat("inconsistent /doc_offsets (%s): they do not rise. %s",
-                               path_.c_str(), kRepack));
+Status TokenDataset::DocOffsetsDoNotRise() const {
+  return DataError(
+      StrFormat("inconsistent /doc_offsets (%s): they do not rise. %s", path_.c_str(), kRepack));
+}
+
+Status TokenDataset::ReadWindowOffsets(int64_t first, int64_t end) {
+  std::vector<uint64_t>& w = doc_window_;
+  const int64_t last_entry = num_documents_;  // /doc_offsets[last_entry] is the token count
+  if (!w.empty() && w.front() <= static_cast<uint64_t>(first) &&
+      (w.back() > static_cast<uint64_t>(end) ||
+       doc_window_base_ + static_cast<int64_t>(w.size()) - 1 == last_entry))
+    return Status::Ok();  // the previous window's entries cover this one
+  // off[a] <= first < off[b] (the ends were checked at open), narrowed by reads of one entry at
+  // the place interpolated between them (every other one halving instead, for lopsided files)
+  // until at most a block lies between.
+  int64_t a = 0, b = last_entry;
+  uint64_t va = 0, vb = static_cast<uint64_t>(num_tokens_);
+  for (int probe = 0; b - a > kDocOffsetBlock; ++probe) {
+    int64_t mid = a + (b - a) / 2;
+    if (probe % 2 == 0 && vb > va)
+      mid = a + static_cast<int64_t>(static_cast<__int128>(static_cast<uint64_t>(first) - va) *
+                                     (b - a) / (vb - va));
+    mid = std::clamp(mid, a + 1, b - 1);
+    uint64_t v = 0;
+    TRAINER_RETURN_IF_ERROR(
+        ReadRange(doc_offsets_.get(), "doc_offsets", mid, 1, H5T_NATIVE_UINT64, &v));
+    if (v < va || v > vb) return DocOffsetsDoNotRise();
+    if (v <= static_cast<uint64_t>(first)) {
+      a = mid, va = v;
+    } else {
+      b = mid, vb = v;
+    }
+  }
+  // Entries from a on, a block at a time, up to the first one past `end` (or the last).
+  w.clear();
+  for (int64_t at = a; at <= last_entry && (w.empty() || w.back() <= static_cast<uint64_t>(end));) {
+    const int64_t count = std::min(kDocOffsetBlock, last_entry + 1 - at);
+    w.resize(w.size() + static_cast<size_t>(count));
+    TRAINER_RETURN_IF_ERROR(ReadRange(doc_offsets_.get(), "doc_offsets", at, count,
+                                      H5T_NATIVE_UINT64, w.data() + w.size() - count));
+    at += count;
+  }
+  if (!std::is_sorted(w.begin(), w.end()) || w.front() > static_cast<uint64_t>(first))
+    return DocOffsetsDoNotRise();
+  // From the last entry at or before `first`: the document holding it.
+  const size_t holding =
+      std::upper_bound(w.begin(), w.end(), static_cast<uint64_t>(first)) - w.begin() - 1;
+  w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(holding));
+  doc_window_base_ = a + static_cast<int64_t>(holding);
   return Status::Ok();
 }
 
-void TokenDataset::WindowDocStarts(int64_t first, int seq_len, int32_t* starts,
-                                   int32_t* targets) const {
-  const std::vector<uint64_t>& off = doc_offsets_all_;
+Status TokenDataset::WindowDocStarts(int64_t first, int seq_len, int32_t* starts,
+                                     int32_t* targets) {
+  TRAINER_RETURN_IF_ERROR(ReadWindowOffsets(first, first + seq_len));
+  const std::vector<uint64_t>& off = doc_window_;
   // k: the document holding token `pos` (off[k] <= pos < off[k + 1]; empty documents skipped).
   size_t k = std::upper_bound(off.begin(), off.end(), static_cast<uint64_t>(first)) - off.begin();
   k = k == 0 ? 0 : k - 1;
@@ -377,11 +417,12 @@ void TokenDataset::WindowDocStarts(int64_t first, int seq_len, int32_t* starts,
     return static_cast<int32_t>(std::max<int64_t>(static_cast<int64_t>(off[k]) - first, 0));
   };
   for (int t = 0; t < seq_len; ++t) starts[t] = start_of(first + t);
-  if (targets == nullptr) return;
+  if (targets == nullptr) return Status::Ok();
   // Target t is token t + 1: ignored where that token starts a document (starts[t+1] == t+1).
   for (int t = 0; t + 1 < seq_len; ++t)
     if (starts[t + 1] == t + 1) targets[t] = -1;
   if (start_of(first + seq_len) == seq_len) targets[seq_len - 1] = -1;
+  return Status::Ok();
 }
 
 Status TokenDataset::CheckNotTruncated() const {
@@ -400,8 +441,8 @@ Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<i
                                      const int64_t* shifts, int32_t* doc_starts) {
   TRAINER_RETURN_IF_ERROR(CheckNotTruncated());
   const int64_t T = seq_len;
-  if (doc_starts != nullptr && doc_offsets_all_.empty())
-    return RuntimeError(StrFormat("document starts asked of %s before LoadDocOffsets (a bug)",
+  if (doc_starts != nullptr && !documents_)
+    return RuntimeError(StrFormat("document starts asked of %s before EnableDocumentStarts (a bug)",
                                   path_.c_str()));
   const int64_t file_samples = NumSamples(seq_len);
   const size_t n = ids.size();
@@ -451,8 +492,8 @@ Status TokenDataset::ReadSampleRange(const DataSplit& split, const std::vector<i
         }
       }
       if (doc_starts != nullptr)
-        WindowDocStarts(first + r * T, seq_len, doc_starts + row,
-                        inputs != nullptr ? targets + row : nullptr);
+        TRAINER_RETURN_IF_ERROR(WindowDocStarts(first + r * T, seq_len, doc_starts + row,
+                                                inputs != nullptr ? targets + row : nullptr));
     }
     i = j + 1;
   }

@@ -65,9 +65,10 @@ class TokenDataset {
   // Ranks compare it to find node-local copies that differ.
   Status Fingerprint(uint32_t* crc);
 
-  // Data.packing: documents. Reads all of /doc_offsets into memory (8 bytes a document), once,
-  // at setup; ReadSamples can then give each window's document starts.
-  Status LoadDocOffsets();
+  // Data.packing: documents. ReadSamples can then give each window's document starts, from the
+  // entries of /doc_offsets around the window, read as it is (no table of every document: a
+  // corpus of 2e9 documents would take 16 GB on every rank).
+  void EnableDocumentStarts() { documents_ = true; }
 
   // Reads samples by file sample id into inputs (n, T) and targets (n, T), int32, n = ids.size().
   // One hyperslab read per run of consecutive ids; nothing outside the samples is read.
@@ -76,7 +77,7 @@ class TokenDataset {
   // The same with ids relative to `split` (0 is split.first_sample). With `shifts` (one per id,
   // in [0, seq_len)) sample id starts `shift` tokens later; the split's last sample, whose
   // shifted window could run past the split, is read unshifted.
-  // With doc_starts (n, T) (after LoadDocOffsets): doc_starts[i][t] is where the document of
+  // With doc_starts (n, T) (after EnableDocumentStarts): doc_starts[i][t] is where the document of
   // window i's token t starts in the window (a window that starts mid-document starts with a
   // document of its own), and a target whose token starts a document is set to -1 (a document's
   // last token does not learn the next one's first). inputs and targets may be null (nothing
@@ -111,7 +112,13 @@ class TokenDataset {
   // zeros past its end. A file replaced by another at its path (pack's rename) is not this one.
   Status CheckNotTruncated() const;
   // The document starts (T) of the window whose first token is `first`; targets (T) or null.
-  void WindowDocStarts(int64_t first, int seq_len, int32_t* starts, int32_t* targets) const;
+  Status WindowDocStarts(int64_t first, int seq_len, int32_t* starts, int32_t* targets);
+  // doc_window_: the entries of /doc_offsets from the last at or before token `first` to the
+  // first past token `end` (or the last entry); kept while the next window lies within them.
+  // Found by single-entry reads narrowing the range, then read a block at a time.
+  static constexpr int64_t kDocOffsetBlock = 4096;
+  Status ReadWindowOffsets(int64_t first, int64_t end);
+  Status DocOffsetsDoNotRise() const;
 
   std::string path_;
   int descriptor_ = -1;  // HDF5's descriptor of the file (-1: another driver; not checked)
@@ -131,7 +138,9 @@ class TokenDataset {
   std::string tokenizer_;
   bool fully_scanned_ = false;
   std::vector<uint32_t> staging_;  // grows to the largest read once, then is reused
-  std::vector<uint64_t> doc_offsets_all_;  // LoadDocOffsets: /doc_offsets whole
+  bool documents_ = false;         // EnableDocumentStarts
+  std::vector<uint64_t> doc_window_;  // ReadWindowOffsets: entries [base, base + size)
+  int64_t doc_window_base_ = 0;
 };
 
 }  // namespace trainer

@@ -65,9 +65,8 @@ Status SampleSet::ReadSamples(const std::vector<int64_t>& ids, int seq_len, int3
   return Status::Ok();
 }
 
-Status SampleSet::LoadDocOffsets() const {
-  for (const Part& part : parts_) TRAINER_RETURN_IF_ERROR(part.file->LoadDocOffsets());
-  return Status::Ok();
+void SampleSet::EnableDocumentStarts() const {
+  for (const Part& part : parts_) part.file->EnableDocumentStarts();
 }
 
 }  // namespace trainer

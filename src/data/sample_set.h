@@ -35,12 +35,12 @@ class SampleSet {
   // run of ids that fall in one file is one call of that file's ReadSamples. `shifts` (n, or
   // empty): each window's offset past its fixed start (TokenDataset::ReadSamples).
   // doc_starts (n, T) or null: each window's document starts, inputs and targets may then be
-  // null (TokenDataset::ReadSamples; LoadDocOffsets first).
+  // null (TokenDataset::ReadSamples; EnableDocumentStarts first).
   Status ReadSamples(const std::vector<int64_t>& ids, int seq_len, int32_t* inputs,
                      int32_t* targets, const std::vector<int64_t>& shifts = {},
                      int32_t* doc_starts = nullptr) const;
-  // Data.packing: documents: every file's /doc_offsets into memory (TokenDataset).
-  Status LoadDocOffsets() const;
+  // Data.packing: documents: every file's windows get their document starts (TokenDataset).
+  void EnableDocumentStarts() const;
 
  private:
   std::vector<Part> parts_;

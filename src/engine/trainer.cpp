@@ -165,8 +165,8 @@ Status Trainer::OpenData() {
   if (train_masked_ || val_masked_)
     line += "; /loss_mask: the loss averages over the targets of mask 1 only";
   if (config_.data.packed_documents()) {  // targets at document starts are ignored too
-    TRAINER_RETURN_IF_ERROR(data_.train.LoadDocOffsets());
-    TRAINER_RETURN_IF_ERROR(data_.val.LoadDocOffsets());
+    data_.train.EnableDocumentStarts();
+    data_.val.EnableDocumentStarts();
     train_masked_ = val_masked_ = true;
     line += "; Data.packing=documents: attention and positions stay inside each document";
   }

@@ -133,8 +133,8 @@ TEST_F(DatasetTest, DocumentStartsFollowDocOffsets) {
   std::vector<int32_t> inputs(n), targets(n), starts(n, -7), starts_only(n, -7);
   EXPECT_FALSE(
       file.ReadSamples(split, ids, T, inputs.data(), targets.data(), shifts.data(), starts.data())
-          .ok());  // LoadDocOffsets first
-  ASSERT_TRUE(file.LoadDocOffsets().ok());
+          .ok());  // EnableDocumentStarts first
+  file.EnableDocumentStarts();
   ASSERT_TRUE(
       file.ReadSamples(split, ids, T, inputs.data(), targets.data(), shifts.data(), starts.data())
           .ok());
@@ -162,6 +162,56 @@ TEST_F(DatasetTest, DocumentStartsFollowDocOffsets) {
             (std::vector<int32_t>{0, 0, 0, 3, 3, 3, 3, 3}));
   EXPECT_EQ(std::vector<int32_t>(starts.begin() + 3 * T, starts.begin() + 4 * T),
             std::vector<int32_t>(T, 0));
+}
+
+// /doc_offsets read around each window, not whole: a file of 60,000 documents (empty ones, runs
+// of one-token ones, a few of thousands of tokens, lopsided so that interpolation guesses badly)
+// against the starts every window gets from the whole list in memory, for random windows and
+// for runs of consecutive ones (which reuse the entries read).
+TEST_F(DatasetTest, DocumentStartsOfManyDocumentsReadAroundEachWindow) {
+  const int T = 64;
+  std::mt19937_64 rng(17);
+  SyntheticFile spec;
+  spec.doc_offsets = {0};
+  while (spec.doc_offsets.size() < 60000) {
+    const uint64_t pick = rng() % 100;
+    const uint64_t length = pick < 5 ? 0 : pick < 40 ? 1 : pick < 99 ? 1 + rng() % 30 : 5000;
+    spec.doc_offsets.push_back(spec.doc_offsets.back() + length);
+  }
+  if (spec.doc_offsets.back() == spec.doc_offsets[spec.doc_offsets.size() - 2])
+    spec.doc_offsets.back() += 1;  // the last document holds its end-of-document token
+  spec.tokens = RandomTokens(static_cast<int64_t>(spec.doc_offsets.back()), 1000, 8);
+  WriteSyntheticFile(Path("many.h5"), spec);
+  auto opened = TokenDataset::Open(Path("many.h5"), 1024);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  TokenDataset& file = **opened;
+  file.EnableDocumentStarts();
+  const int64_t samples = file.NumSamples(T);
+  const DataSplit split{0, samples};
+  std::vector<int64_t> ids, shifts;
+  for (int i = 0; i < 300; ++i) {
+    ids.push_back(static_cast<int64_t>(rng() % samples));
+    shifts.push_back(static_cast<int64_t>(rng() % T));
+  }
+  for (int64_t id = samples - 40; id < samples; ++id) ids.push_back(id), shifts.push_back(0);
+  std::vector<int32_t> inputs(ids.size() * T), targets(ids.size() * T), starts(ids.size() * T);
+  ASSERT_TRUE(
+      file.ReadSamples(split, ids, T, inputs.data(), targets.data(), shifts.data(), starts.data())
+          .ok());
+  const std::vector<uint64_t>& off = spec.doc_offsets;
+  const auto begins_document = [&](int64_t pos) {
+    return std::binary_search(off.begin(), off.end() - 1, static_cast<uint64_t>(pos));
+  };
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const int64_t first = ids[r] * T + (ids[r] == samples - 1 ? 0 : shifts[r]);
+    int64_t start = first;
+    for (int t = 0; t < T; ++t) {
+      if (begins_document(first + t)) start = first + t;
+      ASSERT_EQ(starts[r * T + t], start - first) << "window " << r << " token " << t;
+      const int32_t token = static_cast<int32_t>(spec.tokens[first + t + 1]);
+      ASSERT_EQ(targets[r * T + t], begins_document(first + t + 1) ? -1 : token) << r << " " << t;
+    }
+  }
 }
 
 TEST_F(DatasetTest, ReadSamplesEqualFileSlicesUint32) {
