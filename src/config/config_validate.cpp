@@ -329,12 +329,24 @@ Status CheckExpertParallel(const TrainConfig& c, Checker& check) {
   const DistributedConfig& d = c.distributed;
   if (d.ep_degree <= 1) return Status::Ok();
   if (d.dp_degree % d.ep_degree != 0) {
-    return check.Fail(
-        check.Show("Distributed.ep_degree") +
-            StrFormat(" does not divide dp_degree=%d", d.dp_degree),
-        {"Distributed.ep_degree", "Distributed.dp_degree"},
+    std::string fix =
         StrFormat("Set Distributed.ep_degree to a divisor of %d (1 unless the model has experts)",
-                  d.dp_degree));
+                  d.dp_degree);
+    // The data ranks held by sharding instead: as many as keep the expert groups whole moved
+    // to dp_degree (the largest sharding degree left that allows it).
+    const int data_ranks = d.data_parallel_size();
+    for (int sharding = d.sharding.sharding_degree / 2; sharding >= 1; --sharding)
+      if (d.sharding.sharding_degree % sharding == 0 &&
+          (data_ranks / sharding) % d.ep_degree == 0) {
+        fix += StrFormat(
+            ", or keep it and set Distributed.sharding.sharding_degree=%d (dp_degree becomes %d: "
+            "the expert groups are carved out of the replicas, not the sharding ranks)",
+            sharding, data_ranks / sharding);
+        break;
+      }
+    return check.Fail(check.Show("Distributed.ep_degree") +
+                          StrFormat(" does not divide dp_degree=%d", d.dp_degree),
+                      {"Distributed.ep_degree", "Distributed.dp_degree"}, fix);
   }
   if (!m.moe())
     return check.Fail(check.Show("Distributed.ep_degree") +

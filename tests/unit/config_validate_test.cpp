@@ -285,6 +285,18 @@ TEST(ConfigValidate, MixtureOfExperts) {
                                  "Distributed.tp_degree=2"},
                                 4),
                    {"Distributed.ep_degree=4 does not divide dp_degree=2"});
+  // The data ranks held by sharding: the fix names the sharding degree that frees the replicas.
+  ExpectUsageError(
+      ValidateWith({llama, "Model.num_experts=6", "Distributed.ep_degree=3",
+                    "Distributed.sharding.sharding_degree=3"},
+                   3),
+      {"Distributed.ep_degree=3 does not divide dp_degree=1", "divisor of 1",
+       "or keep it and set Distributed.sharding.sharding_degree=1 (dp_degree becomes 3"});
+  ExpectUsageError(
+      ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
+                    "Distributed.sharding.sharding_degree=4"},
+                   4),
+      {"or keep it and set Distributed.sharding.sharding_degree=2 (dp_degree becomes 2"});
   // On GPUs only over host-staged collectives (NCCL's all-to-all is not validated yet).
   ExpectUsageError(ValidateWith({llama, "Model.num_experts=4", "Distributed.ep_degree=2",
                                  "Global.device=cuda"},
