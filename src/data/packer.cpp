@@ -244,6 +244,14 @@ class SplitWriter {
     }
     return Status::Ok();
   }
+  // A document starting at token `start` of the stream: the training file's where it starts
+  // before the cut; the validation file's where it starts past it (its first document, from the
+  // cut, was recorded when it was made: a document cut in two belongs to both).
+  Status StartDocument(int64_t start) {
+    if (start < cut_) return train_->AddDocumentStart(static_cast<uint64_t>(start));
+    if (start > cut_) return val_->AddDocumentStart(static_cast<uint64_t>(start - cut_));
+    return Status::Ok();
+  }
   int64_t position() const { return position_; }
   // Tokens of mask 1 written to the training (0) or the validation (1) file.
   int64_t trained(int side) const { return trained_[side]; }
@@ -259,16 +267,16 @@ class SplitWriter {
 // Token count (without eod) of every document, from the input's size when the tokenizer can tell,
 // else by tokenizing it once without writing.
 Status CountTokens(const PackOptions& options, const std::vector<int64_t>& sizes,
-                   Tokenizer* tokenizer, InputReader* reader, std::vector<int64_t>* counts) {
+                   Tokenizer* tokenizer, InputReader* reader, std::vector<uint64_t>* counts) {
   auto discard = [](const uint32_t*, size_t, const uint8_t*) { return Status::Ok(); };
   auto note = [counts](int64_t count) {
-    counts->push_back(count);
+    counts->push_back(static_cast<uint64_t>(count));
     return Status::Ok();
   };
   for (size_t i = 0; i < options.inputs.size(); ++i) {
     const int64_t count = options.input_format != "text" ? -1 : tokenizer->TokenCount(sizes[i]);
     if (count >= 0)
-      counts->push_back(count);
+      counts->push_back(static_cast<uint64_t>(count));
     else
       TRAINER_RETURN_IF_ERROR(reader->Read(options.inputs[i], discard, note));
   }
@@ -470,14 +478,20 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   int64_t total = -1;  // unknown until written when there is no split
   int64_t cut = std::numeric_limits<int64_t>::max();
   if (split) {
-    std::vector<int64_t> counts;
-    TRAINER_RETURN_IF_ERROR(CountTokens(options, sizes, tokenizer, &reader, &counts));
-    std::vector<uint64_t> planned{0};
-    for (int64_t count : counts)
-      if (count > 0) planned.push_back(planned.back() + static_cast<uint64_t>(count) + 1);
-    total = static_cast<int64_t>(planned.back());
+    // Each document's count, made in place into the planned document starts and the total (8
+    // bytes a document, freed once the cut is known).
+    std::vector<uint64_t> planned;
+    TRAINER_RETURN_IF_ERROR(CountTokens(options, sizes, tokenizer, &reader, &planned));
+    size_t documents = 0;
+    uint64_t start = 0;
+    for (const uint64_t count : planned)  // read before its place (at or before it) is written
+      if (count > 0) planned[documents++] = start, start += count + 1;
+    planned.resize(documents);
+    planned.push_back(start);
+    total = static_cast<int64_t>(start);
     if (total == 0) return nothing_packed();
     TRAINER_ASSIGN_OR_RETURN(cut, ValidationCut(planned, options.val_fraction));
+    std::vector<uint64_t>().swap(planned);
   }
 
   // Every input byte yields at most one token (plus one eod per document): small corpora get
@@ -502,6 +516,7 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
     TRAINER_ASSIGN_OR_RETURN(
         val, TokenFileWriter::Create(val_tmp, info,
                                      std::clamp<int64_t>(total - cut, 1, options.chunk_tokens)));
+    TRAINER_RETURN_IF_ERROR(val->AddDocumentStart(0));  // at the cut
   }
 
   // The writing pass: one eod after each non-empty document.
@@ -510,20 +525,20 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
     return writer.Append(tokens, n, mask);
   };
   const uint32_t eod = static_cast<uint32_t>(tokenizer->eod_id());
-  std::vector<uint64_t> doc_offsets;
+  int64_t documents = 0;
   auto end_document = [&](int64_t count) {
     if (count == 0) {  // an empty document: skipped, no eod
       ++summary->empty_inputs;
       return Status::Ok();
     }
-    doc_offsets.push_back(static_cast<uint64_t>(writer.position() - count));
+    ++documents;
+    TRAINER_RETURN_IF_ERROR(writer.StartDocument(writer.position() - count));
     return writer.Append(&eod, 1);  // mask 0 for chat
   };
   reader.ResetStats();
   for (const std::string& input : options.inputs)
     TRAINER_RETURN_IF_ERROR(reader.Read(input, write, end_document));
   reader.Finish();
-  doc_offsets.push_back(static_cast<uint64_t>(writer.position()));
   if (writer.position() == 0) return nothing_packed();
   if (chat && reader.stats().trained_tokens == 0) {
     const std::string within =
@@ -552,7 +567,7 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
           side == 0 ? options.output.c_str() : val_path.c_str(), options.val_fraction));
   summary->tokenizer = tokenizer->name();
   summary->vocab_size = tokenizer->vocab_size();
-  summary->documents = static_cast<int64_t>(doc_offsets.size()) - 1;
+  summary->documents = documents;
   summary->tokens = writer.position();
   summary->chat = chat;
   summary->conversations = reader.stats().conversations;
@@ -562,7 +577,7 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   summary->empty_inputs -= summary->dropped;  // counted as empty by end_document
 
   if (!split) {
-    TRAINER_RETURN_IF_ERROR(train->Finish(doc_offsets));
+    TRAINER_RETURN_IF_ERROR(train->Finish());
     TRAINER_RETURN_IF_ERROR(RenameInto(train_tmp, options.output));
     temporaries.Release();
     if (!stale_val.empty() && std::remove(stale_val.c_str()) != 0)
@@ -574,20 +589,14 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
     summary->files.push_back({options.output, summary->documents, summary->tokens});
     return Status::Ok();
   }
-  // Documents starting before the cut train; a document cut in two belongs to both.
-  auto boundary =
-      std::upper_bound(doc_offsets.begin(), doc_offsets.end(), static_cast<uint64_t>(cut));
-  std::vector<uint64_t> train_offsets(doc_offsets.begin(), boundary);
-  if (train_offsets.back() != static_cast<uint64_t>(cut)) train_offsets.push_back(cut);
-  std::vector<uint64_t> val_offsets{0};
-  for (auto it = boundary; it != doc_offsets.end(); ++it) val_offsets.push_back(*it - cut);
-  TRAINER_RETURN_IF_ERROR(train->Finish(train_offsets));
-  TRAINER_RETURN_IF_ERROR(val->Finish(val_offsets));
+  const int64_t train_documents = train->num_documents(), val_documents = val->num_documents();
+  TRAINER_RETURN_IF_ERROR(train->Finish());
+  TRAINER_RETURN_IF_ERROR(val->Finish());
   TRAINER_RETURN_IF_ERROR(RenameInto(val_tmp, val_path));
   TRAINER_RETURN_IF_ERROR(RenameInto(train_tmp, options.output));
   temporaries.Release();
-  summary->files.push_back({options.output, static_cast<int64_t>(train_offsets.size()) - 1, cut});
-  summary->files.push_back({val_path, static_cast<int64_t>(val_offsets.size()) - 1, total - cut});
+  summary->files.push_back({options.output, train_documents, cut});
+  summary->files.push_back({val_path, val_documents, total - cut});
   return Status::Ok();
 }
 

@@ -40,6 +40,7 @@ StatusOr<std::unique_ptr<TokenFileWriter>> TokenFileWriter::Create(const std::st
   HDF5_CHECK(writer->tokens_.Reset(H5Dcreate2(writer->file_.get(), "tokens", file_type, space.get(),
                                               H5P_DEFAULT, create_props.get(), access_props.get()),
                                    H5Dclose));
+  writer->offsets_buffer_.resize(static_cast<size_t>(kOffsetChunk));
   if (info.loss_mask) {
     writer->mask_buffer_.resize(static_cast<size_t>(writer->chunk_tokens_));
     HDF5_CHECK(
@@ -95,19 +96,52 @@ Status TokenFileWriter::Flush() {
   return WriteBuffer();
 }
 
-Status TokenFileWriter::Finish(const std::vector<uint64_t>& doc_offsets) {
+Status TokenFileWriter::AddDocumentStart(uint64_t start) {
+  TRAINER_ASSERT(num_documents() == 0 ? start == 0 : start >= last_start_,
+                 "document starts must begin at 0 and rise");
+  last_start_ = start;
+  offsets_buffer_[static_cast<size_t>(offsets_buffered_++)] = start;
+  return offsets_buffered_ == kOffsetChunk ? WriteOffsets(/*last=*/false) : Status::Ok();
+}
+
+Status TokenFileWriter::WriteOffsets(bool last) {
+  // Made at the first write: a file whose starts fit one buffer gets a dataset of their size;
+  // a larger one an extendible dataset of buffer-sized chunks.
+  const bool whole = offsets_.get() < 0 && last;
+  if (offsets_.get() < 0) {
+    hsize_t size[1] = {whole ? static_cast<hsize_t>(offsets_buffered_) : 0};
+    hsize_t max_dims[1] = {whole ? size[0] : H5S_UNLIMITED};
+    hsize_t chunk[1] = {static_cast<hsize_t>(kOffsetChunk)};
+    Hdf5Handle space, create_props;
+    HDF5_CHECK(space.Reset(H5Screate_simple(1, size, max_dims), H5Sclose));
+    HDF5_CHECK(create_props.Reset(H5Pcreate(H5P_DATASET_CREATE), H5Pclose));
+    if (!whole) {
+      HDF5_CHECK(H5Pset_chunk(create_props.get(), 1, chunk));
+      HDF5_CHECK(H5Pset_fill_time(create_props.get(), H5D_FILL_TIME_NEVER));
+    }
+    HDF5_CHECK(offsets_.Reset(H5Dcreate2(file_.get(), "doc_offsets", H5T_STD_U64LE, space.get(),
+                                         H5P_DEFAULT, create_props.get(), H5P_DEFAULT),
+                              H5Dclose));
+  }
+  if (offsets_buffered_ == 0) return Status::Ok();
+  if (!whole) {
+    hsize_t new_size[1] = {static_cast<hsize_t>(offsets_written_ + offsets_buffered_)};
+    HDF5_CHECK(H5Dset_extent(offsets_.get(), new_size));
+  }
+  TRAINER_RETURN_IF_ERROR(Hdf5WriteRange1D(offsets_.get(), offsets_written_, offsets_buffered_,
+                                           H5T_NATIVE_UINT64, offsets_buffer_.data()));
+  offsets_written_ += offsets_buffered_;
+  offsets_buffered_ = 0;
+  return Status::Ok();
+}
+
+Status TokenFileWriter::Finish() {
   TRAINER_RETURN_IF_ERROR(Flush());
-  TRAINER_ASSERT(!doc_offsets.empty() && doc_offsets.front() == 0 &&
-                     doc_offsets.back() == static_cast<uint64_t>(written_),
-                 "doc_offsets must start at 0 and end at the token count");
-  hsize_t dims[1] = {doc_offsets.size()};
-  Hdf5Handle space, offsets;
-  HDF5_CHECK(space.Reset(H5Screate_simple(1, dims, nullptr), H5Sclose));
-  HDF5_CHECK(offsets.Reset(H5Dcreate2(file_.get(), "doc_offsets", H5T_STD_U64LE, space.get(),
-                                      H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                           H5Dclose));
-  HDF5_CHECK(H5Dwrite(offsets.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                      doc_offsets.data()));
+  TRAINER_ASSERT(num_documents() > 0 && last_start_ <= static_cast<uint64_t>(written_),
+                 "a token file needs its first document start, at or before its end");
+  // The total: its own entry, or the write of a full buffer (then nothing is left to write).
+  TRAINER_RETURN_IF_ERROR(AddDocumentStart(static_cast<uint64_t>(written_)));
+  TRAINER_RETURN_IF_ERROR(WriteOffsets(/*last=*/true));
   TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(file_.get(), "format_version", kDataFormatVersion));
   TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(file_.get(), "vocab_size", info_.vocab_size));
   TRAINER_RETURN_IF_ERROR(Hdf5WriteIntAttribute(file_.get(), "eod_id", info_.eod_id));
@@ -116,7 +150,7 @@ Status TokenFileWriter::Finish(const std::vector<uint64_t>& doc_offsets) {
     TRAINER_RETURN_IF_ERROR(Hdf5WriteStringAttribute(mask_.get(), "format", kLossMaskFormat));
     HDF5_CHECK(mask_.Close());
   }
-  HDF5_CHECK(offsets.Close());
+  HDF5_CHECK(offsets_.Close());
   HDF5_CHECK(tokens_.Close());
   if (file_.Close() < 0) {
     return DataError("cannot finish output file (" + path_ + "): " + Hdf5ErrorText() +

@@ -1,6 +1,7 @@
 // TokenFileWriter: writes one packed-token HDF5 file (docs/data-format.md) as a stream: tokens
-// are appended in chunk-sized writes to the extendible /tokens dataset, so memory stays at one
-// chunk whatever the corpus size; Finish() adds /doc_offsets and the root attributes.
+// are appended in chunk-sized writes to the extendible /tokens dataset, and document starts to
+// the extendible /doc_offsets, so memory stays at one chunk of each whatever the corpus size;
+// Finish() adds the total to /doc_offsets and the root attributes.
 #pragma once
 
 #include <cstdint>
@@ -40,8 +41,13 @@ class TokenFileWriter {
   Status Flush();
   // Tokens appended so far (written and buffered).
   int64_t num_tokens() const { return written_ + buffered_; }
-  // Flushes, writes /doc_offsets (starts of documents plus the total) and the attributes, closes.
-  Status Finish(const std::vector<uint64_t>& doc_offsets);
+  // Records a document starting at token `start` of this file: the first at 0, each later one
+  // at or past the one before.
+  Status AddDocumentStart(uint64_t start);
+  // Documents recorded so far.
+  int64_t num_documents() const { return offsets_written_ + offsets_buffered_; }
+  // Flushes, ends /doc_offsets with the total token count, writes the attributes, closes.
+  Status Finish();
 
   const std::string& path() const { return path_; }
   int token_bytes() const { return token_bytes_; }
@@ -49,6 +55,9 @@ class TokenFileWriter {
  private:
   TokenFileWriter() = default;
   Status WriteBuffer();
+  // The buffered document starts; `last` from Finish.
+  Status WriteOffsets(bool last);
+  static constexpr int64_t kOffsetChunk = 8192;  // /doc_offsets entries a chunk (64 KiB)
 
   std::string path_;
   TokenFileInfo info_;
@@ -62,6 +71,11 @@ class TokenFileWriter {
   std::vector<uint8_t> buffer_;       // (chunk_tokens * token_bytes) bytes
   int64_t buffered_ = 0;
   int64_t written_ = 0;
+  Hdf5Handle offsets_;                    // /doc_offsets, made at the first write of starts
+  std::vector<uint64_t> offsets_buffer_;  // kOffsetChunk entries
+  int64_t offsets_buffered_ = 0;
+  int64_t offsets_written_ = 0;
+  uint64_t last_start_ = 0;
 };
 
 }  // namespace trainer

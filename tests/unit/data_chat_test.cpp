@@ -347,7 +347,8 @@ TEST_F(ChatPackTest, AFileWithoutATrainedTokenIsRefusedOnOpen) {
     std::vector<uint8_t> mask(tokens.size(), 0);
     if (trained_at > 0) mask[trained_at] = 1;
     ASSERT_TRUE((*writer)->Append(tokens.data(), tokens.size(), mask.data()).ok());
-    ASSERT_TRUE((*writer)->Finish({0, tokens.size()}).ok());
+    ASSERT_TRUE((*writer)->AddDocumentStart(0).ok());
+    ASSERT_TRUE((*writer)->Finish().ok());
     DatasetOpenOptions options;
     options.scan_chunk_tokens = 16;  // the mask read in pieces
     auto opened = TokenDataset::Open(path, 257, options);

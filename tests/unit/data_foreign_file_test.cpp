@@ -266,7 +266,8 @@ TEST_F(ForeignFileTest, MaskValuesOtherThanZeroAndOneAreRefused) {
     std::vector<uint8_t> mask(tokens.size(), 1);
     mask[29] = 2;
     ASSERT_TRUE((*writer)->Append(tokens.data(), tokens.size(), mask.data()).ok());
-    ASSERT_TRUE((*writer)->Finish({0, tokens.size()}).ok());
+    ASSERT_TRUE((*writer)->AddDocumentStart(0).ok());
+    ASSERT_TRUE((*writer)->Finish().ok());
   }
   ExpectOpenFails(path, "loss mask value out of range (" + path +
                             ", /loss_mask[29]): 2, "

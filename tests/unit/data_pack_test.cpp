@@ -162,6 +162,40 @@ TEST_F(PackTest, ValidationSplitCutsAtDocumentBoundary) {
   EXPECT_EQ(val.tokens, std::vector<uint32_t>(stream.begin() + 302, stream.end()));
 }
 
+// Document starts are written as they come, a buffer of 8192 at a time: 20,000 JSON Lines
+// documents of 1-9 bytes (empty lines skipped), with and without a split, against the starts
+// and cut computed here from the lines' lengths.
+TEST_F(PackTest, DocumentStartsOfManyDocumentsStreamToTheFile) {
+  std::string lines;
+  std::vector<uint64_t> starts{0};  // each non-empty line's bytes and its eod
+  for (int i = 0; i < 20000; ++i) {
+    const int length = (i * 7) % 10;  // 0 (skipped) to 9
+    lines += "{\"text\": \"" + Repeat('a', length) + "\"}\n";
+    if (length > 0) starts.push_back(starts.back() + length + 1);
+  }
+  WriteBytes(Path("many.jsonl"), lines);
+  PackOptions options = Options({"many.jsonl"}, "whole.h5");
+  options.input_format = "jsonl";
+  ASSERT_TRUE(Pack(options).ok());
+  EXPECT_EQ(ReadPackedFile(Path("whole.h5")).doc_offsets, starts);
+  EXPECT_EQ(summary_.documents, static_cast<int64_t>(starts.size()) - 1);
+
+  options.output = Path("split.h5");
+  options.val_fraction = 0.25;
+  ASSERT_TRUE(Pack(options).ok());
+  const uint64_t cut = *ValidationCut(starts, 0.25);
+  ASSERT_GT(cut, 0u);
+  const auto at_cut = std::find(starts.begin(), starts.end(), cut);
+  ASSERT_NE(at_cut, starts.end());  // many documents: the cut is a boundary
+  std::vector<uint64_t> train(starts.begin(), at_cut + 1), val;
+  for (auto it = at_cut; it != starts.end(); ++it) val.push_back(*it - cut);
+  EXPECT_EQ(ReadPackedFile(Path("split.h5")).doc_offsets, train);
+  EXPECT_EQ(ReadPackedFile(Path("split.val.h5")).doc_offsets, val);
+  ASSERT_EQ(summary_.files.size(), 2u);
+  EXPECT_EQ(summary_.files[0].documents, static_cast<int64_t>(train.size()) - 1);
+  EXPECT_EQ(summary_.files[1].documents, static_cast<int64_t>(val.size()) - 1);
+}
+
 TEST_F(PackTest, ValidationSplitOfOneDocumentCutsAtTokenPosition) {
   std::string text;
   for (int i = 0; i < 999; ++i) text.push_back(static_cast<char>(i * 7 % 251));
