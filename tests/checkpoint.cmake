@@ -41,6 +41,9 @@ trainer_script_test(fine_tuning SCRIPT fine_tuning.sh LABELS "e2e;mpi" TIMEOUT 6
 # The checkpoint's HDF5 chunks: at most ~1 Mi elements, 3-D expert tensors included.
 trainer_gtest(checkpoint_layout_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/checkpoint_layout_test.cpp
               LIBS trainer_checkpoint TIMEOUT 60)
+# A directory's step folders newest first by step, past eight digits (step-100000000 on).
+trainer_gtest(checkpoint_folders_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/checkpoint_folders_test.cpp
+              LIBS trainer_checkpoint TIMEOUT 60)
 trainer_gtest(checksum_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/checksum_test.cpp
               LIBS trainer_checkpoint TIMEOUT 60)
 target_compile_definitions(checksum_test PRIVATE TRAINER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -331,7 +331,10 @@ std::vector<std::string> CommittedCheckpoints(const std::string& directory) {
   if (!names.ok()) return out;
   for (const std::string& n : names.value())  // step-<digits> only: not .tmp, not .damaged
     if (IsStepFolderName(n) && IsDirectory(directory + "/" + n)) out.push_back(directory + "/" + n);
-  std::sort(out.rbegin(), out.rend());  // zero-padded step numbers: newest first
+  // Newest first, by step (the names' eight digits grow to nine past step 99,999,999).
+  std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+    return CheckpointFolderStep(a) > CheckpointFolderStep(b);
+  });
   return out;
 }
 
