@@ -166,6 +166,22 @@ Status MetricsWriter::SettleBranch() {
   return RemoveTree(BranchPath(path_));
 }
 
+bool MetricsWriter::HasValLoss(int64_t step) {
+  if (file_ == nullptr || std::fflush(file_) != 0) return false;
+  StatusOr<std::string> read = ReadSmallFile(path_);
+  if (!read.ok()) return false;
+  const std::string& text = read.value();
+  const std::string record =
+      StrFormat("{\"step\": %lld, \"val_loss\": ", static_cast<long long>(step));
+  for (size_t at = 0; at < text.size();) {
+    if (text.compare(at, record.size(), record) == 0) return true;
+    const size_t end = text.find('\n', at);
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return false;
+}
+
 MetricsWriter::~MetricsWriter() {
   if (file_) std::fclose(file_);
 }

@@ -41,6 +41,8 @@ class MetricsWriter {
   Status StartBranch(int64_t step);
   // After this run's first committed checkpoint: StartBranch's move, once.
   Status SettleBranch();
+  // Whether metrics.jsonl holds a val_loss record of `step` (false where this rank writes none).
+  bool HasValLoss(int64_t step);
   // {"step": 3, "loss": 4.2, ...} in the given order; values printed with %.6g unless integral.
   Status Write(const std::vector<std::pair<std::string, double>>& record);
   // A JSON value (an object, e.g. the GPU routes) added as `key` to the next record written to

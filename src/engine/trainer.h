@@ -96,6 +96,11 @@ class Trainer {
   // ranks, so every rank comes to the same verdict at the same step (and finishes a checkpoint
   // write in flight together); rank 0 says what to do.
   Status StopIfDiverged(int step, double loss, double grad_norm);
+  // The evaluation due at `step`: run, logged, written to the metrics; *val its loss.
+  Status EvaluateAndLog(int step, double* val);
+  // A resume at a step whose evaluation was due: where metrics.jsonl holds no val_loss for it
+  // (the run was stopped during the evaluation, which follows the save), it runs first.
+  Status EvaluateOwed(int step, double* val);
   // This rank's gradient sum of squares is the global one (no TP, PP or ZeRO-1 split), so the
   // clipping scale can be worked out on the device.
   bool NormOnDevice() const;

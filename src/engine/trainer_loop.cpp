@@ -70,6 +70,35 @@ Status Trainer::Evaluate(double* val_loss) {
   return Status::Ok();
 }
 
+Status Trainer::EvaluateAndLog(int step, double* val) {
+  const EngineConfig& e = config_.engine;
+  ReportProgress(progress_, "an evaluation");
+  TRAINER_RETURN_IF_ERROR(Evaluate(val));
+  if (std::isnan(*val))  // metrics.jsonl: null
+    LogWarning(StrFormat(
+        "step %6d/%d | no val loss: the %lld validation samples evaluated have no target of "
+        "loss mask 1 (/loss_mask). Raise Engine.eval_iters, or validate on conversations "
+        "with assistant replies",
+        step, e.max_steps,
+        static_cast<long long>(e.eval_iters) * config_.global.global_batch_size));
+  else
+    LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, *val));
+  return metrics_->Write({{"step", step}, {"val_loss", *val}});
+}
+
+Status Trainer::EvaluateOwed(int step, double* val) {
+  const int freq = config_.engine.eval_freq;
+  if (step == 0 || freq <= 0 || step % freq != 0) return Status::Ok();
+  double owed = groups_.world_rank == 0 && !metrics_->HasValLoss(step) ? 1.0 : 0.0;
+  TRAINER_RETURN_IF_ERROR(groups_.world_host->AllReduce(&owed, 1, DType::kF64, ReduceOp::kSum));
+  if (owed == 0) return Status::Ok();
+  LogInfo(StrFormat(
+      "step %6d: the evaluation due at the checkpoint resumed is not in metrics.jsonl (the run "
+      "stopped during it): evaluating first",
+      step));
+  return EvaluateAndLog(step, val);
+}
+
 Status Trainer::Run() {
   const EngineConfig& e = config_.engine;
   const double tokens_per_step = TokensPerStep();
@@ -102,6 +131,7 @@ Status Trainer::Run() {
         "%.3g, never reaching Optimizer.lr=%g. Lower warmup_steps, or train longer",
         e.max_steps, o.warmup_steps, o.lr * e.max_steps / o.warmup_steps, o.lr));
   double last_loss = std::nan(""), last_val = std::nan("");  // for the closing summary
+  TRAINER_RETURN_IF_ERROR(EvaluateOwed(static_cast<int>(first_step), &last_val));
   GpuMonitor gpu_monitor(backend_);
   while (state_.step < e.max_steps) {
     // Engine.profile times the phases of every step after three warm-up steps.
@@ -205,23 +235,9 @@ Status Trainer::Run() {
       // A stop, and the end of training, wait for the write: the process ends after it.
       TRAINER_RETURN_IF_ERROR(SaveCheckpoint(stop || step == e.max_steps));
     }
-    // After the save: an evaluation that fails never costs the checkpoint that was due.
-    if (eval_due) {
-      double val = 0;
-      ReportProgress(progress_, "an evaluation");
-      TRAINER_RETURN_IF_ERROR(Evaluate(&val));
-      if (std::isnan(val))  // metrics.jsonl: null
-        LogWarning(StrFormat(
-            "step %6d/%d | no val loss: the %lld validation samples evaluated have no target of "
-            "loss mask 1 (/loss_mask). Raise Engine.eval_iters, or validate on conversations "
-            "with assistant replies",
-            step, e.max_steps,
-            static_cast<long long>(e.eval_iters) * config_.global.global_batch_size));
-      else
-        LogInfo(StrFormat("step %6d/%d | val loss %.4f", step, e.max_steps, val));
-      last_val = val;
-      TRAINER_RETURN_IF_ERROR(metrics_->Write({{"step", step}, {"val_loss", val}}));
-    }
+    // After the save: an evaluation that fails never costs the checkpoint that was due (and one
+    // cut short is run again by the resumed run: EvaluateOwed).
+    if (eval_due) TRAINER_RETURN_IF_ERROR(EvaluateAndLog(step, &last_val));
     // A stop runs the evaluation due at its step first: the resumed run starts after it.
     if (stop && step < e.max_steps) {
       const std::string by = PreemptionSignalName();

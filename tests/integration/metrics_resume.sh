@@ -3,6 +3,8 @@
 # the same config trained straight through), each step once (docs/cli.md, "metrics"):
 # - stopped at every step (Engine.exit_duration_min) and requeued, the evaluations due at the
 #   steps where it stopped are run before it exits: val_loss at every eval_freq step;
+# - stopped during the evaluation that follows a save (its val_loss lost), resumed: evaluated
+#   first, records as one run;
 # - a run killed before its first save and requeued with --resume auto (no checkpoint: a fresh
 #   start) logs steps 1.. once, the killed run's records moved to metrics.jsonl.superseded;
 # - gone back to step 4 with nothing to train (max_steps 4): metrics.jsonl unchanged;
@@ -56,6 +58,30 @@ diff <(head -n "$(wc -l < stopped.values)" ref.values) stopped.values ||
   fail "stopped at every step: the records differ from the uninterrupted run's (left: reference)"
 [ "$(grep -c val_loss stopped.values)" -eq 3 ] || fail "stopped at every step: not 3 evaluations"
 echo "ok: stopped after every step and requeued: losses and val_loss at steps 2, 4, 6 as one run"
+
+# Stopped during the evaluation that follows step 4's save (its val_loss never written), then
+# --resume auto: the evaluation runs first, and the records are the uninterrupted run's.
+run_np 1 train "${COMMON[@]}" -o Engine.max_steps=4 -o Engine.save_steps=2 \
+  -o Engine.output_dir=owed > owed.log 2>&1 || { tail owed.log; fail "the run to step 4"; }
+python3 - owed/metrics.jsonl <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines(True)
+last = [i for i, l in enumerate(lines) if json.loads(l) == dict(json.loads(l), step=4) and "val_loss" in l]
+assert len(last) == 1, lines
+del lines[last[0]]
+open(sys.argv[1], "w").write("".join(lines))
+PY
+run_np 1 train "${COMMON[@]}" -o Engine.max_steps=6 -o Engine.save_steps=2 \
+  -o Engine.output_dir=owed --resume auto > owed-on.log 2>&1 || { tail owed-on.log; fail "owed on"; }
+grep -q "step      4: the evaluation due at the checkpoint resumed is not in metrics.jsonl" owed-on.log ||
+  { cat owed-on.log; fail "no line about the evaluation owed"; }
+diff <(head -n 9 ref.values) <(values owed/metrics.jsonl) ||
+  fail "resumed after an evaluation cut short: not the uninterrupted run's records (left)"
+run_np 1 train "${COMMON[@]}" -o Engine.max_steps=8 -o Engine.save_steps=2 \
+  -o Engine.output_dir=owed --resume auto > owed-done.log 2>&1 || { tail owed-done.log; fail "on"; }
+! grep -q "evaluation due at the checkpoint resumed" owed-done.log ||
+  fail "an evaluation logged already was run again"
+echo "ok: stopped during the evaluation after a save: resumed, it evaluates first, once"
 
 # Killed before its first save, requeued: a fresh start that logs each step once.
 "$TRAINER" train "${COMMON[@]}" -o Engine.max_steps=100000 -o Engine.save_steps=1000 \
