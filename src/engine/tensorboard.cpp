@@ -84,17 +84,25 @@ Status TensorBoardWriter::Open(const std::string& folder, std::unique_ptr<Tensor
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count();
   w->path_ = StrFormat("%s/events.out.tfevents.%lld.%s", folder.c_str(), seconds, host);
-  w->file_ = std::fopen(w->path_.c_str(), "ab");
-  if (w->file_ == nullptr)
+  if (access(folder.c_str(), W_OK) != 0)
     return RuntimeError(
         StrFormat("cannot create %s: %s (Engine.output_dir). Choose a writable "
                   "Engine.output_dir or set Engine.tensorboard=false",
                   w->path_.c_str(), std::strerror(errno)));
-  std::string event = EventHeader(0);
-  PutBytesField(&event, 3, "brain.Event:2");  // file_version
-  TRAINER_RETURN_IF_ERROR(w->WriteRecord(event));
   *out = std::move(w);
   return Status::Ok();
+}
+
+Status TensorBoardWriter::Create() {
+  file_ = std::fopen(path_.c_str(), "ab");
+  if (file_ == nullptr)
+    return RuntimeError(
+        StrFormat("cannot create %s: %s (Engine.output_dir). Choose a writable "
+                  "Engine.output_dir or set Engine.tensorboard=false",
+                  path_.c_str(), std::strerror(errno)));
+  std::string event = EventHeader(0);
+  PutBytesField(&event, 3, "brain.Event:2");  // file_version
+  return WriteRecord(event);
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
@@ -127,6 +135,7 @@ Status TensorBoardWriter::WriteSessionStart(int64_t step) {
 }
 
 Status TensorBoardWriter::WriteRecord(const std::string& event) {
+  if (file_ == nullptr) TRAINER_RETURN_IF_ERROR(Create());
   const uint64_t length = event.size();
   const uint32_t length_crc = MaskedCrc(&length, 8), data_crc = MaskedCrc(event.data(), length);
   std::string record(reinterpret_cast<const char*>(&length), 8);

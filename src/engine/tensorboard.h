@@ -26,7 +26,8 @@ uint32_t Crc32c(const void* data, size_t bytes);
 
 class TensorBoardWriter {
  public:
-  // Creates <folder>/events.out.tfevents.<seconds>.<host> with its file_version record.
+  // <folder>/events.out.tfevents.<seconds>.<host>, created with its file_version record at the
+  // first write (a run with nothing to train leaves no file); `folder` made and writable.
   static Status Open(const std::string& folder, std::unique_ptr<TensorBoardWriter>* out);
   ~TensorBoardWriter();
   // One event at `step` with a scalar per (tag, value).
@@ -40,6 +41,7 @@ class TensorBoardWriter {
  private:
   TensorBoardWriter() = default;
   Status WriteRecord(const std::string& event);
+  Status Create();
 
   FILE* file_ = nullptr;
   std::string path_;

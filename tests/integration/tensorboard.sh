@@ -5,7 +5,7 @@
 # its first step. Then a run killed (SIGKILL) past its last checkpoint and resumed: metrics.jsonl
 # holds each step's loss once, and the event files, read with TensorBoard's purge rule (the first
 # START of a folder starts the session; each later START at step S drops the events before it of
-# steps >= S), hold exactly what metrics.jsonl holds.
+# steps >= S), hold exactly what metrics.jsonl holds; a resume with nothing to train adds no file.
 source "$(dirname "$0")/lib.sh"
 make_small_dataset data.h5
 run_np 1 train -o Data.train_path=data.h5 -o Data.val_fraction=0.1 -o Global.device=cpu \
@@ -93,3 +93,11 @@ PY
 grep -q "record(s) after step $saved (logged past this checkpoint) or of a run that went back and committed no checkpoint, moved to .*metrics.jsonl.superseded" resumed.log || { cat resumed.log; fail "no line about the moved records"; }
 [ -s killed/metrics.jsonl.superseded ] || fail "the moved records are not in metrics.jsonl.superseded"
 echo "ok: killed at step $logged, resumed from step $saved: no step logged twice"
+# A resume with nothing to train (a finished job requeued) adds no event file.
+files=$(ls killed/tensorboard | wc -l)
+sleep 1  # another second: another file name, were one made
+run_np 1 train "${KILLED[@]}" -o Engine.max_steps=$((logged + 5)) --resume auto > again.log 2>&1 ||
+  { cat again.log; fail "the run with nothing to do failed"; }
+grep -q "nothing to do" again.log || { cat again.log; fail "no 'nothing to do'"; }
+[ "$(ls killed/tensorboard | wc -l)" -eq "$files" ] || fail "a run with nothing to train made an event file"
+echo "ok: a requeued finished run adds no event file"
