@@ -50,12 +50,14 @@ int RunTrainCommand(const std::vector<std::string>& args) {
       "newest that verifies) or a step folder; overrides Checkpoint.resume")(
       "print-config", "print the resolved config (a YAML file that -c reads back) and exit");
 
+  // From here on a preemption signal (scancel's SIGTERM, Slurm's USR1, Ctrl-C) only sets a flag:
+  // one during set-up (MPI's start-up included, which takes long on large jobs) stops the run at
+  // the first step boundary with a checkpoint (exit 75), as one during training does. Installed
+  // again once MPI has started, so that rank 0 announces a Ctrl-C.
+  InstallPreemptionHandlers();
   RunContext ctx;
   Status status = ctx.Init();
   if (!status.ok()) return ctx.Finish(status);
-  // From here on a preemption signal (scancel's SIGTERM, Slurm's USR1, Ctrl-C) only sets a flag:
-  // one during set-up stops the run at the first step boundary with a checkpoint (exit 75), as
-  // one during training does.
   InstallPreemptionHandlers(ctx.runtime->rank() == 0);
   MaybeWaitForDebugger(ctx.runtime->rank(), ctx.runtime->host());
 
