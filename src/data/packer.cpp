@@ -222,48 +222,6 @@ class InputReader {
   std::string line_, text_;
 };
 
-// Sends stream positions [0, cut) to `train` and [cut, ...) to `val`.
-class SplitWriter {
- public:
-  SplitWriter(TokenFileWriter* train, TokenFileWriter* val, int64_t cut)
-      : train_(train), val_(val), cut_(cut) {}
-  Status Append(const uint32_t* tokens, size_t count, const uint8_t* mask = nullptr) {
-    while (count > 0) {
-      size_t n = count;
-      TokenFileWriter* target = val_;
-      if (position_ < cut_) {
-        n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(count), cut_ - position_));
-        target = train_;
-      }
-      TRAINER_RETURN_IF_ERROR(target->Append(tokens, n, mask));
-      if (mask) trained_[target == train_ ? 0 : 1] += std::count(mask, mask + n, uint8_t{1});
-      tokens += n;
-      if (mask) mask += n;
-      count -= n;
-      position_ += static_cast<int64_t>(n);
-    }
-    return Status::Ok();
-  }
-  // A document starting at token `start` of the stream: the training file's where it starts
-  // before the cut; the validation file's where it starts past it (its first document, from the
-  // cut, was recorded when it was made: a document cut in two belongs to both).
-  Status StartDocument(int64_t start) {
-    if (start < cut_) return train_->AddDocumentStart(static_cast<uint64_t>(start));
-    if (start > cut_) return val_->AddDocumentStart(static_cast<uint64_t>(start - cut_));
-    return Status::Ok();
-  }
-  int64_t position() const { return position_; }
-  // Tokens of mask 1 written to the training (0) or the validation (1) file.
-  int64_t trained(int side) const { return trained_[side]; }
-
- private:
-  TokenFileWriter* train_;
-  TokenFileWriter* val_;
-  int64_t cut_;
-  int64_t position_ = 0;
-  int64_t trained_[2] = {0, 0};
-};
-
 // Token count (without eod) of every document, from the input's size when the tokenizer can tell,
 // else by tokenizing it once without writing.
 Status CountTokens(const PackOptions& options, const std::vector<int64_t>& sizes,
@@ -520,7 +478,7 @@ Status PackDatasetWithTokenizer(const PackOptions& options, Tokenizer* tokenizer
   }
 
   // The writing pass: one eod after each non-empty document.
-  SplitWriter writer(train.get(), val.get(), cut);
+  SplitTokenWriter writer(train.get(), val.get(), cut);
   auto write = [&writer](const uint32_t* tokens, size_t n, const uint8_t* mask) {
     return writer.Append(tokens, n, mask);
   };

@@ -159,4 +159,28 @@ Status TokenFileWriter::Finish() {
   return Status::Ok();
 }
 
+Status SplitTokenWriter::Append(const uint32_t* tokens, size_t count, const uint8_t* mask) {
+  while (count > 0) {
+    size_t n = count;
+    TokenFileWriter* target = val_;
+    if (position_ < cut_) {
+      n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(count), cut_ - position_));
+      target = train_;
+    }
+    TRAINER_RETURN_IF_ERROR(target->Append(tokens, n, mask));
+    if (mask) trained_[target == train_ ? 0 : 1] += std::count(mask, mask + n, uint8_t{1});
+    tokens += n;
+    if (mask) mask += n;
+    count -= n;
+    position_ += static_cast<int64_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status SplitTokenWriter::StartDocument(int64_t start) {
+  if (start < cut_) return train_->AddDocumentStart(static_cast<uint64_t>(start));
+  if (start > cut_) return val_->AddDocumentStart(static_cast<uint64_t>(start - cut_));
+  return Status::Ok();
+}
+
 }  // namespace trainer

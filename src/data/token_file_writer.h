@@ -78,4 +78,27 @@ class TokenFileWriter {
   uint64_t last_start_ = 0;
 };
 
+// One token stream written to two files: stream positions [0, cut) to `train` and [cut, ...)
+// to `val` (trainer pack --val-fraction; without a split, cut past any position).
+class SplitTokenWriter {
+ public:
+  SplitTokenWriter(TokenFileWriter* train, TokenFileWriter* val, int64_t cut)
+      : train_(train), val_(val), cut_(cut) {}
+  Status Append(const uint32_t* tokens, size_t count, const uint8_t* mask = nullptr);
+  // A document starting at token `start` of the stream: the training file's where it starts
+  // before the cut; the validation file's where it starts past it (its first document, from the
+  // cut, was recorded when it was made: a document cut in two belongs to both).
+  Status StartDocument(int64_t start);
+  int64_t position() const { return position_; }
+  // Tokens of mask 1 written to the training (0) or the validation (1) file.
+  int64_t trained(int side) const { return trained_[side]; }
+
+ private:
+  TokenFileWriter* train_;
+  TokenFileWriter* val_;
+  int64_t cut_;
+  int64_t position_ = 0;
+  int64_t trained_[2] = {0, 0};
+};
+
 }  // namespace trainer

@@ -16,16 +16,10 @@ namespace trainer {
 namespace {
 
 using testing_data::DataTest;
+using testing_data::RandomFileTokens;
 using testing_data::SyntheticFile;
 using testing_data::WriteBytes;
 using testing_data::WriteSyntheticFile;
-
-std::vector<uint32_t> RandomTokens(size_t n, uint32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint32_t> tokens(n);
-  for (uint32_t& t : tokens) t = rng() % vocab;
-  return tokens;
-}
 
 // Reads `ids` and checks every row against tokens[id*T : id*T+T+1] of `tokens` (offset by first).
 void ExpectSamplesMatch(TokenDataset& dataset, const std::vector<uint32_t>& tokens,
@@ -60,7 +54,7 @@ class DatasetTest : public DataTest {
 TEST_F(DatasetTest, ReadSamplesEqualFileSlicesUint16) {
   const int T = 16;
   SyntheticFile spec;
-  spec.tokens = RandomTokens(50 * T + 1 + 7, 1000, 1);  // 50 samples and a few spare tokens
+  spec.tokens = RandomFileTokens(50 * T + 1 + 7, 1000, 1);  // 50 samples and a few spare tokens
   WriteSyntheticFile(Path("d.h5"), spec);
   auto opened = TokenDataset::Open(Path("d.h5"), 1024);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
@@ -88,7 +82,7 @@ TEST_F(DatasetTest, ReadSamplesEqualFileSlicesUint16) {
 TEST_F(DatasetTest, ShiftedWindowsEqualFileSlices) {
   const int T = 8;
   SyntheticFile spec;
-  spec.tokens = RandomTokens(20 * T + 1, 1000, 3);  // exactly 20 samples: no spare token
+  spec.tokens = RandomFileTokens(20 * T + 1, 1000, 3);  // exactly 20 samples: no spare token
   WriteSyntheticFile(Path("d.h5"), spec);
   auto opened = TokenDataset::Open(Path("d.h5"), 1024);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
@@ -115,112 +109,13 @@ TEST_F(DatasetTest, ShiftedWindowsEqualFileSlices) {
   EXPECT_EQ(targets[T - 1], static_cast<int32_t>(spec.tokens[20 * T]));
 }
 
-// Data.packing: documents: each window's document starts and the targets at document starts,
-// against a brute-force reading of /doc_offsets (an empty document, windows that start
-// mid-document, shifted windows); a middle pipeline stage's read (no tokens) gives the same.
-TEST_F(DatasetTest, DocumentStartsFollowDocOffsets) {
-  const int T = 8;
-  SyntheticFile spec;
-  spec.tokens = RandomTokens(5 * T + 1, 1000, 6);
-  spec.doc_offsets = {0, 3, 3, 11, 12, 20, 41};
-  WriteSyntheticFile(Path("d.h5"), spec);
-  auto opened = TokenDataset::Open(Path("d.h5"), 1024);
-  ASSERT_TRUE(opened.ok()) << opened.status().message();
-  TokenDataset& file = **opened;
-  const DataSplit split{0, 5};
-  const std::vector<int64_t> ids = {0, 1, 2, 3, 1}, shifts = {0, 0, 2, 1, 4};
-  const size_t n = ids.size() * T;
-  std::vector<int32_t> inputs(n), targets(n), starts(n, -7), starts_only(n, -7);
-  EXPECT_FALSE(
-      file.ReadSamples(split, ids, T, inputs.data(), targets.data(), shifts.data(), starts.data())
-          .ok());  // EnableDocumentStarts first
-  file.EnableDocumentStarts();
-  ASSERT_TRUE(
-      file.ReadSamples(split, ids, T, inputs.data(), targets.data(), shifts.data(), starts.data())
-          .ok());
-  ASSERT_TRUE(
-      file.ReadSamples(split, ids, T, nullptr, nullptr, shifts.data(), starts_only.data()).ok());
-  EXPECT_EQ(starts, starts_only);
-  auto begins_document = [&](int64_t pos) {
-    for (size_t d = 0; d + 1 < spec.doc_offsets.size(); ++d)
-      if (static_cast<int64_t>(spec.doc_offsets[d]) == pos) return true;
-    return false;
-  };
-  for (size_t r = 0; r < ids.size(); ++r) {
-    const int64_t first = ids[r] * T + shifts[r];
-    for (int t = 0; t < T; ++t) {
-      int64_t start = first;  // the window's first token, or a later document start
-      for (int64_t pos = first; pos <= first + t; ++pos)
-        if (begins_document(pos)) start = pos;
-      ASSERT_EQ(starts[r * T + t], start - first) << r << " " << t;
-      const int32_t token = static_cast<int32_t>(spec.tokens[first + t + 1]);
-      ASSERT_EQ(targets[r * T + t], begins_document(first + t + 1) ? -1 : token) << r << " " << t;
-    }
-  }
-  // Window 0: documents at 0 and 3; window 3 (tokens 25..32) starts inside the document at 20.
-  EXPECT_EQ(std::vector<int32_t>(starts.begin(), starts.begin() + T),
-            (std::vector<int32_t>{0, 0, 0, 3, 3, 3, 3, 3}));
-  EXPECT_EQ(std::vector<int32_t>(starts.begin() + 3 * T, starts.begin() + 4 * T),
-            std::vector<int32_t>(T, 0));
-}
-
-// /doc_offsets read around each window, not whole: a file of 60,000 documents (empty ones, runs
-// of one-token ones, a few of thousands of tokens, lopsided so that interpolation guesses badly)
-// against the starts every window gets from the whole list in memory, for random windows and
-// for runs of consecutive ones (which reuse the entries read).
-TEST_F(DatasetTest, DocumentStartsOfManyDocumentsReadAroundEachWindow) {
-  const int T = 64;
-  std::mt19937_64 rng(17);
-  SyntheticFile spec;
-  spec.doc_offsets = {0};
-  while (spec.doc_offsets.size() < 60000) {
-    const uint64_t pick = rng() % 100;
-    const uint64_t length = pick < 5 ? 0 : pick < 40 ? 1 : pick < 99 ? 1 + rng() % 30 : 5000;
-    spec.doc_offsets.push_back(spec.doc_offsets.back() + length);
-  }
-  if (spec.doc_offsets.back() == spec.doc_offsets[spec.doc_offsets.size() - 2])
-    spec.doc_offsets.back() += 1;  // the last document holds its end-of-document token
-  spec.tokens = RandomTokens(static_cast<int64_t>(spec.doc_offsets.back()), 1000, 8);
-  WriteSyntheticFile(Path("many.h5"), spec);
-  auto opened = TokenDataset::Open(Path("many.h5"), 1024);
-  ASSERT_TRUE(opened.ok()) << opened.status().message();
-  TokenDataset& file = **opened;
-  file.EnableDocumentStarts();
-  const int64_t samples = file.NumSamples(T);
-  const DataSplit split{0, samples};
-  std::vector<int64_t> ids, shifts;
-  for (int i = 0; i < 300; ++i) {
-    ids.push_back(static_cast<int64_t>(rng() % samples));
-    shifts.push_back(static_cast<int64_t>(rng() % T));
-  }
-  for (int64_t id = samples - 40; id < samples; ++id) ids.push_back(id), shifts.push_back(0);
-  std::vector<int32_t> inputs(ids.size() * T), targets(ids.size() * T), starts(ids.size() * T);
-  ASSERT_TRUE(
-      file.ReadSamples(split, ids, T, inputs.data(), targets.data(), shifts.data(), starts.data())
-          .ok());
-  const std::vector<uint64_t>& off = spec.doc_offsets;
-  const auto begins_document = [&](int64_t pos) {
-    return std::binary_search(off.begin(), off.end() - 1, static_cast<uint64_t>(pos));
-  };
-  for (size_t r = 0; r < ids.size(); ++r) {
-    const int64_t first = ids[r] * T + (ids[r] == samples - 1 ? 0 : shifts[r]);
-    int64_t start = first;
-    for (int t = 0; t < T; ++t) {
-      if (begins_document(first + t)) start = first + t;
-      ASSERT_EQ(starts[r * T + t], start - first) << "window " << r << " token " << t;
-      const int32_t token = static_cast<int32_t>(spec.tokens[first + t + 1]);
-      ASSERT_EQ(targets[r * T + t], begins_document(first + t + 1) ? -1 : token) << r << " " << t;
-    }
-  }
-}
-
 TEST_F(DatasetTest, ReadSamplesEqualFileSlicesUint32) {
   const int T = 5;
   SyntheticFile spec;
   spec.token_type = H5T_STD_U32LE;
   spec.vocab_size = 100000;
   spec.eod_id = 0;
-  spec.tokens = RandomTokens(101, 100000, 2);
+  spec.tokens = RandomFileTokens(101, 100000, 2);
   WriteSyntheticFile(Path("d.h5"), spec);
   auto opened = TokenDataset::Open(Path("d.h5"), 100000);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
@@ -230,7 +125,7 @@ TEST_F(DatasetTest, ReadSamplesEqualFileSlicesUint32) {
 
 TEST_F(DatasetTest, OutOfRangeSampleIdIsAnError) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(41, 1000, 3);
+  spec.tokens = RandomFileTokens(41, 1000, 3);
   WriteSyntheticFile(Path("d.h5"), spec);
   auto opened = TokenDataset::Open(Path("d.h5"), 0);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
@@ -247,7 +142,7 @@ TEST_F(DatasetTest, OutOfRangeSampleIdIsAnError) {
 TEST_F(DatasetTest, TruncatedWhileOpenIsAnError) {
   const int T = 16;
   SyntheticFile spec;
-  spec.tokens = RandomTokens(4000 * T + 1, 1000, 5);
+  spec.tokens = RandomFileTokens(4000 * T + 1, 1000, 5);
   WriteSyntheticFile(Path("d.h5"), spec);
   WriteSyntheticFile(Path("other.h5"), spec);
   auto opened = TokenDataset::Open(Path("d.h5"), 1024);
@@ -270,7 +165,7 @@ TEST_F(DatasetTest, TruncatedWhileOpenIsAnError) {
 // error" (the clean-up after the failed open cleared HDF5's error stack).
 TEST_F(DatasetTest, TruncatedFileSaysSo) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(4000, 1000, 6);
+  spec.tokens = RandomFileTokens(4000, 1000, 6);
   WriteSyntheticFile(Path("cut.h5"), spec);
   ASSERT_EQ(truncate(Path("cut.h5").c_str(), 3000), 0);
   ExpectOpenFails(Path("cut.h5"), "truncated");
@@ -295,7 +190,7 @@ TEST_F(DatasetTest, MissingTokens) {
 
 TEST_F(DatasetTest, MissingDocOffsets) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(10, 1000, 4);
+  spec.tokens = RandomFileTokens(10, 1000, 4);
   spec.write_doc_offsets = false;
   WriteSyntheticFile(Path("d.h5"), spec);
   ExpectOpenFails(Path("d.h5"), "/doc_offsets");
@@ -308,7 +203,7 @@ TEST_F(DatasetTest, WrongTokenTypes) {
                                                  {H5T_STD_U64LE, "uint64"}};
   for (const auto& [type, name] : wrong) {
     SyntheticFile spec;
-    spec.tokens = RandomTokens(10, 100, 5);
+    spec.tokens = RandomFileTokens(10, 100, 5);
     spec.token_type = type;
     std::string path = Path(std::string("d_") + name + ".h5");
     WriteSyntheticFile(path, spec);
@@ -320,7 +215,7 @@ TEST_F(DatasetTest, WrongTokenTypes) {
 TEST_F(DatasetTest, MissingAttributes) {
   for (const char* attribute : {"format_version", "vocab_size", "eod_id", "tokenizer"}) {
     SyntheticFile spec;
-    spec.tokens = RandomTokens(10, 1000, 6);
+    spec.tokens = RandomFileTokens(10, 1000, 6);
     spec.skip_attributes = {attribute};
     std::string path = Path(std::string("no_") + attribute + ".h5");
     WriteSyntheticFile(path, spec);
@@ -330,7 +225,7 @@ TEST_F(DatasetTest, MissingAttributes) {
 
 TEST_F(DatasetTest, VocabularyLargerThanModel) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(10, 1000, 7);
+  spec.tokens = RandomFileTokens(10, 1000, 7);
   WriteSyntheticFile(Path("d.h5"), spec);
   ExpectOpenFails(Path("d.h5"), "Model.vocab_size", /*model_vocab=*/999);
   EXPECT_TRUE(TokenDataset::Open(Path("d.h5"), 1000).ok());
@@ -338,7 +233,7 @@ TEST_F(DatasetTest, VocabularyLargerThanModel) {
 
 TEST_F(DatasetTest, TokenOutOfVocabulary) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(300, 1000, 8);
+  spec.tokens = RandomFileTokens(300, 1000, 8);
   spec.tokens[123] = 1000;  // == vocab_size
   WriteSyntheticFile(Path("d.h5"), spec);
   ExpectOpenFails(Path("d.h5"), "/tokens[123]");
@@ -346,7 +241,7 @@ TEST_F(DatasetTest, TokenOutOfVocabulary) {
 
 TEST_F(DatasetTest, LargeFilesScanOnlyTheirEndsAndReadsStillCheck) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(400, 1000, 9);
+  spec.tokens = RandomFileTokens(400, 1000, 9);
   spec.tokens[200] = 4000;  // in the middle: not scanned in large-file mode
   WriteSyntheticFile(Path("d.h5"), spec);
   DatasetOpenOptions large;
@@ -379,7 +274,7 @@ TEST_F(DatasetTest, LargeFilesScanOnlyTheirEndsAndReadsStillCheck) {
 
 TEST_F(DatasetTest, TooShortForOneSample) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(64, 1000, 10);
+  spec.tokens = RandomFileTokens(64, 1000, 10);
   WriteSyntheticFile(Path("d.h5"), spec);
   auto opened = TokenDataset::Open(Path("d.h5"), 1000);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
@@ -400,7 +295,7 @@ TEST_F(DatasetTest, EmptyTokens) {
 
 TEST_F(DatasetTest, InconsistentDocOffsetsAndVersion) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(10, 1000, 11);
+  spec.tokens = RandomFileTokens(10, 1000, 11);
   spec.doc_offsets = {0, 4, 9};  // does not end at 10
   WriteSyntheticFile(Path("offsets.h5"), spec);
   ExpectOpenFails(Path("offsets.h5"), "/doc_offsets");
@@ -415,7 +310,7 @@ TEST_F(DatasetTest, InconsistentDocOffsetsAndVersion) {
 
 TEST_F(DatasetTest, Hdf5CheckReportsTheCallAndHdf5sReason) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(10, 1000, 12);
+  spec.tokens = RandomFileTokens(10, 1000, 12);
   WriteSyntheticFile(Path("d.h5"), spec);
   hid_t file = H5Fopen(Path("d.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   ASSERT_GE(file, 0);
@@ -459,7 +354,7 @@ TEST(DataSplitTest, HoldOutTheLastFloorFraction) {
 
 TEST_F(DatasetTest, OpenDataSourcesPicksFilesAndSplits) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(101, 1000, 13);  // 10 samples of 10
+  spec.tokens = RandomFileTokens(101, 1000, 13);  // 10 samples of 10
   WriteSyntheticFile(Path("train.h5"), spec);
   spec.tokens.resize(31);  // 3 samples of 10
   WriteSyntheticFile(Path("val.h5"), spec);
@@ -506,7 +401,7 @@ TEST_F(DatasetTest, OpenDataSourcesPicksFilesAndSplits) {
 // shard-*.h5), or the same file by another name, is refused: it would be trained on.
 TEST_F(DatasetTest, TrainingFilesMustNotBeValidationFiles) {
   SyntheticFile spec;
-  spec.tokens = RandomTokens(101, 1000, 13);
+  spec.tokens = RandomFileTokens(101, 1000, 13);
   WriteSyntheticFile(Path("shard-00000.h5"), spec);
   WriteSyntheticFile(Path("shard-00000.val.h5"), spec);
   WriteSyntheticFile(Path("val-00000.h5"), spec);
@@ -536,8 +431,8 @@ TEST_F(DatasetTest, TrainingFilesMustNotBeValidationFiles) {
 TEST_F(DatasetTest, SeveralFilesFormOneSampleSet) {
   const int T = 10;
   SyntheticFile a, b;
-  a.tokens = RandomTokens(4 * T + 1 + 3, 1000, 21);  // 4 samples
-  b.tokens = RandomTokens(6 * T + 1, 1000, 22);      // 6 samples
+  a.tokens = RandomFileTokens(4 * T + 1 + 3, 1000, 21);  // 4 samples
+  b.tokens = RandomFileTokens(6 * T + 1, 1000, 22);      // 6 samples
   WriteSyntheticFile(Path("shard-0.h5"), a);
   WriteSyntheticFile(Path("shard-1.h5"), b);
 

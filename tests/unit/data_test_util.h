@@ -10,11 +10,20 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
 namespace trainer {
 namespace testing_data {
+
+// `n` token ids below `vocab`, drawn from `seed`.
+inline std::vector<uint32_t> RandomFileTokens(size_t n, uint32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> tokens(n);
+  for (uint32_t& t : tokens) t = rng() % vocab;
+  return tokens;
+}
 
 // A fresh folder per test, removed afterwards.
 class DataTest : public ::testing::Test {
