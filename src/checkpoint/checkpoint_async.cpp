@@ -62,8 +62,20 @@ bool AsyncCheckpointSavesSupported() {
 
 AsyncCheckpointSaver::~AsyncCheckpointSaver() { WaitForWrite(); }
 
+void AsyncCheckpointSaver::AwaitWriter() {
+  // A beat whenever the writer has written more tensors since the last look.
+  int64_t seen = writer_progress_.beats;
+  ReportProgress(progress_, "a checkpoint write");
+  while (write_.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
+    const int64_t now = writer_progress_.beats;
+    if (now != seen) ReportProgress(progress_, "a checkpoint write");
+    seen = now;
+  }
+}
+
 void AsyncCheckpointSaver::WaitForWrite() {
   if (!write_.valid()) return;
+  AwaitWriter();
   const Status s = write_.get();
   if (!s.ok()) LogWarning("the checkpoint written in the background failed: " + s.message());
 }
@@ -95,14 +107,7 @@ Status AsyncCheckpointSaver::Finish(CheckpointSaveReport* report) {
   pending_ = false;
   Status status;
   if (write_.valid()) {
-    // Waiting: a beat whenever the writer has written more tensors since the last look.
-    int64_t seen = writer_progress_.beats;
-    ReportProgress(progress_, "a checkpoint write");
-    while (write_.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
-      const int64_t now = writer_progress_.beats;
-      if (now != seen) ReportProgress(progress_, "a checkpoint write");
-      seen = now;
-    }
+    AwaitWriter();
     status = write_.get();
   }
   AwaitRoot(progress_, groups_.world_rank, "rank 0's checkpoint write");

@@ -63,6 +63,8 @@ class AsyncCheckpointSaver {
     std::atomic<int64_t> beats{0};
   };
   WriterProgress writer_progress_;
+  // Rank 0: waits for the writer's thread, telling progress_ of each tensor it writes.
+  void AwaitWriter();
   Progress* progress_ = nullptr;  // the request's, told of the writer's progress in Finish
   CheckpointSaveReport written_;
   bool pending_ = false;

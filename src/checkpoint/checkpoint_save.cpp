@@ -137,9 +137,13 @@ class SaveOnRoot {
       FailHdf5(file_path(), Hdf5ErrorText());  // the final flush: a full disk often shows here
       return;
     }
+    // A beat after each step: on a slow file system each fsync and rename may take long.
     ReportProgress(r_.progress, "committing a checkpoint");  // the file's final flush is done
     errno = 0;
-    if (!Try(SyncPath(file_path()), file_path()) || !Try(SyncPath(tmp_dir_), tmp_dir_)) return;
+    if (!Try(SyncPath(file_path()), file_path())) return;
+    ReportProgress(r_.progress, "committing a checkpoint");
+    if (!Try(SyncPath(tmp_dir_), tmp_dir_)) return;
+    ReportProgress(r_.progress, "committing a checkpoint");
     if (IsDirectory(final_dir_)) {
       // A re-save of a step (after resuming from an earlier one): replace the file atomically so
       // that step-N/ always holds a complete checkpoint.
@@ -148,9 +152,11 @@ class SaveOnRoot {
     } else if (!Try(RenameDurably(tmp_dir_, final_dir_), final_dir_)) {
       return;
     }
+    ReportProgress(r_.progress, "committing a checkpoint");
     if (!Try(WriteFileAtomically(r_.directory + "/latest", CheckpointFolderName(r_.step) + "\n"),
              r_.directory + "/latest"))
       return;
+    ReportProgress(r_.progress, "committing a checkpoint");
     SetAsideAbandonedSteps();
     ApplyRetention();
   }
@@ -360,6 +366,9 @@ Status GatherTensors(const CheckpointWriteRequest& r, GptModel* model, const Par
     for (int w = 0; w < kStateCount; ++w, ++tensor_index) {
       ReportProgress(r.progress, "gathering a checkpoint");
       if (i_hold && !is_root) {
+        // Rank 0 takes the tensors in order, writing each (a synchronous save): a holder of later
+        // ones (a later pipeline stage) waits for its writes of the earlier ones, which it reports.
+        AwaitRoot(r.progress, groups.world_rank, "rank 0's gathering and writing of a checkpoint");
         TRAINER_RETURN_IF_ERROR(groups.world_host->Send(state[w] + mine->offset,
                                                         static_cast<size_t>(mine->local_numel()),
                                                         DType::kF32, 0));

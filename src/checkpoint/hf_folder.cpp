@@ -218,11 +218,13 @@ Status ReadHuggingFaceEntries(const std::string& weights, std::vector<Safetensor
 }
 
 Status ReadHuggingFaceTensors(const std::string& weights,
-                              std::map<std::string, SafetensorsTensor>* tensors) {
+                              std::map<std::string, SafetensorsTensor>* tensors,
+                              Progress* progress) {
   std::map<std::string, std::set<std::string>> shards;
   TRAINER_RETURN_IF_ERROR(Shards(weights, &shards));
   tensors->clear();
   for (const auto& [file, listed] : shards) {
+    ReportProgress(progress, "loading pretrained weights (a Hugging Face shard)");
     std::map<std::string, SafetensorsTensor> part;
     TRAINER_RETURN_IF_ERROR(ReadSafetensors(file, &part));
     if (IsIndex(weights)) {

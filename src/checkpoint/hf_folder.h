@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
+#include "common/progress.h"
 #include "common/status.h"
 
 namespace trainer {
@@ -39,9 +40,10 @@ std::string HuggingFaceFolder(const std::string& weights);
 // sorted by name. A tensor the index names that its shard lacks is a checkpoint error.
 Status ReadHuggingFaceEntries(const std::string& weights, std::vector<SafetensorsEntry>* entries);
 
-// Every tensor of `weights` as f32 (ReadSafetensors over each shard).
+// Every tensor of `weights` as f32 (ReadSafetensors over each shard; `progress` told of each).
 Status ReadHuggingFaceTensors(const std::string& weights,
-                              std::map<std::string, SafetensorsTensor>* tensors);
+                              std::map<std::string, SafetensorsTensor>* tensors,
+                              Progress* progress = nullptr);
 
 // "5GB", "20KB", "100MiB", "1000" (bytes) as bytes, as transformers' max_shard_size reads them
 // (KB, MB, GB powers of 1000; KiB, MiB, GiB of 1024). 0 when it is not one.

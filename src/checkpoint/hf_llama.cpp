@@ -382,11 +382,11 @@ Status CheckLlamaConfigJsonFits(const std::string& weights, const ModelConfig& m
 
 Status LlamaParameterValues(const std::string& weights, const ModelConfig& model,
                             const ModelPartition& part, const std::vector<ParameterInfo>& params,
-                            std::vector<float>* flat) {
+                            std::vector<float>* flat, Progress* progress) {
   TRAINER_RETURN_IF_ERROR(CheckLlamaConfigJsonFits(weights, model));
   const std::string folder = HuggingFaceFolder(weights);
   std::map<std::string, SafetensorsTensor> tensors;
-  TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(weights, &tensors));
+  TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(weights, &tensors, progress));
   TRAINER_RETURN_IF_ERROR(StackHuggingFaceExperts(weights, model, &tensors));
   const std::string architecture = HuggingFaceArchitecture(folder);
   std::set<std::string> known;

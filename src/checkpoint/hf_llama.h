@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/progress.h"
 #include "common/status.h"
 #include "config/train_config.h"
 #include "model/parameters.h"
@@ -54,6 +55,6 @@ Status CheckLlamaConfigJsonFits(const std::string& weights, const ModelConfig& m
 // names the key and gives every override the folder needs), every tensor present with its shape.
 Status LlamaParameterValues(const std::string& weights, const ModelConfig& model,
                             const ModelPartition& part, const std::vector<ParameterInfo>& params,
-                            std::vector<float>* flat);
+                            std::vector<float>* flat, Progress* progress = nullptr);
 
 }  // namespace trainer

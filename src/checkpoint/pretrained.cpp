@@ -69,9 +69,9 @@ Status FromHuggingFace(const ModelConfig& model, const ParameterInfo& p, const S
 
 Status FromSafetensors(const std::string& file, const ModelConfig& model,
                        const ModelPartition& part, const std::vector<ParameterInfo>& params,
-                       std::vector<float>* flat) {
+                       std::vector<float>* flat, Progress* progress) {
   std::map<std::string, SafetensorsTensor> tensors;
-  TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(file, &tensors));
+  TRAINER_RETURN_IF_ERROR(ReadHuggingFaceTensors(file, &tensors, progress));
   auto find = [&](const std::string& name) -> const SafetensorsTensor* {
     auto it = tensors.find(name);
     if (it == tensors.end()) it = tensors.find(name.substr(sizeof(kTransformer) - 1));
@@ -448,8 +448,8 @@ Status PretrainedParameterValues(const std::string& path, const ModelConfig& mod
     const std::string arch = HuggingFaceArchitecture(HuggingFaceFolder(weights));
     const bool llama = IsLlamaArchitecture(arch);
     *what = weights + (llama ? " (a Hugging Face " + arch + ")" : " (a Hugging Face GPT-2)");
-    const Status read = llama ? LlamaParameterValues(weights, model, part, params, flat)
-                              : FromSafetensors(weights, model, part, params, flat);
+    const Status read = llama ? LlamaParameterValues(weights, model, part, params, flat, progress)
+                              : FromSafetensors(weights, model, part, params, flat, progress);
     ReportProgress(progress, "loading pretrained weights");
     return read;
   }

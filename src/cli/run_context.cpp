@@ -297,11 +297,17 @@ void RunContext::PrintRankMap() {
         "coordinate)");
 }
 
+void RunContext::SayNow(const Status& status) {
+  if (status.ok() || reported_ || status.message().empty() || printed_) return;
+  LogError(status.message());
+  printed_ = true;
+}
+
 int RunContext::Finish(const Status& status) {
   const int code = status.exit_code();
   if (!status.ok() && !reported_ && !status.message().empty()) {
     // Only this rank may know: print, and stop every rank rather than leave one in a collective.
-    LogError(status.message());
+    if (!printed_) LogError(status.message());
     if (runtime && runtime->size() > 1) runtime->Abort(code);
   }
   if (runtime) runtime->Finalize();

@@ -54,6 +54,10 @@ struct RunContext {
   // Ends the run: agreed errors were printed by Agree; an error only this rank knows is printed
   // here and stops every rank through MPI_Abort. Returns the exit code.
   int Finish(const Status& status);
+  // Prints now the line Finish would print for `status` (an error only this rank knows), for a
+  // rank that still has long work before Finish (a checkpoint write in flight), during which a
+  // watchdog or the launcher may end it; Finish then only stops the ranks.
+  void SayNow(const Status& status);
 
   // The device communicator over MPI group `mpi` that Distributed.gpu_collectives asks for:
   // NCCL's (on the backend's stream, or with own_stream one of its own), or host-staged.
@@ -71,6 +75,7 @@ struct RunContext {
   // "duplicate GPU" error that names neither the ranks nor the fix).
   Status AgreeOnDistinctGpus(const std::vector<double>& gpu);
   bool reported_ = false;      // the status handed to Finish went through Agree
+  bool printed_ = false;       // SayNow printed it
   int config_zero_stage_ = 0;  // Distributed.sharding's stage in effect, for the rank map
   int ranks_per_gpu_ = 1;      // ranks on this rank's GPU (by UUID; host-staged collectives)
 };

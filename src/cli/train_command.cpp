@@ -55,6 +55,10 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   // the first step boundary with a checkpoint (exit 75), as one during training does. Installed
   // again once MPI has started, so that rank 0 announces a Ctrl-C.
   InstallPreemptionHandlers();
+  // Watched from the start, at the default timeout until the config gives its own: a rank stuck
+  // in MPI's start-up or on a config file (a hung mount) ends every rank instead of hanging.
+  Watchdog watchdog(TrainConfig{}.engine.watchdog_s);
+  watchdog.Beat("the start-up (MPI, the command line and the config, agreed by every rank)");
   RunContext ctx;
   Status status = ctx.Init();
   if (!status.ok()) return ctx.Finish(status);
@@ -92,8 +96,8 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   for (const std::string& notice : config.notices) LogInfo(notice);
   LogInfo("resolved config:\n" + FormatConfig(config));
 
-  // Watched from here on: the device, the communicators (NCCL's set-up), the memory check.
-  Watchdog watchdog(config.engine.watchdog_s);
+  // The device, the communicators (NCCL's set-up), the memory check, at the config's timeout.
+  watchdog.SetTimeout(config.engine.watchdog_s);
   watchdog.Beat("setting up the device and the communicators");
   status = ctx.Agree(ctx.SetupDevice(config));
   if (status.ok()) status = ctx.Agree(ctx.BuildGroups(config));
@@ -118,8 +122,11 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (status.ok()) status = ctx.Agree(trainer.PrepareCheckpointSaves());
   if (status.ok()) status = trainer.Run();
   // An error on this rank stops every rank (ctx.Finish): rank 0 first commits a checkpoint that
-  // its background writer has in flight.
-  if (!status.ok()) trainer.WaitForCheckpointWrite();
+  // its background writer has in flight, after saying what went wrong (the wait may be long).
+  if (!status.ok()) {
+    ctx.SayNow(status);
+    trainer.WaitForCheckpointWrite();
+  }
   return ctx.Finish(status);
 }
 

@@ -218,9 +218,12 @@ Status TokenDataset::ValidateTokens(const DatasetOpenOptions& options) {
   fully_scanned_ = false;
   if (!options.scan_tokens) return Status::Ok();
   fully_scanned_ = num_tokens_ * token_bytes_ <= options.full_scan_max_bytes;
+  constexpr const char* kScan = "rank 0's check of every data token (Data.train_path's files)";
   if (fully_scanned_) {
-    for (int64_t start = 0; start < num_tokens_; start += chunk)
+    for (int64_t start = 0; start < num_tokens_; start += chunk) {
+      ReportProgress(options.progress, kScan);
       TRAINER_RETURN_IF_ERROR(ReadTokens(start, std::min(chunk, num_tokens_ - start), &buffer));
+    }
   } else {  // large file: its ends only (docs/data-format.md)
     TRAINER_RETURN_IF_ERROR(ReadTokens(0, std::min(chunk, num_tokens_), &buffer));
     int64_t last = std::max<int64_t>(0, num_tokens_ - chunk);
@@ -232,6 +235,7 @@ Status TokenDataset::ValidateTokens(const DatasetOpenOptions& options) {
   std::vector<uint8_t> mask;
   bool trained = false;
   for (int64_t start = 0; start < num_tokens_; start += chunk) {
+    ReportProgress(options.progress, kScan);
     const int64_t count = std::min(chunk, num_tokens_ - start);
     mask.resize(static_cast<size_t>(count));
     TRAINER_RETURN_IF_ERROR(

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/progress.h"
 #include "common/status.h"
 #include "io/hdf5_util.h"
 
@@ -29,6 +30,8 @@ struct DatasetOpenOptions {
   // only their first and last scan chunk (ReadSamples still checks every token it returns).
   int64_t full_scan_max_bytes = int64_t{1} << 30;
   int64_t scan_chunk_tokens = int64_t{1} << 22;
+  // Told of each chunk scanned (a watchdog's beat: a set of many files takes long); may be null.
+  Progress* progress = nullptr;
 };
 
 class TokenDataset {

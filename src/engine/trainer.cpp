@@ -140,7 +140,10 @@ Status Trainer::OpenData() {
   // no rank reads more than its own samples.
   DatasetOpenOptions options;
   options.scan_tokens = groups_.world_rank == 0;
+  options.progress = progress_;
   auto opened = OpenDataSources(config_.data, config_.model.vocab_size, T, options);
+  // The others wait for rank 0's scan (minutes for many files up to 1 GiB each).
+  AwaitRoot(progress_, groups_.world_rank, "rank 0's check of every data token");
   TRAINER_RETURN_IF_ERROR(AgreeOnTrainingSet(opened.ok() ? &opened.value() : nullptr));
   if (!opened.ok()) return opened.status();
   data_ = std::move(opened.value());

@@ -45,7 +45,13 @@ void UnregisterAsyncErrorSource(AsyncErrorSource* source) {
 
 Watchdog::Watchdog(double timeout_seconds) : timeout_(timeout_seconds) {
   last_beat_ = Now();
-  if (timeout_ > 0) thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Watchdog::SetTimeout(double timeout_seconds) {
+  timeout_ = timeout_seconds;
+  last_beat_ = Now();
+  stop_signal_.notify_all();  // the next look at the new period
 }
 
 Watchdog::~Watchdog() {
@@ -71,16 +77,19 @@ void Watchdog::AwaitRoot(const char* phase) {
 
 void Watchdog::Run() {
   std::unique_lock<std::mutex> lock(mutex_);
-  const auto period = std::chrono::duration<double>(timeout_ < 10 ? timeout_ / 4 : 2.5);
   while (!stopping_) {
-    stop_signal_.wait_for(lock, period);
+    const double timeout = timeout_;
+    stop_signal_.wait_for(lock, std::chrono::duration<double>(timeout <= 0   ? 2.5
+                                                              : timeout < 10 ? timeout / 4
+                                                                             : 2.5));
     if (stopping_) return;
     const std::string async_error = FirstAsyncError();
     if (!async_error.empty()) {
       LogError(StrFormat("%s (found during %s)", async_error.c_str(), phase_.load()));
       std::_Exit(static_cast<int>(ExitCode::kRuntime));
     }
-    const double idle = Now() - last_beat_;
+    const double idle = Now() - last_beat_, timeout_ = this->timeout_;
+    if (timeout_ <= 0) continue;  // off
     // Waiting for rank 0, which works meanwhile under its own watchdog: a longer bound.
     const bool root = awaiting_root_;
     if (idle < (root ? kRootWaitFactor : 1) * timeout_) continue;

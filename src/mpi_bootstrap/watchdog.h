@@ -41,6 +41,8 @@ class Watchdog : public Progress {
  public:
   // timeout_seconds <= 0 disables it.
   explicit Watchdog(double timeout_seconds);
+  // Another timeout from now on (the configured one, once the config is read); <= 0 disables.
+  void SetTimeout(double timeout_seconds);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -55,7 +57,7 @@ class Watchdog : public Progress {
  private:
   void Run();
 
-  double timeout_;
+  std::atomic<double> timeout_;
   std::atomic<const char*> phase_{"start-up"};
   std::atomic<double> last_beat_{0};
   std::atomic<bool> awaiting_root_{false};

@@ -89,6 +89,14 @@ grep -q "resumed from slow/checkpoints/step-00000004 at step 4" slow_resume.log 
 grep -q "saved checkpoint slow/checkpoints/step-00000008" slow_resume.log || { cat slow_resume.log; fail "no checkpoint at step 8"; }
 ! grep -q "no progress" slow_save.log slow_resume.log || fail "a watchdog fired during a slow checkpoint"
 echo "ok: ~5 s checkpoint save, verification, load and background write under Engine.watchdog_s=2"
+# A synchronous save over two pipeline stages, 300 ms a tensor: stage 1's holder waits ~10 s in
+# a send (the embedding's, past MPI's eager size) while rank 0 writes the tensors before it
+# (awaiting rank 0, not stalled).
+TRAINER_FAULT_CHECKPOINT_SLOW=300 run_np 2 train "${SLOW[@]}" -o Engine.max_steps=4 \
+  -o Distributed.pp_degree=2 -o Engine.output_dir=slow_pp -o Checkpoint.async_save=false \
+  > slow_pp.log 2>&1 || { cat slow_pp.log; fail "the slow synchronous save over pp2 was stopped"; }
+grep -q "saved checkpoint slow_pp/checkpoints/step-00000004" slow_pp.log || { cat slow_pp.log; fail "no pp2 checkpoint"; }
+echo "ok: ~25 s synchronous save over two pipeline stages under Engine.watchdog_s=2"
 # Starting from a checkpoint's weights (Checkpoint.init_from) and from a LoRA base: ~3 s of
 # reads (the 28 weight tensors at 100 ms each) under watchdog_s=2, in a folder of its own.
 TRAINER_FAULT_CHECKPOINT_READ_SLOW=100 run_np 2 train "${SLOW[@]}" -o Engine.output_dir=slow_init \
