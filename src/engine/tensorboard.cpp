@@ -75,6 +75,15 @@ Status OutputWriteError(const std::string& path, int error_number) {
       path.c_str(), id.rank, id.host.c_str(), std::strerror(error_number)));
 }
 
+namespace {
+Status CannotCreate(const std::string& path, int error_number) {
+  return RuntimeError(StrFormat(
+      "cannot create %s: %s (Engine.output_dir). Choose a writable Engine.output_dir or set "
+      "Engine.tensorboard=false",
+      path.c_str(), std::strerror(error_number)));
+}
+}  // namespace
+
 Status TensorBoardWriter::Open(const std::string& folder, std::unique_ptr<TensorBoardWriter>* out) {
   TRAINER_RETURN_IF_ERROR(MakeDirectories(folder));
   std::unique_ptr<TensorBoardWriter> w(new TensorBoardWriter());
@@ -84,22 +93,14 @@ Status TensorBoardWriter::Open(const std::string& folder, std::unique_ptr<Tensor
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count();
   w->path_ = StrFormat("%s/events.out.tfevents.%lld.%s", folder.c_str(), seconds, host);
-  if (access(folder.c_str(), W_OK) != 0)
-    return RuntimeError(
-        StrFormat("cannot create %s: %s (Engine.output_dir). Choose a writable "
-                  "Engine.output_dir or set Engine.tensorboard=false",
-                  w->path_.c_str(), std::strerror(errno)));
+  if (access(folder.c_str(), W_OK) != 0) return CannotCreate(w->path_, errno);
   *out = std::move(w);
   return Status::Ok();
 }
 
 Status TensorBoardWriter::Create() {
   file_ = std::fopen(path_.c_str(), "ab");
-  if (file_ == nullptr)
-    return RuntimeError(
-        StrFormat("cannot create %s: %s (Engine.output_dir). Choose a writable "
-                  "Engine.output_dir or set Engine.tensorboard=false",
-                  path_.c_str(), std::strerror(errno)));
+  if (file_ == nullptr) return CannotCreate(path_, errno);
   std::string event = EventHeader(0);
   PutBytesField(&event, 3, "brain.Event:2");  // file_version
   return WriteRecord(event);

@@ -78,21 +78,20 @@ void Watchdog::AwaitRoot(const char* phase) {
 void Watchdog::Run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
-    const double timeout = timeout_;
-    stop_signal_.wait_for(lock, std::chrono::duration<double>(timeout <= 0   ? 2.5
-                                                              : timeout < 10 ? timeout / 4
-                                                                             : 2.5));
+    const double timeout = timeout_;  // SetTimeout may change it: one read a look
+    stop_signal_.wait_for(
+        lock, std::chrono::duration<double>(timeout > 0 && timeout < 10 ? timeout / 4 : 2.5));
     if (stopping_) return;
     const std::string async_error = FirstAsyncError();
     if (!async_error.empty()) {
       LogError(StrFormat("%s (found during %s)", async_error.c_str(), phase_.load()));
       std::_Exit(static_cast<int>(ExitCode::kRuntime));
     }
-    const double idle = Now() - last_beat_, timeout_ = this->timeout_;
-    if (timeout_ <= 0) continue;  // off
+    const double idle = Now() - last_beat_;
+    if (timeout <= 0) continue;  // off
     // Waiting for rank 0, which works meanwhile under its own watchdog: a longer bound.
     const bool root = awaiting_root_;
-    if (idle < (root ? kRootWaitFactor : 1) * timeout_) continue;
+    if (idle < (root ? kRootWaitFactor : 1) * timeout) continue;
     const ProcessIdentity& id = GetProcessIdentity();
     if (root)
       LogError(StrFormat(
@@ -101,7 +100,7 @@ void Watchdog::Run() {
           "stopped or its host cut off. Look at rank 0's host (its process state, the network); "
           "if rank 0's part is just slow (a large checkpoint's verification or write), raise "
           "Engine.watchdog_s",
-          idle, phase_.load(), id.rank, id.host.c_str(), kRootWaitFactor, timeout_));
+          idle, phase_.load(), id.rank, id.host.c_str(), kRootWaitFactor, timeout));
     else
       LogError(StrFormat(
           "no progress for %.1f s in %s (rank %d on %s, Engine.watchdog_s=%g): a collective is "
@@ -109,7 +108,7 @@ void Watchdog::Run() {
           "ranks' errors above; NCCL_DEBUG=WARN or OMPI_MCA_btl_base_verbose=100 say more. If "
           "this phase is just slow (a step, an evaluation or a checkpoint taking longer than "
           "that), raise Engine.watchdog_s",
-          idle, phase_.load(), id.rank, id.host.c_str(), timeout_));
+          idle, phase_.load(), id.rank, id.host.c_str(), timeout));
     // Not MPI_Abort: MPI runs MPI_THREAD_FUNNELED, so this thread may not call it. The launcher
     // ends the other ranks when one exits non-zero (mpirun does; srun with --kill-on-bad-exit).
     std::_Exit(static_cast<int>(ExitCode::kRuntime));
