@@ -45,6 +45,7 @@ Status Trainer::Evaluate(double* val_loss) {
   double total = 0.0, trained = 0.0;
   const int iters = config_.engine.eval_iters;
   for (int it = 0; it < iters; ++it) {
+    ReportProgress(progress_, "an evaluation");  // each batch: Engine.eval_iters may be many
     TRAINER_RETURN_IF_ERROR(
         ReadBatch(ValidationBatch(it, GB, data_.val.num_samples()), -1, data_.val, batch));
     MicroBatches mb;
@@ -72,7 +73,6 @@ Status Trainer::Evaluate(double* val_loss) {
 
 Status Trainer::EvaluateAndLog(int step, double* val) {
   const EngineConfig& e = config_.engine;
-  ReportProgress(progress_, "an evaluation");
   TRAINER_RETURN_IF_ERROR(Evaluate(val));
   if (std::isnan(*val))  // metrics.jsonl: null
     LogWarning(StrFormat(

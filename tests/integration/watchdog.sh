@@ -3,7 +3,8 @@
 # waits in an all-reduce, and its watchdog (Engine.watchdog_s=4) prints the phase and ends rank 0
 # with exit code 1 (no MPI call from the watchdog's thread); mpirun then ends every rank, the
 # frozen one too, well before the test's time limit. Rank 0 frozen while rank 1 waits for its
-# part of a save: rank 1 ends after 10 x watchdog_s.
+# part of a save: rank 1 ends after 10 x watchdog_s. Slow saves, loads and a long evaluation
+# are progress, not stalls.
 source "$(dirname "$0")/lib.sh"
 # freeze_rank RANK: SIGSTOPs rank RANK of the run $launcher started, waits for mpirun to end;
 # sets frozen (the pid), start (when it froze) and rc (mpirun's exit code). The rank of this run
@@ -107,3 +108,9 @@ TRAINER_FAULT_CHECKPOINT_READ_SLOW=100 run_np 2 train "${SLOW[@]}" -o Engine.out
   -o Model.lora_rank=2 > slow_lora.log 2>&1 || { cat slow_lora.log; fail "the slow LoRA base load was stopped"; }
 ! grep -q "no progress" slow_init.log slow_lora.log || fail "a watchdog fired during a slow weights load"
 echo "ok: ~3 s loads of initial weights and of a LoRA base under Engine.watchdog_s=2"
+# A long evaluation is progress: 12000 validation batches (~6 s) under watchdog_s=2.
+run_np 2 train "${SLOW[@]}" -o Engine.output_dir=long_eval -o Engine.max_steps=2 -o Engine.save_steps=0 \
+  -o Data.val_fraction=0.1 -o Engine.eval_freq=2 -o Engine.eval_iters=12000 > long_eval.log 2>&1 ||
+  { cat long_eval.log; fail "the long evaluation was stopped"; }
+grep -q "val loss" long_eval.log || { cat long_eval.log; fail "no val loss"; }
+echo "ok: a ~6 s evaluation of 12000 batches under Engine.watchdog_s=2"
