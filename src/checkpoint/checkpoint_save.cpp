@@ -140,7 +140,9 @@ class SaveOnRoot {
     // A beat after each step: on a slow file system each fsync and rename may take long.
     ReportProgress(r_.progress, "committing a checkpoint");  // the file's final flush is done
     errno = 0;
-    if (!Try(SyncPath(file_path()), file_path())) return;
+    // A GiB at a time, beating: a large synchronous save's data may still be in the page cache.
+    auto beat = [this] { ReportProgress(r_.progress, "committing a checkpoint"); };
+    if (!Try(SyncFileInRanges(file_path(), int64_t{1} << 30, beat), file_path())) return;
     ReportProgress(r_.progress, "committing a checkpoint");
     if (!Try(SyncPath(tmp_dir_), tmp_dir_)) return;
     ReportProgress(r_.progress, "committing a checkpoint");

@@ -87,6 +87,27 @@ Status SyncPath(const std::string& path) {
   return Status::Ok();
 }
 
+Status SyncFileInRanges(const std::string& path, int64_t range_bytes,
+                        const std::function<void()>& after_range) {
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return IoError("open for fsync of", path);
+  struct stat st;
+  const off_t size = fstat(fd, &st) == 0 ? st.st_size : 0;
+  for (off_t offset = 0; offset < size; offset += range_bytes) {
+    if (sync_file_range(
+            fd, offset, range_bytes,
+            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0)
+      break;  // not on this file system: the fsync writes it all
+    if (after_range) after_range();
+  }
+  int rc = fsync(fd);  // the metadata, and all the ranges did not write
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  if (rc != 0) return IoError("fsync of", path);
+  return Status::Ok();
+}
+
 std::string ParentDirectory(const std::string& path) {
   size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";

@@ -2,7 +2,9 @@
 // and of its folder), atomic replacement by rename, listing, removal, and an exclusive file lock.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +25,11 @@ bool IsDirectory(const std::string& path);
 bool IsRegularFile(const std::string& path);
 // fsync a file or a folder by path.
 Status SyncPath(const std::string& path);
+// fsync a file whose data may take long to reach the disk (a synchronous checkpoint's): its data
+// first in ranges of `range_bytes` (sync_file_range), `after_range` called after each, so that a
+// watcher hears of the flush as it goes; then the fsync, with little left to write.
+Status SyncFileInRanges(const std::string& path, int64_t range_bytes,
+                        const std::function<void()>& after_range);
 // Write `contents` to `path` atomically: path.tmp, fsync, rename, fsync the folder.
 Status WriteFileAtomically(const std::string& path, const std::string& contents);
 StatusOr<std::string> ReadSmallFile(const std::string& path);

@@ -1,6 +1,6 @@
 // FileLock (common/filesystem.h): exclusive within one process as well as between processes, kept
 // while the lock file is read, released by the holder's end (a SIGKILL included), and IsHeld
-// answering without taking it.
+// answering without taking it. SyncFileInRanges: one call after each range of the file's data.
 #include "common/filesystem.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -86,6 +87,22 @@ TEST(FileLock, AFolderThatDoesNotExistIsAnError) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("missing/.lock"), std::string::npos) << s.message();
   EXPECT_EQ(lock, nullptr);
+}
+
+TEST(SyncFileInRanges, CallsBackAfterEachRangeAndKeepsTheData) {
+  const std::string path = ScratchFolder() + "/data.bin";
+  const std::string data(3 * (1 << 20) + 12345, 'x');  // 3 whole ranges of 1 MiB and a part
+  std::ofstream(path, std::ios::binary) << data;
+  int calls = 0;
+  Status s = SyncFileInRanges(path, 1 << 20, [&] { ++calls; });
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(calls, 4);
+  auto read = ReadSmallFile(path);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read.value(), data);
+  EXPECT_TRUE(
+      SyncFileInRanges(ScratchFolder() + "/missing", 1 << 20, nullptr).message().find("missing") !=
+      std::string::npos);
 }
 
 }  // namespace
