@@ -6,12 +6,14 @@
 # ratio trainer / peer; with PHASES=1 also one trainer step's kernel time by MoE phase (router,
 # dispatch, experts, combine; bench/kernel_profile.sh under ncu, bench/kernel_summary.py). Issue 48's targets: olmoe >= 1.5x the peer, mixtral >= 1.3x.
 #
-#   bench/moe_vs_pytorch.sh TRAINER [PEER_SCRIPT] MODEL:B...
+#   bench/moe_vs_pytorch.sh TRAINER [PEER_SCRIPT] MODEL:B[:SIDE]...
 #   PEER_SCRIPT: default bench/torch_llama.py; another script taking its JSON keys
 #   MODEL: olmoe   8 layers, hidden 2048, 16 heads, 64 experts top-8 of width 1024, vocab 50304
 #          mixtral the same block with 8 experts top-2 of width 7168 (Mixtral's 3.5x), top-k of
 #                  the logits then the softmax over the chosen
 #   (T = 2048; B = micro-batch; each side at several B: run e.g. olmoe:4 olmoe:8 olmoe:16)
+#   SIDE: trainer or peer, to run that side only at this B. E.g. olmoe:16 olmoe:32:trainer runs
+#         both at 16, the trainer also at 32, and compares each side's best.
 #   env: STEPS (default 30), SKIP_PEER=1, PHASES=1, WORK (default /tmp/bench), TRAINER_ARGS
 #        (more -o overrides), RECORD=1 (append one record per comparison to RECORD_FILE, default
 #        bench/results/gpu.jsonl, as bench/gpu_vs_pytorch.sh does)
@@ -40,7 +42,12 @@ BLOCK=(-o Model.recompute=none -o Model.vocab_size=$V -o Model.vocab_pad_multipl
        -o Model.max_seq_len=$T -o Model.rope_scaling=none -o Model.rope_factor=8 -o Model.rope_theta=1000000
        -o Model.tie_embeddings=false -o Model.moe_aux_loss_coeff=0.01)
 for spec in "$@"; do
-  IFS=: read -r model B <<< "$spec"
+  IFS=: read -r model B side <<< "$spec"
+  side=${side:-both}
+  case $side in
+    both | trainer | peer) ;;
+    *) echo "unknown side '$side' in $spec: both, trainer or peer" >&2; exit 2 ;;
+  esac
   case $model in
     olmoe) E=64 K=8 EF=1024 PRE=true ;;
     mixtral) E=8 K=2 EF=7168 PRE=false ;;
@@ -53,15 +60,19 @@ for spec in "$@"; do
   random_u32 "$data" $((8 * B * T + 1)) "$V"
   TRAINER_OVERRIDES=("${BLOCK[@]}" "${ROUTING[@]}" -o Model.num_experts=$E -o Model.moe_router_topk=$K
                      -o Model.moe_ffn_hidden_size=$EF -o Model.ffn_hidden_size=$EF)
-  trainer_side "$model" "$B" "$out" "$data" -c "$ROOT/configs/llama-3.2-1b.yaml" \
-    "${TRAINER_OVERRIDES[@]}"
+  if [ "$side" = peer ]; then
+    OURS='{"error": "not run"}' OURS_GPU='{}'
+  else
+    trainer_side "$model" "$B" "$out" "$data" -c "$ROOT/configs/llama-3.2-1b.yaml" \
+      "${TRAINER_OVERRIDES[@]}"
+  fi
   if [ "${PHASES:-0}" = 1 ]; then  # one step's kernels (ncu) by MoE phase
     MODEL=configs/llama-3.2-1b.yaml B=$B bash "$ROOT/bench/kernel_profile.sh" "$TRAINER" \
       "$out.ncu.csv" "${TRAINER_OVERRIDES[@]}" > "$out.ncu.log" 2>&1 &&
       python3 "$ROOT/bench/kernel_summary.py" "$out.ncu.csv" --moe-phases | grep "^moe phase\|^one step" ||
       echo "kernel profile failed: $out.ncu.log" >&2
   fi
-  peer_side "$model" "$B" "$shape" "$out"
+  [ "$side" = trainer ] || peer_side "$model" "$B" "$shape" "$out"
 done
 # The comparisons (bench/compare_runs.py), and with RECORD=1 one record each in RECORD_FILE.
 command="STEPS=$STEPS"

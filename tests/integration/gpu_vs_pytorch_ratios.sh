@@ -106,6 +106,24 @@ assert len(bests) == 1 and bests[0]["ratio_of_bests"] == 1.1, bests
 assert bests[0]["trainer_best"]["B"] == 8 and bests[0]["pytorch_best"]["B"] == 16, bests
 print("ok: one side only, and the best of each side")
 PY
+# The same in bench/moe_vs_pytorch.sh: the trainer at 8 and 16, the peer at 8 only; the peer-only
+# run at 4 has no ratio of its own (no trainer beside it).
+rm -f "$DIR/sampled" "$DIR/trainer-calls" "$DIR/peer-calls"
+out=$(PATH="$DIR/bin:$PATH" WORK="$DIR/bench" STEPS=30 \
+  bash "$SRC/bench/moe_vs_pytorch.sh" "$DIR/bin/trainer" "$DIR/peer.py" olmoe:8 olmoe:16:trainer olmoe:4:peer)
+python3 - "$out" "$(cat "$DIR/peer-calls")" "$(grep -c '^train ' "$DIR/trainer-calls")" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines()]
+peer_calls = [json.loads(c)[0]["B"] for c in sys.argv[2].splitlines()]
+assert peer_calls == [8, 4], peer_calls
+assert sys.argv[3] == "2", "trainer runs: " + sys.argv[3]
+ratios = [l for l in lines if "ratio_trainer_over_pytorch" in l]
+assert [(r["B"], r["ratio_trainer_over_pytorch"]) for r in ratios] == [(8, 1.1)], ratios
+assert not [l for l in lines if "ratio" in l and l.get("B") == 4], lines
+bests = [l for l in lines if "ratio_of_bests" in l]
+assert len(bests) == 1 and bests[0]["pytorch_best"]["B"] in (8, 4), bests
+print("ok: moe_vs_pytorch.sh runs one side only where asked")
+PY
 if PATH="$DIR/bin:$PATH" WORK="$DIR/bench" bash "$SRC/bench/gpu_vs_pytorch.sh" "$DIR/bin/trainer" \
      "$DIR/peer.py" 124m:8:both 124m:8:neither 2> "$DIR/side.err"; then
   echo "FAIL: an unknown side was accepted"; exit 1
