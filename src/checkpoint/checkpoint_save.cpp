@@ -132,20 +132,21 @@ class SaveOnRoot {
   void Commit() {
     CloseFlushFile();
     if (!ok()) return;
-    ReportProgress(r_.progress, "committing a checkpoint");
+    // A beat before and after each step: on a slow file system each flush, fsync and rename
+    // may take long.
+    auto beat = [this] { ReportProgress(r_.progress, "committing a checkpoint"); };
+    beat();
     if (file_.Close() < 0) {
       FailHdf5(file_path(), Hdf5ErrorText());  // the final flush: a full disk often shows here
       return;
     }
-    // A beat after each step: on a slow file system each fsync and rename may take long.
-    ReportProgress(r_.progress, "committing a checkpoint");  // the file's final flush is done
+    beat();  // the file's final flush is done
     errno = 0;
     // A GiB at a time, beating: a large synchronous save's data may still be in the page cache.
-    auto beat = [this] { ReportProgress(r_.progress, "committing a checkpoint"); };
     if (!Try(SyncFileInRanges(file_path(), int64_t{1} << 30, beat), file_path())) return;
-    ReportProgress(r_.progress, "committing a checkpoint");
+    beat();
     if (!Try(SyncPath(tmp_dir_), tmp_dir_)) return;
-    ReportProgress(r_.progress, "committing a checkpoint");
+    beat();
     if (IsDirectory(final_dir_)) {
       // A re-save of a step (after resuming from an earlier one): replace the file atomically so
       // that step-N/ always holds a complete checkpoint.
@@ -154,11 +155,11 @@ class SaveOnRoot {
     } else if (!Try(RenameDurably(tmp_dir_, final_dir_), final_dir_)) {
       return;
     }
-    ReportProgress(r_.progress, "committing a checkpoint");
+    beat();
     if (!Try(WriteFileAtomically(r_.directory + "/latest", CheckpointFolderName(r_.step) + "\n"),
              r_.directory + "/latest"))
       return;
-    ReportProgress(r_.progress, "committing a checkpoint");
+    beat();
     SetAsideAbandonedSteps();
     ApplyRetention();
   }

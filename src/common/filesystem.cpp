@@ -77,14 +77,7 @@ bool IsDirectory(const std::string& path) {
 }
 
 Status SyncPath(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY);
-  if (fd < 0) return IoError("open for fsync of", path);
-  int rc = fsync(fd);
-  int saved = errno;
-  close(fd);
-  errno = saved;
-  if (rc != 0) return IoError("fsync of", path);
-  return Status::Ok();
+  return SyncFileInRanges(path, 0, nullptr);
 }
 
 Status SyncFileInRanges(const std::string& path, int64_t range_bytes,
@@ -93,7 +86,7 @@ Status SyncFileInRanges(const std::string& path, int64_t range_bytes,
   if (fd < 0) return IoError("open for fsync of", path);
   struct stat st;
   const off_t size = fstat(fd, &st) == 0 ? st.st_size : 0;
-  for (off_t offset = 0; offset < size; offset += range_bytes) {
+  for (off_t offset = 0; range_bytes > 0 && offset < size; offset += range_bytes) {
     if (sync_file_range(
             fd, offset, range_bytes,
             SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0)

@@ -27,7 +27,8 @@ bool IsRegularFile(const std::string& path);
 Status SyncPath(const std::string& path);
 // fsync a file whose data may take long to reach the disk (a synchronous checkpoint's): its data
 // first in ranges of `range_bytes` (sync_file_range), `after_range` called after each, so that a
-// watcher hears of the flush as it goes; then the fsync, with little left to write.
+// watcher hears of the flush as it goes; then the fsync, with little left to write. range_bytes
+// <= 0: the fsync alone, as SyncPath.
 Status SyncFileInRanges(const std::string& path, int64_t range_bytes,
                         const std::function<void()>& after_range);
 // Write `contents` to `path` atomically: path.tmp, fsync, rename, fsync the folder.

@@ -40,6 +40,7 @@ Status Trainer::Evaluate(double* val_loss) {
   const int GB = config_.global.global_batch_size;
   if (data_.val.num_samples() <= 0)
     return NoValidationDataError(config_.data, config_.engine.eval_freq);
+  ReportProgress(progress_, "an evaluation");
   JoinPrefetch();                          // HDF5 serves one thread at a time
   HostBatch* batch = &batches_[current_];  // the finished step's batch; the prefetched one stays
   double total = 0.0, trained = 0.0;

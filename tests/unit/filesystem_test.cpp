@@ -97,6 +97,8 @@ TEST(SyncFileInRanges, CallsBackAfterEachRangeAndKeepsTheData) {
   Status s = SyncFileInRanges(path, 1 << 20, [&] { ++calls; });
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(calls, 4);
+  ASSERT_TRUE(SyncFileInRanges(path, 0, [&] { ++calls; }).ok());  // no ranges: the fsync alone
+  EXPECT_EQ(calls, 4);
   auto read = ReadSmallFile(path);
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(read.value(), data);
